@@ -1,0 +1,436 @@
+"""Wire primitives in pure Python: the twin of _core.pyx, same names, same behaviour.
+
+Writers append to a bytearray and validate the value (raising EncodeError without a
+path; the struct writers add it). Readers take (data, pos, end), return
+(value, new_pos) and raise DecodeError at the offset where the value starts.
+"""
+import struct
+import uuid as _uuid
+
+from . import errors as _e
+from .errors import DecodeError, EncodeError
+
+_S = {k: struct.Struct(">" + c) for k, c in
+      (("int8", "b"), ("int16", "h"), ("int32", "i"), ("int64", "q"),
+       ("uint16", "H"), ("uint32", "I"), ("float64", "d"))}
+WIDTH = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4,
+         "float64": 8, "bool": 1, "uuid": 16}
+RANGE = {"int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15) - 1),
+         "int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
+         "uint16": (0, (1 << 16) - 1), "uint32": (0, (1 << 32) - 1)}
+MAX_STRING = 0x7FFF
+
+unpack_int8 = _S["int8"].unpack_from
+unpack_int16 = _S["int16"].unpack_from
+unpack_int32 = _S["int32"].unpack_from
+unpack_int64 = _S["int64"].unpack_from
+unpack_uint16 = _S["uint16"].unpack_from
+unpack_uint32 = _S["uint32"].unpack_from
+unpack_float64 = _S["float64"].unpack_from
+
+
+# ---------------------------------------------------------------- writing
+
+def _int_value(kind, v):
+    if type(v) is not int:
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise _e.wrong_type("int", v)
+        v = v.__index__()
+    lo, hi = RANGE[kind]
+    if not lo <= v <= hi:
+        raise _e.out_of_range(kind, v)
+    return v
+
+
+def _make_int_writer(kind):
+    pack = _S[kind].pack
+
+    def write(out, v):
+        out += pack(_int_value(kind, v))
+    write.__name__ = f"w_{kind}"
+    return write
+
+
+w_int8 = _make_int_writer("int8")
+w_int16 = _make_int_writer("int16")
+w_int32 = _make_int_writer("int32")
+w_int64 = _make_int_writer("int64")
+w_uint16 = _make_int_writer("uint16")
+w_uint32 = _make_int_writer("uint32")
+
+
+def w_float64(out, v):
+    if not isinstance(v, (float, int)) or isinstance(v, bool):
+        raise _e.wrong_type("float", v)
+    out += _S["float64"].pack(v)
+
+
+def w_bool(out, v):
+    if v is not True and v is not False:
+        raise _e.wrong_type("bool", v)
+    out.append(1 if v else 0)
+
+
+def w_uuid(out, v):
+    if not isinstance(v, _uuid.UUID):
+        raise _e.wrong_type("uuid.UUID", v)
+    out += v.bytes
+
+
+def w_uvarint(out, v):
+    """Unsigned varint of at most 32 bits (lengths, counts, tags)."""
+    if not 0 <= v <= 0xFFFFFFFF:
+        raise _e.out_of_range("unsigned varint", v)
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def w_uvarlong(out, v):
+    if not 0 <= v <= 0xFFFFFFFFFFFFFFFF:
+        raise _e.out_of_range("unsigned varlong", v)
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def w_varint(out, v):
+    """Zigzag-encoded signed 32-bit varint."""
+    v = _int_value("int32", v)
+    w_uvarint(out, ((v << 1) ^ (v >> 31)) & 0xFFFFFFFF)
+
+
+def w_varlong(out, v):
+    """Zigzag-encoded signed 64-bit varint."""
+    v = _int_value("int64", v)
+    w_uvarlong(out, ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _utf8(s):
+    if type(s) is not str:
+        raise _e.wrong_type("str", s)
+    try:
+        b = s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncodeError("string is not encodable as UTF-8") from None
+    if len(b) > MAX_STRING:
+        raise EncodeError(f"string of {len(b)} UTF-8 bytes exceeds 32767")
+    return b
+
+
+def w_string(out, s):
+    b = _utf8(s)
+    out += _S["int16"].pack(len(b))
+    out += b
+
+
+def w_nullable_string(out, s):
+    if s is None:
+        out += b"\xff\xff"
+    else:
+        w_string(out, s)
+
+
+def w_compact_string(out, s):
+    b = _utf8(s)
+    w_uvarint(out, len(b) + 1)
+    out += b
+
+
+def w_compact_nullable_string(out, s):
+    if s is None:
+        out.append(0)
+    else:
+        w_compact_string(out, s)
+
+
+def _raw(b):
+    if not isinstance(b, (bytes, bytearray, memoryview)):
+        raise _e.wrong_type("bytes", b)
+    return b
+
+
+def w_bytes(out, b):
+    b = _raw(b)
+    out += _S["int32"].pack(len(b))
+    out += b
+
+
+def w_nullable_bytes(out, b):
+    if b is None:
+        out += b"\xff\xff\xff\xff"
+    else:
+        w_bytes(out, b)
+
+
+def w_compact_bytes(out, b):
+    b = _raw(b)
+    w_uvarint(out, len(b) + 1)
+    out += b
+
+
+def w_compact_nullable_bytes(out, b):
+    if b is None:
+        out.append(0)
+    else:
+        w_compact_bytes(out, b)
+
+
+def w_array_len(out, items, compact, nullable):
+    """Writes the count of an array (or its null marker) and returns the count."""
+    if items is None:
+        if not nullable:
+            raise EncodeError("None where the array is not nullable")
+        out += b"\x00" if compact else b"\xff\xff\xff\xff"
+        return 0
+    if not isinstance(items, (list, tuple)):
+        raise _e.wrong_type("list", items)
+    n = len(items)
+    if compact:
+        w_uvarint(out, n + 1)
+    else:
+        out += _S["int32"].pack(n)
+    return n
+
+
+def w_tags(out, known, unknown):
+    """The tagged-field section: `known` is [(tag, bytes)] of set known fields."""
+    if unknown:
+        fields = sorted(list(known) + list(unknown.items()))
+    else:
+        fields = known
+    w_uvarint(out, len(fields))
+    for tag, payload in fields:
+        w_uvarint(out, tag)
+        w_uvarint(out, len(payload))
+        out += payload
+
+
+# ---------------------------------------------------------------- reading
+
+def short(pos, need, end):
+    return _e.truncated(pos, need, max(end - pos, 0))
+
+
+def r_uvarint(data, pos, end):
+    start = pos
+    value = shift = 0
+    while True:
+        if pos >= end:
+            raise short(start, pos - start + 1, end)
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if value > 0xFFFFFFFF:
+                raise _e.varint_too_long(start, 5)
+            return value, pos
+        shift += 7
+        if shift >= 35:
+            raise _e.varint_too_long(start, 5)
+
+
+def r_uvarlong(data, pos, end):
+    start = pos
+    value = shift = 0
+    while True:
+        if pos >= end:
+            raise short(start, pos - start + 1, end)
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if value > 0xFFFFFFFFFFFFFFFF:
+                raise _e.varint_too_long(start, 10)
+            return value, pos
+        shift += 7
+        if shift >= 70:
+            raise _e.varint_too_long(start, 10)
+
+
+def r_varint(data, pos, end):
+    u, pos = r_uvarint(data, pos, end)
+    return (u >> 1) ^ -(u & 1), pos
+
+
+def r_varlong(data, pos, end):
+    u, pos = r_uvarlong(data, pos, end)
+    return (u >> 1) ^ -(u & 1), pos
+
+
+def _make_int_reader(kind):
+    unpack = _S[kind].unpack_from
+    width = WIDTH[kind]
+
+    def read(data, pos, end):
+        if end - pos < width:
+            raise short(pos, width, end)
+        return unpack(data, pos)[0], pos + width
+    read.__name__ = f"r_{kind}"
+    return read
+
+
+r_int8 = _make_int_reader("int8")
+r_int16 = _make_int_reader("int16")
+r_int32 = _make_int_reader("int32")
+r_int64 = _make_int_reader("int64")
+r_uint16 = _make_int_reader("uint16")
+r_uint32 = _make_int_reader("uint32")
+r_float64 = _make_int_reader("float64")
+
+
+def r_bool(data, pos, end):
+    if end - pos < 1:
+        raise short(pos, 1, end)
+    return data[pos] != 0, pos + 1
+
+
+def r_uuid(data, pos, end):
+    if end - pos < 16:
+        raise short(pos, 16, end)
+    return _uuid.UUID(bytes=bytes(data[pos:pos + 16])), pos + 16
+
+
+def _text(data, start, pos, n, end):
+    if n > MAX_STRING:
+        raise _e.string_too_long(start, n)
+    if end - pos < n:
+        raise short(start, pos - start + n, end)
+    try:
+        return str(data[pos:pos + n], "utf-8"), pos + n
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(start) from None
+
+
+def _string(data, pos, end, nullable):
+    if end - pos < 2:
+        raise short(pos, 2, end)
+    n = unpack_int16(data, pos)[0]
+    if n < 0:
+        if n == -1:
+            if nullable:
+                return None, pos + 2
+            raise _e.null_not_allowed(pos)
+        raise _e.bad_length(pos, n)
+    return _text(data, pos, pos + 2, n, end)
+
+
+def _compact_string(data, pos, end, nullable):
+    n, p = r_uvarint(data, pos, end)
+    if n == 0:
+        if nullable:
+            return None, p
+        raise _e.null_not_allowed(pos)
+    return _text(data, pos, p, n - 1, end)
+
+
+def r_string(data, pos, end):
+    return _string(data, pos, end, False)
+
+
+def r_nullable_string(data, pos, end):
+    return _string(data, pos, end, True)
+
+
+def r_compact_string(data, pos, end):
+    return _compact_string(data, pos, end, False)
+
+
+def r_compact_nullable_string(data, pos, end):
+    return _compact_string(data, pos, end, True)
+
+
+def _blob(data, start, pos, n, end):
+    if end - pos < n:
+        raise short(start, pos - start + n, end)
+    return bytes(data[pos:pos + n]), pos + n
+
+
+def _bytes(data, pos, end, nullable):
+    if end - pos < 4:
+        raise short(pos, 4, end)
+    n = unpack_int32(data, pos)[0]
+    if n < 0:
+        if n == -1:
+            if nullable:
+                return None, pos + 4
+            raise _e.null_not_allowed(pos)
+        raise _e.bad_length(pos, n)
+    return _blob(data, pos, pos + 4, n, end)
+
+
+def _compact_bytes(data, pos, end, nullable):
+    n, p = r_uvarint(data, pos, end)
+    if n == 0:
+        if nullable:
+            return None, p
+        raise _e.null_not_allowed(pos)
+    return _blob(data, pos, p, n - 1, end)
+
+
+def r_bytes(data, pos, end):
+    return _bytes(data, pos, end, False)
+
+
+def r_nullable_bytes(data, pos, end):
+    return _bytes(data, pos, end, True)
+
+
+def r_compact_bytes(data, pos, end):
+    return _compact_bytes(data, pos, end, False)
+
+
+def r_compact_nullable_bytes(data, pos, end):
+    return _compact_bytes(data, pos, end, True)
+
+
+def r_array_len(data, pos, end, compact, nullable, min_size):
+    """Reads an array count; -1 for null. The count must fit in the bytes left."""
+    start = pos
+    if compact:
+        n, pos = r_uvarint(data, pos, end)
+        n -= 1
+    else:
+        if end - pos < 4:
+            raise short(pos, 4, end)
+        n = unpack_int32(data, pos)[0]
+        pos += 4
+        if n < -1:
+            raise _e.bad_length(start, n)
+    if n == -1:
+        if not nullable:
+            raise _e.null_not_allowed(start)
+        return -1, pos
+    if n * min_size > end - pos:
+        raise _e.count_exceeds(start, n, end - pos)
+    return n, pos
+
+
+def r_tag_header(data, pos, end, last_tag):
+    """Reads one tagged field's tag and size; returns (tag, size, payload_pos)."""
+    start = pos
+    tag, pos = r_uvarint(data, pos, end)
+    if tag <= last_tag:
+        raise _e.tags_out_of_order(start, tag)
+    size_at = pos
+    size, pos = r_uvarint(data, pos, end)
+    if size > end - pos:
+        raise _e.count_exceeds(size_at, size, end - pos)
+    return tag, size, pos
+
+
+def r_unknown_tags(data, pos, end):
+    """A tagged-field section with no known tags: {tag: raw bytes} or None."""
+    n, pos = r_uvarint(data, pos, end)
+    if n == 0:
+        return None, pos
+    tags = {}
+    last = -1
+    for _ in range(n):
+        tag, size, pos = r_tag_header(data, pos, end, last)
+        tags[tag] = bytes(data[pos:pos + size])
+        pos += size
+        last = tag
+    return tags, pos
