@@ -434,3 +434,122 @@ def r_unknown_tags(data, pos, end):
         pos += size
         last = tag
     return tags, pos
+
+
+def r_raw(data, pos, n):
+    return bytes(data[pos:pos + n]), pos + n
+
+
+def r_marker(data, pos, end):
+    """The int8 before a nullable struct: -1 null, 1 present."""
+    if end - pos < 1:
+        raise short(pos, 1, end)
+    m = unpack_int8(data, pos)[0]
+    if m != -1 and m != 1:
+        raise _e.bad_marker(pos, m)
+    return m, pos + 1
+
+
+# ---------------------------------------------------------------- arrays
+
+def w_array(out, items, write_item, compact, nullable):
+    """An array of primitive elements (strings, ...)."""
+    w_array_len(out, items, compact, nullable)
+    if items is not None:
+        i = 0
+        try:
+            for i, item in enumerate(items):
+                write_item(out, item)
+        except EncodeError as x:
+            raise x.with_prefix(f"[{i}]") from None
+
+
+def r_array(data, pos, end, read_item, compact, nullable, min_size):
+    n, pos = r_array_len(data, pos, end, compact, nullable, min_size)
+    if n < 0:
+        return None, pos
+    items = []
+    i = 0
+    try:
+        for i in range(n):
+            item, pos = read_item(data, pos, end)
+            items.append(item)
+    except DecodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+    return items, pos
+
+
+def _int_items(items, kind):
+    """Lists, tuples, array.array and numpy arrays of integers; returns a sequence."""
+    if isinstance(items, (list, tuple)):
+        return items
+    if hasattr(items, "__array__") or hasattr(items, "typecode"):
+        return _bulk.as_int_array(items, kind)
+    raise _e.wrong_type("list of int", items)
+
+
+def w_int_array(out, items, kind, compact, nullable):
+    if items is None:
+        w_array_len(out, None, compact, nullable)
+        return
+    seq = _int_items(items, kind)
+    if not isinstance(seq, (list, tuple)):
+        # a validated numpy array: written in bulk
+        n = len(seq)
+        if compact:
+            w_uvarint(out, n + 1)
+        else:
+            out += _S["int32"].pack(n)
+        out += _bulk.to_wire(seq, kind)
+        return
+    w_array_len(out, seq, compact, nullable)
+    pack = _S[kind].pack
+    lo, hi = RANGE[kind]
+    i = 0
+    try:
+        for i, v in enumerate(seq):
+            if type(v) is not int or not lo <= v <= hi:
+                v = _int_value(kind, v)
+            out += pack(v)
+    except EncodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+
+
+def r_int_array(data, pos, end, kind, compact, nullable, arrays):
+    width = WIDTH[kind]
+    n, pos = r_array_len(data, pos, end, compact, nullable, width)
+    if n < 0:
+        return None, pos
+    stop = pos + n * width
+    if arrays:
+        return _bulk.from_wire(data, pos, n, kind), stop
+    unpack = _S[kind].unpack_from
+    return [unpack(data, p)[0] for p in range(pos, stop, width)], stop
+
+
+# ---------------------------------------------------------------- helpers for the codecs
+
+def check_arrays(arrays):
+    """`arrays=` of decode: "list" (default) or "numpy"; returns a flag."""
+    if arrays == "list":
+        return 0
+    if arrays == "numpy":
+        _bulk.require_numpy()
+        return 1
+    raise ValueError(f'arrays must be "list" or "numpy", not {arrays!r}')
+
+
+def write_into(buffer, offset, payload):
+    view = memoryview(buffer)
+    if view.readonly:
+        raise TypeError("encode_into needs a writable buffer")
+    view = view.cast("B")
+    n = len(payload)
+    if offset < 0 or offset + n > len(view):
+        raise EncodeError(f"buffer too small: {n} bytes needed at offset {offset}, "
+                          f"{len(view)} available")
+    view[offset:offset + n] = payload
+    return n
+
+
+from . import _bulk  # noqa: E402 - numpy glue, imports numpy only when used

@@ -98,3 +98,22 @@ def out_of_range(kind, value):
 
 def wrong_type(expected, value):
     return EncodeError(f"expected {expected}, got {type(value).__name__}")
+
+
+def bad_marker(offset, value):
+    return DecodeError(f"invalid presence marker {value} (expected -1 or 1)", offset)
+
+
+def changed_during_encode():
+    return EncodeError("a value changed while it was being encoded")
+
+
+def absent_field(message, field, version, versions):
+    return UnsupportedVersionError(
+        f"{message}.{field} has a non-default value but version {version} cannot carry it "
+        f"(the field exists in versions {versions})"
+    )
+
+
+def bad_version(message, version, versions):
+    return UnsupportedVersionError(f"{message} has versions {versions}, not {version!r}")

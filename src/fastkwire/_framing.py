@@ -1,0 +1,83 @@
+"""Frames: int32 size, request or response header, body. Bound to one implementation."""
+import struct
+
+from . import errors as _e
+from .errors import DecodeError, UnsupportedVersionError
+
+_SIZE = struct.Struct(">i")
+_API_VERSIONS = 18
+
+
+def request_header_version(cls, version):
+    return 2 if cls.is_flexible(version) else 1
+
+
+def response_header_version(cls, version):
+    # ApiVersions responses keep header v0 so that any client can read the error.
+    if cls.API_KEY == _API_VERSIONS:
+        return 0
+    return 1 if cls.is_flexible(version) else 0
+
+
+def _check_size(frame):
+    n = len(frame)
+    if n < 4:
+        raise _e.truncated(0, 4, n)
+    size = _SIZE.unpack_from(frame, 0)[0]
+    if size != n - 4:
+        raise DecodeError(f"frame size {size} does not match the {n - 4} bytes that follow", 0)
+
+
+def _frame(*parts):
+    return _SIZE.pack(sum(len(p) for p in parts)) + b"".join(parts)
+
+
+def bind(RequestHeader, ResponseHeader, requests, responses):
+    """Framing functions for one implementation's classes."""
+
+    def encode_request(msg, version, correlation_id, client_id=""):
+        cls = type(msg)
+        if cls.KIND != "request":
+            raise TypeError(f"{cls.__name__} is not a request")
+        header = RequestHeader(request_api_key=cls.API_KEY, request_api_version=version,
+                               correlation_id=correlation_id, client_id=client_id)
+        body = msg.encode(version)
+        return _frame(header.encode(request_header_version(cls, version)), body)
+
+    def decode_request(frame):
+        _check_size(frame)
+        if len(frame) < 8:
+            raise _e.truncated(4, 4, len(frame) - 4)
+        api_key, version = struct.unpack_from(">hh", frame, 4)
+        cls = requests.get(api_key)
+        if cls is None:
+            raise DecodeError(f"unknown API key {api_key}", 4)
+        if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+            raise UnsupportedVersionError(
+                f"{cls.__name__} has versions {cls.MIN_VERSION}-{cls.MAX_VERSION}, not {version}")
+        header, pos = RequestHeader.decode_from(frame, request_header_version(cls, version), 4)
+        msg, end = cls.decode_from(frame, version, pos)
+        if end != len(frame):
+            raise _e.trailing(end, len(frame) - end)
+        return header, msg
+
+    def encode_response(msg, version, correlation_id):
+        cls = type(msg)
+        if cls.KIND != "response":
+            raise TypeError(f"{cls.__name__} is not a response")
+        header = ResponseHeader(correlation_id=correlation_id)
+        body = msg.encode(version)
+        return _frame(header.encode(response_header_version(cls, version)), body)
+
+    def decode_response(frame, api_key, version):
+        _check_size(frame)
+        cls = responses.get(api_key)
+        if cls is None:
+            raise ValueError(f"unknown API key {api_key}")
+        header, pos = ResponseHeader.decode_from(frame, response_header_version(cls, version), 4)
+        msg, end = cls.decode_from(frame, version, pos)
+        if end != len(frame):
+            raise _e.trailing(end, len(frame) - end)
+        return header, msg
+
+    return encode_request, decode_request, encode_response, decode_response
