@@ -1,34 +1,47 @@
 """Build the compiled core; fall back to a pure-Python install when that is impossible.
 
-Set FASTKWIRE_PURE=1 to skip the extension on purpose.
+From a git checkout, Cython turns the .pyx into C (Cython is then a build requirement).
+The sdist ships that C, so installing from it needs a C compiler but not Cython.
+
+FASTKWIRE_PURE=1 skips the extension on purpose; FASTKWIRE_REQUIRE_EXTENSION=1 makes a
+failed compile an error instead of a fallback (wheel builds must never ship pure code).
 """
 import os
 import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.sdist import sdist
 
 MODULES = ["fastkwire._core", "fastkwire._messages_cython"]
+# Every sdist has PKG-INFO at its top; the repository never does.
+FROM_SDIST = os.path.exists("PKG-INFO")
+REQUIRE = bool(os.environ.get("FASTKWIRE_REQUIRE_EXTENSION"))
+FALLBACK = "installing the pure-Python implementation only"
 
 
-def extensions():
-    sources_exist = all(os.path.exists(f"src/{m.replace('.', '/')}.pyx") for m in MODULES)
-    try:
-        from Cython.Build import cythonize
-    except ImportError:
-        cythonize = None
-    if cythonize is not None and sources_exist:
-        exts = [Extension(m, [f"src/{m.replace('.', '/')}.pyx"]) for m in MODULES]
-        return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
-    # An sdist ships the generated C, so a C compiler is enough.
-    return [Extension(m, [f"src/{m.replace('.', '/')}.c"]) for m in MODULES]
+def path(module, suffix):
+    return f"src/{module.replace('.', '/')}{suffix}"
 
 
-class OptionalBuildExt(build_ext):
+def generate_c():
+    """Write each extension's C next to its .pyx (Cython skips files that are up to date)."""
+    from Cython.Build import cythonize
+
+    exts = [Extension(m, [path(m, ".pyx")]) for m in MODULES]
+    cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
+
+
+class BuildExt(build_ext):
     """A failed compile leaves a working pure-Python install, and says so once."""
 
     def run(self):
         try:
+            if not FROM_SDIST:
+                try:
+                    generate_c()
+                except ImportError:
+                    raise RuntimeError("Cython is not installed, so there is no C to compile")
             super().run()
         except Exception as exc:  # noqa: BLE001 - any build failure means pure mode
             self._fallback(exc)
@@ -40,17 +53,36 @@ class OptionalBuildExt(build_ext):
             self._fallback(exc)
 
     def _fallback(self, exc):
+        if REQUIRE:
+            raise exc
         if not getattr(self, "_warned", False):
             self._warned = True
             print(
-                f"WARNING: fastkwire's compiled core could not be built ({exc}); "
-                "installing the pure-Python implementation only.",
+                f"WARNING: fastkwire's compiled core could not be built ({exc}); {FALLBACK}. "
+                "Install a C compiler and reinstall for the fast implementation.",
                 file=sys.stderr,
             )
 
 
+class Sdist(sdist):
+    """Put freshly generated C into the sdist, so building from it needs no Cython."""
+
+    def run(self):
+        if not FROM_SDIST:
+            generate_c()
+        missing = [path(m, ".c") for m in MODULES if not os.path.exists(path(m, ".c"))]
+        if missing:
+            raise RuntimeError(f"generated C missing, the sdist would need Cython: {missing}")
+        super().run()
+
+
 if os.environ.get("FASTKWIRE_PURE"):
-    print("FASTKWIRE_PURE is set: installing the pure-Python implementation only.", file=sys.stderr)
+    print(f"FASTKWIRE_PURE is set: {FALLBACK}.", file=sys.stderr)
     setup()
 else:
-    setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
+    setup(
+        ext_modules=[Extension(m, [path(m, ".c")]) for m in MODULES],
+        cmdclass={"build_ext": BuildExt, "sdist": Sdist},
+        # Asked of the build frontend only when the C must still be generated.
+        setup_requires=[] if FROM_SDIST else ["Cython>=3.0.10"],
+    )

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build a manylinux wheel of fastkwire on this machine.
+#
+#   tools/build_wheel.sh [OUTDIR]      (default OUTDIR: wheelhouse/)
+#
+# `python -m build` makes the sdist and then builds the wheel from that sdist, so this
+# also proves the sdist compiles without Cython; auditwheel then checks the wheel's
+# symbol versions and retags it manylinux. Needs: pip install build auditwheel, and
+# patchelf (apt-get install patchelf). PYTHON picks the interpreter (default python3).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$(mkdir -p "${1:-$root/wheelhouse}" && cd "${1:-$root/wheelhouse}" && pwd)
+python=${PYTHON:-python3}
+dist=$(mktemp -d)
+trap 'rm -rf "$dist"' EXIT
+
+# A wheel that silently fell back to pure Python must not come out of here.
+FASTKWIRE_REQUIRE_EXTENSION=1 "$python" -m build --outdir "$dist" "$root"
+"$python" -m auditwheel repair --wheel-dir "$dist/repaired" "$dist"/*.whl
+cp "$dist"/*.tar.gz "$dist"/repaired/*.whl "$out"/
+# Last line: the wheel just made (the test that installs it reads this).
+echo "$out/$(basename "$dist"/repaired/*.whl)"
