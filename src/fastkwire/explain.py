@@ -1,0 +1,650 @@
+"""`fastkwire explain`: the annotated byte layout of one Kafka frame.
+
+An interpreter over the schema definitions (`_schema`), independent of the generated
+codecs, which do not track offsets. Every value is read with the pure-Python primitives
+(`_pure`), so a malformed frame fails with the same reasons the codecs give.
+
+`explain(frame)` returns a tree of `Node`s covering every byte of the frame: the size
+prefix, each header and body field, array lengths, null markers and tagged-field counts.
+Offsets are relative to the start of the frame (the int32 size prefix is byte 0).
+
+A malformed frame raises `DecodeError`; the exception carries `.partial_tree`, the tree
+up to the failing field. In it the node being read when decoding failed has `.error`
+set (no node has, when the message decoded but the frame's size disagrees), and nodes
+that were still open end at the error's offset.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import uuid
+from dataclasses import dataclass, field
+
+from . import _pure, _schema
+from .error_codes import error_name
+from .errors import (DecodeError, UnsupportedVersionError, bad_length, tag_size_mismatch,
+                     trailing, truncated)
+
+__all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_layout",
+           "render", "add_parser", "run"]
+
+SIZE_PREFIX = 4
+API_VERSIONS_KEY = 18     # its responses always use response header v0
+DOC_WIDTH = 80            # descriptions longer than this are cut in the text view
+
+
+@dataclass
+class Node:
+    """One span of the frame. `value` is the decoded Python value (a dict for a struct,
+    a list for an array); `display` is how the text view prints it (None: not printed)."""
+
+    name: str
+    type: str
+    offset: int
+    size: int | None = None          # None only while the node is being read
+    value: object = None
+    display: str | None = None
+    description: str = ""
+    children: list["Node"] = field(default_factory=list)
+    error: DecodeError | None = None
+
+    @property
+    def end(self) -> int:
+        return self.offset + (self.size or 0)
+
+    def walk(self):
+        """This node and every node below it, depth first."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+# ---------------------------------------------------------------- schema lookups
+
+def _by_kind(kind):
+    return {m.api_key: m for m in _schema.all_messages() if m.kind == kind}
+
+
+REQUESTS = _by_kind("request")
+RESPONSES = _by_kind("response")
+API_NAMES = {key: m.name[: -len("Request")] for key, m in REQUESTS.items()}
+
+
+def _range_text(vs) -> str:
+    if vs.high < vs.low:
+        return "none"
+    if vs.high >= 1 << 15:
+        return f"{vs.low}+"
+    return f"{vs.low}" if vs.low == vs.high else f"{vs.low}-{vs.high}"
+
+
+def header_versions(api_key: int, version: int) -> tuple[int, int]:
+    """(request header version, response header version) for an API version."""
+    req = REQUESTS.get(api_key)
+    flexible = req is not None and req.is_flexible(version)
+    resp = 0 if api_key == API_VERSIONS_KEY else int(flexible)
+    return (2 if flexible else 1), resp
+
+
+def _is_compact(f, flexible, version) -> bool:
+    # The request header's ClientId keeps an int16 length even in flexible headers.
+    return flexible if f.flexible_override is None else version in f.flexible_override
+
+
+def _min_size(f_type, struct, version, flexible, compact) -> int:
+    """Fewest bytes one element can take: the 'count fits in the bytes left' check."""
+    if struct is not None:
+        total = 1 if flexible else 0
+        for f in struct.fields:
+            if f.present(version) and not f.is_tagged(version):
+                c = _is_compact(f, flexible, version)
+                if f.is_array:
+                    total += 1 if c else 4
+                elif f.is_struct and f.is_nullable(version):
+                    total += 1
+                else:
+                    total += _min_size(f.type, f.struct, version, flexible, c)
+        return total
+    if f_type in _pure.WIDTH:
+        return _pure.WIDTH[f_type]
+    if f_type == "string":
+        return 1 if compact else 2
+    return 1 if compact else 4          # bytes, records
+
+
+# ---------------------------------------------------------------- value display
+
+def _quote(text: str, limit=60) -> str:
+    shown = json.dumps(text if len(text) <= limit else text[:limit], ensure_ascii=False)
+    return shown if len(text) <= limit else shown[:-1] + '..."'
+
+
+def _show_string(value, compact) -> str:
+    if value is None:
+        return "null (compact, len+1=0)" if compact else "null (int16 len=-1)"
+    n = len(value.encode("utf-8"))
+    return f"{_quote(value)} (compact, len+1={n + 1})" if compact else f"{_quote(value)} (int16 len={n})"
+
+
+def _hex(value: bytes, limit=32) -> str:
+    text = value[:limit].hex()
+    return text + "..." if len(value) > limit else text
+
+
+def _show_bytes(value, compact) -> str:
+    if value is None:
+        return "null (compact, len+1=0)" if compact else "null (int32 len=-1)"
+    shown = _hex(value) if value else "empty"
+    return f"{shown} (compact, len+1={len(value) + 1})" if compact else f"{shown} (int32 len={len(value)})"
+
+
+def _show_number(name, type_, value) -> str:
+    if type_ == "int16" and name in ("RequestApiKey", "ApiKey") and value in API_NAMES:
+        return f"{value} ({API_NAMES[value]})"
+    if type_ == "int16" and name == "ErrorCode":
+        return f"{value} ({error_name(value)})"
+    if type_ == "bool":
+        return "true" if value else "false"
+    return str(value)
+
+
+# ---------------------------------------------------------------- the interpreter
+
+def _open(parent, name, type_, offset, description="") -> Node:
+    node = Node(name, type_, offset, description=description)
+    parent.children.append(node)
+    return node
+
+
+class _Walker:
+    """Reads `data` from `pos` to `end`, appending a node for every value it reads."""
+
+    def __init__(self, data: bytes, end: int):
+        self.data = data
+        self.end = end
+        self.pos = 0
+        self.snake = False      # header fields are shown under their Python names
+
+    def leaf(self, parent, name, type_, reader, description="", show=str):
+        node = _open(parent, name, type_, self.pos, description)
+        node.value, self.pos = reader(self.data, self.pos, self.end)
+        node.size = self.pos - node.offset
+        node.display = show(node.value)
+        return node
+
+    def struct_body(self, node, struct, version, flexible, tags_doc):
+        values = {}
+        for f in struct.fields:
+            if f.present(version) and not f.is_tagged(version):
+                values[f.py_name] = self.field(node, f, version, flexible)
+            else:
+                values[f.py_name] = f.default_value()
+        if flexible:
+            self.tagged_fields(node, struct, version, flexible, values, tags_doc)
+        return values
+
+    def field(self, parent, f, version, flexible):
+        name = f.py_name if self.snake else f.name
+        compact = _is_compact(f, flexible, version)
+        nullable = f.is_nullable(version)
+        try:
+            if f.is_array:
+                return self.array(parent, name, f, version, flexible, compact, nullable)
+            if f.is_struct:
+                return self.struct_field(parent, name, f, version, flexible, nullable)
+            return self.primitive(parent, name, f.type, compact, nullable, f.doc, f.name).value
+        except DecodeError as e:
+            raise e.with_prefix(f.py_name) from None
+
+    def primitive(self, parent, name, type_, compact, nullable, doc, schema_name=""):
+        if type_ == "string":
+            kind = ("compact_" if compact else "") + ("nullable_" if nullable else "") + "string"
+            return self.leaf(parent, name, type_, getattr(_pure, "r_" + kind), doc,
+                             lambda v: _show_string(v, compact))
+        if type_ in ("bytes", "records"):
+            kind = ("compact_" if compact else "") + ("nullable_" if nullable else "") + "bytes"
+            return self.leaf(parent, name, type_, getattr(_pure, "r_" + kind), doc,
+                             lambda v: _show_bytes(v, compact))
+        return self.leaf(parent, name, type_, getattr(_pure, "r_" + type_), doc,
+                         lambda v: _show_number(schema_name, type_, v))
+
+    def array(self, parent, name, f, version, flexible, compact, nullable):
+        node = _open(parent, name, f.type, self.pos, f.doc)
+        elem = f.element_type
+        min_size = _min_size(elem, f.struct, version, flexible, compact)
+        length = _open(node, "length", "uvarint" if compact else "int32", self.pos)
+        count, self.pos = _pure.r_array_len(self.data, self.pos, self.end, compact, nullable, min_size)
+        length.size = self.pos - length.offset
+        if compact:
+            length.value = count + 1
+            length.display = "0 (compact, null)" if count < 0 else f"{count + 1} (compact, n+1)"
+        else:
+            length.value = count
+            length.display = "-1 (null)" if count < 0 else str(count)
+        if count < 0:
+            length.description = "null array"
+            node.display = "null"
+        else:
+            length.description = f"{count} element{'s' if count != 1 else ''} follow{'s' if count == 1 else ''}"
+            node.value = []
+            node.display = f"{count} element{'s' if count != 1 else ''}"
+        for i in range(max(count, 0)):
+            try:
+                if f.struct is not None:
+                    item = _open(node, f"{elem}[{i}]", elem, self.pos)
+                    item.value = self.struct_body(item, f.struct, version, flexible,
+                                                  "number of tagged fields in this struct")
+                    item.display = "struct"
+                    item.size = self.pos - item.offset
+                else:
+                    item = self.primitive(node, f"{name}[{i}]", elem, compact, False, "")
+            except DecodeError as e:
+                raise e.with_prefix(f"[{i}]") from None
+            node.value.append(item.value)
+        node.size = self.pos - node.offset
+        return node.value
+
+    def struct_field(self, parent, name, f, version, flexible, nullable):
+        node = _open(parent, name, f.type, self.pos, f.doc)
+        present = True
+        if nullable:
+            marker = self.leaf(node, "present", "int8", _pure.r_int8,
+                               "null marker: -1 null, 1 present",
+                               lambda v: f"{v} (null)" if v < 0 else f"{v} (present)")
+            present = marker.value >= 0       # as Kafka reads it: any negative is null
+        if present:
+            node.value = self.struct_body(node, f.struct, version, flexible,
+                                          "number of tagged fields in this struct")
+        node.display = "struct" if present else "null"
+        node.size = self.pos - node.offset
+        return node.value
+
+    def tagged_fields(self, parent, struct, version, flexible, values, doc):
+        section = _open(parent, "tagged_fields", "uvarint", self.pos, doc)
+        start = self.pos
+        count, self.pos = _pure.r_uvarint(self.data, start, self.end)
+        section.value = count
+        section.display = str(count)
+        if count:
+            # The section spans its fields too; the count itself gets a node of its own.
+            c = _open(section, "count", "uvarint", start, "number of tagged fields that follow")
+            c.size, c.value, c.display = self.pos - start, count, str(count)
+        known = {f.tag: f for f in struct.fields if f.present(version) and f.is_tagged(version)}
+        last = -1
+        for _ in range(count):
+            entry = _open(section, "tagged field", "tagged", self.pos)
+            tag, size, payload = _pure.r_tag_header(self.data, self.pos, self.end, last)
+            last = tag
+            f = known.get(tag)
+            entry.name = f.name if f else "unknown"
+            entry.value = tag
+            entry.display = f"tag {tag}"
+            entry.description = f.doc if f else "a tag this version does not define; kept as raw bytes"
+            self.leaf(entry, "tag", "uvarint", _pure.r_uvarint, "tag number")
+            self.leaf(entry, "size", "uvarint", _pure.r_uvarint, "bytes in the tagged value")
+            if f is None:
+                raw = self.leaf(entry, "data", "bytes",
+                                lambda d, p, e: (bytes(d[p:p + size]), p + size),
+                                "raw tagged value", lambda v: _hex(v) if v else "empty")
+                values.setdefault("unknown_tagged_fields", {})[tag] = raw.value
+            else:
+                outer_end, self.end = self.end, payload + size
+                values[f.py_name] = self.field(entry, f, version, flexible)
+                self.end = outer_end
+                if self.pos != payload + size:
+                    raise tag_size_mismatch(entry.offset, tag)
+            entry.size = self.pos - entry.offset
+        section.size = self.pos - start
+
+
+def _close_open_nodes(root: Node, err: DecodeError):
+    """After a failure: open nodes end at the error; the innermost one failed (the root
+    is open until the end, so it never counts as the failing node)."""
+    node, failed = root, None
+    while node is not None:
+        if node.size is None:
+            node.size = max(0, err.offset - node.offset)
+            failed = node
+        node = node.children[-1] if node.children else None
+    if failed is not None and failed is not root:
+        failed.error = err
+
+
+def explain(frame, api_key: int | None = None, version: int | None = None) -> Node:
+    """The annotated tree of one frame (int32 size prefix included).
+
+    Requests are recognised from their header; for a response give `api_key` and
+    `version`. Raises DecodeError (with `.partial_tree`) on malformed input.
+    """
+    data = bytes(frame)
+    if (api_key is None) != (version is None):
+        raise ValueError("a response needs both api_key and version")
+    if api_key is not None:
+        msg = RESPONSES.get(api_key)
+        if msg is None:
+            raise ValueError(f"no response schema for API key {api_key}")
+        if version not in msg.versions:
+            raise UnsupportedVersionError(
+                f"{msg.name} has no version {version} (versions {_range_text(msg.versions)})")
+    root = Node("frame", "", 0, value={})
+    w = _Walker(data, len(data))
+    try:
+        _frame(w, root, api_key, version)
+    except DecodeError as err:
+        _close_open_nodes(root, err)
+        err.partial_tree = root
+        raise
+    return root
+
+
+def _frame(w: _Walker, root: Node, api_key, version):
+    info = root.value
+    frame = _open(root, "Frame", "", 0, "length-delimited framing")
+    size = w.leaf(frame, "size", "int32", _pure.r_int32, "number of bytes that follow").value
+    frame.size = w.pos
+    if size < 0:
+        raise bad_length(0, size)
+    info["size"] = size
+    declared_end = SIZE_PREFIX + size
+    w.end = min(declared_end, len(w.data))
+
+    if api_key is None:
+        msg, version, hdr_name, hv = _request_plan(w)
+    else:
+        msg, hdr_name, hv = RESPONSES[api_key], "ResponseHeader", header_versions(api_key, version)[1]
+    if msg is not None:
+        root.name, root.type = msg.name, f"message v{version}"
+        info.update(message=msg.name, version=version)
+    info["header_version"] = hv
+
+    header_schema = _schema.load(hdr_name)
+    header = _open(root, hdr_name, f"v{hv}", w.pos, header_schema.doc)
+    w.snake = True
+    try:
+        info["header"] = header.value = w.struct_body(
+            header, header_schema.root, hv, header_schema.is_flexible(hv),
+            "number of tagged fields in the header")
+    except DecodeError as e:
+        raise e.with_prefix("header") from None
+    w.snake = False
+    header.size = w.pos - header.offset
+
+    if msg is None:
+        key = info["header"]["request_api_key"]
+        raise DecodeError(f"unknown request API key {key}", 4, "header.request_api_key")
+    if version not in msg.versions:
+        raise DecodeError(f"{msg.name} has no version {version} (versions "
+                          f"{_range_text(msg.versions)})", 6, "header.request_api_version")
+
+    body = _open(root, msg.name, "struct", w.pos, msg.doc)
+    info["body"] = body.value = w.struct_body(
+        body, msg.root, version, msg.is_flexible(version), "number of tagged fields in this struct")
+    body.size = w.pos - body.offset
+    root.size = w.pos
+
+    if w.pos < w.end:
+        raise trailing(w.pos, w.end - w.pos)
+    if declared_end > len(w.data):
+        raise truncated(len(w.data), declared_end - len(w.data), 0)
+    if len(w.data) > declared_end:
+        raise trailing(declared_end, len(w.data) - declared_end)
+
+
+def _request_plan(w: _Walker):
+    """(message, version, header name, header version) from the api key and version."""
+    try:
+        key, _ = _pure.r_int16(w.data, 4, w.end)
+        version, _ = _pure.r_int16(w.data, 6, w.end)
+    except DecodeError:
+        # Too short to tell: read it as header v1 and let that fail where it runs out.
+        return None, None, "RequestHeader", 1
+    msg = REQUESTS.get(key)
+    flexible = msg is not None and msg.is_flexible(version)
+    return msg, version, "RequestHeader", 2 if flexible else 1
+
+
+# ---------------------------------------------------------------- examples
+
+def _kebab(name: str) -> str:
+    return _schema.snake_case(name).replace("_", "-")
+
+
+def example_names() -> list[str]:
+    """`leave-group-v5`, `leave-group-v5-response`, ... for every schema version."""
+    names = []
+    for msgs, suffix in ((REQUESTS, ""), (RESPONSES, "-response")):
+        for key in sorted(msgs):
+            m = msgs[key]
+            api = _kebab(API_NAMES.get(key) or m.name[: -len("Response")])
+            names += [f"{api}-v{v}{suffix}" for v in range(m.versions.low, m.versions.high + 1)]
+    return names
+
+
+def _write_zero(out, type_, compact):
+    if type_ in _pure.WIDTH:
+        out += bytes(_pure.WIDTH[type_])
+    elif type_ == "string":
+        _pure.w_compact_string(out, "") if compact else _pure.w_string(out, "")
+    else:   # bytes; records too (none of the schemas here carry records)
+        _pure.w_compact_bytes(out, b"") if compact else _pure.w_bytes(out, b"")
+
+
+def _write_smallest(out, struct, version, flexible, overrides=None):
+    """Smallest legal instance: numbers zero, strings empty, every array one element,
+    nullable structs present, no tagged fields."""
+    for f in struct.fields:
+        if not f.present(version) or f.is_tagged(version):
+            continue
+        compact = _is_compact(f, flexible, version)
+        if overrides and f.name in overrides:
+            getattr(_pure, "w_" + f.type)(out, overrides[f.name])
+        elif f.is_array:
+            _pure.w_uvarint(out, 2) if compact else _pure.w_int32(out, 1)
+            if f.struct is not None:
+                _write_smallest(out, f.struct, version, flexible)
+            else:
+                _write_zero(out, f.element_type, compact)
+        elif f.is_struct:
+            if f.is_nullable(version):
+                _pure.w_int8(out, 1)
+            _write_smallest(out, f.struct, version, flexible)
+        else:
+            _write_zero(out, f.type, compact)
+    if flexible:
+        _pure.w_uvarint(out, 0)
+
+
+def example(name: str) -> tuple[bytes, int | None, int | None]:
+    """(frame, api_key, version) of a named example; api_key/version are None for a
+    request (it carries them in its header), as `explain` expects."""
+    m = re.fullmatch(r"([a-z-]+)-v(\d+)(-response)?", name)
+    if m is None or name not in example_names():
+        raise ValueError(f"unknown example {name!r}; try leave-group-v5, "
+                         "leave-group-v5-response or streams-group-heartbeat-v0")
+    version, is_response = int(m.group(2)), bool(m.group(3))
+    key = next(k for k, n in API_NAMES.items() if _kebab(n) == m.group(1))
+    req_hv, resp_hv = header_versions(key, version)
+    out = bytearray()
+    if is_response:
+        msg, header = RESPONSES[key], _schema.load("ResponseHeader")
+        _write_smallest(out, header.root, resp_hv, header.is_flexible(resp_hv))
+    else:
+        msg, header = REQUESTS[key], _schema.load("RequestHeader")
+        _write_smallest(out, header.root, req_hv, header.is_flexible(req_hv),
+                        {"RequestApiKey": key, "RequestApiVersion": version})
+    _write_smallest(out, msg.root, version, msg.is_flexible(version))
+    frame = len(out).to_bytes(4, "big") + bytes(out)
+    return (frame, key, version) if is_response else (frame, None, None)
+
+
+# ---------------------------------------------------------------- text output
+
+def hex_layout(data: bytes) -> str:
+    """Offsets and 16 bytes per row, with a printable-ASCII column."""
+    width = max(4, len(f"{max(len(data) - 1, 0):x}"))
+    lines = [f"byte layout ({len(data)} bytes, 16 bytes per row)",
+             " " * width + "  " + " ".join(f"{i:>2X}" for i in range(16))]
+    for row in range(0, len(data), 16):
+        chunk = data[row:row + 16]
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{row:0{width}x}  {' '.join(f'{b:02x}' for b in chunk):<47}  {text}")
+    return "\n".join(lines)
+
+
+def _line(node: Node, doc_width) -> str:
+    parts = [node.name]
+    if node.type:
+        parts.append(node.type)
+    if node.error is not None:
+        parts.append(f"= !! {node.error.reason}")
+    elif node.display is not None:
+        parts.append(f"= {node.display}")
+    parts.append(f"[0x{node.offset:04x}, {node.size}B]")
+    doc = node.description
+    if doc_width and len(doc) > doc_width:
+        doc = doc[: doc_width - 3] + "..."
+    if doc:
+        parts.append(doc)
+    return " ".join(parts)
+
+
+def render_tree(root: Node, doc_width: int | None = DOC_WIDTH) -> str:
+    """The object tree, one node a line, in the `+--` / `|` style of the seed page."""
+    lines = [_line(root, doc_width)]
+
+    def children(node, prefix):
+        for i, child in enumerate(node.children):
+            last = i == len(node.children) - 1
+            lines.append(prefix + "+-- " + _line(child, doc_width))
+            children(child, prefix + ("  " if last else "| "))
+    children(root, "")
+    return "\n".join(lines)
+
+
+def _title(root: Node, nbytes: int) -> str:
+    info = root.value or {}
+    if "message" not in info:
+        return f"{nbytes} bytes on the wire"
+    kind = "request" if info["message"].endswith("Request") else "response"
+    return (f"{info['message']} v{info['version']}, {kind} header v{info['header_version']}, "
+            f"{nbytes} bytes on the wire")
+
+
+def render(frame, root: Node, doc_width: int | None = DOC_WIDTH) -> str:
+    """Title, hex layout and object tree: what `fastkwire explain` prints."""
+    data = bytes(frame)
+    return "\n".join([_title(root, len(data)), "", hex_layout(data), "", "object tree",
+                      render_tree(root, doc_width)])
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def to_json(root: Node) -> str:
+    """The decoded message as JSON: bytes as hex, UUIDs as text, snake_case keys."""
+    return json.dumps(_jsonable(root.value), indent=2, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------- command line
+
+def _api_key(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    wanted = re.sub(r"[-_ ]", "", text).lower()
+    for key, name in API_NAMES.items():
+        if name.lower() == wanted:
+            return key
+    raise argparse.ArgumentTypeError(
+        f"unknown API {text!r} (known: {', '.join(sorted(API_NAMES.values()))})")
+
+
+def _parse_input(raw: bytes) -> bytes:
+    """Hex text (whitespace, colons and 0x allowed) if it looks like it, else raw bytes."""
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return raw
+    cleaned = re.sub(r"0x|[\s:]", "", text)
+    if cleaned and re.fullmatch(r"[0-9a-fA-F]+", cleaned) and len(cleaned) % 2 == 0:
+        return bytes.fromhex(cleaned)
+    return raw
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.description = ("Show a Kafka frame byte by byte: hex layout and an object tree "
+                          "with every field's offset, size, value and meaning.")
+    parser.add_argument("hex", nargs="*",
+                        help="the frame as hex, size prefix included (spaces allowed)")
+    parser.add_argument("-f", "--file",
+                        help="read the frame from a file (hex text or raw binary; - for stdin)")
+    parser.add_argument("--api", type=_api_key,
+                        help="for a response: its API, by name (LeaveGroup) or key (13)")
+    parser.add_argument("--version", type=int, help="for a response: its API version")
+    parser.add_argument("--example", metavar="NAME",
+                        help="explain a built-in smallest message instead: leave-group-v5, "
+                             "leave-group-v5-response, streams-group-heartbeat-v0, ...")
+    parser.add_argument("--json", action="store_true",
+                        help="print the decoded message as JSON instead of the layout")
+    parser.add_argument("--full", action="store_true",
+                        help="do not shorten long field descriptions")
+    return parser
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds the `explain` subcommand to a `fastkwire` argparse parser."""
+    parser = subparsers.add_parser("explain", help="annotated byte layout of a Kafka frame")
+    return configure(parser)
+
+
+def _read_frame(args, stdin) -> bytes:
+    if args.hex:
+        return _parse_input(" ".join(args.hex).encode("ascii", "replace"))
+    if args.file and args.file != "-":
+        with open(args.file, "rb") as fh:
+            return _parse_input(fh.read())
+    if args.file == "-" or not stdin.isatty():
+        return _parse_input(stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read())
+    raise ValueError("give the frame as hex, with --file, or on stdin")
+
+
+def run(args, stdout=None, stderr=None, stdin=None) -> int:
+    """Runs `fastkwire explain`; 0 on success, 1 for a malformed frame, 2 for bad usage."""
+    stdout, stderr, stdin = stdout or sys.stdout, stderr or sys.stderr, stdin or sys.stdin
+    try:
+        if args.example:
+            if args.hex or args.file:
+                raise ValueError("--example takes no frame")
+            frame, api_key, version = example(args.example)
+        else:
+            if (args.api is None) != (args.version is None):
+                raise ValueError("a response needs both --api and --version")
+            frame, api_key, version = _read_frame(args, stdin), args.api, args.version
+        root = explain(frame, api_key, version)
+    except DecodeError as err:
+        if not args.json:
+            print(render(frame, err.partial_tree, None if args.full else DOC_WIDTH), file=stdout)
+        print(f"DecodeError: {err}", file=stderr)
+        return 1
+    except (ValueError, OSError) as err:
+        print(f"fastkwire explain: {err}", file=stderr)
+        return 2
+    if args.json:
+        print(to_json(root), file=stdout)
+    else:
+        print(render(frame, root, None if args.full else DOC_WIDTH), file=stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(configure(argparse.ArgumentParser(prog="fastkwire explain")).parse_args()))
