@@ -69,3 +69,17 @@ def timed(benchmark):
         benchmark(fn)
 
     return run
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """Record the versions measured, so a table rendered later names them."""
+    from importlib import metadata
+
+    versions = {}
+    for dist in ("fastkwire", "kafka-python", "kio", "msgspec", "numpy", "Cython", "pytest-benchmark"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    machine_info["fastkwire_bench_versions"] = versions
+    machine_info.pop("node", None)  # the host name says nothing about speed
