@@ -32,6 +32,7 @@ RATIOS = [
     ("cython", "msgspec"),
     ("pure", "kafka-python"),
     ("pure", "kio"),
+    ("cython-numpy", "kio"),
 ]
 
 
@@ -164,7 +165,7 @@ def render(report, quick=False):
         if kind == "faster":
             value = m[peer] / m[ours]
             ok = value >= bound
-            measured = f"{fmt_ratio(value)} faster"
+            measured = f"{fmt_ratio(value)} faster" if value >= 1 else f"{fmt_ratio(1 / value)} slower"
         else:
             value = m[ours] / m[peer]
             ok = value <= bound

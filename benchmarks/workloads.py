@@ -260,13 +260,12 @@ def _prepare_fastkwire(module_name, workload, arrays="list"):
 
 
 def _fastkwire_frame(module_name, workload):
-    fk = _import("fastkwire", "fastkwire")
+    # Each generated module carries encode_request/decode_request bound to its own classes.
     mod = _import(module_name, module_name)
-    framing = _framing_for(fk, mod, module_name)
-    encode_request, decode_request = framing
     cls = getattr(mod, workload.message)
     msg = cls.from_dict(workload.content)
     version = workload.version
+    encode_request, decode_request = mod.encode_request, mod.decode_request
 
     def roundtrip():
         return decode_request(encode_request(msg, version, CORRELATION_ID, CLIENT_ID))
@@ -275,21 +274,6 @@ def _fastkwire_frame(module_name, workload):
     if back != msg or header.correlation_id != CORRELATION_ID or header.client_id != CLIENT_ID:
         raise AssertionError(f"{module_name} frame round trip changed the message or header")
     return roundtrip
-
-
-def _framing_for(fk, mod, module_name):
-    """encode_request/decode_request bound to the given generated module."""
-    bound = getattr(fk, "_messages", None) or getattr(getattr(fk, "_framing", None), "_messages", None)
-    if bound is mod or (bound is None and module_name.endswith("cython") and not getattr(fk, "PURE", False)):
-        return fk.encode_request, fk.decode_request
-    framing = _import("fastkwire._framing", "fastkwire._framing")
-    for factory in ("bind", "framing_for", "make_framing"):
-        if hasattr(framing, factory):
-            made = getattr(framing, factory)(mod)
-            if isinstance(made, tuple):
-                return made[0], made[1]
-            return made.encode_request, made.decode_request
-    raise Skip(f"fastkwire's framing is bound to another implementation than {module_name}")
 
 
 # ---- kio (native Rust decoder, Python encoder) ------------------------------------------
