@@ -89,7 +89,8 @@ def default_value(schema: dict, field: dict):
     )
 
 
-def message_dicts(name: str, version: int, error_codes=None):
+@lru_cache(maxsize=None)  # building a strategy costs more than drawing from it
+def message_dicts(name: str, version: int, error_codes: frozenset | None = None):
     """Valid to_dict() values of message `name` at `version`.
 
     Fields the version lacks stay at their defaults; null only where that version allows

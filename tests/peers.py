@@ -1,0 +1,347 @@
+"""Adapters to the peer codecs the cross-check tests compare against.
+
+Peers (test dependencies only):
+- kio (PyPI `kio`): frozen dataclasses generated from Apache Kafka's schemas, one module
+  per version; native (Rust) parsing, Python serialisation.
+- kafka-python 3 (PyPI `kafka-python>=3`): its schema-driven codec in kafka.protocol.
+
+The common currency is our to_dict() form: snake_case keys, nested structs as dicts,
+arrays as lists, null as None, every field of the message (those the version lacks at
+their defaults). `<peer>_encode(name, version, d)` returns the body bytes (no header);
+`<peer>_decode(name, version, data)` returns that dict form and insists that the peer
+consumed every byte.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import types
+import typing
+
+import kio.schema.index
+from kafka.protocol.api_header import RequestHeader as KpRequestHeader
+from kafka.protocol.api_header import ResponseHeader as KpResponseHeader
+from kafka.protocol.consumer import LeaveGroupRequest as KpLeaveGroupRequest
+from kafka.protocol.consumer import LeaveGroupResponse as KpLeaveGroupResponse
+from kafka.protocol.metadata import ApiVersionsRequest as KpApiVersionsRequest
+from kafka.protocol.metadata import ApiVersionsResponse as KpApiVersionsResponse
+from kafka.protocol.metadata import FindCoordinatorRequest as KpFindCoordinatorRequest
+from kafka.protocol.metadata import FindCoordinatorResponse as KpFindCoordinatorResponse
+from kio.index import load_entity_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from strategies import (
+    MESSAGE_NAMES,
+    default_value,
+    load_schema,
+    present,
+    snake_case,
+    struct_fields,
+    versions,
+)
+
+ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+# --- our dict form <-> the fields a version carries --------------------------------
+
+
+def carried(name: str, version: int, d: dict) -> dict:
+    """The part of `d` that `version` puts on the wire.
+
+    A peer has no slot for a field its version lacks, so such a field must be at its
+    default; anything else would be dropped silently and the comparison would lie.
+    """
+    schema = load_schema(name)
+    return _carried(schema, schema["fields"], version, d, name)
+
+
+def _carried(schema, fields, version, d, path):
+    if d.get("unknown_tagged_fields"):
+        raise ValueError(f"{path}: peers cannot carry unknown tagged fields")
+    out = {}
+    for field in fields:
+        key = snake_case(field["name"])
+        value = d[key]
+        if not present(field, version):
+            if value != default_value(schema, field):
+                raise ValueError(f"{path}.{key}={value!r} is not in v{version}")
+            continue
+        sub = struct_fields(schema, field)
+        if sub is not None and value is not None:
+            if field["type"].startswith("[]"):
+                value = [_carried(schema, sub, version, v, f"{path}.{key}[]") for v in value]
+            else:
+                value = _carried(schema, sub, version, value, f"{path}.{key}")
+        out[key] = value
+    return out
+
+
+def complete(name: str, version: int, values: dict) -> dict:
+    """Our to_dict() form from the field values a peer decoded for `version`."""
+    schema = load_schema(name)
+    return _complete(schema, schema["fields"], version, values, name)
+
+
+def _complete(schema, fields, version, values, path):
+    values = dict(values)
+    out = {}
+    for field in fields:
+        key = snake_case(field["name"])
+        if not present(field, version):
+            out[key] = default_value(schema, field)
+            continue
+        if key not in values:
+            raise ValueError(f"{path}.{key} (v{version}) is missing from the peer's value")
+        value = values.pop(key)
+        sub = struct_fields(schema, field)
+        is_array = field["type"].startswith("[]")
+        if sub is not None and value is not None:
+            if is_array:
+                value = [_complete(schema, sub, version, v, f"{path}.{key}[]") for v in value]
+            else:
+                value = _complete(schema, sub, version, value, f"{path}.{key}")
+        elif is_array and value is not None:
+            value = [_plain(v) for v in value]
+        else:
+            value = _plain(value)
+        out[key] = value
+    if values:
+        raise ValueError(f"{path}: peer fields not in our v{version}: {sorted(values)}")
+    return out
+
+
+def _plain(value):
+    """Peer scalar -> plain Python value (kio's int subclasses, memoryviews...)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    return value
+
+
+# --- kio ------------------------------------------------------------------------------
+
+
+def _kio_location(name: str) -> tuple[str, EntityType]:
+    """LeaveGroupRequest -> ("leave_group", request); RequestHeader -> (..., header)."""
+    if name.endswith("Header"):
+        return snake_case(name), EntityType.header
+    for suffix, kind in (("Request", EntityType.request), ("Response", EntityType.response)):
+        if name.endswith(suffix):
+            return snake_case(name.removesuffix(suffix)), kind
+    raise ValueError(f"cannot place {name} in kio")
+
+
+def _kio_versions(name: str) -> range | None:
+    api, kind = _kio_location(name)
+    found = sorted(v for v, kinds in kio.schema.index.schema_name_map.get(api, {}).items() if kind in kinds)
+    if not found:
+        return None
+    assert found == list(range(found[0], found[-1] + 1)), (name, found)
+    return range(found[0], found[-1] + 1)
+
+
+def _kio_class(name: str, version: int) -> type:
+    api, kind = _kio_location(name)
+    return load_entity_schema(api, version, kind)
+
+
+def _kio_key(field: dataclasses.Field) -> str:
+    # kio turns millisecond durations into timedeltas and drops the "_ms" suffix
+    # (throttle_time_ms -> throttle_time); every other name is Kafka's, snake_cased.
+    if field.metadata.get("kafka_type", "").startswith("timedelta_"):
+        return field.name + "_ms"
+    return field.name
+
+
+def _kio_shape(annotation) -> tuple[type, bool]:
+    """(element type, is array) of a kio field annotation such as tuple[X, ...] | None."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        (annotation,) = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is tuple:
+        return typing.get_args(annotation)[0], True
+    return annotation, False
+
+
+def _to_kio(cls: type, values: dict):
+    values = dict(values)
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        key = _kio_key(field)
+        if key not in values:
+            raise ValueError(f"kio {cls.__name__}.{field.name} has no counterpart {key!r}")
+        value = values.pop(key)
+        element, is_array = _kio_shape(field.type)
+        if dataclasses.is_dataclass(element):
+            convert = lambda v: _to_kio(element, v)  # noqa: E731
+        else:
+            convert = lambda v: _to_kio_scalar(field.metadata.get("kafka_type"), v)  # noqa: E731
+        if value is not None:
+            value = tuple(convert(v) for v in value) if is_array else convert(value)
+        kwargs[field.name] = value
+    if values:
+        raise ValueError(f"kio {cls.__name__} lacks fields {sorted(values)}")
+    return cls(**kwargs)
+
+
+def _to_kio_scalar(kafka_type, value):
+    if kafka_type == "error_code":
+        return ErrorCode(value)
+    if kafka_type and kafka_type.startswith("timedelta_"):
+        return value * ONE_MS
+    return value
+
+
+def _from_kio(entity) -> dict:
+    out = {}
+    for field in dataclasses.fields(entity):
+        value = getattr(entity, field.name)
+        if isinstance(value, tuple):
+            value = [_from_kio_value(v) for v in value]
+        else:
+            value = _from_kio_value(value)
+        out[_kio_key(field)] = value
+    return out
+
+
+def _from_kio_value(value):
+    if dataclasses.is_dataclass(value):
+        return _from_kio(value)
+    if isinstance(value, datetime.timedelta):
+        ms, rest = divmod(value, ONE_MS)
+        assert not rest, value
+        return ms
+    return _plain(value)
+
+
+def kio_encode(name: str, version: int, d: dict) -> bytes:
+    cls = _kio_class(name, version)
+    buffer = io.BytesIO()
+    entity_writer(cls)(buffer, _to_kio(cls, carried(name, version, d)))
+    return buffer.getvalue()
+
+
+def kio_decode(name: str, version: int, data: bytes) -> dict:
+    entity, size = entity_reader(_kio_class(name, version))(data, 0)
+    if size != len(data):
+        raise ValueError(f"kio read {size} of {len(data)} bytes")
+    return complete(name, version, _from_kio(entity))
+
+
+# kio represents error codes as its ErrorCode enum, so it can only carry codes it knows.
+KIO_ERROR_CODES = frozenset(int(code) for code in ErrorCode)
+
+
+# --- kafka-python 3 -------------------------------------------------------------------
+
+KP_CLASSES = {
+    cls.__name__: cls
+    for cls in (
+        KpRequestHeader, KpResponseHeader,
+        KpLeaveGroupRequest, KpLeaveGroupResponse,
+        KpFindCoordinatorRequest, KpFindCoordinatorResponse,
+        KpApiVersionsRequest, KpApiVersionsResponse,
+    )
+}
+
+
+def _kp_versions(name: str) -> range | None:
+    cls = KP_CLASSES.get(name)
+    if cls is None:
+        return None
+    low, high = cls._valid_versions
+    return range(low, high + 1)
+
+
+def _kp_flexible(cls, version: int) -> bool:
+    low, high = cls._flexible_versions
+    return low <= version <= high
+
+
+def _to_kp(struct, values: dict, version: int) -> dict:
+    """Keyword arguments for a kafka-python data class (nested structs built too)."""
+    values = dict(values)
+    kwargs = {}
+    for field in struct._fields:
+        if not field.for_version_q(version):
+            continue
+        value = values.pop(field.name)
+        if value is not None and field.is_struct_array():
+            value = [field.data_class(**_to_kp(field, v, version)) for v in value]
+        elif value is not None and field.is_struct():
+            value = field.data_class(**_to_kp(field, value, version))
+        kwargs[field.name] = value
+    if values:
+        raise ValueError(f"kafka-python {struct.name} lacks fields {sorted(values)}")
+    return kwargs
+
+
+def kp_encode(name: str, version: int, d: dict) -> bytes:
+    cls = KP_CLASSES[name]
+    kwargs = _to_kp(cls._struct, carried(name, version, d), version)
+    if name.endswith("Header"):
+        # ApiHeader.encode picks its version from flexibility: the lowest valid version
+        # when not flexible, the first flexible one otherwise; that is ours exactly.
+        return bytes(cls(version=version, **kwargs).encode(flexible=_kp_flexible(cls, version)))
+    return bytes(cls[version](**kwargs).encode(version=version))
+
+
+def kp_decode(name: str, version: int, data: bytes) -> dict:
+    cls = KP_CLASSES[name]
+    flexible = _kp_flexible(cls, version)
+    if name.endswith("Header"):
+        stream = io.BytesIO(data)
+        message = cls.decode(stream, flexible=flexible)
+        used = stream.tell()
+    else:
+        # The decoder ApiMessage.decode runs, called directly so that we learn how many
+        # bytes it used, and so that ApiVersionsResponse's client-side fallback (decode
+        # as v0 whenever error_code != 0) does not replace the codec under test.
+        decode = cls._struct.compiled_decode_from(
+            version, compact=flexible, tagged=flexible, data_class=cls[None]
+        )
+        message, used = decode(memoryview(data), 0)
+    if used != len(data):
+        raise ValueError(f"kafka-python read {used} of {len(data)} bytes")
+    if message.unknown_tags:
+        raise ValueError(f"kafka-python saw unknown tags {message.unknown_tags}")
+    return complete(name, version, message.to_dict(json=False))
+
+
+# --- what each peer has ---------------------------------------------------------------
+
+PEER_VERSIONS = {
+    "kio": {n: r for n in MESSAGE_NAMES if (r := _kio_versions(n)) is not None},
+    "kafka-python": {n: r for n in MESSAGE_NAMES if (r := _kp_versions(n)) is not None},
+}
+
+ENCODE = {"kio": kio_encode, "kafka-python": kp_encode}
+DECODE = {"kio": kio_decode, "kafka-python": kp_decode}
+
+# Documented reasons for every (peer, message, version) of ours a peer cannot check.
+# test_peers fails on a gap missing from here, so no version drops out silently.
+PEER_GAPS = {
+    ("kio", "RequestHeader", 0): "kio has request header v1-2 only (v0 lacks ClientId)",
+    ("kafka-python", "RequestHeader", 0): "kafka-python declares request header versions 1-2",
+    ("kafka-python", "StreamsGroupHeartbeatRequest", 0): "kafka-python 3 has no StreamsGroupHeartbeat (KIP-1071)",
+    ("kafka-python", "StreamsGroupHeartbeatResponse", 0): "kafka-python 3 has no StreamsGroupHeartbeat (KIP-1071)",
+}
+
+# Per-peer limits on the values drawn for a message (see KIO_ERROR_CODES).
+PEER_STRATEGY_ARGS = {"kio": {"error_codes": KIO_ERROR_CODES}, "kafka-python": {}}
+
+
+def peer_supports(peer: str, name: str, version: int) -> bool:
+    return version in PEER_VERSIONS[peer].get(name, range(0))
+
+
+def our_versions(name: str) -> range:
+    return versions(load_schema(name)["versions"])
