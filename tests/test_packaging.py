@@ -1,0 +1,169 @@
+"""What users get from `pip install`: the sdist, installs from it, the manylinux wheel.
+
+The build-and-install tests take minutes and reach PyPI for setuptools, so they run only
+when asked: FASTKWIRE_SLOW_TESTS=1 or `pytest --run-slow`. They need `build`,
+`auditwheel<6.8.1` and patchelf (see tools/build_wheel.sh).
+"""
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULES = ["_core", "_messages_cython"]
+FALLBACK_MESSAGE = "installing the pure-Python implementation only"
+
+
+def slow_enabled(config):
+    try:
+        flag = config.getoption("--run-slow")
+    except ValueError:  # the option is not registered
+        flag = False
+    return bool(flag) or os.environ.get("FASTKWIRE_SLOW_TESTS") == "1"
+
+
+@pytest.fixture(scope="module")
+def slow(request):
+    if not slow_enabled(request.config):
+        pytest.skip("slow packaging test: set FASTKWIRE_SLOW_TESTS=1 or pass --run-slow")
+
+
+def clean_env(**extra):
+    """The environment minus anything that could make a child see src/ or change the build."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTKWIRE_")}
+    env.pop("PYTHONPATH", None)
+    env.update(extra)
+    return env
+
+
+def run(cmd, **kwargs):
+    kwargs.setdefault("env", clean_env())
+    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+    assert result.returncode == 0, f"{cmd} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def make_venv(path, system_site_packages=False):
+    cmd = [sys.executable, "-m", "venv", path]
+    run(cmd + ["--system-site-packages"] if system_site_packages else cmd)
+    return path / ("Scripts" if os.name == "nt" else "bin") / "python"
+
+
+def installed(python, cwd):
+    """(implementation, file) of the fastkwire that `python` imports, away from the checkout."""
+    code = "import fastkwire; print(fastkwire.implementation); print(fastkwire.__file__)"
+    out = run([python, "-c", code], cwd=cwd).stdout.split()
+    return out[0], Path(out[1])
+
+
+@pytest.fixture(scope="module")
+def sdist(slow, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sdist")
+    run([sys.executable, "-m", "build", "--sdist", "--outdir", out, ROOT])
+    (path,) = out.glob("fastkwire-*.tar.gz")
+    return path
+
+
+@pytest.fixture
+def venv_without_cython(slow, tmp_path):
+    python = make_venv(tmp_path / "venv")
+    run([python, "-m", "pip", "install", "--quiet", "setuptools>=77"])
+    # The point of the test: no Cython anywhere the build can see.
+    probe = subprocess.run([python, "-c", "import Cython"], capture_output=True)
+    assert probe.returncode != 0
+    return python
+
+
+@pytest.mark.slow
+def test_sdist_holds_generated_c_and_schemas_and_no_binaries(sdist):
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    for module in MODULES:
+        assert f"src/fastkwire/{module}.c" in names
+        assert f"src/fastkwire/{module}.pyx" in names
+    schemas = {f"src/fastkwire/schemas/{p.name}" for p in (ROOT / "src/fastkwire/schemas").glob("*.json")}
+    assert schemas and schemas <= names
+    assert "PKG-INFO" in names
+    assert not [n for n in names if n.endswith((".so", ".pyd", ".pyc"))]
+
+
+@pytest.mark.slow
+def test_sdist_builds_with_a_compiler_and_no_cython(sdist, venv_without_cython, tmp_path):
+    run([venv_without_cython, "-m", "pip", "install", "--no-build-isolation", "--no-deps", sdist])
+    implementation, where = installed(venv_without_cython, tmp_path)
+    assert implementation == "cython"
+    assert (tmp_path / "venv") in where.parents
+
+
+@pytest.mark.slow
+def test_sdist_without_a_working_compiler_installs_pure_python_and_says_so(
+    sdist, venv_without_cython, tmp_path
+):
+    # CC=false: a compiler that always fails, as on a machine without one.
+    result = run(
+        [venv_without_cython, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps", sdist],
+        env=clean_env(CC="false"),
+    )
+    assert "compiled core could not be built" in result.stdout + result.stderr
+    assert FALLBACK_MESSAGE in result.stdout + result.stderr
+    implementation, where = installed(venv_without_cython, tmp_path)
+    assert implementation == "python"
+    assert (tmp_path / "venv") in where.parents
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="manylinux wheels are Linux only")
+def test_manylinux_wheel_installs_and_passes_the_suite(slow, tmp_path):
+    out = run(["bash", ROOT / "tools" / "build_wheel.sh", tmp_path / "wheelhouse"]).stdout
+    wheel = Path(out.strip().splitlines()[-1])
+    assert wheel.exists() and "manylinux" in wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    for module in MODULES:
+        assert any(n.startswith(f"fastkwire/{module}.") and n.endswith(".so") for n in names)
+    assert not [n for n in names if n.endswith(".c")]
+    # Nothing grafted: the core links only against what manylinux guarantees.
+    assert not [n for n in names if ".libs/" in n]
+
+    # System site-packages lend the test tools; the venv's own fastkwire comes first.
+    python = make_venv(tmp_path / "venv", system_site_packages=True)
+    run([python, "-m", "pip", "install", "--no-deps", "--no-index", wheel])
+    implementation, where = installed(python, tmp_path)
+    assert implementation == "cython"
+    assert (tmp_path / "venv") in where.parents
+    # The suite itself, against the installed wheel (src/ is not on the path).
+    suite = subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+    )
+    assert suite.returncode == 0, suite.stdout[-5000:] + suite.stderr[-2000:]
+    assert " passed" in suite.stdout
+
+
+def test_cibuildwheel_builds_cpython_310_to_314_on_every_target():
+    pytest.importorskip("cibuildwheel", reason="cibuildwheel is not installed")
+    expected = {
+        "linux": {f"{lib}_{arch}" for lib in ("manylinux", "musllinux") for arch in ("x86_64", "aarch64")},
+        "macos": {"macosx_x86_64", "macosx_arm64"},
+        "windows": {"win_amd64"},
+    }
+    for platform, targets in expected.items():
+        result = run(
+            [sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", platform],
+            cwd=ROOT,
+        )
+        got = set(result.stdout.split())
+        assert got == {f"cp3{minor}-{t}" for minor in range(10, 15) for t in targets}, platform
+
+
+def test_cibuildwheel_tests_the_installed_compiled_wheel():
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["cibuildwheel"]
+    commands = config["test-command"]
+    assert any("fastkwire.implementation != 'cython'" in c for c in commands)
+    assert any("pytest {project}/tests" in c for c in commands)
+    assert config["environment"]["FASTKWIRE_REQUIRE_EXTENSION"] == "1"
