@@ -523,6 +523,7 @@ class PyBackend:
         out('"""Decode one message starting at offset; returns (message, end offset)."""', 2)
         out("arrays = check_arrays(arrays)", 2)
         out("end = len(data)", 2)
+        out("check_offset(offset, end)", 2)
         for lay, versions in version_dispatch(self.layouts, m):
             out(f"if {version_test(versions)}:", 2)
             out(f"return _r_{lay.fn}(data, offset, end, version, arrays)", 3)
@@ -564,7 +565,7 @@ def generate_python(messages):
     out("from . import _model")
     out("from . import errors as _e")
     out("from ._pure import *  # noqa: F401,F403 - the primitives the codecs call")
-    out("from ._pure import write_into, check_arrays")
+    out("from ._pure import write_into, check_arrays, check_offset")
     out("from .errors import DecodeError, EncodeError, UnsupportedVersionError")
     out("")
     out("_DEFAULT = object()  # marks 'argument not given' for list defaults")
@@ -718,7 +719,7 @@ class CyBackend(PyBackend):
                 out("except EncodeError as _x:", ind + 1)
                 out('raise _x.with_prefix(f"[{_i}]") from None', ind + 2)
             elif elem in INT_TYPES:
-                out(f"p = wr_int_array(p, end, {expr}, {elem!r}, {int(op.compact)}, "
+                out(f"p = wr_int_array(p, end, {expr}, {S.FIXED_WIDTH[elem]}, {int(op.compact)}, "
                     f"{int(op.nullable)})", ind)
             elif elem == "string":
                 out(f"p = wr_string_array(p, end, {expr}, {int(op.compact)}, {int(op.nullable)})", ind)
@@ -828,7 +829,7 @@ class CyBackend(PyBackend):
                 out('raise _x.with_prefix(f"[{_i}]") from None', ind + 2)
                 out(f"{target} = _items", ind + 1)
             elif elem in INT_TYPES:
-                out(f"{target} = rd_int_array(c, {elem!r}, {int(op.compact)}, "
+                out(f"{target} = rd_int_array(c, {S.FIXED_WIDTH[elem]}, {int(op.compact)}, "
                     f"{int(op.nullable)}, arrays)", ind)
             elif elem == "string":
                 out(f"{target} = rd_string_array(c, {int(op.compact)}, {int(op.nullable)})", ind)
@@ -1013,7 +1014,7 @@ class CyBackend(PyBackend):
 def generate_cython(messages):
     out = Out()
     out(HEADER.rstrip())
-    out("# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True")
+    out("# cython: language_level=3, wraparound=False")
     out("# cython: freethreading_compatible=True")
     out('"""Compiled message codecs (twin of _messages_python.py)."""')
     out("from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, "

@@ -3,7 +3,7 @@
 from . import _model
 from . import errors as _e
 from ._pure import *  # noqa: F401,F403 - the primitives the codecs call
-from ._pure import write_into, check_arrays
+from ._pure import write_into, check_arrays, check_offset
 from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
 _DEFAULT = object()  # marks 'argument not given' for list defaults
@@ -81,6 +81,7 @@ class ApiVersionsRequest:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if 0 <= version <= 2:
             return _r_ApiVersionsRequest_0(data, offset, end, version, arrays)
         if 3 <= version <= 4:
@@ -354,6 +355,7 @@ class ApiVersionsResponse:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if version == 0:
             return _r_ApiVersionsResponse_0(data, offset, end, version, arrays)
         if 1 <= version <= 2:
@@ -910,6 +912,7 @@ class FindCoordinatorRequest:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if version == 0:
             return _r_FindCoordinatorRequest_0(data, offset, end, version, arrays)
         if 1 <= version <= 2:
@@ -1177,6 +1180,7 @@ class FindCoordinatorResponse:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if version == 0:
             return _r_FindCoordinatorResponse_0(data, offset, end, version, arrays)
         if 1 <= version <= 2:
@@ -1632,6 +1636,7 @@ class LeaveGroupRequest:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if 0 <= version <= 2:
             return _r_LeaveGroupRequest_0(data, offset, end, version, arrays)
         if version == 3:
@@ -2077,6 +2082,7 @@ class LeaveGroupResponse:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if version == 0:
             return _r_LeaveGroupResponse_0(data, offset, end, version, arrays)
         if 1 <= version <= 2:
@@ -2427,6 +2433,7 @@ class RequestHeader:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if version == 0:
             return _r_RequestHeader_0(data, offset, end, version, arrays)
         if version == 1:
@@ -2618,6 +2625,7 @@ class ResponseHeader:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if version == 0:
             return _r_ResponseHeader_0(data, offset, end, version, arrays)
         if version == 1:
@@ -3104,6 +3112,7 @@ class StreamsGroupHeartbeatRequest:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if version == 0:
             return _r_StreamsGroupHeartbeatRequest_0(data, offset, end, version, arrays)
         raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
@@ -4039,6 +4048,7 @@ class StreamsGroupHeartbeatResponse:
         """Decode one message starting at offset; returns (message, end offset)."""
         arrays = check_arrays(arrays)
         end = len(data)
+        check_offset(offset, end)
         if version == 0:
             return _r_StreamsGroupHeartbeatResponse_0(data, offset, end, version, arrays)
         raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')

@@ -195,12 +195,30 @@ def w_array_len(out, items, compact, nullable):
     return n
 
 
+def merge_tags(known, unknown):
+    """Known [(tag, bytes)] and unknown {tag: bytes} tagged fields, checked, in tag order."""
+    if not unknown:
+        return known or []
+    if not isinstance(unknown, dict):
+        raise _e.wrong_type("dict of tag -> bytes", unknown)
+    taken = {tag for tag, _ in known or ()}
+    fields = list(known or ())
+    for tag, payload in unknown.items():
+        if type(tag) is not int or not 0 <= tag <= 0xFFFFFFFF:
+            raise EncodeError(f"tag {tag!r} is not an int in 0-4294967295", "unknown_tagged_fields")
+        if tag in taken:
+            raise EncodeError(f"tag {tag} is also a known field", "unknown_tagged_fields")
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise EncodeError(f"tag {tag}: expected bytes, got {type(payload).__name__}",
+                              "unknown_tagged_fields")
+        fields.append((tag, bytes(payload)))
+    fields.sort()
+    return fields
+
+
 def w_tags(out, known, unknown):
     """The tagged-field section: `known` is [(tag, bytes)] of set known fields."""
-    if unknown:
-        fields = sorted(list(known) + list(unknown.items()))
-    else:
-        fields = known
+    fields = merge_tags(known, unknown)
     w_uvarint(out, len(fields))
     for tag, payload in fields:
         w_uvarint(out, tag)
@@ -539,6 +557,11 @@ def check_arrays(arrays):
     raise ValueError(f'arrays must be "list" or "numpy", not {arrays!r}')
 
 
+def check_offset(offset, end):
+    if type(offset) is not int or not 0 <= offset <= end:
+        raise ValueError(f"offset {offset!r} is outside the data (0-{end})")
+
+
 def write_into(buffer, offset, payload):
     view = memoryview(buffer)
     if view.readonly:
@@ -553,3 +576,61 @@ def write_into(buffer, offset, payload):
 
 
 from . import _bulk  # noqa: E402 - numpy glue, imports numpy only when used
+
+
+# ---------------------------------------------------------------- primitive API
+# encode(type, value) -> bytes and decode(type, data, offset=0) -> (value, end), the
+# same in _core; used by the primitive test vectors and by tools.
+
+_SCALARS = ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool", "uuid",
+            "varint", "varlong", "uvarint", "uvarlong",
+            "string", "nullable_string", "compact_string", "compact_nullable_string",
+            "bytes", "nullable_bytes", "compact_bytes", "compact_nullable_bytes",
+            "tagged_fields")
+_ELEMENTS = ("int16", "int32", "int64", "string")
+_ARRAY_PREFIXES = {"array": (False, False), "nullable_array": (False, True),
+                   "compact_array": (True, False), "compact_nullable_array": (True, True)}
+PRIMITIVE_TYPES = _SCALARS + tuple(f"{p}[{e}]" for p in _ARRAY_PREFIXES for e in _ELEMENTS)
+
+
+def check_type_name(type_name):
+    if type_name not in PRIMITIVE_TYPES:
+        raise ValueError(f"unknown primitive type {type_name!r}")
+
+
+def parse_array_type(type_name):
+    """'compact_nullable_array[int32]' -> (compact, nullable, 'int32')."""
+    prefix, _, rest = type_name.partition("[")
+    compact, nullable = _ARRAY_PREFIXES[prefix]
+    return compact, nullable, rest.rstrip("]")
+
+
+def encode(type_name, value):
+    check_type_name(type_name)
+    out = bytearray()
+    if type_name == "tagged_fields":
+        w_tags(out, None, value)
+    elif "[" in type_name:
+        compact, nullable, elem = parse_array_type(type_name)
+        if elem == "string":
+            w_array(out, value, w_compact_string if compact else w_string, compact, nullable)
+        else:
+            w_int_array(out, value, elem, compact, nullable)
+    else:
+        globals()["w_" + type_name](out, value)
+    return bytes(out)
+
+
+def decode(type_name, data, offset=0):
+    check_type_name(type_name)
+    end = len(memoryview(data).cast("B"))
+    check_offset(offset, end)
+    if type_name == "tagged_fields":
+        return r_unknown_tags(data, offset, end)
+    if "[" in type_name:
+        compact, nullable, elem = parse_array_type(type_name)
+        if elem == "string":
+            return r_array(data, offset, end, r_compact_string if compact else r_string,
+                           compact, nullable, 1 if compact else 2)
+        return r_int_array(data, offset, end, elem, compact, nullable, 0)
+    return globals()["r_" + type_name](data, offset, end)

@@ -1,0 +1,409 @@
+# cython: language_level=3
+# Wire primitives for the compiled codecs. Hot paths are inline here; cold paths (errors,
+# tagged fields, numpy) live in _core.pyx. Every read checks the bytes left first; every
+# write checks the room left, so a value changed between the size pass and the write
+# pass raises instead of overflowing.
+from cpython.ref cimport PyObject, Py_DECREF
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+
+cdef extern from "Python.h":
+    PyObject* _decode_utf8 "PyUnicode_DecodeUTF8"(const char* s, Py_ssize_t size, const char* errors)
+    const char* _as_utf8 "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t* size)
+    long long PyLong_AsLongLongAndOverflow(object o, int* overflow)
+
+
+cdef struct Cursor:
+    const unsigned char* buf
+    Py_ssize_t pos
+    Py_ssize_t end
+
+
+# ---- cold paths, implemented in _core.pyx
+cdef int raise_short(Py_ssize_t start, Py_ssize_t need, Py_ssize_t end) except -1
+cdef int raise_varint(Py_ssize_t start, int max_bytes) except -1
+cdef int raise_null(Py_ssize_t start) except -1
+cdef int raise_bad_length(Py_ssize_t start, long long n) except -1
+cdef int raise_count(Py_ssize_t start, long long n, Py_ssize_t left) except -1
+cdef int raise_utf8(Py_ssize_t start) except -1
+cdef int raise_string_too_long(Py_ssize_t start, long long n) except -1
+cdef int raise_marker(Py_ssize_t start, int m) except -1
+cdef int raise_changed() except -1
+cdef int raise_not_str(object s) except -1
+cdef int raise_not_encodable() except -1
+cdef int raise_string_length(Py_ssize_t n) except -1
+cdef int raise_null_array() except -1
+cdef int raise_not_list(object items) except -1
+cdef long long as_int_slow(object v, int kind) except? -1
+cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, Py_ssize_t offset) except -1
+cdef Py_ssize_t check_room(Py_ssize_t size, Py_ssize_t offset, Py_ssize_t n) except -1
+
+cdef object rd_bool(Cursor* c)
+cdef object rd_float64(Cursor* c)
+cdef object rd_uuid(Cursor* c)
+cdef object rd_raw(Cursor* c, Py_ssize_t n)
+cdef object rd_string(Cursor* c)
+cdef object rd_nullable_string(Cursor* c)
+cdef object rd_bytes(Cursor* c)
+cdef object rd_nullable_bytes(Cursor* c)
+cdef object rd_compact_bytes(Cursor* c)
+cdef object rd_compact_nullable_bytes(Cursor* c)
+cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int arrays)
+cdef object rd_string_array(Cursor* c, int compact, int nullable)
+cdef object rd_tags_slow(Cursor* c, long long n)
+cdef Py_ssize_t rd_tag_header(Cursor* c, Py_ssize_t last, Py_ssize_t* size) except -1
+
+cdef Py_ssize_t sz_bytes(object b) except -1
+cdef Py_ssize_t sz_nullable_bytes(object b) except -1
+cdef Py_ssize_t sz_compact_bytes(object b) except -1
+cdef Py_ssize_t sz_compact_nullable_bytes(object b) except -1
+cdef Py_ssize_t sz_int_array(object items, int width, int compact, int nullable) except -1
+cdef Py_ssize_t sz_string_array(object items, int compact, int nullable) except -1
+cdef Py_ssize_t sz_tags_slow(object known, object unknown) except -1
+
+cdef unsigned char* wr_bool(unsigned char* p, unsigned char* end, object v) except NULL
+cdef unsigned char* wr_float64(unsigned char* p, unsigned char* end, object v) except NULL
+cdef unsigned char* wr_uuid(unsigned char* p, unsigned char* end, object v) except NULL
+cdef unsigned char* wr_bytes(unsigned char* p, unsigned char* end, object b) except NULL
+cdef unsigned char* wr_nullable_bytes(unsigned char* p, unsigned char* end, object b) except NULL
+cdef unsigned char* wr_compact_bytes(unsigned char* p, unsigned char* end, object b) except NULL
+cdef unsigned char* wr_compact_nullable_bytes(unsigned char* p, unsigned char* end, object b) except NULL
+cdef unsigned char* wr_int_array(unsigned char* p, unsigned char* end, object items, int width,
+                                 int compact, int nullable) except NULL
+cdef unsigned char* wr_string_array(unsigned char* p, unsigned char* end, object items,
+                                    int compact, int nullable) except NULL
+cdef unsigned char* wr_tags_slow(unsigned char* p, unsigned char* end, object known,
+                                 object unknown) except NULL
+
+ctypedef Py_ssize_t (*size_fn)(object, int) except -1
+ctypedef unsigned char* (*write_fn)(object, unsigned char*, unsigned char*, int) except NULL
+cdef bytes encode_value(size_fn sz, write_fn wr, object o, int v)
+
+
+# ---- byte order
+
+cdef inline uint16_t load16(const unsigned char* p) noexcept nogil:
+    return (<uint16_t>p[0] << 8) | p[1]
+
+cdef inline uint32_t load32(const unsigned char* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+cdef inline uint64_t load64(const unsigned char* p) noexcept nogil:
+    return (<uint64_t>load32(p) << 32) | load32(p + 4)
+
+cdef inline void store16(unsigned char* p, uint16_t v) noexcept nogil:
+    p[0] = v >> 8
+    p[1] = v & 0xFF
+
+cdef inline void store32(unsigned char* p, uint32_t v) noexcept nogil:
+    p[0] = v >> 24
+    p[1] = (v >> 16) & 0xFF
+    p[2] = (v >> 8) & 0xFF
+    p[3] = v & 0xFF
+
+cdef inline void store64(unsigned char* p, uint64_t v) noexcept nogil:
+    store32(p, <uint32_t>(v >> 32))
+    store32(p + 4, <uint32_t>v)
+
+
+# ---- reading
+
+cdef inline long long rd_uvarint(Cursor* c) except -1:
+    """Unsigned varint of at most 32 bits (5 bytes)."""
+    cdef Py_ssize_t start = c.pos
+    cdef unsigned long long value = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    if c.pos < c.end and c.buf[c.pos] < 0x80:
+        c.pos += 1
+        return c.buf[c.pos - 1]
+    while True:
+        if c.pos >= c.end:
+            raise_short(start, c.pos - start + 1, c.end)
+        b = c.buf[c.pos]
+        c.pos += 1
+        value |= (<unsigned long long>(b & 0x7F)) << shift
+        if not b & 0x80:
+            if value > 0xFFFFFFFFULL:
+                raise_varint(start, 5)
+            return <long long>value
+        shift += 7
+        if shift >= 35:
+            raise_varint(start, 5)
+
+cdef inline int8_t rd_i8(Cursor* c) except? -1:
+    if c.end - c.pos < 1:
+        raise_short(c.pos, 1, c.end)
+    c.pos += 1
+    return <int8_t>c.buf[c.pos - 1]
+
+cdef inline int16_t rd_i16(Cursor* c) except? -1:
+    if c.end - c.pos < 2:
+        raise_short(c.pos, 2, c.end)
+    c.pos += 2
+    return <int16_t>load16(c.buf + c.pos - 2)
+
+cdef inline uint16_t rd_u16(Cursor* c) except? 0xFFFF:
+    if c.end - c.pos < 2:
+        raise_short(c.pos, 2, c.end)
+    c.pos += 2
+    return load16(c.buf + c.pos - 2)
+
+cdef inline int32_t rd_i32(Cursor* c) except? -1:
+    if c.end - c.pos < 4:
+        raise_short(c.pos, 4, c.end)
+    c.pos += 4
+    return <int32_t>load32(c.buf + c.pos - 4)
+
+cdef inline uint32_t rd_u32(Cursor* c) except? 0xFFFFFFFF:
+    if c.end - c.pos < 4:
+        raise_short(c.pos, 4, c.end)
+    c.pos += 4
+    return load32(c.buf + c.pos - 4)
+
+cdef inline int64_t rd_i64(Cursor* c) except? -1:
+    if c.end - c.pos < 8:
+        raise_short(c.pos, 8, c.end)
+    c.pos += 8
+    return <int64_t>load64(c.buf + c.pos - 8)
+
+cdef inline int rd_marker(Cursor* c) except -2:
+    """The int8 before a nullable struct: -1 null, 1 present."""
+    cdef int8_t m
+    if c.end - c.pos < 1:
+        raise_short(c.pos, 1, c.end)
+    m = <int8_t>c.buf[c.pos]
+    if m != -1 and m != 1:
+        raise_marker(c.pos, m)
+    c.pos += 1
+    return m
+
+cdef inline object take_str(Cursor* c, Py_ssize_t start, long long n):
+    cdef PyObject* r
+    if n > 0x7FFF:
+        raise_string_too_long(start, n)
+    if c.end - c.pos < n:
+        raise_short(start, c.pos - start + n, c.end)
+    r = _decode_utf8(<const char*>c.buf + c.pos, <Py_ssize_t>n, NULL)
+    if r == NULL:
+        raise_utf8(start)
+    c.pos += n
+    s = <object>r
+    Py_DECREF(s)  # <object> took a second reference
+    return s
+
+cdef inline object rd_compact_string(Cursor* c):
+    cdef Py_ssize_t start = c.pos
+    cdef long long n = rd_uvarint(c)
+    if n == 0:
+        raise_null(start)
+    return take_str(c, start, n - 1)
+
+cdef inline object rd_compact_nullable_string(Cursor* c):
+    cdef Py_ssize_t start = c.pos
+    cdef long long n = rd_uvarint(c)
+    if n == 0:
+        return None
+    return take_str(c, start, n - 1)
+
+cdef inline Py_ssize_t rd_array_len(Cursor* c, int compact, int nullable, Py_ssize_t min_size) except -2:
+    """An array count, -1 for null; the count must fit in the bytes left."""
+    cdef Py_ssize_t start = c.pos
+    cdef long long n
+    if compact:
+        n = rd_uvarint(c) - 1
+    else:
+        n = rd_i32(c)
+        if n < -1:
+            raise_bad_length(start, n)
+    if n == -1:
+        if not nullable:
+            raise_null(start)
+        return -1
+    if n * min_size > c.end - c.pos:
+        raise_count(start, n, c.end - c.pos)
+    return <Py_ssize_t>n
+
+cdef inline object rd_unknown_tags(Cursor* c):
+    """A tagged-field section with no known tags: None, or {tag: raw bytes}."""
+    cdef long long n = rd_uvarint(c)
+    if n == 0:
+        return None
+    return rd_tags_slow(c, n)
+
+
+# ---- sizing and writing
+
+cdef inline int uvarint_size(unsigned long long v) noexcept nogil:
+    cdef int n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+cdef inline unsigned char* wr_uvarint(unsigned char* p, unsigned char* end, unsigned long long v) except NULL:
+    if end - p < uvarint_size(v):
+        raise_changed()
+    while v >= 0x80:
+        p[0] = (v & 0x7F) | 0x80
+        p += 1
+        v >>= 7
+    p[0] = <unsigned char>v
+    return p + 1
+
+cdef inline long long as_int(object v, long long lo, long long hi, int kind) except? -1:
+    cdef int overflow = 0
+    cdef long long x
+    if type(v) is int:
+        x = PyLong_AsLongLongAndOverflow(v, &overflow)
+        if overflow == 0 and lo <= x <= hi:
+            return x
+    return as_int_slow(v, kind)
+
+cdef inline int8_t as_i8(object v) except? -1:
+    return <int8_t>as_int(v, -128, 127, 0)
+
+cdef inline int16_t as_i16(object v) except? -1:
+    return <int16_t>as_int(v, -32768, 32767, 1)
+
+cdef inline int32_t as_i32(object v) except? -1:
+    return <int32_t>as_int(v, -2147483648LL, 2147483647LL, 2)
+
+cdef inline int64_t as_i64(object v) except? -1:
+    return <int64_t>as_int(v, -9223372036854775807LL - 1, 9223372036854775807LL, 3)
+
+cdef inline uint16_t as_u16(object v) except? 0xFFFF:
+    return <uint16_t>as_int(v, 0, 65535, 4)
+
+cdef inline uint32_t as_u32(object v) except? 0xFFFFFFFF:
+    return <uint32_t>as_int(v, 0, 4294967295LL, 5)
+
+cdef inline unsigned char* wr_i8(unsigned char* p, unsigned char* end, int8_t v) except NULL:
+    if end - p < 1:
+        raise_changed()
+    p[0] = <unsigned char>v
+    return p + 1
+
+cdef inline unsigned char* wr_i16(unsigned char* p, unsigned char* end, int16_t v) except NULL:
+    if end - p < 2:
+        raise_changed()
+    store16(p, <uint16_t>v)
+    return p + 2
+
+cdef inline unsigned char* wr_u16(unsigned char* p, unsigned char* end, uint16_t v) except NULL:
+    if end - p < 2:
+        raise_changed()
+    store16(p, v)
+    return p + 2
+
+cdef inline unsigned char* wr_i32(unsigned char* p, unsigned char* end, int32_t v) except NULL:
+    if end - p < 4:
+        raise_changed()
+    store32(p, <uint32_t>v)
+    return p + 4
+
+cdef inline unsigned char* wr_u32(unsigned char* p, unsigned char* end, uint32_t v) except NULL:
+    if end - p < 4:
+        raise_changed()
+    store32(p, v)
+    return p + 4
+
+cdef inline unsigned char* wr_i64(unsigned char* p, unsigned char* end, int64_t v) except NULL:
+    if end - p < 8:
+        raise_changed()
+    store64(p, <uint64_t>v)
+    return p + 8
+
+cdef inline const char* utf8_of(object s, Py_ssize_t* n) except NULL:
+    """The UTF-8 of a str (CPython caches it in the object, so the second call is free)."""
+    cdef const char* data
+    if type(s) is not str:
+        raise_not_str(s)
+    data = _as_utf8(s, n)
+    if data == NULL:
+        raise_not_encodable()
+    if n[0] > 0x7FFF:
+        raise_string_length(n[0])
+    return data
+
+cdef inline Py_ssize_t sz_string(object s) except -1:
+    cdef Py_ssize_t n
+    utf8_of(s, &n)
+    return 2 + n
+
+cdef inline Py_ssize_t sz_nullable_string(object s) except -1:
+    if s is None:
+        return 2
+    return sz_string(s)
+
+cdef inline Py_ssize_t sz_compact_string(object s) except -1:
+    cdef Py_ssize_t n
+    utf8_of(s, &n)
+    return uvarint_size(n + 1) + n
+
+cdef inline Py_ssize_t sz_compact_nullable_string(object s) except -1:
+    if s is None:
+        return 1
+    return sz_compact_string(s)
+
+cdef inline unsigned char* put_raw(unsigned char* p, unsigned char* end, const char* data,
+                                   Py_ssize_t n) except NULL:
+    if end - p < n:
+        raise_changed()
+    memcpy(p, data, n)
+    return p + n
+
+cdef inline unsigned char* wr_string(unsigned char* p, unsigned char* end, object s) except NULL:
+    cdef Py_ssize_t n
+    cdef const char* data = utf8_of(s, &n)
+    p = wr_i16(p, end, <int16_t>n)
+    return put_raw(p, end, data, n)
+
+cdef inline unsigned char* wr_nullable_string(unsigned char* p, unsigned char* end, object s) except NULL:
+    if s is None:
+        return wr_i16(p, end, -1)
+    return wr_string(p, end, s)
+
+cdef inline unsigned char* wr_compact_string(unsigned char* p, unsigned char* end, object s) except NULL:
+    cdef Py_ssize_t n
+    cdef const char* data = utf8_of(s, &n)
+    p = wr_uvarint(p, end, n + 1)
+    return put_raw(p, end, data, n)
+
+cdef inline unsigned char* wr_compact_nullable_string(unsigned char* p, unsigned char* end, object s) except NULL:
+    if s is None:
+        return wr_uvarint(p, end, 0)
+    return wr_compact_string(p, end, s)
+
+cdef inline Py_ssize_t sz_array_len(object items, int compact, int nullable) except -1:
+    if items is None:
+        if not nullable:
+            raise_null_array()
+        return 1 if compact else 4
+    if not isinstance(items, (list, tuple)):
+        raise_not_list(items)
+    return uvarint_size(len(items) + 1) if compact else 4
+
+cdef inline unsigned char* wr_array_len(unsigned char* p, unsigned char* end, object items,
+                                        int compact, int nullable) except NULL:
+    cdef Py_ssize_t n
+    if items is None:
+        if not nullable:
+            raise_null_array()
+        return wr_uvarint(p, end, 0) if compact else wr_i32(p, end, -1)
+    if not isinstance(items, (list, tuple)):
+        raise_not_list(items)
+    n = len(items)
+    return wr_uvarint(p, end, n + 1) if compact else wr_i32(p, end, <int32_t>n)
+
+cdef inline unsigned char* wr_tags(unsigned char* p, unsigned char* end, object known,
+                                   object unknown) except NULL:
+    if not known and not unknown:
+        return wr_uvarint(p, end, 0)
+    return wr_tags_slow(p, end, known, unknown)
+
+cdef inline Py_ssize_t sz_tags(object known, object unknown) except -1:
+    if not known and not unknown:
+        return 1
+    return sz_tags_slow(known, unknown)

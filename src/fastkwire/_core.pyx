@@ -1,0 +1,585 @@
+# cython: language_level=3, wraparound=False
+# cython: freethreading_compatible=True
+"""Compiled wire primitives: the twin of _pure.py.
+
+The inline hot paths are in _core.pxd; this module holds the cold paths (errors,
+tagged fields, numpy) and the Python-level `encode(type, value)` / `decode(type, data)`
+that the primitive test vectors exercise.
+"""
+import uuid as _uuid
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.exc cimport PyErr_Clear
+from libc.string cimport memcpy
+
+from fastkwire import _bulk, _pure
+from fastkwire import errors as _e
+from fastkwire.errors import DecodeError, EncodeError
+
+check_arrays = _pure.check_arrays
+merge_tags = _pure.merge_tags
+_KINDS = ("int8", "int16", "int32", "int64", "uint16", "uint32")
+_BULK_KIND = {2: "int16", 4: "int32", 8: "int64"}
+
+
+# ---------------------------------------------------------------- errors
+
+cdef int raise_short(Py_ssize_t start, Py_ssize_t need, Py_ssize_t end) except -1:
+    raise _e.truncated(start, need, max(end - start, 0))
+
+cdef int raise_varint(Py_ssize_t start, int max_bytes) except -1:
+    raise _e.varint_too_long(start, max_bytes)
+
+cdef int raise_null(Py_ssize_t start) except -1:
+    raise _e.null_not_allowed(start)
+
+cdef int raise_bad_length(Py_ssize_t start, long long n) except -1:
+    raise _e.bad_length(start, n)
+
+cdef int raise_count(Py_ssize_t start, long long n, Py_ssize_t left) except -1:
+    raise _e.count_exceeds(start, n, left)
+
+cdef int raise_utf8(Py_ssize_t start) except -1:
+    PyErr_Clear()
+    raise _e.invalid_utf8(start)
+
+cdef int raise_string_too_long(Py_ssize_t start, long long n) except -1:
+    raise _e.string_too_long(start, n)
+
+cdef int raise_marker(Py_ssize_t start, int m) except -1:
+    raise _e.bad_marker(start, m)
+
+cdef int raise_changed() except -1:
+    raise _e.changed_during_encode()
+
+cdef int raise_not_str(object s) except -1:
+    raise _e.wrong_type("str", s)
+
+cdef int raise_not_encodable() except -1:
+    PyErr_Clear()
+    raise EncodeError("string is not encodable as UTF-8")
+
+cdef int raise_string_length(Py_ssize_t n) except -1:
+    raise EncodeError(f"string of {n} UTF-8 bytes exceeds 32767")
+
+cdef int raise_null_array() except -1:
+    raise EncodeError("None where the array is not nullable")
+
+cdef int raise_not_list(object items) except -1:
+    raise _e.wrong_type("list", items)
+
+cdef long long as_int_slow(object v, int kind) except? -1:
+    """Same rules as the pure `_int_value`: ints and __index__ objects, never bool."""
+    return _pure._int_value(_KINDS[kind], v)
+
+
+cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, Py_ssize_t offset) except -1:
+    _pure.check_offset(offset, n)
+    c.buf = <const unsigned char*>buf
+    c.pos = offset
+    c.end = n
+    return 0
+
+
+cdef Py_ssize_t check_room(Py_ssize_t size, Py_ssize_t offset, Py_ssize_t n) except -1:
+    if offset < 0 or offset + n > size:
+        raise EncodeError(f"buffer too small: {n} bytes needed at offset {offset}, "
+                          f"{size} available")
+    return offset
+
+
+cdef bytes encode_value(size_fn sz, write_fn wr, object o, int v):
+    cdef Py_ssize_t n = sz(o, v)
+    cdef bytes buf = PyBytes_FromStringAndSize(NULL, n)
+    cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(buf)
+    if wr(o, p, p + n, v) != p + n:
+        raise_changed()
+    return buf
+
+
+# ---------------------------------------------------------------- reading, cold
+
+cdef object rd_bool(Cursor* c):
+    if c.end - c.pos < 1:
+        raise_short(c.pos, 1, c.end)
+    c.pos += 1
+    return c.buf[c.pos - 1] != 0
+
+cdef object rd_float64(Cursor* c):
+    cdef uint64_t bits = <uint64_t>rd_i64(c)
+    cdef double d
+    memcpy(&d, &bits, 8)
+    return d
+
+cdef object rd_uuid(Cursor* c):
+    if c.end - c.pos < 16:
+        raise_short(c.pos, 16, c.end)
+    c.pos += 16
+    return _uuid.UUID(bytes=rd_raw_at(c, c.pos - 16, 16))
+
+cdef bytes rd_raw_at(Cursor* c, Py_ssize_t pos, Py_ssize_t n):
+    return PyBytes_FromStringAndSize(<const char*>c.buf + pos, n)
+
+cdef object rd_raw(Cursor* c, Py_ssize_t n):
+    if c.end - c.pos < n:
+        raise_short(c.pos, n, c.end)
+    c.pos += n
+    return rd_raw_at(c, c.pos - n, n)
+
+cdef object _legacy_string(Cursor* c, int nullable):
+    cdef Py_ssize_t start = c.pos
+    cdef int16_t n = rd_i16(c)
+    if n < 0:
+        if n == -1:
+            if nullable:
+                return None
+            raise_null(start)
+        raise_bad_length(start, n)
+    return take_str(c, start, n)
+
+cdef object rd_string(Cursor* c):
+    return _legacy_string(c, 0)
+
+cdef object rd_nullable_string(Cursor* c):
+    return _legacy_string(c, 1)
+
+cdef object _blob(Cursor* c, Py_ssize_t start, long long n):
+    if c.end - c.pos < n:
+        raise_short(start, c.pos - start + n, c.end)
+    c.pos += n
+    return rd_raw_at(c, c.pos - n, n)
+
+cdef object _legacy_bytes(Cursor* c, int nullable):
+    cdef Py_ssize_t start = c.pos
+    cdef int32_t n = rd_i32(c)
+    if n < 0:
+        if n == -1:
+            if nullable:
+                return None
+            raise_null(start)
+        raise_bad_length(start, n)
+    return _blob(c, start, n)
+
+cdef object _compact_bytes(Cursor* c, int nullable):
+    cdef Py_ssize_t start = c.pos
+    cdef long long n = rd_uvarint(c)
+    if n == 0:
+        if nullable:
+            return None
+        raise_null(start)
+    return _blob(c, start, n - 1)
+
+cdef object rd_bytes(Cursor* c):
+    return _legacy_bytes(c, 0)
+
+cdef object rd_nullable_bytes(Cursor* c):
+    return _legacy_bytes(c, 1)
+
+cdef object rd_compact_bytes(Cursor* c):
+    return _compact_bytes(c, 0)
+
+cdef object rd_compact_nullable_bytes(Cursor* c):
+    return _compact_bytes(c, 1)
+
+
+cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int arrays):
+    cdef Py_ssize_t n = rd_array_len(c, compact, nullable, width)
+    cdef Py_ssize_t i
+    cdef const unsigned char* p
+    cdef list out
+    if n < 0:
+        return None
+    p = c.buf + c.pos
+    if arrays:
+        out_arr = _bulk.from_wire(rd_raw_at(c, c.pos, n * width), 0, n, _BULK_KIND[width])
+        c.pos += n * width
+        return out_arr
+    out = [None] * n
+    if width == 4:
+        for i in range(n):
+            out[i] = <int32_t>load32(p + 4 * i)
+    elif width == 2:
+        for i in range(n):
+            out[i] = <int16_t>load16(p + 2 * i)
+    else:
+        for i in range(n):
+            out[i] = <int64_t>load64(p + 8 * i)
+    c.pos += n * width
+    return out
+
+
+cdef object rd_string_array(Cursor* c, int compact, int nullable):
+    cdef Py_ssize_t n = rd_array_len(c, compact, nullable, 1 if compact else 2)
+    cdef Py_ssize_t i = 0
+    cdef list out
+    if n < 0:
+        return None
+    out = [None] * n
+    try:
+        for i in range(n):
+            out[i] = rd_compact_string(c) if compact else rd_string(c)
+    except DecodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+    return out
+
+
+cdef Py_ssize_t rd_tag_header(Cursor* c, Py_ssize_t last, Py_ssize_t* size) except -1:
+    cdef Py_ssize_t start = c.pos
+    cdef long long tag = rd_uvarint(c)
+    cdef Py_ssize_t size_at
+    if tag <= last:
+        raise _e.tags_out_of_order(start, tag)
+    size_at = c.pos
+    size[0] = rd_uvarint(c)
+    if size[0] > c.end - c.pos:
+        raise_count(size_at, size[0], c.end - c.pos)
+    return tag
+
+
+cdef object rd_tags_slow(Cursor* c, long long n):
+    cdef dict tags = {}
+    cdef Py_ssize_t last = -1, size, k
+    for k in range(n):
+        last = rd_tag_header(c, last, &size)
+        tags[last] = rd_raw(c, size)
+    return tags
+
+
+# ---------------------------------------------------------------- writing, cold
+
+cdef unsigned char* wr_bool(unsigned char* p, unsigned char* end, object v) except NULL:
+    if v is not True and v is not False:
+        raise _e.wrong_type("bool", v)
+    return wr_i8(p, end, 1 if v else 0)
+
+cdef unsigned char* wr_float64(unsigned char* p, unsigned char* end, object v) except NULL:
+    cdef double d
+    cdef uint64_t bits
+    if not isinstance(v, (float, int)) or isinstance(v, bool):
+        raise _e.wrong_type("float", v)
+    d = v
+    memcpy(&bits, &d, 8)
+    return wr_i64(p, end, <int64_t>bits)
+
+cdef unsigned char* wr_uuid(unsigned char* p, unsigned char* end, object v) except NULL:
+    if not isinstance(v, _uuid.UUID):
+        raise _e.wrong_type("uuid.UUID", v)
+    raw = v.bytes
+    return put_raw(p, end, <const char*>PyBytes_AS_STRING(raw), 16)
+
+cdef bytes _as_bytes(object b):
+    if not isinstance(b, (bytes, bytearray, memoryview)):
+        raise _e.wrong_type("bytes", b)
+    return bytes(b)
+
+cdef Py_ssize_t sz_bytes(object b) except -1:
+    return 4 + len(_as_bytes(b))
+
+cdef Py_ssize_t sz_nullable_bytes(object b) except -1:
+    return 4 if b is None else sz_bytes(b)
+
+cdef Py_ssize_t sz_compact_bytes(object b) except -1:
+    cdef Py_ssize_t n = len(_as_bytes(b))
+    return uvarint_size(n + 1) + n
+
+cdef Py_ssize_t sz_compact_nullable_bytes(object b) except -1:
+    return 1 if b is None else sz_compact_bytes(b)
+
+cdef unsigned char* wr_bytes(unsigned char* p, unsigned char* end, object b) except NULL:
+    cdef bytes raw = _as_bytes(b)
+    p = wr_i32(p, end, <int32_t>len(raw))
+    return put_raw(p, end, PyBytes_AS_STRING(raw), len(raw))
+
+cdef unsigned char* wr_nullable_bytes(unsigned char* p, unsigned char* end, object b) except NULL:
+    if b is None:
+        return wr_i32(p, end, -1)
+    return wr_bytes(p, end, b)
+
+cdef unsigned char* wr_compact_bytes(unsigned char* p, unsigned char* end, object b) except NULL:
+    cdef bytes raw = _as_bytes(b)
+    p = wr_uvarint(p, end, len(raw) + 1)
+    return put_raw(p, end, PyBytes_AS_STRING(raw), len(raw))
+
+cdef unsigned char* wr_compact_nullable_bytes(unsigned char* p, unsigned char* end, object b) except NULL:
+    if b is None:
+        return wr_uvarint(p, end, 0)
+    return wr_compact_bytes(p, end, b)
+
+
+cdef object _bulk_items(object items, int width):
+    """A list or tuple as is; anything else must be an integer array (numpy, array.array)."""
+    if isinstance(items, (list, tuple)):
+        return items
+    if hasattr(items, "__array__") or hasattr(items, "typecode"):
+        return _bulk.as_int_array(items, _BULK_KIND[width])
+    raise _e.wrong_type("list of int", items)
+
+
+cdef Py_ssize_t sz_int_array(object items, int width, int compact, int nullable) except -1:
+    cdef Py_ssize_t n
+    if items is None:
+        return sz_array_len(None, compact, nullable)
+    seq = _bulk_items(items, width)
+    n = len(seq)
+    return (uvarint_size(n + 1) if compact else 4) + n * width
+
+
+cdef unsigned char* wr_int_array(unsigned char* p, unsigned char* end, object items, int width,
+                                 int compact, int nullable) except NULL:
+    cdef Py_ssize_t i = 0, n
+    cdef bytes raw
+    if items is None:
+        return wr_array_len(p, end, None, compact, nullable)
+    seq = _bulk_items(items, width)
+    n = len(seq)
+    p = wr_uvarint(p, end, n + 1) if compact else wr_i32(p, end, <int32_t>n)
+    if not isinstance(seq, (list, tuple)):
+        raw = _bulk.to_wire(seq, _BULK_KIND[width])
+        return put_raw(p, end, PyBytes_AS_STRING(raw), len(raw))
+    if end - p < n * width:
+        raise_changed()
+    try:
+        if width == 4:
+            for i in range(n):
+                store32(p + 4 * i, <uint32_t>as_i32(seq[i]))
+        elif width == 2:
+            for i in range(n):
+                store16(p + 2 * i, <uint16_t>as_i16(seq[i]))
+        else:
+            for i in range(n):
+                store64(p + 8 * i, <uint64_t>as_i64(seq[i]))
+    except EncodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+    return p + n * width
+
+
+cdef Py_ssize_t sz_string_array(object items, int compact, int nullable) except -1:
+    cdef Py_ssize_t n = sz_array_len(items, compact, nullable)
+    cdef Py_ssize_t i = 0
+    if items is None:
+        return n
+    try:
+        for i in range(len(items)):
+            n += sz_compact_string(items[i]) if compact else sz_string(items[i])
+    except EncodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+    return n
+
+
+cdef unsigned char* wr_string_array(unsigned char* p, unsigned char* end, object items,
+                                    int compact, int nullable) except NULL:
+    cdef Py_ssize_t i = 0
+    p = wr_array_len(p, end, items, compact, nullable)
+    if items is None:
+        return p
+    try:
+        for i in range(len(items)):
+            p = wr_compact_string(p, end, items[i]) if compact else wr_string(p, end, items[i])
+    except EncodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+    return p
+
+
+cdef Py_ssize_t sz_tags_slow(object known, object unknown) except -1:
+    fields = merge_tags(known, unknown)
+    cdef Py_ssize_t n = uvarint_size(len(fields))
+    for tag, payload in fields:
+        n += uvarint_size(tag) + uvarint_size(len(payload)) + len(payload)
+    return n
+
+
+cdef unsigned char* wr_tags_slow(unsigned char* p, unsigned char* end, object known,
+                                 object unknown) except NULL:
+    fields = merge_tags(known, unknown)
+    p = wr_uvarint(p, end, len(fields))
+    for tag, payload in fields:
+        p = wr_uvarint(p, end, tag)
+        p = wr_uvarint(p, end, len(payload))
+        p = put_raw(p, end, PyBytes_AS_STRING(payload), len(payload))
+    return p
+
+
+# ---------------------------------------------------------------- primitive API
+# encode(type, value) -> bytes and decode(type, data, offset=0) -> (value, end), the same
+# in _pure; used by the primitive test vectors and by tools.
+
+cdef Py_ssize_t _size_of(str t, object v) except -1:
+    cdef Py_ssize_t fixed
+    if t in _pure.WIDTH:
+        return _pure.WIDTH[t]
+    if t == "string":
+        return sz_string(v)
+    if t == "nullable_string":
+        return sz_nullable_string(v)
+    if t == "compact_string":
+        return sz_compact_string(v)
+    if t == "compact_nullable_string":
+        return sz_compact_nullable_string(v)
+    if t == "bytes":
+        return sz_bytes(v)
+    if t == "nullable_bytes":
+        return sz_nullable_bytes(v)
+    if t == "compact_bytes":
+        return sz_compact_bytes(v)
+    if t == "compact_nullable_bytes":
+        return sz_compact_nullable_bytes(v)
+    if t == "tagged_fields":
+        return sz_tags(None, v)
+    if t in ("uvarint", "uvarlong", "varint", "varlong"):
+        return 10
+    compact, nullable, elem = _pure.parse_array_type(t)
+    if elem == "string":
+        return sz_string_array(v, compact, nullable)
+    return sz_int_array(v, _pure.WIDTH[elem], compact, nullable)
+
+
+cdef unsigned char* _write(str t, object v, unsigned char* p, unsigned char* end) except NULL:
+    cdef long long x
+    if t == "int8":
+        return wr_i8(p, end, as_i8(v))
+    if t == "int16":
+        return wr_i16(p, end, as_i16(v))
+    if t == "int32":
+        return wr_i32(p, end, as_i32(v))
+    if t == "int64":
+        return wr_i64(p, end, as_i64(v))
+    if t == "uint16":
+        return wr_u16(p, end, as_u16(v))
+    if t == "uint32":
+        return wr_u32(p, end, as_u32(v))
+    if t == "float64":
+        return wr_float64(p, end, v)
+    if t == "bool":
+        return wr_bool(p, end, v)
+    if t == "uuid":
+        return wr_uuid(p, end, v)
+    if t == "uvarint":
+        if type(v) is not int or not 0 <= v <= 0xFFFFFFFF:
+            raise _e.out_of_range("unsigned varint", v)
+        return wr_uvarint(p, end, v)
+    if t == "uvarlong":
+        if type(v) is not int or not 0 <= v <= 0xFFFFFFFFFFFFFFFF:
+            raise _e.out_of_range("unsigned varlong", v)
+        return wr_uvarint(p, end, v)
+    if t == "varint":
+        x = as_i32(v)
+        return wr_uvarint(p, end, <uint32_t>((x << 1) ^ (x >> 31)))
+    if t == "varlong":
+        x = as_i64(v)
+        return wr_uvarint(p, end, (<uint64_t>x << 1) ^ <uint64_t>(x >> 63))
+    if t == "string":
+        return wr_string(p, end, v)
+    if t == "nullable_string":
+        return wr_nullable_string(p, end, v)
+    if t == "compact_string":
+        return wr_compact_string(p, end, v)
+    if t == "compact_nullable_string":
+        return wr_compact_nullable_string(p, end, v)
+    if t == "bytes":
+        return wr_bytes(p, end, v)
+    if t == "nullable_bytes":
+        return wr_nullable_bytes(p, end, v)
+    if t == "compact_bytes":
+        return wr_compact_bytes(p, end, v)
+    if t == "compact_nullable_bytes":
+        return wr_compact_nullable_bytes(p, end, v)
+    if t == "tagged_fields":
+        return wr_tags(p, end, None, v)
+    compact, nullable, elem = _pure.parse_array_type(t)
+    if elem == "string":
+        return wr_string_array(p, end, v, compact, nullable)
+    return wr_int_array(p, end, v, _pure.WIDTH[elem], compact, nullable)
+
+
+def encode(str type_name, value):
+    """Encode one primitive value of `type_name` (see _pure.PRIMITIVE_TYPES)."""
+    _pure.check_type_name(type_name)
+    cdef Py_ssize_t n = _size_of(type_name, value)
+    cdef bytes buf = PyBytes_FromStringAndSize(NULL, n)
+    cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(buf)
+    cdef unsigned char* q = _write(type_name, value, p, p + n)
+    return buf[:q - p]
+
+
+cdef object _read(str t, Cursor* c):
+    cdef long long u
+    cdef unsigned long long ul = 0
+    cdef Py_ssize_t start
+    cdef int shift = 0
+    cdef unsigned char b
+    if t == "int8":
+        return rd_i8(c)
+    if t == "int16":
+        return rd_i16(c)
+    if t == "int32":
+        return rd_i32(c)
+    if t == "int64":
+        return rd_i64(c)
+    if t == "uint16":
+        return rd_u16(c)
+    if t == "uint32":
+        return rd_u32(c)
+    if t == "float64":
+        return rd_float64(c)
+    if t == "bool":
+        return rd_bool(c)
+    if t == "uuid":
+        return rd_uuid(c)
+    if t in ("uvarint", "varint"):
+        u = rd_uvarint(c)
+        return u if t == "uvarint" else (u >> 1) ^ -(u & 1)
+    if t in ("uvarlong", "varlong"):
+        start = c.pos
+        while True:
+            if c.pos >= c.end:
+                raise_short(start, c.pos - start + 1, c.end)
+            b = c.buf[c.pos]
+            c.pos += 1
+            if shift == 63 and (b & 0x7F) > 1:
+                raise_varint(start, 10)
+            ul |= (<unsigned long long>(b & 0x7F)) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift >= 70:
+                raise_varint(start, 10)
+        if t == "uvarlong":
+            return ul
+        return <long long>((ul >> 1) ^ (-(<long long>(ul & 1))))
+    if t == "string":
+        return rd_string(c)
+    if t == "nullable_string":
+        return rd_nullable_string(c)
+    if t == "compact_string":
+        return rd_compact_string(c)
+    if t == "compact_nullable_string":
+        return rd_compact_nullable_string(c)
+    if t == "bytes":
+        return rd_bytes(c)
+    if t == "nullable_bytes":
+        return rd_nullable_bytes(c)
+    if t == "compact_bytes":
+        return rd_compact_bytes(c)
+    if t == "compact_nullable_bytes":
+        return rd_compact_nullable_bytes(c)
+    if t == "tagged_fields":
+        return rd_unknown_tags(c)
+    compact, nullable, elem = _pure.parse_array_type(t)
+    if elem == "string":
+        return rd_string_array(c, compact, nullable)
+    return rd_int_array(c, _pure.WIDTH[elem], compact, nullable, 0)
+
+
+def decode(str type_name, data, Py_ssize_t offset=0):
+    """Decode one primitive value at offset; returns (value, end offset)."""
+    _pure.check_type_name(type_name)
+    cdef Py_buffer view
+    cdef Cursor c
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        open_cursor(&c, view.buf, view.len, offset)
+        value = _read(type_name, &c)
+    finally:
+        PyBuffer_Release(&view)
+    return value, c.pos
