@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 
 from . import _pure, _schema
 from .error_codes import error_name
-from .errors import (DecodeError, UnsupportedVersionError, bad_length, tag_size_mismatch,
-                     trailing, truncated)
+from .errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
 
 __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_layout",
            "render", "add_parser", "run"]
@@ -106,7 +105,7 @@ def _min_size(f_type, struct, version, flexible, compact) -> int:
                     total += 1
                 else:
                     total += _min_size(f.type, f.struct, version, flexible, c)
-        return total
+        return max(total, 1)
     if f_type in _pure.WIDTH:
         return _pure.WIDTH[f_type]
     if f_type == "string":
@@ -250,10 +249,10 @@ class _Walker:
         node = _open(parent, name, f.type, self.pos, f.doc)
         present = True
         if nullable:
-            marker = self.leaf(node, "present", "int8", _pure.r_int8,
+            marker = self.leaf(node, "present", "int8", _pure.r_marker,
                                "null marker: -1 null, 1 present",
                                lambda v: f"{v} (null)" if v < 0 else f"{v} (present)")
-            present = marker.value >= 0       # as Kafka reads it: any negative is null
+            present = marker.value == 1
         if present:
             node.value = self.struct_body(node, f.struct, version, flexible,
                                           "number of tagged fields in this struct")
@@ -281,7 +280,8 @@ class _Walker:
             entry.name = f.name if f else "unknown"
             entry.value = tag
             entry.display = f"tag {tag}"
-            entry.description = f.doc if f else "a tag this version does not define; kept as raw bytes"
+            if f is None:   # a known field's own node below carries its description
+                entry.description = "a tag this version does not define; kept as raw bytes"
             self.leaf(entry, "tag", "uvarint", _pure.r_uvarint, "tag number")
             self.leaf(entry, "size", "uvarint", _pure.r_uvarint, "bytes in the tagged value")
             if f is None:
@@ -294,7 +294,7 @@ class _Walker:
                 values[f.py_name] = self.field(entry, f, version, flexible)
                 self.end = outer_end
                 if self.pos != payload + size:
-                    raise tag_size_mismatch(entry.offset, tag)
+                    raise tag_size_mismatch(payload, tag).with_prefix(f.py_name)
             entry.size = self.pos - entry.offset
         section.size = self.pos - start
 
@@ -344,11 +344,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
     frame = _open(root, "Frame", "", 0, "length-delimited framing")
     size = w.leaf(frame, "size", "int32", _pure.r_int32, "number of bytes that follow").value
     frame.size = w.pos
-    if size < 0:
-        raise bad_length(0, size)
     info["size"] = size
-    declared_end = SIZE_PREFIX + size
-    w.end = min(declared_end, len(w.data))
 
     if api_key is None:
         msg, version, hdr_name, hv = _request_plan(w)
@@ -373,7 +369,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
 
     if msg is None:
         key = info["header"]["request_api_key"]
-        raise DecodeError(f"unknown request API key {key}", 4, "header.request_api_key")
+        raise DecodeError(f"unknown API key {key}", 4, "header.request_api_key")
     if version not in msg.versions:
         raise DecodeError(f"{msg.name} has no version {version} (versions "
                           f"{_range_text(msg.versions)})", 6, "header.request_api_version")
@@ -384,12 +380,12 @@ def _frame(w: _Walker, root: Node, api_key, version):
     body.size = w.pos - body.offset
     root.size = w.pos
 
-    if w.pos < w.end:
-        raise trailing(w.pos, w.end - w.pos)
-    if declared_end > len(w.data):
-        raise truncated(len(w.data), declared_end - len(w.data), 0)
-    if len(w.data) > declared_end:
-        raise trailing(declared_end, len(w.data) - declared_end)
+    # The size is checked last, so that a wrong one still shows the whole message.
+    n = len(w.data)
+    if size != n - SIZE_PREFIX and w.pos != SIZE_PREFIX + size:
+        raise DecodeError(f"frame size {size} does not match the {n - 4} bytes that follow", 0)
+    if w.pos < n:
+        raise trailing(w.pos, n - w.pos)
 
 
 def _request_plan(w: _Walker):

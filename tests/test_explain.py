@@ -1,0 +1,551 @@
+"""`fastkwire explain`: the annotated tree, its text form, the examples and the CLI.
+
+The LeaveGroup v5 examples are checked against the seed page byte for byte and node
+for node; random messages are cross-checked against the generated pure codecs.
+"""
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastkwire._messages_python as codec
+from fastkwire import _schema
+from fastkwire.errors import DecodeError, UnsupportedVersionError
+from fastkwire.explain import (Node, configure, example, example_names, explain, hex_layout,
+                               render, render_tree, run, to_json)
+
+import strategies
+
+# The seed page's smallest LeaveGroup v5 request and response, size prefix included.
+SEED_REQUEST = bytes.fromhex("00000012" "000d0005" "00000000" "0000" "00" "01" "02" "010101" "00" "00")
+SEED_RESPONSE = bytes.fromhex("00000012" "00000000" "00" "00000000" "0000" "02" "0101" "0000" "00" "00")
+
+# (depth, name, type, value as shown, offset, size) of every node on the seed page.
+SEED_REQUEST_TREE = [
+    (0, "LeaveGroupRequest", "message v5", None, 0x00, 22),
+    (1, "Frame", "", None, 0x00, 4),
+    (2, "size", "int32", "18", 0x00, 4),
+    (1, "RequestHeader", "v2", None, 0x04, 11),
+    (2, "request_api_key", "int16", "13 (LeaveGroup)", 0x04, 2),
+    (2, "request_api_version", "int16", "5", 0x06, 2),
+    (2, "correlation_id", "int32", "0", 0x08, 4),
+    (2, "client_id", "string", '"" (int16 len=0)', 0x0C, 2),
+    (2, "tagged_fields", "uvarint", "0", 0x0E, 1),
+    (1, "LeaveGroupRequest", "struct", None, 0x0F, 7),
+    (2, "GroupId", "string", '"" (compact, len+1=1)', 0x0F, 1),
+    (2, "Members", "[]MemberIdentity", "1 element", 0x10, 5),
+    (3, "length", "uvarint", "2 (compact, n+1)", 0x10, 1),
+    (3, "MemberIdentity[0]", "MemberIdentity", "struct", 0x11, 4),
+    (4, "MemberId", "string", '"" (compact, len+1=1)', 0x11, 1),
+    (4, "GroupInstanceId", "string", '"" (compact, len+1=1)', 0x12, 1),
+    (4, "Reason", "string", '"" (compact, len+1=1)', 0x13, 1),
+    (4, "tagged_fields", "uvarint", "0", 0x14, 1),
+    (2, "tagged_fields", "uvarint", "0", 0x15, 1),
+]
+SEED_RESPONSE_TREE = [
+    (0, "LeaveGroupResponse", "message v5", None, 0x00, 22),
+    (1, "Frame", "", None, 0x00, 4),
+    (2, "size", "int32", "18", 0x00, 4),
+    (1, "ResponseHeader", "v1", None, 0x04, 5),
+    (2, "correlation_id", "int32", "0", 0x04, 4),
+    (2, "tagged_fields", "uvarint", "0", 0x08, 1),
+    (1, "LeaveGroupResponse", "struct", None, 0x09, 13),
+    (2, "ThrottleTimeMs", "int32", "0", 0x09, 4),
+    (2, "ErrorCode", "int16", "0 (NONE)", 0x0D, 2),
+    (2, "Members", "[]MemberResponse", "1 element", 0x0F, 6),
+    (3, "length", "uvarint", "2 (compact, n+1)", 0x0F, 1),
+    (3, "MemberResponse[0]", "MemberResponse", "struct", 0x10, 5),
+    (4, "MemberId", "string", '"" (compact, len+1=1)', 0x10, 1),
+    (4, "GroupInstanceId", "string", '"" (compact, len+1=1)', 0x11, 1),
+    (4, "ErrorCode", "int16", "0 (NONE)", 0x12, 2),
+    (4, "tagged_fields", "uvarint", "0", 0x14, 1),
+    (2, "tagged_fields", "uvarint", "0", 0x15, 1),
+]
+
+
+def flatten(node, depth=0):
+    yield depth, node
+    for child in node.children:
+        yield from flatten(child, depth + 1)
+
+
+def shape(root):
+    return [(d, n.name, n.type, n.display, n.offset, n.size) for d, n in flatten(root)]
+
+
+def leaves(root):
+    return [n for n in root.walk() if not n.children]
+
+
+def assert_tiles(root, length):
+    """Leaves cover bytes 0..length once each, in order; parents span their children."""
+    pos = 0
+    for leaf in leaves(root):
+        assert leaf.offset == pos, (leaf.name, leaf.offset, pos)
+        # Only an empty body (ApiVersionsRequest v0-2) spans no bytes.
+        assert leaf.size > 0 or leaf.type == "struct", leaf.name
+        pos += leaf.size
+    assert pos == length
+    for node in root.walk():
+        if node.children:
+            assert node.offset == node.children[0].offset, node.name
+            assert node.end == node.children[-1].end, node.name
+
+
+# ---------------------------------------------------------------- the seed examples
+
+def test_leave_group_v5_request_example_is_the_seed_frame():
+    frame, api_key, version = example("leave-group-v5")
+    assert frame == SEED_REQUEST
+    assert (api_key, version) == (None, None)      # a request names itself in its header
+    assert shape(explain(frame)) == SEED_REQUEST_TREE
+
+
+def test_leave_group_v5_response_example_is_the_seed_frame():
+    frame, api_key, version = example("leave-group-v5-response")
+    assert frame == SEED_RESPONSE
+    assert (api_key, version) == (13, 5)
+    assert shape(explain(frame, api_key, version)) == SEED_RESPONSE_TREE
+
+
+def test_seed_frames_decode_with_the_generated_codec():
+    header, msg = codec.decode_request(SEED_REQUEST)
+    assert (header.request_api_key, header.request_api_version) == (13, 5)
+    assert msg.to_dict() == explain(SEED_REQUEST).value["body"]
+    _, resp = codec.decode_response(SEED_RESPONSE, 13, 5)
+    assert resp.to_dict() == explain(SEED_RESPONSE, 13, 5).value["body"]
+
+
+def test_streams_group_heartbeat_example_is_the_smallest_full_instance():
+    frame, _, _ = example("streams-group-heartbeat-v0")
+    root = explain(frame)
+    assert_tiles(root, len(frame))
+    body = root.value["body"]
+    # Every array has one element and every nullable struct is present.
+    arrays = [n for n in root.walk() if n.type.startswith("[]")]
+    assert arrays and all(len(n.value) == 1 for n in arrays)
+    assert body["topology"] is not None and body["user_endpoint"] is not None
+    assert body["rebalance_timeout_ms"] == 0          # zero, not the schema default -1
+    _, msg = codec.decode_request(frame)
+    assert msg.to_dict() == body
+    markers = [n for n in root.walk() if n.name == "present"]
+    assert [(m.value, m.size) for m in markers] == [(1, 1), (1, 1)]
+
+
+def test_descriptions_come_from_the_schema_definitions():
+    root = explain(SEED_REQUEST)
+    schema = _schema.load("LeaveGroupRequest")
+    members = schema.root.fields[2]
+    by_name = {n.name: n for n in root.walk()}
+    assert by_name["GroupId"].description == schema.root.fields[0].doc
+    assert by_name["Members"].description == members.doc
+    assert by_name["Reason"].description == members.struct.fields[2].doc
+    header = _schema.load("RequestHeader").root
+    assert by_name["correlation_id"].description == header.fields[2].doc
+
+
+def test_every_example_name_builds_a_frame_that_explains_and_decodes():
+    names = example_names()
+    assert {"leave-group-v5", "leave-group-v5-response", "streams-group-heartbeat-v0"} <= set(names)
+    for name in names:
+        frame, api_key, version = example(name)
+        root = explain(frame, api_key, version)
+        assert_tiles(root, len(frame))
+        if api_key is None:
+            _, msg = codec.decode_request(frame)
+        else:
+            _, msg = codec.decode_response(frame, api_key, version)
+        assert msg.to_dict() == root.value["body"], name
+
+
+def test_unknown_example_is_rejected():
+    with pytest.raises(ValueError, match="unknown example"):
+        example("leave-group-v9")
+
+
+# ---------------------------------------------------------------- text output
+
+def test_tree_text_follows_the_seed_layout():
+    lines = render_tree(explain(SEED_REQUEST), doc_width=None).splitlines()
+    assert lines[0] == "LeaveGroupRequest message v5 [0x0000, 22B]"
+    assert lines[1] == "+-- Frame [0x0000, 4B] length-delimited framing"
+    assert lines[2].startswith("| +-- size int32 = 18 [0x0000, 4B] ")
+    assert lines[4] == "| +-- request_api_key int16 = 13 (LeaveGroup) [0x0004, 2B] Which API the request is for."
+    assert lines[7].startswith('| +-- client_id string = "" (int16 len=0) [0x000c, 2B] ')
+    assert lines[9].startswith("+-- LeaveGroupRequest struct [0x000f, 7B] ")
+    assert lines[12] == "  | +-- length uvarint = 2 (compact, n+1) [0x0010, 1B] 1 element follows"
+    assert lines[13] == "  | +-- MemberIdentity[0] MemberIdentity = struct [0x0011, 4B]"
+    assert lines[16].startswith('  |   +-- Reason string = "" (compact, len+1=1) [0x0013, 1B] ')
+    assert lines[18] == "  +-- tagged_fields uvarint = 0 [0x0015, 1B] number of tagged fields in this struct"
+    assert len(lines) == len(SEED_REQUEST_TREE)
+
+
+def test_long_descriptions_are_shortened_unless_asked():
+    root = explain(SEED_REQUEST)
+    client_id = next(n for n in root.walk() if n.name == "client_id")
+    assert len(client_id.description) > 80
+    short = render_tree(root).splitlines()[7]
+    assert short.endswith("...") and client_id.description not in short
+    assert client_id.description in render_tree(root, doc_width=None).splitlines()[7]
+
+
+def test_hex_layout_has_offsets_and_16_bytes_per_row():
+    lines = hex_layout(SEED_REQUEST).splitlines()
+    assert lines[0] == "byte layout (22 bytes, 16 bytes per row)"
+    assert lines[1].split() == list("0123456789ABCDEF")
+    assert lines[2].startswith("0000  00 00 00 12 00 0d 00 05 00 00 00 00 00 00 00 01  ")
+    assert lines[3].startswith("0010  02 01 01 01 00 00 ")
+    assert len(lines) == 4
+    # Printable bytes show in the text column.
+    assert hex_layout(b"\x00abc").splitlines()[2].endswith(".abc")
+    assert hex_layout(bytes(0x10001)).splitlines()[-1].startswith("10000  00")
+
+
+def test_render_has_title_layout_and_tree():
+    text = render(SEED_RESPONSE, explain(SEED_RESPONSE, 13, 5))
+    assert text.splitlines()[0] == "LeaveGroupResponse v5, response header v1, 22 bytes on the wire"
+    assert "byte layout (22 bytes, 16 bytes per row)" in text
+    assert "object tree\nLeaveGroupResponse message v5 [0x0000, 22B]" in text
+
+
+def test_json_is_the_decoded_message():
+    d = json.loads(to_json(explain(SEED_REQUEST)))
+    assert d["header"] == {"request_api_key": 13, "request_api_version": 5,
+                           "correlation_id": 0, "client_id": ""}
+    assert d["body"]["members"] == [{"member_id": "", "group_instance_id": "", "reason": ""}]
+    assert (d["message"], d["version"], d["header_version"], d["size"]) == ("LeaveGroupRequest", 5, 2, 18)
+
+
+# ---------------------------------------------------------------- decoding details
+
+def test_non_flexible_version_uses_int16_strings_and_int32_counts():
+    msg = codec.LeaveGroupRequest(group_id="g", members=[
+        codec.LeaveGroupRequest.MemberIdentity(member_id="m", group_instance_id=None)])
+    frame = codec.encode_request(msg, 3, 99, None)
+    root = explain(frame)
+    assert_tiles(root, len(frame))
+    nodes = {n.name: n for n in root.walk()}
+    assert nodes["RequestHeader"].type == "v1"
+    assert "tagged_fields" not in nodes
+    assert nodes["client_id"].display == "null (int16 len=-1)"
+    assert nodes["GroupId"].display == '"g" (int16 len=1)'
+    assert (nodes["length"].type, nodes["length"].display, nodes["length"].size) == ("int32", "1", 4)
+    assert nodes["GroupInstanceId"].display == "null (int16 len=-1)"
+    assert nodes["correlation_id"].value == 99
+
+
+def test_null_struct_and_null_arrays():
+    msg = codec.StreamsGroupHeartbeatRequest(group_id="g", member_id="m")
+    frame = codec.encode_request(msg, 0, 1)
+    root = explain(frame)
+    assert_tiles(root, len(frame))
+    nodes = {n.name: n for n in root.walk()}
+    topology = nodes["Topology"]
+    assert (topology.display, topology.value, topology.size) == ("null", None, 1)
+    assert [(c.name, c.value, c.display) for c in topology.children] == [("present", -1, "-1 (null)")]
+    tasks = nodes["ActiveTasks"]
+    assert (tasks.display, tasks.value) == ("null", None)
+    assert [(c.name, c.display) for c in tasks.children] == [("length", "0 (compact, null)")]
+    assert nodes["RebalanceTimeoutMs"].value == -1
+    assert nodes["InstanceId"].display == "null (compact, len+1=0)"
+
+
+def api_versions_v3(**tagged):
+    msg = codec.ApiVersionsResponse(api_keys=[
+        codec.ApiVersionsResponse.ApiVersion(api_key=13, min_version=0, max_version=5)], **tagged)
+    return codec.encode_response(msg, 3, 9)
+
+
+def test_known_tagged_fields_are_decoded_by_tag():
+    frame = api_versions_v3(finalized_features_epoch=7, supported_features=[
+        codec.ApiVersionsResponse.SupportedFeatureKey(name="kraft", min_version=0, max_version=1)])
+    root = explain(frame, 18, 3)
+    assert_tiles(root, len(frame))
+    assert root.value["header_version"] == 0       # ApiVersions answers with header v0
+    body = root.children[-1]
+    section = body.children[-1]
+    assert (section.name, section.value) == ("tagged_fields", 2)
+    assert [c.name for c in section.children] == ["count", "SupportedFeatures", "FinalizedFeaturesEpoch"]
+    epoch = section.children[2]
+    assert [c.name for c in epoch.children] == ["tag", "size", "FinalizedFeaturesEpoch"]
+    assert (epoch.display, epoch.children[1].value) == ("tag 1", 8)
+    assert (epoch.children[2].type, epoch.children[2].value) == ("int64", 7)
+    assert root.value["body"]["supported_features"] == [
+        {"name": "kraft", "min_version": 0, "max_version": 1}]
+    assert root.value["body"]["zk_migration_ready"] is False      # absent: its default
+    assert next(n for n in root.walk() if n.name == "ApiKey").display == "13 (LeaveGroup)"
+
+
+def test_unknown_tagged_fields_are_shown_as_raw_bytes():
+    base = api_versions_v3()
+    assert base[-1] == 0                          # empty tagged-field section at the end
+    body = base[4:-1] + bytes([1, 9, 3]) + b"\xaa\xbb\xcc"
+    frame = len(body).to_bytes(4, "big") + body
+    root = explain(frame, 18, 3)
+    assert_tiles(root, len(frame))
+    entry = root.children[-1].children[-1].children[1]
+    assert (entry.name, entry.display) == ("unknown", "tag 9")
+    assert [(c.name, c.display) for c in entry.children] == [
+        ("tag", "9"), ("size", "3"), ("data", "aabbcc")]
+    assert root.value["body"]["unknown_tagged_fields"] == {9: b"\xaa\xbb\xcc"}
+    assert json.loads(to_json(root))["body"]["unknown_tagged_fields"] == {"9": "aabbcc"}
+    _, msg = codec.decode_response(frame, 18, 3)
+    assert msg.unknown_tagged_fields == {9: b"\xaa\xbb\xcc"}
+
+
+# ---------------------------------------------------------------- malformed frames
+
+def leave_group_with_reason():
+    msg = codec.LeaveGroupRequest(group_id="g", members=[codec.LeaveGroupRequest.MemberIdentity(
+        member_id="m", group_instance_id="inst", reason="bye")])
+    frame = codec.encode_request(msg, 5, 1, "c")
+    reason = next(n for n in explain(frame).walk() if n.name == "Reason")
+    return frame, reason.offset
+
+
+def test_truncated_frame_gives_the_partial_tree_and_the_failing_field():
+    full, at = leave_group_with_reason()
+    frame = full[:at + 2]            # the length byte and one of the three of "bye"
+    with pytest.raises(DecodeError) as info:
+        explain(frame)
+    err = info.value
+    assert (err.offset, err.path) == (at, "members[0].reason")
+    assert err.reason == "truncated: needs 4 bytes, 2 left"
+    tree = err.partial_tree
+    assert isinstance(tree, Node)
+    failed = [n for n in tree.walk() if n.error is not None]
+    assert [(n.name, n.offset, n.size) for n in failed] == [("Reason", at, 0)]
+    # Everything before the failing field is complete, with its values.
+    names = [n.name for n in tree.walk()]
+    assert names[-3:] == ["MemberId", "GroupInstanceId", "Reason"]
+    assert next(n for n in tree.walk() if n.name == "GroupInstanceId").value == "inst"
+    # Nodes still open when it failed end where it failed.
+    assert next(n for n in tree.walk() if n.name == "Members").end == at
+    assert tree.value["message"] == "LeaveGroupRequest"
+
+
+@pytest.mark.parametrize("name", ["leave-group-v5", "leave-group-v3", "streams-group-heartbeat-v0",
+                                  "api-versions-v3-response", "find-coordinator-v0-response"])
+def test_errors_match_the_generated_codec_at_every_truncation(name):
+    frame, api_key, version = example(name)
+    for cut in range(8, len(frame)):
+        short = (cut - 4).to_bytes(4, "big") + frame[4:cut]
+        with pytest.raises(DecodeError) as mine:
+            explain(short, api_key, version)
+        with pytest.raises(DecodeError) as theirs:
+            if api_key is None:
+                codec.decode_request(short)
+            else:
+                codec.decode_response(short, api_key, version)
+        assert (mine.value.offset, mine.value.reason) == (theirs.value.offset, theirs.value.reason)
+        if mine.value.offset >= explain(frame, api_key, version).children[2].offset:
+            assert mine.value.path == theirs.value.path      # body paths agree too
+        tree = mine.value.partial_tree
+        assert all(n.size is not None for n in tree.walk())
+
+
+def test_wrong_size_prefix_still_shows_the_whole_message():
+    frame = (17).to_bytes(4, "big") + SEED_REQUEST[4:]
+    with pytest.raises(DecodeError) as info:
+        explain(frame)
+    assert info.value.offset == 0
+    assert info.value.reason == "frame size 17 does not match the 18 bytes that follow"
+    expected = [(2, "size", "int32", "17", 0, 4) if row[1] == "size" else row
+                for row in SEED_REQUEST_TREE]
+    assert shape(info.value.partial_tree) == expected
+
+
+def test_trailing_bytes_after_the_message():
+    body = SEED_REQUEST[4:] + b"\x00"
+    with pytest.raises(DecodeError) as info:
+        explain(len(body).to_bytes(4, "big") + body)
+    assert (info.value.offset, info.value.reason) == (22, "1 trailing bytes after the message")
+    # A complete frame followed by other bytes: the same reason at the frame's end.
+    with pytest.raises(DecodeError) as info:
+        explain(SEED_REQUEST + b"\x00\x00")
+    assert (info.value.offset, info.value.reason) == (22, "2 trailing bytes after the message")
+
+
+def test_tagged_value_must_fill_its_size():
+    base = api_versions_v3()
+    # Tag 1 (an int64) declared 9 bytes long: one byte too many.
+    body = base[4:-1] + bytes([1, 1, 9]) + bytes(9)
+    frame = len(body).to_bytes(4, "big") + body
+    with pytest.raises(DecodeError) as info:
+        explain(frame, 18, 3)
+    payload = len(frame) - 9
+    assert (info.value.offset, info.value.path) == (payload, "finalized_features_epoch")
+    assert info.value.reason == "tagged field 1 does not fill its declared size"
+    with pytest.raises(DecodeError) as theirs:
+        codec.decode_response(frame, 18, 3)
+    assert (theirs.value.offset, theirs.value.reason) == (payload, info.value.reason)
+
+
+def test_unknown_api_key_and_version_are_decode_errors_after_the_header():
+    frame = bytearray(SEED_REQUEST)
+    frame[4:6] = (999).to_bytes(2, "big")
+    with pytest.raises(DecodeError) as info:
+        explain(bytes(frame))
+    assert (info.value.offset, info.value.reason) == (4, "unknown API key 999")
+    header = info.value.partial_tree.children[1]
+    assert header.value["request_api_key"] == 999 and header.type == "v1"
+    frame[4:8] = bytes.fromhex("000d0009")
+    with pytest.raises(DecodeError) as info:
+        explain(bytes(frame))
+    assert info.value.offset == 6
+    assert info.value.reason == "LeaveGroupRequest has no version 9 (versions 0-5)"
+
+
+def test_bad_null_marker():
+    frame, _, _ = example("streams-group-heartbeat-v0")
+    root = explain(frame)
+    marker = next(n for n in root.walk() if n.name == "present")
+    bad = bytearray(frame)
+    bad[marker.offset] = 2
+    with pytest.raises(DecodeError) as info:
+        explain(bytes(bad))
+    assert (info.value.offset, info.value.path) == (marker.offset, "topology")
+    failed = [n for n in info.value.partial_tree.walk() if n.error is not None]
+    assert [n.name for n in failed] == ["present"]
+
+
+def test_response_arguments_are_checked():
+    with pytest.raises(ValueError, match="both"):
+        explain(SEED_RESPONSE, api_key=13)
+    with pytest.raises(ValueError, match="no response schema"):
+        explain(SEED_RESPONSE, 999, 0)
+    with pytest.raises(UnsupportedVersionError):
+        explain(SEED_RESPONSE, 13, 6)
+
+
+def test_too_short_for_a_size_prefix():
+    with pytest.raises(DecodeError) as info:
+        explain(b"\x00\x00")
+    assert (info.value.offset, info.value.reason) == (0, "truncated: needs 4 bytes, 2 left")
+    assert [n.name for n in info.value.partial_tree.walk()] == ["frame", "Frame", "size"]
+
+
+# ---------------------------------------------------------------- against the codec, at random
+
+MESSAGES = [(m.name, v) for m in _schema.all_messages() if m.kind != "header"
+            for v in range(m.versions.low, m.versions.high + 1)]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(MESSAGES).flatmap(
+    lambda mv: st.tuples(st.just(mv), strategies.message_dicts(*mv))), st.integers(-2**31, 2**31 - 1))
+def test_random_messages_agree_with_the_generated_codec(case, correlation_id):
+    (name, version), d = case
+    cls = getattr(codec, name)
+    msg = cls.from_dict(d)
+    if name.endswith("Request"):
+        frame = codec.encode_request(msg, version, correlation_id, "client")
+        root = explain(frame)
+        assert root.value["header"]["client_id"] == "client"
+    else:
+        frame = codec.encode_response(msg, version, correlation_id)
+        root = explain(frame, cls.API_KEY, version)
+    assert_tiles(root, len(frame))
+    assert root.value["header"]["correlation_id"] == correlation_id
+    assert root.value["body"] == msg.to_dict()
+    json.loads(to_json(root))
+
+
+# ---------------------------------------------------------------- command line
+
+def cli(*argv, stdin=b""):
+    args = configure(argparse.ArgumentParser()).parse_args(argv)
+    out, err = io.StringIO(), io.StringIO()
+    fake_in = io.TextIOWrapper(io.BytesIO(stdin))
+    code = run(args, stdout=out, stderr=err, stdin=fake_in)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_hex_argument_prints_layout_and_tree():
+    code, out, err = cli(SEED_REQUEST.hex())
+    assert (code, err) == (0, "")
+    assert out.startswith("LeaveGroupRequest v5, request header v2, 22 bytes on the wire\n")
+    assert "0010  02 01 01 01 00 00" in out
+    assert out.rstrip().endswith(
+        "+-- tagged_fields uvarint = 0 [0x0015, 1B] number of tagged fields in this struct")
+
+
+def test_cli_hex_may_be_split_and_spaced():
+    spaced = " ".join(f"{b:02x}" for b in SEED_REQUEST)
+    assert cli(*spaced.split())[1] == cli(SEED_REQUEST.hex())[1]
+
+
+def test_cli_reads_hex_or_binary_from_a_file_and_stdin(tmp_path):
+    expected = cli(SEED_REQUEST.hex())[1]
+    (tmp_path / "f.bin").write_bytes(SEED_REQUEST)
+    (tmp_path / "f.hex").write_text("0x" + SEED_REQUEST.hex()[:20] + "\n" + SEED_REQUEST.hex()[20:] + "\n")
+    assert cli("--file", str(tmp_path / "f.bin")) == (0, expected, "")
+    assert cli("--file", str(tmp_path / "f.hex")) == (0, expected, "")
+    assert cli(stdin=SEED_REQUEST) == (0, expected, "")
+    assert cli("-f", "-", stdin=SEED_REQUEST.hex().encode()) == (0, expected, "")
+
+
+def test_cli_response_needs_api_and_version():
+    code, out, err = cli("--api", "LeaveGroup", "--version", "5", SEED_RESPONSE.hex())
+    assert code == 0 and "LeaveGroupResponse message v5 [0x0000, 22B]" in out
+    assert cli("--api", "leave-group", "--version", "5", SEED_RESPONSE.hex())[1] == out
+    assert cli("--api", "13", "--version", "5", SEED_RESPONSE.hex())[1] == out
+    code, out, err = cli("--api", "13", SEED_RESPONSE.hex())
+    assert code == 2 and out == "" and "--api and --version" in err
+    with pytest.raises(SystemExit):
+        cli("--api", "NoSuchApi", "--version", "1", SEED_RESPONSE.hex())
+
+
+def test_cli_json():
+    code, out, _ = cli("--json", "--api", "13", "--version", "5", SEED_RESPONSE.hex())
+    assert code == 0
+    d = json.loads(out)
+    assert d["body"]["members"] == [{"member_id": "", "group_instance_id": "", "error_code": 0}]
+
+
+def test_cli_examples_match_the_seed_offsets():
+    code, out, _ = cli("--example", "leave-group-v5")
+    assert code == 0 and out == cli(SEED_REQUEST.hex())[1]
+    code, out, _ = cli("--example", "leave-group-v5-response")
+    assert code == 0
+    assert out == cli("--api", "13", "--version", "5", SEED_RESPONSE.hex())[1]
+    code, out, _ = cli("--example", "streams-group-heartbeat-v0")
+    assert code == 0 and "Topology Topology = struct" in out
+    code, _, err = cli("--example", "nope")
+    assert code == 2 and "unknown example" in err
+
+
+def test_cli_malformed_frame_prints_partial_tree_then_error():
+    full, at = leave_group_with_reason()
+    code, out, err = cli(full[:at + 2].hex())
+    assert code == 1
+    last = out.rstrip().splitlines()[-1]
+    # Open nodes are their parents' last children, hence no "|" on the way down.
+    assert last.startswith(f"      +-- Reason string = !! truncated: needs 4 bytes, 2 left [0x{at:04x}, 0B]")
+    assert err == f"DecodeError: members[0].reason: truncated: needs 4 bytes, 2 left at offset {at}\n"
+
+
+def test_cli_bad_input():
+    code, _, err = cli("zz")
+    assert code == 1 and "DecodeError" in err      # not hex: read as raw bytes, too short
+    code, _, err = cli("--file", "/nonexistent/frame.bin")
+    assert code == 2 and "fastkwire explain:" in err
+
+
+def test_python_dash_m_runs_the_cli():
+    src = Path(__import__("fastkwire._schema").__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-m", "fastkwire.explain", "--example", "leave-group-v5"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "MemberIdentity[0] MemberIdentity = struct [0x0011, 4B]" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "fastkwire.explain", "00000001"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 1 and "DecodeError" in bad.stderr
