@@ -533,8 +533,10 @@ def test_cli_malformed_frame_prints_partial_tree_then_error():
 
 
 def test_cli_bad_input():
-    code, _, err = cli("zz")
-    assert code == 1 and "DecodeError" in err      # not hex: read as raw bytes, too short
+    code, out, err = cli("zz")
+    assert (code, out) == (2, "") and "not hex" in err
+    code, out, err = cli("000")                     # an odd number of digits
+    assert (code, out) == (2, "") and "not hex" in err
     code, _, err = cli("--file", "/nonexistent/frame.bin")
     assert code == 2 and "fastkwire explain:" in err
 

@@ -21,13 +21,14 @@ import re
 import sys
 import uuid
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from . import _pure, _schema
 from .error_codes import error_name
 from .errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
 
 __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_layout",
-           "render", "add_parser", "run"]
+           "render", "to_json", "add_parser", "run"]
 
 SIZE_PREFIX = 4
 API_VERSIONS_KEY = 18     # its responses always use response header v0
@@ -62,13 +63,26 @@ class Node:
 
 # ---------------------------------------------------------------- schema lookups
 
+# Loaded on first use: `import fastkwire` imports this module and must stay quick.
+@lru_cache(maxsize=None)
 def _by_kind(kind):
     return {m.api_key: m for m in _schema.all_messages() if m.kind == kind}
 
 
-REQUESTS = _by_kind("request")
-RESPONSES = _by_kind("response")
-API_NAMES = {key: m.name[: -len("Request")] for key, m in REQUESTS.items()}
+def _requests():
+    """api_key -> request Message."""
+    return _by_kind("request")
+
+
+def _responses():
+    """api_key -> response Message."""
+    return _by_kind("response")
+
+
+@lru_cache(maxsize=None)
+def _api_names():
+    """api_key -> API name (13 -> "LeaveGroup")."""
+    return {key: m.name[: -len("Request")] for key, m in _requests().items()}
 
 
 def _range_text(vs) -> str:
@@ -81,7 +95,7 @@ def _range_text(vs) -> str:
 
 def header_versions(api_key: int, version: int) -> tuple[int, int]:
     """(request header version, response header version) for an API version."""
-    req = REQUESTS.get(api_key)
+    req = _requests().get(api_key)
     flexible = req is not None and req.is_flexible(version)
     resp = 0 if api_key == API_VERSIONS_KEY else int(flexible)
     return (2 if flexible else 1), resp
@@ -93,7 +107,8 @@ def _is_compact(f, flexible, version) -> bool:
 
 
 def _min_size(f_type, struct, version, flexible, compact) -> int:
-    """Fewest bytes one element can take: the 'count fits in the bytes left' check."""
+    """Fewest bytes one element can take, for the 'count fits in the bytes left' check
+    (the same bound as the generated codecs, so both reject a count at the same offset)."""
     if struct is not None:
         total = 1 if flexible else 0
         for f in struct.fields:
@@ -140,8 +155,8 @@ def _show_bytes(value, compact) -> str:
 
 
 def _show_number(name, type_, value) -> str:
-    if type_ == "int16" and name in ("RequestApiKey", "ApiKey") and value in API_NAMES:
-        return f"{value} ({API_NAMES[value]})"
+    if type_ == "int16" and name in ("RequestApiKey", "ApiKey") and value in _api_names():
+        return f"{value} ({_api_names()[value]})"
     if type_ == "int16" and name == "ErrorCode":
         return f"{value} ({error_name(value)})"
     if type_ == "bool":
@@ -322,7 +337,7 @@ def explain(frame, api_key: int | None = None, version: int | None = None) -> No
     if (api_key is None) != (version is None):
         raise ValueError("a response needs both api_key and version")
     if api_key is not None:
-        msg = RESPONSES.get(api_key)
+        msg = _responses().get(api_key)
         if msg is None:
             raise ValueError(f"no response schema for API key {api_key}")
         if version not in msg.versions:
@@ -349,7 +364,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
     if api_key is None:
         msg, version, hdr_name, hv = _request_plan(w)
     else:
-        msg, hdr_name, hv = RESPONSES[api_key], "ResponseHeader", header_versions(api_key, version)[1]
+        msg, hdr_name, hv = _responses()[api_key], "ResponseHeader", header_versions(api_key, version)[1]
     if msg is not None:
         root.name, root.type = msg.name, f"message v{version}"
         info.update(message=msg.name, version=version)
@@ -396,7 +411,7 @@ def _request_plan(w: _Walker):
     except DecodeError:
         # Too short to tell: read it as header v1 and let that fail where it runs out.
         return None, None, "RequestHeader", 1
-    msg = REQUESTS.get(key)
+    msg = _requests().get(key)
     flexible = msg is not None and msg.is_flexible(version)
     return msg, version, "RequestHeader", 2 if flexible else 1
 
@@ -410,10 +425,10 @@ def _kebab(name: str) -> str:
 def example_names() -> list[str]:
     """`leave-group-v5`, `leave-group-v5-response`, ... for every schema version."""
     names = []
-    for msgs, suffix in ((REQUESTS, ""), (RESPONSES, "-response")):
+    for msgs, suffix in ((_requests(), ""), (_responses(), "-response")):
         for key in sorted(msgs):
             m = msgs[key]
-            api = _kebab(API_NAMES.get(key) or m.name[: -len("Response")])
+            api = _kebab(_api_names().get(key) or m.name[: -len("Response")])
             names += [f"{api}-v{v}{suffix}" for v in range(m.versions.low, m.versions.high + 1)]
     return names
 
@@ -460,14 +475,14 @@ def example(name: str) -> tuple[bytes, int | None, int | None]:
         raise ValueError(f"unknown example {name!r}; try leave-group-v5, "
                          "leave-group-v5-response or streams-group-heartbeat-v0")
     version, is_response = int(m.group(2)), bool(m.group(3))
-    key = next(k for k, n in API_NAMES.items() if _kebab(n) == m.group(1))
+    key = next(k for k, n in _api_names().items() if _kebab(n) == m.group(1))
     req_hv, resp_hv = header_versions(key, version)
     out = bytearray()
     if is_response:
-        msg, header = RESPONSES[key], _schema.load("ResponseHeader")
+        msg, header = _responses()[key], _schema.load("ResponseHeader")
         _write_smallest(out, header.root, resp_hv, header.is_flexible(resp_hv))
     else:
-        msg, header = REQUESTS[key], _schema.load("RequestHeader")
+        msg, header = _requests()[key], _schema.load("RequestHeader")
         _write_smallest(out, header.root, req_hv, header.is_flexible(req_hv),
                         {"RequestApiKey": key, "RequestApiVersion": version})
     _write_smallest(out, msg.root, version, msg.is_flexible(version))
@@ -558,23 +573,28 @@ def _api_key(text: str) -> int:
     if text.isdigit():
         return int(text)
     wanted = re.sub(r"[-_ ]", "", text).lower()
-    for key, name in API_NAMES.items():
+    for key, name in _api_names().items():
         if name.lower() == wanted:
             return key
     raise argparse.ArgumentTypeError(
-        f"unknown API {text!r} (known: {', '.join(sorted(API_NAMES.values()))})")
+        f"unknown API {text!r} (known: {', '.join(sorted(_api_names().values()))})")
 
 
-def _parse_input(raw: bytes) -> bytes:
-    """Hex text (whitespace, colons and 0x allowed) if it looks like it, else raw bytes."""
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError:
-        return raw
+def _from_hex(text: str) -> bytes | None:
+    """Hex text (whitespace, colons and 0x prefixes allowed) as bytes, else None."""
     cleaned = re.sub(r"0x|[\s:]", "", text)
     if cleaned and re.fullmatch(r"[0-9a-fA-F]+", cleaned) and len(cleaned) % 2 == 0:
         return bytes.fromhex(cleaned)
-    return raw
+    return None
+
+
+def _parse_input(raw: bytes) -> bytes:
+    """A file's or stdin's content: hex text if it reads as such, else the raw bytes."""
+    try:
+        parsed = _from_hex(raw.decode("ascii"))
+    except UnicodeDecodeError:
+        return raw
+    return raw if parsed is None else parsed
 
 
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -605,7 +625,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _read_frame(args, stdin) -> bytes:
     if args.hex:
-        return _parse_input(" ".join(args.hex).encode("ascii", "replace"))
+        frame = _from_hex(" ".join(args.hex))
+        if frame is None:
+            raise ValueError("the frame on the command line is not hex (use --file for binary)")
+        return frame
     if args.file and args.file != "-":
         with open(args.file, "rb") as fh:
             return _parse_input(fh.read())
