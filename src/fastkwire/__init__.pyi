@@ -1,0 +1,10 @@
+"""Types of fastkwire's public API (both implementations share it)."""
+from typing import Literal
+
+from ._messages_python import *
+from .errors import DecodeError as DecodeError
+from .errors import EncodeError as EncodeError
+from .errors import UnsupportedVersionError as UnsupportedVersionError
+
+implementation: Literal["cython", "python"]
+__version__: str

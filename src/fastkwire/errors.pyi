@@ -1,0 +1,18 @@
+"""Types of the exceptions raised by the codecs."""
+
+__all__ = ["DecodeError", "EncodeError", "UnsupportedVersionError"]
+
+class DecodeError(ValueError):
+    reason: str
+    offset: int
+    path: str
+    def __init__(self, reason: str, offset: int, path: str = ...) -> None: ...
+    def with_prefix(self, prefix: str) -> DecodeError: ...
+
+class EncodeError(ValueError):
+    reason: str
+    path: str
+    def __init__(self, reason: str, path: str = ...) -> None: ...
+    def with_prefix(self, prefix: str) -> EncodeError: ...
+
+class UnsupportedVersionError(ValueError): ...
