@@ -4,6 +4,7 @@ The build-and-install tests take minutes and reach PyPI for setuptools, so they 
 when asked: FASTKWIRE_SLOW_TESTS=1 or `pytest --run-slow`. They need `build`,
 `auditwheel<6.8.1` and patchelf (see tools/build_wheel.sh).
 """
+import json
 import os
 import subprocess
 import sys
@@ -160,9 +161,24 @@ def test_cibuildwheel_builds_cpython_310_to_314_on_every_target():
         assert got == {f"cp3{minor}-{t}" for minor in range(10, 15) for t in targets}, platform
 
 
-def test_cibuildwheel_tests_the_installed_compiled_wheel():
+def cibuildwheel_config():
     tomllib = pytest.importorskip("tomllib")
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["cibuildwheel"]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["cibuildwheel"]
+
+
+def test_cibuildwheel_config_matches_its_schema():
+    cibuildwheel = pytest.importorskip("cibuildwheel", reason="cibuildwheel is not installed")
+    jsonschema = pytest.importorskip("jsonschema")
+    schema_file = Path(cibuildwheel.__file__).parent / "resources" / "cibuildwheel.schema.json"
+    schema = json.loads(schema_file.read_text())
+    jsonschema.validate(cibuildwheel_config(), schema)
+    # A misspelt option must not slip through.
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**cibuildwheel_config(), "test-comand": "pytest"}, schema)
+
+
+def test_cibuildwheel_tests_the_installed_compiled_wheel():
+    config = cibuildwheel_config()
     commands = config["test-command"]
     assert any("fastkwire.implementation != 'cython'" in c for c in commands)
     assert any("pytest {project}/tests" in c for c in commands)
