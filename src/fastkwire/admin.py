@@ -572,7 +572,8 @@ def _backoff(deadline, delay, code, doing):
     if deadline.remaining() <= delay:
         hint = " (the group may be being deleted or moved)" if code == 15 else ""
         raise AdminTimeoutError(
-            f"gave up {doing} after {deadline.seconds:g} s: the broker kept answering {error.name}{hint}", error)
+            f"gave up {doing}: the broker still answers {error.name}{hint}, and the "
+            f"{deadline.seconds:g} s timeout would pass before the next try", error)
     time.sleep(delay)
     return min(delay * 2, BACKOFF_MAX)
 

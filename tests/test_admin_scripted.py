@@ -1,0 +1,762 @@
+"""The admin client and CLI against scripted brokers: small socket servers on 127.0.0.1 that
+speak the protocol with our own codecs, play Apache Kafka's KIP-345 behaviour and inject
+faults (moving coordinators, loading coordinators, dropped, reset, slow and silent
+connections, brokers too old for LeaveGroup v3)."""
+import asyncio
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import fastkwire
+from fastkwire import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    decode_request,
+    encode_response,
+)
+from fastkwire import admin, cli, error_codes
+from fastkwire.admin import (
+    AdminClient,
+    AdminTimeoutError,
+    AsyncAdminClient,
+    BrokerConnectionError,
+    BrokerError,
+    BrokerTooOldError,
+    FencedInstanceError,
+    GroupAuthorizationError,
+    GroupNotFoundError,
+    GroupStateError,
+    MemberRemovalError,
+    ResponseError,
+    UnknownInstanceError,
+)
+
+API_VERSIONS, FIND_COORDINATOR, LEAVE_GROUP = 18, 10, 13
+NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 15, 14
+UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID = 25, 82
+
+# What a current Apache Kafka broker advertises for the three APIs.
+MODERN = {API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 5)}
+
+# The directory holding the fastkwire this test run imports, for CLI subprocesses.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastkwire.__file__)))
+
+
+# ---------------------------------------------------------------- scripted broker
+
+
+class Drop:
+    """Send the first half of the answer, then close the connection."""
+
+    def __init__(self, response):
+        self.response = response
+
+
+class Delay:
+    """Answer after `seconds`."""
+
+    def __init__(self, seconds, response):
+        self.seconds, self.response = seconds, response
+
+
+RESET = "reset"  # close with an RST instead of an answer
+CLOSE = "close"  # close without answering
+SILENT = "silent"  # read the request, never answer
+GARBAGE = "garbage"  # a well-sized frame that no codec can read
+WRONG_CORRELATION = "wrong-correlation"
+
+
+class ScriptedBroker:
+    """A broker on 127.0.0.1 whose answers come from `script`.
+
+    `script[api_key]` is a list of steps used in order (the last one repeats); a step is a
+    function (request, version) -> response message, or one of the fault markers above
+    (Drop and Delay wrap a function). ApiVersions is answered from `versions` unless the
+    script says otherwise; a version above the broker's ApiVersions range gets Kafka's v0
+    UNSUPPORTED_VERSION answer. Every request is recorded in `requests`.
+    """
+
+    def __init__(self, versions=None, script=None, node_id=1):
+        self.versions = dict(MODERN if versions is None else versions)
+        self.script = {k: list(v) for k, v in (script or {}).items()}
+        self.node_id = node_id
+        self.requests = []  # (api_key, version, request message)
+        self.errors = []  # exceptions raised inside the server threads
+        self._stop = threading.Event()
+        self._threads = []
+        self._lock = threading.Lock()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.listener.settimeout(0.05)
+        self.port = self.listener.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        self._spawn(self._accept_loop)
+
+    def _spawn(self, target, *args):
+        t = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _accept_loop(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            self._spawn(self._serve, conn)
+
+    def _recv_exact(self, conn, n):
+        data = b""
+        while len(data) < n and not self._stop.is_set():
+            try:
+                chunk = conn.recv(n - len(data))
+            except socket.timeout:
+                continue
+            if not chunk:
+                return None
+            data += chunk
+        return data if len(data) == n else None
+
+    def _serve(self, conn):
+        conn.settimeout(0.05)
+        try:
+            while not self._stop.is_set():
+                size = self._recv_exact(conn, 4)
+                if size is None:
+                    return
+                body = self._recv_exact(conn, struct.unpack(">i", size)[0])
+                if body is None:
+                    return
+                header, request = decode_request(size + body)
+                key, version = header.request_api_key, header.request_api_version
+                with self._lock:
+                    self.requests.append((key, version, request))
+                if not self._answer(conn, header, key, version, request):
+                    return
+        except Exception as exc:  # noqa: BLE001 - reported by the fixture
+            self.errors.append(exc)
+        finally:
+            conn.close()
+
+    def _next_step(self, key, request, version):
+        steps = self.script.get(key)
+        if steps:
+            return steps.pop(0) if len(steps) > 1 else steps[0]
+        if key == API_VERSIONS:
+            return self._api_versions
+        raise AssertionError(f"the script has no answer for API {key} v{version}")
+
+    def _api_versions(self, request, version):
+        return ApiVersionsResponse(api_keys=[
+            ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, (lo, hi) in sorted(self.versions.items())])
+
+    def _answer(self, conn, header, key, version, request):
+        """Send the scripted answer; False when the connection is to end."""
+        correlation_id = header.correlation_id
+        if key == API_VERSIONS and version > self.versions.get(API_VERSIONS, (0, 0))[1]:
+            # Kafka answers an ApiVersions version it lacks in v0, with its own range.
+            response = self._api_versions(request, 0)
+            response.error_code = 35
+            conn.sendall(encode_response(response, 0, correlation_id))
+            return True
+        step = self._next_step(key, request, version)
+        if step == SILENT:
+            while not self._stop.wait(0.05):
+                pass
+            return False
+        if step == CLOSE:
+            return False
+        if step == RESET:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return False
+        if step == GARBAGE:
+            conn.sendall(struct.pack(">ii", 7, correlation_id) + b"\xff\xff\xff")
+            return True
+        if step == WRONG_CORRELATION:
+            response = self._next_step(key, request, version)(request, version)
+            conn.sendall(encode_response(response, version, correlation_id + 1000))
+            return True
+        if isinstance(step, Drop):
+            frame = encode_response(step.response(request, version), version, correlation_id)
+            conn.sendall(frame[: len(frame) // 2])
+            return False
+        if isinstance(step, Delay):
+            if self._stop.wait(step.seconds):
+                return False
+            step = step.response
+        conn.sendall(encode_response(step(request, version), version, correlation_id))
+        return True
+
+    def seen(self, key):
+        """(version, request) of every request with this API key, in order."""
+        with self._lock:
+            return [(v, r) for k, v, r in self.requests if k == key]
+
+    def close(self):
+        self._stop.set()
+        self.listener.close()
+        for t in self._threads:
+            t.join(2)
+
+
+@pytest.fixture
+def scripted():
+    """Factory for scripted brokers; stops them and checks that they ran cleanly."""
+    brokers = []
+
+    def make(**kwargs):
+        broker = ScriptedBroker(**kwargs)
+        brokers.append(broker)
+        return broker
+
+    yield make
+    for b in brokers:
+        b.close()
+    for b in brokers:
+        assert not b.errors, f"scripted broker {b.address} failed: {b.errors!r}"
+
+
+# ---------------------------------------------------------------- answers
+
+
+def coordinator_at(broker_or_port, error=0, node_id=1):
+    """A FindCoordinator step naming 127.0.0.1:port, in the form the version needs."""
+
+    def step(request, version):
+        port = broker_or_port if isinstance(broker_or_port, int) else broker_or_port.port
+        if version >= 4:
+            return FindCoordinatorResponse(coordinators=[
+                FindCoordinatorResponse.Coordinator(key=k, node_id=node_id, host="127.0.0.1", port=port,
+                                                    error_code=error)
+                for k in request.coordinator_keys])
+        return FindCoordinatorResponse(error_code=error, node_id=node_id, host="127.0.0.1", port=port)
+
+    return step
+
+
+def find_error(error):
+    return coordinator_at(0, error=error, node_id=-1)
+
+
+class KafkaLikeGroup:
+    """Apache Kafka's static-member leave (KIP-345): an empty member id plus a known
+    group.instance.id removes that member; an unknown instance id is UNKNOWN_MEMBER_ID; a
+    member id that does not match the instance's is FENCED_INSTANCE_ID."""
+
+    def __init__(self, instance_ids):
+        self.static = {i: f"{i}-{n:04d}" for n, i in enumerate(instance_ids)}
+
+    def __call__(self, request, version):
+        answers = []
+        for m in request.members:
+            current = self.static.get(m.group_instance_id)
+            if current is None:
+                code = UNKNOWN_MEMBER_ID
+            elif m.member_id not in ("", current):
+                code = FENCED_INSTANCE_ID
+            else:
+                code = 0
+                del self.static[m.group_instance_id]
+            answers.append(LeaveGroupResponse.MemberResponse(
+                member_id=m.member_id or (current or ""), group_instance_id=m.group_instance_id, error_code=code))
+        return LeaveGroupResponse(members=answers)
+
+
+def leave_error(code):
+    return lambda request, version: LeaveGroupResponse(error_code=code)
+
+
+def client(broker, timeout=5.0, **kwargs):
+    servers = broker if isinstance(broker, str) else broker.address
+    return AdminClient(servers, client_id="test-admin", request_timeout_ms=int(timeout * 1000), **kwargs)
+
+
+def one_coordinator(scripted, group_members=("a", "b", "c"), versions=None):
+    """A broker that is its own group's coordinator, with a Kafka-like static group."""
+    group = KafkaLikeGroup(group_members)
+    broker = scripted(versions=versions)
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [group]}
+    return broker, group
+
+
+# ---------------------------------------------------------------- Apache Kafka behaviour
+
+
+def test_removes_static_members_by_instance_id(scripted):
+    broker, group = one_coordinator(scripted)
+    result = client(broker).remove_members_from_group("orders", ["a", "b"], reason="scale down")
+
+    assert result.removed == ["a", "b"]
+    assert result.failed == {}
+    assert result.all() is None
+    assert [m.member_id for m in result.members] == ["a-0000", "b-0001"]
+    assert result.leave_group_version == 5
+    assert result.coordinator.port == broker.port and result.coordinator.node_id == 1
+    assert group.static == {"c": "c-0002"}
+
+    # What went over the wire: highest versions, batched FindCoordinator, KIP-345 identities.
+    assert [k for k, _, _ in broker.requests] == [API_VERSIONS, FIND_COORDINATOR, LEAVE_GROUP]
+    assert broker.seen(API_VERSIONS)[0][0] == 4
+    version, find = broker.seen(FIND_COORDINATOR)[0]
+    assert version == 6 and find.coordinator_keys == ["orders"] and find.key_type == 0
+    version, leave = broker.seen(LEAVE_GROUP)[0]
+    assert version == 5 and leave.group_id == "orders"
+    assert [(m.member_id, m.group_instance_id, m.reason) for m in leave.members] == [
+        ("", "a", "scale down"), ("", "b", "scale down")]
+
+
+def test_unknown_instances_fail_per_member(scripted):
+    broker, group = one_coordinator(scripted)
+    result = client(broker).remove_members_from_group("orders", ["a", "ghost"])
+
+    assert result.removed == ["a"]
+    assert list(result.failed) == ["ghost"]
+    ghost = result.failed["ghost"]
+    assert (ghost.error_code, ghost.error_name, ghost.ok) == (UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID", False)
+    with pytest.raises(UnknownInstanceError, match="ghost.*UNKNOWN_MEMBER_ID") as info:
+        result.all()
+    assert info.value.member is ghost and info.value.error.code == UNKNOWN_MEMBER_ID
+
+    # A member removed once is unknown the second time.
+    again = client(broker).remove_members_from_group("orders", ["a"])
+    assert again.removed == [] and again.failed["a"].error_code == UNKNOWN_MEMBER_ID
+
+
+def test_fenced_instance_is_its_own_failure(scripted):
+    broker, group = one_coordinator(scripted)
+    result = client(broker).leave_group("orders", [("someone-else", "b"), ("", "c")])
+    assert result.removed == ["c"]
+    assert result.failed["b"].error_name == "FENCED_INSTANCE_ID"
+    with pytest.raises(FencedInstanceError, match="FENCED_INSTANCE_ID"):
+        result.all()
+    assert isinstance(FencedInstanceError("x", result.failed["b"]), MemberRemovalError)
+    assert "b" in group.static
+
+
+def test_result_to_dict_is_json_ready(scripted):
+    broker, _ = one_coordinator(scripted)
+    result = client(broker).remove_members_from_group("orders", ["a", "nobody"])
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["removed"] == ["a"] and data["failed"] == ["nobody"]
+    assert data["coordinator"] == {"node_id": 1, "host": "127.0.0.1", "port": broker.port}
+    assert data["members"][1]["error_name"] == "UNKNOWN_MEMBER_ID"
+    assert data["members"][0]["removed"] is True
+
+
+def test_member_level_error_sent_for_the_whole_request(scripted):
+    # Some brokers answer a member-level code at the top with no member list.
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [leave_error(UNKNOWN_MEMBER_ID)]}
+    result = client(broker).remove_members_from_group("orders", ["a", "b"])
+    assert sorted(result.failed) == ["a", "b"]
+    assert {m.error_code for m in result.members} == {UNKNOWN_MEMBER_ID}
+
+
+def test_answer_missing_a_member_counts_as_failure(scripted):
+    broker = scripted()
+    only_a = lambda request, version: LeaveGroupResponse(members=[  # noqa: E731
+        LeaveGroupResponse.MemberResponse(member_id="a-1", group_instance_id="a", error_code=0)])
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [only_a]}
+    result = client(broker).remove_members_from_group("orders", ["a", "b"])
+    assert result.removed == ["a"]
+    assert "did not mention" in result.failed["b"].describe()
+
+
+@pytest.mark.parametrize("find_range, leave_range, want_find, want_leave", [
+    ((0, 3), (0, 4), 3, 4),  # pre-batching FindCoordinator, LeaveGroup without reason
+    ((0, 0), (3, 3), 0, 3),
+    ((1, 9), (2, 99), 6, 5),  # a newer broker: our highest versions
+])
+def test_negotiates_highest_common_versions(scripted, find_range, leave_range, want_find, want_leave):
+    versions = {API_VERSIONS: (0, 3), FIND_COORDINATOR: find_range, LEAVE_GROUP: leave_range}
+    broker, group = one_coordinator(scripted, versions=versions)
+    result = client(broker).remove_members_from_group("orders", ["a"], reason="why")
+    assert result.removed == ["a"] and result.leave_group_version == want_leave
+
+    assert broker.seen(API_VERSIONS)[-1][0] == 3
+    version, find = broker.seen(FIND_COORDINATOR)[0]
+    assert version == want_find
+    if want_find >= 4:
+        assert find.coordinator_keys == ["orders"]
+    else:
+        assert find.key == "orders"
+    version, leave = broker.seen(LEAVE_GROUP)[0]
+    assert version == want_leave
+    assert leave.members[0].reason == ("why" if want_leave >= 5 else None)
+
+
+def test_api_versions_falls_back_when_broker_lacks_our_version(scripted):
+    versions = {API_VERSIONS: (0, 2), FIND_COORDINATOR: (0, 2), LEAVE_GROUP: (0, 3)}
+    broker, _ = one_coordinator(scripted, versions=versions)
+    ranges = client(broker).api_versions()
+    assert ranges == versions
+    assert [v for v, _ in broker.seen(API_VERSIONS)] == [4, 2]
+    assert client(broker).remove_members_from_group("orders", ["a"]).removed == ["a"]
+
+
+@pytest.mark.parametrize("leave_range", [(0, 2), None])
+def test_broker_too_old_for_leave_by_instance_sends_nothing(scripted, leave_range):
+    versions = {API_VERSIONS: (0, 2), FIND_COORDINATOR: (0, 2)}
+    if leave_range:
+        versions[LEAVE_GROUP] = leave_range
+    broker, group = one_coordinator(scripted, versions=versions)
+    with pytest.raises(BrokerTooOldError, match=r"too old.*LeaveGroup v3.*Nothing was sent") as info:
+        client(broker).remove_members_from_group("orders", ["a"])
+    assert info.value.error.name == "UNSUPPORTED_VERSION"
+    assert {k for k, _, _ in broker.requests} == {API_VERSIONS}
+    assert "a" in group.static
+
+
+def test_coordinator_on_another_broker(scripted):
+    group = KafkaLikeGroup(["a"])
+    coordinator = scripted(versions={API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 4)},
+                           script={LEAVE_GROUP: [group]}, node_id=7)
+    bootstrap = scripted(script={FIND_COORDINATOR: [coordinator_at(coordinator, node_id=7)]})
+    result = client(bootstrap).remove_members_from_group("orders", ["a"])
+    assert result.removed == ["a"]
+    assert result.coordinator.node_id == 7 and result.coordinator.port == coordinator.port
+    # The coordinator's own ranges decide the LeaveGroup version.
+    assert result.leave_group_version == 4
+    assert [k for k, _, _ in bootstrap.requests] == [API_VERSIONS, FIND_COORDINATOR]
+    assert [k for k, _, _ in coordinator.requests] == [API_VERSIONS, LEAVE_GROUP]
+
+
+def test_find_coordinator_public_call(scripted):
+    broker = scripted(versions={API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 3), LEAVE_GROUP: (0, 5)})
+    broker.script = {FIND_COORDINATOR: [coordinator_at(4321, node_id=3)]}
+    found = client(broker).find_coordinator("orders")
+    assert (found.node_id, found.host, found.port, found.address) == (3, "127.0.0.1", 4321, "127.0.0.1:4321")
+    assert broker.seen(FIND_COORDINATOR)[0][0] == 3
+
+
+# ---------------------------------------------------------------- retries
+
+
+def test_not_coordinator_then_success(scripted):
+    group = KafkaLikeGroup(["a"])
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
+                     LEAVE_GROUP: [leave_error(NOT_COORDINATOR), group]}
+    result = client(broker).remove_members_from_group("orders", ["a"])
+    assert result.removed == ["a"]
+    # NOT_COORDINATOR sent the client back to FindCoordinator before the second LeaveGroup.
+    assert [k for k, _, _ in broker.requests] == [
+        API_VERSIONS, FIND_COORDINATOR, LEAVE_GROUP, FIND_COORDINATOR, LEAVE_GROUP]
+
+
+def test_coordinator_load_in_progress_is_retried_with_backoff(scripted):
+    group = KafkaLikeGroup(["a"])
+    broker = scripted()
+    broker.script = {
+        FIND_COORDINATOR: [find_error(COORDINATOR_LOAD_IN_PROGRESS), find_error(COORDINATOR_LOAD_IN_PROGRESS),
+                           coordinator_at(broker)],
+        LEAVE_GROUP: [leave_error(COORDINATOR_LOAD_IN_PROGRESS), group],
+    }
+    start = time.monotonic()
+    result = client(broker).remove_members_from_group("orders", ["a"])
+    elapsed = time.monotonic() - start
+    assert result.removed == ["a"]
+    assert len(broker.seen(FIND_COORDINATOR)) == 4 and len(broker.seen(LEAVE_GROUP)) == 2
+    # Backoff 0.1 + 0.2 before the third FindCoordinator, then 0.1 after the LeaveGroup retry.
+    assert 0.35 <= elapsed < 2.0
+
+
+@pytest.mark.parametrize("where", ["find", "leave"])
+def test_coordinator_never_available_times_out(scripted, where):
+    broker = scripted()
+    if where == "find":
+        broker.script = {FIND_COORDINATOR: [find_error(COORDINATOR_NOT_AVAILABLE)]}
+    else:
+        broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
+                         LEAVE_GROUP: [leave_error(COORDINATOR_NOT_AVAILABLE)]}
+    start = time.monotonic()
+    with pytest.raises(AdminTimeoutError, match="COORDINATOR_NOT_AVAILABLE") as info:
+        client(broker, timeout=1.0).remove_members_from_group("orders", ["a"])
+    assert time.monotonic() - start < 1.5
+    assert info.value.error.code == COORDINATOR_NOT_AVAILABLE
+    assert isinstance(info.value, TimeoutError)
+    assert len(broker.seen(FIND_COORDINATOR)) >= 3
+
+
+# ---------------------------------------------------------------- request-level errors
+
+
+@pytest.mark.parametrize("code, exc, words", [
+    (30, GroupAuthorizationError, "not authorized.*GROUP_AUTHORIZATION_FAILED"),
+    (69, GroupNotFoundError, "does not exist.*GROUP_ID_NOT_FOUND"),
+    (27, GroupStateError, "not in a state that can rebalance.*REBALANCE_IN_PROGRESS"),
+    (35, BrokerTooOldError, "UNSUPPORTED_VERSION"),
+    (42, BrokerError, "INVALID_REQUEST"),
+])
+def test_leave_group_request_level_errors(scripted, code, exc, words):
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [leave_error(code)]}
+    with pytest.raises(exc, match=words) as info:
+        client(broker).remove_members_from_group("orders", ["a"])
+    assert type(info.value) is exc  # distinct, not a sibling's subclass
+    assert info.value.error.code == code
+    assert len(broker.seen(LEAVE_GROUP)) == 1
+
+
+def test_find_coordinator_authorization_error(scripted):
+    broker = scripted(script={FIND_COORDINATOR: [find_error(30)]})
+    with pytest.raises(GroupAuthorizationError, match="GROUP_AUTHORIZATION_FAILED"):
+        client(broker).remove_members_from_group("orders", ["a"])
+    assert broker.seen(LEAVE_GROUP) == []
+
+
+# ---------------------------------------------------------------- connection faults
+
+
+def test_dropped_connection_mid_response(scripted):
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [Drop(KafkaLikeGroup(["a"]))]}
+    start = time.monotonic()
+    with pytest.raises(BrokerConnectionError, match="closed the connection during LeaveGroup v5.*middle"):
+        client(broker).remove_members_from_group("orders", ["a"])
+    assert time.monotonic() - start < 2.0
+
+
+def test_connection_closed_before_answer(scripted):
+    broker = scripted(script={API_VERSIONS: [CLOSE]})
+    with pytest.raises(BrokerConnectionError, match="closed the connection during ApiVersions v4.*before"):
+        client(broker).api_versions()
+
+
+def test_connection_reset(scripted):
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [RESET]}
+    with pytest.raises(BrokerConnectionError, match="FindCoordinator"):
+        client(broker).find_coordinator("orders")
+
+
+def test_answer_slower_than_timeout(scripted):
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
+                     LEAVE_GROUP: [Delay(5.0, KafkaLikeGroup(["a"]))]}
+    start = time.monotonic()
+    with pytest.raises(AdminTimeoutError, match="no answer from .* to LeaveGroup v5 within 0.5 s"):
+        client(broker, timeout=0.5).remove_members_from_group("orders", ["a"])
+    assert time.monotonic() - start < 1.0
+
+
+def test_silent_broker(scripted):
+    broker = scripted(script={API_VERSIONS: [SILENT]})
+    start = time.monotonic()
+    with pytest.raises(AdminTimeoutError, match="ApiVersions"):
+        client(broker, timeout=0.3).remove_members_from_group("orders", ["a"])
+    assert time.monotonic() - start < 0.8
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_refused_connection():
+    port = closed_port()
+    start = time.monotonic()
+    with pytest.raises(BrokerConnectionError, match=f"127.0.0.1:{port}: connection refused"):
+        client(f"127.0.0.1:{port}").remove_members_from_group("orders", ["a"])
+    assert time.monotonic() - start < 1.0
+
+
+def test_next_bootstrap_server_after_a_refusal(scripted):
+    broker, _ = one_coordinator(scripted)
+    servers = f"127.0.0.1:{closed_port()},{broker.address}"
+    assert client(servers).remove_members_from_group("orders", ["a"]).removed == ["a"]
+    with pytest.raises(BrokerConnectionError, match="no bootstrap server could be reached"):
+        client(f"127.0.0.1:{closed_port()},127.0.0.1:{closed_port()}").api_versions()
+
+
+def test_undecodable_answers(scripted):
+    broker = scripted(script={API_VERSIONS: [GARBAGE]})
+    with pytest.raises(ResponseError, match="could not decode"):
+        client(broker).api_versions()
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [WRONG_CORRELATION, coordinator_at(broker)]}
+    with pytest.raises(ResponseError, match="correlation id"):
+        client(broker).find_coordinator("orders")
+
+
+# ---------------------------------------------------------------- argument checks and helpers
+
+
+def test_parse_servers():
+    assert admin.parse_servers("h:1, k ,[::1]:3") == [("h", 1), ("k", 9092), ("::1", 3)]
+    assert admin.parse_servers(["a:5"]) == [("a", 5)]
+    for bad in ["", "h:x", "h:0", ":5", "h:70000"]:
+        with pytest.raises(ValueError):
+            admin.parse_servers(bad)
+
+
+def test_bad_arguments_fail_before_connecting():
+    c = AdminClient("127.0.0.1:9", request_timeout_ms=100)
+    for group, ids in [("orders", []), ("orders", ["a", "a"]), ("orders", [""]), ("", ["a"])]:
+        with pytest.raises(ValueError):
+            c.remove_members_from_group(group, ids)
+    with pytest.raises(ValueError):
+        AdminClient("h:1", request_timeout_ms=0)
+
+
+def test_async_client(scripted):
+    broker, _ = one_coordinator(scripted)
+
+    async def go():
+        c = AsyncAdminClient(broker.address, request_timeout_ms=5000)
+        versions = await c.api_versions()
+        result = await c.remove_members_from_group("orders", ["b"], reason="async")
+        return versions, result
+
+    versions, result = asyncio.run(go())
+    assert versions[LEAVE_GROUP] == (0, 5)
+    assert result.removed == ["b"]
+
+
+# ---------------------------------------------------------------- error code table
+
+
+def test_error_code_table_names_every_code_of_these_apis():
+    assert sorted(error_codes.ERRORS) == list(range(-1, 134))
+    names = [e.name for e in error_codes.ERRORS.values()]
+    assert len(set(names)) == len(names)
+    for api in ("ApiVersions", "FindCoordinator", "LeaveGroup", "StreamsGroupHeartbeat"):
+        for name in error_codes.API_ERRORS[api]:
+            assert error_codes.by_name(name).name == name
+    known = {25: "UNKNOWN_MEMBER_ID", 82: "FENCED_INSTANCE_ID", 30: "GROUP_AUTHORIZATION_FAILED",
+             69: "GROUP_ID_NOT_FOUND", 16: "NOT_COORDINATOR", 132: "STREAMS_TOPOLOGY_FENCED", -1: "UNKNOWN_SERVER_ERROR"}
+    for code, name in known.items():
+        assert error_codes.error_name(code) == name
+
+
+def test_error_code_lookup():
+    assert error_codes.lookup(16).retriable and error_codes.lookup(14).retriable
+    assert not error_codes.lookup(25).retriable
+    assert {c for c in admin.COORDINATOR_RETRY} == {
+        error_codes.by_name(n).code for n in ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
+                                              "COORDINATOR_LOAD_IN_PROGRESS")}
+    unknown = error_codes.lookup(4242)
+    assert unknown.code == 4242 and "4242" in unknown.name and not unknown.retriable
+    assert str(error_codes.lookup(25)).startswith("UNKNOWN_MEMBER_ID (25): ")
+    with pytest.raises(KeyError):
+        error_codes.by_name("NO_SUCH_ERROR")
+
+
+# ---------------------------------------------------------------- command line
+
+
+def test_cli_removes_and_prints_a_table(scripted, capsys):
+    broker, group = one_coordinator(scripted)
+    code = cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
+                     "--instance-id", "a", "--instance-id", "b", "--reason", "scale down"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"coordinator {broker.address} (node 1), LeaveGroup v5" in out
+    assert [line.split()[:2] for line in out.splitlines()[2:4]] == [["a", "removed"], ["b", "removed"]]
+    assert "2 of 2 members removed." in out
+    assert broker.seen(LEAVE_GROUP)[0][1].members[0].reason == "scale down"
+
+
+def test_cli_partial_failure_json_exits_1(scripted, capsys):
+    broker, _ = one_coordinator(scripted)
+    code = cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
+                     "--instance-id", "a", "--instance-id", "ghost", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert data["removed"] == ["a"] and data["failed"] == ["ghost"]
+    assert data["members"][1]["error_name"] == "UNKNOWN_MEMBER_ID"
+
+
+def test_cli_table_shows_member_errors(scripted, capsys):
+    broker, _ = one_coordinator(scripted)
+    assert cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
+                     "--instance-id", "ghost"]) == 1
+    out = capsys.readouterr().out
+    assert "ghost" in out and "FAILED" in out and "UNKNOWN_MEMBER_ID (25)" in out
+    assert "0 of 1 members removed." in out
+
+
+def test_cli_request_error_exits_3_without_traceback(scripted, capsys):
+    broker = scripted(versions={API_VERSIONS: (0, 2), FIND_COORDINATOR: (0, 2), LEAVE_GROUP: (0, 2)})
+    code = cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
+                     "--instance-id", "a"])
+    captured = capsys.readouterr()
+    assert code == 3
+    assert captured.err.startswith("fastkwire remove-members: error: broker 127.0.0.1:")
+    assert "Nothing was sent" in captured.err and "Traceback" not in captured.err
+
+    code = cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
+                     "--instance-id", "a", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 3
+    assert data["error"]["type"] == "BrokerTooOldError" and data["error"]["error_name"] == "UNSUPPORTED_VERSION"
+
+
+def test_invoke_consumer_rebalance_alias(scripted, capsys):
+    broker, group = one_coordinator(scripted)
+    code = cli.invoke_consumer_rebalance(["--bootstrap-server", broker.address, "--group", "orders",
+                                          "--instance-id", "c"])
+    assert code == 0 and "c" not in group.static
+    assert "1 of 1 members removed." in capsys.readouterr().out
+
+
+def test_cli_usage_errors(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["remove-members", "--bootstrap-server", "h:1", "--instance-id", "a"])
+    assert info.value.code == 2 and "--group" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["remove-members", "--bootstrap-server", "h:1", "--group", "g", "--instance-id", "a",
+                  "--timeout", "-1"])
+    assert cli.main([]) == 2
+    assert cli.main(["remove-members", "--bootstrap-server", "h:1", "--group", "g",
+                     "--instance-id", "a", "--instance-id", "a"]) == 2
+    assert cli.main(["remove-members", "--bootstrap-server", "h:x", "--group", "g", "--instance-id", "a"]) == 2
+    assert "bad port" in capsys.readouterr().err
+    assert "remove-members" in cli.SUBCOMMANDS
+
+
+def test_console_scripts_point_at_the_cli():
+    from importlib import metadata
+
+    try:
+        metadata.distribution("fastkwire")
+    except metadata.PackageNotFoundError:
+        pytest.skip("fastkwire is not installed, so it has no console scripts")
+    scripts = {ep.name: ep for ep in metadata.entry_points(group="console_scripts")}
+    assert scripts["fastkwire"].load() is cli.main
+    assert scripts["kafka-invoke-consumer-rebalance"].load() is cli.invoke_consumer_rebalance
+
+
+def run_cli(*args, timeout=10):
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "fastkwire.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_cli_process_refused_and_silent(scripted):
+    proc = run_cli("remove-members", "--bootstrap-server", f"127.0.0.1:{closed_port()}", "--group", "g",
+                   "--instance-id", "a")
+    assert proc.returncode == 3
+    assert "connection refused" in proc.stderr and "Traceback" not in proc.stderr
+
+    broker = scripted(script={API_VERSIONS: [SILENT]})
+    start = time.monotonic()
+    proc = run_cli("remove-members", "--bootstrap-server", broker.address, "--group", "g",
+                   "--instance-id", "a", "--timeout", "0.5")
+    assert time.monotonic() - start < 5.0
+    assert proc.returncode == 3
+    assert "no answer from" in proc.stderr and "Traceback" not in proc.stderr
