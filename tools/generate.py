@@ -99,7 +99,8 @@ class Layouts:
         flexible = self.message.is_flexible(version)
         ops = []
         for f in struct.fields:
-            sub = self.get(f.struct, version) if f.is_struct else None
+            # Only fields the version carries need their struct's layout.
+            sub = self.get(f.struct, version) if f.is_struct and f.present(version) else None
             if not f.present(version):
                 mode = "absent"
             elif f.is_tagged(version):
@@ -246,6 +247,9 @@ def emit_class_body(out, struct, kw_default_sentinel, pure):
         out("", 0)
     out("def __repr__(self):", 1)
     out("return _model.struct_repr(self)", 2)
+    out("", 0)
+    out("def __reduce__(self):", 1)
+    out("return (_model.from_dict, (type(self), self.to_dict()))", 2)
     out("", 0)
     out("def to_dict(self):", 1)
     out("return _model.to_dict(self)", 2)
@@ -1015,7 +1019,7 @@ def generate_cython(messages):
     out = Out()
     out(HEADER.rstrip())
     out("# cython: language_level=3, wraparound=False")
-    out("# cython: freethreading_compatible=True")
+    out("# cython: freethreading_compatible=True, auto_pickle=False")
     out('"""Compiled message codecs (twin of _messages_python.py)."""')
     out("from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, "
         "PyBUF_WRITABLE, PyBUF_C_CONTIGUOUS")

@@ -12,6 +12,9 @@ cdef extern from "Python.h":
     PyObject* _decode_utf8 "PyUnicode_DecodeUTF8"(const char* s, Py_ssize_t size, const char* errors)
     const char* _as_utf8 "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t* size)
     long long PyLong_AsLongLongAndOverflow(object o, int* overflow)
+    bint PyUnicode_IS_COMPACT_ASCII(object s)
+    Py_ssize_t PyUnicode_GET_LENGTH(object s)
+    void* PyUnicode_DATA(object s)
 
 
 cdef struct Cursor:
@@ -320,7 +323,12 @@ cdef inline const char* utf8_of(object s, Py_ssize_t* n) except NULL:
     cdef const char* data
     if type(s) is not str:
         raise_not_str(s)
-    data = _as_utf8(s, n)
+    if PyUnicode_IS_COMPACT_ASCII(s):
+        # ASCII strings store their characters as one byte each: that is their UTF-8.
+        n[0] = PyUnicode_GET_LENGTH(s)
+        data = <const char*>PyUnicode_DATA(s)
+    else:
+        data = _as_utf8(s, n)
     if data == NULL:
         raise_not_encodable()
     if n[0] > 0x7FFF:

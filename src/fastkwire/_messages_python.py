@@ -46,6 +46,9 @@ class ApiVersionsRequest:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -188,6 +191,9 @@ class ApiVersionsResponse_ApiVersion:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -230,6 +236,9 @@ class ApiVersionsResponse_SupportedFeatureKey:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -271,6 +280,9 @@ class ApiVersionsResponse_FinalizedFeatureKey:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -317,6 +329,9 @@ class ApiVersionsResponse:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -445,34 +460,6 @@ def _r_ApiVersionsResponse_ApiVersion_1(data, pos, end, v, arrays):
 
 
 def _w_ApiVersionsResponse_SupportedFeatureKey_0(o, out, v):
-    if not (o.name == ''):
-        raise _e.absent_field('ApiVersionsResponse', 'name', v, '3+')
-    if not (o.min_version == 0):
-        raise _e.absent_field('ApiVersionsResponse', 'min_version', v, '3+')
-    if not (o.max_version == 0):
-        raise _e.absent_field('ApiVersionsResponse', 'max_version', v, '3+')
-    _f = ''
-    try:
-        pass
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-
-
-def _r_ApiVersionsResponse_SupportedFeatureKey_0(data, pos, end, v, arrays):
-    o = _new(ApiVersionsResponse_SupportedFeatureKey)
-    _f = ''
-    try:
-        pass
-    except DecodeError as _x:
-        raise _x.with_prefix(_f) from None
-    o.name = ''
-    o.min_version = 0
-    o.max_version = 0
-    o._unknown = None
-    return o, pos
-
-
-def _w_ApiVersionsResponse_SupportedFeatureKey_1(o, out, v):
     _f = ''
     try:
         _f = 'name'
@@ -488,7 +475,7 @@ def _w_ApiVersionsResponse_SupportedFeatureKey_1(o, out, v):
         raise _x.with_prefix(_f) from None
 
 
-def _r_ApiVersionsResponse_SupportedFeatureKey_1(data, pos, end, v, arrays):
+def _r_ApiVersionsResponse_SupportedFeatureKey_0(data, pos, end, v, arrays):
     o = _new(ApiVersionsResponse_SupportedFeatureKey)
     _f = ''
     try:
@@ -506,34 +493,6 @@ def _r_ApiVersionsResponse_SupportedFeatureKey_1(data, pos, end, v, arrays):
 
 
 def _w_ApiVersionsResponse_FinalizedFeatureKey_0(o, out, v):
-    if not (o.name == ''):
-        raise _e.absent_field('ApiVersionsResponse', 'name', v, '3+')
-    if not (o.max_version_level == 0):
-        raise _e.absent_field('ApiVersionsResponse', 'max_version_level', v, '3+')
-    if not (o.min_version_level == 0):
-        raise _e.absent_field('ApiVersionsResponse', 'min_version_level', v, '3+')
-    _f = ''
-    try:
-        pass
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-
-
-def _r_ApiVersionsResponse_FinalizedFeatureKey_0(data, pos, end, v, arrays):
-    o = _new(ApiVersionsResponse_FinalizedFeatureKey)
-    _f = ''
-    try:
-        pass
-    except DecodeError as _x:
-        raise _x.with_prefix(_f) from None
-    o.name = ''
-    o.max_version_level = 0
-    o.min_version_level = 0
-    o._unknown = None
-    return o, pos
-
-
-def _w_ApiVersionsResponse_FinalizedFeatureKey_1(o, out, v):
     _f = ''
     try:
         _f = 'name'
@@ -549,7 +508,7 @@ def _w_ApiVersionsResponse_FinalizedFeatureKey_1(o, out, v):
         raise _x.with_prefix(_f) from None
 
 
-def _r_ApiVersionsResponse_FinalizedFeatureKey_1(data, pos, end, v, arrays):
+def _r_ApiVersionsResponse_FinalizedFeatureKey_0(data, pos, end, v, arrays):
     o = _new(ApiVersionsResponse_FinalizedFeatureKey)
     _f = ''
     try:
@@ -705,7 +664,7 @@ def _w_ApiVersionsResponse_2(o, out, v):
                     for _i, _it in enumerate(_items):
                         if type(_it) is not ApiVersionsResponse_SupportedFeatureKey:
                             raise _e.wrong_type('SupportedFeatureKey', _it)
-                        _w_ApiVersionsResponse_SupportedFeatureKey_1(_it, _t, v)
+                        _w_ApiVersionsResponse_SupportedFeatureKey_0(_it, _t, v)
                 except EncodeError as _x:
                     raise _x.with_prefix(f"[{_i}]") from None
             _known.append((0, bytes(_t)))
@@ -725,7 +684,7 @@ def _w_ApiVersionsResponse_2(o, out, v):
                     for _i, _it in enumerate(_items):
                         if type(_it) is not ApiVersionsResponse_FinalizedFeatureKey:
                             raise _e.wrong_type('FinalizedFeatureKey', _it)
-                        _w_ApiVersionsResponse_FinalizedFeatureKey_1(_it, _t, v)
+                        _w_ApiVersionsResponse_FinalizedFeatureKey_0(_it, _t, v)
                 except EncodeError as _x:
                     raise _x.with_prefix(f"[{_i}]") from None
             _known.append((2, bytes(_t)))
@@ -784,7 +743,7 @@ def _r_ApiVersionsResponse_2(data, pos, end, v, arrays):
                     _i = 0
                     try:
                         for _i in range(_n):
-                            _it, pos = _r_ApiVersionsResponse_SupportedFeatureKey_1(data, pos, _tend, v, arrays)
+                            _it, pos = _r_ApiVersionsResponse_SupportedFeatureKey_0(data, pos, _tend, v, arrays)
                             _items.append(_it)
                     except DecodeError as _x:
                         raise _x.with_prefix(f"[{_i}]") from None
@@ -810,7 +769,7 @@ def _r_ApiVersionsResponse_2(data, pos, end, v, arrays):
                     _i = 0
                     try:
                         for _i in range(_n):
-                            _it, pos = _r_ApiVersionsResponse_FinalizedFeatureKey_1(data, pos, _tend, v, arrays)
+                            _it, pos = _r_ApiVersionsResponse_FinalizedFeatureKey_0(data, pos, _tend, v, arrays)
                             _items.append(_it)
                     except DecodeError as _x:
                         raise _x.with_prefix(f"[{_i}]") from None
@@ -872,6 +831,9 @@ class FindCoordinatorRequest:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -1095,6 +1057,9 @@ class FindCoordinatorResponse_Coordinator:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -1140,6 +1105,9 @@ class FindCoordinatorResponse:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -1208,78 +1176,6 @@ FindCoordinatorResponse.Coordinator = FindCoordinatorResponse_Coordinator
 
 
 def _w_FindCoordinatorResponse_Coordinator_0(o, out, v):
-    if not (o.key == ''):
-        raise _e.absent_field('FindCoordinatorResponse', 'key', v, '4+')
-    if not (o.node_id == 0):
-        raise _e.absent_field('FindCoordinatorResponse', 'node_id', v, '4+')
-    if not (o.host == ''):
-        raise _e.absent_field('FindCoordinatorResponse', 'host', v, '4+')
-    if not (o.port == 0):
-        raise _e.absent_field('FindCoordinatorResponse', 'port', v, '4+')
-    if not (o.error_code == 0):
-        raise _e.absent_field('FindCoordinatorResponse', 'error_code', v, '4+')
-    _f = ''
-    try:
-        pass
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-
-
-def _r_FindCoordinatorResponse_Coordinator_0(data, pos, end, v, arrays):
-    o = _new(FindCoordinatorResponse_Coordinator)
-    _f = ''
-    try:
-        pass
-    except DecodeError as _x:
-        raise _x.with_prefix(_f) from None
-    o.key = ''
-    o.node_id = 0
-    o.host = ''
-    o.port = 0
-    o.error_code = 0
-    o.error_message = ''
-    o._unknown = None
-    return o, pos
-
-
-def _w_FindCoordinatorResponse_Coordinator_1(o, out, v):
-    if not (o.key == ''):
-        raise _e.absent_field('FindCoordinatorResponse', 'key', v, '4+')
-    if not (o.node_id == 0):
-        raise _e.absent_field('FindCoordinatorResponse', 'node_id', v, '4+')
-    if not (o.host == ''):
-        raise _e.absent_field('FindCoordinatorResponse', 'host', v, '4+')
-    if not (o.port == 0):
-        raise _e.absent_field('FindCoordinatorResponse', 'port', v, '4+')
-    if not (o.error_code == 0):
-        raise _e.absent_field('FindCoordinatorResponse', 'error_code', v, '4+')
-    _f = ''
-    try:
-        _f = ''
-        _known = []
-        w_tags(out, _known, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-
-
-def _r_FindCoordinatorResponse_Coordinator_1(data, pos, end, v, arrays):
-    o = _new(FindCoordinatorResponse_Coordinator)
-    _f = ''
-    try:
-        _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
-    except DecodeError as _x:
-        raise _x.with_prefix(_f) from None
-    o.key = ''
-    o.node_id = 0
-    o.host = ''
-    o.port = 0
-    o.error_code = 0
-    o.error_message = ''
-    return o, pos
-
-
-def _w_FindCoordinatorResponse_Coordinator_2(o, out, v):
     _f = ''
     try:
         _f = 'key'
@@ -1301,7 +1197,7 @@ def _w_FindCoordinatorResponse_Coordinator_2(o, out, v):
         raise _x.with_prefix(_f) from None
 
 
-def _r_FindCoordinatorResponse_Coordinator_2(data, pos, end, v, arrays):
+def _r_FindCoordinatorResponse_Coordinator_0(data, pos, end, v, arrays):
     o = _new(FindCoordinatorResponse_Coordinator)
     _f = ''
     try:
@@ -1476,7 +1372,7 @@ def _w_FindCoordinatorResponse_3(o, out, v):
                 for _i, _it in enumerate(_items):
                     if type(_it) is not FindCoordinatorResponse_Coordinator:
                         raise _e.wrong_type('Coordinator', _it)
-                    _w_FindCoordinatorResponse_Coordinator_2(_it, out, v)
+                    _w_FindCoordinatorResponse_Coordinator_0(_it, out, v)
             except EncodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
@@ -1501,7 +1397,7 @@ def _r_FindCoordinatorResponse_3(data, pos, end, v, arrays):
             _i = 0
             try:
                 for _i in range(_n):
-                    _it, pos = _r_FindCoordinatorResponse_Coordinator_2(data, pos, end, v, arrays)
+                    _it, pos = _r_FindCoordinatorResponse_Coordinator_0(data, pos, end, v, arrays)
                     _items.append(_it)
             except DecodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
@@ -1555,6 +1451,9 @@ class LeaveGroupRequest_MemberIdentity:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -1596,6 +1495,9 @@ class LeaveGroupRequest:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -1664,32 +1566,6 @@ LeaveGroupRequest.MemberIdentity = LeaveGroupRequest_MemberIdentity
 
 
 def _w_LeaveGroupRequest_MemberIdentity_0(o, out, v):
-    if not (o.member_id == ''):
-        raise _e.absent_field('LeaveGroupRequest', 'member_id', v, '3+')
-    if not (o.group_instance_id is None):
-        raise _e.absent_field('LeaveGroupRequest', 'group_instance_id', v, '3+')
-    _f = ''
-    try:
-        pass
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-
-
-def _r_LeaveGroupRequest_MemberIdentity_0(data, pos, end, v, arrays):
-    o = _new(LeaveGroupRequest_MemberIdentity)
-    _f = ''
-    try:
-        pass
-    except DecodeError as _x:
-        raise _x.with_prefix(_f) from None
-    o.member_id = ''
-    o.group_instance_id = None
-    o.reason = None
-    o._unknown = None
-    return o, pos
-
-
-def _w_LeaveGroupRequest_MemberIdentity_1(o, out, v):
     _f = ''
     try:
         _f = 'member_id'
@@ -1700,7 +1576,7 @@ def _w_LeaveGroupRequest_MemberIdentity_1(o, out, v):
         raise _x.with_prefix(_f) from None
 
 
-def _r_LeaveGroupRequest_MemberIdentity_1(data, pos, end, v, arrays):
+def _r_LeaveGroupRequest_MemberIdentity_0(data, pos, end, v, arrays):
     o = _new(LeaveGroupRequest_MemberIdentity)
     _f = ''
     try:
@@ -1715,7 +1591,7 @@ def _r_LeaveGroupRequest_MemberIdentity_1(data, pos, end, v, arrays):
     return o, pos
 
 
-def _w_LeaveGroupRequest_MemberIdentity_2(o, out, v):
+def _w_LeaveGroupRequest_MemberIdentity_1(o, out, v):
     _f = ''
     try:
         _f = 'member_id'
@@ -1729,7 +1605,7 @@ def _w_LeaveGroupRequest_MemberIdentity_2(o, out, v):
         raise _x.with_prefix(_f) from None
 
 
-def _r_LeaveGroupRequest_MemberIdentity_2(data, pos, end, v, arrays):
+def _r_LeaveGroupRequest_MemberIdentity_1(data, pos, end, v, arrays):
     o = _new(LeaveGroupRequest_MemberIdentity)
     _f = ''
     try:
@@ -1745,7 +1621,7 @@ def _r_LeaveGroupRequest_MemberIdentity_2(data, pos, end, v, arrays):
     return o, pos
 
 
-def _w_LeaveGroupRequest_MemberIdentity_3(o, out, v):
+def _w_LeaveGroupRequest_MemberIdentity_2(o, out, v):
     _f = ''
     try:
         _f = 'member_id'
@@ -1761,7 +1637,7 @@ def _w_LeaveGroupRequest_MemberIdentity_3(o, out, v):
         raise _x.with_prefix(_f) from None
 
 
-def _r_LeaveGroupRequest_MemberIdentity_3(data, pos, end, v, arrays):
+def _r_LeaveGroupRequest_MemberIdentity_2(data, pos, end, v, arrays):
     o = _new(LeaveGroupRequest_MemberIdentity)
     _f = ''
     try:
@@ -1822,7 +1698,7 @@ def _w_LeaveGroupRequest_1(o, out, v):
                 for _i, _it in enumerate(_items):
                     if type(_it) is not LeaveGroupRequest_MemberIdentity:
                         raise _e.wrong_type('MemberIdentity', _it)
-                    _w_LeaveGroupRequest_MemberIdentity_1(_it, out, v)
+                    _w_LeaveGroupRequest_MemberIdentity_0(_it, out, v)
             except EncodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
     except EncodeError as _x:
@@ -1844,7 +1720,7 @@ def _r_LeaveGroupRequest_1(data, pos, end, v, arrays):
             _i = 0
             try:
                 for _i in range(_n):
-                    _it, pos = _r_LeaveGroupRequest_MemberIdentity_1(data, pos, end, v, arrays)
+                    _it, pos = _r_LeaveGroupRequest_MemberIdentity_0(data, pos, end, v, arrays)
                     _items.append(_it)
             except DecodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
@@ -1872,7 +1748,7 @@ def _w_LeaveGroupRequest_2(o, out, v):
                 for _i, _it in enumerate(_items):
                     if type(_it) is not LeaveGroupRequest_MemberIdentity:
                         raise _e.wrong_type('MemberIdentity', _it)
-                    _w_LeaveGroupRequest_MemberIdentity_2(_it, out, v)
+                    _w_LeaveGroupRequest_MemberIdentity_1(_it, out, v)
             except EncodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
@@ -1897,7 +1773,7 @@ def _r_LeaveGroupRequest_2(data, pos, end, v, arrays):
             _i = 0
             try:
                 for _i in range(_n):
-                    _it, pos = _r_LeaveGroupRequest_MemberIdentity_2(data, pos, end, v, arrays)
+                    _it, pos = _r_LeaveGroupRequest_MemberIdentity_1(data, pos, end, v, arrays)
                     _items.append(_it)
             except DecodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
@@ -1926,7 +1802,7 @@ def _w_LeaveGroupRequest_3(o, out, v):
                 for _i, _it in enumerate(_items):
                     if type(_it) is not LeaveGroupRequest_MemberIdentity:
                         raise _e.wrong_type('MemberIdentity', _it)
-                    _w_LeaveGroupRequest_MemberIdentity_3(_it, out, v)
+                    _w_LeaveGroupRequest_MemberIdentity_2(_it, out, v)
             except EncodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
@@ -1951,7 +1827,7 @@ def _r_LeaveGroupRequest_3(data, pos, end, v, arrays):
             _i = 0
             try:
                 for _i in range(_n):
-                    _it, pos = _r_LeaveGroupRequest_MemberIdentity_3(data, pos, end, v, arrays)
+                    _it, pos = _r_LeaveGroupRequest_MemberIdentity_2(data, pos, end, v, arrays)
                     _items.append(_it)
             except DecodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
@@ -2001,6 +1877,9 @@ class LeaveGroupResponse_MemberResponse:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -2042,6 +1921,9 @@ class LeaveGroupResponse:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -2110,34 +1992,6 @@ LeaveGroupResponse.MemberResponse = LeaveGroupResponse_MemberResponse
 
 
 def _w_LeaveGroupResponse_MemberResponse_0(o, out, v):
-    if not (o.member_id == ''):
-        raise _e.absent_field('LeaveGroupResponse', 'member_id', v, '3+')
-    if not (o.group_instance_id == ''):
-        raise _e.absent_field('LeaveGroupResponse', 'group_instance_id', v, '3+')
-    if not (o.error_code == 0):
-        raise _e.absent_field('LeaveGroupResponse', 'error_code', v, '3+')
-    _f = ''
-    try:
-        pass
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-
-
-def _r_LeaveGroupResponse_MemberResponse_0(data, pos, end, v, arrays):
-    o = _new(LeaveGroupResponse_MemberResponse)
-    _f = ''
-    try:
-        pass
-    except DecodeError as _x:
-        raise _x.with_prefix(_f) from None
-    o.member_id = ''
-    o.group_instance_id = ''
-    o.error_code = 0
-    o._unknown = None
-    return o, pos
-
-
-def _w_LeaveGroupResponse_MemberResponse_1(o, out, v):
     _f = ''
     try:
         _f = 'member_id'
@@ -2150,7 +2004,7 @@ def _w_LeaveGroupResponse_MemberResponse_1(o, out, v):
         raise _x.with_prefix(_f) from None
 
 
-def _r_LeaveGroupResponse_MemberResponse_1(data, pos, end, v, arrays):
+def _r_LeaveGroupResponse_MemberResponse_0(data, pos, end, v, arrays):
     o = _new(LeaveGroupResponse_MemberResponse)
     _f = ''
     try:
@@ -2166,7 +2020,7 @@ def _r_LeaveGroupResponse_MemberResponse_1(data, pos, end, v, arrays):
     return o, pos
 
 
-def _w_LeaveGroupResponse_MemberResponse_2(o, out, v):
+def _w_LeaveGroupResponse_MemberResponse_1(o, out, v):
     _f = ''
     try:
         _f = 'member_id'
@@ -2182,7 +2036,7 @@ def _w_LeaveGroupResponse_MemberResponse_2(o, out, v):
         raise _x.with_prefix(_f) from None
 
 
-def _r_LeaveGroupResponse_MemberResponse_2(data, pos, end, v, arrays):
+def _r_LeaveGroupResponse_MemberResponse_1(data, pos, end, v, arrays):
     o = _new(LeaveGroupResponse_MemberResponse)
     _f = ''
     try:
@@ -2268,7 +2122,7 @@ def _w_LeaveGroupResponse_2(o, out, v):
                 for _i, _it in enumerate(_items):
                     if type(_it) is not LeaveGroupResponse_MemberResponse:
                         raise _e.wrong_type('MemberResponse', _it)
-                    _w_LeaveGroupResponse_MemberResponse_1(_it, out, v)
+                    _w_LeaveGroupResponse_MemberResponse_0(_it, out, v)
             except EncodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
     except EncodeError as _x:
@@ -2292,7 +2146,7 @@ def _r_LeaveGroupResponse_2(data, pos, end, v, arrays):
             _i = 0
             try:
                 for _i in range(_n):
-                    _it, pos = _r_LeaveGroupResponse_MemberResponse_1(data, pos, end, v, arrays)
+                    _it, pos = _r_LeaveGroupResponse_MemberResponse_0(data, pos, end, v, arrays)
                     _items.append(_it)
             except DecodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
@@ -2319,7 +2173,7 @@ def _w_LeaveGroupResponse_3(o, out, v):
                 for _i, _it in enumerate(_items):
                     if type(_it) is not LeaveGroupResponse_MemberResponse:
                         raise _e.wrong_type('MemberResponse', _it)
-                    _w_LeaveGroupResponse_MemberResponse_2(_it, out, v)
+                    _w_LeaveGroupResponse_MemberResponse_1(_it, out, v)
             except EncodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
@@ -2346,7 +2200,7 @@ def _r_LeaveGroupResponse_3(data, pos, end, v, arrays):
             _i = 0
             try:
                 for _i in range(_n):
-                    _it, pos = _r_LeaveGroupResponse_MemberResponse_2(data, pos, end, v, arrays)
+                    _it, pos = _r_LeaveGroupResponse_MemberResponse_1(data, pos, end, v, arrays)
                     _items.append(_it)
             except DecodeError as _x:
                 raise _x.with_prefix(f"[{_i}]") from None
@@ -2395,6 +2249,9 @@ class RequestHeader:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -2590,6 +2447,9 @@ class ResponseHeader:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -2727,6 +2587,9 @@ class StreamsGroupHeartbeatRequest_KeyValue:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -2770,6 +2633,9 @@ class StreamsGroupHeartbeatRequest_TopicInfo:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -2810,6 +2676,9 @@ class StreamsGroupHeartbeatRequest_Endpoint:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -2853,6 +2722,9 @@ class StreamsGroupHeartbeatRequest_TaskOffset:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -2893,6 +2765,9 @@ class StreamsGroupHeartbeatRequest_TaskIds:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -2935,6 +2810,9 @@ class StreamsGroupHeartbeatRequest_CopartitionGroup:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -2982,6 +2860,9 @@ class StreamsGroupHeartbeatRequest_Subtopology:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -3022,6 +2903,9 @@ class StreamsGroupHeartbeatRequest_Topology:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -3078,6 +2962,9 @@ class StreamsGroupHeartbeatRequest:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -3797,6 +3684,9 @@ class StreamsGroupHeartbeatResponse_Status:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -3837,6 +3727,9 @@ class StreamsGroupHeartbeatResponse_TopicPartition:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -3879,6 +3772,9 @@ class StreamsGroupHeartbeatResponse_TaskIds:
     def __repr__(self):
         return _model.struct_repr(self)
 
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
+
     def to_dict(self):
         return _model.to_dict(self)
 
@@ -3919,6 +3815,9 @@ class StreamsGroupHeartbeatResponse_Endpoint:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -3961,6 +3860,9 @@ class StreamsGroupHeartbeatResponse_EndpointToPartitions:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
@@ -4014,6 +3916,9 @@ class StreamsGroupHeartbeatResponse:
 
     def __repr__(self):
         return _model.struct_repr(self)
+
+    def __reduce__(self):
+        return (_model.from_dict, (type(self), self.to_dict()))
 
     def to_dict(self):
         return _model.to_dict(self)
