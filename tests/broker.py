@@ -85,11 +85,12 @@ def tansu_broker():
 class StaticConsumer:
     """One confluent-kafka consumer with a group.instance.id, polled on its own thread."""
 
-    def __init__(self, bootstrap, group, instance_id, topic, session_timeout_ms):
+    def __init__(self, bootstrap, group, instance_id, topic, session_timeout_ms, max_poll_interval_ms=300000):
         from confluent_kafka import Consumer
 
         self.instance_id = instance_id
         self.assignments = []  # (monotonic time, sorted partitions), one per assign callback
+        self.revocations = []  # monotonic times at which a rebalance took partitions back
         self.member_ids = []  # member ids seen, newest last
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -101,16 +102,21 @@ class StaticConsumer:
             "group.instance.id": instance_id,
             "session.timeout.ms": session_timeout_ms,
             "heartbeat.interval.ms": 1000,
+            "max.poll.interval.ms": max_poll_interval_ms,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         })
-        self.consumer.subscribe([topic], on_assign=self._on_assign)
+        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.thread = threading.Thread(target=self._run, name=f"consumer-{instance_id}", daemon=True)
         self.thread.start()
 
     def _on_assign(self, consumer, partitions):
         with self._lock:
             self.assignments.append((time.monotonic(), sorted(p.partition for p in partitions)))
+
+    def _on_revoke(self, consumer, partitions):
+        with self._lock:
+            self.revocations.append(time.monotonic())
 
     def _run(self):
         while not self._stop.is_set():
@@ -130,6 +136,15 @@ class StaticConsumer:
         """Stop calling poll: the member goes silent, like a crashed process."""
         self._polling.clear()
 
+    def revoked_since(self, when):
+        with self._lock:
+            return any(t >= when for t in self.revocations)
+
+    def assigned_since(self, when):
+        """The partitions of the first assignment at or after `when`, or None."""
+        with self._lock:
+            return next((parts for t, parts in self.assignments if t >= when), None)
+
     def last_assignment(self):
         with self._lock:
             return self.assignments[-1] if self.assignments else None
@@ -143,7 +158,7 @@ class StaticConsumer:
 class StaticGroup:
     """`size` static members of `group` sharing `topic` (one partition each)."""
 
-    def __init__(self, bootstrap, group, topic, size, session_timeout_ms=45000):
+    def __init__(self, bootstrap, group, topic, size, session_timeout_ms=45000, max_poll_interval_ms=300000):
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -152,7 +167,7 @@ class StaticGroup:
         self.group = group
         self.topic = topic
         self.consumers = [
-            StaticConsumer(bootstrap, group, f"{group}-instance-{i}", topic, session_timeout_ms)
+            StaticConsumer(bootstrap, group, f"{group}-instance-{i}", topic, session_timeout_ms, max_poll_interval_ms)
             for i in range(size)
         ]
 
