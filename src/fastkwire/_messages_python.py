@@ -4,6 +4,7 @@ from . import _model
 from . import errors as _e
 from ._pure import *  # noqa: F401,F403 - the primitives the codecs call
 from ._pure import write_into, check_arrays, check_offset
+from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
 _DEFAULT = object()  # marks 'argument not given' for list defaults
@@ -148,7 +149,11 @@ def _r_ApiVersionsRequest_1(data, pos, end, v, arrays):
         _f = 'client_software_version'
         o.client_software_version, pos = r_compact_string(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -453,7 +458,11 @@ def _r_ApiVersionsResponse_ApiVersion_1(data, pos, end, v, arrays):
         _f = 'max_version'
         o.max_version, pos = r_int16(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -486,7 +495,11 @@ def _r_ApiVersionsResponse_SupportedFeatureKey_0(data, pos, end, v, arrays):
         _f = 'max_version'
         o.max_version, pos = r_int16(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -519,7 +532,11 @@ def _r_ApiVersionsResponse_FinalizedFeatureKey_0(data, pos, end, v, arrays):
         _f = 'min_version_level'
         o.min_version_level, pos = r_int16(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -978,7 +995,11 @@ def _r_FindCoordinatorRequest_2(data, pos, end, v, arrays):
         _f = 'key_type'
         o.key_type, pos = r_int8(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     o.coordinator_keys = []
@@ -1010,7 +1031,11 @@ def _r_FindCoordinatorRequest_3(data, pos, end, v, arrays):
         _f = 'coordinator_keys'
         o.coordinator_keys, pos = r_array(data, pos, end, r_compact_string, True, False, 1)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     o.key = ''
@@ -1214,7 +1239,11 @@ def _r_FindCoordinatorResponse_Coordinator_0(data, pos, end, v, arrays):
         _f = 'error_message'
         o.error_message, pos = r_compact_nullable_string(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -1343,7 +1372,11 @@ def _r_FindCoordinatorResponse_2(data, pos, end, v, arrays):
         _f = 'port'
         o.port, pos = r_int32(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     o.coordinators = []
@@ -1403,7 +1436,11 @@ def _r_FindCoordinatorResponse_3(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.coordinators = _items
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     o.error_code = 0
@@ -1614,7 +1651,11 @@ def _r_LeaveGroupRequest_MemberIdentity_1(data, pos, end, v, arrays):
         _f = 'group_instance_id'
         o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     o.reason = None
@@ -1648,7 +1689,11 @@ def _r_LeaveGroupRequest_MemberIdentity_2(data, pos, end, v, arrays):
         _f = 'reason'
         o.reason, pos = r_compact_nullable_string(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -1779,7 +1824,11 @@ def _r_LeaveGroupRequest_2(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.members = _items
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     o.member_id = ''
@@ -1833,7 +1882,11 @@ def _r_LeaveGroupRequest_3(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.members = _items
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     o.member_id = ''
@@ -2047,7 +2100,11 @@ def _r_LeaveGroupResponse_MemberResponse_1(data, pos, end, v, arrays):
         _f = 'error_code'
         o.error_code, pos = r_int16(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -2206,7 +2263,11 @@ def _r_LeaveGroupResponse_3(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.members = _items
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -2406,7 +2467,11 @@ def _r_RequestHeader_2(data, pos, end, v, arrays):
         _f = 'client_id'
         o.client_id, pos = r_nullable_string(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -2545,7 +2610,11 @@ def _r_ResponseHeader_1(data, pos, end, v, arrays):
         _f = 'correlation_id'
         o.correlation_id, pos = r_int32(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -3050,7 +3119,11 @@ def _r_StreamsGroupHeartbeatRequest_KeyValue_0(data, pos, end, v, arrays):
         _f = 'value'
         o.value, pos = r_compact_string(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -3109,7 +3182,11 @@ def _r_StreamsGroupHeartbeatRequest_TopicInfo_0(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.topic_configs = _items
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -3138,7 +3215,11 @@ def _r_StreamsGroupHeartbeatRequest_Endpoint_0(data, pos, end, v, arrays):
         _f = 'port'
         o.port, pos = r_uint16(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -3171,7 +3252,11 @@ def _r_StreamsGroupHeartbeatRequest_TaskOffset_0(data, pos, end, v, arrays):
         _f = 'offset'
         o.offset, pos = r_int64(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -3200,7 +3285,11 @@ def _r_StreamsGroupHeartbeatRequest_TaskIds_0(data, pos, end, v, arrays):
         _f = 'partitions'
         o.partitions, pos = r_int_array(data, pos, end, 'int32', True, False, arrays)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -3233,7 +3322,11 @@ def _r_StreamsGroupHeartbeatRequest_CopartitionGroup_0(data, pos, end, v, arrays
         _f = 'repartition_source_topics'
         o.repartition_source_topics, pos = r_int_array(data, pos, end, 'int16', True, False, arrays)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -3348,7 +3441,11 @@ def _r_StreamsGroupHeartbeatRequest_Subtopology_0(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.copartition_groups = _items
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -3399,7 +3496,11 @@ def _r_StreamsGroupHeartbeatRequest_Topology_0(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.subtopologies = _items
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -3492,28 +3593,34 @@ def _w_StreamsGroupHeartbeatRequest_0(o, out, v):
                 raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_offsets'
         _items = o.task_offsets
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                        raise _e.wrong_type('TaskOffset', _it)
-                    _w_StreamsGroupHeartbeatRequest_TaskOffset_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        if isinstance(_items, TaskOffsetColumns):
+            w_task_offsets(out, _items, True, True)
+        else:
+            w_array_len(out, _items, True, True)
+            if _items is not None:
+                _i = 0
+                try:
+                    for _i, _it in enumerate(_items):
+                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                            raise _e.wrong_type('TaskOffset', _it)
+                        _w_StreamsGroupHeartbeatRequest_TaskOffset_0(_it, out, v)
+                except EncodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_end_offsets'
         _items = o.task_end_offsets
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                        raise _e.wrong_type('TaskOffset', _it)
-                    _w_StreamsGroupHeartbeatRequest_TaskOffset_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        if isinstance(_items, TaskOffsetColumns):
+            w_task_offsets(out, _items, True, True)
+        else:
+            w_array_len(out, _items, True, True)
+            if _items is not None:
+                _i = 0
+                try:
+                    for _i, _it in enumerate(_items):
+                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                            raise _e.wrong_type('TaskOffset', _it)
+                        _w_StreamsGroupHeartbeatRequest_TaskOffset_0(_it, out, v)
+                except EncodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
         _f = 'shutdown_application'
         w_bool(out, o.shutdown_application)
         _f = ''
@@ -3612,37 +3719,47 @@ def _r_StreamsGroupHeartbeatRequest_0(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.client_tags = _items
         _f = 'task_offsets'
-        _n, pos = r_array_len(data, pos, end, True, True, 14)
-        if _n < 0:
-            o.task_offsets = None
+        if arrays:
+            o.task_offsets, pos = r_task_offsets(data, pos, end, True, True, True, 14, StreamsGroupHeartbeatRequest_TaskOffset)
         else:
-            _items = []
-            _i = 0
-            try:
-                for _i in range(_n):
-                    _it, pos = _r_StreamsGroupHeartbeatRequest_TaskOffset_0(data, pos, end, v, arrays)
-                    _items.append(_it)
-            except DecodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-            o.task_offsets = _items
+            _n, pos = r_array_len(data, pos, end, True, True, 14)
+            if _n < 0:
+                o.task_offsets = None
+            else:
+                _items = []
+                _i = 0
+                try:
+                    for _i in range(_n):
+                        _it, pos = _r_StreamsGroupHeartbeatRequest_TaskOffset_0(data, pos, end, v, arrays)
+                        _items.append(_it)
+                except DecodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
+                o.task_offsets = _items
         _f = 'task_end_offsets'
-        _n, pos = r_array_len(data, pos, end, True, True, 14)
-        if _n < 0:
-            o.task_end_offsets = None
+        if arrays:
+            o.task_end_offsets, pos = r_task_offsets(data, pos, end, True, True, True, 14, StreamsGroupHeartbeatRequest_TaskOffset)
         else:
-            _items = []
-            _i = 0
-            try:
-                for _i in range(_n):
-                    _it, pos = _r_StreamsGroupHeartbeatRequest_TaskOffset_0(data, pos, end, v, arrays)
-                    _items.append(_it)
-            except DecodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-            o.task_end_offsets = _items
+            _n, pos = r_array_len(data, pos, end, True, True, 14)
+            if _n < 0:
+                o.task_end_offsets = None
+            else:
+                _items = []
+                _i = 0
+                try:
+                    for _i in range(_n):
+                        _it, pos = _r_StreamsGroupHeartbeatRequest_TaskOffset_0(data, pos, end, v, arrays)
+                        _items.append(_it)
+                except DecodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
+                o.task_end_offsets = _items
         _f = 'shutdown_application'
         o.shutdown_application, pos = r_bool(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -4001,7 +4118,11 @@ def _r_StreamsGroupHeartbeatResponse_Status_0(data, pos, end, v, arrays):
         _f = 'status_detail'
         o.status_detail, pos = r_compact_string(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -4030,7 +4151,11 @@ def _r_StreamsGroupHeartbeatResponse_TopicPartition_0(data, pos, end, v, arrays)
         _f = 'partitions'
         o.partitions, pos = r_int_array(data, pos, end, 'int32', True, False, arrays)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -4059,7 +4184,11 @@ def _r_StreamsGroupHeartbeatResponse_TaskIds_0(data, pos, end, v, arrays):
         _f = 'partitions'
         o.partitions, pos = r_int_array(data, pos, end, 'int32', True, False, arrays)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -4088,7 +4217,11 @@ def _r_StreamsGroupHeartbeatResponse_Endpoint_0(data, pos, end, v, arrays):
         _f = 'port'
         o.port, pos = r_uint16(data, pos, end)
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -4168,7 +4301,11 @@ def _r_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(data, pos, end, v, a
                 raise _x.with_prefix(f"[{_i}]") from None
             o.standby_partitions = _items
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos
@@ -4355,7 +4492,11 @@ def _r_StreamsGroupHeartbeatResponse_0(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.partitions_by_user_endpoint = _items
         _f = ''
-        o._unknown, pos = r_unknown_tags(data, pos, end)
+        if pos < end and data[pos] == 0:  # no tagged fields: the common case
+            o._unknown = None
+            pos += 1
+        else:
+            o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
     return o, pos

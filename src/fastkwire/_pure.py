@@ -353,10 +353,26 @@ def r_nullable_string(data, pos, end):
 
 
 def r_compact_string(data, pos, end):
+    # Fast path: a one-byte length whose text is all there; anything else takes the
+    # careful path, which raises the precise error.
+    if pos < end:
+        n = data[pos]
+        if 0 < n < 0x80 and pos + n <= end:
+            try:
+                return str(data[pos + 1:pos + n], "utf-8"), pos + n
+            except UnicodeDecodeError:
+                raise _e.invalid_utf8(pos) from None
     return _compact_string(data, pos, end, False)
 
 
 def r_compact_nullable_string(data, pos, end):
+    if pos < end:
+        n = data[pos]
+        if 0 < n < 0x80 and pos + n <= end:
+            try:
+                return str(data[pos + 1:pos + n], "utf-8"), pos + n
+            except UnicodeDecodeError:
+                raise _e.invalid_utf8(pos) from None
     return _compact_string(data, pos, end, True)
 
 
@@ -498,7 +514,8 @@ def r_array(data, pos, end, read_item, compact, nullable, min_size):
 
 
 def _int_items(items, kind):
-    """Lists, tuples, array.array and numpy arrays of integers; returns a sequence."""
+    """Lists and tuples as they are; numpy arrays, array.array and other objects with
+    __array__ become a validated numpy array."""
     if isinstance(items, (list, tuple)):
         return items
     if hasattr(items, "__array__") or hasattr(items, "typecode"):
@@ -512,13 +529,13 @@ def w_int_array(out, items, kind, compact, nullable):
         return
     seq = _int_items(items, kind)
     if not isinstance(seq, (list, tuple)):
-        # a validated numpy array: written in bulk
+        # a validated numpy array, converted by numpy in bulk
         n = len(seq)
         if compact:
             w_uvarint(out, n + 1)
         else:
             out += _S["int32"].pack(n)
-        out += _bulk.to_wire(seq, kind)
+        _bulk.write(out, seq, kind)
         return
     w_array_len(out, seq, compact, nullable)
     pack = _S[kind].pack
@@ -540,9 +557,79 @@ def r_int_array(data, pos, end, kind, compact, nullable, arrays):
         return None, pos
     stop = pos + n * width
     if arrays:
-        return _bulk.from_wire(data, pos, n, kind), stop
+        return _bulk.read(data, pos, n, kind), stop
     unpack = _S[kind].unpack_from
     return [unpack(data, p)[0] for p in range(pos, stop, width)], stop
+
+
+# Task offsets in columns (arrays="numpy"): rows of string, int32 partition, int64 offset
+# and, in flexible versions, a tagged-field section.
+
+_TASK_OFFSET = struct.Struct(">iq")
+_TASK_FIELDS = ("subtopology_id", "partition", "offset", "")
+
+
+def r_task_offsets(data, pos, end, compact, nullable, flexible, min_size, item):
+    """A TaskOffset array as TaskOffsetColumns; `item` is the TaskOffset class."""
+    n, pos = r_array_len(data, pos, end, compact, nullable, min_size)
+    if n < 0:
+        return None, pos
+    read_str = r_compact_string if compact else r_string
+    ids, parts, offsets, unknown = [], [], [], {}
+    i = f = 0
+    try:
+        for i in range(n):
+            f = 0
+            s, pos = read_str(data, pos, end)
+            f = 1
+            if end - pos < 12:  # partition then offset: report the one that is short
+                if end - pos >= 4:
+                    f = 2
+                    pos += 4
+                raise short(pos, 4 if f == 1 else 8, end)
+            p, o = _TASK_OFFSET.unpack_from(data, pos)
+            pos += 12
+            ids.append(s)
+            parts.append(p)
+            offsets.append(o)
+            if flexible:
+                f = 3
+                tags, pos = r_unknown_tags(data, pos, end)
+                if tags is not None:
+                    unknown[i] = tags
+    except DecodeError as x:
+        raise x.with_prefix(_TASK_FIELDS[f]).with_prefix(f"[{i}]") from None
+    import numpy as np
+
+    return _columns.TaskOffsetColumns._of(ids, np.array(parts, dtype="i4"),
+                                          np.array(offsets, dtype="i8"), unknown, item), pos
+
+
+def w_task_offsets(out, cols, compact, flexible):
+    """TaskOffsetColumns in the layout of a TaskOffset array."""
+    ids = cols.subtopology_id
+    parts = _bulk.column(cols.partition, "int32", "partition").tolist()
+    offsets = _bulk.column(cols.offset, "int64", "offset").tolist()
+    _columns.check_lengths(cols)
+    tags = cols.unknown_tagged_fields
+    n = len(ids)
+    if compact:
+        w_uvarint(out, n + 1)
+    else:
+        out += _S["int32"].pack(n)
+    write_str = w_compact_string if compact else w_string
+    pack = _TASK_OFFSET.pack
+    i = 0
+    try:
+        for i in range(n):
+            write_str(out, ids[i])
+            out += pack(parts[i], offsets[i])
+            if flexible:
+                w_tags(out, None, tags.get(i))
+    except EncodeError as x:
+        if not x.path:  # the string; the tags name themselves
+            x = x.with_prefix("subtopology_id")
+        raise x.with_prefix(f"[{i}]") from None
 
 
 # ---------------------------------------------------------------- helpers for the codecs
@@ -576,6 +663,7 @@ def write_into(buffer, offset, payload):
 
 
 from . import _bulk  # noqa: E402 - numpy glue, imports numpy only when used
+from . import columns as _columns  # noqa: E402
 
 
 # ---------------------------------------------------------------- primitive API
