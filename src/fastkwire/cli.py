@@ -100,14 +100,14 @@ def _print_table(result, out):
 
 # ---------------------------------------------------------------- dispatch
 
-# Subcommand name -> how to add it: a function(subparsers) that adds its parser and sets
-# `run` (a function(args) -> exit code) with parser.set_defaults(run=...), or the name of
-# a module whose add_parser(subparsers) does that.
 def add_explain(subparsers):
     from .explain import add_parser, run
     add_parser(subparsers).set_defaults(run=run)
 
 
+# Subcommand name -> how to add it: a function(subparsers) that adds its parser and sets
+# `run` (a function(args) -> exit code) with parser.set_defaults(run=...), or the name of
+# a module whose add_parser(subparsers) does that.
 SUBCOMMANDS = {
     "explain": add_explain,
     "remove-members": add_remove_members,
