@@ -16,11 +16,8 @@ import pytest
 
 import fastkwire
 from fastkwire import (
-    ApiVersionsRequest,
     ApiVersionsResponse,
-    FindCoordinatorRequest,
     FindCoordinatorResponse,
-    LeaveGroupRequest,
     LeaveGroupResponse,
     decode_request,
     encode_response,
@@ -638,7 +635,8 @@ def test_error_code_table_names_every_code_of_these_apis():
         for name in error_codes.API_ERRORS[api]:
             assert error_codes.by_name(name).name == name
     known = {25: "UNKNOWN_MEMBER_ID", 82: "FENCED_INSTANCE_ID", 30: "GROUP_AUTHORIZATION_FAILED",
-             69: "GROUP_ID_NOT_FOUND", 16: "NOT_COORDINATOR", 132: "STREAMS_TOPOLOGY_FENCED", -1: "UNKNOWN_SERVER_ERROR"}
+             69: "GROUP_ID_NOT_FOUND", 16: "NOT_COORDINATOR", 132: "STREAMS_TOPOLOGY_FENCED",
+             -1: "UNKNOWN_SERVER_ERROR"}
     for code, name in known.items():
         assert error_codes.error_name(code) == name
 
