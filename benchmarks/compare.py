@@ -65,11 +65,14 @@ TARGETS = _targets()
 
 def run_suite(json_path, quick, pytest_args):
     env = dict(os.environ)
+    # More rounds than pytest-benchmark's default, for steadier medians; pytest_args,
+    # given later on the command line, still override these.
+    rounds = [] if quick else ["--benchmark-min-rounds=10", "--benchmark-max-time=2"]
     if quick:
         env["FASTKWIRE_BENCH_QUICK"] = "1"
     cmd = [
         sys.executable, "-m", "pytest", str(HERE), "--benchmark-only", f"--benchmark-json={json_path}",
-        "-p", "no:cacheprovider", "-q", *pytest_args,
+        "-p", "no:cacheprovider", "-q", *rounds, *pytest_args,
     ]
     print("$", " ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd, cwd=ROOT, env=env)
@@ -119,6 +122,8 @@ def render(report, quick=False):
                f"{cpu.get('brand_raw', mi.get('processor', '?'))}, {cpu.get('count', '?')} cores, "
                f"{mi.get('system', '')} {mi.get('release', '')}, "
                f"{mi.get('python_implementation', 'Python')} {mi.get('python_version', '')}.")
+    if "fastkwire_bench_loadavg" in mi:
+        out.append(f"Load average when the run started: {mi['fastkwire_bench_loadavg']:.2f}.")
     if versions:
         out.append("Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
     commit = report.get("commit_info", {})

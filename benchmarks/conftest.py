@@ -82,4 +82,6 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         except metadata.PackageNotFoundError:
             pass
     machine_info["fastkwire_bench_versions"] = versions
+    if hasattr(os, "getloadavg"):  # other work on the machine skews the ratios
+        machine_info["fastkwire_bench_loadavg"] = os.getloadavg()[0]
     machine_info.pop("node", None)  # the host name says nothing about speed
