@@ -1,9 +1,16 @@
-"""numpy glue for bulk integer arrays. numpy is imported only when an array is used."""
+"""numpy glue for bulk integer arrays, shared by both implementations.
+
+numpy is imported only when an array is encoded or `arrays="numpy"` is asked for, so
+`import fastkwire` never pays for it. The compiled core reads arrays through the buffer
+protocol itself and comes here only for the cold paths: canonical errors and inputs its
+fast path does not take (objects without a buffer, exotic formats).
+"""
+from . import errors as _e
 from .errors import EncodeError
 
-_DTYPES = {"int16": "i2", "int32": "i4", "int64": "i8"}
-_RANGE = {"int16": (-(1 << 15), (1 << 15) - 1), "int32": (-(1 << 31), (1 << 31) - 1),
-          "int64": (-(1 << 63), (1 << 63) - 1)}
+CODES = {"int16": "i2", "int32": "i4", "int64": "i8"}
+RANGE = {"int16": (-(1 << 15), (1 << 15) - 1), "int32": (-(1 << 31), (1 << 31) - 1),
+         "int64": (-(1 << 63), (1 << 63) - 1)}
 
 
 def require_numpy():
@@ -14,33 +21,53 @@ def require_numpy():
 
 
 def as_int_array(items, kind):
-    """Validate an integer array for a field of `kind`; returns a numpy array."""
+    """Validate an integer array (numpy, array.array, ...) for a field of `kind`.
+
+    Returns a one-dimensional numpy array of any integer dtype whose values all fit
+    `kind`. Raises EncodeError for another shape, a non-integer dtype (bool, float,
+    object: never cast silently) or the first value out of range, at its index, in the
+    words the list path uses."""
     import numpy as np
 
     arr = np.asarray(items)
     if arr.ndim != 1:
         raise EncodeError(f"expected a one-dimensional array, got {arr.ndim} dimensions")
-    if arr.dtype.kind not in "iu":
+    if arr.dtype.kind not in "iu":  # "b" (bool), "f", "O", ... are not integers
         raise EncodeError(f"expected an integer array for {kind}, got dtype {arr.dtype}")
-    if kind not in _DTYPES:
-        raise EncodeError(f"no bulk arrays for {kind}")
-    lo, hi = _RANGE[kind]
-    if arr.size and np.can_cast(arr.dtype, np.dtype(_DTYPES[kind])) is False:
-        mn, mx = int(arr.min()), int(arr.max())
-        if mn < lo or mx > hi:
-            bad = mn if mn < lo else mx
-            index = int(np.argmax(arr == bad))
-            raise EncodeError(f"{bad!r} out of range for {kind}", f"[{index}]")
+    lo, hi = RANGE[kind]
+    if arr.size and not np.can_cast(arr.dtype, CODES[kind], casting="safe"):
+        # min/max first: no temporary array unless something is out of range
+        if int(arr.min()) < lo or int(arr.max()) > hi:
+            index = int(np.argmax((arr < lo) | (arr > hi)))
+            raise _e.out_of_range(kind, int(arr[index])).with_prefix(f"[{index}]")
     return arr
 
 
-def to_wire(arr, kind):
-    """Big-endian bytes of a validated array."""
-    return arr.astype(">" + _DTYPES[kind], copy=False).tobytes()
-
-
-def from_wire(data, pos, n, kind):
-    """n big-endian integers at pos, as a native-order array that owns its memory."""
+def native(items, kind):
+    """A validated C-contiguous native-order array of exactly `kind` (no copy if it is one)."""
     import numpy as np
 
-    return np.frombuffer(data, dtype=">" + _DTYPES[kind], count=n, offset=pos).astype(_DTYPES[kind])
+    return np.ascontiguousarray(as_int_array(items, kind), dtype=CODES[kind])
+
+
+def write(out, arr, kind):
+    """Append a validated array to bytearray `out` as big-endian integers (one copy)."""
+    import numpy as np
+
+    # through a memoryview: `bytearray += ndarray` would be numpy's elementwise add
+    out += memoryview(np.ascontiguousarray(arr, dtype=">" + CODES[kind]))
+
+
+def read(data, pos, n, kind):
+    """n big-endian integers at pos: a native-order array that owns its memory."""
+    import numpy as np
+
+    return np.frombuffer(data, dtype=">" + CODES[kind], count=n, offset=pos).astype(CODES[kind])
+
+
+def column(items, kind, name):
+    """A column of TaskOffsetColumns as a native array; errors name the row and column."""
+    try:
+        return native(items, kind)
+    except EncodeError as x:
+        raise EncodeError(x.reason, _e._join(x.path, name) if x.path else name) from None

@@ -53,6 +53,8 @@ cdef object rd_nullable_bytes(Cursor* c)
 cdef object rd_compact_bytes(Cursor* c)
 cdef object rd_compact_nullable_bytes(Cursor* c)
 cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int arrays)
+cdef object rd_task_offsets(Cursor* c, int compact, int nullable, int flexible,
+                            Py_ssize_t min_size, object item)
 cdef object rd_string_array(Cursor* c, int compact, int nullable)
 cdef object rd_tags_slow(Cursor* c, long long n)
 cdef Py_ssize_t rd_tag_header(Cursor* c, Py_ssize_t last, Py_ssize_t* size) except -1
@@ -62,6 +64,7 @@ cdef Py_ssize_t sz_nullable_bytes(object b) except -1
 cdef Py_ssize_t sz_compact_bytes(object b) except -1
 cdef Py_ssize_t sz_compact_nullable_bytes(object b) except -1
 cdef Py_ssize_t sz_int_array(object items, int width, int compact, int nullable) except -1
+cdef Py_ssize_t sz_task_offsets(object cols, int compact, int flexible) except -1
 cdef Py_ssize_t sz_string_array(object items, int compact, int nullable) except -1
 cdef Py_ssize_t sz_tags_slow(object known, object unknown) except -1
 
@@ -74,6 +77,8 @@ cdef unsigned char* wr_compact_bytes(unsigned char* p, unsigned char* end, objec
 cdef unsigned char* wr_compact_nullable_bytes(unsigned char* p, unsigned char* end, object b) except NULL
 cdef unsigned char* wr_int_array(unsigned char* p, unsigned char* end, object items, int width,
                                  int compact, int nullable) except NULL
+cdef unsigned char* wr_task_offsets(unsigned char* p, unsigned char* end, object cols,
+                                    int compact, int flexible) except NULL
 cdef unsigned char* wr_string_array(unsigned char* p, unsigned char* end, object items,
                                     int compact, int nullable) except NULL
 cdef unsigned char* wr_tags_slow(unsigned char* p, unsigned char* end, object known,

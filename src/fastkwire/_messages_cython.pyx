@@ -9,6 +9,7 @@ from fastkwire._core cimport *
 from fastkwire import _model
 from fastkwire import errors as _e
 from fastkwire._core import check_arrays
+from fastkwire.columns import TaskOffsetColumns
 from fastkwire.errors import DecodeError, EncodeError, UnsupportedVersionError
 
 cdef object _DEFAULT = object()  # marks 'argument not given' for list defaults
@@ -4802,30 +4803,36 @@ cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_0(StreamsGroupHeartbeatRequest 
                 raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_offsets'
         _items = o.task_offsets
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                        raise _e.wrong_type('TaskOffset', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        if isinstance(_items, TaskOffsetColumns):
+            n += sz_task_offsets(_items, 1, 1)
+        else:
+            n += sz_array_len(_items, 1, 1)
+            if _items is not None:
+                _i = 0
+                try:
+                    for _i in range(len(_items)):
+                        _it = _items[_i]
+                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                            raise _e.wrong_type('TaskOffset', _it)
+                        n += _sz_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, v)
+                except EncodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_end_offsets'
         _items = o.task_end_offsets
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                        raise _e.wrong_type('TaskOffset', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        if isinstance(_items, TaskOffsetColumns):
+            n += sz_task_offsets(_items, 1, 1)
+        else:
+            n += sz_array_len(_items, 1, 1)
+            if _items is not None:
+                _i = 0
+                try:
+                    for _i in range(len(_items)):
+                        _it = _items[_i]
+                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                            raise _e.wrong_type('TaskOffset', _it)
+                        n += _sz_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, v)
+                except EncodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
         _f = 'shutdown_application'
         _f = ''
         n += sz_tags(None, o._unknown)
@@ -4927,30 +4934,36 @@ cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_0(StreamsGroupHeartbeatRequ
                 raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_offsets'
         _items = o.task_offsets
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                        raise _e.wrong_type('TaskOffset', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        if isinstance(_items, TaskOffsetColumns):
+            p = wr_task_offsets(p, end, _items, 1, 1)
+        else:
+            p = wr_array_len(p, end, _items, 1, 1)
+            if _items is not None:
+                _i = 0
+                try:
+                    for _i in range(len(_items)):
+                        _it = _items[_i]
+                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                            raise _e.wrong_type('TaskOffset', _it)
+                        p = _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, p, end, v)
+                except EncodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_end_offsets'
         _items = o.task_end_offsets
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                        raise _e.wrong_type('TaskOffset', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        if isinstance(_items, TaskOffsetColumns):
+            p = wr_task_offsets(p, end, _items, 1, 1)
+        else:
+            p = wr_array_len(p, end, _items, 1, 1)
+            if _items is not None:
+                _i = 0
+                try:
+                    for _i in range(len(_items)):
+                        _it = _items[_i]
+                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                            raise _e.wrong_type('TaskOffset', _it)
+                        p = _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, p, end, v)
+                except EncodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
         _f = 'shutdown_application'
         p = wr_bool(p, end, o.shutdown_application)
         _f = ''
@@ -5045,31 +5058,37 @@ cdef StreamsGroupHeartbeatRequest _rd_StreamsGroupHeartbeatRequest_0(Cursor* c, 
                 raise _x.with_prefix(f"[{_i}]") from None
             o.client_tags = _items
         _f = 'task_offsets'
-        _n = rd_array_len(c, 1, 1, 14)
-        if _n < 0:
-            o.task_offsets = None
+        if arrays:
+            o.task_offsets = rd_task_offsets(c, 1, 1, 1, 14, StreamsGroupHeartbeatRequest_TaskOffset)
         else:
-            _items = []
-            _i = 0
-            try:
-                for _i in range(_n):
-                    _items.append(_rd_StreamsGroupHeartbeatRequest_TaskOffset_0(c, v, arrays))
-            except DecodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-            o.task_offsets = _items
+            _n = rd_array_len(c, 1, 1, 14)
+            if _n < 0:
+                o.task_offsets = None
+            else:
+                _items = []
+                _i = 0
+                try:
+                    for _i in range(_n):
+                        _items.append(_rd_StreamsGroupHeartbeatRequest_TaskOffset_0(c, v, arrays))
+                except DecodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
+                o.task_offsets = _items
         _f = 'task_end_offsets'
-        _n = rd_array_len(c, 1, 1, 14)
-        if _n < 0:
-            o.task_end_offsets = None
+        if arrays:
+            o.task_end_offsets = rd_task_offsets(c, 1, 1, 1, 14, StreamsGroupHeartbeatRequest_TaskOffset)
         else:
-            _items = []
-            _i = 0
-            try:
-                for _i in range(_n):
-                    _items.append(_rd_StreamsGroupHeartbeatRequest_TaskOffset_0(c, v, arrays))
-            except DecodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-            o.task_end_offsets = _items
+            _n = rd_array_len(c, 1, 1, 14)
+            if _n < 0:
+                o.task_end_offsets = None
+            else:
+                _items = []
+                _i = 0
+                try:
+                    for _i in range(_n):
+                        _items.append(_rd_StreamsGroupHeartbeatRequest_TaskOffset_0(c, v, arrays))
+                except DecodeError as _x:
+                    raise _x.with_prefix(f"[{_i}]") from None
+                o.task_end_offsets = _items
         _f = 'shutdown_application'
         o.shutdown_application = rd_bool(c)
         _f = ''
