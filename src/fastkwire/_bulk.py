@@ -44,9 +44,20 @@ def as_int_array(items, kind):
 
 
 def native(items, kind):
-    """A validated C-contiguous native-order array of exactly `kind` (no copy if it is one)."""
+    """A validated C-contiguous native-order array of exactly `kind` (no copy if it is one).
+    Lists and tuples are checked item by item, with the rules of the list path."""
     import numpy as np
 
+    if isinstance(items, (list, tuple)):
+        from ._pure import _int_value
+
+        values = []
+        for i, v in enumerate(items):
+            try:
+                values.append(_int_value(kind, v))
+            except EncodeError as x:
+                raise x.with_prefix(f"[{i}]") from None
+        return np.array(values, dtype=CODES[kind])
     return np.ascontiguousarray(as_int_array(items, kind), dtype=CODES[kind])
 
 
