@@ -4,6 +4,7 @@
 """Compiled message codecs (twin of _messages_python.py)."""
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_C_CONTIGUOUS
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+cimport cython
 from fastkwire._core cimport *
 
 from fastkwire import _model
@@ -113,6 +114,7 @@ cdef ApiVersionsRequest _rd_ApiVersionsRequest_1(Cursor* c, int v, int arrays):
     return o
 
 
+@cython.no_gc
 cdef class ApiVersionsRequest:
     cdef public object client_software_name
     cdef public object client_software_version
@@ -920,6 +922,7 @@ cdef ApiVersionsResponse _rd_ApiVersionsResponse_2(Cursor* c, int v, int arrays)
     return o
 
 
+@cython.no_gc
 cdef class ApiVersionsResponse_ApiVersion:
     cdef public object api_key
     cdef public object min_version
@@ -966,6 +969,7 @@ cdef class ApiVersionsResponse_ApiVersion:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class ApiVersionsResponse_SupportedFeatureKey:
     cdef public object name
     cdef public object min_version
@@ -1012,6 +1016,7 @@ cdef class ApiVersionsResponse_SupportedFeatureKey:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class ApiVersionsResponse_FinalizedFeatureKey:
     cdef public object name
     cdef public object max_version_level
@@ -1058,6 +1063,7 @@ cdef class ApiVersionsResponse_FinalizedFeatureKey:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class ApiVersionsResponse:
     cdef public object error_code
     cdef public object api_keys
@@ -1433,6 +1439,7 @@ cdef FindCoordinatorRequest _rd_FindCoordinatorRequest_3(Cursor* c, int v, int a
     return o
 
 
+@cython.no_gc
 cdef class FindCoordinatorRequest:
     cdef public object key
     cdef public object key_type
@@ -1993,6 +2000,7 @@ cdef FindCoordinatorResponse _rd_FindCoordinatorResponse_3(Cursor* c, int v, int
     return o
 
 
+@cython.no_gc
 cdef class FindCoordinatorResponse_Coordinator:
     cdef public object key
     cdef public object node_id
@@ -2045,6 +2053,7 @@ cdef class FindCoordinatorResponse_Coordinator:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class FindCoordinatorResponse:
     cdef public object throttle_time_ms
     cdef public object error_code
@@ -2701,6 +2710,7 @@ cdef LeaveGroupRequest _rd_LeaveGroupRequest_3(Cursor* c, int v, int arrays):
     return o
 
 
+@cython.no_gc
 cdef class LeaveGroupRequest_MemberIdentity:
     cdef public object member_id
     cdef public object group_instance_id
@@ -2747,6 +2757,7 @@ cdef class LeaveGroupRequest_MemberIdentity:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class LeaveGroupRequest:
     cdef public object group_id
     cdef public object member_id
@@ -3302,6 +3313,7 @@ cdef LeaveGroupResponse _rd_LeaveGroupResponse_3(Cursor* c, int v, int arrays):
     return o
 
 
+@cython.no_gc
 cdef class LeaveGroupResponse_MemberResponse:
     cdef public object member_id
     cdef public object group_instance_id
@@ -3348,6 +3360,7 @@ cdef class LeaveGroupResponse_MemberResponse:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class LeaveGroupResponse:
     cdef public object throttle_time_ms
     cdef public object error_code
@@ -3704,6 +3717,7 @@ cdef RequestHeader _rd_RequestHeader_2(Cursor* c, int v, int arrays):
     return o
 
 
+@cython.no_gc
 cdef class RequestHeader:
     cdef public object request_api_key
     cdef public object request_api_version
@@ -3956,6 +3970,7 @@ cdef ResponseHeader _rd_ResponseHeader_1(Cursor* c, int v, int arrays):
     return o
 
 
+@cython.no_gc
 cdef class ResponseHeader:
     cdef public object correlation_id
     cdef public object _unknown
@@ -5098,6 +5113,7 @@ cdef StreamsGroupHeartbeatRequest _rd_StreamsGroupHeartbeatRequest_0(Cursor* c, 
     return o
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatRequest_KeyValue:
     cdef public object key
     cdef public object value
@@ -5142,6 +5158,7 @@ cdef class StreamsGroupHeartbeatRequest_KeyValue:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatRequest_TopicInfo:
     cdef public object name
     cdef public object partitions
@@ -5190,6 +5207,7 @@ cdef class StreamsGroupHeartbeatRequest_TopicInfo:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatRequest_Endpoint:
     cdef public object host
     cdef public object port
@@ -5234,6 +5252,7 @@ cdef class StreamsGroupHeartbeatRequest_Endpoint:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatRequest_TaskOffset:
     cdef public object subtopology_id
     cdef public object partition
@@ -5280,6 +5299,7 @@ cdef class StreamsGroupHeartbeatRequest_TaskOffset:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatRequest_TaskIds:
     cdef public object subtopology_id
     cdef public object partitions
@@ -5324,6 +5344,7 @@ cdef class StreamsGroupHeartbeatRequest_TaskIds:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatRequest_CopartitionGroup:
     cdef public object source_topics
     cdef public object source_topic_regex
@@ -5370,6 +5391,7 @@ cdef class StreamsGroupHeartbeatRequest_CopartitionGroup:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatRequest_Subtopology:
     cdef public object subtopology_id
     cdef public object source_topics
@@ -5424,6 +5446,7 @@ cdef class StreamsGroupHeartbeatRequest_Subtopology:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatRequest_Topology:
     cdef public object epoch
     cdef public object subtopologies
@@ -5468,6 +5491,7 @@ cdef class StreamsGroupHeartbeatRequest_Topology:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatRequest:
     cdef public object group_id
     cdef public object member_id
@@ -6235,6 +6259,7 @@ cdef StreamsGroupHeartbeatResponse _rd_StreamsGroupHeartbeatResponse_0(Cursor* c
     return o
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatResponse_Status:
     cdef public object status_code
     cdef public object status_detail
@@ -6279,6 +6304,7 @@ cdef class StreamsGroupHeartbeatResponse_Status:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatResponse_TopicPartition:
     cdef public object topic
     cdef public object partitions
@@ -6323,6 +6349,7 @@ cdef class StreamsGroupHeartbeatResponse_TopicPartition:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatResponse_TaskIds:
     cdef public object subtopology_id
     cdef public object partitions
@@ -6367,6 +6394,7 @@ cdef class StreamsGroupHeartbeatResponse_TaskIds:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatResponse_Endpoint:
     cdef public object host
     cdef public object port
@@ -6411,6 +6439,7 @@ cdef class StreamsGroupHeartbeatResponse_Endpoint:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatResponse_EndpointToPartitions:
     cdef public object user_endpoint
     cdef public object active_partitions
@@ -6457,6 +6486,7 @@ cdef class StreamsGroupHeartbeatResponse_EndpointToPartitions:
         return _model.from_dict(cls, d)
 
 
+@cython.no_gc
 cdef class StreamsGroupHeartbeatResponse:
     cdef public object throttle_time_ms
     cdef public object error_code
