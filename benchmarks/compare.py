@@ -25,6 +25,7 @@ from workloads import WORKLOADS  # noqa: E402
 
 COLUMNS = ["cython", "pure", "cython-numpy", "pure-numpy", "kafka-python", "kio", "msgspec", "numpy-frombuffer"]
 OPS = ["encode", "decode", "frame"]
+STAT_NAMES = {"median": "medians", "min": "minimum times", "mean": "mean times"}
 # (ours, peer) pairs shown in the ratio table.
 RATIOS = [
     ("cython", "kafka-python"),
@@ -67,7 +68,8 @@ def run_suite(json_path, quick, pytest_args):
     env = dict(os.environ)
     # More rounds than pytest-benchmark's default, for steadier medians; pytest_args,
     # given later on the command line, still override these.
-    rounds = [] if quick else ["--benchmark-min-rounds=10", "--benchmark-max-time=2"]
+    rounds = [] if quick else ["--benchmark-min-rounds=10", "--benchmark-max-time=2",
+                               "--benchmark-min-time=0.0001"]
     if quick:
         env["FASTKWIRE_BENCH_QUICK"] = "1"
     cmd = [
@@ -78,13 +80,13 @@ def run_suite(json_path, quick, pytest_args):
     return subprocess.call(cmd, cwd=ROOT, env=env)
 
 
-def load_medians(report):
-    """{(workload, op): {contestant: median seconds}}"""
+def load_medians(report, stat="median"):
+    """{(workload, op): {contestant: seconds}}, the median (or another statistic) of the rounds."""
     medians = {}
     for b in report["benchmarks"]:
         info = b.get("extra_info", {})
         if "contestant" in info:
-            medians.setdefault((info["workload"], info["op"]), {})[info["contestant"]] = b["stats"]["median"]
+            medians.setdefault((info["workload"], info["op"]), {})[info["contestant"]] = b["stats"][stat]
     return medians
 
 
@@ -109,8 +111,8 @@ def _title(workload, op):
     return f"{title}: {'request frame round trip' if op == 'frame' else op}"
 
 
-def render(report, quick=False):
-    medians = load_medians(report)
+def render(report, quick=False, stat="median"):
+    medians = load_medians(report, stat)
     rows = _rows(medians)
     cols = [c for c in COLUMNS if any(c in medians[r] for r in rows)]
     mi = report.get("machine_info", {})
@@ -129,10 +131,10 @@ def render(report, quick=False):
     commit = report.get("commit_info", {})
     if commit.get("id"):
         out.append(f"fastkwire commit {commit['id'][:10]}{' (with local changes)' if commit.get('dirty') else ''}.")
-    out.append("Times are pytest-benchmark medians; every column of a row ran in the same run on the same "
+    out.append(f"Times are pytest-benchmark {STAT_NAMES[stat]}; every column of a row ran in the same run on the same "
                "bytes (msgspec: the same content as msgpack).")
     out.append("")
-    out.append("### Medians")
+    out.append(f"### {STAT_NAMES[stat].capitalize()}")
     out.append("")
     out.append("| workload | " + " | ".join(cols) + " |")
     out.append("|---|" + "---:|" * len(cols))
@@ -191,6 +193,8 @@ def main(argv=None):
     ap.add_argument("--json", default=str(ROOT / ".benchmarks" / "latest.json"), help="where pytest-benchmark writes its JSON")
     ap.add_argument("--from-json", help="render this JSON instead of running the suite")
     ap.add_argument("-o", "--output", help="markdown file to write (default benchmarks/results.md on a full run)")
+    ap.add_argument("--stat", default="median", choices=["median", "min", "mean"],
+                    help="statistic of the rounds to tabulate (min resists a busy machine)")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
     quick = args.quick or bool(os.environ.get("FASTKWIRE_BENCH_QUICK"))
@@ -204,7 +208,7 @@ def main(argv=None):
             print("pytest-benchmark wrote no JSON", file=sys.stderr)
             return status or 1
     report = json.loads(json_path.read_text())
-    markdown, missed = render(report, quick=quick)
+    markdown, missed = render(report, quick=quick, stat=args.stat)
     print(markdown)
     output = args.output or (None if quick or args.from_json else str(HERE / "results.md"))
     if output:
