@@ -288,3 +288,12 @@ def test_framing_errors(impl):
     assert info.value.offset == 0
     with pytest.raises(TypeError):
         impl.encode_request(impl.LeaveGroupResponse(), 5, 1)
+
+
+def test_messages_pickle(impl):
+    import pickle
+    m = impl.StreamsGroupHeartbeatRequest.from_dict(SEED_HEARTBEAT)
+    m.unknown_tagged_fields = {5: b"\x01"}
+    again = pickle.loads(pickle.dumps(m))
+    assert again == m and type(again) is type(m)
+    assert again.unknown_tagged_fields == {5: b"\x01"}
