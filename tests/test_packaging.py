@@ -132,14 +132,15 @@ def test_manylinux_wheel_installs_and_passes_the_suite(slow, tmp_path):
 
     # System site-packages lend the test tools; the venv's own fastkwire comes first.
     python = make_venv(tmp_path / "venv", system_site_packages=True)
-    run([python, "-m", "pip", "install", "--no-deps", "--no-index", wheel])
+    # --ignore-installed: a fastkwire in the system site-packages must not satisfy this.
+    run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", wheel])
     implementation, where = installed(python, tmp_path)
     assert implementation == "cython"
     assert (tmp_path / "venv") in where.parents
     # The suite itself, against the installed wheel (src/ is not on the path).
     suite = subprocess.run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
-        cwd=ROOT, env=clean_env(), capture_output=True, text=True,
+        cwd=ROOT, env=clean_env(FASTKWIRE_REQUIRE_EXTENSION="1"), capture_output=True, text=True,
     )
     assert suite.returncode == 0, suite.stdout[-5000:] + suite.stderr[-2000:]
     assert " passed" in suite.stdout
@@ -183,3 +184,4 @@ def test_cibuildwheel_tests_the_installed_compiled_wheel():
     assert any("fastkwire.implementation != 'cython'" in c for c in commands)
     assert any("pytest {project}/tests" in c for c in commands)
     assert config["environment"]["FASTKWIRE_REQUIRE_EXTENSION"] == "1"
+    assert config["test-environment"]["FASTKWIRE_REQUIRE_EXTENSION"] == "1"
