@@ -91,4 +91,4 @@ def test_benchmarks_keep_results_as_an_artifact():
     run = next(s["run"] for s in job["steps"] if "pytest" in s.get("run", ""))
     assert "benchmarks" in run and "--benchmark-json=benchmark-results.json" in run
     upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
-    assert upload["with"]["path"] == "benchmark-results.json"
+    assert upload["with"]["path"].split() == ["benchmark-results.json", "benchmark-results.md"]
