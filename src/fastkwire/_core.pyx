@@ -13,7 +13,7 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyObject_Chec
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.exc cimport PyErr_Clear
-from libc.stdint cimport INT64_MAX
+from libc.stdint cimport INT64_MAX, uint8_t
 from libc.string cimport memcpy
 
 from fastkwire import _bulk, _pure
@@ -469,6 +469,46 @@ cdef inline uint64_t load_raw(const unsigned char* p, int size, int order) noexc
     return u
 
 
+ctypedef fused native_int:
+    int8_t
+    uint8_t
+    int16_t
+    uint16_t
+    int32_t
+    uint32_t
+    int64_t
+    uint64_t
+
+
+cdef Py_ssize_t put_native(const native_int* first, Py_ssize_t n, Py_ssize_t stride,
+                           unsigned char* out, int width, int64_t lo, int64_t hi) noexcept nogil:
+    """put_ints for a native-order source, one copy per element type: each loop is a
+    plain load, the range check and a byte-swapping store."""
+    cdef const unsigned char* p = <const unsigned char*>first
+    cdef native_int v
+    cdef Py_ssize_t i
+    cdef bint unsigned = (native_int is uint8_t or native_int is uint16_t or
+                          native_int is uint32_t or native_int is uint64_t)
+    # a narrower type always fits (the compiler drops the check from that loop)
+    cdef bint check = <int>sizeof(native_int) > width or (unsigned and <int>sizeof(native_int) == width)
+    for i in range(n):
+        memcpy(&v, p + i * stride, sizeof(native_int))
+        if not check:
+            pass
+        elif native_int is uint8_t or native_int is uint16_t or native_int is uint32_t or native_int is uint64_t:
+            if <uint64_t>v > <uint64_t>hi:
+                return i
+        elif v < lo or v > hi:
+            return i
+        if width == 4:
+            store32(out + 4 * i, <uint32_t>v)
+        elif width == 2:
+            store16(out + 2 * i, <uint16_t>v)
+        else:
+            store64(out + 8 * i, <uint64_t>v)
+    return -1
+
+
 cdef Py_ssize_t put_ints(unsigned char* out, IntBuf* b, int width) noexcept nogil:
     """Write b's values big-endian, `width` bytes each; -1, or the index of the first
     value out of range (the output is then partly written)."""
@@ -478,27 +518,22 @@ cdef Py_ssize_t put_ints(unsigned char* out, IntBuf* b, int width) noexcept nogi
     cdef int64_t x
     cdef int64_t hi = (<int64_t>1 << (8 * width - 1)) - 1 if width < 8 else INT64_MAX
     cdef int64_t lo = -hi - 1
-    cdef int16_t v16
-    cdef int32_t v32
-    cdef int64_t v64
-    if b.is_signed and b.size == width and b.order == NATIVE:
-        # the usual case: same width, native order; every value fits
-        if width == 4:
-            for i in range(b.n):
-                memcpy(&v32, p + i * b.stride, 4)
-                store32(out + 4 * i, <uint32_t>v32)
-        elif width == 2:
-            for i in range(b.n):
-                memcpy(&v16, p + i * b.stride, 2)
-                store16(out + 2 * i, <uint16_t>v16)
-        else:
-            for i in range(b.n):
-                memcpy(&v64, p + i * b.stride, 8)
-                store64(out + 8 * i, <uint64_t>v64)
-        return -1
+    if b.order == NATIVE:
+        if b.size == 1:
+            return put_native(<const int8_t*>p, b.n, b.stride, out, width, lo, hi) if b.is_signed else \
+                put_native(<const uint8_t*>p, b.n, b.stride, out, width, lo, hi)
+        if b.size == 2:
+            return put_native(<const int16_t*>p, b.n, b.stride, out, width, lo, hi) if b.is_signed else \
+                put_native(<const uint16_t*>p, b.n, b.stride, out, width, lo, hi)
+        if b.size == 4:
+            return put_native(<const int32_t*>p, b.n, b.stride, out, width, lo, hi) if b.is_signed else \
+                put_native(<const uint32_t*>p, b.n, b.stride, out, width, lo, hi)
+        return put_native(<const int64_t*>p, b.n, b.stride, out, width, lo, hi) if b.is_signed else \
+            put_native(<const uint64_t*>p, b.n, b.stride, out, width, lo, hi)
     if b.is_signed and b.size == width and b.order == BIG and b.stride == width:
         memcpy(out, p, b.n * width)  # already the wire format
         return -1
+    # the other byte order: byte by byte
     for i in range(b.n):
         u = load_raw(p + i * b.stride, b.size, b.order)
         if b.is_signed:
