@@ -8,6 +8,7 @@ are collected only when benchmarks/ is named on the command line:
 
 FASTKWIRE_BENCH_QUICK=1 runs few, short rounds: a smoke run, not a measurement.
 """
+import gc
 import os
 import sys
 from pathlib import Path
@@ -64,6 +65,10 @@ def timed(benchmark):
             pytest.skip(str(exc))
         if fn is None:
             pytest.skip(f"{contestant} has no {op} for {workload}")
+        # Keep the prepared inputs of every workload out of the collector's way: a long run
+        # accumulates them, and scanning them would tax later benchmarks more than earlier.
+        gc.collect()
+        gc.freeze()
         benchmark.group = f"{workload} {op}"
         benchmark.extra_info.update(workload=workload, op=op, contestant=contestant)
         benchmark(fn)
