@@ -5,8 +5,11 @@
 #
 # `python -m build` makes the sdist and then builds the wheel from that sdist, so this
 # also proves the sdist compiles without Cython; auditwheel then checks the wheel's
-# symbol versions and retags it manylinux. Needs: pip install build auditwheel, and
-# patchelf (apt-get install patchelf). PYTHON picks the interpreter (default python3).
+# symbol versions and retags it manylinux. PYTHON picks the interpreter (default python3).
+#
+# Needs: apt-get install patchelf; pip install build "auditwheel<6.8.1".
+# Debian 12 ships patchelf 0.14.3, which auditwheel 6.8.1+ refuses because of a bug in
+# renaming the shared libraries it grafts; this wheel grafts none (the wheel test checks).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
