@@ -3,7 +3,6 @@ arrays (issue 4), the large one and a single 1,000,000-element []int32 field.
 
 The numpy contestants skip, saying why, until Cls.decode(..., arrays="numpy") works."""
 import pytest
-
 from workloads import CONTESTANTS, NUMPY_CONTESTANTS
 
 

@@ -10,7 +10,6 @@ Extra arguments after `--` go to pytest (for example `-- -k lg_req`). Ratios are
 between medians of the same run. "x faster" is the peer's median over ours.
 """
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -21,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from workloads import WORKLOADS  # noqa: E402
+from workloads import WORKLOADS
 
 COLUMNS = ["cython", "pure", "cython-numpy", "pure-numpy", "kafka-python", "kio", "msgspec", "numpy-frombuffer"]
 OPS = ["encode", "decode", "frame"]
@@ -120,18 +119,22 @@ def render(report, quick=False, stat="median"):
     versions = mi.get("fastkwire_bench_versions", {})
     out = []
     when = report.get("datetime", "")[:16].replace("T", " ")
-    out.append(f"Measured {when} UTC{' (QUICK smoke run: few rounds, not a measurement)' if quick else ''} on "
+    out.append(f"- Measured {when} UTC{' (QUICK smoke run: few rounds, not a measurement)' if quick else ''} on "
                f"{cpu.get('brand_raw', mi.get('processor', '?'))}, {cpu.get('count', '?')} cores, "
                f"{mi.get('system', '')} {mi.get('release', '')}, "
                f"{mi.get('python_implementation', 'Python')} {mi.get('python_version', '')}.")
     if "fastkwire_bench_loadavg" in mi:
-        out.append(f"Load average when the run started: {mi['fastkwire_bench_loadavg']:.2f}.")
+        load = mi["fastkwire_bench_loadavg"]
+        out.append(f"- Load average when the run started: {load:.2f}.")
+        if load > (cpu.get("count") or os.cpu_count() or 1) * 0.75:
+            out.append("- **The machine was busy with other work: ratios near a target's bound can move "
+                       "by tens of percent from run to run; repeat the run on an idle machine to judge them.**")
     if versions:
-        out.append("Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
+        out.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
     commit = report.get("commit_info", {})
     if commit.get("id"):
-        out.append(f"fastkwire commit {commit['id'][:10]}{' (with local changes)' if commit.get('dirty') else ''}.")
-    out.append(f"Times are pytest-benchmark {STAT_NAMES[stat]}; every column of a row ran in the same run on the same "
+        out.append(f"- fastkwire commit {commit['id'][:10]}{' (with local changes)' if commit.get('dirty') else ''}.")
+    out.append(f"- Times are pytest-benchmark {STAT_NAMES[stat]}; every column of a row ran in the same run on the same "
                "bytes (msgspec: the same content as msgpack).")
     out.append("")
     out.append(f"### {STAT_NAMES[stat].capitalize()}")
@@ -192,7 +195,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="few rounds: a smoke run (also FASTKWIRE_BENCH_QUICK=1)")
     ap.add_argument("--json", default=str(ROOT / ".benchmarks" / "latest.json"), help="where pytest-benchmark writes its JSON")
     ap.add_argument("--from-json", help="render this JSON instead of running the suite")
-    ap.add_argument("-o", "--output", help="markdown file to write (default benchmarks/results.md on a full run)")
+    ap.add_argument("-o", "--output", help="markdown file to write (default: benchmarks/results.md on a full run)")
     ap.add_argument("--stat", default="median", choices=["median", "min", "mean"],
                     help="statistic of the rounds to tabulate (min resists a busy machine)")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")

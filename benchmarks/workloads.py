@@ -498,22 +498,22 @@ def _msgspec_types():
 
     class MemberIdentity(Struct, **opts):
         member_id: str
-        group_instance_id: typing.Optional[str] = None
-        reason: typing.Optional[str] = None
+        group_instance_id: str | None = None
+        reason: str | None = None
 
     class LeaveGroupRequest(Struct, **opts):
         group_id: str
-        members: typing.List[MemberIdentity]
+        members: list[MemberIdentity]
 
     class MemberResponse(Struct, **opts):
         member_id: str
-        group_instance_id: typing.Optional[str]
+        group_instance_id: str | None
         error_code: int
 
     class LeaveGroupResponse(Struct, **opts):
         throttle_time_ms: int
         error_code: int
-        members: typing.List[MemberResponse]
+        members: list[MemberResponse]
 
     class KeyValue(Struct, **opts):
         key: str
@@ -523,29 +523,29 @@ def _msgspec_types():
         name: str
         partitions: int
         replication_factor: int
-        topic_configs: typing.List[KeyValue]
+        topic_configs: list[KeyValue]
 
     class CopartitionGroup(Struct, **opts):
-        source_topics: typing.List[int]
-        source_topic_regex: typing.List[int]
-        repartition_source_topics: typing.List[int]
+        source_topics: list[int]
+        source_topic_regex: list[int]
+        repartition_source_topics: list[int]
 
     class Subtopology(Struct, **opts):
         subtopology_id: str
-        source_topics: typing.List[str]
-        source_topic_regex: typing.List[str]
-        state_changelog_topics: typing.List[TopicInfo]
-        repartition_sink_topics: typing.List[str]
-        repartition_source_topics: typing.List[TopicInfo]
-        copartition_groups: typing.List[CopartitionGroup]
+        source_topics: list[str]
+        source_topic_regex: list[str]
+        state_changelog_topics: list[TopicInfo]
+        repartition_sink_topics: list[str]
+        repartition_source_topics: list[TopicInfo]
+        copartition_groups: list[CopartitionGroup]
 
     class Topology(Struct, **opts):
         epoch: int
-        subtopologies: typing.List[Subtopology]
+        subtopologies: list[Subtopology]
 
     class TaskIds(Struct, **opts):
         subtopology_id: str
-        partitions: typing.List[int]
+        partitions: list[int]
 
     class Endpoint(Struct, **opts):
         host: str
@@ -561,25 +561,25 @@ def _msgspec_types():
         member_id: str
         member_epoch: int
         endpoint_information_epoch: int
-        instance_id: typing.Optional[str]
-        rack_id: typing.Optional[str]
+        instance_id: str | None
+        rack_id: str | None
         rebalance_timeout_ms: int
-        topology: typing.Optional[Topology]
-        active_tasks: typing.Optional[typing.List[TaskIds]]
-        standby_tasks: typing.Optional[typing.List[TaskIds]]
-        warmup_tasks: typing.Optional[typing.List[TaskIds]]
-        process_id: typing.Optional[str]
-        user_endpoint: typing.Optional[Endpoint]
-        client_tags: typing.Optional[typing.List[KeyValue]]
-        task_offsets: typing.Optional[typing.List[TaskOffset]]
-        task_end_offsets: typing.Optional[typing.List[TaskOffset]]
+        topology: Topology | None
+        active_tasks: list[TaskIds] | None
+        standby_tasks: list[TaskIds] | None
+        warmup_tasks: list[TaskIds] | None
+        process_id: str | None
+        user_endpoint: Endpoint | None
+        client_tags: list[KeyValue] | None
+        task_offsets: list[TaskOffset] | None
+        task_end_offsets: list[TaskOffset] | None
         shutdown_application: bool
 
     class Frame(Struct, **opts):
         request_api_key: int
         request_api_version: int
         correlation_id: int
-        client_id: typing.Optional[str]
+        client_id: str | None
         body: LeaveGroupRequest
 
     return msgspec, {c.__name__: c for c in (LeaveGroupRequest, LeaveGroupResponse, StreamsGroupHeartbeatRequest, Frame)}
