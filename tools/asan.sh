@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Run the test suite and a fuzz loop against an AddressSanitizer build of the extension.
+#
+#   tools/asan.sh [PYTEST ARGS...]     (default: the whole suite, tests/)
+#
+# Copies src/ and setup.py to a temporary directory, builds both extensions there with
+# -fsanitize=address (gcc or clang, whichever CC names), and runs the suite from this
+# checkout with that copy first on the path, libasan preloaded into the ordinary
+# interpreter and PYTHONMALLOC=malloc (so ASan sees the bounds of every Python object,
+# not just pymalloc's arenas). Then FUZZ_INPUTS (default 100000) inputs of
+# fuzz/fuzz_decode.py's loop. Leak detection is off: CPython keeps much of its memory
+# until exit by design; tests/test_memory.py looks for growth instead.
+# Exit status 0 only if every step passed and ASan reported nothing. Takes 5-10 minutes.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+cc=${CC:-gcc}
+fuzz_inputs=${FUZZ_INPUTS:-100000}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+libasan=$("$cc" -print-file-name=libasan.so)
+if [ ! -e "$libasan" ]; then
+    echo "no libasan for $cc (Debian: apt-get install libasan8)" >&2
+    exit 2
+fi
+
+echo "== building the extension with -fsanitize=address in $work"
+cp -r "$root/src" "$root/setup.py" "$root/pyproject.toml" "$root/README.md" "$work/"
+# Fresh C from the .pyx, and no extension built for the ordinary run.
+find "$work/src" \( -name '*.so' -o -name '*.c' \) -delete
+(
+    cd "$work"
+    CC="$cc" CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g -O1" \
+        LDFLAGS="-fsanitize=address" FASTKWIRE_REQUIRE_EXTENSION=1 \
+        "$python" setup.py -q build_ext --inplace >"$work/build.log" 2>&1
+) || { tail -40 "$work/build.log"; exit 1; }
+for so in "$work"/src/fastkwire/*.so; do
+    nm -D "$so" | grep -q __asan_ || { echo "$so is not instrumented" >&2; exit 1; }
+done
+
+export PYTHONPATH="$work/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONMALLOC=malloc
+export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:log_path=$work/asan"
+export FASTKWIRE_REQUIRE_EXTENSION=1
+asan_run() { LD_PRELOAD="$libasan" "$python" "$@"; }
+
+where=$(asan_run -c 'import fastkwire._messages_cython as m; print(m.__file__)')
+case "$where" in
+    "$work"/*) echo "== extension under test: $where" ;;
+    *) echo "the suite would test $where, not the ASan build" >&2; exit 1 ;;
+esac
+
+# Canary: an overflow of a Python object's buffer must be caught, or the run is blind.
+canary='import ctypes; b = bytearray(64); ctypes.string_at(ctypes.addressof((ctypes.c_char * 64).from_buffer(b)), 128)'
+caught=$(ASAN_OPTIONS=detect_leaks=0 asan_run -c "$canary" 2>&1 || true)
+if grep -q heap-buffer-overflow <<<"$caught"; then
+    echo "== canary: ASan catches a heap overflow in this interpreter"
+else
+    echo "ASan did not catch the canary overflow: the run would prove nothing" >&2
+    exit 1
+fi
+
+status=0
+echo "== test suite under ASan"
+(cd "$root" && asan_run -m pytest -q -p no:cacheprovider "${@:-tests/}") || status=1
+echo "== fuzz loop under ASan: $fuzz_inputs inputs"
+(cd "$work" && asan_run "$root/fuzz/fuzz_decode.py" --loop "$fuzz_inputs" --seed 8) || status=1
+
+if compgen -G "$work/asan.*" >/dev/null; then
+    echo "== AddressSanitizer reports:" >&2
+    cat "$work"/asan.* >&2
+    status=1
+fi
+if [ "$status" -eq 0 ]; then
+    echo "ASan: suite passed, $fuzz_inputs fuzz inputs, no AddressSanitizer reports"
+fi
+exit "$status"
