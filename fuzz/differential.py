@@ -7,7 +7,8 @@ exception escapes as it is: a codec must never raise IndexError, struct.error, .
 hostile bytes.
 
 A target says how the bytes are read: ("request",) a request frame, ("response", api_key,
-version) a response frame, ("body", class name, version) a bare message body.
+version) a response frame, ("body", class name, version) a bare message body (read with
+arrays="list" and, where numpy is installed, arrays="numpy" too).
 """
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ except ImportError:  # the harness says so; the tests skip
     CY = None
 
 explain = importlib.import_module("fastkwire.explain").explain
+
+try:  # bodies are read with arrays="numpy" as well, where numpy is installed
+    import numpy  # noqa: F401
+    ARRAYS = ("list", "numpy")
+except ImportError:
+    ARRAYS = ("list",)
 
 SIZE = struct.Struct(">i")
 # An unknown tag well above any tag a schema here defines.
@@ -61,23 +68,23 @@ def all_targets():
 TARGETS = all_targets()
 
 
-def _read(mod, target, data):
+def _read(mod, target, data, arrays="list"):
     kind = target[0]
     if kind == "request":
         return mod.decode_request(data)
     if kind == "response":
         return mod.decode_response(data, target[1], target[2])
-    return getattr(mod, target[1]).decode(data, target[2])
+    return getattr(mod, target[1]).decode(data, target[2], arrays=arrays)
 
 
 def _as_tuple(result):
     return result if isinstance(result, tuple) else (result,)
 
 
-def outcome(mod, target, data):
+def outcome(mod, target, data, arrays="list"):
     """("ok", messages) or the error as a comparable tuple."""
     try:
-        return ("ok", _as_tuple(_read(mod, target, data)))
+        return ("ok", _as_tuple(_read(mod, target, data, arrays)))
     except DecodeError as e:
         return ("DecodeError", e.offset, e.reason, e.path)
     except UnsupportedVersionError as e:  # decode_request: a version the API lacks
@@ -101,6 +108,12 @@ def check(target, data, with_explain=True):
                                f"  compiled: {_shown(cy)}")
         if py[0] == "ok":
             _check_reencode(target, py[1], cy[1])
+        if target[0] == "body" and "numpy" in ARRAYS:
+            for mod in (PY, CY):
+                got = outcome(mod, target, data, "numpy")
+                if _shown(got) != _shown(py):
+                    raise Disagreement(f"{target} {bytes(data).hex()}: arrays='numpy' in "
+                                       f"{mod.__name__}: {_shown(got)}, lists: {_shown(py)}")
     if with_explain and target[0] != "body":
         _check_explain(target, data, py)
     return py
