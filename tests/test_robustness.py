@@ -324,3 +324,45 @@ def test_any_buffer_reads_as_its_bytes(impl, kind, request):
     with pytest.raises(DecodeError) as info:  # and the whole-message check agrees
         impl.LeaveGroupResponse.decode(buf, 1)
     assert (info.value.offset, info.value.reason) == (6, f"{len(raw) - 6} trailing bytes after the message"), label
+
+
+# ---------------------------------------------------------------- bad arguments
+
+ARGUMENT_MISMATCH = pytest.mark.xfail(strict=True, reason=(
+    "issue 8 finding: the implementations check decode_from's offset and the version "
+    "differently (compiled: C integer conversion, TypeError/OverflowError, True as 1, "
+    "floats and bools refused as versions; pure: ValueError for any non-int offset, "
+    "1.0 and True accepted as versions, TypeError for '1')"))
+
+
+def _failure(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the type is what is compared
+        return type(e)
+    return None
+
+
+@pytest.mark.parametrize("offset", [
+    -1, 7,
+    pytest.param(2**70, marks=ARGUMENT_MISMATCH), pytest.param(1.0, marks=ARGUMENT_MISMATCH),
+    pytest.param(True, marks=ARGUMENT_MISMATCH), pytest.param(None, marks=ARGUMENT_MISMATCH),
+])
+def test_bad_offsets_fail_alike(offset):
+    _need_compiled()
+    body = D.PY.LeaveGroupResponse().encode(1)
+    got = [_failure(lambda m=m: m.LeaveGroupResponse.decode_from(body, 1, offset))
+           for m in (D.PY, D.CY)]
+    assert got[0] is not None and got[0] is got[1], got
+
+
+@pytest.mark.parametrize("version", [
+    -1, 99, 2**40,
+    pytest.param(1.0, marks=ARGUMENT_MISMATCH), pytest.param(True, marks=ARGUMENT_MISMATCH),
+    pytest.param("1", marks=ARGUMENT_MISMATCH),
+])
+def test_bad_versions_fail_alike(version):
+    _need_compiled()
+    body = D.PY.LeaveGroupResponse().encode(1)
+    got = [_failure(lambda m=m: m.LeaveGroupResponse.decode(body, version)) for m in (D.PY, D.CY)]
+    assert got[0] is not None and got[0] is got[1], got
