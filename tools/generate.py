@@ -343,16 +343,16 @@ class PyBackend:
                     out(f"w_task_offsets({target}, _items, {op.compact}, {op.sub.flexible})", ind + 1)
                     out("else:", ind)
                     ind += 1
-                out(f"w_array_len({target}, _items, {op.compact}, {op.nullable})", ind)
-                out("if _items is not None:", ind)
-                out("_i = 0", ind + 1)
-                out("try:", ind + 1)
-                out("for _i, _it in enumerate(_items):", ind + 2)
-                out(f"if type(_it) is not {cls}:", ind + 3)
-                out(f"raise _e.wrong_type({f.struct.name!r}, _it)", ind + 4)
-                out(f"_w_{op.sub.fn}(_it, {target}, v)", ind + 3)
-                out("except EncodeError as _x:", ind + 1)
-                out('raise _x.with_prefix(f"[{_i}]") from None', ind + 2)
+                out(f"_n = w_array_len({target}, _items, {op.compact}, {op.nullable})", ind)
+                out("_i = 0", ind)
+                out("try:", ind)
+                out("for _i in range(_n):", ind + 1)
+                out("_it = item_at(_items, _i, _n)", ind + 2)
+                out(f"if type(_it) is not {cls}:", ind + 2)
+                out(f"raise _e.wrong_type({f.struct.name!r}, _it)", ind + 3)
+                out(f"_w_{op.sub.fn}(_it, {target}, v)", ind + 2)
+                out("except EncodeError as _x:", ind)
+                out('raise _x.with_prefix(f"[{_i}]") from None', ind + 1)
             elif elem in INT_TYPES:
                 out(f"w_int_array({target}, {expr}, {elem!r}, {op.compact}, {op.nullable})", ind)
             elif elem == "string":
@@ -651,94 +651,9 @@ CY_INT = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint16"
 class CyBackend(PyBackend):
     """Emits cdef classes and C-level readers/writers over _core.pxd primitives."""
 
-    # sizing --------------------------------------------------------
-    def size_value(self, out, op, expr, ind):
-        f = op.field
-        t = f.type
-        if f.is_array:
-            elem = f.element_type
-            if f.is_struct:
-                cls = class_name(f.struct)
-                out(f"_items = {expr}", ind)
-                if columnar(self.m, op):
-                    out("if isinstance(_items, TaskOffsetColumns):", ind)
-                    out(f"n += sz_task_offsets(_items, {int(op.compact)}, {int(op.sub.flexible)})", ind + 1)
-                    out("else:", ind)
-                    ind += 1
-                out(f"n += sz_array_len(_items, {int(op.compact)}, {int(op.nullable)})", ind)
-                out("if _items is not None:", ind)
-                out("_i = 0", ind + 1)
-                out("try:", ind + 1)
-                out("for _i in range(len(_items)):", ind + 2)
-                out("_it = _items[_i]", ind + 3)
-                out(f"if type(_it) is not {cls}:", ind + 3)
-                out(f"raise _e.wrong_type({f.struct.name!r}, _it)", ind + 4)
-                out(f"n += _sz_{op.sub.fn}(<{cls}>_it, v)", ind + 3)
-                out("except EncodeError as _x:", ind + 1)
-                out('raise _x.with_prefix(f"[{_i}]") from None', ind + 2)
-            elif elem in INT_TYPES:
-                out(f"n += sz_int_array({expr}, {S.FIXED_WIDTH[elem]}, {int(op.compact)}, "
-                    f"{int(op.nullable)})", ind)
-            elif elem == "string":
-                out(f"n += sz_string_array({expr}, {int(op.compact)}, {int(op.nullable)})", ind)
-            else:
-                raise NotImplementedError(f"arrays of {elem}")
-        elif f.is_struct:
-            cls = class_name(f.struct)
-            out(f"_s = {expr}", ind)
-            if op.nullable:
-                out("if _s is not None:", ind)
-                sub = ind + 1
-            else:
-                sub = ind
-            out(f"if type(_s) is not {cls}:", sub)
-            out(f"raise _e.wrong_type({f.struct.name!r}, _s)", sub + 1)
-            out(f"n += _sz_{op.sub.fn}(<{cls}>_s, v)", sub)
-        elif t == "string":
-            out(f"n += sz_{py_string_fn('string', op)}({expr})", ind)
-        elif t in ("bytes", "records"):
-            out(f"n += sz_{py_string_fn('bytes', op)}({expr})", ind)
-        # fixed-width fields are counted in the constant part
-
-    def fixed_size(self, lay):
-        n = 0
-        for op in lay.ops:
-            if op.mode != "plain":
-                continue
-            f = op.field
-            if not f.is_array and not f.is_struct and f.type in S.FIXED_WIDTH:
-                n += S.FIXED_WIDTH[f.type]
-            elif f.is_struct and not f.is_array and op.nullable:
-                n += 1
-        return n
-
-    def emit_sizer(self, out, lay):
-        cls = class_name(lay.struct)
-        out(f"cdef Py_ssize_t _sz_{lay.fn}({cls} o, int v) except -1:")
-        out(f"cdef Py_ssize_t n = {self.fixed_size(lay)}", 1)
-        out("cdef Py_ssize_t _i", 1)
-        out("cdef object _items, _it, _s", 1)
-        self.absent_checks(out, lay, 1)
-        out("_f = ''", 1)
-        out("try:", 1)
-        for op in lay.ops:
-            if op.mode != "plain":
-                continue
-            out(f"_f = {op.field.py_name!r}", 2)
-            self.size_value(out, op, f"o.{op.field.py_name}", 2)
-        if lay.flexible:
-            out("_f = ''", 2)
-            if any(op.mode == "tagged" for op in lay.ops):
-                out(f"n += sz_tags(_tags_{lay.fn}(o, v), o._unknown)", 2)
-            else:
-                out("n += sz_tags(None, o._unknown)", 2)
-        out("except EncodeError as _x:", 1)
-        out("raise _x.with_prefix(_f) from None", 2)
-        out("return n", 1)
-        out("")
-        out("")
-
     # writing -------------------------------------------------------
+    # One pass into a buffer that grows on demand (see Buf in _core.pxd): no size pass,
+    # so every object is visited once.
     def cy_write_value(self, out, op, expr, ind):
         f = op.field
         t = f.type
@@ -749,26 +664,25 @@ class CyBackend(PyBackend):
                 out(f"_items = {expr}", ind)
                 if columnar(self.m, op):
                     out("if isinstance(_items, TaskOffsetColumns):", ind)
-                    out(f"p = wr_task_offsets(p, end, _items, {int(op.compact)}, {int(op.sub.flexible)})",
+                    out(f"wr_task_offsets(b, _items, {int(op.compact)}, {int(op.sub.flexible)})",
                         ind + 1)
                     out("else:", ind)
                     ind += 1
-                out(f"p = wr_array_len(p, end, _items, {int(op.compact)}, {int(op.nullable)})", ind)
-                out("if _items is not None:", ind)
-                out("_i = 0", ind + 1)
-                out("try:", ind + 1)
-                out("for _i in range(len(_items)):", ind + 2)
-                out("_it = _items[_i]", ind + 3)
-                out(f"if type(_it) is not {cls}:", ind + 3)
-                out(f"raise _e.wrong_type({f.struct.name!r}, _it)", ind + 4)
-                out(f"p = _wr_{op.sub.fn}(<{cls}>_it, p, end, v)", ind + 3)
-                out("except EncodeError as _x:", ind + 1)
-                out('raise _x.with_prefix(f"[{_i}]") from None', ind + 2)
+                out(f"_n = wr_array_len(b, _items, {int(op.compact)}, {int(op.nullable)})", ind)
+                out("_i = 0", ind)
+                out("try:", ind)
+                out("for _i in range(_n):", ind + 1)
+                out("_it = item_at(_items, _i, _n)", ind + 2)
+                out(f"if type(_it) is not {cls}:", ind + 2)
+                out(f"raise _e.wrong_type({f.struct.name!r}, _it)", ind + 3)
+                out(f"_wr_{op.sub.fn}(<{cls}>_it, b, v)", ind + 2)
+                out("except EncodeError as _x:", ind)
+                out('raise _x.with_prefix(f"[{_i}]") from None', ind + 1)
             elif elem in INT_TYPES:
-                out(f"p = wr_int_array(p, end, {expr}, {S.FIXED_WIDTH[elem]}, {int(op.compact)}, "
+                out(f"wr_int_array(b, {expr}, {S.FIXED_WIDTH[elem]}, {int(op.compact)}, "
                     f"{int(op.nullable)})", ind)
             elif elem == "string":
-                out(f"p = wr_string_array(p, end, {expr}, {int(op.compact)}, {int(op.nullable)})", ind)
+                out(f"wr_string_array(b, {expr}, {int(op.compact)}, {int(op.nullable)})", ind)
             else:
                 raise NotImplementedError(f"arrays of {elem}")
         elif f.is_struct:
@@ -776,30 +690,30 @@ class CyBackend(PyBackend):
             out(f"_s = {expr}", ind)
             if op.nullable:
                 out("if _s is None:", ind)
-                out("p = wr_i8(p, end, -1)", ind + 1)
+                out("wr_i8(b, -1)", ind + 1)
                 out("else:", ind)
-                out("p = wr_i8(p, end, 1)", ind + 1)
+                out("wr_i8(b, 1)", ind + 1)
                 sub = ind + 1
             else:
                 sub = ind
             out(f"if type(_s) is not {cls}:", sub)
             out(f"raise _e.wrong_type({f.struct.name!r}, _s)", sub + 1)
-            out(f"p = _wr_{op.sub.fn}(<{cls}>_s, p, end, v)", sub)
+            out(f"_wr_{op.sub.fn}(<{cls}>_s, b, v)", sub)
         elif t == "string":
-            out(f"p = wr_{py_string_fn('string', op)}(p, end, {expr})", ind)
+            out(f"wr_{py_string_fn('string', op)}(b, {expr})", ind)
         elif t in ("bytes", "records"):
-            out(f"p = wr_{py_string_fn('bytes', op)}(p, end, {expr})", ind)
+            out(f"wr_{py_string_fn('bytes', op)}(b, {expr})", ind)
         elif t in CY_INT:
-            out(f"p = wr_{CY_INT[t]}(p, end, as_{CY_INT[t]}({expr}))", ind)
+            out(f"wr_{CY_INT[t]}(b, as_{CY_INT[t]}({expr}))", ind)
         else:
-            out(f"p = wr_{t}(p, end, {expr})", ind)
+            out(f"wr_{t}(b, {expr})", ind)
 
     def emit_cy_writer(self, out, lay):
         cls = class_name(lay.struct)
-        out(f"cdef unsigned char* _wr_{lay.fn}({cls} o, unsigned char* p, unsigned char* end, "
-            f"int v) except NULL:")
-        out("cdef Py_ssize_t _i", 1)
+        out(f"cdef int _wr_{lay.fn}({cls} o, Buf* b, int v) except -1:")
+        out("cdef Py_ssize_t _i, _n", 1)
         out("cdef object _items, _it, _s", 1)
+        self.absent_checks(out, lay, 1)
         out("_f = ''", 1)
         out("try:", 1)
         for op in lay.ops:
@@ -810,49 +724,38 @@ class CyBackend(PyBackend):
         if lay.flexible:
             out("_f = ''", 2)
             if any(op.mode == "tagged" for op in lay.ops):
-                out(f"p = wr_tags(p, end, _tags_{lay.fn}(o, v), o._unknown)", 2)
+                out(f"wr_tags(b, _tags_{lay.fn}(o, v), o._unknown)", 2)
             else:
-                out("p = wr_tags(p, end, None, o._unknown)", 2)
+                out("wr_tags(b, None, o._unknown)", 2)
         out("except EncodeError as _x:", 1)
         out("raise _x.with_prefix(_f) from None", 2)
-        out("return p", 1)
+        out("return 0", 1)
         out("")
         out("")
 
     def emit_tag_payloads(self, out, lay):
-        """Known tagged fields are rare and small: encode each to bytes with the pure writers."""
+        """Known tagged fields are rare and small: each is encoded to bytes on its own."""
         tagged = [op for op in lay.ops if op.mode == "tagged"]
         if not tagged or not lay.flexible:
             return
+        for op in tagged:
+            f = op.field
+            out(f"cdef int _tagwr_{lay.fn}_{f.tag}(o, Buf* b, int v) except -1:")
+            out("cdef Py_ssize_t _i, _n", 1)
+            out("cdef object _items, _it, _s", 1)
+            self.cy_write_value(out, op, f"o.{f.py_name}", 1)
+            out("return 0", 1)
+            out("")
+            out("")
         out(f"cdef list _tags_{lay.fn}(o, int v):")
         out("cdef list known = []", 1)
         for op in sorted(tagged, key=lambda o: o.field.tag):
             f = op.field
             out(f"if not ({is_default_test(f, 'o.' + f.py_name)}):", 1)
-            out(f"known.append(({f.tag}, encode_value(_tagsz_{lay.fn}_{f.tag}, "
-                f"_tagwr_{lay.fn}_{f.tag}, o, v)))", 2)
+            out(f"known.append(({f.tag}, encode_value(_tagwr_{lay.fn}_{f.tag}, o, v)))", 2)
         out("return known", 1)
         out("")
         out("")
-        for op in tagged:
-            f = op.field
-            out(f"cdef Py_ssize_t _tagsz_{lay.fn}_{f.tag}(o, int v) except -1:")
-            out("cdef Py_ssize_t n = " + str(self.fixed_size(Layout(lay.struct, 0, True,
-                (Op(f, 'plain', op.nullable, op.compact, op.sub),), ()))), 1)
-            out("cdef Py_ssize_t _i", 1)
-            out("cdef object _items, _it, _s", 1)
-            self.size_value(out, op, f"o.{f.py_name}", 1)
-            out("return n", 1)
-            out("")
-            out("")
-            out(f"cdef unsigned char* _tagwr_{lay.fn}_{f.tag}(o, unsigned char* p, "
-                f"unsigned char* end, int v) except NULL:")
-            out("cdef Py_ssize_t _i", 1)
-            out("cdef object _items, _it, _s", 1)
-            self.cy_write_value(out, op, f"o.{f.py_name}", 1)
-            out("return p", 1)
-            out("")
-            out("")
 
     # reading -------------------------------------------------------
     def cy_read_value(self, out, op, target, ind):
@@ -984,39 +887,40 @@ class CyBackend(PyBackend):
         message_constants(out, m)
         disp = version_dispatch(self.layouts, m)
         out("", 0)
+        hint = f"_size_hint_{m.name}"
         out("def encode(self, version):", 1)
         out('"""The message body at `version`, as bytes."""', 2)
-        out("cdef Py_ssize_t n", 2)
-        out("cdef bytes buf", 2)
-        out("cdef unsigned char* p", 2)
+        out(f"global {hint}", 2)
+        out("cdef Buf b", 2)
         out("cdef int v = _version(version)", 2)
         for lay, versions in disp:
             out(f"if {version_test(versions).replace('version', 'v')}:", 2)
-            out(f"n = _sz_{lay.fn}(self, v)", 3)
-            out("buf = PyBytes_FromStringAndSize(NULL, n)", 3)
-            out("p = <unsigned char*>PyBytes_AS_STRING(buf)", 3)
-            out(f"if _wr_{lay.fn}(self, p, p + n, v) != p + n:", 3)
-            out("raise _e.changed_during_encode()", 4)
-            out("return buf", 3)
+            # Start at the size of the last message encoded: usually one allocation.
+            out(f"open_buf(&b, {hint})", 3)
+            out("try:", 3)
+            out(f"_wr_{lay.fn}(self, &b, v)", 4)
+            out(f"{hint} = b.p - b.start", 4)
+            out("return close_buf(&b)", 4)
+            out("finally:", 3)
+            out("discard_buf(&b)", 4)
         out(f"raise _e.bad_version({m.name!r}, version, {version_text(m.versions)!r})", 2)
         out("", 0)
         out("def encode_into(self, buffer, Py_ssize_t offset, version):", 1)
-        out('"""Write the body into a writable buffer at offset; returns the bytes written."""', 2)
-        out("cdef Py_ssize_t n", 2)
-        out("cdef unsigned char* p", 2)
-        out("cdef int v = _version(version)", 2)
+        out('"""Write the body into a writable buffer at offset; returns the bytes written.', 2)
+        out("", 0)
+        out("Too small a buffer raises EncodeError; what was written before is left there.", 2)
+        out('"""', 2)
+        out("cdef Buf b", 2)
         out("cdef Py_buffer view", 2)
+        out("cdef int v = _version(version)", 2)
         for lay, versions in disp:
             out(f"if {version_test(versions).replace('version', 'v')}:", 2)
-            out(f"n = _sz_{lay.fn}(self, v)", 3)
-            out("PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)", 3)
+            out("open_fixed(&b, buffer, &view, offset)", 3)
             out("try:", 3)
-            out("p = <unsigned char*>view.buf + check_room(view.len, offset, n)", 4)
-            out(f"if _wr_{lay.fn}(self, p, p + n, v) != p + n:", 4)
-            out("raise _e.changed_during_encode()", 5)
+            out(f"_wr_{lay.fn}(self, &b, v)", 4)
+            out("return b.p - b.start", 4)
             out("finally:", 3)
             out("PyBuffer_Release(&view)", 4)
-            out("return n", 3)
         out(f"raise _e.bad_version({m.name!r}, version, {version_text(m.versions)!r})", 2)
         out("", 0)
         out("@classmethod", 1)
@@ -1058,9 +962,11 @@ class CyBackend(PyBackend):
         for struct in all_structs(m):
             out(f"cdef class {class_name(struct)}")
         out("")
+        if m.root is not None:
+            out(f"cdef Py_ssize_t _size_hint_{m.name} = 64  # last encoded size: a first guess")
+            out("")
         for lay in self.layouts.all():
             self.emit_tag_payloads(out, lay)
-            self.emit_sizer(out, lay)
             self.emit_cy_writer(out, lay)
             self.emit_cy_reader(out, lay)
         for struct in all_structs(m):

@@ -21,7 +21,8 @@ else:
         from ._messages_python import __all__ as _names
         implementation = "python"
 
+from .columns import TaskOffsetColumns  # noqa: E402
 from .explain import explain  # noqa: E402 - after the codecs it describes
 
 __version__ = "0.1.0"
-__all__ = list(_names) + ["explain", "implementation", "__version__"]
+__all__ = list(_names) + ["TaskOffsetColumns", "explain", "implementation", "__version__"]

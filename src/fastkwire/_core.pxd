@@ -23,6 +23,13 @@ cdef struct Cursor:
     Py_ssize_t end
 
 
+cdef struct Buf:
+    unsigned char* start
+    unsigned char* p       # the write position
+    unsigned char* end
+    PyObject* owner        # the bytes object being filled, or NULL for a caller's buffer
+
+
 # ---- cold paths, implemented in _core.pyx
 cdef int raise_short(Py_ssize_t start, Py_ssize_t need, Py_ssize_t end) except -1
 cdef int raise_varint(Py_ssize_t start, int max_bytes) except -1
@@ -40,7 +47,11 @@ cdef int raise_null_array() except -1
 cdef int raise_not_list(object items) except -1
 cdef long long as_int_slow(object v, int kind) except? -1
 cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, Py_ssize_t offset) except -1
-cdef Py_ssize_t check_room(Py_ssize_t size, Py_ssize_t offset, Py_ssize_t n) except -1
+cdef int grow(Buf* b, Py_ssize_t need) except -1
+cdef int open_buf(Buf* b, Py_ssize_t capacity) except -1
+cdef int open_fixed(Buf* b, object buffer, Py_buffer* view, Py_ssize_t offset) except -1
+cdef object close_buf(Buf* b)
+cdef void discard_buf(Buf* b) noexcept
 
 cdef object rd_bool(Cursor* c)
 cdef object rd_float64(Cursor* c)
@@ -59,34 +70,20 @@ cdef object rd_string_array(Cursor* c, int compact, int nullable)
 cdef object rd_tags_slow(Cursor* c, long long n)
 cdef Py_ssize_t rd_tag_header(Cursor* c, Py_ssize_t last, Py_ssize_t* size) except -1
 
-cdef Py_ssize_t sz_bytes(object b) except -1
-cdef Py_ssize_t sz_nullable_bytes(object b) except -1
-cdef Py_ssize_t sz_compact_bytes(object b) except -1
-cdef Py_ssize_t sz_compact_nullable_bytes(object b) except -1
-cdef Py_ssize_t sz_int_array(object items, int width, int compact, int nullable) except -1
-cdef Py_ssize_t sz_task_offsets(object cols, int compact, int flexible) except -1
-cdef Py_ssize_t sz_string_array(object items, int compact, int nullable) except -1
-cdef Py_ssize_t sz_tags_slow(object known, object unknown) except -1
+cdef int wr_bool(Buf* b, object v) except -1
+cdef int wr_float64(Buf* b, object v) except -1
+cdef int wr_uuid(Buf* b, object v) except -1
+cdef int wr_bytes(Buf* b, object v) except -1
+cdef int wr_nullable_bytes(Buf* b, object v) except -1
+cdef int wr_compact_bytes(Buf* b, object v) except -1
+cdef int wr_compact_nullable_bytes(Buf* b, object v) except -1
+cdef int wr_int_array(Buf* b, object items, int width, int compact, int nullable) except -1
+cdef int wr_task_offsets(Buf* b, object cols, int compact, int flexible) except -1
+cdef int wr_string_array(Buf* b, object items, int compact, int nullable) except -1
+cdef int wr_tags_slow(Buf* b, object known, object unknown) except -1
 
-cdef unsigned char* wr_bool(unsigned char* p, unsigned char* end, object v) except NULL
-cdef unsigned char* wr_float64(unsigned char* p, unsigned char* end, object v) except NULL
-cdef unsigned char* wr_uuid(unsigned char* p, unsigned char* end, object v) except NULL
-cdef unsigned char* wr_bytes(unsigned char* p, unsigned char* end, object b) except NULL
-cdef unsigned char* wr_nullable_bytes(unsigned char* p, unsigned char* end, object b) except NULL
-cdef unsigned char* wr_compact_bytes(unsigned char* p, unsigned char* end, object b) except NULL
-cdef unsigned char* wr_compact_nullable_bytes(unsigned char* p, unsigned char* end, object b) except NULL
-cdef unsigned char* wr_int_array(unsigned char* p, unsigned char* end, object items, int width,
-                                 int compact, int nullable) except NULL
-cdef unsigned char* wr_task_offsets(unsigned char* p, unsigned char* end, object cols,
-                                    int compact, int flexible) except NULL
-cdef unsigned char* wr_string_array(unsigned char* p, unsigned char* end, object items,
-                                    int compact, int nullable) except NULL
-cdef unsigned char* wr_tags_slow(unsigned char* p, unsigned char* end, object known,
-                                 object unknown) except NULL
-
-ctypedef Py_ssize_t (*size_fn)(object, int) except -1
-ctypedef unsigned char* (*write_fn)(object, unsigned char*, unsigned char*, int) except NULL
-cdef bytes encode_value(size_fn sz, write_fn wr, object o, int v)
+ctypedef int (*write_fn)(object, Buf*, int) except -1
+cdef bytes encode_value(write_fn wr, object o, int v)
 
 
 # ---- byte order
@@ -241,7 +238,8 @@ cdef inline object rd_unknown_tags(Cursor* c):
     return rd_tags_slow(c, n)
 
 
-# ---- sizing and writing
+# ---- writing: one pass into a buffer that grows on demand (a bytes object being
+# filled), or into a caller's fixed buffer, where running out of room is an error.
 
 cdef inline int uvarint_size(unsigned long long v) noexcept nogil:
     cdef int n = 1
@@ -250,15 +248,21 @@ cdef inline int uvarint_size(unsigned long long v) noexcept nogil:
         n += 1
     return n
 
-cdef inline unsigned char* wr_uvarint(unsigned char* p, unsigned char* end, unsigned long long v) except NULL:
-    if end - p < uvarint_size(v):
-        raise_changed()
+cdef inline unsigned char* room(Buf* b, Py_ssize_t n) except NULL:
+    """Where the next n bytes go; the caller advances b.p past what it wrote."""
+    if b.end - b.p < n:
+        grow(b, n)
+    return b.p
+
+cdef inline int wr_uvarint(Buf* b, unsigned long long v) except -1:
+    cdef unsigned char* p = room(b, uvarint_size(v))
     while v >= 0x80:
         p[0] = (v & 0x7F) | 0x80
         p += 1
         v >>= 7
     p[0] = <unsigned char>v
-    return p + 1
+    b.p = p + 1
+    return 0
 
 cdef inline long long as_int(object v, long long lo, long long hi, int kind) except? -1:
     cdef int overflow = 0
@@ -287,44 +291,38 @@ cdef inline uint16_t as_u16(object v) except? 0xFFFF:
 cdef inline uint32_t as_u32(object v) except? 0xFFFFFFFF:
     return <uint32_t>as_int(v, 0, 4294967295LL, 5)
 
-cdef inline unsigned char* wr_i8(unsigned char* p, unsigned char* end, int8_t v) except NULL:
-    if end - p < 1:
-        raise_changed()
-    p[0] = <unsigned char>v
-    return p + 1
+cdef inline int wr_i8(Buf* b, int8_t v) except -1:
+    room(b, 1)[0] = <unsigned char>v
+    b.p += 1
+    return 0
 
-cdef inline unsigned char* wr_i16(unsigned char* p, unsigned char* end, int16_t v) except NULL:
-    if end - p < 2:
-        raise_changed()
-    store16(p, <uint16_t>v)
-    return p + 2
+cdef inline int wr_i16(Buf* b, int16_t v) except -1:
+    store16(room(b, 2), <uint16_t>v)
+    b.p += 2
+    return 0
 
-cdef inline unsigned char* wr_u16(unsigned char* p, unsigned char* end, uint16_t v) except NULL:
-    if end - p < 2:
-        raise_changed()
-    store16(p, v)
-    return p + 2
+cdef inline int wr_u16(Buf* b, uint16_t v) except -1:
+    store16(room(b, 2), v)
+    b.p += 2
+    return 0
 
-cdef inline unsigned char* wr_i32(unsigned char* p, unsigned char* end, int32_t v) except NULL:
-    if end - p < 4:
-        raise_changed()
-    store32(p, <uint32_t>v)
-    return p + 4
+cdef inline int wr_i32(Buf* b, int32_t v) except -1:
+    store32(room(b, 4), <uint32_t>v)
+    b.p += 4
+    return 0
 
-cdef inline unsigned char* wr_u32(unsigned char* p, unsigned char* end, uint32_t v) except NULL:
-    if end - p < 4:
-        raise_changed()
-    store32(p, v)
-    return p + 4
+cdef inline int wr_u32(Buf* b, uint32_t v) except -1:
+    store32(room(b, 4), v)
+    b.p += 4
+    return 0
 
-cdef inline unsigned char* wr_i64(unsigned char* p, unsigned char* end, int64_t v) except NULL:
-    if end - p < 8:
-        raise_changed()
-    store64(p, <uint64_t>v)
-    return p + 8
+cdef inline int wr_i64(Buf* b, int64_t v) except -1:
+    store64(room(b, 8), <uint64_t>v)
+    b.p += 8
+    return 0
 
 cdef inline const char* utf8_of(object s, Py_ssize_t* n) except NULL:
-    """The UTF-8 of a str (CPython caches it in the object, so the second call is free)."""
+    """The UTF-8 of a str, without copying it."""
     cdef const char* data
     if type(s) is not str:
         raise_not_str(s)
@@ -333,90 +331,68 @@ cdef inline const char* utf8_of(object s, Py_ssize_t* n) except NULL:
         n[0] = PyUnicode_GET_LENGTH(s)
         data = <const char*>PyUnicode_DATA(s)
     else:
-        data = _as_utf8(s, n)
+        data = _as_utf8(s, n)  # CPython caches it in the object
     if data == NULL:
         raise_not_encodable()
     if n[0] > 0x7FFF:
         raise_string_length(n[0])
     return data
 
-cdef inline Py_ssize_t sz_string(object s) except -1:
-    cdef Py_ssize_t n
-    utf8_of(s, &n)
-    return 2 + n
+cdef inline int put_raw(Buf* b, const char* data, Py_ssize_t n) except -1:
+    memcpy(room(b, n), data, n)
+    b.p += n
+    return 0
 
-cdef inline Py_ssize_t sz_nullable_string(object s) except -1:
-    if s is None:
-        return 2
-    return sz_string(s)
-
-cdef inline Py_ssize_t sz_compact_string(object s) except -1:
-    cdef Py_ssize_t n
-    utf8_of(s, &n)
-    return uvarint_size(n + 1) + n
-
-cdef inline Py_ssize_t sz_compact_nullable_string(object s) except -1:
-    if s is None:
-        return 1
-    return sz_compact_string(s)
-
-cdef inline unsigned char* put_raw(unsigned char* p, unsigned char* end, const char* data,
-                                   Py_ssize_t n) except NULL:
-    if end - p < n:
-        raise_changed()
-    memcpy(p, data, n)
-    return p + n
-
-cdef inline unsigned char* wr_string(unsigned char* p, unsigned char* end, object s) except NULL:
+cdef inline int wr_string(Buf* b, object s) except -1:
     cdef Py_ssize_t n
     cdef const char* data = utf8_of(s, &n)
-    p = wr_i16(p, end, <int16_t>n)
-    return put_raw(p, end, data, n)
+    wr_i16(b, <int16_t>n)
+    return put_raw(b, data, n)
 
-cdef inline unsigned char* wr_nullable_string(unsigned char* p, unsigned char* end, object s) except NULL:
+cdef inline int wr_nullable_string(Buf* b, object s) except -1:
     if s is None:
-        return wr_i16(p, end, -1)
-    return wr_string(p, end, s)
+        return wr_i16(b, -1)
+    return wr_string(b, s)
 
-cdef inline unsigned char* wr_compact_string(unsigned char* p, unsigned char* end, object s) except NULL:
+cdef inline int wr_compact_string(Buf* b, object s) except -1:
     cdef Py_ssize_t n
     cdef const char* data = utf8_of(s, &n)
-    p = wr_uvarint(p, end, n + 1)
-    return put_raw(p, end, data, n)
+    wr_uvarint(b, n + 1)
+    return put_raw(b, data, n)
 
-cdef inline unsigned char* wr_compact_nullable_string(unsigned char* p, unsigned char* end, object s) except NULL:
+cdef inline int wr_compact_nullable_string(Buf* b, object s) except -1:
     if s is None:
-        return wr_uvarint(p, end, 0)
-    return wr_compact_string(p, end, s)
+        return wr_uvarint(b, 0)
+    return wr_compact_string(b, s)
 
-cdef inline Py_ssize_t sz_array_len(object items, int compact, int nullable) except -1:
-    if items is None:
-        if not nullable:
-            raise_null_array()
-        return 1 if compact else 4
-    if not isinstance(items, (list, tuple)):
-        raise_not_list(items)
-    return uvarint_size(len(items) + 1) if compact else 4
-
-cdef inline unsigned char* wr_array_len(unsigned char* p, unsigned char* end, object items,
-                                        int compact, int nullable) except NULL:
+cdef inline Py_ssize_t wr_array_len(Buf* b, object items, int compact, int nullable) except -1:
+    """Writes an array's count (or its null marker) and returns the count (0 for null)."""
     cdef Py_ssize_t n
     if items is None:
         if not nullable:
             raise_null_array()
-        return wr_uvarint(p, end, 0) if compact else wr_i32(p, end, -1)
+        if compact:
+            wr_uvarint(b, 0)
+        else:
+            wr_i32(b, -1)
+        return 0
     if not isinstance(items, (list, tuple)):
         raise_not_list(items)
     n = len(items)
-    return wr_uvarint(p, end, n + 1) if compact else wr_i32(p, end, <int32_t>n)
+    if compact:
+        wr_uvarint(b, n + 1)
+    else:
+        wr_i32(b, <int32_t>n)
+    return n
 
-cdef inline unsigned char* wr_tags(unsigned char* p, unsigned char* end, object known,
-                                   object unknown) except NULL:
-    if not known and not unknown:
-        return wr_uvarint(p, end, 0)
-    return wr_tags_slow(p, end, known, unknown)
+cdef inline object item_at(object items, Py_ssize_t i, Py_ssize_t n):
+    """Element i of an array whose count n is already written; the array must not have
+    changed size since (a callback during encoding can change it)."""
+    if len(items) != n:
+        raise_changed()
+    return items[i]
 
-cdef inline Py_ssize_t sz_tags(object known, object unknown) except -1:
+cdef inline int wr_tags(Buf* b, object known, object unknown) except -1:
     if not known and not unknown:
-        return 1
-    return sz_tags_slow(known, unknown)
+        return wr_uvarint(b, 0)
+    return wr_tags_slow(b, known, unknown)

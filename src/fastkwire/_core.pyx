@@ -9,10 +9,12 @@ that the primitive test vectors exercise.
 import uuid as _uuid
 
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyObject_CheckBuffer,
-                             PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_RECORDS_RO, PyBUF_READ)
+                             PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_RECORDS_RO, PyBUF_READ,
+                             PyBUF_C_CONTIGUOUS)
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.exc cimport PyErr_Clear
+from cpython.ref cimport PyObject, Py_DECREF, Py_XDECREF
 from libc.stdint cimport INT64_MAX, uint8_t
 from libc.string cimport memcpy
 
@@ -86,20 +88,76 @@ cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, Py_ssize_t offset) exce
     return 0
 
 
-cdef Py_ssize_t check_room(Py_ssize_t size, Py_ssize_t offset, Py_ssize_t n) except -1:
-    if offset < 0 or offset + n > size:
-        raise EncodeError(f"buffer too small: {n} bytes needed at offset {offset}, "
-                          f"{size} available")
-    return offset
+# ---------------------------------------------------------------- output buffers
+
+cdef extern from "Python.h":
+    PyObject* _new_bytes "PyBytes_FromStringAndSize"(const char* s, Py_ssize_t n)
+    int _PyBytes_Resize(PyObject** pv, Py_ssize_t newsize) except -1
 
 
-cdef bytes encode_value(size_fn sz, write_fn wr, object o, int v):
-    cdef Py_ssize_t n = sz(o, v)
-    cdef bytes buf = PyBytes_FromStringAndSize(NULL, n)
-    cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(buf)
-    if wr(o, p, p + n, v) != p + n:
-        raise_changed()
-    return buf
+cdef int open_buf(Buf* b, Py_ssize_t capacity) except -1:
+    """A growable buffer: a fresh bytes object, ours alone until close_buf hands it out."""
+    capacity = max(capacity, 32)
+    b.owner = _new_bytes(NULL, capacity)
+    if b.owner == NULL:
+        raise MemoryError()
+    b.start = b.p = <unsigned char*>PyBytes_AS_STRING(<object>b.owner)
+    b.end = b.start + capacity
+    return 0
+
+
+cdef int open_fixed(Buf* b, object buffer, Py_buffer* view, Py_ssize_t offset) except -1:
+    """A caller's writable buffer from offset on; the caller releases `view`."""
+    PyObject_GetBuffer(buffer, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+    if offset < 0 or offset > view.len:
+        PyBuffer_Release(view)
+        raise ValueError(f"offset {offset} is outside the buffer (0-{view.len})")
+    b.owner = NULL
+    b.start = b.p = <unsigned char*>view.buf + offset
+    b.end = <unsigned char*>view.buf + view.len
+    return 0
+
+
+cdef int grow(Buf* b, Py_ssize_t need) except -1:
+    cdef Py_ssize_t used = b.p - b.start
+    cdef Py_ssize_t capacity = max(2 * (b.end - b.start), used + need + 64)
+    cdef PyObject* raw = b.owner
+    if raw == NULL:
+        raise EncodeError(f"buffer too small: the message needs more than the "
+                          f"{b.end - b.start} bytes available")
+    b.owner = NULL  # _PyBytes_Resize frees the object if it fails
+    _PyBytes_Resize(&raw, capacity)
+    b.owner = raw
+    b.start = <unsigned char*>PyBytes_AS_STRING(<object>raw)
+    b.p = b.start + used
+    b.end = b.start + capacity
+    return 0
+
+
+cdef object close_buf(Buf* b):
+    """The bytes written so far, as a bytes object of exactly that size."""
+    cdef PyObject* raw = b.owner
+    b.owner = NULL
+    _PyBytes_Resize(&raw, b.p - b.start)
+    out = <object>raw
+    Py_DECREF(out)  # <object> took a reference; we hand over the one we owned
+    return out
+
+
+cdef void discard_buf(Buf* b) noexcept:
+    if b.owner != NULL:
+        Py_XDECREF(b.owner)
+        b.owner = NULL
+
+
+cdef bytes encode_value(write_fn wr, object o, int v):
+    cdef Buf b
+    open_buf(&b, 64)
+    try:
+        wr(o, &b, v)
+        return close_buf(&b)
+    finally:
+        discard_buf(&b)
 
 
 # ---------------------------------------------------------------- reading, cold
@@ -336,63 +394,50 @@ cdef object rd_tags_slow(Cursor* c, long long n):
 
 # ---------------------------------------------------------------- writing, cold
 
-cdef unsigned char* wr_bool(unsigned char* p, unsigned char* end, object v) except NULL:
+cdef int wr_bool(Buf* b, object v) except -1:
     if v is not True and v is not False:
         raise _e.wrong_type("bool", v)
-    return wr_i8(p, end, 1 if v else 0)
+    return wr_i8(b, 1 if v else 0)
 
-cdef unsigned char* wr_float64(unsigned char* p, unsigned char* end, object v) except NULL:
+cdef int wr_float64(Buf* b, object v) except -1:
     cdef double d
     cdef uint64_t bits
     if not isinstance(v, (float, int)) or isinstance(v, bool):
         raise _e.wrong_type("float", v)
     d = v
     memcpy(&bits, &d, 8)
-    return wr_i64(p, end, <int64_t>bits)
+    return wr_i64(b, <int64_t>bits)
 
-cdef unsigned char* wr_uuid(unsigned char* p, unsigned char* end, object v) except NULL:
+cdef int wr_uuid(Buf* b, object v) except -1:
     if not isinstance(v, _uuid.UUID):
         raise _e.wrong_type("uuid.UUID", v)
     raw = v.bytes
-    return put_raw(p, end, <const char*>PyBytes_AS_STRING(raw), 16)
+    return put_raw(b, <const char*>PyBytes_AS_STRING(raw), 16)
 
-cdef bytes _as_bytes(object b):
-    if not isinstance(b, (bytes, bytearray, memoryview)):
-        raise _e.wrong_type("bytes", b)
-    return bytes(b)
+cdef bytes _as_bytes(object v):
+    if not isinstance(v, (bytes, bytearray, memoryview)):
+        raise _e.wrong_type("bytes", v)
+    return bytes(v)
 
-cdef Py_ssize_t sz_bytes(object b) except -1:
-    return 4 + len(_as_bytes(b))
+cdef int wr_bytes(Buf* b, object v) except -1:
+    cdef bytes raw = _as_bytes(v)
+    wr_i32(b, <int32_t>len(raw))
+    return put_raw(b, PyBytes_AS_STRING(raw), len(raw))
 
-cdef Py_ssize_t sz_nullable_bytes(object b) except -1:
-    return 4 if b is None else sz_bytes(b)
+cdef int wr_nullable_bytes(Buf* b, object v) except -1:
+    if v is None:
+        return wr_i32(b, -1)
+    return wr_bytes(b, v)
 
-cdef Py_ssize_t sz_compact_bytes(object b) except -1:
-    cdef Py_ssize_t n = len(_as_bytes(b))
-    return uvarint_size(n + 1) + n
+cdef int wr_compact_bytes(Buf* b, object v) except -1:
+    cdef bytes raw = _as_bytes(v)
+    wr_uvarint(b, len(raw) + 1)
+    return put_raw(b, PyBytes_AS_STRING(raw), len(raw))
 
-cdef Py_ssize_t sz_compact_nullable_bytes(object b) except -1:
-    return 1 if b is None else sz_compact_bytes(b)
-
-cdef unsigned char* wr_bytes(unsigned char* p, unsigned char* end, object b) except NULL:
-    cdef bytes raw = _as_bytes(b)
-    p = wr_i32(p, end, <int32_t>len(raw))
-    return put_raw(p, end, PyBytes_AS_STRING(raw), len(raw))
-
-cdef unsigned char* wr_nullable_bytes(unsigned char* p, unsigned char* end, object b) except NULL:
-    if b is None:
-        return wr_i32(p, end, -1)
-    return wr_bytes(p, end, b)
-
-cdef unsigned char* wr_compact_bytes(unsigned char* p, unsigned char* end, object b) except NULL:
-    cdef bytes raw = _as_bytes(b)
-    p = wr_uvarint(p, end, len(raw) + 1)
-    return put_raw(p, end, PyBytes_AS_STRING(raw), len(raw))
-
-cdef unsigned char* wr_compact_nullable_bytes(unsigned char* p, unsigned char* end, object b) except NULL:
-    if b is None:
-        return wr_uvarint(p, end, 0)
-    return wr_compact_bytes(p, end, b)
+cdef int wr_compact_nullable_bytes(Buf* b, object v) except -1:
+    if v is None:
+        return wr_uvarint(b, 0)
+    return wr_compact_bytes(b, v)
 
 
 # ---- integer arrays from numpy, array.array or any 1-D integer buffer: read in place
@@ -560,72 +605,57 @@ cdef Py_ssize_t put_ints(unsigned char* out, IntBuf* b, int width) noexcept nogi
     return -1
 
 
-cdef Py_ssize_t sz_int_array(object items, int width, int compact, int nullable) except -1:
-    cdef Py_ssize_t n
-    cdef Py_buffer view
-    cdef IntBuf b
-    if items is None:
-        return sz_array_len(None, compact, nullable)
-    if isinstance(items, (list, tuple)):
-        n = len(items)
-    elif not _is_int_array(items):
-        raise _e.wrong_type("list of int", items)
-    elif open_ints(items, &view, &b):
-        n = b.n
-        PyBuffer_Release(&view)
-    else:
-        n = len(_bulk.as_int_array(items, _BULK_KIND[width]))
-    return (uvarint_size(n + 1) if compact else 4) + n * width
-
-
-cdef unsigned char* wr_int_array(unsigned char* p, unsigned char* end, object items, int width,
-                                 int compact, int nullable) except NULL:
+cdef int wr_int_array(Buf* b, object items, int width, int compact, int nullable) except -1:
     cdef Py_ssize_t i = 0, n
+    cdef unsigned char* p
     if items is None:
-        return wr_array_len(p, end, None, compact, nullable)
+        wr_array_len(b, None, compact, nullable)
+        return 0
     if not isinstance(items, (list, tuple)):
         if not _is_int_array(items):
             raise _e.wrong_type("list of int", items)
-        return _wr_int_buffer(p, end, items, width, compact)
-    n = len(items)
-    p = wr_uvarint(p, end, n + 1) if compact else wr_i32(p, end, <int32_t>n)
-    if end - p < n * width:
-        raise_changed()
+        return _wr_int_buffer(b, items, width, compact)
+    n = wr_array_len(b, items, compact, nullable)
+    p = room(b, n * width)
     try:
         if width == 4:
             for i in range(n):
-                store32(p + 4 * i, <uint32_t>as_i32(items[i]))
+                store32(p + 4 * i, <uint32_t>as_i32(item_at(items, i, n)))
         elif width == 2:
             for i in range(n):
-                store16(p + 2 * i, <uint16_t>as_i16(items[i]))
+                store16(p + 2 * i, <uint16_t>as_i16(item_at(items, i, n)))
         else:
             for i in range(n):
-                store64(p + 8 * i, <uint64_t>as_i64(items[i]))
+                store64(p + 8 * i, <uint64_t>as_i64(item_at(items, i, n)))
     except EncodeError as x:
         raise x.with_prefix(f"[{i}]") from None
-    return p + n * width
+    b.p = p + n * width
+    return 0
 
 
-cdef unsigned char* _wr_int_buffer(unsigned char* p, unsigned char* end, object items, int width,
-                                   int compact) except NULL:
+cdef int _wr_int_buffer(Buf* b, object items, int width, int compact) except -1:
     cdef Py_buffer view
-    cdef IntBuf b
+    cdef IntBuf ints
     cdef Py_ssize_t bad
-    if not open_ints(items, &view, &b):
+    cdef unsigned char* p
+    if not open_ints(items, &view, &ints):
         # no readable buffer (or an unusual format): let numpy validate and convert
         items = _bulk.native(items, _BULK_KIND[width])
-        open_ints(items, &view, &b)
+        open_ints(items, &view, &ints)
     try:
-        p = wr_uvarint(p, end, b.n + 1) if compact else wr_i32(p, end, <int32_t>b.n)
-        if end - p < b.n * width:
-            raise_changed()
-        bad = put_ints(p, &b, width)
+        if compact:
+            wr_uvarint(b, ints.n + 1)
+        else:
+            wr_i32(b, <int32_t>ints.n)
+        p = room(b, ints.n * width)
+        bad = put_ints(p, &ints, width)
     finally:
         PyBuffer_Release(&view)
     if bad >= 0:
         _bulk.as_int_array(items, _BULK_KIND[width])  # raises the error for the first bad value
         raise_changed()
-    return p + b.n * width
+    b.p = p + ints.n * width
+    return 0
 
 
 # ---- TaskOffsetColumns, written in the layout of a TaskOffset array
@@ -638,30 +668,17 @@ cdef tuple _task_columns(object cols):
     return cols.subtopology_id, parts, offsets, cols.unknown_tagged_fields
 
 
-cdef Py_ssize_t sz_task_offsets(object cols, int compact, int flexible) except -1:
-    cdef Py_ssize_t i = 0, n, size
-    ids, _, _, tags = _task_columns(cols)
-    n = len(ids)
-    size = (uvarint_size(n + 1) if compact else 4) + 12 * n
-    try:
-        for i in range(n):
-            size += sz_compact_string(ids[i]) if compact else sz_string(ids[i])
-            if flexible:
-                size += sz_tags(None, tags.get(i)) if tags else 1
-    except EncodeError as x:
-        raise _task_error(x, i) from None
-    return size
-
-
-cdef unsigned char* wr_task_offsets(unsigned char* p, unsigned char* end, object cols,
-                                    int compact, int flexible) except NULL:
+cdef int wr_task_offsets(Buf* b, object cols, int compact, int flexible) except -1:
     cdef Py_ssize_t i = 0, n
     cdef Py_buffer pv, ov
     cdef const int32_t* parts
     cdef const int64_t* offsets
     ids, part_arr, off_arr, tags = _task_columns(cols)
     n = len(ids)
-    p = wr_uvarint(p, end, n + 1) if compact else wr_i32(p, end, <int32_t>n)
+    if compact:
+        wr_uvarint(b, n + 1)
+    else:
+        wr_i32(b, <int32_t>n)
     PyObject_GetBuffer(part_arr, &pv, PyBUF_SIMPLE)
     try:
         PyObject_GetBuffer(off_arr, &ov, PyBUF_SIMPLE)
@@ -669,18 +686,21 @@ cdef unsigned char* wr_task_offsets(unsigned char* p, unsigned char* end, object
         offsets = <const int64_t*>ov.buf
         try:
             for i in range(n):
-                p = wr_compact_string(p, end, ids[i]) if compact else wr_string(p, end, ids[i])
-                p = wr_i32(p, end, parts[i])
-                p = wr_i64(p, end, offsets[i])
+                if compact:
+                    wr_compact_string(b, ids[i])
+                else:
+                    wr_string(b, ids[i])
+                wr_i32(b, parts[i])
+                wr_i64(b, offsets[i])
                 if flexible:
-                    p = wr_tags(p, end, None, tags.get(i) if tags else None)
+                    wr_tags(b, None, tags.get(i) if tags else None)
         finally:
             PyBuffer_Release(&ov)
     except EncodeError as x:
         raise _task_error(x, i) from None
     finally:
         PyBuffer_Release(&pv)
-    return p
+    return 0
 
 
 cdef object _task_error(object x, Py_ssize_t i):
@@ -689,152 +709,102 @@ cdef object _task_error(object x, Py_ssize_t i):
     return x.with_prefix(f"[{i}]")
 
 
-cdef Py_ssize_t sz_string_array(object items, int compact, int nullable) except -1:
-    cdef Py_ssize_t n = sz_array_len(items, compact, nullable)
+cdef int wr_string_array(Buf* b, object items, int compact, int nullable) except -1:
     cdef Py_ssize_t i = 0
-    if items is None:
-        return n
+    cdef Py_ssize_t n = wr_array_len(b, items, compact, nullable)
     try:
-        for i in range(len(items)):
-            n += sz_compact_string(items[i]) if compact else sz_string(items[i])
+        for i in range(n):
+            if compact:
+                wr_compact_string(b, item_at(items, i, n))
+            else:
+                wr_string(b, item_at(items, i, n))
     except EncodeError as x:
         raise x.with_prefix(f"[{i}]") from None
-    return n
+    return 0
 
 
-cdef unsigned char* wr_string_array(unsigned char* p, unsigned char* end, object items,
-                                    int compact, int nullable) except NULL:
-    cdef Py_ssize_t i = 0
-    p = wr_array_len(p, end, items, compact, nullable)
-    if items is None:
-        return p
-    try:
-        for i in range(len(items)):
-            p = wr_compact_string(p, end, items[i]) if compact else wr_string(p, end, items[i])
-    except EncodeError as x:
-        raise x.with_prefix(f"[{i}]") from None
-    return p
-
-
-cdef Py_ssize_t sz_tags_slow(object known, object unknown) except -1:
+cdef int wr_tags_slow(Buf* b, object known, object unknown) except -1:
     fields = merge_tags(known, unknown)
-    cdef Py_ssize_t n = uvarint_size(len(fields))
+    wr_uvarint(b, len(fields))
     for tag, payload in fields:
-        n += uvarint_size(tag) + uvarint_size(len(payload)) + len(payload)
-    return n
-
-
-cdef unsigned char* wr_tags_slow(unsigned char* p, unsigned char* end, object known,
-                                 object unknown) except NULL:
-    fields = merge_tags(known, unknown)
-    p = wr_uvarint(p, end, len(fields))
-    for tag, payload in fields:
-        p = wr_uvarint(p, end, tag)
-        p = wr_uvarint(p, end, len(payload))
-        p = put_raw(p, end, PyBytes_AS_STRING(payload), len(payload))
-    return p
+        wr_uvarint(b, tag)
+        wr_uvarint(b, len(payload))
+        put_raw(b, PyBytes_AS_STRING(payload), len(payload))
+    return 0
 
 
 # ---------------------------------------------------------------- primitive API
 # encode(type, value) -> bytes and decode(type, data, offset=0) -> (value, end), the same
 # in _pure; used by the primitive test vectors and by tools.
 
-cdef Py_ssize_t _size_of(str t, object v) except -1:
-    cdef Py_ssize_t fixed
-    if t in _pure.WIDTH:
-        return _pure.WIDTH[t]
-    if t == "string":
-        return sz_string(v)
-    if t == "nullable_string":
-        return sz_nullable_string(v)
-    if t == "compact_string":
-        return sz_compact_string(v)
-    if t == "compact_nullable_string":
-        return sz_compact_nullable_string(v)
-    if t == "bytes":
-        return sz_bytes(v)
-    if t == "nullable_bytes":
-        return sz_nullable_bytes(v)
-    if t == "compact_bytes":
-        return sz_compact_bytes(v)
-    if t == "compact_nullable_bytes":
-        return sz_compact_nullable_bytes(v)
-    if t == "tagged_fields":
-        return sz_tags(None, v)
-    if t in ("uvarint", "uvarlong", "varint", "varlong"):
-        return 10
-    compact, nullable, elem = _pure.parse_array_type(t)
-    if elem == "string":
-        return sz_string_array(v, compact, nullable)
-    return sz_int_array(v, _pure.WIDTH[elem], compact, nullable)
-
-
-cdef unsigned char* _write(str t, object v, unsigned char* p, unsigned char* end) except NULL:
+cdef int _write(str t, object v, Buf* b) except -1:
     cdef long long x
     if t == "int8":
-        return wr_i8(p, end, as_i8(v))
+        return wr_i8(b, as_i8(v))
     if t == "int16":
-        return wr_i16(p, end, as_i16(v))
+        return wr_i16(b, as_i16(v))
     if t == "int32":
-        return wr_i32(p, end, as_i32(v))
+        return wr_i32(b, as_i32(v))
     if t == "int64":
-        return wr_i64(p, end, as_i64(v))
+        return wr_i64(b, as_i64(v))
     if t == "uint16":
-        return wr_u16(p, end, as_u16(v))
+        return wr_u16(b, as_u16(v))
     if t == "uint32":
-        return wr_u32(p, end, as_u32(v))
+        return wr_u32(b, as_u32(v))
     if t == "float64":
-        return wr_float64(p, end, v)
+        return wr_float64(b, v)
     if t == "bool":
-        return wr_bool(p, end, v)
+        return wr_bool(b, v)
     if t == "uuid":
-        return wr_uuid(p, end, v)
+        return wr_uuid(b, v)
     if t == "uvarint":
         if type(v) is not int or not 0 <= v <= 0xFFFFFFFF:
             raise _e.out_of_range("unsigned varint", v)
-        return wr_uvarint(p, end, v)
+        return wr_uvarint(b, v)
     if t == "uvarlong":
         if type(v) is not int or not 0 <= v <= 0xFFFFFFFFFFFFFFFF:
             raise _e.out_of_range("unsigned varlong", v)
-        return wr_uvarint(p, end, v)
+        return wr_uvarint(b, v)
     if t == "varint":
         x = as_i32(v)
-        return wr_uvarint(p, end, <uint32_t>((x << 1) ^ (x >> 31)))
+        return wr_uvarint(b, <uint32_t>((x << 1) ^ (x >> 31)))
     if t == "varlong":
         x = as_i64(v)
-        return wr_uvarint(p, end, (<uint64_t>x << 1) ^ <uint64_t>(x >> 63))
+        return wr_uvarint(b, (<uint64_t>x << 1) ^ <uint64_t>(x >> 63))
     if t == "string":
-        return wr_string(p, end, v)
+        return wr_string(b, v)
     if t == "nullable_string":
-        return wr_nullable_string(p, end, v)
+        return wr_nullable_string(b, v)
     if t == "compact_string":
-        return wr_compact_string(p, end, v)
+        return wr_compact_string(b, v)
     if t == "compact_nullable_string":
-        return wr_compact_nullable_string(p, end, v)
+        return wr_compact_nullable_string(b, v)
     if t == "bytes":
-        return wr_bytes(p, end, v)
+        return wr_bytes(b, v)
     if t == "nullable_bytes":
-        return wr_nullable_bytes(p, end, v)
+        return wr_nullable_bytes(b, v)
     if t == "compact_bytes":
-        return wr_compact_bytes(p, end, v)
+        return wr_compact_bytes(b, v)
     if t == "compact_nullable_bytes":
-        return wr_compact_nullable_bytes(p, end, v)
+        return wr_compact_nullable_bytes(b, v)
     if t == "tagged_fields":
-        return wr_tags(p, end, None, v)
+        return wr_tags(b, None, v)
     compact, nullable, elem = _pure.parse_array_type(t)
     if elem == "string":
-        return wr_string_array(p, end, v, compact, nullable)
-    return wr_int_array(p, end, v, _pure.WIDTH[elem], compact, nullable)
+        return wr_string_array(b, v, compact, nullable)
+    return wr_int_array(b, v, _pure.WIDTH[elem], compact, nullable)
 
 
 def encode(str type_name, value):
     """Encode one primitive value of `type_name` (see _pure.PRIMITIVE_TYPES)."""
+    cdef Buf b
     _pure.check_type_name(type_name)
-    cdef Py_ssize_t n = _size_of(type_name, value)
-    cdef bytes buf = PyBytes_FromStringAndSize(NULL, n)
-    cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(buf)
-    cdef unsigned char* q = _write(type_name, value, p, p + n)
-    return buf[:q - p]
+    open_buf(&b, 64)
+    try:
+        _write(type_name, value, &b)
+        return close_buf(&b)
+    finally:
+        discard_buf(&b)
 
 
 cdef object _read(str t, Cursor* c):

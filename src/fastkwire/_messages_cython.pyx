@@ -27,27 +27,17 @@ cdef inline int _version(object version) except? -1:
 
 cdef class ApiVersionsRequest
 
-cdef Py_ssize_t _sz_ApiVersionsRequest_0(ApiVersionsRequest o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_ApiVersionsRequest = 64  # last encoded size: a first guess
+
+cdef int _wr_ApiVersionsRequest_0(ApiVersionsRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         pass
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ApiVersionsRequest_0(ApiVersionsRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        pass
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ApiVersionsRequest _rd_ApiVersionsRequest_0(Cursor* c, int v, int arrays):
@@ -64,37 +54,20 @@ cdef ApiVersionsRequest _rd_ApiVersionsRequest_0(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_ApiVersionsRequest_1(ApiVersionsRequest o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_ApiVersionsRequest_1(ApiVersionsRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'client_software_name'
-        n += sz_compact_string(o.client_software_name)
+        wr_compact_string(b, o.client_software_name)
         _f = 'client_software_version'
-        n += sz_compact_string(o.client_software_version)
+        wr_compact_string(b, o.client_software_version)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ApiVersionsRequest_1(ApiVersionsRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'client_software_name'
-        p = wr_compact_string(p, end, o.client_software_name)
-        _f = 'client_software_version'
-        p = wr_compact_string(p, end, o.client_software_version)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ApiVersionsRequest _rd_ApiVersionsRequest_1(Cursor* c, int v, int arrays):
@@ -166,52 +139,49 @@ cdef class ApiVersionsRequest:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_ApiVersionsRequest
+        cdef Buf b
         cdef int v = _version(version)
         if 0 <= v <= 2:
-            n = _sz_ApiVersionsRequest_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_ApiVersionsRequest_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_ApiVersionsRequest)
+            try:
+                _wr_ApiVersionsRequest_0(self, &b, v)
+                _size_hint_ApiVersionsRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if 3 <= v <= 4:
-            n = _sz_ApiVersionsRequest_1(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_ApiVersionsRequest_1(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_ApiVersionsRequest)
+            try:
+                _wr_ApiVersionsRequest_1(self, &b, v)
+                _size_hint_ApiVersionsRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('ApiVersionsRequest', version, '0-4')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if 0 <= v <= 2:
-            n = _sz_ApiVersionsRequest_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_ApiVersionsRequest_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_ApiVersionsRequest_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if 3 <= v <= 4:
-            n = _sz_ApiVersionsRequest_1(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_ApiVersionsRequest_1(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_ApiVersionsRequest_1(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('ApiVersionsRequest', version, '0-4')
 
     @classmethod
@@ -261,34 +231,22 @@ cdef class ApiVersionsResponse_SupportedFeatureKey
 cdef class ApiVersionsResponse_FinalizedFeatureKey
 cdef class ApiVersionsResponse
 
-cdef Py_ssize_t _sz_ApiVersionsResponse_ApiVersion_0(ApiVersionsResponse_ApiVersion o, int v) except -1:
-    cdef Py_ssize_t n = 6
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_ApiVersionsResponse = 64  # last encoded size: a first guess
+
+cdef int _wr_ApiVersionsResponse_ApiVersion_0(ApiVersionsResponse_ApiVersion o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'api_key'
+        wr_i16(b, as_i16(o.api_key))
         _f = 'min_version'
+        wr_i16(b, as_i16(o.min_version))
         _f = 'max_version'
+        wr_i16(b, as_i16(o.max_version))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ApiVersionsResponse_ApiVersion_0(ApiVersionsResponse_ApiVersion o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'api_key'
-        p = wr_i16(p, end, as_i16(o.api_key))
-        _f = 'min_version'
-        p = wr_i16(p, end, as_i16(o.min_version))
-        _f = 'max_version'
-        p = wr_i16(p, end, as_i16(o.max_version))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ApiVersionsResponse_ApiVersion _rd_ApiVersionsResponse_ApiVersion_0(Cursor* c, int v, int arrays):
@@ -308,38 +266,22 @@ cdef ApiVersionsResponse_ApiVersion _rd_ApiVersionsResponse_ApiVersion_0(Cursor*
     return o
 
 
-cdef Py_ssize_t _sz_ApiVersionsResponse_ApiVersion_1(ApiVersionsResponse_ApiVersion o, int v) except -1:
-    cdef Py_ssize_t n = 6
-    cdef Py_ssize_t _i
+cdef int _wr_ApiVersionsResponse_ApiVersion_1(ApiVersionsResponse_ApiVersion o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'api_key'
+        wr_i16(b, as_i16(o.api_key))
         _f = 'min_version'
+        wr_i16(b, as_i16(o.min_version))
         _f = 'max_version'
+        wr_i16(b, as_i16(o.max_version))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ApiVersionsResponse_ApiVersion_1(ApiVersionsResponse_ApiVersion o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'api_key'
-        p = wr_i16(p, end, as_i16(o.api_key))
-        _f = 'min_version'
-        p = wr_i16(p, end, as_i16(o.min_version))
-        _f = 'max_version'
-        p = wr_i16(p, end, as_i16(o.max_version))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ApiVersionsResponse_ApiVersion _rd_ApiVersionsResponse_ApiVersion_1(Cursor* c, int v, int arrays):
@@ -361,39 +303,22 @@ cdef ApiVersionsResponse_ApiVersion _rd_ApiVersionsResponse_ApiVersion_1(Cursor*
     return o
 
 
-cdef Py_ssize_t _sz_ApiVersionsResponse_SupportedFeatureKey_0(ApiVersionsResponse_SupportedFeatureKey o, int v) except -1:
-    cdef Py_ssize_t n = 4
-    cdef Py_ssize_t _i
+cdef int _wr_ApiVersionsResponse_SupportedFeatureKey_0(ApiVersionsResponse_SupportedFeatureKey o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'name'
-        n += sz_compact_string(o.name)
+        wr_compact_string(b, o.name)
         _f = 'min_version'
+        wr_i16(b, as_i16(o.min_version))
         _f = 'max_version'
+        wr_i16(b, as_i16(o.max_version))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ApiVersionsResponse_SupportedFeatureKey_0(ApiVersionsResponse_SupportedFeatureKey o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'name'
-        p = wr_compact_string(p, end, o.name)
-        _f = 'min_version'
-        p = wr_i16(p, end, as_i16(o.min_version))
-        _f = 'max_version'
-        p = wr_i16(p, end, as_i16(o.max_version))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ApiVersionsResponse_SupportedFeatureKey _rd_ApiVersionsResponse_SupportedFeatureKey_0(Cursor* c, int v, int arrays):
@@ -415,39 +340,22 @@ cdef ApiVersionsResponse_SupportedFeatureKey _rd_ApiVersionsResponse_SupportedFe
     return o
 
 
-cdef Py_ssize_t _sz_ApiVersionsResponse_FinalizedFeatureKey_0(ApiVersionsResponse_FinalizedFeatureKey o, int v) except -1:
-    cdef Py_ssize_t n = 4
-    cdef Py_ssize_t _i
+cdef int _wr_ApiVersionsResponse_FinalizedFeatureKey_0(ApiVersionsResponse_FinalizedFeatureKey o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'name'
-        n += sz_compact_string(o.name)
+        wr_compact_string(b, o.name)
         _f = 'max_version_level'
+        wr_i16(b, as_i16(o.max_version_level))
         _f = 'min_version_level'
+        wr_i16(b, as_i16(o.min_version_level))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ApiVersionsResponse_FinalizedFeatureKey_0(ApiVersionsResponse_FinalizedFeatureKey o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'name'
-        p = wr_compact_string(p, end, o.name)
-        _f = 'max_version_level'
-        p = wr_i16(p, end, as_i16(o.max_version_level))
-        _f = 'min_version_level'
-        p = wr_i16(p, end, as_i16(o.min_version_level))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ApiVersionsResponse_FinalizedFeatureKey _rd_ApiVersionsResponse_FinalizedFeatureKey_0(Cursor* c, int v, int arrays):
@@ -469,54 +377,28 @@ cdef ApiVersionsResponse_FinalizedFeatureKey _rd_ApiVersionsResponse_FinalizedFe
     return o
 
 
-cdef Py_ssize_t _sz_ApiVersionsResponse_0(ApiVersionsResponse o, int v) except -1:
-    cdef Py_ssize_t n = 2
-    cdef Py_ssize_t _i
+cdef int _wr_ApiVersionsResponse_0(ApiVersionsResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'api_keys'
         _items = o.api_keys
-        n += sz_array_len(_items, 0, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not ApiVersionsResponse_ApiVersion:
-                        raise _e.wrong_type('ApiVersion', _it)
-                    n += _sz_ApiVersionsResponse_ApiVersion_0(<ApiVersionsResponse_ApiVersion>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 0, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not ApiVersionsResponse_ApiVersion:
+                    raise _e.wrong_type('ApiVersion', _it)
+                _wr_ApiVersionsResponse_ApiVersion_0(<ApiVersionsResponse_ApiVersion>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ApiVersionsResponse_0(ApiVersionsResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'api_keys'
-        _items = o.api_keys
-        p = wr_array_len(p, end, _items, 0, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not ApiVersionsResponse_ApiVersion:
-                        raise _e.wrong_type('ApiVersion', _it)
-                    p = _wr_ApiVersionsResponse_ApiVersion_0(<ApiVersionsResponse_ApiVersion>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ApiVersionsResponse _rd_ApiVersionsResponse_0(Cursor* c, int v, int arrays):
@@ -550,57 +432,30 @@ cdef ApiVersionsResponse _rd_ApiVersionsResponse_0(Cursor* c, int v, int arrays)
     return o
 
 
-cdef Py_ssize_t _sz_ApiVersionsResponse_1(ApiVersionsResponse o, int v) except -1:
-    cdef Py_ssize_t n = 6
-    cdef Py_ssize_t _i
+cdef int _wr_ApiVersionsResponse_1(ApiVersionsResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'api_keys'
         _items = o.api_keys
-        n += sz_array_len(_items, 0, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not ApiVersionsResponse_ApiVersion:
-                        raise _e.wrong_type('ApiVersion', _it)
-                    n += _sz_ApiVersionsResponse_ApiVersion_0(<ApiVersionsResponse_ApiVersion>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 0, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not ApiVersionsResponse_ApiVersion:
+                    raise _e.wrong_type('ApiVersion', _it)
+                _wr_ApiVersionsResponse_ApiVersion_0(<ApiVersionsResponse_ApiVersion>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'throttle_time_ms'
+        wr_i32(b, as_i32(o.throttle_time_ms))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ApiVersionsResponse_1(ApiVersionsResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'api_keys'
-        _items = o.api_keys
-        p = wr_array_len(p, end, _items, 0, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not ApiVersionsResponse_ApiVersion:
-                        raise _e.wrong_type('ApiVersion', _it)
-                    p = _wr_ApiVersionsResponse_ApiVersion_0(<ApiVersionsResponse_ApiVersion>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'throttle_time_ms'
-        p = wr_i32(p, end, as_i32(o.throttle_time_ms))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ApiVersionsResponse _rd_ApiVersionsResponse_1(Cursor* c, int v, int arrays):
@@ -635,176 +490,93 @@ cdef ApiVersionsResponse _rd_ApiVersionsResponse_1(Cursor* c, int v, int arrays)
     return o
 
 
+cdef int _tagwr_ApiVersionsResponse_2_0(o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
+    cdef object _items, _it, _s
+    _items = o.supported_features
+    _n = wr_array_len(b, _items, 1, 0)
+    _i = 0
+    try:
+        for _i in range(_n):
+            _it = item_at(_items, _i, _n)
+            if type(_it) is not ApiVersionsResponse_SupportedFeatureKey:
+                raise _e.wrong_type('SupportedFeatureKey', _it)
+            _wr_ApiVersionsResponse_SupportedFeatureKey_0(<ApiVersionsResponse_SupportedFeatureKey>_it, b, v)
+    except EncodeError as _x:
+        raise _x.with_prefix(f"[{_i}]") from None
+    return 0
+
+
+cdef int _tagwr_ApiVersionsResponse_2_1(o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
+    cdef object _items, _it, _s
+    wr_i64(b, as_i64(o.finalized_features_epoch))
+    return 0
+
+
+cdef int _tagwr_ApiVersionsResponse_2_2(o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
+    cdef object _items, _it, _s
+    _items = o.finalized_features
+    _n = wr_array_len(b, _items, 1, 0)
+    _i = 0
+    try:
+        for _i in range(_n):
+            _it = item_at(_items, _i, _n)
+            if type(_it) is not ApiVersionsResponse_FinalizedFeatureKey:
+                raise _e.wrong_type('FinalizedFeatureKey', _it)
+            _wr_ApiVersionsResponse_FinalizedFeatureKey_0(<ApiVersionsResponse_FinalizedFeatureKey>_it, b, v)
+    except EncodeError as _x:
+        raise _x.with_prefix(f"[{_i}]") from None
+    return 0
+
+
+cdef int _tagwr_ApiVersionsResponse_2_3(o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
+    cdef object _items, _it, _s
+    wr_bool(b, o.zk_migration_ready)
+    return 0
+
+
 cdef list _tags_ApiVersionsResponse_2(o, int v):
     cdef list known = []
     if not (not o.supported_features):
-        known.append((0, encode_value(_tagsz_ApiVersionsResponse_2_0, _tagwr_ApiVersionsResponse_2_0, o, v)))
+        known.append((0, encode_value(_tagwr_ApiVersionsResponse_2_0, o, v)))
     if not (o.finalized_features_epoch == -1):
-        known.append((1, encode_value(_tagsz_ApiVersionsResponse_2_1, _tagwr_ApiVersionsResponse_2_1, o, v)))
+        known.append((1, encode_value(_tagwr_ApiVersionsResponse_2_1, o, v)))
     if not (not o.finalized_features):
-        known.append((2, encode_value(_tagsz_ApiVersionsResponse_2_2, _tagwr_ApiVersionsResponse_2_2, o, v)))
+        known.append((2, encode_value(_tagwr_ApiVersionsResponse_2_2, o, v)))
     if not (o.zk_migration_ready is False):
-        known.append((3, encode_value(_tagsz_ApiVersionsResponse_2_3, _tagwr_ApiVersionsResponse_2_3, o, v)))
+        known.append((3, encode_value(_tagwr_ApiVersionsResponse_2_3, o, v)))
     return known
 
 
-cdef Py_ssize_t _tagsz_ApiVersionsResponse_2_0(o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _items = o.supported_features
-    n += sz_array_len(_items, 1, 0)
-    if _items is not None:
-        _i = 0
-        try:
-            for _i in range(len(_items)):
-                _it = _items[_i]
-                if type(_it) is not ApiVersionsResponse_SupportedFeatureKey:
-                    raise _e.wrong_type('SupportedFeatureKey', _it)
-                n += _sz_ApiVersionsResponse_SupportedFeatureKey_0(<ApiVersionsResponse_SupportedFeatureKey>_it, v)
-        except EncodeError as _x:
-            raise _x.with_prefix(f"[{_i}]") from None
-    return n
-
-
-cdef unsigned char* _tagwr_ApiVersionsResponse_2_0(o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _items = o.supported_features
-    p = wr_array_len(p, end, _items, 1, 0)
-    if _items is not None:
-        _i = 0
-        try:
-            for _i in range(len(_items)):
-                _it = _items[_i]
-                if type(_it) is not ApiVersionsResponse_SupportedFeatureKey:
-                    raise _e.wrong_type('SupportedFeatureKey', _it)
-                p = _wr_ApiVersionsResponse_SupportedFeatureKey_0(<ApiVersionsResponse_SupportedFeatureKey>_it, p, end, v)
-        except EncodeError as _x:
-            raise _x.with_prefix(f"[{_i}]") from None
-    return p
-
-
-cdef Py_ssize_t _tagsz_ApiVersionsResponse_2_1(o, int v) except -1:
-    cdef Py_ssize_t n = 8
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    return n
-
-
-cdef unsigned char* _tagwr_ApiVersionsResponse_2_1(o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    p = wr_i64(p, end, as_i64(o.finalized_features_epoch))
-    return p
-
-
-cdef Py_ssize_t _tagsz_ApiVersionsResponse_2_2(o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _items = o.finalized_features
-    n += sz_array_len(_items, 1, 0)
-    if _items is not None:
-        _i = 0
-        try:
-            for _i in range(len(_items)):
-                _it = _items[_i]
-                if type(_it) is not ApiVersionsResponse_FinalizedFeatureKey:
-                    raise _e.wrong_type('FinalizedFeatureKey', _it)
-                n += _sz_ApiVersionsResponse_FinalizedFeatureKey_0(<ApiVersionsResponse_FinalizedFeatureKey>_it, v)
-        except EncodeError as _x:
-            raise _x.with_prefix(f"[{_i}]") from None
-    return n
-
-
-cdef unsigned char* _tagwr_ApiVersionsResponse_2_2(o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _items = o.finalized_features
-    p = wr_array_len(p, end, _items, 1, 0)
-    if _items is not None:
-        _i = 0
-        try:
-            for _i in range(len(_items)):
-                _it = _items[_i]
-                if type(_it) is not ApiVersionsResponse_FinalizedFeatureKey:
-                    raise _e.wrong_type('FinalizedFeatureKey', _it)
-                p = _wr_ApiVersionsResponse_FinalizedFeatureKey_0(<ApiVersionsResponse_FinalizedFeatureKey>_it, p, end, v)
-        except EncodeError as _x:
-            raise _x.with_prefix(f"[{_i}]") from None
-    return p
-
-
-cdef Py_ssize_t _tagsz_ApiVersionsResponse_2_3(o, int v) except -1:
-    cdef Py_ssize_t n = 1
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    return n
-
-
-cdef unsigned char* _tagwr_ApiVersionsResponse_2_3(o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    p = wr_bool(p, end, o.zk_migration_ready)
-    return p
-
-
-cdef Py_ssize_t _sz_ApiVersionsResponse_2(ApiVersionsResponse o, int v) except -1:
-    cdef Py_ssize_t n = 6
-    cdef Py_ssize_t _i
+cdef int _wr_ApiVersionsResponse_2(ApiVersionsResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'api_keys'
         _items = o.api_keys
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not ApiVersionsResponse_ApiVersion:
-                        raise _e.wrong_type('ApiVersion', _it)
-                    n += _sz_ApiVersionsResponse_ApiVersion_1(<ApiVersionsResponse_ApiVersion>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not ApiVersionsResponse_ApiVersion:
+                    raise _e.wrong_type('ApiVersion', _it)
+                _wr_ApiVersionsResponse_ApiVersion_1(<ApiVersionsResponse_ApiVersion>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'throttle_time_ms'
+        wr_i32(b, as_i32(o.throttle_time_ms))
         _f = ''
-        n += sz_tags(_tags_ApiVersionsResponse_2(o, v), o._unknown)
+        wr_tags(b, _tags_ApiVersionsResponse_2(o, v), o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ApiVersionsResponse_2(ApiVersionsResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'api_keys'
-        _items = o.api_keys
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not ApiVersionsResponse_ApiVersion:
-                        raise _e.wrong_type('ApiVersion', _it)
-                    p = _wr_ApiVersionsResponse_ApiVersion_1(<ApiVersionsResponse_ApiVersion>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'throttle_time_ms'
-        p = wr_i32(p, end, as_i32(o.throttle_time_ms))
-        _f = ''
-        p = wr_tags(p, end, _tags_ApiVersionsResponse_2(o, v), o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ApiVersionsResponse _rd_ApiVersionsResponse_2(Cursor* c, int v, int arrays):
@@ -1128,69 +900,64 @@ cdef class ApiVersionsResponse:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_ApiVersionsResponse
+        cdef Buf b
         cdef int v = _version(version)
         if v == 0:
-            n = _sz_ApiVersionsResponse_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_ApiVersionsResponse_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_ApiVersionsResponse)
+            try:
+                _wr_ApiVersionsResponse_0(self, &b, v)
+                _size_hint_ApiVersionsResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if 1 <= v <= 2:
-            n = _sz_ApiVersionsResponse_1(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_ApiVersionsResponse_1(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_ApiVersionsResponse)
+            try:
+                _wr_ApiVersionsResponse_1(self, &b, v)
+                _size_hint_ApiVersionsResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if 3 <= v <= 4:
-            n = _sz_ApiVersionsResponse_2(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_ApiVersionsResponse_2(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_ApiVersionsResponse)
+            try:
+                _wr_ApiVersionsResponse_2(self, &b, v)
+                _size_hint_ApiVersionsResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('ApiVersionsResponse', version, '0-4')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if v == 0:
-            n = _sz_ApiVersionsResponse_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_ApiVersionsResponse_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_ApiVersionsResponse_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if 1 <= v <= 2:
-            n = _sz_ApiVersionsResponse_1(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_ApiVersionsResponse_1(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_ApiVersionsResponse_1(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if 3 <= v <= 4:
-            n = _sz_ApiVersionsResponse_2(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_ApiVersionsResponse_2(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_ApiVersionsResponse_2(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('ApiVersionsResponse', version, '0-4')
 
     @classmethod
@@ -1245,9 +1012,10 @@ cdef class ApiVersionsResponse:
 
 cdef class FindCoordinatorRequest
 
-cdef Py_ssize_t _sz_FindCoordinatorRequest_0(FindCoordinatorRequest o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_FindCoordinatorRequest = 64  # last encoded size: a first guess
+
+cdef int _wr_FindCoordinatorRequest_0(FindCoordinatorRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (o.key_type == 0):
         raise _e.absent_field('FindCoordinatorRequest', 'key_type', v, '1+')
@@ -1256,22 +1024,10 @@ cdef Py_ssize_t _sz_FindCoordinatorRequest_0(FindCoordinatorRequest o, int v) ex
     _f = ''
     try:
         _f = 'key'
-        n += sz_string(o.key)
+        wr_string(b, o.key)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_FindCoordinatorRequest_0(FindCoordinatorRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'key'
-        p = wr_string(p, end, o.key)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef FindCoordinatorRequest _rd_FindCoordinatorRequest_0(Cursor* c, int v, int arrays):
@@ -1289,34 +1045,20 @@ cdef FindCoordinatorRequest _rd_FindCoordinatorRequest_0(Cursor* c, int v, int a
     return o
 
 
-cdef Py_ssize_t _sz_FindCoordinatorRequest_1(FindCoordinatorRequest o, int v) except -1:
-    cdef Py_ssize_t n = 1
-    cdef Py_ssize_t _i
+cdef int _wr_FindCoordinatorRequest_1(FindCoordinatorRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (not o.coordinator_keys):
         raise _e.absent_field('FindCoordinatorRequest', 'coordinator_keys', v, '4+')
     _f = ''
     try:
         _f = 'key'
-        n += sz_string(o.key)
+        wr_string(b, o.key)
         _f = 'key_type'
+        wr_i8(b, as_i8(o.key_type))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_FindCoordinatorRequest_1(FindCoordinatorRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'key'
-        p = wr_string(p, end, o.key)
-        _f = 'key_type'
-        p = wr_i8(p, end, as_i8(o.key_type))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef FindCoordinatorRequest _rd_FindCoordinatorRequest_1(Cursor* c, int v, int arrays):
@@ -1335,38 +1077,22 @@ cdef FindCoordinatorRequest _rd_FindCoordinatorRequest_1(Cursor* c, int v, int a
     return o
 
 
-cdef Py_ssize_t _sz_FindCoordinatorRequest_2(FindCoordinatorRequest o, int v) except -1:
-    cdef Py_ssize_t n = 1
-    cdef Py_ssize_t _i
+cdef int _wr_FindCoordinatorRequest_2(FindCoordinatorRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (not o.coordinator_keys):
         raise _e.absent_field('FindCoordinatorRequest', 'coordinator_keys', v, '4+')
     _f = ''
     try:
         _f = 'key'
-        n += sz_compact_string(o.key)
+        wr_compact_string(b, o.key)
         _f = 'key_type'
+        wr_i8(b, as_i8(o.key_type))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_FindCoordinatorRequest_2(FindCoordinatorRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'key'
-        p = wr_compact_string(p, end, o.key)
-        _f = 'key_type'
-        p = wr_i8(p, end, as_i8(o.key_type))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef FindCoordinatorRequest _rd_FindCoordinatorRequest_2(Cursor* c, int v, int arrays):
@@ -1387,38 +1113,22 @@ cdef FindCoordinatorRequest _rd_FindCoordinatorRequest_2(Cursor* c, int v, int a
     return o
 
 
-cdef Py_ssize_t _sz_FindCoordinatorRequest_3(FindCoordinatorRequest o, int v) except -1:
-    cdef Py_ssize_t n = 1
-    cdef Py_ssize_t _i
+cdef int _wr_FindCoordinatorRequest_3(FindCoordinatorRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (o.key == ''):
         raise _e.absent_field('FindCoordinatorRequest', 'key', v, '0-3')
     _f = ''
     try:
         _f = 'key_type'
+        wr_i8(b, as_i8(o.key_type))
         _f = 'coordinator_keys'
-        n += sz_string_array(o.coordinator_keys, 1, 0)
+        wr_string_array(b, o.coordinator_keys, 1, 0)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_FindCoordinatorRequest_3(FindCoordinatorRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'key_type'
-        p = wr_i8(p, end, as_i8(o.key_type))
-        _f = 'coordinator_keys'
-        p = wr_string_array(p, end, o.coordinator_keys, 1, 0)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef FindCoordinatorRequest _rd_FindCoordinatorRequest_3(Cursor* c, int v, int arrays):
@@ -1493,86 +1203,79 @@ cdef class FindCoordinatorRequest:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_FindCoordinatorRequest
+        cdef Buf b
         cdef int v = _version(version)
         if v == 0:
-            n = _sz_FindCoordinatorRequest_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_FindCoordinatorRequest_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_FindCoordinatorRequest)
+            try:
+                _wr_FindCoordinatorRequest_0(self, &b, v)
+                _size_hint_FindCoordinatorRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if 1 <= v <= 2:
-            n = _sz_FindCoordinatorRequest_1(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_FindCoordinatorRequest_1(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_FindCoordinatorRequest)
+            try:
+                _wr_FindCoordinatorRequest_1(self, &b, v)
+                _size_hint_FindCoordinatorRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if v == 3:
-            n = _sz_FindCoordinatorRequest_2(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_FindCoordinatorRequest_2(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_FindCoordinatorRequest)
+            try:
+                _wr_FindCoordinatorRequest_2(self, &b, v)
+                _size_hint_FindCoordinatorRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if 4 <= v <= 6:
-            n = _sz_FindCoordinatorRequest_3(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_FindCoordinatorRequest_3(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_FindCoordinatorRequest)
+            try:
+                _wr_FindCoordinatorRequest_3(self, &b, v)
+                _size_hint_FindCoordinatorRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if v == 0:
-            n = _sz_FindCoordinatorRequest_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_FindCoordinatorRequest_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_FindCoordinatorRequest_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if 1 <= v <= 2:
-            n = _sz_FindCoordinatorRequest_1(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_FindCoordinatorRequest_1(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_FindCoordinatorRequest_1(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if v == 3:
-            n = _sz_FindCoordinatorRequest_2(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_FindCoordinatorRequest_2(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_FindCoordinatorRequest_2(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if 4 <= v <= 6:
-            n = _sz_FindCoordinatorRequest_3(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_FindCoordinatorRequest_3(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_FindCoordinatorRequest_3(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
 
     @classmethod
@@ -1636,50 +1339,30 @@ cdef class FindCoordinatorRequest:
 cdef class FindCoordinatorResponse_Coordinator
 cdef class FindCoordinatorResponse
 
-cdef Py_ssize_t _sz_FindCoordinatorResponse_Coordinator_0(FindCoordinatorResponse_Coordinator o, int v) except -1:
-    cdef Py_ssize_t n = 10
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_FindCoordinatorResponse = 64  # last encoded size: a first guess
+
+cdef int _wr_FindCoordinatorResponse_Coordinator_0(FindCoordinatorResponse_Coordinator o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'key'
-        n += sz_compact_string(o.key)
+        wr_compact_string(b, o.key)
         _f = 'node_id'
+        wr_i32(b, as_i32(o.node_id))
         _f = 'host'
-        n += sz_compact_string(o.host)
+        wr_compact_string(b, o.host)
         _f = 'port'
+        wr_i32(b, as_i32(o.port))
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'error_message'
-        n += sz_compact_nullable_string(o.error_message)
+        wr_compact_nullable_string(b, o.error_message)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_FindCoordinatorResponse_Coordinator_0(FindCoordinatorResponse_Coordinator o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'key'
-        p = wr_compact_string(p, end, o.key)
-        _f = 'node_id'
-        p = wr_i32(p, end, as_i32(o.node_id))
-        _f = 'host'
-        p = wr_compact_string(p, end, o.host)
-        _f = 'port'
-        p = wr_i32(p, end, as_i32(o.port))
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'error_message'
-        p = wr_compact_nullable_string(p, end, o.error_message)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef FindCoordinatorResponse_Coordinator _rd_FindCoordinatorResponse_Coordinator_0(Cursor* c, int v, int arrays):
@@ -1707,40 +1390,24 @@ cdef FindCoordinatorResponse_Coordinator _rd_FindCoordinatorResponse_Coordinator
     return o
 
 
-cdef Py_ssize_t _sz_FindCoordinatorResponse_0(FindCoordinatorResponse o, int v) except -1:
-    cdef Py_ssize_t n = 10
-    cdef Py_ssize_t _i
+cdef int _wr_FindCoordinatorResponse_0(FindCoordinatorResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (not o.coordinators):
         raise _e.absent_field('FindCoordinatorResponse', 'coordinators', v, '4+')
     _f = ''
     try:
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'node_id'
+        wr_i32(b, as_i32(o.node_id))
         _f = 'host'
-        n += sz_string(o.host)
+        wr_string(b, o.host)
         _f = 'port'
+        wr_i32(b, as_i32(o.port))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_FindCoordinatorResponse_0(FindCoordinatorResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'node_id'
-        p = wr_i32(p, end, as_i32(o.node_id))
-        _f = 'host'
-        p = wr_string(p, end, o.host)
-        _f = 'port'
-        p = wr_i32(p, end, as_i32(o.port))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef FindCoordinatorResponse _rd_FindCoordinatorResponse_0(Cursor* c, int v, int arrays):
@@ -1765,47 +1432,28 @@ cdef FindCoordinatorResponse _rd_FindCoordinatorResponse_0(Cursor* c, int v, int
     return o
 
 
-cdef Py_ssize_t _sz_FindCoordinatorResponse_1(FindCoordinatorResponse o, int v) except -1:
-    cdef Py_ssize_t n = 14
-    cdef Py_ssize_t _i
+cdef int _wr_FindCoordinatorResponse_1(FindCoordinatorResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (not o.coordinators):
         raise _e.absent_field('FindCoordinatorResponse', 'coordinators', v, '4+')
     _f = ''
     try:
         _f = 'throttle_time_ms'
+        wr_i32(b, as_i32(o.throttle_time_ms))
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'error_message'
-        n += sz_nullable_string(o.error_message)
+        wr_nullable_string(b, o.error_message)
         _f = 'node_id'
+        wr_i32(b, as_i32(o.node_id))
         _f = 'host'
-        n += sz_string(o.host)
+        wr_string(b, o.host)
         _f = 'port'
+        wr_i32(b, as_i32(o.port))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_FindCoordinatorResponse_1(FindCoordinatorResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'throttle_time_ms'
-        p = wr_i32(p, end, as_i32(o.throttle_time_ms))
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'error_message'
-        p = wr_nullable_string(p, end, o.error_message)
-        _f = 'node_id'
-        p = wr_i32(p, end, as_i32(o.node_id))
-        _f = 'host'
-        p = wr_string(p, end, o.host)
-        _f = 'port'
-        p = wr_i32(p, end, as_i32(o.port))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef FindCoordinatorResponse _rd_FindCoordinatorResponse_1(Cursor* c, int v, int arrays):
@@ -1832,51 +1480,30 @@ cdef FindCoordinatorResponse _rd_FindCoordinatorResponse_1(Cursor* c, int v, int
     return o
 
 
-cdef Py_ssize_t _sz_FindCoordinatorResponse_2(FindCoordinatorResponse o, int v) except -1:
-    cdef Py_ssize_t n = 14
-    cdef Py_ssize_t _i
+cdef int _wr_FindCoordinatorResponse_2(FindCoordinatorResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (not o.coordinators):
         raise _e.absent_field('FindCoordinatorResponse', 'coordinators', v, '4+')
     _f = ''
     try:
         _f = 'throttle_time_ms'
+        wr_i32(b, as_i32(o.throttle_time_ms))
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'error_message'
-        n += sz_compact_nullable_string(o.error_message)
+        wr_compact_nullable_string(b, o.error_message)
         _f = 'node_id'
+        wr_i32(b, as_i32(o.node_id))
         _f = 'host'
-        n += sz_compact_string(o.host)
+        wr_compact_string(b, o.host)
         _f = 'port'
+        wr_i32(b, as_i32(o.port))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_FindCoordinatorResponse_2(FindCoordinatorResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'throttle_time_ms'
-        p = wr_i32(p, end, as_i32(o.throttle_time_ms))
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'error_message'
-        p = wr_compact_nullable_string(p, end, o.error_message)
-        _f = 'node_id'
-        p = wr_i32(p, end, as_i32(o.node_id))
-        _f = 'host'
-        p = wr_compact_string(p, end, o.host)
-        _f = 'port'
-        p = wr_i32(p, end, as_i32(o.port))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef FindCoordinatorResponse _rd_FindCoordinatorResponse_2(Cursor* c, int v, int arrays):
@@ -1905,9 +1532,8 @@ cdef FindCoordinatorResponse _rd_FindCoordinatorResponse_2(Cursor* c, int v, int
     return o
 
 
-cdef Py_ssize_t _sz_FindCoordinatorResponse_3(FindCoordinatorResponse o, int v) except -1:
-    cdef Py_ssize_t n = 4
-    cdef Py_ssize_t _i
+cdef int _wr_FindCoordinatorResponse_3(FindCoordinatorResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (o.error_code == 0):
         raise _e.absent_field('FindCoordinatorResponse', 'error_code', v, '0-3')
@@ -1920,51 +1546,24 @@ cdef Py_ssize_t _sz_FindCoordinatorResponse_3(FindCoordinatorResponse o, int v) 
     _f = ''
     try:
         _f = 'throttle_time_ms'
+        wr_i32(b, as_i32(o.throttle_time_ms))
         _f = 'coordinators'
         _items = o.coordinators
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not FindCoordinatorResponse_Coordinator:
-                        raise _e.wrong_type('Coordinator', _it)
-                    n += _sz_FindCoordinatorResponse_Coordinator_0(<FindCoordinatorResponse_Coordinator>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not FindCoordinatorResponse_Coordinator:
+                    raise _e.wrong_type('Coordinator', _it)
+                _wr_FindCoordinatorResponse_Coordinator_0(<FindCoordinatorResponse_Coordinator>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_FindCoordinatorResponse_3(FindCoordinatorResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'throttle_time_ms'
-        p = wr_i32(p, end, as_i32(o.throttle_time_ms))
-        _f = 'coordinators'
-        _items = o.coordinators
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not FindCoordinatorResponse_Coordinator:
-                        raise _e.wrong_type('Coordinator', _it)
-                    p = _wr_FindCoordinatorResponse_Coordinator_0(<FindCoordinatorResponse_Coordinator>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef FindCoordinatorResponse _rd_FindCoordinatorResponse_3(Cursor* c, int v, int arrays):
@@ -2116,86 +1715,79 @@ cdef class FindCoordinatorResponse:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_FindCoordinatorResponse
+        cdef Buf b
         cdef int v = _version(version)
         if v == 0:
-            n = _sz_FindCoordinatorResponse_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_FindCoordinatorResponse_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_FindCoordinatorResponse)
+            try:
+                _wr_FindCoordinatorResponse_0(self, &b, v)
+                _size_hint_FindCoordinatorResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if 1 <= v <= 2:
-            n = _sz_FindCoordinatorResponse_1(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_FindCoordinatorResponse_1(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_FindCoordinatorResponse)
+            try:
+                _wr_FindCoordinatorResponse_1(self, &b, v)
+                _size_hint_FindCoordinatorResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if v == 3:
-            n = _sz_FindCoordinatorResponse_2(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_FindCoordinatorResponse_2(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_FindCoordinatorResponse)
+            try:
+                _wr_FindCoordinatorResponse_2(self, &b, v)
+                _size_hint_FindCoordinatorResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if 4 <= v <= 6:
-            n = _sz_FindCoordinatorResponse_3(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_FindCoordinatorResponse_3(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_FindCoordinatorResponse)
+            try:
+                _wr_FindCoordinatorResponse_3(self, &b, v)
+                _size_hint_FindCoordinatorResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if v == 0:
-            n = _sz_FindCoordinatorResponse_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_FindCoordinatorResponse_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_FindCoordinatorResponse_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if 1 <= v <= 2:
-            n = _sz_FindCoordinatorResponse_1(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_FindCoordinatorResponse_1(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_FindCoordinatorResponse_1(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if v == 3:
-            n = _sz_FindCoordinatorResponse_2(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_FindCoordinatorResponse_2(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_FindCoordinatorResponse_2(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if 4 <= v <= 6:
-            n = _sz_FindCoordinatorResponse_3(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_FindCoordinatorResponse_3(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_FindCoordinatorResponse_3(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
 
     @classmethod
@@ -2259,33 +1851,20 @@ cdef class FindCoordinatorResponse:
 cdef class LeaveGroupRequest_MemberIdentity
 cdef class LeaveGroupRequest
 
-cdef Py_ssize_t _sz_LeaveGroupRequest_MemberIdentity_0(LeaveGroupRequest_MemberIdentity o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_LeaveGroupRequest = 64  # last encoded size: a first guess
+
+cdef int _wr_LeaveGroupRequest_MemberIdentity_0(LeaveGroupRequest_MemberIdentity o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'member_id'
-        n += sz_string(o.member_id)
+        wr_string(b, o.member_id)
         _f = 'group_instance_id'
-        n += sz_nullable_string(o.group_instance_id)
+        wr_nullable_string(b, o.group_instance_id)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupRequest_MemberIdentity_0(LeaveGroupRequest_MemberIdentity o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'member_id'
-        p = wr_string(p, end, o.member_id)
-        _f = 'group_instance_id'
-        p = wr_nullable_string(p, end, o.group_instance_id)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupRequest_MemberIdentity _rd_LeaveGroupRequest_MemberIdentity_0(Cursor* c, int v, int arrays):
@@ -2304,37 +1883,20 @@ cdef LeaveGroupRequest_MemberIdentity _rd_LeaveGroupRequest_MemberIdentity_0(Cur
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupRequest_MemberIdentity_1(LeaveGroupRequest_MemberIdentity o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupRequest_MemberIdentity_1(LeaveGroupRequest_MemberIdentity o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'member_id'
-        n += sz_compact_string(o.member_id)
+        wr_compact_string(b, o.member_id)
         _f = 'group_instance_id'
-        n += sz_compact_nullable_string(o.group_instance_id)
+        wr_compact_nullable_string(b, o.group_instance_id)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupRequest_MemberIdentity_1(LeaveGroupRequest_MemberIdentity o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'member_id'
-        p = wr_compact_string(p, end, o.member_id)
-        _f = 'group_instance_id'
-        p = wr_compact_nullable_string(p, end, o.group_instance_id)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupRequest_MemberIdentity _rd_LeaveGroupRequest_MemberIdentity_1(Cursor* c, int v, int arrays):
@@ -2355,41 +1917,22 @@ cdef LeaveGroupRequest_MemberIdentity _rd_LeaveGroupRequest_MemberIdentity_1(Cur
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupRequest_MemberIdentity_2(LeaveGroupRequest_MemberIdentity o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupRequest_MemberIdentity_2(LeaveGroupRequest_MemberIdentity o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'member_id'
-        n += sz_compact_string(o.member_id)
+        wr_compact_string(b, o.member_id)
         _f = 'group_instance_id'
-        n += sz_compact_nullable_string(o.group_instance_id)
+        wr_compact_nullable_string(b, o.group_instance_id)
         _f = 'reason'
-        n += sz_compact_nullable_string(o.reason)
+        wr_compact_nullable_string(b, o.reason)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupRequest_MemberIdentity_2(LeaveGroupRequest_MemberIdentity o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'member_id'
-        p = wr_compact_string(p, end, o.member_id)
-        _f = 'group_instance_id'
-        p = wr_compact_nullable_string(p, end, o.group_instance_id)
-        _f = 'reason'
-        p = wr_compact_nullable_string(p, end, o.reason)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupRequest_MemberIdentity _rd_LeaveGroupRequest_MemberIdentity_2(Cursor* c, int v, int arrays):
@@ -2411,35 +1954,20 @@ cdef LeaveGroupRequest_MemberIdentity _rd_LeaveGroupRequest_MemberIdentity_2(Cur
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupRequest_0(LeaveGroupRequest o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupRequest_0(LeaveGroupRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (not o.members):
         raise _e.absent_field('LeaveGroupRequest', 'members', v, '3+')
     _f = ''
     try:
         _f = 'group_id'
-        n += sz_string(o.group_id)
+        wr_string(b, o.group_id)
         _f = 'member_id'
-        n += sz_string(o.member_id)
+        wr_string(b, o.member_id)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupRequest_0(LeaveGroupRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'group_id'
-        p = wr_string(p, end, o.group_id)
-        _f = 'member_id'
-        p = wr_string(p, end, o.member_id)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupRequest _rd_LeaveGroupRequest_0(Cursor* c, int v, int arrays):
@@ -2458,57 +1986,30 @@ cdef LeaveGroupRequest _rd_LeaveGroupRequest_0(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupRequest_1(LeaveGroupRequest o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupRequest_1(LeaveGroupRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (o.member_id == ''):
         raise _e.absent_field('LeaveGroupRequest', 'member_id', v, '0-2')
     _f = ''
     try:
         _f = 'group_id'
-        n += sz_string(o.group_id)
+        wr_string(b, o.group_id)
         _f = 'members'
         _items = o.members
-        n += sz_array_len(_items, 0, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupRequest_MemberIdentity:
-                        raise _e.wrong_type('MemberIdentity', _it)
-                    n += _sz_LeaveGroupRequest_MemberIdentity_0(<LeaveGroupRequest_MemberIdentity>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 0, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupRequest_MemberIdentity:
+                    raise _e.wrong_type('MemberIdentity', _it)
+                _wr_LeaveGroupRequest_MemberIdentity_0(<LeaveGroupRequest_MemberIdentity>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupRequest_1(LeaveGroupRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'group_id'
-        p = wr_string(p, end, o.group_id)
-        _f = 'members'
-        _items = o.members
-        p = wr_array_len(p, end, _items, 0, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupRequest_MemberIdentity:
-                        raise _e.wrong_type('MemberIdentity', _it)
-                    p = _wr_LeaveGroupRequest_MemberIdentity_0(<LeaveGroupRequest_MemberIdentity>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupRequest _rd_LeaveGroupRequest_1(Cursor* c, int v, int arrays):
@@ -2538,61 +2039,32 @@ cdef LeaveGroupRequest _rd_LeaveGroupRequest_1(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupRequest_2(LeaveGroupRequest o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupRequest_2(LeaveGroupRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (o.member_id == ''):
         raise _e.absent_field('LeaveGroupRequest', 'member_id', v, '0-2')
     _f = ''
     try:
         _f = 'group_id'
-        n += sz_compact_string(o.group_id)
+        wr_compact_string(b, o.group_id)
         _f = 'members'
         _items = o.members
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupRequest_MemberIdentity:
-                        raise _e.wrong_type('MemberIdentity', _it)
-                    n += _sz_LeaveGroupRequest_MemberIdentity_1(<LeaveGroupRequest_MemberIdentity>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupRequest_MemberIdentity:
+                    raise _e.wrong_type('MemberIdentity', _it)
+                _wr_LeaveGroupRequest_MemberIdentity_1(<LeaveGroupRequest_MemberIdentity>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupRequest_2(LeaveGroupRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'group_id'
-        p = wr_compact_string(p, end, o.group_id)
-        _f = 'members'
-        _items = o.members
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupRequest_MemberIdentity:
-                        raise _e.wrong_type('MemberIdentity', _it)
-                    p = _wr_LeaveGroupRequest_MemberIdentity_1(<LeaveGroupRequest_MemberIdentity>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupRequest _rd_LeaveGroupRequest_2(Cursor* c, int v, int arrays):
@@ -2624,61 +2096,32 @@ cdef LeaveGroupRequest _rd_LeaveGroupRequest_2(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupRequest_3(LeaveGroupRequest o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupRequest_3(LeaveGroupRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (o.member_id == ''):
         raise _e.absent_field('LeaveGroupRequest', 'member_id', v, '0-2')
     _f = ''
     try:
         _f = 'group_id'
-        n += sz_compact_string(o.group_id)
+        wr_compact_string(b, o.group_id)
         _f = 'members'
         _items = o.members
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupRequest_MemberIdentity:
-                        raise _e.wrong_type('MemberIdentity', _it)
-                    n += _sz_LeaveGroupRequest_MemberIdentity_2(<LeaveGroupRequest_MemberIdentity>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupRequest_MemberIdentity:
+                    raise _e.wrong_type('MemberIdentity', _it)
+                _wr_LeaveGroupRequest_MemberIdentity_2(<LeaveGroupRequest_MemberIdentity>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupRequest_3(LeaveGroupRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'group_id'
-        p = wr_compact_string(p, end, o.group_id)
-        _f = 'members'
-        _items = o.members
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupRequest_MemberIdentity:
-                        raise _e.wrong_type('MemberIdentity', _it)
-                    p = _wr_LeaveGroupRequest_MemberIdentity_2(<LeaveGroupRequest_MemberIdentity>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupRequest _rd_LeaveGroupRequest_3(Cursor* c, int v, int arrays):
@@ -2812,86 +2255,79 @@ cdef class LeaveGroupRequest:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_LeaveGroupRequest
+        cdef Buf b
         cdef int v = _version(version)
         if 0 <= v <= 2:
-            n = _sz_LeaveGroupRequest_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_LeaveGroupRequest_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_LeaveGroupRequest)
+            try:
+                _wr_LeaveGroupRequest_0(self, &b, v)
+                _size_hint_LeaveGroupRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if v == 3:
-            n = _sz_LeaveGroupRequest_1(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_LeaveGroupRequest_1(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_LeaveGroupRequest)
+            try:
+                _wr_LeaveGroupRequest_1(self, &b, v)
+                _size_hint_LeaveGroupRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if v == 4:
-            n = _sz_LeaveGroupRequest_2(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_LeaveGroupRequest_2(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_LeaveGroupRequest)
+            try:
+                _wr_LeaveGroupRequest_2(self, &b, v)
+                _size_hint_LeaveGroupRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if v == 5:
-            n = _sz_LeaveGroupRequest_3(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_LeaveGroupRequest_3(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_LeaveGroupRequest)
+            try:
+                _wr_LeaveGroupRequest_3(self, &b, v)
+                _size_hint_LeaveGroupRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('LeaveGroupRequest', version, '0-5')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if 0 <= v <= 2:
-            n = _sz_LeaveGroupRequest_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_LeaveGroupRequest_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_LeaveGroupRequest_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if v == 3:
-            n = _sz_LeaveGroupRequest_1(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_LeaveGroupRequest_1(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_LeaveGroupRequest_1(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if v == 4:
-            n = _sz_LeaveGroupRequest_2(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_LeaveGroupRequest_2(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_LeaveGroupRequest_2(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if v == 5:
-            n = _sz_LeaveGroupRequest_3(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_LeaveGroupRequest_3(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_LeaveGroupRequest_3(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('LeaveGroupRequest', version, '0-5')
 
     @classmethod
@@ -2955,36 +2391,22 @@ cdef class LeaveGroupRequest:
 cdef class LeaveGroupResponse_MemberResponse
 cdef class LeaveGroupResponse
 
-cdef Py_ssize_t _sz_LeaveGroupResponse_MemberResponse_0(LeaveGroupResponse_MemberResponse o, int v) except -1:
-    cdef Py_ssize_t n = 2
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_LeaveGroupResponse = 64  # last encoded size: a first guess
+
+cdef int _wr_LeaveGroupResponse_MemberResponse_0(LeaveGroupResponse_MemberResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'member_id'
-        n += sz_string(o.member_id)
+        wr_string(b, o.member_id)
         _f = 'group_instance_id'
-        n += sz_nullable_string(o.group_instance_id)
+        wr_nullable_string(b, o.group_instance_id)
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupResponse_MemberResponse_0(LeaveGroupResponse_MemberResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'member_id'
-        p = wr_string(p, end, o.member_id)
-        _f = 'group_instance_id'
-        p = wr_nullable_string(p, end, o.group_instance_id)
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupResponse_MemberResponse _rd_LeaveGroupResponse_MemberResponse_0(Cursor* c, int v, int arrays):
@@ -3004,40 +2426,22 @@ cdef LeaveGroupResponse_MemberResponse _rd_LeaveGroupResponse_MemberResponse_0(C
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupResponse_MemberResponse_1(LeaveGroupResponse_MemberResponse o, int v) except -1:
-    cdef Py_ssize_t n = 2
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupResponse_MemberResponse_1(LeaveGroupResponse_MemberResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'member_id'
-        n += sz_compact_string(o.member_id)
+        wr_compact_string(b, o.member_id)
         _f = 'group_instance_id'
-        n += sz_compact_nullable_string(o.group_instance_id)
+        wr_compact_nullable_string(b, o.group_instance_id)
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupResponse_MemberResponse_1(LeaveGroupResponse_MemberResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'member_id'
-        p = wr_compact_string(p, end, o.member_id)
-        _f = 'group_instance_id'
-        p = wr_compact_nullable_string(p, end, o.group_instance_id)
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupResponse_MemberResponse _rd_LeaveGroupResponse_MemberResponse_1(Cursor* c, int v, int arrays):
@@ -3059,30 +2463,18 @@ cdef LeaveGroupResponse_MemberResponse _rd_LeaveGroupResponse_MemberResponse_1(C
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupResponse_0(LeaveGroupResponse o, int v) except -1:
-    cdef Py_ssize_t n = 2
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupResponse_0(LeaveGroupResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (not o.members):
         raise _e.absent_field('LeaveGroupResponse', 'members', v, '3+')
     _f = ''
     try:
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupResponse_0(LeaveGroupResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupResponse _rd_LeaveGroupResponse_0(Cursor* c, int v, int arrays):
@@ -3100,33 +2492,20 @@ cdef LeaveGroupResponse _rd_LeaveGroupResponse_0(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupResponse_1(LeaveGroupResponse o, int v) except -1:
-    cdef Py_ssize_t n = 6
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupResponse_1(LeaveGroupResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     if not (not o.members):
         raise _e.absent_field('LeaveGroupResponse', 'members', v, '3+')
     _f = ''
     try:
         _f = 'throttle_time_ms'
+        wr_i32(b, as_i32(o.throttle_time_ms))
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupResponse_1(LeaveGroupResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'throttle_time_ms'
-        p = wr_i32(p, end, as_i32(o.throttle_time_ms))
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupResponse _rd_LeaveGroupResponse_1(Cursor* c, int v, int arrays):
@@ -3145,57 +2524,30 @@ cdef LeaveGroupResponse _rd_LeaveGroupResponse_1(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupResponse_2(LeaveGroupResponse o, int v) except -1:
-    cdef Py_ssize_t n = 6
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupResponse_2(LeaveGroupResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'throttle_time_ms'
+        wr_i32(b, as_i32(o.throttle_time_ms))
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'members'
         _items = o.members
-        n += sz_array_len(_items, 0, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupResponse_MemberResponse:
-                        raise _e.wrong_type('MemberResponse', _it)
-                    n += _sz_LeaveGroupResponse_MemberResponse_0(<LeaveGroupResponse_MemberResponse>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 0, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupResponse_MemberResponse:
+                    raise _e.wrong_type('MemberResponse', _it)
+                _wr_LeaveGroupResponse_MemberResponse_0(<LeaveGroupResponse_MemberResponse>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupResponse_2(LeaveGroupResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'throttle_time_ms'
-        p = wr_i32(p, end, as_i32(o.throttle_time_ms))
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'members'
-        _items = o.members
-        p = wr_array_len(p, end, _items, 0, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupResponse_MemberResponse:
-                        raise _e.wrong_type('MemberResponse', _it)
-                    p = _wr_LeaveGroupResponse_MemberResponse_0(<LeaveGroupResponse_MemberResponse>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupResponse _rd_LeaveGroupResponse_2(Cursor* c, int v, int arrays):
@@ -3226,61 +2578,32 @@ cdef LeaveGroupResponse _rd_LeaveGroupResponse_2(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_LeaveGroupResponse_3(LeaveGroupResponse o, int v) except -1:
-    cdef Py_ssize_t n = 6
-    cdef Py_ssize_t _i
+cdef int _wr_LeaveGroupResponse_3(LeaveGroupResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'throttle_time_ms'
+        wr_i32(b, as_i32(o.throttle_time_ms))
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'members'
         _items = o.members
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupResponse_MemberResponse:
-                        raise _e.wrong_type('MemberResponse', _it)
-                    n += _sz_LeaveGroupResponse_MemberResponse_1(<LeaveGroupResponse_MemberResponse>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupResponse_MemberResponse:
+                    raise _e.wrong_type('MemberResponse', _it)
+                _wr_LeaveGroupResponse_MemberResponse_1(<LeaveGroupResponse_MemberResponse>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_LeaveGroupResponse_3(LeaveGroupResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'throttle_time_ms'
-        p = wr_i32(p, end, as_i32(o.throttle_time_ms))
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'members'
-        _items = o.members
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not LeaveGroupResponse_MemberResponse:
-                        raise _e.wrong_type('MemberResponse', _it)
-                    p = _wr_LeaveGroupResponse_MemberResponse_1(<LeaveGroupResponse_MemberResponse>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef LeaveGroupResponse _rd_LeaveGroupResponse_3(Cursor* c, int v, int arrays):
@@ -3415,86 +2738,79 @@ cdef class LeaveGroupResponse:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_LeaveGroupResponse
+        cdef Buf b
         cdef int v = _version(version)
         if v == 0:
-            n = _sz_LeaveGroupResponse_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_LeaveGroupResponse_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_LeaveGroupResponse)
+            try:
+                _wr_LeaveGroupResponse_0(self, &b, v)
+                _size_hint_LeaveGroupResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if 1 <= v <= 2:
-            n = _sz_LeaveGroupResponse_1(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_LeaveGroupResponse_1(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_LeaveGroupResponse)
+            try:
+                _wr_LeaveGroupResponse_1(self, &b, v)
+                _size_hint_LeaveGroupResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if v == 3:
-            n = _sz_LeaveGroupResponse_2(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_LeaveGroupResponse_2(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_LeaveGroupResponse)
+            try:
+                _wr_LeaveGroupResponse_2(self, &b, v)
+                _size_hint_LeaveGroupResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if 4 <= v <= 5:
-            n = _sz_LeaveGroupResponse_3(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_LeaveGroupResponse_3(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_LeaveGroupResponse)
+            try:
+                _wr_LeaveGroupResponse_3(self, &b, v)
+                _size_hint_LeaveGroupResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('LeaveGroupResponse', version, '0-5')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if v == 0:
-            n = _sz_LeaveGroupResponse_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_LeaveGroupResponse_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_LeaveGroupResponse_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if 1 <= v <= 2:
-            n = _sz_LeaveGroupResponse_1(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_LeaveGroupResponse_1(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_LeaveGroupResponse_1(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if v == 3:
-            n = _sz_LeaveGroupResponse_2(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_LeaveGroupResponse_2(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_LeaveGroupResponse_2(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if 4 <= v <= 5:
-            n = _sz_LeaveGroupResponse_3(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_LeaveGroupResponse_3(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_LeaveGroupResponse_3(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('LeaveGroupResponse', version, '0-5')
 
     @classmethod
@@ -3557,34 +2873,22 @@ cdef class LeaveGroupResponse:
 
 cdef class RequestHeader
 
-cdef Py_ssize_t _sz_RequestHeader_0(RequestHeader o, int v) except -1:
-    cdef Py_ssize_t n = 8
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_RequestHeader = 64  # last encoded size: a first guess
+
+cdef int _wr_RequestHeader_0(RequestHeader o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'request_api_key'
+        wr_i16(b, as_i16(o.request_api_key))
         _f = 'request_api_version'
+        wr_i16(b, as_i16(o.request_api_version))
         _f = 'correlation_id'
+        wr_i32(b, as_i32(o.correlation_id))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_RequestHeader_0(RequestHeader o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'request_api_key'
-        p = wr_i16(p, end, as_i16(o.request_api_key))
-        _f = 'request_api_version'
-        p = wr_i16(p, end, as_i16(o.request_api_version))
-        _f = 'correlation_id'
-        p = wr_i32(p, end, as_i32(o.correlation_id))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef RequestHeader _rd_RequestHeader_0(Cursor* c, int v, int arrays):
@@ -3605,38 +2909,22 @@ cdef RequestHeader _rd_RequestHeader_0(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_RequestHeader_1(RequestHeader o, int v) except -1:
-    cdef Py_ssize_t n = 8
-    cdef Py_ssize_t _i
+cdef int _wr_RequestHeader_1(RequestHeader o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'request_api_key'
+        wr_i16(b, as_i16(o.request_api_key))
         _f = 'request_api_version'
+        wr_i16(b, as_i16(o.request_api_version))
         _f = 'correlation_id'
+        wr_i32(b, as_i32(o.correlation_id))
         _f = 'client_id'
-        n += sz_nullable_string(o.client_id)
+        wr_nullable_string(b, o.client_id)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_RequestHeader_1(RequestHeader o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'request_api_key'
-        p = wr_i16(p, end, as_i16(o.request_api_key))
-        _f = 'request_api_version'
-        p = wr_i16(p, end, as_i16(o.request_api_version))
-        _f = 'correlation_id'
-        p = wr_i32(p, end, as_i32(o.correlation_id))
-        _f = 'client_id'
-        p = wr_nullable_string(p, end, o.client_id)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef RequestHeader _rd_RequestHeader_1(Cursor* c, int v, int arrays):
@@ -3658,42 +2946,24 @@ cdef RequestHeader _rd_RequestHeader_1(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_RequestHeader_2(RequestHeader o, int v) except -1:
-    cdef Py_ssize_t n = 8
-    cdef Py_ssize_t _i
+cdef int _wr_RequestHeader_2(RequestHeader o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'request_api_key'
+        wr_i16(b, as_i16(o.request_api_key))
         _f = 'request_api_version'
+        wr_i16(b, as_i16(o.request_api_version))
         _f = 'correlation_id'
+        wr_i32(b, as_i32(o.correlation_id))
         _f = 'client_id'
-        n += sz_nullable_string(o.client_id)
+        wr_nullable_string(b, o.client_id)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_RequestHeader_2(RequestHeader o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'request_api_key'
-        p = wr_i16(p, end, as_i16(o.request_api_key))
-        _f = 'request_api_version'
-        p = wr_i16(p, end, as_i16(o.request_api_version))
-        _f = 'correlation_id'
-        p = wr_i32(p, end, as_i32(o.correlation_id))
-        _f = 'client_id'
-        p = wr_nullable_string(p, end, o.client_id)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef RequestHeader _rd_RequestHeader_2(Cursor* c, int v, int arrays):
@@ -3773,69 +3043,64 @@ cdef class RequestHeader:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_RequestHeader
+        cdef Buf b
         cdef int v = _version(version)
         if v == 0:
-            n = _sz_RequestHeader_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_RequestHeader_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_RequestHeader)
+            try:
+                _wr_RequestHeader_0(self, &b, v)
+                _size_hint_RequestHeader = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if v == 1:
-            n = _sz_RequestHeader_1(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_RequestHeader_1(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_RequestHeader)
+            try:
+                _wr_RequestHeader_1(self, &b, v)
+                _size_hint_RequestHeader = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if v == 2:
-            n = _sz_RequestHeader_2(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_RequestHeader_2(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_RequestHeader)
+            try:
+                _wr_RequestHeader_2(self, &b, v)
+                _size_hint_RequestHeader = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('RequestHeader', version, '0-2')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if v == 0:
-            n = _sz_RequestHeader_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_RequestHeader_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_RequestHeader_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if v == 1:
-            n = _sz_RequestHeader_1(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_RequestHeader_1(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_RequestHeader_1(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if v == 2:
-            n = _sz_RequestHeader_2(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_RequestHeader_2(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_RequestHeader_2(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('RequestHeader', version, '0-2')
 
     @classmethod
@@ -3890,28 +3155,18 @@ cdef class RequestHeader:
 
 cdef class ResponseHeader
 
-cdef Py_ssize_t _sz_ResponseHeader_0(ResponseHeader o, int v) except -1:
-    cdef Py_ssize_t n = 4
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_ResponseHeader = 64  # last encoded size: a first guess
+
+cdef int _wr_ResponseHeader_0(ResponseHeader o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'correlation_id'
+        wr_i32(b, as_i32(o.correlation_id))
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ResponseHeader_0(ResponseHeader o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'correlation_id'
-        p = wr_i32(p, end, as_i32(o.correlation_id))
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ResponseHeader _rd_ResponseHeader_0(Cursor* c, int v, int arrays):
@@ -3927,32 +3182,18 @@ cdef ResponseHeader _rd_ResponseHeader_0(Cursor* c, int v, int arrays):
     return o
 
 
-cdef Py_ssize_t _sz_ResponseHeader_1(ResponseHeader o, int v) except -1:
-    cdef Py_ssize_t n = 4
-    cdef Py_ssize_t _i
+cdef int _wr_ResponseHeader_1(ResponseHeader o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'correlation_id'
+        wr_i32(b, as_i32(o.correlation_id))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_ResponseHeader_1(ResponseHeader o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'correlation_id'
-        p = wr_i32(p, end, as_i32(o.correlation_id))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef ResponseHeader _rd_ResponseHeader_1(Cursor* c, int v, int arrays):
@@ -4020,52 +3261,49 @@ cdef class ResponseHeader:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_ResponseHeader
+        cdef Buf b
         cdef int v = _version(version)
         if v == 0:
-            n = _sz_ResponseHeader_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_ResponseHeader_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_ResponseHeader)
+            try:
+                _wr_ResponseHeader_0(self, &b, v)
+                _size_hint_ResponseHeader = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         if v == 1:
-            n = _sz_ResponseHeader_1(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_ResponseHeader_1(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_ResponseHeader)
+            try:
+                _wr_ResponseHeader_1(self, &b, v)
+                _size_hint_ResponseHeader = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('ResponseHeader', version, '0-1')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if v == 0:
-            n = _sz_ResponseHeader_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_ResponseHeader_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_ResponseHeader_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         if v == 1:
-            n = _sz_ResponseHeader_1(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_ResponseHeader_1(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_ResponseHeader_1(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('ResponseHeader', version, '0-1')
 
     @classmethod
@@ -4120,37 +3358,22 @@ cdef class StreamsGroupHeartbeatRequest_Subtopology
 cdef class StreamsGroupHeartbeatRequest_Topology
 cdef class StreamsGroupHeartbeatRequest
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_KeyValue_0(StreamsGroupHeartbeatRequest_KeyValue o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_StreamsGroupHeartbeatRequest = 64  # last encoded size: a first guess
+
+cdef int _wr_StreamsGroupHeartbeatRequest_KeyValue_0(StreamsGroupHeartbeatRequest_KeyValue o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'key'
-        n += sz_compact_string(o.key)
+        wr_compact_string(b, o.key)
         _f = 'value'
-        n += sz_compact_string(o.value)
+        wr_compact_string(b, o.value)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_KeyValue_0(StreamsGroupHeartbeatRequest_KeyValue o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'key'
-        p = wr_compact_string(p, end, o.key)
-        _f = 'value'
-        p = wr_compact_string(p, end, o.value)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatRequest_KeyValue _rd_StreamsGroupHeartbeatRequest_KeyValue_0(Cursor* c, int v, int arrays):
@@ -4170,65 +3393,34 @@ cdef StreamsGroupHeartbeatRequest_KeyValue _rd_StreamsGroupHeartbeatRequest_KeyV
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_TopicInfo_0(StreamsGroupHeartbeatRequest_TopicInfo o, int v) except -1:
-    cdef Py_ssize_t n = 6
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatRequest_TopicInfo_0(StreamsGroupHeartbeatRequest_TopicInfo o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'name'
-        n += sz_compact_string(o.name)
+        wr_compact_string(b, o.name)
         _f = 'partitions'
+        wr_i32(b, as_i32(o.partitions))
         _f = 'replication_factor'
+        wr_i16(b, as_i16(o.replication_factor))
         _f = 'topic_configs'
         _items = o.topic_configs
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
-                        raise _e.wrong_type('KeyValue', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_KeyValue_0(<StreamsGroupHeartbeatRequest_KeyValue>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
+                    raise _e.wrong_type('KeyValue', _it)
+                _wr_StreamsGroupHeartbeatRequest_KeyValue_0(<StreamsGroupHeartbeatRequest_KeyValue>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_TopicInfo_0(StreamsGroupHeartbeatRequest_TopicInfo o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'name'
-        p = wr_compact_string(p, end, o.name)
-        _f = 'partitions'
-        p = wr_i32(p, end, as_i32(o.partitions))
-        _f = 'replication_factor'
-        p = wr_i16(p, end, as_i16(o.replication_factor))
-        _f = 'topic_configs'
-        _items = o.topic_configs
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
-                        raise _e.wrong_type('KeyValue', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_KeyValue_0(<StreamsGroupHeartbeatRequest_KeyValue>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatRequest_TopicInfo _rd_StreamsGroupHeartbeatRequest_TopicInfo_0(Cursor* c, int v, int arrays):
@@ -4263,36 +3455,20 @@ cdef StreamsGroupHeartbeatRequest_TopicInfo _rd_StreamsGroupHeartbeatRequest_Top
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_Endpoint_0(StreamsGroupHeartbeatRequest_Endpoint o, int v) except -1:
-    cdef Py_ssize_t n = 2
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatRequest_Endpoint_0(StreamsGroupHeartbeatRequest_Endpoint o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'host'
-        n += sz_compact_string(o.host)
+        wr_compact_string(b, o.host)
         _f = 'port'
+        wr_u16(b, as_u16(o.port))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_Endpoint_0(StreamsGroupHeartbeatRequest_Endpoint o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'host'
-        p = wr_compact_string(p, end, o.host)
-        _f = 'port'
-        p = wr_u16(p, end, as_u16(o.port))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatRequest_Endpoint _rd_StreamsGroupHeartbeatRequest_Endpoint_0(Cursor* c, int v, int arrays):
@@ -4312,39 +3488,22 @@ cdef StreamsGroupHeartbeatRequest_Endpoint _rd_StreamsGroupHeartbeatRequest_Endp
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_TaskOffset_0(StreamsGroupHeartbeatRequest_TaskOffset o, int v) except -1:
-    cdef Py_ssize_t n = 12
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(StreamsGroupHeartbeatRequest_TaskOffset o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'subtopology_id'
-        n += sz_compact_string(o.subtopology_id)
+        wr_compact_string(b, o.subtopology_id)
         _f = 'partition'
+        wr_i32(b, as_i32(o.partition))
         _f = 'offset'
+        wr_i64(b, as_i64(o.offset))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(StreamsGroupHeartbeatRequest_TaskOffset o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'subtopology_id'
-        p = wr_compact_string(p, end, o.subtopology_id)
-        _f = 'partition'
-        p = wr_i32(p, end, as_i32(o.partition))
-        _f = 'offset'
-        p = wr_i64(p, end, as_i64(o.offset))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatRequest_TaskOffset _rd_StreamsGroupHeartbeatRequest_TaskOffset_0(Cursor* c, int v, int arrays):
@@ -4366,37 +3525,20 @@ cdef StreamsGroupHeartbeatRequest_TaskOffset _rd_StreamsGroupHeartbeatRequest_Ta
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_TaskIds_0(StreamsGroupHeartbeatRequest_TaskIds o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatRequest_TaskIds_0(StreamsGroupHeartbeatRequest_TaskIds o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'subtopology_id'
-        n += sz_compact_string(o.subtopology_id)
+        wr_compact_string(b, o.subtopology_id)
         _f = 'partitions'
-        n += sz_int_array(o.partitions, 4, 1, 0)
+        wr_int_array(b, o.partitions, 4, 1, 0)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_TaskIds_0(StreamsGroupHeartbeatRequest_TaskIds o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'subtopology_id'
-        p = wr_compact_string(p, end, o.subtopology_id)
-        _f = 'partitions'
-        p = wr_int_array(p, end, o.partitions, 4, 1, 0)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatRequest_TaskIds _rd_StreamsGroupHeartbeatRequest_TaskIds_0(Cursor* c, int v, int arrays):
@@ -4416,41 +3558,22 @@ cdef StreamsGroupHeartbeatRequest_TaskIds _rd_StreamsGroupHeartbeatRequest_TaskI
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_CopartitionGroup_0(StreamsGroupHeartbeatRequest_CopartitionGroup o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatRequest_CopartitionGroup_0(StreamsGroupHeartbeatRequest_CopartitionGroup o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'source_topics'
-        n += sz_int_array(o.source_topics, 2, 1, 0)
+        wr_int_array(b, o.source_topics, 2, 1, 0)
         _f = 'source_topic_regex'
-        n += sz_int_array(o.source_topic_regex, 2, 1, 0)
+        wr_int_array(b, o.source_topic_regex, 2, 1, 0)
         _f = 'repartition_source_topics'
-        n += sz_int_array(o.repartition_source_topics, 2, 1, 0)
+        wr_int_array(b, o.repartition_source_topics, 2, 1, 0)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_CopartitionGroup_0(StreamsGroupHeartbeatRequest_CopartitionGroup o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'source_topics'
-        p = wr_int_array(p, end, o.source_topics, 2, 1, 0)
-        _f = 'source_topic_regex'
-        p = wr_int_array(p, end, o.source_topic_regex, 2, 1, 0)
-        _f = 'repartition_source_topics'
-        p = wr_int_array(p, end, o.repartition_source_topics, 2, 1, 0)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatRequest_CopartitionGroup _rd_StreamsGroupHeartbeatRequest_CopartitionGroup_0(Cursor* c, int v, int arrays):
@@ -4472,123 +3595,60 @@ cdef StreamsGroupHeartbeatRequest_CopartitionGroup _rd_StreamsGroupHeartbeatRequ
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_Subtopology_0(StreamsGroupHeartbeatRequest_Subtopology o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatRequest_Subtopology_0(StreamsGroupHeartbeatRequest_Subtopology o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'subtopology_id'
-        n += sz_compact_string(o.subtopology_id)
+        wr_compact_string(b, o.subtopology_id)
         _f = 'source_topics'
-        n += sz_string_array(o.source_topics, 1, 0)
+        wr_string_array(b, o.source_topics, 1, 0)
         _f = 'source_topic_regex'
-        n += sz_string_array(o.source_topic_regex, 1, 0)
+        wr_string_array(b, o.source_topic_regex, 1, 0)
         _f = 'state_changelog_topics'
         _items = o.state_changelog_topics
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
-                        raise _e.wrong_type('TopicInfo', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_TopicInfo_0(<StreamsGroupHeartbeatRequest_TopicInfo>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
+                    raise _e.wrong_type('TopicInfo', _it)
+                _wr_StreamsGroupHeartbeatRequest_TopicInfo_0(<StreamsGroupHeartbeatRequest_TopicInfo>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'repartition_sink_topics'
-        n += sz_string_array(o.repartition_sink_topics, 1, 0)
+        wr_string_array(b, o.repartition_sink_topics, 1, 0)
         _f = 'repartition_source_topics'
         _items = o.repartition_source_topics
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
-                        raise _e.wrong_type('TopicInfo', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_TopicInfo_0(<StreamsGroupHeartbeatRequest_TopicInfo>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
+                    raise _e.wrong_type('TopicInfo', _it)
+                _wr_StreamsGroupHeartbeatRequest_TopicInfo_0(<StreamsGroupHeartbeatRequest_TopicInfo>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'copartition_groups'
         _items = o.copartition_groups
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_CopartitionGroup:
-                        raise _e.wrong_type('CopartitionGroup', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_CopartitionGroup_0(<StreamsGroupHeartbeatRequest_CopartitionGroup>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_CopartitionGroup:
+                    raise _e.wrong_type('CopartitionGroup', _it)
+                _wr_StreamsGroupHeartbeatRequest_CopartitionGroup_0(<StreamsGroupHeartbeatRequest_CopartitionGroup>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_Subtopology_0(StreamsGroupHeartbeatRequest_Subtopology o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'subtopology_id'
-        p = wr_compact_string(p, end, o.subtopology_id)
-        _f = 'source_topics'
-        p = wr_string_array(p, end, o.source_topics, 1, 0)
-        _f = 'source_topic_regex'
-        p = wr_string_array(p, end, o.source_topic_regex, 1, 0)
-        _f = 'state_changelog_topics'
-        _items = o.state_changelog_topics
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
-                        raise _e.wrong_type('TopicInfo', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_TopicInfo_0(<StreamsGroupHeartbeatRequest_TopicInfo>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'repartition_sink_topics'
-        p = wr_string_array(p, end, o.repartition_sink_topics, 1, 0)
-        _f = 'repartition_source_topics'
-        _items = o.repartition_source_topics
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
-                        raise _e.wrong_type('TopicInfo', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_TopicInfo_0(<StreamsGroupHeartbeatRequest_TopicInfo>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'copartition_groups'
-        _items = o.copartition_groups
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_CopartitionGroup:
-                        raise _e.wrong_type('CopartitionGroup', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_CopartitionGroup_0(<StreamsGroupHeartbeatRequest_CopartitionGroup>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatRequest_Subtopology _rd_StreamsGroupHeartbeatRequest_Subtopology_0(Cursor* c, int v, int arrays):
@@ -4651,58 +3711,30 @@ cdef StreamsGroupHeartbeatRequest_Subtopology _rd_StreamsGroupHeartbeatRequest_S
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_Topology_0(StreamsGroupHeartbeatRequest_Topology o, int v) except -1:
-    cdef Py_ssize_t n = 4
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatRequest_Topology_0(StreamsGroupHeartbeatRequest_Topology o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'epoch'
+        wr_i32(b, as_i32(o.epoch))
         _f = 'subtopologies'
         _items = o.subtopologies
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_Subtopology:
-                        raise _e.wrong_type('Subtopology', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_Subtopology_0(<StreamsGroupHeartbeatRequest_Subtopology>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_Subtopology:
+                    raise _e.wrong_type('Subtopology', _it)
+                _wr_StreamsGroupHeartbeatRequest_Subtopology_0(<StreamsGroupHeartbeatRequest_Subtopology>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_Topology_0(StreamsGroupHeartbeatRequest_Topology o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'epoch'
-        p = wr_i32(p, end, as_i32(o.epoch))
-        _f = 'subtopologies'
-        _items = o.subtopologies
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_Subtopology:
-                        raise _e.wrong_type('Subtopology', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_Subtopology_0(<StreamsGroupHeartbeatRequest_Subtopology>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatRequest_Topology _rd_StreamsGroupHeartbeatRequest_Topology_0(Cursor* c, int v, int arrays):
@@ -4733,259 +3765,130 @@ cdef StreamsGroupHeartbeatRequest_Topology _rd_StreamsGroupHeartbeatRequest_Topo
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatRequest_0(StreamsGroupHeartbeatRequest o, int v) except -1:
-    cdef Py_ssize_t n = 15
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatRequest_0(StreamsGroupHeartbeatRequest o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'group_id'
-        n += sz_compact_string(o.group_id)
+        wr_compact_string(b, o.group_id)
         _f = 'member_id'
-        n += sz_compact_string(o.member_id)
+        wr_compact_string(b, o.member_id)
         _f = 'member_epoch'
+        wr_i32(b, as_i32(o.member_epoch))
         _f = 'endpoint_information_epoch'
+        wr_i32(b, as_i32(o.endpoint_information_epoch))
         _f = 'instance_id'
-        n += sz_compact_nullable_string(o.instance_id)
+        wr_compact_nullable_string(b, o.instance_id)
         _f = 'rack_id'
-        n += sz_compact_nullable_string(o.rack_id)
+        wr_compact_nullable_string(b, o.rack_id)
         _f = 'rebalance_timeout_ms'
-        _f = 'topology'
-        _s = o.topology
-        if _s is not None:
-            if type(_s) is not StreamsGroupHeartbeatRequest_Topology:
-                raise _e.wrong_type('Topology', _s)
-            n += _sz_StreamsGroupHeartbeatRequest_Topology_0(<StreamsGroupHeartbeatRequest_Topology>_s, v)
-        _f = 'active_tasks'
-        _items = o.active_tasks
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_TaskIds_0(<StreamsGroupHeartbeatRequest_TaskIds>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'standby_tasks'
-        _items = o.standby_tasks
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_TaskIds_0(<StreamsGroupHeartbeatRequest_TaskIds>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'warmup_tasks'
-        _items = o.warmup_tasks
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_TaskIds_0(<StreamsGroupHeartbeatRequest_TaskIds>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'process_id'
-        n += sz_compact_nullable_string(o.process_id)
-        _f = 'user_endpoint'
-        _s = o.user_endpoint
-        if _s is not None:
-            if type(_s) is not StreamsGroupHeartbeatRequest_Endpoint:
-                raise _e.wrong_type('Endpoint', _s)
-            n += _sz_StreamsGroupHeartbeatRequest_Endpoint_0(<StreamsGroupHeartbeatRequest_Endpoint>_s, v)
-        _f = 'client_tags'
-        _items = o.client_tags
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
-                        raise _e.wrong_type('KeyValue', _it)
-                    n += _sz_StreamsGroupHeartbeatRequest_KeyValue_0(<StreamsGroupHeartbeatRequest_KeyValue>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'task_offsets'
-        _items = o.task_offsets
-        if isinstance(_items, TaskOffsetColumns):
-            n += sz_task_offsets(_items, 1, 1)
-        else:
-            n += sz_array_len(_items, 1, 1)
-            if _items is not None:
-                _i = 0
-                try:
-                    for _i in range(len(_items)):
-                        _it = _items[_i]
-                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                            raise _e.wrong_type('TaskOffset', _it)
-                        n += _sz_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, v)
-                except EncodeError as _x:
-                    raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'task_end_offsets'
-        _items = o.task_end_offsets
-        if isinstance(_items, TaskOffsetColumns):
-            n += sz_task_offsets(_items, 1, 1)
-        else:
-            n += sz_array_len(_items, 1, 1)
-            if _items is not None:
-                _i = 0
-                try:
-                    for _i in range(len(_items)):
-                        _it = _items[_i]
-                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                            raise _e.wrong_type('TaskOffset', _it)
-                        n += _sz_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, v)
-                except EncodeError as _x:
-                    raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'shutdown_application'
-        _f = ''
-        n += sz_tags(None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatRequest_0(StreamsGroupHeartbeatRequest o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'group_id'
-        p = wr_compact_string(p, end, o.group_id)
-        _f = 'member_id'
-        p = wr_compact_string(p, end, o.member_id)
-        _f = 'member_epoch'
-        p = wr_i32(p, end, as_i32(o.member_epoch))
-        _f = 'endpoint_information_epoch'
-        p = wr_i32(p, end, as_i32(o.endpoint_information_epoch))
-        _f = 'instance_id'
-        p = wr_compact_nullable_string(p, end, o.instance_id)
-        _f = 'rack_id'
-        p = wr_compact_nullable_string(p, end, o.rack_id)
-        _f = 'rebalance_timeout_ms'
-        p = wr_i32(p, end, as_i32(o.rebalance_timeout_ms))
+        wr_i32(b, as_i32(o.rebalance_timeout_ms))
         _f = 'topology'
         _s = o.topology
         if _s is None:
-            p = wr_i8(p, end, -1)
+            wr_i8(b, -1)
         else:
-            p = wr_i8(p, end, 1)
+            wr_i8(b, 1)
             if type(_s) is not StreamsGroupHeartbeatRequest_Topology:
                 raise _e.wrong_type('Topology', _s)
-            p = _wr_StreamsGroupHeartbeatRequest_Topology_0(<StreamsGroupHeartbeatRequest_Topology>_s, p, end, v)
+            _wr_StreamsGroupHeartbeatRequest_Topology_0(<StreamsGroupHeartbeatRequest_Topology>_s, b, v)
         _f = 'active_tasks'
         _items = o.active_tasks
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_TaskIds_0(<StreamsGroupHeartbeatRequest_TaskIds>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 1)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _wr_StreamsGroupHeartbeatRequest_TaskIds_0(<StreamsGroupHeartbeatRequest_TaskIds>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'standby_tasks'
         _items = o.standby_tasks
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_TaskIds_0(<StreamsGroupHeartbeatRequest_TaskIds>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 1)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _wr_StreamsGroupHeartbeatRequest_TaskIds_0(<StreamsGroupHeartbeatRequest_TaskIds>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'warmup_tasks'
         _items = o.warmup_tasks
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_TaskIds_0(<StreamsGroupHeartbeatRequest_TaskIds>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 1)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _wr_StreamsGroupHeartbeatRequest_TaskIds_0(<StreamsGroupHeartbeatRequest_TaskIds>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'process_id'
-        p = wr_compact_nullable_string(p, end, o.process_id)
+        wr_compact_nullable_string(b, o.process_id)
         _f = 'user_endpoint'
         _s = o.user_endpoint
         if _s is None:
-            p = wr_i8(p, end, -1)
+            wr_i8(b, -1)
         else:
-            p = wr_i8(p, end, 1)
+            wr_i8(b, 1)
             if type(_s) is not StreamsGroupHeartbeatRequest_Endpoint:
                 raise _e.wrong_type('Endpoint', _s)
-            p = _wr_StreamsGroupHeartbeatRequest_Endpoint_0(<StreamsGroupHeartbeatRequest_Endpoint>_s, p, end, v)
+            _wr_StreamsGroupHeartbeatRequest_Endpoint_0(<StreamsGroupHeartbeatRequest_Endpoint>_s, b, v)
         _f = 'client_tags'
         _items = o.client_tags
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
-                        raise _e.wrong_type('KeyValue', _it)
-                    p = _wr_StreamsGroupHeartbeatRequest_KeyValue_0(<StreamsGroupHeartbeatRequest_KeyValue>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 1)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
+                    raise _e.wrong_type('KeyValue', _it)
+                _wr_StreamsGroupHeartbeatRequest_KeyValue_0(<StreamsGroupHeartbeatRequest_KeyValue>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_offsets'
         _items = o.task_offsets
         if isinstance(_items, TaskOffsetColumns):
-            p = wr_task_offsets(p, end, _items, 1, 1)
+            wr_task_offsets(b, _items, 1, 1)
         else:
-            p = wr_array_len(p, end, _items, 1, 1)
-            if _items is not None:
-                _i = 0
-                try:
-                    for _i in range(len(_items)):
-                        _it = _items[_i]
-                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                            raise _e.wrong_type('TaskOffset', _it)
-                        p = _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, p, end, v)
-                except EncodeError as _x:
-                    raise _x.with_prefix(f"[{_i}]") from None
+            _n = wr_array_len(b, _items, 1, 1)
+            _i = 0
+            try:
+                for _i in range(_n):
+                    _it = item_at(_items, _i, _n)
+                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                        raise _e.wrong_type('TaskOffset', _it)
+                    _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, b, v)
+            except EncodeError as _x:
+                raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_end_offsets'
         _items = o.task_end_offsets
         if isinstance(_items, TaskOffsetColumns):
-            p = wr_task_offsets(p, end, _items, 1, 1)
+            wr_task_offsets(b, _items, 1, 1)
         else:
-            p = wr_array_len(p, end, _items, 1, 1)
-            if _items is not None:
-                _i = 0
-                try:
-                    for _i in range(len(_items)):
-                        _it = _items[_i]
-                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                            raise _e.wrong_type('TaskOffset', _it)
-                        p = _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, p, end, v)
-                except EncodeError as _x:
-                    raise _x.with_prefix(f"[{_i}]") from None
+            _n = wr_array_len(b, _items, 1, 1)
+            _i = 0
+            try:
+                for _i in range(_n):
+                    _it = item_at(_items, _i, _n)
+                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                        raise _e.wrong_type('TaskOffset', _it)
+                    _wr_StreamsGroupHeartbeatRequest_TaskOffset_0(<StreamsGroupHeartbeatRequest_TaskOffset>_it, b, v)
+            except EncodeError as _x:
+                raise _x.with_prefix(f"[{_i}]") from None
         _f = 'shutdown_application'
-        p = wr_bool(p, end, o.shutdown_application)
+        wr_bool(b, o.shutdown_application)
         _f = ''
-        p = wr_tags(p, end, None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatRequest _rd_StreamsGroupHeartbeatRequest_0(Cursor* c, int v, int arrays):
@@ -5581,35 +4484,34 @@ cdef class StreamsGroupHeartbeatRequest:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_StreamsGroupHeartbeatRequest
+        cdef Buf b
         cdef int v = _version(version)
         if v == 0:
-            n = _sz_StreamsGroupHeartbeatRequest_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_StreamsGroupHeartbeatRequest_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_StreamsGroupHeartbeatRequest)
+            try:
+                _wr_StreamsGroupHeartbeatRequest_0(self, &b, v)
+                _size_hint_StreamsGroupHeartbeatRequest = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if v == 0:
-            n = _sz_StreamsGroupHeartbeatRequest_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_StreamsGroupHeartbeatRequest_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_StreamsGroupHeartbeatRequest_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
 
     @classmethod
@@ -5653,36 +4555,22 @@ cdef class StreamsGroupHeartbeatResponse_Endpoint
 cdef class StreamsGroupHeartbeatResponse_EndpointToPartitions
 cdef class StreamsGroupHeartbeatResponse
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatResponse_Status_0(StreamsGroupHeartbeatResponse_Status o, int v) except -1:
-    cdef Py_ssize_t n = 1
-    cdef Py_ssize_t _i
+cdef Py_ssize_t _size_hint_StreamsGroupHeartbeatResponse = 64  # last encoded size: a first guess
+
+cdef int _wr_StreamsGroupHeartbeatResponse_Status_0(StreamsGroupHeartbeatResponse_Status o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'status_code'
+        wr_i8(b, as_i8(o.status_code))
         _f = 'status_detail'
-        n += sz_compact_string(o.status_detail)
+        wr_compact_string(b, o.status_detail)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatResponse_Status_0(StreamsGroupHeartbeatResponse_Status o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'status_code'
-        p = wr_i8(p, end, as_i8(o.status_code))
-        _f = 'status_detail'
-        p = wr_compact_string(p, end, o.status_detail)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatResponse_Status _rd_StreamsGroupHeartbeatResponse_Status_0(Cursor* c, int v, int arrays):
@@ -5702,37 +4590,20 @@ cdef StreamsGroupHeartbeatResponse_Status _rd_StreamsGroupHeartbeatResponse_Stat
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatResponse_TopicPartition_0(StreamsGroupHeartbeatResponse_TopicPartition o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatResponse_TopicPartition_0(StreamsGroupHeartbeatResponse_TopicPartition o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'topic'
-        n += sz_compact_string(o.topic)
+        wr_compact_string(b, o.topic)
         _f = 'partitions'
-        n += sz_int_array(o.partitions, 4, 1, 0)
+        wr_int_array(b, o.partitions, 4, 1, 0)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatResponse_TopicPartition_0(StreamsGroupHeartbeatResponse_TopicPartition o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'topic'
-        p = wr_compact_string(p, end, o.topic)
-        _f = 'partitions'
-        p = wr_int_array(p, end, o.partitions, 4, 1, 0)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatResponse_TopicPartition _rd_StreamsGroupHeartbeatResponse_TopicPartition_0(Cursor* c, int v, int arrays):
@@ -5752,37 +4623,20 @@ cdef StreamsGroupHeartbeatResponse_TopicPartition _rd_StreamsGroupHeartbeatRespo
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatResponse_TaskIds_0(StreamsGroupHeartbeatResponse_TaskIds o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatResponse_TaskIds_0(StreamsGroupHeartbeatResponse_TaskIds o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'subtopology_id'
-        n += sz_compact_string(o.subtopology_id)
+        wr_compact_string(b, o.subtopology_id)
         _f = 'partitions'
-        n += sz_int_array(o.partitions, 4, 1, 0)
+        wr_int_array(b, o.partitions, 4, 1, 0)
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatResponse_TaskIds_0(StreamsGroupHeartbeatResponse_TaskIds o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'subtopology_id'
-        p = wr_compact_string(p, end, o.subtopology_id)
-        _f = 'partitions'
-        p = wr_int_array(p, end, o.partitions, 4, 1, 0)
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatResponse_TaskIds _rd_StreamsGroupHeartbeatResponse_TaskIds_0(Cursor* c, int v, int arrays):
@@ -5802,36 +4656,20 @@ cdef StreamsGroupHeartbeatResponse_TaskIds _rd_StreamsGroupHeartbeatResponse_Tas
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatResponse_Endpoint_0(StreamsGroupHeartbeatResponse_Endpoint o, int v) except -1:
-    cdef Py_ssize_t n = 2
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatResponse_Endpoint_0(StreamsGroupHeartbeatResponse_Endpoint o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'host'
-        n += sz_compact_string(o.host)
+        wr_compact_string(b, o.host)
         _f = 'port'
+        wr_u16(b, as_u16(o.port))
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatResponse_Endpoint_0(StreamsGroupHeartbeatResponse_Endpoint o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'host'
-        p = wr_compact_string(p, end, o.host)
-        _f = 'port'
-        p = wr_u16(p, end, as_u16(o.port))
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatResponse_Endpoint _rd_StreamsGroupHeartbeatResponse_Endpoint_0(Cursor* c, int v, int arrays):
@@ -5851,9 +4689,8 @@ cdef StreamsGroupHeartbeatResponse_Endpoint _rd_StreamsGroupHeartbeatResponse_En
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(StreamsGroupHeartbeatResponse_EndpointToPartitions o, int v) except -1:
-    cdef Py_ssize_t n = 0
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(StreamsGroupHeartbeatResponse_EndpointToPartitions o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
@@ -5861,81 +4698,36 @@ cdef Py_ssize_t _sz_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(Streams
         _s = o.user_endpoint
         if type(_s) is not StreamsGroupHeartbeatResponse_Endpoint:
             raise _e.wrong_type('Endpoint', _s)
-        n += _sz_StreamsGroupHeartbeatResponse_Endpoint_0(<StreamsGroupHeartbeatResponse_Endpoint>_s, v)
+        _wr_StreamsGroupHeartbeatResponse_Endpoint_0(<StreamsGroupHeartbeatResponse_Endpoint>_s, b, v)
         _f = 'active_partitions'
         _items = o.active_partitions
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
-                        raise _e.wrong_type('TopicPartition', _it)
-                    n += _sz_StreamsGroupHeartbeatResponse_TopicPartition_0(<StreamsGroupHeartbeatResponse_TopicPartition>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
+                    raise _e.wrong_type('TopicPartition', _it)
+                _wr_StreamsGroupHeartbeatResponse_TopicPartition_0(<StreamsGroupHeartbeatResponse_TopicPartition>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'standby_partitions'
         _items = o.standby_partitions
-        n += sz_array_len(_items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
-                        raise _e.wrong_type('TopicPartition', _it)
-                    n += _sz_StreamsGroupHeartbeatResponse_TopicPartition_0(<StreamsGroupHeartbeatResponse_TopicPartition>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 0)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
+                    raise _e.wrong_type('TopicPartition', _it)
+                _wr_StreamsGroupHeartbeatResponse_TopicPartition_0(<StreamsGroupHeartbeatResponse_TopicPartition>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(StreamsGroupHeartbeatResponse_EndpointToPartitions o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'user_endpoint'
-        _s = o.user_endpoint
-        if type(_s) is not StreamsGroupHeartbeatResponse_Endpoint:
-            raise _e.wrong_type('Endpoint', _s)
-        p = _wr_StreamsGroupHeartbeatResponse_Endpoint_0(<StreamsGroupHeartbeatResponse_Endpoint>_s, p, end, v)
-        _f = 'active_partitions'
-        _items = o.active_partitions
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
-                        raise _e.wrong_type('TopicPartition', _it)
-                    p = _wr_StreamsGroupHeartbeatResponse_TopicPartition_0(<StreamsGroupHeartbeatResponse_TopicPartition>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'standby_partitions'
-        _items = o.standby_partitions
-        p = wr_array_len(p, end, _items, 1, 0)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
-                        raise _e.wrong_type('TopicPartition', _it)
-                    p = _wr_StreamsGroupHeartbeatResponse_TopicPartition_0(<StreamsGroupHeartbeatResponse_TopicPartition>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatResponse_EndpointToPartitions _rd_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(Cursor* c, int v, int arrays):
@@ -5979,188 +4771,94 @@ cdef StreamsGroupHeartbeatResponse_EndpointToPartitions _rd_StreamsGroupHeartbea
     return o
 
 
-cdef Py_ssize_t _sz_StreamsGroupHeartbeatResponse_0(StreamsGroupHeartbeatResponse o, int v) except -1:
-    cdef Py_ssize_t n = 26
-    cdef Py_ssize_t _i
+cdef int _wr_StreamsGroupHeartbeatResponse_0(StreamsGroupHeartbeatResponse o, Buf* b, int v) except -1:
+    cdef Py_ssize_t _i, _n
     cdef object _items, _it, _s
     _f = ''
     try:
         _f = 'throttle_time_ms'
+        wr_i32(b, as_i32(o.throttle_time_ms))
         _f = 'error_code'
+        wr_i16(b, as_i16(o.error_code))
         _f = 'error_message'
-        n += sz_compact_nullable_string(o.error_message)
+        wr_compact_nullable_string(b, o.error_message)
         _f = 'member_id'
-        n += sz_compact_string(o.member_id)
+        wr_compact_string(b, o.member_id)
         _f = 'member_epoch'
+        wr_i32(b, as_i32(o.member_epoch))
         _f = 'heartbeat_interval_ms'
+        wr_i32(b, as_i32(o.heartbeat_interval_ms))
         _f = 'acceptable_recovery_lag'
+        wr_i32(b, as_i32(o.acceptable_recovery_lag))
         _f = 'task_offset_interval_ms'
+        wr_i32(b, as_i32(o.task_offset_interval_ms))
         _f = 'status'
         _items = o.status
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_Status:
-                        raise _e.wrong_type('Status', _it)
-                    n += _sz_StreamsGroupHeartbeatResponse_Status_0(<StreamsGroupHeartbeatResponse_Status>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 1)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_Status:
+                    raise _e.wrong_type('Status', _it)
+                _wr_StreamsGroupHeartbeatResponse_Status_0(<StreamsGroupHeartbeatResponse_Status>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'active_tasks'
         _items = o.active_tasks
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    n += _sz_StreamsGroupHeartbeatResponse_TaskIds_0(<StreamsGroupHeartbeatResponse_TaskIds>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 1)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _wr_StreamsGroupHeartbeatResponse_TaskIds_0(<StreamsGroupHeartbeatResponse_TaskIds>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'standby_tasks'
         _items = o.standby_tasks
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    n += _sz_StreamsGroupHeartbeatResponse_TaskIds_0(<StreamsGroupHeartbeatResponse_TaskIds>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 1)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _wr_StreamsGroupHeartbeatResponse_TaskIds_0(<StreamsGroupHeartbeatResponse_TaskIds>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'warmup_tasks'
         _items = o.warmup_tasks
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    n += _sz_StreamsGroupHeartbeatResponse_TaskIds_0(<StreamsGroupHeartbeatResponse_TaskIds>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 1)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _wr_StreamsGroupHeartbeatResponse_TaskIds_0(<StreamsGroupHeartbeatResponse_TaskIds>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'endpoint_information_epoch'
+        wr_i32(b, as_i32(o.endpoint_information_epoch))
         _f = 'partitions_by_user_endpoint'
         _items = o.partitions_by_user_endpoint
-        n += sz_array_len(_items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_EndpointToPartitions:
-                        raise _e.wrong_type('EndpointToPartitions', _it)
-                    n += _sz_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(<StreamsGroupHeartbeatResponse_EndpointToPartitions>_it, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = wr_array_len(b, _items, 1, 1)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_EndpointToPartitions:
+                    raise _e.wrong_type('EndpointToPartitions', _it)
+                _wr_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(<StreamsGroupHeartbeatResponse_EndpointToPartitions>_it, b, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
-        n += sz_tags(None, o._unknown)
+        wr_tags(b, None, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
-    return n
-
-
-cdef unsigned char* _wr_StreamsGroupHeartbeatResponse_0(StreamsGroupHeartbeatResponse o, unsigned char* p, unsigned char* end, int v) except NULL:
-    cdef Py_ssize_t _i
-    cdef object _items, _it, _s
-    _f = ''
-    try:
-        _f = 'throttle_time_ms'
-        p = wr_i32(p, end, as_i32(o.throttle_time_ms))
-        _f = 'error_code'
-        p = wr_i16(p, end, as_i16(o.error_code))
-        _f = 'error_message'
-        p = wr_compact_nullable_string(p, end, o.error_message)
-        _f = 'member_id'
-        p = wr_compact_string(p, end, o.member_id)
-        _f = 'member_epoch'
-        p = wr_i32(p, end, as_i32(o.member_epoch))
-        _f = 'heartbeat_interval_ms'
-        p = wr_i32(p, end, as_i32(o.heartbeat_interval_ms))
-        _f = 'acceptable_recovery_lag'
-        p = wr_i32(p, end, as_i32(o.acceptable_recovery_lag))
-        _f = 'task_offset_interval_ms'
-        p = wr_i32(p, end, as_i32(o.task_offset_interval_ms))
-        _f = 'status'
-        _items = o.status
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_Status:
-                        raise _e.wrong_type('Status', _it)
-                    p = _wr_StreamsGroupHeartbeatResponse_Status_0(<StreamsGroupHeartbeatResponse_Status>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'active_tasks'
-        _items = o.active_tasks
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    p = _wr_StreamsGroupHeartbeatResponse_TaskIds_0(<StreamsGroupHeartbeatResponse_TaskIds>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'standby_tasks'
-        _items = o.standby_tasks
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    p = _wr_StreamsGroupHeartbeatResponse_TaskIds_0(<StreamsGroupHeartbeatResponse_TaskIds>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'warmup_tasks'
-        _items = o.warmup_tasks
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    p = _wr_StreamsGroupHeartbeatResponse_TaskIds_0(<StreamsGroupHeartbeatResponse_TaskIds>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = 'endpoint_information_epoch'
-        p = wr_i32(p, end, as_i32(o.endpoint_information_epoch))
-        _f = 'partitions_by_user_endpoint'
-        _items = o.partitions_by_user_endpoint
-        p = wr_array_len(p, end, _items, 1, 1)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i in range(len(_items)):
-                    _it = _items[_i]
-                    if type(_it) is not StreamsGroupHeartbeatResponse_EndpointToPartitions:
-                        raise _e.wrong_type('EndpointToPartitions', _it)
-                    p = _wr_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(<StreamsGroupHeartbeatResponse_EndpointToPartitions>_it, p, end, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
-        _f = ''
-        p = wr_tags(p, end, None, o._unknown)
-    except EncodeError as _x:
-        raise _x.with_prefix(_f) from None
-    return p
+    return 0
 
 
 cdef StreamsGroupHeartbeatResponse _rd_StreamsGroupHeartbeatResponse_0(Cursor* c, int v, int arrays):
@@ -6567,35 +5265,34 @@ cdef class StreamsGroupHeartbeatResponse:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Py_ssize_t n
-        cdef bytes buf
-        cdef unsigned char* p
+        global _size_hint_StreamsGroupHeartbeatResponse
+        cdef Buf b
         cdef int v = _version(version)
         if v == 0:
-            n = _sz_StreamsGroupHeartbeatResponse_0(self, v)
-            buf = PyBytes_FromStringAndSize(NULL, n)
-            p = <unsigned char*>PyBytes_AS_STRING(buf)
-            if _wr_StreamsGroupHeartbeatResponse_0(self, p, p + n, v) != p + n:
-                raise _e.changed_during_encode()
-            return buf
+            open_buf(&b, _size_hint_StreamsGroupHeartbeatResponse)
+            try:
+                _wr_StreamsGroupHeartbeatResponse_0(self, &b, v)
+                _size_hint_StreamsGroupHeartbeatResponse = b.p - b.start
+                return close_buf(&b)
+            finally:
+                discard_buf(&b)
         raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
 
     def encode_into(self, buffer, Py_ssize_t offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        cdef Py_ssize_t n
-        cdef unsigned char* p
-        cdef int v = _version(version)
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Buf b
         cdef Py_buffer view
+        cdef int v = _version(version)
         if v == 0:
-            n = _sz_StreamsGroupHeartbeatResponse_0(self, v)
-            PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+            open_fixed(&b, buffer, &view, offset)
             try:
-                p = <unsigned char*>view.buf + check_room(view.len, offset, n)
-                if _wr_StreamsGroupHeartbeatResponse_0(self, p, p + n, v) != p + n:
-                    raise _e.changed_during_encode()
+                _wr_StreamsGroupHeartbeatResponse_0(self, &b, v)
+                return b.p - b.start
             finally:
                 PyBuffer_Release(&view)
-            return n
         raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
 
     @classmethod

@@ -549,16 +549,16 @@ def _w_ApiVersionsResponse_0(o, out, v):
         w_int16(out, o.error_code)
         _f = 'api_keys'
         _items = o.api_keys
-        w_array_len(out, _items, False, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not ApiVersionsResponse_ApiVersion:
-                        raise _e.wrong_type('ApiVersion', _it)
-                    _w_ApiVersionsResponse_ApiVersion_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, False, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not ApiVersionsResponse_ApiVersion:
+                    raise _e.wrong_type('ApiVersion', _it)
+                _w_ApiVersionsResponse_ApiVersion_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
 
@@ -601,16 +601,16 @@ def _w_ApiVersionsResponse_1(o, out, v):
         w_int16(out, o.error_code)
         _f = 'api_keys'
         _items = o.api_keys
-        w_array_len(out, _items, False, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not ApiVersionsResponse_ApiVersion:
-                        raise _e.wrong_type('ApiVersion', _it)
-                    _w_ApiVersionsResponse_ApiVersion_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, False, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not ApiVersionsResponse_ApiVersion:
+                    raise _e.wrong_type('ApiVersion', _it)
+                _w_ApiVersionsResponse_ApiVersion_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'throttle_time_ms'
         w_int32(out, o.throttle_time_ms)
     except EncodeError as _x:
@@ -656,16 +656,16 @@ def _w_ApiVersionsResponse_2(o, out, v):
         w_int16(out, o.error_code)
         _f = 'api_keys'
         _items = o.api_keys
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not ApiVersionsResponse_ApiVersion:
-                        raise _e.wrong_type('ApiVersion', _it)
-                    _w_ApiVersionsResponse_ApiVersion_1(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not ApiVersionsResponse_ApiVersion:
+                    raise _e.wrong_type('ApiVersion', _it)
+                _w_ApiVersionsResponse_ApiVersion_1(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'throttle_time_ms'
         w_int32(out, o.throttle_time_ms)
         _f = ''
@@ -674,16 +674,16 @@ def _w_ApiVersionsResponse_2(o, out, v):
         if not (not o.supported_features):
             _t = bytearray()
             _items = o.supported_features
-            w_array_len(_t, _items, True, False)
-            if _items is not None:
-                _i = 0
-                try:
-                    for _i, _it in enumerate(_items):
-                        if type(_it) is not ApiVersionsResponse_SupportedFeatureKey:
-                            raise _e.wrong_type('SupportedFeatureKey', _it)
-                        _w_ApiVersionsResponse_SupportedFeatureKey_0(_it, _t, v)
-                except EncodeError as _x:
-                    raise _x.with_prefix(f"[{_i}]") from None
+            _n = w_array_len(_t, _items, True, False)
+            _i = 0
+            try:
+                for _i in range(_n):
+                    _it = item_at(_items, _i, _n)
+                    if type(_it) is not ApiVersionsResponse_SupportedFeatureKey:
+                        raise _e.wrong_type('SupportedFeatureKey', _it)
+                    _w_ApiVersionsResponse_SupportedFeatureKey_0(_it, _t, v)
+            except EncodeError as _x:
+                raise _x.with_prefix(f"[{_i}]") from None
             _known.append((0, bytes(_t)))
         _f = 'finalized_features_epoch'
         if not (o.finalized_features_epoch == -1):
@@ -694,16 +694,16 @@ def _w_ApiVersionsResponse_2(o, out, v):
         if not (not o.finalized_features):
             _t = bytearray()
             _items = o.finalized_features
-            w_array_len(_t, _items, True, False)
-            if _items is not None:
-                _i = 0
-                try:
-                    for _i, _it in enumerate(_items):
-                        if type(_it) is not ApiVersionsResponse_FinalizedFeatureKey:
-                            raise _e.wrong_type('FinalizedFeatureKey', _it)
-                        _w_ApiVersionsResponse_FinalizedFeatureKey_0(_it, _t, v)
-                except EncodeError as _x:
-                    raise _x.with_prefix(f"[{_i}]") from None
+            _n = w_array_len(_t, _items, True, False)
+            _i = 0
+            try:
+                for _i in range(_n):
+                    _it = item_at(_items, _i, _n)
+                    if type(_it) is not ApiVersionsResponse_FinalizedFeatureKey:
+                        raise _e.wrong_type('FinalizedFeatureKey', _it)
+                    _w_ApiVersionsResponse_FinalizedFeatureKey_0(_it, _t, v)
+            except EncodeError as _x:
+                raise _x.with_prefix(f"[{_i}]") from None
             _known.append((2, bytes(_t)))
         _f = 'zk_migration_ready'
         if not (o.zk_migration_ready is False):
@@ -1398,16 +1398,16 @@ def _w_FindCoordinatorResponse_3(o, out, v):
         w_int32(out, o.throttle_time_ms)
         _f = 'coordinators'
         _items = o.coordinators
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not FindCoordinatorResponse_Coordinator:
-                        raise _e.wrong_type('Coordinator', _it)
-                    _w_FindCoordinatorResponse_Coordinator_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not FindCoordinatorResponse_Coordinator:
+                    raise _e.wrong_type('Coordinator', _it)
+                _w_FindCoordinatorResponse_Coordinator_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
         _known = []
         w_tags(out, _known, o._unknown)
@@ -1736,16 +1736,16 @@ def _w_LeaveGroupRequest_1(o, out, v):
         w_string(out, o.group_id)
         _f = 'members'
         _items = o.members
-        w_array_len(out, _items, False, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not LeaveGroupRequest_MemberIdentity:
-                        raise _e.wrong_type('MemberIdentity', _it)
-                    _w_LeaveGroupRequest_MemberIdentity_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, False, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupRequest_MemberIdentity:
+                    raise _e.wrong_type('MemberIdentity', _it)
+                _w_LeaveGroupRequest_MemberIdentity_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
 
@@ -1786,16 +1786,16 @@ def _w_LeaveGroupRequest_2(o, out, v):
         w_compact_string(out, o.group_id)
         _f = 'members'
         _items = o.members
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not LeaveGroupRequest_MemberIdentity:
-                        raise _e.wrong_type('MemberIdentity', _it)
-                    _w_LeaveGroupRequest_MemberIdentity_1(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupRequest_MemberIdentity:
+                    raise _e.wrong_type('MemberIdentity', _it)
+                _w_LeaveGroupRequest_MemberIdentity_1(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
         _known = []
         w_tags(out, _known, o._unknown)
@@ -1844,16 +1844,16 @@ def _w_LeaveGroupRequest_3(o, out, v):
         w_compact_string(out, o.group_id)
         _f = 'members'
         _items = o.members
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not LeaveGroupRequest_MemberIdentity:
-                        raise _e.wrong_type('MemberIdentity', _it)
-                    _w_LeaveGroupRequest_MemberIdentity_2(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupRequest_MemberIdentity:
+                    raise _e.wrong_type('MemberIdentity', _it)
+                _w_LeaveGroupRequest_MemberIdentity_2(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
         _known = []
         w_tags(out, _known, o._unknown)
@@ -2172,16 +2172,16 @@ def _w_LeaveGroupResponse_2(o, out, v):
         w_int16(out, o.error_code)
         _f = 'members'
         _items = o.members
-        w_array_len(out, _items, False, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not LeaveGroupResponse_MemberResponse:
-                        raise _e.wrong_type('MemberResponse', _it)
-                    _w_LeaveGroupResponse_MemberResponse_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, False, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupResponse_MemberResponse:
+                    raise _e.wrong_type('MemberResponse', _it)
+                _w_LeaveGroupResponse_MemberResponse_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
 
@@ -2223,16 +2223,16 @@ def _w_LeaveGroupResponse_3(o, out, v):
         w_int16(out, o.error_code)
         _f = 'members'
         _items = o.members
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not LeaveGroupResponse_MemberResponse:
-                        raise _e.wrong_type('MemberResponse', _it)
-                    _w_LeaveGroupResponse_MemberResponse_1(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not LeaveGroupResponse_MemberResponse:
+                    raise _e.wrong_type('MemberResponse', _it)
+                _w_LeaveGroupResponse_MemberResponse_1(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
         _known = []
         w_tags(out, _known, o._unknown)
@@ -3140,16 +3140,16 @@ def _w_StreamsGroupHeartbeatRequest_TopicInfo_0(o, out, v):
         w_int16(out, o.replication_factor)
         _f = 'topic_configs'
         _items = o.topic_configs
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
-                        raise _e.wrong_type('KeyValue', _it)
-                    _w_StreamsGroupHeartbeatRequest_KeyValue_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
+                    raise _e.wrong_type('KeyValue', _it)
+                _w_StreamsGroupHeartbeatRequest_KeyValue_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
         _known = []
         w_tags(out, _known, o._unknown)
@@ -3343,42 +3343,42 @@ def _w_StreamsGroupHeartbeatRequest_Subtopology_0(o, out, v):
         w_array(out, o.source_topic_regex, w_compact_string, True, False)
         _f = 'state_changelog_topics'
         _items = o.state_changelog_topics
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
-                        raise _e.wrong_type('TopicInfo', _it)
-                    _w_StreamsGroupHeartbeatRequest_TopicInfo_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
+                    raise _e.wrong_type('TopicInfo', _it)
+                _w_StreamsGroupHeartbeatRequest_TopicInfo_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'repartition_sink_topics'
         w_array(out, o.repartition_sink_topics, w_compact_string, True, False)
         _f = 'repartition_source_topics'
         _items = o.repartition_source_topics
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
-                        raise _e.wrong_type('TopicInfo', _it)
-                    _w_StreamsGroupHeartbeatRequest_TopicInfo_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TopicInfo:
+                    raise _e.wrong_type('TopicInfo', _it)
+                _w_StreamsGroupHeartbeatRequest_TopicInfo_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'copartition_groups'
         _items = o.copartition_groups
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_CopartitionGroup:
-                        raise _e.wrong_type('CopartitionGroup', _it)
-                    _w_StreamsGroupHeartbeatRequest_CopartitionGroup_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_CopartitionGroup:
+                    raise _e.wrong_type('CopartitionGroup', _it)
+                _w_StreamsGroupHeartbeatRequest_CopartitionGroup_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
         _known = []
         w_tags(out, _known, o._unknown)
@@ -3458,16 +3458,16 @@ def _w_StreamsGroupHeartbeatRequest_Topology_0(o, out, v):
         w_int32(out, o.epoch)
         _f = 'subtopologies'
         _items = o.subtopologies
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_Subtopology:
-                        raise _e.wrong_type('Subtopology', _it)
-                    _w_StreamsGroupHeartbeatRequest_Subtopology_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_Subtopology:
+                    raise _e.wrong_type('Subtopology', _it)
+                _w_StreamsGroupHeartbeatRequest_Subtopology_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
         _known = []
         w_tags(out, _known, o._unknown)
@@ -3534,40 +3534,40 @@ def _w_StreamsGroupHeartbeatRequest_0(o, out, v):
             _w_StreamsGroupHeartbeatRequest_Topology_0(_s, out, v)
         _f = 'active_tasks'
         _items = o.active_tasks
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    _w_StreamsGroupHeartbeatRequest_TaskIds_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, True)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _w_StreamsGroupHeartbeatRequest_TaskIds_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'standby_tasks'
         _items = o.standby_tasks
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    _w_StreamsGroupHeartbeatRequest_TaskIds_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, True)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _w_StreamsGroupHeartbeatRequest_TaskIds_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'warmup_tasks'
         _items = o.warmup_tasks
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    _w_StreamsGroupHeartbeatRequest_TaskIds_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, True)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _w_StreamsGroupHeartbeatRequest_TaskIds_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'process_id'
         w_compact_nullable_string(out, o.process_id)
         _f = 'user_endpoint'
@@ -3581,46 +3581,46 @@ def _w_StreamsGroupHeartbeatRequest_0(o, out, v):
             _w_StreamsGroupHeartbeatRequest_Endpoint_0(_s, out, v)
         _f = 'client_tags'
         _items = o.client_tags
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
-                        raise _e.wrong_type('KeyValue', _it)
-                    _w_StreamsGroupHeartbeatRequest_KeyValue_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, True)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatRequest_KeyValue:
+                    raise _e.wrong_type('KeyValue', _it)
+                _w_StreamsGroupHeartbeatRequest_KeyValue_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_offsets'
         _items = o.task_offsets
         if isinstance(_items, TaskOffsetColumns):
             w_task_offsets(out, _items, True, True)
         else:
-            w_array_len(out, _items, True, True)
-            if _items is not None:
-                _i = 0
-                try:
-                    for _i, _it in enumerate(_items):
-                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                            raise _e.wrong_type('TaskOffset', _it)
-                        _w_StreamsGroupHeartbeatRequest_TaskOffset_0(_it, out, v)
-                except EncodeError as _x:
-                    raise _x.with_prefix(f"[{_i}]") from None
+            _n = w_array_len(out, _items, True, True)
+            _i = 0
+            try:
+                for _i in range(_n):
+                    _it = item_at(_items, _i, _n)
+                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                        raise _e.wrong_type('TaskOffset', _it)
+                    _w_StreamsGroupHeartbeatRequest_TaskOffset_0(_it, out, v)
+            except EncodeError as _x:
+                raise _x.with_prefix(f"[{_i}]") from None
         _f = 'task_end_offsets'
         _items = o.task_end_offsets
         if isinstance(_items, TaskOffsetColumns):
             w_task_offsets(out, _items, True, True)
         else:
-            w_array_len(out, _items, True, True)
-            if _items is not None:
-                _i = 0
-                try:
-                    for _i, _it in enumerate(_items):
-                        if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
-                            raise _e.wrong_type('TaskOffset', _it)
-                        _w_StreamsGroupHeartbeatRequest_TaskOffset_0(_it, out, v)
-                except EncodeError as _x:
-                    raise _x.with_prefix(f"[{_i}]") from None
+            _n = w_array_len(out, _items, True, True)
+            _i = 0
+            try:
+                for _i in range(_n):
+                    _it = item_at(_items, _i, _n)
+                    if type(_it) is not StreamsGroupHeartbeatRequest_TaskOffset:
+                        raise _e.wrong_type('TaskOffset', _it)
+                    _w_StreamsGroupHeartbeatRequest_TaskOffset_0(_it, out, v)
+            except EncodeError as _x:
+                raise _x.with_prefix(f"[{_i}]") from None
         _f = 'shutdown_application'
         w_bool(out, o.shutdown_application)
         _f = ''
@@ -4237,28 +4237,28 @@ def _w_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(o, out, v):
         _w_StreamsGroupHeartbeatResponse_Endpoint_0(_s, out, v)
         _f = 'active_partitions'
         _items = o.active_partitions
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
-                        raise _e.wrong_type('TopicPartition', _it)
-                    _w_StreamsGroupHeartbeatResponse_TopicPartition_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
+                    raise _e.wrong_type('TopicPartition', _it)
+                _w_StreamsGroupHeartbeatResponse_TopicPartition_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'standby_partitions'
         _items = o.standby_partitions
-        w_array_len(out, _items, True, False)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
-                        raise _e.wrong_type('TopicPartition', _it)
-                    _w_StreamsGroupHeartbeatResponse_TopicPartition_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, False)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TopicPartition:
+                    raise _e.wrong_type('TopicPartition', _it)
+                _w_StreamsGroupHeartbeatResponse_TopicPartition_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
         _known = []
         w_tags(out, _known, o._unknown)
@@ -4332,66 +4332,66 @@ def _w_StreamsGroupHeartbeatResponse_0(o, out, v):
         w_int32(out, o.task_offset_interval_ms)
         _f = 'status'
         _items = o.status
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatResponse_Status:
-                        raise _e.wrong_type('Status', _it)
-                    _w_StreamsGroupHeartbeatResponse_Status_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, True)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_Status:
+                    raise _e.wrong_type('Status', _it)
+                _w_StreamsGroupHeartbeatResponse_Status_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'active_tasks'
         _items = o.active_tasks
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    _w_StreamsGroupHeartbeatResponse_TaskIds_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, True)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _w_StreamsGroupHeartbeatResponse_TaskIds_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'standby_tasks'
         _items = o.standby_tasks
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    _w_StreamsGroupHeartbeatResponse_TaskIds_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, True)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _w_StreamsGroupHeartbeatResponse_TaskIds_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'warmup_tasks'
         _items = o.warmup_tasks
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
-                        raise _e.wrong_type('TaskIds', _it)
-                    _w_StreamsGroupHeartbeatResponse_TaskIds_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, True)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_TaskIds:
+                    raise _e.wrong_type('TaskIds', _it)
+                _w_StreamsGroupHeartbeatResponse_TaskIds_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = 'endpoint_information_epoch'
         w_int32(out, o.endpoint_information_epoch)
         _f = 'partitions_by_user_endpoint'
         _items = o.partitions_by_user_endpoint
-        w_array_len(out, _items, True, True)
-        if _items is not None:
-            _i = 0
-            try:
-                for _i, _it in enumerate(_items):
-                    if type(_it) is not StreamsGroupHeartbeatResponse_EndpointToPartitions:
-                        raise _e.wrong_type('EndpointToPartitions', _it)
-                    _w_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(_it, out, v)
-            except EncodeError as _x:
-                raise _x.with_prefix(f"[{_i}]") from None
+        _n = w_array_len(out, _items, True, True)
+        _i = 0
+        try:
+            for _i in range(_n):
+                _it = item_at(_items, _i, _n)
+                if type(_it) is not StreamsGroupHeartbeatResponse_EndpointToPartitions:
+                    raise _e.wrong_type('EndpointToPartitions', _it)
+                _w_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(_it, out, v)
+        except EncodeError as _x:
+            raise _x.with_prefix(f"[{_i}]") from None
         _f = ''
         _known = []
         w_tags(out, _known, o._unknown)

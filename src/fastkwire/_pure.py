@@ -486,16 +486,23 @@ def r_marker(data, pos, end):
 
 # ---------------------------------------------------------------- arrays
 
+def item_at(items, i, n):
+    """Element i of an array whose count n is already written; the array must not have
+    changed size since (a callback during encoding can change it)."""
+    if len(items) != n:
+        raise _e.changed_during_encode()
+    return items[i]
+
+
 def w_array(out, items, write_item, compact, nullable):
     """An array of primitive elements (strings, ...)."""
-    w_array_len(out, items, compact, nullable)
-    if items is not None:
-        i = 0
-        try:
-            for i, item in enumerate(items):
-                write_item(out, item)
-        except EncodeError as x:
-            raise x.with_prefix(f"[{i}]") from None
+    n = w_array_len(out, items, compact, nullable)
+    i = 0
+    try:
+        for i in range(n):
+            write_item(out, item_at(items, i, n))
+    except EncodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
 
 
 def r_array(data, pos, end, read_item, compact, nullable, min_size):
@@ -537,12 +544,13 @@ def w_int_array(out, items, kind, compact, nullable):
             out += _S["int32"].pack(n)
         _bulk.write(out, seq, kind)
         return
-    w_array_len(out, seq, compact, nullable)
+    n = w_array_len(out, seq, compact, nullable)
     pack = _S[kind].pack
     lo, hi = RANGE[kind]
     i = 0
     try:
-        for i, v in enumerate(seq):
+        for i in range(n):
+            v = item_at(seq, i, n)
             if type(v) is not int or not lo <= v <= hi:
                 v = _int_value(kind, v)
             out += pack(v)

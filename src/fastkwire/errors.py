@@ -10,6 +10,8 @@ __all__ = ["DecodeError", "EncodeError", "UnsupportedVersionError"]
 def _join(prefix, path):
     if not path:
         return prefix
+    if not prefix:
+        return path
     return prefix + path if path.startswith("[") else f"{prefix}.{path}"
 
 
