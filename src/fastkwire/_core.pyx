@@ -80,8 +80,9 @@ cdef long long as_int_slow(object v, int kind) except? -1:
     return _pure._int_value(_KINDS[kind], v)
 
 
-cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, Py_ssize_t offset) except -1:
-    _pure.check_offset(offset, n)
+cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, object offset) except -1:
+    if type(offset) is not int or not 0 <= offset <= n:
+        _pure.check_offset(offset, n)  # raises, with the pure codec's words
     c.buf = <const unsigned char*>buf
     c.pos = offset
     c.end = n
@@ -876,7 +877,7 @@ cdef object _read(str t, Cursor* c):
     return rd_int_array(c, _pure.WIDTH[elem], compact, nullable, 0)
 
 
-def decode(str type_name, data, Py_ssize_t offset=0):
+def decode(str type_name, data, offset=0):
     """Decode one primitive value at offset; returns (value, end offset)."""
     _pure.check_type_name(type_name)
     cdef Py_buffer view

@@ -2,6 +2,7 @@
 import struct
 
 from . import errors as _e
+from ._pure import byte_view
 from .errors import DecodeError, UnsupportedVersionError
 
 _SIZE = struct.Struct(">i")
@@ -45,6 +46,7 @@ def bind(RequestHeader, ResponseHeader, requests, responses):
         return _frame(header.encode(request_header_version(cls, version)), body)
 
     def decode_request(frame):
+        frame = byte_view(frame)
         _check_size(frame)
         if len(frame) < 8:
             raise _e.truncated(4, 4, len(frame) - 4)
@@ -70,6 +72,7 @@ def bind(RequestHeader, ResponseHeader, requests, responses):
         return _frame(header.encode(response_header_version(cls, version)), body)
 
     def decode_response(frame, api_key, version):
+        frame = byte_view(frame)
         _check_size(frame)
         cls = responses.get(api_key)
         if cls is None:

@@ -10,6 +10,7 @@ from fastkwire._core cimport *
 from fastkwire import _model
 from fastkwire import errors as _e
 from fastkwire._core import check_arrays
+from fastkwire._pure import check_version
 from fastkwire.columns import TaskOffsetColumns
 from fastkwire.errors import DecodeError, EncodeError, UnsupportedVersionError
 
@@ -18,7 +19,7 @@ cdef object _DEFAULT = object()  # marks 'argument not given' for list defaults
 
 cdef inline int _version(object version) except? -1:
     if type(version) is not int or not 0 <= version <= 0x7FFF:
-        raise UnsupportedVersionError(f'version must be an int in 0-32767, not {version!r}')
+        check_version(version)  # raises
     return version
 
 
@@ -185,11 +186,11 @@ cdef class ApiVersionsRequest:
         raise _e.bad_version('ApiVersionsRequest', version, '0-4')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if 0 <= v <= 2:
@@ -213,10 +214,32 @@ cdef class ApiVersionsRequest:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if 0 <= v <= 2:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_ApiVersionsRequest_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if 3 <= v <= 4:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_ApiVersionsRequest_1(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('ApiVersionsRequest', version, '0-4')
 
     @classmethod
     def is_flexible(cls, version):
@@ -961,11 +984,11 @@ cdef class ApiVersionsResponse:
         raise _e.bad_version('ApiVersionsResponse', version, '0-4')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if v == 0:
@@ -997,10 +1020,42 @@ cdef class ApiVersionsResponse:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if v == 0:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_ApiVersionsResponse_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if 1 <= v <= 2:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_ApiVersionsResponse_1(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if 3 <= v <= 4:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_ApiVersionsResponse_2(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('ApiVersionsResponse', version, '0-4')
 
     @classmethod
     def is_flexible(cls, version):
@@ -1279,11 +1334,11 @@ cdef class FindCoordinatorRequest:
         raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if v == 0:
@@ -1323,10 +1378,52 @@ cdef class FindCoordinatorRequest:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if v == 0:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_FindCoordinatorRequest_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if 1 <= v <= 2:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_FindCoordinatorRequest_1(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if v == 3:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_FindCoordinatorRequest_2(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if 4 <= v <= 6:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_FindCoordinatorRequest_3(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
 
     @classmethod
     def is_flexible(cls, version):
@@ -1791,11 +1888,11 @@ cdef class FindCoordinatorResponse:
         raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if v == 0:
@@ -1835,10 +1932,52 @@ cdef class FindCoordinatorResponse:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if v == 0:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_FindCoordinatorResponse_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if 1 <= v <= 2:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_FindCoordinatorResponse_1(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if v == 3:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_FindCoordinatorResponse_2(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if 4 <= v <= 6:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_FindCoordinatorResponse_3(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
 
     @classmethod
     def is_flexible(cls, version):
@@ -2331,11 +2470,11 @@ cdef class LeaveGroupRequest:
         raise _e.bad_version('LeaveGroupRequest', version, '0-5')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if 0 <= v <= 2:
@@ -2375,10 +2514,52 @@ cdef class LeaveGroupRequest:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if 0 <= v <= 2:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_LeaveGroupRequest_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if v == 3:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_LeaveGroupRequest_1(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if v == 4:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_LeaveGroupRequest_2(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if v == 5:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_LeaveGroupRequest_3(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('LeaveGroupRequest', version, '0-5')
 
     @classmethod
     def is_flexible(cls, version):
@@ -2814,11 +2995,11 @@ cdef class LeaveGroupResponse:
         raise _e.bad_version('LeaveGroupResponse', version, '0-5')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if v == 0:
@@ -2858,10 +3039,52 @@ cdef class LeaveGroupResponse:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if v == 0:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_LeaveGroupResponse_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if 1 <= v <= 2:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_LeaveGroupResponse_1(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if v == 3:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_LeaveGroupResponse_2(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if 4 <= v <= 5:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_LeaveGroupResponse_3(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('LeaveGroupResponse', version, '0-5')
 
     @classmethod
     def is_flexible(cls, version):
@@ -3104,11 +3327,11 @@ cdef class RequestHeader:
         raise _e.bad_version('RequestHeader', version, '0-2')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if v == 0:
@@ -3140,10 +3363,42 @@ cdef class RequestHeader:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if v == 0:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_RequestHeader_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if v == 1:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_RequestHeader_1(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if v == 2:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_RequestHeader_2(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('RequestHeader', version, '0-2')
 
     @classmethod
     def is_flexible(cls, version):
@@ -3307,11 +3562,11 @@ cdef class ResponseHeader:
         raise _e.bad_version('ResponseHeader', version, '0-1')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if v == 0:
@@ -3335,10 +3590,32 @@ cdef class ResponseHeader:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if v == 0:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_ResponseHeader_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        if v == 1:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_ResponseHeader_1(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('ResponseHeader', version, '0-1')
 
     @classmethod
     def is_flexible(cls, version):
@@ -4515,11 +4792,11 @@ cdef class StreamsGroupHeartbeatRequest:
         raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if v == 0:
@@ -4535,10 +4812,22 @@ cdef class StreamsGroupHeartbeatRequest:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if v == 0:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_StreamsGroupHeartbeatRequest_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
 
     @classmethod
     def is_flexible(cls, version):
@@ -5296,11 +5585,11 @@ cdef class StreamsGroupHeartbeatResponse:
         raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
 
     @classmethod
-    def decode_from(cls, data, version, Py_ssize_t offset=0, arrays='list'):
+    def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = check_arrays(arrays)
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
         if v == 0:
@@ -5316,10 +5605,22 @@ cdef class StreamsGroupHeartbeatResponse:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
-        o, pos = cls.decode_from(data, version, 0, arrays)
-        if pos != len(data):
-            raise _e.trailing(pos, len(data) - pos)
-        return o
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
+        cdef int v = _version(version)
+        cdef object o
+        if v == 0:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            try:
+                open_cursor(&c, view.buf, view.len, 0)
+                o = _rd_StreamsGroupHeartbeatResponse_0(&c, v, np)
+                if c.pos != c.end:
+                    raise _e.trailing(c.pos, c.end - c.pos)
+            finally:
+                PyBuffer_Release(&view)
+            return o
+        raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
 
     @classmethod
     def is_flexible(cls, version):

@@ -3,7 +3,7 @@
 from . import _model
 from . import errors as _e
 from ._pure import *  # noqa: F401,F403 - the primitives the codecs call
-from ._pure import write_into, check_arrays, check_offset
+from ._pure import write_into, check_arrays, check_offset, check_version, byte_view
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
@@ -64,6 +64,7 @@ class ApiVersionsRequest:
     KIND = 'request'
 
     def _writer(self, version):
+        check_version(version)
         if 0 <= version <= 2:
             return _w_ApiVersionsRequest_0
         if 3 <= version <= 4:
@@ -83,7 +84,9 @@ class ApiVersionsRequest:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if 0 <= version <= 2:
@@ -95,6 +98,7 @@ class ApiVersionsRequest:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
@@ -352,6 +356,7 @@ class ApiVersionsResponse:
     KIND = 'response'
 
     def _writer(self, version):
+        check_version(version)
         if version == 0:
             return _w_ApiVersionsResponse_0
         if 1 <= version <= 2:
@@ -373,7 +378,9 @@ class ApiVersionsResponse:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if version == 0:
@@ -387,6 +394,7 @@ class ApiVersionsResponse:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
@@ -866,6 +874,7 @@ class FindCoordinatorRequest:
     KIND = 'request'
 
     def _writer(self, version):
+        check_version(version)
         if version == 0:
             return _w_FindCoordinatorRequest_0
         if 1 <= version <= 2:
@@ -889,7 +898,9 @@ class FindCoordinatorRequest:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if version == 0:
@@ -905,6 +916,7 @@ class FindCoordinatorRequest:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
@@ -1148,6 +1160,7 @@ class FindCoordinatorResponse:
     KIND = 'response'
 
     def _writer(self, version):
+        check_version(version)
         if version == 0:
             return _w_FindCoordinatorResponse_0
         if 1 <= version <= 2:
@@ -1171,7 +1184,9 @@ class FindCoordinatorResponse:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if version == 0:
@@ -1187,6 +1202,7 @@ class FindCoordinatorResponse:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
@@ -1550,6 +1566,7 @@ class LeaveGroupRequest:
     KIND = 'request'
 
     def _writer(self, version):
+        check_version(version)
         if 0 <= version <= 2:
             return _w_LeaveGroupRequest_0
         if version == 3:
@@ -1573,7 +1590,9 @@ class LeaveGroupRequest:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if 0 <= version <= 2:
@@ -1589,6 +1608,7 @@ class LeaveGroupRequest:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
@@ -1992,6 +2012,7 @@ class LeaveGroupResponse:
     KIND = 'response'
 
     def _writer(self, version):
+        check_version(version)
         if version == 0:
             return _w_LeaveGroupResponse_0
         if 1 <= version <= 2:
@@ -2015,7 +2036,9 @@ class LeaveGroupResponse:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if version == 0:
@@ -2031,6 +2054,7 @@ class LeaveGroupResponse:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
@@ -2328,6 +2352,7 @@ class RequestHeader:
     KIND = 'header'
 
     def _writer(self, version):
+        check_version(version)
         if version == 0:
             return _w_RequestHeader_0
         if version == 1:
@@ -2349,7 +2374,9 @@ class RequestHeader:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if version == 0:
@@ -2363,6 +2390,7 @@ class RequestHeader:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
@@ -2529,6 +2557,7 @@ class ResponseHeader:
     KIND = 'header'
 
     def _writer(self, version):
+        check_version(version)
         if version == 0:
             return _w_ResponseHeader_0
         if version == 1:
@@ -2548,7 +2577,9 @@ class ResponseHeader:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if version == 0:
@@ -2560,6 +2591,7 @@ class ResponseHeader:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
@@ -3049,6 +3081,7 @@ class StreamsGroupHeartbeatRequest:
     KIND = 'request'
 
     def _writer(self, version):
+        check_version(version)
         if version == 0:
             return _w_StreamsGroupHeartbeatRequest_0
         raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
@@ -3066,7 +3099,9 @@ class StreamsGroupHeartbeatRequest:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if version == 0:
@@ -3076,6 +3111,7 @@ class StreamsGroupHeartbeatRequest:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
@@ -4051,6 +4087,7 @@ class StreamsGroupHeartbeatResponse:
     KIND = 'response'
 
     def _writer(self, version):
+        check_version(version)
         if version == 0:
             return _w_StreamsGroupHeartbeatResponse_0
         raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
@@ -4068,7 +4105,9 @@ class StreamsGroupHeartbeatResponse:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
+        check_version(version)
         arrays = check_arrays(arrays)
+        data = byte_view(data)
         end = len(data)
         check_offset(offset, end)
         if version == 0:
@@ -4078,6 +4117,7 @@ class StreamsGroupHeartbeatResponse:
     @classmethod
     def decode(cls, data, version, arrays='list'):
         """Decode a whole message body; trailing bytes are an error."""
+        data = byte_view(data)
         o, pos = cls.decode_from(data, version, 0, arrays)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)

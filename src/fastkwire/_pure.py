@@ -8,7 +8,7 @@ import struct
 import uuid as _uuid
 
 from . import errors as _e
-from .errors import DecodeError, EncodeError
+from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
 _S = {k: struct.Struct(">" + c) for k, c in
       (("int8", "b"), ("int16", "h"), ("int32", "i"), ("int64", "q"),
@@ -650,6 +650,20 @@ def check_arrays(arrays):
         _bulk.require_numpy()
         return 1
     raise ValueError(f'arrays must be "list" or "numpy", not {arrays!r}')
+
+
+def byte_view(data):
+    """The input as bytes (a memoryview of unsigned bytes for any other buffer, whatever
+    its item format or shape), so that lengths and offsets count bytes."""
+    if type(data) is bytes:
+        return data
+    return memoryview(data).cast("B")
+
+
+def check_version(version):
+    if type(version) is not int or not 0 <= version <= 0x7FFF:
+        raise UnsupportedVersionError(f"version must be an int in 0-32767, not {version!r}")
+    return version
 
 
 def check_offset(offset, end):
