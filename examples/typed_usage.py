@@ -5,6 +5,8 @@ relies on are the ones the codecs really return.
 """
 from __future__ import annotations
 
+import importlib.util
+
 import fastkwire
 from fastkwire import (
     MESSAGE_CLASSES,
@@ -16,12 +18,16 @@ from fastkwire import (
     LeaveGroupResponse,
     RequestHeader,
     ResponseHeader,
+    StreamsGroupHeartbeatRequest,
+    TaskOffsetColumns,
     UnsupportedVersionError,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
+    explain,
 )
+from fastkwire.explain import render_tree
 
 
 def leave_request() -> LeaveGroupRequest:
@@ -102,12 +108,31 @@ def errors() -> None:
         raise AssertionError("an int32 field must not take 2**40")
 
 
+def annotated_layout() -> str:
+    frame = encode_request(leave_request(), 5, correlation_id=1)
+    tree = explain(frame)
+    assert tree.offset == 0 and tree.size == len(frame)
+    assert [c.name for c in tree.children] == ["Frame", "RequestHeader", "LeaveGroupRequest"]
+    return render_tree(tree)
+
+
+def task_offset_columns() -> None:
+    TaskOffset = StreamsGroupHeartbeatRequest.TaskOffset
+    rows = [TaskOffset(subtopology_id="s0", partition=p, offset=100 * p) for p in range(3)]
+    columns = TaskOffsetColumns.from_list(rows)
+    assert len(columns) == 3 and columns[1].offset == 100 and list(columns) == rows
+    assert columns == TaskOffsetColumns(["s0"] * 3, [0, 1, 2], [0, 100, 200])
+
+
 def main() -> None:
     print(f"fastkwire {fastkwire.__version__} ({fastkwire.implementation})")
     dict_round_trip(body_round_trip(5))
     print("\n".join(class_attributes()))
     frames()
     errors()
+    print(annotated_layout().splitlines()[0])
+    if importlib.util.find_spec("numpy") is not None:  # columns are numpy arrays
+        task_offset_columns()
 
 
 if __name__ == "__main__":

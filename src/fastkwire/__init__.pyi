@@ -3,10 +3,10 @@ from typing import Literal
 
 from ._messages_python import *
 from .columns import TaskOffsetColumns as TaskOffsetColumns
-from .explain import explain as explain
 from .errors import DecodeError as DecodeError
 from .errors import EncodeError as EncodeError
 from .errors import UnsupportedVersionError as UnsupportedVersionError
+from .explain import explain as explain
 
 implementation: Literal["cython", "python"]
 __version__: str

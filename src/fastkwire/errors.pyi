@@ -1,4 +1,5 @@
 """Types of the exceptions raised by the codecs."""
+from typing import Any
 
 __all__ = ["DecodeError", "EncodeError", "UnsupportedVersionError"]
 
@@ -16,3 +17,6 @@ class EncodeError(ValueError):
     def with_prefix(self, prefix: str) -> EncodeError: ...
 
 class UnsupportedVersionError(ValueError): ...
+
+# The reason-building helpers are internal: typed loosely, so the stub need not follow them.
+def __getattr__(name: str) -> Any: ...
