@@ -57,6 +57,18 @@ def test_typed_example_runs(pure):
     assert "DecodeError at offset" in result.stdout
 
 
+def test_every_public_name_has_a_type(tmp_path):
+    # Catches a name added to fastkwire.__all__ without a stub (mypy: no attribute).
+    import fastkwire
+
+    names = sorted(fastkwire.__all__)
+    probe = tmp_path / "names.py"
+    # Attribute access, not `from fastkwire import x`, which a submodule x would satisfy.
+    probe.write_text("import fastkwire\n" + "".join(f"fastkwire.{n}\n" for n in names))
+    result = mypy(probe, cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 MISUSE = '''\
 from fastkwire import LeaveGroupRequest, TaskOffsetColumns, decode_request, encode_request, explain
 ok = LeaveGroupRequest(group_id="g")
