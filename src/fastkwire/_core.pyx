@@ -14,7 +14,8 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyObject_Chec
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.exc cimport PyErr_Clear
-from cpython.ref cimport PyObject, Py_DECREF, Py_XDECREF
+from cpython.list cimport PyList_New, PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport INT64_MAX, uint8_t
 from libc.string cimport memcpy
 
@@ -287,11 +288,26 @@ cdef object wire_array(const unsigned char* p, Py_ssize_t n, int width):
     return np.frombuffer(view, _wire[k]).astype(_native[k])
 
 
+# Partition numbers are small: sharing one int object per value (ints are immutable)
+# saves an allocation per element when decoding partition lists.
+cdef enum:
+    SMALL_INTS = 16384
+cdef list _small_ints = None
+
+
+cdef int _make_small_ints() except -1:
+    global _small_ints
+    _small_ints = list(range(SMALL_INTS))
+    return 0
+
+
 cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int arrays):
     cdef Py_ssize_t n = rd_array_len(c, compact, nullable, width)
     cdef Py_ssize_t i
     cdef const unsigned char* p
     cdef list out
+    cdef int64_t x
+    cdef object item
     if n < 0:
         return None
     p = c.buf + c.pos
@@ -299,18 +315,26 @@ cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int ar
         arr = wire_array(p, n, width)
         c.pos += n * width
         return arr
-    out = [None] * n
-    if width == 4:
-        for i in range(n):
-            out[i] = <int32_t>load32(p + 4 * i)
-    elif width == 2:
-        for i in range(n):
-            out[i] = <int16_t>load16(p + 2 * i)
-    else:
-        for i in range(n):
-            out[i] = <int64_t>load64(p + 8 * i)
+    if _small_ints is None:
+        _make_small_ints()
+    out = PyList_New(n)
+    for i in range(n):
+        if width == 4:
+            x = <int32_t>load32(p + 4 * i)
+        elif width == 2:
+            x = <int16_t>load16(p + 2 * i)
+        else:
+            x = <int64_t>load64(p + 8 * i)
+        if 0 <= x < SMALL_INTS:
+            item = <object>PyList_GET_ITEM(_small_ints, x)
+        else:
+            item = x
+        Py_INCREF(item)
+        PyList_SET_ITEM(out, i, item)  # steals the reference taken above
     c.pos += n * width
     return out
+
+
 
 
 cdef tuple _TASK_FIELDS = ("subtopology_id", "partition", "offset", "")
