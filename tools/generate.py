@@ -458,6 +458,15 @@ class PyBackend:
                 out(f"{target}, pos = _r_{op.sub.fn}(data, pos, {end}, v, arrays)", ind + 1)
             else:
                 out(f"{target}, pos = _r_{op.sub.fn}(data, pos, {end}, v, arrays)", ind)
+        elif t == "string" and op.compact:
+            # Inline fast path: a one-byte length with all its text there. Invalid UTF-8
+            # leaves pos at the string, where the struct's handler reports it.
+            fn = py_string_fn("string", op)
+            out(f"if pos < {end} and 0 < (_b := data[pos]) < 0x80 and pos + _b <= {end}:", ind)
+            out(f"{target} = str(data[pos + 1:pos + _b], 'utf-8')", ind + 1)
+            out("pos += _b", ind + 1)
+            out("else:", ind)
+            out(f"{target}, pos = r_{fn}(data, pos, {end})", ind + 1)
         elif t in ("string", "bytes", "records"):
             fn = py_string_fn("string" if t == "string" else "bytes", op)
             out(f"{target}, pos = r_{fn}(data, pos, {end})", ind)
@@ -511,6 +520,8 @@ class PyBackend:
                 out("o._unknown = _unknown", 2)
         out("except DecodeError as _x:", 1)
         out("raise _x.with_prefix(_f) from None", 2)
+        out("except UnicodeDecodeError:", 1)
+        out("raise _e.invalid_utf8(pos).with_prefix(_f) from None", 2)
         for op in lay.ops:
             if op.mode == "absent":
                 out(f"o.{op.field.py_name} = {default_expr(op.field)}", 1)

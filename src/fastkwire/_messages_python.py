@@ -124,6 +124,8 @@ def _r_ApiVersionsRequest_0(data, pos, end, v, arrays):
         pass
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.client_software_name = ''
     o.client_software_version = ''
     o._unknown = None
@@ -149,9 +151,17 @@ def _r_ApiVersionsRequest_1(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'client_software_name'
-        o.client_software_name, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.client_software_name = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.client_software_name, pos = r_compact_string(data, pos, end)
         _f = 'client_software_version'
-        o.client_software_version, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.client_software_version = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.client_software_version, pos = r_compact_string(data, pos, end)
         _f = ''
         if pos < end and data[pos] == 0:  # no tagged fields: the common case
             o._unknown = None
@@ -160,6 +170,8 @@ def _r_ApiVersionsRequest_1(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -435,6 +447,8 @@ def _r_ApiVersionsResponse_ApiVersion_0(data, pos, end, v, arrays):
         o.max_version, pos = r_int16(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o._unknown = None
     return o, pos
 
@@ -473,6 +487,8 @@ def _r_ApiVersionsResponse_ApiVersion_1(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -497,7 +513,11 @@ def _r_ApiVersionsResponse_SupportedFeatureKey_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'name'
-        o.name, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.name = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.name, pos = r_compact_string(data, pos, end)
         _f = 'min_version'
         o.min_version, pos = r_int16(data, pos, end)
         _f = 'max_version'
@@ -510,6 +530,8 @@ def _r_ApiVersionsResponse_SupportedFeatureKey_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -534,7 +556,11 @@ def _r_ApiVersionsResponse_FinalizedFeatureKey_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'name'
-        o.name, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.name = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.name, pos = r_compact_string(data, pos, end)
         _f = 'max_version_level'
         o.max_version_level, pos = r_int16(data, pos, end)
         _f = 'min_version_level'
@@ -547,6 +573,8 @@ def _r_ApiVersionsResponse_FinalizedFeatureKey_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -593,6 +621,8 @@ def _r_ApiVersionsResponse_0(data, pos, end, v, arrays):
             o.api_keys = _items
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.throttle_time_ms = 0
     o.supported_features = []
     o.finalized_features_epoch = -1
@@ -649,6 +679,8 @@ def _r_ApiVersionsResponse_1(data, pos, end, v, arrays):
         o.throttle_time_ms, pos = r_int32(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.supported_features = []
     o.finalized_features_epoch = -1
     o.finalized_features = []
@@ -817,6 +849,8 @@ def _r_ApiVersionsResponse_2(data, pos, end, v, arrays):
         o._unknown = _unknown
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -948,6 +982,8 @@ def _r_FindCoordinatorRequest_0(data, pos, end, v, arrays):
         o.key, pos = r_string(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.key_type = 0
     o.coordinator_keys = []
     o._unknown = None
@@ -977,6 +1013,8 @@ def _r_FindCoordinatorRequest_1(data, pos, end, v, arrays):
         o.key_type, pos = r_int8(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.coordinator_keys = []
     o._unknown = None
     return o, pos
@@ -1003,7 +1041,11 @@ def _r_FindCoordinatorRequest_2(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'key'
-        o.key, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.key = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.key, pos = r_compact_string(data, pos, end)
         _f = 'key_type'
         o.key_type, pos = r_int8(data, pos, end)
         _f = ''
@@ -1014,6 +1056,8 @@ def _r_FindCoordinatorRequest_2(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.coordinator_keys = []
     return o, pos
 
@@ -1050,6 +1094,8 @@ def _r_FindCoordinatorRequest_3(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.key = ''
     return o, pos
 
@@ -1243,17 +1289,29 @@ def _r_FindCoordinatorResponse_Coordinator_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'key'
-        o.key, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.key = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.key, pos = r_compact_string(data, pos, end)
         _f = 'node_id'
         o.node_id, pos = r_int32(data, pos, end)
         _f = 'host'
-        o.host, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.host = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.host, pos = r_compact_string(data, pos, end)
         _f = 'port'
         o.port, pos = r_int32(data, pos, end)
         _f = 'error_code'
         o.error_code, pos = r_int16(data, pos, end)
         _f = 'error_message'
-        o.error_message, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.error_message = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.error_message, pos = r_compact_nullable_string(data, pos, end)
         _f = ''
         if pos < end and data[pos] == 0:  # no tagged fields: the common case
             o._unknown = None
@@ -1262,6 +1320,8 @@ def _r_FindCoordinatorResponse_Coordinator_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -1296,6 +1356,8 @@ def _r_FindCoordinatorResponse_0(data, pos, end, v, arrays):
         o.port, pos = r_int32(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.throttle_time_ms = 0
     o.error_message = ''
     o.coordinators = []
@@ -1342,6 +1404,8 @@ def _r_FindCoordinatorResponse_1(data, pos, end, v, arrays):
         o.port, pos = r_int32(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.coordinators = []
     o._unknown = None
     return o, pos
@@ -1380,11 +1444,19 @@ def _r_FindCoordinatorResponse_2(data, pos, end, v, arrays):
         _f = 'error_code'
         o.error_code, pos = r_int16(data, pos, end)
         _f = 'error_message'
-        o.error_message, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.error_message = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.error_message, pos = r_compact_nullable_string(data, pos, end)
         _f = 'node_id'
         o.node_id, pos = r_int32(data, pos, end)
         _f = 'host'
-        o.host, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.host = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.host, pos = r_compact_string(data, pos, end)
         _f = 'port'
         o.port, pos = r_int32(data, pos, end)
         _f = ''
@@ -1395,6 +1467,8 @@ def _r_FindCoordinatorResponse_2(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.coordinators = []
     return o, pos
 
@@ -1459,6 +1533,8 @@ def _r_FindCoordinatorResponse_3(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.error_code = 0
     o.error_message = ''
     o.node_id = 0
@@ -1643,6 +1719,8 @@ def _r_LeaveGroupRequest_MemberIdentity_0(data, pos, end, v, arrays):
         o.group_instance_id, pos = r_nullable_string(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.reason = None
     o._unknown = None
     return o, pos
@@ -1667,9 +1745,17 @@ def _r_LeaveGroupRequest_MemberIdentity_1(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'member_id'
-        o.member_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.member_id, pos = r_compact_string(data, pos, end)
         _f = 'group_instance_id'
-        o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.group_instance_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
         _f = ''
         if pos < end and data[pos] == 0:  # no tagged fields: the common case
             o._unknown = None
@@ -1678,6 +1764,8 @@ def _r_LeaveGroupRequest_MemberIdentity_1(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.reason = None
     return o, pos
 
@@ -1703,11 +1791,23 @@ def _r_LeaveGroupRequest_MemberIdentity_2(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'member_id'
-        o.member_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.member_id, pos = r_compact_string(data, pos, end)
         _f = 'group_instance_id'
-        o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.group_instance_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
         _f = 'reason'
-        o.reason, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.reason = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.reason, pos = r_compact_nullable_string(data, pos, end)
         _f = ''
         if pos < end and data[pos] == 0:  # no tagged fields: the common case
             o._unknown = None
@@ -1716,6 +1816,8 @@ def _r_LeaveGroupRequest_MemberIdentity_2(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -1742,6 +1844,8 @@ def _r_LeaveGroupRequest_0(data, pos, end, v, arrays):
         o.member_id, pos = r_string(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.members = []
     o._unknown = None
     return o, pos
@@ -1792,6 +1896,8 @@ def _r_LeaveGroupRequest_1(data, pos, end, v, arrays):
             o.members = _items
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.member_id = ''
     o._unknown = None
     return o, pos
@@ -1828,7 +1934,11 @@ def _r_LeaveGroupRequest_2(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'group_id'
-        o.group_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.group_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.group_id, pos = r_compact_string(data, pos, end)
         _f = 'members'
         _n, pos = r_array_len(data, pos, end, True, False, 3)
         if _n < 0:
@@ -1851,6 +1961,8 @@ def _r_LeaveGroupRequest_2(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.member_id = ''
     return o, pos
 
@@ -1886,7 +1998,11 @@ def _r_LeaveGroupRequest_3(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'group_id'
-        o.group_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.group_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.group_id, pos = r_compact_string(data, pos, end)
         _f = 'members'
         _n, pos = r_array_len(data, pos, end, True, False, 4)
         if _n < 0:
@@ -1909,6 +2025,8 @@ def _r_LeaveGroupRequest_3(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.member_id = ''
     return o, pos
 
@@ -2093,6 +2211,8 @@ def _r_LeaveGroupResponse_MemberResponse_0(data, pos, end, v, arrays):
         o.error_code, pos = r_int16(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o._unknown = None
     return o, pos
 
@@ -2118,9 +2238,17 @@ def _r_LeaveGroupResponse_MemberResponse_1(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'member_id'
-        o.member_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.member_id, pos = r_compact_string(data, pos, end)
         _f = 'group_instance_id'
-        o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.group_instance_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
         _f = 'error_code'
         o.error_code, pos = r_int16(data, pos, end)
         _f = ''
@@ -2131,6 +2259,8 @@ def _r_LeaveGroupResponse_MemberResponse_1(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -2153,6 +2283,8 @@ def _r_LeaveGroupResponse_0(data, pos, end, v, arrays):
         o.error_code, pos = r_int16(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.throttle_time_ms = 0
     o.members = []
     o._unknown = None
@@ -2182,6 +2314,8 @@ def _r_LeaveGroupResponse_1(data, pos, end, v, arrays):
         o.error_code, pos = r_int16(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.members = []
     o._unknown = None
     return o, pos
@@ -2234,6 +2368,8 @@ def _r_LeaveGroupResponse_2(data, pos, end, v, arrays):
             o.members = _items
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o._unknown = None
     return o, pos
 
@@ -2294,6 +2430,8 @@ def _r_LeaveGroupResponse_3(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -2426,6 +2564,8 @@ def _r_RequestHeader_0(data, pos, end, v, arrays):
         o.correlation_id, pos = r_int32(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o.client_id = ''
     o._unknown = None
     return o, pos
@@ -2460,6 +2600,8 @@ def _r_RequestHeader_1(data, pos, end, v, arrays):
         o.client_id, pos = r_nullable_string(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o._unknown = None
     return o, pos
 
@@ -2502,6 +2644,8 @@ def _r_RequestHeader_2(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -2619,6 +2763,8 @@ def _r_ResponseHeader_0(data, pos, end, v, arrays):
         o.correlation_id, pos = r_int32(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     o._unknown = None
     return o, pos
 
@@ -2649,6 +2795,8 @@ def _r_ResponseHeader_1(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -3151,9 +3299,17 @@ def _r_StreamsGroupHeartbeatRequest_KeyValue_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'key'
-        o.key, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.key = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.key, pos = r_compact_string(data, pos, end)
         _f = 'value'
-        o.value, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.value = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.value, pos = r_compact_string(data, pos, end)
         _f = ''
         if pos < end and data[pos] == 0:  # no tagged fields: the common case
             o._unknown = None
@@ -3162,6 +3318,8 @@ def _r_StreamsGroupHeartbeatRequest_KeyValue_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -3198,7 +3356,11 @@ def _r_StreamsGroupHeartbeatRequest_TopicInfo_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'name'
-        o.name, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.name = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.name, pos = r_compact_string(data, pos, end)
         _f = 'partitions'
         o.partitions, pos = r_int32(data, pos, end)
         _f = 'replication_factor'
@@ -3225,6 +3387,8 @@ def _r_StreamsGroupHeartbeatRequest_TopicInfo_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -3247,7 +3411,11 @@ def _r_StreamsGroupHeartbeatRequest_Endpoint_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'host'
-        o.host, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.host = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.host, pos = r_compact_string(data, pos, end)
         _f = 'port'
         o.port, pos = r_uint16(data, pos, end)
         _f = ''
@@ -3258,6 +3426,8 @@ def _r_StreamsGroupHeartbeatRequest_Endpoint_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -3282,7 +3452,11 @@ def _r_StreamsGroupHeartbeatRequest_TaskOffset_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'subtopology_id'
-        o.subtopology_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.subtopology_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.subtopology_id, pos = r_compact_string(data, pos, end)
         _f = 'partition'
         o.partition, pos = r_int32(data, pos, end)
         _f = 'offset'
@@ -3295,6 +3469,8 @@ def _r_StreamsGroupHeartbeatRequest_TaskOffset_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -3317,7 +3493,11 @@ def _r_StreamsGroupHeartbeatRequest_TaskIds_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'subtopology_id'
-        o.subtopology_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.subtopology_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.subtopology_id, pos = r_compact_string(data, pos, end)
         _f = 'partitions'
         o.partitions, pos = r_int_array(data, pos, end, 'int32', True, False, arrays)
         _f = ''
@@ -3328,6 +3508,8 @@ def _r_StreamsGroupHeartbeatRequest_TaskIds_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -3365,6 +3547,8 @@ def _r_StreamsGroupHeartbeatRequest_CopartitionGroup_0(data, pos, end, v, arrays
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -3427,7 +3611,11 @@ def _r_StreamsGroupHeartbeatRequest_Subtopology_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'subtopology_id'
-        o.subtopology_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.subtopology_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.subtopology_id, pos = r_compact_string(data, pos, end)
         _f = 'source_topics'
         o.source_topics, pos = r_array(data, pos, end, r_compact_string, True, False, 1)
         _f = 'source_topic_regex'
@@ -3484,6 +3672,8 @@ def _r_StreamsGroupHeartbeatRequest_Subtopology_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -3539,6 +3729,8 @@ def _r_StreamsGroupHeartbeatRequest_Topology_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -3671,17 +3863,33 @@ def _r_StreamsGroupHeartbeatRequest_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'group_id'
-        o.group_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.group_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.group_id, pos = r_compact_string(data, pos, end)
         _f = 'member_id'
-        o.member_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.member_id, pos = r_compact_string(data, pos, end)
         _f = 'member_epoch'
         o.member_epoch, pos = r_int32(data, pos, end)
         _f = 'endpoint_information_epoch'
         o.endpoint_information_epoch, pos = r_int32(data, pos, end)
         _f = 'instance_id'
-        o.instance_id, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.instance_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.instance_id, pos = r_compact_nullable_string(data, pos, end)
         _f = 'rack_id'
-        o.rack_id, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.rack_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.rack_id, pos = r_compact_nullable_string(data, pos, end)
         _f = 'rebalance_timeout_ms'
         o.rebalance_timeout_ms, pos = r_int32(data, pos, end)
         _f = 'topology'
@@ -3733,7 +3941,11 @@ def _r_StreamsGroupHeartbeatRequest_0(data, pos, end, v, arrays):
                 raise _x.with_prefix(f"[{_i}]") from None
             o.warmup_tasks = _items
         _f = 'process_id'
-        o.process_id, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.process_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.process_id, pos = r_compact_nullable_string(data, pos, end)
         _f = 'user_endpoint'
         _mk, pos = r_marker(data, pos, end)
         if _mk < 0:
@@ -3798,6 +4010,8 @@ def _r_StreamsGroupHeartbeatRequest_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -4156,7 +4370,11 @@ def _r_StreamsGroupHeartbeatResponse_Status_0(data, pos, end, v, arrays):
         _f = 'status_code'
         o.status_code, pos = r_int8(data, pos, end)
         _f = 'status_detail'
-        o.status_detail, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.status_detail = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.status_detail, pos = r_compact_string(data, pos, end)
         _f = ''
         if pos < end and data[pos] == 0:  # no tagged fields: the common case
             o._unknown = None
@@ -4165,6 +4383,8 @@ def _r_StreamsGroupHeartbeatResponse_Status_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -4187,7 +4407,11 @@ def _r_StreamsGroupHeartbeatResponse_TopicPartition_0(data, pos, end, v, arrays)
     _f = ''
     try:
         _f = 'topic'
-        o.topic, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.topic = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.topic, pos = r_compact_string(data, pos, end)
         _f = 'partitions'
         o.partitions, pos = r_int_array(data, pos, end, 'int32', True, False, arrays)
         _f = ''
@@ -4198,6 +4422,8 @@ def _r_StreamsGroupHeartbeatResponse_TopicPartition_0(data, pos, end, v, arrays)
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -4220,7 +4446,11 @@ def _r_StreamsGroupHeartbeatResponse_TaskIds_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'subtopology_id'
-        o.subtopology_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.subtopology_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.subtopology_id, pos = r_compact_string(data, pos, end)
         _f = 'partitions'
         o.partitions, pos = r_int_array(data, pos, end, 'int32', True, False, arrays)
         _f = ''
@@ -4231,6 +4461,8 @@ def _r_StreamsGroupHeartbeatResponse_TaskIds_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -4253,7 +4485,11 @@ def _r_StreamsGroupHeartbeatResponse_Endpoint_0(data, pos, end, v, arrays):
     _f = ''
     try:
         _f = 'host'
-        o.host, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.host = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.host, pos = r_compact_string(data, pos, end)
         _f = 'port'
         o.port, pos = r_uint16(data, pos, end)
         _f = ''
@@ -4264,6 +4500,8 @@ def _r_StreamsGroupHeartbeatResponse_Endpoint_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -4348,6 +4586,8 @@ def _r_StreamsGroupHeartbeatResponse_EndpointToPartitions_0(data, pos, end, v, a
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
@@ -4448,9 +4688,17 @@ def _r_StreamsGroupHeartbeatResponse_0(data, pos, end, v, arrays):
         _f = 'error_code'
         o.error_code, pos = r_int16(data, pos, end)
         _f = 'error_message'
-        o.error_message, pos = r_compact_nullable_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.error_message = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.error_message, pos = r_compact_nullable_string(data, pos, end)
         _f = 'member_id'
-        o.member_id, pos = r_compact_string(data, pos, end)
+        if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
+            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            pos += _b
+        else:
+            o.member_id, pos = r_compact_string(data, pos, end)
         _f = 'member_epoch'
         o.member_epoch, pos = r_int32(data, pos, end)
         _f = 'heartbeat_interval_ms'
@@ -4539,6 +4787,8 @@ def _r_StreamsGroupHeartbeatResponse_0(data, pos, end, v, arrays):
             o._unknown, pos = r_unknown_tags(data, pos, end)
     except DecodeError as _x:
         raise _x.with_prefix(_f) from None
+    except UnicodeDecodeError:
+        raise _e.invalid_utf8(pos).with_prefix(_f) from None
     return o, pos
 
 
