@@ -18,6 +18,8 @@ def _join(prefix, path):
 class DecodeError(ValueError):
     """Malformed input: `.offset` is where the failing value starts, `.path` which field."""
 
+    partial_tree = None  # fastkwire.explain sets it: the tree up to the failing field
+
     def __init__(self, reason, offset, path=""):
         self.reason = reason
         self.offset = offset

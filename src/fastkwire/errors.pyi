@@ -7,6 +7,7 @@ class DecodeError(ValueError):
     reason: str
     offset: int
     path: str
+    partial_tree: Any  # set by fastkwire.explain: the tree up to the failing field
     def __init__(self, reason: str, offset: int, path: str = ...) -> None: ...
     def with_prefix(self, prefix: str) -> DecodeError: ...
 
