@@ -322,58 +322,57 @@ def _text(data, start, pos, n, end):
         raise _e.invalid_utf8(start) from None
 
 
-def _string(data, pos, end, nullable):
-    if end - pos < 2:
-        raise short(pos, 2, end)
-    n = unpack_int16(data, pos)[0]
+def _legacy(data, pos, end, nullable, width, body):
+    """A value behind an int16 (strings) or int32 (bytes) length; -1 is null."""
+    if end - pos < width:
+        raise short(pos, width, end)
+    n = (unpack_int16 if width == 2 else unpack_int32)(data, pos)[0]
     if n < 0:
         if n == -1:
             if nullable:
-                return None, pos + 2
+                return None, pos + width
             raise _e.null_not_allowed(pos)
         raise _e.bad_length(pos, n)
-    return _text(data, pos, pos + 2, n, end)
+    return body(data, pos, pos + width, n, end)
 
 
-def _compact_string(data, pos, end, nullable):
+def _compact(data, pos, end, nullable, body):
+    """A value behind an unsigned varint length + 1; 0 is null."""
     n, p = r_uvarint(data, pos, end)
     if n == 0:
         if nullable:
             return None, p
         raise _e.null_not_allowed(pos)
-    return _text(data, pos, p, n - 1, end)
+    return body(data, pos, p, n - 1, end)
+
+
+def _short_text(data, pos, end):
+    """Fast path of a compact string: a one-byte length with all its text there, else
+    None (the careful path then raises the precise error)."""
+    if pos < end:
+        n = data[pos]
+        if 0 < n < 0x80 and pos + n <= end:
+            try:
+                return str(data[pos + 1:pos + n], "utf-8"), pos + n
+            except UnicodeDecodeError:
+                raise _e.invalid_utf8(pos) from None
+    return None
 
 
 def r_string(data, pos, end):
-    return _string(data, pos, end, False)
+    return _legacy(data, pos, end, False, 2, _text)
 
 
 def r_nullable_string(data, pos, end):
-    return _string(data, pos, end, True)
+    return _legacy(data, pos, end, True, 2, _text)
 
 
 def r_compact_string(data, pos, end):
-    # Fast path: a one-byte length whose text is all there; anything else takes the
-    # careful path, which raises the precise error.
-    if pos < end:
-        n = data[pos]
-        if 0 < n < 0x80 and pos + n <= end:
-            try:
-                return str(data[pos + 1:pos + n], "utf-8"), pos + n
-            except UnicodeDecodeError:
-                raise _e.invalid_utf8(pos) from None
-    return _compact_string(data, pos, end, False)
+    return _short_text(data, pos, end) or _compact(data, pos, end, False, _text)
 
 
 def r_compact_nullable_string(data, pos, end):
-    if pos < end:
-        n = data[pos]
-        if 0 < n < 0x80 and pos + n <= end:
-            try:
-                return str(data[pos + 1:pos + n], "utf-8"), pos + n
-            except UnicodeDecodeError:
-                raise _e.invalid_utf8(pos) from None
-    return _compact_string(data, pos, end, True)
+    return _short_text(data, pos, end) or _compact(data, pos, end, True, _text)
 
 
 def _blob(data, start, pos, n, end):
@@ -382,42 +381,20 @@ def _blob(data, start, pos, n, end):
     return bytes(data[pos:pos + n]), pos + n
 
 
-def _bytes(data, pos, end, nullable):
-    if end - pos < 4:
-        raise short(pos, 4, end)
-    n = unpack_int32(data, pos)[0]
-    if n < 0:
-        if n == -1:
-            if nullable:
-                return None, pos + 4
-            raise _e.null_not_allowed(pos)
-        raise _e.bad_length(pos, n)
-    return _blob(data, pos, pos + 4, n, end)
-
-
-def _compact_bytes(data, pos, end, nullable):
-    n, p = r_uvarint(data, pos, end)
-    if n == 0:
-        if nullable:
-            return None, p
-        raise _e.null_not_allowed(pos)
-    return _blob(data, pos, p, n - 1, end)
-
-
 def r_bytes(data, pos, end):
-    return _bytes(data, pos, end, False)
+    return _legacy(data, pos, end, False, 4, _blob)
 
 
 def r_nullable_bytes(data, pos, end):
-    return _bytes(data, pos, end, True)
+    return _legacy(data, pos, end, True, 4, _blob)
 
 
 def r_compact_bytes(data, pos, end):
-    return _compact_bytes(data, pos, end, False)
+    return _compact(data, pos, end, False, _blob)
 
 
 def r_compact_nullable_bytes(data, pos, end):
-    return _compact_bytes(data, pos, end, True)
+    return _compact(data, pos, end, True, _blob)
 
 
 def r_array_len(data, pos, end, compact, nullable, min_size):
