@@ -191,16 +191,22 @@ cdef object rd_raw(Cursor* c, Py_ssize_t n):
     c.pos += n
     return rd_raw_at(c, c.pos - n, n)
 
-cdef object _legacy_string(Cursor* c, int nullable):
+cdef long long legacy_len(Cursor* c, int width, int nullable) except -2:
+    """An int16 (strings) or int32 (bytes) length; -1 for null where that is allowed."""
     cdef Py_ssize_t start = c.pos
-    cdef int16_t n = rd_i16(c)
+    cdef long long n = rd_i16(c) if width == 2 else rd_i32(c)
     if n < 0:
         if n == -1:
             if nullable:
-                return None
+                return -1
             raise_null(start)
         raise_bad_length(start, n)
-    return take_str(c, start, n)
+    return n
+
+cdef object _legacy_string(Cursor* c, int nullable):
+    cdef Py_ssize_t start = c.pos
+    cdef long long n = legacy_len(c, 2, nullable)
+    return None if n < 0 else take_str(c, start, n)
 
 cdef object rd_string(Cursor* c):
     return _legacy_string(c, 0)
@@ -216,14 +222,8 @@ cdef object _blob(Cursor* c, Py_ssize_t start, long long n):
 
 cdef object _legacy_bytes(Cursor* c, int nullable):
     cdef Py_ssize_t start = c.pos
-    cdef int32_t n = rd_i32(c)
-    if n < 0:
-        if n == -1:
-            if nullable:
-                return None
-            raise_null(start)
-        raise_bad_length(start, n)
-    return _blob(c, start, n)
+    cdef long long n = legacy_len(c, 4, nullable)
+    return None if n < 0 else _blob(c, start, n)
 
 cdef object _compact_bytes(Cursor* c, int nullable):
     cdef Py_ssize_t start = c.pos
