@@ -107,7 +107,7 @@ def _growth(items, count):
 def _check(impl, names, count, traced_limit, rss_limit):
     items = [item for name in names for item in _items(impl, name)]
     traced, rss = _growth(items, count)
-    print(f"{names}: {count} iterations, traced {traced:+d} B, RSS {rss:+d} B")
+    print(f"{impl.__name__} {names}: {count} iterations, traced {traced:+d} B, RSS {rss:+d} B")
     # A leak of one small object per iteration would be count * ~50 bytes.
     assert traced < traced_limit, f"{names}: {traced} bytes traced after {count} iterations"
     assert rss < rss_limit, f"{names}: RSS grew by {rss} bytes after {count} iterations"
