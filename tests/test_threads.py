@@ -153,3 +153,39 @@ def test_importing_the_extension_keeps_the_gil_off():
     out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code],
                          env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+FIRST_USE = """
+import sys, threading
+sys.path.insert(0, {fuzz!r})
+import differential as D
+import fastkwire._messages_cython as C
+name = "StreamsGroupHeartbeatRequest"
+body = D.PY.StreamsGroupHeartbeatRequest.from_dict(D.full_dict(name, 0)).encode(0)
+modes = ("list", "numpy") if "numpy" in D.ARRAYS else ("list",)
+barrier = threading.Barrier(8)
+results = []
+
+def first_use(mode):
+    barrier.wait()
+    results.append(repr(C.StreamsGroupHeartbeatRequest.decode(body, 0, arrays=mode).to_dict()))
+
+threads = [threading.Thread(target=first_use, args=(modes[i % len(modes)],)) for i in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert len(set(results)) == 1 and len(results) == 8, results
+"""
+
+
+@pytest.mark.skipif(not sysconfig.get_config_var("Py_GIL_DISABLED"),
+                    reason="needs a free-threaded (no-GIL) Python build")
+def test_first_use_from_many_threads_at_once():
+    """Tables the compiled core builds on first use (small ints, numpy dtypes) must come
+    out right when eight threads get there at once, in fresh interpreters, 20 times."""
+    pytest.importorskip("fastkwire._messages_cython")
+    code = FIRST_USE.format(fuzz=str(Path(__file__).resolve().parents[1] / "fuzz"))
+    for _ in range(20):
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
