@@ -11,6 +11,7 @@ The differential tests feed random and mutated frames to both implementations (a
 explain) through fuzz/differential.py, the oracle of the atheris harness.
 """
 import array
+import os
 import re
 import struct
 import sys
@@ -35,6 +36,8 @@ SHORT = re.compile(r"truncated: |count \d+ exceeds the \d+ bytes left")
 
 def _need_compiled():
     if D.CY is None:
+        if os.environ.get("FASTKWIRE_REQUIRE_EXTENSION"):
+            pytest.fail("the compiled extension did not import")
         pytest.skip("compiled extension not built: nothing to compare with")
 
 
