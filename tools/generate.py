@@ -951,19 +951,24 @@ class CyBackend(PyBackend):
             out("cdef int np = 0 if arrays == 'list' else check_arrays(arrays)", 2)
             out("cdef int v = _version(version)", 2)
             out("cdef object o", 2)
+            out("cdef int held = open_input(&c, data, &view)", 2)
+            out("try:", 2)
+            if not whole:
+                out("c.pos = start_at(offset, c.end)", 3)
+            first = True
             for lay, versions in disp:
-                out(f"if {version_test(versions).replace('version', 'v')}:", 2)
-                out("PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)", 3)
-                out("try:", 3)
-                out(f"open_cursor(&c, view.buf, view.len, {0 if whole else 'offset'})", 4)
+                out(f"{'if' if first else 'elif'} {version_test(versions).replace('version', 'v')}:", 3)
+                first = False
                 out(f"o = _rd_{lay.fn}(&c, v, np)", 4)
-                if whole:
-                    out("if c.pos != c.end:", 4)
-                    out("raise _e.trailing(c.pos, c.end - c.pos)", 5)
-                out("finally:", 3)
-                out("PyBuffer_Release(&view)", 4)
-                out("return o" if whole else "return o, c.pos", 3)
-            out(f"raise _e.bad_version({m.name!r}, version, {version_text(m.versions)!r})", 2)
+            out("else:", 3)
+            out(f"raise _e.bad_version({m.name!r}, version, {version_text(m.versions)!r})", 4)
+            if whole:
+                out("if c.pos != c.end:", 3)
+                out("raise _e.trailing(c.pos, c.end - c.pos)", 4)
+            out("finally:", 2)
+            out("if held:", 3)
+            out("PyBuffer_Release(&view)", 4)
+            out("return o" if whole else "return o, c.pos", 2)
             out("", 0)
             out("@classmethod", 1)
         out("def is_flexible(cls, version):", 1)

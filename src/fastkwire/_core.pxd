@@ -4,7 +4,10 @@
 # write checks the room left, so a value changed between the size pass and the write
 # pass raises instead of overflowing.
 from cpython.ref cimport PyObject, Py_DECREF
+from cpython.buffer cimport PyObject_GetBuffer, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MIN, INT64_MAX
 from libc.string cimport memcpy
 
 
@@ -47,6 +50,7 @@ cdef int raise_null_array() except -1
 cdef int raise_not_list(object items) except -1
 cdef long long as_int_slow(object v, int kind) except? -1
 cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, object offset) except -1
+cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1
 cdef int grow(Buf* b, Py_ssize_t need) except -1
 cdef int open_buf(Buf* b, Py_ssize_t capacity) except -1
 cdef int open_fixed(Buf* b, object buffer, Py_buffer* view, Py_ssize_t offset) except -1
@@ -113,6 +117,19 @@ cdef inline void store64(unsigned char* p, uint64_t v) noexcept nogil:
 
 
 # ---- reading
+
+cdef inline int open_input(Cursor* c, object data, Py_buffer* view) except -1:
+    """Point the cursor at all of data's bytes. Returns 1 when it took a buffer view,
+    which the caller must release; bytes are read in place (the caller holds them)."""
+    c.pos = 0
+    if type(data) is bytes:
+        c.buf = <const unsigned char*>PyBytes_AS_STRING(data)
+        c.end = PyBytes_GET_SIZE(data)
+        return 0
+    PyObject_GetBuffer(data, view, PyBUF_SIMPLE)
+    c.buf = <const unsigned char*>view.buf
+    c.end = view.len
+    return 1
 
 cdef inline long long rd_uvarint(Cursor* c) except -1:
     """Unsigned varint of at most 32 bits (5 bytes)."""
@@ -283,7 +300,7 @@ cdef inline int32_t as_i32(object v) except? -1:
     return <int32_t>as_int(v, -2147483648LL, 2147483647LL, 2)
 
 cdef inline int64_t as_i64(object v) except? -1:
-    return <int64_t>as_int(v, -9223372036854775807LL - 1, 9223372036854775807LL, 3)
+    return <int64_t>as_int(v, INT64_MIN, INT64_MAX, 3)
 
 cdef inline uint16_t as_u16(object v) except? 0xFFFF:
     return <uint16_t>as_int(v, 0, 65535, 4)

@@ -81,6 +81,13 @@ cdef long long as_int_slow(object v, int kind) except? -1:
     return _pure._int_value(_KINDS[kind], v)
 
 
+cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1:
+    """decode_from's offset, checked with the pure codec's rules and words."""
+    if type(offset) is not int or not 0 <= offset <= n:
+        _pure.check_offset(offset, n)  # raises
+    return offset
+
+
 cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, object offset) except -1:
     if type(offset) is not int or not 0 <= offset <= n:
         _pure.check_offset(offset, n)  # raises, with the pure codec's words

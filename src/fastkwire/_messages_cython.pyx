@@ -193,23 +193,19 @@ cdef class ApiVersionsRequest:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if 0 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if 0 <= v <= 2:
                 o = _rd_ApiVersionsRequest_0(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if 3 <= v <= 4:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif 3 <= v <= 4:
                 o = _rd_ApiVersionsRequest_1(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('ApiVersionsRequest', version, '0-4')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('ApiVersionsRequest', version, '0-4')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -219,27 +215,20 @@ cdef class ApiVersionsRequest:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if 0 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if 0 <= v <= 2:
                 o = _rd_ApiVersionsRequest_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if 3 <= v <= 4:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif 3 <= v <= 4:
                 o = _rd_ApiVersionsRequest_1(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('ApiVersionsRequest', version, '0-4')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('ApiVersionsRequest', version, '0-4')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
@@ -991,31 +980,21 @@ cdef class ApiVersionsResponse:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if v == 0:
                 o = _rd_ApiVersionsResponse_0(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if 1 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif 1 <= v <= 2:
                 o = _rd_ApiVersionsResponse_1(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if 3 <= v <= 4:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif 3 <= v <= 4:
                 o = _rd_ApiVersionsResponse_2(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('ApiVersionsResponse', version, '0-4')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('ApiVersionsResponse', version, '0-4')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -1025,37 +1004,22 @@ cdef class ApiVersionsResponse:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if v == 0:
                 o = _rd_ApiVersionsResponse_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if 1 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif 1 <= v <= 2:
                 o = _rd_ApiVersionsResponse_1(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if 3 <= v <= 4:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif 3 <= v <= 4:
                 o = _rd_ApiVersionsResponse_2(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('ApiVersionsResponse', version, '0-4')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('ApiVersionsResponse', version, '0-4')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
@@ -1341,39 +1305,23 @@ cdef class FindCoordinatorRequest:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if v == 0:
                 o = _rd_FindCoordinatorRequest_0(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if 1 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif 1 <= v <= 2:
                 o = _rd_FindCoordinatorRequest_1(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if v == 3:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif v == 3:
                 o = _rd_FindCoordinatorRequest_2(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if 4 <= v <= 6:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif 4 <= v <= 6:
                 o = _rd_FindCoordinatorRequest_3(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -1383,47 +1331,24 @@ cdef class FindCoordinatorRequest:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if v == 0:
                 o = _rd_FindCoordinatorRequest_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if 1 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif 1 <= v <= 2:
                 o = _rd_FindCoordinatorRequest_1(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if v == 3:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif v == 3:
                 o = _rd_FindCoordinatorRequest_2(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if 4 <= v <= 6:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif 4 <= v <= 6:
                 o = _rd_FindCoordinatorRequest_3(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
@@ -1895,39 +1820,23 @@ cdef class FindCoordinatorResponse:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if v == 0:
                 o = _rd_FindCoordinatorResponse_0(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if 1 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif 1 <= v <= 2:
                 o = _rd_FindCoordinatorResponse_1(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if v == 3:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif v == 3:
                 o = _rd_FindCoordinatorResponse_2(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if 4 <= v <= 6:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif 4 <= v <= 6:
                 o = _rd_FindCoordinatorResponse_3(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -1937,47 +1846,24 @@ cdef class FindCoordinatorResponse:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if v == 0:
                 o = _rd_FindCoordinatorResponse_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if 1 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif 1 <= v <= 2:
                 o = _rd_FindCoordinatorResponse_1(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if v == 3:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif v == 3:
                 o = _rd_FindCoordinatorResponse_2(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if 4 <= v <= 6:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif 4 <= v <= 6:
                 o = _rd_FindCoordinatorResponse_3(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
@@ -2477,39 +2363,23 @@ cdef class LeaveGroupRequest:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if 0 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if 0 <= v <= 2:
                 o = _rd_LeaveGroupRequest_0(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if v == 3:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif v == 3:
                 o = _rd_LeaveGroupRequest_1(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if v == 4:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif v == 4:
                 o = _rd_LeaveGroupRequest_2(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if v == 5:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif v == 5:
                 o = _rd_LeaveGroupRequest_3(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('LeaveGroupRequest', version, '0-5')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('LeaveGroupRequest', version, '0-5')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -2519,47 +2389,24 @@ cdef class LeaveGroupRequest:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if 0 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if 0 <= v <= 2:
                 o = _rd_LeaveGroupRequest_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if v == 3:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif v == 3:
                 o = _rd_LeaveGroupRequest_1(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if v == 4:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif v == 4:
                 o = _rd_LeaveGroupRequest_2(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if v == 5:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif v == 5:
                 o = _rd_LeaveGroupRequest_3(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('LeaveGroupRequest', version, '0-5')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('LeaveGroupRequest', version, '0-5')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
@@ -3002,39 +2849,23 @@ cdef class LeaveGroupResponse:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if v == 0:
                 o = _rd_LeaveGroupResponse_0(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if 1 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif 1 <= v <= 2:
                 o = _rd_LeaveGroupResponse_1(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if v == 3:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif v == 3:
                 o = _rd_LeaveGroupResponse_2(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if 4 <= v <= 5:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif 4 <= v <= 5:
                 o = _rd_LeaveGroupResponse_3(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('LeaveGroupResponse', version, '0-5')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('LeaveGroupResponse', version, '0-5')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -3044,47 +2875,24 @@ cdef class LeaveGroupResponse:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if v == 0:
                 o = _rd_LeaveGroupResponse_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if 1 <= v <= 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif 1 <= v <= 2:
                 o = _rd_LeaveGroupResponse_1(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if v == 3:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif v == 3:
                 o = _rd_LeaveGroupResponse_2(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if 4 <= v <= 5:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif 4 <= v <= 5:
                 o = _rd_LeaveGroupResponse_3(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('LeaveGroupResponse', version, '0-5')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('LeaveGroupResponse', version, '0-5')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
@@ -3334,31 +3142,21 @@ cdef class RequestHeader:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if v == 0:
                 o = _rd_RequestHeader_0(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if v == 1:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif v == 1:
                 o = _rd_RequestHeader_1(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if v == 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif v == 2:
                 o = _rd_RequestHeader_2(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('RequestHeader', version, '0-2')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('RequestHeader', version, '0-2')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -3368,37 +3166,22 @@ cdef class RequestHeader:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if v == 0:
                 o = _rd_RequestHeader_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if v == 1:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif v == 1:
                 o = _rd_RequestHeader_1(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if v == 2:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif v == 2:
                 o = _rd_RequestHeader_2(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('RequestHeader', version, '0-2')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('RequestHeader', version, '0-2')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
@@ -3569,23 +3352,19 @@ cdef class ResponseHeader:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if v == 0:
                 o = _rd_ResponseHeader_0(&c, v, np)
-            finally:
-                PyBuffer_Release(&view)
-            return o, c.pos
-        if v == 1:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+            elif v == 1:
                 o = _rd_ResponseHeader_1(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('ResponseHeader', version, '0-1')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('ResponseHeader', version, '0-1')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -3595,27 +3374,20 @@ cdef class ResponseHeader:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if v == 0:
                 o = _rd_ResponseHeader_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
-                PyBuffer_Release(&view)
-            return o
-        if v == 1:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+            elif v == 1:
                 o = _rd_ResponseHeader_1(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('ResponseHeader', version, '0-1')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('ResponseHeader', version, '0-1')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
@@ -4799,15 +4571,17 @@ cdef class StreamsGroupHeartbeatRequest:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if v == 0:
                 o = _rd_StreamsGroupHeartbeatRequest_0(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -4817,17 +4591,18 @@ cdef class StreamsGroupHeartbeatRequest:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if v == 0:
                 o = _rd_StreamsGroupHeartbeatRequest_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
@@ -5592,15 +5367,17 @@ cdef class StreamsGroupHeartbeatResponse:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, offset)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            if v == 0:
                 o = _rd_StreamsGroupHeartbeatResponse_0(&c, v, np)
-            finally:
+            else:
+                raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o, c.pos
-        raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
+        return o, c.pos
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -5610,17 +5387,18 @@ cdef class StreamsGroupHeartbeatResponse:
         cdef int np = 0 if arrays == 'list' else check_arrays(arrays)
         cdef int v = _version(version)
         cdef object o
-        if v == 0:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            try:
-                open_cursor(&c, view.buf, view.len, 0)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            if v == 0:
                 o = _rd_StreamsGroupHeartbeatResponse_0(&c, v, np)
-                if c.pos != c.end:
-                    raise _e.trailing(c.pos, c.end - c.pos)
-            finally:
+            else:
+                raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-            return o
-        raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
+        return o
 
     @classmethod
     def is_flexible(cls, version):
