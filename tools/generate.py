@@ -463,7 +463,7 @@ class PyBackend:
             # leaves pos at the string, where the struct's handler reports it.
             fn = py_string_fn("string", op)
             out(f"if pos < {end} and 0 < (_b := data[pos]) < 0x80 and pos + _b <= {end}:", ind)
-            out(f"{target} = str(data[pos + 1:pos + _b], 'utf-8')", ind + 1)
+            out(f"{target} = data[pos + 1:pos + _b].decode()", ind + 1)
             out("pos += _b", ind + 1)
             out("else:", ind)
             out(f"{target}, pos = r_{fn}(data, pos, {end})", ind + 1)

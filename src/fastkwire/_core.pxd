@@ -6,6 +6,8 @@
 from cpython.ref cimport PyObject, Py_DECREF
 from cpython.buffer cimport PyObject_GetBuffer, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdint cimport INT64_MIN, INT64_MAX
 from libc.string cimport memcpy
@@ -405,6 +407,12 @@ cdef inline Py_ssize_t wr_array_len(Buf* b, object items, int compact, int nulla
 cdef inline object item_at(object items, Py_ssize_t i, Py_ssize_t n):
     """Element i of an array whose count n is already written; the array must not have
     changed size since (a callback during encoding can change it)."""
+    if type(items) is list:
+        if PyList_GET_SIZE(items) != n:
+            raise_changed()
+        return <object>PyList_GET_ITEM(items, i)
+    if type(items) is tuple:
+        return <object>PyTuple_GET_ITEM(items, i)  # immutable: its size is n
     if len(items) != n:
         raise_changed()
     return items[i]

@@ -152,13 +152,13 @@ def _r_ApiVersionsRequest_1(data, pos, end, v, arrays):
     try:
         _f = 'client_software_name'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.client_software_name = str(data[pos + 1:pos + _b], 'utf-8')
+            o.client_software_name = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.client_software_name, pos = r_compact_string(data, pos, end)
         _f = 'client_software_version'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.client_software_version = str(data[pos + 1:pos + _b], 'utf-8')
+            o.client_software_version = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.client_software_version, pos = r_compact_string(data, pos, end)
@@ -514,7 +514,7 @@ def _r_ApiVersionsResponse_SupportedFeatureKey_0(data, pos, end, v, arrays):
     try:
         _f = 'name'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.name = str(data[pos + 1:pos + _b], 'utf-8')
+            o.name = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.name, pos = r_compact_string(data, pos, end)
@@ -557,7 +557,7 @@ def _r_ApiVersionsResponse_FinalizedFeatureKey_0(data, pos, end, v, arrays):
     try:
         _f = 'name'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.name = str(data[pos + 1:pos + _b], 'utf-8')
+            o.name = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.name, pos = r_compact_string(data, pos, end)
@@ -1042,7 +1042,7 @@ def _r_FindCoordinatorRequest_2(data, pos, end, v, arrays):
     try:
         _f = 'key'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.key = str(data[pos + 1:pos + _b], 'utf-8')
+            o.key = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.key, pos = r_compact_string(data, pos, end)
@@ -1290,7 +1290,7 @@ def _r_FindCoordinatorResponse_Coordinator_0(data, pos, end, v, arrays):
     try:
         _f = 'key'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.key = str(data[pos + 1:pos + _b], 'utf-8')
+            o.key = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.key, pos = r_compact_string(data, pos, end)
@@ -1298,7 +1298,7 @@ def _r_FindCoordinatorResponse_Coordinator_0(data, pos, end, v, arrays):
         o.node_id, pos = r_int32(data, pos, end)
         _f = 'host'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.host = str(data[pos + 1:pos + _b], 'utf-8')
+            o.host = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.host, pos = r_compact_string(data, pos, end)
@@ -1308,7 +1308,7 @@ def _r_FindCoordinatorResponse_Coordinator_0(data, pos, end, v, arrays):
         o.error_code, pos = r_int16(data, pos, end)
         _f = 'error_message'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.error_message = str(data[pos + 1:pos + _b], 'utf-8')
+            o.error_message = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.error_message, pos = r_compact_nullable_string(data, pos, end)
@@ -1445,7 +1445,7 @@ def _r_FindCoordinatorResponse_2(data, pos, end, v, arrays):
         o.error_code, pos = r_int16(data, pos, end)
         _f = 'error_message'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.error_message = str(data[pos + 1:pos + _b], 'utf-8')
+            o.error_message = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.error_message, pos = r_compact_nullable_string(data, pos, end)
@@ -1453,7 +1453,7 @@ def _r_FindCoordinatorResponse_2(data, pos, end, v, arrays):
         o.node_id, pos = r_int32(data, pos, end)
         _f = 'host'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.host = str(data[pos + 1:pos + _b], 'utf-8')
+            o.host = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.host, pos = r_compact_string(data, pos, end)
@@ -1746,13 +1746,13 @@ def _r_LeaveGroupRequest_MemberIdentity_1(data, pos, end, v, arrays):
     try:
         _f = 'member_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.member_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.member_id, pos = r_compact_string(data, pos, end)
         _f = 'group_instance_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.group_instance_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.group_instance_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
@@ -1792,19 +1792,19 @@ def _r_LeaveGroupRequest_MemberIdentity_2(data, pos, end, v, arrays):
     try:
         _f = 'member_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.member_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.member_id, pos = r_compact_string(data, pos, end)
         _f = 'group_instance_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.group_instance_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.group_instance_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
         _f = 'reason'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.reason = str(data[pos + 1:pos + _b], 'utf-8')
+            o.reason = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.reason, pos = r_compact_nullable_string(data, pos, end)
@@ -1935,7 +1935,7 @@ def _r_LeaveGroupRequest_2(data, pos, end, v, arrays):
     try:
         _f = 'group_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.group_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.group_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.group_id, pos = r_compact_string(data, pos, end)
@@ -1999,7 +1999,7 @@ def _r_LeaveGroupRequest_3(data, pos, end, v, arrays):
     try:
         _f = 'group_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.group_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.group_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.group_id, pos = r_compact_string(data, pos, end)
@@ -2239,13 +2239,13 @@ def _r_LeaveGroupResponse_MemberResponse_1(data, pos, end, v, arrays):
     try:
         _f = 'member_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.member_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.member_id, pos = r_compact_string(data, pos, end)
         _f = 'group_instance_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.group_instance_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.group_instance_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.group_instance_id, pos = r_compact_nullable_string(data, pos, end)
@@ -3300,13 +3300,13 @@ def _r_StreamsGroupHeartbeatRequest_KeyValue_0(data, pos, end, v, arrays):
     try:
         _f = 'key'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.key = str(data[pos + 1:pos + _b], 'utf-8')
+            o.key = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.key, pos = r_compact_string(data, pos, end)
         _f = 'value'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.value = str(data[pos + 1:pos + _b], 'utf-8')
+            o.value = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.value, pos = r_compact_string(data, pos, end)
@@ -3357,7 +3357,7 @@ def _r_StreamsGroupHeartbeatRequest_TopicInfo_0(data, pos, end, v, arrays):
     try:
         _f = 'name'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.name = str(data[pos + 1:pos + _b], 'utf-8')
+            o.name = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.name, pos = r_compact_string(data, pos, end)
@@ -3412,7 +3412,7 @@ def _r_StreamsGroupHeartbeatRequest_Endpoint_0(data, pos, end, v, arrays):
     try:
         _f = 'host'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.host = str(data[pos + 1:pos + _b], 'utf-8')
+            o.host = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.host, pos = r_compact_string(data, pos, end)
@@ -3453,7 +3453,7 @@ def _r_StreamsGroupHeartbeatRequest_TaskOffset_0(data, pos, end, v, arrays):
     try:
         _f = 'subtopology_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.subtopology_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.subtopology_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.subtopology_id, pos = r_compact_string(data, pos, end)
@@ -3494,7 +3494,7 @@ def _r_StreamsGroupHeartbeatRequest_TaskIds_0(data, pos, end, v, arrays):
     try:
         _f = 'subtopology_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.subtopology_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.subtopology_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.subtopology_id, pos = r_compact_string(data, pos, end)
@@ -3612,7 +3612,7 @@ def _r_StreamsGroupHeartbeatRequest_Subtopology_0(data, pos, end, v, arrays):
     try:
         _f = 'subtopology_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.subtopology_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.subtopology_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.subtopology_id, pos = r_compact_string(data, pos, end)
@@ -3864,13 +3864,13 @@ def _r_StreamsGroupHeartbeatRequest_0(data, pos, end, v, arrays):
     try:
         _f = 'group_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.group_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.group_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.group_id, pos = r_compact_string(data, pos, end)
         _f = 'member_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.member_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.member_id, pos = r_compact_string(data, pos, end)
@@ -3880,13 +3880,13 @@ def _r_StreamsGroupHeartbeatRequest_0(data, pos, end, v, arrays):
         o.endpoint_information_epoch, pos = r_int32(data, pos, end)
         _f = 'instance_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.instance_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.instance_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.instance_id, pos = r_compact_nullable_string(data, pos, end)
         _f = 'rack_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.rack_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.rack_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.rack_id, pos = r_compact_nullable_string(data, pos, end)
@@ -3942,7 +3942,7 @@ def _r_StreamsGroupHeartbeatRequest_0(data, pos, end, v, arrays):
             o.warmup_tasks = _items
         _f = 'process_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.process_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.process_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.process_id, pos = r_compact_nullable_string(data, pos, end)
@@ -4371,7 +4371,7 @@ def _r_StreamsGroupHeartbeatResponse_Status_0(data, pos, end, v, arrays):
         o.status_code, pos = r_int8(data, pos, end)
         _f = 'status_detail'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.status_detail = str(data[pos + 1:pos + _b], 'utf-8')
+            o.status_detail = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.status_detail, pos = r_compact_string(data, pos, end)
@@ -4408,7 +4408,7 @@ def _r_StreamsGroupHeartbeatResponse_TopicPartition_0(data, pos, end, v, arrays)
     try:
         _f = 'topic'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.topic = str(data[pos + 1:pos + _b], 'utf-8')
+            o.topic = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.topic, pos = r_compact_string(data, pos, end)
@@ -4447,7 +4447,7 @@ def _r_StreamsGroupHeartbeatResponse_TaskIds_0(data, pos, end, v, arrays):
     try:
         _f = 'subtopology_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.subtopology_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.subtopology_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.subtopology_id, pos = r_compact_string(data, pos, end)
@@ -4486,7 +4486,7 @@ def _r_StreamsGroupHeartbeatResponse_Endpoint_0(data, pos, end, v, arrays):
     try:
         _f = 'host'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.host = str(data[pos + 1:pos + _b], 'utf-8')
+            o.host = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.host, pos = r_compact_string(data, pos, end)
@@ -4689,13 +4689,13 @@ def _r_StreamsGroupHeartbeatResponse_0(data, pos, end, v, arrays):
         o.error_code, pos = r_int16(data, pos, end)
         _f = 'error_message'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.error_message = str(data[pos + 1:pos + _b], 'utf-8')
+            o.error_message = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.error_message, pos = r_compact_nullable_string(data, pos, end)
         _f = 'member_id'
         if pos < end and 0 < (_b := data[pos]) < 0x80 and pos + _b <= end:
-            o.member_id = str(data[pos + 1:pos + _b], 'utf-8')
+            o.member_id = data[pos + 1:pos + _b].decode()
             pos += _b
         else:
             o.member_id, pos = r_compact_string(data, pos, end)

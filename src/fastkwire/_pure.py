@@ -353,7 +353,7 @@ def _short_text(data, pos, end):
         n = data[pos]
         if 0 < n < 0x80 and pos + n <= end:
             try:
-                return str(data[pos + 1:pos + n], "utf-8"), pos + n
+                return data[pos + 1:pos + n].decode(), pos + n
             except UnicodeDecodeError:
                 raise _e.invalid_utf8(pos) from None
     return None
@@ -638,11 +638,11 @@ def check_arrays(arrays):
 
 
 def byte_view(data):
-    """The input as bytes (a memoryview of unsigned bytes for any other buffer, whatever
-    its item format or shape), so that lengths and offsets count bytes."""
+    """The input as bytes, whatever buffer it came in (one copy for anything but bytes),
+    so that lengths and offsets count bytes and slices have .decode()."""
     if type(data) is bytes:
         return data
-    return memoryview(data).cast("B")
+    return memoryview(data).cast("B").tobytes()
 
 
 def check_version(version):
@@ -718,7 +718,8 @@ def encode(type_name, value):
 
 def decode(type_name, data, offset=0):
     check_type_name(type_name)
-    end = len(memoryview(data).cast("B"))
+    data = byte_view(data)
+    end = len(data)
     check_offset(offset, end)
     if type_name == "tagged_fields":
         return r_unknown_tags(data, offset, end)
