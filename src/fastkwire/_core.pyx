@@ -640,6 +640,7 @@ cdef Py_ssize_t put_ints(unsigned char* out, IntBuf* b, int width) noexcept nogi
 cdef int wr_int_array(Buf* b, object items, int width, int compact, int nullable) except -1:
     cdef Py_ssize_t i = 0, n
     cdef unsigned char* p
+    cdef int64_t x
     if items is None:
         wr_array_len(b, None, compact, nullable)
         return 0
@@ -650,19 +651,45 @@ cdef int wr_int_array(Buf* b, object items, int width, int compact, int nullable
     n = wr_array_len(b, items, compact, nullable)
     p = room(b, n * width)
     try:
-        if width == 4:
-            for i in range(n):
-                store32(p + 4 * i, <uint32_t>as_i32(item_at(items, i, n)))
-        elif width == 2:
-            for i in range(n):
-                store16(p + 2 * i, <uint16_t>as_i16(item_at(items, i, n)))
-        else:
-            for i in range(n):
-                store64(p + 8 * i, <uint64_t>as_i64(item_at(items, i, n)))
-    except EncodeError as x:
-        raise x.with_prefix(f"[{i}]") from None
+        for i in range(n):
+            x = _plain_int(items, i, n, width)
+            if x == INT64_MIN:  # not an exact int in range: the careful conversion
+                item = item_at(items, i, n)
+                x = as_i32(item) if width == 4 else as_i16(item) if width == 2 else as_i64(item)
+            if width == 4:
+                store32(p + 4 * i, <uint32_t>x)
+            elif width == 2:
+                store16(p + 2 * i, <uint16_t>x)
+            else:
+                store64(p + 8 * i, <uint64_t>x)
+    except EncodeError as err:
+        raise err.with_prefix(f"[{i}]") from None
     b.p = p + n * width
     return 0
+
+
+cdef extern from "Python.h":
+    PyObject* _list_item "PyList_GET_ITEM"(object items, Py_ssize_t i)
+    long long _as_long_long "PyLong_AsLongLongAndOverflow"(PyObject* o, int* overflow)
+    bint _is_exact_int "PyLong_CheckExact"(PyObject* o)
+
+cdef inline int64_t _plain_int(object items, Py_ssize_t i, Py_ssize_t n, int width) noexcept:
+    """Item i of a list, without reference counting, when it is an exact int that fits;
+    else INT64_MIN (as is INT64_MIN itself, which then merely takes the careful way)."""
+    cdef PyObject* it
+    cdef int overflow = 0
+    cdef long long x
+    if type(items) is not list or PyList_GET_SIZE(items) != n:
+        return INT64_MIN
+    it = _list_item(items, i)
+    if not _is_exact_int(it):
+        return INT64_MIN
+    x = _as_long_long(it, &overflow)
+    if overflow or x == INT64_MIN:
+        return INT64_MIN
+    if (width == 4 and not -2147483648 <= x <= 2147483647) or (width == 2 and not -32768 <= x <= 32767):
+        return INT64_MIN
+    return x
 
 
 cdef int _wr_int_buffer(Buf* b, object items, int width, int compact) except -1:
