@@ -6,6 +6,7 @@ The inline hot paths are in _core.pxd; this module holds the cold paths (errors,
 tagged fields, numpy) and the Python-level `encode(type, value)` / `decode(type, data)`
 that the primitive test vectors exercise.
 """
+import threading as _threading
 import uuid as _uuid
 
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyObject_CheckBuffer,
@@ -257,6 +258,8 @@ cdef object rd_compact_nullable_bytes(Cursor* c):
 # ---- numpy arrays, without a compile-time dependency on numpy: numpy is imported on
 # first use and arrays are filled through the buffer protocol.
 
+# Tables built on first use, once, under this lock.
+cdef object _init_lock = _threading.Lock()
 cdef object _numpy = None
 cdef tuple _native = None  # int16, int32, int64 in native order
 cdef tuple _wire = None    # the same, big-endian
@@ -267,10 +270,12 @@ cdef int dtype_index(int width) noexcept:
 cdef object numpy_module():
     global _numpy, _native, _wire
     if _numpy is None:
-        import numpy
-        _native = (numpy.dtype("i2"), numpy.dtype("i4"), numpy.dtype("i8"))
-        _wire = (numpy.dtype(">i2"), numpy.dtype(">i4"), numpy.dtype(">i8"))
-        _numpy = numpy
+        with _init_lock:  # set once: a replaced global could be freed under a reader
+            if _numpy is None:
+                import numpy
+                _native = (numpy.dtype("i2"), numpy.dtype("i4"), numpy.dtype("i8"))
+                _wire = (numpy.dtype(">i2"), numpy.dtype(">i4"), numpy.dtype(">i8"))
+                _numpy = numpy
     return _numpy
 
 
@@ -304,7 +309,9 @@ cdef list _small_ints = None
 
 cdef int _make_small_ints() except -1:
     global _small_ints
-    _small_ints = list(range(SMALL_INTS))
+    with _init_lock:  # built once, never replaced (threads without the GIL read it)
+        if _small_ints is None:
+            _small_ints = list(range(SMALL_INTS))
     return 0
 
 
