@@ -136,6 +136,10 @@ def _run(parser, argv):
     except KeyboardInterrupt:
         print(f"{args.prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as other command-line tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except Exception as exc:  # noqa: BLE001 - a command line prints errors, not tracebacks
         if os.environ.get("FASTKWIRE_DEBUG"):
             raise
