@@ -138,13 +138,6 @@ class Layouts:
             out.extend(self.by_struct.get(name, {}).values())
         return out
 
-    def final(self, layout):
-        """The layout with the full list of versions that share it."""
-        for lay in self.by_struct[layout.struct.name].values():
-            if lay.ident == layout.ident:
-                return lay
-        raise KeyError(layout)
-
 
 def version_text(vs):
     if vs.high >= 1 << 15:
@@ -999,9 +992,7 @@ def generate_cython(messages):
     out("# cython: language_level=3, wraparound=False")
     out("# cython: freethreading_compatible=True, auto_pickle=False")
     out('"""Compiled message codecs (twin of _messages_python.py)."""')
-    out("from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, "
-        "PyBUF_WRITABLE, PyBUF_C_CONTIGUOUS")
-    out("from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING")
+    out("from cpython.buffer cimport PyBuffer_Release")
     out("cimport cython")
     out("from fastkwire._core cimport *")
     out("")

@@ -51,7 +51,6 @@ cdef int raise_string_length(Py_ssize_t n) except -1
 cdef int raise_null_array() except -1
 cdef int raise_not_list(object items) except -1
 cdef long long as_int_slow(object v, int kind) except? -1
-cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, object offset) except -1
 cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1
 cdef int grow(Buf* b, Py_ssize_t need) except -1
 cdef int open_buf(Buf* b, Py_ssize_t capacity) except -1

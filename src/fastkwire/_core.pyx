@@ -89,15 +89,6 @@ cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1:
     return offset
 
 
-cdef int open_cursor(Cursor* c, void* buf, Py_ssize_t n, object offset) except -1:
-    if type(offset) is not int or not 0 <= offset <= n:
-        _pure.check_offset(offset, n)  # raises, with the pure codec's words
-    c.buf = <const unsigned char*>buf
-    c.pos = offset
-    c.end = n
-    return 0
-
-
 # ---------------------------------------------------------------- output buffers
 
 cdef extern from "Python.h":
@@ -947,10 +938,11 @@ def decode(str type_name, data, offset=0):
     _pure.check_type_name(type_name)
     cdef Py_buffer view
     cdef Cursor c
-    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    cdef int held = open_input(&c, data, &view)
     try:
-        open_cursor(&c, view.buf, view.len, offset)
+        c.pos = start_at(offset, c.end)
         value = _read(type_name, &c)
     finally:
-        PyBuffer_Release(&view)
+        if held:
+            PyBuffer_Release(&view)
     return value, c.pos

@@ -2,8 +2,7 @@
 # cython: language_level=3, wraparound=False
 # cython: freethreading_compatible=True, auto_pickle=False
 """Compiled message codecs (twin of _messages_python.py)."""
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_C_CONTIGUOUS
-from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.buffer cimport PyBuffer_Release
 cimport cython
 from fastkwire._core cimport *
 
