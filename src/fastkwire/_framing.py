@@ -3,7 +3,7 @@ import struct
 
 from . import errors as _e
 from ._pure import byte_view
-from .errors import DecodeError, UnsupportedVersionError
+from .errors import DecodeError
 
 _SIZE = struct.Struct(">i")
 _API_VERSIONS = 18
@@ -27,6 +27,14 @@ def _check_size(frame):
     size = _SIZE.unpack_from(frame, 0)[0]
     if size != n - 4:
         raise DecodeError(f"frame size {size} does not match the {n - 4} bytes that follow", 0)
+
+
+def _body(cls, frame, version, pos):
+    """The message after the header; it must end where the frame does."""
+    msg, end = cls.decode_from(frame, version, pos)
+    if end != len(frame):
+        raise _e.trailing(end, len(frame) - end)
+    return msg
 
 
 def _frame(*parts):
@@ -55,13 +63,9 @@ def bind(RequestHeader, ResponseHeader, requests, responses):
         if cls is None:
             raise DecodeError(f"unknown API key {api_key}", 4)
         if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
-            raise UnsupportedVersionError(
-                f"{cls.__name__} has versions {cls.MIN_VERSION}-{cls.MAX_VERSION}, not {version}")
+            raise _e.bad_version(cls.__name__, version, f"{cls.MIN_VERSION}-{cls.MAX_VERSION}")
         header, pos = RequestHeader.decode_from(frame, request_header_version(cls, version), 4)
-        msg, end = cls.decode_from(frame, version, pos)
-        if end != len(frame):
-            raise _e.trailing(end, len(frame) - end)
-        return header, msg
+        return header, _body(cls, frame, version, pos)
 
     def encode_response(msg, version, correlation_id):
         cls = type(msg)
@@ -78,9 +82,6 @@ def bind(RequestHeader, ResponseHeader, requests, responses):
         if cls is None:
             raise ValueError(f"unknown API key {api_key}")
         header, pos = ResponseHeader.decode_from(frame, response_header_version(cls, version), 4)
-        msg, end = cls.decode_from(frame, version, pos)
-        if end != len(frame):
-            raise _e.trailing(end, len(frame) - end)
-        return header, msg
+        return header, _body(cls, frame, version, pos)
 
     return encode_request, decode_request, encode_response, decode_response

@@ -120,10 +120,20 @@ def _utf8(s):
     return b
 
 
+def _put_legacy(out, raw, width):
+    """raw behind an int16 (strings) or int32 (bytes) length."""
+    out += _S["int16" if width == 2 else "int32"].pack(len(raw))
+    out += raw
+
+
+def _put_compact(out, raw):
+    """raw behind an unsigned varint length + 1."""
+    w_uvarint(out, len(raw) + 1)
+    out += raw
+
+
 def w_string(out, s):
-    b = _utf8(s)
-    out += _S["int16"].pack(len(b))
-    out += b
+    _put_legacy(out, _utf8(s), 2)
 
 
 def w_nullable_string(out, s):
@@ -134,9 +144,7 @@ def w_nullable_string(out, s):
 
 
 def w_compact_string(out, s):
-    b = _utf8(s)
-    w_uvarint(out, len(b) + 1)
-    out += b
+    _put_compact(out, _utf8(s))
 
 
 def w_compact_nullable_string(out, s):
@@ -153,9 +161,7 @@ def _raw(b):
 
 
 def w_bytes(out, b):
-    b = _raw(b)
-    out += _S["int32"].pack(len(b))
-    out += b
+    _put_legacy(out, _raw(b), 4)
 
 
 def w_nullable_bytes(out, b):
@@ -166,9 +172,7 @@ def w_nullable_bytes(out, b):
 
 
 def w_compact_bytes(out, b):
-    b = _raw(b)
-    w_uvarint(out, len(b) + 1)
-    out += b
+    _put_compact(out, _raw(b))
 
 
 def w_compact_nullable_bytes(out, b):
