@@ -217,9 +217,18 @@ def test_unknown_tags_survive_in_nested_structs(impl):
 
 
 def test_unknown_tag_cannot_shadow_a_known_one(impl):
-    r = impl.ApiVersionsResponse(finalized_features_epoch=3, unknown_tagged_fields={1: b"x"})
+    # Written beside the known field, or instead of it while the field is at its default,
+    # the tag would decode as the known field: refused when set and when encoded.
     with pytest.raises(EncodeError, match="known field"):
-        r.encode(3)
+        impl.ApiVersionsResponse(finalized_features_epoch=3, unknown_tagged_fields={1: b"x"})
+    r = impl.ApiVersionsResponse()
+    with pytest.raises(EncodeError, match="known field"):
+        r.unknown_tagged_fields = {1: b"x"}
+    r.unknown_tagged_fields[1] = b"\0" * 8  # the dict itself can still be changed
+    for epoch in (3, -1):
+        r.finalized_features_epoch = epoch
+        with pytest.raises(EncodeError, match="known field"):
+            r.encode(3)
 
 
 def test_encode_into(impl):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ["_core", "_messages_cython"]
+MODULES = ["_core", "_engine"]
 FALLBACK_MESSAGE = "installing the pure-Python implementation only"
 
 

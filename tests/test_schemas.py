@@ -33,7 +33,7 @@ KINDS = {"request", "response", "header"}
 MESSAGE_KEYS = {"name", "kind", "api_key", "versions", "flexible", "doc", "fields", "structs"}
 FIELD_REQUIRED = {"name", "type", "versions", "doc"}
 FIELD_KEYS = FIELD_REQUIRED | {
-    "nullable", "default", "ignorable", "tag", "tagged", "flexible", "fields",
+    "nullable", "default", "ignorable", "tag", "tagged", "flexible", "fields", "columns",
 }
 STRUCT_NAME = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 FIELD_NAME = re.compile(r"^[A-Z][A-Za-z0-9]*$")

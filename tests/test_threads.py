@@ -130,13 +130,13 @@ def test_message_changed_during_encode_is_an_encode_error(impl, change):
 
 # ---------------------------------------------------------------- free-threading
 
-EXTENSIONS = ["fastkwire._core", "fastkwire._messages_cython"]
+EXTENSIONS = ["fastkwire._core", "fastkwire._engine"]
 
 
 def test_pyx_sources_declare_freethreading_compatible():
     """Cython turns this directive into the Py_mod_gil slot (Py_MOD_GIL_NOT_USED) of each
     module; it emits the slot on free-threaded builds only, where it means something."""
-    for name in ("_core.pyx", "_messages_cython.pyx"):
+    for name in ("_core.pyx", "_engine.pyx"):
         directives = [line for line in (SRC / name).read_text().splitlines()[:5]
                       if line.startswith("# cython:")]
         assert any(re.search(r"\bfreethreading_compatible=True\b", d) for d in directives), name

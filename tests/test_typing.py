@@ -16,7 +16,7 @@ EXAMPLE = ROOT / "examples" / "typed_usage.py"
 # Cython artefacts no stub should spell out: slot-wrapper __init__ signatures and the
 # pickling helpers Cython adds to cdef classes.
 CYTHON_ALLOWLIST = r"""
-fastkwire\._messages_cython\.\w+\.__init__
+
 fastkwire\._messages_cython\.\w+\.__reduce_cython__
 fastkwire\._messages_cython\.\w+\.__setstate_cython__
 fastkwire\._messages_cython\.\w+

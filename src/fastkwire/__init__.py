@@ -1,28 +1,49 @@
 """fastkwire: a fast Kafka wire-protocol codec.
 
 The compiled core is used when it is importable; FASTKWIRE_PURE=1 forces the pure-Python
-implementation. `fastkwire.implementation` says which one is running.
+implementation. `fastkwire.implementation` says which one is running. Message classes
+(`fastkwire.LeaveGroupRequest`, ...) are built the first time they are used.
 """
 import os as _os
 
 from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
 if _os.environ.get("FASTKWIRE_PURE", "") not in ("", "0"):
-    from ._messages_python import *  # noqa: F403
-    from ._messages_python import __all__ as _names
+    from . import _messages_python as _messages
     implementation = "python"
 else:
     try:
-        from ._messages_cython import *  # noqa: F403
-        from ._messages_cython import __all__ as _names
+        from . import _messages_cython as _messages
         implementation = "cython"
     except ImportError:
-        from ._messages_python import *  # noqa: F403
-        from ._messages_python import __all__ as _names
+        from . import _messages_python as _messages
         implementation = "python"
 
+REQUEST_CLASSES = _messages.REQUEST_CLASSES
+RESPONSE_CLASSES = _messages.RESPONSE_CLASSES
+encode_request = _messages.encode_request
+decode_request = _messages.decode_request
+encode_response = _messages.encode_response
+decode_response = _messages.decode_response
+
 from .columns import TaskOffsetColumns  # noqa: E402
-from .explain import explain  # noqa: E402 - after the codecs it describes
 
 __version__ = "0.1.0"
-__all__ = list(_names) + ["TaskOffsetColumns", "explain", "implementation", "__version__"]
+__all__ = list(_messages.__all__) + [
+    "DecodeError", "EncodeError", "UnsupportedVersionError", "TaskOffsetColumns", "explain",
+    "implementation", "__version__",
+]
+
+
+def __getattr__(name):
+    if name == "explain":  # imported on first use: explain loads every schema it shows
+        from .explain import explain
+        globals()["explain"] = explain  # the import bound the submodule under this name
+        return explain
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(_messages, name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

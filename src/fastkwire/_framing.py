@@ -41,14 +41,15 @@ def _frame(*parts):
     return _SIZE.pack(sum(len(p) for p in parts)) + b"".join(parts)
 
 
-def bind(RequestHeader, ResponseHeader, requests, responses):
-    """Framing functions for one implementation's classes."""
+def bind(header_class, requests, responses):
+    """Framing functions for one implementation's classes; header_class(name) gives
+    its RequestHeader or ResponseHeader class."""
 
     def encode_request(msg, version, correlation_id, client_id=""):
         cls = type(msg)
         if cls.KIND != "request":
             raise TypeError(f"{cls.__name__} is not a request")
-        header = RequestHeader(request_api_key=cls.API_KEY, request_api_version=version,
+        header = header_class("RequestHeader")(request_api_key=cls.API_KEY, request_api_version=version,
                                correlation_id=correlation_id, client_id=client_id)
         body = msg.encode(version)
         return _frame(header.encode(request_header_version(cls, version)), body)
@@ -64,14 +65,14 @@ def bind(RequestHeader, ResponseHeader, requests, responses):
             raise DecodeError(f"unknown API key {api_key}", 4)
         if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
             raise _e.bad_version(cls.__name__, version, f"{cls.MIN_VERSION}-{cls.MAX_VERSION}")
-        header, pos = RequestHeader.decode_from(frame, request_header_version(cls, version), 4)
+        header, pos = header_class("RequestHeader").decode_from(frame, request_header_version(cls, version), 4)
         return header, _body(cls, frame, version, pos)
 
     def encode_response(msg, version, correlation_id):
         cls = type(msg)
         if cls.KIND != "response":
             raise TypeError(f"{cls.__name__} is not a response")
-        header = ResponseHeader(correlation_id=correlation_id)
+        header = header_class("ResponseHeader")(correlation_id=correlation_id)
         body = msg.encode(version)
         return _frame(header.encode(response_header_version(cls, version)), body)
 
@@ -81,7 +82,7 @@ def bind(RequestHeader, ResponseHeader, requests, responses):
         cls = responses.get(api_key)
         if cls is None:
             raise ValueError(f"unknown API key {api_key}")
-        header, pos = ResponseHeader.decode_from(frame, response_header_version(cls, version), 4)
+        header, pos = header_class("ResponseHeader").decode_from(frame, response_header_version(cls, version), 4)
         return header, _body(cls, frame, version, pos)
 
     return encode_request, decode_request, encode_response, decode_response

@@ -1,11 +1,12 @@
 """Load the schema definitions (src/fastkwire/schemas/*.json) into a small model.
 
-Used by the code generator (tools/generate.py) and by `explain`; nothing on the hot path.
+Read by the wire layouts (`_layout`), both engines, `explain` and the stub tool; nothing on the hot path.
 """
 from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +17,7 @@ PRIMITIVES = {
     "int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool", "uuid",
     "string", "bytes", "records",
 }
+NULL_UUID = uuid.UUID(int=0)
 # Fixed wire widths, used for the "count fits in the bytes left" checks too.
 FIXED_WIDTH = {
     "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4,
@@ -64,6 +66,7 @@ class Field:
     flexible_override: Versions | None
     doc: str
     struct: "Struct | None" = None   # for struct or []struct types
+    columns: str | None = None       # []struct fields with a columnar form (arrays="numpy")
 
     @property
     def py_name(self) -> str:
@@ -106,7 +109,7 @@ class Field:
         if t in ("bytes", "records"):
             return b""
         if t == "uuid":
-            return "00000000-0000-0000-0000-000000000000"
+            return NULL_UUID
         if t == "float64":
             return 0.0
         return 0
@@ -145,6 +148,8 @@ def _parse_default(raw, ftype):
         return float(raw)
     if ftype == "bool":
         return raw if isinstance(raw, bool) else str(raw).lower() == "true"
+    if ftype == "uuid":
+        return uuid.UUID(raw)
     return raw
 
 
@@ -163,6 +168,7 @@ def _build(message_name: str, raw_fields, shared: dict, out: list, struct_name: 
             tagged=Versions.parse(rf.get("tagged")),
             flexible_override=Versions.parse(rf["flexible"]) if "flexible" in rf else None,
             doc=rf.get("doc", ""),
+            columns=rf.get("columns"),
         )
         elem = f.element_type
         if "fields" in rf:
@@ -198,9 +204,21 @@ def load(name: str) -> Message:
     )
 
 
+@lru_cache(maxsize=None)
 def all_names() -> list[str]:
-    return sorted(p.stem for p in SCHEMA_DIR.glob("*.json"))
+    return tuple(sorted(p.stem for p in SCHEMA_DIR.glob("*.json")))
 
 
 def all_messages() -> list[Message]:
     return [load(n) for n in all_names()]
+
+
+@lru_cache(maxsize=None)
+def api_index(kind: str) -> dict[int, str]:
+    """api_key -> message name, for requests or responses."""
+    out = {}
+    for name in all_names():
+        raw = json.loads((SCHEMA_DIR / f"{name}.json").read_text())
+        if raw["kind"] == kind:
+            out[raw["api_key"]] = name
+    return out

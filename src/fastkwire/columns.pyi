@@ -4,7 +4,9 @@ from typing import Any, ClassVar
 
 from typing_extensions import Self
 
-from ._messages_python import StreamsGroupHeartbeatRequest_TaskOffset as _TaskOffset
+from ._messages_python import StreamsGroupHeartbeatRequest as _Heartbeat
+
+_TaskOffset = _Heartbeat.TaskOffset
 
 class TaskOffsetColumns:
     subtopology_id: list[str]

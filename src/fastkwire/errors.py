@@ -121,3 +121,11 @@ def absent_field(message, field, version, versions):
 
 def bad_version(message, version, versions):
     return UnsupportedVersionError(f"{message} has versions {versions}, not {version!r}")
+
+
+def check_tag_collision(unknown, known_tags, struct):
+    """An unknown tagged field must not use a tag the struct knows at this version: it
+    would decode as that field."""
+    for tag in known_tags:
+        if tag in unknown:
+            raise EncodeError(f"unknown tagged field {tag} has the tag of a known field of {struct}")

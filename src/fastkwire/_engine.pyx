@@ -1,0 +1,616 @@
+# cython: language_level=3, wraparound=False, boundscheck=False
+# cython: freethreading_compatible=True
+"""The compiled engine: one loop that reads and writes any struct from a compact plan.
+
+The first time a message class meets a version, its wire layout (`_layout`) is compiled
+into a `Plan`: an array of field descriptions (wire kind, flags, the slot offset of the
+field in the object, the nested plan). Encoding and decoding walk that array; objects
+are allocated with tp_alloc and their slots read and written at their offsets, as
+msgspec does for its structs. The code does not grow with the number of messages.
+"""
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.buffer cimport PyBuffer_Release
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.dict cimport PyDict_GetItem
+from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
+from fastkwire._core cimport *
+
+import threading as _threading
+
+from fastkwire import errors as _e
+from fastkwire._core import check_arrays
+from fastkwire._layout import version_text
+from fastkwire._pure import check_version
+from fastkwire.columns import TaskOffsetColumns
+from fastkwire.errors import DecodeError, EncodeError
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        PyObject* (*tp_alloc)(PyTypeObject*, Py_ssize_t)
+    ctypedef struct PyMemberDef:
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+    PyTypeObject PyMemberDescr_Type
+    bint Py_IS_TYPE(object o, PyTypeObject* t)
+    void PyObject_GC_UnTrack(void* o)
+
+
+# Wire kinds of a field.
+cdef enum:
+    K_BOOL, K_I8, K_I16, K_I32, K_I64, K_U16, K_U32, K_F64, K_UUID,
+    K_STRING, K_BYTES, K_STRUCT,
+    K_STRUCTS, K_INTS, K_STRINGS, K_SCALARS
+
+# How a field's default is tested and made.
+cdef enum:
+    D_VALUE,   # a shared immutable value, compared with ==
+    D_IS,      # None, True or False: compared by identity
+    D_LIST     # a new empty list; "default" means empty
+
+cdef dict _SCALAR_KINDS = {
+    "bool": K_BOOL, "int8": K_I8, "int16": K_I16, "int32": K_I32, "int64": K_I64,
+    "uint16": K_U16, "uint32": K_U32, "float64": K_F64, "uuid": K_UUID,
+    "string": K_STRING, "bytes": K_BYTES, "records": K_BYTES,
+}
+cdef dict _WIDTHS = {K_BOOL: 1, K_I8: 1, K_I16: 2, K_I32: 4, K_I64: 8, K_U16: 2, K_U32: 4,
+                     K_F64: 8, K_UUID: 16}
+
+
+cdef struct Field:
+    int kind
+    int elem               # element kind of K_SCALARS; byte width of K_INTS
+    bint compact
+    bint nullable
+    bint columns           # []struct with a columnar form (arrays="numpy")
+    bint ignorable
+    int dflt               # D_VALUE, D_IS or D_LIST
+    Py_ssize_t offset      # the field's slot in the object
+    long long tag
+    PyObject* name         # borrowed: the Plan keeps every object it points to alive
+    PyObject* versions     # the versions that have the field, as text (for errors)
+    PyObject* default
+    PyObject* cls          # the struct class of K_STRUCT / K_STRUCTS
+    PyObject* sub          # the Plan of that struct
+
+
+cdef class Plan:
+    """One struct at one version, compiled."""
+    cdef Field* plain
+    cdef Field* tagged     # sorted by tag
+    cdef Field* absent
+    cdef Py_ssize_t nplain, ntagged, nabsent
+    cdef object cls
+    cdef object struct_name
+    cdef object message_name
+    cdef Py_ssize_t unknown_offset
+    cdef bint flexible
+    cdef Py_ssize_t min_size
+    cdef Py_ssize_t size_hint   # the last encoded size: the next buffer's first guess
+    cdef list keep
+    cdef tuple known_tags
+
+    def __dealloc__(self):
+        PyMem_Free(self.plain)
+        PyMem_Free(self.tagged)
+        PyMem_Free(self.absent)
+
+
+# ---------------------------------------------------------------- compiling plans
+
+cdef object _lock = _threading.RLock()
+cdef dict _roots = {}   # message class -> list of Plan or None, indexed by version
+cdef dict _subs = {}    # message class -> {Layout: Plan}
+
+
+cdef Py_ssize_t slot_offset(object cls, str name) except -1:
+    descr = cls.__dict__[name]
+    if not Py_IS_TYPE(descr, &PyMemberDescr_Type):
+        raise TypeError(f"{cls.__name__}.{name} is not a slot")
+    return (<PyMemberDescrObject*><PyObject*>descr).d_member.offset
+
+
+cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep) except -1:
+    field = op.field
+    f.offset = slot_offset(cls, op.name)
+    f.compact = op.compact
+    f.nullable = op.nullable
+    f.ignorable = field.ignorable
+    f.tag = field.tag if field.tag is not None else -1
+    name = op.name
+    keep.append(name)
+    f.name = <PyObject*>name
+    d = op.default
+    if d == [] and type(d) is list:
+        f.dflt = D_LIST
+        d = None
+    elif d is None or d is True or d is False:
+        f.dflt = D_IS
+    else:
+        f.dflt = D_VALUE
+    keep.append(d)
+    f.default = <PyObject*>d
+    versions = version_text(field.versions)
+    keep.append(versions)
+    f.versions = <PyObject*>versions
+    elem = field.element_type
+    if op.mode == "absent":
+        return 0  # only its default and its slot are used
+    if op.sub is not None:
+        sub = compile_layout(root, op.sub, memo)
+        keep.append(sub)
+        f.sub = <PyObject*>sub
+        f.cls = <PyObject*>(<Plan>sub).cls
+        f.kind = K_STRUCTS if field.is_array else K_STRUCT
+        f.columns = op.columns is not None
+    elif field.is_array:
+        if elem in ("int16", "int32", "int64"):
+            f.kind = K_INTS
+            f.elem = _WIDTHS[_SCALAR_KINDS[elem]]
+        elif elem == "string":
+            f.kind = K_STRINGS
+        else:
+            f.kind = K_SCALARS
+            f.elem = _SCALAR_KINDS[elem]
+            if f.elem not in _WIDTHS:
+                raise NotImplementedError(f"arrays of {elem}")
+    elif field.is_struct:
+        raise ValueError(f"{op.name}: a struct field without a layout")
+    else:
+        f.kind = _SCALAR_KINDS[field.type]
+    return 0
+
+
+cdef Field* fields_of(list ops, object cls, object root, dict memo, list keep) except NULL:
+    cdef Field* out = <Field*>PyMem_Calloc(len(ops) + 1, sizeof(Field))
+    cdef Py_ssize_t i
+    if out == NULL:
+        raise MemoryError()
+    try:
+        for i in range(len(ops)):
+            fill(&out[i], ops[i], cls, root, memo, keep)
+    except BaseException:
+        PyMem_Free(out)
+        raise
+    return out
+
+
+cdef Plan compile_layout(object root, object lay, dict memo):
+    cdef Plan p = memo.get(lay)
+    if p is not None:
+        return p
+    p = Plan.__new__(Plan)
+    p.keep = []
+    p.cls = root._CLASSES[lay.struct.name]
+    p.struct_name = lay.struct.name
+    p.message_name = lay.message.name
+    p.flexible = lay.flexible
+    p.min_size = lay.min_size
+    p.size_hint = 64
+    p.unknown_offset = slot_offset(p.cls, "_unknown")
+    plain, tagged, absent = lay.plain, lay.tagged, lay.absent
+    p.plain = fields_of(plain, p.cls, root, memo, p.keep)
+    p.nplain = len(plain)
+    p.tagged = fields_of(tagged, p.cls, root, memo, p.keep)
+    p.ntagged = len(tagged)
+    p.absent = fields_of(absent, p.cls, root, memo, p.keep)
+    p.nabsent = len(absent)
+    p.known_tags = tuple(op.field.tag for op in tagged)
+    memo[lay] = p
+    return p
+
+
+cdef Plan build_plan(object cls, object version):
+    check_version(version)
+    if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+        raise _e.bad_version(cls._NAME, version, cls._VERSIONS)
+    with _lock:
+        plans = _roots.get(cls)
+        if plans is None:
+            plans = [None] * (cls.MAX_VERSION + 1)
+            _roots[cls] = plans
+        p = plans[version]
+        if p is None:
+            memo = _subs.setdefault(cls, {})
+            p = compile_layout(cls, cls._LAYOUTS.root(version), memo)
+            plans[version] = p  # published last: readers without the lock see a whole plan
+    return p
+
+
+cdef inline Plan plan_of(object cls, object version):
+    cdef PyObject* plans = PyDict_GetItem(_roots, cls)
+    cdef Py_ssize_t v
+    if plans != NULL and type(version) is int:
+        v = version
+        if 0 <= v < len(<list>plans):
+            p = (<list>plans)[v]
+            if p is not None:
+                return <Plan>p
+    return build_plan(cls, version)
+
+
+# ---------------------------------------------------------------- slots
+
+cdef inline void put(object o, Py_ssize_t offset, object v) noexcept:
+    cdef PyObject** slot = <PyObject**>(<char*><PyObject*>o + offset)
+    cdef PyObject* old = slot[0]
+    Py_INCREF(v)
+    slot[0] = <PyObject*>v
+    Py_XDECREF(old)
+
+cdef inline object take(object o, Field* f):
+    """The field's value (a new reference), or EncodeError when it is unset."""
+    cdef PyObject* v = (<PyObject**>(<char*><PyObject*>o + f.offset))[0]
+    if v == NULL:
+        raise EncodeError(f"{<object>f.name} is not set")
+    return <object>v
+
+cdef inline object default_of(Field* f):
+    if f.dflt == D_LIST:
+        return []
+    return <object>f.default
+
+cdef inline bint is_default(Field* f, object v) except -1:
+    if f.dflt == D_LIST:
+        return not v
+    if f.dflt == D_IS:
+        return v is <object>f.default
+    return v == <object>f.default
+
+cdef inline object new_object(object cls):
+    cdef PyObject* o = (<PyTypeObject*><PyObject*>cls).tp_alloc(<PyTypeObject*><PyObject*>cls, 0)
+    if o == NULL:
+        raise MemoryError()
+    r = <object>o
+    Py_XDECREF(o)   # <object> took its own reference
+    # Like msgspec's gc=False structs: nothing these objects hold can make a cycle
+    # through them unless a user builds one, so the collector need not walk them.
+    PyObject_GC_UnTrack(o)
+    return r
+
+
+# ---------------------------------------------------------------- decoding
+
+cdef object rd_scalar(int kind, Cursor* c, bint compact, bint nullable):
+    if kind == K_I32:
+        return PyLong_FromLong(rd_i32(c))
+    if kind == K_I16:
+        return PyLong_FromLong(rd_i16(c))
+    if kind == K_I64:
+        return PyLong_FromLongLong(rd_i64(c))
+    if kind == K_STRING:
+        if compact:
+            return rd_compact_nullable_string(c) if nullable else rd_compact_string(c)
+        return rd_nullable_string(c) if nullable else rd_string(c)
+    if kind == K_I8:
+        return PyLong_FromLong(rd_i8(c))
+    if kind == K_BOOL:
+        return rd_bool(c)
+    if kind == K_U16:
+        return PyLong_FromLong(rd_u16(c))
+    if kind == K_U32:
+        return PyLong_FromUnsignedLong(rd_u32(c))
+    if kind == K_F64:
+        return rd_float64(c)
+    if kind == K_UUID:
+        return rd_uuid(c)
+    if kind == K_BYTES:
+        if compact:
+            return rd_compact_nullable_bytes(c) if nullable else rd_compact_bytes(c)
+        return rd_nullable_bytes(c) if nullable else rd_bytes(c)
+    raise AssertionError(kind)
+
+
+cdef object rd_structs(Field* f, Cursor* c, int arrays):
+    cdef Plan sub = <Plan>f.sub
+    cdef Py_ssize_t n, i = 0
+    if f.columns and arrays:
+        return rd_task_offsets(c, f.compact, f.nullable, sub.flexible, sub.min_size, sub.cls)
+    n = rd_array_len(c, f.compact, f.nullable, sub.min_size)
+    if n < 0:
+        return None
+    items = PyList_New(n)
+    try:
+        for i in range(n):
+            it = rd_struct(sub, c, arrays)
+            Py_INCREF(it)
+            PyList_SET_ITEM(items, i, it)
+    except DecodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+    return items
+
+
+cdef object rd_scalars(Field* f, Cursor* c):
+    cdef Py_ssize_t n = rd_array_len(c, f.compact, f.nullable, _WIDTHS[f.elem])
+    cdef Py_ssize_t i = 0
+    if n < 0:
+        return None
+    items = PyList_New(n)
+    try:
+        for i in range(n):
+            it = rd_scalar(f.elem, c, f.compact, False)
+            Py_INCREF(it)
+            PyList_SET_ITEM(items, i, it)
+    except DecodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+    return items
+
+
+cdef object rd_field(Field* f, Cursor* c, int arrays):
+    if f.kind <= K_BYTES:
+        return rd_scalar(f.kind, c, f.compact, f.nullable)
+    if f.kind == K_STRUCT:
+        if f.nullable and rd_marker(c) < 0:
+            return None
+        return rd_struct(<Plan>f.sub, c, arrays)
+    if f.kind == K_STRUCTS:
+        return rd_structs(f, c, arrays)
+    if f.kind == K_INTS:
+        return rd_int_array(c, f.elem, f.compact, f.nullable, arrays)
+    if f.kind == K_STRINGS:
+        return rd_string_array(c, f.compact, f.nullable)
+    return rd_scalars(f, c)
+
+
+cdef object rd_tagged(Plan p, object o, Cursor* c, int arrays, Field** where):
+    """The tagged-field section: known tags into their slots (defaults first), the rest
+    returned as {tag: raw bytes} or None."""
+    cdef Py_ssize_t i, k, ntags, size, tend, tstart, saved_end
+    cdef Py_ssize_t last = -1
+    cdef Field* f
+    unknown = None
+    for i in range(p.ntagged):
+        put(o, p.tagged[i].offset, default_of(&p.tagged[i]))
+    ntags = rd_uvarint(c)
+    for k in range(ntags):
+        where[0] = NULL
+        last = rd_tag_header(c, last, &size)
+        tend = c.pos + size
+        f = NULL
+        for i in range(p.ntagged):
+            if p.tagged[i].tag == last:
+                f = &p.tagged[i]
+                break
+        if f == NULL:
+            if unknown is None:
+                unknown = {}
+            unknown[last] = rd_raw(c, size)
+            continue
+        where[0] = f
+        tstart = c.pos
+        saved_end = c.end
+        c.end = tend  # the value must fit its declared size
+        try:
+            put(o, f.offset, rd_field(f, c, arrays))
+        finally:
+            c.end = saved_end
+        if c.pos != tend:
+            raise _e.tag_size_mismatch(tstart, last)
+    where[0] = NULL
+    return unknown
+
+
+cdef object rd_struct(Plan p, Cursor* c, int arrays):
+    cdef Py_ssize_t i
+    cdef Field* where = NULL
+    o = new_object(p.cls)
+    try:
+        for i in range(p.nplain):
+            where = &p.plain[i]
+            put(o, where.offset, rd_field(where, c, arrays))
+        where = NULL
+        if not p.flexible:
+            unknown = None
+        elif p.ntagged == 0:
+            unknown = rd_unknown_tags(c)
+        else:
+            unknown = rd_tagged(p, o, c, arrays, &where)
+    except DecodeError as x:
+        raise x.with_prefix(<object>where.name if where != NULL else "") from None
+    put(o, p.unknown_offset, unknown)
+    for i in range(p.nabsent):
+        put(o, p.absent[i].offset, default_of(&p.absent[i]))
+    return o
+
+
+# ---------------------------------------------------------------- encoding
+
+cdef int wr_scalar(int kind, Buf* b, object v, bint compact, bint nullable) except -1:
+    if kind == K_I32:
+        return wr_i32(b, as_i32(v))
+    if kind == K_I16:
+        return wr_i16(b, as_i16(v))
+    if kind == K_I64:
+        return wr_i64(b, as_i64(v))
+    if kind == K_STRING:
+        if compact:
+            return wr_compact_nullable_string(b, v) if nullable else wr_compact_string(b, v)
+        return wr_nullable_string(b, v) if nullable else wr_string(b, v)
+    if kind == K_I8:
+        return wr_i8(b, as_i8(v))
+    if kind == K_BOOL:
+        return wr_bool(b, v)
+    if kind == K_U16:
+        return wr_u16(b, as_u16(v))
+    if kind == K_U32:
+        return wr_u32(b, as_u32(v))
+    if kind == K_F64:
+        return wr_float64(b, v)
+    if kind == K_UUID:
+        return wr_uuid(b, v)
+    if kind == K_BYTES:
+        if compact:
+            return wr_compact_nullable_bytes(b, v) if nullable else wr_compact_bytes(b, v)
+        return wr_nullable_bytes(b, v) if nullable else wr_bytes(b, v)
+    raise AssertionError(kind)
+
+
+cdef int wr_one(Field* f, Buf* b, object v, int version) except -1:
+    """A struct value of field f, after its type check."""
+    cdef Plan sub = <Plan>f.sub
+    if type(v) is not sub.cls:
+        raise _e.wrong_type(sub.struct_name, v)
+    return wr_struct(sub, v, b, version)
+
+
+cdef int wr_structs(Field* f, Buf* b, object items, int version) except -1:
+    cdef Py_ssize_t n, i = 0
+    if f.columns and isinstance(items, TaskOffsetColumns):
+        return wr_task_offsets(b, items, f.compact, (<Plan>f.sub).flexible)
+    n = wr_array_len(b, items, f.compact, f.nullable)
+    try:
+        for i in range(n):
+            wr_one(f, b, item_at(items, i, n), version)
+    except EncodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+    return 0
+
+
+cdef int wr_scalars(Field* f, Buf* b, object items) except -1:
+    cdef Py_ssize_t n, i = 0
+    n = wr_array_len(b, items, f.compact, f.nullable)
+    try:
+        for i in range(n):
+            wr_scalar(f.elem, b, item_at(items, i, n), f.compact, False)
+    except EncodeError as x:
+        raise x.with_prefix(f"[{i}]") from None
+    return 0
+
+
+cdef int wr_field(Field* f, Buf* b, object v, int version) except -1:
+    if f.kind <= K_BYTES:
+        return wr_scalar(f.kind, b, v, f.compact, f.nullable)
+    if f.kind == K_STRUCT:
+        if f.nullable:
+            if v is None:
+                return wr_i8(b, -1)
+            wr_i8(b, 1)
+        return wr_one(f, b, v, version)
+    if f.kind == K_STRUCTS:
+        return wr_structs(f, b, v, version)
+    if f.kind == K_INTS:
+        return wr_int_array(b, v, f.elem, f.compact, f.nullable)
+    if f.kind == K_STRINGS:
+        return wr_string_array(b, v, f.compact, f.nullable)
+    return wr_scalars(f, b, v)
+
+
+cdef bytes encode_tagged(Field* f, object v, int version):
+    cdef Buf b
+    open_buf(&b, 16)
+    try:
+        wr_field(f, &b, v, version)
+        return close_buf(&b)
+    finally:
+        discard_buf(&b)
+
+
+cdef int wr_tagged(Plan p, object o, Buf* b, Field** where, int version) except -1:
+    cdef Py_ssize_t i
+    cdef Field* f
+    cdef list known = None
+    cdef PyObject* raw = (<PyObject**>(<char*><PyObject*>o + p.unknown_offset))[0]
+    unknown = None if raw == NULL else <object>raw
+    for i in range(p.ntagged):
+        f = &p.tagged[i]
+        where[0] = f
+        v = take(o, f)
+        if not is_default(f, v):
+            if known is None:
+                known = []
+            known.append((f.tag, encode_tagged(f, v, version)))
+    where[0] = NULL
+    if unknown and p.ntagged:
+        _e.check_tag_collision(unknown, p.known_tags, p.struct_name)
+    return wr_tags(b, known, unknown)
+
+
+cdef int wr_struct(Plan p, object o, Buf* b, int version) except -1:
+    cdef Py_ssize_t i
+    cdef Field* where = NULL
+    for i in range(p.nabsent):
+        where = &p.absent[i]
+        if not where.ignorable and not is_default(where, take(o, where)):
+            raise _e.absent_field(p.message_name, <object>where.name, version, <object>where.versions)
+    try:
+        for i in range(p.nplain):
+            where = &p.plain[i]
+            wr_field(where, b, take(o, where), version)
+        where = NULL
+        if p.flexible:
+            wr_tagged(p, o, b, &where, version)
+    except EncodeError as x:
+        raise x.with_prefix(<object>where.name if where != NULL else "") from None
+    return 0
+
+
+# ---------------------------------------------------------------- the message API
+
+cdef class MessageMixin:
+    """encode/decode of the compiled engine, for the message classes of `_classes`."""
+
+    def encode(self, version):
+        """The message body at `version`, as bytes."""
+        cdef Plan p = plan_of(type(self), version)
+        cdef Buf b
+        open_buf(&b, p.size_hint)
+        try:
+            wr_struct(p, self, &b, version)
+            p.size_hint = b.p - b.start
+            return close_buf(&b)
+        finally:
+            discard_buf(&b)
+
+    def encode_into(self, buffer, Py_ssize_t offset, version):
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        Too small a buffer raises EncodeError; what was written before is left there.
+        """
+        cdef Plan p = plan_of(type(self), version)
+        cdef Buf b
+        cdef Py_buffer view
+        open_fixed(&b, buffer, &view, offset)
+        try:
+            wr_struct(p, self, &b, version)
+            return b.p - b.start
+        finally:
+            PyBuffer_Release(&view)
+
+    @classmethod
+    def decode_from(cls, data, version, offset=0, arrays="list"):
+        """Decode one message starting at offset; returns (message, end offset)."""
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == "list" else check_arrays(arrays)
+        cdef Plan p = plan_of(cls, version)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            c.pos = start_at(offset, c.end)
+            o = rd_struct(p, &c, np)
+        finally:
+            if held:
+                PyBuffer_Release(&view)
+        return o, c.pos
+
+    @classmethod
+    def decode(cls, data, version, arrays="list"):
+        """Decode a whole message body; trailing bytes are an error."""
+        cdef Cursor c
+        cdef Py_buffer view
+        cdef int np = 0 if arrays == "list" else check_arrays(arrays)
+        cdef Plan p = plan_of(cls, version)
+        cdef int held = open_input(&c, data, &view)
+        try:
+            o = rd_struct(p, &c, np)
+            if c.pos != c.end:
+                raise _e.trailing(c.pos, c.end - c.pos)
+        finally:
+            if held:
+                PyBuffer_Release(&view)
+        return o
+
+    @classmethod
+    def is_flexible(cls, version):
+        return cls.FLEXIBLE_MIN is not None and version >= cls.FLEXIBLE_MIN

@@ -1,0 +1,139 @@
+"""Wire layouts: how each field of a struct travels in one version of its message.
+
+The one model of the wire format that both engines, framing and the tools read. A
+`Layout` is computed from the schema definitions (`_schema`) the first time a
+(struct, version) is used; versions whose layouts are the same share one object, so an
+engine compiles each distinct layout once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from . import _schema as S
+
+INT_TYPES = ("int8", "int16", "int32", "int64", "uint16", "uint32")
+INT_WIDTH = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4}
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    """One field in one version."""
+
+    field: S.Field
+    mode: str            # "plain", "tagged" or "absent"
+    nullable: bool
+    compact: bool
+    sub: "Layout | None"  # the nested struct's layout, for struct and []struct fields
+    columns: str | None   # columnar form of a []struct field (schema "columns"), if any
+
+    @property
+    def name(self) -> str:
+        return self.field.py_name
+
+    @property
+    def default(self):
+        return default_value(self.field)
+
+    def min_size(self) -> int:
+        """Fewest bytes the field takes on the wire (for 'count fits the bytes left')."""
+        f = self.field
+        if f.is_array:
+            return 1 if self.compact else 4
+        if f.is_struct:
+            return 1 if self.nullable else self.sub.min_size
+        if f.type in S.FIXED_WIDTH:
+            return S.FIXED_WIDTH[f.type]
+        if f.type == "string":
+            return 1 if self.compact else 2
+        return 1 if self.compact else 4  # bytes, records
+
+
+@dataclass(eq=False)
+class Layout:
+    struct: S.Struct
+    message: S.Message
+    flexible: bool
+    ops: tuple           # every field of the struct, in schema order
+    ident: int           # distinct layouts of one struct are numbered 0, 1, ...
+    min_size: int = 0
+
+    @property
+    def plain(self):
+        return [op for op in self.ops if op.mode == "plain"]
+
+    @property
+    def tagged(self):
+        return sorted((op for op in self.ops if op.mode == "tagged"), key=lambda op: op.field.tag)
+
+    @property
+    def absent(self):
+        return [op for op in self.ops if op.mode == "absent"]
+
+
+def default_value(f: S.Field):
+    """The Python default of a field (a new empty list for arrays)."""
+    d = f.default_value()
+    return [] if d == [] else d
+
+
+def is_default(f: S.Field, value) -> bool:
+    """Whether `value` is the field's default, so that a version without the field, or a
+    tagged field, may leave it out."""
+    d = f.default_value()
+    if d == []:
+        return not value
+    if d is None or isinstance(d, bool):
+        return value is d
+    return value == d
+
+
+class MessageLayouts:
+    """Layouts of one message, computed on demand and deduplicated per struct."""
+
+    def __init__(self, message: S.Message):
+        self.message = message
+        self._by_signature: dict = {}   # struct name -> {signature: Layout}
+        self._by_version: dict = {}     # (struct name, version) -> Layout
+
+    def get(self, struct: S.Struct, version: int) -> Layout:
+        key = (struct.name, version)
+        lay = self._by_version.get(key)
+        if lay is not None:
+            return lay
+        m = self.message
+        flexible = m.is_flexible(version)
+        ops = []
+        for f in struct.fields:
+            present = f.present(version)
+            sub = self.get(f.struct, version) if f.is_struct and present else None
+            mode = "absent" if not present else "tagged" if f.is_tagged(version) else "plain"
+            compact = flexible if f.flexible_override is None else version in f.flexible_override
+            ops.append(Op(f, mode, f.is_nullable(version), compact, sub,
+                          f.columns if sub is not None else None))
+        sig = (flexible, tuple((op.field.name, op.mode, op.nullable, op.compact,
+                                op.sub.ident if op.sub else None) for op in ops))
+        table = self._by_signature.setdefault(struct.name, {})
+        lay = table.get(sig)
+        if lay is None:
+            lay = Layout(struct, m, flexible, tuple(ops), len(table))
+            lay.min_size = max(1, (1 if flexible else 0) + sum(op.min_size() for op in lay.plain))
+            table[sig] = lay
+        self._by_version[key] = lay
+        return lay
+
+    def root(self, version: int) -> Layout:
+        return self.get(self.message.root, version)
+
+
+@lru_cache(maxsize=None)
+def layouts(message_name: str) -> MessageLayouts:
+    return MessageLayouts(S.load(message_name))
+
+
+def version_text(vs: S.Versions) -> str:
+    if vs.high >= 1 << 15:
+        return f"{vs.low}+"
+    if vs.low > vs.high:
+        return "none"
+    return f"{vs.low}" if vs.low == vs.high else f"{vs.low}-{vs.high}"
