@@ -240,11 +240,17 @@ cdef inline void put(object o, Py_ssize_t offset, object v) noexcept:
     slot[0] = <PyObject*>v
     Py_XDECREF(old)
 
+cdef int raise_unset(Field* f) except -1:
+    raise EncodeError(f"{<object>f.name} is not set")
+
+cdef inline PyObject* slot(object o, Py_ssize_t offset) noexcept:
+    return (<PyObject**>(<char*><PyObject*>o + offset))[0]
+
 cdef inline object take(object o, Field* f):
     """The field's value (a new reference), or EncodeError when it is unset."""
-    cdef PyObject* v = (<PyObject**>(<char*><PyObject*>o + f.offset))[0]
+    cdef PyObject* v = slot(o, f.offset)
     if v == NULL:
-        raise EncodeError(f"{<object>f.name} is not set")
+        raise_unset(f)
     return <object>v
 
 cdef inline object default_of(Field* f):
@@ -273,34 +279,33 @@ cdef inline object new_object(object cls):
 
 # ---------------------------------------------------------------- decoding
 
-cdef object rd_scalar(int kind, Cursor* c, bint compact, bint nullable):
-    if kind == K_I32:
-        return PyLong_FromLong(rd_i32(c))
-    if kind == K_I16:
-        return PyLong_FromLong(rd_i16(c))
-    if kind == K_I64:
-        return PyLong_FromLongLong(rd_i64(c))
+cdef inline object rd_scalar(int kind, Cursor* c, bint compact, bint nullable):
     if kind == K_STRING:
         if compact:
             return rd_compact_nullable_string(c) if nullable else rd_compact_string(c)
         return rd_nullable_string(c) if nullable else rd_string(c)
-    if kind == K_I8:
+    elif kind == K_I32:
+        return PyLong_FromLong(rd_i32(c))
+    elif kind == K_I16:
+        return PyLong_FromLong(rd_i16(c))
+    elif kind == K_I64:
+        return PyLong_FromLongLong(rd_i64(c))
+    elif kind == K_I8:
         return PyLong_FromLong(rd_i8(c))
-    if kind == K_BOOL:
+    elif kind == K_BOOL:
         return rd_bool(c)
-    if kind == K_U16:
+    elif kind == K_U16:
         return PyLong_FromLong(rd_u16(c))
-    if kind == K_U32:
+    elif kind == K_U32:
         return PyLong_FromUnsignedLong(rd_u32(c))
-    if kind == K_F64:
+    elif kind == K_F64:
         return rd_float64(c)
-    if kind == K_UUID:
+    elif kind == K_UUID:
         return rd_uuid(c)
-    if kind == K_BYTES:
+    else:
         if compact:
             return rd_compact_nullable_bytes(c) if nullable else rd_compact_bytes(c)
         return rd_nullable_bytes(c) if nullable else rd_bytes(c)
-    raise AssertionError(kind)
 
 
 cdef object rd_structs(Field* f, Cursor* c, int arrays):
@@ -338,20 +343,21 @@ cdef object rd_scalars(Field* f, Cursor* c):
     return items
 
 
-cdef object rd_field(Field* f, Cursor* c, int arrays):
+cdef inline object rd_field(Field* f, Cursor* c, int arrays):
     if f.kind <= K_BYTES:
         return rd_scalar(f.kind, c, f.compact, f.nullable)
-    if f.kind == K_STRUCT:
+    elif f.kind == K_STRUCT:
         if f.nullable and rd_marker(c) < 0:
             return None
         return rd_struct(<Plan>f.sub, c, arrays)
-    if f.kind == K_STRUCTS:
+    elif f.kind == K_STRUCTS:
         return rd_structs(f, c, arrays)
-    if f.kind == K_INTS:
+    elif f.kind == K_INTS:
         return rd_int_array(c, f.elem, f.compact, f.nullable, arrays)
-    if f.kind == K_STRINGS:
+    elif f.kind == K_STRINGS:
         return rd_string_array(c, f.compact, f.nullable)
-    return rd_scalars(f, c)
+    else:
+        return rd_scalars(f, c)
 
 
 cdef object rd_tagged(Plan p, object o, Cursor* c, int arrays, Field** where):
@@ -417,34 +423,33 @@ cdef object rd_struct(Plan p, Cursor* c, int arrays):
 
 # ---------------------------------------------------------------- encoding
 
-cdef int wr_scalar(int kind, Buf* b, object v, bint compact, bint nullable) except -1:
-    if kind == K_I32:
-        return wr_i32(b, as_i32(v))
-    if kind == K_I16:
-        return wr_i16(b, as_i16(v))
-    if kind == K_I64:
-        return wr_i64(b, as_i64(v))
+cdef inline int wr_scalar(int kind, Buf* b, object v, bint compact, bint nullable) except -1:
     if kind == K_STRING:
         if compact:
             return wr_compact_nullable_string(b, v) if nullable else wr_compact_string(b, v)
         return wr_nullable_string(b, v) if nullable else wr_string(b, v)
-    if kind == K_I8:
+    elif kind == K_I32:
+        return wr_i32(b, as_i32(v))
+    elif kind == K_I16:
+        return wr_i16(b, as_i16(v))
+    elif kind == K_I64:
+        return wr_i64(b, as_i64(v))
+    elif kind == K_I8:
         return wr_i8(b, as_i8(v))
-    if kind == K_BOOL:
+    elif kind == K_BOOL:
         return wr_bool(b, v)
-    if kind == K_U16:
+    elif kind == K_U16:
         return wr_u16(b, as_u16(v))
-    if kind == K_U32:
+    elif kind == K_U32:
         return wr_u32(b, as_u32(v))
-    if kind == K_F64:
+    elif kind == K_F64:
         return wr_float64(b, v)
-    if kind == K_UUID:
+    elif kind == K_UUID:
         return wr_uuid(b, v)
-    if kind == K_BYTES:
+    else:
         if compact:
             return wr_compact_nullable_bytes(b, v) if nullable else wr_compact_bytes(b, v)
         return wr_nullable_bytes(b, v) if nullable else wr_bytes(b, v)
-    raise AssertionError(kind)
 
 
 cdef int wr_one(Field* f, Buf* b, object v, int version) except -1:
@@ -479,22 +484,23 @@ cdef int wr_scalars(Field* f, Buf* b, object items) except -1:
     return 0
 
 
-cdef int wr_field(Field* f, Buf* b, object v, int version) except -1:
+cdef inline int wr_field(Field* f, Buf* b, object v, int version) except -1:
     if f.kind <= K_BYTES:
         return wr_scalar(f.kind, b, v, f.compact, f.nullable)
-    if f.kind == K_STRUCT:
+    elif f.kind == K_STRUCT:
         if f.nullable:
             if v is None:
                 return wr_i8(b, -1)
             wr_i8(b, 1)
         return wr_one(f, b, v, version)
-    if f.kind == K_STRUCTS:
+    elif f.kind == K_STRUCTS:
         return wr_structs(f, b, v, version)
-    if f.kind == K_INTS:
+    elif f.kind == K_INTS:
         return wr_int_array(b, v, f.elem, f.compact, f.nullable)
-    if f.kind == K_STRINGS:
+    elif f.kind == K_STRINGS:
         return wr_string_array(b, v, f.compact, f.nullable)
-    return wr_scalars(f, b, v)
+    else:
+        return wr_scalars(f, b, v)
 
 
 cdef bytes encode_tagged(Field* f, object v, int version):
@@ -511,7 +517,7 @@ cdef int wr_tagged(Plan p, object o, Buf* b, Field** where, int version) except 
     cdef Py_ssize_t i
     cdef Field* f
     cdef list known = None
-    cdef PyObject* raw = (<PyObject**>(<char*><PyObject*>o + p.unknown_offset))[0]
+    cdef PyObject* raw = slot(o, p.unknown_offset)
     unknown = None if raw == NULL else <object>raw
     for i in range(p.ntagged):
         f = &p.tagged[i]
@@ -530,6 +536,7 @@ cdef int wr_tagged(Plan p, object o, Buf* b, Field** where, int version) except 
 cdef int wr_struct(Plan p, object o, Buf* b, int version) except -1:
     cdef Py_ssize_t i
     cdef Field* where = NULL
+    cdef PyObject* raw
     for i in range(p.nabsent):
         where = &p.absent[i]
         if not where.ignorable and not is_default(where, take(o, where)):
@@ -540,7 +547,11 @@ cdef int wr_struct(Plan p, object o, Buf* b, int version) except -1:
             wr_field(where, b, take(o, where), version)
         where = NULL
         if p.flexible:
-            wr_tagged(p, o, b, &where, version)
+            if p.ntagged:
+                wr_tagged(p, o, b, &where, version)
+            else:
+                raw = slot(o, p.unknown_offset)
+                wr_tags(b, None, None if raw == NULL else <object>raw)
     except EncodeError as x:
         raise x.with_prefix(<object>where.name if where != NULL else "") from None
     return 0
