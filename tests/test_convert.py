@@ -453,3 +453,83 @@ def test_every_shared_version_agrees_with_kio_but_the_known_cases(tmp_path):
         "VoteRequest v0.Topics.Partitions.CandidateId",
         "VoteRequest v1.Topics.Partitions.CandidateDirectoryId",
     ]
+
+
+# ---------------------------------------------------------------- stage 2 on made-up dataclasses
+
+def kio_like(name, **fields):
+    """A dataclass shaped like kio's: annotations, kafka_type and tag in the metadata."""
+    import dataclasses
+    spec = []
+    for fname, (annotation, meta, *default) in fields.items():
+        kw = {"metadata": meta}
+        if default:
+            kw["default"] = default[0]
+        spec.append((fname, annotation, dataclasses.field(**kw)))
+    return dataclasses.make_dataclass(name, spec, kw_only=True)
+
+
+def test_extension_of_a_made_up_message():
+    import datetime
+    import uuid
+    part = kio_like("Part", index=(int, {"kafka_type": "int32"}))
+    topic = kio_like(
+        "Topic",
+        topic_id=(uuid.UUID | None, {"kafka_type": "uuid"}),         # replaces Name
+        partitions=(tuple[part, ...], {}),
+        seen=(datetime.datetime | None, {"kafka_type": "datetime_i64"}, None),
+    )
+    v3 = kio_like(
+        "Made",
+        group=(str | None, {"kafka_type": "string"}, None),            # now nullable
+        wait=(datetime.timedelta, {"kafka_type": "timedelta_i32"},
+              datetime.timedelta(milliseconds=500)),
+        topics=(tuple[topic, ...], {}),
+        extra=(tuple[int, ...] | None, {"kafka_type": "int8", "tag": 4}, None),
+    )
+    msg = {"name": "MadeRequest", "kind": "request", "api_key": 999, "versions": "0-2",
+           "flexible": "0+", "fields": [
+               {"name": "Group", "type": "string", "versions": "0+"},
+               {"name": "Gone", "type": "string", "versions": "1+", "nullable": "1+"},
+               {"name": "WaitMs", "type": "int32", "versions": "0+"},
+               {"name": "Topics", "type": "[]Topic", "versions": "0+", "fields": [
+                   {"name": "Name", "type": "string", "versions": "0+"},
+                   {"name": "Partitions", "type": "[]Part", "versions": "0+", "fields": [
+                       {"name": "Index", "type": "int32", "versions": "0+"}]}]}]}
+    warnings = []
+    ext = tool.Extender(msg, warnings.append)
+    ext.extend(msg["fields"], v3, 3, "MadeRequest", set())
+    assert msg["fields"] == [
+        {"name": "Group", "type": "string", "versions": "0+", "nullable": "3+"},
+        {"name": "Gone", "type": "string", "versions": "1-2", "nullable": "1-2"},
+        {"name": "WaitMs", "type": "int32", "versions": "0+"},
+        {"name": "Topics", "type": "[]Topic", "versions": "0+", "fields": [
+            {"name": "Name", "type": "string", "versions": "0-2"},
+            {"name": "TopicId", "type": "uuid", "versions": "3+"},
+            {"name": "Partitions", "type": "[]Part", "versions": "0+", "fields": [
+                {"name": "Index", "type": "int32", "versions": "0+"}]},
+            {"name": "SeenMs", "type": "int64", "versions": "3+", "default": -1}]},
+        {"name": "Extra", "type": "[]int8", "versions": "3+", "nullable": "3+", "default": None,
+         "tag": 4, "tagged": "3+"}]
+    # defaults of fields we already had are not taken from kio, only reported
+    assert ext.compare(msg["fields"], v3, 3, "M") == [
+        "M.Group: default '', kio None", "M.WaitMs: default 0, kio 500"]
+    assert any("Gone: removed in v3" in w for w in warnings)
+    assert any("SeenMs: added in v3" in w for w in warnings)
+
+    # a renamed field (same type, same place) pairs up and keeps our name
+    renamed = kio_like("Made", group=(str | None, {"kafka_type": "string"}, None),
+                       member=(int, {"kafka_type": "int16"}))
+    msg2 = {"name": "M", "versions": "0", "flexible": "0+", "fields": [
+        {"name": "Group", "type": "string", "versions": "0+", "nullable": "0+", "default": None},
+        {"name": "Candidate", "type": "int16", "versions": "0+"}]}
+    ext2 = tool.Extender(msg2, warnings.append)
+    assert ext2.compare(msg2["fields"], renamed, 0, "M") == []
+    assert "M.Candidate: kio calls it member; kept our name" in warnings
+    ext2.extend(msg2["fields"], renamed, 1, "M", set())
+    assert [f["name"] for f in msg2["fields"]] == ["Group", "Candidate"]
+
+    # a new struct named like one the message already has is flagged
+    clash = kio_like("Made", again=(tuple[part, ...], {}))
+    ext.extend(msg["fields"], clash, 4, "MadeRequest", set())
+    assert any("kio's struct Part has the name of another struct" in w for w in warnings)

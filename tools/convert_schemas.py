@@ -596,6 +596,9 @@ class Extender:
                     seen.add(name)
                     self.extend(self.shared[name]["fields"], kf.struct, version, where, seen)
             else:
+                if name in set(referenced_types(self.msg["fields"])) | {self.msg["name"]}:
+                    self.warn(f"{where}: kio's struct {name} has the name of another struct "
+                              "of this message; rename one")
                 f["fields"] = [self.new_field(k, version, f"{where}.{k.camel_name()}", seen)
                                for k in kio_fields(kf.struct)]
         return f
