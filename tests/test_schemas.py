@@ -30,7 +30,8 @@ PRIMITIVES = {
     "string", "bytes", "records",
 }
 KINDS = {"request", "response", "header"}
-MESSAGE_KEYS = {"name", "kind", "api_key", "versions", "flexible", "doc", "fields", "structs"}
+MESSAGE_KEYS = {"name", "kind", "api_key", "versions", "flexible", "unstable", "doc", "fields",
+                "structs"}
 FIELD_REQUIRED = {"name", "type", "versions", "doc"}
 FIELD_KEYS = FIELD_REQUIRED | {
     "nullable", "default", "ignorable", "tag", "tagged", "flexible", "fields", "columns",
@@ -150,6 +151,8 @@ def test_message_version_ranges(msg):
     versions = parse_range(msg["versions"])
     assert versions is not None and versions[1] is not None, "message versions must be a closed range"
     assert within(parse_range(msg["flexible"]), (versions[0], None))
+    if "unstable" in msg:
+        assert within(parse_range(msg["unstable"]), versions), msg["unstable"]
 
 
 def test_request_and_response_agree_on_versions():

@@ -186,7 +186,12 @@ def _build(message_name: str, raw_fields, shared: dict, out: list, struct_name: 
 
 @lru_cache(maxsize=None)
 def load(name: str) -> Message:
-    raw = json.loads((SCHEMA_DIR / f"{name}.json").read_text())
+    return load_file(SCHEMA_DIR / f"{name}.json")
+
+
+def load_file(path: Path) -> Message:
+    """Load one definition from any file (the converter's tests read a scratch directory)."""
+    raw = json.loads(Path(path).read_text())
     out: list[Struct] = []
     shared: dict[str, Struct] = {}
     for rs in raw.get("structs", []):
