@@ -27,7 +27,21 @@ from . import (
     decode_response,
     encode_request,
 )
-from .error_codes import lookup
+from .admin_errors import (
+    AdminError,
+    AdminTimeoutError,
+    BrokerConnectionError,
+    BrokerError,
+    BrokerTooOldError,
+    FencedInstanceError,
+    GroupAuthorizationError,
+    GroupNotFoundError,
+    GroupStateError,
+    MemberRemovalError,
+    ResponseError,
+    UnknownInstanceError,
+)
+from .error_codes import by_name, lookup
 from .errors import DecodeError
 
 __all__ = [
@@ -43,85 +57,31 @@ LEAVE_BY_INSTANCE_MIN = 3  # LeaveGroup v3 added the member list with group.inst
 LEAVE_REASON_MIN = 5
 BATCHED_FIND_MIN = 4  # FindCoordinator v4 takes a list of keys
 MAX_FRAME = 64 * 1024 * 1024  # far above any answer to these APIs: a larger size is garbage
-NONE = 0
-UNSUPPORTED_VERSION = 35
-UNKNOWN_MEMBER_ID = 25
-FENCED_INSTANCE_ID = 82
+NONE = by_name("NONE").code
+UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
+UNKNOWN_MEMBER_ID = by_name("UNKNOWN_MEMBER_ID").code
+FENCED_INSTANCE_ID = by_name("FENCED_INSTANCE_ID").code
+GROUP_AUTHORIZATION_FAILED = by_name("GROUP_AUTHORIZATION_FAILED").code
+COORDINATOR_NOT_AVAILABLE = by_name("COORDINATOR_NOT_AVAILABLE").code
+UNKNOWN_SERVER_ERROR = by_name("UNKNOWN_SERVER_ERROR").code
+
+
+def _codes(*names):
+    return frozenset(by_name(name).code for name in names)
+
+
 # Answers that mean "ask FindCoordinator again, a little later".
-COORDINATOR_RETRY = frozenset({14, 15, 16})  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
-GROUP_STATE_ERRORS = frozenset({22, 27})  # ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS
-GROUP_NOT_FOUND_ERRORS = frozenset({69})  # GROUP_ID_NOT_FOUND
-GROUP_AUTHORIZATION_FAILED = 30
+COORDINATOR_RETRY = _codes("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR")
+GROUP_STATE_ERRORS = _codes("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
+GROUP_NOT_FOUND_ERRORS = _codes("GROUP_ID_NOT_FOUND")
 BACKOFF_START = 0.1
 BACKOFF_MAX = 1.0
 
-_API_NAMES = {18: "ApiVersions", 10: "FindCoordinator", 13: "LeaveGroup"}
-
-
-# ---------------------------------------------------------------- errors
-
-
-class AdminError(Exception):
-    """Base of every error the admin client raises. `.error` is the Kafka `ErrorCode`, if any."""
-
-    error = None
-
-
-class BrokerConnectionError(AdminError):
-    """A broker could not be reached, or closed or reset the connection."""
-
-
-class AdminTimeoutError(AdminError, TimeoutError):
-    """The call did not finish within its timeout (a silent broker, or retries ran out)."""
-
-    def __init__(self, message, error=None):
-        super().__init__(message)
-        self.error = error
-
-
-class ResponseError(AdminError):
-    """The broker's answer could not be decoded or did not match the request."""
-
-
-class BrokerError(AdminError):
-    """The broker answered with a Kafka error code for the whole request."""
-
-    def __init__(self, message, error=None):
-        super().__init__(message)
-        self.error = error
-
-
-class BrokerTooOldError(BrokerError):
-    """The broker lacks LeaveGroup v3, so it cannot remove members by group.instance.id."""
-
-
-class GroupNotFoundError(BrokerError):
-    """The group does not exist on its coordinator."""
-
-
-class GroupAuthorizationError(BrokerError):
-    """GROUP_AUTHORIZATION_FAILED: the client may not change this group."""
-
-
-class GroupStateError(BrokerError):
-    """The group is not in a state in which it can rebalance now."""
-
-
-class MemberRemovalError(AdminError):
-    """A member was not removed; raised by `MembershipChangeResult.all()`."""
-
-    def __init__(self, message, member):
-        super().__init__(message)
-        self.member = member
-        self.error = member.error
-
-
-class UnknownInstanceError(MemberRemovalError):
-    """UNKNOWN_MEMBER_ID: no member of the group has this group.instance.id."""
-
-
-class FencedInstanceError(MemberRemovalError):
-    """FENCED_INSTANCE_ID: the instance id belongs to a member with another member id."""
+_API_NAMES = {
+    ApiVersionsRequest.API_KEY: "ApiVersions",
+    FindCoordinatorRequest.API_KEY: "FindCoordinator",
+    LeaveGroupRequest.API_KEY: "LeaveGroup",
+}
 
 
 # ---------------------------------------------------------------- results
@@ -562,7 +522,8 @@ def _member_results(requested, answered, top_code):
             # A member-level error sent for the whole request (no per-member list).
             results.append(MemberResult(key, member_id, top_code))
         else:
-            results.append(MemberResult(key, member_id, -1, "the coordinator's answer did not mention this member"))
+            results.append(MemberResult(key, member_id, UNKNOWN_SERVER_ERROR,
+                                        "the coordinator's answer did not mention this member"))
     return results
 
 
@@ -570,7 +531,7 @@ def _backoff(deadline, delay, code, doing):
     """Sleep before a retry, or raise AdminTimeoutError when the deadline would pass first."""
     error = lookup(code)
     if deadline.remaining() <= delay:
-        hint = " (the group may be being deleted or moved)" if code == 15 else ""
+        hint = " (the group may be being deleted or moved)" if code == COORDINATOR_NOT_AVAILABLE else ""
         raise AdminTimeoutError(
             f"gave up {doing}: the broker still answers {error.name}{hint}, and the "
             f"{deadline.seconds:g} s timeout would pass before the next try", error)
