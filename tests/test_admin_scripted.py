@@ -31,7 +31,6 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     CLOSE,
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
-    FENCED_INSTANCE_ID,
     FIND_COORDINATOR,
     GARBAGE,
     LEAVE_GROUP,
