@@ -1,27 +1,14 @@
-"""The admin client and CLI against scripted brokers: small socket servers on 127.0.0.1 that
-speak the protocol with our own codecs, play Apache Kafka's KIP-345 behaviour and inject
-faults (moving coordinators, loading coordinators, dropped, reset, slow and silent
-connections, brokers too old for LeaveGroup v3)."""
+"""The admin client and CLI against scripted brokers (tests/fakes.py) that play Apache
+Kafka's KIP-345 behaviour and inject faults (moving coordinators, loading coordinators,
+dropped, reset, slow and silent connections, brokers too old for LeaveGroup v3).
+Hostile brokers are in test_admin_hostile.py."""
 import asyncio
 import json
-import os
-import socket
-import struct
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
 
-import fastkwire
-from fastkwire import (
-    ApiVersionsResponse,
-    FindCoordinatorResponse,
-    LeaveGroupResponse,
-    decode_request,
-    encode_response,
-)
+from fastkwire import LeaveGroupResponse
 from fastkwire import admin, cli, error_codes
 from fastkwire.admin import (
     AdminClient,
@@ -39,254 +26,31 @@ from fastkwire.admin import (
     UnknownInstanceError,
 )
 
-API_VERSIONS, FIND_COORDINATOR, LEAVE_GROUP = 18, 10, 13
-NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 15, 14
-UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID = 25, 82
-
-# What a current Apache Kafka broker advertises for the three APIs.
-MODERN = {API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 5)}
-
-# The directory holding the fastkwire this test run imports, for CLI subprocesses.
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastkwire.__file__)))
-
-
-# ---------------------------------------------------------------- scripted broker
-
-
-class Drop:
-    """Send the first half of the answer, then close the connection."""
-
-    def __init__(self, response):
-        self.response = response
-
-
-class Delay:
-    """Answer after `seconds`."""
-
-    def __init__(self, seconds, response):
-        self.seconds, self.response = seconds, response
-
-
-RESET = "reset"  # close with an RST instead of an answer
-CLOSE = "close"  # close without answering
-SILENT = "silent"  # read the request, never answer
-GARBAGE = "garbage"  # a well-sized frame that no codec can read
-WRONG_CORRELATION = "wrong-correlation"
-
-
-class ScriptedBroker:
-    """A broker on 127.0.0.1 whose answers come from `script`.
-
-    `script[api_key]` is a list of steps used in order (the last one repeats); a step is a
-    function (request, version) -> response message, or one of the fault markers above
-    (Drop and Delay wrap a function). ApiVersions is answered from `versions` unless the
-    script says otherwise; a version above the broker's ApiVersions range gets Kafka's v0
-    UNSUPPORTED_VERSION answer. Every request is recorded in `requests`.
-    """
-
-    def __init__(self, versions=None, script=None, node_id=1):
-        self.versions = dict(MODERN if versions is None else versions)
-        self.script = {k: list(v) for k, v in (script or {}).items()}
-        self.node_id = node_id
-        self.requests = []  # (api_key, version, request message)
-        self.errors = []  # exceptions raised inside the server threads
-        self._stop = threading.Event()
-        self._threads = []
-        self._lock = threading.Lock()
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(8)
-        self.listener.settimeout(0.05)
-        self.port = self.listener.getsockname()[1]
-        self.address = f"127.0.0.1:{self.port}"
-        self._spawn(self._accept_loop)
-
-    def _spawn(self, target, *args):
-        t = threading.Thread(target=target, args=args, daemon=True)
-        self._threads.append(t)
-        t.start()
-
-    def _accept_loop(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except (socket.timeout, OSError):
-                continue
-            self._spawn(self._serve, conn)
-
-    def _recv_exact(self, conn, n):
-        data = b""
-        while len(data) < n and not self._stop.is_set():
-            try:
-                chunk = conn.recv(n - len(data))
-            except socket.timeout:
-                continue
-            if not chunk:
-                return None
-            data += chunk
-        return data if len(data) == n else None
-
-    def _serve(self, conn):
-        conn.settimeout(0.05)
-        try:
-            while not self._stop.is_set():
-                size = self._recv_exact(conn, 4)
-                if size is None:
-                    return
-                body = self._recv_exact(conn, struct.unpack(">i", size)[0])
-                if body is None:
-                    return
-                header, request = decode_request(size + body)
-                key, version = header.request_api_key, header.request_api_version
-                with self._lock:
-                    self.requests.append((key, version, request))
-                if not self._answer(conn, header, key, version, request):
-                    return
-        except Exception as exc:  # noqa: BLE001 - reported by the fixture
-            self.errors.append(exc)
-        finally:
-            conn.close()
-
-    def _next_step(self, key, request, version):
-        steps = self.script.get(key)
-        if steps:
-            return steps.pop(0) if len(steps) > 1 else steps[0]
-        if key == API_VERSIONS:
-            return self._api_versions
-        raise AssertionError(f"the script has no answer for API {key} v{version}")
-
-    def _api_versions(self, request, version):
-        return ApiVersionsResponse(api_keys=[
-            ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (lo, hi) in sorted(self.versions.items())])
-
-    def _answer(self, conn, header, key, version, request):
-        """Send the scripted answer; False when the connection is to end."""
-        correlation_id = header.correlation_id
-        if key == API_VERSIONS and version > self.versions.get(API_VERSIONS, (0, 0))[1]:
-            # Kafka answers an ApiVersions version it lacks in v0, with its own range.
-            response = self._api_versions(request, 0)
-            response.error_code = 35
-            conn.sendall(encode_response(response, 0, correlation_id))
-            return True
-        step = self._next_step(key, request, version)
-        if step == SILENT:
-            while not self._stop.wait(0.05):
-                pass
-            return False
-        if step == CLOSE:
-            return False
-        if step == RESET:
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            return False
-        if step == GARBAGE:
-            conn.sendall(struct.pack(">ii", 7, correlation_id) + b"\xff\xff\xff")
-            return True
-        if step == WRONG_CORRELATION:
-            response = self._next_step(key, request, version)(request, version)
-            conn.sendall(encode_response(response, version, correlation_id + 1000))
-            return True
-        if isinstance(step, Drop):
-            frame = encode_response(step.response(request, version), version, correlation_id)
-            conn.sendall(frame[: len(frame) // 2])
-            return False
-        if isinstance(step, Delay):
-            if self._stop.wait(step.seconds):
-                return False
-            step = step.response
-        conn.sendall(encode_response(step(request, version), version, correlation_id))
-        return True
-
-    def seen(self, key):
-        """(version, request) of every request with this API key, in order."""
-        with self._lock:
-            return [(v, r) for k, v, r in self.requests if k == key]
-
-    def close(self):
-        self._stop.set()
-        self.listener.close()
-        for t in self._threads:
-            t.join(2)
-
-
-@pytest.fixture
-def scripted():
-    """Factory for scripted brokers; stops them and checks that they ran cleanly."""
-    brokers = []
-
-    def make(**kwargs):
-        broker = ScriptedBroker(**kwargs)
-        brokers.append(broker)
-        return broker
-
-    yield make
-    for b in brokers:
-        b.close()
-    for b in brokers:
-        assert not b.errors, f"scripted broker {b.address} failed: {b.errors!r}"
-
-
-# ---------------------------------------------------------------- answers
-
-
-def coordinator_at(broker_or_port, error=0, node_id=1):
-    """A FindCoordinator step naming 127.0.0.1:port, in the form the version needs."""
-
-    def step(request, version):
-        port = broker_or_port if isinstance(broker_or_port, int) else broker_or_port.port
-        if version >= 4:
-            return FindCoordinatorResponse(coordinators=[
-                FindCoordinatorResponse.Coordinator(key=k, node_id=node_id, host="127.0.0.1", port=port,
-                                                    error_code=error)
-                for k in request.coordinator_keys])
-        return FindCoordinatorResponse(error_code=error, node_id=node_id, host="127.0.0.1", port=port)
-
-    return step
-
-
-def find_error(error):
-    return coordinator_at(0, error=error, node_id=-1)
-
-
-class KafkaLikeGroup:
-    """Apache Kafka's static-member leave (KIP-345): an empty member id plus a known
-    group.instance.id removes that member; an unknown instance id is UNKNOWN_MEMBER_ID; a
-    member id that does not match the instance's is FENCED_INSTANCE_ID."""
-
-    def __init__(self, instance_ids):
-        self.static = {i: f"{i}-{n:04d}" for n, i in enumerate(instance_ids)}
-
-    def __call__(self, request, version):
-        answers = []
-        for m in request.members:
-            current = self.static.get(m.group_instance_id)
-            if current is None:
-                code = UNKNOWN_MEMBER_ID
-            elif m.member_id not in ("", current):
-                code = FENCED_INSTANCE_ID
-            else:
-                code = 0
-                del self.static[m.group_instance_id]
-            answers.append(LeaveGroupResponse.MemberResponse(
-                member_id=m.member_id or (current or ""), group_instance_id=m.group_instance_id, error_code=code))
-        return LeaveGroupResponse(members=answers)
-
-
-def leave_error(code):
-    return lambda request, version: LeaveGroupResponse(error_code=code)
-
-
-def client(broker, timeout=5.0, **kwargs):
-    servers = broker if isinstance(broker, str) else broker.address
-    return AdminClient(servers, client_id="test-admin", request_timeout_ms=int(timeout * 1000), **kwargs)
-
-
-def one_coordinator(scripted, group_members=("a", "b", "c"), versions=None):
-    """A broker that is its own group's coordinator, with a Kafka-like static group."""
-    group = KafkaLikeGroup(group_members)
-    broker = scripted(versions=versions)
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [group]}
-    return broker, group
+from fakes import (  # noqa: F401 - scripted is a fixture
+    API_VERSIONS,
+    CLOSE,
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    FIND_COORDINATOR,
+    GARBAGE,
+    LEAVE_GROUP,
+    NOT_COORDINATOR,
+    RESET,
+    SILENT,
+    UNKNOWN_MEMBER_ID,
+    WRONG_CORRELATION,
+    Delay,
+    Drop,
+    KafkaLikeGroup,
+    client,
+    closed_port,
+    coordinator_at,
+    find_error,
+    leave_error,
+    one_coordinator,
+    run_cli,
+    scripted,
+)
 
 
 # ---------------------------------------------------------------- Apache Kafka behaviour
@@ -558,12 +322,6 @@ def test_silent_broker(scripted):
     assert time.monotonic() - start < 0.8
 
 
-def closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_refused_connection():
     port = closed_port()
     start = time.monotonic()
@@ -737,12 +495,6 @@ def test_console_scripts_point_at_the_cli():
     scripts = {ep.name: ep for ep in metadata.entry_points(group="console_scripts")}
     assert scripts["fastkwire"].load() is cli.main
     assert scripts["kafka-invoke-consumer-rebalance"].load() is cli.invoke_consumer_rebalance
-
-
-def run_cli(*args, timeout=10):
-    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "fastkwire.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 def test_cli_process_refused_and_silent(scripted):

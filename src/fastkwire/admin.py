@@ -11,9 +11,11 @@ down or replace a host.
 The client speaks the protocol itself with this package's codecs over plain TCP sockets
 (no TLS, no SASL). Every call is bounded by `request_timeout_ms` as a whole: connects,
 reads and retries share one deadline. It opens its connections per call and closes them
-before returning.
+before returning. Answers are untrusted: their size is capped per API before anything is
+allocated, and a broker's text is escaped before it goes into an error message.
 """
 import asyncio
+import ipaddress
 import socket
 import struct
 import time
@@ -27,14 +29,30 @@ from . import (
     decode_response,
     encode_request,
 )
-from .error_codes import lookup
+from ._printable import printable
+from .admin_errors import (
+    AdminError,
+    AdminTimeoutError,
+    BrokerConnectionError,
+    BrokerError,
+    BrokerTooOldError,
+    FencedInstanceError,
+    GroupAuthorizationError,
+    GroupNotFoundError,
+    GroupStateError,
+    MemberRemovalError,
+    ResponseError,
+    UnknownInstanceError,
+)
+from .error_codes import by_name, lookup
 from .errors import DecodeError
 
 __all__ = [
     "AdminClient", "AsyncAdminClient", "Coordinator", "MemberResult", "MembershipChangeResult",
     "AdminError", "BrokerConnectionError", "AdminTimeoutError", "ResponseError", "BrokerError",
     "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
-    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError",
+    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "check_removal",
+    "parse_servers",
 ]
 
 DEFAULT_PORT = 9092
@@ -42,86 +60,52 @@ GROUP_KEY_TYPE = 0  # FindCoordinator KeyType for consumer groups
 LEAVE_BY_INSTANCE_MIN = 3  # LeaveGroup v3 added the member list with group.instance.id
 LEAVE_REASON_MIN = 5
 BATCHED_FIND_MIN = 4  # FindCoordinator v4 takes a list of keys
-MAX_FRAME = 64 * 1024 * 1024  # far above any answer to these APIs: a larger size is garbage
-NONE = 0
-UNSUPPORTED_VERSION = 35
-UNKNOWN_MEMBER_ID = 25
-FENCED_INSTANCE_ID = 82
+MAX_TIMEOUT_MS = 24 * 3600 * 1000  # a day: far beyond any admin call, and safe for socket timeouts
+MAX_NAME_BYTES = 32767  # Kafka's longest string (int16 length)
+MAX_BROKER_TEXT = 500  # characters of a broker's error message quoted in our errors
+
+NONE = by_name("NONE").code
+UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
+UNKNOWN_MEMBER_ID = by_name("UNKNOWN_MEMBER_ID").code
+FENCED_INSTANCE_ID = by_name("FENCED_INSTANCE_ID").code
+GROUP_AUTHORIZATION_FAILED = by_name("GROUP_AUTHORIZATION_FAILED").code
+COORDINATOR_NOT_AVAILABLE = by_name("COORDINATOR_NOT_AVAILABLE").code
+UNKNOWN_SERVER_ERROR = by_name("UNKNOWN_SERVER_ERROR").code
+
+
+def _codes(*names):
+    return frozenset(by_name(name).code for name in names)
+
+
 # Answers that mean "ask FindCoordinator again, a little later".
-COORDINATOR_RETRY = frozenset({14, 15, 16})  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
-GROUP_STATE_ERRORS = frozenset({22, 27})  # ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS
-GROUP_NOT_FOUND_ERRORS = frozenset({69})  # GROUP_ID_NOT_FOUND
-GROUP_AUTHORIZATION_FAILED = 30
+COORDINATOR_RETRY = _codes("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR")
+GROUP_STATE_ERRORS = _codes("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
+GROUP_NOT_FOUND_ERRORS = _codes("GROUP_ID_NOT_FOUND")
 BACKOFF_START = 0.1
 BACKOFF_MAX = 1.0
 
-_API_NAMES = {18: "ApiVersions", 10: "FindCoordinator", 13: "LeaveGroup"}
+_API_NAMES = {
+    ApiVersionsRequest.API_KEY: "ApiVersions",
+    FindCoordinatorRequest.API_KEY: "FindCoordinator",
+    LeaveGroupRequest.API_KEY: "LeaveGroup",
+}
+
+# The largest answer a sane broker sends to each request, as (fixed part, per member
+# asked): the receive buffer is allocated at the announced size, so a larger announcement
+# is refused before anything is allocated. The request's own size is added on top, since
+# answers echo the names sent. ApiVersions lists ~100 APIs in ~1 KiB; FindCoordinator
+# names one host; LeaveGroup answers each member with its ids.
+ANSWER_LIMITS = {
+    ApiVersionsRequest.API_KEY: (256 * 1024, 0),
+    FindCoordinatorRequest.API_KEY: (256 * 1024, 0),
+    LeaveGroupRequest.API_KEY: (64 * 1024, 4 * 1024),
+}
 
 
-# ---------------------------------------------------------------- errors
-
-
-class AdminError(Exception):
-    """Base of every error the admin client raises. `.error` is the Kafka `ErrorCode`, if any."""
-
-    error = None
-
-
-class BrokerConnectionError(AdminError):
-    """A broker could not be reached, or closed or reset the connection."""
-
-
-class AdminTimeoutError(AdminError, TimeoutError):
-    """The call did not finish within its timeout (a silent broker, or retries ran out)."""
-
-    def __init__(self, message, error=None):
-        super().__init__(message)
-        self.error = error
-
-
-class ResponseError(AdminError):
-    """The broker's answer could not be decoded or did not match the request."""
-
-
-class BrokerError(AdminError):
-    """The broker answered with a Kafka error code for the whole request."""
-
-    def __init__(self, message, error=None):
-        super().__init__(message)
-        self.error = error
-
-
-class BrokerTooOldError(BrokerError):
-    """The broker lacks LeaveGroup v3, so it cannot remove members by group.instance.id."""
-
-
-class GroupNotFoundError(BrokerError):
-    """The group does not exist on its coordinator."""
-
-
-class GroupAuthorizationError(BrokerError):
-    """GROUP_AUTHORIZATION_FAILED: the client may not change this group."""
-
-
-class GroupStateError(BrokerError):
-    """The group is not in a state in which it can rebalance now."""
-
-
-class MemberRemovalError(AdminError):
-    """A member was not removed; raised by `MembershipChangeResult.all()`."""
-
-    def __init__(self, message, member):
-        super().__init__(message)
-        self.member = member
-        self.error = member.error
-
-
-class UnknownInstanceError(MemberRemovalError):
-    """UNKNOWN_MEMBER_ID: no member of the group has this group.instance.id."""
-
-
-class FencedInstanceError(MemberRemovalError):
-    """FENCED_INSTANCE_ID: the instance id belongs to a member with another member id."""
+def answer_limit(msg, request_size):
+    """The most bytes (after the size prefix) accepted in answer to `msg`."""
+    fixed, per_member = ANSWER_LIMITS[msg.API_KEY]
+    return fixed + per_member * len(getattr(msg, "members", None) or ()) + request_size
 
 
 # ---------------------------------------------------------------- results
@@ -226,33 +210,92 @@ class MembershipChangeResult:
 
 
 def _format_address(host, port):
+    """HOST:PORT for messages, with a broker's odd characters escaped."""
+    host = printable(host, MAX_BROKER_TEXT)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _port(text):
+    # int() would also take "+5", " 5" and non-ASCII digits.
+    if not (text.isascii() and text.isdigit()):
+        return None
+    port = int(text)
+    return port if 0 < port < 65536 else None
+
+
 def parse_servers(bootstrap_servers):
-    """'h1:9092,h2' or a list of them -> [(host, port)]; '[::1]:9092' for IPv6."""
+    """'h1:9092,h2' or a list of them -> [(host, port)]; '[::1]:9092' for IPv6.
+
+    A server without a port uses 9092; anything else malformed is a ValueError.
+    """
     items = bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
     servers = []
     for item in (s.strip() for s in items):
         if not item:
             continue
         if item.startswith("["):
-            host, _, rest = item[1:].partition("]")
-            port = rest[1:] if rest.startswith(":") else ""
+            host, bracket, rest = item[1:].partition("]")
+            if not bracket or (rest and not rest.startswith(":")) or not _is_ipv6(host):
+                raise ValueError(f"bad bootstrap server {item!r} (expected [IPV6]:PORT)")
+            port_text = rest[1:] if rest else None
         elif item.count(":") == 1:
-            host, port = item.split(":")
+            host, port_text = item.split(":")
+        elif ":" not in item or _is_ipv6(item):
+            host, port_text = item, None  # the default port (a bare IPv6 address included)
         else:
-            host, port = item, ""
-        try:
-            port = int(port) if port else DEFAULT_PORT
-        except ValueError:
-            raise ValueError(f"bad port in bootstrap server {item!r}") from None
-        if not host or not 0 < port < 65536:
-            raise ValueError(f"bad bootstrap server {item!r} (expected HOST:PORT)")
+            raise ValueError(f"bad bootstrap server {item!r} (expected HOST:PORT, or [IPV6]:PORT)")
+        port = DEFAULT_PORT if port_text is None else _port(port_text)
+        if port is None:
+            raise ValueError(f"bad port in bootstrap server {item!r} (expected 1-65535)")
+        if not host or not _is_host_text(host):
+            raise ValueError(f"bad host in bootstrap server {item!r} (expected HOST:PORT)")
         servers.append((host, port))
     if not servers:
         raise ValueError("no bootstrap server given")
     return servers
+
+
+def _is_ipv6(text):
+    try:
+        ipaddress.IPv6Address(text)  # a %zone suffix included
+    except ValueError:
+        return False
+    return True
+
+
+def _is_host_text(host):
+    """No spaces, controls, format or separator characters: nothing a host name can hold."""
+    return host.isprintable() and " " not in host
+
+
+def _check_name(what, value, nullable=False):
+    if value is None and nullable:
+        return
+    if not isinstance(value, str) or (not value and not nullable):
+        raise ValueError(f"{what} must be a non-empty string, not {value!r}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {value!r} cannot be encoded as UTF-8") from None
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"{what} is {size} bytes long; Kafka takes at most {MAX_NAME_BYTES}")
+
+
+def check_removal(group_id, group_instance_ids, reason=None):
+    """The argument checks of `remove_members_from_group`, without any I/O.
+
+    Returns the instance ids as a list; raises ValueError for bad arguments.
+    """
+    _check_name("group_id", group_id)
+    instance_ids = list(group_instance_ids)
+    if not instance_ids:
+        raise ValueError("give at least one group.instance.id")
+    for i in instance_ids:
+        _check_name("a group.instance.id", i)
+    if len(set(instance_ids)) != len(instance_ids):
+        raise ValueError("each group.instance.id may be given once")
+    _check_name("reason", reason, nullable=True)
+    return instance_ids
 
 
 class _Deadline:
@@ -282,6 +325,10 @@ class _Connection:
                 f"could not connect to {self.address} within {deadline.seconds:g} s") from None
         except OSError as exc:
             raise BrokerConnectionError(f"could not connect to {self.address}: {_reason(exc)}") from None
+        except UnicodeError as exc:
+            # The resolver's IDNA encoding refuses labels over 63 characters or empty ones.
+            raise BrokerConnectionError(
+                f"could not connect to {self.address}: not a valid host name ({exc})") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def close(self):
@@ -298,56 +345,68 @@ class _Connection:
         api_key = msg.API_KEY
         what = f"{_API_NAMES.get(api_key, api_key)} v{version}"
         self._correlation_id += 1
-        frame = encode_request(msg, version, self._correlation_id, self.client_id)
+        request = encode_request(msg, version, self._correlation_id, self.client_id)
         try:
             self._settimeout(deadline, what)
-            self.sock.sendall(frame)
-            size_bytes = self._read(4, deadline, what)
-            size = struct.unpack(">i", size_bytes)[0]
-            if not 4 <= size <= MAX_FRAME:
-                raise ResponseError(f"{self.address} sent a frame size of {size} bytes in answer to {what}")
-            body = self._read(size, deadline, what)
+            self.sock.sendall(request)
+            frame = self._receive(answer_limit(msg, len(request)), deadline, what)
         except socket.timeout:
             raise AdminTimeoutError(
                 f"no answer from {self.address} to {what} within {deadline.seconds:g} s") from None
         except OSError as exc:
             raise BrokerConnectionError(
                 f"connection to {self.address} failed during {what}: {_reason(exc)}") from None
-        correlation_id = struct.unpack_from(">i", body, 0)[0]
+        correlation_id = struct.unpack_from(">i", frame, 4)[0]
         if correlation_id != self._correlation_id:
             raise ResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
                                 f"expected {self._correlation_id}")
         decode_version = version
         # A broker that lacks our ApiVersions version answers in v0 with UNSUPPORTED_VERSION
         # (header v0 is 4 bytes, then the int16 error code).
-        if (api_key == ApiVersionsRequest.API_KEY and len(body) >= 6
-                and struct.unpack_from(">h", body, 4)[0] == UNSUPPORTED_VERSION):
+        if (api_key == ApiVersionsRequest.API_KEY and len(frame) >= 10
+                and struct.unpack_from(">h", frame, 8)[0] == UNSUPPORTED_VERSION):
             decode_version = 0
         try:
-            _, response = decode_response(size_bytes + body, api_key, decode_version)
+            _, response = decode_response(frame, api_key, decode_version)
         except (DecodeError, ValueError) as exc:
-            raise ResponseError(f"could not decode the answer of {self.address} to {what}: {exc}") from None
+            raise ResponseError(f"could not decode the answer of {self.address} to {what}: "
+                                f"{printable(exc, MAX_BROKER_TEXT)}") from None
         return response
+
+    def _receive(self, limit, deadline, what):
+        """One answer frame, size prefix included, read into a buffer of its announced size."""
+        head = bytearray(4)
+        self._fill(head, deadline, what, first=True)
+        size = struct.unpack(">i", head)[0]
+        if size < 4:
+            raise ResponseError(f"{self.address} sent a frame size of {size} bytes in answer to {what}")
+        if size > limit:
+            raise ResponseError(f"{self.address} announced a {size}-byte answer to {what}, more than the "
+                                f"{limit} bytes such an answer can take (is this a Kafka listener?)")
+        frame = bytearray(4 + size)
+        frame[:4] = head
+        with memoryview(frame) as view:
+            self._fill(view[4:], deadline, what)
+        return frame
+
+    def _fill(self, buffer, deadline, what, first=False):
+        # recv_into a buffer sized in advance: a broker sending one byte at a time costs
+        # nothing more than one sending the whole answer at once.
+        with memoryview(buffer) as view:
+            got = 0
+            while got < len(view):
+                self._settimeout(deadline, what)
+                n = self.sock.recv_into(view[got:])
+                if not n:
+                    when = "before answering" if first and not got else "in the middle of its answer"
+                    raise BrokerConnectionError(f"{self.address} closed the connection during {what} ({when})")
+                got += n
 
     def _settimeout(self, deadline, what):
         left = deadline.remaining()
         if left <= 0:
             raise socket.timeout(what)
         self.sock.settimeout(left)
-
-    def _read(self, n, deadline, what):
-        chunks = []
-        got = 0
-        while got < n:
-            self._settimeout(deadline, what)
-            chunk = self.sock.recv(min(n - got, 1 << 20))
-            if not chunk:
-                raise BrokerConnectionError(
-                    f"{self.address} closed the connection during {what} "
-                    f"({'before answering' if not chunks and n == 4 else 'in the middle of its answer'})")
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
 
 
 def _reason(exc):
@@ -378,9 +437,13 @@ class AdminClient:
 
     def __init__(self, bootstrap_servers, client_id="fastkwire-admin", request_timeout_ms=30000):
         self.servers = parse_servers(bootstrap_servers)
+        _check_name("client_id", client_id, nullable=True)
         self.client_id = client_id
-        if request_timeout_ms <= 0:
-            raise ValueError("request_timeout_ms must be positive")
+        if isinstance(request_timeout_ms, bool) or not isinstance(request_timeout_ms, (int, float)):
+            raise TypeError(f"request_timeout_ms must be a number, not {type(request_timeout_ms).__name__}")
+        if not 0 < request_timeout_ms <= MAX_TIMEOUT_MS:  # also refuses nan
+            raise ValueError(f"request_timeout_ms must be more than 0 and at most {MAX_TIMEOUT_MS} (a day), "
+                             f"not {request_timeout_ms!r}")
         self.timeout = request_timeout_ms / 1000.0
 
     # -- public calls
@@ -394,6 +457,7 @@ class AdminClient:
 
     def find_coordinator(self, group_id):
         """The `Coordinator` of `group_id`, retrying while it is moving or loading."""
+        _check_name("group_id", group_id)
         deadline = _Deadline(self.timeout)
         with self._connect_bootstrap(deadline) as conn:
             ranges = self._api_versions(conn, deadline)
@@ -403,15 +467,10 @@ class AdminClient:
         """Remove static members by group.instance.id: the coordinator rebalances at once.
 
         Returns a `MembershipChangeResult`; raises an `AdminError` subclass when the request as
-        a whole fails (nothing is sent to a broker too old for LeaveGroup v3).
+        a whole fails (nothing is sent to a broker too old for LeaveGroup v3), and ValueError
+        for bad arguments (`check_removal`), before connecting.
         """
-        instance_ids = list(group_instance_ids)
-        if not instance_ids:
-            raise ValueError("give at least one group.instance.id")
-        if any(not isinstance(i, str) or not i for i in instance_ids):
-            raise ValueError("group.instance.ids must be non-empty strings")
-        if len(set(instance_ids)) != len(instance_ids):
-            raise ValueError("each group.instance.id may be given once")
+        instance_ids = check_removal(group_id, group_instance_ids, reason)
         return self.leave_group(group_id, [("", i) for i in instance_ids], reason=reason)
 
     def leave_group(self, group_id, members, reason=None):
@@ -420,9 +479,14 @@ class AdminClient:
         KIP-345 names static members by instance id with an empty member id; naming a member
         by its member id removes a dynamic member (or a static one on brokers that need it).
         """
-        if not isinstance(group_id, str) or not group_id:
-            raise ValueError("group_id must be a non-empty string")
+        _check_name("group_id", group_id)
+        _check_name("reason", reason, nullable=True)
         members = [(m or "", i) for m, i in members]
+        if not members:
+            raise ValueError("give at least one member")
+        for member_id, instance_id in members:
+            _check_name("a member id", member_id, nullable=True)
+            _check_name("a group.instance.id", instance_id, nullable=True)
         deadline = _Deadline(self.timeout)
         with self._connect_bootstrap(deadline) as boot:
             ranges = self._api_versions(boot, deadline)
@@ -495,7 +559,7 @@ class AdminClient:
                 return coordinator
             error = lookup(code)
             if code not in COORDINATOR_RETRY:
-                detail = f" ({message})" if message else ""
+                detail = f" ({printable(message, MAX_BROKER_TEXT)})" if message else ""
                 if code == GROUP_AUTHORIZATION_FAILED:
                     raise GroupAuthorizationError(
                         f"not authorized to find the coordinator of group {group_id!r}: {error}{detail}", error)
@@ -517,6 +581,8 @@ class AdminClient:
         else:
             entry = response
         coordinator = Coordinator(entry.node_id, entry.host, entry.port)
+        if entry.error_code == NONE:
+            _check_coordinator(coordinator, f"{conn.address} answered FindCoordinator v{version}")
         return entry.error_code, coordinator, getattr(entry, "error_message", None)
 
     def _leave(self, conn, ranges, coordinator, group_id, members, reason, deadline):
@@ -562,15 +628,32 @@ def _member_results(requested, answered, top_code):
             # A member-level error sent for the whole request (no per-member list).
             results.append(MemberResult(key, member_id, top_code))
         else:
-            results.append(MemberResult(key, member_id, -1, "the coordinator's answer did not mention this member"))
+            results.append(MemberResult(key, member_id, UNKNOWN_SERVER_ERROR,
+                                        "the coordinator's answer did not mention this member"))
     return results
+
+
+def _check_coordinator(coordinator, answered):
+    """Refuse a coordinator no broker would name: ResponseError rather than a wrong connect."""
+    c = coordinator
+    if not c.host:
+        problem = "an empty host"
+    elif not _is_host_text(c.host):
+        problem = f"host {c.host!r}, which no host name can be"
+    elif not 0 < c.port < 65536:
+        problem = f"port {c.port}, outside 1-65535"
+    elif c.node_id < 0:
+        problem = f"node id {c.node_id}"
+    else:
+        return
+    raise ResponseError(f"{answered} with a coordinator that has {printable(problem, MAX_BROKER_TEXT)}")
 
 
 def _backoff(deadline, delay, code, doing):
     """Sleep before a retry, or raise AdminTimeoutError when the deadline would pass first."""
     error = lookup(code)
     if deadline.remaining() <= delay:
-        hint = " (the group may be being deleted or moved)" if code == 15 else ""
+        hint = " (the group may be being deleted or moved)" if code == COORDINATOR_NOT_AVAILABLE else ""
         raise AdminTimeoutError(
             f"gave up {doing}: the broker still answers {error.name}{hint}, and the "
             f"{deadline.seconds:g} s timeout would pass before the next try", error)

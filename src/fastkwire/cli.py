@@ -13,7 +13,8 @@ import json
 import os
 import sys
 
-from .admin import AdminClient, AdminError
+from ._printable import printable
+from .admin import MAX_TIMEOUT_MS, AdminClient, AdminError, check_removal
 
 EXIT_OK = 0
 EXIT_MEMBERS_FAILED = 1
@@ -21,6 +22,8 @@ EXIT_USAGE = 2
 EXIT_FAILED = 3
 
 DEFAULT_TIMEOUT = 30.0
+MIN_TIMEOUT = 0.001  # the client counts in milliseconds
+MAX_TIMEOUT = MAX_TIMEOUT_MS / 1000
 
 
 # ---------------------------------------------------------------- remove-members
@@ -34,8 +37,9 @@ def _remove_members_arguments(parser):
                         help="group.instance.id of a static member to remove (repeat for more)")
     parser.add_argument("--reason", metavar="TEXT",
                         help="why the members leave; brokers with LeaveGroup v5+ log it")
-    parser.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"give up after this long, retries included (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--timeout", type=_timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"give up after this long, retries included (default {DEFAULT_TIMEOUT:g}, "
+                             f"at most {MAX_TIMEOUT:g}: a day)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(run=run_remove_members)
     return parser
@@ -49,34 +53,31 @@ def add_remove_members(subparsers):
     return _remove_members_arguments(parser)
 
 
-def _positive_float(text):
+def _timeout(text):
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be more than 0")
+    if not MIN_TIMEOUT <= value <= MAX_TIMEOUT:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not between {MIN_TIMEOUT:g} and {MAX_TIMEOUT:g} seconds (a day)")
     return value
 
 
 def run_remove_members(args, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
-    if len(set(args.instance_ids)) != len(args.instance_ids):
-        print(f"{args.prog}: error: an --instance-id is given twice", file=err)
-        return EXIT_USAGE
+    # Argument errors are told apart before any I/O: whatever fails later is the broker's
+    # or the network's doing (exit 3), never "bad usage".
     try:
-        client = AdminClient(args.bootstrap_server, request_timeout_ms=int(args.timeout * 1000))
+        client = AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000)
+        check_removal(args.group, args.instance_ids, args.reason)
+    except ValueError as exc:
+        return _fail(args, exc, EXIT_USAGE, out, err)
+    try:
         result = client.remove_members_from_group(args.group, args.instance_ids, reason=args.reason)
-    except (AdminError, ValueError) as exc:
-        if args.json:
-            error = getattr(exc, "error", None)
-            print(json.dumps({"group_id": args.group, "error": {
-                "type": type(exc).__name__, "message": str(exc),
-                "error_code": error.code if error else None, "error_name": error.name if error else None,
-            }}, indent=2), file=out)
-        print(f"{args.prog}: error: {exc}", file=err)
-        return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+    except AdminError as exc:
+        return _fail(args, exc, EXIT_FAILED, out, err)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2), file=out)
     else:
@@ -84,14 +85,27 @@ def run_remove_members(args, out=None, err=None):
     return EXIT_OK if not result.failed else EXIT_MEMBERS_FAILED
 
 
+def _fail(args, exc, code, out, err):
+    """Report a failed request: JSON on stdout if asked, and one line on stderr."""
+    if args.json:
+        error = getattr(exc, "error", None)
+        print(json.dumps({"group_id": args.group, "error": {
+            "type": type(exc).__name__, "message": str(exc),
+            "error_code": error.code if error else None, "error_name": error.name if error else None,
+        }}, indent=2), file=out)
+    print(f"{args.prog}: error: {printable(exc)}", file=err)
+    return code
+
+
 def _print_table(result, out):
+    # Everything a broker or an argument put in these strings is escaped: one line per row.
     c = result.coordinator
-    print(f"Group {result.group_id!r}: coordinator {c.address} (node {c.node_id}), "
+    print(f"Group {result.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}), "
           f"LeaveGroup v{result.leave_group_version}", file=out)
     rows = [("INSTANCE ID", "RESULT", "ERROR")]
     for m in result.members:
-        rows.append((m.group_instance_id, "removed" if m.ok else "FAILED",
-                     "" if m.ok else f"{m.error_name} ({m.error_code}): {m.describe()}"))
+        rows.append((printable(m.group_instance_id), "removed" if m.ok else "FAILED",
+                     "" if m.ok else printable(f"{m.error_name} ({m.error_code}): {m.describe()}")))
     widths = [max(len(r[i]) for r in rows) for i in range(2)]
     for r in rows:
         print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip(), file=out)
@@ -143,7 +157,7 @@ def _run(parser, argv):
     except Exception as exc:  # noqa: BLE001 - a command line prints errors, not tracebacks
         if os.environ.get("FASTKWIRE_DEBUG"):
             raise
-        print(f"{args.prog}: unexpected error: {type(exc).__name__}: {exc} "
+        print(f"{args.prog}: unexpected error: {type(exc).__name__}: {printable(exc)} "
               "(set FASTKWIRE_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_FAILED
 

@@ -1,0 +1,74 @@
+"""The exceptions of the admin client (`fastkwire.admin` re-exports them).
+
+Every failure of a call that got past its argument checks is an `AdminError`; the
+arguments themselves are checked before anything is sent and fail with ValueError.
+"""
+
+__all__ = [
+    "AdminError", "BrokerConnectionError", "AdminTimeoutError", "ResponseError", "BrokerError",
+    "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
+    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError",
+]
+
+
+class AdminError(Exception):
+    """Base of every error the admin client raises. `.error` is the Kafka `ErrorCode`, if any."""
+
+    error = None
+
+
+class BrokerConnectionError(AdminError):
+    """A broker could not be reached, or closed or reset the connection."""
+
+
+class AdminTimeoutError(AdminError, TimeoutError):
+    """The call did not finish within its timeout (a silent broker, or retries ran out)."""
+
+    def __init__(self, message, error=None):
+        super().__init__(message)
+        self.error = error
+
+
+class ResponseError(AdminError):
+    """The broker's answer could not be decoded or did not match the request."""
+
+
+class BrokerError(AdminError):
+    """The broker answered with a Kafka error code for the whole request."""
+
+    def __init__(self, message, error=None):
+        super().__init__(message)
+        self.error = error
+
+
+class BrokerTooOldError(BrokerError):
+    """The broker lacks LeaveGroup v3, so it cannot remove members by group.instance.id."""
+
+
+class GroupNotFoundError(BrokerError):
+    """The group does not exist on its coordinator."""
+
+
+class GroupAuthorizationError(BrokerError):
+    """GROUP_AUTHORIZATION_FAILED: the client may not change this group."""
+
+
+class GroupStateError(BrokerError):
+    """The group is not in a state in which it can rebalance now."""
+
+
+class MemberRemovalError(AdminError):
+    """A member was not removed; raised by `MembershipChangeResult.all()`."""
+
+    def __init__(self, message, member):
+        super().__init__(message)
+        self.member = member
+        self.error = member.error
+
+
+class UnknownInstanceError(MemberRemovalError):
+    """UNKNOWN_MEMBER_ID: no member of the group has this group.instance.id."""
+
+
+class FencedInstanceError(MemberRemovalError):
+    """FENCED_INSTANCE_ID: the instance id belongs to a member with another member id."""
