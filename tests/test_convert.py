@@ -92,8 +92,10 @@ def test_converted_facts_equal_our_hand_written_definitions(plain, name):
 
 
 def test_existing_files_keep_their_docs_byte_for_byte(tmp_path):
-    for p in SCHEMAS.glob("*.json"):
-        shutil.copy(p, tmp_path)
+    # The hand-written definitions and the protected ones (the others carry kio's newer
+    # versions, which this run without kio would drop).
+    for name in HAND_WRITTEN + tuple(tool.PROTECTED):
+        shutil.copy(SCHEMAS / f"{name}.json", tmp_path)
     protected = tmp_path / "StreamsGroupHeartbeatRequest.json"
     protected.write_text(protected.read_text().replace("Streams group", "STREAMS GROUP"))
     before = protected.read_text()

@@ -12,7 +12,7 @@ import threading
 
 from . import _model
 from . import _schema as S
-from ._layout import default_value, layouts, version_text
+from ._layout import default_value, layouts, makes_struct, version_text
 
 _DEFAULT = object()  # marks 'argument not given' for list defaults
 
@@ -65,13 +65,17 @@ def _field_kind(f: S.Field) -> int:
     return _model.VALUE
 
 
-def _make_init(struct: S.Struct, module: str):
+def _make_init(struct: S.Struct, module: str, classes: dict):
     """A keyword-only __init__ with the schema's defaults, compiled once per class."""
     params, body, env = ["self", "*"], [], {"_DEFAULT": _DEFAULT, "_check": _model.check_unknown_tags}
     for i, f in enumerate(struct.fields):
         d = default_value(f)
         name = f.py_name
-        if d == []:
+        if makes_struct(f):
+            env[f"_s{i}"] = classes[f.struct.name]
+            params.append(f"{name}=_DEFAULT")
+            body.append(f"    self.{name} = _s{i}() if {name} is _DEFAULT else {name}")
+        elif d == []:
             params.append(f"{name}=_DEFAULT")
             body.append(f"    self.{name} = [] if {name} is _DEFAULT else {name}")
         else:
@@ -79,7 +83,7 @@ def _make_init(struct: S.Struct, module: str):
             params.append(f"{name}=_d{i}")
             body.append(f"    self.{name} = {name}")
     params.append("unknown_tagged_fields=None")
-    body.append("    self._unknown = _check(type(self), unknown_tagged_fields)")
+    body.append("    self._unknown = _check(self.__class__, unknown_tagged_fields)")  # a field may be named type
     src = f"def __init__({', '.join(params)}):\n" + "\n".join(body) + "\n"
     exec(compile(src, f"<{module}.{struct.name}.__init__>", "exec"), env)  # noqa: S102
     return env["__init__"]
@@ -121,7 +125,7 @@ class Family:
                 "__module__": self.module,
                 "__qualname__": name if root else f"{name}.{struct.name}",
                 "__doc__": struct.doc or None,
-                "__init__": _make_init(struct, self.module),
+                "__init__": _make_init(struct, self.module, by_struct),
                 "_NAME": struct.name,
                 "_FIELDS": tuple((f.py_name, _field_kind(f), by_struct.get(f.struct.name) if f.is_struct else None)
                                  for f in struct.fields),

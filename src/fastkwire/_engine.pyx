@@ -20,7 +20,7 @@ import threading as _threading
 
 from fastkwire import errors as _e
 from fastkwire._core import check_arrays
-from fastkwire._layout import version_text
+from fastkwire._layout import makes_struct, version_text
 from fastkwire._pure import check_version
 from fastkwire.columns import TaskOffsetColumns
 from fastkwire.errors import DecodeError, EncodeError
@@ -48,7 +48,8 @@ cdef enum:
 cdef enum:
     D_VALUE,   # a shared immutable value, compared with ==
     D_IS,      # None, True or False: compared by identity
-    D_LIST     # a new empty list; "default" means empty
+    D_LIST,    # a new empty list; "default" means empty
+    D_NEW      # a new struct of defaults (never-null struct fields); compared with ==
 
 cdef dict _SCALAR_KINDS = {
     "bool": K_BOOL, "int8": K_I8, "int16": K_I16, "int32": K_I32, "int64": K_I64,
@@ -123,7 +124,10 @@ cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep
     keep.append(name)
     f.name = <PyObject*>name
     d = op.default
-    if d == [] and type(d) is list:
+    if makes_struct(field):
+        f.dflt = D_NEW
+        d = root._CLASSES[field.struct.name]
+    elif d == [] and type(d) is list:
         f.dflt = D_LIST
         d = None
     elif d is None or d is True or d is False:
@@ -256,6 +260,8 @@ cdef inline object take(object o, Field* f):
 cdef inline object default_of(Field* f):
     if f.dflt == D_LIST:
         return []
+    if f.dflt == D_NEW:
+        return (<object>f.default)()
     return <object>f.default
 
 cdef inline bint is_default(Field* f, object v) except -1:
@@ -263,6 +269,8 @@ cdef inline bint is_default(Field* f, object v) except -1:
         return not v
     if f.dflt == D_IS:
         return v is <object>f.default
+    if f.dflt == D_NEW:
+        return v == (<object>f.default)()
     return v == <object>f.default
 
 cdef inline object new_object(object cls):

@@ -77,6 +77,12 @@ def default_value(f: S.Field):
     return [] if d == [] else d
 
 
+def makes_struct(f: S.Field) -> bool:
+    """A struct field that is never null: its default is a new struct of defaults."""
+    return (f.is_struct and not f.is_array and not f.has_default
+            and f.nullable.low > f.nullable.high)
+
+
 def is_default(f: S.Field, value) -> bool:
     """Whether `value` is the field's default, so that a version without the field, or a
     tagged field, may leave it out."""

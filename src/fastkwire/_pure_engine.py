@@ -12,7 +12,7 @@ import threading
 
 from . import _pure
 from . import errors as _e
-from ._layout import default_value, version_text
+from ._layout import default_value, makes_struct, version_text
 from ._pure import byte_view, check_arrays, check_offset, check_version, write_into
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError
@@ -75,6 +75,8 @@ class _Writer:
         return self.ns.const(self.ns.classes[struct.name])
 
     def default_expr(self, op):
+        if makes_struct(op.field):
+            return f"{self.cls(op.field.struct)}()"
         d = default_value(op.field)
         if d == []:
             return "[]"
@@ -85,6 +87,8 @@ class _Writer:
     def default_test(self, op, expr):
         """A Python expression that is true when expr holds the field's default."""
         d = op.field.default_value()
+        if makes_struct(op.field):
+            return f"{expr} == {self.default_expr(op)}"
         if d == []:
             return f"not {expr}"
         if d is None or isinstance(d, bool):
