@@ -717,6 +717,31 @@ def test_render_of_a_big_frame_is_bounded():
     assert len(text) < 500_000                      # 1 MiB in full would be over 5 MB
 
 
+# ---------------------------------------------------------------- strings from the frame are inert
+
+NASTY = "\x1b[2J\x1b]0;owned\x07\u202egnp.exe\x9b31m\r\nfake\x00\x7f\"\\caf\u00e9\u2028"
+
+
+def nasty_frame():
+    msg = codec.LeaveGroupRequest(group_id=NASTY, members=[
+        codec.LeaveGroupRequest.MemberIdentity(member_id="m", reason=NASTY)])
+    return codec.encode_request(msg, 5, 1, "c")
+
+
+def test_control_characters_in_strings_are_escaped_in_the_tree():
+    text = render(nasty_frame(), explain(nasty_frame()))
+    assert all(c.isprintable() for line in text.split("\n") for c in line)
+    escaped = '"\\x1b[2J\\x1b]0;owned\\x07\\u202egnp.exe\\x9b31m\\r\\nfake\\x00\\x7f\\"\\\\caf\u00e9\\u2028"'
+    lines = [x for x in text.split("\n") if escaped in x]
+    assert [x.split("+-- ")[1].split()[0] for x in lines] == ["GroupId", "Reason"]
+
+
+def test_json_is_ascii_and_reads_back_the_same_strings():
+    out = to_json(explain(nasty_frame()))
+    assert out.isascii() and all(c.isprintable() for c in out.replace("\n", ""))
+    assert json.loads(out)["body"]["group_id"] == NASTY
+
+
 # ---------------------------------------------------------------- command line
 
 def cli(*argv, stdin=b""):
@@ -814,6 +839,35 @@ def test_cli_json_has_every_element_even_when_the_tree_summarises():
         {"member_id": "", "group_instance_id": "", "reason": ""}] * 150
 
 
+def ascii_stream():
+    return io.TextIOWrapper(io.BytesIO(), encoding="ascii")     # errors="strict"
+
+
+def run_ascii(*argv):
+    args = configure(argparse.ArgumentParser()).parse_args(argv)
+    out, err = ascii_stream(), ascii_stream()
+    code = run(args, stdout=out, stderr=err, stdin=io.TextIOWrapper(io.BytesIO()))
+    out.flush()
+    err.flush()
+    return code, out.buffer.getvalue().decode("ascii"), err.buffer.getvalue().decode("ascii")
+
+
+def test_cli_writes_to_an_ascii_only_stream():
+    text = "caf\u00e9 \u2615 \U0001d11e"
+    msg = codec.LeaveGroupRequest(group_id=text, members=[codec.LeaveGroupRequest.MemberIdentity(member_id="m")])
+    frame = codec.encode_request(msg, 5, 1, "c")
+    code, out, err = run_ascii(frame.hex())
+    assert (code, err) == (0, "")
+    assert '= "caf\\xe9 \\u2615 \\U0001d11e" (compact, len+1=' in out
+    code, out, err = run_ascii("--json", frame.hex())
+    assert (code, err) == (0, "") and json.loads(out)["body"]["group_id"] == text
+    # A malformed frame: the partial tree and the error message.
+    code, out, err = run_ascii(frame[:-3].hex())
+    assert code == 1 and "caf\\xe9" in out and err.startswith("DecodeError: ")
+    code, out, err = run_ascii("--example", "caf\u00e9")
+    assert (code, out) == (2, "") and "unknown example 'caf\\xe9'" in err
+
+
 def test_cli_bad_input():
     code, out, err = cli("zz")
     assert (code, out) == (2, "") and "not hex" in err
@@ -834,3 +888,15 @@ def test_python_dash_m_runs_the_cli():
                          capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 1 and "DecodeError" in bad.stderr
 
+
+def test_cli_on_an_ascii_stdout_process():
+    src = Path(__import__("fastkwire._schema").__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PYTHONIOENCODING="ascii", LC_ALL="C")
+    msg = codec.LeaveGroupRequest(group_id="gr\u00fcn\x1b[31m", members=[])
+    frame = codec.encode_request(msg, 5, 1, "c")
+    done = subprocess.run([sys.executable, "-m", "fastkwire.explain", frame.hex()],
+                          capture_output=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert b'GroupId string = "gr\\xfcn\\x1b[31m" (compact, len+1=' in done.stdout
+    assert done.stdout.isascii() and b"\x1b" not in done.stdout

@@ -16,7 +16,7 @@ that were still open end at the error's offset.
 The tree is bounded whatever the frame: an array shows its first `max_items` elements
 and one "summary" node for the rest, which are read and checked (a malformed one fails
 at its offset, as anywhere else) but get no nodes and keep no values. Text is formatted
-only when a node is printed.
+only when a node is printed, and strings from the frame are printed escaped.
 """
 from __future__ import annotations
 
@@ -167,9 +167,28 @@ def _min_size(f_type, struct, version, flexible, compact) -> int:
 # ---------------------------------------------------------------- value display
 # The walker gives nodes these functions rather than text; they run when a node is printed.
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+
+
+def _escape_char(c: str) -> str:
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    if c.isprintable():
+        return c
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+def _escape(text: str) -> str:
+    """A string from the frame as inert text: control and format characters (escape
+    sequences, bidi overrides, line breaks) as backslash escapes, and quotes escaped."""
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return text
+    return "".join(_escape_char(c) for c in text)
+
+
 def _quote(text: str, limit=60) -> str:
-    shown = json.dumps(text if len(text) <= limit else text[:limit], ensure_ascii=False)
-    return shown if len(text) <= limit else shown[:-1] + '..."'
+    return f'"{_escape(text[:limit])}..."' if len(text) > limit else f'"{_escape(text)}"'
 
 
 def _show_string(value, compact) -> str:
@@ -810,11 +829,12 @@ def _json_default(value):
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-_JSON = json.JSONEncoder(indent=2, ensure_ascii=False, default=_json_default)
+# ASCII (the rest as \u escapes): valid on any stream, and no control character survives.
+_JSON = json.JSONEncoder(indent=2, ensure_ascii=True, default=_json_default)
 
 
 def to_json(root: Node) -> str:
-    """The tree's values as JSON: bytes as hex, UUIDs as text, snake_case keys.
+    """The tree's values as JSON (ASCII): bytes as hex, UUIDs as text, snake_case keys.
     A summarised array lists its shown elements only."""
     return _JSON.encode(root.value)
 
@@ -913,6 +933,15 @@ def _read_frame(args, stdin) -> bytes:
     raise ValueError("give the frame as hex, with --file, or on stdin")
 
 
+def _write(stream, text: str):
+    """Writes text that the stream may not be able to encode (an ASCII terminal): what
+    it cannot encode goes out as backslash escapes instead of failing."""
+    encoding = getattr(stream, "encoding", None)
+    if encoding and not text.isascii():
+        text = text.encode(encoding, "backslashreplace").decode(encoding)
+    stream.write(text)
+
+
 def _write_lines(stream, lines, batch=1 << 16):
     """Writes lines in pieces of about `batch` characters: big outputs are not built whole."""
     chunk, size = [], 0
@@ -920,10 +949,10 @@ def _write_lines(stream, lines, batch=1 << 16):
         chunk.append(line)
         size += len(line) + 1
         if size >= batch:
-            stream.write("\n".join(chunk) + "\n")
+            _write(stream, "\n".join(chunk) + "\n")
             chunk, size = [], 0
     if chunk:
-        stream.write("\n".join(chunk) + "\n")
+        _write(stream, "\n".join(chunk) + "\n")
 
 
 def _write_json(stream, value, batch=1 << 16):
@@ -954,10 +983,10 @@ def run(args, stdout=None, stderr=None, stdin=None) -> int:
     except DecodeError as err:
         if not args.json:
             _write_lines(stdout, _render_lines(frame, err.partial_tree, doc_width, args.hex_rows))
-        stderr.write(f"DecodeError: {err}\n")
+        _write(stderr, f"DecodeError: {err}\n")
         return 1
     except (ValueError, OSError) as err:
-        stderr.write(f"fastkwire explain: {err}\n")
+        _write(stderr, f"fastkwire explain: {err}\n")
         return 2
     if args.json:
         _write_json(stdout, _message_value(frame, root))
