@@ -292,7 +292,7 @@ class Site:
 def sites(frame, target):
     """Every Site of a valid frame, located with explain's tree and the schema."""
     args = () if target[0] == "request" else (target[1], target[2])
-    root = explain(bytes(frame), *args)
+    root = explain(bytes(frame), *args, max_items=None)      # every site, none summarised
     info = root.value
     out = []
     header_node, body_node = root.children[1], root.children[2]

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastkwire._messages_python as codec
-from fastkwire import _schema
+from fastkwire import _pure, _schema
 from fastkwire.errors import DecodeError, UnsupportedVersionError
-from fastkwire.explain import (Node, configure, example, example_names, explain, hex_layout,
-                               render, render_tree, run, to_json)
+from fastkwire.explain import (HEX_ROWS, MAX_ITEMS, NODES_PER_ITEM, Node, configure, example,
+                               example_names, explain, hex_layout, render, render_tree, run,
+                               to_json)
 
 import strategies
 
@@ -205,7 +207,17 @@ def test_hex_layout_has_offsets_and_16_bytes_per_row():
     assert len(lines) == 4
     # Printable bytes show in the text column.
     assert hex_layout(b"\x00abc").splitlines()[2].endswith(".abc")
-    assert hex_layout(bytes(0x10001)).splitlines()[-1].startswith("10000  00")
+    assert hex_layout(bytes(0x10001), max_rows=None).splitlines()[-1].startswith("10000  00")
+
+
+def test_hex_layout_stops_after_max_rows_with_a_note():
+    lines = hex_layout(bytes(0x10001)).splitlines()          # 4097 rows, 4096 by default
+    assert len(lines) == 2 + 4096 + 1
+    assert lines[-2].startswith("0fff0  00")
+    assert lines[-1] == "... 1 more row (bytes 0x10000-0x10000) not shown"
+    lines = hex_layout(bytes(100), max_rows=2).splitlines()
+    assert lines[-1] == "... 5 more rows (bytes 0x20-0x63) not shown"
+    assert len(hex_layout(bytes(10_000_000), max_rows=3)) < 400
 
 
 def test_render_has_title_layout_and_tree():
@@ -331,14 +343,15 @@ def test_truncated_frame_gives_the_partial_tree_and_the_failing_field():
     assert tree.value["message"] == "LeaveGroupRequest"
 
 
+@pytest.mark.parametrize("max_items", [MAX_ITEMS, 0])      # 0: every element summarised
 @pytest.mark.parametrize("name", ["leave-group-v5", "leave-group-v3", "streams-group-heartbeat-v0",
                                   "api-versions-v3-response", "find-coordinator-v0-response"])
-def test_errors_match_the_generated_codec_at_every_truncation(name):
+def test_errors_match_the_generated_codec_at_every_truncation(name, max_items):
     frame, api_key, version = example(name)
     for cut in range(8, len(frame)):
         short = (cut - 4).to_bytes(4, "big") + frame[4:cut]
         with pytest.raises(DecodeError) as mine:
-            explain(short, api_key, version)
+            explain(short, api_key, version, max_items=max_items)
         with pytest.raises(DecodeError) as theirs:
             if api_key is None:
                 codec.decode_request(short)
@@ -458,6 +471,277 @@ def test_random_messages_agree_with_the_generated_codec(case, correlation_id):
     json.loads(to_json(root))
 
 
+# ---------------------------------------------------------------- long arrays: summarised, still checked
+
+def with_size(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
+
+
+def leave_group_frame(members, bad_member=None, bad=b""):
+    """A LeaveGroup v5 request with `members` smallest members (4 bytes each, all strings
+    empty), built by hand so that big ones are quick; member `bad_member` is `bad` instead."""
+    body = bytearray(bytes.fromhex("000d0005" "00000001" "0000" "00") + b"\x02g")
+    _pure.w_uvarint(body, members + 1)
+    for i in range(members):
+        body += bad if i == bad_member else b"\x01\x01\x01\x00"
+    return with_size(bytes(body + b"\x00"))
+
+
+def members_node(root):
+    return next(n for n in root.walk() if n.name == "Members")
+
+
+def test_long_array_shows_max_items_elements_then_one_summary():
+    frame = leave_group_frame(250)
+    root = explain(frame, max_items=100)
+    assert_tiles(root, len(frame))
+    members = members_node(root)
+    assert members.display == "250 elements"
+    assert [c.name for c in members.children[:3]] == ["length", "MemberIdentity[0]", "MemberIdentity[1]"]
+    assert len(members.children) == 1 + 100 + 1
+    summary = members.children[-1]
+    hidden = members.children[1].offset + 100 * 4
+    assert (summary.name, summary.type, summary.value) == ("MemberIdentity[100..249]", "summary", 150)
+    assert (summary.offset, summary.size, summary.children) == (hidden, 150 * 4, [])
+    assert summary.display == "150 more elements, not shown"
+    # Values are kept for the shown elements only.
+    assert root.value["body"]["members"] == [{"member_id": "", "group_instance_id": "", "reason": ""}] * 100
+    line = next(x for x in render_tree(root).splitlines() if "summary" in x)
+    assert line == (f"  | +-- MemberIdentity[100..249] summary = 150 more elements, not shown "
+                    f"[0x{hidden:04x}, 600B] read and checked, not shown (max_items, --max-items shows more)")
+    assert shape(explain(frame)) == shape(root)                     # 100 is the default
+    everything = explain(frame, max_items=None)
+    assert len(members_node(everything).children) == 251
+    assert len(everything.value["body"]["members"]) == 250
+    nothing = members_node(explain(frame, max_items=0))
+    assert [(c.name, c.size) for c in nothing.children[1:]] == [("MemberIdentity[0..249]", 1000)]
+
+
+def test_max_items_must_be_a_count_or_none():
+    for bad in (-1, True, 1.5, "3"):
+        with pytest.raises(ValueError, match="max_items"):
+            explain(SEED_REQUEST, max_items=bad)
+
+
+def nested_heartbeat(k, version=0):
+    """StreamsGroupHeartbeat with k subtopologies of k changelog topics of k empty configs."""
+    shb = codec.StreamsGroupHeartbeatRequest
+    topic = shb.TopicInfo(name="", topic_configs=[shb.KeyValue(key="", value="")] * k)
+    sub = shb.Subtopology(subtopology_id="", state_changelog_topics=[topic] * k)
+    msg = shb(group_id="g", member_id="m", topology=shb.Topology(subtopologies=[sub] * k))
+    return codec.encode_request(msg, version, 1)
+
+
+def test_the_whole_tree_has_a_node_budget():
+    # 30 shown of each of three nested arrays would be 27,000 configs: the budget stops it.
+    frame = nested_heartbeat(30)
+    root = explain(frame, max_items=30)
+    assert_tiles(root, len(frame))
+    nodes = sum(1 for _ in root.walk())
+    assert NODES_PER_ITEM * 30 <= nodes <= NODES_PER_ITEM * 30 + 100
+    # Spent within the first subtopology's topics: the rest of each array is summarised.
+    subtopologies = next(n for n in root.walk() if n.name == "Subtopologies")
+    assert [c.name for c in subtopologies.children] == ["length", "Subtopology[0]", "Subtopology[1..29]"]
+    topics = next(n for n in subtopologies.walk() if n.name == "StateChangelogTopics")
+    assert topics.children[-1].type == "summary" and len(topics.children) < 1 + 30
+    configs = [n for n in topics.walk() if n.name == "TopicConfigs"]
+    assert sum(1 for n in configs if n.children[-1].type == "summary") == 1
+    full = explain(frame, max_items=None)
+    assert sum(1 for _ in full.walk()) > 27_000
+    body = frame[root.children[2].offset:]
+    assert full.value["body"] == codec.StreamsGroupHeartbeatRequest.decode(body, 0).to_dict()
+
+
+def test_malformed_element_past_the_summary_is_reported_at_its_offset(impl):
+    # Member 250 of 300 has a MemberId of one byte that is not UTF-8.
+    frame = leave_group_frame(300, bad_member=250, bad=b"\x02\xff\x01\x01\x00")
+    with pytest.raises(DecodeError) as theirs:
+        impl.decode_request(frame)
+    members_at = 4 + 11 + 2 + 2               # size, header, group id, the count (uvarint 301)
+    at = members_at + 250 * 4
+    assert (theirs.value.offset, theirs.value.path) == (at, "members[250].member_id")
+    for max_items in (MAX_ITEMS, 0, 7):
+        with pytest.raises(DecodeError) as mine:
+            explain(frame, max_items=max_items)
+        err = mine.value
+        assert (err.offset, err.reason, err.path) == (theirs.value.offset, theirs.value.reason,
+                                                      "members[250].member_id")
+        # The summary is the failing node, from the first hidden element to the error.
+        failed = [n for n in err.partial_tree.walk() if n.error is not None]
+        assert [(n.type, n.offset, n.end) for n in failed] == [
+            ("summary", members_at + max_items * 4, at)]
+        assert f"!! {err.reason}" in render_tree(err.partial_tree)
+
+
+def test_truncated_tail_of_a_summarised_array_fails_like_the_codec(impl):
+    full = leave_group_frame(300)
+    for cut in (len(full) - 1, len(full) - 3, len(full) - 600, len(full) - 601):
+        frame = with_size(full[4:cut])
+        with pytest.raises(DecodeError) as theirs:
+            impl.decode_request(frame)
+        with pytest.raises(DecodeError) as mine:
+            explain(frame)
+        assert (mine.value.offset, mine.value.reason, mine.value.path) == (
+            theirs.value.offset, theirs.value.reason, theirs.value.path)
+
+
+def api_versions_with_tags(tags: dict):
+    """An ApiVersionsResponse v3 whose tagged fields are `tags` ({tag: raw bytes}), in order."""
+    base = api_versions_v3()
+    body = bytearray(base[4:-1])
+    _pure.w_uvarint(body, len(tags))
+    for tag, raw in tags.items():
+        _pure.w_uvarint(body, tag)
+        _pure.w_uvarint(body, len(raw))
+        body += raw
+    return with_size(bytes(body))
+
+
+def test_many_tagged_fields_are_summarised_and_still_checked(impl):
+    tags = {t: b"\xaa" for t in range(10, 160)}
+    tags[1] = (7).to_bytes(8, "big")                  # a known one (FinalizedFeaturesEpoch)
+    frame = api_versions_with_tags(dict(sorted(tags.items())))
+    root = explain(frame, 18, 3, max_items=100)
+    assert_tiles(root, len(frame))
+    section = root.children[-1].children[-1]
+    assert (section.name, len(section.children)) == ("tagged_fields", 1 + 100 + 1)
+    summary = section.children[-1]
+    assert (summary.name, summary.type, summary.value) == ("tagged fields [100..150]", "summary", 51)
+    assert summary.display == "51 more tagged fields, not shown"
+    assert root.value["body"]["finalized_features_epoch"] == 7
+    # Out of order past the cut: the same error as the codec, from the summary.
+    tags = {t: b"" for t in range(10, 160)}
+    bad = api_versions_with_tags({**tags, 5: b""})
+    with pytest.raises(DecodeError) as theirs:
+        impl.decode_response(bad, 18, 3)
+    with pytest.raises(DecodeError) as mine:
+        explain(bad, 18, 3)
+    assert (mine.value.offset, mine.value.reason) == (theirs.value.offset, theirs.value.reason)
+    assert mine.value.reason == "tagged field 5 out of order or repeated"
+    assert [n.type for n in mine.value.partial_tree.walk() if n.error] == ["summary"]
+    # A known tag (an int64) that does not fill its size, past the cut; tag 0 is an empty array.
+    wrong = api_versions_with_tags({0: b"\x01", 1: bytes(9)})
+    for max_items in (0, 1):
+        with pytest.raises(DecodeError) as mine:
+            explain(wrong, 18, 3, max_items=max_items)
+        with pytest.raises(DecodeError) as theirs:
+            impl.decode_response(wrong, 18, 3)
+        assert (mine.value.offset, mine.value.reason, mine.value.path) == (
+            theirs.value.offset, theirs.value.reason, "finalized_features_epoch")
+
+
+def outcome(read):
+    """(offset, reason, path) of the DecodeError `read()` raises, or None if it succeeds."""
+    try:
+        read()
+    except DecodeError as e:
+        return e.offset, e.reason, e.path
+    return None
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(MESSAGES).flatmap(
+    lambda mv: st.tuples(st.just(mv), strategies.message_dicts(*mv))), st.data())
+def test_reading_without_showing_fails_like_reading_with_showing(impl, case, data):
+    # max_items=0 reads every element with the summaries' checks, None with the nodes'.
+    (name, version), d = case
+    cls = getattr(codec, name)
+    msg = cls.from_dict(d)
+    if name.endswith("Request"):
+        frame, args = codec.encode_request(msg, version, 1, "c"), ()
+    else:
+        frame, args = codec.encode_response(msg, version, 1), (cls.API_KEY, version)
+    body_at = explain(frame, *args).children[2].offset
+    if body_at == len(frame):
+        return
+    at = data.draw(st.integers(body_at, len(frame) - 1))
+    if data.draw(st.booleans()):
+        broken = with_size(frame[4:at])
+    else:
+        broken = bytearray(frame)
+        broken[at] = data.draw(st.sampled_from([0, 1, 2, 0x7f, 0x80, 0xff, broken[at] ^ 1]))
+        broken = bytes(broken)
+    shown = outcome(lambda: explain(broken, *args, max_items=None))
+    assert outcome(lambda: explain(broken, *args, max_items=0)) == shown
+    decode = (lambda: impl.decode_request(broken)) if not args else (lambda: impl.decode_response(broken, *args))
+    theirs = outcome(decode)
+    assert (shown is None) == (theirs is None)
+    if shown is not None:
+        assert shown[:2] == theirs[:2]
+
+
+# ---------------------------------------------------------------- bounded cost on adversarial frames
+
+def empty_tasks_frame(size):
+    shb = codec.StreamsGroupHeartbeatRequest
+    tasks = [shb.TaskIds(subtopology_id="", partitions=[])] * (size // 3)   # 3 bytes each
+    return codec.encode_request(shb(group_id="g", member_id="m", active_tasks=tasks), 0, 1), ()
+
+
+ADVERSARIAL = {
+    "leave-group members": lambda size: (leave_group_frame(size // 4), ()),
+    "empty tasks": empty_tasks_frame,
+    "nested arrays": lambda size: (nested_heartbeat(round((size / 3) ** (1 / 3))), ()),
+    "tagged fields": lambda size: (api_versions_with_tags({t: b"" for t in range(10, size // 4)}), (18, 3)),
+}
+# tracemalloc slows explain down ~8 times: 1 MiB frames (4-5 s each) are in the slow runs.
+SIZES = [("leave-group members", 1 << 18), ("empty tasks", 1 << 16), ("nested arrays", 1 << 16),
+         ("tagged fields", 1 << 18)] + [
+    pytest.param(kind, 1 << 20, marks=pytest.mark.slow) for kind in ADVERSARIAL]
+
+
+@pytest.mark.parametrize("kind, size", SIZES)
+def test_memory_stays_small_on_adversarial_frames(kind, size):
+    frame, args = ADVERSARIAL[kind](size)
+    assert size * 0.8 < len(frame) < size * 1.2
+    explain(ADVERSARIAL[kind](100)[0], *args)       # schemas and plans loaded outside the trace
+    tracemalloc.start()
+    try:
+        root = explain(frame, *args)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 * len(frame), f"{peak / len(frame):.0f} bytes per input byte"
+    # Not just under the line: a bounded tree plus a few bytes per input byte.
+    assert peak < (8 << 20) + 4 * len(frame), peak
+    assert sum(1 for _ in root.walk()) <= NODES_PER_ITEM * MAX_ITEMS + 100
+
+
+def test_render_of_a_big_frame_is_bounded():
+    frame = leave_group_frame(1 << 18)             # 1 MiB
+    text = render(frame, explain(frame))
+    lines = text.splitlines()
+    assert f"... {(len(frame) - 16 * HEX_ROWS + 15) // 16:,} more rows (bytes 0x10000-" in text
+    assert len(lines) < HEX_ROWS + 1000             # the hex rows shown, and about 100 members
+    assert len(text) < 500_000                      # 1 MiB in full would be over 5 MB
+
+
+# ---------------------------------------------------------------- strings from the frame are inert
+
+NASTY = "\x1b[2J\x1b]0;owned\x07\u202egnp.exe\x9b31m\r\nfake\x00\x7f\"\\caf\u00e9\u2028"
+
+
+def nasty_frame():
+    msg = codec.LeaveGroupRequest(group_id=NASTY, members=[
+        codec.LeaveGroupRequest.MemberIdentity(member_id="m", reason=NASTY)])
+    return codec.encode_request(msg, 5, 1, "c")
+
+
+def test_control_characters_in_strings_are_escaped_in_the_tree():
+    text = render(nasty_frame(), explain(nasty_frame()))
+    assert all(c.isprintable() for line in text.split("\n") for c in line)
+    escaped = '"\\x1b[2J\\x1b]0;owned\\x07\\u202egnp.exe\\x9b31m\\r\\nfake\\x00\\x7f\\"\\\\caf\u00e9\\u2028"'
+    lines = [x for x in text.split("\n") if escaped in x]
+    assert [x.split("+-- ")[1].split()[0] for x in lines] == ["GroupId", "Reason"]
+
+
+def test_json_is_ascii_and_reads_back_the_same_strings():
+    out = to_json(explain(nasty_frame()))
+    assert out.isascii() and all(c.isprintable() for c in out.replace("\n", ""))
+    assert json.loads(out)["body"]["group_id"] == NASTY
+
+
 # ---------------------------------------------------------------- command line
 
 def cli(*argv, stdin=b""):
@@ -532,6 +816,58 @@ def test_cli_malformed_frame_prints_partial_tree_then_error():
     assert err == f"DecodeError: members[0].reason: truncated: needs 4 bytes, 2 left at offset {at}\n"
 
 
+def test_cli_max_items_and_hex_rows():
+    frame = leave_group_frame(12)
+    code, out, _ = cli("--max-items", "5", frame.hex())
+    assert code == 0
+    assert "+-- MemberIdentity[4] MemberIdentity = struct" in out and "MemberIdentity[5] " not in out
+    assert "+-- MemberIdentity[5..11] summary = 7 more elements, not shown" in out
+    code, out, _ = cli("--max-items", "all", frame.hex())
+    assert "MemberIdentity[11] MemberIdentity" in out and "summary" not in out
+    code, out, _ = cli("--hex-rows", "1", frame.hex())
+    assert "... 4 more rows (bytes 0x10-0x42) not shown" in out
+    assert cli("--hex-rows", "all", frame.hex())[1].count("\n") == cli(frame.hex())[1].count("\n")
+    with pytest.raises(SystemExit):
+        cli("--max-items", "-1", frame.hex())
+
+
+def test_cli_json_has_every_element_even_when_the_tree_summarises():
+    frame = leave_group_frame(150)
+    code, out, _ = cli("--json", "--max-items", "3", frame.hex())
+    assert code == 0
+    assert json.loads(out)["body"]["members"] == [
+        {"member_id": "", "group_instance_id": "", "reason": ""}] * 150
+
+
+def ascii_stream():
+    return io.TextIOWrapper(io.BytesIO(), encoding="ascii")     # errors="strict"
+
+
+def run_ascii(*argv):
+    args = configure(argparse.ArgumentParser()).parse_args(argv)
+    out, err = ascii_stream(), ascii_stream()
+    code = run(args, stdout=out, stderr=err, stdin=io.TextIOWrapper(io.BytesIO()))
+    out.flush()
+    err.flush()
+    return code, out.buffer.getvalue().decode("ascii"), err.buffer.getvalue().decode("ascii")
+
+
+def test_cli_writes_to_an_ascii_only_stream():
+    text = "caf\u00e9 \u2615 \U0001d11e"
+    msg = codec.LeaveGroupRequest(group_id=text, members=[codec.LeaveGroupRequest.MemberIdentity(member_id="m")])
+    frame = codec.encode_request(msg, 5, 1, "c")
+    code, out, err = run_ascii(frame.hex())
+    assert (code, err) == (0, "")
+    assert '= "caf\\xe9 \\u2615 \\U0001d11e" (compact, len+1=' in out
+    code, out, err = run_ascii("--json", frame.hex())
+    assert (code, err) == (0, "") and json.loads(out)["body"]["group_id"] == text
+    # A malformed frame: the partial tree and the error message.
+    code, out, err = run_ascii(frame[:-3].hex())
+    assert code == 1 and "caf\\xe9" in out and err.startswith("DecodeError: ")
+    code, out, err = run_ascii("--example", "caf\u00e9")
+    assert (code, out) == (2, "") and "unknown example 'caf\\xe9'" in err
+
+
 def test_cli_bad_input():
     code, out, err = cli("zz")
     assert (code, out) == (2, "") and "not hex" in err
@@ -551,3 +887,16 @@ def test_python_dash_m_runs_the_cli():
     bad = subprocess.run([sys.executable, "-m", "fastkwire.explain", "00000001"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 1 and "DecodeError" in bad.stderr
+
+
+def test_cli_on_an_ascii_stdout_process():
+    src = Path(__import__("fastkwire._schema").__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PYTHONIOENCODING="ascii", LC_ALL="C")
+    msg = codec.LeaveGroupRequest(group_id="gr\u00fcn\x1b[31m", members=[])
+    frame = codec.encode_request(msg, 5, 1, "c")
+    done = subprocess.run([sys.executable, "-m", "fastkwire.explain", frame.hex()],
+                          capture_output=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert b'GroupId string = "gr\\xfcn\\x1b[31m" (compact, len+1=' in done.stdout
+    assert done.stdout.isascii() and b"\x1b" not in done.stdout

@@ -12,6 +12,11 @@ A malformed frame raises `DecodeError`; the exception carries `.partial_tree`, t
 up to the failing field. In it the node being read when decoding failed has `.error`
 set (no node has, when the message decoded but the frame's size disagrees), and nodes
 that were still open end at the error's offset.
+
+The tree is bounded whatever the frame: an array shows its first `max_items` elements
+and one "summary" node for the rest, which are read and checked (a malformed one fails
+at its offset, as anywhere else) but get no nodes and keep no values. Text is formatted
+only when a node is printed, and strings from the frame are printed escaped.
 """
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ import json
 import re
 import sys
 import uuid
-from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import chain
 
 from . import _pure, _schema
 from .error_codes import error_name
@@ -33,22 +38,53 @@ __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_la
 SIZE_PREFIX = 4
 API_VERSIONS_KEY = 18     # its responses always use response header v0
 DOC_WIDTH = 80            # descriptions longer than this are cut in the text view
+MAX_ITEMS = 100           # array elements (and tagged fields) shown per array by default
+NODES_PER_ITEM = 100      # past max_items * this many nodes in all, arrays show no elements
+HEX_ROWS = 4096           # rows of the hex layout printed by default (64 KiB)
 
 
-@dataclass
 class Node:
     """One span of the frame. `value` is the decoded Python value (a dict for a struct,
-    a list for an array); `display` is how the text view prints it (None: not printed)."""
+    a list for an array: of its shown elements only, when it is summarised); `display`
+    is how the text view prints it (None: not printed)."""
 
-    name: str
-    type: str
-    offset: int
-    size: int | None = None          # None only while the node is being read
-    value: object = None
-    display: str | None = None
-    description: str = ""
-    children: list["Node"] = field(default_factory=list)
-    error: DecodeError | None = None
+    # Slots and text made on demand: a tree may hold many thousands of nodes.
+    __slots__ = ("name", "type", "offset", "size", "value", "children", "error",
+                 "_display", "_description")
+
+    def __init__(self, name, type, offset, size=None, value=None, display=None,
+                 description="", children=None, error=None):
+        self.name = name
+        self.type = type
+        self.offset = offset
+        self.size = size                 # None only while the node is being read
+        self.value = value
+        self.children = [] if children is None else children
+        self.error = error
+        # Each is text or a function(node) -> text, called only when the node is printed.
+        self._display = display
+        self._description = description
+
+    @property
+    def display(self):
+        d = self._display
+        return d if d is None or isinstance(d, str) else d(self)
+
+    @display.setter
+    def display(self, text):
+        self._display = text
+
+    @property
+    def description(self):
+        d = self._description
+        return d if isinstance(d, str) else d(self)
+
+    @description.setter
+    def description(self, text):
+        self._description = text
+
+    def __repr__(self):
+        return f"Node({self.name!r}, {self.type!r}, offset={self.offset}, size={self.size})"
 
     @property
     def end(self) -> int:
@@ -129,10 +165,30 @@ def _min_size(f_type, struct, version, flexible, compact) -> int:
 
 
 # ---------------------------------------------------------------- value display
+# The walker gives nodes these functions rather than text; they run when a node is printed.
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+
+
+def _escape_char(c: str) -> str:
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    if c.isprintable():
+        return c
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+def _escape(text: str) -> str:
+    """A string from the frame as inert text: control and format characters (escape
+    sequences, bidi overrides, line breaks) as backslash escapes, and quotes escaped."""
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return text
+    return "".join(_escape_char(c) for c in text)
+
 
 def _quote(text: str, limit=60) -> str:
-    shown = json.dumps(text if len(text) <= limit else text[:limit], ensure_ascii=False)
-    return shown if len(text) <= limit else shown[:-1] + '..."'
+    return f'"{_escape(text[:limit])}..."' if len(text) > limit else f'"{_escape(text)}"'
 
 
 def _show_string(value, compact) -> str:
@@ -154,38 +210,193 @@ def _show_bytes(value, compact) -> str:
     return f"{shown} (compact, len+1={len(value) + 1})" if compact else f"{shown} (int32 len={len(value)})"
 
 
-def _show_number(name, type_, value) -> str:
-    if type_ == "int16" and name in ("RequestApiKey", "ApiKey") and value in _api_names():
-        return f"{value} ({_api_names()[value]})"
-    if type_ == "int16" and name == "ErrorCode":
-        return f"{value} ({error_name(value)})"
-    if type_ == "bool":
-        return "true" if value else "false"
-    return str(value)
+def _show_value(node) -> str:
+    return str(node.value)
+
+
+def _show_bool(node) -> str:
+    return "true" if node.value else "false"
+
+
+def _show_api_key(node) -> str:
+    name = _api_names().get(node.value)
+    return f"{node.value} ({name})" if name else str(node.value)
+
+
+def _show_error_code(node) -> str:
+    return f"{node.value} ({error_name(node.value)})"
+
+
+_SHOW_TEXT = {
+    ("string", True): lambda node: _show_string(node.value, True),
+    ("string", False): lambda node: _show_string(node.value, False),
+    ("bytes", True): lambda node: _show_bytes(node.value, True),
+    ("bytes", False): lambda node: _show_bytes(node.value, False),
+}
+
+
+def _shower(type_, compact, schema_name):
+    """How a primitive field's value is printed."""
+    if type_ in ("string", "bytes", "records"):
+        return _SHOW_TEXT["string" if type_ == "string" else "bytes", compact]
+    if type_ == "int16" and schema_name in ("RequestApiKey", "ApiKey"):
+        return _show_api_key
+    if type_ == "int16" and schema_name == "ErrorCode":
+        return _show_error_code
+    return _show_bool if type_ == "bool" else _show_value
+
+
+def _count(length: Node) -> int:
+    """The element count of an array's length node; -1 for null."""
+    return length.value - 1 if length.type == "uvarint" else length.value
+
+
+def _elements(n: int) -> str:
+    return f"{n} element{'s' if n != 1 else ''}"
+
+
+def _show_length(node) -> str:
+    if node.type == "uvarint":
+        return "0 (compact, null)" if node.value == 0 else f"{node.value} (compact, n+1)"
+    return "-1 (null)" if node.value < 0 else str(node.value)
+
+
+def _describe_length(node) -> str:
+    n = _count(node)
+    return "null array" if n < 0 else f"{_elements(n)} follow{'s' if n == 1 else ''}"
+
+
+def _show_array(node) -> str:
+    n = _count(node.children[0])
+    return "null" if n < 0 else _elements(n)
+
+
+def _show_marker(node) -> str:
+    return f"{node.value} (null)" if node.value < 0 else f"{node.value} (present)"
+
+
+def _show_tag(node) -> str:
+    return f"tag {node.value}"
+
+
+def _show_raw(node) -> str:
+    return _hex(node.value) if node.value else "empty"
+
+
+def _show_more_elements(node) -> str:
+    return f"{node.value:,} more element{'s' if node.value != 1 else ''}, not shown"
+
+
+def _show_more_tags(node) -> str:
+    return f"{node.value:,} more tagged field{'s' if node.value != 1 else ''}, not shown"
+
+
+SUMMARY_DOC = "read and checked, not shown (max_items, --max-items shows more)"
+
+
+def _reader(type_, compact, nullable):
+    """The _pure reader of a primitive type in its wire form."""
+    if type_ in ("string", "bytes", "records"):
+        kind = "string" if type_ == "string" else "bytes"
+        return getattr(_pure, "r_" + ("compact_" if compact else "") + ("nullable_" if nullable else "") + kind)
+    return getattr(_pure, "r_" + type_)
+
+
+# ---------------------------------------------------------------- checking without showing
+# Elements past the shown ones are read by these functions, compiled once per struct and
+# version from the schema: the same reads, in the same order and with the same error
+# paths as the walker's, but no nodes and no values.
+
+_PLANS: dict = {}
+
+
+def _plan(struct, version, flexible):
+    """(fields, tagged, flexible) of a struct at a version: [(python name, skip)] in wire
+    order and {tag: (python name, skip)}, where skip(walker) reads one value."""
+    key = (id(struct), version, flexible)      # schema structs live as long as the process
+    plan = _PLANS.get(key)
+    if plan is None:
+        present = [f for f in struct.fields if f.present(version)]
+        plan = _PLANS[key] = (
+            [(f.py_name, _skipper(f, version, flexible)) for f in present if not f.is_tagged(version)],
+            {f.tag: (f.py_name, _skipper(f, version, flexible)) for f in present if f.is_tagged(version)},
+            flexible)
+    return plan
+
+
+def _items(f, version, flexible, compact):
+    """(skip one element, fixed width or None) of an array field."""
+    if f.struct is not None:
+        plan = _plan(f.struct, version, flexible)
+        return (lambda w: w.skip_struct(plan)), None
+    return _skip_value(_reader(f.element_type, compact, False)), _pure.WIDTH.get(f.element_type)
+
+
+def _skip_value(read):
+    def skip(w):
+        w.pos = read(w.data, w.pos, w.end)[1]
+    return skip
+
+
+def _skipper(f, version, flexible):
+    compact, nullable = _is_compact(f, flexible, version), f.is_nullable(version)
+    if f.is_array:
+        min_size = _min_size(f.element_type, f.struct, version, flexible, compact)
+        each, width = _items(f, version, flexible, compact)
+
+        def skip(w):
+            count, w.pos = _pure.r_array_len(w.data, w.pos, w.end, compact, nullable, min_size)
+            w.skip_items(each, width, 0, count)
+        return skip
+    if f.is_struct:
+        plan = _plan(f.struct, version, flexible)
+
+        def skip(w):
+            if nullable:
+                marker, w.pos = _pure.r_marker(w.data, w.pos, w.end)
+                if marker != 1:
+                    return
+            w.skip_struct(plan)
+        return skip
+    return _skip_value(_reader(f.type, compact, nullable))
 
 
 # ---------------------------------------------------------------- the interpreter
 
-def _open(parent, name, type_, offset, description="") -> Node:
-    node = Node(name, type_, offset, description=description)
-    parent.children.append(node)
-    return node
-
-
 class _Walker:
-    """Reads `data` from `pos` to `end`, appending a node for every value it reads."""
+    """Reads `data` from `pos` to `end`, appending a node for every value it shows."""
 
-    def __init__(self, data: bytes, end: int):
+    def __init__(self, data: bytes, end: int, max_items: int | None):
         self.data = data
         self.end = end
         self.pos = 0
         self.snake = False      # header fields are shown under their Python names
+        self.max_items = max_items
+        self.room = 0 if max_items is None else NODES_PER_ITEM * max_items   # nodes left
 
-    def leaf(self, parent, name, type_, reader, description="", show=str):
-        node = _open(parent, name, type_, self.pos, description)
+    def open(self, parent, name, type_, offset, description="") -> Node:
+        node = Node(name, type_, offset, description=description)
+        parent.children.append(node)
+        self.room -= 1
+        return node
+
+    def shows(self, i) -> bool:
+        """Whether element (or tagged field) i of its array (or section) gets nodes."""
+        return self.max_items is None or (i < self.max_items and self.room > 0)
+
+    def summary(self, parent, name, count, show, skip):
+        """One node for the `count` elements that `skip()` reads without showing them."""
+        node = self.open(parent, name, "summary", self.pos, SUMMARY_DOC)
+        node.value = count
+        skip()
+        node.size = self.pos - node.offset
+        node.display = show
+
+    def leaf(self, parent, name, type_, reader, description="", show=_show_value):
+        node = self.open(parent, name, type_, self.pos, description)
         node.value, self.pos = reader(self.data, self.pos, self.end)
         node.size = self.pos - node.offset
-        node.display = show(node.value)
+        node.display = show
         return node
 
     def struct_body(self, node, struct, version, flexible, tags_doc):
@@ -213,41 +424,29 @@ class _Walker:
             raise e.with_prefix(f.py_name) from None
 
     def primitive(self, parent, name, type_, compact, nullable, doc, schema_name=""):
-        if type_ == "string":
-            kind = ("compact_" if compact else "") + ("nullable_" if nullable else "") + "string"
-            return self.leaf(parent, name, type_, getattr(_pure, "r_" + kind), doc,
-                             lambda v: _show_string(v, compact))
-        if type_ in ("bytes", "records"):
-            kind = ("compact_" if compact else "") + ("nullable_" if nullable else "") + "bytes"
-            return self.leaf(parent, name, type_, getattr(_pure, "r_" + kind), doc,
-                             lambda v: _show_bytes(v, compact))
-        return self.leaf(parent, name, type_, getattr(_pure, "r_" + type_), doc,
-                         lambda v: _show_number(schema_name, type_, v))
+        return self.leaf(parent, name, type_, _reader(type_, compact, nullable), doc,
+                         _shower(type_, compact, schema_name))
 
     def array(self, parent, name, f, version, flexible, compact, nullable):
-        node = _open(parent, name, f.type, self.pos, f.doc)
+        node = self.open(parent, name, f.type, self.pos, f.doc)
         elem = f.element_type
         min_size = _min_size(elem, f.struct, version, flexible, compact)
-        length = _open(node, "length", "uvarint" if compact else "int32", self.pos)
+        length = self.open(node, "length", "uvarint" if compact else "int32", self.pos)
         count, self.pos = _pure.r_array_len(self.data, self.pos, self.end, compact, nullable, min_size)
         length.size = self.pos - length.offset
-        if compact:
-            length.value = count + 1
-            length.display = "0 (compact, null)" if count < 0 else f"{count + 1} (compact, n+1)"
-        else:
-            length.value = count
-            length.display = "-1 (null)" if count < 0 else str(count)
-        if count < 0:
-            length.description = "null array"
-            node.display = "null"
-        else:
-            length.description = f"{count} element{'s' if count != 1 else ''} follow{'s' if count == 1 else ''}"
+        length.value = count + 1 if compact else count
+        length.display, length.description, node.display = _show_length, _describe_length, _show_array
+        if count >= 0:
             node.value = []
-            node.display = f"{count} element{'s' if count != 1 else ''}"
         for i in range(max(count, 0)):
+            if not self.shows(i):
+                each, width = _items(f, version, flexible, compact)
+                self.summary(node, f"{elem}[{i}..{count - 1}]", count - i, _show_more_elements,
+                             lambda: self.skip_items(each, width, i, count))
+                break
             try:
                 if f.struct is not None:
-                    item = _open(node, f"{elem}[{i}]", elem, self.pos)
+                    item = self.open(node, f"{elem}[{i}]", elem, self.pos)
                     item.value = self.struct_body(item, f.struct, version, flexible,
                                                   "number of tagged fields in this struct")
                     item.display = "struct"
@@ -261,12 +460,11 @@ class _Walker:
         return node.value
 
     def struct_field(self, parent, name, f, version, flexible, nullable):
-        node = _open(parent, name, f.type, self.pos, f.doc)
+        node = self.open(parent, name, f.type, self.pos, f.doc)
         present = True
         if nullable:
             marker = self.leaf(node, "present", "int8", _pure.r_marker,
-                               "null marker: -1 null, 1 present",
-                               lambda v: f"{v} (null)" if v < 0 else f"{v} (present)")
+                               "null marker: -1 null, 1 present", _show_marker)
             present = marker.value == 1
         if present:
             node.value = self.struct_body(node, f.struct, version, flexible,
@@ -276,25 +474,30 @@ class _Walker:
         return node.value
 
     def tagged_fields(self, parent, struct, version, flexible, values, doc):
-        section = _open(parent, "tagged_fields", "uvarint", self.pos, doc)
+        section = self.open(parent, "tagged_fields", "uvarint", self.pos, doc)
         start = self.pos
         count, self.pos = _pure.r_uvarint(self.data, start, self.end)
         section.value = count
-        section.display = str(count)
+        section.display = _show_value
         if count:
             # The section spans its fields too; the count itself gets a node of its own.
-            c = _open(section, "count", "uvarint", start, "number of tagged fields that follow")
-            c.size, c.value, c.display = self.pos - start, count, str(count)
+            c = self.open(section, "count", "uvarint", start, "number of tagged fields that follow")
+            c.size, c.value, c.display = self.pos - start, count, _show_value
         known = {f.tag: f for f in struct.fields if f.present(version) and f.is_tagged(version)}
         last = -1
-        for _ in range(count):
-            entry = _open(section, "tagged field", "tagged", self.pos)
+        for i in range(count):
+            if not self.shows(i):
+                tagged = _plan(struct, version, flexible)[1]
+                self.summary(section, f"tagged fields [{i}..{count - 1}]", count - i,
+                             _show_more_tags, lambda: self.skip_tags(tagged, i, count, last))
+                break
+            entry = self.open(section, "tagged field", "tagged", self.pos)
             tag, size, payload = _pure.r_tag_header(self.data, self.pos, self.end, last)
             last = tag
             f = known.get(tag)
             entry.name = f.name if f else "unknown"
             entry.value = tag
-            entry.display = f"tag {tag}"
+            entry.display = _show_tag
             if f is None:   # a known field's own node below carries its description
                 entry.description = "a tag this version does not define; kept as raw bytes"
             self.leaf(entry, "tag", "uvarint", _pure.r_uvarint, "tag number")
@@ -302,7 +505,7 @@ class _Walker:
             if f is None:
                 raw = self.leaf(entry, "data", "bytes",
                                 lambda d, p, e: (bytes(d[p:p + size]), p + size),
-                                "raw tagged value", lambda v: _hex(v) if v else "empty")
+                                "raw tagged value", _show_raw)
                 values.setdefault("unknown_tagged_fields", {})[tag] = raw.value
             else:
                 outer_end, self.end = self.end, payload + size
@@ -312,6 +515,49 @@ class _Walker:
                     raise tag_size_mismatch(payload, tag).with_prefix(f.py_name)
             entry.size = self.pos - entry.offset
         section.size = self.pos - start
+
+    # Reading without showing: see _plan.
+
+    def skip_struct(self, plan):
+        fields, tagged, flexible = plan
+        for name, skip in fields:
+            try:
+                skip(self)
+            except DecodeError as e:
+                raise e.with_prefix(name) from None
+        if flexible:
+            if self.pos < self.end and self.data[self.pos] == 0:    # no tagged fields: the usual
+                self.pos += 1
+                return
+            count, self.pos = _pure.r_uvarint(self.data, self.pos, self.end)
+            self.skip_tags(tagged, 0, count, -1)
+
+    def skip_items(self, each, width, start, count):
+        if width is not None:    # fixed width: the count was checked against the bytes left
+            self.pos += max(count - start, 0) * width
+            return
+        for i in range(start, count):
+            try:
+                each(self)
+            except DecodeError as e:
+                raise e.with_prefix(f"[{i}]") from None
+
+    def skip_tags(self, tagged, start, count, last):
+        for _ in range(start, count):
+            tag, size, self.pos = _pure.r_tag_header(self.data, self.pos, self.end, last)
+            last, payload = tag, self.pos
+            if tag not in tagged:
+                self.pos += size
+                continue
+            name, skip = tagged[tag]
+            outer_end, self.end = self.end, payload + size
+            try:
+                skip(self)
+            except DecodeError as e:
+                raise e.with_prefix(name) from None
+            self.end = outer_end
+            if self.pos != payload + size:
+                raise tag_size_mismatch(payload, tag).with_prefix(name)
 
 
 def _close_open_nodes(root: Node, err: DecodeError):
@@ -327,13 +573,21 @@ def _close_open_nodes(root: Node, err: DecodeError):
         failed.error = err
 
 
-def explain(frame, api_key: int | None = None, version: int | None = None) -> Node:
+def explain(frame, api_key: int | None = None, version: int | None = None, *,
+            max_items: int | None = MAX_ITEMS) -> Node:
     """The annotated tree of one frame (int32 size prefix included).
 
     Requests are recognised from their header; for a response give `api_key` and
     `version`. Raises DecodeError (with `.partial_tree`) on malformed input.
+
+    An array (or tagged-field section) shows its first `max_items` elements, then one
+    node of type "summary" for the rest, which are read and checked but not kept; once
+    the tree holds `NODES_PER_ITEM * max_items` nodes, further arrays show none. The
+    tree thus stays small whatever the frame. `max_items=None` shows everything.
     """
     data = bytes(frame)
+    if max_items is not None and (type(max_items) is not int or max_items < 0):
+        raise ValueError(f"max_items must be a count or None, not {max_items!r}")
     if (api_key is None) != (version is None):
         raise ValueError("a response needs both api_key and version")
     if api_key is not None:
@@ -344,7 +598,7 @@ def explain(frame, api_key: int | None = None, version: int | None = None) -> No
             raise UnsupportedVersionError(
                 f"{msg.name} has no version {version} (versions {_range_text(msg.versions)})")
     root = Node("frame", "", 0, value={})
-    w = _Walker(data, len(data))
+    w = _Walker(data, len(data), max_items)
     try:
         _frame(w, root, api_key, version)
     except DecodeError as err:
@@ -356,7 +610,7 @@ def explain(frame, api_key: int | None = None, version: int | None = None) -> No
 
 def _frame(w: _Walker, root: Node, api_key, version):
     info = root.value
-    frame = _open(root, "Frame", "", 0, "length-delimited framing")
+    frame = w.open(root, "Frame", "", 0, "length-delimited framing")
     size = w.leaf(frame, "size", "int32", _pure.r_int32, "number of bytes that follow").value
     frame.size = w.pos
     info["size"] = size
@@ -371,7 +625,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
     info["header_version"] = hv
 
     header_schema = _schema.load(hdr_name)
-    header = _open(root, hdr_name, f"v{hv}", w.pos, header_schema.doc)
+    header = w.open(root, hdr_name, f"v{hv}", w.pos, header_schema.doc)
     w.snake = True
     try:
         info["header"] = header.value = w.struct_body(
@@ -389,7 +643,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
         raise DecodeError(f"{msg.name} has no version {version} (versions "
                           f"{_range_text(msg.versions)})", 6, "header.request_api_version")
 
-    body = _open(root, msg.name, "struct", w.pos, msg.doc)
+    body = w.open(root, msg.name, "struct", w.pos, msg.doc)
     info["body"] = body.value = w.struct_body(
         body, msg.root, version, msg.is_flexible(version), "number of tagged fields in this struct")
     body.size = w.pos - body.offset
@@ -492,16 +746,25 @@ def example(name: str) -> tuple[bytes, int | None, int | None]:
 
 # ---------------------------------------------------------------- text output
 
-def hex_layout(data: bytes) -> str:
-    """Offsets and 16 bytes per row, with a printable-ASCII column."""
-    width = max(4, len(f"{max(len(data) - 1, 0):x}"))
-    lines = [f"byte layout ({len(data)} bytes, 16 bytes per row)",
-             " " * width + "  " + " ".join(f"{i:>2X}" for i in range(16))]
-    for row in range(0, len(data), 16):
+def _hex_lines(data, max_rows):
+    n = len(data)
+    width = max(4, len(f"{max(n - 1, 0):x}"))
+    yield f"byte layout ({n} bytes, 16 bytes per row)"
+    yield " " * width + "  " + " ".join(f"{i:>2X}" for i in range(16))
+    shown = n if max_rows is None else min(n, 16 * max_rows)
+    for row in range(0, shown, 16):
         chunk = data[row:row + 16]
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        lines.append(f"{row:0{width}x}  {' '.join(f'{b:02x}' for b in chunk):<47}  {text}")
-    return "\n".join(lines)
+        yield f"{row:0{width}x}  {' '.join(f'{b:02x}' for b in chunk):<47}  {text}"
+    if shown < n:
+        rows = (n - shown + 15) // 16
+        yield f"... {rows:,} more row{'s' if rows != 1 else ''} (bytes 0x{shown:x}-0x{n - 1:x}) not shown"
+
+
+def hex_layout(data: bytes, max_rows: int | None = HEX_ROWS) -> str:
+    """Offsets and 16 bytes per row, with a printable-ASCII column; past `max_rows` rows
+    (None: no limit) one line says how many more there are."""
+    return "\n".join(_hex_lines(data, max_rows))
 
 
 def _line(node: Node, doc_width) -> str:
@@ -521,17 +784,20 @@ def _line(node: Node, doc_width) -> str:
     return " ".join(parts)
 
 
+def _child_lines(node, doc_width, prefix=""):
+    last = len(node.children) - 1
+    for i, child in enumerate(node.children):
+        yield prefix + "+-- " + _line(child, doc_width)
+        yield from _child_lines(child, doc_width, prefix + ("  " if i == last else "| "))
+
+
+def _tree_lines(root, doc_width):
+    return chain([_line(root, doc_width)], _child_lines(root, doc_width))
+
+
 def render_tree(root: Node, doc_width: int | None = DOC_WIDTH) -> str:
     """The object tree, one node a line, in the `+--` / `|` style of the seed page."""
-    lines = [_line(root, doc_width)]
-
-    def children(node, prefix):
-        for i, child in enumerate(node.children):
-            last = i == len(node.children) - 1
-            lines.append(prefix + "+-- " + _line(child, doc_width))
-            children(child, prefix + ("  " if last else "| "))
-    children(root, "")
-    return "\n".join(lines)
+    return "\n".join(_tree_lines(root, doc_width))
 
 
 def _title(root: Node, nbytes: int) -> str:
@@ -543,28 +809,45 @@ def _title(root: Node, nbytes: int) -> str:
             f"{nbytes} bytes on the wire")
 
 
-def render(frame, root: Node, doc_width: int | None = DOC_WIDTH) -> str:
-    """Title, hex layout and object tree: what `fastkwire explain` prints."""
+def _render_lines(frame, root, doc_width, max_rows):
     data = bytes(frame)
-    return "\n".join([_title(root, len(data)), "", hex_layout(data), "", "object tree",
-                      render_tree(root, doc_width)])
+    return chain([_title(root, len(data)), ""], _hex_lines(data, max_rows),
+                 ["", "object tree"], _tree_lines(root, doc_width))
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
+def render(frame, root: Node, doc_width: int | None = DOC_WIDTH,
+           max_rows: int | None = HEX_ROWS) -> str:
+    """Title, hex layout and object tree: what `fastkwire explain` prints."""
+    return "\n".join(_render_lines(frame, root, doc_width, max_rows))
+
+
+def _json_default(value):
     if isinstance(value, (bytes, bytearray)):
         return value.hex()
     if isinstance(value, uuid.UUID):
         return str(value)
-    return value
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+# ASCII (the rest as \u escapes): valid on any stream, and no control character survives.
+_JSON = json.JSONEncoder(indent=2, ensure_ascii=True, default=_json_default)
 
 
 def to_json(root: Node) -> str:
-    """The decoded message as JSON: bytes as hex, UUIDs as text, snake_case keys."""
-    return json.dumps(_jsonable(root.value), indent=2, ensure_ascii=False)
+    """The tree's values as JSON (ASCII): bytes as hex, UUIDs as text, snake_case keys.
+    A summarised array lists its shown elements only."""
+    return _JSON.encode(root.value)
+
+
+def _message_value(frame, root: Node) -> dict:
+    """The tree's values with the body decoded whole, by the pure codec (the tree keeps
+    the shown elements only). Only for a frame that explain read without error."""
+    from . import _messages_python     # here: only --json needs it
+    info = dict(root.value)
+    body = root.children[2]
+    cls = getattr(_messages_python, info["message"])
+    info["body"] = cls.decode_from(frame, info["version"], body.offset)[0].to_dict()
+    return info
 
 
 # ---------------------------------------------------------------- command line
@@ -597,6 +880,14 @@ def _parse_input(raw: bytes) -> bytes:
     return raw if parsed is None else parsed
 
 
+def _limit(text: str) -> int | None:
+    if text == "all":
+        return None
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"not a count: {text!r} (a number, or all)")
+
+
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.description = ("Show a Kafka frame byte by byte: hex layout and an object tree "
                           "with every field's offset, size, value and meaning.")
@@ -614,6 +905,11 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="print the decoded message as JSON instead of the layout")
     parser.add_argument("--full", action="store_true",
                         help="do not shorten long field descriptions")
+    parser.add_argument("--max-items", type=_limit, default=MAX_ITEMS, metavar="N",
+                        help=f"show at most N elements of each array (default {MAX_ITEMS}; 'all' "
+                             "for every one); the rest are checked and summed up in one line")
+    parser.add_argument("--hex-rows", type=_limit, default=HEX_ROWS, metavar="N",
+                        help=f"print at most N rows of the hex layout (default {HEX_ROWS}; 'all')")
     return parser
 
 
@@ -637,9 +933,43 @@ def _read_frame(args, stdin) -> bytes:
     raise ValueError("give the frame as hex, with --file, or on stdin")
 
 
+def _write(stream, text: str):
+    """Writes text that the stream may not be able to encode (an ASCII terminal): what
+    it cannot encode goes out as backslash escapes instead of failing."""
+    encoding = getattr(stream, "encoding", None)
+    if encoding and not text.isascii():
+        text = text.encode(encoding, "backslashreplace").decode(encoding)
+    stream.write(text)
+
+
+def _write_lines(stream, lines, batch=1 << 16):
+    """Writes lines in pieces of about `batch` characters: big outputs are not built whole."""
+    chunk, size = [], 0
+    for line in lines:
+        chunk.append(line)
+        size += len(line) + 1
+        if size >= batch:
+            _write(stream, "\n".join(chunk) + "\n")
+            chunk, size = [], 0
+    if chunk:
+        _write(stream, "\n".join(chunk) + "\n")
+
+
+def _write_json(stream, value, batch=1 << 16):
+    chunk, size = [], 0
+    for piece in chain(_JSON.iterencode(value), ["\n"]):
+        chunk.append(piece)
+        size += len(piece)
+        if size >= batch:
+            stream.write("".join(chunk))
+            chunk, size = [], 0
+    stream.write("".join(chunk))
+
+
 def run(args, stdout=None, stderr=None, stdin=None) -> int:
     """Runs `fastkwire explain`; 0 on success, 1 for a malformed frame, 2 for bad usage."""
     stdout, stderr, stdin = stdout or sys.stdout, stderr or sys.stderr, stdin or sys.stdin
+    doc_width = None if args.full else DOC_WIDTH
     try:
         if args.example:
             if args.hex or args.file:
@@ -649,19 +979,19 @@ def run(args, stdout=None, stderr=None, stdin=None) -> int:
             if (args.api is None) != (args.version is None):
                 raise ValueError("a response needs both --api and --version")
             frame, api_key, version = _read_frame(args, stdin), args.api, args.version
-        root = explain(frame, api_key, version)
+        root = explain(frame, api_key, version, max_items=args.max_items)
     except DecodeError as err:
         if not args.json:
-            print(render(frame, err.partial_tree, None if args.full else DOC_WIDTH), file=stdout)
-        print(f"DecodeError: {err}", file=stderr)
+            _write_lines(stdout, _render_lines(frame, err.partial_tree, doc_width, args.hex_rows))
+        _write(stderr, f"DecodeError: {err}\n")
         return 1
     except (ValueError, OSError) as err:
-        print(f"fastkwire explain: {err}", file=stderr)
+        _write(stderr, f"fastkwire explain: {err}\n")
         return 2
     if args.json:
-        print(to_json(root), file=stdout)
+        _write_json(stdout, _message_value(frame, root))
     else:
-        print(render(frame, root, None if args.full else DOC_WIDTH), file=stdout)
+        _write_lines(stdout, _render_lines(frame, root, doc_width, args.hex_rows))
     return 0
 
 
