@@ -98,7 +98,7 @@ cdef class ApiVersionsRequest:
     def __init__(self, *, client_software_name='', client_software_version='', unknown_tagged_fields=None):
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -109,7 +109,7 @@ cdef class ApiVersionsRequest:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -160,29 +160,26 @@ cdef class ApiVersionsRequest:
                 discard_buf(&b)
         raise _e.bad_version('ApiVersionsRequest', version, '0-4')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if 0 <= v <= 2:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_ApiVersionsRequest)
+        try:
+            if 0 <= v <= 2:
                 _wr_ApiVersionsRequest_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if 3 <= v <= 4:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif 3 <= v <= 4:
                 _wr_ApiVersionsRequest_1(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('ApiVersionsRequest', version, '0-4')
+            else:
+                raise _e.bad_version('ApiVersionsRequest', version, '0-4')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
@@ -551,14 +548,22 @@ cdef int _tagwr_ApiVersionsResponse_2_3(o, Buf* b, int v) except -1:
 
 cdef list _tags_ApiVersionsResponse_2(o, int v):
     cdef list known = []
-    if not (not o.supported_features):
-        known.append((0, encode_value(_tagwr_ApiVersionsResponse_2_0, o, v)))
-    if not (o.finalized_features_epoch == -1):
-        known.append((1, encode_value(_tagwr_ApiVersionsResponse_2_1, o, v)))
-    if not (not o.finalized_features):
-        known.append((2, encode_value(_tagwr_ApiVersionsResponse_2_2, o, v)))
-    if not (o.zk_migration_ready is False):
-        known.append((3, encode_value(_tagwr_ApiVersionsResponse_2_3, o, v)))
+    if not o.supported_features:
+        known.append((0, None))
+    else:
+        known.append((0, encode_value(_tagwr_ApiVersionsResponse_2_0, o, v, 'supported_features')))
+    if o.finalized_features_epoch == -1:
+        known.append((1, None))
+    else:
+        known.append((1, encode_value(_tagwr_ApiVersionsResponse_2_1, o, v, 'finalized_features_epoch')))
+    if not o.finalized_features:
+        known.append((2, None))
+    else:
+        known.append((2, encode_value(_tagwr_ApiVersionsResponse_2_2, o, v, 'finalized_features')))
+    if o.zk_migration_ready is False:
+        known.append((3, None))
+    else:
+        known.append((3, encode_value(_tagwr_ApiVersionsResponse_2_3, o, v, 'zk_migration_ready')))
     return known
 
 
@@ -718,7 +723,7 @@ cdef class ApiVersionsResponse_ApiVersion:
         self.api_key = api_key
         self.min_version = min_version
         self.max_version = max_version
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -729,7 +734,7 @@ cdef class ApiVersionsResponse_ApiVersion:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -765,7 +770,7 @@ cdef class ApiVersionsResponse_SupportedFeatureKey:
         self.name = name
         self.min_version = min_version
         self.max_version = max_version
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -776,7 +781,7 @@ cdef class ApiVersionsResponse_SupportedFeatureKey:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -812,7 +817,7 @@ cdef class ApiVersionsResponse_FinalizedFeatureKey:
         self.name = name
         self.max_version_level = max_version_level
         self.min_version_level = min_version_level
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -823,7 +828,7 @@ cdef class ApiVersionsResponse_FinalizedFeatureKey:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -870,7 +875,7 @@ cdef class ApiVersionsResponse:
         self.finalized_features_epoch = finalized_features_epoch
         self.finalized_features = [] if finalized_features is _DEFAULT else finalized_features
         self.zk_migration_ready = zk_migration_ready
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -881,7 +886,7 @@ cdef class ApiVersionsResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -940,36 +945,28 @@ cdef class ApiVersionsResponse:
                 discard_buf(&b)
         raise _e.bad_version('ApiVersionsResponse', version, '0-4')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if v == 0:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_ApiVersionsResponse)
+        try:
+            if v == 0:
                 _wr_ApiVersionsResponse_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if 1 <= v <= 2:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif 1 <= v <= 2:
                 _wr_ApiVersionsResponse_1(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if 3 <= v <= 4:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif 3 <= v <= 4:
                 _wr_ApiVersionsResponse_2(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('ApiVersionsResponse', version, '0-4')
+            else:
+                raise _e.bad_version('ApiVersionsResponse', version, '0-4')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
@@ -1180,7 +1177,7 @@ cdef class FindCoordinatorRequest:
         self.key = key
         self.key_type = key_type
         self.coordinator_keys = [] if coordinator_keys is _DEFAULT else coordinator_keys
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -1191,7 +1188,7 @@ cdef class FindCoordinatorRequest:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -1258,43 +1255,30 @@ cdef class FindCoordinatorRequest:
                 discard_buf(&b)
         raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if v == 0:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_FindCoordinatorRequest)
+        try:
+            if v == 0:
                 _wr_FindCoordinatorRequest_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if 1 <= v <= 2:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif 1 <= v <= 2:
                 _wr_FindCoordinatorRequest_1(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if v == 3:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif v == 3:
                 _wr_FindCoordinatorRequest_2(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if 4 <= v <= 6:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif 4 <= v <= 6:
                 _wr_FindCoordinatorRequest_3(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
+            else:
+                raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
@@ -1639,7 +1623,7 @@ cdef class FindCoordinatorResponse_Coordinator:
         self.port = port
         self.error_code = error_code
         self.error_message = error_message
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -1650,7 +1634,7 @@ cdef class FindCoordinatorResponse_Coordinator:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -1695,7 +1679,7 @@ cdef class FindCoordinatorResponse:
         self.host = host
         self.port = port
         self.coordinators = [] if coordinators is _DEFAULT else coordinators
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -1706,7 +1690,7 @@ cdef class FindCoordinatorResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -1773,43 +1757,30 @@ cdef class FindCoordinatorResponse:
                 discard_buf(&b)
         raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if v == 0:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_FindCoordinatorResponse)
+        try:
+            if v == 0:
                 _wr_FindCoordinatorResponse_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if 1 <= v <= 2:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif 1 <= v <= 2:
                 _wr_FindCoordinatorResponse_1(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if v == 3:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif v == 3:
                 _wr_FindCoordinatorResponse_2(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if 4 <= v <= 6:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif 4 <= v <= 6:
                 _wr_FindCoordinatorResponse_3(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
+            else:
+                raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
@@ -2190,7 +2161,7 @@ cdef class LeaveGroupRequest_MemberIdentity:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.reason = reason
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2201,7 +2172,7 @@ cdef class LeaveGroupRequest_MemberIdentity:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2238,7 +2209,7 @@ cdef class LeaveGroupRequest:
         self.group_id = group_id
         self.member_id = member_id
         self.members = [] if members is _DEFAULT else members
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2249,7 +2220,7 @@ cdef class LeaveGroupRequest:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2316,43 +2287,30 @@ cdef class LeaveGroupRequest:
                 discard_buf(&b)
         raise _e.bad_version('LeaveGroupRequest', version, '0-5')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if 0 <= v <= 2:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_LeaveGroupRequest)
+        try:
+            if 0 <= v <= 2:
                 _wr_LeaveGroupRequest_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if v == 3:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif v == 3:
                 _wr_LeaveGroupRequest_1(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if v == 4:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif v == 4:
                 _wr_LeaveGroupRequest_2(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if v == 5:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif v == 5:
                 _wr_LeaveGroupRequest_3(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('LeaveGroupRequest', version, '0-5')
+            else:
+                raise _e.bad_version('LeaveGroupRequest', version, '0-5')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
@@ -2676,7 +2634,7 @@ cdef class LeaveGroupResponse_MemberResponse:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.error_code = error_code
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2687,7 +2645,7 @@ cdef class LeaveGroupResponse_MemberResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2724,7 +2682,7 @@ cdef class LeaveGroupResponse:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.members = [] if members is _DEFAULT else members
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2735,7 +2693,7 @@ cdef class LeaveGroupResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2802,43 +2760,30 @@ cdef class LeaveGroupResponse:
                 discard_buf(&b)
         raise _e.bad_version('LeaveGroupResponse', version, '0-5')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if v == 0:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_LeaveGroupResponse)
+        try:
+            if v == 0:
                 _wr_LeaveGroupResponse_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if 1 <= v <= 2:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif 1 <= v <= 2:
                 _wr_LeaveGroupResponse_1(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if v == 3:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif v == 3:
                 _wr_LeaveGroupResponse_2(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if 4 <= v <= 5:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif 4 <= v <= 5:
                 _wr_LeaveGroupResponse_3(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('LeaveGroupResponse', version, '0-5')
+            else:
+                raise _e.bad_version('LeaveGroupResponse', version, '0-5')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
@@ -3032,7 +2977,7 @@ cdef class RequestHeader:
         self.request_api_version = request_api_version
         self.correlation_id = correlation_id
         self.client_id = client_id
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -3043,7 +2988,7 @@ cdef class RequestHeader:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -3102,36 +3047,28 @@ cdef class RequestHeader:
                 discard_buf(&b)
         raise _e.bad_version('RequestHeader', version, '0-2')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if v == 0:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_RequestHeader)
+        try:
+            if v == 0:
                 _wr_RequestHeader_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if v == 1:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif v == 1:
                 _wr_RequestHeader_1(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if v == 2:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif v == 2:
                 _wr_RequestHeader_2(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('RequestHeader', version, '0-2')
+            else:
+                raise _e.bad_version('RequestHeader', version, '0-2')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
@@ -3257,7 +3194,7 @@ cdef class ResponseHeader:
 
     def __init__(self, *, correlation_id=0, unknown_tagged_fields=None):
         self.correlation_id = correlation_id
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -3268,7 +3205,7 @@ cdef class ResponseHeader:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -3319,29 +3256,26 @@ cdef class ResponseHeader:
                 discard_buf(&b)
         raise _e.bad_version('ResponseHeader', version, '0-1')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if v == 0:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_ResponseHeader)
+        try:
+            if v == 0:
                 _wr_ResponseHeader_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        if v == 1:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+            elif v == 1:
                 _wr_ResponseHeader_1(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('ResponseHeader', version, '0-1')
+            else:
+                raise _e.bad_version('ResponseHeader', version, '0-1')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
@@ -4075,7 +4009,7 @@ cdef class StreamsGroupHeartbeatRequest_KeyValue:
     def __init__(self, *, key='', value='', unknown_tagged_fields=None):
         self.key = key
         self.value = value
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4086,7 +4020,7 @@ cdef class StreamsGroupHeartbeatRequest_KeyValue:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4124,7 +4058,7 @@ cdef class StreamsGroupHeartbeatRequest_TopicInfo:
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.topic_configs = [] if topic_configs is _DEFAULT else topic_configs
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4135,7 +4069,7 @@ cdef class StreamsGroupHeartbeatRequest_TopicInfo:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4169,7 +4103,7 @@ cdef class StreamsGroupHeartbeatRequest_Endpoint:
     def __init__(self, *, host='', port=0, unknown_tagged_fields=None):
         self.host = host
         self.port = port
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4180,7 +4114,7 @@ cdef class StreamsGroupHeartbeatRequest_Endpoint:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4216,7 +4150,7 @@ cdef class StreamsGroupHeartbeatRequest_TaskOffset:
         self.subtopology_id = subtopology_id
         self.partition = partition
         self.offset = offset
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4227,7 +4161,7 @@ cdef class StreamsGroupHeartbeatRequest_TaskOffset:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4261,7 +4195,7 @@ cdef class StreamsGroupHeartbeatRequest_TaskIds:
     def __init__(self, *, subtopology_id='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.subtopology_id = subtopology_id
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4272,7 +4206,7 @@ cdef class StreamsGroupHeartbeatRequest_TaskIds:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4308,7 +4242,7 @@ cdef class StreamsGroupHeartbeatRequest_CopartitionGroup:
         self.source_topics = [] if source_topics is _DEFAULT else source_topics
         self.source_topic_regex = [] if source_topic_regex is _DEFAULT else source_topic_regex
         self.repartition_source_topics = [] if repartition_source_topics is _DEFAULT else repartition_source_topics
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4319,7 +4253,7 @@ cdef class StreamsGroupHeartbeatRequest_CopartitionGroup:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4363,7 +4297,7 @@ cdef class StreamsGroupHeartbeatRequest_Subtopology:
         self.repartition_sink_topics = [] if repartition_sink_topics is _DEFAULT else repartition_sink_topics
         self.repartition_source_topics = [] if repartition_source_topics is _DEFAULT else repartition_source_topics
         self.copartition_groups = [] if copartition_groups is _DEFAULT else copartition_groups
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4374,7 +4308,7 @@ cdef class StreamsGroupHeartbeatRequest_Subtopology:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4408,7 +4342,7 @@ cdef class StreamsGroupHeartbeatRequest_Topology:
     def __init__(self, *, epoch=0, subtopologies=_DEFAULT, unknown_tagged_fields=None):
         self.epoch = epoch
         self.subtopologies = [] if subtopologies is _DEFAULT else subtopologies
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4419,7 +4353,7 @@ cdef class StreamsGroupHeartbeatRequest_Topology:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4491,7 +4425,7 @@ cdef class StreamsGroupHeartbeatRequest:
         self.task_offsets = task_offsets
         self.task_end_offsets = task_end_offsets
         self.shutdown_application = shutdown_application
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4502,7 +4436,7 @@ cdef class StreamsGroupHeartbeatRequest:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4545,22 +4479,24 @@ cdef class StreamsGroupHeartbeatRequest:
                 discard_buf(&b)
         raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if v == 0:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_StreamsGroupHeartbeatRequest)
+        try:
+            if v == 0:
                 _wr_StreamsGroupHeartbeatRequest_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
+            else:
+                raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
@@ -5031,7 +4967,7 @@ cdef class StreamsGroupHeartbeatResponse_Status:
     def __init__(self, *, status_code=0, status_detail='', unknown_tagged_fields=None):
         self.status_code = status_code
         self.status_detail = status_detail
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -5042,7 +4978,7 @@ cdef class StreamsGroupHeartbeatResponse_Status:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -5076,7 +5012,7 @@ cdef class StreamsGroupHeartbeatResponse_TopicPartition:
     def __init__(self, *, topic='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.topic = topic
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -5087,7 +5023,7 @@ cdef class StreamsGroupHeartbeatResponse_TopicPartition:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -5121,7 +5057,7 @@ cdef class StreamsGroupHeartbeatResponse_TaskIds:
     def __init__(self, *, subtopology_id='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.subtopology_id = subtopology_id
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -5132,7 +5068,7 @@ cdef class StreamsGroupHeartbeatResponse_TaskIds:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -5166,7 +5102,7 @@ cdef class StreamsGroupHeartbeatResponse_Endpoint:
     def __init__(self, *, host='', port=0, unknown_tagged_fields=None):
         self.host = host
         self.port = port
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -5177,7 +5113,7 @@ cdef class StreamsGroupHeartbeatResponse_Endpoint:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -5213,7 +5149,7 @@ cdef class StreamsGroupHeartbeatResponse_EndpointToPartitions:
         self.user_endpoint = user_endpoint
         self.active_partitions = [] if active_partitions is _DEFAULT else active_partitions
         self.standby_partitions = [] if standby_partitions is _DEFAULT else standby_partitions
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -5224,7 +5160,7 @@ cdef class StreamsGroupHeartbeatResponse_EndpointToPartitions:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -5287,7 +5223,7 @@ cdef class StreamsGroupHeartbeatResponse:
         self.warmup_tasks = warmup_tasks
         self.endpoint_information_epoch = endpoint_information_epoch
         self.partitions_by_user_endpoint = partitions_by_user_endpoint
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -5298,7 +5234,7 @@ cdef class StreamsGroupHeartbeatResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -5341,22 +5277,24 @@ cdef class StreamsGroupHeartbeatResponse:
                 discard_buf(&b)
         raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
         cdef Buf b
         cdef Py_buffer view
+        cdef unsigned char scratch[SCRATCH]
         cdef int v = _version(version)
-        if v == 0:
-            open_fixed(&b, buffer, &view, offset)
-            try:
+        open_into(&b, buffer, &view, offset, scratch, _size_hint_StreamsGroupHeartbeatResponse)
+        try:
+            if v == 0:
                 _wr_StreamsGroupHeartbeatResponse_0(self, &b, v)
-                return b.p - b.start
-            finally:
-                PyBuffer_Release(&view)
-        raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
+            else:
+                raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
+            return close_into(&b)
+        finally:
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):

@@ -3,7 +3,8 @@
 from . import _model
 from . import errors as _e
 from ._pure import *  # noqa: F401,F403 - the primitives the codecs call
-from ._pure import write_into, check_arrays, check_offset, check_version, byte_view
+from ._pure import (byte_view, check_arrays, check_version, finish, read_from, unknown_tags,
+                    write_into)
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
@@ -22,7 +23,7 @@ class ApiVersionsRequest:
     def __init__(self, *, client_software_name='', client_software_version='', unknown_tagged_fields=None):
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -33,7 +34,7 @@ class ApiVersionsRequest:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -75,25 +76,28 @@ class ApiVersionsRequest:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if 0 <= version <= 2:
+            return _r_ApiVersionsRequest_0
+        if 3 <= version <= 4:
+            return _r_ApiVersionsRequest_1
+        raise _e.bad_version('ApiVersionsRequest', version, '0-4')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if 0 <= version <= 2:
-            return _r_ApiVersionsRequest_0(data, offset, end, version, arrays)
-        if 3 <= version <= 4:
-            return _r_ApiVersionsRequest_1(data, offset, end, version, arrays)
-        raise _e.bad_version('ApiVersionsRequest', version, '0-4')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -187,7 +191,7 @@ class ApiVersionsResponse_ApiVersion:
         self.api_key = api_key
         self.min_version = min_version
         self.max_version = max_version
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -198,7 +202,7 @@ class ApiVersionsResponse_ApiVersion:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -232,7 +236,7 @@ class ApiVersionsResponse_SupportedFeatureKey:
         self.name = name
         self.min_version = min_version
         self.max_version = max_version
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -243,7 +247,7 @@ class ApiVersionsResponse_SupportedFeatureKey:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -277,7 +281,7 @@ class ApiVersionsResponse_FinalizedFeatureKey:
         self.name = name
         self.max_version_level = max_version_level
         self.min_version_level = min_version_level
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -288,7 +292,7 @@ class ApiVersionsResponse_FinalizedFeatureKey:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -326,7 +330,7 @@ class ApiVersionsResponse:
         self.finalized_features_epoch = finalized_features_epoch
         self.finalized_features = [] if finalized_features is _DEFAULT else finalized_features
         self.zk_migration_ready = zk_migration_ready
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -337,7 +341,7 @@ class ApiVersionsResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -381,27 +385,30 @@ class ApiVersionsResponse:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if version == 0:
+            return _r_ApiVersionsResponse_0
+        if 1 <= version <= 2:
+            return _r_ApiVersionsResponse_1
+        if 3 <= version <= 4:
+            return _r_ApiVersionsResponse_2
+        raise _e.bad_version('ApiVersionsResponse', version, '0-4')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if version == 0:
-            return _r_ApiVersionsResponse_0(data, offset, end, version, arrays)
-        if 1 <= version <= 2:
-            return _r_ApiVersionsResponse_1(data, offset, end, version, arrays)
-        if 3 <= version <= 4:
-            return _r_ApiVersionsResponse_2(data, offset, end, version, arrays)
-        raise _e.bad_version('ApiVersionsResponse', version, '0-4')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -711,7 +718,9 @@ def _w_ApiVersionsResponse_2(o, out, v):
         _f = ''
         _known = []
         _f = 'supported_features'
-        if not (not o.supported_features):
+        if not o.supported_features:
+            _known.append((0, None))
+        else:
             _t = bytearray()
             _items = o.supported_features
             _n = w_array_len(_t, _items, True, False)
@@ -726,12 +735,16 @@ def _w_ApiVersionsResponse_2(o, out, v):
                 raise _x.with_prefix(f"[{_i}]") from None
             _known.append((0, bytes(_t)))
         _f = 'finalized_features_epoch'
-        if not (o.finalized_features_epoch == -1):
+        if o.finalized_features_epoch == -1:
+            _known.append((1, None))
+        else:
             _t = bytearray()
             w_int64(_t, o.finalized_features_epoch)
             _known.append((1, bytes(_t)))
         _f = 'finalized_features'
-        if not (not o.finalized_features):
+        if not o.finalized_features:
+            _known.append((2, None))
+        else:
             _t = bytearray()
             _items = o.finalized_features
             _n = w_array_len(_t, _items, True, False)
@@ -746,10 +759,13 @@ def _w_ApiVersionsResponse_2(o, out, v):
                 raise _x.with_prefix(f"[{_i}]") from None
             _known.append((2, bytes(_t)))
         _f = 'zk_migration_ready'
-        if not (o.zk_migration_ready is False):
+        if o.zk_migration_ready is False:
+            _known.append((3, None))
+        else:
             _t = bytearray()
             w_bool(_t, o.zk_migration_ready)
             _known.append((3, bytes(_t)))
+        _f = ''
         w_tags(out, _known, o._unknown)
     except EncodeError as _x:
         raise _x.with_prefix(_f) from None
@@ -866,7 +882,7 @@ class FindCoordinatorRequest:
         self.key = key
         self.key_type = key_type
         self.coordinator_keys = [] if coordinator_keys is _DEFAULT else coordinator_keys
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -877,7 +893,7 @@ class FindCoordinatorRequest:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -923,29 +939,32 @@ class FindCoordinatorRequest:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if version == 0:
+            return _r_FindCoordinatorRequest_0
+        if 1 <= version <= 2:
+            return _r_FindCoordinatorRequest_1
+        if version == 3:
+            return _r_FindCoordinatorRequest_2
+        if 4 <= version <= 6:
+            return _r_FindCoordinatorRequest_3
+        raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if version == 0:
-            return _r_FindCoordinatorRequest_0(data, offset, end, version, arrays)
-        if 1 <= version <= 2:
-            return _r_FindCoordinatorRequest_1(data, offset, end, version, arrays)
-        if version == 3:
-            return _r_FindCoordinatorRequest_2(data, offset, end, version, arrays)
-        if 4 <= version <= 6:
-            return _r_FindCoordinatorRequest_3(data, offset, end, version, arrays)
-        raise _e.bad_version('FindCoordinatorRequest', version, '0-6')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -1115,7 +1134,7 @@ class FindCoordinatorResponse_Coordinator:
         self.port = port
         self.error_code = error_code
         self.error_message = error_message
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -1126,7 +1145,7 @@ class FindCoordinatorResponse_Coordinator:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -1164,7 +1183,7 @@ class FindCoordinatorResponse:
         self.host = host
         self.port = port
         self.coordinators = [] if coordinators is _DEFAULT else coordinators
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -1175,7 +1194,7 @@ class FindCoordinatorResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -1221,29 +1240,32 @@ class FindCoordinatorResponse:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if version == 0:
+            return _r_FindCoordinatorResponse_0
+        if 1 <= version <= 2:
+            return _r_FindCoordinatorResponse_1
+        if version == 3:
+            return _r_FindCoordinatorResponse_2
+        if 4 <= version <= 6:
+            return _r_FindCoordinatorResponse_3
+        raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if version == 0:
-            return _r_FindCoordinatorResponse_0(data, offset, end, version, arrays)
-        if 1 <= version <= 2:
-            return _r_FindCoordinatorResponse_1(data, offset, end, version, arrays)
-        if version == 3:
-            return _r_FindCoordinatorResponse_2(data, offset, end, version, arrays)
-        if 4 <= version <= 6:
-            return _r_FindCoordinatorResponse_3(data, offset, end, version, arrays)
-        raise _e.bad_version('FindCoordinatorResponse', version, '0-6')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -1555,7 +1577,7 @@ class LeaveGroupRequest_MemberIdentity:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.reason = reason
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -1566,7 +1588,7 @@ class LeaveGroupRequest_MemberIdentity:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -1600,7 +1622,7 @@ class LeaveGroupRequest:
         self.group_id = group_id
         self.member_id = member_id
         self.members = [] if members is _DEFAULT else members
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -1611,7 +1633,7 @@ class LeaveGroupRequest:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -1657,29 +1679,32 @@ class LeaveGroupRequest:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if 0 <= version <= 2:
+            return _r_LeaveGroupRequest_0
+        if version == 3:
+            return _r_LeaveGroupRequest_1
+        if version == 4:
+            return _r_LeaveGroupRequest_2
+        if version == 5:
+            return _r_LeaveGroupRequest_3
+        raise _e.bad_version('LeaveGroupRequest', version, '0-5')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if 0 <= version <= 2:
-            return _r_LeaveGroupRequest_0(data, offset, end, version, arrays)
-        if version == 3:
-            return _r_LeaveGroupRequest_1(data, offset, end, version, arrays)
-        if version == 4:
-            return _r_LeaveGroupRequest_2(data, offset, end, version, arrays)
-        if version == 5:
-            return _r_LeaveGroupRequest_3(data, offset, end, version, arrays)
-        raise _e.bad_version('LeaveGroupRequest', version, '0-5')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -2043,7 +2068,7 @@ class LeaveGroupResponse_MemberResponse:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.error_code = error_code
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2054,7 +2079,7 @@ class LeaveGroupResponse_MemberResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2088,7 +2113,7 @@ class LeaveGroupResponse:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.members = [] if members is _DEFAULT else members
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2099,7 +2124,7 @@ class LeaveGroupResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2145,29 +2170,32 @@ class LeaveGroupResponse:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if version == 0:
+            return _r_LeaveGroupResponse_0
+        if 1 <= version <= 2:
+            return _r_LeaveGroupResponse_1
+        if version == 3:
+            return _r_LeaveGroupResponse_2
+        if 4 <= version <= 5:
+            return _r_LeaveGroupResponse_3
+        raise _e.bad_version('LeaveGroupResponse', version, '0-5')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if version == 0:
-            return _r_LeaveGroupResponse_0(data, offset, end, version, arrays)
-        if 1 <= version <= 2:
-            return _r_LeaveGroupResponse_1(data, offset, end, version, arrays)
-        if version == 3:
-            return _r_LeaveGroupResponse_2(data, offset, end, version, arrays)
-        if 4 <= version <= 5:
-            return _r_LeaveGroupResponse_3(data, offset, end, version, arrays)
-        raise _e.bad_version('LeaveGroupResponse', version, '0-5')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -2448,7 +2476,7 @@ class RequestHeader:
         self.request_api_version = request_api_version
         self.correlation_id = correlation_id
         self.client_id = client_id
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2459,7 +2487,7 @@ class RequestHeader:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2503,27 +2531,30 @@ class RequestHeader:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if version == 0:
+            return _r_RequestHeader_0
+        if version == 1:
+            return _r_RequestHeader_1
+        if version == 2:
+            return _r_RequestHeader_2
+        raise _e.bad_version('RequestHeader', version, '0-2')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if version == 0:
-            return _r_RequestHeader_0(data, offset, end, version, arrays)
-        if version == 1:
-            return _r_RequestHeader_1(data, offset, end, version, arrays)
-        if version == 2:
-            return _r_RequestHeader_2(data, offset, end, version, arrays)
-        raise _e.bad_version('RequestHeader', version, '0-2')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -2659,7 +2690,7 @@ class ResponseHeader:
 
     def __init__(self, *, correlation_id=0, unknown_tagged_fields=None):
         self.correlation_id = correlation_id
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2670,7 +2701,7 @@ class ResponseHeader:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2712,25 +2743,28 @@ class ResponseHeader:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if version == 0:
+            return _r_ResponseHeader_0
+        if version == 1:
+            return _r_ResponseHeader_1
+        raise _e.bad_version('ResponseHeader', version, '0-1')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if version == 0:
-            return _r_ResponseHeader_0(data, offset, end, version, arrays)
-        if version == 1:
-            return _r_ResponseHeader_1(data, offset, end, version, arrays)
-        raise _e.bad_version('ResponseHeader', version, '0-1')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -2811,7 +2845,7 @@ class StreamsGroupHeartbeatRequest_KeyValue:
     def __init__(self, *, key='', value='', unknown_tagged_fields=None):
         self.key = key
         self.value = value
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2822,7 +2856,7 @@ class StreamsGroupHeartbeatRequest_KeyValue:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2857,7 +2891,7 @@ class StreamsGroupHeartbeatRequest_TopicInfo:
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.topic_configs = [] if topic_configs is _DEFAULT else topic_configs
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2868,7 +2902,7 @@ class StreamsGroupHeartbeatRequest_TopicInfo:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2901,7 +2935,7 @@ class StreamsGroupHeartbeatRequest_Endpoint:
     def __init__(self, *, host='', port=0, unknown_tagged_fields=None):
         self.host = host
         self.port = port
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2912,7 +2946,7 @@ class StreamsGroupHeartbeatRequest_Endpoint:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2946,7 +2980,7 @@ class StreamsGroupHeartbeatRequest_TaskOffset:
         self.subtopology_id = subtopology_id
         self.partition = partition
         self.offset = offset
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -2957,7 +2991,7 @@ class StreamsGroupHeartbeatRequest_TaskOffset:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -2990,7 +3024,7 @@ class StreamsGroupHeartbeatRequest_TaskIds:
     def __init__(self, *, subtopology_id='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.subtopology_id = subtopology_id
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -3001,7 +3035,7 @@ class StreamsGroupHeartbeatRequest_TaskIds:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -3035,7 +3069,7 @@ class StreamsGroupHeartbeatRequest_CopartitionGroup:
         self.source_topics = [] if source_topics is _DEFAULT else source_topics
         self.source_topic_regex = [] if source_topic_regex is _DEFAULT else source_topic_regex
         self.repartition_source_topics = [] if repartition_source_topics is _DEFAULT else repartition_source_topics
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -3046,7 +3080,7 @@ class StreamsGroupHeartbeatRequest_CopartitionGroup:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -3084,7 +3118,7 @@ class StreamsGroupHeartbeatRequest_Subtopology:
         self.repartition_sink_topics = [] if repartition_sink_topics is _DEFAULT else repartition_sink_topics
         self.repartition_source_topics = [] if repartition_source_topics is _DEFAULT else repartition_source_topics
         self.copartition_groups = [] if copartition_groups is _DEFAULT else copartition_groups
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -3095,7 +3129,7 @@ class StreamsGroupHeartbeatRequest_Subtopology:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -3128,7 +3162,7 @@ class StreamsGroupHeartbeatRequest_Topology:
     def __init__(self, *, epoch=0, subtopologies=_DEFAULT, unknown_tagged_fields=None):
         self.epoch = epoch
         self.subtopologies = [] if subtopologies is _DEFAULT else subtopologies
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -3139,7 +3173,7 @@ class StreamsGroupHeartbeatRequest_Topology:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -3187,7 +3221,7 @@ class StreamsGroupHeartbeatRequest:
         self.task_offsets = task_offsets
         self.task_end_offsets = task_end_offsets
         self.shutdown_application = shutdown_application
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -3198,7 +3232,7 @@ class StreamsGroupHeartbeatRequest:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -3238,23 +3272,26 @@ class StreamsGroupHeartbeatRequest:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if version == 0:
+            return _r_StreamsGroupHeartbeatRequest_0
+        raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if version == 0:
-            return _r_StreamsGroupHeartbeatRequest_0(data, offset, end, version, arrays)
-        raise _e.bad_version('StreamsGroupHeartbeatRequest', version, '0')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
@@ -4026,7 +4063,7 @@ class StreamsGroupHeartbeatResponse_Status:
     def __init__(self, *, status_code=0, status_detail='', unknown_tagged_fields=None):
         self.status_code = status_code
         self.status_detail = status_detail
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4037,7 +4074,7 @@ class StreamsGroupHeartbeatResponse_Status:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4070,7 +4107,7 @@ class StreamsGroupHeartbeatResponse_TopicPartition:
     def __init__(self, *, topic='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.topic = topic
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4081,7 +4118,7 @@ class StreamsGroupHeartbeatResponse_TopicPartition:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4114,7 +4151,7 @@ class StreamsGroupHeartbeatResponse_TaskIds:
     def __init__(self, *, subtopology_id='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.subtopology_id = subtopology_id
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4125,7 +4162,7 @@ class StreamsGroupHeartbeatResponse_TaskIds:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4158,7 +4195,7 @@ class StreamsGroupHeartbeatResponse_Endpoint:
     def __init__(self, *, host='', port=0, unknown_tagged_fields=None):
         self.host = host
         self.port = port
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4169,7 +4206,7 @@ class StreamsGroupHeartbeatResponse_Endpoint:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4203,7 +4240,7 @@ class StreamsGroupHeartbeatResponse_EndpointToPartitions:
         self.user_endpoint = user_endpoint
         self.active_partitions = [] if active_partitions is _DEFAULT else active_partitions
         self.standby_partitions = [] if standby_partitions is _DEFAULT else standby_partitions
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4214,7 +4251,7 @@ class StreamsGroupHeartbeatResponse_EndpointToPartitions:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4259,7 +4296,7 @@ class StreamsGroupHeartbeatResponse:
         self.warmup_tasks = warmup_tasks
         self.endpoint_information_epoch = endpoint_information_epoch
         self.partitions_by_user_endpoint = partitions_by_user_endpoint
-        self._unknown = unknown_tagged_fields or None
+        self._unknown = unknown_tags(unknown_tagged_fields)
 
     @property
     def unknown_tagged_fields(self):
@@ -4270,7 +4307,7 @@ class StreamsGroupHeartbeatResponse:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = value or None
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -4310,23 +4347,26 @@ class StreamsGroupHeartbeatResponse:
         """The message body at `version`, as bytes."""
         out = bytearray()
         self._writer(version)(self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
+
+    @staticmethod
+    def _reader(version):
+        if version == 0:
+            return _r_StreamsGroupHeartbeatResponse_0
+        raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays='list'):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        if version == 0:
-            return _r_StreamsGroupHeartbeatResponse_0(data, offset, end, version, arrays)
-        raise _e.bad_version('StreamsGroupHeartbeatResponse', version, '0')
+        return read_from(cls._reader, data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays='list'):
