@@ -159,6 +159,16 @@ class TagDict(dict):
         return super().get(key, default)
 
 
+class ArrayOnly:
+    """An array through __array__ alone, without the buffer protocol."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __array__(self, dtype=None, copy=None):
+        return self.arr
+
+
 class BadUUID(uuid.UUID):
     @property
     def bytes(self):
@@ -275,6 +285,8 @@ class Maker:
             low, high = int(info.min), int(info.max)
         values = [r.randint(low, high) for _ in range(2 * n)]
         arr = np.array(values, dtype=dtype)
+        if r.random() < 0.2:
+            return ArrayOnly(r.choice((arr, zero_stride(2**40, dtype))))
         if choice == 4:
             return arr[::2]
         if choice == 5:

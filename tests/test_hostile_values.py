@@ -92,6 +92,28 @@ def test_primitive_arrays_past_their_length_field(core, kind, n, reason):
     assert info.value.reason.startswith(reason)
 
 
+class ArrayOnly:
+    """An array through __array__ alone: no buffer to read in place."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __array__(self, dtype=None, copy=None):
+        return self.arr
+
+
+def test_array_without_a_buffer_is_measured_before_it_is_converted(impl):
+    assert (heartbeat(impl, ArrayOnly(np.array([1, 2, 3], ">u2"))).encode(0)
+            == heartbeat(impl, [1, 2, 3]).encode(0))
+    msg = heartbeat(impl, ArrayOnly(zero_stride(2**40, np.int64)))
+
+    def run():
+        with pytest.raises(EncodeError, match="length 1099511627776 exceeds"):
+            msg.encode(0)
+
+    assert peak_bytes(run) < 64 * 1024
+
+
 def test_bytes_view_past_a_message_fails_before_the_copy(core):
     view = memoryview(zero_stride(2**31, np.uint8))
 
@@ -159,6 +181,9 @@ def test_columns_with_a_lying_id_list_write_what_it_holds(impl):
     want = columns_message(impl).encode(0)
     assert columns_message(impl, subtopology_id=LyingList(["a", "b"], 2**31)).encode(0) == want
     assert columns_message(impl, subtopology_id=LyingList(["a", "b"], 0)).encode(0) == want
+    # the constructor too reads lists as they store (list() would reserve 2**62 slots)
+    cols = TaskOffsetColumns(LyingList(["a", "b"], 2**62), LyingList([1, 2], 2**62), [10, 20])
+    assert impl.StreamsGroupHeartbeatRequest(task_offsets=cols).encode(0) == want
 
 
 @pytest.mark.parametrize("change", [

@@ -65,7 +65,7 @@ def native(items, kind):
         from ._pure import _int_value
 
         values = []
-        for i, v in enumerate(_stored(items)):
+        for i, v in enumerate(stored(items)):
             try:
                 values.append(_int_value(kind, v))
             except EncodeError as x:
@@ -74,7 +74,7 @@ def native(items, kind):
     return np.array(as_int_array(items, kind), dtype=CODES[kind], order="C")
 
 
-def _stored(items):
+def stored(items):
     """The items a list or tuple (or a subclass of either) stores, as a new list."""
     return list.copy(items) if isinstance(items, list) else list(tuple.__iter__(items))
 
