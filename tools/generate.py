@@ -230,7 +230,7 @@ def emit_class_body(out, struct, kw_default_sentinel, pure):
             out(f"self.{f.py_name} = [] if {f.py_name} is {kw_default_sentinel} else {f.py_name}", 2)
         else:
             out(f"self.{f.py_name} = {f.py_name}", 2)
-    out("self._unknown = unknown_tags(unknown_tagged_fields)", 2)
+    out("self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None", 2)
     out("", 0)
     out("@property", 1)
     out("def unknown_tagged_fields(self):", 1)

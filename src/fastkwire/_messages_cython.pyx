@@ -98,7 +98,7 @@ cdef class ApiVersionsRequest:
     def __init__(self, *, client_software_name='', client_software_version='', unknown_tagged_fields=None):
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -723,7 +723,7 @@ cdef class ApiVersionsResponse_ApiVersion:
         self.api_key = api_key
         self.min_version = min_version
         self.max_version = max_version
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -770,7 +770,7 @@ cdef class ApiVersionsResponse_SupportedFeatureKey:
         self.name = name
         self.min_version = min_version
         self.max_version = max_version
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -817,7 +817,7 @@ cdef class ApiVersionsResponse_FinalizedFeatureKey:
         self.name = name
         self.max_version_level = max_version_level
         self.min_version_level = min_version_level
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -875,7 +875,7 @@ cdef class ApiVersionsResponse:
         self.finalized_features_epoch = finalized_features_epoch
         self.finalized_features = [] if finalized_features is _DEFAULT else finalized_features
         self.zk_migration_ready = zk_migration_ready
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -1177,7 +1177,7 @@ cdef class FindCoordinatorRequest:
         self.key = key
         self.key_type = key_type
         self.coordinator_keys = [] if coordinator_keys is _DEFAULT else coordinator_keys
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -1623,7 +1623,7 @@ cdef class FindCoordinatorResponse_Coordinator:
         self.port = port
         self.error_code = error_code
         self.error_message = error_message
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -1679,7 +1679,7 @@ cdef class FindCoordinatorResponse:
         self.host = host
         self.port = port
         self.coordinators = [] if coordinators is _DEFAULT else coordinators
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2161,7 +2161,7 @@ cdef class LeaveGroupRequest_MemberIdentity:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.reason = reason
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2209,7 +2209,7 @@ cdef class LeaveGroupRequest:
         self.group_id = group_id
         self.member_id = member_id
         self.members = [] if members is _DEFAULT else members
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2634,7 +2634,7 @@ cdef class LeaveGroupResponse_MemberResponse:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.error_code = error_code
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2682,7 +2682,7 @@ cdef class LeaveGroupResponse:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.members = [] if members is _DEFAULT else members
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2977,7 +2977,7 @@ cdef class RequestHeader:
         self.request_api_version = request_api_version
         self.correlation_id = correlation_id
         self.client_id = client_id
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -3194,7 +3194,7 @@ cdef class ResponseHeader:
 
     def __init__(self, *, correlation_id=0, unknown_tagged_fields=None):
         self.correlation_id = correlation_id
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4009,7 +4009,7 @@ cdef class StreamsGroupHeartbeatRequest_KeyValue:
     def __init__(self, *, key='', value='', unknown_tagged_fields=None):
         self.key = key
         self.value = value
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4058,7 +4058,7 @@ cdef class StreamsGroupHeartbeatRequest_TopicInfo:
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.topic_configs = [] if topic_configs is _DEFAULT else topic_configs
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4103,7 +4103,7 @@ cdef class StreamsGroupHeartbeatRequest_Endpoint:
     def __init__(self, *, host='', port=0, unknown_tagged_fields=None):
         self.host = host
         self.port = port
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4150,7 +4150,7 @@ cdef class StreamsGroupHeartbeatRequest_TaskOffset:
         self.subtopology_id = subtopology_id
         self.partition = partition
         self.offset = offset
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4195,7 +4195,7 @@ cdef class StreamsGroupHeartbeatRequest_TaskIds:
     def __init__(self, *, subtopology_id='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.subtopology_id = subtopology_id
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4242,7 +4242,7 @@ cdef class StreamsGroupHeartbeatRequest_CopartitionGroup:
         self.source_topics = [] if source_topics is _DEFAULT else source_topics
         self.source_topic_regex = [] if source_topic_regex is _DEFAULT else source_topic_regex
         self.repartition_source_topics = [] if repartition_source_topics is _DEFAULT else repartition_source_topics
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4297,7 +4297,7 @@ cdef class StreamsGroupHeartbeatRequest_Subtopology:
         self.repartition_sink_topics = [] if repartition_sink_topics is _DEFAULT else repartition_sink_topics
         self.repartition_source_topics = [] if repartition_source_topics is _DEFAULT else repartition_source_topics
         self.copartition_groups = [] if copartition_groups is _DEFAULT else copartition_groups
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4342,7 +4342,7 @@ cdef class StreamsGroupHeartbeatRequest_Topology:
     def __init__(self, *, epoch=0, subtopologies=_DEFAULT, unknown_tagged_fields=None):
         self.epoch = epoch
         self.subtopologies = [] if subtopologies is _DEFAULT else subtopologies
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4425,7 +4425,7 @@ cdef class StreamsGroupHeartbeatRequest:
         self.task_offsets = task_offsets
         self.task_end_offsets = task_end_offsets
         self.shutdown_application = shutdown_application
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4967,7 +4967,7 @@ cdef class StreamsGroupHeartbeatResponse_Status:
     def __init__(self, *, status_code=0, status_detail='', unknown_tagged_fields=None):
         self.status_code = status_code
         self.status_detail = status_detail
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -5012,7 +5012,7 @@ cdef class StreamsGroupHeartbeatResponse_TopicPartition:
     def __init__(self, *, topic='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.topic = topic
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -5057,7 +5057,7 @@ cdef class StreamsGroupHeartbeatResponse_TaskIds:
     def __init__(self, *, subtopology_id='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.subtopology_id = subtopology_id
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -5102,7 +5102,7 @@ cdef class StreamsGroupHeartbeatResponse_Endpoint:
     def __init__(self, *, host='', port=0, unknown_tagged_fields=None):
         self.host = host
         self.port = port
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -5149,7 +5149,7 @@ cdef class StreamsGroupHeartbeatResponse_EndpointToPartitions:
         self.user_endpoint = user_endpoint
         self.active_partitions = [] if active_partitions is _DEFAULT else active_partitions
         self.standby_partitions = [] if standby_partitions is _DEFAULT else standby_partitions
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -5223,7 +5223,7 @@ cdef class StreamsGroupHeartbeatResponse:
         self.warmup_tasks = warmup_tasks
         self.endpoint_information_epoch = endpoint_information_epoch
         self.partitions_by_user_endpoint = partitions_by_user_endpoint
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):

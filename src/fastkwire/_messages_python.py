@@ -23,7 +23,7 @@ class ApiVersionsRequest:
     def __init__(self, *, client_software_name='', client_software_version='', unknown_tagged_fields=None):
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -191,7 +191,7 @@ class ApiVersionsResponse_ApiVersion:
         self.api_key = api_key
         self.min_version = min_version
         self.max_version = max_version
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -236,7 +236,7 @@ class ApiVersionsResponse_SupportedFeatureKey:
         self.name = name
         self.min_version = min_version
         self.max_version = max_version
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -281,7 +281,7 @@ class ApiVersionsResponse_FinalizedFeatureKey:
         self.name = name
         self.max_version_level = max_version_level
         self.min_version_level = min_version_level
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -330,7 +330,7 @@ class ApiVersionsResponse:
         self.finalized_features_epoch = finalized_features_epoch
         self.finalized_features = [] if finalized_features is _DEFAULT else finalized_features
         self.zk_migration_ready = zk_migration_ready
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -882,7 +882,7 @@ class FindCoordinatorRequest:
         self.key = key
         self.key_type = key_type
         self.coordinator_keys = [] if coordinator_keys is _DEFAULT else coordinator_keys
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -1134,7 +1134,7 @@ class FindCoordinatorResponse_Coordinator:
         self.port = port
         self.error_code = error_code
         self.error_message = error_message
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -1183,7 +1183,7 @@ class FindCoordinatorResponse:
         self.host = host
         self.port = port
         self.coordinators = [] if coordinators is _DEFAULT else coordinators
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -1577,7 +1577,7 @@ class LeaveGroupRequest_MemberIdentity:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.reason = reason
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -1622,7 +1622,7 @@ class LeaveGroupRequest:
         self.group_id = group_id
         self.member_id = member_id
         self.members = [] if members is _DEFAULT else members
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2068,7 +2068,7 @@ class LeaveGroupResponse_MemberResponse:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.error_code = error_code
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2113,7 +2113,7 @@ class LeaveGroupResponse:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.members = [] if members is _DEFAULT else members
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2476,7 +2476,7 @@ class RequestHeader:
         self.request_api_version = request_api_version
         self.correlation_id = correlation_id
         self.client_id = client_id
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2690,7 +2690,7 @@ class ResponseHeader:
 
     def __init__(self, *, correlation_id=0, unknown_tagged_fields=None):
         self.correlation_id = correlation_id
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2845,7 +2845,7 @@ class StreamsGroupHeartbeatRequest_KeyValue:
     def __init__(self, *, key='', value='', unknown_tagged_fields=None):
         self.key = key
         self.value = value
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2891,7 +2891,7 @@ class StreamsGroupHeartbeatRequest_TopicInfo:
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.topic_configs = [] if topic_configs is _DEFAULT else topic_configs
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2935,7 +2935,7 @@ class StreamsGroupHeartbeatRequest_Endpoint:
     def __init__(self, *, host='', port=0, unknown_tagged_fields=None):
         self.host = host
         self.port = port
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -2980,7 +2980,7 @@ class StreamsGroupHeartbeatRequest_TaskOffset:
         self.subtopology_id = subtopology_id
         self.partition = partition
         self.offset = offset
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -3024,7 +3024,7 @@ class StreamsGroupHeartbeatRequest_TaskIds:
     def __init__(self, *, subtopology_id='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.subtopology_id = subtopology_id
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -3069,7 +3069,7 @@ class StreamsGroupHeartbeatRequest_CopartitionGroup:
         self.source_topics = [] if source_topics is _DEFAULT else source_topics
         self.source_topic_regex = [] if source_topic_regex is _DEFAULT else source_topic_regex
         self.repartition_source_topics = [] if repartition_source_topics is _DEFAULT else repartition_source_topics
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -3118,7 +3118,7 @@ class StreamsGroupHeartbeatRequest_Subtopology:
         self.repartition_sink_topics = [] if repartition_sink_topics is _DEFAULT else repartition_sink_topics
         self.repartition_source_topics = [] if repartition_source_topics is _DEFAULT else repartition_source_topics
         self.copartition_groups = [] if copartition_groups is _DEFAULT else copartition_groups
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -3162,7 +3162,7 @@ class StreamsGroupHeartbeatRequest_Topology:
     def __init__(self, *, epoch=0, subtopologies=_DEFAULT, unknown_tagged_fields=None):
         self.epoch = epoch
         self.subtopologies = [] if subtopologies is _DEFAULT else subtopologies
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -3221,7 +3221,7 @@ class StreamsGroupHeartbeatRequest:
         self.task_offsets = task_offsets
         self.task_end_offsets = task_end_offsets
         self.shutdown_application = shutdown_application
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4063,7 +4063,7 @@ class StreamsGroupHeartbeatResponse_Status:
     def __init__(self, *, status_code=0, status_detail='', unknown_tagged_fields=None):
         self.status_code = status_code
         self.status_detail = status_detail
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4107,7 +4107,7 @@ class StreamsGroupHeartbeatResponse_TopicPartition:
     def __init__(self, *, topic='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.topic = topic
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4151,7 +4151,7 @@ class StreamsGroupHeartbeatResponse_TaskIds:
     def __init__(self, *, subtopology_id='', partitions=_DEFAULT, unknown_tagged_fields=None):
         self.subtopology_id = subtopology_id
         self.partitions = [] if partitions is _DEFAULT else partitions
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4195,7 +4195,7 @@ class StreamsGroupHeartbeatResponse_Endpoint:
     def __init__(self, *, host='', port=0, unknown_tagged_fields=None):
         self.host = host
         self.port = port
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4240,7 +4240,7 @@ class StreamsGroupHeartbeatResponse_EndpointToPartitions:
         self.user_endpoint = user_endpoint
         self.active_partitions = [] if active_partitions is _DEFAULT else active_partitions
         self.standby_partitions = [] if standby_partitions is _DEFAULT else standby_partitions
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):
@@ -4296,7 +4296,7 @@ class StreamsGroupHeartbeatResponse:
         self.warmup_tasks = warmup_tasks
         self.endpoint_information_epoch = endpoint_information_epoch
         self.partitions_by_user_endpoint = partitions_by_user_endpoint
-        self._unknown = unknown_tags(unknown_tagged_fields)
+        self._unknown = unknown_tags(unknown_tagged_fields) if unknown_tagged_fields else None
 
     @property
     def unknown_tagged_fields(self):

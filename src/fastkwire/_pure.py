@@ -162,7 +162,11 @@ def _put_legacy(out, raw, width):
 
 def _put_compact(out, raw):
     """raw behind an unsigned varint length + 1."""
-    w_count(out, len(raw), True)
+    n = len(raw)
+    if n < 0x7F:  # the common case: a one-byte length
+        out.append(n + 1)
+    else:
+        w_count(out, n, True)
     out += raw
 
 
@@ -249,8 +253,12 @@ def w_array_len(out, items, compact, nullable):
             raise EncodeError("None where the array is not nullable")
         out += b"\x00" if compact else b"\xff\xff\xff\xff"
         return 0
-    n = seq_len(items)
-    w_count(out, n, compact)
+    t = type(items)
+    n = len(items) if t is list or t is tuple else seq_len(items)
+    if compact and n < 0x7F:  # the common case: a one-byte count
+        out.append(n + 1)
+    else:
+        w_count(out, n, compact)
     return n
 
 
@@ -320,6 +328,9 @@ def unknown_tags(value):
 
 def w_tags(out, known, unknown):
     """The tagged-field section; `known` as merge_tags takes it."""
+    if not known and not unknown:  # the common case, and the compiled core's test
+        out.append(0)
+        return
     fields = merge_tags(known, unknown)
     w_uvarint(out, len(fields))
     for tag, payload in fields:
@@ -572,14 +583,13 @@ def item_at(items, i, n):
     changed size since (a callback during encoding can change it). Subclasses of list
     and tuple are read as they store, like seq_len."""
     t = type(items)
-    if t is not list and t is not tuple:
-        return _stored_item(items, i, n)
-    if len(items) != n:
-        raise _e.changed_during_encode()
-    return items[i]
+    if (t is list or t is tuple) and len(items) == n:
+        return items[i]
+    return _stored_item(items, i, n)
 
 
 def _stored_item(items, i, n):
+    """item_at for a subclass, or for a list that changed size (an error)."""
     base = list if isinstance(items, list) else tuple
     if base.__len__(items) != n:
         raise _e.changed_during_encode()
