@@ -230,7 +230,7 @@ class Maker:
             np.int64(v) if np is not None else v, np.uint64(2**64 - 1) if np is not None else v,
         ))
 
-    def string(self, nullable):
+    def string(self):
         r = self.rng
         if not self.hostile():
             return r.choice(("", "g", "h\u00e9", "x" * r.randint(0, 40), "\U0001f600"))
@@ -243,7 +243,7 @@ class Maker:
         return self.rng.choice((0, 1, None, "True", IntSub(1), Index(1), self.mutating(1)))
 
     # -- arrays
-    def container(self, items, nullable):
+    def container(self, items):
         """items as a list, or at random as something else that claims to be an array."""
         r = self.rng
         if not self.hostile():
@@ -255,7 +255,7 @@ class Maker:
             lambda: "abc", lambda: self.keep(items + [None]), lambda: self.keep(items + [7]),
         ))()
 
-    def int_array(self, kind, nullable):
+    def int_array(self, kind):
         r = self.rng
         n = r.randint(0, 5)
         if np is not None and self.hostile() and r.random() < 0.6:
@@ -264,7 +264,7 @@ class Maker:
             code = r.choice("bhiqBHIQd")
             hi = {"b": 127, "B": 255, "h": 32767, "H": 65535}.get(code, 1000)
             return array.array(code, [r.randint(0, hi) for _ in range(n)])
-        return self.container([self.int_value(kind) for _ in range(n)], nullable)
+        return self.container([self.int_value(kind) for _ in range(n)])
 
     def numpy_array(self, kind, n):
         r = self.rng
@@ -298,7 +298,7 @@ class Maker:
     def struct_array(self, message, field, version):
         n = self.rng.randint(0, 3) if self.rng.random() < 0.8 else 0
         items = [self.struct(message, field.struct, version) for _ in range(n)]
-        return self.container(items, field.is_nullable(version))
+        return self.container(items)
 
     # -- structs
     def struct(self, message, struct, version):
@@ -337,10 +337,10 @@ class Maker:
         t = f.element_type
         if f.is_array:
             if t == "string":
-                return self.container([self.string(False) for _ in range(r.randint(0, 3))], nullable)
-            return self.int_array(t, nullable)
+                return self.container([self.string() for _ in range(r.randint(0, 3))])
+            return self.int_array(t)
         if t == "string":
-            return None if nullable and r.random() < 0.2 else self.string(nullable)
+            return None if nullable and r.random() < 0.2 else self.string()
         if t == "bool":
             return self.bool_value()
         return self.int_value(t)
@@ -566,15 +566,15 @@ def primitive_case(seed):
     if t == "uuid":
         return t, r.choice((uuid.UUID(int=r.getrandbits(128)), BadUUID(int=5), "uuid", None))
     if "string" in t and "[" not in t:
-        return t, maker.string(True)
+        return t, maker.string()
     if "bytes" in t:
         return t, _bytes_value(r)
     if t == "tagged_fields":
         return t, maker.tags(safe=r.random() < 0.5)
     _, _, elem = _pure.parse_array_type(t)
     if elem == "string":
-        return t, maker.container([maker.string(False) for _ in range(r.randint(0, 3))], True)
-    return t, maker.int_array(elem, True)
+        return t, maker.container([maker.string() for _ in range(r.randint(0, 3))])
+    return t, maker.int_array(elem)
 
 
 def _bytes_value(r):
