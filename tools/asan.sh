@@ -8,8 +8,9 @@
 # checkout with that copy first on the path, libasan preloaded into the ordinary
 # interpreter and PYTHONMALLOC=malloc (so ASan sees the bounds of every Python object,
 # not just pymalloc's arenas). Then FUZZ_INPUTS (default 100000) inputs of
-# fuzz/fuzz_decode.py's loop. Leak detection is off: CPython keeps much of its memory
-# until exit by design; tests/test_memory.py looks for growth instead.
+# fuzz/fuzz_decode.py's loop (hostile bytes) and ENCODE_FUZZ_INPUTS (default 100000) of
+# fuzz/fuzz_encode.py's (hostile Python values). Leak detection is off: CPython keeps
+# much of its memory until exit by design; tests/test_memory.py looks for growth instead.
 # Exit status 0 only if every step passed and ASan reported nothing. Takes 5-10 minutes.
 set -euo pipefail
 
@@ -17,6 +18,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 cc=${CC:-gcc}
 fuzz_inputs=${FUZZ_INPUTS:-100000}
+encode_inputs=${ENCODE_FUZZ_INPUTS:-100000}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -67,6 +69,8 @@ echo "== test suite under ASan"
 (cd "$root" && asan_run -m pytest -q -p no:cacheprovider "${@:-tests/}") || status=1
 echo "== fuzz loop under ASan: $fuzz_inputs inputs"
 (cd "$work" && asan_run "$root/fuzz/fuzz_decode.py" --loop "$fuzz_inputs" --seed 8) || status=1
+echo "== encode fuzz loop under ASan: $encode_inputs inputs"
+(cd "$work" && asan_run "$root/fuzz/fuzz_encode.py" --loop "$encode_inputs" --seed 8) || status=1
 
 if compgen -G "$work/asan.*" >/dev/null; then
     echo "== AddressSanitizer reports:" >&2
@@ -74,6 +78,6 @@ if compgen -G "$work/asan.*" >/dev/null; then
     status=1
 fi
 if [ "$status" -eq 0 ]; then
-    echo "ASan: suite passed, $fuzz_inputs fuzz inputs, no AddressSanitizer reports"
+    echo "ASan: suite passed, $fuzz_inputs decode and $encode_inputs encode fuzz inputs, no AddressSanitizer reports"
 fi
 exit "$status"

@@ -20,13 +20,11 @@ def require_numpy():
         raise ImportError('arrays="numpy" needs numpy: pip install fastkwire[numpy]') from None
 
 
-def as_int_array(items, kind):
-    """Validate an integer array (numpy, array.array, ...) for a field of `kind`.
-
-    Returns a one-dimensional numpy array of any integer dtype whose values all fit
-    `kind`. Raises EncodeError for another shape, a non-integer dtype (bool, float,
-    object: never cast silently) or the first value out of range, at its index, in the
-    words the list path uses."""
+def as_array(items, kind):
+    """An integer array (numpy, array.array, ...) for a field of `kind`, as a
+    one-dimensional numpy array of any integer dtype (a view where numpy can make one:
+    nothing is copied or scanned yet). Raises EncodeError for another shape or a
+    non-integer dtype (bool, float, object: never cast silently)."""
     import numpy as np
 
     arr = np.asarray(items)
@@ -34,31 +32,51 @@ def as_int_array(items, kind):
         raise EncodeError(f"expected a one-dimensional array, got {arr.ndim} dimensions")
     if arr.dtype.kind not in "iu":  # "b" (bool), "f", "O", ... are not integers
         raise EncodeError(f"expected an integer array for {kind}, got dtype {arr.dtype}")
+    return arr
+
+
+def check_values(arr, kind):
+    """Raise EncodeError for the first value of `arr` (from as_array) out of range for
+    `kind`, at its index, in the words the list path uses."""
+    import numpy as np
+
     lo, hi = RANGE[kind]
     if arr.size and not np.can_cast(arr.dtype, CODES[kind], casting="safe"):
         # min/max first: no temporary array unless something is out of range
         if int(arr.min()) < lo or int(arr.max()) > hi:
             index = int(np.argmax((arr < lo) | (arr > hi)))
             raise _e.out_of_range(kind, int(arr[index])).with_prefix(f"[{index}]")
+
+
+def as_int_array(items, kind):
+    """as_array, with every value checked to fit `kind`."""
+    arr = as_array(items, kind)
+    check_values(arr, kind)
     return arr
 
 
 def native(items, kind):
-    """A validated C-contiguous native-order array of exactly `kind` (no copy if it is one).
-    Lists and tuples are checked item by item, with the rules of the list path."""
+    """A validated, fresh C-contiguous native-order array of exactly `kind`. Lists and
+    tuples are checked item by item, with the rules of the list path (a subclass is read
+    as it stores: its own __len__ and __iter__ are not called)."""
     import numpy as np
 
     if isinstance(items, (list, tuple)):
         from ._pure import _int_value
 
         values = []
-        for i, v in enumerate(items):
+        for i, v in enumerate(stored(items)):
             try:
                 values.append(_int_value(kind, v))
             except EncodeError as x:
                 raise x.with_prefix(f"[{i}]") from None
         return np.array(values, dtype=CODES[kind])
-    return np.ascontiguousarray(as_int_array(items, kind), dtype=CODES[kind])
+    return np.array(as_int_array(items, kind), dtype=CODES[kind], order="C")
+
+
+def stored(items):
+    """The items a list or tuple (or a subclass of either) stores, as a new list."""
+    return list.copy(items) if isinstance(items, list) else list(tuple.__iter__(items))
 
 
 def write(out, arr, kind):
@@ -76,8 +94,28 @@ def read(data, pos, n, kind):
     return np.frombuffer(data, dtype=">" + CODES[kind], count=n, offset=pos).astype(CODES[kind])
 
 
+def column_input(items, kind, name):
+    """A column of TaskOffsetColumns before its values are read: a list or tuple as it
+    is, anything else as_array (so its length is its shape, whatever it claims)."""
+    if isinstance(items, (list, tuple)):
+        return items
+    try:
+        return as_array(items, kind)
+    except EncodeError as x:
+        raise EncodeError(x.reason, name) from None
+
+
+def length(items):
+    """The length of a column_input: a list's or tuple's stored items, an array's shape."""
+    if isinstance(items, list):
+        return list.__len__(items)
+    if isinstance(items, tuple):
+        return tuple.__len__(items)
+    return items.shape[0]
+
+
 def column(items, kind, name):
-    """A column of TaskOffsetColumns as a native array; errors name the row and column."""
+    """A column of TaskOffsetColumns as a fresh native array; errors name the row and column."""
     try:
         return native(items, kind)
     except EncodeError as x:

@@ -13,6 +13,7 @@ import threading
 from . import _model
 from . import _schema as S
 from ._layout import default_value, layouts, makes_struct, version_text
+from ._pure import unknown_tags
 
 _DEFAULT = object()  # marks 'argument not given' for list defaults
 
@@ -32,7 +33,7 @@ class StructBase:
 
     @unknown_tagged_fields.setter
     def unknown_tagged_fields(self, value):
-        self._unknown = _model.check_unknown_tags(type(self), value)
+        self._unknown = unknown_tags(value)
 
     def __eq__(self, other):
         return _model.struct_eq(self, other)
@@ -67,7 +68,7 @@ def _field_kind(f: S.Field) -> int:
 
 def _make_init(struct: S.Struct, module: str, classes: dict):
     """A keyword-only __init__ with the schema's defaults, compiled once per class."""
-    params, body, env = ["self", "*"], [], {"_DEFAULT": _DEFAULT, "_check": _model.check_unknown_tags}
+    params, body, env = ["self", "*"], [], {"_DEFAULT": _DEFAULT, "_check": unknown_tags}
     for i, f in enumerate(struct.fields):
         d = default_value(f)
         name = f.py_name
@@ -83,7 +84,7 @@ def _make_init(struct: S.Struct, module: str, classes: dict):
             params.append(f"{name}=_d{i}")
             body.append(f"    self.{name} = {name}")
     params.append("unknown_tagged_fields=None")
-    body.append("    self._unknown = _check(self.__class__, unknown_tagged_fields)")  # a field may be named type
+    body.append("    self._unknown = _check(unknown_tagged_fields)")
     src = f"def __init__({', '.join(params)}):\n" + "\n".join(body) + "\n"
     exec(compile(src, f"<{module}.{struct.name}.__init__>", "exec"), env)  # noqa: S102
     return env["__init__"]

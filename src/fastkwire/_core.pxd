@@ -1,13 +1,13 @@
 # cython: language_level=3
 # Wire primitives for the compiled codecs. Hot paths are inline here; cold paths (errors,
 # tagged fields, numpy) live in _core.pyx. Every read checks the bytes left first; every
-# write checks the room left, so a value changed between the size pass and the write
-# pass raises instead of overflowing.
-from cpython.ref cimport PyObject, Py_DECREF
-from cpython.buffer cimport PyObject_GetBuffer, PyBUF_SIMPLE
+# write checks the room left. Sizes are measured once, from what is written: a list's or
+# tuple's stored items (never a subclass's own __len__), a buffer's shape.
+from cpython.ref cimport PyObject, Py_DECREF, Py_XDECREF
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.list cimport PyList_Check, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdint cimport INT64_MIN, INT64_MAX
 from libc.string cimport memcpy
@@ -32,7 +32,14 @@ cdef struct Buf:
     unsigned char* start
     unsigned char* p       # the write position
     unsigned char* end
-    PyObject* owner        # the bytes object being filled, or NULL for a caller's buffer
+    PyObject* owner        # the bytes object being filled, or NULL in encode_into's scratch area
+    unsigned char* dest    # encode_into: where the finished message is copied
+    Py_ssize_t dest_room   # and the bytes there
+
+
+cdef enum:
+    MAX_MESSAGE = 0x7FFFFFFF  # a frame's size is an int32
+    SCRATCH = 8192            # encode_into's area on the stack, for most messages
 
 
 # ---- cold paths, implemented in _core.pyx
@@ -50,13 +57,18 @@ cdef int raise_not_encodable() except -1
 cdef int raise_string_length(Py_ssize_t n) except -1
 cdef int raise_null_array() except -1
 cdef int raise_not_list(object items) except -1
+cdef int raise_too_long(Py_ssize_t n, int compact) except -1
+cdef int raise_too_large() except -1
 cdef long long as_int_slow(object v, int kind) except? -1
+cdef object unknown_tags_slow(object value)
 cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1
 cdef int grow(Buf* b, Py_ssize_t need) except -1
 cdef int open_buf(Buf* b, Py_ssize_t capacity) except -1
-cdef int open_fixed(Buf* b, object buffer, Py_buffer* view, Py_ssize_t offset) except -1
 cdef object close_buf(Buf* b)
 cdef void discard_buf(Buf* b) noexcept
+cdef int open_into(Buf* b, object buffer, Py_buffer* view, object offset,
+                   unsigned char* scratch, Py_ssize_t hint) except -1
+cdef int raise_buffer_too_small(Py_ssize_t need, Py_ssize_t available) except -1
 
 cdef object rd_bool(Cursor* c)
 cdef object rd_float64(Cursor* c)
@@ -88,7 +100,7 @@ cdef int wr_string_array(Buf* b, object items, int compact, int nullable) except
 cdef int wr_tags_slow(Buf* b, object known, object unknown) except -1
 
 ctypedef int (*write_fn)(object, Buf*, int) except -1
-cdef bytes encode_value(write_fn wr, object o, int v)
+cdef bytes encode_value(write_fn wr, object o, int v, str name)
 
 
 # ---- byte order
@@ -266,11 +278,33 @@ cdef inline int uvarint_size(unsigned long long v) noexcept nogil:
         n += 1
     return n
 
+cdef inline Py_ssize_t close_into(Buf* b) except -1:
+    """encode_into: copy the finished message to the caller's buffer; returns its size."""
+    cdef Py_ssize_t n = b.p - b.start
+    if n > b.dest_room:
+        raise_buffer_too_small(n, b.dest_room)
+    memcpy(b.dest, b.start, n)
+    return n
+
+cdef inline void release_into(Buf* b, Py_buffer* view) noexcept:
+    if b.owner != NULL:  # a message too large for the scratch area
+        Py_XDECREF(b.owner)
+        b.owner = NULL
+    PyBuffer_Release(view)
+
 cdef inline unsigned char* room(Buf* b, Py_ssize_t n) except NULL:
-    """Where the next n bytes go; the caller advances b.p past what it wrote."""
-    if b.end - b.p < n:
+    """Where the next n bytes go; the caller advances b.p past what it wrote. Compared
+    unsigned, a negative n (a size that overflowed) exceeds any room: grow rejects it."""
+    if <size_t>(b.end - b.p) < <size_t>n:
         grow(b, n)
     return b.p
+
+cdef inline Py_ssize_t mul_size(Py_ssize_t n, int width) except -1:
+    """The bytes of n items of `width` bytes; an error past what a message may hold,
+    before the product can overflow."""
+    if <size_t>n > <size_t>(MAX_MESSAGE // width):
+        raise_too_large()
+    return n * width
 
 cdef inline int wr_uvarint(Buf* b, unsigned long long v) except -1:
     cdef unsigned char* p = room(b, uvarint_size(v))
@@ -383,6 +417,26 @@ cdef inline int wr_compact_nullable_string(Buf* b, object s) except -1:
         return wr_uvarint(b, 0)
     return wr_compact_string(b, s)
 
+cdef inline int wr_count(Buf* b, Py_ssize_t n, int compact) except -1:
+    """An array count or bytes length: an unsigned varint of n + 1 (at most 32 bits), or
+    an int32; anything larger than the field can say is an EncodeError."""
+    if compact:
+        if <size_t>n > 0xFFFFFFFEU:
+            raise_too_long(n, compact)
+        return wr_uvarint(b, <unsigned long long>n + 1)
+    if <size_t>n > 0x7FFFFFFFU:
+        raise_too_long(n, compact)
+    return wr_i32(b, <int32_t>n)
+
+cdef inline Py_ssize_t seq_len(object items) except -1:
+    """How many items a list or tuple stores. A subclass is read as what it stores: its
+    own __len__ (which could say anything) is never called, nor __getitem__."""
+    if PyList_Check(items):
+        return PyList_GET_SIZE(items)
+    if PyTuple_Check(items):
+        return PyTuple_GET_SIZE(items)
+    raise_not_list(items)
+
 cdef inline Py_ssize_t wr_array_len(Buf* b, object items, int compact, int nullable) except -1:
     """Writes an array's count (or its null marker) and returns the count (0 for null)."""
     cdef Py_ssize_t n
@@ -394,27 +448,26 @@ cdef inline Py_ssize_t wr_array_len(Buf* b, object items, int compact, int nulla
         else:
             wr_i32(b, -1)
         return 0
-    if not isinstance(items, (list, tuple)):
-        raise_not_list(items)
-    n = len(items)
-    if compact:
-        wr_uvarint(b, n + 1)
-    else:
-        wr_i32(b, <int32_t>n)
+    n = seq_len(items)
+    wr_count(b, n, compact)
     return n
 
 cdef inline object item_at(object items, Py_ssize_t i, Py_ssize_t n):
-    """Element i of an array whose count n is already written; the array must not have
-    changed size since (a callback during encoding can change it)."""
-    if type(items) is list:
+    """Element i of a list or tuple whose count n is already written; a list must not
+    have changed size since (a callback during encoding can change it)."""
+    if PyList_Check(items):
         if PyList_GET_SIZE(items) != n:
             raise_changed()
         return <object>PyList_GET_ITEM(items, i)
-    if type(items) is tuple:
+    if PyTuple_Check(items):
         return <object>PyTuple_GET_ITEM(items, i)  # immutable: its size is n
-    if len(items) != n:
-        raise_changed()
-    return items[i]
+    raise_not_list(items)
+
+cdef inline object unknown_tags(object value):
+    """unknown_tagged_fields as a struct keeps it: None when empty, else the dict, checked."""
+    if value is None:
+        return None
+    return unknown_tags_slow(value)
 
 cdef inline int wr_tags(Buf* b, object known, object unknown) except -1:
     if not known and not unknown:

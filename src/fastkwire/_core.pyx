@@ -14,7 +14,7 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyObject_Chec
                              PyBUF_C_CONTIGUOUS)
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.exc cimport PyErr_Clear
+from cpython.exc cimport PyErr_Clear, PyErr_ExceptionMatches
 from cpython.list cimport PyList_New, PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport INT64_MAX, uint8_t
@@ -77,9 +77,18 @@ cdef int raise_null_array() except -1:
 cdef int raise_not_list(object items) except -1:
     raise _e.wrong_type("list", items)
 
+cdef int raise_too_long(Py_ssize_t n, int compact) except -1:
+    raise _e.too_long(<size_t>n, compact)
+
+cdef int raise_too_large() except -1:
+    raise _e.message_too_large()
+
 cdef long long as_int_slow(object v, int kind) except? -1:
     """Same rules as the pure `_int_value`: ints and __index__ objects, never bool."""
     return _pure._int_value(_KINDS[kind], v)
+
+cdef object unknown_tags_slow(object value):
+    return _pure.unknown_tags(value)
 
 
 cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1:
@@ -94,40 +103,42 @@ cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1:
 cdef extern from "Python.h":
     PyObject* _new_bytes "PyBytes_FromStringAndSize"(const char* s, Py_ssize_t n)
     int _PyBytes_Resize(PyObject** pv, Py_ssize_t newsize) except -1
+    # no `except`: open_into looks at the error itself
+    int _get_buffer "PyObject_GetBuffer"(object obj, Py_buffer* view, int flags)
 
 
 cdef int open_buf(Buf* b, Py_ssize_t capacity) except -1:
     """A growable buffer: a fresh bytes object, ours alone until close_buf hands it out."""
-    capacity = max(capacity, 32)
+    capacity = min(max(capacity, 32), MAX_MESSAGE)
     b.owner = _new_bytes(NULL, capacity)
     if b.owner == NULL:
         raise MemoryError()
     b.start = b.p = <unsigned char*>PyBytes_AS_STRING(<object>b.owner)
     b.end = b.start + capacity
-    return 0
-
-
-cdef int open_fixed(Buf* b, object buffer, Py_buffer* view, Py_ssize_t offset) except -1:
-    """A caller's writable buffer from offset on; the caller releases `view`."""
-    PyObject_GetBuffer(buffer, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
-    if offset < 0 or offset > view.len:
-        PyBuffer_Release(view)
-        raise ValueError(f"offset {offset} is outside the buffer (0-{view.len})")
-    b.owner = NULL
-    b.start = b.p = <unsigned char*>view.buf + offset
-    b.end = <unsigned char*>view.buf + view.len
+    b.dest = NULL
     return 0
 
 
 cdef int grow(Buf* b, Py_ssize_t need) except -1:
+    """Room for `need` more bytes, or an EncodeError if the message would pass
+    MAX_MESSAGE (checked before any size is computed, so nothing here can overflow)."""
     cdef Py_ssize_t used = b.p - b.start
-    cdef Py_ssize_t capacity = max(2 * (b.end - b.start), used + need + 64)
+    cdef Py_ssize_t capacity = b.end - b.start
     cdef PyObject* raw = b.owner
-    if raw == NULL:
-        raise EncodeError(f"buffer too small: the message needs more than the "
-                          f"{b.end - b.start} bytes available")
-    b.owner = NULL  # _PyBytes_Resize frees the object if it fails
-    _PyBytes_Resize(&raw, capacity)
+    if need < 0 or need > MAX_MESSAGE - used:
+        raise_too_large()
+    # double, or what is needed and a little more; never past the limit
+    capacity = 2 * capacity if capacity <= MAX_MESSAGE // 2 else MAX_MESSAGE
+    if capacity < used + need:
+        capacity = used + need + 64 if used + need <= MAX_MESSAGE - 64 else MAX_MESSAGE
+    if raw == NULL:  # encode_into's scratch area: move to a bytes object of our own
+        raw = _new_bytes(NULL, capacity)
+        if raw == NULL:
+            raise MemoryError()
+        memcpy(PyBytes_AS_STRING(<object>raw), b.start, used)
+    else:
+        b.owner = NULL  # _PyBytes_Resize frees the object if it fails
+        _PyBytes_Resize(&raw, capacity)
     b.owner = raw
     b.start = <unsigned char*>PyBytes_AS_STRING(<object>raw)
     b.p = b.start + used
@@ -151,12 +162,55 @@ cdef void discard_buf(Buf* b) noexcept:
         b.owner = NULL
 
 
-cdef bytes encode_value(write_fn wr, object o, int v):
+cdef int open_into(Buf* b, object buffer, Py_buffer* view, object offset,
+                   unsigned char* scratch, Py_ssize_t hint) except -1:
+    """encode_into: hold the caller's buffer (so it cannot be resized meanwhile) and
+    check the offset, then encode as `encode` does, into `scratch` (SCRATCH bytes) or,
+    when the last message was larger, a bytes object of `hint` bytes. close_into copies
+    the finished message to the caller's buffer if it fits: on any error the buffer is
+    left as it was. The caller releases with release_into."""
+    cdef int overflow = 0
+    cdef long long at = -1
+    if _get_buffer(buffer, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0:
+        # not a buffer, read-only, not C-contiguous (numpy says so with a ValueError),
+        # released: one TypeError, as the pure encoder gives
+        if (PyErr_ExceptionMatches(TypeError) or PyErr_ExceptionMatches(BufferError)
+                or PyErr_ExceptionMatches(ValueError)):
+            PyErr_Clear()
+            raise _e.not_writable(buffer)
+        return -1  # the exporter's own error
+    if type(offset) is int:
+        at = PyLong_AsLongLongAndOverflow(offset, &overflow)
+    if overflow or not 0 <= at <= view.len:
+        PyBuffer_Release(view)
+        raise _e.bad_buffer_offset(offset, view.len)
+    b.dest = <unsigned char*>view.buf + at
+    b.dest_room = view.len - at
+    b.owner = NULL
+    b.start = b.p = scratch
+    b.end = scratch + <Py_ssize_t>SCRATCH
+    if hint > SCRATCH:
+        try:
+            grow(b, hint)
+        except BaseException:
+            PyBuffer_Release(view)
+            raise
+    return 0
+
+
+cdef int raise_buffer_too_small(Py_ssize_t need, Py_ssize_t available) except -1:
+    raise _e.buffer_too_small(need, available)
+
+
+cdef bytes encode_value(write_fn wr, object o, int v, str name):
+    """A value on its own, as bytes (a known tagged field's payload); errors name it."""
     cdef Buf b
     open_buf(&b, 64)
     try:
         wr(o, &b, v)
         return close_buf(&b)
+    except EncodeError as x:
+        raise x.with_prefix(name) from None
     finally:
         discard_buf(&b)
 
@@ -404,6 +458,8 @@ cdef Py_ssize_t rd_tag_header(Cursor* c, Py_ssize_t last, Py_ssize_t* size) exce
     cdef Py_ssize_t start = c.pos
     cdef long long tag = rd_uvarint(c)
     cdef Py_ssize_t size_at
+    if tag > 0x7FFFFFFF:  # a tag is an int32 (Kafka reads larger ones as negative)
+        raise _e.tag_too_large(start, tag)
     if tag <= last:
         raise _e.tags_out_of_order(start, tag)
     size_at = c.pos
@@ -430,28 +486,23 @@ cdef int wr_bool(Buf* b, object v) except -1:
     return wr_i8(b, 1 if v else 0)
 
 cdef int wr_float64(Buf* b, object v) except -1:
-    cdef double d
+    cdef double d = _pure.float_value(v)
     cdef uint64_t bits
-    if not isinstance(v, (float, int)) or isinstance(v, bool):
-        raise _e.wrong_type("float", v)
-    d = v
     memcpy(&bits, &d, 8)
     return wr_i64(b, <int64_t>bits)
 
 cdef int wr_uuid(Buf* b, object v) except -1:
-    if not isinstance(v, _uuid.UUID):
-        raise _e.wrong_type("uuid.UUID", v)
-    raw = v.bytes
+    cdef bytes raw = _pure.uuid_bytes(v)  # exactly 16 bytes, checked
     return put_raw(b, <const char*>PyBytes_AS_STRING(raw), 16)
 
 cdef bytes _as_bytes(object v):
-    if not isinstance(v, (bytes, bytearray, memoryview)):
-        raise _e.wrong_type("bytes", v)
-    return bytes(v)
+    if type(v) is bytes:
+        return v
+    return _pure.raw_bytes(v)
 
 cdef int wr_bytes(Buf* b, object v) except -1:
     cdef bytes raw = _as_bytes(v)
-    wr_i32(b, <int32_t>len(raw))
+    wr_count(b, len(raw), 0)
     return put_raw(b, PyBytes_AS_STRING(raw), len(raw))
 
 cdef int wr_nullable_bytes(Buf* b, object v) except -1:
@@ -461,7 +512,7 @@ cdef int wr_nullable_bytes(Buf* b, object v) except -1:
 
 cdef int wr_compact_bytes(Buf* b, object v) except -1:
     cdef bytes raw = _as_bytes(v)
-    wr_uvarint(b, len(raw) + 1)
+    wr_count(b, len(raw), 1)
     return put_raw(b, PyBytes_AS_STRING(raw), len(raw))
 
 cdef int wr_compact_nullable_bytes(Buf* b, object v) except -1:
@@ -647,7 +698,7 @@ cdef int wr_int_array(Buf* b, object items, int width, int compact, int nullable
             raise _e.wrong_type("list of int", items)
         return _wr_int_buffer(b, items, width, compact)
     n = wr_array_len(b, items, compact, nullable)
-    p = room(b, n * width)
+    p = room(b, mul_size(n, width))
     try:
         for i in range(n):
             x = _plain_int(items, i, n, width)
@@ -677,7 +728,7 @@ cdef inline int64_t _plain_int(object items, Py_ssize_t i, Py_ssize_t n, int wid
     cdef PyObject* it
     cdef int overflow = 0
     cdef long long x
-    if type(items) is not list or PyList_GET_SIZE(items) != n:
+    if not PyList_Check(items) or PyList_GET_SIZE(items) != n:
         return INT64_MIN
     it = _list_item(items, i)
     if not _is_exact_int(it):
@@ -691,20 +742,22 @@ cdef inline int64_t _plain_int(object items, Py_ssize_t i, Py_ssize_t n, int wid
 
 
 cdef int _wr_int_buffer(Buf* b, object items, int width, int compact) except -1:
+    """An integer buffer, its length its shape (whatever the object claims): the count,
+    then the room it takes (checked before any byte is made), then the values."""
     cdef Py_buffer view
     cdef IntBuf ints
     cdef Py_ssize_t bad
     cdef unsigned char* p
     if not open_ints(items, &view, &ints):
-        # no readable buffer (or an unusual format): let numpy validate and convert
-        items = _bulk.native(items, _BULK_KIND[width])
-        open_ints(items, &view, &ints)
+        # no buffer we read (or an unusual format): numpy checks shape and type
+        items = _bulk.as_array(items, _BULK_KIND[width])
+        if not open_ints(items, &view, &ints):
+            mul_size(len(items), width)  # too large to convert: the error, before a copy
+            items = _bulk.native(items, _BULK_KIND[width])
+            open_ints(items, &view, &ints)
     try:
-        if compact:
-            wr_uvarint(b, ints.n + 1)
-        else:
-            wr_i32(b, <int32_t>ints.n)
-        p = room(b, ints.n * width)
+        wr_count(b, ints.n, compact)
+        p = room(b, mul_size(ints.n, width))
         bad = put_ints(p, &ints, width)
     finally:
         PyBuffer_Release(&view)
@@ -717,36 +770,28 @@ cdef int _wr_int_buffer(Buf* b, object items, int width, int compact) except -1:
 
 # ---- TaskOffsetColumns, written in the layout of a TaskOffset array
 
-cdef tuple _task_columns(object cols):
-    """(subtopology ids, int32 column, int64 column, unknown tags), checked."""
-    parts = _bulk.column(cols.partition, "int32", "partition")
-    offsets = _bulk.column(cols.offset, "int64", "offset")
-    _columns.check_lengths(cols)
-    return cols.subtopology_id, parts, offsets, cols.unknown_tagged_fields
-
-
 cdef int wr_task_offsets(Buf* b, object cols, int compact, int flexible) except -1:
     cdef Py_ssize_t i = 0, n
     cdef Py_buffer pv, ov
     cdef const int32_t* parts
     cdef const int64_t* offsets
-    ids, part_arr, off_arr, tags = _task_columns(cols)
-    n = len(ids)
-    if compact:
-        wr_uvarint(b, n + 1)
-    else:
-        wr_i32(b, <int32_t>n)
+    # ids stay the caller's list; the columns are fresh arrays of its length
+    ids, part_arr, off_arr, tags = _pure.task_columns(cols)
+    n = seq_len(ids)
+    wr_count(b, n, compact)
     PyObject_GetBuffer(part_arr, &pv, PyBUF_SIMPLE)
     try:
         PyObject_GetBuffer(off_arr, &ov, PyBUF_SIMPLE)
         parts = <const int32_t*>pv.buf
         offsets = <const int64_t*>ov.buf
         try:
+            if pv.len != 4 * n or ov.len != 8 * n:  # the memory read is what was measured
+                raise_changed()
             for i in range(n):
                 if compact:
-                    wr_compact_string(b, ids[i])
+                    wr_compact_string(b, item_at(ids, i, n))
                 else:
-                    wr_string(b, ids[i])
+                    wr_string(b, item_at(ids, i, n))
                 wr_i32(b, parts[i])
                 wr_i64(b, offsets[i])
                 if flexible:

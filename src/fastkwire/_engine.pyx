@@ -91,7 +91,6 @@ cdef class Plan:
     cdef Py_ssize_t min_size
     cdef Py_ssize_t size_hint   # the last encoded size: the next buffer's first guess
     cdef list keep
-    cdef tuple known_tags
 
     def __dealloc__(self):
         PyMem_Free(self.plain)
@@ -201,7 +200,6 @@ cdef Plan compile_layout(object root, object lay, dict memo):
     p.ntagged = len(tagged)
     p.absent = fields_of(absent, p.cls, root, memo, p.keep)
     p.nabsent = len(absent)
-    p.known_tags = tuple(op.field.tag for op in tagged)
     memo[lay] = p
     return p
 
@@ -527,17 +525,14 @@ cdef int wr_tagged(Plan p, object o, Buf* b, Field** where, int version) except 
     cdef list known = None
     cdef PyObject* raw = slot(o, p.unknown_offset)
     unknown = None if raw == NULL else <object>raw
+    known = []
     for i in range(p.ntagged):
         f = &p.tagged[i]
         where[0] = f
         v = take(o, f)
-        if not is_default(f, v):
-            if known is None:
-                known = []
-            known.append((f.tag, encode_tagged(f, v, version)))
+        # every known tag is listed, None at its default: an unknown tag may not take it
+        known.append((f.tag, None if is_default(f, v) else encode_tagged(f, v, version)))
     where[0] = NULL
-    if unknown and p.ntagged:
-        _e.check_tag_collision(unknown, p.known_tags, p.struct_name)
     return wr_tags(b, known, unknown)
 
 
@@ -582,20 +577,23 @@ cdef class MessageMixin:
         finally:
             discard_buf(&b)
 
-    def encode_into(self, buffer, Py_ssize_t offset, version):
+    def encode_into(self, buffer, offset, version):
         """Write the body into a writable buffer at offset; returns the bytes written.
 
-        Too small a buffer raises EncodeError; what was written before is left there.
+        On any error the buffer is left as it was.
         """
-        cdef Plan p = plan_of(type(self), version)
+        cdef Plan p
         cdef Buf b
         cdef Py_buffer view
-        open_fixed(&b, buffer, &view, offset)
+        cdef unsigned char scratch[SCRATCH]
+        check_version(version)  # the checks in the pure engine's order: version, buffer, range
+        open_into(&b, buffer, &view, offset, scratch, 0)
         try:
+            p = plan_of(type(self), version)
             wr_struct(p, self, &b, version)
-            return b.p - b.start
+            return close_into(&b)
         finally:
-            PyBuffer_Release(&view)
+            release_into(&b, &view)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays="list"):

@@ -38,7 +38,10 @@ def _body(cls, frame, version, pos):
 
 
 def _frame(*parts):
-    return _SIZE.pack(sum(len(p) for p in parts)) + b"".join(parts)
+    size = sum(len(p) for p in parts)
+    if size > 0x7FFFFFFF:  # the size prefix is an int32
+        raise _e.message_too_large()
+    return _SIZE.pack(size) + b"".join(parts)
 
 
 def bind(header_class, requests, responses):

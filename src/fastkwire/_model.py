@@ -79,21 +79,3 @@ def from_dict(cls, d):
         kwargs["unknown_tagged_fields"] = {int(k): bytes(v) for k, v in d["unknown_tagged_fields"].items()}
     return cls(**kwargs)
 
-
-def check_unknown_tags(cls, value):
-    """Validate `unknown_tagged_fields` for a struct class: None or {tag: bytes}, with
-    tags in the wire's range that no known field of the struct uses (such a tag would
-    encode bytes that decode as the known field). Returns the value, None when empty."""
-    if not value:
-        return None
-    if not isinstance(value, dict):
-        raise _e.EncodeError(f"unknown_tagged_fields must be a dict of tag -> bytes, got {type(value).__name__}")
-    known = {f.tag for f in cls._STRUCT.fields if f.tag is not None}
-    for tag, raw in value.items():
-        if type(tag) is not int or not 0 <= tag <= 0x7FFFFFFF:
-            raise _e.EncodeError(f"unknown tagged field tag must be an int in 0..2147483647, got {tag!r}")
-        if tag in known:
-            raise _e.EncodeError(f"unknown tagged field {tag} has the tag of a known field of {cls._NAME}")
-        if not isinstance(raw, (bytes, bytearray, memoryview)):
-            raise _e.EncodeError(f"unknown tagged field {tag} must be bytes, got {type(raw).__name__}")
-    return value

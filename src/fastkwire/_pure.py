@@ -19,6 +19,11 @@ RANGE = {"int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15) - 1)
          "int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
          "uint16": (0, (1 << 16) - 1), "uint32": (0, (1 << 32) - 1)}
 MAX_STRING = 0x7FFF
+# No message may be larger than a frame's int32 size can say.
+MAX_MESSAGE = 0x7FFFFFFF
+# The longest array or bytes value an int32 length, or a compact one (an unsigned varint
+# of n + 1, at most 32 bits), can carry.
+MAX_LENGTH = (0x7FFFFFFF, 0xFFFFFFFE)
 
 unpack_int8 = _S["int8"].unpack_from
 unpack_int16 = _S["int16"].unpack_from
@@ -35,11 +40,22 @@ def _int_value(kind, v):
     if type(v) is not int:
         if isinstance(v, bool) or not hasattr(v, "__index__"):
             raise _e.wrong_type("int", v)
-        v = v.__index__()
+        v = _index(v)
     lo, hi = RANGE[kind]
     if not lo <= v <= hi:
         raise _e.out_of_range(kind, v)
     return v
+
+
+def _index(v):
+    """v.__index__(), which must give an int (an int subclass counts as its value)."""
+    r = v.__index__()
+    if type(r) is not int:
+        if not isinstance(r, int):
+            raise EncodeError(f"__index__ of {type(v).__name__} returned "
+                              f"{type(r).__name__}, not int")
+        r = int.__index__(r)
+    return r
 
 
 def _make_int_writer(kind):
@@ -60,9 +76,16 @@ w_uint32 = _make_int_writer("uint32")
 
 
 def w_float64(out, v):
+    out += _S["float64"].pack(float_value(v))
+
+
+def float_value(v):
     if not isinstance(v, (float, int)) or isinstance(v, bool):
         raise _e.wrong_type("float", v)
-    out += _S["float64"].pack(v)
+    try:
+        return float(v)
+    except OverflowError:  # an int too large for a double
+        raise _e.out_of_range("float64", v) from None
 
 
 def w_bool(out, v):
@@ -72,9 +95,17 @@ def w_bool(out, v):
 
 
 def w_uuid(out, v):
+    out += uuid_bytes(v)
+
+
+def uuid_bytes(v):
+    """The 16 bytes of a UUID (a subclass could make .bytes anything)."""
     if not isinstance(v, _uuid.UUID):
         raise _e.wrong_type("uuid.UUID", v)
-    out += v.bytes
+    raw = v.bytes
+    if type(raw) is not bytes or len(raw) != 16:
+        raise EncodeError(f"{type(v).__name__}.bytes is not 16 bytes")
+    return raw
 
 
 def w_uvarint(out, v):
@@ -121,15 +152,32 @@ def _utf8(s):
 
 
 def _put_legacy(out, raw, width):
-    """raw behind an int16 (strings) or int32 (bytes) length."""
-    out += _S["int16" if width == 2 else "int32"].pack(len(raw))
+    """raw behind an int16 (strings, at most 32767 bytes) or int32 (bytes) length."""
+    if width == 2:
+        out += _S["int16"].pack(len(raw))
+    else:
+        w_count(out, len(raw), False)
     out += raw
 
 
 def _put_compact(out, raw):
     """raw behind an unsigned varint length + 1."""
-    w_uvarint(out, len(raw) + 1)
+    n = len(raw)
+    if n < 0x7F:  # the common case: a one-byte length
+        out.append(n + 1)
+    else:
+        w_count(out, n, True)
     out += raw
+
+
+def w_count(out, n, compact):
+    """An array count or bytes length: an unsigned varint of n + 1, or an int32."""
+    if n > MAX_LENGTH[compact]:
+        raise _e.too_long(n, compact)
+    if compact:
+        w_uvarint(out, n + 1)
+    else:
+        out += _S["int32"].pack(n)
 
 
 def w_string(out, s):
@@ -155,9 +203,25 @@ def w_compact_nullable_string(out, s):
 
 
 def _raw(b):
+    if type(b) is bytes:
+        return b
+    return raw_bytes(b)
+
+
+def raw_bytes(b):
+    """A bytes, bytearray or memoryview value (or subclass) as bytes, read once through
+    its buffer: every byte of it whatever its item format, and never through a
+    subclass's own __len__ or __bytes__."""
     if not isinstance(b, (bytes, bytearray, memoryview)):
         raise _e.wrong_type("bytes", b)
-    return b
+    try:
+        view = memoryview(b)
+    except ValueError:  # a released memoryview
+        raise EncodeError(f"{type(b).__name__} cannot be read (released)") from None
+    with view:
+        if view.nbytes > MAX_MESSAGE:  # before the copy: a view can claim any size
+            raise _e.message_too_large()
+        return view.tobytes()
 
 
 def w_bytes(out, b):
@@ -189,39 +253,84 @@ def w_array_len(out, items, compact, nullable):
             raise EncodeError("None where the array is not nullable")
         out += b"\x00" if compact else b"\xff\xff\xff\xff"
         return 0
-    if not isinstance(items, (list, tuple)):
-        raise _e.wrong_type("list", items)
-    n = len(items)
-    if compact:
-        w_uvarint(out, n + 1)
+    t = type(items)
+    n = len(items) if t is list or t is tuple else seq_len(items)
+    if compact and n < 0x7F:  # the common case: a one-byte count
+        out.append(n + 1)
     else:
-        out += _S["int32"].pack(n)
+        w_count(out, n, compact)
     return n
 
 
+def seq_len(items):
+    """The number of items a list or tuple holds. A subclass is read as what it stores:
+    its own __len__ (which could say anything) is never called, nor __getitem__ or
+    __iter__ (see item_at)."""
+    t = type(items)
+    if t is list or t is tuple:
+        return len(items)
+    if isinstance(items, list):
+        return list.__len__(items)
+    if isinstance(items, tuple):
+        return tuple.__len__(items)
+    raise _e.wrong_type("list", items)
+
+
 def merge_tags(known, unknown):
-    """Known [(tag, bytes)] and unknown {tag: bytes} tagged fields, checked, in tag order."""
+    """The tagged fields to write, checked, in tag order.
+
+    `known` is [(tag, payload)] of every tagged field the struct knows at this version,
+    the payload None where the field keeps its default (it is then not written);
+    `unknown` is the struct's {tag: bytes}, none of whose tags may be a known one (a
+    reader would take it for that field)."""
+    fields = [f for f in known or () if f[1] is not None]
     if not unknown:
-        return known or []
-    if not isinstance(unknown, dict):
-        raise _e.wrong_type("dict of tag -> bytes", unknown)
+        return fields
     taken = {tag for tag, _ in known or ()}
-    fields = list(known or ())
-    for tag, payload in unknown.items():
-        if type(tag) is not int or not 0 <= tag <= 0xFFFFFFFF:
-            raise EncodeError(f"tag {tag!r} is not an int in 0-4294967295", "unknown_tagged_fields")
+    for tag, payload in tag_items(unknown):
         if tag in taken:
             raise EncodeError(f"tag {tag} is also a known field", "unknown_tagged_fields")
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise EncodeError(f"tag {tag}: expected bytes, got {type(payload).__name__}",
-                              "unknown_tagged_fields")
-        fields.append((tag, bytes(payload)))
+        fields.append((tag, payload))
     fields.sort()
     return fields
 
 
+def tag_items(unknown):
+    """[(tag, bytes)] of an unknown_tagged_fields dict: tags are ints in 0-2147483647
+    (what a reader accepts), values bytes-like. A dict subclass is read as it stores."""
+    if not isinstance(unknown, dict):
+        raise EncodeError(f"expected a dict of tag -> bytes, got {type(unknown).__name__}",
+                          "unknown_tagged_fields")
+    out = []
+    for tag, payload in list(dict.items(unknown)):
+        if type(tag) is not int or not 0 <= tag <= 0x7FFFFFFF:
+            shown = _e.show(tag) if type(tag) is int else f"of type {type(tag).__name__}"
+            raise EncodeError(f"tag {shown} is not an int in 0-2147483647", "unknown_tagged_fields")
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise EncodeError(f"tag {tag}: expected bytes, got {type(payload).__name__}",
+                              "unknown_tagged_fields")
+        try:
+            out.append((tag, _raw(payload)))
+        except EncodeError as x:
+            raise EncodeError(f"tag {tag}: {x.reason}", "unknown_tagged_fields") from None
+    return out
+
+
+def unknown_tags(value):
+    """unknown_tagged_fields as a struct keeps it: None when empty, else the dict itself,
+    its tags and values checked. Whether a tag is also a known field depends on the
+    version, so encoding checks that."""
+    if not value:
+        return None
+    tag_items(value)
+    return value
+
+
 def w_tags(out, known, unknown):
-    """The tagged-field section: `known` is [(tag, bytes)] of set known fields."""
+    """The tagged-field section; `known` as merge_tags takes it."""
+    if not known and not unknown:  # the common case, and the compiled core's test
+        out.append(0)
+        return
     fields = merge_tags(known, unknown)
     w_uvarint(out, len(fields))
     for tag, payload in fields:
@@ -427,6 +536,8 @@ def r_tag_header(data, pos, end, last_tag):
     """Reads one tagged field's tag and size; returns (tag, size, payload_pos)."""
     start = pos
     tag, pos = r_uvarint(data, pos, end)
+    if tag > 0x7FFFFFFF:  # a tag is an int32 (Kafka reads larger ones as negative)
+        raise _e.tag_too_large(start, tag)
     if tag <= last_tag:
         raise _e.tags_out_of_order(start, tag)
     size_at = pos
@@ -469,10 +580,20 @@ def r_marker(data, pos, end):
 
 def item_at(items, i, n):
     """Element i of an array whose count n is already written; the array must not have
-    changed size since (a callback during encoding can change it)."""
-    if len(items) != n:
+    changed size since (a callback during encoding can change it). Subclasses of list
+    and tuple are read as they store, like seq_len."""
+    t = type(items)
+    if (t is list or t is tuple) and len(items) == n:
+        return items[i]
+    return _stored_item(items, i, n)
+
+
+def _stored_item(items, i, n):
+    """item_at for a subclass, or for a list that changed size (an error)."""
+    base = list if isinstance(items, list) else tuple
+    if base.__len__(items) != n:
         raise _e.changed_during_encode()
-    return items[i]
+    return base.__getitem__(items, i)
 
 
 def w_array(out, items, write_item, compact, nullable):
@@ -501,32 +622,31 @@ def r_array(data, pos, end, read_item, compact, nullable, min_size):
     return items, pos
 
 
-def _int_items(items, kind):
-    """Lists and tuples as they are; numpy arrays, array.array and other objects with
-    __array__ become a validated numpy array."""
-    if isinstance(items, (list, tuple)):
-        return items
-    if hasattr(items, "__array__") or hasattr(items, "typecode"):
-        return _bulk.as_int_array(items, kind)
-    raise _e.wrong_type("list of int", items)
+def reserve(out, n):
+    """Check that n more bytes keep the message within MAX_MESSAGE, before making them."""
+    if n > MAX_MESSAGE - len(out):
+        raise _e.message_too_large()
 
 
 def w_int_array(out, items, kind, compact, nullable):
     if items is None:
         w_array_len(out, None, compact, nullable)
         return
-    seq = _int_items(items, kind)
-    if not isinstance(seq, (list, tuple)):
-        # a validated numpy array, converted by numpy in bulk
-        n = len(seq)
-        if compact:
-            w_uvarint(out, n + 1)
-        else:
-            out += _S["int32"].pack(n)
-        _bulk.write(out, seq, kind)
+    if not isinstance(items, (list, tuple)):
+        if not (hasattr(items, "__array__") or hasattr(items, "typecode")):
+            raise _e.wrong_type("list of int", items)
+        # numpy arrays, array.array, ...: shape and type, then the count and the size it
+        # takes (a zero-stride view can claim any length), then values, then one copy
+        arr = _bulk.as_array(items, kind)
+        n = len(arr)
+        w_count(out, n, compact)
+        reserve(out, n * WIDTH[kind])
+        _bulk.check_values(arr, kind)
+        _bulk.write(out, arr, kind)
         return
+    seq = items
     n = w_array_len(out, seq, compact, nullable)
-    if n and set(map(type, seq)) == {int}:
+    if n and (type(seq) is list or type(seq) is tuple) and set(map(type, seq)) == {int}:
         # Plain ints: one struct call, which checks the range too; a value out of range
         # falls through to the loop below, which names it.
         try:
@@ -602,27 +722,45 @@ def r_task_offsets(data, pos, end, compact, nullable, flexible, min_size, item):
                                           np.array(offsets, dtype="i8"), unknown, item), pos
 
 
+def task_columns(cols):
+    """(subtopology ids, int32 column, int64 column, unknown tags) of TaskOffsetColumns,
+    as they are written. The lengths are measured first, from the lists' stored items
+    and the arrays' shapes (a huge zero-stride column fails before it is converted),
+    then each column is checked and copied to a fresh native array of exactly that
+    length; the ids stay the list they are (a change to it during encoding is an error)."""
+    ids = cols.subtopology_id
+    n = seq_len(ids)
+    parts = _bulk.column_input(cols.partition, "int32", "partition")
+    offsets = _bulk.column_input(cols.offset, "int64", "offset")
+    if _bulk.length(parts) != n or _bulk.length(offsets) != n:
+        raise EncodeError(f"columns differ in length: subtopology_id {n}, "
+                          f"partition {_bulk.length(parts)}, offset {_bulk.length(offsets)}")
+    parts = _bulk.column(parts, "int32", "partition")
+    offsets = _bulk.column(offsets, "int64", "offset")
+    if len(parts) != n or len(offsets) != n:
+        raise _e.changed_during_encode()
+    tags = cols.unknown_tagged_fields
+    if tags is not None and not isinstance(tags, dict):
+        raise _e.wrong_type("dict", tags).with_prefix("unknown_tagged_fields")
+    return ids, parts, offsets, tags
+
+
 def w_task_offsets(out, cols, compact, flexible):
     """TaskOffsetColumns in the layout of a TaskOffset array."""
-    ids = cols.subtopology_id
-    parts = _bulk.column(cols.partition, "int32", "partition").tolist()
-    offsets = _bulk.column(cols.offset, "int64", "offset").tolist()
-    _columns.check_lengths(cols)
-    tags = cols.unknown_tagged_fields
-    n = len(ids)
-    if compact:
-        w_uvarint(out, n + 1)
-    else:
-        out += _S["int32"].pack(n)
+    ids, parts, offsets, tags = task_columns(cols)
+    n = seq_len(ids)
+    w_count(out, n, compact)
+    parts = parts.tolist()
+    offsets = offsets.tolist()
     write_str = w_compact_string if compact else w_string
     pack = _TASK_OFFSET.pack
     i = 0
     try:
         for i in range(n):
-            write_str(out, ids[i])
+            write_str(out, item_at(ids, i, n))
             out += pack(parts[i], offsets[i])
             if flexible:
-                w_tags(out, None, tags.get(i))
+                w_tags(out, None, tags.get(i) if tags else None)
     except EncodeError as x:
         if not x.path:  # the string; the tags name themselves
             x = x.with_prefix("subtopology_id")
@@ -649,6 +787,41 @@ def byte_view(data):
     return memoryview(data).cast("B").tobytes()
 
 
+_WINDOW = 4096
+
+
+def read_from(reader, data, offset, version, arrays):
+    """decode_from: the message at `offset` of `data`, as (message, end);
+    reader(version) gives the function that reads that version.
+
+    bytes are read in place. Any other buffer is read from a bytes copy of a window
+    that starts at the offset: 4096 bytes, four times more after each try that ran out
+    of them, up to the end. A copy of the whole buffer per call would make reading
+    message after message from one buffer quadratic. A message read within a window is
+    the one the whole buffer holds (readers never look past `end`, and running out of
+    bytes is always an error), and the last try reads up to the real end, so errors are
+    the same as from the whole buffer."""
+    if type(data) is bytes:
+        end = len(data)
+        check_offset(offset, end)
+        return reader(version)(data, offset, end, version, arrays)
+    with memoryview(data) as whole, whole.cast("B") as view:
+        end = len(view)
+        check_offset(offset, end)
+        read = reader(version)
+        size = _WINDOW
+        while True:
+            stop = min(end, offset + size)
+            window = view[offset:stop].tobytes()
+            try:
+                msg, pos = read(window, 0, len(window), version, arrays)
+                return msg, offset + pos
+            except DecodeError as x:
+                if stop == end:
+                    raise DecodeError(x.reason, x.offset + offset, x.path) from None
+            size *= 4
+
+
 def check_version(version):
     if type(version) is not int or not 0 <= version <= 0x7FFF:
         raise UnsupportedVersionError(f"version must be an int in 0-32767, not {version!r}")
@@ -660,17 +833,38 @@ def check_offset(offset, end):
         raise ValueError(f"offset {offset!r} is outside the data (0-{end})")
 
 
-def write_into(buffer, offset, payload):
-    view = memoryview(buffer)
-    if view.readonly:
-        raise TypeError("encode_into needs a writable buffer")
-    view = view.cast("B")
-    n = len(payload)
-    if offset < 0 or offset + n > len(view):
-        raise EncodeError(f"buffer too small: {n} bytes needed at offset {offset}, "
-                          f"{len(view)} available")
-    view[offset:offset + n] = payload
-    return n
+def finish(out):
+    """An encoded message as bytes: no larger than a frame can carry."""
+    if len(out) > MAX_MESSAGE:
+        raise _e.message_too_large()
+    return bytes(out)
+
+
+def write_into(buffer, offset, encode, version):
+    """encode_into: encode(version) written into `buffer` at `offset`; returns its size.
+
+    The buffer must be writable and C-contiguous (else TypeError) and the offset an int
+    from 0 to its size in bytes (else EncodeError); a message larger than the room left
+    is an EncodeError. On any error the buffer is left as it was. The buffer is held
+    (so it cannot be resized) while the message is encoded, as the compiled core does."""
+    check_version(version)
+    try:
+        whole = memoryview(buffer)
+    except (TypeError, ValueError):  # not a buffer; a released memoryview
+        raise _e.not_writable(buffer) from None
+    with whole:
+        if whole.readonly or not whole.c_contiguous:
+            raise _e.not_writable(buffer)
+        with whole.cast("B") as view:
+            size = len(view)
+            if type(offset) is not int or not 0 <= offset <= size:
+                raise _e.bad_buffer_offset(offset, size)
+            payload = encode(version)
+            n = len(payload)
+            if n > size - offset:
+                raise _e.buffer_too_small(n, size - offset)
+            view[offset:offset + n] = payload
+            return n
 
 
 from . import _bulk  # noqa: E402 - numpy glue, imports numpy only when used
@@ -707,6 +901,8 @@ def parse_array_type(type_name):
 def encode(type_name, value):
     check_type_name(type_name)
     out = bytearray()
+    if type_name in ("uvarint", "uvarlong") and type(value) is not int:
+        raise _e.out_of_range(type_name.replace("u", "unsigned ", 1), value)
     if type_name == "tagged_fields":
         w_tags(out, None, value)
     elif "[" in type_name:

@@ -13,7 +13,7 @@ import threading
 from . import _pure
 from . import errors as _e
 from ._layout import default_value, makes_struct, version_text
-from ._pure import byte_view, check_arrays, check_offset, check_version, write_into
+from ._pure import byte_view, check_arrays, check_version, finish, read_from, write_into
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError
 
@@ -157,15 +157,15 @@ class _Writer:
         if lay.flexible:
             out("_known = []", 2)
             for op in lay.tagged:
+                # every known tag is listed, None at its default: an unknown tag may not take it
                 out(f"_f = {op.name!r}", 2)
-                out(f"if not ({self.default_test(op, 'o.' + op.name)}):", 2)
+                out(f"if {self.default_test(op, 'o.' + op.name)}:", 2)
+                out(f"_known.append(({op.field.tag}, None))", 3)
+                out("else:", 2)
                 out("_t = bytearray()", 3)
                 self.write_value(op, f"o.{op.name}", "_t", 3)
                 out(f"_known.append(({op.field.tag}, bytes(_t)))", 3)
             out("_f = ''", 2)
-            if lay.tagged:
-                tags = tuple(op.field.tag for op in lay.tagged)
-                out(f"if o._unknown: _e.check_tag_collision(o._unknown, {tags!r}, {lay.struct.name!r})", 2)
             out("w_tags(out, _known, o._unknown)", 2)
         out("except EncodeError as _x:", 1)
         out("raise _x.with_prefix(_f) from None", 2)
@@ -316,21 +316,20 @@ class MessageMixin:
         check_version(version)
         out = bytearray()
         _functions(type(self), version)[0](self, out, version)
-        return bytes(out)
+        return finish(out)
 
     def encode_into(self, buffer, offset, version):
-        """Write the body into a writable buffer at offset; returns the bytes written."""
-        return write_into(buffer, offset, self.encode(version))
+        """Write the body into a writable buffer at offset; returns the bytes written.
+
+        On any error the buffer is left as it was.
+        """
+        return write_into(buffer, offset, self.encode, version)
 
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays="list"):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        arrays = check_arrays(arrays)
-        data = byte_view(data)
-        end = len(data)
-        check_offset(offset, end)
-        return _functions(cls, version)[1](data, offset, end, version, arrays)
+        return read_from(lambda v: _functions(cls, v)[1], data, offset, version, check_arrays(arrays))
 
     @classmethod
     def decode(cls, data, version, arrays="list"):

@@ -23,7 +23,7 @@ class TaskOffsetColumns:
     __slots__ = ("subtopology_id", "partition", "offset", "unknown_tagged_fields", "_item")
 
     def __init__(self, subtopology_id=(), partition=(), offset=(), unknown_tagged_fields=None):
-        self.subtopology_id = list(subtopology_id)
+        self.subtopology_id = _as_list(subtopology_id)
         self.partition = _bulk.column(partition, "int32", "partition")
         self.offset = _bulk.column(offset, "int64", "offset")
         self.unknown_tagged_fields = dict(unknown_tagged_fields or {})
@@ -44,7 +44,7 @@ class TaskOffsetColumns:
     @classmethod
     def from_list(cls, items):
         """From a list of TaskOffset."""
-        items = list(items)
+        items = _as_list(items)
         unknown = {i: dict(t.unknown_tagged_fields) for i, t in enumerate(items)
                    if t.unknown_tagged_fields}
         return cls([t.subtopology_id for t in items], [t.partition for t in items],
@@ -88,6 +88,14 @@ class TaskOffsetColumns:
     def __repr__(self):
         return (f"TaskOffsetColumns(subtopology_id={self.subtopology_id!r}, "
                 f"partition={self.partition!r}, offset={self.offset!r})")
+
+
+def _as_list(items):
+    """A new list of the items: a list's or tuple's as stored (a subclass's __len__ could
+    ask list() to reserve room for 2**62 of them), any other iterable's as it yields them."""
+    if isinstance(items, (list, tuple)):
+        return _bulk.stored(items)
+    return list(iter(items))
 
 
 def check_lengths(cols):

@@ -38,12 +38,16 @@ class DecodeError(ValueError):
 class EncodeError(ValueError):
     """A value that cannot be written: `.path` names the field, `.reason` what is wrong."""
 
+    _whole = False  # an error of the whole message (its size): no field path is added
+
     def __init__(self, reason, path=""):
         self.reason = reason
         self.path = path
         super().__init__(f"{path}: {reason}" if path else reason)
 
     def with_prefix(self, prefix):
+        if self._whole:
+            return self
         return EncodeError(self.reason, _join(prefix, self.path))
 
     def __reduce__(self):
@@ -92,12 +96,24 @@ def tags_out_of_order(offset, tag):
     return DecodeError(f"tagged field {tag} out of order or repeated", offset)
 
 
+def tag_too_large(offset, tag):
+    return DecodeError(f"tagged field {tag} exceeds 2147483647", offset)
+
+
 def tag_size_mismatch(offset, tag):
     return DecodeError(f"tagged field {tag} does not fill its declared size", offset)
 
 
+def show(value):
+    """An int for an error message: in full unless it is huge (repr of an int past 4300
+    digits raises, and a megabyte of digits helps nobody)."""
+    if isinstance(value, int) and int.bit_length(value) > 128:
+        return f"an int of {int.bit_length(value)} bits"
+    return repr(value)
+
+
 def out_of_range(kind, value):
-    return EncodeError(f"{value!r} out of range for {kind}")
+    return EncodeError(f"{show(value)} out of range for {kind}")
 
 
 def wrong_type(expected, value):
@@ -106,6 +122,35 @@ def wrong_type(expected, value):
 
 def bad_marker(offset, value):
     return DecodeError(f"invalid presence marker {value} (expected -1 or 1)", offset)
+
+
+def too_long(n, compact):
+    """A count or length that its field cannot carry: an int32 holds 2**31-1, a compact
+    form (an unsigned varint of n + 1, at most 32 bits) 2**32-2."""
+    form, limit = ("compact", 0xFFFFFFFE) if compact else ("int32", 0x7FFFFFFF)
+    return EncodeError(f"length {n} exceeds {limit}, the most a {form} length can carry")
+
+
+def _whole_message(reason):
+    e = EncodeError(reason)
+    e._whole = True
+    return e
+
+
+def message_too_large():
+    return _whole_message("the message would exceed 2147483647 bytes, the most a frame can carry")
+
+
+def buffer_too_small(need, available):
+    return _whole_message(f"buffer too small: the message takes {need} bytes, {available} are available")
+
+
+def bad_buffer_offset(offset, size):
+    return EncodeError(f"offset {offset!r} is outside the buffer (0-{size})")
+
+
+def not_writable(buffer):
+    return TypeError(f"encode_into needs a writable, C-contiguous buffer, not {type(buffer).__name__}")
 
 
 def changed_during_encode():
@@ -122,10 +167,3 @@ def absent_field(message, field, version, versions):
 def bad_version(message, version, versions):
     return UnsupportedVersionError(f"{message} has versions {versions}, not {version!r}")
 
-
-def check_tag_collision(unknown, known_tags, struct):
-    """An unknown tagged field must not use a tag the struct knows at this version: it
-    would decode as that field."""
-    for tag in known_tags:
-        if tag in unknown:
-            raise EncodeError(f"unknown tagged field {tag} has the tag of a known field of {struct}")
