@@ -48,7 +48,7 @@ export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:log_path=$w
 export FASTKWIRE_REQUIRE_EXTENSION=1
 asan_run() { LD_PRELOAD="$libasan" "$python" "$@"; }
 
-where=$(asan_run -c 'import fastkwire._messages_cython as m; print(m.__file__)')
+where=$(asan_run -c 'import fastkwire._engine as m; print(m.__file__)')
 case "$where" in
     "$work"/*) echo "== extension under test: $where" ;;
     *) echo "the suite would test $where, not the ASan build" >&2; exit 1 ;;
