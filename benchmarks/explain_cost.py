@@ -83,7 +83,7 @@ def main():
         n = len(frame)
         print(f"| {make.__name__} | {n:,} | {peak / n:.1f} | {secs * 1e6 / n:.2f} "
               f"| {rpeak / n:.1f} | {rsecs * 1e6 / n:.2f} |", flush=True)
-        del root
+        root = None     # free the tree before the next frame
 
 
 if __name__ == "__main__":
