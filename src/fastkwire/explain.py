@@ -39,7 +39,12 @@ SIZE_PREFIX = 4
 API_VERSIONS_KEY = 18     # its responses always use response header v0
 DOC_WIDTH = 80            # descriptions longer than this are cut in the text view
 MAX_ITEMS = 100           # array elements (and tagged fields) shown per array by default
-NODES_PER_ITEM = 100      # past max_items * this many nodes in all, arrays show no elements
+# Past max_items * NODES_PER_ITEM nodes in all, or FREE_NODES plus one per BYTES_PER_NODE
+# input bytes, arrays show no elements: with a few hundred bytes a node, a small dense
+# frame stays below 100 bytes of memory per input byte too.
+NODES_PER_ITEM = 100
+FREE_NODES = 500
+BYTES_PER_NODE = 4
 HEX_ROWS = 4096           # rows of the hex layout printed by default (64 KiB)
 
 
@@ -372,7 +377,8 @@ class _Walker:
         self.pos = 0
         self.snake = False      # header fields are shown under their Python names
         self.max_items = max_items
-        self.room = 0 if max_items is None else NODES_PER_ITEM * max_items   # nodes left
+        self.room = 0 if max_items is None else min(           # nodes left
+            NODES_PER_ITEM * max_items, FREE_NODES + len(data) // BYTES_PER_NODE)
 
     def open(self, parent, name, type_, offset, description="") -> Node:
         node = Node(name, type_, offset, description=description)
@@ -582,8 +588,9 @@ def explain(frame, api_key: int | None = None, version: int | None = None, *,
 
     An array (or tagged-field section) shows its first `max_items` elements, then one
     node of type "summary" for the rest, which are read and checked but not kept; once
-    the tree holds `NODES_PER_ITEM * max_items` nodes, further arrays show none. The
-    tree thus stays small whatever the frame. `max_items=None` shows everything.
+    the tree holds `NODES_PER_ITEM * max_items` nodes, or `FREE_NODES` plus one per
+    `BYTES_PER_NODE` bytes of the frame, further arrays show none. The tree thus stays
+    small whatever the frame. `max_items=None` shows everything.
     """
     data = bytes(frame)
     if max_items is not None and (type(max_items) is not int or max_items < 0):

@@ -11,6 +11,8 @@ __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_la
 DOC_WIDTH: int | None
 MAX_ITEMS: int
 NODES_PER_ITEM: int
+FREE_NODES: int
+BYTES_PER_NODE: int
 HEX_ROWS: int
 
 class Node:
