@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import random
 import struct
+import uuid
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,6 +225,8 @@ def _full_value(t):
         return True
     if t == "float64":
         return 1.5
+    if t == "uuid":
+        return uuid.UUID(int=0x0123456789ABCDEF0123456789ABCDEF)
     return 1
 
 

@@ -338,12 +338,29 @@ class Maker:
         if f.is_array:
             if t == "string":
                 return self.container([self.string() for _ in range(r.randint(0, 3))])
+            if t == "uuid":
+                return self.container([self.uuid_value() for _ in range(r.randint(0, 3))])
             return self.int_array(t)
         if t == "string":
             return None if nullable and r.random() < 0.2 else self.string()
         if t == "bool":
             return self.bool_value()
+        if t == "uuid":
+            return self.uuid_value()
+        if t == "float64":
+            return r.choice((0.0, 1.5, -2.0, 1e308, float("inf"), 10**400, "x", True))
+        if t in ("bytes", "records"):
+            if nullable and r.random() < 0.2:
+                return None
+            return r.choice((b"", b"\x01\x02", bytearray(b"ab"), memoryview(b"abc"), "x", 5))
         return self.int_value(t)
+
+    def uuid_value(self):
+        """A uuid, sometimes something that only looks like one."""
+        r = self.rng
+        if self.hostile():
+            return r.choice(("00000000-0000-0000-0000-000000000000", 0, b"\0" * 16, None))
+        return uuid.UUID(int=r.getrandbits(128))
 
     def columns(self, items):
         """TaskOffsetColumns of the rows, then (sometimes) tampered with."""

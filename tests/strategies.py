@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from functools import lru_cache
 from pathlib import Path
 
@@ -78,12 +79,17 @@ def nullable(field: dict, version: int) -> bool:
 
 def default_value(schema: dict, field: dict):
     """The to_dict() value of a field left at its default (docs/architecture.md)."""
+    if field["type"] == "uuid":
+        return uuid.UUID(field["default"]) if field.get("default") else uuid.UUID(int=0)
     if "default" in field:
         return field["default"]
     if field["type"].startswith("[]"):
         return []
-    if struct_fields(schema, field) is not None:
-        return None
+    sub = struct_fields(schema, field)
+    if sub is not None:
+        # a struct that is never null defaults to a struct of defaults
+        return None if "nullable" in field else {snake_case(f["name"]): default_value(schema, f)
+                                                for f in sub}
     return {"bool": False, "string": "", "bytes": b"", "records": b"", "float64": 0.0}.get(
         field["type"], 0
     )
@@ -141,5 +147,6 @@ def _primitive(type_name, field_name, error_codes):
         return st.booleans()
     if type_name == "float64":
         return st.floats(allow_nan=False)
-    # uuid is not used by these messages; its to_dict() form is not settled here.
+    if type_name == "uuid":
+        return st.uuids()
     raise NotImplementedError(f"no strategy for type {type_name!r}")

@@ -13,17 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import peers
+import scope
 from strategies import MESSAGE_NAMES, message_dicts, message_versions
 
 PEERS = ("kio", "kafka-python")
 # Every version of the messages the project started with; every message of the protocol
-# with --run-slow (FASTKWIRE_SLOW_TESTS=1), where the adapters in peers.py do not yet
-# cover every field type and peer quirk.
-SEED_MESSAGES = {n + k for n in ("ApiVersions", "FindCoordinator", "LeaveGroup", "StreamsGroupHeartbeat")
-                 for k in ("Request", "Response")} | {"RequestHeader", "ResponseHeader"}
-ALL_VERSIONS = bool(os.environ.get("FASTKWIRE_SLOW_TESTS")) or "--run-slow" in sys.argv
+# with --run-slow, where the adapters in peers.py do not yet cover every peer quirk.
+ALL_VERSIONS = scope.EVERY_VERSION
 CASES = [(n, v) for n in MESSAGE_NAMES for v in message_versions(n)
-         if ALL_VERSIONS or n in SEED_MESSAGES]
+         if ALL_VERSIONS or n in scope.SEED_MESSAGES]
 CASE_IDS = [f"{n}-v{v}" for n, v in CASES]
 
 # Modest example counts: the default suite must stay well under a minute on 2 cores.

@@ -28,8 +28,9 @@ from fastkwire.errors import DecodeError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import differential as D  # noqa: E402
+import scope  # noqa: E402
 
-PAIRS = list(D.message_versions())
+PAIRS = scope.pairs(D.message_versions())
 PAIR_IDS = [f"{name}-v{v}" for name, v in PAIRS]
 SHORT = re.compile(r"truncated: |count \d+ exceeds the \d+ bytes left")
 

@@ -20,6 +20,7 @@ from fastkwire.errors import DecodeError, EncodeError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import differential as D  # noqa: E402
+import scope  # noqa: E402
 
 THREADS = 4
 ROUNDS = 30
@@ -29,7 +30,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fastkwire"
 def _work(impl):
     """[(cls, version, message, body, broken body)] for every message and version."""
     items = []
-    for name, version in D.message_versions():
+    for name, version in scope.pairs(D.message_versions()):
         cls = getattr(impl, name)
         for d in (D.full_dict(name, version), {}):
             msg = cls.from_dict(d)

@@ -4,9 +4,12 @@ Each class carries `_FIELDS`: a tuple of (python_name, kind, struct_class) where
 VALUE, STRUCT (a nested struct or None) or STRUCTS (a list of structs or None). These
 helpers are not on the encode/decode path.
 """
+import uuid
+
 from . import errors as _e
 
 VALUE, STRUCT, STRUCTS = 0, 1, 2
+_PLAIN = (int, str, bytes, float, uuid.UUID)
 
 
 def struct_eq(a, b):
@@ -53,7 +56,8 @@ def to_dict(o):
         elif kind == STRUCTS:
             d[name] = [to_dict(x) for x in v]
         elif isinstance(v, (list, tuple)) or _is_array(v):
-            d[name] = [int(x) if not isinstance(x, str) else x for x in v]
+            # numpy integers become ints; strings, uuids and the like stay as they are
+            d[name] = [x if isinstance(x, _PLAIN) else int(x) for x in v]
         else:
             d[name] = v
     if o._unknown:

@@ -29,6 +29,7 @@ from functools import lru_cache
 from itertools import chain
 
 from . import _pure, _schema
+from ._layout import makes_struct
 from .error_codes import error_name
 from .errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
 
@@ -140,6 +141,13 @@ def header_versions(api_key: int, version: int) -> tuple[int, int]:
     flexible = req is not None and req.is_flexible(version)
     resp = 0 if api_key == API_VERSIONS_KEY else int(flexible)
     return (2 if flexible else 1), resp
+
+
+def _default_dict(f):
+    """A field's default as to_dict() shows it (a never-null struct: its fields' defaults)."""
+    if makes_struct(f):
+        return {g.py_name: _default_dict(g) for g in f.struct.fields}
+    return f.default_value()
 
 
 def _is_compact(f, flexible, version) -> bool:
@@ -411,7 +419,7 @@ class _Walker:
             if f.present(version) and not f.is_tagged(version):
                 values[f.py_name] = self.field(node, f, version, flexible)
             else:
-                values[f.py_name] = f.default_value()
+                values[f.py_name] = _default_dict(f)
         if flexible:
             self.tagged_fields(node, struct, version, flexible, values, tags_doc)
         return values

@@ -1,0 +1,29 @@
+"""Which messages and versions the tests that walk the protocol visit.
+
+The default suite visits every version of the messages the project started with and
+the newest version of every other message; with --run-slow (FASTKWIRE_SLOW_TESTS=1)
+every version of everything.
+"""
+import os
+import sys
+
+SEED_MESSAGES = frozenset(
+    [n + k for n in ("ApiVersions", "FindCoordinator", "LeaveGroup", "StreamsGroupHeartbeat")
+     for k in ("Request", "Response")] + ["RequestHeader", "ResponseHeader"]
+)
+EVERY_VERSION = bool(os.environ.get("FASTKWIRE_SLOW_TESTS")) or "--run-slow" in sys.argv
+
+
+def versions(name, all_versions):
+    """The versions of message `name` (out of `all_versions`, a range) to visit."""
+    if EVERY_VERSION or name in SEED_MESSAGES:
+        return list(all_versions)
+    return [all_versions[-1]]
+
+
+def pairs(names_and_versions):
+    """[(name, version)] out of every (name, version) pair."""
+    by_name = {}
+    for name, v in names_and_versions:
+        by_name.setdefault(name, []).append(v)
+    return [(n, v) for n, vs in by_name.items() for v in versions(n, vs)]
