@@ -56,7 +56,17 @@ def _targets():
         ("StreamsGroupHeartbeat large decode (numpy): cython vs kio", "sgh_large decode", "cython-numpy", "kio", "faster", 20),
         ("StreamsGroupHeartbeat large encode (from numpy): cython vs kio", "sgh_large encode", "cython-numpy", "kio", "faster", 20),
         ("1,000,000 x int32 decode (numpy): cython vs frombuffer+astype", "sgh_int32_1m decode", "cython-numpy", "numpy-frombuffer", "within", 1.5),
+        ("LeaveGroup v5 request x10,000 decode: cython vs msgspec (issue 13)", "lg_req_10000 decode", "cython", "msgspec", "within", 1.1),
+        ("Metadata v12 response decode: cython vs kio", "md_resp decode", "cython", "kio", "faster", 1.5),
+        ("Metadata v12 response decode: cython vs msgspec", "md_resp decode", "cython", "msgspec", "within", 1.3),
+        ("Metadata v12 response encode: cython vs kafka-python", "md_resp encode", "cython", "kafka-python", "faster", 20),
+        ("OffsetCommit v9 request encode: cython vs kafka-python", "oc_req encode", "cython", "kafka-python", "faster", 20),
+        ("OffsetCommit v9 request decode: cython vs kio", "oc_req decode", "cython", "kio", "faster", 1.5),
+        ("Fetch v16 response decode: cython vs kio", "fetch_resp decode", "cython", "kio", "faster", 3),
     ]
+    for w in ("md_resp", "oc_req", "fetch_resp"):
+        for op in ("encode", "decode"):
+            out.append((f"{w} {op}: pure vs kafka-python", f"{w} {op}", "pure", "kafka-python", "faster", 1))
     return out
 
 

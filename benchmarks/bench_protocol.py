@@ -1,0 +1,11 @@
+"""Messages beyond the seed APIs: a large Metadata v12 response, an OffsetCommit v9
+request and a Fetch v16 response carrying record bytes."""
+import pytest
+from workloads import CONTESTANTS
+
+
+@pytest.mark.parametrize("contestant", CONTESTANTS)
+@pytest.mark.parametrize("op", ["encode", "decode"])
+@pytest.mark.parametrize("workload", ["md_resp", "oc_req", "fetch_resp"])
+def test_protocol(timed, workload, op, contestant):
+    timed(workload, op, contestant)
