@@ -57,7 +57,7 @@ def classes():
 
 
 def all_targets():
-    """Every way the fuzzer reads bytes, in a fixed order (the selector byte indexes it)."""
+    """Every way the fuzzer reads bytes, in a fixed order (the fuzz input's selector indexes it)."""
     targets = [("request",)]
     for key, cls in sorted(PY.RESPONSE_CLASSES.items()):
         targets += [("response", key, v) for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1)]

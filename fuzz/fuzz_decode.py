@@ -11,7 +11,7 @@ exception or a disagreement, stops the run with the input written to crash-<sha1
 An input slower than 2 s (-timeout) or a process past 1 GiB (-rss_limit_mb) is a finding
 too. Other libFuzzer flags work as usual (-max_total_time=600, a corpus directory, ...).
 
-An input is one selector byte, which picks how the rest is read (a request frame, a
+An input is a two-byte selector, which picks how the rest is read (a request frame, a
 response frame of some API and version, or a bare message body), then the bytes. The
 seeds are valid encodings of every message and version; the mutator mixes libFuzzer's
 own mutations with ours: flipped bits, truncations, extensions, splices and length
@@ -45,6 +45,13 @@ else:
     import differential as D
 
 
+SELECTOR = 2  # bytes of the selector: there are more targets than one byte counts
+
+
+def _selector(index):
+    return index.to_bytes(SELECTOR, "big")
+
+
 def _seed_table():
     """[(selector, payload, sites)] of every seed."""
     table = []
@@ -62,7 +69,9 @@ def split(data):
     """(target, payload) of one fuzz input."""
     if not data:
         return D.TARGETS[0], b""
-    return D.TARGETS[data[0] % len(D.TARGETS)], data[1:]
+    if len(data) < SELECTOR:
+        return D.TARGETS[0], b""
+    return D.TARGETS[int.from_bytes(data[:SELECTOR], "big") % len(D.TARGETS)], data[SELECTOR:]
 
 
 def test_one_input(data):
@@ -71,16 +80,16 @@ def test_one_input(data):
 
 
 def mutate_input(data, rng, fallback=None):
-    """A new fuzz input from `data` (selector byte + payload)."""
+    """A new fuzz input from `data` (selector + payload)."""
     r = rng.random()
     if r < 0.2 or not data:  # back to a valid seed, length fields known
         selector, payload, found = rng.choice(SEEDS)
-        return bytes([selector]) + D.mutate(payload, rng, POOL, found)
+        return _selector(selector) + D.mutate(payload, rng, POOL, found)
     if r < 0.25:  # pure noise for a random target
-        return bytes([rng.randrange(256)]) + rng.randbytes(rng.randint(0, 64))
+        return _selector(rng.randrange(len(D.TARGETS))) + rng.randbytes(rng.randint(0, 64))
     if fallback is not None and r < 0.6:
         return fallback(data)
-    return data[:1] + D.mutate(data[1:], rng, POOL)
+    return data[:SELECTOR] + D.mutate(data[SELECTOR:], rng, POOL)
 
 
 def run_atheris(argv):
@@ -96,7 +105,7 @@ def run_atheris(argv):
     if not any(not a.startswith("-") for a in argv[1:]):
         corpus = tempfile.mkdtemp(prefix="fastkwire-corpus-")
         for i, (selector, payload, _) in enumerate(SEEDS):
-            Path(corpus, f"seed-{i:05d}").write_bytes(bytes([selector]) + payload)
+            Path(corpus, f"seed-{i:05d}").write_bytes(_selector(selector) + payload)
         argv = argv + [corpus]
         print(f"seed corpus: {len(SEEDS)} inputs in {corpus}", file=sys.stderr)
     atheris.Setup(argv, test_one_input, custom_mutator=custom_mutator)
@@ -107,7 +116,7 @@ def run_loop(count, seed, stop_after=20):
     """The same campaign as a plain loop; returns the number of findings."""
     rng = random.Random(seed)
     findings = 0
-    current = bytes([SEEDS[0][0]]) + SEEDS[0][1]
+    current = _selector(SEEDS[0][0]) + SEEDS[0][1]
     started = time.monotonic()
     for i in range(1, count + 1):
         current = mutate_input(current, rng)
@@ -120,7 +129,7 @@ def run_loop(count, seed, stop_after=20):
             if findings >= stop_after:
                 break
         if rng.random() < 0.1:  # do not drift too far from valid frames
-            current = bytes([SEEDS[0][0]]) + SEEDS[0][1]
+            current = _selector(SEEDS[0][0]) + SEEDS[0][1]
         if i % 100_000 == 0:
             rate = i / (time.monotonic() - started)
             print(f"#{i} inputs, {findings} findings, {rate:.0f}/s", file=sys.stderr)

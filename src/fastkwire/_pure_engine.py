@@ -8,6 +8,7 @@ primitives of `_pure` by name.
 """
 from __future__ import annotations
 
+import struct
 import threading
 
 from . import _pure
@@ -18,6 +19,24 @@ from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError
 
 BULK_INTS = ("int16", "int32", "int64")  # int arrays with the bulk (numpy) path
+# Runs of these are packed and unpacked with one struct call.
+_FORMAT = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "uint32": "I"}
+
+
+class _Slow(Exception):
+    """A value of a packed run is not a plain int: write the run field by field."""
+
+
+def _runs(ops):
+    """The ops in order, consecutive fixed-width integers grouped into lists."""
+    out = []
+    for op in ops:
+        fixed = op.field.type in _FORMAT and not op.field.is_array
+        if fixed and out and isinstance(out[-1], list):
+            out[-1].append(op)
+        else:
+            out.append([op] if fixed else op)
+    return [r[0] if isinstance(r, list) and len(r) == 1 else r for r in out]
 _lock = threading.RLock()
 
 
@@ -28,6 +47,7 @@ class _Namespace:
         self.classes = root_cls._CLASSES
         self.env = {name: getattr(_pure, name) for name in dir(_pure) if name[:2] in ("w_", "r_")}
         self.env.update(_e=_e, _new=object.__new__, DecodeError=DecodeError, EncodeError=EncodeError,
+                        _Slow=_Slow, _struct_error=struct.error,
                         TaskOffsetColumns=TaskOffsetColumns, item_at=_pure.item_at)
         self.names = {}  # Layout -> function suffix
 
@@ -151,9 +171,12 @@ class _Writer:
         out("_f = ''", 1)
         out("try:", 1)
         out("pass", 2)
-        for op in lay.plain:
-            out(f"_f = {op.name!r}", 2)
-            self.write_value(op, f"o.{op.name}", "out", 2)
+        for run in _runs(lay.plain):
+            if isinstance(run, list):
+                self.write_run(run, 2)
+                continue
+            out(f"_f = {run.name!r}", 2)
+            self.write_value(run, f"o.{run.name}", "out", 2)
         if lay.flexible:
             out("_known = []", 2)
             for op in lay.tagged:
@@ -169,6 +192,36 @@ class _Writer:
             out("w_tags(out, _known, o._unknown)", 2)
         out("except EncodeError as _x:", 1)
         out("raise _x.with_prefix(_f) from None", 2)
+
+    def write_run(self, run, ind):
+        """Consecutive integers: one pack when all are plain ints in range, else field by
+        field (which names the bad one)."""
+        out = self.out
+        names = [f"_v{k}" for k in range(len(run))]
+        fmt = self.ns.const(struct.Struct(">" + "".join(_FORMAT[op.field.type] for op in run)))
+        out(f"{', '.join(names)}, = {', '.join(f'o.{op.name}' for op in run)},", ind)
+        out("try:", ind)
+        test = " or ".join(f"type({n}) is not int" for n in names)
+        out(f"if {test}:", ind + 1)
+        out("raise _Slow", ind + 2)
+        out(f"out += {fmt}.pack({', '.join(names)})", ind + 1)
+        out("except (_Slow, _struct_error):", ind)
+        for op, n in zip(run, names):
+            out(f"_f = {op.name!r}", ind + 1)
+            out(f"w_{op.field.type}(out, {n})", ind + 1)
+
+    def read_run(self, run, ind):
+        """Consecutive integers: one unpack when all their bytes are there."""
+        out = self.out
+        st = struct.Struct(">" + "".join(_FORMAT[op.field.type] for op in run))
+        fmt = self.ns.const(st)
+        out(f"if end - pos >= {st.size}:", ind)
+        out(f"{', '.join(f'o.{op.name}' for op in run)}, = {fmt}.unpack_from(data, pos)", ind + 1)
+        out(f"pos += {st.size}", ind + 1)
+        out("else:", ind)
+        for op in run:
+            out(f"_f = {op.name!r}", ind + 1)
+            out(f"o.{op.name}, pos = r_{op.field.type}(data, pos, end)", ind + 1)
 
     # ---- reading
     def read_value(self, op, target, end, ind):
@@ -236,9 +289,12 @@ class _Writer:
         out("_f = ''", 1)
         out("try:", 1)
         out("pass", 2)
-        for op in lay.plain:
-            out(f"_f = {op.name!r}", 2)
-            self.read_value(op, f"o.{op.name}", "end", 2)
+        for run in _runs(lay.plain):
+            if isinstance(run, list):
+                self.read_run(run, 2)
+                continue
+            out(f"_f = {run.name!r}", 2)
+            self.read_value(run, f"o.{run.name}", "end", 2)
         tagged = lay.tagged
         if lay.flexible:
             out("_f = ''", 2)
