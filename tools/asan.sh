@@ -39,7 +39,9 @@ find "$work/src" \( -name '*.so' -o -name '*.c' \) -delete
         "$python" setup.py -q build_ext --inplace >"$work/build.log" 2>&1
 ) || { tail -40 "$work/build.log"; exit 1; }
 for so in "$work"/src/fastkwire/*.so; do
-    nm -D "$so" | grep -q __asan_ || { echo "$so is not instrumented" >&2; exit 1; }
+    # not `nm | grep -q`: grep stops at the first match and pipefail then sees nm's SIGPIPE
+    nm -D "$so" >"$work/symbols.txt"
+    grep -q __asan_ "$work/symbols.txt" || { echo "$so is not instrumented" >&2; exit 1; }
 done
 
 export PYTHONPATH="$work/src${PYTHONPATH:+:$PYTHONPATH}"
