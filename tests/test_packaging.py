@@ -147,7 +147,7 @@ def test_manylinux_wheel_installs_and_passes_the_suite(slow, tmp_path):
     assert " passed" in step.stdout  # the last command is the suite
 
 
-def test_cibuildwheel_builds_cpython_310_to_314_on_every_target():
+def test_cibuildwheel_builds_cpython_310_to_314_and_314t_on_every_target():
     pytest.importorskip("cibuildwheel", reason="cibuildwheel is not installed")
     expected = {
         "linux": {f"{lib}_{arch}" for lib in ("manylinux", "musllinux") for arch in ("x86_64", "aarch64")},
@@ -160,7 +160,8 @@ def test_cibuildwheel_builds_cpython_310_to_314_on_every_target():
             cwd=ROOT,
         )
         got = set(result.stdout.split())
-        assert got == {f"cp3{minor}-{t}" for minor in range(10, 15) for t in targets}, platform
+        want = {f"cp3{minor}-{t}" for minor in range(10, 15) for t in targets} | {f"cp314t-{t}" for t in targets}
+        assert got == want, platform
 
 
 def cibuildwheel_config():
