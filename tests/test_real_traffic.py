@@ -6,16 +6,17 @@ first Metadata. Each client uses only calls that need no consumer-group join (Ta
 first join for about half a minute): admin calls, producers, and consumers with assign().
 
 Requests re-encode byte for byte (header and body). Responses re-encode to bytes that
-decode to the same value; a broker may write what our encoder writes differently (the
-order of tagged fields, for one), so byte equality is counted, not required.
+decode to the same value; byte equality is counted, not required, because Tansu writes
+tagged fields that hold their default value (ApiVersions' feature fields, Fetch's empty
+NodeEndpoints, CreateTopics' TopicConfigErrorCode 0), which our encoder leaves out.
 
 Known client bug (librdkafka, issue 5049 there): a flexible Metadata request for all topics
 keeps the 4-byte placeholder of the topics count (00 00 00 00) where a one-byte varint
 belongs. Such a request must fail with DecodeError for its 3 trailing bytes, and decode and
 re-encode byte for byte once the placeholder is one byte.
 
-Known broker bugs (Tansu 0.6): its CreateAcls (v2, v3) and DescribeUserScramCredentials
-(v0) responses hold a null array where none may be null, and end without the tagged-field
+Known broker bugs (Tansu 0.6): its CreateAcls (v3 here, the version kafka-python picks)
+and DescribeUserScramCredentials (v0) responses hold a null array where none may be null, and end without the tagged-field
 byte. kafka-python is made to ask for both (it cannot read the answers either, and times
 out); they must fail to decode with DecodeError. Any other failure shows the frame in hex.
 """
