@@ -8,12 +8,15 @@ encode/decode. Nothing here runs per encoded or decoded message.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from . import _model
-from . import _schema as S
-from ._layout import default_value, layouts, makes_struct, version_text
 from ._pure import unknown_tags
+
+# The definitions are read (and the schema model imported) only when a class is built,
+# so that `import fastkwire` stays cheap.
+_SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "schemas")
 
 _DEFAULT = object()  # marks 'argument not given' for list defaults
 
@@ -56,18 +59,16 @@ class StructBase:
         return _model.from_dict(cls, d)
 
 
-def _class_name(struct: S.Struct) -> str:
-    return struct.name
-
-
-def _field_kind(f: S.Field) -> int:
+def _field_kind(f) -> int:
     if f.is_struct:
         return _model.STRUCTS if f.is_array else _model.STRUCT
     return _model.VALUE
 
 
-def _make_init(struct: S.Struct, module: str, classes: dict):
+def _make_init(struct, module: str, classes: dict):
     """A keyword-only __init__ with the schema's defaults, compiled once per class."""
+    from ._layout import default_value, makes_struct
+
     params, body, env = ["self", "*"], [], {"_DEFAULT": _DEFAULT, "_check": unknown_tags}
     for i, f in enumerate(struct.fields):
         d = default_value(f)
@@ -99,10 +100,12 @@ class Family:
         self.struct_base = struct_base
         self._lock = threading.RLock()
         self._classes: dict[str, type] = {}
-        self._index = None
+        self._names = None
 
     def names(self) -> list[str]:
-        return S.all_names()
+        if self._names is None:
+            self._names = tuple(sorted(n[:-5] for n in os.listdir(_SCHEMA_DIR) if n.endswith(".json")))
+        return self._names
 
     def get(self, name: str) -> type:
         cls = self._classes.get(name)
@@ -110,14 +113,17 @@ class Family:
             with self._lock:
                 cls = self._classes.get(name)
                 if cls is None:
-                    if name not in S.all_names():
+                    if name not in self.names():
                         raise AttributeError(f"module {self.module!r} has no attribute {name!r}")
                     cls = self._build(name)
                     self._classes[name] = cls
         return cls
 
     def _build(self, name: str) -> type:
-        m = S.load(name)
+        from . import _schema
+        from ._layout import layouts, version_text
+
+        m = _schema.load(name)
         by_struct: dict[str, type] = {}
         for struct in list(m.structs) + [m.root]:
             root = struct is m.root
@@ -159,7 +165,17 @@ class _LazyRegistry(dict):
     def __init__(self, family: Family, kind: str):
         super().__init__()
         self._family = family
-        self._names = S.api_index(kind)
+        self._kind = kind
+        self._index = None
+
+    @property
+    def _names(self):
+        """api_key -> message name, read from the definitions on first use."""
+        if self._index is None:
+            from . import _schema
+
+            self._index = _schema.api_index(self._kind)
+        return self._index
 
     def __missing__(self, key):
         name = self._names.get(key)

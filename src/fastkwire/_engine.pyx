@@ -20,7 +20,6 @@ import threading as _threading
 
 from fastkwire import errors as _e
 from fastkwire._core import check_arrays
-from fastkwire._layout import makes_struct, version_text
 from fastkwire._pure import check_version
 from fastkwire.columns import TaskOffsetColumns
 from fastkwire.errors import DecodeError, EncodeError
@@ -113,6 +112,7 @@ cdef Py_ssize_t slot_offset(object cls, str name) except -1:
 
 
 cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep) except -1:
+    from fastkwire._layout import makes_struct, version_text  # not at import: see _classes
     field = op.field
     f.offset = slot_offset(cls, op.name)
     f.compact = op.compact
