@@ -52,3 +52,16 @@ def test_shipped_definitions_are_what_the_converter_makes():
         sys.path.pop(0)
     out = ROOT / "src" / "fastkwire" / "schemas"
     assert tool.main(["--kafka", str(KAFKA), "--out", str(out), "--check", "--quiet"]) == 0
+
+
+def test_import_loads_no_definition():
+    """`import fastkwire` must not pay for 180 messages: no definition is read and no
+    schema model imported until a message is used."""
+    code = ("import sys, fastkwire; "
+            "assert 'fastkwire._schema' not in sys.modules, 'schema model imported'; "
+            "assert 'fastkwire._layout' not in sys.modules, 'layouts imported'; "
+            "fastkwire.LeaveGroupRequest; "
+            "assert 'fastkwire._schema' in sys.modules")
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

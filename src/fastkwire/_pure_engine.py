@@ -13,7 +13,6 @@ import threading
 
 from . import _pure
 from . import errors as _e
-from ._layout import default_value, makes_struct, version_text
 from ._pure import byte_view, check_arrays, check_version, finish, read_from, write_into
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError
@@ -38,6 +37,7 @@ def _runs(ops):
             out.append([op] if fixed else op)
     return [r[0] if isinstance(r, list) and len(r) == 1 else r for r in out]
 _lock = threading.RLock()
+L = None  # the _layout module, once a layout is compiled
 
 
 class _Namespace:
@@ -80,6 +80,9 @@ class _Writer:
     """Python source for one layout's writer and reader."""
 
     def __init__(self, ns, lay, suffix):
+        global L
+        from . import _layout as L  # imported with the first layout, not with the package
+
         self.ns, self.lay, self.suffix = ns, lay, suffix
         self.lines = []
 
@@ -95,9 +98,9 @@ class _Writer:
         return self.ns.const(self.ns.classes[struct.name])
 
     def default_expr(self, op):
-        if makes_struct(op.field):
+        if L.makes_struct(op.field):
             return f"{self.cls(op.field.struct)}()"
-        d = default_value(op.field)
+        d = L.default_value(op.field)
         if d == []:
             return "[]"
         if d is None or isinstance(d, (bool, int, float, str, bytes)):
@@ -107,7 +110,7 @@ class _Writer:
     def default_test(self, op, expr):
         """A Python expression that is true when expr holds the field's default."""
         d = op.field.default_value()
-        if makes_struct(op.field):
+        if L.makes_struct(op.field):
             return f"{expr} == {self.default_expr(op)}"
         if d == []:
             return f"not {expr}"
@@ -167,7 +170,7 @@ class _Writer:
             if not op.field.ignorable:
                 out(f"if not ({self.default_test(op, 'o.' + op.name)}):", 1)
                 out(f"raise _e.absent_field({lay.message.name!r}, {op.name!r}, v, "
-                    f"{version_text(op.field.versions)!r})", 2)
+                    f"{L.version_text(op.field.versions)!r})", 2)
         out("_f = ''", 1)
         out("try:", 1)
         out("pass", 2)
