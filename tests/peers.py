@@ -162,10 +162,10 @@ def _kio_class(name: str, version: int) -> type:
 # (throttle_time_ms -> throttle_time, log_append_time_ms -> log_append_time).
 KIO_MS_TYPES = ("timedelta_i32", "timedelta_i64", "datetime_i64")
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-# The milliseconds kio's timedelta/datetime fields carry exactly: Python's datetime ends
-# at year 9999, and kio writes round(total_seconds() * 1000), a float, so an i64
-# timedelta is exact only while its microseconds fit a double's 53 bits.
-KIO_DATETIME_MS = (0, (datetime.datetime(9999, 12, 31, tzinfo=datetime.timezone.utc) - EPOCH) // ONE_MS)
+# The milliseconds kio's timedelta/datetime fields carry exactly: kio writes
+# round(total_seconds() * 1000), a float, so a value is exact only while its
+# microseconds fit a double's 53 bits.
+KIO_DATETIME_MS = (0, 2**42)  # kio reads a timestamp through a float too (up to 2109)
 KIO_TIMEDELTA_I64_MS = (-(2**42), 2**42)
 
 
