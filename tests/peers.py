@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
+import importlib.metadata
 import io
 import types
 import typing
+import uuid
 
 import kio.schema.index
+from hypothesis import strategies as st
+import kafka.protocol.admin
+import kafka.protocol.consumer
+import kafka.protocol.metadata
+import kafka.protocol.producer
+import kafka.protocol.sasl
 from kafka.protocol.api_header import RequestHeader as KpRequestHeader
 from kafka.protocol.api_header import ResponseHeader as KpResponseHeader
-from kafka.protocol.consumer import LeaveGroupRequest as KpLeaveGroupRequest
-from kafka.protocol.consumer import LeaveGroupResponse as KpLeaveGroupResponse
-from kafka.protocol.metadata import ApiVersionsRequest as KpApiVersionsRequest
-from kafka.protocol.metadata import ApiVersionsResponse as KpApiVersionsResponse
-from kafka.protocol.metadata import FindCoordinatorRequest as KpFindCoordinatorRequest
-from kafka.protocol.metadata import FindCoordinatorResponse as KpFindCoordinatorResponse
+from kafka.protocol.api_message import ApiMessage as KpApiMessage
 from kio.index import load_entity_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
@@ -154,21 +158,41 @@ def _kio_class(name: str, version: int) -> type:
     return load_entity_schema(api, version, kind)
 
 
+# kio's types for Kafka's millisecond fields; it drops their "Ms" suffix
+# (throttle_time_ms -> throttle_time, log_append_time_ms -> log_append_time).
+KIO_MS_TYPES = ("timedelta_i32", "timedelta_i64", "datetime_i64")
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+# The milliseconds kio's timedelta/datetime fields carry exactly: kio writes
+# round(total_seconds() * 1000), a float, so a value is exact only while its
+# microseconds fit a double's 53 bits.
+KIO_DATETIME_MS = (0, 2**42)  # kio reads a timestamp through a float too (up to 2109)
+KIO_TIMEDELTA_I64_MS = (-(2**42), 2**42)
+
+
+def _kio_type(field: dataclasses.Field) -> str | None:
+    return field.metadata.get("kafka_type")
+
+
 def _kio_key(field: dataclasses.Field) -> str:
-    # kio turns millisecond durations into timedeltas and drops the "_ms" suffix
-    # (throttle_time_ms -> throttle_time); every other name is Kafka's, snake_cased.
-    if field.metadata.get("kafka_type", "").startswith("timedelta_"):
-        return field.name + "_ms"
-    return field.name
+    # Every other name is Kafka's, snake_cased; kio appends "_" to names Python has (id_).
+    name = field.name.removesuffix("_")
+    if _kio_type(field) in KIO_MS_TYPES:
+        return name + "_ms"
+    return name
 
 
-def _kio_shape(annotation) -> tuple[type, bool]:
-    """(element type, is array) of a kio field annotation such as tuple[X, ...] | None."""
+def _kio_shape(annotation) -> tuple[type, bool, bool]:
+    """(element type, is array, element optional) of a kio annotation like tuple[X, ...] | None."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         (annotation,) = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) is tuple:
-        return typing.get_args(annotation)[0], True
-    return annotation, False
+        element = typing.get_args(annotation)[0]
+        args = typing.get_args(element)
+        optional = type(None) in args
+        if optional:
+            (element,) = [a for a in args if a is not type(None)]
+        return element, True, optional
+    return annotation, False, False
 
 
 def _to_kio(cls: type, values: dict):
@@ -179,11 +203,11 @@ def _to_kio(cls: type, values: dict):
         if key not in values:
             raise ValueError(f"kio {cls.__name__}.{field.name} has no counterpart {key!r}")
         value = values.pop(key)
-        element, is_array = _kio_shape(field.type)
+        element, is_array, _ = _kio_shape(field.type)
         if dataclasses.is_dataclass(element):
             convert = lambda v: _to_kio(element, v)  # noqa: E731
         else:
-            convert = lambda v: _to_kio_scalar(field.metadata.get("kafka_type"), v)  # noqa: E731
+            convert = lambda v: _to_kio_scalar(field, v)  # noqa: E731
         if value is not None:
             value = tuple(convert(v) for v in value) if is_array else convert(value)
         kwargs[field.name] = value
@@ -192,11 +216,21 @@ def _to_kio(cls: type, values: dict):
     return cls(**kwargs)
 
 
-def _to_kio_scalar(kafka_type, value):
+def _kio_optional(field: dataclasses.Field) -> bool:
+    return type(None) in typing.get_args(field.type)
+
+
+def _to_kio_scalar(field: dataclasses.Field, value):
+    kafka_type = _kio_type(field)
     if kafka_type == "error_code":
         return ErrorCode(value)
-    if kafka_type and kafka_type.startswith("timedelta_"):
+    if kafka_type in ("timedelta_i32", "timedelta_i64"):
         return value * ONE_MS
+    if kafka_type == "datetime_i64":
+        # kio's nullable timestamps write None as -1
+        if value == -1 and _kio_optional(field):
+            return None
+        return EPOCH + value * ONE_MS
     return value
 
 
@@ -205,21 +239,61 @@ def _from_kio(entity) -> dict:
     for field in dataclasses.fields(entity):
         value = getattr(entity, field.name)
         if isinstance(value, tuple):
-            value = [_from_kio_value(v) for v in value]
+            value = [_from_kio_value(field, v) for v in value]
         else:
-            value = _from_kio_value(value)
+            value = _from_kio_value(field, value)
         out[_kio_key(field)] = value
     return out
 
 
-def _from_kio_value(value):
+def _from_kio_value(field: dataclasses.Field, value):
     if dataclasses.is_dataclass(value):
         return _from_kio(value)
+    kafka_type = _kio_type(field)
+    if kafka_type == "datetime_i64" and value is None:
+        return -1
+    if kafka_type == "uuid" and value is None:
+        return uuid.UUID(int=0)  # kio reads the all-zero uuid as None
+    if isinstance(value, datetime.datetime):
+        value = value - EPOCH
     if isinstance(value, datetime.timedelta):
         ms, rest = divmod(value, ONE_MS)
         assert not rest, value
         return ms
     return _plain(value)
+
+
+@functools.lru_cache(maxsize=None)
+def _kio_field_types(name: str, version: int) -> dict:
+    """{path of snake_case keys: kio's kafka_type} for every primitive field of kio's class."""
+    found = {}
+
+    def walk(cls, path):
+        for field in dataclasses.fields(cls):
+            element, _, _ = _kio_shape(field.type)
+            here = path + (_kio_key(field),)
+            if dataclasses.is_dataclass(element):
+                walk(element, here)
+            else:
+                found[here] = (_kio_type(field), _kio_optional(field))
+
+    walk(_kio_class(name, version), ())
+    return found
+
+
+def kio_narrow(name: str, version: int, path: tuple):
+    """The values kio can carry in the field at `path`, where narrower than the wire type."""
+    if not peer_supports("kio", name, version):
+        return None
+    kafka_type, optional = _kio_field_types(name, version).get(path, (None, False))
+    if kafka_type == "datetime_i64":
+        times = st.integers(*KIO_DATETIME_MS)
+        return st.just(-1) | times if optional else times
+    if kafka_type == "timedelta_i64":
+        return st.integers(*KIO_TIMEDELTA_I64_MS)
+    if kafka_type == "error_code":  # also those not named ErrorCode
+        return st.sampled_from(sorted(KIO_ERROR_CODES))
+    return None
 
 
 def kio_encode(name: str, version: int, d: dict) -> bytes:
@@ -242,14 +316,20 @@ KIO_ERROR_CODES = frozenset(int(code) for code in ErrorCode)
 
 # --- kafka-python 3 -------------------------------------------------------------------
 
+
+
+def _kp_messages(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _kp_messages(sub)
+
+
+# Every message class kafka-python defines under one of our names (its modules above
+# register them all as subclasses of ApiMessage).
 KP_CLASSES = {
     cls.__name__: cls
-    for cls in (
-        KpRequestHeader, KpResponseHeader,
-        KpLeaveGroupRequest, KpLeaveGroupResponse,
-        KpFindCoordinatorRequest, KpFindCoordinatorResponse,
-        KpApiVersionsRequest, KpApiVersionsResponse,
-    )
+    for cls in (KpRequestHeader, KpResponseHeader, *_kp_messages(KpApiMessage))
+    if cls.__name__ in MESSAGE_NAMES and getattr(cls, "_struct", None) is not None
 }
 
 
@@ -326,8 +406,14 @@ PEER_VERSIONS = {
 ENCODE = {"kio": kio_encode, "kafka-python": kp_encode}
 DECODE = {"kio": kio_decode, "kafka-python": kp_decode}
 
+PEER_RELEASES = {
+    "kio": f"kio {importlib.metadata.version('kio')}",
+    "kafka-python": f"kafka-python {importlib.metadata.version('kafka-python')}",
+}
+
 # Documented reasons for every (peer, message, version) of ours a peer cannot check.
 # test_peers fails on a gap missing from here, so no version drops out silently.
+# Specific reasons first; the rest say what the peer's own tables hold.
 PEER_GAPS = {
     ("kio", "RequestHeader", 0): "kio has request header v1-2 only (v0 lacks ClientId)",
     ("kafka-python", "RequestHeader", 0): "kafka-python declares request header versions 1-2",
@@ -335,8 +421,25 @@ PEER_GAPS = {
     ("kafka-python", "StreamsGroupHeartbeatResponse", 0): "kafka-python 3 has no StreamsGroupHeartbeat (KIP-1071)",
 }
 
+
+def _missing_reason(peer: str, name: str) -> str:
+    has = PEER_VERSIONS[peer].get(name)
+    if has is None:
+        return f"{PEER_RELEASES[peer]} has no {name}"
+    return f"{PEER_RELEASES[peer]} has {name} v{has[0]}-{has[-1]} only"
+
+
+for _peer in PEER_VERSIONS:
+    for _name in MESSAGE_NAMES:
+        for _version in versions(load_schema(_name)["versions"]):
+            if _version not in PEER_VERSIONS[_peer].get(_name, range(0)):
+                PEER_GAPS.setdefault((_peer, _name, _version), _missing_reason(_peer, _name))
+
 # Per-peer limits on the values drawn for a message (see KIO_ERROR_CODES).
-PEER_STRATEGY_ARGS = {"kio": {"error_codes": KIO_ERROR_CODES}, "kafka-python": {}}
+PEER_STRATEGY_ARGS = {
+    "kio": {"error_codes": KIO_ERROR_CODES, "narrow": kio_narrow},
+    "kafka-python": {},
+}
 
 
 def peer_supports(peer: str, name: str, version: int) -> bool:

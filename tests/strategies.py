@@ -96,36 +96,44 @@ def default_value(schema: dict, field: dict):
 
 
 @lru_cache(maxsize=None)  # building a strategy costs more than drawing from it
-def message_dicts(name: str, version: int, error_codes: frozenset | None = None):
+def message_dicts(name: str, version: int, error_codes: frozenset | None = None,
+                  narrow=None):
     """Valid to_dict() values of message `name` at `version`.
 
     Fields the version lacks stay at their defaults; null only where that version allows
     it. `error_codes`, if given, limits int16 ErrorCode fields to those values (for a peer
-    that only represents the error codes it knows).
+    that only represents the error codes it knows). `narrow(name, version, path)`, if
+    given, may return a strategy to use instead for the primitive values (array elements)
+    of the field at `path` (a tuple of snake_case keys), for a peer that represents that
+    field with a narrower type; None keeps ours.
     """
     schema = load_schema(name)
     if version not in message_versions(name):
         raise ValueError(f"{name} has no version {version}")
-    return _struct(schema, schema["fields"], version, error_codes)
+    narrow_here = None if narrow is None else (lambda path: narrow(name, version, path))
+    return _struct(schema, schema["fields"], version, error_codes, narrow_here, ())
 
 
-def _struct(schema, fields, version, error_codes):
+def _struct(schema, fields, version, error_codes, narrow, path):
     parts = {}
     for field in fields:
+        key = snake_case(field["name"])
         if present(field, version):
-            parts[snake_case(field["name"])] = _field(schema, field, version, error_codes)
+            parts[key] = _field(schema, field, version, error_codes, narrow, path + (key,))
         else:
             # builds(): a fresh default each time, never a shared mutable list.
             parts[snake_case(field["name"])] = st.builds(default_value, st.just(schema), st.just(field))
     return st.fixed_dictionaries(parts)
 
 
-def _field(schema, field, version, error_codes):
+def _field(schema, field, version, error_codes, narrow, path):
     sub = struct_fields(schema, field)
     if sub is not None:
-        value = _struct(schema, sub, version, error_codes)
+        value = _struct(schema, sub, version, error_codes, narrow, path)
     else:
-        value = _primitive(element_type(field), field["name"], error_codes)
+        value = narrow and narrow(path)
+        if value is None:
+            value = _primitive(element_type(field), field["name"], error_codes)
     if field["type"].startswith("[]"):
         value = st.lists(value, max_size=MAX_ITEMS)
     if nullable(field, version):
