@@ -47,7 +47,6 @@ def field_type(f) -> str:
 
 
 def struct_lines(struct, message=None) -> list[str]:
-    name = class_name(struct)
     lines = [f"class {struct.name}:"]
     if struct.doc:
         lines.append(f'    """{struct.doc}"""')

@@ -6,8 +6,6 @@ helpers are not on the encode/decode path.
 """
 import uuid
 
-from . import errors as _e
-
 VALUE, STRUCT, STRUCTS = 0, 1, 2
 _PLAIN = (int, str, bytes, float, uuid.UUID)
 
