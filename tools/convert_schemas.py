@@ -17,6 +17,7 @@ overwritten. The format is described in docs/architecture.md, "Schema definition
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import datetime
 import functools
@@ -192,7 +193,6 @@ def convert_default(raw, ftype, nullable, where):
 
 def parse_uuid(raw, where):
     """Kafka prints UUIDs in URL-safe base64 (22 characters); accept that and the dashed form."""
-    import base64
     text = str(raw).strip()
     try:
         if len(text) == 22:
@@ -268,7 +268,8 @@ def convert_message(raw, where):
     if raw.get("latestVersionUnstable") is True:
         msg["unstable"] = format_range((versions[1], versions[1]))
     msg["fields"] = [convert_field(f, name) for f in raw["fields"]]
-    structs = [{"name": s["name"], "fields": [convert_field(f, f"{name}.{s['name']}") for f in s["fields"]]}
+    structs = [{"name": s["name"],
+                "fields": [convert_field(f, f"{name}.{s['name']}") for f in s["fields"]]}
                for s in raw.get("commonStructs", ())]
     if structs:
         msg["structs"] = order_structs(structs, name)
@@ -570,7 +571,8 @@ class Extender:
         if kf.tag is not None and f.get("tag", kf.tag) == kf.tag and not in_range(tagged, version):
             f["tag"], f["tagged"] = kf.tag, format_range(open_range(tagged, version))
         elif kf.tag != (f.get("tag") if in_range(tagged, version) else None):
-            self.warn(f"{path}: tag {f.get('tag')} (tagged {f.get('tagged')}) vs kio {kf.tag} in v{version}; kept ours")
+            self.warn(f"{path}: tag {f.get('tag')} (tagged {f.get('tagged')}) vs kio {kf.tag} "
+                      f"in v{version}; kept ours")
         if kf.struct is None:
             return
         if "fields" in f:
@@ -752,9 +754,15 @@ def count_fields(fields):
     return sum(1 + count_fields(f.get("fields", ())) for f in fields)
 
 
-def version_count(msg):
-    low, high = parse_range(msg["versions"])
-    return high - low + 1
+def summary(messages, added):
+    apis = {m["api_key"] for m in messages.values() if "api_key" in m}
+    versions = sum(parse_range(m["versions"])[1] - parse_range(m["versions"])[0] + 1
+                   for m in messages.values())
+    fields = sum(count_fields(m["fields"]) + sum(count_fields(s["fields"]) for s in m.get("structs", ()))
+                 for m in messages.values())
+    return (f"{len(messages)} messages ({len(apis)} APIs), {versions} message versions, "
+            f"{fields} fields; kio added {sum(len(v) for v in added.values())} versions "
+            f"to {len(added)} messages")
 
 
 def main(argv=None):
@@ -800,12 +808,7 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     for n in differing:
         (args.out / n).write_text(outputs[n], encoding="utf-8")
-    apis = {m["api_key"] for m in messages.values() if "api_key" in m}
-    print(f"{len(messages)} messages ({len(apis)} APIs), "
-          f"{sum(version_count(m) for m in messages.values())} message versions, "
-          f"{sum(count_fields(m['fields']) + sum(count_fields(s['fields']) for s in m.get('structs', ())) for m in messages.values())} fields; "
-          f"kio added {sum(len(v) for v in added.values())} versions to {len(added)} messages; "
-          f"{len(differing)} files written, {len(warnings)} warnings")
+    print(f"{summary(messages, added)}; {len(differing)} files written, {len(warnings)} warnings")
     return 0
 
 
