@@ -1,6 +1,7 @@
 """Wire layouts: how each field of a struct travels in one version of its message.
 
-The one model of the wire format that both engines, framing and the tools read. A
+The model of the wire format that both engines compile (explain still walks the schema
+definitions with its own reader; it should move onto these layouts). A
 `Layout` is computed from the schema definitions (`_schema`) the first time a
 (struct, version) is used; versions whose layouts are the same share one object, so an
 engine compiles each distinct layout once.
@@ -11,9 +12,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import _schema as S
-
-INT_TYPES = ("int8", "int16", "int32", "int64", "uint16", "uint32")
-INT_WIDTH = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4}
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,17 +79,6 @@ def makes_struct(f: S.Field) -> bool:
     """A struct field that is never null: its default is a new struct of defaults."""
     return (f.is_struct and not f.is_array and not f.has_default
             and f.nullable.low > f.nullable.high)
-
-
-def is_default(f: S.Field, value) -> bool:
-    """Whether `value` is the field's default, so that a version without the field, or a
-    tagged field, may leave it out."""
-    d = f.default_value()
-    if d == []:
-        return not value
-    if d is None or isinstance(d, bool):
-        return value is d
-    return value == d
 
 
 class MessageLayouts:
