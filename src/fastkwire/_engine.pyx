@@ -11,7 +11,7 @@ msgspec does for its structs. The code does not grow with the number of messages
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.buffer cimport PyBuffer_Release
-from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_CheckExact
 from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
 from fastkwire._core cimport *
@@ -255,12 +255,28 @@ cdef inline object take(object o, Field* f):
         raise_unset(f)
     return <object>v
 
-cdef inline object default_of(Field* f):
+cdef object default_of(Field* f):
     if f.dflt == D_LIST:
         return []
     if f.dflt == D_NEW:
+        if f.sub != NULL:  # made here: the class's Python __init__ is slow per message
+            return new_default(<Plan>f.sub)
         return (<object>f.default)()
     return <object>f.default
+
+
+cdef object new_default(Plan p):
+    """A struct with every field of its version at its default, as cls() makes it."""
+    cdef Py_ssize_t i
+    o = new_object(p.cls)
+    for i in range(p.nplain):
+        put(o, p.plain[i].offset, default_of(&p.plain[i]))
+    for i in range(p.ntagged):
+        put(o, p.tagged[i].offset, default_of(&p.tagged[i]))
+    for i in range(p.nabsent):
+        put(o, p.absent[i].offset, default_of(&p.absent[i]))
+    put(o, p.unknown_offset, None)
+    return o
 
 cdef inline bint is_default(Field* f, object v) except -1:
     if f.dflt == D_LIST:
@@ -281,6 +297,14 @@ cdef inline object new_object(object cls):
     # through them unless a user builds one, so the collector need not walk them.
     PyObject_GC_UnTrack(o)
     return r
+
+
+cdef inline object untracked(object items):
+    # A decoded list holds scalars and untracked structs only, so (as for the structs)
+    # the collector need not walk it; a cycle a user builds through it is never freed.
+    if PyList_CheckExact(items):
+        PyObject_GC_UnTrack(<PyObject*>items)
+    return items
 
 
 # ---------------------------------------------------------------- decoding
@@ -357,13 +381,13 @@ cdef inline object rd_field(Field* f, Cursor* c, int arrays):
             return None
         return rd_struct(<Plan>f.sub, c, arrays)
     elif f.kind == K_STRUCTS:
-        return rd_structs(f, c, arrays)
+        return untracked(rd_structs(f, c, arrays))
     elif f.kind == K_INTS:
-        return rd_int_array(c, f.elem, f.compact, f.nullable, arrays)
+        return untracked(rd_int_array(c, f.elem, f.compact, f.nullable, arrays))
     elif f.kind == K_STRINGS:
-        return rd_string_array(c, f.compact, f.nullable)
+        return untracked(rd_string_array(c, f.compact, f.nullable))
     else:
-        return rd_scalars(f, c)
+        return untracked(rd_scalars(f, c))
 
 
 cdef object rd_tagged(Plan p, object o, Cursor* c, int arrays, Field** where):
