@@ -63,6 +63,7 @@ def _targets():
         ("OffsetCommit v9 request encode: cython vs kafka-python", "oc_req encode", "cython", "kafka-python", "faster", 20),
         ("OffsetCommit v9 request decode: cython vs kio", "oc_req decode", "cython", "kio", "faster", 1.5),
         ("Fetch v16 response decode: cython vs kio", "fetch_resp decode", "cython", "kio", "faster", 3),
+        ("Fetch v16 response decode, records=\"view\": cython vs kio", "fetch_resp decode", "cython-views", "kio", "faster", 3),
     ]
     for w in ("md_resp", "oc_req", "fetch_resp"):
         for op in ("encode", "decode"):

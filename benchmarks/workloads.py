@@ -312,11 +312,19 @@ def _check_same_bytes(name, workload, encoded):
 # ---- fastkwire ------------------------------------------------------------------------
 
 
-def _prepare_fastkwire(module_name, workload, arrays="list"):
+def _prepare_fastkwire(module_name, workload, arrays="list", records="bytes"):
     mod = _import(module_name, module_name)
     cls = getattr(mod, workload.message)
     version = workload.version
     data = reference_bytes(workload)
+    if records != "bytes":
+        # records="view": record fields as slices of the input, not copies.
+        if workload.name != "fetch_resp":
+            raise Skip(f"{workload.name} has no records field")
+        msg = cls.from_dict(workload.content)
+        if cls.decode(data, version, records=records) != msg:
+            raise AssertionError(f"{module_name} records={records!r} does not decode {workload.name}")
+        return Prepared(encode=None, decode=functools.partial(cls.decode, data, version, records=records), data=data)
     if arrays == "list":
         msg = cls.from_dict(workload.content)
     else:
@@ -759,6 +767,8 @@ def _frombuffer_astype(np, data, count, offset):
 CONTESTANTS = ["cython", "pure", "kafka-python", "kio", "msgspec"]
 # Extra contestants for issue 4 (numpy arrays) on the heartbeat workloads.
 NUMPY_CONTESTANTS = ["cython-numpy", "pure-numpy"]
+# Extra contestants for workloads with records fields: decode(..., records="view").
+VIEW_CONTESTANTS = ["cython-views", "pure-views"]
 BASELINES = ["numpy-frombuffer"]
 
 _PREPARERS = {
@@ -766,6 +776,8 @@ _PREPARERS = {
     "pure": functools.partial(_prepare_fastkwire, "fastkwire._messages_python"),
     "cython-numpy": functools.partial(_prepare_fastkwire, "fastkwire._messages_cython", arrays="numpy"),
     "pure-numpy": functools.partial(_prepare_fastkwire, "fastkwire._messages_python", arrays="numpy"),
+    "cython-views": functools.partial(_prepare_fastkwire, "fastkwire._messages_cython", records="view"),
+    "pure-views": functools.partial(_prepare_fastkwire, "fastkwire._messages_python", records="view"),
     "kafka-python": _prepare_kafka_python,
     "kio": _prepare_kio,
     "msgspec": _prepare_msgspec,

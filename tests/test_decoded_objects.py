@@ -51,3 +51,58 @@ def test_compiled_decode_leaves_nothing_for_the_collector(impl):
         assert not gc.is_tracked(obj), type(obj)
     # A constructed message is an ordinary, tracked object.
     assert gc.is_tracked(msg)
+
+
+def _fetch_frames(impl, version):
+    F = impl.FetchResponse
+    msg = F(responses=[F.FetchableTopicResponse(partitions=[
+        F.PartitionData(partition_index=0, records=bytes(range(200))),
+        F.PartitionData(partition_index=1, records=None),
+        F.PartitionData(partition_index=2, records=b""),
+    ])])
+    return F, msg, msg.encode(version)
+
+
+@pytest.mark.parametrize("version", [4, 16])
+def test_record_views_share_the_input_bytes(impl, version):
+    F, msg, body = _fetch_frames(impl, version)
+    got = F.decode(body, version, records="view")
+    parts = got.responses[0].partitions
+    assert isinstance(parts[0].records, memoryview)
+    assert parts[0].records.obj is body and parts[0].records.readonly
+    assert bytes(parts[0].records) == bytes(range(200))
+    assert parts[1].records is None and bytes(parts[2].records) == b""
+    assert got == msg and got.encode(version) == body  # a proxy re-encodes the views
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+def test_record_views_of_other_buffers_are_a_private_copy(impl, kind):
+    F, msg, body = _fetch_frames(impl, 16)
+    data = bytearray(body)
+    got = F.decode(kind(data), 16, records="view")
+    data[:] = bytes(len(data))  # the caller reuses its buffer
+    assert bytes(got.responses[0].partitions[0].records) == bytes(range(200))
+    data.extend(b"more")  # and can still resize it: no export of it is left open
+
+
+def test_record_views_fail_exactly_where_bytes_fail(impl):
+    F, msg, body = _fetch_frames(impl, 16)
+    for cut in range(len(body)):
+        errors = []
+        for records in ("bytes", "view"):
+            with pytest.raises(impl.DecodeError) as info:
+                F.decode(body[:cut], 16, records=records)
+            errors.append(str(info.value))
+        assert errors[0] == errors[1]
+
+
+def test_record_views_through_frames_and_decode_from(impl):
+    F, msg, body = _fetch_frames(impl, 16)
+    frame = impl.encode_response(msg, 16, correlation_id=9)
+    header, got = impl.decode_response(frame, F.API_KEY, 16, records="view")
+    assert header.correlation_id == 9 and got == msg
+    assert isinstance(got.responses[0].partitions[0].records, memoryview)
+    got, end = F.decode_from(b"xy" + body, 16, 2, records="view")
+    assert end == len(body) + 2 and got == msg
+    with pytest.raises(ValueError, match="records must be"):
+        F.decode(body, 16, records="memoryview")

@@ -30,7 +30,7 @@ S = _load_schema_module()
 SCALARS = {
     "int8": "int", "int16": "int", "int32": "int", "int64": "int", "uint16": "int",
     "uint32": "int", "float64": "float", "bool": "bool", "uuid": "UUID",
-    "string": "str", "bytes": "bytes", "records": "bytes",
+    "string": "str", "bytes": "bytes", "records": "bytes | memoryview",
 }
 
 
@@ -83,10 +83,10 @@ def message_lines(m) -> list[str]:
         "    def encode(self, version: int) -> bytes: ...",
         "    def encode_into(self, buffer: Buffer, offset: int, version: int) -> int: ...",
         "    @classmethod",
-        "    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ...) -> Self: ...",
+        "    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ..., records: _Records = ...) -> Self: ...",
         "    @classmethod",
         "    def decode_from(",
-        "        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ...",
+        "        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ..., records: _Records = ...",
         "    ) -> tuple[Self, int]: ...",
         "    @classmethod",
         "    def is_flexible(cls, version: int) -> bool: ...",
@@ -101,7 +101,8 @@ def stub(messages, compiled) -> str:
         HEADER.rstrip("\n"),
         f'"""Types of the {"compiled" if compiled else "pure-Python"} message classes.',
         "",
-        'With `arrays="numpy"`, decode returns number arrays as numpy arrays, not lists.',
+        'With `arrays="numpy"`, decode returns number arrays as numpy arrays, not lists;',
+        'with `records="view"`, records fields are read-only memoryviews of the input.',
         '"""',
         "from collections.abc import Mapping",
         "from typing import Any, ClassVar, Literal",
@@ -114,6 +115,7 @@ def stub(messages, compiled) -> str:
         "from .errors import UnsupportedVersionError as UnsupportedVersionError",
         "",
         "_Arrays: TypeAlias = Literal['list', 'numpy']",
+        "_Records: TypeAlias = Literal['bytes', 'view']",
         f"_Request: TypeAlias = {' | '.join(requests)}",
         f"_Response: TypeAlias = {' | '.join(responses)}",
     ]
@@ -128,9 +130,9 @@ def stub(messages, compiled) -> str:
         f"MESSAGE_CLASSES: tuple[{', '.join(f'type[{n}]' for n in names)}]",
         "",
         "def encode_request(msg: _Request, version: int, correlation_id: int, client_id: str | None = ...) -> bytes: ...",
-        "def decode_request(frame: Buffer) -> tuple[RequestHeader, _Request]: ...",
+        "def decode_request(frame: Buffer, *, records: _Records = ...) -> tuple[RequestHeader, _Request]: ...",
         "def encode_response(msg: _Response, version: int, correlation_id: int) -> bytes: ...",
-        "def decode_response(frame: Buffer, api_key: int, version: int) -> tuple[ResponseHeader, _Response]: ...",
+        "def decode_response(frame: Buffer, api_key: int, version: int, *, records: _Records = ...) -> tuple[ResponseHeader, _Response]: ...",
         "",
         "__all__ = [",
     ]

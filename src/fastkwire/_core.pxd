@@ -26,6 +26,7 @@ cdef struct Cursor:
     const unsigned char* buf
     Py_ssize_t pos
     Py_ssize_t end
+    PyObject* whole        # records="view": a memoryview of all of buf (borrowed), else NULL
 
 
 cdef struct Buf:
@@ -135,6 +136,7 @@ cdef inline int open_input(Cursor* c, object data, Py_buffer* view) except -1:
     """Point the cursor at all of data's bytes. Returns 1 when it took a buffer view,
     which the caller must release; bytes are read in place (the caller holds them)."""
     c.pos = 0
+    c.whole = NULL
     if type(data) is bytes:
         c.buf = <const unsigned char*>PyBytes_AS_STRING(data)
         c.end = PyBytes_GET_SIZE(data)

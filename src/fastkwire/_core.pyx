@@ -26,6 +26,7 @@ from fastkwire import errors as _e
 from fastkwire.errors import DecodeError, EncodeError
 
 check_arrays = _pure.check_arrays
+decode_options = _pure.decode_options
 merge_tags = _pure.merge_tags
 _KINDS = ("int8", "int16", "int32", "int64", "uint16", "uint32")
 _BULK_KIND = {2: "int16", 4: "int32", 8: "int64"}

@@ -11,6 +11,7 @@ msgspec does for its structs. The code does not grow with the number of messages
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.buffer cimport PyBuffer_Release
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_CheckExact
 from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
@@ -19,7 +20,7 @@ from fastkwire._core cimport *
 import threading as _threading
 
 from fastkwire import errors as _e
-from fastkwire._core import check_arrays
+from fastkwire._core import decode_options
 from fastkwire._pure import check_version
 from fastkwire.columns import TaskOffsetColumns
 from fastkwire.errors import DecodeError, EncodeError
@@ -42,6 +43,11 @@ cdef enum:
     K_BOOL, K_I8, K_I16, K_I32, K_I64, K_U16, K_U32, K_F64, K_UUID,
     K_STRING, K_BYTES, K_STRUCT,
     K_STRUCTS, K_INTS, K_STRINGS, K_SCALARS
+
+# Flags of decode's options (the pure codec's decode_options makes them).
+cdef enum:
+    NUMPY_ARRAYS = 1   # arrays="numpy"
+    RECORD_VIEWS = 2   # records="view"
 
 # How a field's default is tested and made.
 cdef enum:
@@ -66,6 +72,7 @@ cdef struct Field:
     bint nullable
     bint columns           # []struct with a columnar form (arrays="numpy")
     bint ignorable
+    bint records           # a records field: a view of the input with records="view"
     int dflt               # D_VALUE, D_IS or D_LIST
     Py_ssize_t offset      # the field's slot in the object
     long long tag
@@ -139,6 +146,7 @@ cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep
     keep.append(versions)
     f.versions = <PyObject*>versions
     elem = field.element_type
+    f.records = field.type == "records"
     if op.mode == "absent":
         return 0  # only its default and its slot are used
     if op.sub is not None:
@@ -309,6 +317,22 @@ cdef inline object untracked(object items):
 
 # ---------------------------------------------------------------- decoding
 
+cdef object views_of(Cursor* c, object data, Py_buffer* view, int held, int opts):
+    """For records="view": a memoryview of the input that record fields slice, set in
+    the cursor. bytes are shared as they are; any other buffer is copied once into bytes
+    (and its view released here), so the slices never change under the caller."""
+    if not opts & RECORD_VIEWS:
+        return None
+    if held:
+        data = PyBytes_FromStringAndSize(<const char*>c.buf, c.end)
+    whole = memoryview(data)
+    if held:  # last: nothing below can fail, so the caller releases the view on errors
+        PyBuffer_Release(view)
+        c.buf = <const unsigned char*>PyBytes_AS_STRING(data)
+    c.whole = <PyObject*>whole
+    return whole
+
+
 cdef inline object rd_scalar(int kind, Cursor* c, bint compact, bint nullable):
     if kind == K_STRING:
         if compact:
@@ -341,7 +365,7 @@ cdef inline object rd_scalar(int kind, Cursor* c, bint compact, bint nullable):
 cdef object rd_structs(Field* f, Cursor* c, int arrays):
     cdef Plan sub = <Plan>f.sub
     cdef Py_ssize_t n, i = 0
-    if f.columns and arrays:
+    if f.columns and arrays & NUMPY_ARRAYS:
         return rd_task_offsets(c, f.compact, f.nullable, sub.flexible, sub.min_size, sub.cls)
     n = rd_array_len(c, f.compact, f.nullable, sub.min_size)
     if n < 0:
@@ -373,8 +397,32 @@ cdef object rd_scalars(Field* f, Cursor* c):
     return items
 
 
+cdef object rd_view(Cursor* c, bint compact, bint nullable):
+    """A records field as a slice of the input's memoryview: no copy."""
+    cdef Py_ssize_t start = c.pos
+    cdef long long n
+    if compact:
+        n = rd_uvarint(c) - 1
+        if n < 0 and not nullable:
+            raise_null(start)
+    else:
+        n = rd_i32(c)
+        if n < -1:
+            raise_bad_length(start, n)
+        if n == -1 and not nullable:
+            raise_null(start)
+    if n < 0:
+        return None
+    if c.end - c.pos < n:
+        raise_short(start, c.pos - start + n, c.end)
+    c.pos += n
+    return (<object>c.whole)[c.pos - n:c.pos]
+
+
 cdef inline object rd_field(Field* f, Cursor* c, int arrays):
     if f.kind <= K_BYTES:
+        if f.records and c.whole != NULL:
+            return rd_view(c, f.compact, f.nullable)
         return rd_scalar(f.kind, c, f.compact, f.nullable)
     elif f.kind == K_STRUCT:
         if f.nullable and rd_marker(c) < 0:
@@ -383,7 +431,7 @@ cdef inline object rd_field(Field* f, Cursor* c, int arrays):
     elif f.kind == K_STRUCTS:
         return untracked(rd_structs(f, c, arrays))
     elif f.kind == K_INTS:
-        return untracked(rd_int_array(c, f.elem, f.compact, f.nullable, arrays))
+        return untracked(rd_int_array(c, f.elem, f.compact, f.nullable, arrays & NUMPY_ARRAYS))
     elif f.kind == K_STRINGS:
         return untracked(rd_string_array(c, f.compact, f.nullable))
     else:
@@ -620,31 +668,35 @@ cdef class MessageMixin:
             release_into(&b, &view)
 
     @classmethod
-    def decode_from(cls, data, version, offset=0, arrays="list"):
+    def decode_from(cls, data, version, offset=0, arrays="list", records="bytes"):
         """Decode one message starting at offset; returns (message, end offset)."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = 0 if arrays == "list" else check_arrays(arrays)
+        cdef int opts = 0 if arrays == "list" and records == "bytes" else decode_options(arrays, records)
         cdef Plan p = plan_of(cls, version)
         cdef int held = open_input(&c, data, &view)
         try:
+            whole = views_of(&c, data, &view, held, opts)
+            held = held and whole is None
             c.pos = start_at(offset, c.end)
-            o = rd_struct(p, &c, np)
+            o = rd_struct(p, &c, opts)
         finally:
             if held:
                 PyBuffer_Release(&view)
         return o, c.pos
 
     @classmethod
-    def decode(cls, data, version, arrays="list"):
+    def decode(cls, data, version, arrays="list", records="bytes"):
         """Decode a whole message body; trailing bytes are an error."""
         cdef Cursor c
         cdef Py_buffer view
-        cdef int np = 0 if arrays == "list" else check_arrays(arrays)
+        cdef int opts = 0 if arrays == "list" and records == "bytes" else decode_options(arrays, records)
         cdef Plan p = plan_of(cls, version)
         cdef int held = open_input(&c, data, &view)
         try:
-            o = rd_struct(p, &c, np)
+            whole = views_of(&c, data, &view, held, opts)
+            held = held and whole is None
+            o = rd_struct(p, &c, opts)
             if c.pos != c.end:
                 raise _e.trailing(c.pos, c.end - c.pos)
         finally:

@@ -29,9 +29,9 @@ def _check_size(frame):
         raise DecodeError(f"frame size {size} does not match the {n - 4} bytes that follow", 0)
 
 
-def _body(cls, frame, version, pos):
+def _body(cls, frame, version, pos, records):
     """The message after the header; it must end where the frame does."""
-    msg, end = cls.decode_from(frame, version, pos)
+    msg, end = cls.decode_from(frame, version, pos, records=records)
     if end != len(frame):
         raise _e.trailing(end, len(frame) - end)
     return msg
@@ -57,7 +57,7 @@ def bind(header_class, requests, responses):
         body = msg.encode(version)
         return _frame(header.encode(request_header_version(cls, version)), body)
 
-    def decode_request(frame):
+    def decode_request(frame, *, records="bytes"):
         frame = byte_view(frame)
         _check_size(frame)
         if len(frame) < 8:
@@ -69,7 +69,7 @@ def bind(header_class, requests, responses):
         if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
             raise _e.bad_version(cls.__name__, version, f"{cls.MIN_VERSION}-{cls.MAX_VERSION}")
         header, pos = header_class("RequestHeader").decode_from(frame, request_header_version(cls, version), 4)
-        return header, _body(cls, frame, version, pos)
+        return header, _body(cls, frame, version, pos, records)
 
     def encode_response(msg, version, correlation_id):
         cls = type(msg)
@@ -79,13 +79,13 @@ def bind(header_class, requests, responses):
         body = msg.encode(version)
         return _frame(header.encode(response_header_version(cls, version)), body)
 
-    def decode_response(frame, api_key, version):
+    def decode_response(frame, api_key, version, *, records="bytes"):
         frame = byte_view(frame)
         _check_size(frame)
         cls = responses.get(api_key)
         if cls is None:
             raise ValueError(f"unknown API key {api_key}")
         header, pos = header_class("ResponseHeader").decode_from(frame, response_header_version(cls, version), 4)
-        return header, _body(cls, frame, version, pos)
+        return header, _body(cls, frame, version, pos, records)
 
     return encode_request, decode_request, encode_response, decode_response

@@ -494,6 +494,19 @@ def _blob(data, start, pos, n, end):
     return bytes(data[pos:pos + n]), pos + n
 
 
+def _view(data, start, pos, n, end):
+    if end - pos < n:
+        raise short(start, pos - start + n, end)
+    return memoryview(data)[pos:pos + n], pos + n
+
+
+def r_records_view(data, pos, end, compact, nullable):
+    """A records field as a read-only view of the (bytes) input, not a copy."""
+    if compact:
+        return _compact(data, pos, end, nullable, _view)
+    return _legacy(data, pos, end, nullable, 4, _view)
+
+
 def r_bytes(data, pos, end):
     return _legacy(data, pos, end, False, 4, _blob)
 
@@ -673,7 +686,7 @@ def r_int_array(data, pos, end, kind, compact, nullable, arrays):
     if n < 0:
         return None, pos
     stop = pos + n * width
-    if arrays:
+    if arrays & NUMPY_ARRAYS:
         return _bulk.read(data, pos, n, kind), stop
     # one struct call for the whole array: far faster than one per element
     return list(struct.unpack_from(f">{n}{_S[kind].format[-1]}", data, pos)), stop
@@ -769,14 +782,28 @@ def w_task_offsets(out, cols, compact, flexible):
 
 # ---------------------------------------------------------------- helpers for the codecs
 
+NUMPY_ARRAYS = 1  # decode option flags: arrays="numpy"
+RECORD_VIEWS = 2  # records="view"
+
+
 def check_arrays(arrays):
     """`arrays=` of decode: "list" (default) or "numpy"; returns a flag."""
     if arrays == "list":
         return 0
     if arrays == "numpy":
         _bulk.require_numpy()
-        return 1
+        return NUMPY_ARRAYS
     raise ValueError(f'arrays must be "list" or "numpy", not {arrays!r}')
+
+
+def decode_options(arrays, records):
+    """The flags of decode's `arrays=` and `records=` ("bytes", the default, or "view")."""
+    flags = 0 if arrays == "list" else check_arrays(arrays)
+    if records == "view":
+        return flags | RECORD_VIEWS
+    if records != "bytes":
+        raise ValueError(f'records must be "bytes" or "view", not {records!r}')
+    return flags
 
 
 def byte_view(data):

@@ -13,7 +13,7 @@ import threading
 
 from . import _pure
 from . import errors as _e
-from ._pure import byte_view, check_arrays, check_version, finish, read_from, write_into
+from ._pure import byte_view, check_version, decode_options, finish, read_from, write_into
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError
 
@@ -48,7 +48,8 @@ class _Namespace:
         self.env = {name: getattr(_pure, name) for name in dir(_pure) if name[:2] in ("w_", "r_")}
         self.env.update(_e=_e, _new=object.__new__, DecodeError=DecodeError, EncodeError=EncodeError,
                         _Slow=_Slow, _struct_error=struct.error,
-                        TaskOffsetColumns=TaskOffsetColumns, item_at=_pure.item_at)
+                        TaskOffsetColumns=TaskOffsetColumns, item_at=_pure.item_at,
+                        NUMPY_ARRAYS=_pure.NUMPY_ARRAYS, RECORD_VIEWS=_pure.RECORD_VIEWS)
         self.names = {}  # Layout -> function suffix
 
     def fn(self, lay):
@@ -234,7 +235,7 @@ class _Writer:
             if f.is_struct:
                 sub = self.ns.fn(op.sub)
                 if op.columns:
-                    out("if arrays:", ind)
+                    out("if arrays & NUMPY_ARRAYS:", ind)
                     out(f"{target}, pos = r_task_offsets(data, pos, {end}, {op.compact}, {op.nullable}, "
                         f"{op.sub.flexible}, {op.sub.min_size}, {self.cls(f.struct)})", ind + 1)
                     out("else:", ind)
@@ -278,7 +279,12 @@ class _Writer:
             out("pos += _b", ind + 1)
             out("else:", ind)
             out(f"{target}, pos = r_{_string_fn('string', op)}(data, pos, {end})", ind + 1)
-        elif f.type in ("string", "bytes", "records"):
+        elif f.type == "records":
+            out("if arrays & RECORD_VIEWS:", ind)
+            out(f"{target}, pos = r_records_view(data, pos, {end}, {op.compact}, {op.nullable})", ind + 1)
+            out("else:", ind)
+            out(f"{target}, pos = r_{_string_fn('bytes', op)}(data, pos, {end})", ind + 1)
+        elif f.type in ("string", "bytes"):
             kind = "string" if f.type == "string" else "bytes"
             out(f"{target}, pos = r_{_string_fn(kind, op)}(data, pos, {end})", ind)
         else:
@@ -385,16 +391,17 @@ class MessageMixin:
         return write_into(buffer, offset, self.encode, version)
 
     @classmethod
-    def decode_from(cls, data, version, offset=0, arrays="list"):
+    def decode_from(cls, data, version, offset=0, arrays="list", records="bytes"):
         """Decode one message starting at offset; returns (message, end offset)."""
         check_version(version)
-        return read_from(lambda v: _functions(cls, v)[1], data, offset, version, check_arrays(arrays))
+        flags = decode_options(arrays, records)
+        return read_from(lambda v: _functions(cls, v)[1], data, offset, version, flags)
 
     @classmethod
-    def decode(cls, data, version, arrays="list"):
+    def decode(cls, data, version, arrays="list", records="bytes"):
         """Decode a whole message body; trailing bytes are an error."""
         data = byte_view(data)
-        o, pos = cls.decode_from(data, version, 0, arrays)
+        o, pos = cls.decode_from(data, version, 0, arrays, records)
         if pos != len(data):
             raise _e.trailing(pos, len(data) - pos)
         return o
