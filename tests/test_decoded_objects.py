@@ -106,3 +106,24 @@ def test_record_views_through_frames_and_decode_from(impl):
     assert end == len(body) + 2 and got == msg
     with pytest.raises(ValueError, match="records must be"):
         F.decode(body, 16, records="memoryview")
+
+
+@pytest.mark.parametrize("n", [0, 1, 125, 126, 127, 128, 300])
+def test_compact_int_arrays_of_every_count_width(impl, n):
+    # Short arrays have a fast path in the pure engine; its edges are the one-byte count
+    # (n + 1 < 0x80) and the array ending exactly at the end of the bytes.
+    M = impl.MetadataResponse
+    part = M.MetadataResponsePartition(partition_index=1, replica_nodes=list(range(-n // 2, n - n // 2)),
+                                       isr_nodes=[2**31 - 1, -2**31][: n % 3], offline_replicas=[])
+    msg = M(topics=[M.MetadataResponseTopic(name="t", partitions=[part])])
+    body = msg.encode(12)
+    assert M.decode(body, 12) == msg
+    # Every cut fails as the careful path says (the compiled engine has no fast path).
+    compiled = pytest.importorskip("fastkwire._messages_cython").MetadataResponse
+    for cut in range(len(body)):
+        errors = []
+        for cls in (M, compiled):
+            with pytest.raises(impl.DecodeError) as info:
+                cls.decode(body[:cut], 12)
+            errors.append(str(info.value))
+        assert errors[0] == errors[1]
