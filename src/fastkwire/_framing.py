@@ -9,15 +9,19 @@ _SIZE = struct.Struct(">i")
 _API_VERSIONS = 18
 
 
+def header_versions(api_key, flexible):
+    """(request header version, response header version) of an API version whose
+    messages are flexible or not."""
+    # ApiVersions responses keep header v0 so that any client can read the error.
+    return (2 if flexible else 1), (0 if api_key == _API_VERSIONS else int(flexible))
+
+
 def request_header_version(cls, version):
-    return 2 if cls.is_flexible(version) else 1
+    return header_versions(cls.API_KEY, cls.is_flexible(version))[0]
 
 
 def response_header_version(cls, version):
-    # ApiVersions responses keep header v0 so that any client can read the error.
-    if cls.API_KEY == _API_VERSIONS:
-        return 0
-    return 1 if cls.is_flexible(version) else 0
+    return header_versions(cls.API_KEY, cls.is_flexible(version))[1]
 
 
 def _check_size(frame):

@@ -1,7 +1,6 @@
 """Wire layouts: how each field of a struct travels in one version of its message.
 
-The model of the wire format that both engines compile (explain still walks the schema
-definitions with its own reader; it should move onto these layouts). A
+The one model of the wire format: both engines compile it and explain walks it. A
 `Layout` is computed from the schema definitions (`_schema`) the first time a
 (struct, version) is used; versions whose layouts are the same share one object, so an
 engine compiles each distinct layout once.
@@ -45,6 +44,17 @@ class Op:
         if f.type == "string":
             return 1 if self.compact else 2
         return 1 if self.compact else 4  # bytes, records
+
+    def element_min_size(self) -> int:
+        """Fewest bytes one element of an array field takes."""
+        if self.sub is not None:
+            return self.sub.min_size
+        elem = self.field.element_type
+        if elem in S.FIXED_WIDTH:
+            return S.FIXED_WIDTH[elem]
+        if elem == "string":
+            return 1 if self.compact else 2
+        return 1 if self.compact else 4  # bytes
 
 
 @dataclass(eq=False)

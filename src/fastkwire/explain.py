@@ -28,8 +28,8 @@ import uuid
 from functools import lru_cache
 from itertools import chain
 
-from . import _pure, _schema
-from ._layout import makes_struct
+from . import _framing, _pure, _schema
+from ._layout import layouts, makes_struct, version_text
 from .error_codes import error_name
 from .errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
 
@@ -37,7 +37,6 @@ __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_la
            "render", "to_json", "add_parser", "run"]
 
 SIZE_PREFIX = 4
-API_VERSIONS_KEY = 18     # its responses always use response header v0
 DOC_WIDTH = 80            # descriptions longer than this are cut in the text view
 MAX_ITEMS = 100           # array elements (and tagged fields) shown per array by default
 # Past max_items * NODES_PER_ITEM nodes in all, or FREE_NODES plus one per BYTES_PER_NODE
@@ -127,20 +126,10 @@ def _api_names():
     return {key: m.name[: -len("Request")] for key, m in _requests().items()}
 
 
-def _range_text(vs) -> str:
-    if vs.high < vs.low:
-        return "none"
-    if vs.high >= 1 << 15:
-        return f"{vs.low}+"
-    return f"{vs.low}" if vs.low == vs.high else f"{vs.low}-{vs.high}"
-
-
 def header_versions(api_key: int, version: int) -> tuple[int, int]:
     """(request header version, response header version) for an API version."""
     req = _requests().get(api_key)
-    flexible = req is not None and req.is_flexible(version)
-    resp = 0 if api_key == API_VERSIONS_KEY else int(flexible)
-    return (2 if flexible else 1), resp
+    return _framing.header_versions(api_key, req is not None and req.is_flexible(version))
 
 
 def _default_dict(f):
@@ -148,33 +137,6 @@ def _default_dict(f):
     if makes_struct(f):
         return {g.py_name: _default_dict(g) for g in f.struct.fields}
     return f.default_value()
-
-
-def _is_compact(f, flexible, version) -> bool:
-    # The request header's ClientId keeps an int16 length even in flexible headers.
-    return flexible if f.flexible_override is None else version in f.flexible_override
-
-
-def _min_size(f_type, struct, version, flexible, compact) -> int:
-    """Fewest bytes one element can take, for the 'count fits in the bytes left' check
-    (the same bound as the generated codecs, so both reject a count at the same offset)."""
-    if struct is not None:
-        total = 1 if flexible else 0
-        for f in struct.fields:
-            if f.present(version) and not f.is_tagged(version):
-                c = _is_compact(f, flexible, version)
-                if f.is_array:
-                    total += 1 if c else 4
-                elif f.is_struct and f.is_nullable(version):
-                    total += 1
-                else:
-                    total += _min_size(f.type, f.struct, version, flexible, c)
-        return max(total, 1)
-    if f_type in _pure.WIDTH:
-        return _pure.WIDTH[f_type]
-    if f_type == "string":
-        return 1 if compact else 2
-    return 1 if compact else 4          # bytes, records
 
 
 # ---------------------------------------------------------------- value display
@@ -323,26 +285,25 @@ def _reader(type_, compact, nullable):
 _PLANS: dict = {}
 
 
-def _plan(struct, version, flexible):
-    """(fields, tagged, flexible) of a struct at a version: [(python name, skip)] in wire
-    order and {tag: (python name, skip)}, where skip(walker) reads one value."""
-    key = (id(struct), version, flexible)      # schema structs live as long as the process
-    plan = _PLANS.get(key)
+def _plan(lay):
+    """(fields, tagged, flexible) of a layout: [(python name, skip)] in wire order and
+    {tag: (python name, skip)}, where skip(walker) reads one value."""
+    plan = _PLANS.get(lay)     # layouts live as long as the process
     if plan is None:
-        present = [f for f in struct.fields if f.present(version)]
-        plan = _PLANS[key] = (
-            [(f.py_name, _skipper(f, version, flexible)) for f in present if not f.is_tagged(version)],
-            {f.tag: (f.py_name, _skipper(f, version, flexible)) for f in present if f.is_tagged(version)},
-            flexible)
+        plan = _PLANS[lay] = (
+            [(op.name, _skipper(op)) for op in lay.plain],
+            {op.field.tag: (op.name, _skipper(op)) for op in lay.tagged},
+            lay.flexible)
     return plan
 
 
-def _items(f, version, flexible, compact):
+def _items(op):
     """(skip one element, fixed width or None) of an array field."""
-    if f.struct is not None:
-        plan = _plan(f.struct, version, flexible)
+    if op.sub is not None:
+        plan = _plan(op.sub)
         return (lambda w: w.skip_struct(plan)), None
-    return _skip_value(_reader(f.element_type, compact, False)), _pure.WIDTH.get(f.element_type)
+    elem = op.field.element_type
+    return _skip_value(_reader(elem, op.compact, False)), _pure.WIDTH.get(elem)
 
 
 def _skip_value(read):
@@ -351,18 +312,18 @@ def _skip_value(read):
     return skip
 
 
-def _skipper(f, version, flexible):
-    compact, nullable = _is_compact(f, flexible, version), f.is_nullable(version)
+def _skipper(op):
+    f, compact, nullable = op.field, op.compact, op.nullable
     if f.is_array:
-        min_size = _min_size(f.element_type, f.struct, version, flexible, compact)
-        each, width = _items(f, version, flexible, compact)
+        min_size = op.element_min_size()
+        each, width = _items(op)
 
         def skip(w):
             count, w.pos = _pure.r_array_len(w.data, w.pos, w.end, compact, nullable, min_size)
             w.skip_items(each, width, 0, count)
         return skip
     if f.is_struct:
-        plan = _plan(f.struct, version, flexible)
+        plan = _plan(op.sub)
 
         def skip(w):
             if nullable:
@@ -413,40 +374,40 @@ class _Walker:
         node.display = show
         return node
 
-    def struct_body(self, node, struct, version, flexible, tags_doc):
+    def struct_body(self, node, lay, tags_doc):
         values = {}
-        for f in struct.fields:
-            if f.present(version) and not f.is_tagged(version):
-                values[f.py_name] = self.field(node, f, version, flexible)
+        for op in lay.ops:
+            if op.mode == "plain":
+                values[op.name] = self.field(node, op)
             else:
-                values[f.py_name] = _default_dict(f)
-        if flexible:
-            self.tagged_fields(node, struct, version, flexible, values, tags_doc)
+                values[op.name] = _default_dict(op.field)
+        if lay.flexible:
+            self.tagged_fields(node, lay, values, tags_doc)
         return values
 
-    def field(self, parent, f, version, flexible):
-        name = f.py_name if self.snake else f.name
-        compact = _is_compact(f, flexible, version)
-        nullable = f.is_nullable(version)
+    def field(self, parent, op):
+        f = op.field
+        name = op.name if self.snake else f.name
         try:
             if f.is_array:
-                return self.array(parent, name, f, version, flexible, compact, nullable)
+                return self.array(parent, name, op)
             if f.is_struct:
-                return self.struct_field(parent, name, f, version, flexible, nullable)
-            return self.primitive(parent, name, f.type, compact, nullable, f.doc, f.name).value
+                return self.struct_field(parent, name, op)
+            return self.primitive(parent, name, f.type, op.compact, op.nullable, f.doc, f.name).value
         except DecodeError as e:
-            raise e.with_prefix(f.py_name) from None
+            raise e.with_prefix(op.name) from None
 
     def primitive(self, parent, name, type_, compact, nullable, doc, schema_name=""):
         return self.leaf(parent, name, type_, _reader(type_, compact, nullable), doc,
                          _shower(type_, compact, schema_name))
 
-    def array(self, parent, name, f, version, flexible, compact, nullable):
+    def array(self, parent, name, op):
+        f, compact = op.field, op.compact
         node = self.open(parent, name, f.type, self.pos, f.doc)
         elem = f.element_type
-        min_size = _min_size(elem, f.struct, version, flexible, compact)
         length = self.open(node, "length", "uvarint" if compact else "int32", self.pos)
-        count, self.pos = _pure.r_array_len(self.data, self.pos, self.end, compact, nullable, min_size)
+        count, self.pos = _pure.r_array_len(self.data, self.pos, self.end, compact, op.nullable,
+                                            op.element_min_size())
         length.size = self.pos - length.offset
         length.value = count + 1 if compact else count
         length.display, length.description, node.display = _show_length, _describe_length, _show_array
@@ -454,15 +415,14 @@ class _Walker:
             node.value = []
         for i in range(max(count, 0)):
             if not self.shows(i):
-                each, width = _items(f, version, flexible, compact)
+                each, width = _items(op)
                 self.summary(node, f"{elem}[{i}..{count - 1}]", count - i, _show_more_elements,
                              lambda: self.skip_items(each, width, i, count))
                 break
             try:
-                if f.struct is not None:
+                if op.sub is not None:
                     item = self.open(node, f"{elem}[{i}]", elem, self.pos)
-                    item.value = self.struct_body(item, f.struct, version, flexible,
-                                                  "number of tagged fields in this struct")
+                    item.value = self.struct_body(item, op.sub, "number of tagged fields in this struct")
                     item.display = "struct"
                     item.size = self.pos - item.offset
                 else:
@@ -473,21 +433,20 @@ class _Walker:
         node.size = self.pos - node.offset
         return node.value
 
-    def struct_field(self, parent, name, f, version, flexible, nullable):
-        node = self.open(parent, name, f.type, self.pos, f.doc)
+    def struct_field(self, parent, name, op):
+        node = self.open(parent, name, op.field.type, self.pos, op.field.doc)
         present = True
-        if nullable:
+        if op.nullable:
             marker = self.leaf(node, "present", "int8", _pure.r_marker,
                                "null marker: -1 null, 1 present", _show_marker)
             present = marker.value == 1
         if present:
-            node.value = self.struct_body(node, f.struct, version, flexible,
-                                          "number of tagged fields in this struct")
+            node.value = self.struct_body(node, op.sub, "number of tagged fields in this struct")
         node.display = "struct" if present else "null"
         node.size = self.pos - node.offset
         return node.value
 
-    def tagged_fields(self, parent, struct, version, flexible, values, doc):
+    def tagged_fields(self, parent, lay, values, doc):
         section = self.open(parent, "tagged_fields", "uvarint", self.pos, doc)
         start = self.pos
         count, self.pos = _pure.r_uvarint(self.data, start, self.end)
@@ -497,36 +456,36 @@ class _Walker:
             # The section spans its fields too; the count itself gets a node of its own.
             c = self.open(section, "count", "uvarint", start, "number of tagged fields that follow")
             c.size, c.value, c.display = self.pos - start, count, _show_value
-        known = {f.tag: f for f in struct.fields if f.present(version) and f.is_tagged(version)}
+        known = {op.field.tag: op for op in lay.tagged}
         last = -1
         for i in range(count):
             if not self.shows(i):
-                tagged = _plan(struct, version, flexible)[1]
+                tagged = _plan(lay)[1]
                 self.summary(section, f"tagged fields [{i}..{count - 1}]", count - i,
                              _show_more_tags, lambda: self.skip_tags(tagged, i, count, last))
                 break
             entry = self.open(section, "tagged field", "tagged", self.pos)
             tag, size, payload = _pure.r_tag_header(self.data, self.pos, self.end, last)
             last = tag
-            f = known.get(tag)
-            entry.name = f.name if f else "unknown"
+            op = known.get(tag)
+            entry.name = op.field.name if op else "unknown"
             entry.value = tag
             entry.display = _show_tag
-            if f is None:   # a known field's own node below carries its description
+            if op is None:   # a known field's own node below carries its description
                 entry.description = "a tag this version does not define; kept as raw bytes"
             self.leaf(entry, "tag", "uvarint", _pure.r_uvarint, "tag number")
             self.leaf(entry, "size", "uvarint", _pure.r_uvarint, "bytes in the tagged value")
-            if f is None:
+            if op is None:
                 raw = self.leaf(entry, "data", "bytes",
                                 lambda d, p, e: (bytes(d[p:p + size]), p + size),
                                 "raw tagged value", _show_raw)
                 values.setdefault("unknown_tagged_fields", {})[tag] = raw.value
             else:
                 outer_end, self.end = self.end, payload + size
-                values[f.py_name] = self.field(entry, f, version, flexible)
+                values[op.name] = self.field(entry, op)
                 self.end = outer_end
                 if self.pos != payload + size:
-                    raise tag_size_mismatch(payload, tag).with_prefix(f.py_name)
+                    raise tag_size_mismatch(payload, tag).with_prefix(op.name)
             entry.size = self.pos - entry.offset
         section.size = self.pos - start
 
@@ -611,7 +570,7 @@ def explain(frame, api_key: int | None = None, version: int | None = None, *,
             raise ValueError(f"no response schema for API key {api_key}")
         if version not in msg.versions:
             raise UnsupportedVersionError(
-                f"{msg.name} has no version {version} (versions {_range_text(msg.versions)})")
+                f"{msg.name} has no version {version} (versions {version_text(msg.versions)})")
     root = Node("frame", "", 0, value={})
     w = _Walker(data, len(data), max_items)
     try:
@@ -639,13 +598,12 @@ def _frame(w: _Walker, root: Node, api_key, version):
         info.update(message=msg.name, version=version)
     info["header_version"] = hv
 
-    header_schema = _schema.load(hdr_name)
-    header = w.open(root, hdr_name, f"v{hv}", w.pos, header_schema.doc)
+    header_layouts = layouts(hdr_name)
+    header = w.open(root, hdr_name, f"v{hv}", w.pos, header_layouts.message.doc)
     w.snake = True
     try:
         info["header"] = header.value = w.struct_body(
-            header, header_schema.root, hv, header_schema.is_flexible(hv),
-            "number of tagged fields in the header")
+            header, header_layouts.root(hv), "number of tagged fields in the header")
     except DecodeError as e:
         raise e.with_prefix("header") from None
     w.snake = False
@@ -656,11 +614,11 @@ def _frame(w: _Walker, root: Node, api_key, version):
         raise DecodeError(f"unknown API key {key}", 4, "header.request_api_key")
     if version not in msg.versions:
         raise DecodeError(f"{msg.name} has no version {version} (versions "
-                          f"{_range_text(msg.versions)})", 6, "header.request_api_version")
+                          f"{version_text(msg.versions)})", 6, "header.request_api_version")
 
     body = w.open(root, msg.name, "struct", w.pos, msg.doc)
     info["body"] = body.value = w.struct_body(
-        body, msg.root, version, msg.is_flexible(version), "number of tagged fields in this struct")
+        body, layouts(msg.name).root(version), "number of tagged fields in this struct")
     body.size = w.pos - body.offset
     root.size = w.pos
 
@@ -711,28 +669,26 @@ def _write_zero(out, type_, compact):
         _pure.w_compact_bytes(out, b"") if compact else _pure.w_bytes(out, b"")
 
 
-def _write_smallest(out, struct, version, flexible, overrides=None):
+def _write_smallest(out, lay, overrides=None):
     """Smallest legal instance: numbers zero, strings empty, every array one element,
     nullable structs present, no tagged fields."""
-    for f in struct.fields:
-        if not f.present(version) or f.is_tagged(version):
-            continue
-        compact = _is_compact(f, flexible, version)
+    for op in lay.plain:
+        f, compact = op.field, op.compact
         if overrides and f.name in overrides:
             getattr(_pure, "w_" + f.type)(out, overrides[f.name])
         elif f.is_array:
             _pure.w_uvarint(out, 2) if compact else _pure.w_int32(out, 1)
-            if f.struct is not None:
-                _write_smallest(out, f.struct, version, flexible)
+            if op.sub is not None:
+                _write_smallest(out, op.sub)
             else:
                 _write_zero(out, f.element_type, compact)
         elif f.is_struct:
-            if f.is_nullable(version):
+            if op.nullable:
                 _pure.w_int8(out, 1)
-            _write_smallest(out, f.struct, version, flexible)
+            _write_smallest(out, op.sub)
         else:
             _write_zero(out, f.type, compact)
-    if flexible:
+    if lay.flexible:
         _pure.w_uvarint(out, 0)
 
 
@@ -748,13 +704,13 @@ def example(name: str) -> tuple[bytes, int | None, int | None]:
     req_hv, resp_hv = header_versions(key, version)
     out = bytearray()
     if is_response:
-        msg, header = _responses()[key], _schema.load("ResponseHeader")
-        _write_smallest(out, header.root, resp_hv, header.is_flexible(resp_hv))
+        msg = _responses()[key]
+        _write_smallest(out, layouts("ResponseHeader").root(resp_hv))
     else:
-        msg, header = _requests()[key], _schema.load("RequestHeader")
-        _write_smallest(out, header.root, req_hv, header.is_flexible(req_hv),
+        msg = _requests()[key]
+        _write_smallest(out, layouts("RequestHeader").root(req_hv),
                         {"RequestApiKey": key, "RequestApiVersion": version})
-    _write_smallest(out, msg.root, version, msg.is_flexible(version))
+    _write_smallest(out, layouts(msg.name).root(version))
     frame = len(out).to_bytes(4, "big") + bytes(out)
     return (frame, key, version) if is_response else (frame, None, None)
 
