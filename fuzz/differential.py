@@ -25,7 +25,7 @@ if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))  # tests/strategies.py: the value strategies
 
 import fastkwire._messages_python as PY  # noqa: E402
-from fastkwire import _schema  # noqa: E402
+from fastkwire._layout import layouts  # noqa: E402
 from fastkwire.errors import DecodeError, UnsupportedVersionError  # noqa: E402
 
 try:
@@ -180,37 +180,27 @@ def _check_explain(target, data, py):
 
 # ---------------------------------------------------------------- seeds
 
-def _schema_of(name):
-    return _schema.load(name)
-
-
-def _is_compact(f, flexible, version):
-    if f.flexible_override is not None:
-        return version in f.flexible_override
-    return flexible
-
-
 def full_dict(name, version, unknown_tags=True):
     """A to_dict() value with every field the version has set, non-null and non-default;
     top-level arrays of two, nested ones of one (to keep deep messages small); in flexible
     versions every struct also carries an unknown tagged field, so that every kind of
     length, count and tag has an instance on the wire."""
-    msg = _schema_of(name)
-    return _full_struct(msg.root, version, msg.is_flexible(version) and unknown_tags, 0)
+    lay = layouts(name).root(version)
+    return _full_struct(lay, lay.flexible and unknown_tags, 0)
 
 
-def _full_struct(struct, version, tags, depth):
+def _full_struct(lay, tags, depth):
     d = {}
     n = 2 if depth == 0 else 1
-    for f in struct.fields:
-        if not f.present(version):
+    for op in lay.ops:
+        if op.mode == "absent":
             continue
-        if f.struct is not None:
-            items = [_full_struct(f.struct, version, tags, depth + 1) for _ in range(n)]
-            d[f.py_name] = items if f.is_array else items[0]
+        f = op.field
+        if op.sub is not None:
+            items = [_full_struct(op.sub, tags, depth + 1) for _ in range(n)]
         else:
             items = [_full_value(f.element_type) for _ in range(n)]
-            d[f.py_name] = items if f.is_array else items[0]
+        d[op.name] = items if f.is_array else items[0]
     if tags:
         d["unknown_tagged_fields"] = {UNKNOWN_TAG: b"\x01\x02"}
     return d
@@ -300,18 +290,14 @@ def sites(frame, target):
     out = []
     header_node, body_node = root.children[1], root.children[2]
     hname = "RequestHeader" if target[0] == "request" else "ResponseHeader"
-    hv = info["header_version"]
-    hmsg = _schema_of(hname)
-    _struct_sites(header_node, hmsg.root, hv, hmsg.is_flexible(hv), out)
-    msg = _schema_of(info["message"])
-    v = info["version"]
-    _struct_sites(body_node, msg.root, v, msg.is_flexible(v), out)
+    _struct_sites(header_node, layouts(hname).root(info["header_version"]), out)
+    _struct_sites(body_node, layouts(info["message"]).root(info["version"]), out)
     return out
 
 
-def _struct_sites(node, struct, version, flexible, out):
-    fields = {f.name: f for f in struct.fields}
-    fields.update({f.py_name: f for f in struct.fields})
+def _struct_sites(node, lay, out):
+    fields = {op.field.name: op for op in lay.ops}
+    fields.update({op.name: op for op in lay.ops})
     for child in node.children:
         if child.name == "present":
             continue
@@ -322,28 +308,27 @@ def _struct_sites(node, struct, version, flexible, out):
                 size = entry.children[1]
                 out.append(Site(size.offset, size.size, "uvarint", "tag_size", False))
                 if entry.name in fields:
-                    _field_sites(entry.children[2], fields[entry.name], version, flexible, out)
+                    _field_sites(entry.children[2], fields[entry.name], out)
             continue
-        _field_sites(child, fields[child.name], version, flexible, out)
+        _field_sites(child, fields[child.name], out)
 
 
-def _field_sites(node, f, version, flexible, out):
-    compact = _is_compact(f, flexible, version)
-    nullable = f.is_nullable(version)
+def _field_sites(node, op, out):
+    f, compact, nullable = op.field, op.compact, op.nullable
     if f.is_array:
         length = node.children[0]
         out.append(Site(length.offset, length.size, length.type, "array", nullable))
         for item in node.children[1:]:
-            if f.struct is not None:
-                _struct_sites(item, f.struct, version, flexible, out)
+            if op.sub is not None:
+                _struct_sites(item, op.sub, out)
             else:
                 _prim_site(item, f.element_type, compact, False, out)
-    elif f.struct is not None:
+    elif op.sub is not None:
         if nullable and node.children and node.children[0].name == "present":
             m = node.children[0]
             out.append(Site(m.offset, 1, "marker", "marker", True))
         if node.value is not None:
-            _struct_sites(node, f.struct, version, flexible, out)
+            _struct_sites(node, op.sub, out)
     else:
         _prim_site(node, f.type, compact, nullable, out)
 
