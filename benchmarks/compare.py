@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE))
 
 from workloads import WORKLOADS
 
-COLUMNS = ["cython", "pure", "cython-numpy", "pure-numpy", "kafka-python", "kio", "msgspec", "numpy-frombuffer"]
+COLUMNS = ["cython", "pure", "cython-numpy", "pure-numpy", "cython-views", "pure-views", "kafka-python", "kio", "msgspec", "numpy-frombuffer"]
 OPS = ["encode", "decode", "frame"]
 STAT_NAMES = {"median": "medians", "min": "minimum times", "mean": "mean times"}
 # (ours, peer) pairs shown in the ratio table.
