@@ -17,6 +17,7 @@ import pytest
 import fastkwire
 from fastkwire import (
     ApiVersionsResponse,
+    DescribeGroupsResponse,
     FindCoordinatorResponse,
     LeaveGroupResponse,
     decode_request,
@@ -25,11 +26,12 @@ from fastkwire import (
 from fastkwire.admin import AdminClient
 
 API_VERSIONS, FIND_COORDINATOR, LEAVE_GROUP = 18, 10, 13
+DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE, SASL_HANDSHAKE, SASL_AUTHENTICATE = 15, 69, 17, 36
 NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 15, 14
 UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID = 25, 82
 
-# What a current Apache Kafka broker advertises for the three APIs.
-MODERN = {API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 5)}
+# What a current Apache Kafka broker advertises for the APIs the admin client uses.
+MODERN = {API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 6)}
 
 # The directory holding the fastkwire this test run imports, for CLI subprocesses.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastkwire.__file__)))
@@ -324,6 +326,23 @@ class KafkaLikeGroup:
         return LeaveGroupResponse(members=answers)
 
 
+def described(members, state="Stable", protocol_type="consumer", protocol="range", error=0, group_id=None):
+    """A DescribeGroups step; `members` are (member_id, instance_id, {topic: partitions}) or
+    (member_id, instance_id, raw assignment bytes)."""
+    from fastkwire.consumer_protocol import encode_assignment
+
+    def step(request, version):
+        return DescribeGroupsResponse(groups=[DescribeGroupsResponse.DescribedGroup(
+            error_code=error, group_id=group_id or request.groups[0], group_state=state,
+            protocol_type=protocol_type, protocol_data=protocol, members=[
+                DescribeGroupsResponse.DescribedGroupMember(
+                    member_id=m, group_instance_id=i, client_id=f"client-{m}", client_host=f"/10.0.0.{n}",
+                    member_metadata=b"", member_assignment=a if isinstance(a, bytes) else encode_assignment(a))
+                for n, (m, i, a) in enumerate(members)])])
+
+    return step
+
+
 def leave_error(code):
     return lambda request, version: LeaveGroupResponse(error_code=code)
 
@@ -352,3 +371,54 @@ def run_cli(*args, timeout=10, text=True):
     env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "fastkwire.cli", *args], capture_output=True,
                           text=text, timeout=timeout, env=env)
+
+
+# ---------------------------------------------------------------- in the event loop
+
+
+class LoopBroker:
+    """A scripted broker served by asyncio in the test's own event loop (no threads), for
+    tests that count threads. `script[api_key]` is a function (request, version) -> response;
+    ApiVersions is answered from `versions`. Start with `await broker.start()`."""
+
+    def __init__(self, script, versions=None):
+        self.script = dict(script)
+        self.versions = dict(MODERN if versions is None else versions)
+        self.requests = []
+        self.open_connections = 0
+
+    async def start(self):
+        import asyncio
+
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        return self
+
+    async def _serve(self, reader, writer):
+        import asyncio
+
+        self.open_connections += 1
+        try:
+            while True:
+                size = await reader.readexactly(4)
+                frame = size + await reader.readexactly(struct.unpack(">i", size)[0])
+                header, request = decode_request(frame)
+                key, version = header.request_api_key, header.request_api_version
+                self.requests.append((key, version))
+                answer = self.script.get(key)
+                if answer is None and key == API_VERSIONS:
+                    answer = lambda r, v: ApiVersionsResponse(api_keys=[  # noqa: E731
+                        ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                        for k, (lo, hi) in sorted(self.versions.items())])
+                writer.write(encode_response(answer(request, version), version, header.correlation_id))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open_connections -= 1
+            writer.close()
+
+    async def close(self):
+        self.server.close()
+        await self.server.wait_closed()
