@@ -11,8 +11,11 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
+
+from sasl_server import Refused
 
 import fastkwire
 from fastkwire import (
@@ -20,6 +23,8 @@ from fastkwire import (
     DescribeGroupsResponse,
     FindCoordinatorResponse,
     LeaveGroupResponse,
+    SaslAuthenticateResponse,
+    SaslHandshakeResponse,
     decode_request,
     encode_response,
 )
@@ -95,8 +100,17 @@ class ScriptedBroker:
     v0 UNSUPPORTED_VERSION answer. Every request is recorded in `requests`.
     """
 
-    def __init__(self, versions=None, script=None, node_id=1):
+    def __init__(self, versions=None, script=None, node_id=1, sasl=None, session_lifetime_ms=0, tls=None):
+        """sasl: a sasl_server.SaslServer: the listener then requires SASL before any request
+        but ApiVersions (and closes the connection otherwise, as Kafka does), grants sessions
+        of `session_lifetime_ms` and closes a connection used after its session expired.
+        tls: an ssl server context: the listener speaks TLS."""
         self.versions = dict(MODERN if versions is None else versions)
+        if sasl is not None and versions is None:
+            self.versions.update({SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)})
+        self.sasl, self.session_lifetime_ms, self.tls = sasl, session_lifetime_ms, tls
+        self.sasl_events = []  # "handshake MECH", "authenticated", "refused", "expired", "unauthenticated"
+        self.tls_errors = []  # handshakes that failed (a client that refused our certificate)
         self.script = {k: list(v) for k, v in (script or {}).items()}
         self.node_id = node_id
         self.requests = []  # (api_key, version, request message)
@@ -145,8 +159,13 @@ class ScriptedBroker:
         return data if len(data) == n else None
 
     def _serve(self, conn):
-        conn.settimeout(0.05)
         try:
+            if self.tls is not None:
+                conn = self._wrap(conn)
+                if conn is None:
+                    return
+            conn.settimeout(0.05)
+            session = {"sasl": None, "raw": False, "until": None if self.sasl is None else 0.0}
             while not self._stop.is_set():
                 size = self._recv_exact(conn, 4)
                 if size is None:
@@ -154,18 +173,100 @@ class ScriptedBroker:
                 body = self._recv_exact(conn, struct.unpack(">i", size)[0])
                 if body is None:
                     return
+                if session["raw"]:  # a SASL token after a SaslHandshake v0
+                    if not self._raw_sasl(conn, session, body):
+                        return
+                    continue
                 header, request = decode_request(size + body)
                 key, version = header.request_api_key, header.request_api_version
                 with self._lock:
                     self.requests.append((key, version, request))
+                if self.sasl is not None and key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                    if not self._sasl(conn, session, header, key, version, request):
+                        return
+                    continue
+                if self.sasl is not None and key != API_VERSIONS and not self._session_valid(session):
+                    return
                 if not self._answer(conn, header, key, version, request):
                     return
         except Exception as exc:  # noqa: BLE001 - reported by the fixture
             self.errors.append(exc)
         finally:
-            with self._lock:
-                self._open.discard(conn)
+            if conn is not None:
+                with self._lock:
+                    self._open.discard(conn)
+                conn.close()
+
+    def _wrap(self, conn):
+        import ssl
+
+        conn.settimeout(5)
+        with self._lock:
+            self._open.discard(conn)
+        try:
+            wrapped = self.tls.wrap_socket(conn, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            self.tls_errors.append(exc)
             conn.close()
+            return None
+        with self._lock:
+            self._open.add(wrapped)
+        return wrapped
+
+    def _session_valid(self, session):
+        if session["until"] is None:
+            return True
+        if session["until"] == 0.0:
+            self.sasl_events.append("unauthenticated")
+            return False
+        if time.monotonic() > session["until"]:
+            self.sasl_events.append("expired")
+            return False
+        return True
+
+    def _sasl(self, conn, session, header, key, version, request):
+        """SaslHandshake and SaslAuthenticate; False when the connection is to end."""
+        cid = header.correlation_id
+        if key == SASL_HANDSHAKE:
+            self.sasl_events.append(f"handshake {request.mechanism}")
+            offered = self.sasl.mechanisms
+            if request.mechanism not in offered:
+                conn.sendall(encode_response(SaslHandshakeResponse(error_code=33, mechanisms=offered), version, cid))
+                return True
+            session["sasl"] = self.sasl.session(request.mechanism)
+            session["raw"] = version == 0
+            conn.sendall(encode_response(SaslHandshakeResponse(mechanisms=offered), version, cid))
+            return True
+        try:
+            reply, done = session["sasl"].step(request.auth_bytes)
+        except Refused as exc:
+            self.sasl_events.append("refused")
+            conn.sendall(encode_response(SaslAuthenticateResponse(error_code=58, error_message=str(exc)), version, cid))
+            return False
+        lifetime = 0
+        if done:
+            self._authenticated(session)
+            lifetime = self.session_lifetime_ms
+        conn.sendall(encode_response(SaslAuthenticateResponse(auth_bytes=reply, session_lifetime_ms=lifetime),
+                                     version, cid))
+        return True
+
+    def _raw_sasl(self, conn, session, token):
+        try:
+            reply, done = session["sasl"].step(token)
+        except Refused:
+            self.sasl_events.append("refused")
+            return False  # after a v0 handshake a refusal is a closed connection
+        if done:
+            self._authenticated(session)
+            session["raw"] = False
+        conn.sendall(struct.pack(">i", len(reply)) + reply)
+        return True
+
+    def _authenticated(self, session):
+        self.sasl_events.append("authenticated")
+        lifetime = self.session_lifetime_ms
+        session["until"] = time.monotonic() + lifetime / 1000 if lifetime else None
 
     def _next_step(self, key, request, version):
         with self._lock:

@@ -351,12 +351,27 @@ class _Base:
         self.session_lifetime_ms = lifetime_ms
         self._reauth_at = time.monotonic() + lifetime_ms / 1000 * REAUTH_AT if lifetime_ms > 0 else None
 
+    def _after_handshake(self, what):
+        # With TLS 1.3 a broker checks the client's certificate after the handshake: one that
+        # wants a certificate it trusts hangs up on the first request.
+        return TlsError(f"{self.address} hung up right after the TLS handshake, during {what}: it may want a "
+                        "client certificate it trusts (check ssl_certfile and ssl_keyfile)")
+
     def _closed_error(self, what, got):
+        if self.security.ssl and not self.versions and not got:
+            return self._after_handshake(what)
         when = "before answering" if not got else "in the middle of its answer"
         return BrokerConnectionError(f"{self.address} closed the connection during {what} ({when})")
 
     def _timeout_error(self, deadline, what):
         return AdminTimeoutError(f"no answer from {self.address} to {what} within {deadline.seconds:g} s")
+
+    def _broken(self, exc, what):
+        if isinstance(exc, ssl.SSLError):  # TLS 1.3 reports a refused client certificate here
+            return self._connect_error(exc, None)
+        if self.security.ssl and not self.versions and isinstance(exc, ConnectionResetError):
+            return self._after_handshake(what)
+        return BrokerConnectionError(f"connection to {self.address} failed during {what}: {_reason(exc)}")
 
     def _connect_error(self, exc, deadline):
         """The AdminError for a failed connect or TLS handshake."""
@@ -497,8 +512,7 @@ class Connection(_Base):
         except socket.timeout:
             raise self._timeout_error(deadline, what) from None
         except OSError as exc:
-            raise BrokerConnectionError(
-                f"connection to {self.address} failed during {what}: {_reason(exc)}") from None
+            raise self._broken(exc, what) from None
 
     def _fill(self, buffer, deadline, what, started=False):
         # recv_into a buffer sized in advance: a broker sending one byte at a time costs
@@ -634,8 +648,7 @@ class AsyncConnection(_Base):
         except asyncio.TimeoutError:
             raise self._timeout_error(deadline, what) from None
         except OSError as exc:
-            raise BrokerConnectionError(
-                f"connection to {self.address} failed during {what}: {_reason(exc)}") from None
+            raise self._broken(exc, what) from None
 
     async def _read(self, buffer, deadline, what, started):
         got = await self._within(self._stream.read_into(buffer), deadline)
@@ -682,6 +695,10 @@ class _FrameStream(asyncio.BufferedProtocol):
             return
         self._got += nbytes
         if self._got == len(self._target):
+            # Pause at once: a transport may ask for a buffer again before the reader
+            # resumes, and an empty one reads as the end of the stream (TLS close_notify).
+            self._transport.pause_reading()
+            self._target = None
             self._wake()
 
     def eof_received(self):
@@ -722,7 +739,10 @@ class _FrameStream(asyncio.BufferedProtocol):
 
     async def read_into(self, buffer):
         """Fill `buffer`; the count read (short when the connection ended first)."""
-        self._target, self._got = memoryview(buffer), 0
+        if not len(buffer):
+            return 0
+        view = self._target = memoryview(buffer)
+        self._got = 0
         try:
             if not self._lost:
                 self._waiter = asyncio.get_running_loop().create_future()
@@ -732,7 +752,7 @@ class _FrameStream(asyncio.BufferedProtocol):
                 raise self._closed
             return self._got
         finally:
-            if not self._lost:
+            if not self._lost and self._transport.is_reading():
                 self._transport.pause_reading()
-            self._target.release()
+            view.release()
             self._target = self._waiter = None
