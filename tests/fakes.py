@@ -22,6 +22,7 @@ from fastkwire import (
     ApiVersionsResponse,
     DescribeGroupsResponse,
     FindCoordinatorResponse,
+    LeaveGroupRequest,
     LeaveGroupResponse,
     SaslAuthenticateResponse,
     SaslHandshakeResponse,
@@ -442,6 +443,47 @@ def described(members, state="Stable", protocol_type="consumer", protocol="range
                 for n, (m, i, a) in enumerate(members)])])
 
     return step
+
+
+def consumer_group_described(members, state="Stable", assignor="uniform", error=0):
+    """A ConsumerGroupDescribe step (KIP-848 groups); members are (member_id, instance_id, {topic: parts})."""
+    from fastkwire import ConsumerGroupDescribeResponse as R
+
+    def step(request, version):
+        return R(groups=[R.DescribedGroup(
+            error_code=error, group_id=request.group_ids[0], group_state=state, assignor_name=assignor, members=[
+                R.Member(member_id=m, instance_id=i, client_id=f"client-{m}", client_host="/10.1.0.1",
+                         assignment=R.Assignment(topic_partitions=[
+                             R.TopicPartitions(topic_name=t, partitions=p) for t, p in a.items()]))
+                for m, i, a in members])])
+
+    return step
+
+
+class DescribedKafkaGroup(KafkaLikeGroup):
+    """KafkaLikeGroup that also answers DescribeGroups with its members (as `describe`), and
+    removes a member named by its member id too."""
+
+    def __init__(self, instance_ids, dynamic=()):
+        super().__init__(instance_ids)
+        self.dynamic = list(dynamic)
+
+    def __call__(self, request, version):
+        named = [m for m in request.members if m.group_instance_id is None]
+        answers = super().__call__(LeaveGroupRequest(members=[m for m in request.members
+                                                              if m.group_instance_id is not None]), version).members
+        for m in named:
+            code = 0 if m.member_id in self.dynamic else UNKNOWN_MEMBER_ID
+            if code == 0:
+                self.dynamic.remove(m.member_id)
+            answers.append(LeaveGroupResponse.MemberResponse(member_id=m.member_id, error_code=code))
+        return LeaveGroupResponse(members=answers)
+
+    def describe(self, request, version):
+        members = [(member_id, instance_id, {"orders": [n]}) for n, (instance_id, member_id)
+                   in enumerate(sorted(self.static.items()))]
+        members += [(member_id, None, {"orders": [100 + n]}) for n, member_id in enumerate(self.dynamic)]
+        return described(members)(request, version)
 
 
 def leave_error(code):

@@ -76,7 +76,7 @@ __all__ = [
     "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
     "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "SecurityError",
     "SaslAuthenticationError", "UnsupportedSaslMechanismError", "TlsError", "TlsCertificateError",
-    "check_removal", "parse_servers", "Security", "ANSWER_LIMITS", "answer_limit", "MAX_TIMEOUT_MS",
+    "check_removal", "check_members", "check_group", "check_reason", "parse_servers", "Security", "ANSWER_LIMITS", "answer_limit", "MAX_TIMEOUT_MS",
 ]
 
 DEFAULT_PORT = 9092
@@ -377,6 +377,15 @@ def check_removal(group_id, group_instance_ids, reason=None):
     return instance_ids
 
 
+
+
+def check_group(group_id):
+    """ValueError unless `group_id` is a group id Kafka can carry."""
+    _check_name("group_id", group_id)
+
+
+def check_reason(reason):
+    _check_name("reason", reason, nullable=True)
 
 
 def check_members(group_instance_ids=(), member_ids=(), remove_all=False):
