@@ -115,6 +115,16 @@ def test_classic_group_on_a_kip848_broker_falls_back(scripted, call):
     assert len(broker.seen(CONSUMER_GROUP_DESCRIBE)) == 1
 
 
+def test_kip848_answer_without_members_is_checked_with_describe_groups(scripted, call):
+    # Tansu 0.6 answers ConsumerGroupDescribe for a classic group: its state, no members.
+    broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 0)})
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
+                     CONSUMER_GROUP_DESCRIBE: [consumer_group_described([])],
+                     DESCRIBE_GROUPS: [described([("m1", "i1", {"t": [0]})])]}
+    d = call(broker, "describe_group", "orders")
+    assert d.api == "DescribeGroups v6" and [m.group_instance_id for m in d.members] == ["i1"]
+
+
 def test_describe_errors_and_retries(scripted, call):
     broker = scripted()
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],

@@ -595,13 +595,15 @@ class _Calls:
             code = entry.error_code
             if code in COORDINATOR_RETRY:
                 return code, None
-            if code == NONE:
+            if code == NONE and entry.members:
                 return code, GroupDescription(
                     group_id, coordinator, entry.group_state, "consumer", entry.assignor_name,
                     [_consumer_group_member(m) for m in entry.members], f"ConsumerGroupDescribe v{version}")
-            if code not in (GROUP_ID_NOT_FOUND, UNSUPPORTED_VERSION):
+            if code not in (NONE, GROUP_ID_NOT_FOUND, UNSUPPORTED_VERSION):
                 raise _group_error(code, group_id, coordinator, "describe", entry.error_message)
-            # Not a group of the new protocol (Kafka answers GROUP_ID_NOT_FOUND): a classic one?
+            # Not a group of the new protocol (Kafka answers GROUP_ID_NOT_FOUND), or one without
+            # members: DescribeGroups tells as much, and more for a classic group (Tansu 0.6
+            # answers ConsumerGroupDescribe for a classic group with its state but no members).
         version = highest_common_version(conn.versions, DescribeGroupsRequest)
         if version is None:
             raise BrokerTooOldError(f"coordinator {coordinator.address} does not support DescribeGroups",
