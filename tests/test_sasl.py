@@ -10,6 +10,7 @@ import pytest
 
 from fastkwire.admin import (
     AdminClient,
+    BrokerConnectionError,
     AsyncAdminClient,
     SaslAuthenticationError,
     TlsCertificateError,
@@ -329,3 +330,10 @@ def test_wrong_key_password_is_a_value_error(tls_files):  # noqa: F811
         AdminClient("127.0.0.1:9092", security_protocol="SSL", ssl_cafile=tls_files.ca,
                     ssl_certfile=tls_files.client_cert, ssl_keyfile=tls_files.client_key, ssl_password="wrong-pw-1")
     assert "wrong-pw-1" not in str(info.value)
+
+
+def test_plain_tcp_to_a_tls_listener(scripted, call, tls_files):  # noqa: F811
+    broker = tls_broker(scripted, tls_files)
+    with pytest.raises(BrokerConnectionError, match="during ApiVersions v4.*if that listener speaks TLS, use "
+                                                    "security_protocol SSL or SASL_SSL"):
+        call(broker, "api_versions")

@@ -361,7 +361,8 @@ class _Base:
         if self.security.ssl and not self.versions and not got:
             return self._after_handshake(what)
         when = "before answering" if not got else "in the middle of its answer"
-        return BrokerConnectionError(f"{self.address} closed the connection during {what} ({when})")
+        return BrokerConnectionError(f"{self.address} closed the connection during {what} ({when})"
+                                     f"{self._tls_hint() if not got else ''}")
 
     def _timeout_error(self, deadline, what):
         return AdminTimeoutError(f"no answer from {self.address} to {what} within {deadline.seconds:g} s")
@@ -371,7 +372,14 @@ class _Base:
             return self._connect_error(exc, None)
         if self.security.ssl and not self.versions and isinstance(exc, ConnectionResetError):
             return self._after_handshake(what)
-        return BrokerConnectionError(f"connection to {self.address} failed during {what}: {_reason(exc)}")
+        return BrokerConnectionError(f"connection to {self.address} failed during {what}: {_reason(exc)}"
+                                     f"{self._tls_hint()}")
+
+    def _tls_hint(self):
+        # A TLS listener hangs up on the plaintext of a first request.
+        if self.security.ssl or self.versions:
+            return ""
+        return " (if that listener speaks TLS, use security_protocol SSL or SASL_SSL)"
 
     def _connect_error(self, exc, deadline):
         """The AdminError for a failed connect or TLS handshake."""
