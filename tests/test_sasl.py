@@ -337,3 +337,15 @@ def test_plain_tcp_to_a_tls_listener(scripted, call, tls_files):  # noqa: F811
     with pytest.raises(BrokerConnectionError, match="during ApiVersions v4.*if that listener speaks TLS, use "
                                                     "security_protocol SSL or SASL_SSL"):
         call(broker, "api_versions")
+
+
+@pytest.mark.parametrize("authenticate_max", [0, 1])
+def test_older_sasl_authenticate_versions(scripted, call, authenticate_max):
+    # v0 has no session lifetime; v1 added it. The exchange is the same.
+    server = SaslServer(USERS)
+    broker = scripted(versions={API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), SASL_HANDSHAKE: (0, 1),
+                                SASL_AUTHENTICATE: (0, authenticate_max)}, sasl=server)
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)]}
+    assert call(broker, "find_coordinator", "orders", **scram("SCRAM-SHA-512")).port == broker.port
+    assert {v for v, _ in broker.seen(SASL_AUTHENTICATE)} == {authenticate_max}
+    assert server.authenticated == [("SCRAM-sha512", "ops")]
