@@ -368,10 +368,13 @@ class _Base:
         return AdminTimeoutError(f"no answer from {self.address} to {what} within {deadline.seconds:g} s")
 
     def _broken(self, exc, what):
-        if isinstance(exc, ssl.SSLError):  # TLS 1.3 reports a refused client certificate here
-            return self._connect_error(exc, None)
-        if self.security.ssl and not self.versions and isinstance(exc, ConnectionResetError):
+        if isinstance(exc, ssl.SSLError) and "CERTIFICATE" in (exc.reason or "").upper():
+            return self._connect_error(exc, None)  # TLS 1.3 reports a refused client certificate here
+        if self.security.ssl and not self.versions and isinstance(exc, (ssl.SSLError, ConnectionResetError)):
             return self._after_handshake(what)
+        if isinstance(exc, ssl.SSLError):
+            return TlsError(f"TLS failed on the connection to {self.address} during {what}: "
+                            f"{printable(exc.reason or type(exc).__name__)}")
         return BrokerConnectionError(f"connection to {self.address} failed during {what}: {_reason(exc)}"
                                      f"{self._tls_hint()}")
 
