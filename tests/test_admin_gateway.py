@@ -179,16 +179,24 @@ def test_remove_member_by_id_over_sasl_ssl_with_command_config(secured, static_g
     assert sorted(p for c in others for p in c.assigned_since(paused)) == list(range(MEMBERS))
 
 
-def test_remove_all_over_sasl_ssl(secured, static_group):
-    # Runs last: it empties the group.
+def test_remove_all_over_ssl(secured, static_group, capsys):
+    # Runs last: it empties the group. Described over SASL_SSL, removed over SSL.
     client = AdminClient(secured.bootstrap, request_timeout_ms=15000, security_protocol="SASL_SSL",
                          sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="ops",
                          sasl_plain_password=OPS_PASSWORD, ssl_cafile=secured.files.ca)
     remaining = client.describe_group(GROUP)
     for c in static_group.consumers:
         c.pause_polling()
-    result = client.remove_members(GROUP, remove_all=True, reason="drain")
+    secured.gateway.sasl_required = False
+    try:
+        code, out, err = run_main(capsys, [
+            "remove-members", "--bootstrap-server", secured.bootstrap, "--group", GROUP, "--all", "--json",
+            "--reason", "drain", "--security-protocol", "SSL", "--ssl-cafile", secured.files.ca, "--timeout", "15"])
+    finally:
+        secured.gateway.sasl_required = True
+    assert code == 0, err
+    result = json.loads(out)
     # Named by member id (Tansu reports no instance ids), each one removed.
-    assert sorted(result.removed) == sorted(m.member_id for m in remaining.members) != []
-    assert not result.failed
+    assert sorted(result["removed"]) == sorted(m.member_id for m in remaining.members) != []
+    assert result["failed"] == []
     assert client.describe_group(GROUP).members == []
