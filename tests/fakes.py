@@ -182,11 +182,12 @@ class ScriptedBroker:
                 key, version = header.request_api_key, header.request_api_version
                 with self._lock:
                     self.requests.append((key, version, request))
-                if self.sasl is not None and key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                if self.sasl is not None and key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and key not in self.script:
                     if not self._sasl(conn, session, header, key, version, request):
                         return
                     continue
-                if self.sasl is not None and key != API_VERSIONS and not self._session_valid(session):
+                if (self.sasl is not None and key not in (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE)
+                        and not self._session_valid(session)):
                     return
                 if not self._answer(conn, header, key, version, request):
                     return

@@ -4,13 +4,16 @@ and TLS with certificates made for the test (tests/certs.py), with faults: wrong
 forged server signature, replayed nonce, mechanism not offered, rejected token,
 re-authentication demanded, untrusted or misnamed certificates."""
 import asyncio
+import struct
 import time
 
 import pytest
 
 from fastkwire.admin import (
     AdminClient,
+    AdminTimeoutError,
     BrokerConnectionError,
+    ResponseError,
     AsyncAdminClient,
     SaslAuthenticationError,
     TlsCertificateError,
@@ -27,7 +30,9 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     LEAVE_GROUP,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
+    SILENT,
     KafkaLikeGroup,
+    Raw,
     coordinator_at,
     find_error,
     scripted,
@@ -349,3 +354,15 @@ def test_older_sasl_authenticate_versions(scripted, call, authenticate_max):
     assert call(broker, "find_coordinator", "orders", **scram("SCRAM-SHA-512")).port == broker.port
     assert {v for v, _ in broker.seen(SASL_AUTHENTICATE)} == {authenticate_max}
     assert server.authenticated == [("SCRAM-sha512", "ops")]
+
+
+@pytest.mark.parametrize("step, error, words", [
+    (Raw(struct.pack(">i", 50 << 20)), ResponseError, "announced a 52428800-byte answer to SaslAuthenticate v2"),
+    (SILENT, AdminTimeoutError, "no answer from .* to SaslAuthenticate v2 within 0.3 s"),
+])
+def test_hostile_sasl_answers(scripted, call, step, error, words):
+    # The SASL exchange gets the same size caps and deadline as every other request.
+    broker = sasl_broker(scripted, SaslServer(USERS))
+    broker.script[SASL_AUTHENTICATE] = [step]
+    with pytest.raises(error, match=words):
+        call(broker, "api_versions", timeout=0.3, **scram())
