@@ -357,3 +357,22 @@ def test_cli_process_tls_error_exits_3(scripted, tls_files):  # noqa: F811
     assert proc.stderr.startswith("fastkwire describe-group: error: the TLS certificate of 127.0.0.1:")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
+
+
+def test_cli_oauthbearer_token_from_the_environment(scripted, capsys, monkeypatch):
+    from sasl_server import SaslServer
+
+    broker = scripted(sasl=SaslServer(tokens=["tok-" + SECRET]))
+    group = DescribedKafkaGroup(["a"])
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [group.describe]}
+    argv = ["describe-group", "--bootstrap-server", broker.address, "--group", "orders",
+            "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "OAUTHBEARER"]
+    code, _, err = run_main(capsys, argv)
+    assert code == 2 and "FASTKWIRE_SASL_OAUTH_TOKEN, which is not set" in err
+    monkeypatch.setenv("FASTKWIRE_SASL_OAUTH_TOKEN", "tok-" + SECRET)
+    code, out, err = run_main(capsys, argv)
+    assert code == 0 and "coordinator" in out and ", 1 member (DescribeGroups v6)" in out
+    monkeypatch.setenv("FASTKWIRE_SASL_OAUTH_TOKEN", "expired-" + SECRET)
+    code, out, err = run_main(capsys, argv + ["--json"])
+    assert code == 3 and "rejected the OAUTHBEARER token" in err
+    assert SECRET not in out + err

@@ -34,6 +34,7 @@ MIN_TIMEOUT = 0.001  # the client counts in milliseconds
 MAX_TIMEOUT = MAX_TIMEOUT_MS / 1000
 SECRET_OPTIONS = ("--sasl-password", "--ssl-password")
 PASSWORD_ENV = {"sasl_plain_password": "FASTKWIRE_SASL_PASSWORD", "ssl_password": "FASTKWIRE_SSL_PASSWORD"}
+TOKEN_ENV = "FASTKWIRE_SASL_OAUTH_TOKEN"  # a bearer token is never taken as a flag
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,8 +93,8 @@ def _connection_arguments(parser):
                           help="the key's password (better: FASTKWIRE_SSL_PASSWORD in the environment)")
     security.add_argument("--no-ssl-check-hostname", action="store_true",
                           help="do not check the broker's host name against its certificate")
-    security.add_argument("--sasl-mechanism", choices=[m for m in MECHANISMS if m != "OAUTHBEARER"],
-                          type=str.upper)
+    security.add_argument("--sasl-mechanism", choices=MECHANISMS, type=str.upper,
+                          help=f"OAUTHBEARER takes its token from {TOKEN_ENV} in the environment")
     security.add_argument("--sasl-username", metavar="USER")
     security.add_argument("--sasl-password", metavar="TEXT",
                           help="(better: FASTKWIRE_SASL_PASSWORD in the environment, or --command-config)")
@@ -112,6 +113,11 @@ def _security(args):
     options.update({k: v for k, v in flags.items() if v is not None})
     if args.no_ssl_check_hostname:
         options["ssl_check_hostname"] = False
+    if options.get("sasl_mechanism") == "OAUTHBEARER":
+        token = os.environ.get(TOKEN_ENV)
+        if not token:
+            raise ValueError(f"sasl mechanism OAUTHBEARER takes its token from {TOKEN_ENV}, which is not set")
+        options["sasl_oauth_token_provider"] = lambda: token
     sasl_given = [k for k in ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password") if options.get(k)]
     protocol = options.get("security_protocol", "PLAINTEXT")
     if sasl_given and not protocol.startswith("SASL_"):
@@ -167,6 +173,10 @@ def run_describe_group(args, out=None, err=None):
     return EXIT_OK
 
 
+def _members(n):
+    return f"{n} member" if n == 1 else f"{n} members"
+
+
 def _assignment_text(member):
     if member.assignment_error:
         return f"(unreadable: {member.assignment_error})"
@@ -178,7 +188,7 @@ def _print_group(group, out):
     protocol = "/".join(x for x in (group.protocol_type, group.protocol) if x) or "-"
     print(f"Group {printable(repr(group.group_id))}: state {printable(group.state or '-')}, protocol "
           f"{printable(protocol)}, coordinator {printable(c.address)} (node {c.node_id}), "
-          f"{len(group.members)} members ({group.api})", file=out)
+          f"{_members(len(group.members))} ({group.api})", file=out)
     if not group.exists:
         print("The group does not exist (or has no members and no offsets).", file=out)
     if not group.members:
@@ -294,7 +304,7 @@ def _print_plan(plan, out):
     g = plan.group
     c = g.coordinator
     print(f"Group {g.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}), state "
-          f"{printable(g.state or '-')}, {len(g.members)} members. Dry run: nothing was sent.", file=out)
+          f"{printable(g.state or '-')}, {_members(len(g.members))}. Dry run: nothing was sent.", file=out)
     if plan.members:
         rows = [("WOULD REMOVE MEMBER ID", "INSTANCE ID")]
         by_instance = {m.group_instance_id: m.member_id for m in g.members}
