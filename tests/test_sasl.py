@@ -366,3 +366,14 @@ def test_hostile_sasl_answers(scripted, call, step, error, words):
     broker.script[SASL_AUTHENTICATE] = [step]
     with pytest.raises(error, match=words):
         call(broker, "api_versions", timeout=0.3, **scram())
+
+
+def test_ssl_context_instead_of_files(scripted, call, tls_files):  # noqa: F811
+    import ssl
+
+    broker = tls_broker(scripted, tls_files)
+    context = ssl.create_default_context(cafile=tls_files.ca)
+    assert call(broker, "find_coordinator", "orders", security_protocol="SSL", ssl_context=context).port == broker.port
+    strict = ssl.create_default_context()  # the system's CAs: not ours
+    with pytest.raises(TlsCertificateError):
+        call(broker, "api_versions", security_protocol="SSL", ssl_context=strict)
