@@ -181,6 +181,15 @@ def test_plan_removal_sends_no_leave_group(scripted, call):
     assert broker.seen(LEAVE_GROUP) == []
 
 
+def test_dry_run_on_a_broker_too_old_to_remove(scripted, call):
+    from fastkwire.admin import BrokerTooOldError
+
+    broker, _ = group_broker(scripted, versions={**MODERN, LEAVE_GROUP: (0, 2)})
+    with pytest.raises(BrokerTooOldError, match="Nothing was sent"):
+        call(broker, "plan_removal", "orders", ["a"])
+    assert broker.seen(DESCRIBE_GROUPS) == []
+
+
 def test_member_selection_is_checked_before_connecting():
     client = AdminClient(f"127.0.0.1:{closed_port()}", request_timeout_ms=500)
     for kwargs, words in [({}, "at least one"), ({"group_instance_ids": ["a"], "remove_all": True}, "name no member"),

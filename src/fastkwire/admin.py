@@ -466,8 +466,11 @@ class _Calls:
         boot = yield from self._bootstrap(deadline)
         return (yield from self._find_coordinator_retrying(boot, group_id, deadline))
 
-    def _describe_flow(self, group_id, deadline):
+    def _describe_flow(self, group_id, deadline, for_removal=False):
         boot = yield from self._bootstrap(deadline)
+        if for_removal:
+            self._leave_group_version(boot)  # a dry run fails where the removal would
+
         def action(conn, coordinator):
             return (yield from self._describe(conn, coordinator, group_id))
 
@@ -484,7 +487,7 @@ class _Calls:
                                                 f"removing members from group {group_id!r}"))
 
     def _plan_flow(self, group_id, instance_ids, member_ids, remove_all, deadline):
-        group = yield from self._describe_flow(group_id, deadline)
+        group = yield from self._describe_flow(group_id, deadline, for_removal=True)
         return _plan(group, instance_ids, member_ids, remove_all)
 
     def _remove_flow(self, group_id, instance_ids, member_ids, remove_all, reason, deadline):
