@@ -429,7 +429,8 @@ class Connection(_Base):
     """One blocking connection to a broker; every wait is bounded by a deadline.
 
     Security options are keyword arguments (see `Security`), or one `security=Security(...)`.
-    `deadline` (a `Deadline`) bounds the opening when several steps share one budget.
+    `deadline` (a `Deadline`) bounds the opening when several steps share one budget. Use it
+    from one thread at a time.
     """
 
     def __init__(self, host, port, *, client_id="fastkwire", security=None, request_timeout_ms=30000,
@@ -551,7 +552,8 @@ class AsyncConnection(_Base):
     """The same on asyncio streams: `conn = await AsyncConnection.open(host, port, ...)`.
 
     Nothing runs outside the event loop's thread (host names are resolved by the loop's
-    resolver; numeric addresses need none). A cancelled call closes the connection.
+    resolver; numeric addresses need none). Concurrent requests on one connection take turns.
+    A cancelled call closes the connection.
     """
 
     @classmethod
@@ -560,6 +562,7 @@ class AsyncConnection(_Base):
         self = cls()
         self._init(host, port, client_id, security, request_timeout_ms, security_options)
         self._transport = None
+        self._turn = asyncio.Lock()  # one exchange at a time: answers come back in order
         deadline = self._deadline(deadline)
         await self._open(deadline)
         try:
@@ -614,11 +617,12 @@ class AsyncConnection(_Base):
     async def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None):
         """Send `msg` (at `version`, or the highest both sides support); return the decoded answer."""
         deadline = self._deadline(deadline)
+        version = self.version_for(type(msg)) if version is None else version
         try:
-            if self._reauth_due():
-                await self._login(deadline)
-            return await self._exchange(msg, self.version_for(type(msg)) if version is None else version,
-                                        deadline, max_answer_bytes)
+            async with self._turn:
+                if self._reauth_due():
+                    await self._login(deadline)
+                return await self._exchange(msg, version, deadline, max_answer_bytes)
         except asyncio.CancelledError:
             self.close()  # half an exchange leaves the stream unusable
             raise
