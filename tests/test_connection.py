@@ -145,3 +145,20 @@ def fds_of_process():
             peers.append(f"{'.'.join(str(int(ip[i:i + 2], 16)) for i in (6, 4, 2, 0))}:{int(port, 16)}")
     return peers
 
+
+
+def test_async_queued_request_keeps_its_own_deadline(scripted):
+    broker = scripted(script={FIND_COORDINATOR: [Raw(b"\0\0")]})  # never a whole answer
+
+    async def go():
+        async with await AsyncConnection.open("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+            slow = asyncio.ensure_future(conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"])))
+            await asyncio.sleep(0.05)
+            start = time.monotonic()
+            with pytest.raises(AdminTimeoutError, match=r"DescribeGroups v\d \(queued behind others\) within 0.2 s"):
+                await conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.2))
+            waited = time.monotonic() - start
+            slow.cancel()
+            return waited
+
+    assert asyncio.run(go()) < 0.6

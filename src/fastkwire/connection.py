@@ -619,10 +619,16 @@ class AsyncConnection(_Base):
         deadline = self._deadline(deadline)
         version = self.version_for(type(msg)) if version is None else version
         try:
-            async with self._turn:
+            try:
+                await self._within(self._turn.acquire(), deadline)
+            except asyncio.TimeoutError:
+                raise self._timeout_error(deadline, f"{api_name(msg)} v{version} (queued behind others)") from None
+            try:
                 if self._reauth_due():
                     await self._login(deadline)
                 return await self._exchange(msg, version, deadline, max_answer_bytes)
+            finally:
+                self._turn.release()
         except asyncio.CancelledError:
             self.close()  # half an exchange leaves the stream unusable
             raise
