@@ -385,3 +385,20 @@ def test_cli_oauthbearer_token_from_the_environment(scripted, capsys, monkeypatc
     code, out, err = run_main(capsys, argv + ["--json"])
     assert code == 3 and "rejected the OAUTHBEARER token" in err
     assert SECRET not in out + err
+
+
+def test_cli_command_config_keystore_for_a_client_certificate(scripted, tls_files, tmp_path, capsys):  # noqa: F811
+    broker = scripted(tls=server_context(tls_files, require_client_cert=True))
+    group = DescribedKafkaGroup(["a"])
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [group.describe]}
+    config = tmp_path / "tls.properties"
+    argv = ["describe-group", "--bootstrap-server", broker.address, "--group", "orders",
+            "--command-config", str(config)]
+    config.write_text(f"security.protocol=SSL\nssl.truststore.location={tls_files.ca}\n")
+    code, _, err = run_main(capsys, argv)
+    assert code == 3 and "client certificate" in err  # no keystore: the broker wants one
+    config.write_text(f"security.protocol=SSL\nssl.truststore.location={tls_files.ca}\n"
+                      f"ssl.keystore.type=PEM\nssl.keystore.location={tls_files.client_bundle}\n")
+    code, out, err = run_main(capsys, argv)
+    assert code == 0, err
+    assert ", 1 member (DescribeGroups v6)" in out
