@@ -92,7 +92,8 @@ def tansu_broker():
 class StaticConsumer:
     """One confluent-kafka consumer with a group.instance.id, polled on its own thread."""
 
-    def __init__(self, bootstrap, group, instance_id, topic, session_timeout_ms, max_poll_interval_ms=300000):
+    def __init__(self, bootstrap, group, instance_id, topic, session_timeout_ms, max_poll_interval_ms=300000,
+                 config=None):
         from confluent_kafka import Consumer
 
         self.instance_id = instance_id
@@ -112,6 +113,7 @@ class StaticConsumer:
             "max.poll.interval.ms": max_poll_interval_ms,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            **(config or {}),
         })
         self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.thread = threading.Thread(target=self._run, name=f"consumer-{instance_id}", daemon=True)
@@ -165,16 +167,19 @@ class StaticConsumer:
 class StaticGroup:
     """`size` static members of `group` sharing `topic` (one partition each)."""
 
-    def __init__(self, bootstrap, group, topic, size, session_timeout_ms=45000, max_poll_interval_ms=300000):
+    def __init__(self, bootstrap, group, topic, size, session_timeout_ms=45000, max_poll_interval_ms=300000,
+                 config=None):
+        """config: more confluent-kafka settings for every client (security, for one)."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
         for future in admin.create_topics([NewTopic(topic, num_partitions=size, replication_factor=1)]).values():
             future.result(15)
         self.group = group
         self.topic = topic
         self.consumers = [
-            StaticConsumer(bootstrap, group, f"{group}-instance-{i}", topic, session_timeout_ms, max_poll_interval_ms)
+            StaticConsumer(bootstrap, group, f"{group}-instance-{i}", topic, session_timeout_ms, max_poll_interval_ms,
+                           config)
             for i in range(size)
         ]
 

@@ -11,25 +11,33 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
+
+from sasl_server import Refused
 
 import fastkwire
 from fastkwire import (
     ApiVersionsResponse,
+    DescribeGroupsResponse,
     FindCoordinatorResponse,
+    LeaveGroupRequest,
     LeaveGroupResponse,
+    SaslAuthenticateResponse,
+    SaslHandshakeResponse,
     decode_request,
     encode_response,
 )
 from fastkwire.admin import AdminClient
 
 API_VERSIONS, FIND_COORDINATOR, LEAVE_GROUP = 18, 10, 13
+DESCRIBE_GROUPS, CONSUMER_GROUP_DESCRIBE, SASL_HANDSHAKE, SASL_AUTHENTICATE = 15, 69, 17, 36
 NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 15, 14
 UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID = 25, 82
 
-# What a current Apache Kafka broker advertises for the three APIs.
-MODERN = {API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 5)}
+# What a current Apache Kafka broker advertises for the APIs the admin client uses.
+MODERN = {API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 6)}
 
 # The directory holding the fastkwire this test run imports, for CLI subprocesses.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastkwire.__file__)))
@@ -93,8 +101,17 @@ class ScriptedBroker:
     v0 UNSUPPORTED_VERSION answer. Every request is recorded in `requests`.
     """
 
-    def __init__(self, versions=None, script=None, node_id=1):
+    def __init__(self, versions=None, script=None, node_id=1, sasl=None, session_lifetime_ms=0, tls=None):
+        """sasl: a sasl_server.SaslServer: the listener then requires SASL before any request
+        but ApiVersions (and closes the connection otherwise, as Kafka does), grants sessions
+        of `session_lifetime_ms` and closes a connection used after its session expired.
+        tls: an ssl server context: the listener speaks TLS."""
         self.versions = dict(MODERN if versions is None else versions)
+        if sasl is not None and versions is None:
+            self.versions.update({SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)})
+        self.sasl, self.session_lifetime_ms, self.tls = sasl, session_lifetime_ms, tls
+        self.sasl_events = []  # "handshake MECH", "authenticated", "refused", "expired", "unauthenticated"
+        self.tls_errors = []  # handshakes that failed (a client that refused our certificate)
         self.script = {k: list(v) for k, v in (script or {}).items()}
         self.node_id = node_id
         self.requests = []  # (api_key, version, request message)
@@ -143,8 +160,13 @@ class ScriptedBroker:
         return data if len(data) == n else None
 
     def _serve(self, conn):
-        conn.settimeout(0.05)
         try:
+            if self.tls is not None:
+                conn = self._wrap(conn)
+                if conn is None:
+                    return
+            conn.settimeout(0.05)
+            session = {"sasl": None, "raw": False, "until": None if self.sasl is None else 0.0}
             while not self._stop.is_set():
                 size = self._recv_exact(conn, 4)
                 if size is None:
@@ -152,18 +174,101 @@ class ScriptedBroker:
                 body = self._recv_exact(conn, struct.unpack(">i", size)[0])
                 if body is None:
                     return
+                if session["raw"]:  # a SASL token after a SaslHandshake v0
+                    if not self._raw_sasl(conn, session, body):
+                        return
+                    continue
                 header, request = decode_request(size + body)
                 key, version = header.request_api_key, header.request_api_version
                 with self._lock:
                     self.requests.append((key, version, request))
+                if self.sasl is not None and key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and key not in self.script:
+                    if not self._sasl(conn, session, header, key, version, request):
+                        return
+                    continue
+                if (self.sasl is not None and key not in (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE)
+                        and not self._session_valid(session)):
+                    return
                 if not self._answer(conn, header, key, version, request):
                     return
         except Exception as exc:  # noqa: BLE001 - reported by the fixture
             self.errors.append(exc)
         finally:
-            with self._lock:
-                self._open.discard(conn)
+            if conn is not None:
+                with self._lock:
+                    self._open.discard(conn)
+                conn.close()
+
+    def _wrap(self, conn):
+        import ssl
+
+        conn.settimeout(5)
+        with self._lock:
+            self._open.discard(conn)
+        try:
+            wrapped = self.tls.wrap_socket(conn, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            self.tls_errors.append(exc)
             conn.close()
+            return None
+        with self._lock:
+            self._open.add(wrapped)
+        return wrapped
+
+    def _session_valid(self, session):
+        if session["until"] is None:
+            return True
+        if session["until"] == 0.0:
+            self.sasl_events.append("unauthenticated")
+            return False
+        if time.monotonic() > session["until"]:
+            self.sasl_events.append("expired")
+            return False
+        return True
+
+    def _sasl(self, conn, session, header, key, version, request):
+        """SaslHandshake and SaslAuthenticate; False when the connection is to end."""
+        cid = header.correlation_id
+        if key == SASL_HANDSHAKE:
+            self.sasl_events.append(f"handshake {request.mechanism}")
+            offered = self.sasl.mechanisms
+            if request.mechanism not in offered:
+                conn.sendall(encode_response(SaslHandshakeResponse(error_code=33, mechanisms=offered), version, cid))
+                return True
+            session["sasl"] = self.sasl.session(request.mechanism)
+            session["raw"] = version == 0
+            conn.sendall(encode_response(SaslHandshakeResponse(mechanisms=offered), version, cid))
+            return True
+        try:
+            reply, done = session["sasl"].step(request.auth_bytes)
+        except Refused as exc:
+            self.sasl_events.append("refused")
+            conn.sendall(encode_response(SaslAuthenticateResponse(error_code=58, error_message=str(exc)), version, cid))
+            return False
+        lifetime = 0
+        if done:
+            self._authenticated(session)
+            lifetime = self.session_lifetime_ms
+        conn.sendall(encode_response(SaslAuthenticateResponse(auth_bytes=reply, session_lifetime_ms=lifetime),
+                                     version, cid))
+        return True
+
+    def _raw_sasl(self, conn, session, token):
+        try:
+            reply, done = session["sasl"].step(token)
+        except Refused:
+            self.sasl_events.append("refused")
+            return False  # after a v0 handshake a refusal is a closed connection
+        if done:
+            self._authenticated(session)
+            session["raw"] = False
+        conn.sendall(struct.pack(">i", len(reply)) + reply)
+        return True
+
+    def _authenticated(self, session):
+        self.sasl_events.append("authenticated")
+        lifetime = self.session_lifetime_ms
+        session["until"] = time.monotonic() + lifetime / 1000 if lifetime else None
 
     def _next_step(self, key, request, version):
         with self._lock:
@@ -324,6 +429,64 @@ class KafkaLikeGroup:
         return LeaveGroupResponse(members=answers)
 
 
+def described(members, state="Stable", protocol_type="consumer", protocol="range", error=0, group_id=None):
+    """A DescribeGroups step; `members` are (member_id, instance_id, {topic: partitions}) or
+    (member_id, instance_id, raw assignment bytes)."""
+    from fastkwire.consumer_protocol import encode_assignment
+
+    def step(request, version):
+        return DescribeGroupsResponse(groups=[DescribeGroupsResponse.DescribedGroup(
+            error_code=error, group_id=group_id or request.groups[0], group_state=state,
+            protocol_type=protocol_type, protocol_data=protocol, members=[
+                DescribeGroupsResponse.DescribedGroupMember(
+                    member_id=m, group_instance_id=i, client_id=f"client-{m}", client_host=f"/10.0.0.{n}",
+                    member_metadata=b"", member_assignment=a if isinstance(a, bytes) else encode_assignment(a))
+                for n, (m, i, a) in enumerate(members)])])
+
+    return step
+
+
+def consumer_group_described(members, state="Stable", assignor="uniform", error=0):
+    """A ConsumerGroupDescribe step (KIP-848 groups); members are (member_id, instance_id, {topic: parts})."""
+    from fastkwire import ConsumerGroupDescribeResponse as R
+
+    def step(request, version):
+        return R(groups=[R.DescribedGroup(
+            error_code=error, group_id=request.group_ids[0], group_state=state, assignor_name=assignor, members=[
+                R.Member(member_id=m, instance_id=i, client_id=f"client-{m}", client_host="/10.1.0.1",
+                         assignment=R.Assignment(topic_partitions=[
+                             R.TopicPartitions(topic_name=t, partitions=p) for t, p in a.items()]))
+                for m, i, a in members])])
+
+    return step
+
+
+class DescribedKafkaGroup(KafkaLikeGroup):
+    """KafkaLikeGroup that also answers DescribeGroups with its members (as `describe`), and
+    removes a member named by its member id too."""
+
+    def __init__(self, instance_ids, dynamic=()):
+        super().__init__(instance_ids)
+        self.dynamic = list(dynamic)
+
+    def __call__(self, request, version):
+        named = [m for m in request.members if m.group_instance_id is None]
+        answers = super().__call__(LeaveGroupRequest(members=[m for m in request.members
+                                                              if m.group_instance_id is not None]), version).members
+        for m in named:
+            code = 0 if m.member_id in self.dynamic else UNKNOWN_MEMBER_ID
+            if code == 0:
+                self.dynamic.remove(m.member_id)
+            answers.append(LeaveGroupResponse.MemberResponse(member_id=m.member_id, error_code=code))
+        return LeaveGroupResponse(members=answers)
+
+    def describe(self, request, version):
+        members = [(member_id, instance_id, {"orders": [n]}) for n, (instance_id, member_id)
+                   in enumerate(sorted(self.static.items()))]
+        members += [(member_id, None, {"orders": [100 + n]}) for n, member_id in enumerate(self.dynamic)]
+        return described(members)(request, version)
+
+
 def leave_error(code):
     return lambda request, version: LeaveGroupResponse(error_code=code)
 
@@ -352,3 +515,54 @@ def run_cli(*args, timeout=10, text=True):
     env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "fastkwire.cli", *args], capture_output=True,
                           text=text, timeout=timeout, env=env)
+
+
+# ---------------------------------------------------------------- in the event loop
+
+
+class LoopBroker:
+    """A scripted broker served by asyncio in the test's own event loop (no threads), for
+    tests that count threads. `script[api_key]` is a function (request, version) -> response;
+    ApiVersions is answered from `versions`. Start with `await broker.start()`."""
+
+    def __init__(self, script, versions=None):
+        self.script = dict(script)
+        self.versions = dict(MODERN if versions is None else versions)
+        self.requests = []
+        self.open_connections = 0
+
+    async def start(self):
+        import asyncio
+
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        return self
+
+    async def _serve(self, reader, writer):
+        import asyncio
+
+        self.open_connections += 1
+        try:
+            while True:
+                size = await reader.readexactly(4)
+                frame = size + await reader.readexactly(struct.unpack(">i", size)[0])
+                header, request = decode_request(frame)
+                key, version = header.request_api_key, header.request_api_version
+                self.requests.append((key, version))
+                answer = self.script.get(key)
+                if answer is None and key == API_VERSIONS:
+                    answer = lambda r, v: ApiVersionsResponse(api_keys=[  # noqa: E731
+                        ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                        for k, (lo, hi) in sorted(self.versions.items())])
+                writer.write(encode_response(answer(request, version), version, header.correlation_id))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open_connections -= 1
+            writer.close()
+
+    async def close(self):
+        self.server.close()
+        await self.server.wait_closed()

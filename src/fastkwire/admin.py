@@ -1,33 +1,37 @@
-"""Remove static members from a consumer group by group.instance.id (KIP-345).
+"""Consumer-group administration: describe a group, remove members (KIP-345).
 
 Removing a member by its group.instance.id makes the coordinator rebalance the group at
 once instead of waiting for the member's session timeout: the way to scale a static group
 down or replace a host.
 
-    client = AdminClient("broker:9092", request_timeout_ms=10000)
+    client = AdminClient("broker:9093", request_timeout_ms=10000, security_protocol="SASL_SSL",
+                         sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="ops",
+                         sasl_plain_password=secret, ssl_cafile="ca.pem")
+    client.describe_group("orders")        # state, protocol, members and their partitions
     result = client.remove_members_from_group("orders", ["orders-3", "orders-4"], reason="scale down")
     result.all()          # raises the first member that was not removed
 
-The client speaks the protocol itself with this package's codecs over plain TCP sockets
-(no TLS, no SASL). Every call is bounded by `request_timeout_ms` as a whole: connects,
-reads and retries share one deadline. It opens its connections per call and closes them
-before returning. Answers are untrusted: their size is capped per API before anything is
-allocated, and a broker's text is escaped before it goes into an error message.
+The client speaks the protocol itself with this package's codecs over
+`fastkwire.connection` (TLS and SASL as configured; the options are kafka-python's). Every
+call is bounded by `request_timeout_ms` as a whole: connects, reads and retries share one
+deadline. It opens its connections per call and closes them before returning. Answers are
+untrusted: their size is capped per API before anything is allocated, and a broker's text
+is escaped before it goes into an error message.
+
+Each call is written once, as a generator of I/O steps (connect, request, close, sleep):
+`AdminClient` runs the steps on blocking sockets, `AsyncAdminClient` on asyncio streams in
+the event loop's own thread.
 """
 import asyncio
 import ipaddress
-import socket
-import struct
 import time
 from dataclasses import dataclass, field
 
 from . import (
-    ApiVersionsRequest,
+    ConsumerGroupDescribeRequest,
+    DescribeGroupsRequest,
     FindCoordinatorRequest,
     LeaveGroupRequest,
-    __version__,
-    decode_response,
-    encode_request,
 )
 from ._printable import printable
 from .admin_errors import (
@@ -42,17 +46,37 @@ from .admin_errors import (
     GroupStateError,
     MemberRemovalError,
     ResponseError,
+    SaslAuthenticationError,
+    SecurityError,
+    TlsCertificateError,
+    TlsError,
     UnknownInstanceError,
+    UnsupportedSaslMechanismError,
 )
+from .connection import (
+    ANSWER_LIMITS,
+    MAX_BROKER_TEXT,
+    MAX_TIMEOUT_MS,
+    AsyncConnection,
+    Connection,
+    Deadline,
+    Security,
+    answer_limit,
+    check_timeout_ms,
+    format_address as _format_address,
+    highest_common_version,
+)
+from .consumer_protocol import decode_assignment
 from .error_codes import by_name, lookup
-from .errors import DecodeError
 
 __all__ = [
     "AdminClient", "AsyncAdminClient", "Coordinator", "MemberResult", "MembershipChangeResult",
+    "GroupDescription", "MemberDescription", "RemovalPlan",
     "AdminError", "BrokerConnectionError", "AdminTimeoutError", "ResponseError", "BrokerError",
     "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
-    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "check_removal",
-    "parse_servers",
+    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "SecurityError",
+    "SaslAuthenticationError", "UnsupportedSaslMechanismError", "TlsError", "TlsCertificateError",
+    "check_removal", "check_members", "check_group", "check_reason", "parse_servers", "Security", "ANSWER_LIMITS", "answer_limit", "MAX_TIMEOUT_MS",
 ]
 
 DEFAULT_PORT = 9092
@@ -60,9 +84,7 @@ GROUP_KEY_TYPE = 0  # FindCoordinator KeyType for consumer groups
 LEAVE_BY_INSTANCE_MIN = 3  # LeaveGroup v3 added the member list with group.instance.id
 LEAVE_REASON_MIN = 5
 BATCHED_FIND_MIN = 4  # FindCoordinator v4 takes a list of keys
-MAX_TIMEOUT_MS = 24 * 3600 * 1000  # a day: far beyond any admin call, and safe for socket timeouts
 MAX_NAME_BYTES = 32767  # Kafka's longest string (int16 length)
-MAX_BROKER_TEXT = 500  # characters of a broker's error message quoted in our errors
 
 NONE = by_name("NONE").code
 UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
@@ -71,6 +93,7 @@ FENCED_INSTANCE_ID = by_name("FENCED_INSTANCE_ID").code
 GROUP_AUTHORIZATION_FAILED = by_name("GROUP_AUTHORIZATION_FAILED").code
 COORDINATOR_NOT_AVAILABLE = by_name("COORDINATOR_NOT_AVAILABLE").code
 UNKNOWN_SERVER_ERROR = by_name("UNKNOWN_SERVER_ERROR").code
+GROUP_ID_NOT_FOUND = by_name("GROUP_ID_NOT_FOUND").code
 
 
 def _codes(*names):
@@ -83,29 +106,9 @@ GROUP_STATE_ERRORS = _codes("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
 GROUP_NOT_FOUND_ERRORS = _codes("GROUP_ID_NOT_FOUND")
 BACKOFF_START = 0.1
 BACKOFF_MAX = 1.0
-
-_API_NAMES = {
-    ApiVersionsRequest.API_KEY: "ApiVersions",
-    FindCoordinatorRequest.API_KEY: "FindCoordinator",
-    LeaveGroupRequest.API_KEY: "LeaveGroup",
-}
-
-# The largest answer a sane broker sends to each request, as (fixed part, per member
-# asked): the receive buffer is allocated at the announced size, so a larger announcement
-# is refused before anything is allocated. The request's own size is added on top, since
-# answers echo the names sent. ApiVersions lists ~100 APIs in ~1 KiB; FindCoordinator
-# names one host; LeaveGroup answers each member with its ids.
-ANSWER_LIMITS = {
-    ApiVersionsRequest.API_KEY: (256 * 1024, 0),
-    FindCoordinatorRequest.API_KEY: (256 * 1024, 0),
-    LeaveGroupRequest.API_KEY: (64 * 1024, 4 * 1024),
-}
-
-
-def answer_limit(msg, request_size):
-    """The most bytes (after the size prefix) accepted in answer to `msg`."""
-    fixed, per_member = ANSWER_LIMITS[msg.API_KEY]
-    return fixed + per_member * len(getattr(msg, "members", None) or ()) + request_size
+# Failures of one bootstrap server after which the next one is tried. Security errors are
+# not among them: they are configuration, the same on every broker.
+FAILOVER_ERRORS = (BrokerConnectionError, AdminTimeoutError, ResponseError)
 
 
 # ---------------------------------------------------------------- results
@@ -206,13 +209,89 @@ class MembershipChangeResult:
         }
 
 
-# ---------------------------------------------------------------- connections
 
 
-def _format_address(host, port):
-    """HOST:PORT for messages, with a broker's odd characters escaped."""
-    host = printable(host, MAX_BROKER_TEXT)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: object  # str, or None for a dynamic member
+    client_id: str
+    client_host: str
+    assignment: dict = field(default_factory=dict)  # topic -> sorted partitions
+    assignment_error: str = ""  # why the assignment bytes could not be read, if they could not
+
+    def to_dict(self):
+        return {"member_id": self.member_id, "group_instance_id": self.group_instance_id,
+                "client_id": self.client_id, "client_host": self.client_host,
+                "assignment": {t: list(p) for t, p in self.assignment.items()},
+                "assignment_error": self.assignment_error or None}
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A group as its coordinator describes it (DescribeGroups or ConsumerGroupDescribe)."""
+
+    group_id: str
+    coordinator: Coordinator
+    state: str
+    protocol_type: str
+    protocol: str  # the assignor (classic groups: the chosen protocol; KIP-848: the assignor name)
+    members: list = field(default_factory=list)
+    api: str = "DescribeGroups"
+
+    @property
+    def exists(self):
+        return self.state not in ("Dead", "")
+
+    def member_by_instance(self, group_instance_id):
+        return next((m for m in self.members if m.group_instance_id == group_instance_id), None)
+
+    def to_dict(self):
+        c = self.coordinator
+        return {"group_id": self.group_id, "exists": self.exists, "state": self.state,
+                "protocol_type": self.protocol_type, "protocol": self.protocol, "api": self.api,
+                "coordinator": {"node_id": c.node_id, "host": c.host, "port": c.port},
+                "members": [m.to_dict() for m in self.members]}
+
+
+@dataclass(frozen=True)
+class RemovalPlan:
+    """What a removal would do, without doing it (`plan_removal`, the CLI's --dry-run)."""
+
+    group: GroupDescription
+    members: list  # (member_id, group_instance_id or None): what LeaveGroup would name
+    missing_instance_ids: list  # named group.instance.ids that are not in the group
+    missing_member_ids: list
+
+    def to_dict(self):
+        return {"dry_run": True, "group_id": self.group.group_id, "state": self.group.state,
+                "coordinator": self.group.to_dict()["coordinator"],
+                "would_remove": [{"member_id": m, "group_instance_id": i} for m, i in self.members],
+                "not_in_group": {"group_instance_ids": self.missing_instance_ids,
+                                 "member_ids": self.missing_member_ids}}
+
+
+def _described_member(m, protocol_type):
+    assignment, problem = {}, ""
+    if protocol_type == "consumer":
+        try:
+            assignment = decode_assignment(m.member_assignment)
+        except ValueError as exc:
+            problem = str(exc)
+    return MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host,
+                             assignment, problem)
+
+
+def _consumer_group_member(m):
+    parts = m.assignment.topic_partitions if m.assignment is not None else []
+    assignment = {}
+    for tp in parts:
+        assignment.setdefault(tp.topic_name or str(tp.topic_id), []).extend(tp.partitions)
+    return MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
+                             {t: sorted(p) for t, p in assignment.items()})
+
+
+# ---------------------------------------------------------------- arguments
 
 
 def _port(text):
@@ -298,248 +377,171 @@ def check_removal(group_id, group_instance_ids, reason=None):
     return instance_ids
 
 
-class _Deadline:
+
+
+def check_group(group_id):
+    """ValueError unless `group_id` is a group id Kafka can carry."""
+    _check_name("group_id", group_id)
+
+
+def check_reason(reason):
+    _check_name("reason", reason, nullable=True)
+
+
+def check_members(group_instance_ids=(), member_ids=(), remove_all=False):
+    """The member selection of a removal: (instance ids, member ids); ValueError when unusable."""
+    instance_ids, member_ids = list(group_instance_ids), list(member_ids)
+    if remove_all and (instance_ids or member_ids):
+        raise ValueError("remove_all removes every member: name no member with it")
+    if not (remove_all or instance_ids or member_ids):
+        raise ValueError("give at least one group.instance.id or member id (or remove all)")
+    for i in instance_ids:
+        _check_name("a group.instance.id", i)
+    for m in member_ids:
+        _check_name("a member id", m)
+    if len(set(instance_ids)) != len(instance_ids):
+        raise ValueError("each group.instance.id may be given once")
+    if len(set(member_ids)) != len(member_ids):
+        raise ValueError("each member id may be given once")
+    return instance_ids, member_ids
+
+
+# ---------------------------------------------------------------- I/O steps
+
+
+class _Connect:
+    def __init__(self, host, port, share=1):
+        self.host, self.port, self.share = host, port, share
+
+
+class _Call:
+    def __init__(self, conn, msg, version):
+        self.conn, self.msg, self.version = conn, msg, version
+
+
+class _Close:
+    def __init__(self, conn):
+        self.conn = conn
+
+
+class _Sleep:
     def __init__(self, seconds):
         self.seconds = seconds
-        self.end = time.monotonic() + seconds
-
-    def remaining(self):
-        return self.end - time.monotonic()
 
 
-class _Connection:
-    """One blocking TCP connection to a broker; every wait is bounded by the deadline."""
-
-    def __init__(self, host, port, client_id, deadline):
-        self.host, self.port = host, port
-        self.address = _format_address(host, port)
-        self.client_id = client_id
-        self._correlation_id = 0
-        left = deadline.remaining()
-        if left <= 0:
-            raise AdminTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
-        try:
-            self.sock = socket.create_connection((host, port), timeout=left)
-        except socket.timeout:
-            raise AdminTimeoutError(
-                f"could not connect to {self.address} within {deadline.seconds:g} s") from None
-        except OSError as exc:
-            raise BrokerConnectionError(f"could not connect to {self.address}: {_reason(exc)}") from None
-        except UnicodeError as exc:
-            # The resolver's IDNA encoding refuses labels over 63 characters or empty ones.
-            raise BrokerConnectionError(
-                f"could not connect to {self.address}: not a valid host name ({exc})") from None
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def request(self, msg, version, deadline):
-        """Send `msg` at `version`; return the decoded response body."""
-        api_key = msg.API_KEY
-        what = f"{_API_NAMES.get(api_key, api_key)} v{version}"
-        self._correlation_id += 1
-        request = encode_request(msg, version, self._correlation_id, self.client_id)
-        try:
-            self._settimeout(deadline, what)
-            self.sock.sendall(request)
-            frame = self._receive(answer_limit(msg, len(request)), deadline, what)
-        except socket.timeout:
-            raise AdminTimeoutError(
-                f"no answer from {self.address} to {what} within {deadline.seconds:g} s") from None
-        except OSError as exc:
-            raise BrokerConnectionError(
-                f"connection to {self.address} failed during {what}: {_reason(exc)}") from None
-        correlation_id = struct.unpack_from(">i", frame, 4)[0]
-        if correlation_id != self._correlation_id:
-            raise ResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
-                                f"expected {self._correlation_id}")
-        decode_version = version
-        # A broker that lacks our ApiVersions version answers in v0 with UNSUPPORTED_VERSION
-        # (header v0 is 4 bytes, then the int16 error code).
-        if (api_key == ApiVersionsRequest.API_KEY and len(frame) >= 10
-                and struct.unpack_from(">h", frame, 8)[0] == UNSUPPORTED_VERSION):
-            decode_version = 0
-        try:
-            _, response = decode_response(frame, api_key, decode_version)
-        except (DecodeError, ValueError) as exc:
-            raise ResponseError(f"could not decode the answer of {self.address} to {what}: "
-                                f"{printable(exc, MAX_BROKER_TEXT)}") from None
-        return response
-
-    def _receive(self, limit, deadline, what):
-        """One answer frame, size prefix included, read into a buffer of its announced size."""
-        head = bytearray(4)
-        self._fill(head, deadline, what, first=True)
-        size = struct.unpack(">i", head)[0]
-        if size < 4:
-            raise ResponseError(f"{self.address} sent a frame size of {size} bytes in answer to {what}")
-        if size > limit:
-            raise ResponseError(f"{self.address} announced a {size}-byte answer to {what}, more than the "
-                                f"{limit} bytes such an answer can take (is this a Kafka listener?)")
-        frame = bytearray(4 + size)
-        frame[:4] = head
-        with memoryview(frame) as view:
-            self._fill(view[4:], deadline, what)
-        return frame
-
-    def _fill(self, buffer, deadline, what, first=False):
-        # recv_into a buffer sized in advance: a broker sending one byte at a time costs
-        # nothing more than one sending the whole answer at once.
-        with memoryview(buffer) as view:
-            got = 0
-            while got < len(view):
-                self._settimeout(deadline, what)
-                n = self.sock.recv_into(view[got:])
-                if not n:
-                    when = "before answering" if first and not got else "in the middle of its answer"
-                    raise BrokerConnectionError(f"{self.address} closed the connection during {what} ({when})")
-                got += n
-
-    def _settimeout(self, deadline, what):
-        left = deadline.remaining()
-        if left <= 0:
-            raise socket.timeout(what)
-        self.sock.settimeout(left)
+def _connect_deadline(step, deadline):
+    """Bootstrap servers share what is left: a silent one cannot use up the next one's time."""
+    if step.share <= 1:
+        return deadline
+    return Deadline(max(deadline.remaining(), 0) / step.share)
 
 
-def _reason(exc):
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused (is a broker listening there?)"
-    if isinstance(exc, ConnectionResetError):
-        return "connection reset by the broker"
-    if isinstance(exc, socket.gaierror):
-        return f"cannot resolve the host name ({exc.strerror})"
-    return exc.strerror or str(exc) or type(exc).__name__
+# ---------------------------------------------------------------- the calls, as steps
 
 
-def highest_common_version(ranges, cls, lowest=0):
-    """The highest version both sides support (and >= lowest), or None."""
-    theirs = ranges.get(cls.API_KEY)
-    if theirs is None:
-        return None
-    hi = min(theirs[1], cls.MAX_VERSION)
-    lo = max(theirs[0], cls.MIN_VERSION, lowest)
-    return hi if hi >= lo else None
+class _Calls:
+    """Options and the calls as generators of I/O steps; the clients below run them."""
 
-
-# ---------------------------------------------------------------- the client
-
-
-class AdminClient:
-    """A small blocking admin client for consumer-group membership (KIP-345)."""
-
-    def __init__(self, bootstrap_servers, client_id="fastkwire-admin", request_timeout_ms=30000):
+    def __init__(self, bootstrap_servers, client_id="fastkwire-admin", request_timeout_ms=30000, security=None,
+                 **security_options):
         self.servers = parse_servers(bootstrap_servers)
         _check_name("client_id", client_id, nullable=True)
         self.client_id = client_id
-        if isinstance(request_timeout_ms, bool) or not isinstance(request_timeout_ms, (int, float)):
-            raise TypeError(f"request_timeout_ms must be a number, not {type(request_timeout_ms).__name__}")
-        if not 0 < request_timeout_ms <= MAX_TIMEOUT_MS:  # also refuses nan
-            raise ValueError(f"request_timeout_ms must be more than 0 and at most {MAX_TIMEOUT_MS} (a day), "
-                             f"not {request_timeout_ms!r}")
-        self.timeout = request_timeout_ms / 1000.0
+        self.timeout = check_timeout_ms(request_timeout_ms)
+        if security is not None and security_options:
+            raise ValueError("give either security= or the security options, not both")
+        self.security = security if security is not None else Security(**security_options)
 
-    # -- public calls
+    def __repr__(self):
+        servers = ",".join(_format_address(h, p) for h, p in self.servers)
+        return f"{type(self).__name__}({servers!r}, {self.security!r})"
 
-    def api_versions(self):
-        """{api_key: (min_version, max_version)} of the first reachable bootstrap broker."""
-        deadline = _Deadline(self.timeout)
-        conn = self._connect_bootstrap(deadline)
-        with conn:
-            return self._api_versions(conn, deadline)
+    # -- flows
 
-    def find_coordinator(self, group_id):
-        """The `Coordinator` of `group_id`, retrying while it is moving or loading."""
-        _check_name("group_id", group_id)
-        deadline = _Deadline(self.timeout)
-        with self._connect_bootstrap(deadline) as conn:
-            ranges = self._api_versions(conn, deadline)
-            return self._find_coordinator_retrying(conn, ranges, group_id, deadline)
+    def _api_versions_flow(self, deadline):
+        boot = yield from self._bootstrap(deadline)
+        return dict(boot.versions)
 
-    def remove_members_from_group(self, group_id, group_instance_ids, reason=None):
-        """Remove static members by group.instance.id: the coordinator rebalances at once.
+    def _find_coordinator_flow(self, group_id, deadline):
+        boot = yield from self._bootstrap(deadline)
+        return (yield from self._find_coordinator_retrying(boot, group_id, deadline))
 
-        Returns a `MembershipChangeResult`; raises an `AdminError` subclass when the request as
-        a whole fails (nothing is sent to a broker too old for LeaveGroup v3), and ValueError
-        for bad arguments (`check_removal`), before connecting.
-        """
-        instance_ids = check_removal(group_id, group_instance_ids, reason)
-        return self.leave_group(group_id, [("", i) for i in instance_ids], reason=reason)
+    def _describe_flow(self, group_id, deadline, for_removal=False):
+        boot = yield from self._bootstrap(deadline)
+        if for_removal:
+            self._leave_group_version(boot)  # a dry run fails where the removal would
 
-    def leave_group(self, group_id, members, reason=None):
-        """The general form: `members` is a list of (member_id, group_instance_id or None).
+        def action(conn, coordinator):
+            return (yield from self._describe(conn, coordinator, group_id))
 
-        KIP-345 names static members by instance id with an empty member id; naming a member
-        by its member id removes a dynamic member (or a static one on brokers that need it).
-        """
-        _check_name("group_id", group_id)
-        _check_name("reason", reason, nullable=True)
-        members = [(m or "", i) for m, i in members]
-        if not members:
-            raise ValueError("give at least one member")
-        for member_id, instance_id in members:
-            _check_name("a member id", member_id, nullable=True)
-            _check_name("a group.instance.id", instance_id, nullable=True)
-        deadline = _Deadline(self.timeout)
-        with self._connect_bootstrap(deadline) as boot:
-            ranges = self._api_versions(boot, deadline)
-            self._leave_group_version(boot, ranges)  # refuse before sending anything
-            backoff = BACKOFF_START
-            while True:
-                coordinator = self._find_coordinator_retrying(boot, ranges, group_id, deadline)
-                if (coordinator.host, coordinator.port) == (boot.host, boot.port):
-                    code, result = self._leave(boot, ranges, coordinator, group_id, members, reason, deadline)
-                else:
-                    with _Connection(coordinator.host, coordinator.port, self.client_id, deadline) as conn:
-                        their = self._api_versions(conn, deadline)
-                        code, result = self._leave(conn, their, coordinator, group_id, members, reason, deadline)
-                if result is not None:
-                    return result
-                backoff = _backoff(deadline, backoff, code,
-                                   f"removing members from group {group_id!r}")
+        return (yield from self._at_coordinator(boot, group_id, deadline, action, f"describing group {group_id!r}"))
+
+    def _leave_flow(self, group_id, members, reason, deadline):
+        boot = yield from self._bootstrap(deadline)
+        self._leave_group_version(boot)  # refuse before sending anything
+
+        def action(conn, coordinator):
+            return (yield from self._leave(conn, coordinator, group_id, members, reason))
+
+        return (yield from self._at_coordinator(boot, group_id, deadline, action,
+                                                f"removing members from group {group_id!r}"))
+
+    def _plan_flow(self, group_id, instance_ids, member_ids, remove_all, deadline):
+        group = yield from self._describe_flow(group_id, deadline, for_removal=True)
+        return _plan(group, instance_ids, member_ids, remove_all)
+
+    def _remove_flow(self, group_id, instance_ids, member_ids, remove_all, reason, deadline):
+        boot = yield from self._bootstrap(deadline)
+        self._leave_group_version(boot)
+
+        def action(conn, coordinator):
+            members = [("", i) for i in instance_ids] + [(m, None) for m in member_ids]
+            if remove_all:
+                code, group = yield from self._describe(conn, coordinator, group_id)
+                if group is None:
+                    return code, None
+                members = _plan(group, [], [], True).members
+                if not members:
+                    return NONE, MembershipChangeResult(group_id, coordinator, 0, [])
+            return (yield from self._leave(conn, coordinator, group_id, members, reason))
+
+        return (yield from self._at_coordinator(boot, group_id, deadline, action,
+                                                f"removing members from group {group_id!r}"))
 
     # -- steps
 
-    def _connect_bootstrap(self, deadline):
+    def _bootstrap(self, deadline):
         failures = []
-        for host, port in self.servers:
+        for n, (host, port) in enumerate(self.servers):
             try:
-                return _Connection(host, port, self.client_id, deadline)
-            except BrokerConnectionError as exc:
+                return (yield _Connect(host, port, share=len(self.servers) - n))
+            except FAILOVER_ERRORS as exc:
+                if len(self.servers) == 1:
+                    raise
                 failures.append(str(exc))
-        if len(failures) == 1:
-            raise BrokerConnectionError(failures[0])
         raise BrokerConnectionError("no bootstrap server could be reached: " + "; ".join(failures))
 
-    def _api_versions(self, conn, deadline):
-        version = ApiVersionsRequest.MAX_VERSION
-        request = ApiVersionsRequest(client_software_name="fastkwire", client_software_version=__version__)
-        for _ in range(3):
-            response = conn.request(request, version, deadline)
-            ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-            if response.error_code == UNSUPPORTED_VERSION:
-                # The broker lists its own ApiVersions range: ask again within it.
-                fallback = highest_common_version(ranges, ApiVersionsRequest)
-                if fallback is not None and fallback < version:
-                    version = fallback
-                    continue
-            if response.error_code != NONE:
-                raise BrokerError(f"{conn.address} refused ApiVersions: {lookup(response.error_code)}",
-                                  lookup(response.error_code))
-            return ranges
-        raise ResponseError(f"{conn.address} kept refusing every ApiVersions version")
+    def _at_coordinator(self, boot, group_id, deadline, action, doing):
+        """Run `action(conn, coordinator)` at the group's coordinator until it is not moving.
 
-    def _leave_group_version(self, conn, ranges):
-        version = highest_common_version(ranges, LeaveGroupRequest, LEAVE_BY_INSTANCE_MIN)
+        `action` gives (error code, result); a None result asks for FindCoordinator again.
+        """
+        backoff = BACKOFF_START
+        while True:
+            coordinator = yield from self._find_coordinator_retrying(boot, group_id, deadline)
+            same = (coordinator.host, coordinator.port) == (boot.host, boot.port)
+            conn = boot if same else (yield _Connect(coordinator.host, coordinator.port))
+            code, result = yield from action(conn, coordinator)
+            if not same:
+                yield _Close(conn)
+            if result is not None:
+                return result
+            backoff = yield from _backoff(deadline, backoff, code, doing)
+
+    def _leave_group_version(self, conn):
+        version = highest_common_version(conn.versions, LeaveGroupRequest, LEAVE_BY_INSTANCE_MIN)
         if version is None:
-            theirs = ranges.get(LeaveGroupRequest.API_KEY)
+            theirs = conn.versions.get(LeaveGroupRequest.API_KEY)
             has = f"LeaveGroup v{theirs[0]}-v{theirs[1]}" if theirs else "no LeaveGroup at all"
             raise BrokerTooOldError(
                 f"broker {conn.address} is too old: it supports {has}, and removing members by "
@@ -547,14 +549,14 @@ class AdminClient:
                 "Nothing was sent.", lookup(UNSUPPORTED_VERSION))
         return version
 
-    def _find_coordinator_retrying(self, conn, ranges, group_id, deadline):
-        version = highest_common_version(ranges, FindCoordinatorRequest)
+    def _find_coordinator_retrying(self, conn, group_id, deadline):
+        version = highest_common_version(conn.versions, FindCoordinatorRequest)
         if version is None:
             raise BrokerTooOldError(f"broker {conn.address} does not support FindCoordinator",
                                     lookup(UNSUPPORTED_VERSION))
         backoff = BACKOFF_START
         while True:
-            code, coordinator, message = self._find_coordinator(conn, version, group_id, deadline)
+            code, coordinator, message = yield from self._find_coordinator(conn, version, group_id)
             if code == NONE:
                 return coordinator
             error = lookup(code)
@@ -564,14 +566,14 @@ class AdminClient:
                     raise GroupAuthorizationError(
                         f"not authorized to find the coordinator of group {group_id!r}: {error}{detail}", error)
                 raise BrokerError(f"FindCoordinator for group {group_id!r} failed: {error}{detail}", error)
-            backoff = _backoff(deadline, backoff, code, f"finding the coordinator of group {group_id!r}")
+            backoff = yield from _backoff(deadline, backoff, code, f"finding the coordinator of group {group_id!r}")
 
-    def _find_coordinator(self, conn, version, group_id, deadline):
+    def _find_coordinator(self, conn, version, group_id):
         if version >= BATCHED_FIND_MIN:
             request = FindCoordinatorRequest(key_type=GROUP_KEY_TYPE, coordinator_keys=[group_id])
         else:
             request = FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY_TYPE)
-        response = conn.request(request, version, deadline)
+        response = yield _Call(conn, request, version)
         if version >= BATCHED_FIND_MIN:
             found = [c for c in response.coordinators if c.key == group_id]
             if len(found) != 1:
@@ -585,35 +587,93 @@ class AdminClient:
             _check_coordinator(coordinator, f"{conn.address} answered FindCoordinator v{version}")
         return entry.error_code, coordinator, getattr(entry, "error_message", None)
 
-    def _leave(self, conn, ranges, coordinator, group_id, members, reason, deadline):
+    def _describe(self, conn, coordinator, group_id):
+        """(error code, GroupDescription or None to retry): ConsumerGroupDescribe first where
+        the coordinator has it (KIP-848 groups), DescribeGroups for classic groups."""
+        version = highest_common_version(conn.versions, ConsumerGroupDescribeRequest)
+        if version is not None:
+            request = ConsumerGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False)
+            response = yield _Call(conn, request, version)
+            entry = _one_group(response.groups, group_id, conn, f"ConsumerGroupDescribe v{version}")
+            code = entry.error_code
+            if code in COORDINATOR_RETRY:
+                return code, None
+            if code == NONE and entry.members:
+                return code, GroupDescription(
+                    group_id, coordinator, entry.group_state, "consumer", entry.assignor_name,
+                    [_consumer_group_member(m) for m in entry.members], f"ConsumerGroupDescribe v{version}")
+            if code not in (NONE, GROUP_ID_NOT_FOUND, UNSUPPORTED_VERSION):
+                raise _group_error(code, group_id, coordinator, "describe", entry.error_message)
+            # Not a group of the new protocol (Kafka answers GROUP_ID_NOT_FOUND), or one without
+            # members: DescribeGroups tells as much, and more for a classic group (Tansu 0.6
+            # answers ConsumerGroupDescribe for a classic group with its state but no members).
+        version = highest_common_version(conn.versions, DescribeGroupsRequest)
+        if version is None:
+            raise BrokerTooOldError(f"coordinator {coordinator.address} does not support DescribeGroups",
+                                    lookup(UNSUPPORTED_VERSION))
+        request = DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False)
+        response = yield _Call(conn, request, version)
+        entry = _one_group(response.groups, group_id, conn, f"DescribeGroups v{version}")
+        code = entry.error_code
+        if code in COORDINATOR_RETRY:
+            return code, None
+        if code != NONE:
+            raise _group_error(code, group_id, coordinator, "describe", getattr(entry, "error_message", None))
+        return code, GroupDescription(
+            group_id, coordinator, entry.group_state, entry.protocol_type, entry.protocol_data,
+            [_described_member(m, entry.protocol_type) for m in entry.members], f"DescribeGroups v{version}")
+
+    def _leave(self, conn, coordinator, group_id, members, reason):
         """Send one LeaveGroup; (error code, None) asks the caller to find the coordinator again."""
-        version = self._leave_group_version(conn, ranges)
+        version = self._leave_group_version(conn)
         with_reason = reason if version >= LEAVE_REASON_MIN else None
         identities = [LeaveGroupRequest.MemberIdentity(member_id=m, group_instance_id=i, reason=with_reason)
                       for m, i in members]
-        response = conn.request(LeaveGroupRequest(group_id=group_id, members=identities), version, deadline)
+        response = yield _Call(conn, LeaveGroupRequest(group_id=group_id, members=identities), version)
         code = response.error_code
         if code in COORDINATOR_RETRY:
             return code, None
-        error = lookup(code)
-        if code == GROUP_AUTHORIZATION_FAILED:
-            raise GroupAuthorizationError(
-                f"not authorized to remove members from group {group_id!r}: {error}", error)
-        if code in GROUP_NOT_FOUND_ERRORS:
-            raise GroupNotFoundError(f"group {group_id!r} does not exist on {coordinator.address}: {error}", error)
-        if code in GROUP_STATE_ERRORS:
-            raise GroupStateError(
-                f"group {group_id!r} is not in a state that can rebalance now: {error}", error)
         if code == UNSUPPORTED_VERSION:
+            error = lookup(code)
             raise BrokerTooOldError(f"coordinator {coordinator.address} refused LeaveGroup v{version}: {error}", error)
         if code != NONE and code not in (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
-            raise BrokerError(f"coordinator {coordinator.address} refused LeaveGroup for group "
-                              f"{group_id!r}: {error}", error)
+            raise _group_error(code, group_id, coordinator, "remove members from")
         results = _member_results(members, response.members, code)
         return code, MembershipChangeResult(group_id, coordinator, version, results,
                                             getattr(response, "throttle_time_ms", 0))
 
 
+def _one_group(groups, group_id, conn, what):
+    found = [g for g in groups if g.group_id == group_id]
+    if len(found) != 1:
+        raise ResponseError(f"{conn.address} answered {what} without exactly one entry for group {group_id!r}")
+    return found[0]
+
+
+def _group_error(code, group_id, coordinator, doing, message=None):
+    error = lookup(code)
+    detail = f" ({printable(message, MAX_BROKER_TEXT)})" if message else ""
+    if code == GROUP_AUTHORIZATION_FAILED:
+        return GroupAuthorizationError(f"not authorized to {doing} group {group_id!r}: {error}{detail}", error)
+    if code in GROUP_NOT_FOUND_ERRORS:
+        return GroupNotFoundError(f"group {group_id!r} does not exist on {coordinator.address}: {error}", error)
+    if code in GROUP_STATE_ERRORS:
+        return GroupStateError(f"group {group_id!r} is not in a state that can rebalance now: {error}", error)
+    what = "LeaveGroup" if doing.startswith("remove") else "the description"
+    return BrokerError(f"coordinator {coordinator.address} refused {what} for group {group_id!r}: "
+                       f"{error}{detail}", error)
+
+
+def _plan(group, instance_ids, member_ids, remove_all):
+    """The members a removal names, and the named ones the group does not have."""
+    if remove_all:
+        return RemovalPlan(group, [(m.member_id, m.group_instance_id) for m in group.members], [], [])
+    have_instances = {m.group_instance_id for m in group.members if m.group_instance_id is not None}
+    have_members = {m.member_id for m in group.members}
+    members = [("", i) for i in instance_ids if i in have_instances]
+    members += [(m, None) for m in member_ids if m in have_members]
+    return RemovalPlan(group, members, [i for i in instance_ids if i not in have_instances],
+                       [m for m in member_ids if m not in have_members])
 def _member_results(requested, answered, top_code):
     """Pair each requested member with the coordinator's answer for it."""
     by_instance = {a.group_instance_id: a for a in answered if a.group_instance_id is not None}
@@ -649,33 +709,185 @@ def _check_coordinator(coordinator, answered):
     raise ResponseError(f"{answered} with a coordinator that has {printable(problem, MAX_BROKER_TEXT)}")
 
 
+
+
 def _backoff(deadline, delay, code, doing):
-    """Sleep before a retry, or raise AdminTimeoutError when the deadline would pass first."""
+    """A sleep step before a retry, or AdminTimeoutError when the deadline would pass first."""
     error = lookup(code)
     if deadline.remaining() <= delay:
         hint = " (the group may be being deleted or moved)" if code == COORDINATOR_NOT_AVAILABLE else ""
         raise AdminTimeoutError(
             f"gave up {doing}: the broker still answers {error.name}{hint}, and the "
             f"{deadline.seconds:g} s timeout would pass before the next try", error)
-    time.sleep(delay)
+    yield _Sleep(delay)
     return min(delay * 2, BACKOFF_MAX)
 
 
-class AsyncAdminClient:
-    """The same calls for asyncio code; each runs the blocking client in a worker thread."""
+def _checked_leave(group_id, members, reason):
+    _check_name("group_id", group_id)
+    _check_name("reason", reason, nullable=True)
+    members = [(m or "", i) for m, i in members]
+    if not members:
+        raise ValueError("give at least one member")
+    for member_id, instance_id in members:
+        _check_name("a member id", member_id, nullable=True)
+        _check_name("a group.instance.id", instance_id, nullable=True)
+    return members
 
-    def __init__(self, bootstrap_servers, client_id="fastkwire-admin", request_timeout_ms=30000):
-        self._client = AdminClient(bootstrap_servers, client_id, request_timeout_ms)
+
+# ---------------------------------------------------------------- the clients
+
+
+class AdminClient(_Calls):
+    """A small blocking admin client for consumer groups (describe, KIP-345 removal).
+
+    Options: bootstrap_servers, client_id, request_timeout_ms, and TLS/SASL options named as
+    in kafka-python (security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password,
+    ssl_check_hostname, ssl_context, sasl_mechanism, sasl_plain_username,
+    sasl_plain_password, sasl_oauth_token_provider), or security=`connection.Security`.
+    """
+
+    def api_versions(self):
+        """{api_key: (min_version, max_version)} of the first reachable bootstrap broker."""
+        return self._run(self._api_versions_flow)
+
+    def find_coordinator(self, group_id):
+        """The `Coordinator` of `group_id`, retrying while it is moving or loading."""
+        _check_name("group_id", group_id)
+        return self._run(self._find_coordinator_flow, group_id)
+
+    def describe_group(self, group_id):
+        """A `GroupDescription`: state, protocol, members with their assigned partitions."""
+        _check_name("group_id", group_id)
+        return self._run(self._describe_flow, group_id)
+
+    def remove_members_from_group(self, group_id, group_instance_ids, reason=None):
+        """Remove static members by group.instance.id: the coordinator rebalances at once.
+
+        Returns a `MembershipChangeResult`; raises an `AdminError` subclass when the request as
+        a whole fails (nothing is sent to a broker too old for LeaveGroup v3), and ValueError
+        for bad arguments (`check_removal`), before connecting.
+        """
+        instance_ids = check_removal(group_id, group_instance_ids, reason)
+        return self.leave_group(group_id, [("", i) for i in instance_ids], reason=reason)
+
+    def remove_members(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None):
+        """Remove members named by group.instance.id and/or member id, or every member
+        (`remove_all`: the group is described first, as Kafka's Admin does)."""
+        _check_name("group_id", group_id)
+        _check_name("reason", reason, nullable=True)
+        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
+        return self._run(self._remove_flow, group_id, instance_ids, member_ids, remove_all, reason)
+
+    def plan_removal(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False):
+        """What `remove_members` would do, as a `RemovalPlan`; sends no LeaveGroup."""
+        _check_name("group_id", group_id)
+        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
+        return self._run(self._plan_flow, group_id, instance_ids, member_ids, remove_all)
+
+    def leave_group(self, group_id, members, reason=None):
+        """The general form: `members` is a list of (member_id, group_instance_id or None).
+
+        KIP-345 names static members by instance id with an empty member id; naming a member
+        by its member id removes a dynamic member (or a static one on brokers that need it).
+        """
+        members = _checked_leave(group_id, members, reason)
+        return self._run(self._leave_flow, group_id, members, reason)
+
+    def _run(self, flow, *args):
+        deadline = Deadline(self.timeout)
+        steps = flow(*args, deadline)
+        opened = []
+        try:
+            answer = error = None
+            while True:
+                try:
+                    step = steps.throw(error) if error is not None else steps.send(answer)
+                except StopIteration as stop:
+                    return stop.value
+                answer = error = None
+                try:
+                    if isinstance(step, _Call):
+                        answer = step.conn.request(step.msg, step.version, deadline=deadline)
+                    elif isinstance(step, _Connect):
+                        answer = Connection(step.host, step.port, client_id=self.client_id, security=self.security,
+                                            deadline=_connect_deadline(step, deadline))
+                        opened.append(answer)
+                    elif isinstance(step, _Close):
+                        step.conn.close()
+                    else:
+                        time.sleep(step.seconds)
+                except AdminError as exc:
+                    error = exc
+        finally:
+            steps.close()
+            for conn in opened:
+                conn.close()
+
+
+class AsyncAdminClient(_Calls):
+    """The same calls as coroutines, on asyncio streams in the event loop's own thread.
+
+    Cancelling a call closes its connections at once.
+    """
 
     async def api_versions(self):
-        return await asyncio.to_thread(self._client.api_versions)
+        return await self._run(self._api_versions_flow)
 
     async def find_coordinator(self, group_id):
-        return await asyncio.to_thread(self._client.find_coordinator, group_id)
+        _check_name("group_id", group_id)
+        return await self._run(self._find_coordinator_flow, group_id)
+
+    async def describe_group(self, group_id):
+        _check_name("group_id", group_id)
+        return await self._run(self._describe_flow, group_id)
 
     async def remove_members_from_group(self, group_id, group_instance_ids, reason=None):
-        return await asyncio.to_thread(self._client.remove_members_from_group, group_id,
-                                       list(group_instance_ids), reason)
+        instance_ids = check_removal(group_id, group_instance_ids, reason)
+        return await self.leave_group(group_id, [("", i) for i in instance_ids], reason=reason)
+
+    async def remove_members(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None):
+        _check_name("group_id", group_id)
+        _check_name("reason", reason, nullable=True)
+        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
+        return await self._run(self._remove_flow, group_id, instance_ids, member_ids, remove_all, reason)
+
+    async def plan_removal(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False):
+        _check_name("group_id", group_id)
+        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
+        return await self._run(self._plan_flow, group_id, instance_ids, member_ids, remove_all)
 
     async def leave_group(self, group_id, members, reason=None):
-        return await asyncio.to_thread(self._client.leave_group, group_id, list(members), reason)
+        members = _checked_leave(group_id, members, reason)
+        return await self._run(self._leave_flow, group_id, members, reason)
+
+    async def _run(self, flow, *args):
+        deadline = Deadline(self.timeout)
+        steps = flow(*args, deadline)
+        opened = []
+        try:
+            answer = error = None
+            while True:
+                try:
+                    step = steps.throw(error) if error is not None else steps.send(answer)
+                except StopIteration as stop:
+                    return stop.value
+                answer = error = None
+                try:
+                    if isinstance(step, _Call):
+                        answer = await step.conn.request(step.msg, step.version, deadline=deadline)
+                    elif isinstance(step, _Connect):
+                        answer = await AsyncConnection.open(
+                            step.host, step.port, client_id=self.client_id, security=self.security,
+                            deadline=_connect_deadline(step, deadline))
+                        opened.append(answer)
+                    elif isinstance(step, _Close):
+                        step.conn.close()
+                    else:
+                        await asyncio.sleep(step.seconds)
+                except AdminError as exc:
+                    error = exc
+        finally:
+            steps.close()
+            for conn in opened:
+                conn.close()

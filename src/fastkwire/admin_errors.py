@@ -7,7 +7,8 @@ arguments themselves are checked before anything is sent and fail with ValueErro
 __all__ = [
     "AdminError", "BrokerConnectionError", "AdminTimeoutError", "ResponseError", "BrokerError",
     "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
-    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError",
+    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "SecurityError",
+    "SaslAuthenticationError", "UnsupportedSaslMechanismError", "TlsError", "TlsCertificateError",
 ]
 
 
@@ -19,6 +20,26 @@ class AdminError(Exception):
 
 class BrokerConnectionError(AdminError):
     """A broker could not be reached, or closed or reset the connection."""
+
+
+class SecurityError(AdminError):
+    """TLS or SASL failed: a matter of configuration, so it is never retried."""
+
+
+class SaslAuthenticationError(SecurityError):
+    """The broker refused the credentials (or its SCRAM proof did not match ours)."""
+
+
+class UnsupportedSaslMechanismError(SecurityError):
+    """The broker does not enable the SASL mechanism asked for."""
+
+
+class TlsError(SecurityError):
+    """The TLS handshake failed (no TLS listener there, no common protocol or cipher)."""
+
+
+class TlsCertificateError(TlsError):
+    """The broker's certificate could not be verified, or the broker refused ours."""
 
 
 class AdminTimeoutError(AdminError, TimeoutError):

@@ -1,11 +1,16 @@
 """The `fastkwire` command line.
 
+    fastkwire describe-group --bootstrap-server HOST:PORT --group G [--json]
     fastkwire remove-members --bootstrap-server HOST:PORT --group G --instance-id ID [...]
+    fastkwire remove-members ... --member-id ID | --all [--dry-run]
     kafka-invoke-consumer-rebalance --bootstrap-server HOST:PORT --group G --instance-id ID
 
-Exit codes: 0 every member removed; 1 the request went through but some member was not
-removed; 2 bad usage; 3 the request failed as a whole (connection, timeout, old broker,
-authorization, group state).
+Connection options (TLS, SASL) come from flags, the environment (FASTKWIRE_SASL_PASSWORD,
+FASTKWIRE_SSL_PASSWORD) and `--command-config FILE` (Java client properties), flags first.
+
+Exit codes: 0 done (every member removed; a dry run that could list what it would do);
+1 the request went through but some member was not removed; 2 bad usage; 3 the request
+failed as a whole (connection, TLS, SASL, timeout, old broker, authorization, group state).
 """
 import argparse
 import importlib
@@ -14,7 +19,10 @@ import os
 import sys
 
 from ._printable import printable
-from .admin import MAX_TIMEOUT_MS, AdminClient, AdminError, check_removal
+from .admin import MAX_TIMEOUT_MS, AdminClient, AdminError, check_group, check_members, check_reason
+from .client_config import read_properties, security_options
+from .connection import SECURITY_PROTOCOLS
+from .sasl import MECHANISMS
 
 EXIT_OK = 0
 EXIT_MEMBERS_FAILED = 1
@@ -24,33 +32,102 @@ EXIT_FAILED = 3
 DEFAULT_TIMEOUT = 30.0
 MIN_TIMEOUT = 0.001  # the client counts in milliseconds
 MAX_TIMEOUT = MAX_TIMEOUT_MS / 1000
+SECRET_OPTIONS = ("--sasl-password", "--ssl-password")
+PASSWORD_ENV = {"sasl_plain_password": "FASTKWIRE_SASL_PASSWORD", "ssl_password": "FASTKWIRE_SSL_PASSWORD"}
+TOKEN_ENV = "FASTKWIRE_SASL_OAUTH_TOKEN"  # a bearer token is never taken as a flag
 
 
-# ---------------------------------------------------------------- remove-members
+class _Parser(argparse.ArgumentParser):
+    """argparse that never repeats a secret from the command line in its errors."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._secrets = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        self._secrets = _secrets_in(args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message):
+        if message.startswith("unrecognized arguments: "):
+            # A misspelt secret option is unrecognized, and so is its value: show names only.
+            names = [a.split("=", 1)[0] for a in message[len("unrecognized arguments: "):].split() if a[:1] == "-"]
+            message = f"unrecognized arguments: {' '.join(names) or '(values not shown)'}"
+        for secret in self._secrets:
+            message = message.replace(secret, "***")
+        super().error(message)
 
 
-def _remove_members_arguments(parser):
+def _secrets_in(args):
+    found = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in SECRET_OPTIONS or "pass" in name.lower() and name.startswith("--"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value:
+                found.append(value)
+    return found
+
+
+# ---------------------------------------------------------------- shared options
+
+
+def _connection_arguments(parser):
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="a broker to start from (several may be given, comma-separated)")
+                        help="brokers to start from, comma-separated; the next is tried when one fails")
     parser.add_argument("--group", required=True, metavar="G", help="the consumer group id")
-    parser.add_argument("--instance-id", required=True, action="append", metavar="ID", dest="instance_ids",
-                        help="group.instance.id of a static member to remove (repeat for more)")
-    parser.add_argument("--reason", metavar="TEXT",
-                        help="why the members leave; brokers with LeaveGroup v5+ log it")
     parser.add_argument("--timeout", type=_timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"give up after this long, retries included (default {DEFAULT_TIMEOUT:g}, "
                              f"at most {MAX_TIMEOUT:g}: a day)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.set_defaults(run=run_remove_members)
-    return parser
+    security = parser.add_argument_group("security (flags win over the environment and --command-config)")
+    security.add_argument("--command-config", metavar="FILE",
+                          help="Java client properties: security.protocol, sasl.mechanism, sasl.jaas.config, "
+                               "ssl.truststore.location (PEM), ssl.keystore.location (PEM), ...")
+    security.add_argument("--security-protocol", choices=SECURITY_PROTOCOLS, type=str.upper)
+    security.add_argument("--ssl-cafile", metavar="PEM", help="CA certificates to trust the brokers with")
+    security.add_argument("--ssl-certfile", metavar="PEM", help="client certificate (for brokers that ask)")
+    security.add_argument("--ssl-keyfile", metavar="PEM", help="the client certificate's key")
+    security.add_argument("--ssl-password", metavar="TEXT",
+                          help="the key's password (better: FASTKWIRE_SSL_PASSWORD in the environment)")
+    security.add_argument("--no-ssl-check-hostname", action="store_true",
+                          help="do not check the broker's host name against its certificate")
+    security.add_argument("--sasl-mechanism", choices=MECHANISMS, type=str.upper,
+                          help=f"OAUTHBEARER takes its token from {TOKEN_ENV} in the environment")
+    security.add_argument("--sasl-username", metavar="USER")
+    security.add_argument("--sasl-password", metavar="TEXT",
+                          help="(better: FASTKWIRE_SASL_PASSWORD in the environment, or --command-config)")
 
 
-def add_remove_members(subparsers):
-    parser = subparsers.add_parser(
-        "remove-members", help="remove static members by group.instance.id (rebalances at once)",
-        description="Remove static members from a consumer group by group.instance.id, so that the "
-                    "group rebalances now instead of after the session timeout (KIP-345).")
-    return _remove_members_arguments(parser)
+def _security(args):
+    """Security options from --command-config, then the environment, then the flags."""
+    options = security_options(read_properties(args.command_config)) if args.command_config else {}
+    for option, variable in PASSWORD_ENV.items():
+        if os.environ.get(variable):
+            options[option] = os.environ[variable]
+    flags = {"security_protocol": args.security_protocol, "ssl_cafile": args.ssl_cafile,
+             "ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile, "ssl_password": args.ssl_password,
+             "sasl_mechanism": args.sasl_mechanism, "sasl_plain_username": args.sasl_username,
+             "sasl_plain_password": args.sasl_password}
+    options.update({k: v for k, v in flags.items() if v is not None})
+    if args.no_ssl_check_hostname:
+        options["ssl_check_hostname"] = False
+    if options.get("sasl_mechanism") == "OAUTHBEARER":
+        token = os.environ.get(TOKEN_ENV)
+        if not token:
+            raise ValueError(f"sasl mechanism OAUTHBEARER takes its token from {TOKEN_ENV}, which is not set")
+        options["sasl_oauth_token_provider"] = lambda: token
+    sasl_given = [k for k in ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password") if options.get(k)]
+    protocol = options.get("security_protocol", "PLAINTEXT")
+    if sasl_given and not protocol.startswith("SASL_"):
+        raise ValueError(f"SASL options are given, but security protocol {printable(protocol, 20)} uses no SASL: "
+                         "add --security-protocol SASL_SSL (or SASL_PLAINTEXT)")
+    return options
+
+
+def _client(args):
+    return AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000, **_security(args))
 
 
 def _timeout(text):
@@ -64,20 +141,127 @@ def _timeout(text):
     return value
 
 
+# ---------------------------------------------------------------- describe-group
+
+
+def add_describe_group(subparsers):
+    parser = subparsers.add_parser(
+        "describe-group", allow_abbrev=False, help="show a consumer group: state, members, their partitions",
+        description="Describe a consumer group: its state and protocol, and each member's id, "
+                    "group.instance.id, client id, host and assigned partitions.")
+    _connection_arguments(parser)
+    parser.set_defaults(run=run_describe_group)
+    return parser
+
+
+def run_describe_group(args, out=None, err=None):
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        client = _client(args)
+        check_group(args.group)
+    except ValueError as exc:
+        return _fail(args, exc, EXIT_USAGE, out, err)
+    try:
+        group = client.describe_group(args.group)
+    except AdminError as exc:
+        return _fail(args, exc, EXIT_FAILED, out, err)
+    if args.json:
+        print(json.dumps(group.to_dict(), indent=2), file=out)
+    else:
+        _print_group(group, out)
+    return EXIT_OK
+
+
+def _members(n):
+    return f"{n} member" if n == 1 else f"{n} members"
+
+
+def _assignment_text(member):
+    if member.assignment_error:
+        return f"(unreadable: {member.assignment_error})"
+    return " ".join(f"{t}:{','.join(str(p) for p in parts)}" for t, parts in sorted(member.assignment.items()))
+
+
+def _print_group(group, out):
+    c = group.coordinator
+    protocol = "/".join(x for x in (group.protocol_type, group.protocol) if x) or "-"
+    print(f"Group {printable(repr(group.group_id))}: state {printable(group.state or '-')}, protocol "
+          f"{printable(protocol)}, coordinator {printable(c.address)} (node {c.node_id}), "
+          f"{_members(len(group.members))} ({group.api})", file=out)
+    if not group.exists:
+        print("The group does not exist (or has no members and no offsets).", file=out)
+    if not group.members:
+        return
+    rows = [("MEMBER ID", "INSTANCE ID", "CLIENT ID", "HOST", "ASSIGNMENT")]
+    for m in group.members:
+        rows.append(tuple(printable(x) for x in (m.member_id, "-" if m.group_instance_id is None else m.group_instance_id,
+                                                  m.client_id, m.client_host, _assignment_text(m) or "-")))
+    _print_rows(rows, out)
+
+
+def _print_rows(rows, out):
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths)) + "  " + r[-1], file=out)
+
+
+# ---------------------------------------------------------------- remove-members
+
+
+def _remove_members_arguments(parser):
+    _connection_arguments(parser)
+    which = parser.add_argument_group("members (at least one, or --all)")
+    which.add_argument("--instance-id", action="append", metavar="ID", dest="instance_ids", default=[],
+                       help="group.instance.id of a static member to remove (repeat for more)")
+    which.add_argument("--member-id", action="append", metavar="ID", dest="member_ids", default=[],
+                       help="member id of a member to remove, e.g. a dynamic one (repeat for more)")
+    which.add_argument("--all", action="store_true", dest="remove_all",
+                       help="describe the group, then remove every member")
+    parser.add_argument("--reason", metavar="TEXT",
+                        help="why the members leave; brokers with LeaveGroup v5+ log it")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="find the coordinator and describe the group, print what would be removed and "
+                             "which named members are not in the group; send nothing")
+    parser.set_defaults(run=run_remove_members)
+    return parser
+
+
+def add_remove_members(subparsers):
+    parser = subparsers.add_parser(
+        "remove-members", allow_abbrev=False, help="remove members from a consumer group (rebalances at once)",
+        description="Remove members from a consumer group, by group.instance.id (static members, KIP-345), "
+                    "by member id, or all of them, so that the group rebalances now instead of after "
+                    "the session timeout.")
+    return _remove_members_arguments(parser)
+
+
 def run_remove_members(args, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
     # Argument errors are told apart before any I/O: whatever fails later is the broker's
     # or the network's doing (exit 3), never "bad usage".
     try:
-        client = AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000)
-        check_removal(args.group, args.instance_ids, args.reason)
+        client = _client(args)
+        check_group(args.group)
+        check_members(args.instance_ids, args.member_ids, args.remove_all)
+        check_reason(args.reason)
     except ValueError as exc:
         return _fail(args, exc, EXIT_USAGE, out, err)
     try:
-        result = client.remove_members_from_group(args.group, args.instance_ids, reason=args.reason)
+        if args.dry_run:
+            plan = client.plan_removal(args.group, args.instance_ids, args.member_ids, args.remove_all)
+        else:
+            result = client.remove_members(args.group, args.instance_ids, args.member_ids, args.remove_all,
+                                           reason=args.reason)
     except AdminError as exc:
         return _fail(args, exc, EXIT_FAILED, out, err)
+    if args.dry_run:
+        if args.json:
+            print(json.dumps(plan.to_dict(), indent=2), file=out)
+        else:
+            _print_plan(plan, out)
+        return EXIT_OK
     if args.json:
         print(json.dumps(result.to_dict(), indent=2), file=out)
     else:
@@ -100,6 +284,10 @@ def _fail(args, exc, code, out, err):
 def _print_table(result, out):
     # Everything a broker or an argument put in these strings is escaped: one line per row.
     c = result.coordinator
+    if not result.members:
+        print(f"Group {result.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}): the group has "
+              "no members, nothing was removed.", file=out)
+        return
     print(f"Group {result.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}), "
           f"LeaveGroup v{result.leave_group_version}", file=out)
     rows = [("INSTANCE ID", "RESULT", "ERROR")]
@@ -110,6 +298,26 @@ def _print_table(result, out):
     for r in rows:
         print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip(), file=out)
     print(f"{len(result.removed)} of {len(result.members)} members removed.", file=out)
+
+
+def _print_plan(plan, out):
+    g = plan.group
+    c = g.coordinator
+    print(f"Group {g.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}), state "
+          f"{printable(g.state or '-')}, {_members(len(g.members))}. Dry run: nothing was sent.", file=out)
+    if plan.members:
+        rows = [("WOULD REMOVE MEMBER ID", "INSTANCE ID")]
+        by_instance = {m.group_instance_id: m.member_id for m in g.members}
+        for member_id, instance_id in plan.members:
+            rows.append((printable(member_id or by_instance.get(instance_id, "")),
+                         "-" if instance_id is None else printable(instance_id)))
+        _print_rows(rows, out)
+    else:
+        print("No member would be removed.", file=out)
+    for instance_id in plan.missing_instance_ids:
+        print(f"Not in the group: group.instance.id {printable(repr(instance_id))}", file=out)
+    for member_id in plan.missing_member_ids:
+        print(f"Not in the group: member id {printable(repr(member_id))}", file=out)
 
 
 # ---------------------------------------------------------------- dispatch
@@ -124,12 +332,13 @@ def add_explain(subparsers):
 # a module whose add_parser(subparsers) does that.
 SUBCOMMANDS = {
     "explain": add_explain,
+    "describe-group": add_describe_group,
     "remove-members": add_remove_members,
 }
 
 
 def build_parser(prog="fastkwire"):
-    parser = argparse.ArgumentParser(prog=prog, description="fastkwire: Kafka wire-protocol tools")
+    parser = _Parser(prog=prog, description="fastkwire: Kafka wire-protocol tools")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS.values():
         if isinstance(add, str):
@@ -169,8 +378,8 @@ def main(argv=None):
 
 def invoke_consumer_rebalance(argv=None):
     """`kafka-invoke-consumer-rebalance`: the KIP's script name for `fastkwire remove-members`."""
-    parser = argparse.ArgumentParser(
-        prog="kafka-invoke-consumer-rebalance",
+    parser = _Parser(
+        prog="kafka-invoke-consumer-rebalance", allow_abbrev=False,
         description="Remove static members from a consumer group by group.instance.id so that it "
                     "rebalances at once (the same as `fastkwire remove-members`).")
     _remove_members_arguments(parser)

@@ -1,0 +1,779 @@
+"""Connections to Kafka brokers: blocking (`Connection`) and native asyncio (`AsyncConnection`).
+
+    with Connection("broker", 9093, security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                    sasl_plain_username="ops", sasl_plain_password=secret, ssl_cafile="ca.pem") as conn:
+        response = conn.request(MetadataRequest(topics=None))   # the highest common version
+
+Opening one connects (TLS when the security protocol says so), asks ApiVersions (`.versions`),
+and authenticates with SASL (SaslHandshake, then SaslAuthenticate; raw tokens after a v0
+handshake), re-authenticating before the session the broker granted runs out
+(`session_lifetime_ms`, KIP-368). `request` frames any message of this codec with a fresh
+correlation id and checks the answer's. Every wait is bounded by a deadline, and an answer's
+size is checked against what such an answer can take before anything is allocated.
+AsyncConnection does the same on asyncio streams, in the event loop's own thread.
+
+Failures are `fastkwire.admin_errors` exceptions; options that cannot work are ValueError.
+"""
+import asyncio
+import inspect
+import socket
+import ssl
+import struct
+import time
+
+from . import (
+    ApiVersionsRequest,
+    LeaveGroupRequest,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+    __version__,
+    decode_response,
+    encode_request,
+)
+from ._printable import printable
+from .admin_errors import (
+    AdminTimeoutError,
+    BrokerConnectionError,
+    BrokerError,
+    BrokerTooOldError,
+    ResponseError,
+    SaslAuthenticationError,
+    TlsCertificateError,
+    TlsError,
+    UnsupportedSaslMechanismError,
+)
+from .error_codes import by_name, lookup
+from .errors import DecodeError
+from .sasl import MECHANISMS, make_mechanism
+
+__all__ = ["Connection", "AsyncConnection", "Security", "Deadline", "SECURITY_PROTOCOLS", "ANSWER_LIMITS",
+           "answer_limit", "highest_common_version", "format_address"]
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MAX_TIMEOUT_MS = 24 * 3600 * 1000  # a day: far beyond any admin call, and safe for socket timeouts
+MAX_BROKER_TEXT = 500  # characters of a broker's text quoted in our errors
+REAUTH_AT = 0.85  # re-authenticate after this share of the session lifetime, as Kafka's clients do
+
+NONE = by_name("NONE").code
+UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
+UNSUPPORTED_SASL_MECHANISM = by_name("UNSUPPORTED_SASL_MECHANISM").code
+SASL_AUTHENTICATION_FAILED = by_name("SASL_AUTHENTICATION_FAILED").code
+
+KIB, MIB = 1024, 1024 * 1024
+# The largest answer a sane broker sends to each request, as (fixed part, per member
+# asked): the receive buffer is allocated at the announced size, so a larger announcement
+# is refused before anything is allocated. The request's own size is added on top, since
+# answers echo the names sent. Other APIs may take DEFAULT_ANSWER_LIMIT (Fetch answers are
+# large), or what the caller passes.
+ANSWER_LIMITS = {
+    ApiVersionsRequest.API_KEY: (256 * KIB, 0),
+    10: (256 * KIB, 0),  # FindCoordinator: one host per key
+    LeaveGroupRequest.API_KEY: (64 * KIB, 4 * KIB),  # each member answered with its ids
+    SaslHandshakeRequest.API_KEY: (64 * KIB, 0),
+    SaslAuthenticateRequest.API_KEY: (1 * MIB, 0),
+    15: (16 * MIB, 0),  # DescribeGroups: every member's metadata and assignment
+    69: (16 * MIB, 0),  # ConsumerGroupDescribe
+}
+DEFAULT_ANSWER_LIMIT = 128 * MIB
+RAW_SASL_LIMIT = 64 * KIB  # a server token after a SaslHandshake v0
+
+
+def answer_limit(msg, request_size):
+    """The most bytes (after the size prefix) accepted in answer to `msg`."""
+    fixed, per_member = ANSWER_LIMITS.get(msg.API_KEY, (DEFAULT_ANSWER_LIMIT, 0))
+    return fixed + per_member * len(getattr(msg, "members", None) or ()) + request_size
+
+
+def highest_common_version(ranges, cls, lowest=0):
+    """The highest version both sides support (and >= lowest), or None."""
+    theirs = ranges.get(cls.API_KEY)
+    if theirs is None:
+        return None
+    hi = min(theirs[1], cls.MAX_VERSION)
+    lo = max(theirs[0], cls.MIN_VERSION, lowest)
+    return hi if hi >= lo else None
+
+
+def format_address(host, port):
+    """HOST:PORT for messages, with a broker's odd characters escaped."""
+    host = printable(host, MAX_BROKER_TEXT)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def api_name(msg):
+    """'LeaveGroup' for a LeaveGroupRequest (a message or its class)."""
+    name = msg.__name__ if isinstance(msg, type) else type(msg).__name__
+    return name[:-len("Request")] if name.endswith("Request") else name
+
+
+class Deadline:
+    """One time budget shared by every step of a call."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def remaining(self):
+        return self.end - time.monotonic()
+
+
+def check_timeout_ms(value, name="request_timeout_ms"):
+    """`value` in seconds, or TypeError/ValueError when no socket could keep it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if not 0 < value <= MAX_TIMEOUT_MS:  # also refuses nan
+        raise ValueError(f"{name} must be more than 0 and at most {MAX_TIMEOUT_MS} (a day), not {value!r}")
+    return value / 1000.0
+
+
+# ---------------------------------------------------------------- security options
+
+
+class Security:
+    """TLS and SASL options, named as kafka-python and aiokafka name them.
+
+    Secrets (passwords, the token provider) are kept out of repr() and of every message.
+    """
+
+    def __init__(self, security_protocol="PLAINTEXT", ssl_context=None, ssl_cafile=None, ssl_certfile=None,
+                 ssl_keyfile=None, ssl_password=None, ssl_check_hostname=True, sasl_mechanism="PLAIN",
+                 sasl_plain_username=None, sasl_plain_password=None, sasl_oauth_token_provider=None):
+        if security_protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, "
+                             f"not {printable(security_protocol, 40)!r}")
+        self.security_protocol = security_protocol
+        self.ssl = security_protocol in ("SSL", "SASL_SSL")
+        self.sasl = security_protocol.startswith("SASL_")
+        self.sasl_mechanism = sasl_mechanism
+        self.sasl_plain_username = sasl_plain_username
+        self._password = sasl_plain_password
+        self._token_provider = sasl_oauth_token_provider
+        self.ssl_cafile = ssl_cafile
+        if self.sasl:
+            if sasl_mechanism not in MECHANISMS:
+                raise ValueError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)}, "
+                                 f"not {printable(sasl_mechanism, 40)!r}")
+            if sasl_mechanism == "OAUTHBEARER":
+                if sasl_oauth_token_provider is None:
+                    raise ValueError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_provider")
+            elif not sasl_plain_username or sasl_plain_password is None:
+                raise ValueError(f"sasl_mechanism {sasl_mechanism} needs sasl_plain_username and "
+                                 "sasl_plain_password")
+        self.ssl_context = None
+        if self.ssl:
+            self.ssl_context = ssl_context or _make_context(ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password,
+                                                            ssl_check_hostname)
+
+    def __repr__(self):
+        shown = [f"security_protocol={self.security_protocol!r}"]
+        if self.sasl:
+            shown.append(f"sasl_mechanism={self.sasl_mechanism!r}")
+            if self.sasl_plain_username:
+                shown.append(f"sasl_plain_username={self.sasl_plain_username!r}")
+        if self.ssl_cafile:
+            shown.append(f"ssl_cafile={self.ssl_cafile!r}")
+        return f"Security({', '.join(shown)})"
+
+    def _mechanism(self, token=None):
+        return make_mechanism(self.sasl_mechanism, self.sasl_plain_username, self._password, token)
+
+    def token(self):
+        """The OAUTHBEARER token from the provider: a callable, or an object with .token()."""
+        provider = self._token_provider
+        try:
+            return provider.token() if hasattr(provider, "token") else provider()
+        except Exception as exc:  # noqa: BLE001 - its message could hold a secret: only the type
+            raise SaslAuthenticationError(
+                f"the OAUTHBEARER token provider failed ({type(exc).__name__})") from None
+
+
+def _make_context(cafile, certfile, keyfile, password, check_hostname):
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+        context.check_hostname = bool(check_hostname)
+        if certfile:
+            context.load_cert_chain(certfile, keyfile, password)
+    except FileNotFoundError as exc:
+        raise ValueError(f"cannot read {printable(exc.filename)!r}: no such file") from None
+    except (ssl.SSLError, OSError) as exc:
+        # Never the password: only which files did not load.
+        files = ", ".join(repr(f) for f in (cafile, certfile, keyfile) if f)
+        raise ValueError(f"cannot load the TLS files ({printable(files)}): {exc.reason or type(exc).__name__} "
+                         "(PEM files expected; is ssl_password right?)") from None
+    return context
+
+
+# ---------------------------------------------------------------- protocol steps, without I/O
+
+
+class _Request:
+    __slots__ = ("msg", "version", "raw")
+
+    def __init__(self, msg=None, version=None, raw=None):
+        self.msg, self.version, self.raw = msg, version, raw
+
+
+def _negotiate(address):
+    """ApiVersions at our highest version, or at the broker's when it says it lacks ours."""
+    version = ApiVersionsRequest.MAX_VERSION
+    request = ApiVersionsRequest(client_software_name="fastkwire", client_software_version=__version__)
+    for _ in range(3):
+        response = yield _Request(request, version)
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        if response.error_code == UNSUPPORTED_VERSION:
+            fallback = highest_common_version(ranges, ApiVersionsRequest)
+            if fallback is not None and fallback < version:
+                version = fallback
+                continue
+        if response.error_code != NONE:
+            raise BrokerError(f"{address} refused ApiVersions: {lookup(response.error_code)}",
+                              lookup(response.error_code))
+        return ranges
+    raise ResponseError(f"{address} kept refusing every ApiVersions version")
+
+
+def _authenticate(address, versions, security, mechanism):
+    """SaslHandshake, then the mechanism's messages; returns the session lifetime in ms (0: none)."""
+    name = security.sasl_mechanism
+    handshake = highest_common_version(versions, SaslHandshakeRequest)
+    authenticate = highest_common_version(versions, SaslAuthenticateRequest)
+    if handshake is None:
+        raise UnsupportedSaslMechanismError(
+            f"{address} does not offer SASL (no SaslHandshake): is this a SASL listener? "
+            "Check security_protocol")
+    framed = handshake >= 1 and authenticate is not None
+    response = yield _Request(SaslHandshakeRequest(mechanism=name), handshake if framed else 0)
+    if response.error_code == UNSUPPORTED_SASL_MECHANISM:
+        enabled = ", ".join(printable(m, 40) for m in response.mechanisms[:20]) or "none"
+        raise UnsupportedSaslMechanismError(
+            f"{address} does not enable SASL mechanism {name} (it enables: {enabled}): set sasl_mechanism "
+            "to one it enables", lookup(response.error_code))
+    if response.error_code != NONE:
+        raise SaslAuthenticationError(f"{address} refused the SASL handshake: {lookup(response.error_code)}",
+                                      lookup(response.error_code))
+    message, lifetime = mechanism.start(), 0
+    while message is not None:
+        if not framed:
+            answer = yield _Request(raw=message)
+        else:
+            reply = yield _Request(SaslAuthenticateRequest(auth_bytes=message), authenticate)
+            if reply.error_code != NONE:
+                raise _refused(address, security, mechanism, reply)
+            lifetime = getattr(reply, "session_lifetime_ms", 0) or 0
+            answer = reply.auth_bytes or b""
+        message = mechanism.step(answer)
+    return lifetime
+
+
+def _refused(address, security, mechanism, reply):
+    error = lookup(reply.error_code)
+    said = f" ({printable(reply.error_message, MAX_BROKER_TEXT)})" if reply.error_message else ""
+    if security.sasl_mechanism == "OAUTHBEARER":
+        status = f", status {printable(mechanism.status, 40)!r}" if getattr(mechanism, "status", None) else ""
+        return SaslAuthenticationError(
+            f"{address} rejected the OAUTHBEARER token{status}: it has expired or is not valid for this "
+            f"broker; fix the token provider{said}", error)
+    fix = "check the user name and password" if reply.error_code == SASL_AUTHENTICATION_FAILED else str(error)
+    return SaslAuthenticationError(
+        f"{address} refused SASL {security.sasl_mechanism} authentication of user "
+        f"{printable(security.sasl_plain_username, 100)!r}: {fix}{said}", error)
+
+
+# ---------------------------------------------------------------- shared by both connections
+
+
+class _Base:
+    def _init(self, host, port, client_id, security, request_timeout_ms, options):
+        if security is not None and options:
+            raise ValueError("give either security= or the security options, not both")
+        self.host, self.port = host, port
+        self.address = format_address(host, port)
+        self.client_id = client_id
+        self.security = security if security is not None else Security(**options)
+        self.timeout = check_timeout_ms(request_timeout_ms)
+        self.versions = {}  # api_key -> (min_version, max_version), from ApiVersions
+        self.session_lifetime_ms = 0
+        self._reauth_at = None
+        self._correlation_id = 0
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.address}, {self.security!r})"
+
+    def version_for(self, cls, lowest=0):
+        """The highest version of `cls` both sides support; BrokerTooOldError when none is."""
+        version = highest_common_version(self.versions, cls, lowest)
+        if version is None:
+            theirs = self.versions.get(cls.API_KEY)
+            has = f"v{theirs[0]}-v{theirs[1]}" if theirs else "none"
+            raise BrokerTooOldError(f"{self.address} supports no version of {api_name(cls)} from "
+                                    f"v{max(lowest, cls.MIN_VERSION)} to v{cls.MAX_VERSION} (it has {has})",
+                                    lookup(UNSUPPORTED_VERSION))
+        return version
+
+    def _deadline(self, deadline):
+        return deadline if deadline is not None else Deadline(self.timeout)
+
+    def _encode(self, msg, version):
+        self._correlation_id += 1
+        return encode_request(msg, version, self._correlation_id, self.client_id)
+
+    def _check_size(self, head, limit, what, smallest=4):
+        size = struct.unpack(">i", head)[0]
+        if size < smallest:
+            raise ResponseError(f"{self.address} sent a frame size of {size} bytes in answer to {what}")
+        if size > limit:
+            hint = ("this looks like a TLS alert: the listener speaks TLS, so use security_protocol SSL or SASL_SSL"
+                    if head[:2] == b"\x15\x03" else "is this a Kafka listener?")
+            raise ResponseError(f"{self.address} announced a {size}-byte answer to {what}, more than the "
+                                f"{limit} bytes such an answer can take ({hint})")
+        return size
+
+    def _decode(self, frame, msg, version, what):
+        correlation_id = struct.unpack_from(">i", frame, 4)[0]
+        if correlation_id != self._correlation_id:
+            raise ResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
+                                f"expected {self._correlation_id}")
+        # A broker that lacks our ApiVersions version answers in v0 with UNSUPPORTED_VERSION
+        # (header v0 is 4 bytes, then the int16 error code).
+        if (msg.API_KEY == ApiVersionsRequest.API_KEY and len(frame) >= 10
+                and struct.unpack_from(">h", frame, 8)[0] == UNSUPPORTED_VERSION):
+            version = 0
+        try:
+            return decode_response(frame, msg.API_KEY, version)[1]
+        except (DecodeError, ValueError) as exc:
+            raise ResponseError(f"could not decode the answer of {self.address} to {what}: "
+                                f"{printable(exc, MAX_BROKER_TEXT)}") from None
+
+    def _reauth_due(self):
+        return self._reauth_at is not None and time.monotonic() >= self._reauth_at
+
+    def _authenticated(self, lifetime_ms):
+        self.session_lifetime_ms = lifetime_ms
+        self._reauth_at = time.monotonic() + lifetime_ms / 1000 * REAUTH_AT if lifetime_ms > 0 else None
+
+    def _after_handshake(self, what):
+        # With TLS 1.3 a broker checks the client's certificate after the handshake: one that
+        # wants a certificate it trusts hangs up on the first request.
+        return TlsError(f"{self.address} hung up right after the TLS handshake, during {what}: it may want a "
+                        "client certificate it trusts (check ssl_certfile and ssl_keyfile)")
+
+    def _closed_error(self, what, got):
+        if self.security.ssl and not self.versions and not got:
+            return self._after_handshake(what)
+        when = "before answering" if not got else "in the middle of its answer"
+        return BrokerConnectionError(f"{self.address} closed the connection during {what} ({when})"
+                                     f"{self._tls_hint() if not got else ''}")
+
+    def _timeout_error(self, deadline, what):
+        return AdminTimeoutError(f"no answer from {self.address} to {what} within {deadline.seconds:g} s")
+
+    def _broken(self, exc, what):
+        if isinstance(exc, ssl.SSLError) and "CERTIFICATE" in (exc.reason or "").upper():
+            return self._connect_error(exc, None)  # TLS 1.3 reports a refused client certificate here
+        if self.security.ssl and not self.versions and isinstance(exc, (ssl.SSLError, ConnectionResetError)):
+            return self._after_handshake(what)
+        if isinstance(exc, ssl.SSLError):
+            return TlsError(f"TLS failed on the connection to {self.address} during {what}: "
+                            f"{printable(exc.reason or type(exc).__name__)}")
+        return BrokerConnectionError(f"connection to {self.address} failed during {what}: {_reason(exc)}"
+                                     f"{self._tls_hint()}")
+
+    def _tls_hint(self):
+        # A TLS listener hangs up on the plaintext of a first request.
+        if self.security.ssl or self.versions:
+            return ""
+        return " (if that listener speaks TLS, use security_protocol SSL or SASL_SSL)"
+
+    def _connect_error(self, exc, deadline):
+        """The AdminError for a failed connect or TLS handshake."""
+        if isinstance(exc, (socket.timeout, asyncio.TimeoutError)):
+            return AdminTimeoutError(f"could not connect to {self.address} within {deadline.seconds:g} s")
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return TlsCertificateError(
+                f"the TLS certificate of {self.address} could not be verified: "
+                f"{printable(exc.verify_message or exc.reason, MAX_BROKER_TEXT)} (check ssl_cafile, and that the "
+                "host name is in the certificate, or set ssl_check_hostname=False)")
+        if isinstance(exc, ssl.SSLError):
+            reason = exc.reason or type(exc).__name__
+            if "CERTIFICATE" in reason.upper():
+                return TlsCertificateError(
+                    f"{self.address} refused the TLS handshake: {printable(reason)} (it wants a client "
+                    "certificate it trusts: check ssl_certfile and ssl_keyfile)")
+            if isinstance(exc, ssl.SSLEOFError):
+                reason = "the broker closed the connection"
+            return TlsError(f"TLS handshake with {self.address} failed: {printable(reason)} (is this a TLS "
+                            "listener? SSL and SASL_SSL need one)")
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError)) and self.security.ssl:
+            return TlsError(f"TLS handshake with {self.address} failed: the connection was reset (is this a "
+                            "TLS listener? SSL and SASL_SSL need one)")
+        if isinstance(exc, UnicodeError):
+            # The resolver's IDNA encoding refuses labels over 63 characters or empty ones.
+            return BrokerConnectionError(f"could not connect to {self.address}: not a valid host name ({exc})")
+        return BrokerConnectionError(f"could not connect to {self.address}: {_reason(exc)}")
+
+
+def _reason(exc):
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is a broker listening there?)"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset by the broker"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host name ({exc.strerror})"
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+# ---------------------------------------------------------------- blocking
+
+
+class Connection(_Base):
+    """One blocking connection to a broker; every wait is bounded by a deadline.
+
+    Security options are keyword arguments (see `Security`), or one `security=Security(...)`.
+    `deadline` (a `Deadline`) bounds the opening when several steps share one budget. Use it
+    from one thread at a time.
+    """
+
+    def __init__(self, host, port, *, client_id="fastkwire", security=None, request_timeout_ms=30000,
+                 deadline=None, **security_options):
+        self._init(host, port, client_id, security, request_timeout_ms, security_options)
+        deadline = self._deadline(deadline)
+        self.sock = self._open(deadline)
+        try:
+            self.versions = self._run(_negotiate(self.address), deadline)
+            if self.security.sasl:
+                self._login(deadline)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, deadline):
+        left = deadline.remaining()
+        if left <= 0:
+            raise AdminTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
+        sock = None
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=left)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.security.ssl:
+                sock.settimeout(max(deadline.remaining(), 0.001))
+                sock = self.security.ssl_context.wrap_socket(sock, server_hostname=self.host)
+            return sock
+        except (OSError, UnicodeError) as exc:
+            if sock is not None:
+                sock.close()
+            raise self._connect_error(exc, deadline) from None
+
+    def _login(self, deadline):
+        token = self.security.token() if self.security.sasl_mechanism == "OAUTHBEARER" else None
+        if inspect.isawaitable(token):
+            token.close()
+            raise SaslAuthenticationError("the OAUTHBEARER token provider is a coroutine: use AsyncConnection")
+        steps = _authenticate(self.address, self.versions, self.security, self.security._mechanism(token))
+        self._authenticated(self._run(steps, deadline))
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None):
+        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer."""
+        deadline = self._deadline(deadline)
+        if self._reauth_due():
+            self._login(deadline)
+        return self._exchange(msg, self.version_for(type(msg)) if version is None else version, deadline,
+                              max_answer_bytes)
+
+    def _run(self, steps, deadline):
+        answer = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as stop:
+                return stop.value
+            if step.raw is not None:
+                answer = self._exchange_raw(step.raw, deadline)
+            else:
+                answer = self._exchange(step.msg, step.version, deadline)
+
+    def _exchange(self, msg, version, deadline, limit=None):
+        what = f"{api_name(msg)} v{version}"
+        request = self._encode(msg, version)
+        frame = self._io(request, limit or answer_limit(msg, len(request)), deadline, what)
+        return self._decode(frame, msg, version, what)
+
+    def _exchange_raw(self, token, deadline):
+        return bytes(self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)[4:])
+
+    def _io(self, request, limit, deadline, what, smallest=4):
+        try:
+            self._settimeout(deadline)
+            self.sock.sendall(request)
+            head = bytearray(4)
+            self._fill(head, deadline, what)
+            size = self._check_size(head, limit, what, smallest)
+            frame = bytearray(4 + size)
+            frame[:4] = head
+            with memoryview(frame) as view:
+                self._fill(view[4:], deadline, what, started=True)
+            return frame
+        except socket.timeout:
+            raise self._timeout_error(deadline, what) from None
+        except OSError as exc:
+            raise self._broken(exc, what) from None
+
+    def _fill(self, buffer, deadline, what, started=False):
+        # recv_into a buffer sized in advance: a broker sending one byte at a time costs
+        # nothing more than one sending the whole answer at once.
+        with memoryview(buffer) as view:
+            got = 0
+            while got < len(view):
+                self._settimeout(deadline)
+                n = self.sock.recv_into(view[got:])
+                if not n:
+                    raise self._closed_error(what, got or started)
+                got += n
+
+    def _settimeout(self, deadline):
+        left = deadline.remaining()
+        if left <= 0:
+            raise socket.timeout()
+        self.sock.settimeout(left)
+
+
+# ---------------------------------------------------------------- asyncio
+
+
+class AsyncConnection(_Base):
+    """The same on asyncio streams: `conn = await AsyncConnection.open(host, port, ...)`.
+
+    Nothing runs outside the event loop's thread (host names are resolved by the loop's
+    resolver; numeric addresses need none). Concurrent requests on one connection take turns.
+    A cancelled call closes the connection.
+    """
+
+    @classmethod
+    async def open(cls, host, port, *, client_id="fastkwire", security=None, request_timeout_ms=30000,
+                   deadline=None, **security_options):
+        self = cls()
+        self._init(host, port, client_id, security, request_timeout_ms, security_options)
+        self._transport = None
+        self._turn = asyncio.Lock()  # one exchange at a time: answers come back in order
+        deadline = self._deadline(deadline)
+        await self._open(deadline)
+        try:
+            self.versions = await self._run(_negotiate(self.address), deadline)
+            if self.security.sasl:
+                await self._login(deadline)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    async def _open(self, deadline):
+        left = deadline.remaining()
+        if left <= 0:
+            raise AdminTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
+        context = self.security.ssl_context
+        loop = asyncio.get_running_loop()
+        try:
+            self._transport, self._stream = await asyncio.wait_for(loop.create_connection(
+                _FrameStream, self.host, self.port, ssl=context, server_hostname=self.host if context else None),
+                left)
+        except (OSError, UnicodeError, asyncio.TimeoutError) as exc:
+            raise self._connect_error(exc, deadline) from None
+        sock = self._transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    async def _login(self, deadline):
+        token = self.security.token() if self.security.sasl_mechanism == "OAUTHBEARER" else None
+        if inspect.isawaitable(token):
+            try:
+                token = await asyncio.wait_for(token, max(deadline.remaining(), 0.001))
+            except asyncio.TimeoutError:
+                raise AdminTimeoutError("the OAUTHBEARER token provider did not answer in time") from None
+            except Exception as exc:  # noqa: BLE001 - see Security.token
+                raise SaslAuthenticationError(
+                    f"the OAUTHBEARER token provider failed ({type(exc).__name__})") from None
+        steps = _authenticate(self.address, self.versions, self.security, self.security._mechanism(token))
+        self._authenticated(await self._run(steps, deadline))
+
+    def close(self):
+        # abort(): at once, without waiting for the peer (a TLS close_notify could wait long).
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.close()
+
+    async def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None):
+        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer."""
+        deadline = self._deadline(deadline)
+        version = self.version_for(type(msg)) if version is None else version
+        try:
+            try:
+                await self._within(self._turn.acquire(), deadline)
+            except asyncio.TimeoutError:
+                raise self._timeout_error(deadline, f"{api_name(msg)} v{version} (queued behind others)") from None
+            try:
+                if self._reauth_due():
+                    await self._login(deadline)
+                return await self._exchange(msg, version, deadline, max_answer_bytes)
+            finally:
+                self._turn.release()
+        except asyncio.CancelledError:
+            self.close()  # half an exchange leaves the stream unusable
+            raise
+
+    async def _run(self, steps, deadline):
+        answer = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as stop:
+                return stop.value
+            if step.raw is not None:
+                answer = await self._exchange_raw(step.raw, deadline)
+            else:
+                answer = await self._exchange(step.msg, step.version, deadline)
+
+    async def _exchange(self, msg, version, deadline, limit=None):
+        what = f"{api_name(msg)} v{version}"
+        request = self._encode(msg, version)
+        frame = await self._io(request, limit or answer_limit(msg, len(request)), deadline, what)
+        return self._decode(frame, msg, version, what)
+
+    async def _exchange_raw(self, token, deadline):
+        frame = await self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)
+        return frame[4:]
+
+    async def _io(self, request, limit, deadline, what, smallest=4):
+        try:
+            self._transport.write(request)
+            await self._within(self._stream.drain(), deadline)
+            head = await self._read(bytearray(4), deadline, what, False)
+            size = self._check_size(head, limit, what, smallest)
+            frame = bytearray(4 + size)
+            frame[:4] = head
+            with memoryview(frame) as view:
+                await self._read(view[4:], deadline, what, True)
+            return frame
+        except asyncio.TimeoutError:
+            raise self._timeout_error(deadline, what) from None
+        except OSError as exc:
+            raise self._broken(exc, what) from None
+
+    async def _read(self, buffer, deadline, what, started):
+        got = await self._within(self._stream.read_into(buffer), deadline)
+        if got < len(buffer):
+            raise self._closed_error(what, started or got)
+        return buffer
+
+    @staticmethod
+    async def _within(awaitable, deadline):
+        left = deadline.remaining()
+        if left <= 0:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            raise asyncio.TimeoutError()
+        return await asyncio.wait_for(awaitable, left)
+
+
+class _FrameStream(asyncio.BufferedProtocol):
+    """Reads straight into the buffer the caller sized from the frame's prefix, as the blocking
+    connection's recv_into does: a broker that drips bytes costs no extra memory. Reading is
+    paused while no read is waiting, so unasked bytes wait in the kernel, not here."""
+
+    def __init__(self):
+        self._target = None
+        self._got = 0
+        self._waiter = None
+        self._closed = None  # the exception (or None) once the connection is lost
+        self._lost = False
+        self._drained = None  # set while writing is paused
+        self._scratch = bytearray(1)
+
+    def connection_made(self, transport):
+        self._transport = transport
+        transport.pause_reading()
+
+    def get_buffer(self, sizehint):
+        if self._target is None:  # a transport that delivers after pause_reading()
+            return self._scratch
+        return self._target[self._got:]
+
+    def buffer_updated(self, nbytes):
+        if self._target is None:
+            self._fail(ConnectionError("bytes arrived while no answer was expected"))
+            return
+        self._got += nbytes
+        if self._got == len(self._target):
+            # Pause at once: a transport may ask for a buffer again before the reader
+            # resumes, and an empty one reads as the end of the stream (TLS close_notify).
+            self._transport.pause_reading()
+            self._target = None
+            self._wake()
+
+    def eof_received(self):
+        self._lost = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc):
+        self._lost = True
+        self._closed = exc
+        self._wake()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def _fail(self, exc):
+        self._closed = exc
+        self._lost = True
+        self._transport.abort()
+        self._wake()
+
+    def _wake(self):
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def pause_writing(self):
+        self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self):
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    async def drain(self):
+        if self._drained is not None:
+            await self._drained
+        if self._lost:
+            raise self._closed or ConnectionResetError("the connection was closed")
+
+    async def read_into(self, buffer):
+        """Fill `buffer`; the count read (short when the connection ended first)."""
+        if not len(buffer):
+            return 0
+        view = self._target = memoryview(buffer)
+        self._got = 0
+        try:
+            if not self._lost:
+                self._waiter = asyncio.get_running_loop().create_future()
+                self._transport.resume_reading()
+                await self._waiter
+            if self._closed is not None and self._got < len(buffer):
+                raise self._closed
+            return self._got
+        finally:
+            if not self._lost and self._transport.is_reading():
+                self._transport.pause_reading()
+            view.release()
+            self._target = self._waiter = None

@@ -1,0 +1,404 @@
+"""describe-group and the wider remove-members (--member-id, --all, --dry-run, failover)
+against scripted brokers (tests/fakes.py), on both clients and the CLI; the consumer
+protocol's assignment bytes; --command-config and secrets on the command line."""
+import asyncio
+import json
+
+import pytest
+
+from fastkwire import cli
+from fastkwire.admin import AdminClient, AsyncAdminClient, GroupAuthorizationError, GroupNotFoundError
+from fastkwire.client_config import parse_properties, security_options
+from fastkwire.consumer_protocol import decode_assignment, encode_assignment
+
+from certs import server_context, tls_files  # noqa: F401 - tls_files is a fixture
+from fakes import (  # noqa: F401 - scripted is a fixture
+    API_VERSIONS,
+    CONSUMER_GROUP_DESCRIBE,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    LEAVE_GROUP,
+    MODERN,
+    NOT_COORDINATOR,
+    SILENT,
+    DescribedKafkaGroup,
+    closed_port,
+    consumer_group_described,
+    coordinator_at,
+    described,
+    run_cli,
+    scripted,
+)
+
+
+@pytest.fixture(params=["sync", "async"])
+def call(request):
+    def run(broker, method, *args, timeout=3.0, **kwargs):
+        servers = broker if isinstance(broker, str) else broker.address
+        if request.param == "sync":
+            return getattr(AdminClient(servers, request_timeout_ms=timeout * 1000), method)(*args, **kwargs)
+
+        async def go():
+            return await getattr(AsyncAdminClient(servers, request_timeout_ms=timeout * 1000), method)(*args, **kwargs)
+
+        return asyncio.run(go())
+
+    return run
+
+
+def group_broker(scripted, static=("a", "b"), dynamic=(), versions=None):
+    group = DescribedKafkaGroup(static, dynamic)
+    broker = scripted(versions=versions)
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [group],
+                     DESCRIBE_GROUPS: [group.describe]}
+    return broker, group
+
+
+# ---------------------------------------------------------------- the assignment bytes
+
+
+def test_assignment_round_trip_and_kafka_bytes():
+    # Kafka's ConsumerProtocolAssignment v0 for {"t": [0, 2]} with null user data, by hand.
+    kafka = bytes.fromhex("0000" "00000001" "0001" "74" "00000002" "00000000" "00000002" "ffffffff")
+    assert decode_assignment(kafka) == {"t": [0, 2]}
+    assert encode_assignment({"t": [0, 2]}) == kafka
+    assert decode_assignment(encode_assignment({"b": [3, 1], "a": []}, version=3, user_data=b"x")) == {
+        "b": [1, 3], "a": []}
+    assert decode_assignment(b"") == {}
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"\x00", "inside the version at offset 0"),
+    (bytes.fromhex("0000 7fffffff"), "topic count of 2147483647 at offset 2 does not fit"),
+    (bytes.fromhex("0000 00000001 0009 7474 00000000"), "topic name of 9 bytes at offset 6 does not fit"),
+    (bytes.fromhex("0000 00000001 0001 74 00100000"), "partition count of 1048576 at offset 9"),
+    (bytes.fromhex("0000 00000001 0001 ff 00000000"), "not UTF-8"),
+    (bytes.fromhex("ffff"), "assignment version -1"),
+])
+def test_bad_assignment_bytes_name_the_offset(data, words):
+    with pytest.raises(ValueError, match=words):
+        decode_assignment(data)
+
+
+# ---------------------------------------------------------------- describe
+
+
+def test_describe_classic_group(scripted, call):
+    broker, group = group_broker(scripted, static=("a", "b"), dynamic=("dyn-1",))
+    d = call(broker, "describe_group", "orders")
+    assert (d.group_id, d.state, d.protocol_type, d.protocol, d.api) == (
+        "orders", "Stable", "consumer", "range", "DescribeGroups v6")
+    assert [(m.member_id, m.group_instance_id, m.assignment) for m in d.members] == [
+        ("a-0000", "a", {"orders": [0]}), ("b-0001", "b", {"orders": [1]}), ("dyn-1", None, {"orders": [100]})]
+    assert d.members[0].client_id == "client-a-0000" and d.members[0].client_host == "/10.0.0.0"
+    assert d.coordinator.port == broker.port
+    assert broker.seen(DESCRIBE_GROUPS)[0][1].groups == ["orders"]
+
+
+def test_describe_kip848_group_uses_consumer_group_describe(scripted, call):
+    broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 1)})
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
+                     CONSUMER_GROUP_DESCRIBE: [consumer_group_described([("m1", "i1", {"t": [2, 0]})])]}
+    d = call(broker, "describe_group", "orders")
+    assert d.api == "ConsumerGroupDescribe v1" and d.protocol == "uniform"
+    assert [(m.member_id, m.group_instance_id, m.assignment) for m in d.members] == [("m1", "i1", {"t": [0, 2]})]
+    assert broker.seen(DESCRIBE_GROUPS) == []
+
+
+def test_classic_group_on_a_kip848_broker_falls_back(scripted, call):
+    broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 1)})
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
+                     CONSUMER_GROUP_DESCRIBE: [consumer_group_described([], state="", error=69)],
+                     DESCRIBE_GROUPS: [described([("m1", None, {"t": [0]})])]}
+    d = call(broker, "describe_group", "orders")
+    assert d.api == "DescribeGroups v6" and d.members[0].member_id == "m1"
+    assert len(broker.seen(CONSUMER_GROUP_DESCRIBE)) == 1
+
+
+def test_kip848_answer_without_members_is_checked_with_describe_groups(scripted, call):
+    # Tansu 0.6 answers ConsumerGroupDescribe for a classic group: its state, no members.
+    broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 0)})
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
+                     CONSUMER_GROUP_DESCRIBE: [consumer_group_described([])],
+                     DESCRIBE_GROUPS: [described([("m1", "i1", {"t": [0]})])]}
+    d = call(broker, "describe_group", "orders")
+    assert d.api == "DescribeGroups v6" and [m.group_instance_id for m in d.members] == ["i1"]
+
+
+def test_describe_errors_and_retries(scripted, call):
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
+                     DESCRIBE_GROUPS: [described([], error=NOT_COORDINATOR), described([], state="Empty")]}
+    d = call(broker, "describe_group", "orders")
+    assert d.state == "Empty" and d.members == [] and len(broker.seen(FIND_COORDINATOR)) == 2
+    broker.script[DESCRIBE_GROUPS] = [described([], error=30)]
+    with pytest.raises(GroupAuthorizationError, match="not authorized to describe group 'orders'"):
+        call(broker, "describe_group", "orders")
+    broker.script[DESCRIBE_GROUPS] = [described([], error=69)]
+    with pytest.raises(GroupNotFoundError):
+        call(broker, "describe_group", "orders")
+
+
+def test_unreadable_assignment_is_reported_not_raised(scripted, call):
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
+                     DESCRIBE_GROUPS: [described([("m1", "i1", b"\x00\x00\x7f\xff\xff\xff")])]}
+    member = call(broker, "describe_group", "orders").members[0]
+    assert member.assignment == {} and "does not fit" in member.assignment_error
+
+
+# ---------------------------------------------------------------- removal
+
+
+def test_remove_by_member_id_and_instance_id(scripted, call):
+    broker, group = group_broker(scripted, static=("a", "b"), dynamic=("dyn-1", "dyn-2"))
+    result = call(broker, "remove_members", "orders", ["a"], ["dyn-2", "ghost"])
+    assert result.removed == ["a", "dyn-2"] and list(result.failed) == ["ghost"]
+    sent = broker.seen(LEAVE_GROUP)[0][1].members
+    assert [(m.member_id, m.group_instance_id) for m in sent] == [("", "a"), ("dyn-2", None), ("ghost", None)]
+    assert group.dynamic == ["dyn-1"] and list(group.static) == ["b"]
+
+
+def test_remove_all_describes_then_removes_everyone(scripted, call):
+    broker, group = group_broker(scripted, static=("a", "b"), dynamic=("dyn-1",))
+    result = call(broker, "remove_members", "orders", remove_all=True, reason="drain")
+    assert result.removed == ["a", "b", "dyn-1"] and not result.failed
+    sent = broker.seen(LEAVE_GROUP)[0][1].members
+    # As Kafka's Admin does: every member by member id, with its instance id when it has one.
+    assert [(m.member_id, m.group_instance_id) for m in sent] == [("a-0000", "a"), ("b-0001", "b"), ("dyn-1", None)]
+    assert group.static == {} and group.dynamic == []
+    empty = call(broker, "remove_members", "orders", remove_all=True)
+    assert empty.members == [] and len(broker.seen(LEAVE_GROUP)) == 1  # nothing left: nothing sent
+
+
+def test_plan_removal_sends_no_leave_group(scripted, call):
+    broker, _ = group_broker(scripted, static=("a", "b"), dynamic=("dyn-1",))
+    plan = call(broker, "plan_removal", "orders", ["a", "ghost"], ["dyn-1", "nobody"])
+    assert plan.members == [("", "a"), ("dyn-1", None)]
+    assert plan.missing_instance_ids == ["ghost"] and plan.missing_member_ids == ["nobody"]
+    assert call(broker, "plan_removal", "orders", remove_all=True).members == [
+        ("a-0000", "a"), ("b-0001", "b"), ("dyn-1", None)]
+    assert broker.seen(LEAVE_GROUP) == []
+
+
+def test_dry_run_on_a_broker_too_old_to_remove(scripted, call):
+    from fastkwire.admin import BrokerTooOldError
+
+    broker, _ = group_broker(scripted, versions={**MODERN, LEAVE_GROUP: (0, 2)})
+    with pytest.raises(BrokerTooOldError, match="Nothing was sent"):
+        call(broker, "plan_removal", "orders", ["a"])
+    assert broker.seen(DESCRIBE_GROUPS) == []
+
+
+def test_member_selection_is_checked_before_connecting():
+    client = AdminClient(f"127.0.0.1:{closed_port()}", request_timeout_ms=500)
+    for kwargs, words in [({}, "at least one"), ({"group_instance_ids": ["a"], "remove_all": True}, "name no member"),
+                          ({"member_ids": ["m", "m"]}, "each member id may be given once"),
+                          ({"member_ids": [""]}, "member id must be a non-empty")]:
+        with pytest.raises(ValueError, match=words):
+            client.remove_members("orders", **kwargs)
+
+
+def test_failover_to_the_next_bootstrap_server(scripted, call):
+    silent = scripted(script={API_VERSIONS: [SILENT]})
+    broker, _ = group_broker(scripted)
+    servers = f"127.0.0.1:{closed_port()},{silent.address},{broker.address}"
+    # Refused, then silent (it gets half of what is left), then the good one.
+    assert call(servers, "remove_members", "orders", ["a"], timeout=4.0).removed == ["a"]
+
+
+# ---------------------------------------------------------------- command line
+
+
+def run_main(capsys, argv):
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_describe_group_table_and_json(scripted, capsys):
+    broker, _ = group_broker(scripted, static=("a",), dynamic=("dyn-\x1b[2J",))
+    code, out, err = run_main(capsys, ["describe-group", "--bootstrap-server", broker.address, "--group", "orders"])
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == (f"Group 'orders': state Stable, protocol consumer/range, coordinator {broker.address} "
+                        "(node 1), 2 members (DescribeGroups v6)")
+    assert lines[1].split() == ["MEMBER", "ID", "INSTANCE", "ID", "CLIENT", "ID", "HOST", "ASSIGNMENT"]
+    assert lines[2].split() == ["a-0000", "a", "client-a-0000", "/10.0.0.0", "orders:0"]
+    assert lines[3].split()[:2] == [r"dyn-\x1b[2J", "-"] and all(line.isprintable() for line in lines)
+    code, out, _ = run_main(capsys, ["describe-group", "--bootstrap-server", broker.address, "--group", "orders",
+                                     "--json"])
+    data = json.loads(out)
+    assert code == 0 and data["state"] == "Stable" and data["members"][0]["assignment"] == {"orders": [0]}
+    assert data["members"][1]["group_instance_id"] is None
+
+
+def test_cli_remove_all_and_member_id(scripted, capsys):
+    broker, group = group_broker(scripted, static=("a",), dynamic=("dyn-1", "dyn-2"))
+    code, out, _ = run_main(capsys, ["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
+                                     "--member-id", "dyn-2"])
+    assert code == 0 and "1 of 1 members removed." in out and group.dynamic == ["dyn-1"]
+    code, out, _ = run_main(capsys, ["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
+                                     "--all", "--json"])
+    data = json.loads(out)
+    assert code == 0 and data["removed"] == ["a", "dyn-1"]
+    code, out, _ = run_main(capsys, ["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
+                                     "--all"])
+    assert code == 0 and "the group has no members, nothing was removed" in out
+
+
+def test_cli_dry_run(scripted, capsys):
+    broker, group = group_broker(scripted, static=("a", "b"))
+    argv = ["remove-members", "--bootstrap-server", broker.address, "--group", "orders", "--instance-id", "a",
+            "--instance-id", "ghost", "--dry-run"]
+    code, out, err = run_main(capsys, argv)
+    assert code == 0 and err == ""
+    assert "Dry run: nothing was sent." in out
+    assert out.splitlines()[2].split() == ["a-0000", "a"]
+    assert "Not in the group: group.instance.id 'ghost'" in out
+    code, out, _ = run_main(capsys, argv + ["--json"])
+    data = json.loads(out)
+    assert data["dry_run"] is True and data["would_remove"] == [{"member_id": "", "group_instance_id": "a"}]
+    assert data["not_in_group"] == {"group_instance_ids": ["ghost"], "member_ids": []}
+    assert broker.seen(LEAVE_GROUP) == [] and list(group.static) == ["a", "b"]
+
+
+@pytest.mark.parametrize("argv_tail, words", [
+    ([], "at least one group.instance.id or member id"),
+    (["--all", "--instance-id", "a"], "name no member"),
+    (["--member-id", "m", "--member-id", "m"], "each member id may be given once"),
+])
+def test_cli_member_selection_usage_errors(capsys, argv_tail, words):
+    code, _, err = run_main(capsys, ["remove-members", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
+                                     "--group", "g", *argv_tail])
+    assert code == 2 and words in err
+
+
+SECRET = "s3cret-Value-0a9f"
+
+
+@pytest.mark.parametrize("argv_tail", [
+    ["--sasl-password", SECRET, "--timeout", "nope"],
+    [f"--sasl-password={SECRET}", "--security-protocol", "KERBEROS"],
+    ["--sasl-passwd", SECRET],  # misspelt: argparse would list the value as unrecognized
+    ["--ssl-password", SECRET, "--bogus"],
+    ["--sasl-pass", SECRET],  # abbreviations are refused, not expanded
+])
+def test_cli_usage_errors_never_echo_a_secret(capsys, argv_tail):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["remove-members", "--bootstrap-server", "127.0.0.1:9", "--group", "g", "--instance-id", "a",
+                  *argv_tail])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "error:" in err
+    assert SECRET not in err
+
+
+def test_cli_sasl_without_a_sasl_protocol_is_a_usage_error(capsys):
+    code, _, err = run_main(capsys, ["remove-members", "--bootstrap-server", "127.0.0.1:9", "--group", "g",
+                                     "--instance-id", "a", "--sasl-mechanism", "PLAIN", "--sasl-username", "u",
+                                     "--sasl-password", SECRET])
+    assert code == 2 and "uses no SASL" in err and SECRET not in err
+
+
+# ---------------------------------------------------------------- --command-config
+
+
+def test_properties_file_parsing():
+    text = ("# comment\n! other comment\nsecurity.protocol = SASL_SSL\nsasl.mechanism:SCRAM-SHA-512\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+            "    username=\"ops\" \\\n    password=\"p@ss word=1\";\n"
+            "ssl.truststore.location=/etc/ca.pem\nssl.endpoint.identification.algorithm=\n")
+    props = parse_properties(text)
+    assert props["security.protocol"] == "SASL_SSL" and props["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert security_options(props) == {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "ssl_cafile": "/etc/ca.pem",
+        "ssl_check_hostname": False, "sasl_plain_username": "ops", "sasl_plain_password": "p@ss word=1"}
+    plain = security_options(parse_properties(
+        'security.protocol=SASL_PLAINTEXT\nsasl.jaas.config=org.apache.kafka.common.security.plain.'
+        'PlainLoginModule required username="u" password="pw";'))
+    assert plain["sasl_mechanism"] == "PLAIN" and plain["sasl_plain_password"] == "pw"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("ssl.truststore.location=/x.jks\nssl.truststore.type=JKS", "only PEM files"),
+    ("sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required;", "only PlainLoginModule"),
+    ("sasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config=org.x.PlainLoginModule required username=\"u\" "
+     f"password=\"{SECRET}\";", "does not go with PlainLoginModule"),
+    (f"sasl.jaas.config=org.x.ScramLoginModule required password=\"{SECRET}\";", "does not go with"),
+    (f"sasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config=org.x.ScramLoginModule required password=\"{SECRET}\";",
+     "needs username"),
+    (f"sasl.jaas.config=nonsense {SECRET}", "is not 'LoginModuleClass required"),
+])
+def test_bad_command_config_names_the_key_not_the_secret(text, words):
+    with pytest.raises(ValueError, match=words) as info:
+        security_options(parse_properties(text))
+    assert SECRET not in str(info.value)
+
+
+def test_cli_command_config_and_environment(scripted, tmp_path, capsys, monkeypatch):
+    from sasl_server import SaslServer
+
+    server = SaslServer({"ops": SECRET})
+    broker = scripted(sasl=server)
+    group = DescribedKafkaGroup(["a"])
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [group.describe]}
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                      f'username="ops" password="{SECRET}";\n')
+    argv = ["describe-group", "--bootstrap-server", broker.address, "--group", "orders", "--json"]
+    code, out, err = run_main(capsys, argv + ["--command-config", str(config)])
+    assert code == 0 and json.loads(out)["members"][0]["group_instance_id"] == "a"
+    assert SECRET not in out + err
+    # A wrong password from the environment wins over the file: exit 3, one line, no secret.
+    monkeypatch.setenv("FASTKWIRE_SASL_PASSWORD", "wrong-" + SECRET)
+    code, out, err = run_main(capsys, argv + ["--command-config", str(config)])
+    assert code == 3 and json.loads(out)["error"]["type"] == "SaslAuthenticationError"
+    assert "check the user name and password" in err and SECRET not in out + err
+    assert server.authenticated == [("SCRAM-sha256", "ops")]
+
+
+def test_cli_process_tls_error_exits_3(scripted, tls_files):  # noqa: F811
+    broker = scripted(tls=server_context(tls_files))
+    proc = run_cli("describe-group", "--bootstrap-server", broker.address, "--group", "g", "--security-protocol",
+                   "SSL", "--ssl-cafile", tls_files.other_ca, "--timeout", "5")
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert proc.stderr.startswith("fastkwire describe-group: error: the TLS certificate of 127.0.0.1:")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+
+def test_cli_oauthbearer_token_from_the_environment(scripted, capsys, monkeypatch):
+    from sasl_server import SaslServer
+
+    broker = scripted(sasl=SaslServer(tokens=["tok-" + SECRET]))
+    group = DescribedKafkaGroup(["a"])
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [group.describe]}
+    argv = ["describe-group", "--bootstrap-server", broker.address, "--group", "orders",
+            "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "OAUTHBEARER"]
+    code, _, err = run_main(capsys, argv)
+    assert code == 2 and "FASTKWIRE_SASL_OAUTH_TOKEN, which is not set" in err
+    monkeypatch.setenv("FASTKWIRE_SASL_OAUTH_TOKEN", "tok-" + SECRET)
+    code, out, err = run_main(capsys, argv)
+    assert code == 0 and "coordinator" in out and ", 1 member (DescribeGroups v6)" in out
+    monkeypatch.setenv("FASTKWIRE_SASL_OAUTH_TOKEN", "expired-" + SECRET)
+    code, out, err = run_main(capsys, argv + ["--json"])
+    assert code == 3 and "rejected the OAUTHBEARER token" in err
+    assert SECRET not in out + err
+
+
+def test_cli_command_config_keystore_for_a_client_certificate(scripted, tls_files, tmp_path, capsys):  # noqa: F811
+    broker = scripted(tls=server_context(tls_files, require_client_cert=True))
+    group = DescribedKafkaGroup(["a"])
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [group.describe]}
+    config = tmp_path / "tls.properties"
+    argv = ["describe-group", "--bootstrap-server", broker.address, "--group", "orders",
+            "--command-config", str(config)]
+    config.write_text(f"security.protocol=SSL\nssl.truststore.location={tls_files.ca}\n")
+    code, _, err = run_main(capsys, argv)
+    assert code == 3 and "client certificate" in err  # no keystore: the broker wants one
+    config.write_text(f"security.protocol=SSL\nssl.truststore.location={tls_files.ca}\n"
+                      f"ssl.keystore.type=PEM\nssl.keystore.location={tls_files.client_bundle}\n")
+    code, out, err = run_main(capsys, argv)
+    assert code == 0, err
+    assert ", 1 member (DescribeGroups v6)" in out

@@ -1,0 +1,164 @@
+"""fastkwire.connection on its own: any request of the codec over one connection, blocking
+and asyncio (in the event loop's thread only), deadlines, and cancellation."""
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from fastkwire import DescribeGroupsRequest, FindCoordinatorRequest
+from fastkwire.admin import AsyncAdminClient
+from fastkwire.admin_errors import AdminTimeoutError, BrokerTooOldError
+from fastkwire.connection import AsyncConnection, Connection, Deadline, Security
+
+from fakes import (  # noqa: F401 - scripted is a fixture
+    API_VERSIONS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    SILENT,
+    LoopBroker,
+    Raw,
+    coordinator_at,
+    described,
+    scripted,
+)
+
+
+def test_sync_connection_sends_any_request_at_the_highest_common_version(scripted):
+    broker = scripted(versions={API_VERSIONS: (0, 3), DESCRIBE_GROUPS: (0, 4)},
+                      script={DESCRIBE_GROUPS: [described([("m-1", "i-1", {"t": [1, 0]})])]})
+    with Connection("127.0.0.1", broker.port, client_id="conn-test", request_timeout_ms=3000) as conn:
+        assert conn.versions[DESCRIBE_GROUPS] == (0, 4)
+        first = conn.request(DescribeGroupsRequest(groups=["orders"]))
+        again = conn.request(DescribeGroupsRequest(groups=["orders"]), 2)
+        assert first.groups[0].members[0].group_instance_id == "i-1"
+        assert again.groups[0].members[0].member_id == "m-1"
+        with pytest.raises(BrokerTooOldError, match="supports no version of FindCoordinator"):
+            conn.request(FindCoordinatorRequest(key="g"))
+    # ApiVersions v4, refused, again at the broker's v3; then each request at its version.
+    assert [(k, v) for k, v, _ in broker.requests] == [
+        (API_VERSIONS, 4), (API_VERSIONS, 3), (DESCRIBE_GROUPS, 4), (DESCRIBE_GROUPS, 2)]
+
+
+def test_per_call_deadline(scripted):
+    broker = scripted(script={FIND_COORDINATOR: [SILENT]})
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=5000) as conn:
+        start = time.monotonic()
+        with pytest.raises(AdminTimeoutError, match="FindCoordinator v6 within 0.2 s"):
+            conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), deadline=Deadline(0.2))
+        assert time.monotonic() - start < 0.6
+
+
+def test_security_repr_and_options_hide_secrets():
+    security = Security("SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="ops",
+                        sasl_plain_password="hunter2-secret")
+    assert "hunter2" not in repr(security) and "ops" in repr(security)
+    for bad, words in [({"security_protocol": "TLS"}, "security_protocol must be one of"),
+                       ({"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI"}, "sasl_mechanism must be"),
+                       ({"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "u"}, "needs sasl_plain_username"),
+                       ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER"}, "token_provider"),
+                       ({"security_protocol": "SSL", "ssl_cafile": "/no/such/ca.pem"}, "no such file")]:
+        with pytest.raises(ValueError, match=words):
+            Security(**bad)
+
+
+def _threads():
+    return threading.active_count()
+
+
+def test_async_many_concurrent_calls_start_no_thread():
+    async def go():
+        group = described([("m-1", "i-1", {"t": [0]})])
+        broker = await LoopBroker({FIND_COORDINATOR: None, DESCRIBE_GROUPS: group}).start()
+        broker.script[FIND_COORDINATOR] = coordinator_at(broker.port)
+        before = _threads()
+        client = AsyncAdminClient(broker.address, request_timeout_ms=5000)
+        seen = []
+
+        async def one(n):
+            description = await client.describe_group(f"group-{n}")
+            seen.append(_threads())
+            return description
+
+        descriptions = await asyncio.gather(*(one(n) for n in range(40)))
+        async with await AsyncConnection.open("127.0.0.1", broker.port) as conn:
+            # Concurrent requests on one connection take turns: each gets its own answer.
+            answers = await asyncio.gather(*(conn.request(DescribeGroupsRequest(groups=[f"g{n}"]))
+                                             for n in range(10)))
+        after = _threads()
+        for _ in range(100):  # the broker sees every close within a few loop iterations
+            if not broker.open_connections:
+                break
+            await asyncio.sleep(0.01)
+        open_now = broker.open_connections
+        await broker.close()
+        return before, seen, after, descriptions, answers, open_now
+
+    before, seen, after, descriptions, answers, open_now = asyncio.run(go())
+    assert [d.group_id for d in descriptions] == [f"group-{n}" for n in range(40)]
+    assert all(d.members[0].assignment == {"t": [0]} for d in descriptions)
+    assert [a.groups[0].group_id for a in answers] == [f"g{n}" for n in range(10)]
+    assert set(seen) == {before} and after == before
+    assert open_now == 0
+
+
+def test_async_cancellation_closes_the_socket(scripted):
+    # Half a size prefix, then the broker goes back to reading: it sees the client hang up.
+    broker = scripted(script={FIND_COORDINATOR: [Raw(b"\0\0")]})
+
+    async def go():
+        client = AsyncAdminClient(broker.address, request_timeout_ms=10000)
+        task = asyncio.ensure_future(client.find_coordinator("orders"))
+        for _ in range(200):
+            if broker.seen(FIND_COORDINATOR):
+                break
+            await asyncio.sleep(0.01)
+        assert broker.connections == 1 and broker._open
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)  # the transport closes its socket on the next loop iteration
+        return fds_of_process()
+
+    fds = asyncio.run(go())
+    deadline = time.monotonic() + 2
+    while broker._open and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not broker._open  # the broker saw the connection end
+    assert not any(f"127.0.0.1:{broker.port}" in peer for peer in fds)
+
+
+def fds_of_process():
+    """Peers of this process's open TCP sockets (Linux), as 'host:port' strings."""
+    peers = []
+    try:
+        inodes = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")}
+        with open("/proc/net/tcp") as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return peers
+    for row in rows:
+        parts = row.split()
+        if f"socket:[{parts[9]}]" in inodes and parts[3] == "01":  # ESTABLISHED
+            ip, port = parts[2].split(":")
+            peers.append(f"{'.'.join(str(int(ip[i:i + 2], 16)) for i in (6, 4, 2, 0))}:{int(port, 16)}")
+    return peers
+
+
+
+def test_async_queued_request_keeps_its_own_deadline(scripted):
+    broker = scripted(script={FIND_COORDINATOR: [Raw(b"\0\0")]})  # never a whole answer
+
+    async def go():
+        async with await AsyncConnection.open("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+            slow = asyncio.ensure_future(conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"])))
+            await asyncio.sleep(0.05)
+            start = time.monotonic()
+            with pytest.raises(AdminTimeoutError, match=r"DescribeGroups v\d \(queued behind others\) within 0.2 s"):
+                await conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.2))
+            waited = time.monotonic() - start
+            slow.cancel()
+            return waited
+
+    assert asyncio.run(go()) < 0.6
