@@ -1,0 +1,275 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: freethreading_compatible=True
+"""The compiled kernel of fastkwire.records, the twin of _records_python.py: the records
+inside one batch read (as objects or columns) and written, and CRC32C.
+
+Every read checks the bytes left before it reads or allocates; a count is checked
+against the bytes that could hold it before a list or array is made. The checks and
+their order are the pure kernel's, so both raise the same DecodeError on the same bytes.
+"""
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from libc.stdint cimport int64_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
+from libc.string cimport memcmp
+
+from fastkwire import errors as _e
+from fastkwire._records_model import Record, RecordColumns
+from fastkwire._records_python import encode_records  # replaced by the compiled writer below
+from fastkwire.errors import DecodeError
+
+
+cdef extern from "_crc32c.h":
+    void fkw_crc32c_setup()
+    uint32_t fkw_crc32c(uint32_t crc, const unsigned char* p, size_t n) nogil
+    uint32_t fkw_crc32c_table(uint32_t crc, const unsigned char* p, size_t n) nogil
+    int fkw_crc_hw_on
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        PyObject* (*tp_alloc)(PyTypeObject*, Py_ssize_t)
+    ctypedef struct PyMemberDef:
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+    void PyObject_GC_UnTrack(void* o)
+    object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+
+
+fkw_crc32c_setup()
+
+DEF MIN_RECORD = 7
+DEF MIN_HEADER = 2
+
+
+def crc32c(data, uint32_t crc=0):
+    """CRC32C of a bytes-like object (the CPU's instruction where it has one)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        with nogil:
+            crc = fkw_crc32c(crc, <const unsigned char*>view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return crc
+
+
+def crc32c_portable(data, uint32_t crc=0):
+    """CRC32C by the slicing-by-8 table, whatever the CPU (to test one against the other)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        crc = fkw_crc32c_table(crc, <const unsigned char*>view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return crc
+
+
+def crc32c_hardware():
+    """True when crc32c uses the CPU's instruction."""
+    return bool(fkw_crc_hw_on)
+
+
+# ---------------------------------------------------------------- Record objects
+
+cdef Py_ssize_t slot_offset(object cls, str name) except -1:
+    return (<PyMemberDescrObject*><PyObject*>cls.__dict__[name]).d_member.offset
+
+cdef PyTypeObject* RECORD_TYPE = <PyTypeObject*><PyObject*>Record
+cdef Py_ssize_t S_OFFSET = slot_offset(Record, "offset")
+cdef Py_ssize_t S_TIMESTAMP = slot_offset(Record, "timestamp")
+cdef Py_ssize_t S_KEY = slot_offset(Record, "key")
+cdef Py_ssize_t S_VALUE = slot_offset(Record, "value")
+cdef Py_ssize_t S_HEADERS = slot_offset(Record, "headers")
+
+cdef inline void put(PyObject* o, Py_ssize_t offset, object v) noexcept:
+    # A fresh object: its slots are NULL.
+    Py_INCREF(v)
+    (<PyObject**>(<char*>o + offset))[0] = <PyObject*>v
+
+cdef inline object new_record(object offset, object timestamp, object key, object value,
+                              object headers):
+    cdef PyObject* o = RECORD_TYPE.tp_alloc(RECORD_TYPE, 0)
+    if o == NULL:
+        raise MemoryError()
+    r = <object>o
+    Py_XDECREF(o)  # <object> took its own reference
+    # Nothing a decoded record holds can make a cycle through it (as the message
+    # engine's objects): the collector need not walk ten thousand of them.
+    PyObject_GC_UnTrack(o)
+    put(o, S_OFFSET, offset)
+    put(o, S_TIMESTAMP, timestamp)
+    put(o, S_KEY, key)
+    put(o, S_VALUE, value)
+    put(o, S_HEADERS, headers)
+    return r
+
+
+# ---------------------------------------------------------------- reading
+
+cdef struct Cur:
+    const unsigned char* b
+    Py_ssize_t pos
+    Py_ssize_t end
+
+
+cdef int raise_truncated(Py_ssize_t pos, Py_ssize_t need, Py_ssize_t left) except -1:
+    raise _e.truncated(pos, need, left)
+
+cdef int raise_varint(Py_ssize_t start, int max_bytes) except -1:
+    raise _e.varint_too_long(start, max_bytes)
+
+cdef int raise_reason(str reason, Py_ssize_t pos) except -1:
+    raise DecodeError(reason, pos)
+
+
+cdef inline int64_t rd_varint(Cur* c, Py_ssize_t end, int max_bytes) except? -1:
+    """A zigzag varint of at most max_bytes (5: int32, 10: int64) ending before `end`."""
+    cdef Py_ssize_t start = c.pos, p = c.pos
+    cdef uint64_t result = 0
+    cdef uint64_t part
+    cdef int shift = 0
+    cdef bint over = False
+    cdef unsigned char x
+    while True:
+        if p >= end:
+            raise_truncated(p, 1, 0)
+        x = c.b[p]
+        p += 1
+        part = x & 0x7F
+        if shift == 63 and part > 1:
+            over = True
+        result |= part << shift
+        if not (x & 0x80):
+            break
+        shift += 7
+        if p - start >= max_bytes:
+            raise_varint(start, max_bytes)
+    if over or (max_bytes == 5 and (result >> 32)):
+        raise_varint(start, max_bytes)
+    c.pos = p
+    return <int64_t>(result >> 1) ^ -<int64_t>(result & 1)
+
+
+cdef inline object rd_bytes(Cur* c, Py_ssize_t end):
+    cdef Py_ssize_t start = c.pos
+    cdef int64_t n = rd_varint(c, end, 5)
+    if n < 0:
+        if n != -1:
+            raise_reason(f"invalid length {n}", start)
+        return None
+    if n > end - c.pos:
+        raise_truncated(c.pos, n, end - c.pos)
+    v = PyBytes_FromStringAndSize(<const char*>c.b + c.pos, n)
+    c.pos += n
+    return v
+
+
+cdef inline bint in_int64(int64_t a, int64_t b) noexcept:
+    """a + b stays within int64."""
+    return not ((b > 0 and a > INT64_MAX - b) or (b < 0 and a < INT64_MIN - b))
+
+
+def decode_records(data, Py_ssize_t pos, Py_ssize_t end, long long count,
+                   int64_t base_offset, int64_t base_timestamp, log_append_time):
+    """The `count` records in data[pos:end] as Record objects (see _records_python)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if end > view.len or pos < 0 or pos > end:
+            raise ValueError("records section outside the data")
+        return _decode(<const unsigned char*>view.buf, pos, end, count, base_offset,
+                       base_timestamp, log_append_time)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long long count,
+                    int64_t base_offset, int64_t base_timestamp, object log_append_time):
+    if count < 0 or count > (end - pos) // MIN_RECORD:
+        raise _e.count_exceeds(pos, count, end - pos)
+    cdef Cur c
+    c.b = b
+    c.pos = pos
+    c.end = end
+    cdef Py_ssize_t i, j, start, rend, kpos, hpos
+    cdef int64_t length, ts_delta, offset_delta, n, klen
+    cdef bint fixed_ts = log_append_time is not None
+    cdef list out = PyList_New(count)
+    cdef list headers
+    cdef tuple pair
+    # Header keys repeat from record to record: the last one's str is reused when the
+    # bytes are equal, saving a decode and an object per header.
+    cdef const unsigned char* last_key = NULL
+    cdef Py_ssize_t last_len = -1
+    cdef object last_str = None
+    for i in range(count):
+        start = c.pos
+        length = rd_varint(&c, end, 5)
+        if length < MIN_RECORD - 1 or length > end - c.pos:
+            if length > end - c.pos:
+                raise_reason(f"record length {length} exceeds the {end - c.pos} bytes left", start)
+            raise_reason(f"invalid record length {length}", start)
+        rend = c.pos + length
+        c.pos += 1  # attributes: unused
+        ts_delta = rd_varint(&c, rend, 10)
+        offset_delta = rd_varint(&c, rend, 5)
+        key = rd_bytes(&c, rend)
+        value = rd_bytes(&c, rend)
+        hpos = c.pos
+        n = rd_varint(&c, rend, 5)
+        if n < 0 or n > (rend - c.pos) // MIN_HEADER:
+            raise _e.count_exceeds(hpos, n, rend - c.pos)
+        headers = PyList_New(n)
+        for j in range(n):
+            kpos = c.pos
+            klen = rd_varint(&c, rend, 5)
+            if klen < 0:
+                if klen != -1:
+                    raise_reason(f"invalid length {klen}", kpos)
+                raise_reason("null header key", kpos)
+            if klen > rend - c.pos:
+                raise_truncated(c.pos, klen, rend - c.pos)
+            if klen == last_len and memcmp(b + c.pos, last_key, klen) == 0:
+                hkey = last_str
+            else:
+                try:
+                    hkey = PyUnicode_DecodeUTF8(<const char*>b + c.pos, klen, NULL)
+                except UnicodeDecodeError:
+                    raise _e.invalid_utf8(kpos) from None
+                last_key, last_len, last_str = b + c.pos, klen, hkey
+            c.pos += klen
+            hvalue = rd_bytes(&c, rend)
+            pair = PyTuple_New(2)
+            Py_INCREF(hkey)
+            PyTuple_SET_ITEM(pair, 0, hkey)
+            Py_INCREF(hvalue)
+            PyTuple_SET_ITEM(pair, 1, hvalue)
+            Py_INCREF(pair)
+            PyList_SET_ITEM(headers, j, pair)
+        if c.pos != rend:
+            raise_reason(f"record length {length} does not match its fields", start)
+        if fixed_ts:
+            timestamp = log_append_time
+        else:
+            if not in_int64(base_timestamp, ts_delta):
+                raise_reason("timestamp out of the int64 range", start)
+            timestamp = base_timestamp + ts_delta
+        if not in_int64(base_offset, offset_delta):
+            raise_reason("offset out of the int64 range", start)
+        r = new_record(base_offset + offset_delta, timestamp, key, value, headers)
+        Py_INCREF(r)
+        PyList_SET_ITEM(out, i, r)
+    if c.pos != end:
+        raise_reason(f"{end - c.pos} bytes after the batch's {count} records", c.pos)
+    return out
+
+
+def decode_columns(data, Py_ssize_t pos, Py_ssize_t end, long long count,
+                   int64_t base_offset, int64_t base_timestamp, log_append_time):
+    """The same records as RecordColumns."""
+    return RecordColumns.from_records(
+        decode_records(data, pos, end, count, base_offset, base_timestamp, log_append_time))
