@@ -76,6 +76,7 @@ def decompress(codec, data, limit, offset):
             return out
         if size >= limit:
             raise _too_big(limit, offset)
+        out = None  # freed before the next, larger buffer is made
         size = min(limit, size * 2)
 
 
@@ -86,7 +87,7 @@ def _too_big(limit, offset):
 def _snappy(cj, data, limit, offset):
     """Xerial-framed when the header says so, else one raw snappy block."""
     if bytes(data[:8]) != XERIAL_HEADER[:8] or len(data) < 16:
-        return _snappy_block(cj, data, limit, offset)
+        return _snappy_block(cj, data, limit, 0, offset)
     out = bytearray()
     pos = 16
     while pos < len(data):
@@ -95,17 +96,18 @@ def _snappy(cj, data, limit, offset):
         (n,) = struct.unpack_from(">i", data, pos)
         if n < 0 or n > len(data) - pos - 4:
             raise DecodeError(f"xerial snappy block length {n} exceeds the data", offset + pos)
-        out += _snappy_block(cj, data[pos + 4:pos + 4 + n], limit - len(out), offset + pos + 4)
+        out += _snappy_block(cj, data[pos + 4:pos + 4 + n], limit, len(out), offset + pos + 4)
         pos += 4 + n
     return out
 
 
-def _snappy_block(cj, block, limit, offset):
+def _snappy_block(cj, block, limit, done, offset):
+    """One raw block, after `done` bytes of output."""
     try:
         n = cj.snappy.decompress_raw_len(block)  # what the block's preamble claims
     except cj.DecompressionError as exc:
         raise DecodeError(f"corrupt snappy data ({exc})", offset) from None
-    if n > limit:
+    if n > limit - done:
         raise _too_big(limit, offset)
     out = bytearray(n)
     try:

@@ -75,10 +75,12 @@ def read_message(data, pos, check_crc, limit_of, inner=False):
         if not records:
             raise DecodeError("compressed message holds no messages", pos + 12)
         if magic == 1:
-            # Inner offsets are relative: the wrapper's offset is the last one's.
+            # Inner offsets are relative: the wrapper's offset is the last one's. (A
+            # producer's wrapper says 0: its offsets are the producer's, kept as they are.)
             shift = offset - records[-1].offset
             for r in records:
-                r.offset += shift
+                if shift >= 0:
+                    r.offset += shift
                 if ts_type == 1:
                     r.timestamp = timestamp
     stamps = [r.timestamp for r in records]
