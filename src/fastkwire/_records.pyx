@@ -12,11 +12,11 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
-from libc.stdint cimport int64_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
-from libc.string cimport memcmp
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
+from libc.string cimport memcmp, memcpy
 
 from fastkwire import errors as _e
-from fastkwire._records_model import Record, RecordColumns
+from fastkwire._records_model import BinaryColumn, HeaderColumns, Record, RecordColumns
 from fastkwire._records_python import encode_records  # replaced by the compiled writer below
 from fastkwire.errors import DecodeError
 
@@ -128,6 +128,21 @@ cdef int raise_reason(str reason, Py_ssize_t pos) except -1:
 
 cdef inline int64_t rd_varint(Cur* c, Py_ssize_t end, int max_bytes) except? -1:
     """A zigzag varint of at most max_bytes (5: int32, 10: int64) ending before `end`."""
+    cdef uint64_t x, y
+    if end - c.pos >= 2:  # the usual one and two bytes, without the loop
+        x = c.b[c.pos]
+        if x < 0x80:
+            c.pos += 1
+            return <int64_t>(x >> 1) ^ -<int64_t>(x & 1)
+        y = c.b[c.pos + 1]
+        if y < 0x80:
+            c.pos += 2
+            x = (x & 0x7F) | (y << 7)
+            return <int64_t>(x >> 1) ^ -<int64_t>(x & 1)
+    return rd_varint_loop(c, end, max_bytes)
+
+
+cdef int64_t rd_varint_loop(Cur* c, Py_ssize_t end, int max_bytes) except? -1:
     cdef Py_ssize_t start = c.pos, p = c.pos
     cdef uint64_t result = 0
     cdef uint64_t part
@@ -154,15 +169,22 @@ cdef inline int64_t rd_varint(Cur* c, Py_ssize_t end, int max_bytes) except? -1:
     return <int64_t>(result >> 1) ^ -<int64_t>(result & 1)
 
 
-cdef inline object rd_bytes(Cur* c, Py_ssize_t end):
+cdef inline int64_t rd_len(Cur* c, Py_ssize_t end) except -2:
+    """A length (-1: null) whose bytes are checked to follow within `end`."""
     cdef Py_ssize_t start = c.pos
     cdef int64_t n = rd_varint(c, end, 5)
     if n < 0:
         if n != -1:
             raise_reason(f"invalid length {n}", start)
-        return None
+        return -1
     if n > end - c.pos:
         raise_truncated(c.pos, n, end - c.pos)
+    return n
+
+
+cdef inline object take_bytes(Cur* c, int64_t n):
+    if n < 0:
+        return None
     v = PyBytes_FromStringAndSize(<const char*>c.b + c.pos, n)
     c.pos += n
     return v
@@ -171,6 +193,37 @@ cdef inline object rd_bytes(Cur* c, Py_ssize_t end):
 cdef inline bint in_int64(int64_t a, int64_t b) noexcept:
     """a + b stays within int64."""
     return not ((b > 0 and a > INT64_MAX - b) or (b < 0 and a < INT64_MIN - b))
+
+
+cdef struct Bin:
+    # A binary column being filled: values back to back, n + 1 offsets, null flags.
+    unsigned char* data
+    Py_ssize_t used
+    int32_t* offs
+    uint8_t* nulls
+
+
+cdef inline void bin_put(Bin* b, Py_ssize_t row, Cur* c, int64_t n) noexcept:
+    """Value `row` of a column: the n bytes at the cursor (n < 0: null)."""
+    if n < 0:
+        b.nulls[row] = 1
+    else:
+        b.nulls[row] = 0
+        memcpy(b.data + b.used, c.b + c.pos, n)
+        b.used += n
+        c.pos += n
+    b.offs[row + 1] = <int32_t>b.used
+
+
+cdef struct Cols:
+    int64_t* offset
+    int64_t* timestamp
+    Bin key
+    Bin value
+    Bin hkey
+    Bin hvalue
+    int32_t* hoffs
+    Py_ssize_t hrows
 
 
 def decode_records(data, Py_ssize_t pos, Py_ssize_t end, long long count,
@@ -182,13 +235,16 @@ def decode_records(data, Py_ssize_t pos, Py_ssize_t end, long long count,
         if end > view.len or pos < 0 or pos > end:
             raise ValueError("records section outside the data")
         return _decode(<const unsigned char*>view.buf, pos, end, count, base_offset,
-                       base_timestamp, log_append_time)
+                       base_timestamp, log_append_time, NULL)
     finally:
         PyBuffer_Release(&view)
 
 
 cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long long count,
-                    int64_t base_offset, int64_t base_timestamp, object log_append_time):
+                    int64_t base_offset, int64_t base_timestamp, object log_append_time,
+                    Cols* cols):
+    """One loop for both forms: Record objects (cols NULL, returns the list) or columns
+    (written into *cols, returns None)."""
     if count < 0 or count > (end - pos) // MIN_RECORD:
         raise _e.count_exceeds(pos, count, end - pos)
     cdef Cur c
@@ -196,10 +252,11 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
     c.pos = pos
     c.end = end
     cdef Py_ssize_t i, j, start, rend, kpos, hpos
-    cdef int64_t length, ts_delta, offset_delta, n, klen
+    cdef int64_t length, ts_delta, offset_delta, n, klen, vlen
     cdef bint fixed_ts = log_append_time is not None
-    cdef list out = PyList_New(count)
-    cdef list headers
+    cdef int64_t fixed = log_append_time if fixed_ts else 0
+    cdef list out = PyList_New(count) if cols == NULL else None
+    cdef list headers = None
     cdef tuple pair
     # Header keys repeat from record to record: the last one's str is reused when the
     # bytes are equal, saving a decode and an object per header.
@@ -217,13 +274,22 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
         c.pos += 1  # attributes: unused
         ts_delta = rd_varint(&c, rend, 10)
         offset_delta = rd_varint(&c, rend, 5)
-        key = rd_bytes(&c, rend)
-        value = rd_bytes(&c, rend)
+        if cols == NULL:
+            klen = rd_len(&c, rend)
+            key = take_bytes(&c, klen)
+            vlen = rd_len(&c, rend)
+            value = take_bytes(&c, vlen)
+        else:
+            klen = rd_len(&c, rend)
+            bin_put(&cols.key, i, &c, klen)
+            vlen = rd_len(&c, rend)
+            bin_put(&cols.value, i, &c, vlen)
         hpos = c.pos
         n = rd_varint(&c, rend, 5)
         if n < 0 or n > (rend - c.pos) // MIN_HEADER:
             raise _e.count_exceeds(hpos, n, rend - c.pos)
-        headers = PyList_New(n)
+        if cols == NULL:
+            headers = PyList_New(n)
         for j in range(n):
             kpos = c.pos
             klen = rd_varint(&c, rend, 5)
@@ -241,26 +307,35 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
                 except UnicodeDecodeError:
                     raise _e.invalid_utf8(kpos) from None
                 last_key, last_len, last_str = b + c.pos, klen, hkey
-            c.pos += klen
-            hvalue = rd_bytes(&c, rend)
-            pair = PyTuple_New(2)
-            Py_INCREF(hkey)
-            PyTuple_SET_ITEM(pair, 0, hkey)
-            Py_INCREF(hvalue)
-            PyTuple_SET_ITEM(pair, 1, hvalue)
-            Py_INCREF(pair)
-            PyList_SET_ITEM(headers, j, pair)
+            if cols == NULL:
+                c.pos += klen
+                hvalue = take_bytes(&c, rd_len(&c, rend))
+                pair = PyTuple_New(2)
+                Py_INCREF(hkey)
+                PyTuple_SET_ITEM(pair, 0, hkey)
+                Py_INCREF(hvalue)
+                PyTuple_SET_ITEM(pair, 1, hvalue)
+                Py_INCREF(pair)
+                PyList_SET_ITEM(headers, j, pair)
+            else:
+                bin_put(&cols.hkey, cols.hrows, &c, klen)
+                vlen = rd_len(&c, rend)
+                bin_put(&cols.hvalue, cols.hrows, &c, vlen)
+                cols.hrows += 1
         if c.pos != rend:
             raise_reason(f"record length {length} does not match its fields", start)
-        if fixed_ts:
-            timestamp = log_append_time
-        else:
-            if not in_int64(base_timestamp, ts_delta):
-                raise_reason("timestamp out of the int64 range", start)
-            timestamp = base_timestamp + ts_delta
+        if not fixed_ts and not in_int64(base_timestamp, ts_delta):
+            raise_reason("timestamp out of the int64 range", start)
         if not in_int64(base_offset, offset_delta):
             raise_reason("offset out of the int64 range", start)
-        r = new_record(base_offset + offset_delta, timestamp, key, value, headers)
+        if cols != NULL:
+            cols.offset[i] = base_offset + offset_delta
+            cols.timestamp[i] = fixed if fixed_ts else base_timestamp + ts_delta
+            cols.hoffs[i + 1] = <int32_t>cols.hrows
+            continue
+        r = new_record(base_offset + offset_delta,
+                       log_append_time if fixed_ts else base_timestamp + ts_delta,
+                       key, value, headers)
         Py_INCREF(r)
         PyList_SET_ITEM(out, i, r)
     if c.pos != end:
@@ -268,8 +343,71 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
     return out
 
 
+cdef object _np = None
+
+
+cdef class _Alloc:
+    """The numpy arrays behind a Cols, made to the most the bytes could need and cut to
+    what was used at the end."""
+    cdef list arrays
+
+    cdef void* array(self, Py_ssize_t n, object dtype) except NULL:
+        cdef Py_buffer view
+        cdef void* p
+        a = _np.empty(max(n, 1), dtype)
+        self.arrays.append(a)
+        PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
+        p = view.buf
+        PyBuffer_Release(&view)  # the array keeps its memory; only resize may move it
+        return p
+
+    cdef object binary(self, Bin* b, Py_ssize_t rows, Py_ssize_t cap):
+        b.data = <unsigned char*>self.array(cap, _np.uint8)
+        b.used = 0
+        b.offs = <int32_t*>self.array(rows + 1, _np.int32)
+        b.offs[0] = 0
+        b.nulls = <uint8_t*>self.array(rows, _np.bool_)
+
+
 def decode_columns(data, Py_ssize_t pos, Py_ssize_t end, long long count,
                    int64_t base_offset, int64_t base_timestamp, log_append_time):
-    """The same records as RecordColumns."""
-    return RecordColumns.from_records(
-        decode_records(data, pos, end, count, base_offset, base_timestamp, log_append_time))
+    """The same records as RecordColumns, without an object per record."""
+    global _np
+    if _np is None:
+        import numpy
+        _np = numpy
+    if count < 0 or count > (end - pos) // MIN_RECORD:
+        raise _e.count_exceeds(pos, count, end - pos)
+    cdef Py_buffer view
+    cdef Cols cols
+    cdef Py_ssize_t size = end - pos
+    cdef Py_ssize_t max_headers = size // MIN_HEADER
+    cdef _Alloc a = _Alloc()
+    a.arrays = []
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if end > view.len or pos < 0 or pos > end:
+            raise ValueError("records section outside the data")
+        cols.offset = <int64_t*>a.array(count, _np.int64)
+        cols.timestamp = <int64_t*>a.array(count, _np.int64)
+        a.binary(&cols.key, count, size)
+        a.binary(&cols.value, count, size)
+        a.binary(&cols.hkey, max_headers, size)
+        a.binary(&cols.hvalue, max_headers, size)
+        cols.hoffs = <int32_t*>a.array(count + 1, _np.int32)
+        cols.hoffs[0] = 0
+        cols.hrows = 0
+        _decode(<const unsigned char*>view.buf, pos, end, count, base_offset, base_timestamp,
+                log_append_time, &cols)
+    finally:
+        PyBuffer_Release(&view)
+    h = cols.hrows
+    sizes = (count, count, cols.key.used, count + 1, count, cols.value.used, count + 1, count,
+             cols.hkey.used, h + 1, h, cols.hvalue.used, h + 1, h, count + 1)
+    # Views of what was used (ndarray.resize would copy): the pages past it were never
+    # touched, so they cost address space, not memory.
+    (offset, timestamp, kd, ko, kn, vd, vo, vn, hkd, hko, hkn, hvd, hvo, hvn, hoffs) = [
+        arr[:n] for arr, n in zip(a.arrays, sizes)]
+    return RecordColumns(offset, timestamp, BinaryColumn(kd, ko, kn), BinaryColumn(vd, vo, vn),
+                         HeaderColumns(hoffs, BinaryColumn(hkd, hko, hkn),
+                                       BinaryColumn(hvd, hvo, hvn)))
