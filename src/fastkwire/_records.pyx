@@ -12,12 +12,15 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memmove
 
 from fastkwire import errors as _e
 from fastkwire._records_model import BinaryColumn, HeaderColumns, Record, RecordColumns
-from fastkwire._records_python import encode_records  # replaced by the compiled writer below
+from fastkwire import _records_python
 from fastkwire.errors import DecodeError
 
 
@@ -37,6 +40,17 @@ cdef extern from "Python.h":
         PyMemberDef* d_member
     void PyObject_GC_UnTrack(void* o)
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+    const char* PyUnicode_AsUTF8AndSize(PyObject* s, Py_ssize_t* size)
+    bint PyBytes_CheckExact(PyObject* o)
+    bint PyUnicode_CheckExact(PyObject* o)
+    bint PyLong_CheckExact(PyObject* o)
+    bint PyList_CheckExact(PyObject* o)
+    bint PyTuple_CheckExact(PyObject* o)
+    long long PyLong_AsLongLongAndOverflow(PyObject* o, int* overflow)
+    char* PyBytes_AS_STRING_P "PyBytes_AS_STRING"(PyObject* o)
+    Py_ssize_t PyBytes_GET_SIZE_P "PyBytes_GET_SIZE"(PyObject* o)
+    void PyErr_Clear()
+    PyObject* Py_None
 
 
 fkw_crc32c_setup()
@@ -411,3 +425,308 @@ def decode_columns(data, Py_ssize_t pos, Py_ssize_t end, long long count,
     return RecordColumns(offset, timestamp, BinaryColumn(kd, ko, kn), BinaryColumn(vd, vo, vn),
                          HeaderColumns(hoffs, BinaryColumn(hkd, hko, hkn),
                                        BinaryColumn(hvd, hvo, hvn)))
+
+
+# ---------------------------------------------------------------- writing
+#
+# The compiled writer takes the common shapes (a list or tuple of Record holding ints,
+# bytes or None, and lists of (str, bytes or None); RecordColumns of the right dtypes).
+# Anything else, valid or not, goes to the pure writer, which converts what it can and
+# raises the EncodeError naming the field: both kernels accept and refuse the same values.
+
+cdef struct W:
+    unsigned char* buf
+    Py_ssize_t used
+    Py_ssize_t cap
+
+
+cdef int w_room(W* w, Py_ssize_t n) except -1:
+    cdef Py_ssize_t cap
+    cdef unsigned char* p
+    if w.cap - w.used >= n:
+        return 0
+    if n > 0x7FFFFFFF or w.used > 0x7FFFFFFF:
+        raise _e.message_too_large()
+    cap = max(w.cap * 2, w.used + n)
+    p = <unsigned char*>PyMem_Realloc(w.buf, cap)
+    if p == NULL:
+        raise MemoryError()
+    w.buf = p
+    w.cap = cap
+    return 0
+
+
+cdef inline void w_uvarint(W* w, uint64_t v) noexcept:
+    """Needs 10 bytes of room."""
+    while v > 0x7F:
+        w.buf[w.used] = <unsigned char>((v & 0x7F) | 0x80)
+        w.used += 1
+        v >>= 7
+    w.buf[w.used] = <unsigned char>v
+    w.used += 1
+
+
+cdef inline uint64_t zz(int64_t v) noexcept:
+    return (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+
+
+cdef inline int w_blob(W* w, const char* p, Py_ssize_t n) except -1:
+    """A length (n < 0: null) and its bytes."""
+    if n < 0:
+        w_room(w, 1)
+        w.buf[w.used] = 1
+        w.used += 1
+        return 0
+    w_room(w, 10 + n)
+    w_uvarint(w, zz(n))
+    memcpy(w.buf + w.used, p, n)
+    w.used += n
+    return 0
+
+
+cdef inline int w_obj(W* w, PyObject* v) except -1:
+    """None or exact bytes: 1 when written, 0 for anything else (left to the pure writer)."""
+    if v == Py_None:
+        w_blob(w, NULL, -1)
+        return 1
+    if not PyBytes_CheckExact(v):
+        return 0
+    w_blob(w, PyBytes_AS_STRING_P(v), PyBytes_GET_SIZE_P(v))
+    return 1
+
+
+cdef inline int begin_record(W* w, int64_t ts_delta, int64_t delta) except -1:
+    w_room(w, 5 + 1 + 10 + 10)
+    w.used += 5  # room for the length, written when the record is done
+    w.buf[w.used] = 0  # attributes
+    w.used += 1
+    w_uvarint(w, zz(ts_delta))
+    w_uvarint(w, zz(delta))
+    return 0
+
+
+cdef inline void end_record(W* w, Py_ssize_t start) noexcept:
+    """Put the length before the record's body, which starts 5 bytes after `start`."""
+    cdef Py_ssize_t body = w.used - start - 5
+    cdef Py_ssize_t end = w.used
+    w.used = start
+    w_uvarint(w, zz(body))
+    if w.used != start + 5:
+        memmove(w.buf + w.used, w.buf + start + 5, body)
+    w.used += body
+
+
+cdef inline bint as_i64(PyObject* v, int64_t* out) noexcept:
+    cdef int overflow = 0
+    if not PyLong_CheckExact(v):
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(v, &overflow)
+    return not overflow
+
+
+cdef inline bint sub_ok(int64_t a, int64_t b, int64_t* out) noexcept:
+    """a - b without leaving int64."""
+    if (b < 0 and a > INT64_MAX + b) or (b > 0 and a < INT64_MIN + b):
+        return False
+    out[0] = a - b
+    return True
+
+
+cdef inline PyObject* slot_of(object o, Py_ssize_t offset) noexcept:
+    return (<PyObject**>(<char*><PyObject*>o + offset))[0]
+
+
+cdef object _encode_objects(object records, int64_t base_offset, int64_t now):
+    cdef Py_ssize_t n = len(records), i, j, hn, klen, start
+    cdef int64_t ts, first = 0, top = 0, delta = 0, ts_delta
+    cdef PyObject* v
+    cdef PyObject* h
+    cdef PyObject* item
+    cdef const char* k
+    cdef W w
+    if n == 0:
+        return None
+    w.buf = NULL
+    w.used = 0
+    w.cap = 0
+    try:
+        w_room(&w, n * 32)
+        for i in range(n):
+            r = records[i]
+            if not isinstance(r, Record):
+                return None
+            v = slot_of(r, S_TIMESTAMP)
+            if v == NULL:
+                return None
+            if v == Py_None:
+                ts = now
+            elif not as_i64(v, &ts):
+                return None
+            if i == 0:
+                first = top = ts
+            elif ts > top:
+                top = ts
+            v = slot_of(r, S_OFFSET)
+            if v == NULL:
+                return None
+            if v == Py_None:
+                delta = i
+            elif not as_i64(v, &delta) or not sub_ok(delta, base_offset, &delta):
+                return None
+            if delta < -0x80000000 or delta > 0x7FFFFFFF or not sub_ok(ts, first, &ts_delta):
+                return None
+            start = w.used
+            begin_record(&w, ts_delta, delta)
+            v = slot_of(r, S_KEY)
+            if v == NULL or not w_obj(&w, v):
+                return None
+            v = slot_of(r, S_VALUE)
+            if v == NULL or not w_obj(&w, v):
+                return None
+            h = slot_of(r, S_HEADERS)
+            if h == NULL or not PyList_CheckExact(h):
+                return None
+            hn = PyList_GET_SIZE(<object>h)
+            w_room(&w, 5)
+            w_uvarint(&w, zz(hn))
+            for j in range(hn):
+                item = PyList_GET_ITEM(<object>h, j)
+                if not PyTuple_CheckExact(item) or PyTuple_GET_SIZE(<object>item) != 2:
+                    return None
+                v = PyTuple_GET_ITEM(<object>item, 0)
+                if not PyUnicode_CheckExact(v):
+                    return None
+                k = PyUnicode_AsUTF8AndSize(v, &klen)
+                if k == NULL:  # a lone surrogate: the pure writer says so
+                    PyErr_Clear()
+                    return None
+                w_blob(&w, k, klen)
+                if not w_obj(&w, PyTuple_GET_ITEM(<object>item, 1)):
+                    return None
+            end_record(&w, start)
+        if len(records) != n:
+            return None  # changed while written: let the pure writer see what is there now
+        body = PyBytes_FromStringAndSize(<const char*>w.buf, w.used)
+    finally:
+        PyMem_Free(w.buf)
+    return body, n, delta, first, top
+
+
+cdef object _encode_columns(object cols, int64_t base_offset):
+    cdef const int64_t[::1] offset
+    cdef const int64_t[::1] timestamp
+    cdef const int32_t[::1] hoffs
+    try:
+        offset = cols.offset
+        timestamp = cols.timestamp
+        hoffs = cols.headers.offsets
+        key = _Bin(cols.key)
+        value = _Bin(cols.value)
+        hkey = _Bin(cols.headers.key)
+        hvalue = _Bin(cols.headers.value)
+    except (ValueError, TypeError, AttributeError, BufferError):
+        return None  # not arrays of these types: the pure writer converts or refuses them
+    cdef Py_ssize_t n = offset.shape[0], i, j, start, hn
+    cdef int64_t first, top, delta = 0, ts_delta
+    cdef W w
+    if n == 0 or timestamp.shape[0] != n or hoffs.shape[0] != n + 1 or not key.fits(n) \
+            or not value.fits(n) or hoffs[0] != 0:
+        return None
+    hn = hkey.n
+    if hvalue.n != hn or hoffs[n] != hn:
+        return None
+    for i in range(n):
+        if hoffs[i] > hoffs[i + 1]:
+            return None
+    for j in range(hn):  # the pure writer decodes header keys: so must they be UTF-8 here
+        if not hkey.utf8(j):
+            return None
+    first = top = timestamp[0]
+    w.buf = NULL
+    w.used = 0
+    w.cap = 0
+    try:
+        w_room(&w, n * 32 + key.size + value.size + hkey.size + hvalue.size)
+        for i in range(n):
+            if timestamp[i] > top:
+                top = timestamp[i]
+            if not sub_ok(offset[i], base_offset, &delta) or delta < -0x80000000 \
+                    or delta > 0x7FFFFFFF or not sub_ok(timestamp[i], first, &ts_delta):
+                return None
+            start = w.used
+            begin_record(&w, ts_delta, delta)
+            key.put(&w, i)
+            value.put(&w, i)
+            w_room(&w, 5)
+            w_uvarint(&w, zz(hoffs[i + 1] - hoffs[i]))
+            for j in range(hoffs[i], hoffs[i + 1]):
+                hkey.put(&w, j)
+                hvalue.put(&w, j)
+            end_record(&w, start)
+        body = PyBytes_FromStringAndSize(<const char*>w.buf, w.used)
+    finally:
+        PyMem_Free(w.buf)
+    return body, n, delta, first, top
+
+
+cdef class _Bin:
+    """A BinaryColumn's arrays, checked once: offsets ascending within the data."""
+    cdef const uint8_t[::1] data
+    cdef const int32_t[::1] offs
+    cdef const uint8_t[::1] nulls
+    cdef Py_ssize_t n
+    cdef Py_ssize_t size
+    cdef bint ok
+
+    def __cinit__(self, col):
+        cdef Py_ssize_t i
+        self.data = col.data
+        self.offs = col.offsets
+        nulls = col.nulls
+        if nulls.dtype.kind != "b":
+            raise TypeError("nulls must be bool")
+        self.nulls = nulls.view("uint8")
+        self.n = self.nulls.shape[0]
+        self.size = self.data.shape[0]
+        self.ok = self.offs.shape[0] == self.n + 1 and self.offs[0] >= 0
+        if self.ok:
+            for i in range(self.n):
+                if self.offs[i] > self.offs[i + 1]:
+                    self.ok = False
+                    break
+            self.ok = self.ok and self.offs[self.n] <= self.size
+
+    cdef bint fits(self, Py_ssize_t n):
+        return self.ok and self.n == n
+
+    cdef const char* at(self, Py_ssize_t i) noexcept:
+        if self.size == 0:
+            return b""
+        return <const char*>&self.data[0] + self.offs[i]
+
+    cdef bint utf8(self, Py_ssize_t i):
+        if self.nulls[i]:
+            return False
+        try:
+            PyUnicode_DecodeUTF8(self.at(i), self.offs[i + 1] - self.offs[i], NULL)
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    cdef int put(self, W* w, Py_ssize_t i) except -1:
+        if self.nulls[i]:
+            return w_blob(w, NULL, -1)
+        return w_blob(w, self.at(i), self.offs[i + 1] - self.offs[i])
+
+
+def encode_records(records, int64_t base_offset, int64_t now):
+    """The records section of a batch (see _records_python.encode_records)."""
+    if isinstance(records, RecordColumns):
+        done = _encode_columns(records, base_offset)
+    elif type(records) is list or type(records) is tuple:
+        done = _encode_objects(records, base_offset, now)
+    else:
+        done = None
+    if done is None:
+        return _records_python.encode_records(records, base_offset, now)
+    return done

@@ -151,7 +151,10 @@ def encode_records(records, base_offset, now):
     """The records section of a batch -> (bytes, count, last offset delta, first
     timestamp, max timestamp). `now` is the timestamp of records that have none."""
     if isinstance(records, RecordColumns):
-        records = records.to_records()
+        try:
+            records = records.to_records()
+        except UnicodeDecodeError:
+            raise EncodeError("a header key is not UTF-8", "headers.key") from None
     records = list(records)
     if not records:
         raise EncodeError("a batch needs at least one record")
