@@ -108,8 +108,8 @@ class Codec:
             if count < 0 or count > limit // 7:
                 raise DecodeError(f"count {count} exceeds what max_decompressed ({limit} bytes) "
                                   "can hold", pos + 57)
-            raw = bytes(_compression.decompress(_compression.CODECS[codec],
-                                                memoryview(data)[start:end], limit, start))
+            raw = _compression.decompress(_compression.CODECS[codec],
+                                          memoryview(data)[start:end], limit, start)
             try:
                 records = decode(raw, 0, len(raw), count, base_offset, base_ts, log_append_time)
             except DecodeError as e:

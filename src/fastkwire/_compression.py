@@ -62,7 +62,8 @@ def decompress(codec, data, limit, offset):
     if codec == "lz4":
         data = _fix_lz4_header(data)
     mod = {"gzip": cj.gzip, "lz4": cj.lz4, "zstd": cj.zstd}[codec]
-    size = min(limit, max(_FIRST_GUESS, 4 * len(data)))
+    hint = _size_hint(codec, memoryview(data))
+    size = min(limit, hint if hint is not None else max(_FIRST_GUESS, 4 * len(data)))
     while True:
         out = bytearray(size + 1)  # one spare byte: a full buffer means "more to come"
         try:
@@ -80,6 +81,46 @@ def decompress(codec, data, limit, offset):
             raise _too_big(limit, offset)
         out = None  # freed before the next, larger buffer is made
         size = min(limit, size * 2)
+
+
+def _size_hint(codec, data):
+    """What the compressed bytes say they expand to, if they say (maybe a lie: it only
+    sizes the first buffer, which doubles up to the limit when the data needs more)."""
+    if codec == "gzip" and len(data) >= 18:
+        return int.from_bytes(data[-4:], "little")  # ISIZE: the size modulo 2**32
+    if codec == "zstd" and len(data) >= 6 and bytes(data[:4]) == b"\x28\xb5\x2f\xfd":
+        fhd = data[4]
+        fcs_size = (0, 2, 4, 8)[fhd >> 6]
+        single = (fhd >> 5) & 1
+        if fcs_size == 0 and single:
+            fcs_size = 1
+        if not fcs_size:
+            return None
+        pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3]
+        if len(data) < pos + fcs_size:
+            return None
+        n = int.from_bytes(data[pos:pos + fcs_size], "little")
+        return n + 256 if fcs_size == 2 else n
+    if codec == "lz4" and len(data) >= 7 and bytes(data[:4]) == b"\x04\x22\x4d\x18":
+        return _lz4_bound(data)
+    return None
+
+
+def _lz4_bound(data):
+    """An lz4 frame's most output: its blocks (walked by their headers) times the
+    frame's maximum block size."""
+    flg, bd = data[4], data[5]
+    block_max = 1 << (8 + 2 * ((bd >> 4) & 7))  # 4: 64 KiB ... 7: 4 MiB
+    pos = 7 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)  # content size, dict id
+    block_checksum = 4 if flg & 0x10 else 0
+    blocks = 0
+    while len(data) - pos >= 4:
+        size = int.from_bytes(data[pos:pos + 4], "little") & 0x7FFFFFFF
+        if size == 0:
+            break
+        pos += 4 + size + block_checksum
+        blocks += 1
+    return blocks * block_max
 
 
 def _too_big(limit, offset):

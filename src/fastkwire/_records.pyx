@@ -329,6 +329,7 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
                 PyTuple_SET_ITEM(pair, 0, hkey)
                 Py_INCREF(hvalue)
                 PyTuple_SET_ITEM(pair, 1, hvalue)
+                PyObject_GC_UnTrack(<PyObject*>pair)  # a str and bytes: never in a cycle
                 Py_INCREF(pair)
                 PyList_SET_ITEM(headers, j, pair)
             else:
@@ -347,6 +348,8 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
             cols.timestamp[i] = fixed if fixed_ts else base_timestamp + ts_delta
             cols.hoffs[i + 1] = <int32_t>cols.hrows
             continue
+        # As the record itself (new_record): the collector need not walk its headers.
+        PyObject_GC_UnTrack(<PyObject*>headers)
         r = new_record(base_offset + offset_delta,
                        log_append_time if fixed_ts else base_timestamp + ts_delta,
                        key, value, headers)
@@ -355,6 +358,36 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
     if c.pos != end:
         raise_reason(f"{end - c.pos} bytes after the batch's {count} records", c.pos)
     return out
+
+
+def varint_walk(data, Py_ssize_t pos, Py_ssize_t end, long long count):
+    """Walk the records' varints and skip their bytes, making nothing: the floor that
+    benchmarks/bench_records.py measures read_columns against. Returns the bytes walked."""
+    cdef Py_buffer view
+    cdef Cur c
+    cdef long long i
+    cdef int64_t n, j
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if end > view.len or pos < 0 or pos > end:
+            raise ValueError("records section outside the data")
+        c.b = <const unsigned char*>view.buf
+        c.pos = pos
+        c.end = end
+        for i in range(count):
+            rd_varint(&c, end, 5)
+            c.pos += 1
+            rd_varint(&c, end, 10)
+            rd_varint(&c, end, 5)
+            c.pos += max(rd_len(&c, end), 0)
+            c.pos += max(rd_len(&c, end), 0)
+            n = rd_varint(&c, end, 5)
+            for j in range(n):
+                c.pos += max(rd_len(&c, end), 0)
+                c.pos += max(rd_len(&c, end), 0)
+        return c.pos - pos
+    finally:
+        PyBuffer_Release(&view)
 
 
 cdef object _np = None
