@@ -73,7 +73,7 @@ def test_kernels_agree_on_mutated_batches(seed):
 
 def test_crc32c_paths_agree():
     rng = random.Random(3)
-    for n in list(range(0, 40)) + [1000, 4097, 65536 + 3]:
+    for n in list(range(0, 40)) + [1000, 4097, 3 * 8192 - 1, 3 * 8192, 6 * 8192 + 5, 65536 + 3]:
         data = rng.randbytes(n)
         start = rng.randrange(0, 2 ** 32)
         expected = _records_python.crc32c(data, start)

@@ -39,6 +39,7 @@ cdef extern from "Python.h":
     ctypedef struct PyMemberDescrObject:
         PyMemberDef* d_member
     void PyObject_GC_UnTrack(void* o)
+    void PyObject_GC_Track(void* o)
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
     const char* PyUnicode_AsUTF8AndSize(PyObject* s, Py_ssize_t* size)
     bint PyBytes_CheckExact(PyObject* o)
@@ -270,6 +271,10 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
     cdef bint fixed_ts = log_append_time is not None
     cdef int64_t fixed = log_append_time if fixed_ts else 0
     cdef list out = PyList_New(count) if cols == NULL else None
+    if out is not None:
+        # Out of the collector's young generation while it fills (each collection the
+        # record objects trigger would walk it), back in when done.
+        PyObject_GC_UnTrack(<PyObject*>out)
     cdef list headers = None
     cdef tuple pair
     # Header keys repeat from record to record: the last one's str is reused when the
@@ -357,6 +362,8 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
         PyList_SET_ITEM(out, i, r)
     if c.pos != end:
         raise_reason(f"{end - c.pos} bytes after the batch's {count} records", c.pos)
+    if out is not None:
+        PyObject_GC_Track(<PyObject*>out)
     return out
 
 
