@@ -105,7 +105,7 @@ ODD = [
     [Record(0, -(2 ** 63), b"k", None, []), Record(1, 2 ** 63 - 1, None, b"v", [])],
     [Record(2 ** 63 - 1, 0, None, None, [])],
     [Record(-5, 0, None, None, [])],
-    [Record(None, None, None, None, [])],
+    [Record(None, 5, None, None, []), Record(None, 6, None, None, [])],
     [Record(0, 0, "k", None, [])],
     [Record(0, 0, None, None, None)],
     [Record(0, 0, None, None, [])] * 3,

@@ -21,6 +21,9 @@ HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 CRC_START = 21
 MIN_BATCH_LENGTH = HEADER_SIZE - 12
+INT16 = (-(1 << 15), (1 << 15) - 1)
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
 DEFAULT_RATIO = 64
 DEFAULT_FLOOR = 1 << 20
 DEFAULT_CEILING = 256 << 20
@@ -138,22 +141,27 @@ class Codec:
         if timestamp_type not in (0, 1):
             raise EncodeError(f"timestamp_type must be 0 or 1, not {timestamp_type!r}",
                               "timestamp_type")
+        codec = _compression.CODECS.index(compression)
+        attrs = codec | (timestamp_type << 3) | (0x10 if is_transactional else 0)
+        for name, value, (lo, hi) in (("base_offset", base_offset, INT64),
+                                      ("partition_leader_epoch", partition_leader_epoch, INT32),
+                                      ("producer_id", producer_id, INT64),
+                                      ("producer_epoch", producer_epoch, INT16),
+                                      ("base_sequence", base_sequence, INT32)):
+            if not isinstance(value, int) or not lo <= value <= hi:
+                raise EncodeError(f"{value!r} out of range for {name}", name)
         now = int(time.time() * 1000)
+        if not codec:
+            return self.kernel.encode_batch(records, base_offset, now, partition_leader_epoch,
+                                            attrs, producer_id, producer_epoch, base_sequence)
         body, count, last_delta, first_ts, max_ts = self.kernel.encode_records(
             records, base_offset, now)
-        codec = _compression.CODECS.index(compression)
-        if codec:
-            body = _compression.compress(compression, body)
-        attrs = codec | (timestamp_type << 3) | (0x10 if is_transactional else 0)
+        body = _compression.compress(compression, body)
         if len(body) > 0x7FFFFFFF - MIN_BATCH_LENGTH:
             raise EncodeError("the batch would exceed 2147483647 bytes")
-        out = bytearray(HEADER_SIZE)
-        try:
-            HEADER.pack_into(out, 0, base_offset, MIN_BATCH_LENGTH + len(body),
-                             partition_leader_epoch, 2, 0, attrs, last_delta, first_ts, max_ts,
-                             producer_id, producer_epoch, base_sequence, count)
-        except struct.error as exc:
-            raise EncodeError(f"a batch header field is out of range ({exc})") from None
+        out = bytearray(HEADER.pack(base_offset, MIN_BATCH_LENGTH + len(body),
+                                    partition_leader_epoch, 2, 0, attrs, last_delta, first_ts,
+                                    max_ts, producer_id, producer_epoch, base_sequence, count))
         out += body
         struct.pack_into(">I", out, 17, self.kernel.crc32c(memoryview(out)[CRC_START:]))
         return bytes(out)

@@ -7,15 +7,15 @@ Every read checks the bytes left before it reads or allocates; a count is checke
 against the bytes that could hold it before a list or array is made. The checks and
 their order are the pure kernel's, so both raise the same DecodeError on the same bytes.
 """
+cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
-from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
 from libc.string cimport memcmp, memcpy, memmove
 
 from fastkwire import errors as _e
@@ -49,6 +49,8 @@ cdef extern from "Python.h":
     bint PyTuple_CheckExact(PyObject* o)
     long long PyLong_AsLongLongAndOverflow(PyObject* o, int* overflow)
     char* PyBytes_AS_STRING_P "PyBytes_AS_STRING"(PyObject* o)
+    PyObject* PyBytes_New "PyBytes_FromStringAndSize"(const char* s, Py_ssize_t n)
+    int _PyBytes_Resize(PyObject** o, Py_ssize_t n)
     Py_ssize_t PyBytes_GET_SIZE_P "PyBytes_GET_SIZE"(PyObject* o)
     void PyErr_Clear()
     PyObject* Py_None
@@ -58,6 +60,7 @@ fkw_crc32c_setup()
 
 DEF MIN_RECORD = 7
 DEF MIN_HEADER = 2
+DEF HEADER = 61  # a batch's header, before its records
 
 
 def crc32c(data, uint32_t crc=0):
@@ -475,23 +478,59 @@ def decode_columns(data, Py_ssize_t pos, Py_ssize_t end, long long count,
 # raises the EncodeError naming the field: both kernels accept and refuse the same values.
 
 cdef struct W:
+    # The output is written straight into a bytes object, grown (and finally cut to
+    # size) in place: no second copy of a megabyte batch.
+    PyObject* owner
     unsigned char* buf
     Py_ssize_t used
     Py_ssize_t cap
 
 
-cdef int w_room(W* w, Py_ssize_t n) except -1:
-    cdef Py_ssize_t cap
-    cdef unsigned char* p
+cdef inline void w_open(W* w) noexcept:
+    w.owner = NULL
+    w.buf = NULL
+    w.used = 0
+    w.cap = 0
+
+
+cdef object w_take(W* w):
+    """The bytes written (the object itself, cut to size); w is empty after."""
+    if w.owner == NULL:
+        return b""
+    if _PyBytes_Resize(&w.owner, w.used) < 0:
+        w.owner = NULL
+        raise MemoryError()
+    out = <object>w.owner
+    Py_XDECREF(w.owner)  # <object> took its own reference
+    w.owner = NULL
+    return out
+
+
+cdef inline void w_close(W* w) noexcept:
+    Py_XDECREF(w.owner)
+    w.owner = NULL
+
+
+cdef inline int w_room(W* w, Py_ssize_t n) except -1:
     if w.cap - w.used >= n:
         return 0
+    return w_grow(w, n)
+
+
+cdef int w_grow(W* w, Py_ssize_t n) except -1:
+    cdef Py_ssize_t cap
+    cdef unsigned char* p
     if n > 0x7FFFFFFF or w.used > 0x7FFFFFFF:
         raise _e.message_too_large()
     cap = max(w.cap * 2, w.used + n)
-    p = <unsigned char*>PyMem_Realloc(w.buf, cap)
-    if p == NULL:
+    if w.owner == NULL:
+        w.owner = PyBytes_New(NULL, cap)
+        if w.owner == NULL:
+            raise MemoryError()
+    elif _PyBytes_Resize(&w.owner, cap) < 0:
+        w.owner = NULL  # freed by the failed resize
         raise MemoryError()
-    w.buf = p
+    w.buf = <unsigned char*>PyBytes_AS_STRING_P(w.owner)
     w.cap = cap
     return 0
 
@@ -535,9 +574,19 @@ cdef inline int w_obj(W* w, PyObject* v) except -1:
     return 1
 
 
-cdef inline int begin_record(W* w, int64_t ts_delta, int64_t delta) except -1:
+cdef inline int uvarint_size(uint64_t v) noexcept:
+    cdef int n = 1
+    while v > 0x7F:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline int begin_record(W* w, int64_t ts_delta, int64_t delta, int guess) except -1:
+    """Start a record, leaving `guess` bytes for its length (the previous record's: the
+    records of a batch are mostly alike, so the body seldom has to move)."""
     w_room(w, 5 + 1 + 10 + 10)
-    w.used += 5  # room for the length, written when the record is done
+    w.used += guess
     w.buf[w.used] = 0  # attributes
     w.used += 1
     w_uvarint(w, zz(ts_delta))
@@ -545,15 +594,19 @@ cdef inline int begin_record(W* w, int64_t ts_delta, int64_t delta) except -1:
     return 0
 
 
-cdef inline void end_record(W* w, Py_ssize_t start) noexcept:
-    """Put the length before the record's body, which starts 5 bytes after `start`."""
-    cdef Py_ssize_t body = w.used - start - 5
-    cdef Py_ssize_t end = w.used
+cdef inline int end_record(W* w, Py_ssize_t start, int guess) except -1:
+    """Put the length before the record's body, which starts `guess` bytes after
+    `start`; returns the length's size (the next record's guess)."""
+    cdef Py_ssize_t body = w.used - start - guess
+    cdef uint64_t length = zz(body)
+    cdef int size = uvarint_size(length)
+    if size != guess:
+        w_room(w, 5)  # the body may move right by up to 4 bytes
+        memmove(w.buf + start + size, w.buf + start + guess, body)
     w.used = start
-    w_uvarint(w, zz(body))
-    if w.used != start + 5:
-        memmove(w.buf + w.used, w.buf + start + 5, body)
+    w_uvarint(w, length)
     w.used += body
+    return size
 
 
 cdef inline bint as_i64(PyObject* v, int64_t* out) noexcept:
@@ -576,83 +629,79 @@ cdef inline PyObject* slot_of(object o, Py_ssize_t offset) noexcept:
     return (<PyObject**>(<char*><PyObject*>o + offset))[0]
 
 
-cdef object _encode_objects(object records, int64_t base_offset, int64_t now):
+cdef object _encode_objects(object records, int64_t base_offset, int64_t now, W* w):
+    """Write the records after w.used -> (count, last offset delta, first and max
+    timestamp), or None for the pure writer to do."""
     cdef Py_ssize_t n = len(records), i, j, hn, klen, start
     cdef int64_t ts, first = 0, top = 0, delta = 0, ts_delta
     cdef PyObject* v
     cdef PyObject* h
     cdef PyObject* item
     cdef const char* k
-    cdef W w
+    cdef int guess = 2
     if n == 0:
         return None
-    w.buf = NULL
-    w.used = 0
-    w.cap = 0
-    try:
-        w_room(&w, n * 32)
-        for i in range(n):
-            r = records[i]
-            if not isinstance(r, Record):
+    w_room(w, n * 32)
+    for i in range(n):
+        r = records[i]
+        if not isinstance(r, Record):
+            return None
+        v = slot_of(r, S_TIMESTAMP)
+        if v == NULL:
+            return None
+        if v == Py_None:
+            ts = now
+        elif not as_i64(v, &ts):
+            return None
+        if i == 0:
+            first = top = ts
+        elif ts > top:
+            top = ts
+        v = slot_of(r, S_OFFSET)
+        if v == NULL:
+            return None
+        if v == Py_None:
+            delta = i
+        elif not as_i64(v, &delta) or not sub_ok(delta, base_offset, &delta):
+            return None
+        if delta < -0x80000000 or delta > 0x7FFFFFFF or not sub_ok(ts, first, &ts_delta):
+            return None
+        start = w.used
+        begin_record(w, ts_delta, delta, guess)
+        v = slot_of(r, S_KEY)
+        if v == NULL or not w_obj(w, v):
+            return None
+        v = slot_of(r, S_VALUE)
+        if v == NULL or not w_obj(w, v):
+            return None
+        h = slot_of(r, S_HEADERS)
+        if h == NULL or not PyList_CheckExact(h):
+            return None
+        hn = PyList_GET_SIZE(<object>h)
+        w_room(w, 5)
+        w_uvarint(w, zz(hn))
+        for j in range(hn):
+            item = PyList_GET_ITEM(<object>h, j)
+            if not PyTuple_CheckExact(item) or PyTuple_GET_SIZE(<object>item) != 2:
                 return None
-            v = slot_of(r, S_TIMESTAMP)
-            if v == NULL:
+            v = PyTuple_GET_ITEM(<object>item, 0)
+            if not PyUnicode_CheckExact(v):
                 return None
-            if v == Py_None:
-                ts = now
-            elif not as_i64(v, &ts):
+            k = PyUnicode_AsUTF8AndSize(v, &klen)
+            if k == NULL:  # a lone surrogate: the pure writer says so
+                PyErr_Clear()
                 return None
-            if i == 0:
-                first = top = ts
-            elif ts > top:
-                top = ts
-            v = slot_of(r, S_OFFSET)
-            if v == NULL:
+            w_blob(w, k, klen)
+            if not w_obj(w, PyTuple_GET_ITEM(<object>item, 1)):
                 return None
-            if v == Py_None:
-                delta = i
-            elif not as_i64(v, &delta) or not sub_ok(delta, base_offset, &delta):
-                return None
-            if delta < -0x80000000 or delta > 0x7FFFFFFF or not sub_ok(ts, first, &ts_delta):
-                return None
-            start = w.used
-            begin_record(&w, ts_delta, delta)
-            v = slot_of(r, S_KEY)
-            if v == NULL or not w_obj(&w, v):
-                return None
-            v = slot_of(r, S_VALUE)
-            if v == NULL or not w_obj(&w, v):
-                return None
-            h = slot_of(r, S_HEADERS)
-            if h == NULL or not PyList_CheckExact(h):
-                return None
-            hn = PyList_GET_SIZE(<object>h)
-            w_room(&w, 5)
-            w_uvarint(&w, zz(hn))
-            for j in range(hn):
-                item = PyList_GET_ITEM(<object>h, j)
-                if not PyTuple_CheckExact(item) or PyTuple_GET_SIZE(<object>item) != 2:
-                    return None
-                v = PyTuple_GET_ITEM(<object>item, 0)
-                if not PyUnicode_CheckExact(v):
-                    return None
-                k = PyUnicode_AsUTF8AndSize(v, &klen)
-                if k == NULL:  # a lone surrogate: the pure writer says so
-                    PyErr_Clear()
-                    return None
-                w_blob(&w, k, klen)
-                if not w_obj(&w, PyTuple_GET_ITEM(<object>item, 1)):
-                    return None
-            end_record(&w, start)
-        if len(records) != n:
-            return None  # changed while written: let the pure writer see what is there now
-        body = PyBytes_FromStringAndSize(<const char*>w.buf, w.used)
-    finally:
-        PyMem_Free(w.buf)
-    return body, n, delta, first, top
+        guess = end_record(w, start, guess)
+    if len(records) != n:
+        return None  # changed while written: let the pure writer see what is there now
+    return n, delta, first, top
 
 
-cdef object _encode_columns(object cols, int64_t base_offset):
+cdef object _encode_columns(object cols, int64_t base_offset, W* w):
+    """As _encode_objects, from RecordColumns."""
     cdef const int64_t[::1] offset
     cdef const int64_t[::1] timestamp
     cdef const int32_t[::1] hoffs
@@ -667,8 +716,8 @@ cdef object _encode_columns(object cols, int64_t base_offset):
     except (ValueError, TypeError, AttributeError, BufferError):
         return None  # not arrays of these types: the pure writer converts or refuses them
     cdef Py_ssize_t n = offset.shape[0], i, j, start, hn
+    cdef int guess = 2
     cdef int64_t first, top, delta = 0, ts_delta
-    cdef W w
     if n == 0 or timestamp.shape[0] != n or hoffs.shape[0] != n + 1 or not key.fits(n) \
             or not value.fits(n) or hoffs[0] != 0:
         return None
@@ -682,33 +731,27 @@ cdef object _encode_columns(object cols, int64_t base_offset):
         if not hkey.utf8(j):
             return None
     first = top = timestamp[0]
-    w.buf = NULL
-    w.used = 0
-    w.cap = 0
-    try:
-        w_room(&w, n * 32 + key.size + value.size + hkey.size + hvalue.size)
-        for i in range(n):
-            if timestamp[i] > top:
-                top = timestamp[i]
-            if not sub_ok(offset[i], base_offset, &delta) or delta < -0x80000000 \
-                    or delta > 0x7FFFFFFF or not sub_ok(timestamp[i], first, &ts_delta):
-                return None
-            start = w.used
-            begin_record(&w, ts_delta, delta)
-            key.put(&w, i)
-            value.put(&w, i)
-            w_room(&w, 5)
-            w_uvarint(&w, zz(hoffs[i + 1] - hoffs[i]))
-            for j in range(hoffs[i], hoffs[i + 1]):
-                hkey.put(&w, j)
-                hvalue.put(&w, j)
-            end_record(&w, start)
-        body = PyBytes_FromStringAndSize(<const char*>w.buf, w.used)
-    finally:
-        PyMem_Free(w.buf)
-    return body, n, delta, first, top
+    w_room(w, n * 32 + key.size + value.size + hkey.size + hvalue.size)
+    for i in range(n):
+        if timestamp[i] > top:
+            top = timestamp[i]
+        if not sub_ok(offset[i], base_offset, &delta) or delta < -0x80000000 \
+                or delta > 0x7FFFFFFF or not sub_ok(timestamp[i], first, &ts_delta):
+            return None
+        start = w.used
+        begin_record(w, ts_delta, delta, guess)
+        key.put(w, i)
+        value.put(w, i)
+        w_room(w, 5)
+        w_uvarint(w, zz(hoffs[i + 1] - hoffs[i]))
+        for j in range(hoffs[i], hoffs[i + 1]):
+            hkey.put(w, j)
+            hvalue.put(w, j)
+        guess = end_record(w, start, guess)
+    return n, delta, first, top
 
 
+@cython.final
 cdef class _Bin:
     """A BinaryColumn's arrays, checked once: offsets ascending within the data."""
     cdef const uint8_t[::1] data
@@ -739,34 +782,99 @@ cdef class _Bin:
     cdef bint fits(self, Py_ssize_t n):
         return self.ok and self.n == n
 
-    cdef const char* at(self, Py_ssize_t i) noexcept:
+    cdef inline const char* at(self, Py_ssize_t i) noexcept:
         if self.size == 0:
             return b""
         return <const char*>&self.data[0] + self.offs[i]
 
     cdef bint utf8(self, Py_ssize_t i):
+        cdef const unsigned char* p
+        cdef Py_ssize_t j
         if self.nulls[i]:
             return False
+        p = <const unsigned char*>self.at(i)
+        for j in range(self.offs[i + 1] - self.offs[i]):
+            if p[j] >= 0x80:
+                break
+        else:
+            return True  # ASCII, the usual header key
         try:
             PyUnicode_DecodeUTF8(self.at(i), self.offs[i + 1] - self.offs[i], NULL)
         except UnicodeDecodeError:
             return False
         return True
 
-    cdef int put(self, W* w, Py_ssize_t i) except -1:
+    cdef inline int put(self, W* w, Py_ssize_t i) except -1:
         if self.nulls[i]:
             return w_blob(w, NULL, -1)
         return w_blob(w, self.at(i), self.offs[i + 1] - self.offs[i])
 
 
+cdef object _encode(object records, int64_t base_offset, int64_t now, W* w):
+    if isinstance(records, RecordColumns):
+        return _encode_columns(records, base_offset, w)
+    if type(records) is list or type(records) is tuple:
+        return _encode_objects(records, base_offset, now, w)
+    return None
+
+
 def encode_records(records, int64_t base_offset, int64_t now):
     """The records section of a batch (see _records_python.encode_records)."""
-    if isinstance(records, RecordColumns):
-        done = _encode_columns(records, base_offset)
-    elif type(records) is list or type(records) is tuple:
-        done = _encode_objects(records, base_offset, now)
-    else:
-        done = None
-    if done is None:
-        return _records_python.encode_records(records, base_offset, now)
-    return done
+    cdef W w
+    w_open(&w)
+    try:
+        done = _encode(records, base_offset, now, &w)
+        if done is None:
+            return _records_python.encode_records(records, base_offset, now)
+        return (w_take(&w),) + done
+    finally:
+        w_close(&w)
+
+
+cdef inline void put_be(unsigned char* p, uint64_t v, int width) noexcept:
+    cdef int i
+    for i in range(width):
+        p[width - 1 - i] = <unsigned char>(v >> (8 * i))
+
+
+def encode_batch(records, int64_t base_offset, int64_t now, int32_t partition_leader_epoch,
+                 int16_t attributes, int64_t producer_id, int16_t producer_epoch,
+                 int32_t base_sequence):
+    """A whole uncompressed batch (see _records_python.encode_batch), built in one buffer."""
+    cdef W w
+    cdef Py_ssize_t n
+    cdef uint32_t crc
+    w_open(&w)
+    try:
+        w_room(&w, HEADER)
+        w.used = HEADER
+        done = _encode(records, base_offset, now, &w)
+        if done is None:
+            body, count, last_delta, first, top = _records_python.encode_records(
+                records, base_offset, now)
+            n = len(body)
+            w_room(&w, n)
+            memcpy(w.buf + HEADER, PyBytes_AS_STRING(body), n)
+            w.used = HEADER + n
+        else:
+            count, last_delta, first, top = done
+        if w.used - 12 > 0x7FFFFFFF:
+            raise _e.EncodeError("the batch would exceed 2147483647 bytes")
+        put_be(w.buf, <uint64_t>base_offset, 8)
+        put_be(w.buf + 8, <uint64_t>(w.used - 12), 4)
+        put_be(w.buf + 12, <uint64_t><uint32_t>partition_leader_epoch, 4)
+        w.buf[16] = 2
+        put_be(w.buf + 21, <uint64_t><uint16_t>attributes, 2)
+        put_be(w.buf + 23, <uint64_t><uint32_t><int32_t>last_delta, 4)
+        put_be(w.buf + 27, <uint64_t><int64_t>first, 8)
+        put_be(w.buf + 35, <uint64_t><int64_t>top, 8)
+        put_be(w.buf + 43, <uint64_t>producer_id, 8)
+        put_be(w.buf + 51, <uint64_t><uint16_t>producer_epoch, 2)
+        put_be(w.buf + 53, <uint64_t><uint32_t>base_sequence, 4)
+        put_be(w.buf + 57, <uint64_t><uint32_t><int32_t>count, 4)
+        with nogil:
+            crc = fkw_crc32c(0, w.buf + 21, w.used - 21)
+        put_be(w.buf + 17, crc, 4)
+        return w_take(&w)
+    finally:
+        w_close(&w)

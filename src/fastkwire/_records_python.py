@@ -1,6 +1,8 @@
 """The pure-Python kernel of fastkwire.records: the records inside one batch (magic 2),
 read and written, and CRC32C. `_records.pyx` is its compiled twin, with the same
 checks in the same order, so both raise the same errors on the same bytes."""
+import struct
+
 from .errors import DecodeError, EncodeError, count_exceeds, invalid_utf8, truncated, varint_too_long
 from ._records_model import Record, RecordColumns
 
@@ -205,3 +207,21 @@ def encode_records(records, base_offset, now):
         _zigzag(out, len(rec))
         out += rec
     return bytes(out), len(records), delta, first, max(stamps)
+
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def encode_batch(records, base_offset, now, partition_leader_epoch, attributes, producer_id,
+                 producer_epoch, base_sequence):
+    """A whole uncompressed batch: the header (fields checked by the caller), the records
+    and the CRC32C of bytes 21.. (see _batches for the layout)."""
+    body, count, last_delta, first, top = encode_records(records, base_offset, now)
+    if len(body) > 0x7FFFFFFF - (_HEADER.size - 12):
+        raise EncodeError("the batch would exceed 2147483647 bytes")
+    out = bytearray(_HEADER.pack(base_offset, _HEADER.size - 12 + len(body), partition_leader_epoch,
+                                 2, 0, attributes, last_delta, first, top, producer_id,
+                                 producer_epoch, base_sequence, count))
+    out += body
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
+    return bytes(out)
