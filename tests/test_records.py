@@ -308,3 +308,21 @@ def test_batch_objects():
         RecordBatch(bogus=1, **fields)
     assert Record(1, 2, b"k", None) == Record(1, 2, b"k", None, [])
     assert Record(1, 2, b"k", None) != Record(1, 2, b"k", b"")
+
+
+def test_public_module_uses_the_packages_implementation():
+    import fastkwire
+    from fastkwire import records
+
+    assert records.implementation == fastkwire.implementation
+    data = records.write_batch(RECORDS, base_offset=0)
+    assert records.read_batches(data)[0].records == RECORDS
+    assert records.crc32c(b"123456789") == 0xE3069283
+
+
+def test_repeated_and_near_repeated_headers(records_codec):
+    # The compiled reader reuses a header equal to the previous one: only equal ones.
+    values = [b"ab", b"ac", b"ab", None, b"", b"", None, b"ab"]
+    recs = [Record(i, 0, None, None, [("h", v), ("g" if i % 2 else "h", v)])
+            for i, v in enumerate(values)]
+    assert records_codec.read_batches(records_codec.write_batch(recs))[0].records == recs

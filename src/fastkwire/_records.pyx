@@ -189,6 +189,19 @@ cdef int64_t rd_varint_loop(Cur* c, Py_ssize_t end, int max_bytes) except? -1:
 
 cdef inline int64_t rd_len(Cur* c, Py_ssize_t end) except -2:
     """A length (-1: null) whose bytes are checked to follow within `end`."""
+    cdef uint64_t x
+    cdef int64_t n
+    if end - c.pos >= 1:  # the usual one-byte length that fits, without the checks below
+        x = c.b[c.pos]
+        if x < 0x80:
+            n = <int64_t>(x >> 1) ^ -<int64_t>(x & 1)
+            if n >= -1 and n <= end - c.pos - 1:
+                c.pos += 1
+                return n
+    return rd_len_slow(c, end)
+
+
+cdef int64_t rd_len_slow(Cur* c, Py_ssize_t end) except -2:
     cdef Py_ssize_t start = c.pos
     cdef int64_t n = rd_varint(c, end, 5)
     if n < 0:
@@ -208,7 +221,7 @@ cdef inline object take_bytes(Cur* c, int64_t n):
     return v
 
 
-cdef inline bint in_int64(int64_t a, int64_t b) noexcept:
+cdef inline bint in_int64(int64_t a, int64_t b) noexcept nogil:
     """a + b stays within int64."""
     return not ((b > 0 and a > INT64_MAX - b) or (b < 0 and a < INT64_MIN - b))
 
@@ -285,6 +298,10 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
     cdef const unsigned char* last_key = NULL
     cdef Py_ssize_t last_len = -1
     cdef object last_str = None
+    cdef tuple last_pair = None
+    cdef object last_pair_key = None
+    cdef int64_t last_vlen = -2
+    cdef const unsigned char* last_value = NULL
     for i in range(count):
         start = c.pos
         length = rd_varint(&c, end, 5)
@@ -331,13 +348,23 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
                 last_key, last_len, last_str = b + c.pos, klen, hkey
             if cols == NULL:
                 c.pos += klen
-                hvalue = take_bytes(&c, rd_len(&c, rend))
-                pair = PyTuple_New(2)
-                Py_INCREF(hkey)
-                PyTuple_SET_ITEM(pair, 0, hkey)
-                Py_INCREF(hvalue)
-                PyTuple_SET_ITEM(pair, 1, hvalue)
-                PyObject_GC_UnTrack(<PyObject*>pair)  # a str and bytes: never in a cycle
+                vlen = rd_len(&c, rend)
+                # A header equal to the last one made (same key object, same value bytes)
+                # is the same tuple: it cannot change, and constant headers are common.
+                if hkey is last_pair_key and vlen == last_vlen and (
+                        vlen <= 0 or memcmp(b + c.pos, last_value, vlen) == 0):
+                    c.pos += max(vlen, 0)
+                    pair = last_pair
+                else:
+                    last_value = b + c.pos
+                    hvalue = take_bytes(&c, vlen)
+                    pair = PyTuple_New(2)
+                    Py_INCREF(hkey)
+                    PyTuple_SET_ITEM(pair, 0, hkey)
+                    Py_INCREF(hvalue)
+                    PyTuple_SET_ITEM(pair, 1, hvalue)
+                    PyObject_GC_UnTrack(<PyObject*>pair)  # a str and bytes: never in a cycle
+                    last_pair, last_pair_key, last_vlen = pair, hkey, vlen
                 Py_INCREF(pair)
                 PyList_SET_ITEM(headers, j, pair)
             else:
@@ -370,32 +397,146 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
     return out
 
 
+# ---------------------------------------------------------------- the columns' fast path
+#
+# Valid batches take this path: plain pointers and inline varints, no error texts. Any
+# doubt (a bad varint, a length past the bytes, a non-ASCII header key that is not the
+# last one seen, ...) makes it give up, and the general loop (_decode) reads the batch
+# again and raises the error, word for word as the pure kernel does.
+
+cdef inline bint vint(const unsigned char** pp, const unsigned char* e, int64_t* out,
+                      int max_bytes) noexcept nogil:
+    """A zigzag varint of at most max_bytes before `e`; False when there is none."""
+    cdef const unsigned char* p = pp[0]
+    cdef uint64_t x, result = 0
+    cdef int shift = 0
+    if p < e and p[0] < 0x80:
+        x = p[0]
+        pp[0] = p + 1
+        out[0] = <int64_t>(x >> 1) ^ -<int64_t>(x & 1)
+        return True
+    while True:
+        if p >= e or shift >= 7 * max_bytes:
+            return False
+        x = p[0]
+        p += 1
+        if shift == 63 and (x & 0x7F) > 1:
+            return False
+        result |= (x & 0x7F) << shift
+        if not (x & 0x80):
+            break
+        shift += 7
+    if max_bytes == 5 and (result >> 32):
+        return False
+    pp[0] = p
+    out[0] = <int64_t>(result >> 1) ^ -<int64_t>(result & 1)
+    return True
+
+
+cdef inline bint take_len(const unsigned char** pp, const unsigned char* e, int64_t* n,
+                          bint nullable) noexcept nogil:
+    if not vint(pp, e, n, 5):
+        return False
+    if n[0] < 0:
+        return nullable and n[0] == -1
+    return n[0] <= e - pp[0]
+
+
+cdef inline void col_put(Bin* b, Py_ssize_t row, const unsigned char** pp, int64_t n) noexcept nogil:
+    if n < 0:
+        b.nulls[row] = 1
+    else:
+        b.nulls[row] = 0
+        memcpy(b.data + b.used, pp[0], n)
+        b.used += n
+        pp[0] += n
+    b.offs[row + 1] = <int32_t>b.used
+
+
+cdef inline bint ascii(const unsigned char* p, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        if p[i] >= 0x80:
+            return False
+    return True
+
+
+cdef bint _columns_fast(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long long count,
+                        int64_t base_offset, int64_t base_timestamp, bint fixed_ts,
+                        int64_t fixed, Cols* cols) noexcept nogil:
+    """Fill *cols from valid records; False (cols half filled) at the first doubt."""
+    cdef const unsigned char* p = b + pos
+    cdef const unsigned char* e = b + end
+    cdef const unsigned char* re
+    cdef int64_t length, ts_delta, offset_delta, n, hn
+    cdef long long i, j
+    if count < 0 or count > (end - pos) // MIN_RECORD:
+        return False
+    for i in range(count):
+        if not vint(&p, e, &length, 5) or length < MIN_RECORD - 1 or length > e - p:
+            return False
+        re = p + length
+        p += 1
+        if not vint(&p, re, &ts_delta, 10) or not vint(&p, re, &offset_delta, 5):
+            return False
+        if not take_len(&p, re, &n, True):
+            return False
+        col_put(&cols.key, i, &p, n)
+        if not take_len(&p, re, &n, True):
+            return False
+        col_put(&cols.value, i, &p, n)
+        if not vint(&p, re, &hn, 5) or hn < 0 or hn > (re - p) // MIN_HEADER:
+            return False
+        for j in range(hn):
+            if not take_len(&p, re, &n, False) or not ascii(p, n):
+                return False
+            col_put(&cols.hkey, cols.hrows, &p, n)
+            if not take_len(&p, re, &n, True):
+                return False
+            col_put(&cols.hvalue, cols.hrows, &p, n)
+            cols.hrows += 1
+        if p != re or not in_int64(base_offset, offset_delta):
+            return False
+        if not fixed_ts and not in_int64(base_timestamp, ts_delta):
+            return False
+        cols.offset[i] = base_offset + offset_delta
+        cols.timestamp[i] = fixed if fixed_ts else base_timestamp + ts_delta
+        cols.hoffs[i + 1] = <int32_t>cols.hrows
+    return p == e
+
+
 def varint_walk(data, Py_ssize_t pos, Py_ssize_t end, long long count):
-    """Walk the records' varints and skip their bytes, making nothing: the floor that
-    benchmarks/bench_records.py measures read_columns against. Returns the bytes walked."""
+    """Walk the records' varints and skip their bytes, making nothing, with the readers
+    of the columns' fast path: the floor that benchmarks/bench_records.py measures
+    read_columns against. Returns the bytes walked, or -1 at a bad varint."""
     cdef Py_buffer view
-    cdef Cur c
+    cdef const unsigned char* p
+    cdef const unsigned char* e
     cdef long long i
-    cdef int64_t n, j
+    cdef int64_t n, j, hn
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         if end > view.len or pos < 0 or pos > end:
             raise ValueError("records section outside the data")
-        c.b = <const unsigned char*>view.buf
-        c.pos = pos
-        c.end = end
+        p = <const unsigned char*>view.buf + pos
+        e = <const unsigned char*>view.buf + end
         for i in range(count):
-            rd_varint(&c, end, 5)
-            c.pos += 1
-            rd_varint(&c, end, 10)
-            rd_varint(&c, end, 5)
-            c.pos += max(rd_len(&c, end), 0)
-            c.pos += max(rd_len(&c, end), 0)
-            n = rd_varint(&c, end, 5)
-            for j in range(n):
-                c.pos += max(rd_len(&c, end), 0)
-                c.pos += max(rd_len(&c, end), 0)
-        return c.pos - pos
+            if not vint(&p, e, &n, 5) or p + 1 > e:
+                return -1
+            p += 1
+            if not vint(&p, e, &n, 10) or not vint(&p, e, &n, 5):
+                return -1
+            for j in range(2):
+                if not take_len(&p, e, &n, True):
+                    return -1
+                p += max(n, 0)
+            if not vint(&p, e, &hn, 5):
+                return -1
+            for j in range(2 * hn):
+                if not take_len(&p, e, &n, True):
+                    return -1
+                p += max(n, 0)
+        return p - (<const unsigned char*>view.buf + pos)
     finally:
         PyBuffer_Release(&view)
 
@@ -454,8 +595,14 @@ def decode_columns(data, Py_ssize_t pos, Py_ssize_t end, long long count,
         cols.hoffs = <int32_t*>a.array(count + 1, _np.int32)
         cols.hoffs[0] = 0
         cols.hrows = 0
-        _decode(<const unsigned char*>view.buf, pos, end, count, base_offset, base_timestamp,
-                log_append_time, &cols)
+        if not _columns_fast(<const unsigned char*>view.buf, pos, end, count, base_offset,
+                             base_timestamp, log_append_time is not None,
+                             log_append_time if log_append_time is not None else 0, &cols):
+            # Something is off (or a header key is not ASCII): the general loop says what.
+            cols.key.used = cols.value.used = cols.hkey.used = cols.hvalue.used = 0
+            cols.hrows = 0
+            _decode(<const unsigned char*>view.buf, pos, end, count, base_offset,
+                    base_timestamp, log_append_time, &cols)
     finally:
         PyBuffer_Release(&view)
     h = cols.hrows

@@ -17,20 +17,26 @@ A Produce or Fetch message's `records` field stays bytes; this module opens it:
 
 Magic 2 batches are read and written; legacy message sets (magic 0 and 1) are read.
 Compressed batches need cramjam (`pip install 'fastkwire[compression]'`). The compiled
-kernel is used when fastkwire's compiled core is (`fastkwire.implementation`).
+kernel is used when fastkwire's compiled core is; `records.implementation` says which.
 """
 from . import implementation as _implementation
 from ._batches import Codec, default_limit
 from ._records_model import (Batches, BinaryColumn, ControlRecord, HeaderColumns, Record,
                              RecordBatch, RecordColumns)
 
-__all__ = ["read_batches", "read_columns", "write_batch", "describe", "crc32c", "Record",
+__all__ = ["read_batches", "read_columns", "write_batch", "describe", "crc32c", "implementation", "Record",
            "ControlRecord", "RecordBatch", "Batches", "RecordColumns", "BinaryColumn",
            "HeaderColumns", "default_limit"]
 
+# The compiled kernel where the compiled core is in use (and was built with it).
+implementation = "python"
 if _implementation == "cython":
-    from . import _records as _kernel
-else:
+    try:
+        from . import _records as _kernel
+        implementation = "cython"
+    except ImportError:
+        pass
+if implementation == "python":
     from . import _records_python as _kernel
 
 _codec = Codec(_kernel)
