@@ -124,6 +124,10 @@ def test_writers_agree_on_odd_columns():
 
     cols = RecordColumns.from_records([Record(i, i, b"k", None, [("h", b"v")]) for i in range(4)])
     assert _encoded(PURE, cols) == _encoded(COMPILED, cols)
+    shifted = RecordColumns.from_records([Record(i, i, b"k", None, [("h", b"v")]) for i in range(4)])
+    shifted.key.data = np.frombuffer(b"xyz" + shifted.key.data.tobytes(), np.uint8)
+    shifted.key.offsets = shifted.key.offsets + 3  # values need not start at 0
+    assert _encoded(PURE, shifted) == _encoded(COMPILED, shifted) == _encoded(PURE, cols)
     cols.offset = cols.offset.astype(np.int32)  # another dtype: converted, same bytes
     cols.key.offsets = cols.key.offsets.astype(np.int64)
     assert _encoded(PURE, cols) == _encoded(COMPILED, cols)

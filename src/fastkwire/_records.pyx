@@ -878,7 +878,10 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
         if not hkey.utf8(j):
             return None
     first = top = timestamp[0]
-    w_room(w, n * 32 + key.size + value.size + hkey.size + hvalue.size)
+    cdef CBin k = key.view(), v = value.view(), hk = hkey.view(), hv = hvalue.view()
+    # The most the records can take: each one's fixed fields and lengths, each header's
+    # lengths, all the bytes of the columns (their offsets were checked to ascend).
+    w_room(w, n * 36 + hn * 10 + key.size + value.size + hkey.size + hvalue.size + 8)
     for i in range(n):
         if timestamp[i] > top:
             top = timestamp[i]
@@ -887,15 +890,33 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
             return None
         start = w.used
         begin_record(w, ts_delta, delta, guess)
-        key.put(w, i)
-        value.put(w, i)
-        w_room(w, 5)
+        cput(w, &k, i)
+        cput(w, &v, i)
         w_uvarint(w, zz(hoffs[i + 1] - hoffs[i]))
         for j in range(hoffs[i], hoffs[i + 1]):
-            hkey.put(w, j)
-            hvalue.put(w, j)
+            cput(w, &hk, j)
+            cput(w, &hv, j)
         guess = end_record(w, start, guess)
     return n, delta, first, top
+
+
+cdef struct CBin:
+    const unsigned char* data
+    const int32_t* offs
+    const uint8_t* nulls
+
+
+cdef inline void cput(W* w, CBin* b, Py_ssize_t i) noexcept:
+    """Value i of a checked column, into room already made."""
+    cdef int32_t n
+    if b.nulls[i]:
+        w.buf[w.used] = 1  # zigzag(-1): null
+        w.used += 1
+        return
+    n = b.offs[i + 1] - b.offs[i]
+    w_uvarint(w, zz(n))
+    memcpy(w.buf + w.used, b.data + b.offs[i], n)
+    w.used += n
 
 
 @cython.final
@@ -928,6 +949,13 @@ cdef class _Bin:
 
     cdef bint fits(self, Py_ssize_t n):
         return self.ok and self.n == n
+
+    cdef CBin view(self) noexcept:
+        cdef CBin b
+        b.data = <const unsigned char*>(&self.data[0] if self.size else <const uint8_t*>b"")
+        b.offs = &self.offs[0]
+        b.nulls = &self.nulls[0] if self.n else NULL
+        return b
 
     cdef inline const char* at(self, Py_ssize_t i) noexcept:
         if self.size == 0:
