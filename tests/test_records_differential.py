@@ -71,6 +71,18 @@ def test_kernels_agree_on_mutated_batches(seed):
         assert _outcome(PURE.read_batches, mutated) == _outcome(COMPILED.read_batches, mutated)
 
 
+@pytest.mark.slow
+def test_kernels_agree_long():
+    """5,000 mutations of each seed (with --run-slow; tools/asan.sh runs it under ASan)."""
+    for seed, data in enumerate(_seeds()):
+        rng = random.Random(1000 + seed)
+        for mutated in _mutations(data, rng, 5000):
+            for read in ("read_batches", "read_columns"):
+                a = _outcome(getattr(PURE, read), mutated, check_crc=False, max_decompressed=1 << 16)
+                b = _outcome(getattr(COMPILED, read), mutated, check_crc=False, max_decompressed=1 << 16)
+                assert a == b, (read, mutated.hex())
+
+
 def test_crc32c_paths_agree():
     rng = random.Random(3)
     for n in list(range(0, 40)) + [1000, 4097, 3 * 8192 - 1, 3 * 8192, 6 * 8192 + 5, 65536 + 3]:
