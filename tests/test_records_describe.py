@@ -71,3 +71,28 @@ def test_bad_input():
     data = write_batch(RECS)
     with pytest.raises(DecodeError, match="unknown magic 9"):
         describe(data[:16] + b"\x09" + data[17:])
+    with pytest.raises(DecodeError, match="invalid batch length -2"):
+        describe(data[:8] + b"\xff\xff\xff\xfe" + data[12:])
+    short = bytes(8) + (5).to_bytes(4, "big") + bytes(4) + b"\x01"  # a legacy message of 5 bytes
+    with pytest.raises(DecodeError, match="message size 5 is shorter than a magic 1 message"):
+        describe(short)
+
+
+def test_describe_never_raises_anything_but_decode_errors():
+    import random
+
+    rng = random.Random(7)
+    seeds = [write_batch(RECS), write_batch(RECS, compression="zstd"),
+             _legacy(KpLegacyBuilder, 1, 1), _legacy(KpLegacyBuilder, 0, 0)]
+    for _ in range(400):
+        d = bytearray(rng.choice(seeds))
+        for _ in range(rng.randrange(1, 4)):
+            i = rng.randrange(len(d))
+            if rng.random() < 0.2:
+                del d[i:]
+                break
+            d[i] = rng.randrange(256)
+        try:
+            describe(bytes(d), max_decompressed=1 << 16)
+        except DecodeError:
+            pass

@@ -47,6 +47,8 @@ def describe(data, *, max_decompressed=None):
     while pos < len(data):
         left = len(data) - pos
         size = struct.unpack_from(">i", data, pos + 8)[0] if left >= 12 else None
+        if size is not None and size < 0:
+            raise DecodeError(f"invalid batch length {size}", pos + 8)
         if size is None or size > left - 12:
             out.append(Node("tail", pos, left, "a cut-off batch"))
             break
@@ -143,12 +145,11 @@ def _records(data, pos, end, count):
 
 
 def _legacy(data, pos, max_decompressed):
+    magic, size = data[pos + 16], struct.unpack_from(">i", data, pos + 8)[0]
+    if size < MIN_SIZE[magic]:
+        raise DecodeError(f"message size {size} is shorter than a magic {magic} message", pos + 8)
     head, p = _fields(data, pos, LEGACY_FIELDS)
-    magic = head[3].value
-    end = pos + 12 + head[1].value
-    if head[1].value < MIN_SIZE[magic]:
-        raise DecodeError(f"message size {head[1].value} is shorter than a magic {magic} message",
-                          pos + 8)
+    end = pos + 12 + size
     if magic == 1:
         head.append(Node("timestamp", p, 8, struct.unpack_from(">q", data, p)[0]))
         p += 8
