@@ -88,3 +88,24 @@ def test_binary_column_equality():
     assert a == BinaryColumn(np.frombuffer(b"ab", np.uint8), np.array([0, 2, 2], np.int32),
                              np.array([False, True]))
     assert repr(a) == "BinaryColumn([b'ab', None])"
+
+
+def test_many_batches_grow_the_columns(records_codec):
+    """Batch after batch, small then large: the arrays grow and keep what they had."""
+    import random
+
+    rng = random.Random(5)
+    parts, expected, offset = [], [], 0
+    for b in range(40):
+        n = rng.choice([1, 2, 30])
+        recs = [Record(offset + i, 7, rng.choice([None, b"", rng.randbytes(rng.randrange(30))]),
+                       rng.choice([None, rng.randbytes(rng.randrange(200))]),
+                       [("k%d" % j, rng.choice([None, b"v" * j])) for j in range(rng.randrange(5))])
+                for i in range(n)]
+        parts.append(records_codec.write_batch(recs, base_offset=offset,
+                                               compression="gzip" if b % 7 == 3 else "none"))
+        expected += recs
+        offset += n
+    cols = records_codec.read_columns(b"".join(parts))
+    assert cols.to_records() == expected
+    assert cols.key.offsets[-1] == len(cols.key.data) and cols.headers.offsets[-1] == len(cols.headers.key)

@@ -15,7 +15,7 @@ import time
 
 from . import _compression, _legacy_records
 from .errors import DecodeError, EncodeError
-from ._records_model import Batches, RecordBatch, as_control, concat_columns, RecordColumns
+from ._records_model import Batches, RecordBatch, as_control
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -52,12 +52,15 @@ class Codec:
     def read_columns(self, data, *, check_crc=True, max_decompressed=None):
         """Every record of the whole batches in `data` as one RecordColumns (control
         batches included, as their raw keys and values); `.tail` as for read_batches."""
-        parts = []
-        tail = self._walk(data, check_crc, max_decompressed, self.kernel.decode_columns,
-                          parts.append, objects=False)
-        return concat_columns(parts, tail)
+        builder = self.kernel.ColumnsBuilder()
+        tail = self._walk(data, check_crc, max_decompressed, builder.add, builder.add_records,
+                          objects=False)
+        return builder.finish(tail)
 
     def _walk(self, data, check_crc, max_decompressed, decode, emit, objects):
+        """Read each whole batch: magic 2 batches' records through `decode`, then (objects)
+        the RecordBatch or (columns) a legacy message's records to `emit`; returns the
+        size of the cut-off tail."""
         if isinstance(data, memoryview) or not isinstance(data, (bytes, bytearray)):
             data = bytes(data)
         n = len(data)
@@ -80,10 +83,11 @@ class Codec:
             elif magic in (0, 1):
                 batch = _legacy_records.read_message(data, pos, check_crc, limit_of)
                 if not objects:
-                    batch = RecordColumns.from_records(batch.records)
+                    batch = batch.records
             else:
                 raise DecodeError(f"unknown magic {magic}", pos + 16)
-            emit(batch)
+            if objects or magic != 2:  # columns: add() has taken a magic 2 batch's records
+                emit(batch)
             pos += 12 + size
         return 0
 
@@ -123,13 +127,9 @@ class Codec:
             return records
         if is_control:
             records = as_control(records, start)
-        return RecordBatch(
-            base_offset=base_offset, partition_leader_epoch=epoch, magic=magic, crc=crc,
-            compression=_compression.CODECS[codec], timestamp_type=ts_type,
-            is_transactional=bool(attrs & 0x10), is_control=is_control,
-            last_offset_delta=last_delta, base_timestamp=base_ts, max_timestamp=max_ts,
-            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-            records=records)
+        return RecordBatch(base_offset, epoch, magic, crc, _compression.CODECS[codec], ts_type,
+                           bool(attrs & 0x10), is_control, last_delta, base_ts, max_ts,
+                           producer_id, producer_epoch, base_sequence, records)
 
     def write_batch(self, records, *, base_offset=0, compression="none", producer_id=-1,
                     producer_epoch=-1, base_sequence=-1, is_transactional=False,

@@ -80,11 +80,25 @@ class RecordBatch:
                  "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
                  "base_sequence", "records")
 
-    def __init__(self, **fields):
-        for name in self.__slots__:
-            setattr(self, name, fields.pop(name))
-        if fields:
-            raise TypeError(f"unknown RecordBatch fields: {sorted(fields)}")
+    def __init__(self, base_offset, partition_leader_epoch, magic, crc, compression,
+                 timestamp_type, is_transactional, is_control, last_offset_delta,
+                 base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+                 records):
+        self.base_offset = base_offset
+        self.partition_leader_epoch = partition_leader_epoch
+        self.magic = magic
+        self.crc = crc
+        self.compression = compression
+        self.timestamp_type = timestamp_type
+        self.is_transactional = is_transactional
+        self.is_control = is_control
+        self.last_offset_delta = last_offset_delta
+        self.base_timestamp = base_timestamp
+        self.max_timestamp = max_timestamp
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.records = records
 
     def _fields(self):
         return tuple(getattr(self, n) for n in self.__slots__)
@@ -257,34 +271,3 @@ def binary_column(values):
     offs = np.zeros(len(values) + 1, dtype=np.int32)
     np.cumsum([0 if v is None else len(v) for v in values], out=offs[1:])
     return BinaryColumn(np.frombuffer(data, dtype=np.uint8).copy(), offs, nulls)
-
-
-def concat_columns(parts, tail):
-    """One RecordColumns of several (one per batch)."""
-    import numpy as np
-
-    if len(parts) == 1:
-        parts[0].tail = tail
-        return parts[0]
-    if not parts:
-        return RecordColumns(np.zeros(0, np.int64), np.zeros(0, np.int64), binary_column([]),
-                             binary_column([]), HeaderColumns(np.zeros(1, np.int32),
-                                                              binary_column([]),
-                                                              binary_column([])), tail)
-
-    def binary(cols):
-        data = np.concatenate([c.data for c in cols])
-        shift = np.cumsum([0] + [len(c.data) for c in cols[:-1]])
-        offs = np.concatenate([np.zeros(1, np.int32)] + [(c.offsets[1:] + s).astype(np.int32)
-                                                         for c, s in zip(cols, shift)])
-        return BinaryColumn(data, offs, np.concatenate([c.nulls for c in cols]))
-
-    hs = [p.headers for p in parts]
-    hshift = np.cumsum([0] + [int(h.offsets[-1]) for h in hs[:-1]])
-    hoffs = np.concatenate([np.zeros(1, np.int32)] + [(h.offsets[1:] + s).astype(np.int32)
-                                                      for h, s in zip(hs, hshift)])
-    return RecordColumns(np.concatenate([p.offset for p in parts]),
-                         np.concatenate([p.timestamp for p in parts]),
-                         binary([p.key for p in parts]), binary([p.value for p in parts]),
-                         HeaderColumns(hoffs, binary([h.key for h in hs]),
-                                       binary([h.value for h in hs])), tail)

@@ -119,10 +119,24 @@ def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append
     return out
 
 
-def decode_columns(buf, pos, end, count, base_offset, base_timestamp, log_append_time):
-    """The same records as RecordColumns."""
-    return RecordColumns.from_records(
-        decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time))
+class ColumnsBuilder:
+    """Columns filled batch after batch (read_columns): records first, columns at the end."""
+
+    def __init__(self):
+        self.records = []
+
+    def add(self, buf, pos, end, count, base_offset, base_timestamp, log_append_time):
+        """Append the `count` records in buf[pos:end]."""
+        self.records += decode_records(buf, pos, end, count, base_offset, base_timestamp,
+                                       log_append_time)
+
+    def add_records(self, records):
+        self.records += records
+
+    def finish(self, tail):
+        cols = RecordColumns.from_records(self.records)
+        cols.tail = tail
+        return cols
 
 
 def _zigzag(out, v):
