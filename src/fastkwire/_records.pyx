@@ -1001,15 +1001,24 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
             return None
     first = top = timestamp[0]
     cdef CBin k = key.view(), v = value.view(), hk = hkey.view(), hv = hvalue.view()
-    # The most the records can take: each one's fixed fields and lengths, each header's
-    # lengths, all the bytes of the columns (their offsets were checked to ascend).
-    w_room(w, n * 36 + hn * 10 + key.size + value.size + hkey.size + hvalue.size + 8)
+    cdef Py_ssize_t total = 0, body
+    # First the exact size: the output is made once at its final size (a buffer grown
+    # and cut instead is a fresh allocation every call, whose pages all fault in).
     for i in range(n):
-        if timestamp[i] > top:
-            top = timestamp[i]
         if not sub_ok(offset[i], base_offset, &delta) or delta < -0x80000000 \
                 or delta > 0x7FFFFFFF or not sub_ok(timestamp[i], first, &ts_delta):
             return None
+        body = (1 + uvarint_size(zz(ts_delta)) + uvarint_size(zz(delta)) + csize(&k, i)
+                + csize(&v, i) + uvarint_size(zz(hoffs[i + 1] - hoffs[i])))
+        for j in range(hoffs[i], hoffs[i + 1]):
+            body += csize(&hk, j) + csize(&hv, j)
+        total += uvarint_size(zz(body)) + body
+    w_room(w, total + 8)  # 8: end_record's spare room, cut off at the end
+    for i in range(n):
+        if timestamp[i] > top:
+            top = timestamp[i]
+        sub_ok(offset[i], base_offset, &delta)
+        sub_ok(timestamp[i], first, &ts_delta)
         start = w.used
         begin_record(w, ts_delta, delta, guess)
         cput(w, &k, i)
@@ -1039,6 +1048,15 @@ cdef inline void cput(W* w, CBin* b, Py_ssize_t i) noexcept:
     w_uvarint(w, zz(n))
     memcpy(w.buf + w.used, b.data + b.offs[i], n)
     w.used += n
+
+
+cdef inline Py_ssize_t csize(CBin* b, Py_ssize_t i) noexcept:
+    """The bytes value i of a checked column takes: its length and its bytes."""
+    cdef int32_t n
+    if b.nulls[i]:
+        return 1
+    n = b.offs[i + 1] - b.offs[i]
+    return uvarint_size(zz(n)) + n
 
 
 @cython.final
