@@ -8,7 +8,8 @@ hostile bytes.
 
 A target says how the bytes are read: ("request",) a request frame, ("response", api_key,
 version) a response frame, ("body", class name, version) a bare message body (read with
-arrays="list" and, where numpy is installed, arrays="numpy" too).
+arrays="list" and, where numpy is installed, arrays="numpy" too), ("records",) the
+contents of a `records` field (fastkwire.records: batches, columns, CRC checked or not).
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def all_targets():
         targets += [("response", key, v) for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1)]
     for name, cls in sorted(classes().items()):
         targets += [("body", name, v) for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1)]
-    return targets
+    return targets + [("records",)]
 
 
 TARGETS = all_targets()
@@ -99,8 +100,39 @@ def _shown(result):
     return ("ok", [repr(m.to_dict()) for m in result[1]])
 
 
+def _records_outcome(codec, data):
+    """What both record readers make of `data`, comparable across the kernels."""
+    out = []
+    for read, kw in (("read_batches", {"check_crc": False}), ("read_batches", {}),
+                     ("read_columns", {"check_crc": False})):
+        try:
+            got = getattr(codec, read)(data, max_decompressed=1 << 16, **kw)
+        except DecodeError as e:
+            out.append(("DecodeError", e.offset, e.reason))
+            continue
+        if read == "read_columns":
+            out.append(("ok", repr(got.to_records()), got.tail))
+        else:
+            out.append(("ok", repr([(b._fields()[:-1], b.records) for b in got]), got.tail))
+    return out
+
+
+def check_records(data):
+    """Raise Disagreement unless both record kernels read `data` alike."""
+    from fastkwire._batches import Codec
+
+    py = _records_outcome(Codec(importlib.import_module("fastkwire._records_python")), data)
+    if CY is not None:
+        cy = _records_outcome(Codec(importlib.import_module("fastkwire._records")), data)
+        if py != cy:
+            raise Disagreement(f"records {bytes(data).hex()}:\n  pure:     {py}\n  compiled: {cy}")
+    return py
+
+
 def check(target, data, with_explain=True):
     """Raise Disagreement unless both implementations (and explain) agree on `data`."""
+    if target[0] == "records":
+        return check_records(data)
     py = outcome(PY, target, data)
     if CY is not None:
         cy = outcome(CY, target, data)
@@ -254,8 +286,28 @@ def sampled_dicts(name, version, n):
     return out
 
 
+def record_seeds():
+    """Valid `records` fields: batches plain and compressed, back to back, legacy."""
+    from fastkwire._batches import Codec
+    from fastkwire.records import Record
+
+    codec = Codec(importlib.import_module("fastkwire._records_python"))
+    rng = random.Random(14)
+    recs = [Record(i, 1000 + i, rng.choice([None, b"", b"key"]), rng.choice([None, b"", b"v" * 20]),
+                   [("h", rng.choice([None, b"x"]))] * (i % 3)) for i in range(6)]
+    plain = codec.write_batch(recs)
+    out = [plain, plain + codec.write_batch(recs[:2], base_offset=6)]
+    try:
+        import cramjam  # noqa: F401
+        out += [codec.write_batch(recs, compression=c) for c in ("gzip", "snappy", "lz4", "zstd")]
+    except ImportError:
+        pass
+    return [(("records",), data) for data in out]
+
+
 def seeds(per_message=8):
-    """[(target, bytes)]: valid frames and bodies of every message and version."""
+    """[(target, bytes)]: valid frames and bodies of every message and version, and
+    record batches."""
     out = []
     for name, v in message_versions():
         values = [full_dict(name, v)] + sampled_dicts(name, v, per_message)
@@ -265,7 +317,7 @@ def seeds(per_message=8):
             if target[0] != "body":
                 body = getattr(PY, name).from_dict(d).encode(v)
                 out.append((("body", name, v), body))
-    return out
+    return out + record_seeds()
 
 
 # ---------------------------------------------------------------- length sites

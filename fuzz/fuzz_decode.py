@@ -12,7 +12,7 @@ An input slower than 2 s (-timeout) or a process past 1 GiB (-rss_limit_mb) is a
 too. Other libFuzzer flags work as usual (-max_total_time=600, a corpus directory, ...).
 
 An input is a two-byte selector, which picks how the rest is read (a request frame, a
-response frame of some API and version, or a bare message body), then the bytes. The
+response frame of some API and version, a bare message body or a `records` field), then the bytes. The
 seeds are valid encodings of every message and version; the mutator mixes libFuzzer's
 own mutations with ours: flipped bits, truncations, extensions, splices and length
 fields set to extremes.
@@ -56,7 +56,7 @@ def _seed_table():
     """[(selector, payload, sites)] of every seed."""
     table = []
     for target, data in D.seeds():
-        found = D.sites(data, target) if target[0] != "body" else None
+        found = D.sites(data, target) if target[0] in ("request", "response") else None
         table.append((D.target_index(target), data, found))
     return table
 

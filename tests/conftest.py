@@ -56,3 +56,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(params=_wanted())
+def records_codec(request):
+    """fastkwire.records' read_batches/read_columns/write_batch over one implementation's
+    kernel (_records_python or the compiled _records)."""
+    from fastkwire._batches import Codec
+
+    name = "fastkwire._records_python" if request.param == "python" else "fastkwire._records"
+    try:
+        kernel = importlib.import_module(name)
+    except ImportError:
+        if os.environ.get("FASTKWIRE_REQUIRE_EXTENSION"):
+            pytest.fail("the compiled extension did not import")
+        pytest.skip("compiled extension not built")
+    return Codec(kernel)

@@ -1,0 +1,110 @@
+"""Legacy message sets (magic 0 and 1), read only, in pure Python: brokers and topics
+from before Kafka 0.11 send them, rarely and in small amounts.
+
+A message: offset int64, size int32, then crc uint32 (CRC32 of the rest), magic int8,
+attributes int8 (codec in bits 0-2, timestamp type in bit 3 for magic 1), timestamp
+int64 (magic 1 only), key and value (int32 length, -1 for null). A compressed message
+(a wrapper) holds a whole message set, compressed, as its value.
+"""
+import struct
+import zlib
+
+from . import _compression
+from .errors import DecodeError
+from ._records_model import Record, RecordBatch
+
+_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
+MIN_SIZE = {0: 14, 1: 22}  # crc, magic, attributes, (timestamp,) key and value lengths
+
+
+def _bytes(data, pos, end):
+    if end - pos < 4:
+        raise DecodeError(f"truncated: needs 4 bytes, {end - pos} left", pos)
+    (n,) = struct.unpack_from(">i", data, pos)
+    pos += 4
+    if n < 0:
+        if n != -1:
+            raise DecodeError(f"invalid length {n}", pos - 4)
+        return None, pos
+    if n > end - pos:
+        raise DecodeError(f"truncated: needs {n} bytes, {end - pos} left", pos)
+    return bytes(data[pos:pos + n]), pos + n
+
+
+def read_message(data, pos, check_crc, limit_of, inner=False):
+    """The message at data[pos:] (its size already checked to fit, and to hold the
+    magic byte, 0 or 1) -> RecordBatch."""
+    size = struct.unpack_from(">i", data, pos + 8)[0]
+    magic = data[pos + 16]
+    if size < MIN_SIZE[magic]:
+        raise DecodeError(f"message size {size} is shorter than a magic {magic} message", pos + 8)
+    offset, size, crc, magic, attrs = _HEAD.unpack_from(data, pos)
+    end = pos + 12 + size
+    if check_crc:
+        actual = zlib.crc32(data[pos + 16:end])
+        if actual != crc:
+            raise DecodeError(f"CRC32 mismatch: the message says {crc:#010x}, "
+                              f"its bytes give {actual:#010x}", pos + 12)
+    p = pos + 18
+    timestamp = -1
+    if magic == 1:
+        (timestamp,) = struct.unpack_from(">q", data, p)
+        p += 8
+    key, p = _bytes(data, p, end)
+    value, p = _bytes(data, p, end)
+    if p != end:
+        raise DecodeError(f"{end - p} bytes after the message's value", p)
+    codec = attrs & 7
+    ts_type = (attrs >> 3) & 1 if magic == 1 else 0
+    if codec > 3:
+        raise DecodeError(f"unknown compression {codec} for magic {magic}", pos + 17)
+    if codec == 0:
+        records = [Record(offset, timestamp, key, value, [])]
+    else:
+        if inner:
+            raise DecodeError("a compressed message inside a compressed message", pos + 17)
+        if value is None:
+            raise DecodeError("compressed message without a value", pos + 17)
+        name = _compression.CODECS[codec]
+        raw = bytes(_compression.decompress(name, value, limit_of(len(value)), end - len(value)))
+        try:
+            records = _inner(raw, check_crc, magic, limit_of)
+        except DecodeError as e:
+            raise DecodeError(f"{e.reason} at offset {e.offset} of the decompressed messages",
+                              pos + 12) from None
+        if not records:
+            raise DecodeError("compressed message holds no messages", pos + 12)
+        if magic == 1:
+            # Inner offsets are relative: the wrapper's offset is the last one's. (A
+            # producer's wrapper says 0: its offsets are the producer's, kept as they are.)
+            shift = offset - records[-1].offset
+            for r in records:
+                if shift >= 0:
+                    r.offset += shift
+                if ts_type == 1:
+                    r.timestamp = timestamp
+    stamps = [r.timestamp for r in records]
+    return RecordBatch(
+        base_offset=records[0].offset, partition_leader_epoch=-1, magic=magic, crc=crc,
+        compression=_compression.CODECS[codec], timestamp_type=ts_type, is_transactional=False,
+        is_control=False, last_offset_delta=records[-1].offset - records[0].offset,
+        base_timestamp=stamps[0], max_timestamp=max(stamps), producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, records=records)
+
+
+def _inner(data, check_crc, magic, limit_of):
+    """A decompressed message set: whole messages of the wrapper's magic, nothing else."""
+    records = []
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < 17:
+            raise DecodeError("truncated message", pos)
+        (size,) = struct.unpack_from(">i", data, pos + 8)
+        if size < 5 or size > len(data) - pos - 12:
+            raise DecodeError(f"message size {size} exceeds the {len(data) - pos - 12} bytes left",
+                              pos + 8)
+        if data[pos + 16] != magic:
+            raise DecodeError(f"magic {data[pos + 16]} inside a magic {magic} wrapper", pos + 16)
+        records += read_message(data, pos, check_crc, limit_of, inner=True).records
+        pos += 12 + size
+    return records

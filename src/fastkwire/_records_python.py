@@ -1,0 +1,241 @@
+"""The pure-Python kernel of fastkwire.records: the records inside one batch (magic 2),
+read and written, and CRC32C. `_records.pyx` is its compiled twin, with the same
+checks in the same order, so both raise the same errors on the same bytes."""
+import struct
+
+from .errors import DecodeError, EncodeError, count_exceeds, invalid_utf8, truncated, varint_too_long
+from ._records_model import Record, RecordColumns
+
+# The smallest record: length, attributes, timestamp delta, offset delta, key length,
+# value length, header count: one byte each. A count is checked against it.
+MIN_RECORD = 7
+MIN_HEADER = 2  # key length, value length
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _crc_table():
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc_table()
+
+
+def crc32c(data, crc=0):
+    """CRC32C (Castagnoli) of `data`, byte by byte (slow: about a megabyte a second)."""
+    table = _TABLE
+    crc ^= 0xFFFFFFFF
+    for b in bytes(data):
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _varint(buf, pos, end, max_bytes):
+    """A zigzag varint of at most max_bytes (5: int32, 10: int64) -> (value, next pos)."""
+    start = pos
+    shift = result = 0
+    while True:
+        if pos >= end:
+            raise truncated(pos, 1, 0)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if pos - start >= max_bytes:
+            raise varint_too_long(start, max_bytes)
+    if result >> (7 * max_bytes - (3 if max_bytes == 5 else 6)):  # 32 or 64 bits
+        raise varint_too_long(start, max_bytes)
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def _bytes(buf, pos, end):
+    start = pos
+    n, pos = _varint(buf, pos, end, 5)
+    if n < 0:
+        if n != -1:
+            raise DecodeError(f"invalid length {n}", start)
+        return None, pos
+    if n > end - pos:
+        raise truncated(pos, n, end - pos)
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time):
+    """The `count` records in buf[pos:end] as Record objects. `log_append_time`, when
+    not None, is every record's timestamp (the broker's, for LogAppendTime batches)."""
+    if count < 0 or count > (end - pos) // MIN_RECORD:
+        raise count_exceeds(pos, count, end - pos)
+    out = []
+    append = out.append
+    for _ in range(count):
+        start = pos
+        length, pos = _varint(buf, pos, end, 5)
+        if length < MIN_RECORD - 1 or length > end - pos:
+            raise DecodeError(f"record length {length} exceeds the {end - pos} bytes left"
+                              if length > end - pos else f"invalid record length {length}", start)
+        rend = pos + length
+        pos += 1  # attributes: unused
+        ts_delta, pos = _varint(buf, pos, rend, 10)
+        offset_delta, pos = _varint(buf, pos, rend, 5)
+        key, pos = _bytes(buf, pos, rend)
+        value, pos = _bytes(buf, pos, rend)
+        hpos = pos
+        n, pos = _varint(buf, pos, rend, 5)
+        if n < 0 or n > (rend - pos) // MIN_HEADER:
+            raise count_exceeds(hpos, n, rend - pos)
+        headers = []
+        for _ in range(n):
+            kpos = pos
+            hkey, pos = _bytes(buf, pos, rend)
+            if hkey is None:
+                raise DecodeError("null header key", kpos)
+            try:
+                hkey = hkey.decode()
+            except UnicodeDecodeError:
+                raise invalid_utf8(kpos) from None
+            hvalue, pos = _bytes(buf, pos, rend)
+            headers.append((hkey, hvalue))
+        if pos != rend:
+            raise DecodeError(f"record length {length} does not match its fields", start)
+        offset = base_offset + offset_delta
+        if log_append_time is None:
+            timestamp = base_timestamp + ts_delta
+            if not INT64[0] <= timestamp <= INT64[1]:
+                raise DecodeError("timestamp out of the int64 range", start)
+        else:
+            timestamp = log_append_time
+        if not INT64[0] <= offset <= INT64[1]:
+            raise DecodeError("offset out of the int64 range", start)
+        append(Record(offset, timestamp, key, value, headers))
+    if pos != end:
+        raise DecodeError(f"{end - pos} bytes after the batch's {count} records", pos)
+    return out
+
+
+class ColumnsBuilder:
+    """Columns filled batch after batch (read_columns): records first, columns at the end."""
+
+    def __init__(self):
+        self.records = []
+
+    def add(self, buf, pos, end, count, base_offset, base_timestamp, log_append_time):
+        """Append the `count` records in buf[pos:end]."""
+        self.records += decode_records(buf, pos, end, count, base_offset, base_timestamp,
+                                       log_append_time)
+
+    def add_records(self, records):
+        self.records += records
+
+    def finish(self, tail):
+        cols = RecordColumns.from_records(self.records)
+        cols.tail = tail
+        return cols
+
+
+def _zigzag(out, v):
+    v = (v << 1) ^ (v >> 63)
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _check_bytes(v, path):
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    raise EncodeError(f"expected bytes or None, got {type(v).__name__}", path)
+
+
+def _check_int(v, lo, hi, path, what):
+    if type(v) is not int and not isinstance(v, int):
+        raise EncodeError(f"expected int, got {type(v).__name__}", path)
+    if not lo <= v <= hi:
+        raise EncodeError(f"{what} {v} out of range", path)
+    return v
+
+
+def encode_records(records, base_offset, now):
+    """The records section of a batch -> (bytes, count, last offset delta, first
+    timestamp, max timestamp). `now` is the timestamp of records that have none."""
+    if isinstance(records, RecordColumns):
+        try:
+            records = records.to_records()
+        except UnicodeDecodeError:
+            raise EncodeError("a header key is not UTF-8", "headers.key") from None
+    records = list(records)
+    if not records:
+        raise EncodeError("a batch needs at least one record")
+    stamps = []
+    for i, r in enumerate(records):
+        if not isinstance(r, Record):
+            raise EncodeError(f"expected Record, got {type(r).__name__}", f"records[{i}]")
+        ts = now if r.timestamp is None else r.timestamp
+        stamps.append(_check_int(ts, *INT64, f"records[{i}].timestamp", "timestamp"))
+    first = stamps[0]
+    out = bytearray()
+    rec = bytearray()
+    delta = 0
+    for i, r in enumerate(records):
+        path = f"records[{i}]"
+        delta = i if r.offset is None else _check_int(r.offset, *INT64, path + ".offset", "offset") - base_offset
+        _check_int(delta, -(1 << 31), (1 << 31) - 1, path + ".offset", "offset delta")
+        ts_delta = _check_int(stamps[i] - first, *INT64, path + ".timestamp", "timestamp delta")
+        rec.clear()
+        rec.append(0)
+        _zigzag(rec, ts_delta)
+        _zigzag(rec, delta)
+        for name, v in (("key", r.key), ("value", r.value)):
+            v = _check_bytes(v, f"{path}.{name}")
+            if v is None:
+                rec.append(1)  # zigzag(-1)
+            else:
+                _zigzag(rec, len(v))
+                rec += v
+        headers = r.headers
+        if not isinstance(headers, (list, tuple)):
+            raise EncodeError(f"expected a list of (str, bytes), got {type(headers).__name__}",
+                              f"{path}.headers")
+        _zigzag(rec, len(headers))
+        for j, h in enumerate(headers):
+            hpath = f"{path}.headers[{j}]"
+            if not isinstance(h, tuple) or len(h) != 2 or not isinstance(h[0], str):
+                raise EncodeError("expected a (str, bytes or None) pair", hpath)
+            k = h[0].encode()
+            _zigzag(rec, len(k))
+            rec += k
+            v = _check_bytes(h[1], hpath)
+            if v is None:
+                rec.append(1)
+            else:
+                _zigzag(rec, len(v))
+                rec += v
+        _zigzag(out, len(rec))
+        out += rec
+    return bytes(out), len(records), delta, first, max(stamps)
+
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def encode_batch(records, base_offset, now, partition_leader_epoch, attributes, producer_id,
+                 producer_epoch, base_sequence):
+    """A whole uncompressed batch: the header (fields checked by the caller), the records
+    and the CRC32C of bytes 21.. (see _batches for the layout)."""
+    body, count, last_delta, first, top = encode_records(records, base_offset, now)
+    if len(body) > 0x7FFFFFFF - (_HEADER.size - 12):
+        raise EncodeError("the batch would exceed 2147483647 bytes")
+    out = bytearray(_HEADER.pack(base_offset, _HEADER.size - 12 + len(body), partition_leader_epoch,
+                                 2, 0, attributes, last_delta, first, top, producer_id,
+                                 producer_epoch, base_sequence, count))
+    out += body
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
+    return bytes(out)

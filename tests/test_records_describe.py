@@ -1,0 +1,98 @@
+"""records.describe: the byte layout of batches, for explain."""
+import pytest
+
+from fastkwire import DecodeError
+from fastkwire.records import Record, describe, write_batch
+
+from test_records_compression import _legacy, KpLegacyBuilder
+
+RECS = [Record(0, 10, b"key", None, [("h", b"v"), ("n", None)]), Record(1, 12, None, b"val", [])]
+
+
+def _contiguous(nodes, start, end):
+    """The nodes tile [start, end) in order."""
+    pos = start
+    for n in nodes:
+        assert n.offset == pos, n
+        pos += n.size
+    assert pos == end
+
+
+def test_v2_batch_layout():
+    data = write_batch(RECS, base_offset=7)
+    (batch,) = describe(data + data[:20])[:1]
+    assert (batch.name, batch.offset, batch.size) == ("batch", 0, len(data))
+    assert batch.value == "magic 2, 2 records, none"
+    names = [n.name for n in batch.children]
+    assert names[:4] == ["base_offset", "batch_length", "partition_leader_epoch", "magic"]
+    assert names[-1] == "records"
+    _contiguous(batch.children, 0, len(data))
+    fields = {n.name: n.value for n in batch.children}
+    assert fields["base_offset"] == 7 and fields["record_count"] == 2 and fields["magic"] == 2
+    records = batch.children[-1]
+    _contiguous(records.children, records.offset, len(data))
+    first = records.children[0]
+    _contiguous(first.children, first.offset, first.offset + first.size)
+    by_name = {n.name: n for n in first.children}
+    key = by_name["key"]
+    assert data[key.offset:key.offset + key.size] == b"key" == key.value
+    assert by_name["value_length"].value == -1 and "value" not in by_name
+    header = by_name["header[0]"]
+    assert [(n.name, n.value) for n in header.children] == [
+        ("key_length", 1), ("key", "h"), ("value_length", 1), ("value", b"v")]
+    tail = describe(data + data[:20])[-1]
+    assert (tail.name, tail.offset, tail.size) == ("tail", len(data), 20)
+
+
+def test_compressed_batch_layout():
+    data = write_batch(RECS, compression="gzip")
+    records = describe(data)[0].children[-1]
+    assert records.value.startswith("gzip: 2 records in ")
+    assert records.children[0].offset == 0  # counted in the decompressed bytes
+    assert [n.value for n in records.children[1].children if n.name == "value"] == [b"val"]
+
+
+def test_crc_mismatch_is_shown():
+    data = bytearray(write_batch(RECS))
+    data[-2] ^= 1  # a byte of the last value
+    assert describe(bytes(data))[0].value.endswith("CRC mismatch")
+
+
+def test_legacy_layout():
+    data = _legacy(KpLegacyBuilder, 1, 1)  # one gzip wrapper of 20 messages
+    (message,) = describe(data)
+    assert message.name == "message" and message.value == "magic 1"
+    value = message.children[-1]
+    assert value.value.startswith("gzip: messages in")
+    assert len(value.children) == 20 and value.children[0].children[-1].name in ("value", "value_length")
+
+
+def test_bad_input():
+    data = write_batch(RECS)
+    with pytest.raises(DecodeError, match="unknown magic 9"):
+        describe(data[:16] + b"\x09" + data[17:])
+    with pytest.raises(DecodeError, match="invalid batch length -2"):
+        describe(data[:8] + b"\xff\xff\xff\xfe" + data[12:])
+    short = bytes(8) + (5).to_bytes(4, "big") + bytes(4) + b"\x01"  # a legacy message of 5 bytes
+    with pytest.raises(DecodeError, match="message size 5 is shorter than a magic 1 message"):
+        describe(short)
+
+
+def test_describe_never_raises_anything_but_decode_errors():
+    import random
+
+    rng = random.Random(7)
+    seeds = [write_batch(RECS), write_batch(RECS, compression="zstd"),
+             _legacy(KpLegacyBuilder, 1, 1), _legacy(KpLegacyBuilder, 0, 0)]
+    for _ in range(400):
+        d = bytearray(rng.choice(seeds))
+        for _ in range(rng.randrange(1, 4)):
+            i = rng.randrange(len(d))
+            if rng.random() < 0.2:
+                del d[i:]
+                break
+            d[i] = rng.randrange(256)
+        try:
+            describe(bytes(d), max_decompressed=1 << 16)
+        except DecodeError:
+            pass
