@@ -3,7 +3,8 @@
 Peers (test dependencies only):
 - kio (PyPI `kio`): frozen dataclasses generated from Apache Kafka's schemas, one module
   per version; native (Rust) parsing, Python serialisation.
-- kafka-python 3 (PyPI `kafka-python>=3`): its schema-driven codec in kafka.protocol.
+- kafka-python 3 (PyPI `kafka-python>=3`): its schema-driven codec in kafka.protocol, and
+  its legacy per-version classes (kafka.protocol.old) for the versions the codec lacks.
 
 The common currency is our to_dict() form: snake_case keys, nested structs as dicts,
 arrays as lists, null as None, every field of the message (those the version lacks at
@@ -16,8 +17,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import importlib
 import importlib.metadata
 import io
+import pkgutil
+import re
 import types
 import typing
 import uuid
@@ -27,11 +31,14 @@ from hypothesis import strategies as st
 import kafka.protocol.admin
 import kafka.protocol.consumer
 import kafka.protocol.metadata
+import kafka.protocol.old
 import kafka.protocol.producer
 import kafka.protocol.sasl
 from kafka.protocol.api_header import RequestHeader as KpRequestHeader
 from kafka.protocol.api_header import ResponseHeader as KpResponseHeader
 from kafka.protocol.api_message import ApiMessage as KpApiMessage
+from kafka.protocol.old.types import Array as KpLegacyArray
+from kafka.protocol.old.types import Schema as KpLegacySchema
 from kafka.protocol.schemas.fields.codecs import BitField as KpBitField
 from kio.index import load_entity_schema
 from kio.schema.errors import ErrorCode
@@ -358,12 +365,41 @@ KP_CLASSES = {
 }
 
 
-def _kp_versions(name: str) -> range | None:
+def _kp_legacy_classes() -> dict:
+    """{(name, version): class} of kafka-python's legacy protocol (kafka.protocol.old):
+    one class per version (ProduceRequest_v0, ...) over a positional Schema."""
+    found = {}
+    for module in pkgutil.iter_modules(kafka.protocol.old.__path__):
+        for attr, value in vars(importlib.import_module(f"kafka.protocol.old.{module.name}")).items():
+            match = re.fullmatch(r"(\w+)_v(\d+)", attr)
+            if match and match[1] in MESSAGE_NAMES and isinstance(getattr(value, "SCHEMA", None), KpLegacySchema):
+                found[match[1], int(match[2])] = value
+    return found
+
+
+def _kp_codec_versions(name: str) -> range:
     cls = KP_CLASSES.get(name)
     if cls is None:
-        return None
+        return range(0)
     low, high = cls._valid_versions
     return range(low, high + 1)
+
+
+# kafka-python 3 keeps its legacy classes for versions its schema-driven codec dropped
+# with Kafka 4 (Produce v0-2, Fetch v0-3, ...); the adapter uses them for exactly those.
+KP_LEGACY = {
+    (name, version): cls
+    for (name, version), cls in _kp_legacy_classes().items()
+    if version not in _kp_codec_versions(name)
+}
+
+
+def _kp_versions(name: str) -> range | None:
+    found = sorted({*_kp_codec_versions(name), *(v for n, v in KP_LEGACY if n == name)})
+    if not found:
+        return None
+    assert found == list(range(found[0], found[-1] + 1)), (name, found)
+    return range(found[0], found[-1] + 1)
 
 
 def _kp_flexible(cls, version: int) -> bool:
@@ -445,7 +481,43 @@ def _from_kp(schema: dict, fields: list, struct, values: dict, version: int) -> 
     return out
 
 
+def _to_kp_legacy(schema, values: dict) -> tuple:
+    """A legacy Schema's positional values, taken by its (Kafka's) field names."""
+    values = dict(values)
+    out = []
+    for key, kind in zip(schema.names, schema.fields):
+        if key not in values:
+            raise ValueError(f"kafka-python legacy field {key!r} has no counterpart in {sorted(values)}")
+        value = values.pop(key)
+        inner = kind.array_of if isinstance(kind, KpLegacyArray) else kind
+        if isinstance(inner, KpLegacySchema) and value is not None:
+            if isinstance(kind, KpLegacyArray):
+                value = [_to_kp_legacy(inner, v) for v in value]
+            else:
+                value = _to_kp_legacy(inner, value)
+        out.append(value)
+    if values:
+        raise ValueError(f"kafka-python legacy schema lacks fields {sorted(values)}")
+    return tuple(out)
+
+
+def _from_kp_legacy(schema, values: tuple) -> dict:
+    out = {}
+    for key, kind, value in zip(schema.names, schema.fields, values, strict=True):
+        inner = kind.array_of if isinstance(kind, KpLegacyArray) else kind
+        if isinstance(inner, KpLegacySchema) and value is not None:
+            if isinstance(kind, KpLegacyArray):
+                value = [_from_kp_legacy(inner, v) for v in value]
+            else:
+                value = _from_kp_legacy(inner, value)
+        out[key] = value
+    return out
+
+
 def kp_encode(name: str, version: int, d: dict) -> bytes:
+    if (name, version) in KP_LEGACY:
+        return KP_LEGACY[name, version].SCHEMA.encode(_to_kp_legacy(
+            KP_LEGACY[name, version].SCHEMA, carried(name, version, d)))
     cls = KP_CLASSES[name]
     kwargs = _to_kp(cls._struct, carried(name, version, d), version)
     if name.endswith("Header"):
@@ -456,6 +528,13 @@ def kp_encode(name: str, version: int, d: dict) -> bytes:
 
 
 def kp_decode(name: str, version: int, data: bytes) -> dict:
+    if (name, version) in KP_LEGACY:
+        schema = KP_LEGACY[name, version].SCHEMA
+        stream = io.BytesIO(data)
+        values = schema.decode(stream)
+        if stream.tell() != len(data):
+            raise ValueError(f"kafka-python read {stream.tell()} of {len(data)} bytes")
+        return complete(name, version, _from_kp_legacy(schema, values))
     cls = KP_CLASSES[name]
     flexible = _kp_flexible(cls, version)
     if name.endswith("Header"):
@@ -528,6 +607,9 @@ PEER_EXCLUDED = {
         "kio 0.6.5 follows a later Kafka, which changed the then-unstable v0 to carry an "
         "int32 LeaderEpoch between StateEpoch and StartOffset; the October 2024 v0 ours "
         "follows has none (ours has it from v1, where kio agrees)"),
+    ("kafka-python", "DescribeLogDirsRequest", 0): (
+        "kafka-python's legacy DescribeLogDirsRequest_v0 has Topics[].Partitions as one int32; "
+        "Kafka defines []int32 (in every version; kafka-python's own v1+ agrees)"),
 }
 PEER_GAPS.update(PEER_EXCLUDED)
 
