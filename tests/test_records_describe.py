@@ -96,3 +96,14 @@ def test_describe_never_raises_anything_but_decode_errors():
             describe(bytes(d), max_decompressed=1 << 16)
         except DecodeError:
             pass
+
+
+def test_max_records_stands_one_node_for_the_rest():
+    recs = [Record(i, 10 + i, b"k", b"v" * i, []) for i in range(6)]
+    data = write_batch(recs)
+    full = describe(data)[0].children[-1].children
+    cut = describe(data, max_records=2)[0].children[-1].children
+    assert cut[:2] == full[:2]
+    assert (cut[2].name, cut[2].value) == ("record[2..5]", 4)
+    _contiguous(cut, full[0].offset, full[-1].offset + full[-1].size)
+    assert describe(data, max_records=0)[0].children[-1].children[0].value == 6

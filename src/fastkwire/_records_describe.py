@@ -40,7 +40,7 @@ def _fields(data, pos, fields):
     return nodes, pos
 
 
-def describe(data, *, max_decompressed=None):
+def describe(data, *, max_decompressed=None, max_records=None, crc32c=_records_python.crc32c):
     data = bytes(data)
     out = []
     pos = 0
@@ -56,16 +56,16 @@ def describe(data, *, max_decompressed=None):
             raise DecodeError(f"batch length {size} is too short to hold the magic byte", pos + 8)
         magic = data[pos + 16]
         if magic == 2:
-            out.append(_v2(data, pos, size, max_decompressed))
+            out.append(_v2(data, pos, size, max_decompressed, max_records, crc32c))
         elif magic in (0, 1):
-            out.append(_legacy(data, pos, max_decompressed))
+            out.append(_legacy(data, pos, max_decompressed, max_records))
         else:
             raise DecodeError(f"unknown magic {magic}", pos + 16)
         pos += 12 + size
     return out
 
 
-def _v2(data, pos, size, max_decompressed):
+def _v2(data, pos, size, max_decompressed, max_records, crc32c):
     if size < MIN_BATCH_LENGTH:
         raise DecodeError(f"batch length {size} is shorter than the batch header", pos + 8)
     head, start = _fields(data, pos, V2_FIELDS)
@@ -77,15 +77,15 @@ def _v2(data, pos, size, max_decompressed):
     count = fields["record_count"]
     if codec == 0:
         records = Node("records", start, end - start, f"{count} records",
-                       _records(data, start, end, count))
+                       _records(data, start, end, count, max_records))
     else:
         name = _compression.CODECS[codec]
         raw = bytes(_compression.decompress(name, data[start:end],
                                             max_decompressed or default_limit(end - start), start))
         records = Node("records", start, end - start,
                        f"{name}: {count} records in {len(raw)} decompressed bytes "
-                       "(offsets below count from their start)", _records(raw, 0, len(raw), count))
-    crc_ok = _records_python.crc32c(data[pos + 21:end]) == fields["crc"]
+                       "(offsets below count from their start)", _records(raw, 0, len(raw), count, max_records))
+    crc_ok = crc32c(data[pos + 21:end]) == fields["crc"]
     summary = (f"magic 2, {count} records, {_compression.CODECS[codec]}"
                f"{'' if crc_ok else ', CRC mismatch'}")
     return Node("batch", pos, 12 + size, summary, tuple(head) + (records,))
@@ -111,11 +111,14 @@ def _blob(name, data, pos, end, text=False):
     return [length, Node(name, pos, n, value)], pos + n
 
 
-def _records(data, pos, end, count):
+def _records(data, pos, end, count, max_records):
     if count < 0 or count > (end - pos) // _records_python.MIN_RECORD:
         raise count_exceeds(pos, count, end - pos)
     out = []
     for i in range(count):
+        if max_records is not None and i >= max_records:  # the rest in one node, unread
+            out.append(Node(f"record[{i}..{count - 1}]", pos, end - pos, count - i))
+            break
         start = pos
         length, pos = _varint("length", data, pos, end, 5)
         rend = pos + length.value
@@ -144,7 +147,7 @@ def _records(data, pos, end, count):
     return tuple(out)
 
 
-def _legacy(data, pos, max_decompressed):
+def _legacy(data, pos, max_decompressed, max_records):
     magic, size = data[pos + 16], struct.unpack_from(">i", data, pos + 8)[0]
     if size < MIN_SIZE[magic]:
         raise DecodeError(f"message size {size} is shorter than a magic {magic} message", pos + 8)
@@ -172,5 +175,6 @@ def _legacy(data, pos, max_decompressed):
             max_decompressed or default_limit(value.size), value.offset))
         head[-1] = value._replace(
             value=f"{_compression.CODECS[codec]}: messages in {len(raw)} decompressed bytes "
-                  "(offsets below count from their start)", children=tuple(describe(raw)))
+                  "(offsets below count from their start)",
+            children=tuple(describe(raw, max_records=max_records)))
     return Node("message", pos, end - pos, f"magic {magic}", tuple(head))

@@ -189,6 +189,16 @@ def _show_value(node) -> str:
     return str(node.value)
 
 
+def _show_record_value(value):
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        return _hex(value) if value else "empty"
+    if isinstance(value, str):
+        return _quote(value, 120)
+    return str(value)
+
+
 def _show_bool(node) -> str:
     return "true" if node.value else "false"
 
@@ -398,8 +408,46 @@ class _Walker:
             raise e.with_prefix(op.name) from None
 
     def primitive(self, parent, name, type_, compact, nullable, doc, schema_name=""):
-        return self.leaf(parent, name, type_, _reader(type_, compact, nullable), doc,
+        node = self.leaf(parent, name, type_, _reader(type_, compact, nullable), doc,
                          _shower(type_, compact, schema_name))
+        if type_ == "records" and node.value:
+            self.record_batches(node)
+        return node
+
+    # The record batches inside a records field (Produce, Fetch, ShareFetch): shown, not
+    # checked as the Kafka message is (a broken batch is a note, not a broken frame).
+
+    def record_batches(self, node):
+        from . import records       # on first use: most frames carry no records
+        start = node.end - len(node.value)
+        try:
+            batches = records.describe(node.value, max_records=self.max_items)
+        except (DecodeError, ImportError) as e:   # ImportError: the compression extra
+            note = self.open(node, "batches", "records", start, "the record batches in this field")
+            note.size, note.display = len(node.value), f"not readable: {e}"
+            return
+        for batch in batches:
+            self.record_node(node, batch, start, "")
+
+    def record_node(self, parent, n, base, description):
+        if self.max_items is not None and self.room <= 0:
+            return
+        node = self.open(parent, n.name, "", base + n.offset, description)
+        node.size, node.value = n.size, n.value
+        node.display = _show_record_value(n.value)
+        # Below a compressed batch's records, offsets count in the decompressed bytes.
+        inner = isinstance(n.value, str) and "decompressed bytes" in n.value
+        base, description = (0, "offset in the decompressed bytes") if inner else (base, "")
+        children = n.children
+        for i, child in enumerate(children):
+            if child.name.startswith("record[") and (".." in child.name or not self.shows(i)):
+                rest = children[i:]   # records, maybe ending in describe's own summary
+                count = sum(c.value if ".." in c.name else 1 for c in rest)
+                more = Node(f"record[{i}..{i + count - 1}]", "summary", base + child.offset,
+                            sum(c.size for c in rest), count, _show_more_elements, SUMMARY_DOC)
+                node.children.append(more)
+                break
+            self.record_node(node, child, base, description)
 
     def array(self, parent, name, op):
         f, compact = op.field, op.compact

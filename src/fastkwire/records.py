@@ -46,8 +46,10 @@ write_batch = _codec.write_batch
 crc32c = _kernel.crc32c
 
 
-def describe(data, *, max_decompressed=None):
-    """The batches in `data` as trees of Node(name, offset, size, value, children)."""
+def describe(data, *, max_decompressed=None, max_records=None):
+    """The batches in `data` as trees of Node(name, offset, size, value, children); past
+    `max_records` records of a batch, one node "record[i..n-1]" stands for the rest (its
+    value: how many; they are not read)."""
     from ._records_describe import describe as _describe
 
-    return _describe(data, max_decompressed=max_decompressed)
+    return _describe(data, max_decompressed=max_decompressed, max_records=max_records, crc32c=crc32c)
