@@ -19,12 +19,18 @@ def _records_node(root):
     return next(n for n in root.walk() if n.name == "Records")
 
 
+def _batches(field):
+    """The nodes under a records field after its length prefix."""
+    assert field.children[0].name == "length"
+    return field.children[1:]
+
+
 def test_batches_and_records_sit_at_their_frame_offsets():
     data = records.write_batch(RECORDS, base_offset=100)
     frame = _fetch_frame(data)
     field = _records_node(explain(frame, 1, 16, max_items=None))
     start = field.end - len(data)
-    (batch,) = field.children
+    (batch,) = _batches(field)
     assert (batch.name, batch.offset, batch.size) == ("batch", start, len(data))
     head = {c.name: c for c in batch.children}
     assert head["base_offset"].value == 100 and head["record_count"].value == 5
@@ -34,7 +40,8 @@ def test_batches_and_records_sit_at_their_frame_offsets():
     for rec, want in zip(recs, RECORDS):
         fields = {c.name: c for c in rec.children}
         assert frame[fields["key"].offset:fields["key"].end] == want.key
-        assert fields["value"].value == want.value
+        # An empty value has no node of its own: its length says 0.
+        assert (fields["value"].value if want.value else fields["value_length"].value) == (want.value or 0)
         (header,) = [c for c in rec.children if c.name == "header[0]"]
         assert [c.value for c in header.children if c.name in ("key", "value")] == ["trace", b"\x01"]
     # The field keeps its bytes as the Kafka message has them.
@@ -45,7 +52,7 @@ def test_compressed_batches_show_records_in_decompressed_offsets():
     pytest.importorskip("cramjam")
     data = records.write_batch(RECORDS, compression="zstd")
     field = _records_node(explain(_fetch_frame(data), 1, 16, max_items=None))
-    recs = {c.name: c for c in field.children[0].children}["records"]
+    recs = {c.name: c for c in _batches(field)[0].children}["records"]
     assert "zstd" in recs.value and "decompressed" in recs.value
     assert [r.name for r in recs.children] == [f"record[{i}]" for i in range(5)]
     assert recs.children[0].offset == 0
@@ -55,7 +62,7 @@ def test_compressed_batches_show_records_in_decompressed_offsets():
 def test_a_cut_off_batch_is_a_tail_and_many_records_are_summarised():
     data = records.write_batch(RECORDS)
     field = _records_node(explain(_fetch_frame(data + data[:30]), 1, 16, max_items=2))
-    batch, tail = field.children
+    batch, tail = _batches(field)
     assert (tail.name, tail.size) == ("tail", 30)
     recs = {c.name: c for c in batch.children}["records"].children
     assert [r.name for r in recs] == ["record[0]", "record[1]", "record[2..4]"]
@@ -67,7 +74,7 @@ def test_unreadable_records_are_a_note_not_a_broken_frame():
     data = bytearray(records.write_batch(RECORDS))
     data[16] = 7  # an unknown magic byte
     root = explain(_fetch_frame(bytes(data)), 1, 16)
-    (note,) = _records_node(root).children
+    (note,) = _batches(_records_node(root))
     assert note.name == "batches" and "not readable" in note.display and "magic" in note.display
     assert "not readable" in render_tree(root)
 
@@ -79,4 +86,20 @@ def test_produce_requests_show_their_batches_too():
         P.PartitionProduceData(index=0, records=data)])])
     root = explain(codec.encode_request(msg, 9, correlation_id=1, client_id="c"))
     field = _records_node(root)
-    assert [c.name for c in field.children] == ["batch"]
+    assert [c.name for c in _batches(field)] == ["batch"]
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "zstd"])
+def test_the_frame_bytes_are_tiled_by_the_shown_nodes(compression):
+    if compression != "none":
+        pytest.importorskip("cramjam")
+    from test_explain import assert_tiles
+
+    data = records.write_batch(RECORDS, compression=compression)
+    frame = _fetch_frame(data + data[:7])
+    root = explain(frame, 1, 16, max_items=None)
+    assert_tiles(root, len(frame))
+    field = _records_node(root)
+    assert field.children[0].name == "length" and field.children[0].value == len(data) + 7
+    compressed = [n for n in root.walk() if n.type == "compressed"]
+    assert len(compressed) == (compression != "none")

@@ -420,6 +420,8 @@ class _Walker:
     def record_batches(self, node):
         from . import records       # on first use: most frames carry no records
         start = node.end - len(node.value)
+        length = self.open(node, "length", "", node.offset, "the records' size in bytes")
+        length.size, length.value, length.display = start - node.offset, len(node.value), _show_value
         try:
             batches = records.describe(node.value, max_records=self.max_items)
         except (DecodeError, ImportError) as e:   # ImportError: the compression extra
@@ -430,13 +432,15 @@ class _Walker:
             self.record_node(node, batch, start, "")
 
     def record_node(self, parent, n, base, description):
-        if self.max_items is not None and self.room <= 0:
-            return
+        if (self.max_items is not None and self.room <= 0) or (n.size == 0 and not n.children):
+            return   # (an empty key or value: its length node says so)
         node = self.open(parent, n.name, "", base + n.offset, description)
         node.size, node.value = n.size, n.value
         node.display = _show_record_value(n.value)
         # Below a compressed batch's records, offsets count in the decompressed bytes.
         inner = isinstance(n.value, str) and "decompressed bytes" in n.value
+        if inner:
+            node.type = "compressed"
         base, description = (0, "offset in the decompressed bytes") if inner else (base, "")
         children = n.children
         for i, child in enumerate(children):
