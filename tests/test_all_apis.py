@@ -65,3 +65,12 @@ def test_import_loads_no_definition():
     import subprocess
 
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_class_built_on_first_use_is_then_a_plain_module_attribute(impl):
+    # Module __getattr__ runs once per name: later reads do not pay for it.
+    import fastkwire
+
+    cls = impl.OffsetFetchResponse
+    assert vars(impl)["OffsetFetchResponse"] is cls
+    assert fastkwire.OffsetFetchRequest is vars(fastkwire)["OffsetFetchRequest"]

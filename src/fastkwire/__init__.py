@@ -42,7 +42,9 @@ def __getattr__(name):
         return explain
     if name.startswith("__"):
         raise AttributeError(name)
-    return getattr(_messages, name)
+    value = getattr(_messages, name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
 
 
 def __dir__():

@@ -30,7 +30,9 @@ def install(module_globals, mixin):
             return classes
         if name.startswith("__"):
             raise AttributeError(name)
-        return family.get(name)
+        cls = family.get(name)
+        module_globals[name] = cls  # later lookups are plain attribute reads
+        return cls
 
     def __dir__():
         return sorted(set(module_globals) | set(names))
