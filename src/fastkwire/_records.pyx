@@ -8,6 +8,7 @@ against the bytes that could hold it before a list or array is made. The checks 
 their order are the pure kernel's, so both raise the same DecodeError on the same bytes.
 """
 cimport cython
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.list cimport PyList_New, PyList_SET_ITEM
@@ -843,12 +844,43 @@ cdef inline int w_obj(W* w, PyObject* v) except -1:
     return 1
 
 
-cdef inline int uvarint_size(uint64_t v) noexcept:
-    cdef int n = 1
-    while v > 0x7F:
-        v >>= 7
-        n += 1
-    return n
+cdef extern from *:
+    """
+    /* The bytes of an unsigned varint: one per started 7 bits, without a loop. */
+    static inline int fkw_uvarint_size(unsigned long long v) {
+    #if defined(__GNUC__) || defined(__clang__)
+        return (int)(((63 - __builtin_clzll(v | 1)) * 9 + 73) >> 6);
+    #else
+        int n = 1;
+        while (v > 0x7F) { v >>= 7; n++; }
+        return n;
+    #endif
+    }
+    """
+    int uvarint_size "fkw_uvarint_size"(uint64_t v) noexcept nogil
+
+
+cdef extern from *:
+    """
+    /* memcpy, with the short copies of keys and header fields done in place: a call
+       to memcpy costs more than copying a dozen bytes. */
+    static inline void fkw_copy_small(unsigned char* d, const unsigned char* s, size_t n) {
+        uint64_t a, b;
+        uint32_t c, e;
+        if (n > 16) {
+            memcpy(d, s, n);
+        } else if (n >= 8) {  /* two 8-byte moves that may overlap */
+            memcpy(&a, s, 8); memcpy(&b, s + n - 8, 8);
+            memcpy(d, &a, 8); memcpy(d + n - 8, &b, 8);
+        } else if (n >= 4) {
+            memcpy(&c, s, 4); memcpy(&e, s + n - 4, 4);
+            memcpy(d, &c, 4); memcpy(d + n - 4, &e, 4);
+        } else {
+            while (n--) *d++ = *s++;
+        }
+    }
+    """
+    void copy_small "fkw_copy_small"(unsigned char* d, const unsigned char* s, size_t n) noexcept nogil
 
 
 cdef inline int begin_record(W* w, int64_t ts_delta, int64_t delta, int guess) except -1:
@@ -970,65 +1002,85 @@ cdef object _encode_objects(object records, int64_t base_offset, int64_t now, W*
 
 
 cdef object _encode_columns(object cols, int64_t base_offset, W* w):
-    """As _encode_objects, from RecordColumns."""
+    """As _encode_objects, from RecordColumns: one pass that checks the columns and sums
+    the exact size, then one that writes each record straight to its place (its length
+    is known before its body, so nothing moves)."""
     cdef const int64_t[::1] offset
     cdef const int64_t[::1] timestamp
-    cdef const int32_t[::1] hoffs
+    cdef const int32_t[::1] hoffs_view
     try:
         offset = cols.offset
         timestamp = cols.timestamp
-        hoffs = cols.headers.offsets
+        hoffs_view = cols.headers.offsets
         key = _Bin(cols.key)
         value = _Bin(cols.value)
         hkey = _Bin(cols.headers.key)
         hvalue = _Bin(cols.headers.value)
     except (ValueError, TypeError, AttributeError, BufferError):
         return None  # not arrays of these types: the pure writer converts or refuses them
-    cdef Py_ssize_t n = offset.shape[0], i, j, start, hn
-    cdef int guess = 2
-    cdef int64_t first, top, delta = 0, ts_delta
-    if n == 0 or timestamp.shape[0] != n or hoffs.shape[0] != n + 1 or not key.fits(n) \
-            or not value.fits(n) or hoffs[0] != 0:
+    cdef Py_ssize_t n = offset.shape[0], i, hn
+    if n == 0 or timestamp.shape[0] != n or hoffs_view.shape[0] != n + 1 or not key.fits(n) \
+            or not value.fits(n) or hoffs_view[0] != 0:
         return None
     hn = hkey.n
-    if hvalue.n != hn or hoffs[n] != hn:
+    if not hkey.fits(hn) or not hvalue.fits(hn) or hoffs_view[n] != hn or not hkey.all_utf8():
         return None
-    for i in range(n):
-        if hoffs[i] > hoffs[i + 1]:
-            return None
-    for j in range(hn):  # the pure writer decodes header keys: so must they be UTF-8 here
-        if not hkey.utf8(j):
-            return None
-    first = top = timestamp[0]
+    cdef const int64_t* offs = &offset[0]
+    cdef const int64_t* stamps = &timestamp[0]
+    cdef const int32_t* hoffs = &hoffs_view[0]
     cdef CBin k = key.view(), v = value.view(), hk = hkey.view(), hv = hvalue.view()
-    cdef Py_ssize_t total = 0, body
-    # First the exact size: the output is made once at its final size (a buffer grown
-    # and cut instead is a fresh allocation every call, whose pages all fault in).
+    cdef int64_t lo = offs[0], hi = offs[0], first = stamps[0], low = first, top = first, d
+    cdef bint ordered = True
+    # The range checks once over the extremes instead of once per record: the deltas of
+    # all records fit when those of the lowest and highest do.
     for i in range(n):
-        if not sub_ok(offset[i], base_offset, &delta) or delta < -0x80000000 \
-                or delta > 0x7FFFFFFF or not sub_ok(timestamp[i], first, &ts_delta):
-            return None
-        body = (1 + uvarint_size(zz(ts_delta)) + uvarint_size(zz(delta)) + csize(&k, i)
-                + csize(&v, i) + uvarint_size(zz(hoffs[i + 1] - hoffs[i])))
-        for j in range(hoffs[i], hoffs[i + 1]):
-            body += csize(&hk, j) + csize(&hv, j)
-        total += uvarint_size(zz(body)) + body
-    w_room(w, total + 8)  # 8: end_record's spare room, cut off at the end
-    for i in range(n):
-        if timestamp[i] > top:
-            top = timestamp[i]
-        sub_ok(offset[i], base_offset, &delta)
-        sub_ok(timestamp[i], first, &ts_delta)
-        start = w.used
-        begin_record(w, ts_delta, delta, guess)
-        cput(w, &k, i)
-        cput(w, &v, i)
-        w_uvarint(w, zz(hoffs[i + 1] - hoffs[i]))
-        for j in range(hoffs[i], hoffs[i + 1]):
-            cput(w, &hk, j)
-            cput(w, &hv, j)
-        guess = end_record(w, start, guess)
-    return n, delta, first, top
+        lo = min(lo, offs[i])
+        hi = max(hi, offs[i])
+        low = min(low, stamps[i])
+        top = max(top, stamps[i])
+        ordered &= hoffs[i] <= hoffs[i + 1]
+    if not ordered or not sub_ok(lo, base_offset, &d) or d < -0x80000000 \
+            or not sub_ok(hi, base_offset, &d) or d > 0x7FFFFFFF \
+            or not sub_ok(low, first, &d) or not sub_ok(top, first, &d):
+        return None
+    cdef Py_ssize_t total = 0, size, j
+    # Each record's body size, from the pass that sums them to the one that writes.
+    cdef Py_ssize_t* bodies = <Py_ssize_t*>PyMem_Malloc(n * sizeof(Py_ssize_t))
+    cdef unsigned char* o
+    cdef unsigned char* e
+    if bodies == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            size = (1 + uvarint_size(zz(stamps[i] - first)) + uvarint_size(zz(offs[i] - base_offset))
+                    + value_size(&k, i) + value_size(&v, i) + uvarint_size(zz(hoffs[i + 1] - hoffs[i])))
+            for j in range(hoffs[i], hoffs[i + 1]):
+                size += value_size(&hk, j) + value_size(&hv, j)
+            bodies[i] = size
+            total += uvarint_size(zz(size)) + size
+        # The output is made once at its exact size: a buffer grown and cut instead is
+        # a fresh allocation every call, whose pages all fault in.
+        w_room(w, total)
+        o = w.buf + w.used
+        e = o + total
+        for i in range(n):
+            size = bodies[i]
+            if uvarint_size(zz(size)) + size > e - o:
+                return None  # cannot happen: the columns are as they were measured
+            o = put_uvarint(o, zz(size))
+            o[0] = 0  # attributes
+            o = put_uvarint(o + 1, zz(stamps[i] - first))
+            o = put_uvarint(o, zz(offs[i] - base_offset))
+            o = put_value(o, &k, i)
+            o = put_value(o, &v, i)
+            o = put_uvarint(o, zz(hoffs[i + 1] - hoffs[i]))
+            for j in range(hoffs[i], hoffs[i + 1]):
+                o = put_value(o, &hk, j)
+                o = put_value(o, &hv, j)
+        w.used = o - w.buf
+        return n, offs[n - 1] - base_offset, first, top
+    finally:
+        PyMem_Free(bodies)
 
 
 cdef struct CBin:
@@ -1037,26 +1089,33 @@ cdef struct CBin:
     const uint8_t* nulls
 
 
-cdef inline void cput(W* w, CBin* b, Py_ssize_t i) noexcept:
-    """Value i of a checked column, into room already made."""
-    cdef int32_t n
-    if b.nulls[i]:
-        w.buf[w.used] = 1  # zigzag(-1): null
-        w.used += 1
-        return
-    n = b.offs[i + 1] - b.offs[i]
-    w_uvarint(w, zz(n))
-    memcpy(w.buf + w.used, b.data + b.offs[i], n)
-    w.used += n
+cdef inline Py_ssize_t value_size(CBin* b, Py_ssize_t i) noexcept:
+    """The bytes value i of a checked column takes: its length (-1: null) and bytes."""
+    cdef Py_ssize_t n = b.offs[i + 1] - b.offs[i]
+    return 1 if b.nulls[i] else uvarint_size(zz(n)) + n
 
 
-cdef inline Py_ssize_t csize(CBin* b, Py_ssize_t i) noexcept:
-    """The bytes value i of a checked column takes: its length and its bytes."""
-    cdef int32_t n
+cdef inline unsigned char* put_uvarint(unsigned char* o, uint64_t v) noexcept:
+    if v < 0x80:  # the usual small length, without the loop
+        o[0] = <unsigned char>v
+        return o + 1
+    while v > 0x7F:
+        o[0] = <unsigned char>((v & 0x7F) | 0x80)
+        o += 1
+        v >>= 7
+    o[0] = <unsigned char>v
+    return o + 1
+
+
+cdef inline unsigned char* put_value(unsigned char* o, CBin* b, Py_ssize_t i) noexcept:
+    """Value i of a checked column: its length and bytes."""
+    cdef Py_ssize_t n = b.offs[i + 1] - b.offs[i]
     if b.nulls[i]:
-        return 1
-    n = b.offs[i + 1] - b.offs[i]
-    return uvarint_size(zz(n)) + n
+        o[0] = 1  # zigzag(-1): null
+        return o + 1
+    o = put_uvarint(o, zz(n))
+    copy_small(o, b.data + b.offs[i], n)
+    return o + n
 
 
 @cython.final
@@ -1102,6 +1161,22 @@ cdef class _Bin:
             return b""
         return <const char*>&self.data[0] + self.offs[i]
 
+    cdef bint all_utf8(self):
+        """Every value is UTF-8, none null (header keys: the pure writer decodes them)."""
+        cdef Py_ssize_t i
+        if self.n == 0:
+            return True
+        for i in range(self.n):
+            if self.nulls[i]:
+                return False
+        # Keys are mostly ASCII: one look at all their bytes instead of one per key.
+        if ascii(<const unsigned char*>self.at(0), self.offs[self.n] - self.offs[0]):
+            return True
+        for i in range(self.n):
+            if not self.utf8(i):
+                return False
+        return True
+
     cdef bint utf8(self, Py_ssize_t i):
         cdef const unsigned char* p
         cdef Py_ssize_t j
@@ -1118,11 +1193,6 @@ cdef class _Bin:
         except UnicodeDecodeError:
             return False
         return True
-
-    cdef inline int put(self, W* w, Py_ssize_t i) except -1:
-        if self.nulls[i]:
-            return w_blob(w, NULL, -1)
-        return w_blob(w, self.at(i), self.offs[i + 1] - self.offs[i])
 
 
 cdef object _encode(object records, int64_t base_offset, int64_t now, W* w):
