@@ -256,6 +256,10 @@ cdef struct Cols:
     Bin hvalue
     int32_t* hoffs
     Py_ssize_t hrows
+    # The room the fast path may fill: header rows, header key and value bytes.
+    Py_ssize_t hrow_end
+    Py_ssize_t hkey_end
+    Py_ssize_t hvalue_end
 
 
 def decode_records(data, Py_ssize_t pos, Py_ssize_t end, long long count,
@@ -489,10 +493,13 @@ cdef bint _columns_fast(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, 
         if not vint(&p, re, &hn, 5) or hn < 0 or hn > (re - p) // MIN_HEADER:
             return False
         for j in range(hn):
-            if not take_len(&p, re, &n, False) or not ascii(p, n):
+            if cols.hrows >= cols.hrow_end:
+                return False
+            if not take_len(&p, re, &n, False) or not ascii(p, n) \
+                    or n > cols.hkey_end - cols.hkey.used:
                 return False
             col_put(&cols.hkey, cols.hrows, &p, n)
-            if not take_len(&p, re, &n, True):
+            if not take_len(&p, re, &n, True) or n > cols.hvalue_end - cols.hvalue.used:
                 return False
             col_put(&cols.hvalue, cols.hrows, &p, n)
             cols.hrows += 1
@@ -543,6 +550,13 @@ def varint_walk(data, Py_ssize_t pos, Py_ssize_t end, long long count):
 
 
 cdef object _np = None
+
+
+cdef inline (Py_ssize_t, Py_ssize_t) header_room(Py_ssize_t rows, Py_ssize_t size):
+    """A first guess of the header rows and of the bytes of each header column that a
+    batch of `rows` records in `size` bytes holds: two headers of up to 16 + 16 bytes
+    per record (never more than the most the bytes could hold)."""
+    return min(2 * rows, size // MIN_HEADER), min(32 * rows, size)
 
 
 cdef void* array_ptr(object arr) except NULL:
@@ -605,20 +619,43 @@ cdef class ColumnsBuilder:
         return 0
 
     cdef int _first(self, Py_ssize_t rows, Py_ssize_t size) except -1:
-        """The arrays for a first batch, made in the order of the enum. (The order is
-        not arbitrary: it is the one that lets glibc's malloc hand the same pages back
-        call after call; another order had every call fault in its pages anew, +70%.)"""
-        cdef Py_ssize_t hrows = size // MIN_HEADER
+        """The arrays for a first batch (the header columns sized by header_room's
+        guess), in the order of the enum, as views of one allocation. (Made one by one,
+        glibc's malloc gave the pages of the later ones back to the system when a call's
+        arrays were freed, and every call faulted them in again: up to +70%. One block
+        raises malloc's thresholds to its size, so the next call gets the same pages.)"""
+        cdef Py_ssize_t hrows, hbytes, at = 0
+        hrows, hbytes = header_room(rows, size)
         shapes = [(rows, _np.int64), (rows, _np.int64)]
-        for n in (rows, rows, hrows, hrows):
-            shapes += [(size, _np.uint8), (n + 1, _np.int32), (n, _np.bool_)]
+        for n, nbytes in ((rows, size), (rows, size), (hrows, hbytes), (hrows, hbytes)):
+            shapes += [(nbytes, _np.uint8), (n + 1, _np.int32), (n, _np.bool_)]
         shapes.append((rows + 1, _np.int32))
-        for i, (n, dtype) in enumerate(shapes):
-            self._replace(i, n, dtype, 0)
+        spans = []
+        for n, dtype in shapes:
+            n = max(n, 1) * _np.dtype(dtype).itemsize
+            spans.append((at, n))
+            at += (n + 63) & ~63  # each array 64-byte aligned (numpy aligns the block)
+        block = _np.empty(at, _np.uint8)
+        for i, ((n, dtype), (at, nbytes)) in enumerate(zip(shapes, spans)):
+            self.arrays[i] = block[at:at + nbytes].view(dtype)
+            if dtype is _np.int32:
+                self.arrays[i][0] = 0  # offsets start at 0
         self.row_cap, self.hrow_cap = rows, hrows
-        for which in range(4):
-            self.data_cap[which] = size
+        self.data_cap[0] = self.data_cap[1] = size
+        self.data_cap[2] = self.data_cap[3] = hbytes
         self._point()
+        return 0
+
+    cdef int _room(self, Py_ssize_t rows, Py_ssize_t size, bint most) except -1:
+        """Room for a batch of `rows` records in `size` bytes: for the most they can
+        hold, or (not most) for the most per record and header_room's guess for headers."""
+        cdef Py_ssize_t hrows = size // MIN_HEADER, hbytes = size
+        if not most:
+            hrows, hbytes = header_room(rows, size)
+        self._grow(A_OFFSET, self.rows + rows, self.cols.hrows + hrows)
+        for which, i, need in ((0, A_KEY_DATA, size), (1, A_VALUE_DATA, size),
+                               (2, A_HKEY_DATA, hbytes), (3, A_HVALUE_DATA, hbytes)):
+            self._data(which, i, need)
         return 0
 
     cdef int _replace(self, int i, Py_ssize_t n, object dtype, Py_ssize_t keep) except -1:
@@ -648,12 +685,27 @@ cdef class ColumnsBuilder:
         self._point()
         return 0
 
+    cdef Cols _batch_cols(self, Py_ssize_t r0):
+        """The same Cols, its per-record arrays moved on to a batch's first row."""
+        cdef Cols sub = self.cols
+        sub.offset += r0
+        sub.timestamp += r0
+        sub.hoffs += r0
+        sub.key.offs += r0
+        sub.key.nulls += r0
+        sub.value.offs += r0
+        sub.value.nulls += r0
+        return sub
+
     cdef int _point(self) except -1:
         a = self.arrays
         cdef Cols* c = &self.cols
         c.offset = <int64_t*>array_ptr(a[A_OFFSET])
         c.timestamp = <int64_t*>array_ptr(a[A_TIMESTAMP])
         c.hoffs = <int32_t*>array_ptr(a[A_HOFFS])
+        c.hrow_end = self.hrow_cap
+        c.hkey_end = self.data_cap[2]
+        c.hvalue_end = self.data_cap[3]
         self._point_bin(&c.key, A_KEY_DATA, A_KEY_OFFS, A_KEY_NULLS)
         self._point_bin(&c.value, A_VALUE_DATA, A_VALUE_OFFS, A_VALUE_NULLS)
         self._point_bin(&c.hkey, A_HKEY_DATA, A_HKEY_OFFS, A_HKEY_NULLS)
@@ -676,38 +728,34 @@ cdef class ColumnsBuilder:
         cdef Py_buffer view
         cdef Cols sub
         cdef Py_ssize_t r0 = self.rows
+        cdef bint most = False
         if self.arrays[A_OFFSET] is None:
             self._first(count, size)
-        self._grow(A_OFFSET, r0 + count, self.cols.hrows + size // MIN_HEADER)
-        for which, i in enumerate((A_KEY_DATA, A_VALUE_DATA, A_HKEY_DATA, A_HVALUE_DATA)):
-            self._data(which, i, size)
+        # Arrays for the most a batch can hold are mostly never touched, yet so large
+        # (header rows: one per 2 bytes) that malloc returned their pages to the system
+        # after every call and each call faulted them in again: the fast path first
+        # tries the guess of header_room, which it checks as it fills.
+        self._room(count, size, False)
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
             if end > view.len or pos < 0 or pos > end:
                 raise ValueError("records section outside the data")
-            # The same Cols, its per-record arrays moved on to this batch's first row.
-            sub = self.cols
-            sub.offset += r0
-            sub.timestamp += r0
-            sub.hoffs += r0
-            sub.key.offs += r0
-            sub.key.nulls += r0
-            sub.value.offs += r0
-            sub.value.nulls += r0
-            if not _columns_fast(<const unsigned char*>view.buf, pos, end, count, base_offset,
+            while True:
+                sub = self._batch_cols(r0)
+                if _columns_fast(<const unsigned char*>view.buf, pos, end, count, base_offset,
                                  base_timestamp, log_append_time is not None,
                                  log_append_time if log_append_time is not None else 0, &sub):
-                # Something is off (or a header key is not ASCII): the general loop says what.
-                sub = self.cols
-                sub.offset += r0
-                sub.timestamp += r0
-                sub.hoffs += r0
-                sub.key.offs += r0
-                sub.key.nulls += r0
-                sub.value.offs += r0
-                sub.value.nulls += r0
+                    break
+                if not most:  # the guess was short (or something is off): the most, again
+                    most = True
+                    self._room(count, size, True)
+                    continue
+                # Something is off (or a header key is not ASCII): the general loop,
+                # which needs the room for the most, says what.
+                sub = self._batch_cols(r0)
                 _decode(<const unsigned char*>view.buf, pos, end, count, base_offset,
                         base_timestamp, log_append_time, &sub)
+                break
         finally:
             PyBuffer_Release(&view)
         self.cols.key.used = sub.key.used
@@ -1130,6 +1178,8 @@ cdef class _Bin:
 
     def __cinit__(self, col):
         cdef Py_ssize_t i
+        cdef const int32_t* o
+        cdef bint ascending = True
         self.data = col.data
         self.offs = col.offsets
         nulls = col.nulls
@@ -1140,11 +1190,10 @@ cdef class _Bin:
         self.size = self.data.shape[0]
         self.ok = self.offs.shape[0] == self.n + 1 and self.offs[0] >= 0
         if self.ok:
-            for i in range(self.n):
-                if self.offs[i] > self.offs[i + 1]:
-                    self.ok = False
-                    break
-            self.ok = self.ok and self.offs[self.n] <= self.size
+            o = &self.offs[0]
+            for i in range(self.n):  # no early exit: a loop the compiler can vectorize
+                ascending &= o[i] <= o[i + 1]
+            self.ok = ascending and o[self.n] <= self.size
 
     cdef bint fits(self, Py_ssize_t n):
         return self.ok and self.n == n
