@@ -1079,18 +1079,6 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
     cdef CBin k = key.view(), v = value.view(), hk = hkey.view(), hv = hvalue.view()
     cdef int64_t lo = offs[0], hi = offs[0], first = stamps[0], low = first, top = first, d
     cdef bint ordered = True
-    # The range checks once over the extremes instead of once per record: the deltas of
-    # all records fit when those of the lowest and highest do.
-    for i in range(n):
-        lo = min(lo, offs[i])
-        hi = max(hi, offs[i])
-        low = min(low, stamps[i])
-        top = max(top, stamps[i])
-        ordered &= hoffs[i] <= hoffs[i + 1]
-    if not ordered or not sub_ok(lo, base_offset, &d) or d < -0x80000000 \
-            or not sub_ok(hi, base_offset, &d) or d > 0x7FFFFFFF \
-            or not sub_ok(low, first, &d) or not sub_ok(top, first, &d):
-        return None
     cdef Py_ssize_t total = 0, size, j
     # Each record's body size, from the pass that sums them to the one that writes.
     cdef Py_ssize_t* bodies = <Py_ssize_t*>PyMem_Malloc(n * sizeof(Py_ssize_t))
@@ -1100,12 +1088,28 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
         raise MemoryError()
     try:
         for i in range(n):
-            size = (1 + uvarint_size(zz(stamps[i] - first)) + uvarint_size(zz(offs[i] - base_offset))
-                    + value_size(&k, i) + value_size(&v, i) + uvarint_size(zz(hoffs[i + 1] - hoffs[i])))
-            for j in range(hoffs[i], hoffs[i + 1]):
-                size += value_size(&hk, j) + value_size(&hv, j)
+            # The deltas wrap here if out of range; the range is checked after the loop.
+            size = (1 + uvarint_size(zz(<int64_t>(<uint64_t>stamps[i] - <uint64_t>first)))
+                    + uvarint_size(zz(<int64_t>(<uint64_t>offs[i] - <uint64_t>base_offset)))
+                    + value_size(&k, i) + value_size(&v, i))
+            if hoffs[i] <= hoffs[i + 1]:
+                size += uvarint_size(zz(hoffs[i + 1] - hoffs[i]))
+                for j in range(hoffs[i], hoffs[i + 1]):
+                    size += value_size(&hk, j) + value_size(&hv, j)
+            else:
+                ordered = False
             bodies[i] = size
             total += uvarint_size(zz(size)) + size
+            lo = min(lo, offs[i])
+            hi = max(hi, offs[i])
+            low = min(low, stamps[i])
+            top = max(top, stamps[i])
+        # The range checks once over the extremes instead of once per record: the
+        # deltas of all records fit when those of the lowest and highest do.
+        if not ordered or not sub_ok(lo, base_offset, &d) or d < -0x80000000 \
+                or not sub_ok(hi, base_offset, &d) or d > 0x7FFFFFFF \
+                or not sub_ok(low, first, &d) or not sub_ok(top, first, &d):
+            return None
         # The output is made once at its exact size: a buffer grown and cut instead is
         # a fresh allocation every call, whose pages all fault in.
         w_room(w, total)
