@@ -168,6 +168,9 @@ def test_writers_agree_on_lying_columns():
     c = cols()
     c.headers.offsets = np.array([0, 2, 1, 3, 4], np.int32)  # header rows backwards
     cases.append(c)
+    c = cols()
+    c.headers.offsets = np.array([0, (1 << 31) - 1, 1, 3, 4], np.int32)  # past the rows, then back
+    cases.append(c)
     for last in ((1 << 31) - 1, 1 << 31, -(1 << 31), -(1 << 31) - 1):  # offset delta range
         c = cols()
         c.offset = np.array([0, 1, 2, last], np.int64)
@@ -179,5 +182,5 @@ def test_writers_agree_on_lying_columns():
         cases.append(c)
     for c in cases:
         assert _encoded(PURE, c) == _encoded(COMPILED, c)
-    assert _encoded(COMPILED, cases[3])[0] != "EncodeError"  # delta 2**31 - 1 fits
-    assert _encoded(COMPILED, cases[4])[0] == "EncodeError"
+    assert _encoded(COMPILED, cases[4])[0] != "EncodeError"  # delta 2**31 - 1 fits
+    assert _encoded(COMPILED, cases[5])[0] == "EncodeError"

@@ -1078,7 +1078,6 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
     cdef const int32_t* hoffs = &hoffs_view[0]
     cdef CBin k = key.view(), v = value.view(), hk = hkey.view(), hv = hvalue.view()
     cdef int64_t lo = offs[0], hi = offs[0], first = stamps[0], low = first, top = first, d
-    cdef bint ordered = True
     cdef Py_ssize_t total = 0, size, j
     # Each record's body size, from the pass that sums them to the one that writes.
     cdef Py_ssize_t* bodies = <Py_ssize_t*>PyMem_Malloc(n * sizeof(Py_ssize_t))
@@ -1092,12 +1091,13 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
             size = (1 + uvarint_size(zz(<int64_t>(<uint64_t>stamps[i] - <uint64_t>first)))
                     + uvarint_size(zz(<int64_t>(<uint64_t>offs[i] - <uint64_t>base_offset)))
                     + value_size(&k, i) + value_size(&v, i))
-            if hoffs[i] <= hoffs[i + 1]:
-                size += uvarint_size(zz(hoffs[i + 1] - hoffs[i]))
-                for j in range(hoffs[i], hoffs[i + 1]):
-                    size += value_size(&hk, j) + value_size(&hv, j)
-            else:
-                ordered = False
+            # Header rows ascending from 0 (hoffs[0] was checked) and within the columns
+            # before any is read.
+            if hoffs[i] > hoffs[i + 1] or hoffs[i + 1] > hn:
+                return None
+            size += uvarint_size(zz(hoffs[i + 1] - hoffs[i]))
+            for j in range(hoffs[i], hoffs[i + 1]):
+                size += value_size(&hk, j) + value_size(&hv, j)
             bodies[i] = size
             total += uvarint_size(zz(size)) + size
             lo = min(lo, offs[i])
@@ -1106,7 +1106,7 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
             top = max(top, stamps[i])
         # The range checks once over the extremes instead of once per record: the
         # deltas of all records fit when those of the lowest and highest do.
-        if not ordered or not sub_ok(lo, base_offset, &d) or d < -0x80000000 \
+        if not sub_ok(lo, base_offset, &d) or d < -0x80000000 \
                 or not sub_ok(hi, base_offset, &d) or d > 0x7FFFFFFF \
                 or not sub_ok(low, first, &d) or not sub_ok(top, first, &d):
             return None
