@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from fastkwire import DecodeError
 from fastkwire.records import BinaryColumn, Record, RecordColumns
 
 from test_records import RECORDS, make_batch, raw_record
@@ -109,3 +110,33 @@ def test_many_batches_grow_the_columns(records_codec):
     cols = records_codec.read_columns(b"".join(parts))
     assert cols.to_records() == expected
     assert cols.key.offsets[-1] == len(cols.key.data) and cols.headers.offsets[-1] == len(cols.headers.key)
+
+
+@pytest.mark.parametrize("shape", ["many headers", "long header keys", "long header values",
+                                   "then a bad one"])
+def test_columns_past_the_first_guess_of_header_room(records_codec, shape):
+    """The header columns start at a guess (two rows of up to 16 + 16 bytes per record)
+    and are made as large as the batch could need when a batch holds more."""
+    recs = [Record(i, 5, b"k", b"v", [("h", b"x")]) for i in range(8)]
+    if shape == "many headers":
+        recs[3].headers = [("h%d" % j, b"y") for j in range(40)]
+    elif shape == "long header keys":
+        recs[7].headers = [("k" * 300, None)]
+    else:
+        recs[0].headers = [("h", b"v" * 300), ("g", b"")]
+    data = records_codec.write_batch(recs)
+    first = [Record(100, 1, None, None, [("a", b"b")])]
+    data = records_codec.write_batch(first, base_offset=100) + data  # a small batch first
+    if shape == "then a bad one":
+        bad = bytearray(data)
+        assert bad[-3:] == b"h\x02x"
+        bad[-3] = 0xFF  # the last header key is no longer UTF-8
+        with pytest.raises(DecodeError) as ours:
+            records_codec.read_columns(bytes(bad), check_crc=False)
+        with pytest.raises(DecodeError) as objects:
+            records_codec.read_batches(bytes(bad), check_crc=False)
+        assert (ours.value.reason, ours.value.offset) == (objects.value.reason, objects.value.offset)
+        return
+    cols = records_codec.read_columns(data)
+    assert cols.to_records() == first + recs
+    assert cols.headers.offsets[-1] == len(cols.headers.key) == sum(len(r.headers) for r in first + recs)

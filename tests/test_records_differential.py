@@ -146,3 +146,41 @@ def test_writers_agree_on_odd_columns():
     cols.headers.key.data = np.frombuffer(b"\xff", np.uint8)  # header keys "\xff": not UTF-8
     assert _encoded(PURE, cols) == _encoded(COMPILED, cols)
     assert _encoded(COMPILED, cols) == ("EncodeError", "headers.key: a header key is not UTF-8")
+
+
+def test_writers_agree_on_lying_columns():
+    """Offsets that point past the data or run backwards, and deltas just past their
+    range: the compiled writer leaves them to the pure one, which says what it makes of
+    them (the compiled one must never read outside the arrays)."""
+    import numpy as np
+    from fastkwire.records import RecordColumns
+
+    def cols():
+        return RecordColumns.from_records([Record(i, i, b"k", b"v", [("h", b"v")]) for i in range(4)])
+
+    cases = []
+    c = cols()
+    c.headers.value.offsets = np.array([0, 1, 2, 3, 1 << 20], np.int32)  # past the data
+    cases.append(c)
+    c = cols()
+    c.headers.key.offsets = np.array([0, 1, 0, 2, 3], np.int32)  # backwards
+    cases.append(c)
+    c = cols()
+    c.headers.offsets = np.array([0, 2, 1, 3, 4], np.int32)  # header rows backwards
+    cases.append(c)
+    c = cols()
+    c.headers.offsets = np.array([0, (1 << 31) - 1, 1, 3, 4], np.int32)  # past the rows, then back
+    cases.append(c)
+    for last in ((1 << 31) - 1, 1 << 31, -(1 << 31), -(1 << 31) - 1):  # offset delta range
+        c = cols()
+        c.offset = np.array([0, 1, 2, last], np.int64)
+        cases.append(c)
+    for stamps in ([-(1 << 63), 0, 1, (1 << 63) - 1], [(1 << 63) - 1, 0, 1, -1],
+                   [0, 5, (1 << 63) - 1, 2]):
+        c = cols()
+        c.timestamp = np.array(stamps, np.int64)
+        cases.append(c)
+    for c in cases:
+        assert _encoded(PURE, c) == _encoded(COMPILED, c)
+    assert _encoded(COMPILED, cases[4])[0] != "EncodeError"  # delta 2**31 - 1 fits
+    assert _encoded(COMPILED, cases[5])[0] == "EncodeError"

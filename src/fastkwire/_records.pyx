@@ -8,6 +8,7 @@ against the bytes that could hold it before a list or array is made. The checks 
 their order are the pure kernel's, so both raise the same DecodeError on the same bytes.
 """
 cimport cython
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.list cimport PyList_New, PyList_SET_ITEM
@@ -255,6 +256,10 @@ cdef struct Cols:
     Bin hvalue
     int32_t* hoffs
     Py_ssize_t hrows
+    # The room the fast path may fill: header rows, header key and value bytes.
+    Py_ssize_t hrow_end
+    Py_ssize_t hkey_end
+    Py_ssize_t hvalue_end
 
 
 def decode_records(data, Py_ssize_t pos, Py_ssize_t end, long long count,
@@ -488,10 +493,13 @@ cdef bint _columns_fast(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, 
         if not vint(&p, re, &hn, 5) or hn < 0 or hn > (re - p) // MIN_HEADER:
             return False
         for j in range(hn):
-            if not take_len(&p, re, &n, False) or not ascii(p, n):
+            if cols.hrows >= cols.hrow_end:
+                return False
+            if not take_len(&p, re, &n, False) or not ascii(p, n) \
+                    or n > cols.hkey_end - cols.hkey.used:
                 return False
             col_put(&cols.hkey, cols.hrows, &p, n)
-            if not take_len(&p, re, &n, True):
+            if not take_len(&p, re, &n, True) or n > cols.hvalue_end - cols.hvalue.used:
                 return False
             col_put(&cols.hvalue, cols.hrows, &p, n)
             cols.hrows += 1
@@ -542,6 +550,13 @@ def varint_walk(data, Py_ssize_t pos, Py_ssize_t end, long long count):
 
 
 cdef object _np = None
+
+
+cdef inline (Py_ssize_t, Py_ssize_t) header_room(Py_ssize_t rows, Py_ssize_t size):
+    """A first guess of the header rows and of the bytes of each header column that a
+    batch of `rows` records in `size` bytes holds: two headers of up to 16 + 16 bytes
+    per record (never more than the most the bytes could hold)."""
+    return min(2 * rows, size // MIN_HEADER), min(32 * rows, size)
 
 
 cdef void* array_ptr(object arr) except NULL:
@@ -604,20 +619,43 @@ cdef class ColumnsBuilder:
         return 0
 
     cdef int _first(self, Py_ssize_t rows, Py_ssize_t size) except -1:
-        """The arrays for a first batch, made in the order of the enum. (The order is
-        not arbitrary: it is the one that lets glibc's malloc hand the same pages back
-        call after call; another order had every call fault in its pages anew, +70%.)"""
-        cdef Py_ssize_t hrows = size // MIN_HEADER
+        """The arrays for a first batch (the header columns sized by header_room's
+        guess), in the order of the enum, as views of one allocation. (Made one by one,
+        glibc's malloc gave the pages of the later ones back to the system when a call's
+        arrays were freed, and every call faulted them in again: up to +70%. One block
+        raises malloc's thresholds to its size, so the next call gets the same pages.)"""
+        cdef Py_ssize_t hrows, hbytes, at = 0
+        hrows, hbytes = header_room(rows, size)
         shapes = [(rows, _np.int64), (rows, _np.int64)]
-        for n in (rows, rows, hrows, hrows):
-            shapes += [(size, _np.uint8), (n + 1, _np.int32), (n, _np.bool_)]
+        for n, nbytes in ((rows, size), (rows, size), (hrows, hbytes), (hrows, hbytes)):
+            shapes += [(nbytes, _np.uint8), (n + 1, _np.int32), (n, _np.bool_)]
         shapes.append((rows + 1, _np.int32))
-        for i, (n, dtype) in enumerate(shapes):
-            self._replace(i, n, dtype, 0)
+        spans = []
+        for n, dtype in shapes:
+            n = max(n, 1) * _np.dtype(dtype).itemsize
+            spans.append((at, n))
+            at += (n + 63) & ~63  # each array 64-byte aligned (numpy aligns the block)
+        block = _np.empty(at, _np.uint8)
+        for i, ((n, dtype), (at, nbytes)) in enumerate(zip(shapes, spans)):
+            self.arrays[i] = block[at:at + nbytes].view(dtype)
+            if dtype is _np.int32:
+                self.arrays[i][0] = 0  # offsets start at 0
         self.row_cap, self.hrow_cap = rows, hrows
-        for which in range(4):
-            self.data_cap[which] = size
+        self.data_cap[0] = self.data_cap[1] = size
+        self.data_cap[2] = self.data_cap[3] = hbytes
         self._point()
+        return 0
+
+    cdef int _room(self, Py_ssize_t rows, Py_ssize_t size, bint most) except -1:
+        """Room for a batch of `rows` records in `size` bytes: for the most they can
+        hold, or (not most) for the most per record and header_room's guess for headers."""
+        cdef Py_ssize_t hrows = size // MIN_HEADER, hbytes = size
+        if not most:
+            hrows, hbytes = header_room(rows, size)
+        self._grow(A_OFFSET, self.rows + rows, self.cols.hrows + hrows)
+        for which, i, need in ((0, A_KEY_DATA, size), (1, A_VALUE_DATA, size),
+                               (2, A_HKEY_DATA, hbytes), (3, A_HVALUE_DATA, hbytes)):
+            self._data(which, i, need)
         return 0
 
     cdef int _replace(self, int i, Py_ssize_t n, object dtype, Py_ssize_t keep) except -1:
@@ -647,12 +685,27 @@ cdef class ColumnsBuilder:
         self._point()
         return 0
 
+    cdef Cols _batch_cols(self, Py_ssize_t r0):
+        """The same Cols, its per-record arrays moved on to a batch's first row."""
+        cdef Cols sub = self.cols
+        sub.offset += r0
+        sub.timestamp += r0
+        sub.hoffs += r0
+        sub.key.offs += r0
+        sub.key.nulls += r0
+        sub.value.offs += r0
+        sub.value.nulls += r0
+        return sub
+
     cdef int _point(self) except -1:
         a = self.arrays
         cdef Cols* c = &self.cols
         c.offset = <int64_t*>array_ptr(a[A_OFFSET])
         c.timestamp = <int64_t*>array_ptr(a[A_TIMESTAMP])
         c.hoffs = <int32_t*>array_ptr(a[A_HOFFS])
+        c.hrow_end = self.hrow_cap
+        c.hkey_end = self.data_cap[2]
+        c.hvalue_end = self.data_cap[3]
         self._point_bin(&c.key, A_KEY_DATA, A_KEY_OFFS, A_KEY_NULLS)
         self._point_bin(&c.value, A_VALUE_DATA, A_VALUE_OFFS, A_VALUE_NULLS)
         self._point_bin(&c.hkey, A_HKEY_DATA, A_HKEY_OFFS, A_HKEY_NULLS)
@@ -675,38 +728,34 @@ cdef class ColumnsBuilder:
         cdef Py_buffer view
         cdef Cols sub
         cdef Py_ssize_t r0 = self.rows
+        cdef bint most = False
         if self.arrays[A_OFFSET] is None:
             self._first(count, size)
-        self._grow(A_OFFSET, r0 + count, self.cols.hrows + size // MIN_HEADER)
-        for which, i in enumerate((A_KEY_DATA, A_VALUE_DATA, A_HKEY_DATA, A_HVALUE_DATA)):
-            self._data(which, i, size)
+        # Arrays for the most a batch can hold are mostly never touched, yet so large
+        # (header rows: one per 2 bytes) that malloc returned their pages to the system
+        # after every call and each call faulted them in again: the fast path first
+        # tries the guess of header_room, which it checks as it fills.
+        self._room(count, size, False)
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
             if end > view.len or pos < 0 or pos > end:
                 raise ValueError("records section outside the data")
-            # The same Cols, its per-record arrays moved on to this batch's first row.
-            sub = self.cols
-            sub.offset += r0
-            sub.timestamp += r0
-            sub.hoffs += r0
-            sub.key.offs += r0
-            sub.key.nulls += r0
-            sub.value.offs += r0
-            sub.value.nulls += r0
-            if not _columns_fast(<const unsigned char*>view.buf, pos, end, count, base_offset,
+            while True:
+                sub = self._batch_cols(r0)
+                if _columns_fast(<const unsigned char*>view.buf, pos, end, count, base_offset,
                                  base_timestamp, log_append_time is not None,
                                  log_append_time if log_append_time is not None else 0, &sub):
-                # Something is off (or a header key is not ASCII): the general loop says what.
-                sub = self.cols
-                sub.offset += r0
-                sub.timestamp += r0
-                sub.hoffs += r0
-                sub.key.offs += r0
-                sub.key.nulls += r0
-                sub.value.offs += r0
-                sub.value.nulls += r0
+                    break
+                if not most:  # the guess was short (or something is off): the most, again
+                    most = True
+                    self._room(count, size, True)
+                    continue
+                # Something is off (or a header key is not ASCII): the general loop,
+                # which needs the room for the most, says what.
+                sub = self._batch_cols(r0)
                 _decode(<const unsigned char*>view.buf, pos, end, count, base_offset,
                         base_timestamp, log_append_time, &sub)
+                break
         finally:
             PyBuffer_Release(&view)
         self.cols.key.used = sub.key.used
@@ -843,12 +892,43 @@ cdef inline int w_obj(W* w, PyObject* v) except -1:
     return 1
 
 
-cdef inline int uvarint_size(uint64_t v) noexcept:
-    cdef int n = 1
-    while v > 0x7F:
-        v >>= 7
-        n += 1
-    return n
+cdef extern from *:
+    """
+    /* The bytes of an unsigned varint: one per started 7 bits, without a loop. */
+    static inline int fkw_uvarint_size(unsigned long long v) {
+    #if defined(__GNUC__) || defined(__clang__)
+        return (int)(((63 - __builtin_clzll(v | 1)) * 9 + 73) >> 6);
+    #else
+        int n = 1;
+        while (v > 0x7F) { v >>= 7; n++; }
+        return n;
+    #endif
+    }
+    """
+    int uvarint_size "fkw_uvarint_size"(uint64_t v) noexcept nogil
+
+
+cdef extern from *:
+    """
+    /* memcpy, with the short copies of keys and header fields done in place: a call
+       to memcpy costs more than copying a dozen bytes. */
+    static inline void fkw_copy_small(unsigned char* d, const unsigned char* s, size_t n) {
+        uint64_t a, b;
+        uint32_t c, e;
+        if (n > 16) {
+            memcpy(d, s, n);
+        } else if (n >= 8) {  /* two 8-byte moves that may overlap */
+            memcpy(&a, s, 8); memcpy(&b, s + n - 8, 8);
+            memcpy(d, &a, 8); memcpy(d + n - 8, &b, 8);
+        } else if (n >= 4) {
+            memcpy(&c, s, 4); memcpy(&e, s + n - 4, 4);
+            memcpy(d, &c, 4); memcpy(d + n - 4, &e, 4);
+        } else {
+            while (n--) *d++ = *s++;
+        }
+    }
+    """
+    void copy_small "fkw_copy_small"(unsigned char* d, const unsigned char* s, size_t n) noexcept nogil
 
 
 cdef inline int begin_record(W* w, int64_t ts_delta, int64_t delta, int guess) except -1:
@@ -970,65 +1050,89 @@ cdef object _encode_objects(object records, int64_t base_offset, int64_t now, W*
 
 
 cdef object _encode_columns(object cols, int64_t base_offset, W* w):
-    """As _encode_objects, from RecordColumns."""
+    """As _encode_objects, from RecordColumns: one pass that checks the columns and sums
+    the exact size, then one that writes each record straight to its place (its length
+    is known before its body, so nothing moves)."""
     cdef const int64_t[::1] offset
     cdef const int64_t[::1] timestamp
-    cdef const int32_t[::1] hoffs
+    cdef const int32_t[::1] hoffs_view
     try:
         offset = cols.offset
         timestamp = cols.timestamp
-        hoffs = cols.headers.offsets
+        hoffs_view = cols.headers.offsets
         key = _Bin(cols.key)
         value = _Bin(cols.value)
         hkey = _Bin(cols.headers.key)
         hvalue = _Bin(cols.headers.value)
     except (ValueError, TypeError, AttributeError, BufferError):
         return None  # not arrays of these types: the pure writer converts or refuses them
-    cdef Py_ssize_t n = offset.shape[0], i, j, start, hn
-    cdef int guess = 2
-    cdef int64_t first, top, delta = 0, ts_delta
-    if n == 0 or timestamp.shape[0] != n or hoffs.shape[0] != n + 1 or not key.fits(n) \
-            or not value.fits(n) or hoffs[0] != 0:
+    cdef Py_ssize_t n = offset.shape[0], i, hn
+    if n == 0 or timestamp.shape[0] != n or hoffs_view.shape[0] != n + 1 or not key.fits(n) \
+            or not value.fits(n) or hoffs_view[0] != 0:
         return None
     hn = hkey.n
-    if hvalue.n != hn or hoffs[n] != hn:
+    if not hkey.fits(hn) or not hvalue.fits(hn) or hoffs_view[n] != hn or not hkey.all_utf8():
         return None
-    for i in range(n):
-        if hoffs[i] > hoffs[i + 1]:
-            return None
-    for j in range(hn):  # the pure writer decodes header keys: so must they be UTF-8 here
-        if not hkey.utf8(j):
-            return None
-    first = top = timestamp[0]
+    cdef const int64_t* offs = &offset[0]
+    cdef const int64_t* stamps = &timestamp[0]
+    cdef const int32_t* hoffs = &hoffs_view[0]
     cdef CBin k = key.view(), v = value.view(), hk = hkey.view(), hv = hvalue.view()
-    cdef Py_ssize_t total = 0, body
-    # First the exact size: the output is made once at its final size (a buffer grown
-    # and cut instead is a fresh allocation every call, whose pages all fault in).
-    for i in range(n):
-        if not sub_ok(offset[i], base_offset, &delta) or delta < -0x80000000 \
-                or delta > 0x7FFFFFFF or not sub_ok(timestamp[i], first, &ts_delta):
+    cdef int64_t lo = offs[0], hi = offs[0], first = stamps[0], low = first, top = first, d
+    cdef Py_ssize_t total = 0, size, j
+    # Each record's body size, from the pass that sums them to the one that writes.
+    cdef Py_ssize_t* bodies = <Py_ssize_t*>PyMem_Malloc(n * sizeof(Py_ssize_t))
+    cdef unsigned char* o
+    cdef unsigned char* e
+    if bodies == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            # The deltas wrap here if out of range; the range is checked after the loop.
+            size = (1 + uvarint_size(zz(<int64_t>(<uint64_t>stamps[i] - <uint64_t>first)))
+                    + uvarint_size(zz(<int64_t>(<uint64_t>offs[i] - <uint64_t>base_offset)))
+                    + value_size(&k, i) + value_size(&v, i))
+            # Header rows ascending from 0 (hoffs[0] was checked) and within the columns
+            # before any is read.
+            if hoffs[i] > hoffs[i + 1] or hoffs[i + 1] > hn:
+                return None
+            size += uvarint_size(zz(hoffs[i + 1] - hoffs[i]))
+            for j in range(hoffs[i], hoffs[i + 1]):
+                size += value_size(&hk, j) + value_size(&hv, j)
+            bodies[i] = size
+            total += uvarint_size(zz(size)) + size
+            lo = min(lo, offs[i])
+            hi = max(hi, offs[i])
+            low = min(low, stamps[i])
+            top = max(top, stamps[i])
+        # The range checks once over the extremes instead of once per record: the
+        # deltas of all records fit when those of the lowest and highest do.
+        if not sub_ok(lo, base_offset, &d) or d < -0x80000000 \
+                or not sub_ok(hi, base_offset, &d) or d > 0x7FFFFFFF \
+                or not sub_ok(low, first, &d) or not sub_ok(top, first, &d):
             return None
-        body = (1 + uvarint_size(zz(ts_delta)) + uvarint_size(zz(delta)) + csize(&k, i)
-                + csize(&v, i) + uvarint_size(zz(hoffs[i + 1] - hoffs[i])))
-        for j in range(hoffs[i], hoffs[i + 1]):
-            body += csize(&hk, j) + csize(&hv, j)
-        total += uvarint_size(zz(body)) + body
-    w_room(w, total + 8)  # 8: end_record's spare room, cut off at the end
-    for i in range(n):
-        if timestamp[i] > top:
-            top = timestamp[i]
-        sub_ok(offset[i], base_offset, &delta)
-        sub_ok(timestamp[i], first, &ts_delta)
-        start = w.used
-        begin_record(w, ts_delta, delta, guess)
-        cput(w, &k, i)
-        cput(w, &v, i)
-        w_uvarint(w, zz(hoffs[i + 1] - hoffs[i]))
-        for j in range(hoffs[i], hoffs[i + 1]):
-            cput(w, &hk, j)
-            cput(w, &hv, j)
-        guess = end_record(w, start, guess)
-    return n, delta, first, top
+        # The output is made once at its exact size: a buffer grown and cut instead is
+        # a fresh allocation every call, whose pages all fault in.
+        w_room(w, total)
+        o = w.buf + w.used
+        e = o + total
+        for i in range(n):
+            size = bodies[i]
+            if uvarint_size(zz(size)) + size > e - o:
+                return None  # cannot happen: the columns are as they were measured
+            o = put_uvarint(o, zz(size))
+            o[0] = 0  # attributes
+            o = put_uvarint(o + 1, zz(stamps[i] - first))
+            o = put_uvarint(o, zz(offs[i] - base_offset))
+            o = put_value(o, &k, i)
+            o = put_value(o, &v, i)
+            o = put_uvarint(o, zz(hoffs[i + 1] - hoffs[i]))
+            for j in range(hoffs[i], hoffs[i + 1]):
+                o = put_value(o, &hk, j)
+                o = put_value(o, &hv, j)
+        w.used = o - w.buf
+        return n, offs[n - 1] - base_offset, first, top
+    finally:
+        PyMem_Free(bodies)
 
 
 cdef struct CBin:
@@ -1037,26 +1141,33 @@ cdef struct CBin:
     const uint8_t* nulls
 
 
-cdef inline void cput(W* w, CBin* b, Py_ssize_t i) noexcept:
-    """Value i of a checked column, into room already made."""
-    cdef int32_t n
-    if b.nulls[i]:
-        w.buf[w.used] = 1  # zigzag(-1): null
-        w.used += 1
-        return
-    n = b.offs[i + 1] - b.offs[i]
-    w_uvarint(w, zz(n))
-    memcpy(w.buf + w.used, b.data + b.offs[i], n)
-    w.used += n
+cdef inline Py_ssize_t value_size(CBin* b, Py_ssize_t i) noexcept:
+    """The bytes value i of a checked column takes: its length (-1: null) and bytes."""
+    cdef Py_ssize_t n = b.offs[i + 1] - b.offs[i]
+    return 1 if b.nulls[i] else uvarint_size(zz(n)) + n
 
 
-cdef inline Py_ssize_t csize(CBin* b, Py_ssize_t i) noexcept:
-    """The bytes value i of a checked column takes: its length and its bytes."""
-    cdef int32_t n
+cdef inline unsigned char* put_uvarint(unsigned char* o, uint64_t v) noexcept:
+    if v < 0x80:  # the usual small length, without the loop
+        o[0] = <unsigned char>v
+        return o + 1
+    while v > 0x7F:
+        o[0] = <unsigned char>((v & 0x7F) | 0x80)
+        o += 1
+        v >>= 7
+    o[0] = <unsigned char>v
+    return o + 1
+
+
+cdef inline unsigned char* put_value(unsigned char* o, CBin* b, Py_ssize_t i) noexcept:
+    """Value i of a checked column: its length and bytes."""
+    cdef Py_ssize_t n = b.offs[i + 1] - b.offs[i]
     if b.nulls[i]:
-        return 1
-    n = b.offs[i + 1] - b.offs[i]
-    return uvarint_size(zz(n)) + n
+        o[0] = 1  # zigzag(-1): null
+        return o + 1
+    o = put_uvarint(o, zz(n))
+    copy_small(o, b.data + b.offs[i], n)
+    return o + n
 
 
 @cython.final
@@ -1071,6 +1182,8 @@ cdef class _Bin:
 
     def __cinit__(self, col):
         cdef Py_ssize_t i
+        cdef const int32_t* o
+        cdef bint ascending = True
         self.data = col.data
         self.offs = col.offsets
         nulls = col.nulls
@@ -1081,11 +1194,10 @@ cdef class _Bin:
         self.size = self.data.shape[0]
         self.ok = self.offs.shape[0] == self.n + 1 and self.offs[0] >= 0
         if self.ok:
-            for i in range(self.n):
-                if self.offs[i] > self.offs[i + 1]:
-                    self.ok = False
-                    break
-            self.ok = self.ok and self.offs[self.n] <= self.size
+            o = &self.offs[0]
+            for i in range(self.n):  # no early exit: a loop the compiler can vectorize
+                ascending &= o[i] <= o[i + 1]
+            self.ok = ascending and o[self.n] <= self.size
 
     cdef bint fits(self, Py_ssize_t n):
         return self.ok and self.n == n
@@ -1101,6 +1213,22 @@ cdef class _Bin:
         if self.size == 0:
             return b""
         return <const char*>&self.data[0] + self.offs[i]
+
+    cdef bint all_utf8(self):
+        """Every value is UTF-8, none null (header keys: the pure writer decodes them)."""
+        cdef Py_ssize_t i
+        if self.n == 0:
+            return True
+        for i in range(self.n):
+            if self.nulls[i]:
+                return False
+        # Keys are mostly ASCII: one look at all their bytes instead of one per key.
+        if ascii(<const unsigned char*>self.at(0), self.offs[self.n] - self.offs[0]):
+            return True
+        for i in range(self.n):
+            if not self.utf8(i):
+                return False
+        return True
 
     cdef bint utf8(self, Py_ssize_t i):
         cdef const unsigned char* p
@@ -1118,11 +1246,6 @@ cdef class _Bin:
         except UnicodeDecodeError:
             return False
         return True
-
-    cdef inline int put(self, W* w, Py_ssize_t i) except -1:
-        if self.nulls[i]:
-            return w_blob(w, NULL, -1)
-        return w_blob(w, self.at(i), self.offs[i + 1] - self.offs[i])
 
 
 cdef object _encode(object records, int64_t base_offset, int64_t now, W* w):
