@@ -107,3 +107,23 @@ def test_max_records_stands_one_node_for_the_rest():
     assert (cut[2].name, cut[2].value) == ("record[2..5]", 4)
     _contiguous(cut, full[0].offset, full[-1].offset + full[-1].size)
     assert describe(data, max_records=0)[0].children[-1].children[0].value == 6
+
+
+def test_each_record_says_its_absolute_offset_and_timestamp():
+    from fastkwire.records import read_batches
+
+    data = write_batch([Record(7 + i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(RECS)],
+                       base_offset=7)
+    recs = describe(data)[0].children[-1].children
+    assert [r.value for r in recs] == ["offset 7, timestamp 10", "offset 8, timestamp 12"]
+    assert [(r.offset, r.timestamp) for r in read_batches(data)[0].records] == [(7, 10), (8, 12)]
+
+
+def test_log_append_time_records_show_the_batch_timestamp():
+    from fastkwire.records import read_batches
+
+    data = write_batch(RECS, timestamp_type=1)
+    recs = describe(data)[0].children[-1].children
+    read = read_batches(data)[0].records
+    assert [r.value for r in recs] == [f"offset {r.offset}, timestamp {r.timestamp}" for r in read]
+    assert {r.timestamp for r in read} == {12}

@@ -75,16 +75,19 @@ def _v2(data, pos, size, max_decompressed, max_records, crc32c):
     if codec >= len(_compression.CODECS):
         raise DecodeError(f"unknown compression {codec}", pos + 21)
     count = fields["record_count"]
+    # Absolute offsets and timestamps, as readers see them (LogAppendTime: the batch's).
+    log_append_time = fields["max_timestamp"] if fields["attributes"] & 0x08 else None
+    bases = (fields["base_offset"], fields["base_timestamp"], log_append_time)
     if codec == 0:
         records = Node("records", start, end - start, f"{count} records",
-                       _records(data, start, end, count, max_records))
+                       _records(data, start, end, count, max_records, bases))
     else:
         name = _compression.CODECS[codec]
         raw = bytes(_compression.decompress(name, data[start:end],
                                             max_decompressed or default_limit(end - start), start))
         records = Node("records", start, end - start,
                        f"{name}: {count} records in {len(raw)} decompressed bytes "
-                       "(offsets below count from their start)", _records(raw, 0, len(raw), count, max_records))
+                       "(offsets below count from their start)", _records(raw, 0, len(raw), count, max_records, bases))
     crc_ok = crc32c(data[pos + 21:end]) == fields["crc"]
     summary = (f"magic 2, {count} records, {_compression.CODECS[codec]}"
                f"{'' if crc_ok else ', CRC mismatch'}")
@@ -111,7 +114,8 @@ def _blob(name, data, pos, end, text=False):
     return [length, Node(name, pos, n, value)], pos + n
 
 
-def _records(data, pos, end, count, max_records):
+def _records(data, pos, end, count, max_records, bases):
+    base_offset, base_timestamp, log_append_time = bases
     if count < 0 or count > (end - pos) // _records_python.MIN_RECORD:
         raise count_exceeds(pos, count, end - pos)
     out = []
@@ -143,7 +147,9 @@ def _records(data, pos, end, count, max_records):
             nodes.append(Node(f"header[{j}]", hstart, pos - hstart, None, tuple(key + value)))
         if pos != rend:
             raise DecodeError(f"record length {length.value} does not match its fields", start)
-        out.append(Node(f"record[{i}]", start, pos - start, None, tuple(nodes)))
+        timestamp = log_append_time if log_append_time is not None else base_timestamp + nodes[2].value
+        out.append(Node(f"record[{i}]", start, pos - start,
+                        f"offset {base_offset + nodes[3].value}, timestamp {timestamp}", tuple(nodes)))
     return tuple(out)
 
 
