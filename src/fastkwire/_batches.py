@@ -8,7 +8,7 @@ RecordBatch v2 header (61 bytes, big-endian):
   leader epoch int32 | 16 magic int8 | 17 crc uint32 (CRC32C of bytes 21..end) |
   21 attributes int16 | 23 last offset delta int32 | 27 base timestamp int64 |
   35 max timestamp int64 | 43 producer id int64 | 51 producer epoch int16 |
-  55 base sequence int32 | 57 record count int32 | 61 records
+  53 base sequence int32 | 57 record count int32 | 61 records
 """
 import struct
 import time
