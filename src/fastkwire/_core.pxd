@@ -77,6 +77,7 @@ cdef object rd_uuid(Cursor* c)
 cdef object rd_raw(Cursor* c, Py_ssize_t n)
 cdef object rd_string(Cursor* c)
 cdef object rd_nullable_string(Cursor* c)
+cdef Py_ssize_t bytes_span(Cursor* c, int compact, int nullable) except -2
 cdef object rd_bytes(Cursor* c)
 cdef object rd_nullable_bytes(Cursor* c)
 cdef object rd_compact_bytes(Cursor* c)

@@ -268,37 +268,42 @@ cdef object rd_string(Cursor* c):
 cdef object rd_nullable_string(Cursor* c):
     return _legacy_string(c, 1)
 
-cdef object _blob(Cursor* c, Py_ssize_t start, long long n):
+cdef Py_ssize_t bytes_span(Cursor* c, int compact, int nullable) except -2:
+    """Reads a bytes value's length (-1: null) and moves past the value, whose bytes
+    must all be there; the value starts at c.pos minus the length."""
+    cdef Py_ssize_t start = c.pos
+    cdef long long n
+    if compact:
+        n = rd_uvarint(c)
+        if n == 0:
+            if nullable:
+                return -1
+            raise_null(start)
+        n -= 1
+    else:
+        n = legacy_len(c, 4, nullable)
+        if n < 0:
+            return -1
     if c.end - c.pos < n:
         raise_short(start, c.pos - start + n, c.end)
     c.pos += n
-    return rd_raw_at(c, c.pos - n, n)
+    return n
 
-cdef object _legacy_bytes(Cursor* c, int nullable):
-    cdef Py_ssize_t start = c.pos
-    cdef long long n = legacy_len(c, 4, nullable)
-    return None if n < 0 else _blob(c, start, n)
-
-cdef object _compact_bytes(Cursor* c, int nullable):
-    cdef Py_ssize_t start = c.pos
-    cdef long long n = rd_uvarint(c)
-    if n == 0:
-        if nullable:
-            return None
-        raise_null(start)
-    return _blob(c, start, n - 1)
+cdef object _bytes(Cursor* c, int compact, int nullable):
+    cdef Py_ssize_t n = bytes_span(c, compact, nullable)
+    return None if n < 0 else rd_raw_at(c, c.pos - n, n)
 
 cdef object rd_bytes(Cursor* c):
-    return _legacy_bytes(c, 0)
+    return _bytes(c, 0, 0)
 
 cdef object rd_nullable_bytes(Cursor* c):
-    return _legacy_bytes(c, 1)
+    return _bytes(c, 0, 1)
 
 cdef object rd_compact_bytes(Cursor* c):
-    return _compact_bytes(c, 0)
+    return _bytes(c, 1, 0)
 
 cdef object rd_compact_nullable_bytes(Cursor* c):
-    return _compact_bytes(c, 1)
+    return _bytes(c, 1, 1)
 
 
 # ---- numpy arrays, without a compile-time dependency on numpy: numpy is imported on

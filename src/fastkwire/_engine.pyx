@@ -333,6 +333,29 @@ cdef object views_of(Cursor* c, object data, Py_buffer* view, int held, int opts
     return whole
 
 
+cdef object read_message(object cls, object data, object version, object offset, object arrays,
+                         object records, bint to_the_end, Py_ssize_t* end):
+    """decode and decode_from: the message at offset; with to_the_end, trailing bytes are
+    an error. Sets *end to where the message ends."""
+    cdef Cursor c
+    cdef Py_buffer view
+    cdef int opts = 0 if arrays == "list" and records == "bytes" else decode_options(arrays, records)
+    cdef Plan p = plan_of(cls, version)
+    cdef int held = open_input(&c, data, &view)
+    try:
+        whole = views_of(&c, data, &view, held, opts)
+        held = held and whole is None
+        c.pos = start_at(offset, c.end)
+        o = rd_struct(p, &c, opts)
+        if to_the_end and c.pos != c.end:
+            raise _e.trailing(c.pos, c.end - c.pos)
+    finally:
+        if held:
+            PyBuffer_Release(&view)
+    end[0] = c.pos
+    return o
+
+
 cdef inline object rd_scalar(int kind, Cursor* c, bint compact, bint nullable):
     if kind == K_STRING:
         if compact:
@@ -399,24 +422,8 @@ cdef object rd_scalars(Field* f, Cursor* c):
 
 cdef object rd_view(Cursor* c, bint compact, bint nullable):
     """A records field as a slice of the input's memoryview: no copy."""
-    cdef Py_ssize_t start = c.pos
-    cdef long long n
-    if compact:
-        n = rd_uvarint(c) - 1
-        if n < 0 and not nullable:
-            raise_null(start)
-    else:
-        n = rd_i32(c)
-        if n < -1:
-            raise_bad_length(start, n)
-        if n == -1 and not nullable:
-            raise_null(start)
-    if n < 0:
-        return None
-    if c.end - c.pos < n:
-        raise_short(start, c.pos - start + n, c.end)
-    c.pos += n
-    return (<object>c.whole)[c.pos - n:c.pos]
+    cdef Py_ssize_t n = bytes_span(c, compact, nullable)
+    return None if n < 0 else (<object>c.whole)[c.pos - n:c.pos]
 
 
 cdef inline object rd_field(Field* f, Cursor* c, int arrays):
@@ -670,39 +677,15 @@ cdef class MessageMixin:
     @classmethod
     def decode_from(cls, data, version, offset=0, arrays="list", records="bytes"):
         """Decode one message starting at offset; returns (message, end offset)."""
-        cdef Cursor c
-        cdef Py_buffer view
-        cdef int opts = 0 if arrays == "list" and records == "bytes" else decode_options(arrays, records)
-        cdef Plan p = plan_of(cls, version)
-        cdef int held = open_input(&c, data, &view)
-        try:
-            whole = views_of(&c, data, &view, held, opts)
-            held = held and whole is None
-            c.pos = start_at(offset, c.end)
-            o = rd_struct(p, &c, opts)
-        finally:
-            if held:
-                PyBuffer_Release(&view)
-        return o, c.pos
+        cdef Py_ssize_t end
+        o = read_message(cls, data, version, offset, arrays, records, False, &end)
+        return o, end
 
     @classmethod
     def decode(cls, data, version, arrays="list", records="bytes"):
         """Decode a whole message body; trailing bytes are an error."""
-        cdef Cursor c
-        cdef Py_buffer view
-        cdef int opts = 0 if arrays == "list" and records == "bytes" else decode_options(arrays, records)
-        cdef Plan p = plan_of(cls, version)
-        cdef int held = open_input(&c, data, &view)
-        try:
-            whole = views_of(&c, data, &view, held, opts)
-            held = held and whole is None
-            o = rd_struct(p, &c, opts)
-            if c.pos != c.end:
-                raise _e.trailing(c.pos, c.end - c.pos)
-        finally:
-            if held:
-                PyBuffer_Release(&view)
-        return o
+        cdef Py_ssize_t end
+        return read_message(cls, data, version, 0, arrays, records, True, &end)
 
     @classmethod
     def is_flexible(cls, version):
