@@ -39,22 +39,22 @@ class Op:
             return 1 if self.compact else 4
         if f.is_struct:
             return 1 if self.nullable else self.sub.min_size
-        if f.type in S.FIXED_WIDTH:
-            return S.FIXED_WIDTH[f.type]
-        if f.type == "string":
-            return 1 if self.compact else 2
-        return 1 if self.compact else 4  # bytes, records
+        return _value_min_size(f.type, self.compact)
 
     def element_min_size(self) -> int:
         """Fewest bytes one element of an array field takes."""
         if self.sub is not None:
             return self.sub.min_size
-        elem = self.field.element_type
-        if elem in S.FIXED_WIDTH:
-            return S.FIXED_WIDTH[elem]
-        if elem == "string":
-            return 1 if self.compact else 2
-        return 1 if self.compact else 4  # bytes
+        return _value_min_size(self.field.element_type, self.compact)
+
+
+def _value_min_size(type_: str, compact: bool) -> int:
+    """Fewest bytes a value of a primitive type takes."""
+    if type_ in S.FIXED_WIDTH:
+        return S.FIXED_WIDTH[type_]
+    if type_ == "string":
+        return 1 if compact else 2
+    return 1 if compact else 4  # bytes, records
 
 
 @dataclass(eq=False)

@@ -272,9 +272,8 @@ class _Writer:
                     f"{op.nullable}, arrays)", ind)
             else:
                 item = ("compact_string" if op.compact else "string") if elem == "string" else elem
-                size = (1 if op.compact else 2) if elem == "string" else _pure.WIDTH[elem]
                 out(f"{target}, pos = r_array(data, pos, {end}, r_{item}, {op.compact}, "
-                    f"{op.nullable}, {size})", ind)
+                    f"{op.nullable}, {op.element_min_size()})", ind)
         elif f.is_struct:
             sub = self.ns.fn(op.sub)
             if op.nullable:
