@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+# Every contestant is single-threaded: numpy's idle BLAS threads, spinning on another
+# core of a small machine, would only add noise.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # bench files import workloads
 

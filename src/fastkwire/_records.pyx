@@ -52,6 +52,7 @@ cdef extern from "Python.h":
     char* PyBytes_AS_STRING_P "PyBytes_AS_STRING"(PyObject* o)
     PyObject* PyBytes_New "PyBytes_FromStringAndSize"(const char* s, Py_ssize_t n)
     int _PyBytes_Resize(PyObject** o, Py_ssize_t n)
+    void Py_SET_SIZE(PyObject* o, Py_ssize_t n)
     Py_ssize_t PyBytes_GET_SIZE_P "PyBytes_GET_SIZE"(PyObject* o)
     void PyErr_Clear()
     PyObject* Py_None
@@ -109,21 +110,40 @@ cdef inline void put(PyObject* o, Py_ssize_t offset, object v) noexcept:
     Py_INCREF(v)
     (<PyObject**>(<char*>o + offset))[0] = <PyObject*>v
 
+cdef extern from *:
+    """
+    #define fkw_gc_new(tp) ((PyObject*)PyObject_GC_New(PyObject, (tp)))
+    """
+    PyObject* gc_new "fkw_gc_new"(PyTypeObject* tp)
+
+# A Record's memory is its header and its five slots, nothing else (no __dict__, no
+# __weakref__), so a record can be made without zeroing or the collector's tracking:
+# every slot is set before anything sees it.
+cdef bint RECORD_BARE = (Record.__basicsize__ == object.__basicsize__ + 5 * sizeof(PyObject*)
+                         and Record.__itemsize__ == 0 and Record.__dictoffset__ == 0
+                         and Record.__weakrefoffset__ == 0)
+
+
 cdef inline object new_record(object offset, object timestamp, object key, object value,
                               object headers):
-    cdef PyObject* o = RECORD_TYPE.tp_alloc(RECORD_TYPE, 0)
+    cdef PyObject* o
+    if RECORD_BARE:
+        o = gc_new(RECORD_TYPE)  # untracked
+    else:
+        o = RECORD_TYPE.tp_alloc(RECORD_TYPE, 0)
     if o == NULL:
         raise MemoryError()
-    r = <object>o
-    Py_XDECREF(o)  # <object> took its own reference
     # Nothing a decoded record holds can make a cycle through it (as the message
     # engine's objects): the collector need not walk ten thousand of them.
-    PyObject_GC_UnTrack(o)
+    if not RECORD_BARE:
+        PyObject_GC_UnTrack(o)
     put(o, S_OFFSET, offset)
     put(o, S_TIMESTAMP, timestamp)
     put(o, S_KEY, key)
     put(o, S_VALUE, value)
     put(o, S_HEADERS, headers)
+    r = <object>o
+    Py_XDECREF(o)  # <object> took its own reference
     return r
 
 
@@ -212,6 +232,11 @@ cdef int64_t rd_len_slow(Cur* c, Py_ssize_t end) except -2:
     if n > end - c.pos:
         raise_truncated(c.pos, n, end - c.pos)
     return n
+
+
+cdef inline bint same_bytes(const unsigned char* p, const unsigned char* q, int64_t n) noexcept:
+    """n bytes equal; the first compared in place (header keys are often one byte)."""
+    return n == 0 or (p[0] == q[0] and (n == 1 or memcmp(p + 1, q + 1, n - 1) == 0))
 
 
 cdef inline object take_bytes(Cur* c, int64_t n):
@@ -343,7 +368,7 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
                 raise_reason("null header key", kpos)
             if klen > rend - c.pos:
                 raise_truncated(c.pos, klen, rend - c.pos)
-            if klen == last_len and memcmp(b + c.pos, last_key, klen) == 0:
+            if klen == last_len and same_bytes(b + c.pos, last_key, klen):
                 hkey = last_str
             else:
                 try:
@@ -357,7 +382,7 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
                 # A header equal to the last one made (same key object, same value bytes)
                 # is the same tuple: it cannot change, and constant headers are common.
                 if hkey is last_pair_key and vlen == last_vlen and (
-                        vlen <= 0 or memcmp(b + c.pos, last_value, vlen) == 0):
+                        vlen <= 0 or same_bytes(b + c.pos, last_value, vlen)):
                     c.pos += max(vlen, 0)
                     pair = last_pair
                 else:
@@ -460,10 +485,10 @@ cdef inline void col_put(Bin* b, Py_ssize_t row, const unsigned char** pp, int64
 
 cdef inline bint ascii(const unsigned char* p, int64_t n) noexcept nogil:
     cdef int64_t i
-    for i in range(n):
-        if p[i] >= 0x80:
-            return False
-    return True
+    cdef unsigned char bits = 0
+    for i in range(n):  # no early exit: a loop the compiler can vectorize
+        bits |= p[i]
+    return bits < 0x80
 
 
 cdef bint _columns_fast(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long long count,
@@ -815,7 +840,13 @@ cdef object w_take(W* w):
     """The bytes written (the object itself, cut to size); w is empty after."""
     if w.owner == NULL:
         return b""
-    if _PyBytes_Resize(&w.owner, w.used) < 0:
+    if w.cap - w.used <= w.used >> 2:
+        # Little room left over: the object only shows fewer bytes (as msgspec does),
+        # since a realloc to fit would make the allocator map fresh pages on every
+        # call for a batch of the same size, all of which then fault in.
+        Py_SET_SIZE(w.owner, w.used)
+        w.buf[w.used] = 0
+    elif _PyBytes_Resize(&w.owner, w.used) < 0:
         w.owner = NULL
         raise MemoryError()
     out = <object>w.owner
@@ -906,29 +937,6 @@ cdef extern from *:
     }
     """
     int uvarint_size "fkw_uvarint_size"(uint64_t v) noexcept nogil
-
-
-cdef extern from *:
-    """
-    /* memcpy, with the short copies of keys and header fields done in place: a call
-       to memcpy costs more than copying a dozen bytes. */
-    static inline void fkw_copy_small(unsigned char* d, const unsigned char* s, size_t n) {
-        uint64_t a, b;
-        uint32_t c, e;
-        if (n > 16) {
-            memcpy(d, s, n);
-        } else if (n >= 8) {  /* two 8-byte moves that may overlap */
-            memcpy(&a, s, 8); memcpy(&b, s + n - 8, 8);
-            memcpy(d, &a, 8); memcpy(d + n - 8, &b, 8);
-        } else if (n >= 4) {
-            memcpy(&c, s, 4); memcpy(&e, s + n - 4, 4);
-            memcpy(d, &c, 4); memcpy(d + n - 4, &e, 4);
-        } else {
-            while (n--) *d++ = *s++;
-        }
-    }
-    """
-    void copy_small "fkw_copy_small"(unsigned char* d, const unsigned char* s, size_t n) noexcept nogil
 
 
 cdef inline int begin_record(W* w, int64_t ts_delta, int64_t delta, int guess) except -1:
@@ -1050,9 +1058,10 @@ cdef object _encode_objects(object records, int64_t base_offset, int64_t now, W*
 
 
 cdef object _encode_columns(object cols, int64_t base_offset, W* w):
-    """As _encode_objects, from RecordColumns: one pass that checks the columns and sums
-    the exact size, then one that writes each record straight to its place (its length
-    is known before its body, so nothing moves)."""
+    """As _encode_objects, from RecordColumns. The columns are checked and measured with
+    loops over whole arrays, the output is made at the most they can take, and one pass
+    writes each record, leaving room for its length as long as the previous record's
+    (the records of a batch are mostly alike, so the body seldom moves)."""
     cdef const int64_t[::1] offset
     cdef const int64_t[::1] timestamp
     cdef const int32_t[::1] hoffs_view
@@ -1078,96 +1087,149 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
     cdef const int32_t* hoffs = &hoffs_view[0]
     cdef CBin k = key.view(), v = value.view(), hk = hkey.view(), hv = hvalue.view()
     cdef int64_t lo = offs[0], hi = offs[0], first = stamps[0], low = first, top = first, d
-    cdef Py_ssize_t total = 0, size, j
-    # Each record's body size, from the pass that sums them to the one that writes.
-    cdef Py_ssize_t* bodies = <Py_ssize_t*>PyMem_Malloc(n * sizeof(Py_ssize_t))
+    cdef uint32_t most_headers = 0
+    cdef bint ascending = True
+    cdef Py_ssize_t most, j, body
+    cdef uint64_t header, record
     cdef unsigned char* o
-    cdef unsigned char* e
-    if bodies == NULL:
-        raise MemoryError()
-    try:
-        for i in range(n):
-            # The deltas wrap here if out of range; the range is checked after the loop.
-            size = (1 + uvarint_size(zz(<int64_t>(<uint64_t>stamps[i] - <uint64_t>first)))
-                    + uvarint_size(zz(<int64_t>(<uint64_t>offs[i] - <uint64_t>base_offset)))
-                    + value_size(&k, i) + value_size(&v, i))
-            # Header rows ascending from 0 (hoffs[0] was checked) and within the columns
-            # before any is read.
-            if hoffs[i] > hoffs[i + 1] or hoffs[i + 1] > hn:
-                return None
-            size += uvarint_size(zz(hoffs[i + 1] - hoffs[i]))
-            for j in range(hoffs[i], hoffs[i + 1]):
-                size += value_size(&hk, j) + value_size(&hv, j)
-            bodies[i] = size
-            total += uvarint_size(zz(size)) + size
-            lo = min(lo, offs[i])
-            hi = max(hi, offs[i])
-            low = min(low, stamps[i])
-            top = max(top, stamps[i])
-        # The range checks once over the extremes instead of once per record: the
-        # deltas of all records fit when those of the lowest and highest do.
-        if not sub_ok(lo, base_offset, &d) or d < -0x80000000 \
-                or not sub_ok(hi, base_offset, &d) or d > 0x7FFFFFFF \
-                or not sub_ok(low, first, &d) or not sub_ok(top, first, &d):
-            return None
-        # The output is made once at its exact size: a buffer grown and cut instead is
-        # a fresh allocation every call, whose pages all fault in.
-        w_room(w, total)
-        o = w.buf + w.used
-        e = o + total
-        for i in range(n):
-            size = bodies[i]
-            if uvarint_size(zz(size)) + size > e - o:
-                return None  # cannot happen: the columns are as they were measured
-            o = put_uvarint(o, zz(size))
-            o[0] = 0  # attributes
-            o = put_uvarint(o + 1, zz(stamps[i] - first))
-            o = put_uvarint(o, zz(offs[i] - base_offset))
-            o = put_value(o, &k, i)
-            o = put_value(o, &v, i)
-            o = put_uvarint(o, zz(hoffs[i + 1] - hoffs[i]))
-            for j in range(hoffs[i], hoffs[i + 1]):
-                o = put_value(o, &hk, j)
-                o = put_value(o, &hv, j)
-        w.used = o - w.buf
-        return n, offs[n - 1] - base_offset, first, top
-    finally:
-        PyMem_Free(bodies)
+    cdef unsigned char* start
+    cdef int room, size, ts_width, offset_width, count_width
+    # No early exit: loops the compiler can vectorize, one per element width.
+    for i in range(n):
+        lo = min(lo, offs[i])
+        hi = max(hi, offs[i])
+        low = min(low, stamps[i])
+        top = max(top, stamps[i])
+    for i in range(n):
+        ascending &= hoffs[i] <= hoffs[i + 1]
+        # Wraps where the rows descend, which the check above refuses.
+        most_headers = max(most_headers, <uint32_t>hoffs[i + 1] - <uint32_t>hoffs[i])
+    # Header rows ascend from 0 to hn (both checked above): each header is one record's.
+    # The deltas of all records fit when those of the extremes do.
+    if not ascending or not sub_ok(lo, base_offset, &d) or d < -0x80000000 \
+            or not sub_ok(hi, base_offset, &d) or d > 0x7FFFFFFF \
+            or not sub_ok(low, first, &d) or not sub_ok(top, first, &d):
+        return None
+    # The most the records can take, near what they do take (the bytes are cut to size
+    # in place only when little is left over): every value's bytes (the offsets
+    # ascend, so the spans bound them) and, per value, delta and count, the size of the
+    # largest one's varint.
+    ts_width = uvarint_size(max(zz(low - first), zz(top - first)))
+    offset_width = uvarint_size(max(zz(lo - base_offset), zz(hi - base_offset)))
+    count_width = uvarint_size(zz(most_headers))
+    header = hk.width + <uint64_t>hk.longest + hv.width + <uint64_t>hv.longest
+    record = 1 + ts_width + offset_width + k.width + <uint64_t>k.longest + v.width \
+        + <uint64_t>v.longest + count_width
+    # The longest record body, counted up to 2 GB (more and the batch is refused below).
+    if record > 0x7FFFFFFF or (most_headers and header > (0x7FFFFFFF - record) // <uint64_t>most_headers):
+        record = 0x7FFFFFFF
+    else:
+        record += most_headers * header
+    room = uvarint_size(zz(record))  # the most a record's length takes
+    most = k.span + v.span + hk.span + hv.span + (hk.width + hv.width) * hn \
+        + (room + 1 + ts_width + offset_width + k.width + v.width + count_width) * n
+    if most > 0x7FFFFFFF:
+        return None  # past 2 GB: the pure writer says what is wrong
+    w_room(w, most)
+    o = w.buf + w.used
+    for i in range(n):
+        start = o
+        o += room
+        o[0] = 0  # attributes
+        o = put_uvarint(o + 1, zz(stamps[i] - first))
+        o = put_uvarint(o, zz(offs[i] - base_offset))
+        o = put_value(o, &k, i)
+        o = put_value(o, &v, i)
+        o = put_uvarint(o, zz(hoffs[i + 1] - hoffs[i]))
+        for j in range(hoffs[i], hoffs[i + 1]):
+            o = put_value(o, &hk, j)
+            o = put_value(o, &hv, j)
+        body = o - start - room
+        size = uvarint_size(zz(body))
+        if size != room:  # never past the most its length takes, counted in `most`
+            memmove(start + size, start + room, body)
+            room = size
+        put_uvarint(start, zz(body))
+        o = start + size + body
+    w.used = o - w.buf
+    return n, offs[n - 1] - base_offset, first, top
 
 
-cdef struct CBin:
-    const unsigned char* data
-    const int32_t* offs
-    const uint8_t* nulls
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define FKW_ALWAYS_INLINE static inline __attribute__((always_inline))
+    #else
+    #define FKW_ALWAYS_INLINE static inline
+    #endif
 
+    /* A checked binary column: its values' offsets ascend within its data. */
+    typedef struct {
+        const unsigned char* data;
+        const int32_t* offs;
+        const uint8_t* nulls;
+        Py_ssize_t span;     /* from the first value's start to the last one's end */
+        Py_ssize_t longest;  /* the longest value's bytes */
+        int width;           /* the bytes of that value's length: the most any takes */
+    } fkw_column;
 
-cdef inline Py_ssize_t value_size(CBin* b, Py_ssize_t i) noexcept:
-    """The bytes value i of a checked column takes: its length (-1: null) and bytes."""
-    cdef Py_ssize_t n = b.offs[i + 1] - b.offs[i]
-    return 1 if b.nulls[i] else uvarint_size(zz(n)) + n
+    FKW_ALWAYS_INLINE unsigned char* fkw_put_uvarint(unsigned char* o, uint64_t v) {
+        while (v > 0x7F) {
+            *o++ = (unsigned char)((v & 0x7F) | 0x80);
+            v >>= 7;
+        }
+        *o = (unsigned char)v;
+        return o + 1;
+    }
 
+    /* memcpy, with keys, values and header fields up to 128 bytes moved in place: a
+       call to memcpy costs more than copying them. */
+    FKW_ALWAYS_INLINE void fkw_copy(unsigned char* d, const unsigned char* s, size_t n) {
+        uint64_t a, b;
+        uint32_t c, e;
+        size_t k;
+        if (n > 128) {
+            memcpy(d, s, n);
+        } else if (n > 16) {  /* 16-byte moves, the last one overlapping */
+            for (k = 0; k + 16 < n; k += 16) {
+                memcpy(&a, s + k, 8); memcpy(&b, s + k + 8, 8);
+                memcpy(d + k, &a, 8); memcpy(d + k + 8, &b, 8);
+            }
+            memcpy(&a, s + n - 16, 8); memcpy(&b, s + n - 8, 8);
+            memcpy(d + n - 16, &a, 8); memcpy(d + n - 8, &b, 8);
+        } else if (n >= 8) {  /* two 8-byte moves that may overlap */
+            memcpy(&a, s, 8); memcpy(&b, s + n - 8, 8);
+            memcpy(d, &a, 8); memcpy(d + n - 8, &b, 8);
+        } else if (n >= 4) {
+            memcpy(&c, s, 4); memcpy(&e, s + n - 4, 4);
+            memcpy(d, &c, 4); memcpy(d + n - 4, &e, 4);
+        } else {
+            while (n--) *d++ = *s++;
+        }
+    }
 
-cdef inline unsigned char* put_uvarint(unsigned char* o, uint64_t v) noexcept:
-    if v < 0x80:  # the usual small length, without the loop
-        o[0] = <unsigned char>v
-        return o + 1
-    while v > 0x7F:
-        o[0] = <unsigned char>((v & 0x7F) | 0x80)
-        o += 1
-        v >>= 7
-    o[0] = <unsigned char>v
-    return o + 1
-
-
-cdef inline unsigned char* put_value(unsigned char* o, CBin* b, Py_ssize_t i) noexcept:
-    """Value i of a checked column: its length and bytes."""
-    cdef Py_ssize_t n = b.offs[i + 1] - b.offs[i]
-    if b.nulls[i]:
-        o[0] = 1  # zigzag(-1): null
-        return o + 1
-    o = put_uvarint(o, zz(n))
-    copy_small(o, b.data + b.offs[i], n)
-    return o + n
+    /* Value i of a checked column: its length (zigzag) and bytes, or -1 for null. */
+    FKW_ALWAYS_INLINE unsigned char* fkw_put_value(unsigned char* o, const fkw_column* b,
+                                                   Py_ssize_t i) {
+        size_t n = (size_t)(b->offs[i + 1] - b->offs[i]);
+        if (b->nulls[i]) {
+            *o = 1;
+            return o + 1;
+        }
+        o = fkw_put_uvarint(o, (uint64_t)n << 1);
+        fkw_copy(o, b->data + b->offs[i], n);
+        return o + n;
+    }
+    """
+    ctypedef struct CBin "fkw_column":
+        const unsigned char* data
+        const int32_t* offs
+        const uint8_t* nulls
+        Py_ssize_t span
+        Py_ssize_t longest
+        int width
+    unsigned char* put_uvarint "fkw_put_uvarint"(unsigned char* o, uint64_t v) noexcept nogil
+    unsigned char* put_value "fkw_put_value"(unsigned char* o, const CBin* b, Py_ssize_t i) noexcept nogil
 
 
 @cython.final
@@ -1178,12 +1240,14 @@ cdef class _Bin:
     cdef const uint8_t[::1] nulls
     cdef Py_ssize_t n
     cdef Py_ssize_t size
+    cdef Py_ssize_t longest  # the longest value's bytes
     cdef bint ok
 
     def __cinit__(self, col):
         cdef Py_ssize_t i
         cdef const int32_t* o
         cdef bint ascending = True
+        cdef uint32_t longest = 0
         self.data = col.data
         self.offs = col.offsets
         nulls = col.nulls
@@ -1197,7 +1261,10 @@ cdef class _Bin:
             o = &self.offs[0]
             for i in range(self.n):  # no early exit: a loop the compiler can vectorize
                 ascending &= o[i] <= o[i + 1]
+                # Wraps where the offsets descend, which refuses the column anyway.
+                longest = max(longest, <uint32_t>o[i + 1] - <uint32_t>o[i])
             self.ok = ascending and o[self.n] <= self.size
+            self.longest = longest
 
     cdef bint fits(self, Py_ssize_t n):
         return self.ok and self.n == n
@@ -1207,6 +1274,9 @@ cdef class _Bin:
         b.data = <const unsigned char*>(&self.data[0] if self.size else <const uint8_t*>b"")
         b.offs = &self.offs[0]
         b.nulls = &self.nulls[0] if self.n else NULL
+        b.span = self.offs[self.n] - self.offs[0]
+        b.longest = self.longest
+        b.width = uvarint_size(zz(self.longest))
         return b
 
     cdef inline const char* at(self, Py_ssize_t i) noexcept:
@@ -1217,11 +1287,13 @@ cdef class _Bin:
     cdef bint all_utf8(self):
         """Every value is UTF-8, none null (header keys: the pure writer decodes them)."""
         cdef Py_ssize_t i
+        cdef uint8_t any_null = 0
         if self.n == 0:
             return True
-        for i in range(self.n):
-            if self.nulls[i]:
-                return False
+        for i in range(self.n):  # no early exit: a loop the compiler can vectorize
+            any_null |= self.nulls[i]
+        if any_null:
+            return False
         # Keys are mostly ASCII: one look at all their bytes instead of one per key.
         if ascii(<const unsigned char*>self.at(0), self.offs[self.n] - self.offs[0]):
             return True
