@@ -143,7 +143,7 @@ def test_writers_agree_on_odd_columns():
     cols.offset = cols.offset.astype(np.int32)  # another dtype: converted, same bytes
     cols.key.offsets = cols.key.offsets.astype(np.int64)
     assert _encoded(PURE, cols) == _encoded(COMPILED, cols)
-    cols.headers.key.data = np.frombuffer(b"\xff", np.uint8)  # header keys "\xff": not UTF-8
+    cols.headers.key.data = np.frombuffer(b"\xff" * 4, np.uint8)  # header keys "\xff": not UTF-8
     assert _encoded(PURE, cols) == _encoded(COMPILED, cols)
     assert _encoded(COMPILED, cols) == ("EncodeError", "headers.key: a header key is not UTF-8")
 
@@ -230,3 +230,68 @@ def test_column_writer_agrees_with_record_writers():
         assert _encoded(COMPILED, cols, base_offset=base) == expected
         assert _encoded(PURE, cols, base_offset=base) == expected
         assert _encoded(COMPILED, records, base_offset=base) == expected
+
+
+def test_writers_agree_on_random_lying_columns():
+    """Random columns with at most one lie each: offsets out of order or past the data,
+    arrays of the wrong length, header rows that do not add up, a null or non-UTF-8
+    header key, deltas at the edges of their range. Both writers give the same bytes or
+    the same error naming the array (the compiled one reads nothing outside the arrays:
+    tools/asan.sh runs this too)."""
+    import collections
+
+    import numpy as np
+    from fastkwire.records import BinaryColumn, HeaderColumns, RecordColumns
+
+    rng = random.Random(22)
+    edges32 = [-1, 2 ** 31 - 1, -(2 ** 31)]
+    edges64 = [2 ** 31, -(2 ** 31) - 1, 2 ** 63 - 1, -(2 ** 63)]
+
+    def column(n, lie, text=False):
+        values = [None if rng.random() < 0.2 and not text else
+                  (rng.choice(["", "h", "\u00e9t"]).encode() if text else rng.randbytes(rng.randrange(20)))
+                  for _ in range(n)]
+        data, offs = bytearray(), [0]
+        for v in values:
+            data += v if v is not None else rng.randbytes(rng.randrange(3))
+            offs.append(len(data))
+        if lie == "offsets" and n:
+            offs[rng.randrange(n + 1)] = rng.choice(edges32 + [len(data) + 1, offs[-1] // 2])
+        elif lie == "length":
+            offs = offs[:-1]
+        elif lie == "nulls":
+            values = values + [None]
+        elif lie == "null" and n:
+            values[rng.randrange(n)] = None
+        elif lie == "utf8" and n:
+            i = rng.randrange(n)
+            data[offs[i]:offs[i]] = b"\xc3("
+            offs[i + 1:] = [o + 2 for o in offs[i + 1:]]
+        return BinaryColumn(np.frombuffer(bytes(data), np.uint8), np.array(offs, np.int32),
+                            np.array([v is None for v in values], bool))
+
+    outcomes = collections.Counter()
+    for _ in range(400):
+        n, hn = rng.randrange(1, 6), rng.randrange(0, 6)
+        lie = rng.choice([None, None, "offsets", "length", "nulls", "rows", "edges"])
+        where = rng.randrange(4)
+        rows = [0] + sorted(rng.randrange(hn + 1) for _ in range(n - 1)) + [hn]
+        if lie == "rows":
+            rows[rng.randrange(n + 1)] = rng.choice(edges32 + [hn + 1])
+        hlie = rng.choice(["null", "utf8"]) if where == 2 and lie is None else None
+        cols = RecordColumns(
+            np.array([rng.choice(edges64) if lie == "edges" and rng.random() < 0.5 else 7 + i
+                      for i in range(n)], np.int64),
+            np.array([rng.choice(edges64) if lie == "edges" and rng.random() < 0.5 else 5
+                      for _ in range(n)], np.int64),
+            column(n, lie if where == 0 else None), column(n, lie if where == 1 else None),
+            HeaderColumns(np.array(rows, np.int32), column(hn, hlie or (lie if where == 2 else None), text=True),
+                          column(hn, lie if where == 3 else None)))
+        base = rng.choice([0, 7] + ([2 ** 31, -(2 ** 31)] if lie == "edges" else []))
+        outcome = _encoded(PURE, cols, base_offset=base)
+        assert _encoded(COMPILED, cols, base_offset=base) == outcome
+        outcomes["bytes" if isinstance(outcome, bytes) else outcome[1].split(":")[0]] += 1
+    # Every kind of column was written, and every kind of lie refused.
+    assert outcomes["bytes"] > 100, outcomes
+    assert {"key.offsets", "value.nulls", "headers.offsets", "headers.key", "headers.value.offsets",
+            "records[0].offset"} <= set(outcomes), outcomes

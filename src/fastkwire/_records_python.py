@@ -163,14 +163,74 @@ def _check_int(v, lo, hi, path, what):
     return v
 
 
+def _array(values, kinds, path, what):
+    import numpy as np
+
+    try:
+        arr = np.asarray(values)
+    except Exception:  # noqa: BLE001 - whatever it is, it is not an array
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.dtype.kind not in kinds:
+        raise EncodeError(f"expected a one-dimensional {what} array", path)
+    return arr
+
+
+def _ascending(offsets, lo, hi):
+    return offsets[0] >= lo and offsets[-1] <= hi and all(a <= b for a, b in zip(offsets, offsets[1:]))
+
+
+def _binary_values(column, n, path):
+    """The values of a BinaryColumn that should hold n, refused (naming the array)
+    unless its arrays fit together: a column that lies must never write other bytes."""
+    data = _array(getattr(column, "data", None), "u", path + ".data", "uint8")
+    if data.itemsize != 1:
+        raise EncodeError("expected a one-dimensional uint8 array", path + ".data")
+    offsets = _array(getattr(column, "offsets", None), "iu", path + ".offsets", "integer").tolist()
+    nulls = _array(getattr(column, "nulls", None), "b", path + ".nulls", "bool").tolist()
+    if n is None:
+        n = len(nulls)
+    if len(nulls) != n:
+        raise EncodeError(f"expected {n} null flags, got {len(nulls)}", path + ".nulls")
+    raw = data.tobytes()
+    if len(offsets) != n + 1 or not _ascending(offsets, 0, len(raw)):
+        raise EncodeError(f"expected {n + 1} offsets ascending within the data's {len(raw)} "
+                          "bytes", path + ".offsets")
+    return [None if null else raw[offsets[i]:offsets[i + 1]] for i, null in enumerate(nulls)]
+
+
+def _column_records(cols):
+    """RecordColumns as Records, once every array is checked against the others."""
+    offset = _array(cols.offset, "iu", "offset", "integer").tolist()
+    timestamp = _array(cols.timestamp, "iu", "timestamp", "integer").tolist()
+    n = len(offset)
+    if len(timestamp) != n:
+        raise EncodeError(f"expected {n} timestamps, got {len(timestamp)}", "timestamp")
+    keys = _binary_values(cols.key, n, "key")
+    values = _binary_values(cols.value, n, "value")
+    headers = cols.headers
+    hkeys = _binary_values(getattr(headers, "key", None), None, "headers.key")
+    hn = len(hkeys)
+    hvalues = _binary_values(getattr(headers, "value", None), hn, "headers.value")
+    rows = _array(getattr(headers, "offsets", None), "iu", "headers.offsets", "integer").tolist()
+    if len(rows) != n + 1 or rows[0] != 0 or not _ascending(rows, 0, hn) or rows[-1] != hn:
+        raise EncodeError(f"expected {n + 1} header rows ascending from 0 to the {hn} headers",
+                          "headers.offsets")
+    if None in hkeys:
+        raise EncodeError("a header key is null", "headers.key")
+    try:
+        names = [k.decode() for k in hkeys]
+    except UnicodeDecodeError:
+        raise EncodeError("a header key is not UTF-8", "headers.key") from None
+    pairs = list(zip(names, hvalues))
+    return [Record(offset[i], timestamp[i], keys[i], values[i], pairs[rows[i]:rows[i + 1]])
+            for i in range(n)]
+
+
 def encode_records(records, base_offset, now):
     """The records section of a batch -> (bytes, count, last offset delta, first
     timestamp, max timestamp). `now` is the timestamp of records that have none."""
     if isinstance(records, RecordColumns):
-        try:
-            records = records.to_records()
-        except UnicodeDecodeError:
-            raise EncodeError("a header key is not UTF-8", "headers.key") from None
+        records = _column_records(records)
     records = list(records)
     if not records:
         raise EncodeError("a batch needs at least one record")
