@@ -137,6 +137,40 @@ def test_several_batches_and_tail(records_codec):
     assert [r for batch in records_codec.read_batches(whole) for r in batch.records] == RECORDS
 
 
+def test_views_are_read_in_place(records_codec):
+    """A memoryview (what decode(..., records="view") hands out) is read where it lies,
+    not copied first; other buffers and views read the same."""
+    import array
+    import tracemalloc
+
+    big = [Record(i, i, None, None, []) for i in range(6_000)]  # 7 bytes a record
+    data = records_codec.write_batch(big) + records_codec.write_batch(RECORDS[:2], base_offset=9)
+    framed = b"xx" + data + b"yy"
+    view = memoryview(framed)[2:-2]
+    expected = records_codec.read_batches(data)
+
+    def peak(arg):
+        tracemalloc.start()
+        try:
+            got = records_codec.read_columns(arg)
+            return got, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    cols, from_bytes = peak(data)
+    cols_view, from_view = peak(view)
+    assert cols_view == cols == [r for b in expected for r in b.records]
+    assert from_view < from_bytes + len(data) // 2  # no copy of the batch on the way
+    assert records_codec.read_batches(view) == expected
+    assert records_codec.read_batches(bytearray(data)) == expected
+    words = array.array("H", data[:len(data) // 2 * 2])  # another item size: its bytes
+    assert records_codec.read_batches(words).tail == records_codec.read_batches(data[:len(words) * 2]).tail
+    spread = bytearray(2 * len(data))
+    spread[::2] = data
+    strided = memoryview(spread)[::2]  # not contiguous: copied, then read
+    assert records_codec.read_batches(strided) == expected
+
+
 def test_empty_input(records_codec):
     got = records_codec.read_batches(b"")
     assert got == [] and got.tail == 0

@@ -61,8 +61,14 @@ class Codec:
         """Read each whole batch: magic 2 batches' records through `decode`, then (objects)
         the RecordBatch or (columns) a legacy message's records to `emit`; returns the
         size of the cut-off tail."""
-        if isinstance(data, memoryview) or not isinstance(data, (bytes, bytearray)):
-            data = bytes(data)
+        if not isinstance(data, (bytes, bytearray)):
+            # A view (decode(..., records="view") hands them out) is read in place.
+            try:
+                view = memoryview(data)
+            except TypeError:
+                data = bytes(data)
+            else:
+                data = view.cast("B") if view.c_contiguous else view.tobytes()
         n = len(data)
         pos = 0
         while pos < n:

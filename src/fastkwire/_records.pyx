@@ -17,7 +17,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
-from libc.string cimport memcmp, memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove, memset
 
 from fastkwire import errors as _e
 from fastkwire._records_model import BinaryColumn, HeaderColumns, Record, RecordColumns
@@ -602,21 +602,33 @@ cdef enum:
     A_HVALUE_NULLS, A_HOFFS, N_ARRAYS
 
 
+# Their item sizes and (once numpy is imported) dtypes.
+cdef Py_ssize_t ITEM_SIZES[N_ARRAYS]
+ITEM_SIZES[:] = [8, 8, 1, 4, 1, 1, 4, 1, 1, 4, 1, 1, 4, 1, 4]
+cdef tuple _DTYPES = None
+
+
 cdef class ColumnsBuilder:
     """Columns filled batch after batch (read_columns): arrays sized for the most the
     bytes of a batch could need, doubled when the next batch needs more, and cut to what
     was used (as views: the untouched pages cost address space, not memory) at the end."""
     cdef list arrays
+    cdef void* ptrs[N_ARRAYS]  # where each array's items are (NULL: none yet)
     cdef Cols cols
     cdef Py_ssize_t rows, row_cap, hrow_cap
     cdef Py_ssize_t data_cap[4]
 
     def __cinit__(self):
-        global _np
+        global _np, _DTYPES
         if _np is None:
             import numpy
             _np = numpy
+            _DTYPES = tuple(numpy.dtype(t) for t in (
+                "int64", "int64", "uint8", "int32", "bool", "uint8", "int32", "bool",
+                "uint8", "int32", "bool", "uint8", "int32", "bool", "int32"))
+            assert [t.itemsize for t in _DTYPES] == [ITEM_SIZES[i] for i in range(N_ARRAYS)]
         self.arrays = [None] * N_ARRAYS
+        memset(self.ptrs, 0, sizeof(self.ptrs))
         self.rows = self.row_cap = self.hrow_cap = 0
         self.data_cap[0] = self.data_cap[1] = self.data_cap[2] = self.data_cap[3] = -1
         self.cols.key.used = self.cols.value.used = self.cols.hkey.used = self.cols.hvalue.used = 0
@@ -649,26 +661,28 @@ cdef class ColumnsBuilder:
         glibc's malloc gave the pages of the later ones back to the system when a call's
         arrays were freed, and every call faulted them in again: up to +70%. One block
         raises malloc's thresholds to its size, so the next call gets the same pages.)"""
-        cdef Py_ssize_t hrows, hbytes, at = 0
+        cdef Py_ssize_t hrows, hbytes, at = 0, i
+        cdef Py_ssize_t counts[N_ARRAYS]
+        cdef Py_ssize_t starts[N_ARRAYS]
         hrows, hbytes = header_room(rows, size)
-        shapes = [(rows, _np.int64), (rows, _np.int64)]
-        for n, nbytes in ((rows, size), (rows, size), (hrows, hbytes), (hrows, hbytes)):
-            shapes += [(nbytes, _np.uint8), (n + 1, _np.int32), (n, _np.bool_)]
-        shapes.append((rows + 1, _np.int32))
-        spans = []
-        for n, dtype in shapes:
-            n = max(n, 1) * _np.dtype(dtype).itemsize
-            spans.append((at, n))
-            at += (n + 63) & ~63  # each array 64-byte aligned (numpy aligns the block)
+        counts[:] = [rows, rows, size, rows + 1, rows, size, rows + 1, rows,
+                     hbytes, hrows + 1, hrows, hbytes, hrows + 1, hrows, rows + 1]
+        for i in range(N_ARRAYS):
+            counts[i] = max(counts[i], 1)
+            starts[i] = at
+            at += (counts[i] * ITEM_SIZES[i] + 63) & ~63  # 64-byte aligned (as the block)
         block = _np.empty(at, _np.uint8)
-        for i, ((n, dtype), (at, nbytes)) in enumerate(zip(shapes, spans)):
-            self.arrays[i] = block[at:at + nbytes].view(dtype)
-            if dtype is _np.int32:
-                self.arrays[i][0] = 0  # offsets start at 0
+        cdef char* base = <char*>array_ptr(block)
+        for i in range(N_ARRAYS):
+            self.arrays[i] = _np.ndarray((counts[i],), _DTYPES[i], block, starts[i])
+            self.ptrs[i] = base + starts[i]
         self.row_cap, self.hrow_cap = rows, hrows
         self.data_cap[0] = self.data_cap[1] = size
         self.data_cap[2] = self.data_cap[3] = hbytes
         self._point()
+        # Offsets start at 0.
+        self.cols.key.offs[0] = self.cols.value.offs[0] = self.cols.hoffs[0] = 0
+        self.cols.hkey.offs[0] = self.cols.hvalue.offs[0] = 0
         return 0
 
     cdef int _room(self, Py_ssize_t rows, Py_ssize_t size, bint most) except -1:
@@ -691,6 +705,7 @@ cdef class ColumnsBuilder:
         elif dtype is _np.int32:
             new[0] = 0  # offsets start at 0
         self.arrays[i] = new
+        self.ptrs[i] = array_ptr(new)
         return 0
 
     cdef int _data(self, int which, int i, Py_ssize_t need) except -1:
@@ -723,11 +738,10 @@ cdef class ColumnsBuilder:
         return sub
 
     cdef int _point(self) except -1:
-        a = self.arrays
         cdef Cols* c = &self.cols
-        c.offset = <int64_t*>array_ptr(a[A_OFFSET])
-        c.timestamp = <int64_t*>array_ptr(a[A_TIMESTAMP])
-        c.hoffs = <int32_t*>array_ptr(a[A_HOFFS])
+        c.offset = <int64_t*>self.ptrs[A_OFFSET]
+        c.timestamp = <int64_t*>self.ptrs[A_TIMESTAMP]
+        c.hoffs = <int32_t*>self.ptrs[A_HOFFS]
         c.hrow_end = self.hrow_cap
         c.hkey_end = self.data_cap[2]
         c.hvalue_end = self.data_cap[3]
@@ -738,10 +752,9 @@ cdef class ColumnsBuilder:
         return 0
 
     cdef int _point_bin(self, Bin* b, int d, int o, int nl) except -1:
-        a = self.arrays
-        b.data = <unsigned char*>array_ptr(a[d]) if a[d] is not None else NULL
-        b.offs = <int32_t*>array_ptr(a[o])
-        b.nulls = <uint8_t*>array_ptr(a[nl])
+        b.data = <unsigned char*>self.ptrs[d]
+        b.offs = <int32_t*>self.ptrs[o]
+        b.nulls = <uint8_t*>self.ptrs[nl]
         return 0
 
     def add(self, data, Py_ssize_t pos, Py_ssize_t end, long long count, int64_t base_offset,
