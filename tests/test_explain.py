@@ -41,13 +41,13 @@ SEED_REQUEST_TREE = [
     (2, "client_id", "string", '"" (int16 len=0)', 0x0C, 2),
     (2, "tagged_fields", "uvarint", "0", 0x0E, 1),
     (1, "LeaveGroupRequest", "struct", None, 0x0F, 7),
-    (2, "GroupId", "string", '"" (compact, len+1=1)', 0x0F, 1),
-    (2, "Members", "[]MemberIdentity", "1 element", 0x10, 5),
+    (2, "group_id", "string", '"" (compact, len+1=1)', 0x0F, 1),
+    (2, "members", "[]MemberIdentity", "1 element", 0x10, 5),
     (3, "length", "uvarint", "2 (compact, n+1)", 0x10, 1),
-    (3, "MemberIdentity[0]", "MemberIdentity", "struct", 0x11, 4),
-    (4, "MemberId", "string", '"" (compact, len+1=1)', 0x11, 1),
-    (4, "GroupInstanceId", "string", '"" (compact, len+1=1)', 0x12, 1),
-    (4, "Reason", "string", '"" (compact, len+1=1)', 0x13, 1),
+    (3, "members[0]", "MemberIdentity", "struct", 0x11, 4),
+    (4, "member_id", "string", '"" (compact, len+1=1)', 0x11, 1),
+    (4, "group_instance_id", "string", '"" (compact, len+1=1)', 0x12, 1),
+    (4, "reason", "string", '"" (compact, len+1=1)', 0x13, 1),
     (4, "tagged_fields", "uvarint", "0", 0x14, 1),
     (2, "tagged_fields", "uvarint", "0", 0x15, 1),
 ]
@@ -59,14 +59,14 @@ SEED_RESPONSE_TREE = [
     (2, "correlation_id", "int32", "0", 0x04, 4),
     (2, "tagged_fields", "uvarint", "0", 0x08, 1),
     (1, "LeaveGroupResponse", "struct", None, 0x09, 13),
-    (2, "ThrottleTimeMs", "int32", "0", 0x09, 4),
-    (2, "ErrorCode", "int16", "0 (NONE)", 0x0D, 2),
-    (2, "Members", "[]MemberResponse", "1 element", 0x0F, 6),
+    (2, "throttle_time_ms", "int32", "0", 0x09, 4),
+    (2, "error_code", "int16", "0 (NONE)", 0x0D, 2),
+    (2, "members", "[]MemberResponse", "1 element", 0x0F, 6),
     (3, "length", "uvarint", "2 (compact, n+1)", 0x0F, 1),
-    (3, "MemberResponse[0]", "MemberResponse", "struct", 0x10, 5),
-    (4, "MemberId", "string", '"" (compact, len+1=1)', 0x10, 1),
-    (4, "GroupInstanceId", "string", '"" (compact, len+1=1)', 0x11, 1),
-    (4, "ErrorCode", "int16", "0 (NONE)", 0x12, 2),
+    (3, "members[0]", "MemberResponse", "struct", 0x10, 5),
+    (4, "member_id", "string", '"" (compact, len+1=1)', 0x10, 1),
+    (4, "group_instance_id", "string", '"" (compact, len+1=1)', 0x11, 1),
+    (4, "error_code", "int16", "0 (NONE)", 0x12, 2),
     (4, "tagged_fields", "uvarint", "0", 0x14, 1),
     (2, "tagged_fields", "uvarint", "0", 0x15, 1),
 ]
@@ -150,9 +150,9 @@ def test_descriptions_come_from_the_schema_definitions():
     schema = _schema.load("LeaveGroupRequest")
     members = schema.root.fields[2]
     by_name = {n.name: n for n in root.walk()}
-    assert by_name["GroupId"].description == schema.root.fields[0].doc
-    assert by_name["Members"].description == members.doc
-    assert by_name["Reason"].description == members.struct.fields[2].doc
+    assert by_name["group_id"].description == schema.root.fields[0].doc
+    assert by_name["members"].description == members.doc
+    assert by_name["reason"].description == members.struct.fields[2].doc
     header = _schema.load("RequestHeader").root
     assert by_name["correlation_id"].description == header.fields[2].doc
 
@@ -187,8 +187,8 @@ def test_tree_text_follows_the_seed_layout():
     assert lines[7].startswith('| +-- client_id string = "" (int16 len=0) [0x000c, 2B] ')
     assert lines[9].startswith("+-- LeaveGroupRequest struct [0x000f, 7B] ")
     assert lines[12] == "  | +-- length uvarint = 2 (compact, n+1) [0x0010, 1B] 1 element follows"
-    assert lines[13] == "  | +-- MemberIdentity[0] MemberIdentity = struct [0x0011, 4B]"
-    assert lines[16].startswith('  |   +-- Reason string = "" (compact, len+1=1) [0x0013, 1B] ')
+    assert lines[13] == "  | +-- members[0] MemberIdentity = struct [0x0011, 4B]"
+    assert lines[16].startswith('  |   +-- reason string = "" (compact, len+1=1) [0x0013, 1B] ')
     assert lines[18] == "  +-- tagged_fields uvarint = 0 [0x0015, 1B] number of tagged fields in this struct"
     assert len(lines) == len(SEED_REQUEST_TREE)
 
@@ -251,9 +251,9 @@ def test_non_flexible_version_uses_int16_strings_and_int32_counts():
     assert nodes["RequestHeader"].type == "v1"
     assert "tagged_fields" not in nodes
     assert nodes["client_id"].display == "null (int16 len=-1)"
-    assert nodes["GroupId"].display == '"g" (int16 len=1)'
+    assert nodes["group_id"].display == '"g" (int16 len=1)'
     assert (nodes["length"].type, nodes["length"].display, nodes["length"].size) == ("int32", "1", 4)
-    assert nodes["GroupInstanceId"].display == "null (int16 len=-1)"
+    assert nodes["group_instance_id"].display == "null (int16 len=-1)"
     assert nodes["correlation_id"].value == 99
 
 
@@ -263,14 +263,14 @@ def test_null_struct_and_null_arrays():
     root = explain(frame)
     assert_tiles(root, len(frame))
     nodes = {n.name: n for n in root.walk()}
-    topology = nodes["Topology"]
+    topology = nodes["topology"]
     assert (topology.display, topology.value, topology.size) == ("null", None, 1)
     assert [(c.name, c.value, c.display) for c in topology.children] == [("present", -1, "-1 (null)")]
-    tasks = nodes["ActiveTasks"]
+    tasks = nodes["active_tasks"]
     assert (tasks.display, tasks.value) == ("null", None)
     assert [(c.name, c.display) for c in tasks.children] == [("length", "0 (compact, null)")]
-    assert nodes["RebalanceTimeoutMs"].value == -1
-    assert nodes["InstanceId"].display == "null (compact, len+1=0)"
+    assert nodes["rebalance_timeout_ms"].value == -1
+    assert nodes["instance_id"].display == "null (compact, len+1=0)"
 
 
 def api_versions_v3(**tagged):
@@ -288,15 +288,15 @@ def test_known_tagged_fields_are_decoded_by_tag():
     body = root.children[-1]
     section = body.children[-1]
     assert (section.name, section.value) == ("tagged_fields", 2)
-    assert [c.name for c in section.children] == ["count", "SupportedFeatures", "FinalizedFeaturesEpoch"]
+    assert [c.name for c in section.children] == ["count", "supported_features", "finalized_features_epoch"]
     epoch = section.children[2]
-    assert [c.name for c in epoch.children] == ["tag", "size", "FinalizedFeaturesEpoch"]
+    assert [c.name for c in epoch.children] == ["tag", "size", "finalized_features_epoch"]
     assert (epoch.display, epoch.children[1].value) == ("tag 1", 8)
     assert (epoch.children[2].type, epoch.children[2].value) == ("int64", 7)
     assert root.value["body"]["supported_features"] == [
         {"name": "kraft", "min_version": 0, "max_version": 1}]
     assert root.value["body"]["zk_migration_ready"] is False      # absent: its default
-    assert next(n for n in root.walk() if n.name == "ApiKey").display == "13 (LeaveGroup)"
+    assert next(n for n in root.walk() if n.name == "api_key").display == "13 (LeaveGroup)"
 
 
 def test_unknown_tagged_fields_are_shown_as_raw_bytes():
@@ -322,7 +322,7 @@ def leave_group_with_reason():
     msg = codec.LeaveGroupRequest(group_id="g", members=[codec.LeaveGroupRequest.MemberIdentity(
         member_id="m", group_instance_id="inst", reason="bye")])
     frame = codec.encode_request(msg, 5, 1, "c")
-    reason = next(n for n in explain(frame).walk() if n.name == "Reason")
+    reason = next(n for n in explain(frame).walk() if n.name == "reason")
     return frame, reason.offset
 
 
@@ -337,13 +337,13 @@ def test_truncated_frame_gives_the_partial_tree_and_the_failing_field():
     tree = err.partial_tree
     assert isinstance(tree, Node)
     failed = [n for n in tree.walk() if n.error is not None]
-    assert [(n.name, n.offset, n.size) for n in failed] == [("Reason", at, 0)]
+    assert [(n.name, n.offset, n.size) for n in failed] == [("reason", at, 0)]
     # Everything before the failing field is complete, with its values.
     names = [n.name for n in tree.walk()]
-    assert names[-3:] == ["MemberId", "GroupInstanceId", "Reason"]
-    assert next(n for n in tree.walk() if n.name == "GroupInstanceId").value == "inst"
+    assert names[-3:] == ["member_id", "group_instance_id", "reason"]
+    assert next(n for n in tree.walk() if n.name == "group_instance_id").value == "inst"
     # Nodes still open when it failed end where it failed.
-    assert next(n for n in tree.walk() if n.name == "Members").end == at
+    assert next(n for n in tree.walk() if n.name == "members").end == at
     assert tree.value["message"] == "LeaveGroupRequest"
 
 
@@ -492,7 +492,7 @@ def leave_group_frame(members, bad_member=None, bad=b""):
 
 
 def members_node(root):
-    return next(n for n in root.walk() if n.name == "Members")
+    return next(n for n in root.walk() if n.name == "members")
 
 
 def test_long_array_shows_max_items_elements_then_one_summary():
@@ -501,24 +501,24 @@ def test_long_array_shows_max_items_elements_then_one_summary():
     assert_tiles(root, len(frame))
     members = members_node(root)
     assert members.display == "250 elements"
-    assert [c.name for c in members.children[:3]] == ["length", "MemberIdentity[0]", "MemberIdentity[1]"]
+    assert [c.name for c in members.children[:3]] == ["length", "members[0]", "members[1]"]
     assert len(members.children) == 1 + 100 + 1
     summary = members.children[-1]
     hidden = members.children[1].offset + 100 * 4
-    assert (summary.name, summary.type, summary.value) == ("MemberIdentity[100..249]", "summary", 150)
+    assert (summary.name, summary.type, summary.value) == ("members[100..249]", "summary", 150)
     assert (summary.offset, summary.size, summary.children) == (hidden, 150 * 4, [])
     assert summary.display == "150 more elements, not shown"
     # Values are kept for the shown elements only.
     assert root.value["body"]["members"] == [{"member_id": "", "group_instance_id": "", "reason": ""}] * 100
     line = next(x for x in render_tree(root).splitlines() if "summary" in x)
-    assert line == (f"  | +-- MemberIdentity[100..249] summary = 150 more elements, not shown "
+    assert line == (f"  | +-- members[100..249] summary = 150 more elements, not shown "
                     f"[0x{hidden:04x}, 600B] read and checked, not shown (max_items, --max-items shows more)")
     assert shape(explain(frame)) == shape(root)                     # 100 is the default
     everything = explain(frame, max_items=None)
     assert len(members_node(everything).children) == 251
     assert len(everything.value["body"]["members"]) == 250
     nothing = members_node(explain(frame, max_items=0))
-    assert [(c.name, c.size) for c in nothing.children[1:]] == [("MemberIdentity[0..249]", 1000)]
+    assert [(c.name, c.size) for c in nothing.children[1:]] == [("members[0..249]", 1000)]
 
 
 def test_max_items_must_be_a_count_or_none():
@@ -544,11 +544,11 @@ def test_the_whole_tree_has_a_node_budget():
     nodes = sum(1 for _ in root.walk())
     assert NODES_PER_ITEM * 30 <= nodes <= NODES_PER_ITEM * 30 + 100
     # Spent within the first subtopology's topics: the rest of each array is summarised.
-    subtopologies = next(n for n in root.walk() if n.name == "Subtopologies")
-    assert [c.name for c in subtopologies.children] == ["length", "Subtopology[0]", "Subtopology[1..29]"]
-    topics = next(n for n in subtopologies.walk() if n.name == "StateChangelogTopics")
+    subtopologies = next(n for n in root.walk() if n.name == "subtopologies")
+    assert [c.name for c in subtopologies.children] == ["length", "subtopologies[0]", "subtopologies[1..29]"]
+    topics = next(n for n in subtopologies.walk() if n.name == "state_changelog_topics")
     assert topics.children[-1].type == "summary" and len(topics.children) < 1 + 30
-    configs = [n for n in topics.walk() if n.name == "TopicConfigs"]
+    configs = [n for n in topics.walk() if n.name == "topic_configs"]
     assert sum(1 for n in configs if n.children[-1].type == "summary") == 1
     full = explain(frame, max_items=None)
     assert sum(1 for _ in full.walk()) > 27_000
@@ -744,7 +744,7 @@ def test_control_characters_in_strings_are_escaped_in_the_tree():
     assert all(c.isprintable() for line in text.split("\n") for c in line)
     escaped = '"\\x1b[2J\\x1b]0;owned\\x07\\u202egnp.exe\\x9b31m\\r\\nfake\\x00\\x7f\\"\\\\caf\u00e9\\u2028"'
     lines = [x for x in text.split("\n") if escaped in x]
-    assert [x.split("+-- ")[1].split()[0] for x in lines] == ["GroupId", "Reason"]
+    assert [x.split("+-- ")[1].split()[0] for x in lines] == ["group_id", "reason"]
 
 
 def test_json_is_ascii_and_reads_back_the_same_strings():
@@ -812,7 +812,7 @@ def test_cli_examples_match_the_seed_offsets():
     assert code == 0
     assert out == cli("--api", "13", "--version", "5", SEED_RESPONSE.hex())[1]
     code, out, _ = cli("--example", "streams-group-heartbeat-v0")
-    assert code == 0 and "Topology Topology = struct" in out
+    assert code == 0 and "topology Topology = struct" in out
     code, _, err = cli("--example", "nope")
     assert code == 2 and "unknown example" in err
 
@@ -823,7 +823,7 @@ def test_cli_malformed_frame_prints_partial_tree_then_error():
     assert code == 1
     last = out.rstrip().splitlines()[-1]
     # Open nodes are their parents' last children, hence no "|" on the way down.
-    assert last.startswith(f"      +-- Reason string = !! truncated: needs 4 bytes, 2 left [0x{at:04x}, 0B]")
+    assert last.startswith(f"      +-- reason string = !! truncated: needs 4 bytes, 2 left [0x{at:04x}, 0B]")
     assert err == f"DecodeError: members[0].reason: truncated: needs 4 bytes, 2 left at offset {at}\n"
 
 
@@ -831,10 +831,10 @@ def test_cli_max_items_and_hex_rows():
     frame = leave_group_frame(12)
     code, out, _ = cli("--max-items", "5", frame.hex())
     assert code == 0
-    assert "+-- MemberIdentity[4] MemberIdentity = struct" in out and "MemberIdentity[5] " not in out
-    assert "+-- MemberIdentity[5..11] summary = 7 more elements, not shown" in out
+    assert "+-- members[4] MemberIdentity = struct" in out and "members[5] " not in out
+    assert "+-- members[5..11] summary = 7 more elements, not shown" in out
     code, out, _ = cli("--max-items", "all", frame.hex())
-    assert "MemberIdentity[11] MemberIdentity" in out and "summary" not in out
+    assert "members[11] MemberIdentity" in out and "summary" not in out
     code, out, _ = cli("--hex-rows", "1", frame.hex())
     assert "... 4 more rows (bytes 0x10-0x42) not shown" in out
     assert cli("--hex-rows", "all", frame.hex())[1].count("\n") == cli(frame.hex())[1].count("\n")
@@ -894,7 +894,7 @@ def test_python_dash_m_runs_the_cli():
     done = subprocess.run([sys.executable, "-m", "fastkwire.explain", "--example", "leave-group-v5"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "MemberIdentity[0] MemberIdentity = struct [0x0011, 4B]" in done.stdout
+    assert "members[0] MemberIdentity = struct [0x0011, 4B]" in done.stdout
     bad = subprocess.run([sys.executable, "-m", "fastkwire.explain", "00000001"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 1 and "DecodeError" in bad.stderr
@@ -909,5 +909,5 @@ def test_cli_on_an_ascii_stdout_process():
     done = subprocess.run([sys.executable, "-m", "fastkwire.explain", frame.hex()],
                           capture_output=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert b'GroupId string = "gr\\xfcn\\x1b[31m" (compact, len+1=' in done.stdout
+    assert b'group_id string = "gr\\xfcn\\x1b[31m" (compact, len+1=' in done.stdout
     assert done.stdout.isascii() and b"\x1b" not in done.stdout

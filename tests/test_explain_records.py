@@ -16,7 +16,7 @@ def _fetch_frame(data, version=16):
 
 
 def _records_node(root):
-    return next(n for n in root.walk() if n.name == "Records")
+    return next(n for n in root.walk() if n.name == "records")
 
 
 def _batches(field):

@@ -354,7 +354,6 @@ class _Walker:
         self.data = data
         self.end = end
         self.pos = 0
-        self.snake = False      # header fields are shown under their Python names
         self.max_items = max_items
         self.room = 0 if max_items is None else min(           # nodes left
             NODES_PER_ITEM * max_items, FREE_NODES + len(data) // BYTES_PER_NODE)
@@ -397,7 +396,7 @@ class _Walker:
 
     def field(self, parent, op):
         f = op.field
-        name = op.name if self.snake else f.name
+        name = op.name  # the Python name users type, in the header as in the body
         try:
             if f.is_array:
                 return self.array(parent, name, op)
@@ -468,12 +467,12 @@ class _Walker:
         for i in range(max(count, 0)):
             if not self.shows(i):
                 each, width = _items(op)
-                self.summary(node, f"{elem}[{i}..{count - 1}]", count - i, _show_more_elements,
+                self.summary(node, f"{name}[{i}..{count - 1}]", count - i, _show_more_elements,
                              lambda: self.skip_items(each, width, i, count))
                 break
             try:
                 if op.sub is not None:
-                    item = self.open(node, f"{elem}[{i}]", elem, self.pos)
+                    item = self.open(node, f"{name}[{i}]", elem, self.pos)
                     item.value = self.struct_body(item, op.sub, "number of tagged fields in this struct")
                     item.display = "struct"
                     item.size = self.pos - item.offset
@@ -520,7 +519,7 @@ class _Walker:
             tag, size, payload = _pure.r_tag_header(self.data, self.pos, self.end, last)
             last = tag
             op = known.get(tag)
-            entry.name = op.field.name if op else "unknown"
+            entry.name = op.name if op else "unknown"
             entry.value = tag
             entry.display = _show_tag
             if op is None:   # a known field's own node below carries its description
@@ -652,13 +651,11 @@ def _frame(w: _Walker, root: Node, api_key, version):
 
     header_layouts = layouts(hdr_name)
     header = w.open(root, hdr_name, f"v{hv}", w.pos, header_layouts.message.doc)
-    w.snake = True
     try:
         info["header"] = header.value = w.struct_body(
             header, header_layouts.root(hv), "number of tagged fields in the header")
     except DecodeError as e:
         raise e.with_prefix("header") from None
-    w.snake = False
     header.size = w.pos - header.offset
 
     if msg is None:
