@@ -27,7 +27,9 @@ from fastkwire import (
     encode_response,
     explain,
 )
+from fastkwire import records
 from fastkwire.explain import render_tree
+from fastkwire.records import Batches, Record, RecordBatch, RecordColumns
 
 
 def leave_request() -> LeaveGroupRequest:
@@ -124,6 +126,25 @@ def task_offset_columns() -> None:
     assert columns == TaskOffsetColumns(["s0"] * 3, [0, 1, 2], [0, 100, 200])
 
 
+def record_batches() -> None:
+    written: list[Record] = [Record(offset=None, timestamp=1_700_000_000_000 + i, key=None,
+                                    value=b"v%d" % i, headers=[("trace", b"t")]) for i in range(3)]
+    data: bytes = records.write_batch(written, base_offset=40, producer_id=7, producer_epoch=0,
+                                      base_sequence=0)
+    batches: Batches = records.read_batches(data + data[:20])
+    assert batches.tail == 20 and len(batches) == 1
+    batch: RecordBatch = batches[0]
+    assert (batch.base_offset, batch.compression, batch.producer_id) == (40, "none", 7)
+    first: Record = batch.records[0]
+    assert first.offset == 40 and first.value == b"v0" and first.headers == [("trace", b"t")]
+    assert records.crc32c(memoryview(data)[21:]) == batch.crc
+    if importlib.util.find_spec("numpy") is not None:  # columns are numpy arrays
+        cols: RecordColumns = records.read_columns(data)
+        assert len(cols) == 3 and cols.value.to_pylist() == [b"v0", b"v1", b"v2"]
+        assert records.write_batch(cols, base_offset=40, producer_id=7, producer_epoch=0,
+                                   base_sequence=0) == data
+
+
 def main() -> None:
     print(f"fastkwire {fastkwire.__version__} ({fastkwire.implementation})")
     dict_round_trip(body_round_trip(5))
@@ -131,6 +152,7 @@ def main() -> None:
     frames()
     errors()
     print(annotated_layout().splitlines()[0])
+    record_batches()
     if importlib.util.find_spec("numpy") is not None:  # columns are numpy arrays
         task_offset_columns()
 

@@ -36,7 +36,7 @@ def mypy(*args, cache):
 def test_stubs_pass_mypy_strict(tmp_path):
     stubs = sorted((ROOT / "src" / "fastkwire").glob("*.pyi"))
     assert {p.name for p in stubs} >= {"__init__.pyi", "_messages_python.pyi", "_messages_cython.pyi",
-                                       "errors.pyi", "columns.pyi"}
+                                       "errors.pyi", "columns.pyi", "records.pyi"}
     assert (ROOT / "src" / "fastkwire" / "py.typed").exists()
     result = mypy(*stubs, cache=tmp_path / "cache")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -84,6 +84,10 @@ header, msg = decode_request(b"")
 msg.no_such_field
 TaskOffsetColumns(partition="12")
 explain(b"", api_key="13", version=1)
+from fastkwire import records
+records.write_batch([b"not a record"])
+records.write_batch([], compression="brotli")
+records.read_batches("text")
 '''
 
 
@@ -92,7 +96,7 @@ def test_mypy_rejects_misuse_on_every_bad_line(tmp_path):
     bad.write_text(MISUSE)
     result = mypy(bad, cache=tmp_path / "cache")
     flagged = {int(n) for n in re.findall(r"misuse\.py:(\d+): error", result.stdout)}
-    assert flagged == set(range(3, 11)) | {12, 13, 14}, result.stdout  # 1, 2 and 11 are fine
+    assert flagged == set(range(3, 11)) | {12, 13, 14, 16, 17, 18}, result.stdout  # 1, 2, 11, 15 are fine
 
 
 def test_stubs_match_the_schemas():
@@ -101,7 +105,7 @@ def test_stubs_match_the_schemas():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("module", ["fastkwire.errors", "fastkwire.columns",
+@pytest.mark.parametrize("module", ["fastkwire.errors", "fastkwire.columns", "fastkwire.records",
                                     "fastkwire._messages_python", "fastkwire._messages_cython"])
 def test_stubs_match_the_runtime_modules(module, tmp_path):
     try:
