@@ -1,21 +1,17 @@
 """Record batches (magic 2): reading, writing, peers, hostile input. Every test runs on
 both kernels through the `records_codec` fixture."""
 import struct
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fastkwire import DecodeError, EncodeError
+from fastkwire import DecodeError, EncodeError, _compression
 from fastkwire._batches import HEADER
 from fastkwire._records_python import crc32c
 from fastkwire.records import Batches, ControlRecord, Record, RecordBatch
 
-from aiokafka.record.default_records import (DefaultRecordBatch as AioBatch,
-                                             DefaultRecordBatchBuilder as AioBuilder,
-                                             _DefaultRecordBatchPy as AioBatchPy,
-                                             _DefaultRecordBatchBuilderPy as AioBuilderPy)
-from kafka.record.default_records import (DefaultRecordBatch as KpBatch,
-                                          DefaultRecordBatchBuilder as KpBuilder)
+from record_peers import AioBatch, AioBatchPy, AioBuilder, AioBuilderPy, KpBatch, KpBuilder, aiokafka
 
 RECORDS = [
     Record(0, 1_700_000_000_000, b"key", b"value", [("h", b"x"), ("n", None), ("", b"")]),
@@ -176,6 +172,17 @@ def test_empty_input(records_codec):
     assert got == [] and got.tail == 0
 
 
+def test_missing_cramjam_names_the_extra(records_codec, monkeypatch):
+    # Runs with and without the compression extra installed.
+    monkeypatch.setattr(_compression, "_cramjam", None)
+    monkeypatch.setitem(sys.modules, "cramjam", None)
+    with pytest.raises(ImportError, match=r"fastkwire\[compression\]"):
+        records_codec.write_batch(RECORDS, compression="zstd")
+    data = make_batch(b"\x00", 1, attrs=4)
+    with pytest.raises(ImportError, match=r"fastkwire\[compression\]"):
+        records_codec.read_batches(data)
+
+
 # ---------------------------------------------------------------- peers
 
 
@@ -183,10 +190,8 @@ def _peer_records(batch):
     return [Record(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
 
 
-AIO_BUILDERS = [AioBuilder, AioBuilderPy]
-
-
-@pytest.mark.parametrize("builder", AIO_BUILDERS + [KpBuilder], ids=["aiokafka", "aiokafka-py", "kafka-python"])
+@pytest.mark.parametrize("builder", [aiokafka(AioBuilder, "aiokafka"), aiokafka(AioBuilderPy, "aiokafka-py"),
+                                     pytest.param(KpBuilder, id="kafka-python")])
 def test_peer_written_batches_equal_ours(records_codec, builder):
     b = builder(2, 0, 0, 3, 1, 17, 1 << 20)
     for r in RECORDS:
@@ -199,7 +204,8 @@ def test_peer_written_batches_equal_ours(records_codec, builder):
     assert records_codec.read_batches(theirs)[0].records == RECORDS
 
 
-@pytest.mark.parametrize("reader", [AioBatch, AioBatchPy, KpBatch], ids=["aiokafka", "aiokafka-py", "kafka-python"])
+@pytest.mark.parametrize("reader", [aiokafka(AioBatch, "aiokafka"), aiokafka(AioBatchPy, "aiokafka-py"),
+                                    pytest.param(KpBatch, id="kafka-python")])
 def test_peers_read_ours(records_codec, reader):
     shifted = [Record(r.offset + 10 ** 12, r.timestamp, r.key, r.value, r.headers) for r in RECORDS]
     batch = reader(records_codec.write_batch(shifted, base_offset=10 ** 12))

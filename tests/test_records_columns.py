@@ -5,6 +5,7 @@ import pytest
 from fastkwire import DecodeError
 from fastkwire.records import BinaryColumn, Record, RecordColumns
 
+from record_peers import needs_cramjam
 from test_records import RECORDS, make_batch, raw_record
 
 MANY = [Record(100 + i, 1_000 + (i * 37) % 11, None if i % 4 == 0 else b"k%d" % i,
@@ -91,6 +92,7 @@ def test_binary_column_equality():
     assert repr(a) == "BinaryColumn([b'ab', None])"
 
 
+@needs_cramjam
 def test_many_batches_grow_the_columns(records_codec):
     """Batch after batch, small then large: the arrays grow and keep what they had."""
     import random

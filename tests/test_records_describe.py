@@ -4,7 +4,7 @@ import pytest
 from fastkwire import DecodeError
 from fastkwire.records import Record, describe, write_batch
 
-from test_records_compression import _legacy, KpLegacyBuilder
+from record_peers import KpLegacyBuilder, legacy as _legacy, needs_cramjam
 
 RECS = [Record(0, 10, b"key", None, [("h", b"v"), ("n", None)]), Record(1, 12, None, b"val", [])]
 
@@ -44,6 +44,7 @@ def test_v2_batch_layout():
     assert (tail.name, tail.offset, tail.size) == ("tail", len(data), 20)
 
 
+@needs_cramjam
 def test_compressed_batch_layout():
     data = write_batch(RECS, compression="gzip")
     records = describe(data)[0].children[-1]
@@ -58,6 +59,7 @@ def test_crc_mismatch_is_shown():
     assert describe(bytes(data))[0].value.endswith("CRC mismatch")
 
 
+@needs_cramjam
 def test_legacy_layout():
     data = _legacy(KpLegacyBuilder, 1, 1)  # one gzip wrapper of 20 messages
     (message,) = describe(data)
@@ -78,6 +80,7 @@ def test_bad_input():
         describe(short)
 
 
+@needs_cramjam
 def test_describe_never_raises_anything_but_decode_errors():
     import random
 

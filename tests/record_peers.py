@@ -1,0 +1,48 @@
+"""The record-batch peers and the compression library, for the records tests.
+
+kafka-python is a test requirement everywhere; aiokafka (C extensions) and cramjam (the
+compression extra) may lack wheels for a Python the built wheels are tested on
+(cibuildwheel's test step installs only pure or widely built packages). Without them the
+tests that need them skip, and the rest still run.
+"""
+import importlib.util
+
+import pytest
+from kafka.record.default_records import (DefaultRecordBatch as KpBatch,
+                                          DefaultRecordBatchBuilder as KpBuilder)
+from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuilder
+
+__all__ = ["KpBatch", "KpBuilder", "KpLegacyBuilder", "AioBatch", "AioBatchPy", "AioBuilder",
+           "AioBuilderPy", "AioLegacyBuilder", "aio_codec", "needs_aiokafka", "needs_cramjam",
+           "aiokafka", "LEGACY", "legacy"]
+
+try:
+    from aiokafka import codec as aio_codec
+    from aiokafka.record.default_records import (DefaultRecordBatch as AioBatch,
+                                                 DefaultRecordBatchBuilder as AioBuilder,
+                                                 _DefaultRecordBatchPy as AioBatchPy,
+                                                 _DefaultRecordBatchBuilderPy as AioBuilderPy)
+    from aiokafka.record.legacy_records import LegacyRecordBatchBuilder as AioLegacyBuilder
+except ImportError:
+    aio_codec = AioBatch = AioBuilder = AioBatchPy = AioBuilderPy = AioLegacyBuilder = None
+
+needs_aiokafka = pytest.mark.skipif(AioBatch is None, reason="aiokafka is not installed")
+needs_cramjam = pytest.mark.skipif(importlib.util.find_spec("cramjam") is None,
+                                   reason="cramjam (the compression extra) is not installed")
+
+
+def aiokafka(value, id):
+    """A parameter that needs aiokafka."""
+    return pytest.param(value, id=id, marks=needs_aiokafka)
+
+
+# Legacy message sets (magic 0 and 1) as kafka-python or aiokafka write them.
+LEGACY = [(i * 2, 1_500_000_000_000 + i, b"k%d" % i if i % 2 else None,
+           b"v%d" % i if i % 3 else None) for i in range(20)]
+
+
+def legacy(builder, magic, codec, items=LEGACY):
+    b = builder(magic, codec, 1 << 20)
+    for offset, ts, key, value in items:
+        b.append(offset, ts if magic else None, key, value)
+    return bytes(b.build())
