@@ -350,8 +350,7 @@ def sites(frame, target):
 
 
 def _struct_sites(node, lay, out):
-    fields = {op.field.name: op for op in lay.ops}
-    fields.update({op.name: op for op in lay.ops})
+    fields = {op.name: op for op in lay.ops}  # explain names fields as Python does
     for child in node.children:
         if child.name == "present":
             continue

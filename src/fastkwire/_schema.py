@@ -47,6 +47,7 @@ class Versions:
         return self.low <= version <= self.high
 
 
+@lru_cache(maxsize=None)  # one shared str per name: explain names every node by it
 def snake_case(name: str) -> str:
     """GroupInstanceId -> group_instance_id, ThrottleTimeMs -> throttle_time_ms."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
