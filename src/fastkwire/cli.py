@@ -22,12 +22,13 @@ import re
 import sys
 from itertools import chain
 
+from ._explain_apis import api_names
 from ._printable import printable
 from .admin import MAX_TIMEOUT_MS, AdminClient, AdminError, check_group, check_members, check_reason
 from .client_config import read_properties, security_options
 from .connection import SECURITY_PROTOCOLS
 from .errors import DecodeError
-from .explain import DOC_WIDTH, HEX_ROWS, MAX_ITEMS, _JSON, _api_names, _message_value, _render_lines, example, explain
+from .explain import DOC_WIDTH, HEX_ROWS, MAX_ITEMS, _JSON, _message_value, _render_lines, example, explain
 from .sasl import MECHANISMS
 
 EXIT_OK = 0
@@ -333,11 +334,11 @@ def _api_key(text: str) -> int:
     if text.isdigit():
         return int(text)
     wanted = re.sub(r"[-_ ]", "", text).lower()
-    for key, name in _api_names().items():
+    for key, name in api_names().items():
         if name.lower() == wanted:
             return key
     raise argparse.ArgumentTypeError(
-        f"unknown API {text!r} (known: {', '.join(sorted(_api_names().values()))})")
+        f"unknown API {text!r} (known: {', '.join(sorted(api_names().values()))})")
 
 
 def _from_hex(text: str) -> bytes | None:

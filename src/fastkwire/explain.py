@@ -24,10 +24,10 @@ import json
 import re
 import sys
 import uuid
-from functools import lru_cache
 from itertools import chain
 
-from . import _framing, _pure, _schema
+from . import _pure, _schema
+from ._explain_apis import api_names, header_versions, request_schemas, response_schemas
 from ._layout import layouts, makes_struct, version_text
 from .error_codes import error_name
 from .errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
@@ -103,34 +103,6 @@ class Node:
 
 # ---------------------------------------------------------------- schema lookups
 
-# Loaded on first use: `import fastkwire` imports this module and must stay quick.
-@lru_cache(maxsize=None)
-def _by_kind(kind):
-    return {m.api_key: m for m in _schema.all_messages() if m.kind == kind}
-
-
-def _requests():
-    """api_key -> request Message."""
-    return _by_kind("request")
-
-
-def _responses():
-    """api_key -> response Message."""
-    return _by_kind("response")
-
-
-@lru_cache(maxsize=None)
-def _api_names():
-    """api_key -> API name (13 -> "LeaveGroup")."""
-    return {key: m.name[: -len("Request")] for key, m in _requests().items()}
-
-
-def header_versions(api_key: int, version: int) -> tuple[int, int]:
-    """(request header version, response header version) for an API version."""
-    req = _requests().get(api_key)
-    return _framing.header_versions(api_key, req is not None and req.is_flexible(version))
-
-
 def _default_dict(f):
     """A field's default as to_dict() shows it (a never-null struct: its fields' defaults)."""
     if makes_struct(f):
@@ -203,7 +175,7 @@ def _show_bool(node) -> str:
 
 
 def _show_api_key(node) -> str:
-    name = _api_names().get(node.value)
+    name = api_names().get(node.value)
     return f"{node.value} ({name})" if name else str(node.value)
 
 
@@ -615,7 +587,7 @@ def explain(frame, api_key: int | None = None, version: int | None = None, *,
     if (api_key is None) != (version is None):
         raise ValueError("a response needs both api_key and version")
     if api_key is not None:
-        msg = _responses().get(api_key)
+        msg = response_schemas().get(api_key)
         if msg is None:
             raise ValueError(f"no response schema for API key {api_key}")
         if version not in msg.versions:
@@ -642,7 +614,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
     if api_key is None:
         msg, version, hdr_name, hv = _request_plan(w)
     else:
-        msg, hdr_name, hv = _responses()[api_key], "ResponseHeader", header_versions(api_key, version)[1]
+        msg, hdr_name, hv = response_schemas()[api_key], "ResponseHeader", header_versions(api_key, version)[1]
     if msg is not None:
         root.name, root.type = msg.name, f"message v{version}"
         info.update(message=msg.name, version=version)
@@ -686,7 +658,7 @@ def _request_plan(w: _Walker):
     except DecodeError:
         # Too short to tell: read it as header v1 and let that fail where it runs out.
         return None, None, "RequestHeader", 1
-    msg = _requests().get(key)
+    msg = request_schemas().get(key)
     flexible = msg is not None and msg.is_flexible(version)
     return msg, version, "RequestHeader", 2 if flexible else 1
 
@@ -700,10 +672,10 @@ def _kebab(name: str) -> str:
 def example_names() -> list[str]:
     """`leave-group-v5`, `leave-group-v5-response`, ... for every schema version."""
     names = []
-    for msgs, suffix in ((_requests(), ""), (_responses(), "-response")):
+    for msgs, suffix in ((request_schemas(), ""), (response_schemas(), "-response")):
         for key in sorted(msgs):
             m = msgs[key]
-            api = _kebab(_api_names().get(key) or m.name[: -len("Response")])
+            api = _kebab(api_names().get(key) or m.name[: -len("Response")])
             names += [f"{api}-v{v}{suffix}" for v in range(m.versions.low, m.versions.high + 1)]
     return names
 
@@ -748,14 +720,14 @@ def example(name: str) -> tuple[bytes, int | None, int | None]:
         raise ValueError(f"unknown example {name!r}; try leave-group-v5, "
                          "leave-group-v5-response or streams-group-heartbeat-v0")
     version, is_response = int(m.group(2)), bool(m.group(3))
-    key = next(k for k, n in _api_names().items() if _kebab(n) == m.group(1))
+    key = next(k for k, n in api_names().items() if _kebab(n) == m.group(1))
     req_hv, resp_hv = header_versions(key, version)
     out = bytearray()
     if is_response:
-        msg = _responses()[key]
+        msg = response_schemas()[key]
         _write_smallest(out, layouts("ResponseHeader").root(resp_hv))
     else:
-        msg = _requests()[key]
+        msg = request_schemas()[key]
         _write_smallest(out, layouts("RequestHeader").root(req_hv),
                         {"RequestApiKey": key, "RequestApiVersion": version})
     _write_smallest(out, layouts(msg.name).root(version))
