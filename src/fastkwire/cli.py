@@ -23,12 +23,13 @@ import sys
 from itertools import chain
 
 from ._explain_apis import api_names
+from ._explain_examples import example
 from ._printable import printable
 from .admin import MAX_TIMEOUT_MS, AdminClient, AdminError, check_group, check_members, check_reason
 from .client_config import read_properties, security_options
 from .connection import SECURITY_PROTOCOLS
 from .errors import DecodeError
-from .explain import DOC_WIDTH, HEX_ROWS, MAX_ITEMS, _JSON, _message_value, _render_lines, example, explain
+from .explain import DOC_WIDTH, HEX_ROWS, MAX_ITEMS, _JSON, _message_value, _render_lines, explain
 from .sasl import MECHANISMS
 
 EXIT_OK = 0
