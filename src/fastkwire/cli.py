@@ -24,12 +24,13 @@ from itertools import chain
 
 from ._explain_apis import api_names
 from ._explain_examples import example
+from ._explain_text import DOC_WIDTH, HEX_ROWS, JSON_ENCODER, message_value, render_lines
 from ._printable import printable
 from .admin import MAX_TIMEOUT_MS, AdminClient, AdminError, check_group, check_members, check_reason
 from .client_config import read_properties, security_options
 from .connection import SECURITY_PROTOCOLS
 from .errors import DecodeError
-from .explain import DOC_WIDTH, HEX_ROWS, MAX_ITEMS, _JSON, _message_value, _render_lines, explain
+from .explain import MAX_ITEMS, explain
 from .sasl import MECHANISMS
 
 EXIT_OK = 0
@@ -430,7 +431,7 @@ def _write_lines(stream, lines, batch=1 << 16):
 
 def _write_json(stream, value, batch=1 << 16):
     chunk, size = [], 0
-    for piece in chain(_JSON.iterencode(value), ["\n"]):
+    for piece in chain(JSON_ENCODER.iterencode(value), ["\n"]):
         chunk.append(piece)
         size += len(piece)
         if size >= batch:
@@ -455,16 +456,16 @@ def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
         root = explain(frame, api_key, version, max_items=args.max_items)
     except DecodeError as err:
         if not args.json:
-            _write_lines(stdout, _render_lines(frame, err.partial_tree, doc_width, args.hex_rows))
+            _write_lines(stdout, render_lines(frame, err.partial_tree, doc_width, args.hex_rows))
         _write(stderr, f"DecodeError: {err}\n")
         return 1
     except (ValueError, OSError) as err:
         _write(stderr, f"fastkwire explain: {err}\n")
         return 2
     if args.json:
-        _write_json(stdout, _message_value(frame, root))
+        _write_json(stdout, message_value(frame, root))
     else:
-        _write_lines(stdout, _render_lines(frame, root, doc_width, args.hex_rows))
+        _write_lines(stdout, render_lines(frame, root, doc_width, args.hex_rows))
     return 0
 
 

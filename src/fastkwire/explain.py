@@ -1,4 +1,4 @@
-"""`fastkwire explain`: the annotated byte layout of one Kafka frame.
+"""The annotated byte layout of one Kafka frame: `explain(frame)`, a tree of `Node`s.
 
 An interpreter over the schema definitions (`_schema`), independent of the generated
 codecs, which do not track offsets. Every value is read with the pure-Python primitives
@@ -17,17 +17,18 @@ The tree is bounded whatever the frame: an array shows its first `max_items` ele
 and one "summary" node for the rest, which are read and checked (a malformed one fails
 at its offset, as anywhere else) but get no nodes and keep no values. Text is formatted
 only when a node is printed, and strings from the frame are printed escaped.
+
+The tree's text forms are in `_explain_text`, the built-in examples in
+`_explain_examples` (this module re-exports both), and `fastkwire explain` in `cli`.
 """
 from __future__ import annotations
 
-import json
 import sys
-import uuid
-from itertools import chain
 
-from . import _pure
+from . import _explain_text, _pure
 from ._explain_apis import api_names, header_versions, request_schemas, response_schemas
 from ._explain_examples import example, example_names
+from ._explain_text import hex_layout, render, render_tree, to_json
 from ._layout import layouts, makes_struct, version_text
 from .error_codes import error_name
 from .errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
@@ -36,7 +37,8 @@ __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_la
            "render", "to_json"]
 
 SIZE_PREFIX = 4
-DOC_WIDTH = 80            # descriptions longer than this are cut in the text view
+DOC_WIDTH = _explain_text.DOC_WIDTH   # the text view's defaults, public here too
+HEX_ROWS = _explain_text.HEX_ROWS
 MAX_ITEMS = 100           # array elements (and tagged fields) shown per array by default
 # Past max_items * NODES_PER_ITEM nodes in all, or FREE_NODES plus one per BYTES_PER_NODE
 # input bytes, arrays show no elements: with a few hundred bytes a node, a small dense
@@ -44,7 +46,6 @@ MAX_ITEMS = 100           # array elements (and tagged fields) shown per array b
 NODES_PER_ITEM = 100
 FREE_NODES = 500
 BYTES_PER_NODE = 4
-HEX_ROWS = 4096           # rows of the hex layout printed by default (64 KiB)
 
 
 class Node:
@@ -661,112 +662,6 @@ def _request_plan(w: _Walker):
     msg = request_schemas().get(key)
     flexible = msg is not None and msg.is_flexible(version)
     return msg, version, "RequestHeader", 2 if flexible else 1
-
-
-# ---------------------------------------------------------------- text output
-
-def _hex_lines(data, max_rows):
-    n = len(data)
-    width = max(4, len(f"{max(n - 1, 0):x}"))
-    yield f"byte layout ({n} bytes, 16 bytes per row)"
-    yield " " * width + "  " + " ".join(f"{i:>2X}" for i in range(16))
-    shown = n if max_rows is None else min(n, 16 * max_rows)
-    for row in range(0, shown, 16):
-        chunk = data[row:row + 16]
-        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        yield f"{row:0{width}x}  {' '.join(f'{b:02x}' for b in chunk):<47}  {text}"
-    if shown < n:
-        rows = (n - shown + 15) // 16
-        yield f"... {rows:,} more row{'s' if rows != 1 else ''} (bytes 0x{shown:x}-0x{n - 1:x}) not shown"
-
-
-def hex_layout(data: bytes, max_rows: int | None = HEX_ROWS) -> str:
-    """Offsets and 16 bytes per row, with a printable-ASCII column; past `max_rows` rows
-    (None: no limit) one line says how many more there are."""
-    return "\n".join(_hex_lines(data, max_rows))
-
-
-def _line(node: Node, doc_width) -> str:
-    parts = [node.name]
-    if node.type:
-        parts.append(node.type)
-    if node.error is not None:
-        parts.append(f"= !! {node.error.reason}")
-    elif node.display is not None:
-        parts.append(f"= {node.display}")
-    parts.append(f"[0x{node.offset:04x}, {node.size}B]")
-    doc = node.description
-    if doc_width and len(doc) > doc_width:
-        doc = doc[: doc_width - 3] + "..."
-    if doc:
-        parts.append(doc)
-    return " ".join(parts)
-
-
-def _child_lines(node, doc_width, prefix=""):
-    last = len(node.children) - 1
-    for i, child in enumerate(node.children):
-        yield prefix + "+-- " + _line(child, doc_width)
-        yield from _child_lines(child, doc_width, prefix + ("  " if i == last else "| "))
-
-
-def _tree_lines(root, doc_width):
-    return chain([_line(root, doc_width)], _child_lines(root, doc_width))
-
-
-def render_tree(root: Node, doc_width: int | None = DOC_WIDTH) -> str:
-    """The object tree, one node a line, in the `+--` / `|` style of the seed page."""
-    return "\n".join(_tree_lines(root, doc_width))
-
-
-def _title(root: Node, nbytes: int) -> str:
-    info = root.value or {}
-    if "message" not in info:
-        return f"{nbytes} bytes on the wire"
-    kind = "request" if info["message"].endswith("Request") else "response"
-    return (f"{info['message']} v{info['version']}, {kind} header v{info['header_version']}, "
-            f"{nbytes} bytes on the wire")
-
-
-def _render_lines(frame, root, doc_width, max_rows):
-    data = bytes(frame)
-    return chain([_title(root, len(data)), ""], _hex_lines(data, max_rows),
-                 ["", "object tree"], _tree_lines(root, doc_width))
-
-
-def render(frame, root: Node, doc_width: int | None = DOC_WIDTH,
-           max_rows: int | None = HEX_ROWS) -> str:
-    """Title, hex layout and object tree: what `fastkwire explain` prints."""
-    return "\n".join(_render_lines(frame, root, doc_width, max_rows))
-
-
-def _json_default(value):
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-# ASCII (the rest as \u escapes): valid on any stream, and no control character survives.
-_JSON = json.JSONEncoder(indent=2, ensure_ascii=True, default=_json_default)
-
-
-def to_json(root: Node) -> str:
-    """The tree's values as JSON (ASCII): bytes as hex, UUIDs as text, snake_case keys.
-    A summarised array lists its shown elements only."""
-    return _JSON.encode(root.value)
-
-
-def _message_value(frame, root: Node) -> dict:
-    """The tree's values with the body decoded whole, by the pure codec (the tree keeps
-    the shown elements only). Only for a frame that explain read without error."""
-    from . import _messages_python     # here: only --json needs it
-    info = dict(root.value)
-    body = root.children[2]
-    cls = getattr(_messages_python, info["message"])
-    info["body"] = cls.decode_from(frame, info["version"], body.offset)[0].to_dict()
-    return info
 
 
 if __name__ == "__main__":   # python -m fastkwire.explain: the command line lives in cli
