@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 
 import fastkwire._messages_python as codec
 from fastkwire import _pure, _schema
+from fastkwire.cli import configure_explain as configure, run_explain as run
 from fastkwire.errors import DecodeError, UnsupportedVersionError
 from fastkwire.explain import (BYTES_PER_NODE, FREE_NODES, HEX_ROWS, MAX_ITEMS, NODES_PER_ITEM,
-                               Node, configure, example, example_names, explain, hex_layout,
-                               render, render_tree, run, to_json)
+                               Node, example, example_names, explain, hex_layout,
+                               render, render_tree, to_json)
 
 import strategies
 

@@ -1,5 +1,6 @@
 """The `fastkwire` command line.
 
+    fastkwire explain HEX | --file FILE | --example NAME [--api API --version V] [--json]
     fastkwire describe-group --bootstrap-server HOST:PORT --group G [--json]
     fastkwire remove-members --bootstrap-server HOST:PORT --group G --instance-id ID [...]
     fastkwire remove-members ... --member-id ID | --all [--dry-run]
@@ -11,17 +12,25 @@ FASTKWIRE_SSL_PASSWORD) and `--command-config FILE` (Java client properties), fl
 Exit codes: 0 done (every member removed; a dry run that could list what it would do);
 1 the request went through but some member was not removed; 2 bad usage; 3 the request
 failed as a whole (connection, TLS, SASL, timeout, old broker, authorization, group state).
+`fastkwire explain`: 0 shown, 1 a malformed frame, 2 bad usage.
 """
 import argparse
 import importlib
 import json
 import os
+import re
 import sys
+from itertools import chain
 
+from ._explain_apis import api_names
+from ._explain_examples import example
+from ._explain_text import DOC_WIDTH, HEX_ROWS, JSON_ENCODER, message_value, render_lines
 from ._printable import printable
 from .admin import MAX_TIMEOUT_MS, AdminClient, AdminError, check_group, check_members, check_reason
 from .client_config import read_properties, security_options
 from .connection import SECURITY_PROTOCOLS
+from .errors import DecodeError
+from .explain import MAX_ITEMS, explain
 from .sasl import MECHANISMS
 
 EXIT_OK = 0
@@ -320,12 +329,158 @@ def _print_plan(plan, out):
         print(f"Not in the group: member id {printable(repr(member_id))}", file=out)
 
 
-# ---------------------------------------------------------------- dispatch
+# ---------------------------------------------------------------- explain
+
+
+def _api_key(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    wanted = re.sub(r"[-_ ]", "", text).lower()
+    for key, name in api_names().items():
+        if name.lower() == wanted:
+            return key
+    raise argparse.ArgumentTypeError(
+        f"unknown API {text!r} (known: {', '.join(sorted(api_names().values()))})")
+
+
+def _from_hex(text: str) -> bytes | None:
+    """Hex text (whitespace, colons and 0x prefixes allowed) as bytes, else None."""
+    cleaned = re.sub(r"0x|[\s:]", "", text)
+    if cleaned and re.fullmatch(r"[0-9a-fA-F]+", cleaned) and len(cleaned) % 2 == 0:
+        return bytes.fromhex(cleaned)
+    return None
+
+
+def _parse_input(raw: bytes) -> bytes:
+    """A file's or stdin's content: hex text if it reads as such, else the raw bytes."""
+    try:
+        parsed = _from_hex(raw.decode("ascii"))
+    except UnicodeDecodeError:
+        return raw
+    return raw if parsed is None else parsed
+
+
+def _limit(text: str) -> int | None:
+    if text == "all":
+        return None
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"not a count: {text!r} (a number, or all)")
+
+
+def configure_explain(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.description = ("Show a Kafka frame byte by byte: hex layout and an object tree "
+                          "with every field's offset, size, value and meaning.")
+    parser.add_argument("hex", nargs="*",
+                        help="the frame as hex, size prefix included (spaces allowed)")
+    parser.add_argument("-f", "--file",
+                        help="read the frame from a file (hex text or raw binary; - for stdin)")
+    parser.add_argument("--api", type=_api_key,
+                        help="for a response: its API, by name (LeaveGroup) or key (13)")
+    parser.add_argument("--version", type=int, help="for a response: its API version")
+    parser.add_argument("--example", metavar="NAME",
+                        help="explain a built-in smallest message instead: leave-group-v5, "
+                             "leave-group-v5-response, streams-group-heartbeat-v0, ...")
+    parser.add_argument("--json", action="store_true",
+                        help="print the decoded message as JSON instead of the layout")
+    parser.add_argument("--full", action="store_true",
+                        help="do not shorten long field descriptions")
+    parser.add_argument("--max-items", type=_limit, default=MAX_ITEMS, metavar="N",
+                        help=f"show at most N elements of each array (default {MAX_ITEMS}; 'all' "
+                             "for every one); the rest are checked and summed up in one line")
+    parser.add_argument("--hex-rows", type=_limit, default=HEX_ROWS, metavar="N",
+                        help=f"print at most N rows of the hex layout (default {HEX_ROWS}; 'all')")
+    return parser
+
+
+def _read_frame(args, stdin) -> bytes:
+    if args.hex:
+        frame = _from_hex(" ".join(args.hex))
+        if frame is None:
+            raise ValueError("the frame on the command line is not hex (use --file for binary)")
+        return frame
+    if args.file and args.file != "-":
+        with open(args.file, "rb") as fh:
+            return _parse_input(fh.read())
+    if args.file == "-" or not stdin.isatty():
+        return _parse_input(stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read())
+    raise ValueError("give the frame as hex, with --file, or on stdin")
+
+
+def _write(stream, text: str):
+    """Writes text that the stream may not be able to encode (an ASCII terminal): what
+    it cannot encode goes out as backslash escapes instead of failing."""
+    encoding = getattr(stream, "encoding", None)
+    if encoding and not text.isascii():
+        text = text.encode(encoding, "backslashreplace").decode(encoding)
+    stream.write(text)
+
+
+def _write_lines(stream, lines, batch=1 << 16):
+    """Writes lines in pieces of about `batch` characters: big outputs are not built whole."""
+    chunk, size = [], 0
+    for line in lines:
+        chunk.append(line)
+        size += len(line) + 1
+        if size >= batch:
+            _write(stream, "\n".join(chunk) + "\n")
+            chunk, size = [], 0
+    if chunk:
+        _write(stream, "\n".join(chunk) + "\n")
+
+
+def _write_json(stream, value, batch=1 << 16):
+    chunk, size = [], 0
+    for piece in chain(JSON_ENCODER.iterencode(value), ["\n"]):
+        chunk.append(piece)
+        size += len(piece)
+        if size >= batch:
+            stream.write("".join(chunk))
+            chunk, size = [], 0
+    stream.write("".join(chunk))
+
+
+def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
+    """Runs `fastkwire explain`; 0 on success, 1 for a malformed frame, 2 for bad usage."""
+    stdout, stderr, stdin = stdout or sys.stdout, stderr or sys.stderr, stdin or sys.stdin
+    doc_width = None if args.full else DOC_WIDTH
+    try:
+        if args.example:
+            if args.hex or args.file:
+                raise ValueError("--example takes no frame")
+            frame, api_key, version = example(args.example)
+        else:
+            if (args.api is None) != (args.version is None):
+                raise ValueError("a response needs both --api and --version")
+            frame, api_key, version = _read_frame(args, stdin), args.api, args.version
+        root = explain(frame, api_key, version, max_items=args.max_items)
+    except DecodeError as err:
+        if not args.json:
+            _write_lines(stdout, render_lines(frame, err.partial_tree, doc_width, args.hex_rows))
+        _write(stderr, f"DecodeError: {err}\n")
+        return 1
+    except (ValueError, OSError) as err:
+        _write(stderr, f"fastkwire explain: {err}\n")
+        return 2
+    if args.json:
+        _write_json(stdout, message_value(frame, root))
+    else:
+        _write_lines(stdout, render_lines(frame, root, doc_width, args.hex_rows))
+    return 0
+
 
 def add_explain(subparsers):
-    from .explain import add_parser, run
-    add_parser(subparsers).set_defaults(run=run)
+    parser = subparsers.add_parser("explain", help="annotated byte layout of a Kafka frame")
+    configure_explain(parser).set_defaults(run=run_explain)
+    return parser
 
+
+def explain_main(argv=None):
+    """`python -m fastkwire.explain`: the same as `fastkwire explain`."""
+    return run_explain(configure_explain(argparse.ArgumentParser(prog="fastkwire explain")).parse_args(argv))
+
+
+# ---------------------------------------------------------------- dispatch
 
 # Subcommand name -> how to add it: a function(subparsers) that adds its parser and sets
 # `run` (a function(args) -> exit code) with parser.set_defaults(run=...), or the name of

@@ -1,4 +1,4 @@
-"""`fastkwire explain`: the annotated byte layout of one Kafka frame.
+"""The annotated byte layout of one Kafka frame: `explain(frame)`, a tree of `Node`s.
 
 An interpreter over the schema definitions (`_schema`), independent of the generated
 codecs, which do not track offsets. Every value is read with the pure-Python primitives
@@ -17,27 +17,28 @@ The tree is bounded whatever the frame: an array shows its first `max_items` ele
 and one "summary" node for the rest, which are read and checked (a malformed one fails
 at its offset, as anywhere else) but get no nodes and keep no values. Text is formatted
 only when a node is printed, and strings from the frame are printed escaped.
+
+The tree's text forms are in `_explain_text`, the built-in examples in
+`_explain_examples` (this module re-exports both), and `fastkwire explain` in `cli`.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import re
 import sys
-import uuid
-from functools import lru_cache
-from itertools import chain
 
-from . import _framing, _pure, _schema
+from . import _explain_text, _pure
+from ._explain_apis import api_names, header_versions, request_schemas, response_schemas
+from ._explain_examples import example, example_names
+from ._explain_text import hex_layout, render, render_tree, to_json
 from ._layout import layouts, makes_struct, version_text
 from .error_codes import error_name
 from .errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
 
 __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_layout",
-           "render", "to_json", "add_parser", "run"]
+           "render", "to_json"]
 
 SIZE_PREFIX = 4
-DOC_WIDTH = 80            # descriptions longer than this are cut in the text view
+DOC_WIDTH = _explain_text.DOC_WIDTH   # the text view's defaults, public here too
+HEX_ROWS = _explain_text.HEX_ROWS
 MAX_ITEMS = 100           # array elements (and tagged fields) shown per array by default
 # Past max_items * NODES_PER_ITEM nodes in all, or FREE_NODES plus one per BYTES_PER_NODE
 # input bytes, arrays show no elements: with a few hundred bytes a node, a small dense
@@ -45,7 +46,6 @@ MAX_ITEMS = 100           # array elements (and tagged fields) shown per array b
 NODES_PER_ITEM = 100
 FREE_NODES = 500
 BYTES_PER_NODE = 4
-HEX_ROWS = 4096           # rows of the hex layout printed by default (64 KiB)
 
 
 class Node:
@@ -103,34 +103,6 @@ class Node:
 
 
 # ---------------------------------------------------------------- schema lookups
-
-# Loaded on first use: `import fastkwire` imports this module and must stay quick.
-@lru_cache(maxsize=None)
-def _by_kind(kind):
-    return {m.api_key: m for m in _schema.all_messages() if m.kind == kind}
-
-
-def _requests():
-    """api_key -> request Message."""
-    return _by_kind("request")
-
-
-def _responses():
-    """api_key -> response Message."""
-    return _by_kind("response")
-
-
-@lru_cache(maxsize=None)
-def _api_names():
-    """api_key -> API name (13 -> "LeaveGroup")."""
-    return {key: m.name[: -len("Request")] for key, m in _requests().items()}
-
-
-def header_versions(api_key: int, version: int) -> tuple[int, int]:
-    """(request header version, response header version) for an API version."""
-    req = _requests().get(api_key)
-    return _framing.header_versions(api_key, req is not None and req.is_flexible(version))
-
 
 def _default_dict(f):
     """A field's default as to_dict() shows it (a never-null struct: its fields' defaults)."""
@@ -204,7 +176,7 @@ def _show_bool(node) -> str:
 
 
 def _show_api_key(node) -> str:
-    name = _api_names().get(node.value)
+    name = api_names().get(node.value)
     return f"{node.value} ({name})" if name else str(node.value)
 
 
@@ -616,7 +588,7 @@ def explain(frame, api_key: int | None = None, version: int | None = None, *,
     if (api_key is None) != (version is None):
         raise ValueError("a response needs both api_key and version")
     if api_key is not None:
-        msg = _responses().get(api_key)
+        msg = response_schemas().get(api_key)
         if msg is None:
             raise ValueError(f"no response schema for API key {api_key}")
         if version not in msg.versions:
@@ -643,7 +615,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
     if api_key is None:
         msg, version, hdr_name, hv = _request_plan(w)
     else:
-        msg, hdr_name, hv = _responses()[api_key], "ResponseHeader", header_versions(api_key, version)[1]
+        msg, hdr_name, hv = response_schemas()[api_key], "ResponseHeader", header_versions(api_key, version)[1]
     if msg is not None:
         root.name, root.type = msg.name, f"message v{version}"
         info.update(message=msg.name, version=version)
@@ -687,333 +659,11 @@ def _request_plan(w: _Walker):
     except DecodeError:
         # Too short to tell: read it as header v1 and let that fail where it runs out.
         return None, None, "RequestHeader", 1
-    msg = _requests().get(key)
+    msg = request_schemas().get(key)
     flexible = msg is not None and msg.is_flexible(version)
     return msg, version, "RequestHeader", 2 if flexible else 1
 
 
-# ---------------------------------------------------------------- examples
-
-def _kebab(name: str) -> str:
-    return _schema.snake_case(name).replace("_", "-")
-
-
-def example_names() -> list[str]:
-    """`leave-group-v5`, `leave-group-v5-response`, ... for every schema version."""
-    names = []
-    for msgs, suffix in ((_requests(), ""), (_responses(), "-response")):
-        for key in sorted(msgs):
-            m = msgs[key]
-            api = _kebab(_api_names().get(key) or m.name[: -len("Response")])
-            names += [f"{api}-v{v}{suffix}" for v in range(m.versions.low, m.versions.high + 1)]
-    return names
-
-
-def _write_zero(out, type_, compact):
-    if type_ in _pure.WIDTH:
-        out += bytes(_pure.WIDTH[type_])
-    elif type_ == "string":
-        _pure.w_compact_string(out, "") if compact else _pure.w_string(out, "")
-    else:   # bytes; records too (none of the schemas here carry records)
-        _pure.w_compact_bytes(out, b"") if compact else _pure.w_bytes(out, b"")
-
-
-def _write_smallest(out, lay, overrides=None):
-    """Smallest legal instance: numbers zero, strings empty, every array one element,
-    nullable structs present, no tagged fields."""
-    for op in lay.plain:
-        f, compact = op.field, op.compact
-        if overrides and f.name in overrides:
-            getattr(_pure, "w_" + f.type)(out, overrides[f.name])
-        elif f.is_array:
-            _pure.w_uvarint(out, 2) if compact else _pure.w_int32(out, 1)
-            if op.sub is not None:
-                _write_smallest(out, op.sub)
-            else:
-                _write_zero(out, f.element_type, compact)
-        elif f.is_struct:
-            if op.nullable:
-                _pure.w_int8(out, 1)
-            _write_smallest(out, op.sub)
-        else:
-            _write_zero(out, f.type, compact)
-    if lay.flexible:
-        _pure.w_uvarint(out, 0)
-
-
-def example(name: str) -> tuple[bytes, int | None, int | None]:
-    """(frame, api_key, version) of a named example; api_key/version are None for a
-    request (it carries them in its header), as `explain` expects."""
-    m = re.fullmatch(r"([a-z-]+)-v(\d+)(-response)?", name)
-    if m is None or name not in example_names():
-        raise ValueError(f"unknown example {name!r}; try leave-group-v5, "
-                         "leave-group-v5-response or streams-group-heartbeat-v0")
-    version, is_response = int(m.group(2)), bool(m.group(3))
-    key = next(k for k, n in _api_names().items() if _kebab(n) == m.group(1))
-    req_hv, resp_hv = header_versions(key, version)
-    out = bytearray()
-    if is_response:
-        msg = _responses()[key]
-        _write_smallest(out, layouts("ResponseHeader").root(resp_hv))
-    else:
-        msg = _requests()[key]
-        _write_smallest(out, layouts("RequestHeader").root(req_hv),
-                        {"RequestApiKey": key, "RequestApiVersion": version})
-    _write_smallest(out, layouts(msg.name).root(version))
-    frame = len(out).to_bytes(4, "big") + bytes(out)
-    return (frame, key, version) if is_response else (frame, None, None)
-
-
-# ---------------------------------------------------------------- text output
-
-def _hex_lines(data, max_rows):
-    n = len(data)
-    width = max(4, len(f"{max(n - 1, 0):x}"))
-    yield f"byte layout ({n} bytes, 16 bytes per row)"
-    yield " " * width + "  " + " ".join(f"{i:>2X}" for i in range(16))
-    shown = n if max_rows is None else min(n, 16 * max_rows)
-    for row in range(0, shown, 16):
-        chunk = data[row:row + 16]
-        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        yield f"{row:0{width}x}  {' '.join(f'{b:02x}' for b in chunk):<47}  {text}"
-    if shown < n:
-        rows = (n - shown + 15) // 16
-        yield f"... {rows:,} more row{'s' if rows != 1 else ''} (bytes 0x{shown:x}-0x{n - 1:x}) not shown"
-
-
-def hex_layout(data: bytes, max_rows: int | None = HEX_ROWS) -> str:
-    """Offsets and 16 bytes per row, with a printable-ASCII column; past `max_rows` rows
-    (None: no limit) one line says how many more there are."""
-    return "\n".join(_hex_lines(data, max_rows))
-
-
-def _line(node: Node, doc_width) -> str:
-    parts = [node.name]
-    if node.type:
-        parts.append(node.type)
-    if node.error is not None:
-        parts.append(f"= !! {node.error.reason}")
-    elif node.display is not None:
-        parts.append(f"= {node.display}")
-    parts.append(f"[0x{node.offset:04x}, {node.size}B]")
-    doc = node.description
-    if doc_width and len(doc) > doc_width:
-        doc = doc[: doc_width - 3] + "..."
-    if doc:
-        parts.append(doc)
-    return " ".join(parts)
-
-
-def _child_lines(node, doc_width, prefix=""):
-    last = len(node.children) - 1
-    for i, child in enumerate(node.children):
-        yield prefix + "+-- " + _line(child, doc_width)
-        yield from _child_lines(child, doc_width, prefix + ("  " if i == last else "| "))
-
-
-def _tree_lines(root, doc_width):
-    return chain([_line(root, doc_width)], _child_lines(root, doc_width))
-
-
-def render_tree(root: Node, doc_width: int | None = DOC_WIDTH) -> str:
-    """The object tree, one node a line, in the `+--` / `|` style of the seed page."""
-    return "\n".join(_tree_lines(root, doc_width))
-
-
-def _title(root: Node, nbytes: int) -> str:
-    info = root.value or {}
-    if "message" not in info:
-        return f"{nbytes} bytes on the wire"
-    kind = "request" if info["message"].endswith("Request") else "response"
-    return (f"{info['message']} v{info['version']}, {kind} header v{info['header_version']}, "
-            f"{nbytes} bytes on the wire")
-
-
-def _render_lines(frame, root, doc_width, max_rows):
-    data = bytes(frame)
-    return chain([_title(root, len(data)), ""], _hex_lines(data, max_rows),
-                 ["", "object tree"], _tree_lines(root, doc_width))
-
-
-def render(frame, root: Node, doc_width: int | None = DOC_WIDTH,
-           max_rows: int | None = HEX_ROWS) -> str:
-    """Title, hex layout and object tree: what `fastkwire explain` prints."""
-    return "\n".join(_render_lines(frame, root, doc_width, max_rows))
-
-
-def _json_default(value):
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-# ASCII (the rest as \u escapes): valid on any stream, and no control character survives.
-_JSON = json.JSONEncoder(indent=2, ensure_ascii=True, default=_json_default)
-
-
-def to_json(root: Node) -> str:
-    """The tree's values as JSON (ASCII): bytes as hex, UUIDs as text, snake_case keys.
-    A summarised array lists its shown elements only."""
-    return _JSON.encode(root.value)
-
-
-def _message_value(frame, root: Node) -> dict:
-    """The tree's values with the body decoded whole, by the pure codec (the tree keeps
-    the shown elements only). Only for a frame that explain read without error."""
-    from . import _messages_python     # here: only --json needs it
-    info = dict(root.value)
-    body = root.children[2]
-    cls = getattr(_messages_python, info["message"])
-    info["body"] = cls.decode_from(frame, info["version"], body.offset)[0].to_dict()
-    return info
-
-
-# ---------------------------------------------------------------- command line
-
-def _api_key(text: str) -> int:
-    if text.isdigit():
-        return int(text)
-    wanted = re.sub(r"[-_ ]", "", text).lower()
-    for key, name in _api_names().items():
-        if name.lower() == wanted:
-            return key
-    raise argparse.ArgumentTypeError(
-        f"unknown API {text!r} (known: {', '.join(sorted(_api_names().values()))})")
-
-
-def _from_hex(text: str) -> bytes | None:
-    """Hex text (whitespace, colons and 0x prefixes allowed) as bytes, else None."""
-    cleaned = re.sub(r"0x|[\s:]", "", text)
-    if cleaned and re.fullmatch(r"[0-9a-fA-F]+", cleaned) and len(cleaned) % 2 == 0:
-        return bytes.fromhex(cleaned)
-    return None
-
-
-def _parse_input(raw: bytes) -> bytes:
-    """A file's or stdin's content: hex text if it reads as such, else the raw bytes."""
-    try:
-        parsed = _from_hex(raw.decode("ascii"))
-    except UnicodeDecodeError:
-        return raw
-    return raw if parsed is None else parsed
-
-
-def _limit(text: str) -> int | None:
-    if text == "all":
-        return None
-    if text.isdigit():
-        return int(text)
-    raise argparse.ArgumentTypeError(f"not a count: {text!r} (a number, or all)")
-
-
-def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.description = ("Show a Kafka frame byte by byte: hex layout and an object tree "
-                          "with every field's offset, size, value and meaning.")
-    parser.add_argument("hex", nargs="*",
-                        help="the frame as hex, size prefix included (spaces allowed)")
-    parser.add_argument("-f", "--file",
-                        help="read the frame from a file (hex text or raw binary; - for stdin)")
-    parser.add_argument("--api", type=_api_key,
-                        help="for a response: its API, by name (LeaveGroup) or key (13)")
-    parser.add_argument("--version", type=int, help="for a response: its API version")
-    parser.add_argument("--example", metavar="NAME",
-                        help="explain a built-in smallest message instead: leave-group-v5, "
-                             "leave-group-v5-response, streams-group-heartbeat-v0, ...")
-    parser.add_argument("--json", action="store_true",
-                        help="print the decoded message as JSON instead of the layout")
-    parser.add_argument("--full", action="store_true",
-                        help="do not shorten long field descriptions")
-    parser.add_argument("--max-items", type=_limit, default=MAX_ITEMS, metavar="N",
-                        help=f"show at most N elements of each array (default {MAX_ITEMS}; 'all' "
-                             "for every one); the rest are checked and summed up in one line")
-    parser.add_argument("--hex-rows", type=_limit, default=HEX_ROWS, metavar="N",
-                        help=f"print at most N rows of the hex layout (default {HEX_ROWS}; 'all')")
-    return parser
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Adds the `explain` subcommand to a `fastkwire` argparse parser."""
-    parser = subparsers.add_parser("explain", help="annotated byte layout of a Kafka frame")
-    return configure(parser)
-
-
-def _read_frame(args, stdin) -> bytes:
-    if args.hex:
-        frame = _from_hex(" ".join(args.hex))
-        if frame is None:
-            raise ValueError("the frame on the command line is not hex (use --file for binary)")
-        return frame
-    if args.file and args.file != "-":
-        with open(args.file, "rb") as fh:
-            return _parse_input(fh.read())
-    if args.file == "-" or not stdin.isatty():
-        return _parse_input(stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read())
-    raise ValueError("give the frame as hex, with --file, or on stdin")
-
-
-def _write(stream, text: str):
-    """Writes text that the stream may not be able to encode (an ASCII terminal): what
-    it cannot encode goes out as backslash escapes instead of failing."""
-    encoding = getattr(stream, "encoding", None)
-    if encoding and not text.isascii():
-        text = text.encode(encoding, "backslashreplace").decode(encoding)
-    stream.write(text)
-
-
-def _write_lines(stream, lines, batch=1 << 16):
-    """Writes lines in pieces of about `batch` characters: big outputs are not built whole."""
-    chunk, size = [], 0
-    for line in lines:
-        chunk.append(line)
-        size += len(line) + 1
-        if size >= batch:
-            _write(stream, "\n".join(chunk) + "\n")
-            chunk, size = [], 0
-    if chunk:
-        _write(stream, "\n".join(chunk) + "\n")
-
-
-def _write_json(stream, value, batch=1 << 16):
-    chunk, size = [], 0
-    for piece in chain(_JSON.iterencode(value), ["\n"]):
-        chunk.append(piece)
-        size += len(piece)
-        if size >= batch:
-            stream.write("".join(chunk))
-            chunk, size = [], 0
-    stream.write("".join(chunk))
-
-
-def run(args, stdout=None, stderr=None, stdin=None) -> int:
-    """Runs `fastkwire explain`; 0 on success, 1 for a malformed frame, 2 for bad usage."""
-    stdout, stderr, stdin = stdout or sys.stdout, stderr or sys.stderr, stdin or sys.stdin
-    doc_width = None if args.full else DOC_WIDTH
-    try:
-        if args.example:
-            if args.hex or args.file:
-                raise ValueError("--example takes no frame")
-            frame, api_key, version = example(args.example)
-        else:
-            if (args.api is None) != (args.version is None):
-                raise ValueError("a response needs both --api and --version")
-            frame, api_key, version = _read_frame(args, stdin), args.api, args.version
-        root = explain(frame, api_key, version, max_items=args.max_items)
-    except DecodeError as err:
-        if not args.json:
-            _write_lines(stdout, _render_lines(frame, err.partial_tree, doc_width, args.hex_rows))
-        _write(stderr, f"DecodeError: {err}\n")
-        return 1
-    except (ValueError, OSError) as err:
-        _write(stderr, f"fastkwire explain: {err}\n")
-        return 2
-    if args.json:
-        _write_json(stdout, _message_value(frame, root))
-    else:
-        _write_lines(stdout, _render_lines(frame, root, doc_width, args.hex_rows))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run(configure(argparse.ArgumentParser(prog="fastkwire explain")).parse_args()))
+if __name__ == "__main__":   # python -m fastkwire.explain: the command line lives in cli
+    from .cli import explain_main
+    sys.exit(explain_main())

@@ -1,12 +1,10 @@
 """Types of fastkwire.explain: the annotated byte layout of a frame."""
-import argparse
 from collections.abc import Iterator
-from typing import Any
 
 from .errors import DecodeError
 
 __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_layout",
-           "render", "to_json", "add_parser", "run"]
+           "render", "to_json"]
 
 DOC_WIDTH: int | None
 MAX_ITEMS: int
@@ -42,6 +40,3 @@ def render_tree(root: Node, doc_width: int | None = ...) -> str: ...
 def render(frame: bytes, root: Node, doc_width: int | None = ...,
            max_rows: int | None = ...) -> str: ...
 def to_json(root: Node) -> str: ...
-def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser: ...
-def add_parser(subparsers: Any) -> argparse.ArgumentParser: ...
-def run(args: argparse.Namespace, stdout: Any = ..., stderr: Any = ..., stdin: Any = ...) -> int: ...
