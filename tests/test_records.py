@@ -172,6 +172,15 @@ def test_empty_input(records_codec):
     assert got == [] and got.tail == 0
 
 
+def test_repeated_timestamps_read_back(records_codec):
+    # Records in one millisecond share a timestamp; runs of equal and changing deltas.
+    stamps = [5, 5, 5, 7, 7, 5, -3, -3, 2 ** 40, 5]
+    recs = [Record(i, t, None, b"v", []) for i, t in enumerate(stamps)]
+    got = records_codec.read_batches(records_codec.write_batch(recs))[0].records
+    assert [r.timestamp for r in got] == stamps and got == recs
+    assert records_codec.read_columns(records_codec.write_batch(recs)).timestamp.tolist() == stamps
+
+
 def test_missing_cramjam_names_the_extra(records_codec, monkeypatch):
     # Runs with and without the compression extra installed.
     monkeypatch.setattr(_compression, "_cramjam", None)

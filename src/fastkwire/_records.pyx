@@ -332,6 +332,11 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
     cdef object last_pair_key = None
     cdef int64_t last_vlen = -2
     cdef const unsigned char* last_value = NULL
+    # Records of a batch often share a timestamp (all produced in one millisecond): the
+    # last one's int is reused while the delta repeats.
+    cdef object stamp = log_append_time
+    cdef int64_t stamp_delta = 0
+    cdef bint have_stamp = fixed_ts
     for i in range(count):
         start = c.pos
         length = rd_varint(&c, end, 5)
@@ -415,9 +420,9 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
             continue
         # As the record itself (new_record): the collector need not walk its headers.
         PyObject_GC_UnTrack(<PyObject*>headers)
-        r = new_record(base_offset + offset_delta,
-                       log_append_time if fixed_ts else base_timestamp + ts_delta,
-                       key, value, headers)
+        if not have_stamp or (not fixed_ts and ts_delta != stamp_delta):
+            stamp, stamp_delta, have_stamp = base_timestamp + ts_delta, ts_delta, True
+        r = new_record(base_offset + offset_delta, stamp, key, value, headers)
         Py_INCREF(r)
         PyList_SET_ITEM(out, i, r)
     if c.pos != end:
