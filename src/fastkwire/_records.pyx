@@ -607,10 +607,12 @@ cdef enum:
     A_HVALUE_NULLS, A_HOFFS, N_ARRAYS
 
 
-# Their item sizes and (once numpy is imported) dtypes.
-cdef Py_ssize_t ITEM_SIZES[N_ARRAYS]
-ITEM_SIZES[:] = [8, 8, 1, 4, 1, 1, 4, 1, 1, 4, 1, 1, 4, 1, 4]
+# Their element types (offsets are the int32 ones); as numpy dtypes, with their item
+# sizes, once numpy is imported.
+cdef tuple DTYPE_NAMES = ("int64", "int64", "uint8", "int32", "bool", "uint8", "int32", "bool",
+                           "uint8", "int32", "bool", "uint8", "int32", "bool", "int32")
 cdef tuple _DTYPES = None
+cdef Py_ssize_t ITEM_SIZES[N_ARRAYS]
 
 
 cdef class ColumnsBuilder:
@@ -625,13 +627,13 @@ cdef class ColumnsBuilder:
 
     def __cinit__(self):
         global _np, _DTYPES
+        cdef int i
         if _np is None:
             import numpy
+            _DTYPES = tuple(numpy.dtype(name) for name in DTYPE_NAMES)
+            for i in range(N_ARRAYS):
+                ITEM_SIZES[i] = _DTYPES[i].itemsize
             _np = numpy
-            _DTYPES = tuple(numpy.dtype(t) for t in (
-                "int64", "int64", "uint8", "int32", "bool", "uint8", "int32", "bool",
-                "uint8", "int32", "bool", "uint8", "int32", "bool", "int32"))
-            assert [t.itemsize for t in _DTYPES] == [ITEM_SIZES[i] for i in range(N_ARRAYS)]
         self.arrays = [None] * N_ARRAYS
         memset(self.ptrs, 0, sizeof(self.ptrs))
         self.rows = self.row_cap = self.hrow_cap = 0
@@ -639,23 +641,21 @@ cdef class ColumnsBuilder:
         self.cols.key.used = self.cols.value.used = self.cols.hkey.used = self.cols.hvalue.used = 0
         self.cols.hrows = 0
 
-    cdef int _grow(self, int first, Py_ssize_t rows, Py_ssize_t hrows) except -1:
+    cdef int _grow(self, Py_ssize_t rows, Py_ssize_t hrows) except -1:
         """Make room for `rows` records and `hrows` header rows (all their arrays)."""
         cdef Py_ssize_t row_cap = max(rows, 2 * self.row_cap)
         cdef Py_ssize_t hrow_cap = max(hrows, 2 * self.hrow_cap)
         grow_rows = rows > self.row_cap or self.arrays[A_OFFSET] is None
         grow_hrows = hrows > self.hrow_cap or self.arrays[A_HKEY_OFFS] is None
         if grow_rows:
-            for i, dtype, extra in ((A_OFFSET, _np.int64, 0), (A_TIMESTAMP, _np.int64, 0),
-                                    (A_KEY_OFFS, _np.int32, 1), (A_KEY_NULLS, _np.bool_, 0),
-                                    (A_VALUE_OFFS, _np.int32, 1), (A_VALUE_NULLS, _np.bool_, 0),
-                                    (A_HOFFS, _np.int32, 1)):
-                self._replace(i, row_cap + extra, dtype, self.rows + extra)
+            for i, extra in ((A_OFFSET, 0), (A_TIMESTAMP, 0), (A_KEY_OFFS, 1), (A_KEY_NULLS, 0),
+                             (A_VALUE_OFFS, 1), (A_VALUE_NULLS, 0), (A_HOFFS, 1)):
+                self._replace(i, row_cap + extra, self.rows + extra)
             self.row_cap = row_cap
         if grow_hrows:
-            for i, dtype, extra in ((A_HKEY_OFFS, _np.int32, 1), (A_HKEY_NULLS, _np.bool_, 0),
-                                    (A_HVALUE_OFFS, _np.int32, 1), (A_HVALUE_NULLS, _np.bool_, 0)):
-                self._replace(i, hrow_cap + extra, dtype, self.cols.hrows + extra)
+            for i, extra in ((A_HKEY_OFFS, 1), (A_HKEY_NULLS, 0), (A_HVALUE_OFFS, 1),
+                             (A_HVALUE_NULLS, 0)):
+                self._replace(i, hrow_cap + extra, self.cols.hrows + extra)
             self.hrow_cap = hrow_cap
         self._point()
         return 0
@@ -696,18 +696,18 @@ cdef class ColumnsBuilder:
         cdef Py_ssize_t hrows = size // MIN_HEADER, hbytes = size
         if not most:
             hrows, hbytes = header_room(rows, size)
-        self._grow(A_OFFSET, self.rows + rows, self.cols.hrows + hrows)
+        self._grow(self.rows + rows, self.cols.hrows + hrows)
         for which, i, need in ((0, A_KEY_DATA, size), (1, A_VALUE_DATA, size),
                                (2, A_HKEY_DATA, hbytes), (3, A_HVALUE_DATA, hbytes)):
             self._data(which, i, need)
         return 0
 
-    cdef int _replace(self, int i, Py_ssize_t n, object dtype, Py_ssize_t keep) except -1:
+    cdef int _replace(self, int i, Py_ssize_t n, Py_ssize_t keep) except -1:
         old = self.arrays[i]
-        new = _np.empty(max(n, 1), dtype)
+        new = _np.empty(max(n, 1), _DTYPES[i])
         if old is not None:
             new[:keep] = old[:keep]
-        elif dtype is _np.int32:
+        elif DTYPE_NAMES[i] == "int32":
             new[0] = 0  # offsets start at 0
         self.arrays[i] = new
         self.ptrs[i] = array_ptr(new)
@@ -725,7 +725,7 @@ cdef class ColumnsBuilder:
         if b.used + need <= self.data_cap[which]:
             return 0
         cap = max(b.used + need, 2 * self.data_cap[which])
-        self._replace(i, cap, _np.uint8, b.used)
+        self._replace(i, cap, b.used)
         self.data_cap[which] = cap
         self._point()
         return 0
@@ -818,7 +818,7 @@ cdef class ColumnsBuilder:
     def finish(self, tail):
         cdef Cols* c = &self.cols
         if self.arrays[A_OFFSET] is None:  # no record at all
-            self._grow(A_OFFSET, 0, 0)
+            self._grow(0, 0)
         n, h = self.rows, c.hrows
         sizes = (n, n, c.key.used, n + 1, n, c.value.used, n + 1, n, c.hkey.used, h + 1, h,
                  c.hvalue.used, h + 1, h, n + 1)
@@ -904,12 +904,7 @@ cdef int w_grow(W* w, Py_ssize_t n) except -1:
 
 cdef inline void w_uvarint(W* w, uint64_t v) noexcept:
     """Needs 10 bytes of room."""
-    while v > 0x7F:
-        w.buf[w.used] = <unsigned char>((v & 0x7F) | 0x80)
-        w.used += 1
-        v >>= 7
-    w.buf[w.used] = <unsigned char>v
-    w.used += 1
+    w.used = put_uvarint(w.buf + w.used, v) - w.buf
 
 
 cdef inline uint64_t zz(int64_t v) noexcept:
@@ -1322,18 +1317,13 @@ cdef class _Bin:
         return True
 
     cdef bint utf8(self, Py_ssize_t i):
-        cdef const unsigned char* p
-        cdef Py_ssize_t j
+        cdef Py_ssize_t n = self.offs[i + 1] - self.offs[i]
         if self.nulls[i]:
             return False
-        p = <const unsigned char*>self.at(i)
-        for j in range(self.offs[i + 1] - self.offs[i]):
-            if p[j] >= 0x80:
-                break
-        else:
-            return True  # ASCII, the usual header key
+        if ascii(<const unsigned char*>self.at(i), n):
+            return True  # the usual header key
         try:
-            PyUnicode_DecodeUTF8(self.at(i), self.offs[i + 1] - self.offs[i], NULL)
+            PyUnicode_DecodeUTF8(self.at(i), n, NULL)
         except UnicodeDecodeError:
             return False
         return True
