@@ -15,7 +15,6 @@ failed as a whole (connection, TLS, SASL, timeout, old broker, authorization, gr
 `fastkwire explain`: 0 shown, 1 a malformed frame, 2 bad usage.
 """
 import argparse
-import importlib
 import json
 import os
 import re
@@ -483,8 +482,7 @@ def explain_main(argv=None):
 # ---------------------------------------------------------------- dispatch
 
 # Subcommand name -> how to add it: a function(subparsers) that adds its parser and sets
-# `run` (a function(args) -> exit code) with parser.set_defaults(run=...), or the name of
-# a module whose add_parser(subparsers) does that.
+# `run` (a function(args) -> exit code) with parser.set_defaults(run=...).
 SUBCOMMANDS = {
     "explain": add_explain,
     "describe-group": add_describe_group,
@@ -496,8 +494,6 @@ def build_parser(prog="fastkwire"):
     parser = _Parser(prog=prog, description="fastkwire: Kafka wire-protocol tools")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS.values():
-        if isinstance(add, str):
-            add = importlib.import_module(add).add_parser
         add(subparsers)
     return parser
 
