@@ -191,17 +191,24 @@ def test_writers_agree_on_lying_columns():
     assert _encoded(COMPILED, cases[5])[0] == "EncodeError"
 
 
+def _laid_out(values, rng, lead, null_bytes):
+    """(data, offsets) of values back to back after `lead` random bytes, each null
+    spanning up to null_bytes - 1 random bytes of its own."""
+    data = bytearray(rng.randbytes(lead))
+    offsets = [len(data)]
+    for value in values:
+        data += value if value is not None else rng.randbytes(rng.randrange(null_bytes))
+        offsets.append(len(data))
+    return data, offsets
+
+
 def _padded(column, rng):
     """The same values with bytes between them and inside the null rows' spans: a
     writer must take each value from its own offsets and skip the nulls' bytes."""
     import numpy as np
     from fastkwire.records import BinaryColumn
 
-    data, offsets = bytearray(rng.randbytes(rng.randrange(3))), [None] * (len(column) + 1)
-    offsets[0] = len(data)
-    for i, value in enumerate(column.to_pylist()):
-        data += value if value is not None else rng.randbytes(rng.randrange(40))
-        offsets[i + 1] = len(data)
+    data, offsets = _laid_out(column.to_pylist(), rng, rng.randrange(3), 40)
     return BinaryColumn(np.frombuffer(bytes(data), np.uint8), np.array(offsets, np.int32),
                         column.nulls.copy())
 
@@ -256,10 +263,7 @@ def test_writers_agree_on_random_lying_columns():
         values = [None if rng.random() < 0.2 and not text else
                   (rng.choice(["", "h", "\u00e9t"]).encode() if text else rng.randbytes(rng.randrange(20)))
                   for _ in range(n)]
-        data, offs = bytearray(), [0]
-        for v in values:
-            data += v if v is not None else rng.randbytes(rng.randrange(3))
-            offs.append(len(data))
+        data, offs = _laid_out(values, rng, 0, 3)
         if lie == "offsets" and n:
             offs[rng.randrange(n + 1)] = rng.choice(edges32 + [len(data) + 1, offs[-1] // 2])
         elif lie == "length":
