@@ -92,8 +92,10 @@ class Codec:
                     batch = batch.records
             else:
                 raise DecodeError(f"unknown magic {magic}", pos + 16)
-            if objects or magic != 2:  # columns: add() has taken a magic 2 batch's records
+            if objects:
                 emit(batch)
+            elif magic != 2:  # columns: add() has taken a magic 2 batch's records
+                emit(batch, pos)
             pos += 12 + size
         return 0
 

@@ -14,7 +14,8 @@ from .errors import DecodeError
 from ._records_model import Record, RecordBatch
 
 _HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
-MIN_SIZE = {0: 14, 1: 22}  # crc, magic, attributes, (timestamp,) key and value lengths
+MIN_SIZE = {0: 14, 1: 22}
+INT64_MAX = (1 << 63) - 1  # crc, magic, attributes, (timestamp,) key and value lengths
 
 
 def _bytes(data, pos, end):
@@ -78,6 +79,8 @@ def read_message(data, pos, check_crc, limit_of, inner=False):
             # Inner offsets are relative: the wrapper's offset is the last one's. (A
             # producer's wrapper says 0: its offsets are the producer's, kept as they are.)
             shift = offset - records[-1].offset
+            if shift > 0 and max(r.offset for r in records) + shift > INT64_MAX:
+                raise DecodeError("offset out of the int64 range", pos)
             for r in records:
                 if shift >= 0:
                     r.offset += shift

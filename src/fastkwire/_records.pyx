@@ -256,12 +256,26 @@ cdef struct Bin:
     # A binary column being filled: values back to back, n + 1 offsets, null flags.
     unsigned char* data
     Py_ssize_t used
+    Py_ssize_t cap  # the bytes data can take
     int32_t* offs
     uint8_t* nulls
 
 
-cdef inline void bin_put(Bin* b, Py_ssize_t row, Cur* c, int64_t n) noexcept:
-    """Value `row` of a column: the n bytes at the cursor (n < 0: null)."""
+cdef int raise_changed() except -1:
+    raise RuntimeError("the records' bytes changed while they were read")
+
+
+cdef inline int bin_put(Bin* b, Py_ssize_t row, Cur* c, int64_t n, bint measure) except -1:
+    """Value `row` of a column: the n bytes at the cursor (n < 0: null); when measuring,
+    only counted. The room was measured on these bytes, but code run since (growing
+    the arrays) could have changed a buffer that is not bytes: checked, never trusted."""
+    if measure:
+        if n > 0:
+            b.used += n
+            c.pos += n
+        return 0
+    if n > b.cap - b.used:
+        raise_changed()
     if n < 0:
         b.nulls[row] = 1
     else:
@@ -270,6 +284,23 @@ cdef inline void bin_put(Bin* b, Py_ssize_t row, Cur* c, int64_t n) noexcept:
         b.used += n
         c.pos += n
     b.offs[row + 1] = <int32_t>b.used
+    return 0
+
+
+cdef int bin_put_bytes(Bin* b, Py_ssize_t row, bytes v) except -1:
+    """Value `row` of a column: v's bytes, or null for None."""
+    cdef Py_ssize_t n
+    if v is None:
+        b.nulls[row] = 1
+    else:
+        n = len(v)
+        if n > b.cap - b.used:
+            raise_changed()
+        b.nulls[row] = 0
+        memcpy(b.data + b.used, PyBytes_AS_STRING(v), n)
+        b.used += n
+    b.offs[row + 1] = <int32_t>b.used
+    return 0
 
 
 cdef struct Cols:
@@ -281,10 +312,8 @@ cdef struct Cols:
     Bin hvalue
     int32_t* hoffs
     Py_ssize_t hrows
-    # The room the fast path may fill: header rows, header key and value bytes.
-    Py_ssize_t hrow_end
-    Py_ssize_t hkey_end
-    Py_ssize_t hvalue_end
+    Py_ssize_t hrow_end  # the header rows the arrays can take
+    bint measure  # count the bytes and header rows only (the arrays are not touched)
 
 
 def decode_records(data, Py_ssize_t pos, Py_ssize_t end, long long count,
@@ -355,15 +384,19 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
             value = take_bytes(&c, vlen)
         else:
             klen = rd_len(&c, rend)
-            bin_put(&cols.key, i, &c, klen)
+            bin_put(&cols.key, i, &c, klen, cols.measure)
             vlen = rd_len(&c, rend)
-            bin_put(&cols.value, i, &c, vlen)
+            bin_put(&cols.value, i, &c, vlen, cols.measure)
         hpos = c.pos
         n = rd_varint(&c, rend, 5)
         if n < 0 or n > (rend - c.pos) // MIN_HEADER:
             raise _e.count_exceeds(hpos, n, rend - c.pos)
         if cols == NULL:
             headers = PyList_New(n)
+            # Until every item is set, the collector (which the tuples below may start)
+            # must not see it: a gc callback walking gc.get_objects() would meet NULLs.
+            # Nothing a record's headers hold can make a cycle, so it stays untracked.
+            PyObject_GC_UnTrack(<PyObject*>headers)
         for j in range(n):
             kpos = c.pos
             klen = rd_varint(&c, rend, 5)
@@ -403,9 +436,11 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
                 Py_INCREF(pair)
                 PyList_SET_ITEM(headers, j, pair)
             else:
-                bin_put(&cols.hkey, cols.hrows, &c, klen)
+                if cols.hrows >= cols.hrow_end and not cols.measure:
+                    raise_changed()
+                bin_put(&cols.hkey, cols.hrows, &c, klen, cols.measure)
                 vlen = rd_len(&c, rend)
-                bin_put(&cols.hvalue, cols.hrows, &c, vlen)
+                bin_put(&cols.hvalue, cols.hrows, &c, vlen, cols.measure)
                 cols.hrows += 1
         if c.pos != rend:
             raise_reason(f"record length {length} does not match its fields", start)
@@ -414,12 +449,11 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
         if not in_int64(base_offset, offset_delta):
             raise_reason("offset out of the int64 range", start)
         if cols != NULL:
-            cols.offset[i] = base_offset + offset_delta
-            cols.timestamp[i] = fixed if fixed_ts else base_timestamp + ts_delta
-            cols.hoffs[i + 1] = <int32_t>cols.hrows
+            if not cols.measure:
+                cols.offset[i] = base_offset + offset_delta
+                cols.timestamp[i] = fixed if fixed_ts else base_timestamp + ts_delta
+                cols.hoffs[i + 1] = <int32_t>cols.hrows
             continue
-        # As the record itself (new_record): the collector need not walk its headers.
-        PyObject_GC_UnTrack(<PyObject*>headers)
         if not have_stamp or (not fixed_ts and ts_delta != stamp_delta):
             stamp, stamp_delta, have_stamp = base_timestamp + ts_delta, ts_delta, True
         r = new_record(base_offset + offset_delta, stamp, key, value, headers)
@@ -514,10 +548,10 @@ cdef bint _columns_fast(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, 
         p += 1
         if not vint(&p, re, &ts_delta, 10) or not vint(&p, re, &offset_delta, 5):
             return False
-        if not take_len(&p, re, &n, True):
+        if not take_len(&p, re, &n, True) or n > cols.key.cap - cols.key.used:
             return False
         col_put(&cols.key, i, &p, n)
-        if not take_len(&p, re, &n, True):
+        if not take_len(&p, re, &n, True) or n > cols.value.cap - cols.value.used:
             return False
         col_put(&cols.value, i, &p, n)
         if not vint(&p, re, &hn, 5) or hn < 0 or hn > (re - p) // MIN_HEADER:
@@ -526,10 +560,10 @@ cdef bint _columns_fast(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, 
             if cols.hrows >= cols.hrow_end:
                 return False
             if not take_len(&p, re, &n, False) or not ascii(p, n) \
-                    or n > cols.hkey_end - cols.hkey.used:
+                    or n > cols.hkey.cap - cols.hkey.used:
                 return False
             col_put(&cols.hkey, cols.hrows, &p, n)
-            if not take_len(&p, re, &n, True) or n > cols.hvalue_end - cols.hvalue.used:
+            if not take_len(&p, re, &n, True) or n > cols.hvalue.cap - cols.hvalue.used:
                 return False
             col_put(&cols.hvalue, cols.hrows, &p, n)
             cols.hrows += 1
@@ -582,11 +616,11 @@ def varint_walk(data, Py_ssize_t pos, Py_ssize_t end, long long count):
 cdef object _np = None
 
 
-cdef inline (Py_ssize_t, Py_ssize_t) header_room(Py_ssize_t rows, Py_ssize_t size):
+cdef inline (Py_ssize_t, Py_ssize_t) header_room(Py_ssize_t rows, Py_ssize_t free):
     """A first guess of the header rows and of the bytes of each header column that a
-    batch of `rows` records in `size` bytes holds: two headers of up to 16 + 16 bytes
-    per record (never more than the most the bytes could hold)."""
-    return min(2 * rows, size // MIN_HEADER), min(32 * rows, size)
+    batch of `rows` records holds, `free` bytes past the records' least: two headers of
+    up to 16 + 16 bytes per record (never more than the most those bytes could hold)."""
+    return min(2 * rows, free // MIN_HEADER), min(32 * rows, free)
 
 
 cdef void* array_ptr(object arr) except NULL:
@@ -660,16 +694,17 @@ cdef class ColumnsBuilder:
         self._point()
         return 0
 
-    cdef int _first(self, Py_ssize_t rows, Py_ssize_t size) except -1:
-        """The arrays for a first batch (the header columns sized by header_room's
-        guess), in the order of the enum, as views of one allocation. (Made one by one,
+    cdef int _first(self, Py_ssize_t rows, Py_ssize_t size, Py_ssize_t hrows,
+                    Py_ssize_t hbytes) except -1:
+        """The arrays for a first batch (`size` bytes for keys and for values, `hrows`
+        header rows of `hbytes` bytes for keys and for values), in the order of the enum,
+        as views of one allocation. (Made one by one,
         glibc's malloc gave the pages of the later ones back to the system when a call's
         arrays were freed, and every call faulted them in again: up to +70%. One block
         raises malloc's thresholds to its size, so the next call gets the same pages.)"""
-        cdef Py_ssize_t hrows, hbytes, at = 0, i
+        cdef Py_ssize_t at = 0, i
         cdef Py_ssize_t counts[N_ARRAYS]
         cdef Py_ssize_t starts[N_ARRAYS]
-        hrows, hbytes = header_room(rows, size)
         counts[:] = [rows, rows, size, rows + 1, rows, size, rows + 1, rows,
                      hbytes, hrows + 1, hrows, hbytes, hrows + 1, hrows, rows + 1]
         for i in range(N_ARRAYS):
@@ -690,15 +725,13 @@ cdef class ColumnsBuilder:
         self.cols.hkey.offs[0] = self.cols.hvalue.offs[0] = 0
         return 0
 
-    cdef int _room(self, Py_ssize_t rows, Py_ssize_t size, bint most) except -1:
-        """Room for a batch of `rows` records in `size` bytes: for the most they can
-        hold, or (not most) for the most per record and header_room's guess for headers."""
-        cdef Py_ssize_t hrows = size // MIN_HEADER, hbytes = size
-        if not most:
-            hrows, hbytes = header_room(rows, size)
+    cdef int _room(self, Py_ssize_t rows, Py_ssize_t kbytes, Py_ssize_t vbytes,
+                   Py_ssize_t hrows, Py_ssize_t hkbytes, Py_ssize_t hvbytes) except -1:
+        """Room for `rows` more records with `kbytes` and `vbytes` of keys and values,
+        and `hrows` more header rows with `hkbytes` and `hvbytes` of keys and values."""
         self._grow(self.rows + rows, self.cols.hrows + hrows)
-        for which, i, need in ((0, A_KEY_DATA, size), (1, A_VALUE_DATA, size),
-                               (2, A_HKEY_DATA, hbytes), (3, A_HVALUE_DATA, hbytes)):
+        for which, i, need in ((0, A_KEY_DATA, kbytes), (1, A_VALUE_DATA, vbytes),
+                               (2, A_HKEY_DATA, hkbytes), (3, A_HVALUE_DATA, hvbytes)):
             self._data(which, i, need)
         return 0
 
@@ -748,8 +781,9 @@ cdef class ColumnsBuilder:
         c.timestamp = <int64_t*>self.ptrs[A_TIMESTAMP]
         c.hoffs = <int32_t*>self.ptrs[A_HOFFS]
         c.hrow_end = self.hrow_cap
-        c.hkey_end = self.data_cap[2]
-        c.hvalue_end = self.data_cap[3]
+        c.measure = False
+        c.key.cap, c.value.cap = self.data_cap[0], self.data_cap[1]
+        c.hkey.cap, c.hvalue.cap = self.data_cap[2], self.data_cap[3]
         self._point_bin(&c.key, A_KEY_DATA, A_KEY_OFFS, A_KEY_NULLS)
         self._point_bin(&c.value, A_VALUE_DATA, A_VALUE_OFFS, A_VALUE_NULLS)
         self._point_bin(&c.hkey, A_HKEY_DATA, A_HKEY_OFFS, A_HKEY_NULLS)
@@ -767,40 +801,49 @@ cdef class ColumnsBuilder:
         """Append the `count` records in data[pos:end] (the kernels' checks and errors)."""
         if count < 0 or count > (end - pos) // MIN_RECORD:
             raise _e.count_exceeds(pos, count, end - pos)
-        cdef Py_ssize_t size = end - pos
+        # The bytes past the least that `count` records take: the most their keys,
+        # values and headers can hold (a batch that claims no records holds none).
+        cdef Py_ssize_t free = end - pos - MIN_RECORD * count, hrows, hbytes
         cdef Py_buffer view
         cdef Cols sub
         cdef Py_ssize_t r0 = self.rows
-        cdef bint most = False
+        cdef const unsigned char* b
+        cdef int64_t fixed = log_append_time if log_append_time is not None else 0
+        hrows, hbytes = header_room(count, free)
         if self.arrays[A_OFFSET] is None:
-            self._first(count, size)
-        # Arrays for the most a batch can hold are mostly never touched, yet so large
-        # (header rows: one per 2 bytes) that malloc returned their pages to the system
-        # after every call and each call faulted them in again: the fast path first
-        # tries the guess of header_room, which it checks as it fills.
-        self._room(count, size, False)
+            self._first(count, free, hrows, hbytes)
+        # Room for the most the keys and values can take, and header_room's guess for
+        # the headers, which the fast path checks as it fills. (Room for the most
+        # headers, one row per 2 bytes, is mostly never touched, yet so large that
+        # malloc returned its pages to the system after every call.)
+        self._room(count, free, free, hrows, hbytes, hbytes)
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
             if end > view.len or pos < 0 or pos > end:
                 raise ValueError("records section outside the data")
-            while True:
+            b = <const unsigned char*>view.buf
+            sub = self._batch_cols(r0)
+            if not _columns_fast(b, pos, end, count, base_offset, base_timestamp,
+                                 log_append_time is not None, fixed, &sub):
+                # Past the guess, or something is off: the general loop measures the
+                # batch (or raises its error, as the pure kernel does), and the room it
+                # needs is made before the batch is read again.
                 sub = self._batch_cols(r0)
-                if _columns_fast(<const unsigned char*>view.buf, pos, end, count, base_offset,
-                                 base_timestamp, log_append_time is not None,
-                                 log_append_time if log_append_time is not None else 0, &sub):
-                    break
-                if not most:  # the guess was short (or something is off): the most, again
-                    most = True
-                    self._room(count, size, True)
-                    continue
-                # Something is off (or a header key is not ASCII): the general loop,
-                # which needs the room for the most, says what.
+                sub.measure = True
+                sub.key.used = sub.value.used = sub.hkey.used = sub.hvalue.used = sub.hrows = 0
+                _decode(b, pos, end, count, base_offset, base_timestamp, log_append_time, &sub)
+                self._room(count, sub.key.used, sub.value.used, sub.hrows, sub.hkey.used,
+                           sub.hvalue.used)
                 sub = self._batch_cols(r0)
-                _decode(<const unsigned char*>view.buf, pos, end, count, base_offset,
-                        base_timestamp, log_append_time, &sub)
-                break
+                if not _columns_fast(b, pos, end, count, base_offset, base_timestamp,
+                                     log_append_time is not None, fixed, &sub):
+                    sub = self._batch_cols(r0)  # a header key that is not ASCII
+                    _decode(b, pos, end, count, base_offset, base_timestamp, log_append_time,
+                            &sub)
         finally:
             PyBuffer_Release(&view)
+        _records_python.check_column_sizes(
+            (sub.key.used, sub.value.used, sub.hkey.used, sub.hvalue.used, sub.hrows), pos)
         self.cols.key.used = sub.key.used
         self.cols.value.used = sub.value.used
         self.cols.hkey.used = sub.hkey.used
@@ -808,12 +851,29 @@ cdef class ColumnsBuilder:
         self.cols.hrows = sub.hrows
         self.rows = r0 + count
 
-    def add_records(self, records):
-        """Append Record objects (legacy messages: written as a batch's records first)."""
-        if not records:
+    def add_records(self, records, Py_ssize_t pos):
+        """Append Record objects of a legacy message (offsets and timestamps any int64,
+        keys and values bytes or None, no headers) read at `pos`."""
+        cdef Py_ssize_t n = len(records), i, r0 = self.rows, kbytes = 0, vbytes = 0
+        cdef Cols* c = &self.cols
+        if n == 0:
             return
-        body, count, _, first, _ = _records_python.encode_records(records, records[0].offset, 0)
-        self.add(body, 0, len(body), count, records[0].offset, first, None)
+        for r in records:
+            kbytes += 0 if r.key is None else len(r.key)
+            vbytes += 0 if r.value is None else len(r.value)
+        _records_python.check_column_sizes(
+            (c.key.used + kbytes, c.value.used + vbytes, c.hkey.used, c.hvalue.used, c.hrows), pos)
+        if self.arrays[A_OFFSET] is None:
+            self._first(n, max(kbytes, vbytes), 0, 0)
+        self._room(n, kbytes, vbytes, 0, 0, 0)
+        for i in range(n):
+            r = records[i]
+            c.offset[r0 + i] = r.offset
+            c.timestamp[r0 + i] = r.timestamp
+            c.hoffs[r0 + i + 1] = <int32_t>c.hrows
+            bin_put_bytes(&c.key, r0 + i, r.key)
+            bin_put_bytes(&c.value, r0 + i, r.value)
+        self.rows = r0 + n
 
     def finish(self, tail):
         cdef Cols* c = &self.cols
@@ -1011,10 +1071,15 @@ cdef object _encode_objects(object records, int64_t base_offset, int64_t now, W*
     cdef int guess = 2
     if n == 0:
         return None
-    w_room(w, n * 32)
+    # A first guess (the buffer grows as needed): a guess for every record of a huge
+    # list would pass the 2 GB limit before anything is written.
+    w_room(w, min(n, 1 << 16) * 32)
     for i in range(n):
         r = records[i]
-        if not isinstance(r, Record):
+        # Record itself: a subclass may hide a slot behind a property, which only the
+        # pure writer reads. (No Python code runs in this loop, so neither the list nor
+        # a record can change under the borrowed references it holds.)
+        if type(r) is not Record:
             return None
         v = slot_of(r, S_TIMESTAMP)
         if v == NULL:
@@ -1074,20 +1139,29 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
     """As _encode_objects, from RecordColumns. The columns are checked and measured with
     loops over whole arrays, the output is made at the most they can take, and one pass
     writes each record, leaving room for its length as long as the previous record's
-    (the records of a batch are mostly alike, so the body seldom moves)."""
+    (the records of a batch are mostly alike, so the body seldom moves).
+
+    Every array is taken (a fixed view of an exact ndarray) before any is checked: an
+    attribute read can run user code, which could rewrite an array already checked.
+    From the first check to the last byte written no Python code runs."""
     cdef const int64_t[::1] offset
     cdef const int64_t[::1] timestamp
     cdef const int32_t[::1] hoffs_view
     try:
-        offset = cols.offset
-        timestamp = cols.timestamp
-        hoffs_view = cols.headers.offsets
+        headers = cols.headers
+        offset = exact_array(cols.offset, DT_INT64)
+        timestamp = exact_array(cols.timestamp, DT_INT64)
+        hoffs_view = exact_array(headers.offsets, DT_INT32)
         key = _Bin(cols.key)
         value = _Bin(cols.value)
-        hkey = _Bin(cols.headers.key)
-        hvalue = _Bin(cols.headers.value)
+        hkey = _Bin(headers.key)
+        hvalue = _Bin(headers.value)
     except (ValueError, TypeError, AttributeError, BufferError):
         return None  # not arrays of these types: the pure writer converts or refuses them
+    key.check()
+    value.check()
+    hkey.check()
+    hvalue.check()
     cdef Py_ssize_t n = offset.shape[0], i, hn
     if n == 0 or timestamp.shape[0] != n or hoffs_view.shape[0] != n + 1 or not key.fits(n) \
             or not value.fits(n) or hoffs_view[0] != 0:
@@ -1246,6 +1320,29 @@ cdef extern from *:
     void copy_bytes "fkw_copy"(unsigned char* d, const unsigned char* s, size_t n) noexcept nogil
 
 
+# The dtypes the compiled writer takes, by index into DTYPE_NUMS (numpy's type numbers,
+# looked up when numpy is first needed: objects are written without it).
+cdef enum:
+    DT_UINT8, DT_INT32, DT_INT64, DT_BOOL
+cdef object _ndarray = None
+cdef int DTYPE_NUMS[4]
+
+
+cdef object exact_array(object a, int dtype):
+    """`a` itself when it is an ndarray (not a subclass: no hook of a user's runs when it
+    is viewed) of that native dtype; TypeError otherwise (the pure writer then decides)."""
+    global _ndarray
+    cdef int i
+    if _ndarray is None:
+        import numpy
+        for i, name in enumerate(("uint8", "int32", "int64", "bool")):
+            DTYPE_NUMS[i] = numpy.dtype(name).num
+        _ndarray = numpy.ndarray
+    if type(a) is not _ndarray or a.dtype.num != DTYPE_NUMS[dtype] or not a.dtype.isnative:
+        raise TypeError("not an ndarray of the kernel's dtype")
+    return a
+
+
 @cython.final
 cdef class _Bin:
     """A BinaryColumn's arrays, checked once: offsets ascending within the data."""
@@ -1258,18 +1355,21 @@ cdef class _Bin:
     cdef bint ok
 
     def __cinit__(self, col):
+        # Taken only: _encode_columns checks once every column is taken.
+        data, offs, nulls = col.data, col.offsets, col.nulls
+        self.data = exact_array(data, DT_UINT8)
+        self.offs = exact_array(offs, DT_INT32)
+        self.nulls = exact_array(nulls, DT_BOOL)  # bools are one byte, 0 or 1
+        self.n = self.nulls.shape[0]
+        self.size = self.data.shape[0]
+        self.ok = False
+
+    cdef void check(self) noexcept:
+        """Offsets ascending within the data; the longest value's bytes."""
         cdef Py_ssize_t i
         cdef const int32_t* o
         cdef bint ascending = True
         cdef uint32_t longest = 0
-        self.data = col.data
-        self.offs = col.offsets
-        nulls = col.nulls
-        if nulls.dtype.kind != "b":
-            raise TypeError("nulls must be bool")
-        self.nulls = nulls.view("uint8")
-        self.n = self.nulls.shape[0]
-        self.size = self.data.shape[0]
         self.ok = self.offs.shape[0] == self.n + 1 and self.offs[0] >= 0
         if self.ok:
             o = &self.offs[0]

@@ -119,18 +119,45 @@ def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append
     return out
 
 
+# The most bytes (and header rows) a column of one read_columns call holds: its offsets
+# are int32, as Arrow's binary type (not large_binary).
+COLUMN_LIMIT = 0x7FFFFFFF
+COLUMN_NAMES = ("key", "value", "headers.key", "headers.value", "headers.offsets")
+
+
+def check_column_sizes(sizes, pos):
+    """Both kernels' check, after each batch, of the column sizes so far: (key, value,
+    header key and header value bytes, header rows)."""
+    for name, size in zip(COLUMN_NAMES, sizes):
+        if size > COLUMN_LIMIT:
+            what = "header rows" if name == "headers.offsets" else "bytes"
+            raise DecodeError(f"the {name} column of one read_columns call would pass "
+                              f"{COLUMN_LIMIT} {what} (its offsets are int32): read fewer "
+                              "batches per call", pos)
+
+
 class ColumnsBuilder:
     """Columns filled batch after batch (read_columns): records first, columns at the end."""
 
     def __init__(self):
         self.records = []
+        self.sizes = [0] * len(COLUMN_NAMES)
 
     def add(self, buf, pos, end, count, base_offset, base_timestamp, log_append_time):
         """Append the `count` records in buf[pos:end]."""
-        self.records += decode_records(buf, pos, end, count, base_offset, base_timestamp,
-                                       log_append_time)
+        self.add_records(decode_records(buf, pos, end, count, base_offset, base_timestamp,
+                                        log_append_time), pos)
 
-    def add_records(self, records):
+    def add_records(self, records, pos):
+        sizes = self.sizes
+        for r in records:
+            sizes[0] += 0 if r.key is None else len(r.key)
+            sizes[1] += 0 if r.value is None else len(r.value)
+            sizes[4] += len(r.headers)
+            for k, v in r.headers:
+                sizes[2] += len(k.encode())
+                sizes[3] += 0 if v is None else len(v)
+        check_column_sizes(sizes, pos)
         self.records += records
 
     def finish(self, tail):
