@@ -1,5 +1,4 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-# cython: freethreading_compatible=True
 """The compiled kernel of fastkwire.records, the twin of _records_python.py: the records
 inside one batch read (as objects or columns) and written, and CRC32C.
 
@@ -65,27 +64,50 @@ DEF MIN_HEADER = 2
 DEF HEADER = 61  # a batch's header, before its records
 
 
-def crc32c(data, uint32_t crc=0):
-    """CRC32C of a bytes-like object (the CPU's instruction where it has one)."""
+cdef inline object crc_input(object data, object crc, uint32_t* start):
+    """data as something with a simple buffer, and crc as a uint32: the common forms
+    taken as they are, anything else through the pure kernel's checks (one contract,
+    the same errors)."""
+    cdef int overflow = 0
+    cdef long long c
+    if PyLong_CheckExact(<PyObject*>crc):
+        c = PyLong_AsLongLongAndOverflow(<PyObject*>crc, &overflow)
+        if not overflow and 0 <= c <= 0xFFFFFFFF and (
+                type(data) is bytes or type(data) is bytearray
+                or (type(data) is memoryview and (<memoryview>data).c_contiguous)):
+            start[0] = <uint32_t>c
+            return data
+    data, crc = _records_python.crc_args(data, crc)
+    start[0] = crc
+    return data
+
+
+def crc32c(data, crc=0):
+    """CRC32C of a C-contiguous bytes-like object (the CPU's instruction where it has
+    one), continuing from `crc` (an int in 0-4294967295)."""
     cdef Py_buffer view
+    cdef uint32_t c
+    data = crc_input(data, crc, &c)
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         with nogil:
-            crc = fkw_crc32c(crc, <const unsigned char*>view.buf, <size_t>view.len)
+            c = fkw_crc32c(c, <const unsigned char*>view.buf, <size_t>view.len)
     finally:
         PyBuffer_Release(&view)
-    return crc
+    return c
 
 
-def crc32c_portable(data, uint32_t crc=0):
+def crc32c_portable(data, crc=0):
     """CRC32C by the slicing-by-8 table, whatever the CPU (to test one against the other)."""
     cdef Py_buffer view
+    cdef uint32_t c
+    data = crc_input(data, crc, &c)
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        crc = fkw_crc32c_table(crc, <const unsigned char*>view.buf, <size_t>view.len)
+        c = fkw_crc32c_table(c, <const unsigned char*>view.buf, <size_t>view.len)
     finally:
         PyBuffer_Release(&view)
-    return crc
+    return c
 
 
 def crc32c_hardware():
@@ -802,8 +824,9 @@ cdef class ColumnsBuilder:
         if count < 0 or count > (end - pos) // MIN_RECORD:
             raise _e.count_exceeds(pos, count, end - pos)
         # The bytes past the least that `count` records take: the most their keys,
-        # values and headers can hold (a batch that claims no records holds none).
-        cdef Py_ssize_t free = end - pos - MIN_RECORD * count, hrows, hbytes
+        # values and headers can hold (a batch that claims no records holds none: its
+        # bytes, if any, are an error the measuring pass below raises).
+        cdef Py_ssize_t free = end - pos - MIN_RECORD * count if count else 0, hrows, hbytes
         cdef Py_buffer view
         cdef Cols sub
         cdef Py_ssize_t r0 = self.rows

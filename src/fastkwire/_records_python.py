@@ -26,11 +26,29 @@ def _crc_table():
 _TABLE = _crc_table()
 
 
+def crc_args(data, crc):
+    """Both kernels' crc32c arguments, checked: `data` any C-contiguous bytes-like
+    object (read as its bytes), `crc` an int in 0-4294967295 (the CRC to continue)
+    -> (a memoryview of unsigned bytes, the int)."""
+    if not isinstance(crc, int):
+        raise TypeError(f"crc must be an int, not {type(crc).__name__}")
+    if not 0 <= crc <= 0xFFFFFFFF:
+        raise ValueError(f"crc must be in 0-4294967295, not {crc}")
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
+    if not view.c_contiguous:
+        raise BufferError("data must be C-contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view, int(crc)
+
+
 def crc32c(data, crc=0):
     """CRC32C (Castagnoli) of `data`, byte by byte (slow: about a megabyte a second)."""
+    view, crc = crc_args(data, crc)
     table = _TABLE
     crc ^= 0xFFFFFFFF
-    for b in bytes(data):
+    for b in view:
         crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
 
