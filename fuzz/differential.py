@@ -17,6 +17,7 @@ import importlib
 import random
 import struct
 import uuid
+import zlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,6 +289,15 @@ def sampled_dicts(name, version, n):
     return out
 
 
+def _legacy(offset, magic, key, value, timestamp):
+    """One uncompressed legacy message (magic 0 or 1)."""
+    body = struct.pack(">bb", magic, 0) + (struct.pack(">q", timestamp) if magic else b"")
+    for v in (key, value):
+        body += struct.pack(">i", -1) if v is None else struct.pack(">i", len(v)) + v
+    body = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", offset, len(body)) + body
+
+
 def record_seeds():
     """Valid `records` fields: batches plain and compressed, back to back, legacy."""
     from fastkwire._batches import Codec
@@ -298,7 +308,12 @@ def record_seeds():
     recs = [Record(i, 1000 + i, rng.choice([None, b"", b"key"]), rng.choice([None, b"", b"v" * 20]),
                    [("h", rng.choice([None, b"x"]))] * (i % 3)) for i in range(6)]
     plain = codec.write_batch(recs)
-    out = [plain, plain + codec.write_batch(recs[:2], base_offset=6)]
+    # Past the columns reader's first guess (many headers, long values) and off its
+    # fast path (a header key that is not ASCII): the measured path.
+    wide = codec.write_batch([Record(0, 0, b"k" * 200, b"v" * 3000,
+                                     [("h%d" % j, b"x" * 40) for j in range(7)] + [("é", None)])])
+    out = [plain, plain + codec.write_batch(recs[:2], base_offset=6), wide,
+           _legacy(0, 0, b"k", b"v", -(1 << 63)) + _legacy(3_000_000_000, 1, None, b"w", (1 << 63) - 1)]
     try:
         import cramjam  # noqa: F401
         out += [codec.write_batch(recs, compression=c) for c in ("gzip", "snappy", "lz4", "zstd")]

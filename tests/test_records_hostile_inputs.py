@@ -1,12 +1,14 @@
 """fastkwire.records against inputs that fight back: columns that change while they are
 taken, the collector looking at half-built lists, columns past 2 GiB, legacy sets at the
 int64 edges, and argument forms the two kernels must take or refuse alike."""
+import os
 import struct
 import subprocess
 import sys
 import textwrap
 import tracemalloc
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -314,3 +316,22 @@ def test_crc32c_refuses_the_same_inputs(records_codec, data, crc, error):
     with pytest.raises(error) as e:
         records_codec.kernel.crc32c(data, crc)
     assert str(e.value) == str(expected.value)
+
+
+# ---------------------------------------------------------------- the fuzzer's columns
+
+def test_hostile_columns_seeds():
+    """A short run of fuzz/hostile_records.py (lying arrays, getters that rewrite an
+    array while the writer takes the columns): the kernels agree on every seed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    try:
+        import hostile_records
+    finally:
+        sys.path.pop(0)
+    if hostile_records.CY is None or os.environ.get("FASTKWIRE_PURE"):
+        pytest.skip("the compiled kernel is not in use: nothing to compare with")
+    hooked = 0
+    for seed in range(400):
+        hostile_records.check(seed)
+        hooked += hostile_records.build(seed)[1]
+    assert hooked > 100
