@@ -1,4 +1,24 @@
-"""Every codec test runs against both implementations through the `impl` fixture."""
+"""Every codec test runs against both implementations through the `impl` fixture (the
+message classes), `core` (the wire primitives) or `records_codec` (the record kernels).
+
+Where a new test goes, by what it is about:
+- one message's bytes against the vectors: test_messages.py; a primitive: test_primitives.py;
+  every message and version at once: test_all_apis.py; against kio or kafka-python:
+  test_peers.py (their adapters in peers.py);
+- hostile bytes: test_robustness.py; hostile Python values: test_hostile_values.py; what
+  decoding builds: test_decoded_objects.py; memory: test_memory.py; threads: test_threads.py;
+- record batches: test_records.py (magic 2), _columns, _compression (and legacy sets),
+  _describe, _differential (the kernels on mutated batches), _hostile_inputs (inputs that
+  fight back); record peers live in record_peers.py;
+- explain: test_explain.py, test_explain_records.py; the schema converter: test_convert.py;
+  the definitions: test_schemas.py; the stubs: test_typing.py;
+- connection, TLS and SASL: test_connection.py, test_sasl.py; admin against fakes:
+  test_admin_scripted.py, test_admin_hostile.py; against a real broker: test_admin_tansu.py,
+  test_admin_gateway.py; real clients' traffic: test_real_traffic*.py;
+- what pip installs: test_packaging.py; the workflows: test_workflows.py.
+A test that needs an optional peer (kio, kafka-python, aiokafka, cramjam) skips without it:
+no module imports one at its top unguarded. Long runs carry @pytest.mark.slow (--run-slow).
+"""
 import importlib
 import os
 
@@ -49,8 +69,20 @@ def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", help="run long tests (fuzzing, packaging)")
 
 
+def slow_enabled(config):
+    return bool(config.getoption("--run-slow") or os.environ.get("FASTKWIRE_SLOW_TESTS"))
+
+
+def pytest_configure(config):
+    # Before collection, in every xdist worker too: the walks of the protocol visit
+    # every version (tests/scope.py) only when asked, whoever started pytest.
+    import scope
+
+    scope.EVERY_VERSION = slow_enabled(config)
+
+
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--run-slow") or os.environ.get("FASTKWIRE_SLOW_TESTS"):
+    if slow_enabled(config):
         return
     skip = pytest.mark.skip(reason="slow: run with --run-slow or FASTKWIRE_SLOW_TESTS=1")
     for item in items:

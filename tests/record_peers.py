@@ -2,17 +2,21 @@
 
 kafka-python is a test requirement everywhere; aiokafka (C extensions) and cramjam (the
 compression extra) may lack wheels for a Python the built wheels are tested on
-(cibuildwheel's test step installs only pure or widely built packages). Without them the
-tests that need them skip, and the rest still run.
+(cibuildwheel's test step installs only pure or widely built packages). Without any of
+them the tests that need it skip, and the rest still run.
 """
 import importlib.util
 
 import pytest
-from kafka.record.default_records import (DefaultRecordBatch as KpBatch,
-                                          DefaultRecordBatchBuilder as KpBuilder)
-from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuilder
 
-__all__ = ["KpBatch", "KpBuilder", "KpLegacyBuilder", "AioBatch", "AioBatchPy", "AioBuilder",
+try:
+    from kafka.record.default_records import (DefaultRecordBatch as KpBatch,
+                                              DefaultRecordBatchBuilder as KpBuilder)
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuilder
+except ImportError:
+    KpBatch = KpBuilder = KpLegacyBuilder = None
+
+__all__ = ["KpBatch", "KpBuilder", "KpLegacyBuilder", "needs_kafka_python", "kafka_python", "AioBatch", "AioBatchPy", "AioBuilder",
            "AioBuilderPy", "AioLegacyBuilder", "aio_codec", "needs_aiokafka", "needs_cramjam",
            "aiokafka", "LEGACY", "legacy"]
 
@@ -27,6 +31,7 @@ except ImportError:
     aio_codec = AioBatch = AioBuilder = AioBatchPy = AioBuilderPy = AioLegacyBuilder = None
 
 needs_aiokafka = pytest.mark.skipif(AioBatch is None, reason="aiokafka is not installed")
+needs_kafka_python = pytest.mark.skipif(KpBatch is None, reason="kafka-python is not installed")
 needs_cramjam = pytest.mark.skipif(importlib.util.find_spec("cramjam") is None,
                                    reason="cramjam (the compression extra) is not installed")
 
@@ -34,6 +39,11 @@ needs_cramjam = pytest.mark.skipif(importlib.util.find_spec("cramjam") is None,
 def aiokafka(value, id):
     """A parameter that needs aiokafka."""
     return pytest.param(value, id=id, marks=needs_aiokafka)
+
+
+def kafka_python(value, id):
+    """A parameter that needs kafka-python."""
+    return pytest.param(value, id=id, marks=needs_kafka_python)
 
 
 # Legacy message sets (magic 0 and 1) as kafka-python or aiokafka write them.

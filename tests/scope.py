@@ -5,13 +5,13 @@ the newest version of every other message; with --run-slow (FASTKWIRE_SLOW_TESTS
 every version of everything.
 """
 import os
-import sys
 
 SEED_MESSAGES = frozenset(
     [n + k for n in ("ApiVersions", "FindCoordinator", "LeaveGroup", "StreamsGroupHeartbeat")
      for k in ("Request", "Response")] + ["RequestHeader", "ResponseHeader"]
 )
-EVERY_VERSION = bool(os.environ.get("FASTKWIRE_SLOW_TESTS")) or "--run-slow" in sys.argv
+# Set by tests/conftest.py from --run-slow before any test module is collected.
+EVERY_VERSION = bool(os.environ.get("FASTKWIRE_SLOW_TESTS"))
 
 
 def versions(name, all_versions):

@@ -13,9 +13,12 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 
-import peers
-import scope
-from strategies import MESSAGE_NAMES, message_dicts, message_versions
+pytest.importorskip("kio", reason="kio (a peer codec) is not installed")
+pytest.importorskip("kafka", reason="kafka-python (a peer codec) is not installed")
+
+import peers  # noqa: E402
+import scope  # noqa: E402
+from strategies import MESSAGE_NAMES, message_dicts, message_versions  # noqa: E402
 
 PEERS = ("kio", "kafka-python")
 

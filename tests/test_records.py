@@ -11,7 +11,8 @@ from fastkwire._batches import HEADER
 from fastkwire._records_python import crc32c
 from fastkwire.records import Batches, ControlRecord, Record, RecordBatch
 
-from record_peers import AioBatch, AioBatchPy, AioBuilder, AioBuilderPy, KpBatch, KpBuilder, aiokafka
+from record_peers import (AioBatch, AioBatchPy, AioBuilder, AioBuilderPy, KpBatch, KpBuilder, aiokafka,
+                          kafka_python)
 
 RECORDS = [
     Record(0, 1_700_000_000_000, b"key", b"value", [("h", b"x"), ("n", None), ("", b"")]),
@@ -200,7 +201,7 @@ def _peer_records(batch):
 
 
 @pytest.mark.parametrize("builder", [aiokafka(AioBuilder, "aiokafka"), aiokafka(AioBuilderPy, "aiokafka-py"),
-                                     pytest.param(KpBuilder, id="kafka-python")])
+                                     kafka_python(KpBuilder, "kafka-python")])
 def test_peer_written_batches_equal_ours(records_codec, builder):
     b = builder(2, 0, 0, 3, 1, 17, 1 << 20)
     for r in RECORDS:
@@ -214,7 +215,7 @@ def test_peer_written_batches_equal_ours(records_codec, builder):
 
 
 @pytest.mark.parametrize("reader", [aiokafka(AioBatch, "aiokafka"), aiokafka(AioBatchPy, "aiokafka-py"),
-                                    pytest.param(KpBatch, id="kafka-python")])
+                                    kafka_python(KpBatch, "kafka-python")])
 def test_peers_read_ours(records_codec, reader):
     shifted = [Record(r.offset + 10 ** 12, r.timestamp, r.key, r.value, r.headers) for r in RECORDS]
     batch = reader(records_codec.write_batch(shifted, base_offset=10 ** 12))
@@ -246,6 +247,8 @@ def test_hypothesis_round_trip_and_peers(records_codec, items, base, gaps, t0):
         assert "offset delta" in str(e) and offsets[-1] - base > 2 ** 31 - 1
         return
     assert records_codec.read_batches(data)[0].records == recs
+    if KpBatch is None:
+        return  # kafka-python is not installed: the round trip alone
     peer = KpBatch(data)
     assert peer.validate_crc()
     assert _peer_records(peer) == recs

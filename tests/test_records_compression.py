@@ -10,6 +10,7 @@ from fastkwire import DecodeError, _compression
 from fastkwire.records import Record, default_limit
 
 pytest.importorskip("cramjam", reason="cramjam (the compression extra) is not installed")
+pytest.importorskip("kafka", reason="kafka-python (the peer of these tests) is not installed")
 
 from record_peers import (AioBatch, AioBuilder, AioLegacyBuilder, KpBatch, KpBuilder,  # noqa: E402
                           KpLegacyBuilder, LEGACY, aio_codec, legacy as _legacy, needs_aiokafka)

@@ -4,7 +4,7 @@ import pytest
 from fastkwire import DecodeError
 from fastkwire.records import Record, describe, write_batch
 
-from record_peers import KpLegacyBuilder, legacy as _legacy, needs_cramjam
+from record_peers import KpLegacyBuilder, legacy as _legacy, needs_cramjam, needs_kafka_python
 
 RECS = [Record(0, 10, b"key", None, [("h", b"v"), ("n", None)]), Record(1, 12, None, b"val", [])]
 
@@ -60,6 +60,7 @@ def test_crc_mismatch_is_shown():
 
 
 @needs_cramjam
+@needs_kafka_python
 def test_legacy_layout():
     data = _legacy(KpLegacyBuilder, 1, 1)  # one gzip wrapper of 20 messages
     (message,) = describe(data)
@@ -81,6 +82,7 @@ def test_bad_input():
 
 
 @needs_cramjam
+@needs_kafka_python
 def test_describe_never_raises_anything_but_decode_errors():
     import random
 
