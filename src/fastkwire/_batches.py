@@ -17,7 +17,12 @@ from . import _compression, _legacy_records
 from .errors import DecodeError, EncodeError
 from ._records_model import Batches, RecordBatch, as_control
 
-HEADER = struct.Struct(">qiibIhiqqqhii")
+# The header's fields, in order, as (name, struct format): the layout above.
+HEADER_FIELDS = [("base_offset", "q"), ("batch_length", "i"), ("partition_leader_epoch", "i"),
+                 ("magic", "b"), ("crc", "I"), ("attributes", "h"), ("last_offset_delta", "i"),
+                 ("base_timestamp", "q"), ("max_timestamp", "q"), ("producer_id", "q"),
+                 ("producer_epoch", "h"), ("base_sequence", "i"), ("record_count", "i")]
+HEADER = struct.Struct(">" + "".join(fmt for _, fmt in HEADER_FIELDS))
 HEADER_SIZE = HEADER.size  # 61
 CRC_START = 21
 MIN_BATCH_LENGTH = HEADER_SIZE - 12
@@ -33,6 +38,12 @@ def default_limit(compressed_size):
     """The most a batch may decompress to unless the caller says otherwise: 64 times its
     compressed size, at least 1 MiB, at most 256 MiB."""
     return min(max(DEFAULT_RATIO * compressed_size, DEFAULT_FLOOR), DEFAULT_CEILING)
+
+
+def _tail(seen, pos, left):
+    if seen is not None:
+        seen.leaf("tail", pos, left, "a cut-off batch")
+    return left
 
 
 class Codec:
@@ -57,10 +68,10 @@ class Codec:
                           objects=False)
         return builder.finish(tail)
 
-    def _walk(self, data, check_crc, max_decompressed, decode, emit, objects):
+    def _walk(self, data, check_crc, max_decompressed, decode, emit, objects, seen=None):
         """Read each whole batch: magic 2 batches' records through `decode`, then (objects)
         the RecordBatch or (columns) a legacy message's records to `emit`; returns the
-        size of the cut-off tail."""
+        size of the cut-off tail. `seen` observes the reading (records.describe)."""
         if not isinstance(data, (bytes, bytearray)):
             # A view (decode(..., records="view") hands them out) is read in place.
             try:
@@ -74,20 +85,20 @@ class Codec:
         while pos < n:
             left = n - pos
             if left < 12:
-                return left
+                return _tail(seen, pos, left)
             (size,) = struct.unpack_from(">i", data, pos + 8)
             if size < 0:
                 raise DecodeError(f"invalid batch length {size}", pos + 8)
             if size > left - 12:
-                return left
+                return _tail(seen, pos, left)
             if size < 5:
                 raise DecodeError(f"batch length {size} is too short to hold the magic byte", pos + 8)
             magic = data[pos + 16]
             limit_of = (lambda _: max_decompressed) if max_decompressed else default_limit
             if magic == 2:
-                batch = self._v2(data, pos, size, check_crc, limit_of, decode, objects)
+                batch = self._v2(data, pos, size, check_crc, limit_of, decode, objects, seen)
             elif magic in (0, 1):
-                batch = _legacy_records.read_message(data, pos, check_crc, limit_of)
+                batch = _legacy_records.read_message(data, pos, check_crc, limit_of, seen=seen)
                 if not objects:
                     batch = batch.records
             else:
@@ -99,12 +110,20 @@ class Codec:
             pos += 12 + size
         return 0
 
-    def _v2(self, data, pos, size, check_crc, limit_of, decode, objects):
+    def _v2(self, data, pos, size, check_crc, limit_of, decode, objects, seen):
         if size < MIN_BATCH_LENGTH:
             raise DecodeError(f"batch length {size} is shorter than the batch header", pos + 8)
+        header = HEADER.unpack_from(data, pos)
         (base_offset, _, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, producer_id,
-         producer_epoch, base_sequence, count) = HEADER.unpack_from(data, pos)
+         producer_epoch, base_sequence, count) = header
         end = pos + 12 + size
+        if seen is not None:
+            seen.open("batch", pos)
+            at = pos
+            for (name, fmt), value in zip(HEADER_FIELDS, header):
+                width = struct.calcsize(fmt)
+                seen.leaf(name, at, width, value)
+                at += width
         if check_crc:
             actual = self.kernel.crc32c(memoryview(data)[pos + CRC_START:end])
             if actual != crc:
@@ -116,6 +135,8 @@ class Codec:
         ts_type = (attrs >> 3) & 1
         log_append_time = max_ts if ts_type else None
         start = pos + HEADER_SIZE
+        if seen is not None:
+            seen.open("records", start)
         if codec == 0:
             records = decode(data, start, end, count, base_offset, base_ts, log_append_time)
         else:
@@ -125,11 +146,16 @@ class Codec:
                                   "can hold", pos + 57)
             raw = _compression.decompress(_compression.CODECS[codec],
                                           memoryview(data)[start:end], limit, start)
+            if seen is not None:
+                seen.decompressed(_compression.CODECS[codec], len(raw))
             try:
                 records = decode(raw, 0, len(raw), count, base_offset, base_ts, log_append_time)
             except DecodeError as e:
                 raise DecodeError(f"{e.reason} at offset {e.offset} of the decompressed records",
                                   start) from None
+        if seen is not None:
+            seen.close(end)  # the records
+            seen.close(end)  # the batch
         is_control = bool(attrs & 0x20)
         if not objects:
             return records

@@ -18,10 +18,12 @@ MIN_SIZE = {0: 14, 1: 22}
 INT64_MAX = (1 << 63) - 1  # crc, magic, attributes, (timestamp,) key and value lengths
 
 
-def _bytes(data, pos, end):
+def _bytes(data, pos, end, seen=None, name=None):
     if end - pos < 4:
         raise DecodeError(f"truncated: needs 4 bytes, {end - pos} left", pos)
     (n,) = struct.unpack_from(">i", data, pos)
+    if seen is not None:
+        seen.leaf(name + "_length", pos, 4, n)
     pos += 4
     if n < 0:
         if n != -1:
@@ -32,15 +34,25 @@ def _bytes(data, pos, end):
     return bytes(data[pos:pos + n]), pos + n
 
 
-def read_message(data, pos, check_crc, limit_of, inner=False):
+HEAD_FIELDS = [("offset", 8), ("message_size", 4), ("crc", 4), ("magic", 1), ("attributes", 1)]
+
+
+def read_message(data, pos, check_crc, limit_of, inner=False, seen=None):
     """The message at data[pos:] (its size already checked to fit, and to hold the
-    magic byte, 0 or 1) -> RecordBatch."""
+    magic byte, 0 or 1) -> RecordBatch. `seen` observes the reading (records.describe)."""
     size = struct.unpack_from(">i", data, pos + 8)[0]
     magic = data[pos + 16]
     if size < MIN_SIZE[magic]:
         raise DecodeError(f"message size {size} is shorter than a magic {magic} message", pos + 8)
-    offset, size, crc, magic, attrs = _HEAD.unpack_from(data, pos)
+    head = _HEAD.unpack_from(data, pos)
+    offset, size, crc, magic, attrs = head
     end = pos + 12 + size
+    if seen is not None:
+        seen.open("message", pos)
+        at = pos
+        for (name, width), value in zip(HEAD_FIELDS, head):
+            seen.leaf(name, at, width, value)
+            at += width
     if check_crc:
         actual = zlib.crc32(data[pos + 16:end])
         if actual != crc:
@@ -50,12 +62,16 @@ def read_message(data, pos, check_crc, limit_of, inner=False):
     timestamp = -1
     if magic == 1:
         (timestamp,) = struct.unpack_from(">q", data, p)
+        if seen is not None:
+            seen.leaf("timestamp", p, 8, timestamp)
         p += 8
-    key, p = _bytes(data, p, end)
-    value, p = _bytes(data, p, end)
+    codec = attrs & 7
+    key, p = _bytes(data, p, end, seen, "key")
+    # A compressed value is shown as the messages it holds, below.
+    value_start = p
+    value, p = _bytes(data, p, end, seen if codec == 0 or codec > 3 else None, "value")
     if p != end:
         raise DecodeError(f"{end - p} bytes after the message's value", p)
-    codec = attrs & 7
     ts_type = (attrs >> 3) & 1 if magic == 1 else 0
     if codec > 3:
         raise DecodeError(f"unknown compression {codec} for magic {magic}", pos + 17)
@@ -68,8 +84,12 @@ def read_message(data, pos, check_crc, limit_of, inner=False):
             raise DecodeError("compressed message without a value", pos + 17)
         name = _compression.CODECS[codec]
         raw = bytes(_compression.decompress(name, value, limit_of(len(value)), end - len(value)))
+        if seen is not None:
+            seen.leaf("value_length", value_start, 4, len(value))
+            seen.open("value", value_start + 4)
+            seen.decompressed(name, len(raw))
         try:
-            records = _inner(raw, check_crc, magic, limit_of)
+            records = _inner(raw, check_crc, magic, limit_of, seen)
         except DecodeError as e:
             raise DecodeError(f"{e.reason} at offset {e.offset} of the decompressed messages",
                               pos + 12) from None
@@ -86,6 +106,10 @@ def read_message(data, pos, check_crc, limit_of, inner=False):
                     r.offset += shift
                 if ts_type == 1:
                     r.timestamp = timestamp
+        if seen is not None:
+            seen.close(end)  # the value
+    if seen is not None:
+        seen.close(end)  # the message
     stamps = [r.timestamp for r in records]
     return RecordBatch(
         base_offset=records[0].offset, partition_leader_epoch=-1, magic=magic, crc=crc,
@@ -95,7 +119,7 @@ def read_message(data, pos, check_crc, limit_of, inner=False):
         producer_epoch=-1, base_sequence=-1, records=records)
 
 
-def _inner(data, check_crc, magic, limit_of):
+def _inner(data, check_crc, magic, limit_of, seen=None):
     """A decompressed message set: whole messages of the wrapper's magic, nothing else."""
     records = []
     pos = 0
@@ -108,6 +132,6 @@ def _inner(data, check_crc, magic, limit_of):
                               pos + 8)
         if data[pos + 16] != magic:
             raise DecodeError(f"magic {data[pos + 16]} inside a magic {magic} wrapper", pos + 16)
-        records += read_message(data, pos, check_crc, limit_of, inner=True).records
+        records += read_message(data, pos, check_crc, limit_of, inner=True, seen=seen).records
         pos += 12 + size
     return records

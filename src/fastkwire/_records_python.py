@@ -73,52 +73,81 @@ def _varint(buf, pos, end, max_bytes):
     return (result >> 1) ^ -(result & 1), pos
 
 
-def _bytes(buf, pos, end):
+def _bytes(buf, pos, end, seen=None, name=None):
+    """A length and its bytes (None for -1); `seen` (describe's observer) is told both."""
     start = pos
     n, pos = _varint(buf, pos, end, 5)
+    if seen is not None:
+        seen.leaf(name + "_length", start, pos - start, n)
     if n < 0:
         if n != -1:
             raise DecodeError(f"invalid length {n}", start)
         return None, pos
     if n > end - pos:
         raise truncated(pos, n, end - pos)
-    return bytes(buf[pos:pos + n]), pos + n
+    value = bytes(buf[pos:pos + n])
+    if seen is not None:
+        seen.leaf(name, pos, n, value)
+    return value, pos + n
 
 
-def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time):
+def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time,
+                   seen=None):
     """The `count` records in buf[pos:end] as Record objects. `log_append_time`, when
-    not None, is every record's timestamp (the broker's, for LogAppendTime batches)."""
+    not None, is every record's timestamp (the broker's, for LogAppendTime batches).
+    `seen`, when given, observes the reading field by field (records.describe): it sees
+    what this loop reads, where it reads it, and stops where this loop raises."""
     if count < 0 or count > (end - pos) // MIN_RECORD:
         raise count_exceeds(pos, count, end - pos)
     out = []
     append = out.append
-    for _ in range(count):
+    for i in range(count):
         start = pos
+        if seen is not None:
+            if seen.enough(i):  # the observer has seen as many records as it shows
+                seen.rest(i, count, pos, end)
+                return out
+            seen.open(f"record[{i}]", start)
         length, pos = _varint(buf, pos, end, 5)
         if length < MIN_RECORD - 1 or length > end - pos:
             raise DecodeError(f"record length {length} exceeds the {end - pos} bytes left"
                               if length > end - pos else f"invalid record length {length}", start)
         rend = pos + length
+        if seen is not None:
+            seen.leaf("length", start, pos - start, length)
+            seen.leaf("attributes", pos, 1, buf[pos])
         pos += 1  # attributes: unused
+        at = pos
         ts_delta, pos = _varint(buf, pos, rend, 10)
+        if seen is not None:
+            seen.leaf("timestamp_delta", at, pos - at, ts_delta)
+        at = pos
         offset_delta, pos = _varint(buf, pos, rend, 5)
-        key, pos = _bytes(buf, pos, rend)
-        value, pos = _bytes(buf, pos, rend)
+        if seen is not None:
+            seen.leaf("offset_delta", at, pos - at, offset_delta)
+        key, pos = _bytes(buf, pos, rend, seen, "key")
+        value, pos = _bytes(buf, pos, rend, seen, "value")
         hpos = pos
         n, pos = _varint(buf, pos, rend, 5)
+        if seen is not None:
+            seen.leaf("header_count", hpos, pos - hpos, n)
         if n < 0 or n > (rend - pos) // MIN_HEADER:
             raise count_exceeds(hpos, n, rend - pos)
         headers = []
-        for _ in range(n):
+        for j in range(n):
             kpos = pos
-            hkey, pos = _bytes(buf, pos, rend)
+            if seen is not None:
+                seen.open(f"header[{j}]", kpos)
+            hkey, pos = _bytes(buf, pos, rend, seen, "key")
             if hkey is None:
                 raise DecodeError("null header key", kpos)
             try:
                 hkey = hkey.decode()
             except UnicodeDecodeError:
                 raise invalid_utf8(kpos) from None
-            hvalue, pos = _bytes(buf, pos, rend)
+            hvalue, pos = _bytes(buf, pos, rend, seen, "value")
+            if seen is not None:
+                seen.close(pos)
             headers.append((hkey, hvalue))
         if pos != rend:
             raise DecodeError(f"record length {length} does not match its fields", start)
@@ -131,6 +160,8 @@ def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append
             timestamp = log_append_time
         if not INT64[0] <= offset <= INT64[1]:
             raise DecodeError("offset out of the int64 range", start)
+        if seen is not None:
+            seen.close(pos, (offset, timestamp))
         append(Record(offset, timestamp, key, value, headers))
     if pos != end:
         raise DecodeError(f"{end - pos} bytes after the batch's {count} records", pos)

@@ -409,7 +409,7 @@ class _Walker:
         node.size, node.value = n.size, n.value
         node.display = _show_record_value(n.value)
         # Below a compressed batch's records, offsets count in the decompressed bytes.
-        inner = isinstance(n.value, str) and "decompressed bytes" in n.value
+        inner = n.decompressed
         if inner:
             node.type = "compressed"
         base, description = (0, "offset in the decompressed bytes") if inner else (base, "")

@@ -47,7 +47,8 @@ crc32c = _kernel.crc32c
 
 
 def describe(data, *, max_decompressed=None, max_records=None):
-    """The batches in `data` as trees of Node(name, offset, size, value, children); past
+    """The batches in `data` as trees of Span(name, offset, size, value, children,
+    decompressed), read by read_batches' own readers (so they raise what it raises); past
     `max_records` records of a batch, one node "record[i..n-1]" stands for the rest (its
     value: how many; they are not read)."""
     from ._records_describe import describe as _describe
