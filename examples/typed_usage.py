@@ -132,7 +132,7 @@ def record_batches() -> None:
     data: bytes = records.write_batch(written, base_offset=40, producer_id=7, producer_epoch=0,
                                       base_sequence=0)
     batches: Batches = records.read_batches(data + data[:20])
-    assert batches.tail == 20 and len(batches) == 1
+    assert batches.tail == data[:20] and len(batches) == 1
     batch: RecordBatch = batches[0]
     assert (batch.base_offset, batch.compression, batch.producer_id) == (40, "none", 7)
     first: Record = batch.records[0]

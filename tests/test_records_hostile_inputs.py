@@ -335,3 +335,16 @@ def test_hostile_columns_seeds():
         hostile_records.check(seed)
         hooked += hostile_records.build(seed)[1]
     assert hooked > 100
+
+
+# ---------------------------------------------------------------- first-afternoon edges
+
+def test_compression_none_is_no_compression(records_codec):
+    assert records_codec.write_batch(ONE, compression=None) == records_codec.write_batch(ONE)
+
+
+def test_to_arrow_without_pyarrow_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now fails
+    cols = RecordColumns.from_records(ONE)
+    with pytest.raises(ImportError, match=r"pip install 'fastkwire\[arrow\]'"):
+        cols.to_arrow()

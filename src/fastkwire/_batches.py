@@ -40,10 +40,10 @@ def default_limit(compressed_size):
     return min(max(DEFAULT_RATIO * compressed_size, DEFAULT_FLOOR), DEFAULT_CEILING)
 
 
-def _tail(seen, pos, left):
+def _tail(seen, data, pos):
     if seen is not None:
-        seen.leaf("tail", pos, left, "a cut-off batch")
-    return left
+        seen.leaf("tail", pos, len(data) - pos, "a cut-off batch")
+    return bytes(data[pos:])
 
 
 class Codec:
@@ -54,7 +54,7 @@ class Codec:
 
     def read_batches(self, data, *, check_crc=True, max_decompressed=None):
         """The whole batches in `data` (a Produce or Fetch `records` field) as a Batches
-        list of RecordBatch; `.tail` is the size of a cut-off batch at the end."""
+        list of RecordBatch; `.tail` is the bytes of a cut-off batch at the end."""
         out = Batches()
         out.tail = self._walk(data, check_crc, max_decompressed, self.kernel.decode_records,
                               out.append, objects=True)
@@ -71,7 +71,7 @@ class Codec:
     def _walk(self, data, check_crc, max_decompressed, decode, emit, objects, seen=None):
         """Read each whole batch: magic 2 batches' records through `decode`, then (objects)
         the RecordBatch or (columns) a legacy message's records to `emit`; returns the
-        size of the cut-off tail. `seen` observes the reading (records.describe)."""
+        bytes of the cut-off tail. `seen` observes the reading (records.describe)."""
         if not isinstance(data, (bytes, bytearray)):
             # A view (decode(..., records="view") hands them out) is read in place.
             try:
@@ -85,12 +85,12 @@ class Codec:
         while pos < n:
             left = n - pos
             if left < 12:
-                return _tail(seen, pos, left)
+                return _tail(seen, data, pos)
             (size,) = struct.unpack_from(">i", data, pos + 8)
             if size < 0:
                 raise DecodeError(f"invalid batch length {size}", pos + 8)
             if size > left - 12:
-                return _tail(seen, pos, left)
+                return _tail(seen, data, pos)
             if size < 5:
                 raise DecodeError(f"batch length {size} is too short to hold the magic byte", pos + 8)
             magic = data[pos + 16]
@@ -108,7 +108,7 @@ class Codec:
             elif magic != 2:  # columns: add() has taken a magic 2 batch's records
                 emit(batch, pos)
             pos += 12 + size
-        return 0
+        return b""
 
     def _v2(self, data, pos, size, check_crc, limit_of, decode, objects, seen):
         if size < MIN_BATCH_LENGTH:
@@ -168,7 +168,11 @@ class Codec:
     def write_batch(self, records, *, base_offset=0, compression="none", producer_id=-1,
                     producer_epoch=-1, base_sequence=-1, is_transactional=False,
                     timestamp_type=0, partition_leader_epoch=-1):
-        """One RecordBatch (magic 2) of `records` (a list of Record, or RecordColumns)."""
+        """One RecordBatch (magic 2) of `records` (a list of Record, or RecordColumns).
+        `compression` is one of _compression.CODECS, or None for "none" (as kafka-python
+        and aiokafka take it)."""
+        if compression is None:
+            compression = "none"
         if compression not in _compression.CODECS:
             raise EncodeError(f"unknown compression {compression!r}; one of "
                               f"{', '.join(_compression.CODECS)}", "compression")

@@ -116,11 +116,11 @@ class RecordBatch:
 
 
 class Batches(list):
-    """The whole batches of a `records` field, in order. `tail` is the number of bytes
-    after them that do not make a whole batch (a Fetch response cut at its size limit):
-    0 when the data ended with a whole batch."""
+    """The whole batches of a `records` field, in order. `tail` is the bytes after them
+    that do not make a whole batch (a Fetch response cut at its size limit: read them
+    again with the rest once it arrives); b"" when the data ended with a whole batch."""
 
-    tail = 0
+    tail = b""
 
 
 class BinaryColumn:
@@ -163,7 +163,8 @@ class BinaryColumn:
 
     def to_arrow(self, arrow_type):
         import numpy as np
-        import pyarrow as pa
+
+        pa = _pyarrow()
 
         n = len(self)
         valid = pa.py_buffer(np.packbits(~self.nulls, bitorder="little")) if self.nulls.any() else None
@@ -195,7 +196,7 @@ class RecordColumns:
 
     __slots__ = ("offset", "timestamp", "key", "value", "headers", "tail")
 
-    def __init__(self, offset, timestamp, key, value, headers, tail=0):
+    def __init__(self, offset, timestamp, key, value, headers, tail=b""):
         self.offset, self.timestamp, self.key, self.value = offset, timestamp, key, value
         self.headers, self.tail = headers, tail
 
@@ -245,12 +246,12 @@ class RecordColumns:
     __hash__ = None
 
     def __repr__(self):
-        return f"RecordColumns(<{len(self)} records>, tail={self.tail})"
+        return f"RecordColumns(<{len(self)} records>, tail=<{len(self.tail)} bytes>)"
 
     def to_arrow(self):
         """A pyarrow RecordBatch (offset, timestamp, key, value, headers) over these
         buffers (the null masks become bitmaps; the rest is shared, not copied)."""
-        import pyarrow as pa
+        pa = _pyarrow()
 
         h = self.headers
         hstruct = pa.StructArray.from_arrays(
@@ -260,6 +261,14 @@ class RecordColumns:
             [pa.array(self.offset), pa.array(self.timestamp), self.key.to_arrow(pa.binary()),
              self.value.to_arrow(pa.binary()), headers],
             ["offset", "timestamp", "key", "value", "headers"])
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+    except ImportError:
+        raise ImportError("to_arrow needs pyarrow: pip install 'fastkwire[arrow]'") from None
+    return pyarrow
 
 
 def binary_column(values):

@@ -8,7 +8,7 @@ A Produce or Fetch message's `records` field stays bytes; this module opens it:
             r.offset, r.timestamp, r.key, r.value, r.headers
 
 - read_batches(data, *, check_crc=True, max_decompressed=None) -> Batches, a list of
-  RecordBatch whose `.tail` is the size of a cut-off batch at the end (a Fetch response
+  RecordBatch whose `.tail` is the bytes of a cut-off batch at the end (a Fetch response
   stops at its size limit mid-batch; that is not an error).
 - read_columns(data, ...) -> RecordColumns: offsets and timestamps as int64 arrays, keys,
   values and headers as binary columns, without an object per record (needs numpy).

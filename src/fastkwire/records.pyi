@@ -75,7 +75,7 @@ class RecordBatch:
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
 class Batches(list[RecordBatch]):
-    tail: int
+    tail: bytes
 
 class BinaryColumn:
     data: Any  # numpy uint8 array: the values back to back
@@ -102,10 +102,10 @@ class RecordColumns:
     key: BinaryColumn
     value: BinaryColumn
     headers: HeaderColumns
-    tail: int
+    tail: bytes
     def __init__(
         self, offset: Any, timestamp: Any, key: BinaryColumn, value: BinaryColumn,
-        headers: HeaderColumns, tail: int = ...,
+        headers: HeaderColumns, tail: bytes = ...,
     ) -> None: ...
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> Self: ...
@@ -131,7 +131,7 @@ def write_batch(
     records: Sequence[Record] | RecordColumns,
     *,
     base_offset: int = ...,
-    compression: _Compression = ...,
+    compression: _Compression | None = ...,
     producer_id: int = ...,
     producer_epoch: int = ...,
     base_sequence: int = ...,
