@@ -434,6 +434,14 @@ def test_bad_null_marker():
     assert [n.name for n in failed] == ["present"]
 
 
+def test_response_api_given_by_name():
+    tree = shape(explain(SEED_RESPONSE, 13, 5))
+    assert shape(explain(SEED_RESPONSE, "LeaveGroup", 5)) == tree
+    assert shape(explain(SEED_RESPONSE, "LeaveGroupResponse", 5)) == tree
+    with pytest.raises(ValueError, match="api_key: no API named 'LeaveGroop'"):
+        explain(SEED_RESPONSE, "LeaveGroop", 5)
+
+
 def test_response_arguments_are_checked():
     with pytest.raises(ValueError, match="both"):
         explain(SEED_RESPONSE, api_key=13)

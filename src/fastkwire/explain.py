@@ -569,12 +569,13 @@ def _close_open_nodes(root: Node, err: DecodeError):
         failed.error = err
 
 
-def explain(frame, api_key: int | None = None, version: int | None = None, *,
+def explain(frame, api_key: int | str | None = None, version: int | None = None, *,
             max_items: int | None = MAX_ITEMS) -> Node:
     """The annotated tree of one frame (int32 size prefix included).
 
-    Requests are recognised from their header; for a response give `api_key` and
-    `version`. Raises DecodeError (with `.partial_tree`) on malformed input.
+    Requests are recognised from their header; for a response give `api_key` (the key,
+    or the API's name: "LeaveGroup") and `version`. Raises DecodeError (with
+    `.partial_tree`) on malformed input.
 
     An array (or tagged-field section) shows its first `max_items` elements, then one
     node of type "summary" for the rest, which are read and checked but not kept; once
@@ -587,6 +588,8 @@ def explain(frame, api_key: int | None = None, version: int | None = None, *,
         raise ValueError(f"max_items must be a count or None, not {max_items!r}")
     if (api_key is None) != (version is None):
         raise ValueError("a response needs both api_key and version")
+    if isinstance(api_key, str):
+        api_key = _api_key_of(api_key)
     if api_key is not None:
         msg = response_schemas().get(api_key)
         if msg is None:
@@ -603,6 +606,15 @@ def explain(frame, api_key: int | None = None, version: int | None = None, *,
         err.partial_tree = root
         raise
     return root
+
+
+def _api_key_of(name: str) -> int:
+    """The key of an API named "LeaveGroup" (or "LeaveGroupResponse")."""
+    bare = name[: -len("Response")] if name.endswith("Response") else name
+    keys = {n: k for k, n in api_names().items()}
+    if bare not in keys:
+        raise ValueError(f"api_key: no API named {name!r}")
+    return keys[bare]
 
 
 def _frame(w: _Walker, root: Node, api_key, version):
