@@ -83,7 +83,7 @@ encode_request(ok, "3", 1)
 header, msg = decode_request(b"")
 msg.no_such_field
 TaskOffsetColumns(partition="12")
-explain(b"", api_key="13", version=1)
+explain(b"", api_key=13.5, version=1)
 from fastkwire import records
 records.write_batch([b"not a record"])
 records.write_batch([], compression="brotli")
