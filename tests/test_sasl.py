@@ -4,6 +4,7 @@ and TLS with certificates made for the test (tests/certs.py), with faults: wrong
 forged server signature, replayed nonce, mechanism not offered, rejected token,
 re-authentication demanded, untrusted or misnamed certificates."""
 import asyncio
+import json
 import struct
 import time
 
@@ -377,3 +378,20 @@ def test_ssl_context_instead_of_files(scripted, call, tls_files):  # noqa: F811
     strict = ssl.create_default_context()  # the system's CAs: not ours
     with pytest.raises(TlsCertificateError):
         call(broker, "api_versions", security_protocol="SSL", ssl_context=strict)
+
+
+def test_security_errors_carry_their_message_and_error_code(scripted, call, capsys):
+    # SecurityError and its subclasses take (message, error) like every other AdminError.
+    from fastkwire import cli
+
+    broker = sasl_broker(scripted, SaslServer(USERS))
+    with pytest.raises(SaslAuthenticationError) as info:
+        call(broker, "api_versions", **scram(password="wrong-Secret-77"))
+    assert str(info.value).startswith(f"{broker.address} refused SASL SCRAM-SHA-256 authentication")
+    assert info.value.error.name == "SASL_AUTHENTICATION_FAILED" and info.value.error.code == 58
+    code = cli.main(["describe-group", "--bootstrap-server", broker.address, "--group", "g", "--json",
+                     "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "SCRAM-SHA-256",
+                     "--sasl-username", "ops", "--sasl-password", "wrong-Secret-77"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 3 and error["error_code"] == 58 and error["error_name"] == "SASL_AUTHENTICATION_FAILED"
+    assert error["message"].startswith(f"{broker.address} refused SASL")
