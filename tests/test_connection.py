@@ -2,6 +2,7 @@
 and asyncio (in the event loop's thread only), deadlines, and cancellation."""
 import asyncio
 import os
+import socket
 import threading
 import time
 
@@ -19,6 +20,7 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     SILENT,
     LoopBroker,
     Raw,
+    closed_port,
     coordinator_at,
     described,
     scripted,
@@ -162,3 +164,33 @@ def test_async_queued_request_keeps_its_own_deadline(scripted):
             return waited
 
     assert asyncio.run(go()) < 0.6
+
+
+def _addresses(*ports):
+    """A getaddrinfo stand-in: the host has one 127.0.0.1 address per port."""
+    return lambda host, port, *args, **kwargs: [
+        (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", p)) for p in ports]
+
+
+def test_connect_shares_one_deadline_across_the_host_addresses(monkeypatch):
+    # Five addresses that drop SYNs: each connect blocks until its own timeout.
+    given = []
+
+    def blackhole(sock, address):
+        given.append(sock.gettimeout())
+        time.sleep(sock.gettimeout())
+        raise socket.timeout("timed out")
+
+    monkeypatch.setattr(socket, "getaddrinfo", _addresses(*range(9001, 9006)))
+    monkeypatch.setattr(socket.socket, "connect", blackhole)
+    with pytest.raises(AdminTimeoutError, match=r"could not connect to 127\.0\.0\.1:9092 within 0\.3 s"):
+        Connection("127.0.0.1", 9092, request_timeout_ms=300)
+    assert given and sum(given) <= 0.3 + 0.01  # not 0.3 s for each of the five
+
+
+def test_connect_tries_the_next_address_within_the_deadline(scripted, monkeypatch):
+    broker = scripted()
+    monkeypatch.setattr(socket, "getaddrinfo", _addresses(closed_port(), broker.port))
+    with Connection("broker.invalid", 9092, request_timeout_ms=3000) as conn:
+        assert conn.versions[API_VERSIONS] == (0, 4)
+    assert broker.connections == 1

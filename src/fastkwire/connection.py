@@ -425,6 +425,28 @@ def _reason(exc):
 # ---------------------------------------------------------------- blocking
 
 
+def _connect(host, port, deadline):
+    """A TCP connection to the first address of `host` that takes one, all of them within
+    `deadline`: socket.create_connection would give each address the whole timeout, and a
+    broker names the coordinator's host, so it could stretch a call by its address count."""
+    error = None
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        left = deadline.remaining()
+        if left <= 0:
+            raise socket.timeout()
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(left)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    if error is None or deadline.remaining() <= 0:
+        raise socket.timeout()
+    raise error
+
+
 class Connection(_Base):
     """One blocking connection to a broker; every wait is bounded by a deadline.
 
@@ -452,7 +474,7 @@ class Connection(_Base):
             raise AdminTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
         sock = None
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=left)
+            sock = _connect(self.host, self.port, deadline)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.security.ssl:
                 sock.settimeout(max(deadline.remaining(), 0.001))
