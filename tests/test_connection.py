@@ -3,6 +3,7 @@ and asyncio (in the event loop's thread only), deadlines, and cancellation."""
 import asyncio
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 from fastkwire import DescribeGroupsRequest, FindCoordinatorRequest
 from fastkwire.admin import AsyncAdminClient
-from fastkwire.admin_errors import AdminTimeoutError, BrokerTooOldError
+from fastkwire.admin_errors import AdminTimeoutError, BrokerConnectionError, BrokerTooOldError, ResponseError
 from fastkwire.connection import AsyncConnection, Connection, Deadline, Security
 
 from fakes import (  # noqa: F401 - scripted is a fixture
@@ -18,6 +19,7 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,
     SILENT,
+    Delay,
     LoopBroker,
     Raw,
     closed_port,
@@ -194,3 +196,41 @@ def test_connect_tries_the_next_address_within_the_deadline(scripted, monkeypatc
     with Connection("broker.invalid", 9092, request_timeout_ms=3000) as conn:
         assert conn.versions[API_VERSIONS] == (0, 4)
     assert broker.connections == 1
+
+
+def test_a_timeout_closes_the_connection(scripted):
+    # The late answer must not be read as the next request's: the connection is closed.
+    broker = scripted(script={DESCRIBE_GROUPS: [Delay(0.3, described([])), described([])]})
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        with pytest.raises(AdminTimeoutError, match="DescribeGroups v6 within 0.1 s"):
+            conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.1))
+        time.sleep(0.4)  # the late answer has arrived by now
+        with pytest.raises(BrokerConnectionError, match=r"is closed \(DescribeGroups v6 did not complete on it\): "
+                                                        "open a new one"):
+            conn.request(DescribeGroupsRequest(groups=["g"]))
+    assert len(broker.seen(DESCRIBE_GROUPS)) == 1
+
+
+def test_an_async_timeout_closes_the_connection(scripted):
+    broker = scripted(script={DESCRIBE_GROUPS: [Delay(0.3, described([])), described([])]})
+
+    async def go():
+        async with await AsyncConnection.open("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+            with pytest.raises(AdminTimeoutError, match="DescribeGroups v6 within 0.1 s"):
+                await conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.1))
+            await asyncio.sleep(0.4)
+            with pytest.raises(BrokerConnectionError, match=r"is closed \(DescribeGroups v6 did not complete"):
+                await conn.request(DescribeGroupsRequest(groups=["g"]))
+
+    asyncio.run(go())
+    assert len(broker.seen(DESCRIBE_GROUPS)) == 1
+
+
+def test_a_refused_answer_size_closes_the_connection(scripted):
+    # Refused after its size prefix, the rest of that answer is still in the stream.
+    broker = scripted(script={FIND_COORDINATOR: [Raw(struct.pack(">i", 64 << 20) + b"\0" * 64)]})
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        with pytest.raises(ResponseError, match="announced a 67108864-byte answer"):
+            conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]))
+        with pytest.raises(BrokerConnectionError, match="is closed"):
+            conn.request(DescribeGroupsRequest(groups=["g"]))

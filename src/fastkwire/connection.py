@@ -9,7 +9,10 @@ and authenticates with SASL (SaslHandshake, then SaslAuthenticate; raw tokens af
 handshake), re-authenticating before the session the broker granted runs out
 (`session_lifetime_ms`, KIP-368). `request` frames any message of this codec with a fresh
 correlation id and checks the answer's. Every wait is bounded by a deadline, and an answer's
-size is checked against what such an answer can take before anything is allocated.
+size is checked against what such an answer can take before anything is allocated. An
+exchange that does not complete (a timeout, a refused size, a wrong correlation id, a
+cancellation) closes the connection: its late answer would otherwise be read as the next
+request's, so later requests fail with BrokerConnectionError and a new connection is needed.
 AsyncConnection does the same on asyncio streams, in the event loop's own thread.
 
 Failures are `fastkwire.admin_errors` exceptions; options that cannot work are ValueError.
@@ -295,6 +298,7 @@ class _Base:
         self.session_lifetime_ms = 0
         self._reauth_at = None
         self._correlation_id = 0
+        self._closed_because = None  # once closed: why, for the requests that come after
 
     def __repr__(self):
         return f"{type(self).__name__}({self.address}, {self.security!r})"
@@ -312,6 +316,17 @@ class _Base:
 
     def _deadline(self, deadline):
         return deadline if deadline is not None else Deadline(self.timeout)
+
+    def _abandon(self, what):
+        """Close for good: after an exchange that did not complete, the stream's position is
+        unknown, and a late answer would be read as the next request's."""
+        self._closed_because = f"{what} did not complete on it"
+        self.close()
+
+    def _check_open(self):
+        if self._closed_because is not None:
+            raise BrokerConnectionError(f"the connection to {self.address} is closed ({self._closed_because}): "
+                                        "open a new one")
 
     def _encode(self, msg, version):
         self._correlation_id += 1
@@ -331,6 +346,7 @@ class _Base:
     def _decode(self, frame, msg, version, what):
         correlation_id = struct.unpack_from(">i", frame, 4)[0]
         if correlation_id != self._correlation_id:
+            self._abandon(what)
             raise ResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
                                 f"expected {self._correlation_id}")
         # A broker that lacks our ApiVersions version answers in v0 with UNSUPPORTED_VERSION
@@ -494,6 +510,7 @@ class Connection(_Base):
         self._authenticated(self._run(steps, deadline))
 
     def close(self):
+        self._closed_because = self._closed_because or "closed by its user"
         self.sock.close()
 
     def __enter__(self):
@@ -532,6 +549,7 @@ class Connection(_Base):
         return bytes(self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)[4:])
 
     def _io(self, request, limit, deadline, what, smallest=4):
+        self._check_open()
         try:
             self._settimeout(deadline)
             self.sock.sendall(request)
@@ -544,9 +562,14 @@ class Connection(_Base):
                 self._fill(view[4:], deadline, what, started=True)
             return frame
         except socket.timeout:
+            self._abandon(what)
             raise self._timeout_error(deadline, what) from None
         except OSError as exc:
+            self._abandon(what)
             raise self._broken(exc, what) from None
+        except BaseException:  # a refused size, a hang-up, an interrupt: the stream is mid-answer
+            self._abandon(what)
+            raise
 
     def _fill(self, buffer, deadline, what, started=False):
         # recv_into a buffer sized in advance: a broker sending one byte at a time costs
@@ -626,6 +649,7 @@ class AsyncConnection(_Base):
         self._authenticated(await self._run(steps, deadline))
 
     def close(self):
+        self._closed_because = self._closed_because or "closed by its user"
         # abort(): at once, without waiting for the peer (a TLS close_notify could wait long).
         if self._transport is not None:
             self._transport.abort()
@@ -652,7 +676,7 @@ class AsyncConnection(_Base):
             finally:
                 self._turn.release()
         except asyncio.CancelledError:
-            self.close()  # half an exchange leaves the stream unusable
+            self._abandon(f"{api_name(msg)} v{version} (cancelled)")
             raise
 
     async def _run(self, steps, deadline):
@@ -678,6 +702,7 @@ class AsyncConnection(_Base):
         return frame[4:]
 
     async def _io(self, request, limit, deadline, what, smallest=4):
+        self._check_open()
         try:
             self._transport.write(request)
             await self._within(self._stream.drain(), deadline)
@@ -689,9 +714,14 @@ class AsyncConnection(_Base):
                 await self._read(view[4:], deadline, what, True)
             return frame
         except asyncio.TimeoutError:
+            self._abandon(what)
             raise self._timeout_error(deadline, what) from None
         except OSError as exc:
+            self._abandon(what)
             raise self._broken(exc, what) from None
+        except BaseException:  # see Connection._io (a cancellation included)
+            self._abandon(what)
+            raise
 
     async def _read(self, buffer, deadline, what, started):
         got = await self._within(self._stream.read_into(buffer), deadline)
