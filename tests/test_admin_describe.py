@@ -3,6 +3,7 @@ against scripted brokers (tests/fakes.py), on both clients and the CLI; the cons
 protocol's assignment bytes; --command-config and secrets on the command line."""
 import asyncio
 import json
+import re
 
 import pytest
 
@@ -298,6 +299,19 @@ def test_cli_sasl_without_a_sasl_protocol_is_a_usage_error(capsys):
                                      "--instance-id", "a", "--sasl-mechanism", "PLAIN", "--sasl-username", "u",
                                      "--sasl-password", SECRET])
     assert code == 2 and "uses no SASL" in err and SECRET not in err
+
+
+@pytest.mark.parametrize("argv_tail, words", [
+    (["--ssl-cafile", "never-read.pem"], r"TLS options are given \(ssl_cafile\), but security_protocol PLAINTEXT"),
+    (["--ssl-cafile", "ca.pem", "--no-ssl-check-hostname"], r"\(ssl_cafile, ssl_check_hostname=False\)"),
+    (["--no-ssl-check-hostname", "--security-protocol", "SASL_PLAINTEXT", "--sasl-username", "u",
+      "--sasl-password", SECRET], "SASL_PLAINTEXT uses no TLS"),
+])
+def test_cli_tls_options_without_a_tls_protocol_are_a_usage_error(capsys, argv_tail, words):
+    # Ignoring them would leave the session plaintext; nothing is read or sent.
+    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
+                                     "--group", "g", *argv_tail])
+    assert code == 2 and re.search(words, err) and SECRET not in err
 
 
 # ---------------------------------------------------------------- --command-config

@@ -3,6 +3,7 @@ and asyncio (in the event loop's thread only), deadlines, and cancellation."""
 import asyncio
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -234,3 +235,27 @@ def test_a_refused_answer_size_closes_the_connection(scripted):
             conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]))
         with pytest.raises(BrokerConnectionError, match="is closed"):
             conn.request(DescribeGroupsRequest(groups=["g"]))
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"ssl_cafile": "never-read.pem"}, r"TLS options are given \(ssl_cafile\), but security_protocol PLAINTEXT "
+                                       "uses no TLS"),
+    ({"ssl_cafile": "ca.pem", "ssl_check_hostname": False}, r"\(ssl_cafile, ssl_check_hostname=False\)"),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "u", "sasl_plain_password": "p",
+      "ssl_certfile": "c.pem", "ssl_keyfile": "k.pem"}, "ssl_certfile, ssl_keyfile.*SASL_PLAINTEXT uses no TLS"),
+    ({"ssl_context": ssl.create_default_context()}, r"\(ssl_context\)"),
+    ({"security_protocol": "SSL", "ssl_context": ssl.create_default_context(), "ssl_cafile": "ca.pem"},
+     "ssl_context replaces ssl_cafile"),
+])
+def test_tls_options_that_would_be_ignored_are_refused(options, words):
+    with pytest.raises(ValueError, match=words):
+        Security(**options)
+
+
+def test_only_an_explicit_false_turns_the_host_name_check_off():
+    assert Security("SSL").ssl_context.check_hostname is True
+    assert Security("SSL", ssl_check_hostname=None).ssl_context.check_hostname is True
+    assert Security("SSL", ssl_check_hostname=False).ssl_context.check_hostname is False
+    for value in (0, "", "false", []):
+        with pytest.raises(TypeError, match="ssl_check_hostname must be True or False"):
+            Security("SSL", ssl_check_hostname=value)

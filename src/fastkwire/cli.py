@@ -128,8 +128,11 @@ def _security(args):
         options["sasl_oauth_token_provider"] = lambda: token
     sasl_given = [k for k in ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password") if options.get(k)]
     protocol = options.get("security_protocol", "PLAINTEXT")
-    if sasl_given and not protocol.startswith("SASL_"):
-        raise ValueError(f"SASL options are given, but security protocol {printable(protocol, 20)} uses no SASL: "
+    # An unknown protocol is Security's to refuse; it may be a secret that a stray trailing
+    # backslash in the file joined to it, so it is never quoted. TLS options without TLS are
+    # refused by Security too.
+    if sasl_given and protocol in SECURITY_PROTOCOLS and not protocol.startswith("SASL_"):
+        raise ValueError(f"SASL options are given, but security protocol {protocol} uses no SASL: "
                          "add --security-protocol SASL_SSL (or SASL_PLAINTEXT)")
     return options
 

@@ -136,6 +136,9 @@ class Security:
     """TLS and SASL options, named as kafka-python and aiokafka name them.
 
     Secrets (passwords, the token provider) are kept out of repr() and of every message.
+    TLS options with a protocol that has no TLS are refused (they would be ignored, and the
+    session would be plaintext), as is `ssl_context` with the TLS files it replaces. Only an
+    explicit `ssl_check_hostname=False` turns the host name check off (None means the default).
     """
 
     def __init__(self, security_protocol="PLAINTEXT", ssl_context=None, ssl_cafile=None, ssl_certfile=None,
@@ -152,6 +155,18 @@ class Security:
         self._password = sasl_plain_password
         self._token_provider = sasl_oauth_token_provider
         self.ssl_cafile = ssl_cafile
+        if ssl_check_hostname is None:
+            ssl_check_hostname = True
+        if not isinstance(ssl_check_hostname, bool):  # bool(0) or bool("no") would turn the check off
+            raise TypeError(f"ssl_check_hostname must be True or False, not {type(ssl_check_hostname).__name__}")
+        tls = [name for name, value in (("ssl_cafile", ssl_cafile), ("ssl_certfile", ssl_certfile),
+                                        ("ssl_keyfile", ssl_keyfile), ("ssl_password", ssl_password))
+               if value is not None] + ([] if ssl_check_hostname else ["ssl_check_hostname=False"])
+        if not self.ssl and (tls or ssl_context is not None):
+            raise ValueError(f"TLS options are given ({', '.join(tls or ['ssl_context'])}), but security_protocol "
+                             f"{security_protocol} uses no TLS, so they would be ignored: use SSL or SASL_SSL")
+        if ssl_context is not None and tls:
+            raise ValueError(f"ssl_context replaces {', '.join(tls)}: give the context or those options, not both")
         if self.sasl:
             if sasl_mechanism not in MECHANISMS:
                 raise ValueError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)}, "
@@ -193,7 +208,7 @@ class Security:
 def _make_context(cafile, certfile, keyfile, password, check_hostname):
     try:
         context = ssl.create_default_context(cafile=cafile)
-        context.check_hostname = bool(check_hostname)
+        context.check_hostname = check_hostname
         if certfile:
             context.load_cert_chain(certfile, keyfile, password)
     except FileNotFoundError as exc:
