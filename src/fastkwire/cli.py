@@ -108,9 +108,10 @@ def _connection_arguments(parser):
                           help="(better: FASTKWIRE_SASL_PASSWORD in the environment, or --command-config)")
 
 
-def _security(args):
-    """Security options from --command-config, then the environment, then the flags."""
-    options = security_options(read_properties(args.command_config)) if args.command_config else {}
+def _security(args, warn):
+    """Security options from --command-config, then the environment, then the flags; what
+    works but exposes a secret goes to `warn(message)`."""
+    options = security_options(read_properties(args.command_config), warn) if args.command_config else {}
     for option, variable in PASSWORD_ENV.items():
         if os.environ.get(variable):
             options[option] = os.environ[variable]
@@ -134,11 +135,25 @@ def _security(args):
     if sasl_given and protocol in SECURITY_PROTOCOLS and not protocol.startswith("SASL_"):
         raise ValueError(f"SASL options are given, but security protocol {protocol} uses no SASL: "
                          "add --security-protocol SASL_SSL (or SASL_PLAINTEXT)")
+    exposed = {"--sasl-password": (args.sasl_password, PASSWORD_ENV["sasl_plain_password"]),
+               "--ssl-password": (args.ssl_password, PASSWORD_ENV["ssl_password"])}
+    for flag, (value, variable) in exposed.items():
+        if value is not None:
+            warn(f"{flag} on the command line is visible to other users of this machine (ps): prefer "
+                 f"{variable} in the environment, or --command-config")
+    mechanism = options.get("sasl_mechanism", "PLAIN")
+    if protocol == "SASL_PLAINTEXT" and mechanism in ("PLAIN", "OAUTHBEARER"):
+        what = "the password" if mechanism == "PLAIN" else "the token"
+        warn(f"SASL {mechanism} over SASL_PLAINTEXT sends {what} unencrypted: anyone on the network path can "
+             "read it (use SASL_SSL)")
     return options
 
 
-def _client(args):
-    return AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000, **_security(args))
+def _client(args, err):
+    def warn(message):
+        print(f"{args.prog}: warning: {message}", file=err)
+
+    return AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000, **_security(args, warn))
 
 
 def _timeout(text):
@@ -169,7 +184,7 @@ def run_describe_group(args, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        client = _client(args)
+        client = _client(args, err)
         check_group(args.group)
     except ValueError as exc:
         return _fail(args, exc, EXIT_USAGE, out, err)
@@ -253,7 +268,7 @@ def run_remove_members(args, out=None, err=None):
     # Argument errors are told apart before any I/O: whatever fails later is the broker's
     # or the network's doing (exit 3), never "bad usage".
     try:
-        client = _client(args)
+        client = _client(args, err)
         check_group(args.group)
         check_members(args.instance_ids, args.member_ids, args.remove_all)
         check_reason(args.reason)

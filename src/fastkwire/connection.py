@@ -145,8 +145,9 @@ class Security:
                  ssl_keyfile=None, ssl_password=None, ssl_check_hostname=True, sasl_mechanism="PLAIN",
                  sasl_plain_username=None, sasl_plain_password=None, sasl_oauth_token_provider=None):
         if security_protocol not in SECURITY_PROTOCOLS:
-            raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, "
-                             f"not {printable(security_protocol, 40)!r}")
+            # Not quoted: a stray trailing backslash in a properties file can join a secret to it.
+            raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)} "
+                             "(the value given is not shown)")
         self.security_protocol = security_protocol
         self.ssl = security_protocol in ("SSL", "SASL_SSL")
         self.sasl = security_protocol.startswith("SASL_")
@@ -169,8 +170,8 @@ class Security:
             raise ValueError(f"ssl_context replaces {', '.join(tls)}: give the context or those options, not both")
         if self.sasl:
             if sasl_mechanism not in MECHANISMS:
-                raise ValueError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)}, "
-                                 f"not {printable(sasl_mechanism, 40)!r}")
+                raise ValueError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)} "
+                                 "(the value given is not shown)")
             if sasl_mechanism == "OAUTHBEARER":
                 if sasl_oauth_token_provider is None:
                     raise ValueError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_provider")
