@@ -21,7 +21,8 @@ from fastkwire.admin import (
     TlsError,
     UnsupportedSaslMechanismError,
 )
-from fastkwire.sasl import OAuthBearer, Scram
+from fastkwire.connection import Security
+from fastkwire.sasl import OAuthBearer, Plain, Scram
 
 from certs import server_context, tls_files  # noqa: F401 - tls_files is a fixture
 from fakes import (  # noqa: F401 - scripted is a fixture
@@ -395,3 +396,66 @@ def test_security_errors_carry_their_message_and_error_code(scripted, call, caps
     error = json.loads(capsys.readouterr().out)["error"]
     assert code == 3 and error["error_code"] == 58 and error["error_name"] == "SASL_AUTHENTICATION_FAILED"
     assert error["message"].startswith(f"{broker.address} refused SASL")
+
+
+# ---------------------------------------------------------------- secrets stay out of errors
+
+LONE = "hunter\udcff2-Secret"  # what os.environ or argv gives for a byte that is not UTF-8
+
+
+def _chain(exc):
+    """The exception and every exception chained to it."""
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def assert_no_secret(exc, secret):
+    for e in _chain(exc):
+        assert secret not in str(e) and secret not in repr(e.args)
+    assert exc.__context__ is None
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: Plain("ops", LONE), "SASL password is not valid Unicode"),
+    (lambda: Scram("ops", LONE), "SASL password is not valid Unicode"),
+    (lambda: Scram(LONE, "pw"), "SASL user name is not valid Unicode"),
+    (lambda: OAuthBearer(LONE), "OAUTHBEARER token is not valid Unicode"),
+])
+def test_credentials_that_are_not_unicode_name_what_without_the_secret(make, words):
+    with pytest.raises(SaslAuthenticationError, match=words) as info:
+        make()
+    assert_no_secret(info.value, "hunter")
+
+
+def test_security_refuses_a_password_that_is_not_unicode():
+    with pytest.raises(ValueError, match="sasl_plain_password is not valid Unicode") as info:
+        Security("SASL_SSL", sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="ops", sasl_plain_password=LONE)
+    assert_no_secret(info.value, "hunter")
+
+
+def test_failing_token_provider_leaves_no_context(scripted, call):
+    broker = sasl_broker(scripted, SaslServer(tokens=["good-token"]))
+
+    def provider():
+        raise RuntimeError("refresh failed for secret abc123")
+
+    async def async_provider():
+        raise RuntimeError("refresh failed for secret abc123")
+
+    providers = [provider] + ([async_provider] if call.mode == "async" else [])
+    for p in providers:
+        with pytest.raises(SaslAuthenticationError, match=r"token provider failed \(RuntimeError\)") as info:
+            call(broker, "api_versions", security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                 sasl_oauth_token_provider=p)
+        assert_no_secret(info.value, "abc123")
+
+
+def test_tls_file_errors_name_the_option_not_the_path(tmp_path):
+    joined = str(tmp_path / "ca.pemssl.key.password=hunter2")  # a trailing backslash joined two lines
+    with pytest.raises(ValueError, match="cannot read ssl_cafile: no such file") as info:
+        Security("SSL", ssl_cafile=joined)
+    assert_no_secret(info.value, "hunter2")
+    with pytest.raises(ValueError, match=r"cannot load the TLS files \(ssl_cafile\)") as info:
+        Security("SSL", ssl_cafile=str(tmp_path))  # a directory: an OSError without .reason
+    assert_no_secret(info.value, str(tmp_path))

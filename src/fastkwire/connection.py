@@ -47,7 +47,7 @@ from .admin_errors import (
 )
 from .error_codes import by_name, lookup
 from .errors import DecodeError
-from .sasl import MECHANISMS, make_mechanism
+from .sasl import MECHANISMS, make_mechanism, utf8
 
 __all__ = ["Connection", "AsyncConnection", "Security", "Deadline", "SECURITY_PROTOCOLS", "ANSWER_LIMITS",
            "answer_limit", "highest_common_version", "format_address"]
@@ -178,6 +178,9 @@ class Security:
             elif not sasl_plain_username or sasl_plain_password is None:
                 raise ValueError(f"sasl_mechanism {sasl_mechanism} needs sasl_plain_username and "
                                  "sasl_plain_password")
+            else:
+                utf8(sasl_plain_username, "sasl_plain_username", ValueError)
+                utf8(sasl_plain_password, "sasl_plain_password", ValueError)
         self.ssl_context = None
         if self.ssl:
             self.ssl_context = ssl_context or _make_context(ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password,
@@ -202,24 +205,31 @@ class Security:
         try:
             return provider.token() if hasattr(provider, "token") else provider()
         except Exception as exc:  # noqa: BLE001 - its message could hold a secret: only the type
-            raise SaslAuthenticationError(
-                f"the OAUTHBEARER token provider failed ({type(exc).__name__})") from None
+            failed = type(exc).__name__
+        # Raised outside the handler: `from None` would still keep the provider's exception
+        # as the error's __context__.
+        raise SaslAuthenticationError(f"the OAUTHBEARER token provider failed ({failed})")
 
 
 def _make_context(cafile, certfile, keyfile, password, check_hostname):
+    # Errors name the options, not the paths (a properties line joined to a path by a
+    # trailing backslash can hold a secret), and are raised outside the handlers, so that
+    # no exception holding a path or the password is their context.
+    loading = "ssl_cafile" if cafile else "the system's CA certificates"
     try:
         context = ssl.create_default_context(cafile=cafile)
         context.check_hostname = check_hostname
         if certfile:
+            loading = "ssl_certfile, ssl_keyfile" if keyfile else "ssl_certfile"
             context.load_cert_chain(certfile, keyfile, password)
-    except FileNotFoundError as exc:
-        raise ValueError(f"cannot read {printable(exc.filename)!r}: no such file") from None
+        return context
+    except FileNotFoundError:
+        problem = f"cannot read {loading}: no such file"
     except (ssl.SSLError, OSError) as exc:
-        # Never the password: only which files did not load.
-        files = ", ".join(repr(f) for f in (cafile, certfile, keyfile) if f)
-        raise ValueError(f"cannot load the TLS files ({printable(files)}): {exc.reason or type(exc).__name__} "
-                         "(PEM files expected; is ssl_password right?)") from None
-    return context
+        reason = getattr(exc, "reason", None) or exc.strerror or type(exc).__name__
+        problem = (f"cannot load the TLS files ({loading}): {printable(reason, 100)} "
+                   "(PEM files expected; is ssl_password right?)")
+    raise ValueError(problem)
 
 
 # ---------------------------------------------------------------- protocol steps, without I/O
@@ -654,13 +664,15 @@ class AsyncConnection(_Base):
     async def _login(self, deadline):
         token = self.security.token() if self.security.sasl_mechanism == "OAUTHBEARER" else None
         if inspect.isawaitable(token):
+            failed = None
             try:
                 token = await asyncio.wait_for(token, max(deadline.remaining(), 0.001))
             except asyncio.TimeoutError:
                 raise AdminTimeoutError("the OAUTHBEARER token provider did not answer in time") from None
             except Exception as exc:  # noqa: BLE001 - see Security.token
-                raise SaslAuthenticationError(
-                    f"the OAUTHBEARER token provider failed ({type(exc).__name__})") from None
+                failed = type(exc).__name__
+            if failed is not None:  # raised outside the handler, as in Security.token
+                raise SaslAuthenticationError(f"the OAUTHBEARER token provider failed ({failed})")
         steps = _authenticate(self.address, self.versions, self.security, self.security._mechanism(token))
         self._authenticated(await self._run(steps, deadline))
 

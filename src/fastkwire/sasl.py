@@ -20,7 +20,7 @@ import secrets
 from ._printable import printable
 from .admin_errors import SaslAuthenticationError
 
-__all__ = ["Plain", "Scram", "OAuthBearer", "SCRAM_HASHES", "MECHANISMS", "make_mechanism"]
+__all__ = ["Plain", "Scram", "OAuthBearer", "SCRAM_HASHES", "MECHANISMS", "make_mechanism", "utf8"]
 
 SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MECHANISMS = ("PLAIN", *SCRAM_HASHES, "OAUTHBEARER")
@@ -31,13 +31,24 @@ SCRAM_MAX_ITERATIONS = 16384
 MAX_SERVER_TEXT = 200
 
 
+def utf8(text, what, error=SaslAuthenticationError):
+    """`text` as UTF-8, or `error` naming `what`, never the text: a password or token with a
+    lone surrogate (what os.environ and argv give for a byte that is not UTF-8) makes a
+    UnicodeEncodeError whose args hold all of it."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass  # raised below, outside the handler, so that the error has no context to leak
+    raise error(f"the {what} is not valid Unicode (a lone surrogate: was it given as bytes that are not UTF-8?)")
+
+
 class Plain:
     """RFC 4616: one message, authorization id empty."""
 
     name = "PLAIN"
 
     def __init__(self, username, password):
-        self._message = b"\0" + username.encode() + b"\0" + password.encode()
+        self._message = b"\0" + utf8(username, "SASL user name") + b"\0" + utf8(password, "SASL password")
 
     def __repr__(self):
         return "Plain(...)"
@@ -70,8 +81,9 @@ class Scram:
     def __init__(self, username, password, hash_name="sha256", nonce=None):
         self.name = {v: k for k, v in SCRAM_HASHES.items()}.get(hash_name, f"SCRAM-{hash_name.upper()}")
         self._hash = hash_name
+        utf8(username, "SASL user name")
         self._username = username
-        self._password = password.encode("utf-8")
+        self._password = utf8(password, "SASL password")
         self._nonce = nonce or base64.b64encode(secrets.token_bytes(18)).decode()
         self._state = "start"
         self._server_signature = None
@@ -150,14 +162,14 @@ class OAuthBearer:
     def __init__(self, token):
         if not isinstance(token, str) or not token:
             raise SaslAuthenticationError("the OAUTHBEARER token provider gave no token (a non-empty str)")
-        self._token = token
+        self._message = b"n,,\x01auth=Bearer " + utf8(token, "OAUTHBEARER token") + b"\x01\x01"
         self.status = None  # the broker's error status, when it rejects the token
 
     def __repr__(self):
         return "OAuthBearer(...)"
 
     def start(self):
-        return f"n,,\x01auth=Bearer {self._token}\x01\x01".encode()
+        return self._message
 
     def step(self, server_bytes):
         if not server_bytes:
