@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from fastkwire import SaslAuthenticateResponse
 from fastkwire.admin import (
     AdminClient,
     AdminTimeoutError,
@@ -459,3 +460,51 @@ def test_tls_file_errors_name_the_option_not_the_path(tmp_path):
     with pytest.raises(ValueError, match=r"cannot load the TLS files \(ssl_cafile\)") as info:
         Security("SSL", ssl_cafile=str(tmp_path))  # a directory: an OSError without .reason
     assert_no_secret(info.value, str(tmp_path))
+
+
+# ---------------------------------------------------------------- hostile SASL data
+
+
+@pytest.mark.parametrize("server_first, words", [
+    (RFC_FIRST.replace(b"i=4096", b"i=" + b"9" * 5000), "5[0-9]{3} bytes long, more than the 4096"),
+    (RFC_FIRST.replace(b"i=4096", b"i=" + b"4" * 4000), "SCRAM iterations"),  # under the size cap
+    (b"m=ext," + RFC_FIRST, r"mandatory extension \(m=\)"),
+    (RFC_FIRST + b"," + b"x=" + b"y" * 10000, "more than the 4096"),
+])
+def test_scram_refuses_hostile_first_messages_as_authentication_errors(server_first, words):
+    client = Scram("user", "pencil", "sha256", nonce="rOprNGfwEbeRWgbNEkqO")
+    client.start()
+    with pytest.raises(SaslAuthenticationError, match=words):
+        client.step(server_first)
+
+
+def test_scram_refuses_a_huge_final_message():
+    client = Scram("user", "pencil", "sha256", nonce="rOprNGfwEbeRWgbNEkqO")
+    client.start()
+    client.step(RFC_FIRST)
+    with pytest.raises(SaslAuthenticationError, match="SCRAM final message is 10002 bytes long"):
+        client.step(b"v=" + b"A" * 10000)
+
+
+@pytest.mark.parametrize("challenge", [b"[" * 100_000, b"[" * 4000, b"{" * 3000])
+def test_oauthbearer_hostile_error_status(challenge):
+    client = OAuthBearer("tok")
+    client.start()
+    if len(challenge) > 4096:
+        with pytest.raises(SaslAuthenticationError, match="OAUTHBEARER error status is 100000 bytes long"):
+            client.step(challenge)
+    else:  # deep nesting within the size cap: an unreadable status, and the broker's refusal follows
+        assert client.step(challenge) == b"\x01" and client.status == "unknown"
+
+
+def test_hostile_scram_iterations_through_a_broker(scripted, call):
+    # The broker's first message echoes our nonce and asks for 5,000 digits of iterations.
+    broker = sasl_broker(scripted, SaslServer(USERS))
+
+    def first(request, version):
+        nonce = request.auth_bytes.split(b"r=", 1)[1]
+        return SaslAuthenticateResponse(auth_bytes=b"r=" + nonce + b"x,s=QSXCR+Q6sek8bf92,i=" + b"7" * 5000)
+
+    broker.script[SASL_AUTHENTICATE] = [first]
+    with pytest.raises(SaslAuthenticationError, match="SCRAM first message is 50[0-9]{2} bytes long"):
+        call(broker, "api_versions", **scram())

@@ -29,6 +29,16 @@ MECHANISMS = ("PLAIN", *SCRAM_HASHES, "OAUTHBEARER")
 SCRAM_MIN_ITERATIONS = 4096
 SCRAM_MAX_ITERATIONS = 16384
 MAX_SERVER_TEXT = 200
+# A SCRAM server message or an OAUTHBEARER error status is a few hundred bytes; larger ones
+# are refused before they are parsed (int() of thousands of digits, json of deep nesting).
+MAX_SERVER_MESSAGE = 4096
+
+
+def _bounded(server_bytes, what):
+    if len(server_bytes) > MAX_SERVER_MESSAGE:
+        raise SaslAuthenticationError(f"the broker's {what} is {len(server_bytes)} bytes long, more than the "
+                                      f"{MAX_SERVER_MESSAGE} such a message can take")
+    return server_bytes
 
 
 def utf8(text, what, error=SaslAuthenticationError):
@@ -101,9 +111,9 @@ class Scram:
 
     def step(self, server_bytes):
         if self._state == "first":
-            return self._final(server_bytes)
+            return self._final(_bounded(server_bytes, "SCRAM first message"))
         if self._state == "final":
-            self._verify(server_bytes)
+            self._verify(_bounded(server_bytes, "SCRAM final message"))
             return None
         raise SaslAuthenticationError("the broker sent SCRAM data after the exchange was complete")
 
@@ -115,11 +125,15 @@ class Scram:
         attrs = _attributes(server_first, "first message")
         if "e" in attrs:
             raise SaslAuthenticationError(f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}")
+        if "m" in attrs:  # RFC 5802 5.1: a mandatory extension this client does not know must fail
+            raise SaslAuthenticationError("the broker's SCRAM first message asks for a mandatory extension (m=), "
+                                          "which this client does not support")
         nonce, salt, iterations = attrs.get("r", ""), attrs.get("s"), attrs.get("i", "")
         if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
             raise SaslAuthenticationError("the broker's SCRAM nonce does not extend the client's "
                                           "(a replayed or forged answer)")
-        if not iterations.isascii() or not iterations.isdigit() or not (
+        # The length first: int() refuses more than 4300 digits with a ValueError.
+        if not iterations.isascii() or not iterations.isdigit() or len(iterations) > 9 or not (
                 SCRAM_MIN_ITERATIONS <= int(iterations) <= SCRAM_MAX_ITERATIONS):
             raise SaslAuthenticationError(f"the broker asked for {printable(iterations, 20)!r} SCRAM iterations; "
                                           f"expected {SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}")
@@ -176,8 +190,8 @@ class OAuthBearer:
             return None
         # A rejection: the server sends a JSON status and waits for a lone 0x01 before failing.
         try:
-            self.status = str(json.loads(server_bytes).get("status"))
-        except (ValueError, AttributeError):
+            self.status = str(json.loads(_bounded(server_bytes, "OAUTHBEARER error status")).get("status"))
+        except (ValueError, AttributeError, RecursionError):  # RecursionError: nesting deeper than json takes
             self.status = "unknown"
         return b"\x01"
 
