@@ -259,3 +259,20 @@ def test_only_an_explicit_false_turns_the_host_name_check_off():
     for value in (0, "", "false", []):
         with pytest.raises(TypeError, match="ssl_check_hostname must be True or False"):
             Security("SSL", ssl_check_hostname=value)
+
+
+def test_decoding_counts_against_the_deadline(scripted, monkeypatch):
+    import fastkwire.connection as connection
+
+    broker = scripted(script={DESCRIBE_GROUPS: [described([])]})
+    decode = connection.decode_response
+
+    def slow_decode(*args, **kwargs):
+        time.sleep(0.3)  # a decode that takes longer than the time left
+        return decode(*args, **kwargs)
+
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        monkeypatch.setattr(connection, "decode_response", slow_decode)
+        with pytest.raises(AdminTimeoutError, match="answer of .* to DescribeGroups v6 was not decoded within 0.2 s"):
+            conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.2))
+        assert conn.request(DescribeGroupsRequest(groups=["g"])).groups[0].group_id == "g"  # still usable

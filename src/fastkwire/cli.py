@@ -25,7 +25,15 @@ from ._explain_apis import api_names
 from ._explain_examples import example
 from ._explain_text import DOC_WIDTH, HEX_ROWS, JSON_ENCODER, message_value, render_lines
 from ._printable import printable
-from .admin import MAX_TIMEOUT_MS, AdminClient, AdminError, check_group, check_members, check_reason
+from .admin import (
+    DEFAULT_MAX_GROUP_MEMBERS,
+    MAX_TIMEOUT_MS,
+    AdminClient,
+    AdminError,
+    check_group,
+    check_members,
+    check_reason,
+)
 from .client_config import read_properties, security_options
 from .connection import SECURITY_PROTOCOLS
 from .errors import DecodeError
@@ -89,6 +97,9 @@ def _connection_arguments(parser):
                         help=f"give up after this long, retries included (default {DEFAULT_TIMEOUT:g}, "
                              f"at most {MAX_TIMEOUT:g}: a day)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--max-members", type=_positive, default=DEFAULT_MAX_GROUP_MEMBERS, metavar="N",
+                        help="refuse a group description listing more members than this, before decoding it "
+                             f"(default {DEFAULT_MAX_GROUP_MEMBERS})")
     security = parser.add_argument_group("security (flags win over the environment and --command-config)")
     security.add_argument("--command-config", metavar="FILE",
                           help="Java client properties: security.protocol, sasl.mechanism, sasl.jaas.config, "
@@ -153,7 +164,14 @@ def _client(args, err):
     def warn(message):
         print(f"{args.prog}: warning: {message}", file=err)
 
-    return AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000, **_security(args, warn))
+    return AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000,
+                       max_group_members=args.max_members, **_security(args, warn))
+
+
+def _positive(text):
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a positive count: {text!r}")
+    return int(text)
 
 
 def _timeout(text):

@@ -369,12 +369,21 @@ class _Base:
                                 f"{limit} bytes such an answer can take ({hint})")
         return size
 
-    def _decode(self, frame, msg, version, what):
+    def _decode(self, frame, msg, version, what, deadline, check_frame=None):
         correlation_id = struct.unpack_from(">i", frame, 4)[0]
         if correlation_id != self._correlation_id:
             self._abandon(what)
             raise ResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
                                 f"expected {self._correlation_id}")
+        if check_frame is not None:
+            check_frame(frame, version)
+        answer = self._decoded(frame, msg, version, what)
+        if deadline.remaining() <= 0:  # decoding counts against the deadline too
+            raise AdminTimeoutError(f"the answer of {self.address} to {what} was not decoded within "
+                                    f"{deadline.seconds:g} s")
+        return answer
+
+    def _decoded(self, frame, msg, version, what):
         # A broker that lacks our ApiVersions version answers in v0 with UNSUPPORTED_VERSION
         # (header v0 is 4 bytes, then the int16 error code).
         if (msg.API_KEY == ApiVersionsRequest.API_KEY and len(frame) >= 10
@@ -545,13 +554,17 @@ class Connection(_Base):
     def __exit__(self, *exc):
         self.close()
 
-    def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None):
-        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer."""
+    def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None, check_frame=None):
+        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer.
+
+        `check_frame(frame, version)`, if given, sees the whole answer (size prefix included)
+        before it is decoded, and may raise an AdminError to refuse it (an answer that would
+        cost too much to decode, say)."""
         deadline = self._deadline(deadline)
         if self._reauth_due():
             self._login(deadline)
         return self._exchange(msg, self.version_for(type(msg)) if version is None else version, deadline,
-                              max_answer_bytes)
+                              max_answer_bytes, check_frame)
 
     def _run(self, steps, deadline):
         answer = None
@@ -565,11 +578,11 @@ class Connection(_Base):
             else:
                 answer = self._exchange(step.msg, step.version, deadline)
 
-    def _exchange(self, msg, version, deadline, limit=None):
+    def _exchange(self, msg, version, deadline, limit=None, check_frame=None):
         what = f"{api_name(msg)} v{version}"
         request = self._encode(msg, version)
         frame = self._io(request, limit or answer_limit(msg, len(request)), deadline, what)
-        return self._decode(frame, msg, version, what)
+        return self._decode(frame, msg, version, what, deadline, check_frame)
 
     def _exchange_raw(self, token, deadline):
         return bytes(self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)[4:])
@@ -688,8 +701,9 @@ class AsyncConnection(_Base):
     async def __aexit__(self, *exc):
         self.close()
 
-    async def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None):
-        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer."""
+    async def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None, check_frame=None):
+        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer
+        (`check_frame` as in `Connection.request`)."""
         deadline = self._deadline(deadline)
         version = self.version_for(type(msg)) if version is None else version
         try:
@@ -700,7 +714,7 @@ class AsyncConnection(_Base):
             try:
                 if self._reauth_due():
                     await self._login(deadline)
-                return await self._exchange(msg, version, deadline, max_answer_bytes)
+                return await self._exchange(msg, version, deadline, max_answer_bytes, check_frame)
             finally:
                 self._turn.release()
         except asyncio.CancelledError:
@@ -719,11 +733,11 @@ class AsyncConnection(_Base):
             else:
                 answer = await self._exchange(step.msg, step.version, deadline)
 
-    async def _exchange(self, msg, version, deadline, limit=None):
+    async def _exchange(self, msg, version, deadline, limit=None, check_frame=None):
         what = f"{api_name(msg)} v{version}"
         request = self._encode(msg, version)
         frame = await self._io(request, limit or answer_limit(msg, len(request)), deadline, what)
-        return self._decode(frame, msg, version, what)
+        return self._decode(frame, msg, version, what, deadline, check_frame)
 
     async def _exchange_raw(self, token, deadline):
         frame = await self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)
