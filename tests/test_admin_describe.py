@@ -3,12 +3,18 @@ against scripted brokers (tests/fakes.py), on both clients and the CLI; the cons
 protocol's assignment bytes; --command-config and secrets on the command line."""
 import asyncio
 import json
+import os
+import re
+import subprocess
+import sys
+import threading
 
 import pytest
 
 from fastkwire import cli
 from fastkwire.admin import AdminClient, AsyncAdminClient, GroupAuthorizationError, GroupNotFoundError
 from fastkwire.client_config import parse_properties, security_options
+from fastkwire.connection import Security
 from fastkwire.consumer_protocol import decode_assignment, encode_assignment
 
 from certs import server_context, tls_files  # noqa: F401 - tls_files is a fixture
@@ -20,6 +26,7 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     LEAVE_GROUP,
     MODERN,
     NOT_COORDINATOR,
+    PACKAGE_ROOT,
     SILENT,
     DescribedKafkaGroup,
     closed_port,
@@ -300,6 +307,19 @@ def test_cli_sasl_without_a_sasl_protocol_is_a_usage_error(capsys):
     assert code == 2 and "uses no SASL" in err and SECRET not in err
 
 
+@pytest.mark.parametrize("argv_tail, words", [
+    (["--ssl-cafile", "never-read.pem"], r"TLS options are given \(ssl_cafile\), but security_protocol PLAINTEXT"),
+    (["--ssl-cafile", "ca.pem", "--no-ssl-check-hostname"], r"\(ssl_cafile, ssl_check_hostname=False\)"),
+    (["--no-ssl-check-hostname", "--security-protocol", "SASL_PLAINTEXT", "--sasl-username", "u",
+      "--sasl-password", SECRET], "SASL_PLAINTEXT uses no TLS"),
+])
+def test_cli_tls_options_without_a_tls_protocol_are_a_usage_error(capsys, argv_tail, words):
+    # Ignoring them would leave the session plaintext; nothing is read or sent.
+    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
+                                     "--group", "g", *argv_tail])
+    assert code == 2 and re.search(words, err) and SECRET not in err
+
+
 # ---------------------------------------------------------------- --command-config
 
 
@@ -402,3 +422,130 @@ def test_cli_command_config_keystore_for_a_client_certificate(scripted, tls_file
     code, out, err = run_main(capsys, argv)
     assert code == 0, err
     assert ", 1 member (DescribeGroups v6)" in out
+
+
+# ---------------------------------------------------------------- properties and JAAS, as Kafka reads them
+
+JAAS = "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+
+
+@pytest.mark.parametrize("value, words", [
+    # Kafka refuses more than one login module: their options were merged.
+    ('username="u" password="p"; org.x.ScramLoginModule required username="admin" password="q";',
+     "more than one login module"),
+    (f'username="u" password="{SECRET};', "quote that is never closed"),
+    (f'username="u" password={SECRET}', "must end its login module with ';'"),
+])
+def test_jaas_config_refusals(value, words):
+    with pytest.raises(ValueError, match=words) as info:
+        security_options(parse_properties(JAAS + value))
+    assert SECRET not in str(info.value)
+
+
+def test_properties_unicode_escapes_are_decoded_as_java_does():
+    props = parse_properties("sasl.mechanism=\\u0050LAIN\n" + JAAS + 'username="\\u00e9t\\u00E9" '
+                             'password="p\\ud83d\\ude00";\n\\u0073ecurity.protocol=SASL_SSL\n')
+    assert security_options(props) == {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                                       "sasl_plain_username": "\u00e9t\u00e9", "sasl_plain_password": "p\U0001f600"}
+    with pytest.raises(ValueError, match=r"malformed \\uXXXX escape") as info:
+        parse_properties(f"ssl.key.password={SECRET}\\u12")
+    assert SECRET not in str(info.value)
+
+
+def test_jaas_config_parsing_is_linear():
+    # A long run of whitespace or of one word made the old regular expressions quadratic
+    # (minutes for these); a subprocess bounds a regression instead of hanging the run.
+    code = ("from fastkwire.client_config import parse_properties, security_options\n"
+            "n = 200_000\n"
+            "for value in ['required' + ' ' * n + 'x', 'required u=' + 'x' * n + ' ', 'required' + ' x=y' * n]:\n"
+            "    try:\n"
+            "        security_options(parse_properties('sasl.jaas.config=org.x.PlainLoginModule ' + value))\n"
+            "    except ValueError as exc:\n"
+            "        print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=PACKAGE_ROOT))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("is not 'LoginModuleClass required") == 1
+    assert proc.stdout.count("must end its login module with ';'") == 2
+
+
+def test_command_config_errors_never_quote_a_value_a_backslash_joined(tmp_path, capsys):
+    # A trailing backslash joins the next line (a password) into the value, as Java does.
+    config = tmp_path / "joined.properties"
+    for joined in ("ssl.key.password=hunter2", "hunter2"):
+        config.write_text(f"security.protocol=SASL_SSL\\\n{joined}\n")
+        code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g",
+                                         "--command-config", str(config)])
+        assert code == 2 and "security_protocol must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL" in err
+        assert "HUNTER2" not in err.upper()
+    with pytest.raises(ValueError, match="sasl_mechanism must be one of") as info:
+        Security("SASL_SSL", sasl_mechanism="PLAINhunter2")
+    assert "hunter2" not in str(info.value)
+    for text in (f"sasl.mechanism=PLAIN\\\n{SECRET}\n{JAAS.replace('plain.Plain', 'scram.Scram')}u=1;",
+                 f"ssl.truststore.type=PEM\\\n{SECRET}\nssl.truststore.location=/x.pem",
+                 f"sasl.jaas.config=org.x.{SECRET} required;"):
+        with pytest.raises(ValueError) as info:
+            security_options(parse_properties(text))
+        assert SECRET.upper() not in str(info.value).upper()
+
+
+def test_unknown_properties_keys_are_warned_about(tmp_path, capsys):
+    config = tmp_path / "typo.properties"
+    config.write_text(f"securty.protocol=SSL\nssl.truststore.location=/etc/ca.pem\n{SECRET}\n")
+    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
+                                     "--group", "g", "--command-config", str(config)])
+    lines = err.splitlines()
+    assert "warning: the command config's key 'securty.protocol' is not used here" in lines[0]
+    assert "warning: the command config's key (a key that is not shown) is not used here" in lines[1]
+    # ...and the trust store without a TLS protocol is refused, not ignored.
+    assert code == 2 and "TLS options are given (ssl_cafile)" in lines[2] and SECRET not in err
+    from fastkwire.client_config import UnusedConfigWarning
+
+    with pytest.warns(UnusedConfigWarning, match="'bootstrap.servers' is not used here"):
+        assert security_options(parse_properties("bootstrap.servers=b:9092\nsecurity.protocol=SSL")) == {
+            "security_protocol": "SSL"}
+
+
+def test_command_config_that_is_a_fifo_is_refused(tmp_path, capsys):
+    fifo = tmp_path / "client.properties"
+    os.mkfifo(fifo)
+    done = {}
+    worker = threading.Thread(target=lambda: done.setdefault("result", run_main(capsys, [
+        "describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g", "--command-config", str(fifo),
+        "--timeout", "1"])))
+    worker.start()
+    worker.join(5)
+    if worker.is_alive():  # opening the FIFO waits for a writer: give it one, then fail
+        with open(fifo, "w"):
+            pass
+        worker.join(5)
+        pytest.fail("reading a FIFO as --command-config blocked")
+    code, _, err = done["result"]
+    assert code == 2 and "cannot read the command config" in err and "not a regular file" in err
+
+
+def test_cli_warns_of_exposed_secrets(capsys, monkeypatch):
+    argv = ["describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g", "--group", ""]
+    code, _, err = run_main(capsys, argv + ["--security-protocol", "SASL_PLAINTEXT", "--sasl-username", "u",
+                                            "--sasl-password", SECRET])
+    assert "warning: --sasl-password on the command line is visible to other users" in err
+    assert "warning: SASL PLAIN over SASL_PLAINTEXT sends the password unencrypted" in err and SECRET not in err
+    monkeypatch.setenv("FASTKWIRE_SASL_OAUTH_TOKEN", SECRET)
+    code, _, err = run_main(capsys, argv + ["--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism",
+                                            "OAUTHBEARER"])
+    assert err.count("warning:") == 1 and "OAUTHBEARER over SASL_PLAINTEXT sends the token unencrypted" in err
+    monkeypatch.setenv("FASTKWIRE_SASL_PASSWORD", SECRET)
+    code, _, err = run_main(capsys, argv + ["--security-protocol", "SASL_SSL", "--sasl-mechanism", "SCRAM-SHA-512",
+                                            "--sasl-username", "u"])
+    assert "warning:" not in err
+
+
+def test_a_command_config_that_is_not_utf8_keeps_its_bytes_out_of_the_error(tmp_path):
+    # The UnicodeDecodeError holds the whole file: it must not even be the error's context.
+    config = tmp_path / "latin1.properties"
+    config.write_bytes(f"ssl.key.password={SECRET}\n# caf\xe9\n".encode("latin-1"))
+    from fastkwire.client_config import read_properties
+
+    with pytest.raises(ValueError, match="is not UTF-8|: not UTF-8") as info:
+        read_properties(str(config))
+    assert info.value.__context__ is None and info.value.__cause__ is None

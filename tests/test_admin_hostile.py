@@ -31,7 +31,9 @@ from fastkwire.admin import (
 
 from fakes import (  # noqa: F401 - scripted is a fixture
     API_VERSIONS,
+    DESCRIBE_GROUPS,
     FIND_COORDINATOR,
+    MODERN,
     LEAVE_GROUP,
     NOT_COORDINATOR,
     SILENT,
@@ -477,3 +479,92 @@ def test_cli_argument_errors_are_usage_errors_before_connecting(capsys, argv_tai
                                      *argv_tail])
     assert code == 2 and words in err
     assert_one_clean_line(err)
+
+
+# ---------------------------------------------------------------- groups with too many members
+
+EMPTY_MEMBER = b"\x01\x00\x01\x01\x01\x01\x00"  # DescribeGroups v6: empty strings and bytes, null instance id
+
+
+def _uvarint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def empty_members_answer(announced, sent=None, groups=1):
+    """A raw DescribeGroups v6 answer of `groups` groups, each announcing `announced` empty
+    members and carrying `sent` of them (all, by default)."""
+    def group(name):
+        return (b"\0\0" + b"\0" + _uvarint(len(name) + 1) + name + b"\x07Stable\x09consumer\x06range"
+                + _uvarint(announced + 1) + EMPTY_MEMBER * (announced if sent is None else sent)
+                + struct.pack(">i", -2**31) + b"\0")
+
+    def frame(cid):
+        body = (struct.pack(">i", cid) + b"\0" + struct.pack(">i", 0) + _uvarint(groups + 1)
+                + b"".join(group(b"orders" if n == 0 else b"other%d" % n) for n in range(groups)) + b"\0")
+        return struct.pack(">i", len(body)) + body
+
+    return Raw(frame)
+
+
+def describe_broker(scripted, answer):
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [answer]}
+    return broker
+
+
+def describe(broker, mode, **options):
+    if mode == "sync":
+        return AdminClient(broker.address, request_timeout_ms=5000, **options).describe_group("orders")
+
+    async def go():
+        return await AsyncAdminClient(broker.address, request_timeout_ms=5000, **options).describe_group("orders")
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_group_members_are_capped_before_decoding(scripted, mode):
+    broker = describe_broker(scripted, empty_members_answer(20_000))
+    with pytest.raises(ResponseError, match=r"answered DescribeGroups v6 with 20000 members in group 'orders', "
+                                            r"more than max_group_members \(10000\); raise it"):
+        describe(broker, mode)
+    assert len(describe(broker, mode, max_group_members=20_000).members) == 20_000
+    # 5 million members announced in a frame of a few bytes: refused on the count alone, so
+    # the error is the count's, not the decoder's.
+    broker.script[DESCRIBE_GROUPS] = [empty_members_answer(5_000_000, sent=3)]
+    with pytest.raises(ResponseError, match="with 5000000 members in group 'orders'"):
+        describe(broker, mode, max_group_members=20_000)
+
+
+def test_an_answer_with_more_groups_than_asked_is_refused(scripted):
+    broker = describe_broker(scripted, empty_members_answer(5_000, groups=4))
+    with pytest.raises(ResponseError, match="answered DescribeGroups v6 with 4 groups, for the one asked"):
+        describe(broker, "sync")
+
+
+def test_consumer_group_describe_members_are_capped_too(scripted):
+    from fakes import CONSUMER_GROUP_DESCRIBE, consumer_group_described
+
+    broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 1)})
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], CONSUMER_GROUP_DESCRIBE: [
+        consumer_group_described([(f"m{n}", None, {"t": [n]}) for n in range(3)])]}
+    with pytest.raises(ResponseError, match=r"ConsumerGroupDescribe v1 with 3 members .* max_group_members \(2\)"):
+        describe(broker, "sync", max_group_members=2)
+    assert len(describe(broker, "sync", max_group_members=3).members) == 3
+
+
+def test_cli_max_members(scripted, capsys):
+    broker = describe_broker(scripted, empty_members_answer(20_000))
+    argv = ["describe-group", "--bootstrap-server", broker.address, "--group", "orders", "--json"]
+    code, out, err = run_main(capsys, argv)
+    assert code == 3 and "more than max_group_members (10000)" in err and "--max-members" in err
+    assert json.loads(out)["error"]["type"] == "ResponseError"
+    code, out, err = run_main(capsys, argv + ["--max-members", "20000"])
+    assert code == 0 and len(json.loads(out)["members"]) == 20_000
+    with pytest.raises(SystemExit):
+        cli.main(argv + ["--max-members", "0"])
+    assert "not a positive count: '0'" in capsys.readouterr().err

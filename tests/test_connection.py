@@ -2,6 +2,9 @@
 and asyncio (in the event loop's thread only), deadlines, and cancellation."""
 import asyncio
 import os
+import socket
+import ssl
+import struct
 import threading
 import time
 
@@ -9,7 +12,7 @@ import pytest
 
 from fastkwire import DescribeGroupsRequest, FindCoordinatorRequest
 from fastkwire.admin import AsyncAdminClient
-from fastkwire.admin_errors import AdminTimeoutError, BrokerTooOldError
+from fastkwire.admin_errors import AdminTimeoutError, BrokerConnectionError, BrokerTooOldError, ResponseError
 from fastkwire.connection import AsyncConnection, Connection, Deadline, Security
 
 from fakes import (  # noqa: F401 - scripted is a fixture
@@ -17,8 +20,10 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,
     SILENT,
+    Delay,
     LoopBroker,
     Raw,
+    closed_port,
     coordinator_at,
     described,
     scripted,
@@ -162,3 +167,112 @@ def test_async_queued_request_keeps_its_own_deadline(scripted):
             return waited
 
     assert asyncio.run(go()) < 0.6
+
+
+def _addresses(*ports):
+    """A getaddrinfo stand-in: the host has one 127.0.0.1 address per port."""
+    return lambda host, port, *args, **kwargs: [
+        (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", p)) for p in ports]
+
+
+def test_connect_shares_one_deadline_across_the_host_addresses(monkeypatch):
+    # Five addresses that drop SYNs: each connect blocks until its own timeout.
+    given = []
+
+    def blackhole(sock, address):
+        given.append(sock.gettimeout())
+        time.sleep(sock.gettimeout())
+        raise socket.timeout("timed out")
+
+    monkeypatch.setattr(socket, "getaddrinfo", _addresses(*range(9001, 9006)))
+    monkeypatch.setattr(socket.socket, "connect", blackhole)
+    with pytest.raises(AdminTimeoutError, match=r"could not connect to 127\.0\.0\.1:9092 within 0\.3 s"):
+        Connection("127.0.0.1", 9092, request_timeout_ms=300)
+    assert given and sum(given) <= 0.3 + 0.01  # not 0.3 s for each of the five
+
+
+def test_connect_tries_the_next_address_within_the_deadline(scripted, monkeypatch):
+    broker = scripted()
+    monkeypatch.setattr(socket, "getaddrinfo", _addresses(closed_port(), broker.port))
+    with Connection("broker.invalid", 9092, request_timeout_ms=3000) as conn:
+        assert conn.versions[API_VERSIONS] == (0, 4)
+    assert broker.connections == 1
+
+
+def test_a_timeout_closes_the_connection(scripted):
+    # The late answer must not be read as the next request's: the connection is closed.
+    broker = scripted(script={DESCRIBE_GROUPS: [Delay(0.3, described([])), described([])]})
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        with pytest.raises(AdminTimeoutError, match="DescribeGroups v6 within 0.1 s"):
+            conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.1))
+        time.sleep(0.4)  # the late answer has arrived by now
+        with pytest.raises(BrokerConnectionError, match=r"is closed \(DescribeGroups v6 did not complete on it\): "
+                                                        "open a new one"):
+            conn.request(DescribeGroupsRequest(groups=["g"]))
+    assert len(broker.seen(DESCRIBE_GROUPS)) == 1
+
+
+def test_an_async_timeout_closes_the_connection(scripted):
+    broker = scripted(script={DESCRIBE_GROUPS: [Delay(0.3, described([])), described([])]})
+
+    async def go():
+        async with await AsyncConnection.open("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+            with pytest.raises(AdminTimeoutError, match="DescribeGroups v6 within 0.1 s"):
+                await conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.1))
+            await asyncio.sleep(0.4)
+            with pytest.raises(BrokerConnectionError, match=r"is closed \(DescribeGroups v6 did not complete"):
+                await conn.request(DescribeGroupsRequest(groups=["g"]))
+
+    asyncio.run(go())
+    assert len(broker.seen(DESCRIBE_GROUPS)) == 1
+
+
+def test_a_refused_answer_size_closes_the_connection(scripted):
+    # Refused after its size prefix, the rest of that answer is still in the stream.
+    broker = scripted(script={FIND_COORDINATOR: [Raw(struct.pack(">i", 64 << 20) + b"\0" * 64)]})
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        with pytest.raises(ResponseError, match="announced a 67108864-byte answer"):
+            conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]))
+        with pytest.raises(BrokerConnectionError, match="is closed"):
+            conn.request(DescribeGroupsRequest(groups=["g"]))
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"ssl_cafile": "never-read.pem"}, r"TLS options are given \(ssl_cafile\), but security_protocol PLAINTEXT "
+                                       "uses no TLS"),
+    ({"ssl_cafile": "ca.pem", "ssl_check_hostname": False}, r"\(ssl_cafile, ssl_check_hostname=False\)"),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "u", "sasl_plain_password": "p",
+      "ssl_certfile": "c.pem", "ssl_keyfile": "k.pem"}, "ssl_certfile, ssl_keyfile.*SASL_PLAINTEXT uses no TLS"),
+    ({"ssl_context": ssl.create_default_context()}, r"\(ssl_context\)"),
+    ({"security_protocol": "SSL", "ssl_context": ssl.create_default_context(), "ssl_cafile": "ca.pem"},
+     "ssl_context replaces ssl_cafile"),
+])
+def test_tls_options_that_would_be_ignored_are_refused(options, words):
+    with pytest.raises(ValueError, match=words):
+        Security(**options)
+
+
+def test_only_an_explicit_false_turns_the_host_name_check_off():
+    assert Security("SSL").ssl_context.check_hostname is True
+    assert Security("SSL", ssl_check_hostname=None).ssl_context.check_hostname is True
+    assert Security("SSL", ssl_check_hostname=False).ssl_context.check_hostname is False
+    for value in (0, "", "false", []):
+        with pytest.raises(TypeError, match="ssl_check_hostname must be True or False"):
+            Security("SSL", ssl_check_hostname=value)
+
+
+def test_decoding_counts_against_the_deadline(scripted, monkeypatch):
+    import fastkwire.connection as connection
+
+    broker = scripted(script={DESCRIBE_GROUPS: [described([])]})
+    decode = connection.decode_response
+
+    def slow_decode(*args, **kwargs):
+        time.sleep(0.3)  # a decode that takes longer than the time left
+        return decode(*args, **kwargs)
+
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        monkeypatch.setattr(connection, "decode_response", slow_decode)
+        with pytest.raises(AdminTimeoutError, match="answer of .* to DescribeGroups v6 was not decoded within 0.2 s"):
+            conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.2))
+        assert conn.request(DescribeGroupsRequest(groups=["g"])).groups[0].group_id == "g"  # still usable

@@ -4,11 +4,13 @@ and TLS with certificates made for the test (tests/certs.py), with faults: wrong
 forged server signature, replayed nonce, mechanism not offered, rejected token,
 re-authentication demanded, untrusted or misnamed certificates."""
 import asyncio
+import json
 import struct
 import time
 
 import pytest
 
+from fastkwire import SaslAuthenticateResponse
 from fastkwire.admin import (
     AdminClient,
     AdminTimeoutError,
@@ -20,7 +22,8 @@ from fastkwire.admin import (
     TlsError,
     UnsupportedSaslMechanismError,
 )
-from fastkwire.sasl import OAuthBearer, Scram
+from fastkwire.connection import Security
+from fastkwire.sasl import OAuthBearer, Plain, Scram
 
 from certs import server_context, tls_files  # noqa: F401 - tls_files is a fixture
 from fakes import (  # noqa: F401 - scripted is a fixture
@@ -377,3 +380,131 @@ def test_ssl_context_instead_of_files(scripted, call, tls_files):  # noqa: F811
     strict = ssl.create_default_context()  # the system's CAs: not ours
     with pytest.raises(TlsCertificateError):
         call(broker, "api_versions", security_protocol="SSL", ssl_context=strict)
+
+
+def test_security_errors_carry_their_message_and_error_code(scripted, call, capsys):
+    # SecurityError and its subclasses take (message, error) like every other AdminError.
+    from fastkwire import cli
+
+    broker = sasl_broker(scripted, SaslServer(USERS))
+    with pytest.raises(SaslAuthenticationError) as info:
+        call(broker, "api_versions", **scram(password="wrong-Secret-77"))
+    assert str(info.value).startswith(f"{broker.address} refused SASL SCRAM-SHA-256 authentication")
+    assert info.value.error.name == "SASL_AUTHENTICATION_FAILED" and info.value.error.code == 58
+    code = cli.main(["describe-group", "--bootstrap-server", broker.address, "--group", "g", "--json",
+                     "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "SCRAM-SHA-256",
+                     "--sasl-username", "ops", "--sasl-password", "wrong-Secret-77"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 3 and error["error_code"] == 58 and error["error_name"] == "SASL_AUTHENTICATION_FAILED"
+    assert error["message"].startswith(f"{broker.address} refused SASL")
+
+
+# ---------------------------------------------------------------- secrets stay out of errors
+
+LONE = "hunter\udcff2-Secret"  # what os.environ or argv gives for a byte that is not UTF-8
+
+
+def _chain(exc):
+    """The exception and every exception chained to it."""
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def assert_no_secret(exc, secret):
+    for e in _chain(exc):
+        assert secret not in str(e) and secret not in repr(e.args)
+    assert exc.__context__ is None
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: Plain("ops", LONE), "SASL password is not valid Unicode"),
+    (lambda: Scram("ops", LONE), "SASL password is not valid Unicode"),
+    (lambda: Scram(LONE, "pw"), "SASL user name is not valid Unicode"),
+    (lambda: OAuthBearer(LONE), "OAUTHBEARER token is not valid Unicode"),
+])
+def test_credentials_that_are_not_unicode_name_what_without_the_secret(make, words):
+    with pytest.raises(SaslAuthenticationError, match=words) as info:
+        make()
+    assert_no_secret(info.value, "hunter")
+
+
+def test_security_refuses_a_password_that_is_not_unicode():
+    with pytest.raises(ValueError, match="sasl_plain_password is not valid Unicode") as info:
+        Security("SASL_SSL", sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="ops", sasl_plain_password=LONE)
+    assert_no_secret(info.value, "hunter")
+
+
+def test_failing_token_provider_leaves_no_context(scripted, call):
+    broker = sasl_broker(scripted, SaslServer(tokens=["good-token"]))
+
+    def provider():
+        raise RuntimeError("refresh failed for secret abc123")
+
+    async def async_provider():
+        raise RuntimeError("refresh failed for secret abc123")
+
+    providers = [provider] + ([async_provider] if call.mode == "async" else [])
+    for p in providers:
+        with pytest.raises(SaslAuthenticationError, match=r"token provider failed \(RuntimeError\)") as info:
+            call(broker, "api_versions", security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                 sasl_oauth_token_provider=p)
+        assert_no_secret(info.value, "abc123")
+
+
+def test_tls_file_errors_name_the_option_not_the_path(tmp_path):
+    joined = str(tmp_path / "ca.pemssl.key.password=hunter2")  # a trailing backslash joined two lines
+    with pytest.raises(ValueError, match="cannot read ssl_cafile: no such file") as info:
+        Security("SSL", ssl_cafile=joined)
+    assert_no_secret(info.value, "hunter2")
+    with pytest.raises(ValueError, match=r"cannot load the TLS files \(ssl_cafile\)") as info:
+        Security("SSL", ssl_cafile=str(tmp_path))  # a directory: an OSError without .reason
+    assert_no_secret(info.value, str(tmp_path))
+
+
+# ---------------------------------------------------------------- hostile SASL data
+
+
+@pytest.mark.parametrize("server_first, words", [
+    (RFC_FIRST.replace(b"i=4096", b"i=" + b"9" * 5000), "5[0-9]{3} bytes long, more than the 4096"),
+    (RFC_FIRST.replace(b"i=4096", b"i=" + b"4" * 4000), "SCRAM iterations"),  # under the size cap
+    (b"m=ext," + RFC_FIRST, r"mandatory extension \(m=\)"),
+    (RFC_FIRST + b"," + b"x=" + b"y" * 10000, "more than the 4096"),
+])
+def test_scram_refuses_hostile_first_messages_as_authentication_errors(server_first, words):
+    client = Scram("user", "pencil", "sha256", nonce="rOprNGfwEbeRWgbNEkqO")
+    client.start()
+    with pytest.raises(SaslAuthenticationError, match=words):
+        client.step(server_first)
+
+
+def test_scram_refuses_a_huge_final_message():
+    client = Scram("user", "pencil", "sha256", nonce="rOprNGfwEbeRWgbNEkqO")
+    client.start()
+    client.step(RFC_FIRST)
+    with pytest.raises(SaslAuthenticationError, match="SCRAM final message is 10002 bytes long"):
+        client.step(b"v=" + b"A" * 10000)
+
+
+@pytest.mark.parametrize("challenge", [b"[" * 100_000, b"[" * 4000, b"{" * 3000])
+def test_oauthbearer_hostile_error_status(challenge):
+    client = OAuthBearer("tok")
+    client.start()
+    if len(challenge) > 4096:
+        with pytest.raises(SaslAuthenticationError, match="OAUTHBEARER error status is 100000 bytes long"):
+            client.step(challenge)
+    else:  # deep nesting within the size cap: an unreadable status, and the broker's refusal follows
+        assert client.step(challenge) == b"\x01" and client.status == "unknown"
+
+
+def test_hostile_scram_iterations_through_a_broker(scripted, call):
+    # The broker's first message echoes our nonce and asks for 5,000 digits of iterations.
+    broker = sasl_broker(scripted, SaslServer(USERS))
+
+    def first(request, version):
+        nonce = request.auth_bytes.split(b"r=", 1)[1]
+        return SaslAuthenticateResponse(auth_bytes=b"r=" + nonce + b"x,s=QSXCR+Q6sek8bf92,i=" + b"7" * 5000)
+
+    broker.script[SASL_AUTHENTICATE] = [first]
+    with pytest.raises(SaslAuthenticationError, match="SCRAM first message is 50[0-9]{2} bytes long"):
+        call(broker, "api_versions", **scram())

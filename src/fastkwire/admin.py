@@ -24,15 +24,20 @@ the event loop's own thread.
 """
 import asyncio
 import ipaddress
+import struct
 import time
 from dataclasses import dataclass, field
 
 from . import (
     ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     DescribeGroupsRequest,
+    DescribeGroupsResponse,
     FindCoordinatorRequest,
     LeaveGroupRequest,
 )
+from ._framing import response_header_version
+from ._schema import FIXED_WIDTH, load as load_schema
 from ._printable import printable
 from .admin_errors import (
     AdminError,
@@ -76,7 +81,8 @@ __all__ = [
     "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
     "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "SecurityError",
     "SaslAuthenticationError", "UnsupportedSaslMechanismError", "TlsError", "TlsCertificateError",
-    "check_removal", "check_members", "check_group", "check_reason", "parse_servers", "Security", "ANSWER_LIMITS", "answer_limit", "MAX_TIMEOUT_MS",
+    "check_removal", "check_members", "check_group", "check_reason", "parse_servers", "Security", "ANSWER_LIMITS",
+    "answer_limit", "MAX_TIMEOUT_MS", "DEFAULT_MAX_GROUP_MEMBERS",
 ]
 
 DEFAULT_PORT = 9092
@@ -85,6 +91,11 @@ LEAVE_BY_INSTANCE_MIN = 3  # LeaveGroup v3 added the member list with group.inst
 LEAVE_REASON_MIN = 5
 BATCHED_FIND_MIN = 4  # FindCoordinator v4 takes a list of keys
 MAX_NAME_BYTES = 32767  # Kafka's longest string (int16 length)
+# The most members a group description may list. A 16 MiB DescribeGroups answer holds 2.35
+# million empty members (7 bytes each), which cost gigabytes and many seconds to decode and
+# print: the count is checked in the frame before anything is decoded. Raise it with
+# max_group_members= (the CLI's --max-members) for larger groups.
+DEFAULT_MAX_GROUP_MEMBERS = 10_000
 
 NONE = by_name("NONE").code
 UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
@@ -415,8 +426,8 @@ class _Connect:
 
 
 class _Call:
-    def __init__(self, conn, msg, version):
-        self.conn, self.msg, self.version = conn, msg, version
+    def __init__(self, conn, msg, version, check=None):
+        self.conn, self.msg, self.version, self.check = conn, msg, version, check
 
 
 class _Close:
@@ -443,11 +454,14 @@ class _Calls:
     """Options and the calls as generators of I/O steps; the clients below run them."""
 
     def __init__(self, bootstrap_servers, client_id="fastkwire-admin", request_timeout_ms=30000, security=None,
-                 **security_options):
+                 max_group_members=DEFAULT_MAX_GROUP_MEMBERS, **security_options):
         self.servers = parse_servers(bootstrap_servers)
         _check_name("client_id", client_id, nullable=True)
         self.client_id = client_id
         self.timeout = check_timeout_ms(request_timeout_ms)
+        if isinstance(max_group_members, bool) or not isinstance(max_group_members, int) or max_group_members < 1:
+            raise ValueError(f"max_group_members must be a positive int, not {max_group_members!r}")
+        self.max_group_members = max_group_members
         if security is not None and security_options:
             raise ValueError("give either security= or the security options, not both")
         self.security = security if security is not None else Security(**security_options)
@@ -593,7 +607,8 @@ class _Calls:
         version = highest_common_version(conn.versions, ConsumerGroupDescribeRequest)
         if version is not None:
             request = ConsumerGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False)
-            response = yield _Call(conn, request, version)
+            response = yield _Call(conn, request, version, self._members_check(conn, ConsumerGroupDescribeResponse,
+                                                                               group_id))
             entry = _one_group(response.groups, group_id, conn, f"ConsumerGroupDescribe v{version}")
             code = entry.error_code
             if code in COORDINATOR_RETRY:
@@ -612,7 +627,7 @@ class _Calls:
             raise BrokerTooOldError(f"coordinator {coordinator.address} does not support DescribeGroups",
                                     lookup(UNSUPPORTED_VERSION))
         request = DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False)
-        response = yield _Call(conn, request, version)
+        response = yield _Call(conn, request, version, self._members_check(conn, DescribeGroupsResponse, group_id))
         entry = _one_group(response.groups, group_id, conn, f"DescribeGroups v{version}")
         code = entry.error_code
         if code in COORDINATOR_RETRY:
@@ -622,6 +637,23 @@ class _Calls:
         return code, GroupDescription(
             group_id, coordinator, entry.group_state, entry.protocol_type, entry.protocol_data,
             [_described_member(m, entry.protocol_type) for m in entry.members], f"DescribeGroups v{version}")
+
+    def _members_check(self, conn, cls, group_id):
+        """A check_frame for `conn.request`: refuses an answer listing more than the one group
+        asked for, or more than max_group_members members, before it is decoded."""
+        limit = self.max_group_members
+
+        def check(frame, version):
+            groups, members = _announced_members(frame, cls, version)
+            what = f"{conn.address} answered {cls.__name__[:-len('Response')]} v{version}"
+            if groups is not None and groups > 1:
+                raise ResponseError(f"{what} with {groups} groups, for the one asked")
+            if members is not None and members > limit:
+                raise ResponseError(f"{what} with {members} members in group {group_id!r}, more than "
+                                    f"max_group_members ({limit}); raise it (the CLI's --max-members) if the "
+                                    "group is that large")
+
+        return check
 
     def _leave(self, conn, coordinator, group_id, members, reason):
         """Send one LeaveGroup; (error code, None) asks the caller to find the coordinator again."""
@@ -641,6 +673,75 @@ class _Calls:
         results = _member_results(members, response.members, code)
         return code, MembershipChangeResult(group_id, coordinator, version, results,
                                             getattr(response, "throttle_time_ms", 0))
+
+
+class _Prefix:
+    """Reads the first fields of an answer without decoding it (ints, strings, bytes, counts)."""
+
+    def __init__(self, frame, pos, flexible):
+        self.frame, self.pos, self.flexible = frame, pos, flexible
+
+    def _int(self, fmt):
+        value = struct.unpack_from(fmt, self.frame, self.pos)[0]
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def uvarint(self):
+        value = shift = 0
+        while shift < 35:
+            byte = self.frame[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+        raise ValueError("varint too long")
+
+    def count(self):
+        return self.uvarint() - 1 if self.flexible else self._int(">i")
+
+    def skip(self, f):
+        if f.type in FIXED_WIDTH:
+            self.pos += FIXED_WIDTH[f.type]
+        elif f.type in ("string", "bytes"):
+            n = self.uvarint() - 1 if self.flexible else self._int(">h" if f.type == "string" else ">i")
+            self.pos += max(n, 0)
+        else:
+            raise ValueError(f"{f.name} is not a primitive field")
+
+    def skip_tagged(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.pos += self.uvarint()
+
+    def fields_up_to(self, struct_, name, version):
+        """Skip the fields before `name`; returns its field (an array, whose count is next)."""
+        for f in struct_.fields:
+            if not f.present(version) or f.is_tagged(version):
+                continue
+            if f.name == name:
+                return f
+            self.skip(f)
+        raise ValueError(f"no field {name}")
+
+
+def _announced_members(frame, cls, version):
+    """(groups, members of the first group) as a group-describing answer announces them, read
+    from the frame before it is decoded; None for what cannot be read (the decoder then says why)."""
+    message = load_schema(cls.__name__)
+    reader = _Prefix(frame, 8, message.is_flexible(version))  # after the size and the correlation id
+    groups = None
+    try:
+        if response_header_version(cls, version) >= 1:
+            reader.skip_tagged()
+        groups_field = reader.fields_up_to(message.root, "Groups", version)
+        groups = reader.count()
+        if groups < 1:
+            return groups, None
+        reader.fields_up_to(groups_field.struct, "Members", version)
+        return groups, reader.count()
+    except (IndexError, struct.error, ValueError):
+        return groups, None
 
 
 def _one_group(groups, group_id, conn, what):
@@ -741,7 +842,8 @@ def _checked_leave(group_id, members, reason):
 class AdminClient(_Calls):
     """A small blocking admin client for consumer groups (describe, KIP-345 removal).
 
-    Options: bootstrap_servers, client_id, request_timeout_ms, and TLS/SASL options named as
+    Options: bootstrap_servers, client_id, request_timeout_ms, max_group_members (the most
+    members a group description may list, DEFAULT_MAX_GROUP_MEMBERS), and TLS/SASL options named as
     in kafka-python (security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password,
     ssl_check_hostname, ssl_context, sasl_mechanism, sasl_plain_username,
     sasl_plain_password, sasl_oauth_token_provider), or security=`connection.Security`.
@@ -808,7 +910,7 @@ class AdminClient(_Calls):
                 answer = error = None
                 try:
                     if isinstance(step, _Call):
-                        answer = step.conn.request(step.msg, step.version, deadline=deadline)
+                        answer = step.conn.request(step.msg, step.version, deadline=deadline, check_frame=step.check)
                     elif isinstance(step, _Connect):
                         answer = Connection(step.host, step.port, client_id=self.client_id, security=self.security,
                                             deadline=_connect_deadline(step, deadline))
@@ -875,7 +977,8 @@ class AsyncAdminClient(_Calls):
                 answer = error = None
                 try:
                     if isinstance(step, _Call):
-                        answer = await step.conn.request(step.msg, step.version, deadline=deadline)
+                        answer = await step.conn.request(step.msg, step.version, deadline=deadline,
+                                                         check_frame=step.check)
                     elif isinstance(step, _Connect):
                         answer = await AsyncConnection.open(
                             step.host, step.port, client_id=self.client_id, security=self.security,

@@ -15,7 +15,9 @@ __all__ = [
 class AdminError(Exception):
     """Base of every error the admin client raises. `.error` is the Kafka `ErrorCode`, if any."""
 
-    error = None
+    def __init__(self, message, error=None):
+        super().__init__(message)
+        self.error = error
 
 
 class BrokerConnectionError(AdminError):
@@ -45,10 +47,6 @@ class TlsCertificateError(TlsError):
 class AdminTimeoutError(AdminError, TimeoutError):
     """The call did not finish within its timeout (a silent broker, or retries ran out)."""
 
-    def __init__(self, message, error=None):
-        super().__init__(message)
-        self.error = error
-
 
 class ResponseError(AdminError):
     """The broker's answer could not be decoded or did not match the request."""
@@ -56,10 +54,6 @@ class ResponseError(AdminError):
 
 class BrokerError(AdminError):
     """The broker answered with a Kafka error code for the whole request."""
-
-    def __init__(self, message, error=None):
-        super().__init__(message)
-        self.error = error
 
 
 class BrokerTooOldError(BrokerError):
@@ -82,9 +76,8 @@ class MemberRemovalError(AdminError):
     """A member was not removed; raised by `MembershipChangeResult.all()`."""
 
     def __init__(self, message, member):
-        super().__init__(message)
+        super().__init__(message, member.error)
         self.member = member
-        self.error = member.error
 
 
 class UnknownInstanceError(MemberRemovalError):

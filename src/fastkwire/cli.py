@@ -25,7 +25,15 @@ from ._explain_apis import api_names
 from ._explain_examples import example
 from ._explain_text import DOC_WIDTH, HEX_ROWS, JSON_ENCODER, message_value, render_lines
 from ._printable import printable
-from .admin import MAX_TIMEOUT_MS, AdminClient, AdminError, check_group, check_members, check_reason
+from .admin import (
+    DEFAULT_MAX_GROUP_MEMBERS,
+    MAX_TIMEOUT_MS,
+    AdminClient,
+    AdminError,
+    check_group,
+    check_members,
+    check_reason,
+)
 from .client_config import read_properties, security_options
 from .connection import SECURITY_PROTOCOLS
 from .errors import DecodeError
@@ -89,6 +97,9 @@ def _connection_arguments(parser):
                         help=f"give up after this long, retries included (default {DEFAULT_TIMEOUT:g}, "
                              f"at most {MAX_TIMEOUT:g}: a day)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--max-members", type=_positive, default=DEFAULT_MAX_GROUP_MEMBERS, metavar="N",
+                        help="refuse a group description listing more members than this, before decoding it "
+                             f"(default {DEFAULT_MAX_GROUP_MEMBERS})")
     security = parser.add_argument_group("security (flags win over the environment and --command-config)")
     security.add_argument("--command-config", metavar="FILE",
                           help="Java client properties: security.protocol, sasl.mechanism, sasl.jaas.config, "
@@ -108,9 +119,10 @@ def _connection_arguments(parser):
                           help="(better: FASTKWIRE_SASL_PASSWORD in the environment, or --command-config)")
 
 
-def _security(args):
-    """Security options from --command-config, then the environment, then the flags."""
-    options = security_options(read_properties(args.command_config)) if args.command_config else {}
+def _security(args, warn):
+    """Security options from --command-config, then the environment, then the flags; what
+    works but exposes a secret goes to `warn(message)`."""
+    options = security_options(read_properties(args.command_config), warn) if args.command_config else {}
     for option, variable in PASSWORD_ENV.items():
         if os.environ.get(variable):
             options[option] = os.environ[variable]
@@ -128,14 +140,38 @@ def _security(args):
         options["sasl_oauth_token_provider"] = lambda: token
     sasl_given = [k for k in ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password") if options.get(k)]
     protocol = options.get("security_protocol", "PLAINTEXT")
-    if sasl_given and not protocol.startswith("SASL_"):
-        raise ValueError(f"SASL options are given, but security protocol {printable(protocol, 20)} uses no SASL: "
+    # An unknown protocol is Security's to refuse; it may be a secret that a stray trailing
+    # backslash in the file joined to it, so it is never quoted. TLS options without TLS are
+    # refused by Security too.
+    if sasl_given and protocol in SECURITY_PROTOCOLS and not protocol.startswith("SASL_"):
+        raise ValueError(f"SASL options are given, but security protocol {protocol} uses no SASL: "
                          "add --security-protocol SASL_SSL (or SASL_PLAINTEXT)")
+    exposed = {"--sasl-password": (args.sasl_password, PASSWORD_ENV["sasl_plain_password"]),
+               "--ssl-password": (args.ssl_password, PASSWORD_ENV["ssl_password"])}
+    for flag, (value, variable) in exposed.items():
+        if value is not None:
+            warn(f"{flag} on the command line is visible to other users of this machine (ps): prefer "
+                 f"{variable} in the environment, or --command-config")
+    mechanism = options.get("sasl_mechanism", "PLAIN")
+    if protocol == "SASL_PLAINTEXT" and mechanism in ("PLAIN", "OAUTHBEARER"):
+        what = "the password" if mechanism == "PLAIN" else "the token"
+        warn(f"SASL {mechanism} over SASL_PLAINTEXT sends {what} unencrypted: anyone on the network path can "
+             "read it (use SASL_SSL)")
     return options
 
 
-def _client(args):
-    return AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000, **_security(args))
+def _client(args, err):
+    def warn(message):
+        print(f"{args.prog}: warning: {message}", file=err)
+
+    return AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000,
+                       max_group_members=args.max_members, **_security(args, warn))
+
+
+def _positive(text):
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a positive count: {text!r}")
+    return int(text)
 
 
 def _timeout(text):
@@ -166,7 +202,7 @@ def run_describe_group(args, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        client = _client(args)
+        client = _client(args, err)
         check_group(args.group)
     except ValueError as exc:
         return _fail(args, exc, EXIT_USAGE, out, err)
@@ -250,7 +286,7 @@ def run_remove_members(args, out=None, err=None):
     # Argument errors are told apart before any I/O: whatever fails later is the broker's
     # or the network's doing (exit 3), never "bad usage".
     try:
-        client = _client(args)
+        client = _client(args, err)
         check_group(args.group)
         check_members(args.instance_ids, args.member_ids, args.remove_all)
         check_reason(args.reason)

@@ -7,84 +7,181 @@ them, turned into this package's security options.
         username="ops" password="secret";
     ssl.truststore.location=/etc/kafka/ca.pem      # PEM only (no JKS or PKCS12 here)
 
-Understood: security.protocol, sasl.mechanism, sasl.jaas.config (PlainLoginModule and
+Understood: security.protocol, sasl.mechanism, sasl.jaas.config (one PlainLoginModule or
 ScramLoginModule with username and password), ssl.truststore.location and
 ssl.truststore.type (PEM), ssl.keystore.location (a PEM file holding certificate and
 key) and ssl.keystore.type, ssl.key.password, ssl.endpoint.identification.algorithm (empty:
-no host name check). Other keys are ignored. Errors never quote a value.
+no host name check). Other keys are ignored with a warning (`UnusedConfigWarning`), as
+Kafka's clients warn of configs they do not know. Errors never quote a value: a trailing
+backslash joins the next line to a value, and that line may hold a password.
 """
+import os
 import re
+import stat
+import warnings
 
 from ._printable import printable
+from .sasl import MECHANISMS
 
-__all__ = ["read_properties", "parse_properties", "security_options"]
+__all__ = ["read_properties", "parse_properties", "security_options", "UnusedConfigWarning", "KNOWN_KEYS"]
 
 MAX_FILE_BYTES = 1024 * 1024
 LOGIN_MODULES = {"PlainLoginModule": ("PLAIN",), "ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512")}
+KNOWN_KEYS = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.jaas.config", "ssl.truststore.location", "ssl.truststore.type",
+    "ssl.keystore.location", "ssl.keystore.type", "ssl.key.password", "ssl.endpoint.identification.algorithm"})
+STORE_TYPES = ("PEM", "JKS", "PKCS12")  # names Kafka knows, so they can be quoted
+KNOWN_MECHANISMS = (*MECHANISMS, "GSSAPI")
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_PROPERTY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)+")
+
+
+class UnusedConfigWarning(UserWarning):
+    """A properties key that is not used here (unknown, misspelt, or not supported)."""
 
 
 def read_properties(path):
+    """The key/value pairs of the properties file at `path`: a regular file of at most 1 MiB
+    of UTF-8 (a FIFO or a device could block or never end, so they are refused)."""
+    problem, data = None, None
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+        # O_NONBLOCK: opening a FIFO does not wait for a writer; fstat then refuses it.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
-        raise ValueError(f"cannot read the command config {printable(path)!r}: "
-                         f"{exc.strerror or type(exc).__name__}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"the command config {printable(path)!r} is larger than {MAX_FILE_BYTES} bytes")
-    try:
-        return parse_properties(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"the command config {printable(path)!r} is not UTF-8") from None
+        problem = exc.strerror or type(exc).__name__
+    else:
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                problem = "not a regular file"
+            else:
+                data = f.read(MAX_FILE_BYTES + 1)
+    if problem is None and len(data) > MAX_FILE_BYTES:
+        problem = f"larger than {MAX_FILE_BYTES} bytes"
+    if problem is None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            problem = "not UTF-8"  # raised below: the decode error holds the file's bytes
+    if problem is not None:
+        raise ValueError(f"cannot read the command config {printable(path)!r}: {problem}")
+    return parse_properties(text)
 
 
 def _unescape(text):
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text)
+    """Backslash escapes as Java's StreamTokenizer reads them in a JAAS string."""
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text, flags=re.S)
+
+
+def _unescape_property(text):
+    """Backslash escapes as Java's Properties reads them, \\uXXXX included."""
+    def one(m):
+        if m.group(1) is not None:
+            return chr(int(m.group(1), 16))
+        if m.group(2) == "u":
+            raise ValueError("the command config has a malformed \\uXXXX escape (four hex digits expected)")
+        return _ESCAPES.get(m.group(2), m.group(2))
+
+    text = re.sub(r"\\(?:u([0-9a-fA-F]{4})|(.))", one, text, flags=re.S)
+    # \uD83D\uDE00 is one character: Java strings are UTF-16. Lone surrogates stay as they are.
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def _logical_lines(text):
+    """The lines of a .properties text, comments dropped and continuations joined."""
+    pending = None
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if pending is None and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:  # an odd number of backslashes: the line continues
+            pending = (pending or "") + line[:-1]
+            continue
+        yield (pending or "") + line
+        pending = None
+    if pending is not None:
+        yield pending
+
+
+# A key ends at the first unescaped '=', ':' or whitespace; each part is linear (no nested repeats).
+_KEY = re.compile(r"(?:\\.|[^=:\s\\])*", re.S)
+_SEPARATOR = re.compile(r"\s*[=:]?\s*")
 
 
 def parse_properties(text):
     """The key/value pairs of a .properties text (comments, continuations, escapes)."""
-    lines, pending = [], ""
-    for raw in text.splitlines():
-        line = raw.lstrip() if not pending else raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2:  # an odd number of backslashes: the line continues
-            pending += line[:-1]
-            continue
-        lines.append(pending + line)
-        pending = ""
-    if pending:
-        lines.append(pending)
     props = {}
-    for line in lines:
-        m = re.match(r"((?:\\.|[^=:\s\\])*)\s*[=:\s]?\s*(.*)$", line)
-        props[_unescape(m.group(1))] = _unescape(m.group(2).rstrip())
+    for line in _logical_lines(text):
+        key = _KEY.match(line)
+        value = line[_SEPARATOR.match(line, key.end()).end():]
+        props[_unescape_property(key.group())] = _unescape_property(value.rstrip())
     return props
+
+
+# sasl.jaas.config, as Kafka's JaasConfig reads it: words, "quoted strings", '=' and ';'.
+_JAAS_TOKEN = re.compile(r'\s*(?:([=;])|"((?:[^"\\]|\\.)*)"|([^\s=;"]+))', re.S)
+_FLAGS = ("required", "requisite", "sufficient", "optional")
+_JAAS_FORM = "sasl.jaas.config is not 'LoginModuleClass required key=\"value\" ...;'"
+
+
+def _jaas_tokens(text):
+    """(kind, text) tokens: 'op' for = and ;, 'word', 'quoted'; linear in the text's length."""
+    tokens, pos, end = [], 0, len(text.rstrip())
+    while pos < end:
+        m = _JAAS_TOKEN.match(text, pos)
+        if m is None:  # only a quote that is never closed fails to match
+            raise ValueError("sasl.jaas.config has a quote that is never closed")
+        op, quoted, word = m.groups()
+        tokens.append(("op", op) if op else ("quoted", _unescape(quoted)) if quoted is not None else ("word", word))
+        pos = m.end()
+    return tokens
 
 
 def _jaas(text):
     """(login module's short name, {option: value}) from a sasl.jaas.config value."""
-    m = re.match(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$", text, re.S)
-    if not m:
-        raise ValueError("sasl.jaas.config is not 'LoginModuleClass required key=\"value\" ...;'")
-    options = {}
-    for key, quoted, bare in re.findall(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;]+))', m.group(3)):
-        options[key] = _unescape(quoted) if quoted or not bare else bare
-    return m.group(1).rsplit(".", 1)[-1], options
+    tokens = _jaas_tokens(text)
+    if len(tokens) < 3 or tokens[0][0] != "word" or tokens[1][0] != "word" or tokens[1][1].lower() not in _FLAGS:
+        raise ValueError(_JAAS_FORM)
+    options, i = {}, 2
+    while tokens[i] != ("op", ";"):
+        if (i + 3 > len(tokens) or tokens[i][0] != "word" or tokens[i + 1] != ("op", "=")
+                or tokens[i + 2][0] == "op"):
+            raise ValueError(_JAAS_FORM)
+        options[tokens[i][1]] = tokens[i + 2][1]
+        i += 3
+        if i == len(tokens):
+            raise ValueError("sasl.jaas.config must end its login module with ';'")
+    if i + 1 < len(tokens):
+        # Kafka refuses more than one login module; merging their options would be a guess.
+        raise ValueError("sasl.jaas.config holds more than one login module: Kafka takes exactly one")
+    return tokens[0][1].rsplit(".", 1)[-1], options
 
 
 def _pem_only(props, kind):
     declared = props.get(f"ssl.{kind}.type", "PEM").strip().upper() or "PEM"
     if declared != "PEM":
-        raise ValueError(f"ssl.{kind}.type is {printable(declared, 20)}: only PEM files can be read here "
+        named = declared if declared in STORE_TYPES else "not PEM"
+        raise ValueError(f"ssl.{kind}.type is {named}: only PEM files can be read here "
                          f"(convert it, e.g. with keytool -exportcert -rfc or openssl pkcs12)")
 
 
-def security_options(props):
-    """Security keyword arguments (`fastkwire.connection.Security`) from properties."""
+def _warn_unused(props, warn):
+    for key in props:
+        if key not in KNOWN_KEYS:
+            # A key that is no property name may be a stray line: a secret, so not shown.
+            named = repr(key) if _PROPERTY_NAME.fullmatch(key) and len(key) <= 100 else "(a key that is not shown)"
+            message = f"the command config's key {named} is not used here (unknown, misspelt or not supported)"
+            if warn is None:
+                warnings.warn(message, UnusedConfigWarning, stacklevel=3)
+            else:
+                warn(message)
+
+
+def security_options(props, warn=None):
+    """Security keyword arguments (`fastkwire.connection.Security`) from properties. Keys
+    that are not used here are ignored with an `UnusedConfigWarning`, or passed to
+    `warn(message)` when it is given."""
+    _warn_unused(props, warn)
     options = {}
     if "security.protocol" in props:
         options["security_protocol"] = props["security.protocol"].strip().upper()
@@ -104,12 +201,13 @@ def security_options(props):
         module, jaas = _jaas(props["sasl.jaas.config"])
         mechanisms = LOGIN_MODULES.get(module)
         if mechanisms is None:
-            raise ValueError(f"sasl.jaas.config uses {printable(module, 80)}; only PlainLoginModule and "
+            named = printable(module, 80) if module.endswith("LoginModule") else "another login module"
+            raise ValueError(f"sasl.jaas.config uses {named}; only PlainLoginModule and "
                              "ScramLoginModule (user name and password) can be used here")
         mechanism = options.get("sasl_mechanism", "PLAIN" if module == "PlainLoginModule" else None)
         if mechanism not in mechanisms:
-            raise ValueError(f"sasl.mechanism {printable(mechanism or '(none)', 40)} does not go with "
-                             f"{module} (expected {' or '.join(mechanisms)})")
+            named = mechanism if mechanism in KNOWN_MECHANISMS else "(none)" if mechanism is None else "(unknown)"
+            raise ValueError(f"sasl.mechanism {named} does not go with {module} (expected {' or '.join(mechanisms)})")
         options["sasl_mechanism"] = mechanism
         if "username" not in jaas or "password" not in jaas:
             raise ValueError("sasl.jaas.config needs username=\"...\" and password=\"...\"")

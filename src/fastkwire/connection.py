@@ -9,7 +9,10 @@ and authenticates with SASL (SaslHandshake, then SaslAuthenticate; raw tokens af
 handshake), re-authenticating before the session the broker granted runs out
 (`session_lifetime_ms`, KIP-368). `request` frames any message of this codec with a fresh
 correlation id and checks the answer's. Every wait is bounded by a deadline, and an answer's
-size is checked against what such an answer can take before anything is allocated.
+size is checked against what such an answer can take before anything is allocated. An
+exchange that does not complete (a timeout, a refused size, a wrong correlation id, a
+cancellation) closes the connection: its late answer would otherwise be read as the next
+request's, so later requests fail with BrokerConnectionError and a new connection is needed.
 AsyncConnection does the same on asyncio streams, in the event loop's own thread.
 
 Failures are `fastkwire.admin_errors` exceptions; options that cannot work are ValueError.
@@ -44,7 +47,7 @@ from .admin_errors import (
 )
 from .error_codes import by_name, lookup
 from .errors import DecodeError
-from .sasl import MECHANISMS, make_mechanism
+from .sasl import MECHANISMS, make_mechanism, utf8
 
 __all__ = ["Connection", "AsyncConnection", "Security", "Deadline", "SECURITY_PROTOCOLS", "ANSWER_LIMITS",
            "answer_limit", "highest_common_version", "format_address"]
@@ -133,14 +136,18 @@ class Security:
     """TLS and SASL options, named as kafka-python and aiokafka name them.
 
     Secrets (passwords, the token provider) are kept out of repr() and of every message.
+    TLS options with a protocol that has no TLS are refused (they would be ignored, and the
+    session would be plaintext), as is `ssl_context` with the TLS files it replaces. Only an
+    explicit `ssl_check_hostname=False` turns the host name check off (None means the default).
     """
 
     def __init__(self, security_protocol="PLAINTEXT", ssl_context=None, ssl_cafile=None, ssl_certfile=None,
                  ssl_keyfile=None, ssl_password=None, ssl_check_hostname=True, sasl_mechanism="PLAIN",
                  sasl_plain_username=None, sasl_plain_password=None, sasl_oauth_token_provider=None):
         if security_protocol not in SECURITY_PROTOCOLS:
-            raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, "
-                             f"not {printable(security_protocol, 40)!r}")
+            # Not quoted: a stray trailing backslash in a properties file can join a secret to it.
+            raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)} "
+                             "(the value given is not shown)")
         self.security_protocol = security_protocol
         self.ssl = security_protocol in ("SSL", "SASL_SSL")
         self.sasl = security_protocol.startswith("SASL_")
@@ -149,16 +156,31 @@ class Security:
         self._password = sasl_plain_password
         self._token_provider = sasl_oauth_token_provider
         self.ssl_cafile = ssl_cafile
+        if ssl_check_hostname is None:
+            ssl_check_hostname = True
+        if not isinstance(ssl_check_hostname, bool):  # bool(0) or bool("no") would turn the check off
+            raise TypeError(f"ssl_check_hostname must be True or False, not {type(ssl_check_hostname).__name__}")
+        tls = [name for name, value in (("ssl_cafile", ssl_cafile), ("ssl_certfile", ssl_certfile),
+                                        ("ssl_keyfile", ssl_keyfile), ("ssl_password", ssl_password))
+               if value is not None] + ([] if ssl_check_hostname else ["ssl_check_hostname=False"])
+        if not self.ssl and (tls or ssl_context is not None):
+            raise ValueError(f"TLS options are given ({', '.join(tls or ['ssl_context'])}), but security_protocol "
+                             f"{security_protocol} uses no TLS, so they would be ignored: use SSL or SASL_SSL")
+        if ssl_context is not None and tls:
+            raise ValueError(f"ssl_context replaces {', '.join(tls)}: give the context or those options, not both")
         if self.sasl:
             if sasl_mechanism not in MECHANISMS:
-                raise ValueError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)}, "
-                                 f"not {printable(sasl_mechanism, 40)!r}")
+                raise ValueError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)} "
+                                 "(the value given is not shown)")
             if sasl_mechanism == "OAUTHBEARER":
                 if sasl_oauth_token_provider is None:
                     raise ValueError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_provider")
             elif not sasl_plain_username or sasl_plain_password is None:
                 raise ValueError(f"sasl_mechanism {sasl_mechanism} needs sasl_plain_username and "
                                  "sasl_plain_password")
+            else:
+                utf8(sasl_plain_username, "sasl_plain_username", ValueError)
+                utf8(sasl_plain_password, "sasl_plain_password", ValueError)
         self.ssl_context = None
         if self.ssl:
             self.ssl_context = ssl_context or _make_context(ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password,
@@ -183,24 +205,31 @@ class Security:
         try:
             return provider.token() if hasattr(provider, "token") else provider()
         except Exception as exc:  # noqa: BLE001 - its message could hold a secret: only the type
-            raise SaslAuthenticationError(
-                f"the OAUTHBEARER token provider failed ({type(exc).__name__})") from None
+            failed = type(exc).__name__
+        # Raised outside the handler: `from None` would still keep the provider's exception
+        # as the error's __context__.
+        raise SaslAuthenticationError(f"the OAUTHBEARER token provider failed ({failed})")
 
 
 def _make_context(cafile, certfile, keyfile, password, check_hostname):
+    # Errors name the options, not the paths (a properties line joined to a path by a
+    # trailing backslash can hold a secret), and are raised outside the handlers, so that
+    # no exception holding a path or the password is their context.
+    loading = "ssl_cafile" if cafile else "the system's CA certificates"
     try:
         context = ssl.create_default_context(cafile=cafile)
-        context.check_hostname = bool(check_hostname)
+        context.check_hostname = check_hostname
         if certfile:
+            loading = "ssl_certfile, ssl_keyfile" if keyfile else "ssl_certfile"
             context.load_cert_chain(certfile, keyfile, password)
-    except FileNotFoundError as exc:
-        raise ValueError(f"cannot read {printable(exc.filename)!r}: no such file") from None
+        return context
+    except FileNotFoundError:
+        problem = f"cannot read {loading}: no such file"
     except (ssl.SSLError, OSError) as exc:
-        # Never the password: only which files did not load.
-        files = ", ".join(repr(f) for f in (cafile, certfile, keyfile) if f)
-        raise ValueError(f"cannot load the TLS files ({printable(files)}): {exc.reason or type(exc).__name__} "
-                         "(PEM files expected; is ssl_password right?)") from None
-    return context
+        reason = getattr(exc, "reason", None) or exc.strerror or type(exc).__name__
+        problem = (f"cannot load the TLS files ({loading}): {printable(reason, 100)} "
+                   "(PEM files expected; is ssl_password right?)")
+    raise ValueError(problem)
 
 
 # ---------------------------------------------------------------- protocol steps, without I/O
@@ -295,6 +324,7 @@ class _Base:
         self.session_lifetime_ms = 0
         self._reauth_at = None
         self._correlation_id = 0
+        self._closed_because = None  # once closed: why, for the requests that come after
 
     def __repr__(self):
         return f"{type(self).__name__}({self.address}, {self.security!r})"
@@ -313,6 +343,17 @@ class _Base:
     def _deadline(self, deadline):
         return deadline if deadline is not None else Deadline(self.timeout)
 
+    def _abandon(self, what):
+        """Close for good: after an exchange that did not complete, the stream's position is
+        unknown, and a late answer would be read as the next request's."""
+        self._closed_because = f"{what} did not complete on it"
+        self.close()
+
+    def _check_open(self):
+        if self._closed_because is not None:
+            raise BrokerConnectionError(f"the connection to {self.address} is closed ({self._closed_because}): "
+                                        "open a new one")
+
     def _encode(self, msg, version):
         self._correlation_id += 1
         return encode_request(msg, version, self._correlation_id, self.client_id)
@@ -328,11 +369,21 @@ class _Base:
                                 f"{limit} bytes such an answer can take ({hint})")
         return size
 
-    def _decode(self, frame, msg, version, what):
+    def _decode(self, frame, msg, version, what, deadline, check_frame=None):
         correlation_id = struct.unpack_from(">i", frame, 4)[0]
         if correlation_id != self._correlation_id:
+            self._abandon(what)
             raise ResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
                                 f"expected {self._correlation_id}")
+        if check_frame is not None:
+            check_frame(frame, version)
+        answer = self._decoded(frame, msg, version, what)
+        if deadline.remaining() <= 0:  # decoding counts against the deadline too
+            raise AdminTimeoutError(f"the answer of {self.address} to {what} was not decoded within "
+                                    f"{deadline.seconds:g} s")
+        return answer
+
+    def _decoded(self, frame, msg, version, what):
         # A broker that lacks our ApiVersions version answers in v0 with UNSUPPORTED_VERSION
         # (header v0 is 4 bytes, then the int16 error code).
         if (msg.API_KEY == ApiVersionsRequest.API_KEY and len(frame) >= 10
@@ -425,6 +476,28 @@ def _reason(exc):
 # ---------------------------------------------------------------- blocking
 
 
+def _connect(host, port, deadline):
+    """A TCP connection to the first address of `host` that takes one, all of them within
+    `deadline`: socket.create_connection would give each address the whole timeout, and a
+    broker names the coordinator's host, so it could stretch a call by its address count."""
+    error = None
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        left = deadline.remaining()
+        if left <= 0:
+            raise socket.timeout()
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(left)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    if error is None or deadline.remaining() <= 0:
+        raise socket.timeout()
+    raise error
+
+
 class Connection(_Base):
     """One blocking connection to a broker; every wait is bounded by a deadline.
 
@@ -452,7 +525,7 @@ class Connection(_Base):
             raise AdminTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
         sock = None
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=left)
+            sock = _connect(self.host, self.port, deadline)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.security.ssl:
                 sock.settimeout(max(deadline.remaining(), 0.001))
@@ -472,6 +545,7 @@ class Connection(_Base):
         self._authenticated(self._run(steps, deadline))
 
     def close(self):
+        self._closed_because = self._closed_because or "closed by its user"
         self.sock.close()
 
     def __enter__(self):
@@ -480,13 +554,17 @@ class Connection(_Base):
     def __exit__(self, *exc):
         self.close()
 
-    def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None):
-        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer."""
+    def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None, check_frame=None):
+        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer.
+
+        `check_frame(frame, version)`, if given, sees the whole answer (size prefix included)
+        before it is decoded, and may raise an AdminError to refuse it (an answer that would
+        cost too much to decode, say)."""
         deadline = self._deadline(deadline)
         if self._reauth_due():
             self._login(deadline)
         return self._exchange(msg, self.version_for(type(msg)) if version is None else version, deadline,
-                              max_answer_bytes)
+                              max_answer_bytes, check_frame)
 
     def _run(self, steps, deadline):
         answer = None
@@ -500,16 +578,17 @@ class Connection(_Base):
             else:
                 answer = self._exchange(step.msg, step.version, deadline)
 
-    def _exchange(self, msg, version, deadline, limit=None):
+    def _exchange(self, msg, version, deadline, limit=None, check_frame=None):
         what = f"{api_name(msg)} v{version}"
         request = self._encode(msg, version)
         frame = self._io(request, limit or answer_limit(msg, len(request)), deadline, what)
-        return self._decode(frame, msg, version, what)
+        return self._decode(frame, msg, version, what, deadline, check_frame)
 
     def _exchange_raw(self, token, deadline):
         return bytes(self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)[4:])
 
     def _io(self, request, limit, deadline, what, smallest=4):
+        self._check_open()
         try:
             self._settimeout(deadline)
             self.sock.sendall(request)
@@ -522,9 +601,14 @@ class Connection(_Base):
                 self._fill(view[4:], deadline, what, started=True)
             return frame
         except socket.timeout:
+            self._abandon(what)
             raise self._timeout_error(deadline, what) from None
         except OSError as exc:
+            self._abandon(what)
             raise self._broken(exc, what) from None
+        except BaseException:  # a refused size, a hang-up, an interrupt: the stream is mid-answer
+            self._abandon(what)
+            raise
 
     def _fill(self, buffer, deadline, what, started=False):
         # recv_into a buffer sized in advance: a broker sending one byte at a time costs
@@ -593,17 +677,20 @@ class AsyncConnection(_Base):
     async def _login(self, deadline):
         token = self.security.token() if self.security.sasl_mechanism == "OAUTHBEARER" else None
         if inspect.isawaitable(token):
+            failed = None
             try:
                 token = await asyncio.wait_for(token, max(deadline.remaining(), 0.001))
             except asyncio.TimeoutError:
                 raise AdminTimeoutError("the OAUTHBEARER token provider did not answer in time") from None
             except Exception as exc:  # noqa: BLE001 - see Security.token
-                raise SaslAuthenticationError(
-                    f"the OAUTHBEARER token provider failed ({type(exc).__name__})") from None
+                failed = type(exc).__name__
+            if failed is not None:  # raised outside the handler, as in Security.token
+                raise SaslAuthenticationError(f"the OAUTHBEARER token provider failed ({failed})")
         steps = _authenticate(self.address, self.versions, self.security, self.security._mechanism(token))
         self._authenticated(await self._run(steps, deadline))
 
     def close(self):
+        self._closed_because = self._closed_because or "closed by its user"
         # abort(): at once, without waiting for the peer (a TLS close_notify could wait long).
         if self._transport is not None:
             self._transport.abort()
@@ -614,8 +701,9 @@ class AsyncConnection(_Base):
     async def __aexit__(self, *exc):
         self.close()
 
-    async def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None):
-        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer."""
+    async def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None, check_frame=None):
+        """Send `msg` (at `version`, or the highest both sides support); return the decoded answer
+        (`check_frame` as in `Connection.request`)."""
         deadline = self._deadline(deadline)
         version = self.version_for(type(msg)) if version is None else version
         try:
@@ -626,11 +714,11 @@ class AsyncConnection(_Base):
             try:
                 if self._reauth_due():
                     await self._login(deadline)
-                return await self._exchange(msg, version, deadline, max_answer_bytes)
+                return await self._exchange(msg, version, deadline, max_answer_bytes, check_frame)
             finally:
                 self._turn.release()
         except asyncio.CancelledError:
-            self.close()  # half an exchange leaves the stream unusable
+            self._abandon(f"{api_name(msg)} v{version} (cancelled)")
             raise
 
     async def _run(self, steps, deadline):
@@ -645,17 +733,18 @@ class AsyncConnection(_Base):
             else:
                 answer = await self._exchange(step.msg, step.version, deadline)
 
-    async def _exchange(self, msg, version, deadline, limit=None):
+    async def _exchange(self, msg, version, deadline, limit=None, check_frame=None):
         what = f"{api_name(msg)} v{version}"
         request = self._encode(msg, version)
         frame = await self._io(request, limit or answer_limit(msg, len(request)), deadline, what)
-        return self._decode(frame, msg, version, what)
+        return self._decode(frame, msg, version, what, deadline, check_frame)
 
     async def _exchange_raw(self, token, deadline):
         frame = await self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)
         return frame[4:]
 
     async def _io(self, request, limit, deadline, what, smallest=4):
+        self._check_open()
         try:
             self._transport.write(request)
             await self._within(self._stream.drain(), deadline)
@@ -667,9 +756,14 @@ class AsyncConnection(_Base):
                 await self._read(view[4:], deadline, what, True)
             return frame
         except asyncio.TimeoutError:
+            self._abandon(what)
             raise self._timeout_error(deadline, what) from None
         except OSError as exc:
+            self._abandon(what)
             raise self._broken(exc, what) from None
+        except BaseException:  # see Connection._io (a cancellation included)
+            self._abandon(what)
+            raise
 
     async def _read(self, buffer, deadline, what, started):
         got = await self._within(self._stream.read_into(buffer), deadline)

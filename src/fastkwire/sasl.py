@@ -20,7 +20,7 @@ import secrets
 from ._printable import printable
 from .admin_errors import SaslAuthenticationError
 
-__all__ = ["Plain", "Scram", "OAuthBearer", "SCRAM_HASHES", "MECHANISMS", "make_mechanism"]
+__all__ = ["Plain", "Scram", "OAuthBearer", "SCRAM_HASHES", "MECHANISMS", "make_mechanism", "utf8"]
 
 SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MECHANISMS = ("PLAIN", *SCRAM_HASHES, "OAUTHBEARER")
@@ -29,6 +29,27 @@ MECHANISMS = ("PLAIN", *SCRAM_HASHES, "OAUTHBEARER")
 SCRAM_MIN_ITERATIONS = 4096
 SCRAM_MAX_ITERATIONS = 16384
 MAX_SERVER_TEXT = 200
+# A SCRAM server message or an OAUTHBEARER error status is a few hundred bytes; larger ones
+# are refused before they are parsed (int() of thousands of digits, json of deep nesting).
+MAX_SERVER_MESSAGE = 4096
+
+
+def _bounded(server_bytes, what):
+    if len(server_bytes) > MAX_SERVER_MESSAGE:
+        raise SaslAuthenticationError(f"the broker's {what} is {len(server_bytes)} bytes long, more than the "
+                                      f"{MAX_SERVER_MESSAGE} such a message can take")
+    return server_bytes
+
+
+def utf8(text, what, error=SaslAuthenticationError):
+    """`text` as UTF-8, or `error` naming `what`, never the text: a password or token with a
+    lone surrogate (what os.environ and argv give for a byte that is not UTF-8) makes a
+    UnicodeEncodeError whose args hold all of it."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass  # raised below, outside the handler, so that the error has no context to leak
+    raise error(f"the {what} is not valid Unicode (a lone surrogate: was it given as bytes that are not UTF-8?)")
 
 
 class Plain:
@@ -37,7 +58,7 @@ class Plain:
     name = "PLAIN"
 
     def __init__(self, username, password):
-        self._message = b"\0" + username.encode() + b"\0" + password.encode()
+        self._message = b"\0" + utf8(username, "SASL user name") + b"\0" + utf8(password, "SASL password")
 
     def __repr__(self):
         return "Plain(...)"
@@ -70,8 +91,9 @@ class Scram:
     def __init__(self, username, password, hash_name="sha256", nonce=None):
         self.name = {v: k for k, v in SCRAM_HASHES.items()}.get(hash_name, f"SCRAM-{hash_name.upper()}")
         self._hash = hash_name
+        utf8(username, "SASL user name")
         self._username = username
-        self._password = password.encode("utf-8")
+        self._password = utf8(password, "SASL password")
         self._nonce = nonce or base64.b64encode(secrets.token_bytes(18)).decode()
         self._state = "start"
         self._server_signature = None
@@ -89,9 +111,9 @@ class Scram:
 
     def step(self, server_bytes):
         if self._state == "first":
-            return self._final(server_bytes)
+            return self._final(_bounded(server_bytes, "SCRAM first message"))
         if self._state == "final":
-            self._verify(server_bytes)
+            self._verify(_bounded(server_bytes, "SCRAM final message"))
             return None
         raise SaslAuthenticationError("the broker sent SCRAM data after the exchange was complete")
 
@@ -103,11 +125,15 @@ class Scram:
         attrs = _attributes(server_first, "first message")
         if "e" in attrs:
             raise SaslAuthenticationError(f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}")
+        if "m" in attrs:  # RFC 5802 5.1: a mandatory extension this client does not know must fail
+            raise SaslAuthenticationError("the broker's SCRAM first message asks for a mandatory extension (m=), "
+                                          "which this client does not support")
         nonce, salt, iterations = attrs.get("r", ""), attrs.get("s"), attrs.get("i", "")
         if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
             raise SaslAuthenticationError("the broker's SCRAM nonce does not extend the client's "
                                           "(a replayed or forged answer)")
-        if not iterations.isascii() or not iterations.isdigit() or not (
+        # The length first: int() refuses more than 4300 digits with a ValueError.
+        if not iterations.isascii() or not iterations.isdigit() or len(iterations) > 9 or not (
                 SCRAM_MIN_ITERATIONS <= int(iterations) <= SCRAM_MAX_ITERATIONS):
             raise SaslAuthenticationError(f"the broker asked for {printable(iterations, 20)!r} SCRAM iterations; "
                                           f"expected {SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}")
@@ -150,22 +176,22 @@ class OAuthBearer:
     def __init__(self, token):
         if not isinstance(token, str) or not token:
             raise SaslAuthenticationError("the OAUTHBEARER token provider gave no token (a non-empty str)")
-        self._token = token
+        self._message = b"n,,\x01auth=Bearer " + utf8(token, "OAUTHBEARER token") + b"\x01\x01"
         self.status = None  # the broker's error status, when it rejects the token
 
     def __repr__(self):
         return "OAuthBearer(...)"
 
     def start(self):
-        return f"n,,\x01auth=Bearer {self._token}\x01\x01".encode()
+        return self._message
 
     def step(self, server_bytes):
         if not server_bytes:
             return None
         # A rejection: the server sends a JSON status and waits for a lone 0x01 before failing.
         try:
-            self.status = str(json.loads(server_bytes).get("status"))
-        except (ValueError, AttributeError):
+            self.status = str(json.loads(_bounded(server_bytes, "OAUTHBEARER error status")).get("status"))
+        except (ValueError, AttributeError, RecursionError):  # RecursionError: nesting deeper than json takes
             self.status = "unknown"
         return b"\x01"
 
