@@ -627,3 +627,36 @@ def check_primitive(seed):
             if end != len(py[1]) or core.encode(t, value) != py[1]:
                 raise Disagreement(f"seed {seed} (primitive {t}): {py[1].hex()} does not read back in {core.__name__}")
     return py
+
+
+# ---------------------------------------------------------------- the collector
+
+def gc_stress():
+    """Collect at (nearly) every allocation of a tracked object and, as each collection
+    starts, walk the young objects as a debugger or a memory profiler does: iterate
+    every list, tuple and dict and ask every object for its referents. A container the
+    compiled core lets the collector see before it is whole (a list with NULL items)
+    crashes the walk. Returns a function that undoes it."""
+    import gc
+
+    def walk(phase, info):
+        if phase != "start":
+            return
+        for generation in (0, 1):
+            for o in gc.get_objects(generation):
+                t = type(o)
+                if t is list or t is tuple:
+                    tuple(o)
+                elif t is dict:
+                    tuple(o.items())
+                gc.get_referents(o)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(walk)
+    gc.set_threshold(1)
+
+    def undo():
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(walk)
+
+    return undo

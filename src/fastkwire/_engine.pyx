@@ -12,7 +12,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.buffer cimport PyBuffer_Release
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_CheckExact
+from cpython.list cimport PyList_SET_ITEM, PyList_CheckExact
 from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
 from fastkwire._core cimport *
@@ -35,7 +35,6 @@ cdef extern from "Python.h":
         PyMemberDef* d_member
     PyTypeObject PyMemberDescr_Type
     bint Py_IS_TYPE(object o, PyTypeObject* t)
-    void PyObject_GC_UnTrack(void* o)
 
 
 # Wire kinds of a field.
@@ -393,7 +392,7 @@ cdef object rd_structs(Field* f, Cursor* c, int arrays):
     n = rd_array_len(c, f.compact, f.nullable, sub.min_size)
     if n < 0:
         return None
-    items = PyList_New(n)
+    items = new_list(n)  # untracked: the struct objects made below can run a collection
     try:
         for i in range(n):
             it = rd_struct(sub, c, arrays)
@@ -409,7 +408,7 @@ cdef object rd_scalars(Field* f, Cursor* c):
     cdef Py_ssize_t i = 0
     if n < 0:
         return None
-    items = PyList_New(n)
+    items = new_list(n)  # untracked: a uuid.UUID made below can run a collection
     try:
         for i in range(n):
             it = rd_scalar(f.elem, c, f.compact, False)
@@ -436,13 +435,13 @@ cdef inline object rd_field(Field* f, Cursor* c, int arrays):
             return None
         return rd_struct(<Plan>f.sub, c, arrays)
     elif f.kind == K_STRUCTS:
-        return untracked(rd_structs(f, c, arrays))
+        return rd_structs(f, c, arrays)  # a list made untracked, or columns
     elif f.kind == K_INTS:
         return untracked(rd_int_array(c, f.elem, f.compact, f.nullable, arrays & NUMPY_ARRAYS))
     elif f.kind == K_STRINGS:
         return untracked(rd_string_array(c, f.compact, f.nullable))
     else:
-        return untracked(rd_scalars(f, c))
+        return rd_scalars(f, c)  # made untracked
 
 
 cdef object rd_tagged(Plan p, object o, Cursor* c, int arrays, Field** where):
