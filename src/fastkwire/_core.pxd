@@ -85,6 +85,7 @@ cdef object rd_bytes(Cursor* c)
 cdef object rd_nullable_bytes(Cursor* c)
 cdef object rd_compact_bytes(Cursor* c)
 cdef object rd_compact_nullable_bytes(Cursor* c)
+# a list of ints comes back untracked by the collector (see new_list), or a numpy array
 cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int arrays)
 cdef object rd_task_offsets(Cursor* c, int compact, int nullable, int flexible,
                             Py_ssize_t min_size, object item)

@@ -397,8 +397,7 @@ cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int ar
         Py_INCREF(item)
         PyList_SET_ITEM(out, i, item)  # steals the reference taken above
     c.pos += n * width
-    PyObject_GC_Track(<PyObject*>out)  # whole: an ordinary list again
-    return out
+    return out  # untracked, as the engine keeps the lists it decodes: see _read
 
 
 
@@ -982,7 +981,10 @@ cdef object _read(str t, Cursor* c):
     compact, nullable, elem = _pure.parse_array_type(t)
     if elem == "string":
         return rd_string_array(c, compact, nullable)
-    return rd_int_array(c, _pure.WIDTH[elem], compact, nullable, 0)
+    items = rd_int_array(c, _pure.WIDTH[elem], compact, nullable, 0)
+    if items is not None:
+        PyObject_GC_Track(<PyObject*>items)  # whole: an ordinary list, as the pure codec's
+    return items
 
 
 def decode(str type_name, data, offset=0):

@@ -461,7 +461,7 @@ cdef inline object rd_field(Field* f, Cursor* c, int arrays):
     elif f.kind == K_STRUCTS:
         return rd_structs(f, c, arrays)  # a list made untracked, or columns
     elif f.kind == K_INTS:
-        return untracked(rd_int_array(c, f.elem, f.compact, f.nullable, arrays & NUMPY_ARRAYS))
+        return rd_int_array(c, f.elem, f.compact, f.nullable, arrays & NUMPY_ARRAYS)  # untracked
     elif f.kind == K_STRINGS:
         return untracked(rd_string_array(c, f.compact, f.nullable))
     else:
