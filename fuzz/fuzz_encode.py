@@ -10,6 +10,11 @@ buffers and offsets...) and encodes it one way in both. They must agree: the sam
 buffer as the other implementation does (untouched on error). The loop keeps going
 after a finding, prints each with its seed and a summary, and exits 1 if there was any.
 Replay one seed with `--replay SEED`.
+
+`--gc-stress` runs the loop with a collection at nearly every allocation and a walker
+over the young objects at each (fuzz/hostile.py's gc_stress): a container the compiled
+core lets the collector see half built crashes it. It is some ten times slower; the
+default loop does not do it.
 """
 import argparse
 import random
@@ -52,9 +57,13 @@ def main():
     parser.add_argument("--loop", type=int, default=100_000, help="inputs to run")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--replay", type=int, help="check one input (a seed a finding printed)")
+    parser.add_argument("--gc-stress", action="store_true",
+                        help="collect at every allocation and walk the young objects each time")
     args = parser.parse_args()
     if hostile.CY is None:
         sys.exit("the compiled extension is not built: nothing to compare the pure codec with")
+    if args.gc_stress:
+        hostile.gc_stress()
     if args.replay is not None:
         print(hostile.check(args.replay))
         return

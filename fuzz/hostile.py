@@ -22,7 +22,9 @@ unknown tagged fields whose tags collide with known ones, are negative or past
 2**31-1, or whose values are not bytes; values whose __index__ or __eq__ grows,
 shrinks, clears or reverses an array of the same message while it is encoded;
 encode_into buffers that are read-only, non-contiguous, too small or of other item
-types, at offsets that are negative, past the end, 2**70, floats or None; bytes,
+types, at offsets that are negative, past the end, 2**70, floats or None; versions
+out of range, past 64 bits, negative, of the wrong type or int subclasses (a version's
+error must have the same class and the same message in both); bytes,
 bytearray and memoryview values (released, non-contiguous, of other formats, or a
 zero-stride view of 2**31 bytes) for the primitives.
 """
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import differential as D  # noqa: E402
 from fastkwire import _pure, _schema  # noqa: E402
 from fastkwire.columns import TaskOffsetColumns  # noqa: E402
+from fastkwire.errors import UnsupportedVersionError  # noqa: E402
 
 try:
     from fastkwire import _core
@@ -86,6 +89,9 @@ class Index:
         if isinstance(self.value, type) and issubclass(self.value, BaseException):
             raise self.value("from __index__")
         return self.value
+
+    def __repr__(self):  # the same in both implementations' messages (no address)
+        return f"Index({self.value!r})"
 
 
 class Mutating:
@@ -411,9 +417,12 @@ def _lying_int(v):
 # ---------------------------------------------------------------- the oracle
 
 def outcome(fn):
-    """("ok", value) or ("error", exception class)."""
+    """("ok", value) or ("error", exception class); for a bad version, the class and
+    the message (both engines must say the same about any version)."""
     try:
         return ("ok", fn())
+    except UnsupportedVersionError as e:
+        return ("error", type(e), str(e))
     except Exception as e:  # noqa: BLE001 - the class is what is compared
         return ("error", type(e))
 
@@ -431,8 +440,15 @@ def build(mod, seed):
     message, version = _pick_message(r)
     msg = maker.struct(message, message.root, version)
     if maker.hostile():
-        version = r.choice((version, -1, 2**40, "1", 1.0, True, 99))
+        version = r.choice(HOSTILE_VERSIONS + (version, IntSub(version), Index(version)))
     return maker, message, msg, version
+
+
+# Versions no encoder takes: each must be the pure codec's UnsupportedVersionError,
+# word for word, from either implementation.
+HOSTILE_VERSIONS = (-1, 99, 32767, 32768, 2**31, 2**32, 2**40, 2**63 - 1, 2**63, 2**64,
+                    2**70, -(2**63), -(2**63) - 1, -(2**70), HUGE, "1", 1.0, True, False,
+                    None, b"\x01")
 
 
 def _buffer(r):
@@ -551,8 +567,8 @@ def _check_into(seed, result, after):
 
 
 def _shown(result):
-    kind, value = result
-    return (kind, value.hex() if isinstance(value, bytes) else value)
+    kind, value = result[:2]
+    return (kind, value.hex() if isinstance(value, bytes) else value) + tuple(result[2:])
 
 
 def _short(buf):
@@ -627,3 +643,36 @@ def check_primitive(seed):
             if end != len(py[1]) or core.encode(t, value) != py[1]:
                 raise Disagreement(f"seed {seed} (primitive {t}): {py[1].hex()} does not read back in {core.__name__}")
     return py
+
+
+# ---------------------------------------------------------------- the collector
+
+def gc_stress():
+    """Collect at (nearly) every allocation of a tracked object and, as each collection
+    starts, walk the young objects as a debugger or a memory profiler does: iterate
+    every list, tuple and dict and ask every object for its referents. A container the
+    compiled core lets the collector see before it is whole (a list with NULL items)
+    crashes the walk. Returns a function that undoes it."""
+    import gc
+
+    def walk(phase, info):
+        if phase != "start":
+            return
+        for generation in (0, 1):
+            for o in gc.get_objects(generation):
+                t = type(o)
+                if t is list or t is tuple:
+                    tuple(o)
+                elif t is dict:
+                    tuple(o.items())
+                gc.get_referents(o)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(walk)
+    gc.set_threshold(1)
+
+    def undo():
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(walk)
+
+    return undo

@@ -10,6 +10,8 @@ differential fuzzer (fuzz/hostile.py, run below for a bounded number of seeds) m
 of these at random.
 """
 import array
+import enum
+import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
@@ -527,3 +529,142 @@ def test_hostile_oracle_catches_a_disagreement(monkeypatch):
     monkeypatch.setattr(hostile, "_encode", tampered)
     with pytest.raises(hostile.Disagreement):
         hostile.check(seed)
+
+
+# ---------------------------------------------------------------- 13: versions
+
+class VersionSub(int):
+    pass
+
+
+class VersionIndex:
+    def __index__(self):
+        return 1
+
+    def __repr__(self):  # no address: the two implementations' messages are compared
+        return "VersionIndex()"
+
+
+class VersionEnum(enum.IntEnum):
+    V1 = 1
+
+
+HOSTILE_VERSIONS = {
+    "2**70": 2**70, "-2**70": -(2**70), "2**64": 2**64, "2**63": 2**63, "2**63-1": 2**63 - 1,
+    "-2**63": -(2**63), "-2**63-1": -(2**63) - 1, "2**32": 2**32, "2**31": 2**31,
+    "32768": 32768, "32767": 32767, "99": 99, "6": 6, "-1": -1, "10**5000": 10**5000,
+    "True": True, "False": False, "1.0": 1.0, "nan": float("nan"), "1j": 1j, "'1'": "1",
+    "b'1'": b"1", "None": None, "[1]": [1], "int-subclass": VersionSub(1),
+    "huge-int-subclass": VersionSub(2**200), "IntEnum": VersionEnum.V1, "__index__": VersionIndex(),
+}
+
+
+def _outcome(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the class and the words are compared
+        return type(e), str(e)
+    return None
+
+
+def version_calls(mod):
+    """Each entry point that takes a version, as a function of the version."""
+    L = mod.LeaveGroupRequest
+    msg = L(group_id="g", members=[L.MemberIdentity(member_id="m", reason="r")])
+    body = msg.encode(5)
+    frame = mod.encode_response(mod.LeaveGroupResponse(), 5, 7)
+    header = mod.RequestHeader(request_api_key=13, request_api_version=5, correlation_id=7)
+    return {
+        "encode": lambda v: msg.encode(v),
+        "encode_into": lambda v: msg.encode_into(bytearray(256), 3, v),
+        "decode": lambda v: L.decode(body, v),
+        "decode-bytearray": lambda v: L.decode(bytearray(body), v),
+        "decode-numpy": lambda v: L.decode(body, v, arrays="numpy"),
+        "decode-view": lambda v: L.decode(memoryview(body), v, records="view"),
+        "decode_from": lambda v: L.decode_from(b"xy" + body, v, 2),
+        "header-encode": lambda v: header.encode(v),
+        "header-decode_from": lambda v: mod.RequestHeader.decode_from(header.encode(2), v),
+        "encode_request": lambda v: mod.encode_request(msg, v, 7, "c"),
+        "encode_response": lambda v: mod.encode_response(mod.LeaveGroupResponse(), v, 7),
+        "decode_response": lambda v: mod.decode_response(frame, 13, v),
+    }
+
+
+DIRECT = ("encode", "encode_into", "decode", "decode-bytearray", "decode-numpy", "decode-view",
+          "decode_from", "header-encode", "header-decode_from")
+
+
+@pytest.mark.parametrize("version", list(HOSTILE_VERSIONS.values()), ids=list(HOSTILE_VERSIONS))
+def test_any_version_fails_as_in_the_pure_engine(impl, version):
+    """The compiled engine read a version through a C integer once a class had a plan:
+    2**63 and past were an OverflowError there. Every entry point, cold or warm, must
+    give the pure engine's exception and words for any value."""
+    import fastkwire._messages_python as pure
+
+    calls, reference = version_calls(impl), version_calls(pure)
+    for name in calls:
+        got = _outcome(lambda: calls[name](version))
+        want = _outcome(lambda: reference[name](version))
+        assert got == want, (name, got, want)
+        if name in DIRECT:
+            assert want is not None and want[0] is impl.UnsupportedVersionError, (name, want)
+            if type(version) is int and 0 <= version <= 32767:
+                assert want[1].endswith(f"has versions 0-{2 if 'header' in name else 5}, not {version}")
+            else:
+                shown = (f"an int of {version.bit_length()} bits" if isinstance(version, int)
+                         and version.bit_length() > 128 else repr(version))
+                assert want[1] == f"version must be an int in 0-32767, not {shown}", (name, want)
+
+
+def test_versions_fail_alike_on_first_use():
+    """The same before any plan of the class exists (the engine's cold path), in a fresh
+    interpreter per implementation."""
+    code = (
+        "import sys; sys.path.insert(0, {tests!r}); import test_hostile_values as T\n"
+        "import fastkwire._messages_{which} as mod\n"
+        "out = []\n"
+        "for v in (2**70, 2**63, -(2**63) - 1, 99, None, '1', True):\n"
+        "    for name in ('encode', 'decode', 'decode_from', 'encode_into'):\n"
+        "        cls = mod.FindCoordinatorRequest\n"  # no plan of it yet
+        "        out.append((name, T._outcome(lambda: {{'encode': lambda: cls().encode(v),\n"
+        "            'decode': lambda: cls.decode(b'', v), 'decode_from': lambda: cls.decode_from(b'', v),\n"
+        "            'encode_into': lambda: cls().encode_into(bytearray(9), 0, v)}}[name]())))\n"
+        "print(repr([(n, t.__name__, m) for n, (t, m) in out]))\n")
+    results = []
+    for which in ("python", "cython"):
+        if which == "cython":
+            pytest.importorskip("fastkwire._messages_cython")
+        run = subprocess.run([sys.executable, "-c", code.format(tests=str(Path(__file__).parent), which=which)],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        results.append(run.stdout)
+    if len(results) == 2:
+        assert results[0] == results[1]
+    assert "OverflowError" not in results[0]
+
+
+@pytest.mark.parametrize("case", ["bad-options", "bad-offset", "out-of-range-and-bad-offset",
+                                  "bad-data", "bad-buffer", "bad-buffer-offset"])
+def test_a_bad_version_among_bad_arguments_fails_as_in_the_pure_engine(impl, case):
+    """Which argument is reported first when several are bad: the pure engine's order
+    (decode: data, version, options; decode_from: version, options, data, offset, then the
+    version against the message's range; encode_into: version, buffer, offset, range)."""
+    import fastkwire._messages_python as pure
+
+    def call(mod):
+        L = mod.LeaveGroupRequest
+        body = L(group_id="g").encode(5)
+        return {
+            "bad-options": lambda: L.decode_from(body, "5", arrays="tuple"),
+            "bad-offset": lambda: L.decode_from(body, None, 10**6),
+            "out-of-range-and-bad-offset": lambda: L.decode_from(body, 99, 10**6),
+            "bad-data": lambda: L.decode(5, 99),
+            "bad-buffer": lambda: L(group_id="g").encode_into(b"read-only", 0, 99),
+            "bad-buffer-offset": lambda: L(group_id="g").encode_into(bytearray(9), 10, 99),
+        }[case]()
+
+    got, want = _outcome(lambda: call(impl)), _outcome(lambda: call(pure))
+    assert want is not None
+    if case == "bad-data":  # the words are the buffer protocol's own, which differ
+        got, want = got[0], want[0]
+    assert got == want

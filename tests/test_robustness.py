@@ -204,6 +204,7 @@ def test_huge_claims_are_bounded(impl, name, version):
     """No length, count or tag size, however large, costs more than the input justifies."""
     for label, target, data in _huge_claims(name, version):
         run = _fails(impl, target, data)
+        run()  # the first use compiles the message's plans: a cost of the class, not of the input
         assert _peak(run) < 32 * 1024 + 64 * len(data), label
         assert _best_time(run, runs=3) < 0.005, label
 

@@ -20,6 +20,9 @@ cdef extern from "Python.h":
     bint PyUnicode_IS_COMPACT_ASCII(object s)
     Py_ssize_t PyUnicode_GET_LENGTH(object s)
     void* PyUnicode_DATA(object s)
+    PyObject* _new_list "PyList_New"(Py_ssize_t n)
+    void PyObject_GC_UnTrack(void* o)
+    void PyObject_GC_Track(void* o)
 
 
 cdef struct Cursor:
@@ -82,6 +85,7 @@ cdef object rd_bytes(Cursor* c)
 cdef object rd_nullable_bytes(Cursor* c)
 cdef object rd_compact_bytes(Cursor* c)
 cdef object rd_compact_nullable_bytes(Cursor* c)
+# a list of ints comes back untracked by the collector (see new_list), or a numpy array
 cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int arrays)
 cdef object rd_task_offsets(Cursor* c, int compact, int nullable, int flexible,
                             Py_ssize_t min_size, object item)
@@ -132,6 +136,22 @@ cdef inline void store64(unsigned char* p, uint64_t v) noexcept nogil:
 
 
 # ---- reading
+
+cdef inline list new_list(Py_ssize_t n):
+    """A list of n empty (NULL) slots for the caller to fill with PyList_SET_ITEM, out of
+    the collector's sight. PyList_New's list is tracked at once, and any allocation while
+    it fills can run a collection: a gc.callbacks hook or a gc.get_objects() walker
+    (debuggers, memory profilers) would then be handed a list with NULL items, and
+    crash on them. The caller tracks it (PyObject_GC_Track) once it is whole, or leaves
+    it untracked as the engine leaves the lists it decodes."""
+    cdef PyObject* o = _new_list(n)
+    if o == NULL:
+        raise MemoryError()
+    PyObject_GC_UnTrack(o)  # nothing can run between the two calls
+    r = <list>o
+    Py_DECREF(r)  # <list> took a reference of its own
+    return r
+
 
 cdef inline int open_input(Cursor* c, object data, Py_buffer* view) except -1:
     """Point the cursor at all of data's bytes. Returns 1 when it took a buffer view,

@@ -15,7 +15,7 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyObject_Chec
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.exc cimport PyErr_Clear, PyErr_ExceptionMatches
-from cpython.list cimport PyList_New, PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport INT64_MAX, uint8_t
 from libc.string cimport memcpy
@@ -382,7 +382,7 @@ cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int ar
         return arr
     if _small_ints is None:
         _make_small_ints()
-    out = PyList_New(n)
+    out = new_list(n)  # untracked while it has empty slots
     for i in range(n):
         if width == 4:
             x = <int32_t>load32(p + 4 * i)
@@ -397,7 +397,7 @@ cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int ar
         Py_INCREF(item)
         PyList_SET_ITEM(out, i, item)  # steals the reference taken above
     c.pos += n * width
-    return out
+    return out  # untracked, as the engine keeps the lists it decodes: see _read
 
 
 
@@ -981,7 +981,10 @@ cdef object _read(str t, Cursor* c):
     compact, nullable, elem = _pure.parse_array_type(t)
     if elem == "string":
         return rd_string_array(c, compact, nullable)
-    return rd_int_array(c, _pure.WIDTH[elem], compact, nullable, 0)
+    items = rd_int_array(c, _pure.WIDTH[elem], compact, nullable, 0)
+    if items is not None:
+        PyObject_GC_Track(<PyObject*>items)  # whole: an ordinary list, as the pure codec's
+    return items
 
 
 def decode(str type_name, data, offset=0):

@@ -12,7 +12,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.buffer cimport PyBuffer_Release
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_CheckExact
+from cpython.list cimport PyList_SET_ITEM, PyList_CheckExact
 from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
 from fastkwire._core cimport *
@@ -35,7 +35,6 @@ cdef extern from "Python.h":
         PyMemberDef* d_member
     PyTypeObject PyMemberDescr_Type
     bint Py_IS_TYPE(object o, PyTypeObject* t)
-    void PyObject_GC_UnTrack(void* o)
 
 
 # Wire kinds of a field.
@@ -212,8 +211,7 @@ cdef Plan compile_layout(object root, object lay, dict memo):
     return p
 
 
-cdef Plan build_plan(object cls, object version):
-    check_version(version)
+cdef Plan build_plan(object cls, int version):
     if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
         raise _e.bad_version(cls._NAME, version, cls._VERSIONS)
     with _lock:
@@ -229,15 +227,28 @@ cdef Plan build_plan(object cls, object version):
     return p
 
 
-cdef inline Plan plan_of(object cls, object version):
+cdef inline int version_of(object version) except -1:
+    """A version argument as a C int: an exact int in 0-32767, else the pure codec's
+    UnsupportedVersionError, whatever the value (an int past 64 bits, a float, None...).
+    Every entry point reads its version here first, as the pure engine does."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(version) is int:
+        v = PyLong_AsLongLongAndOverflow(version, &overflow)  # cannot fail for an int
+        if overflow == 0 and 0 <= v <= 0x7FFF:
+            return <int>v
+    check_version(version)  # raises
+    raise AssertionError(f"check_version passed {version!r}")
+
+
+cdef inline Plan plan_of(object cls, int version):
+    """The plan of a version that version_of returned: from the table, or compiled (and
+    the version checked against the class's range) on first use."""
     cdef PyObject* plans = PyDict_GetItem(_roots, cls)
-    cdef Py_ssize_t v
-    if plans != NULL and type(version) is int:
-        v = version
-        if 0 <= v < len(<list>plans):
-            p = (<list>plans)[v]
-            if p is not None:
-                return <Plan>p
+    if plans != NULL and version < len(<list>plans):
+        p = (<list>plans)[version]
+        if p is not None:
+            return <Plan>p
     return build_plan(cls, version)
 
 
@@ -336,16 +347,28 @@ cdef object views_of(Cursor* c, object data, Py_buffer* view, int held, int opts
 cdef object read_message(object cls, object data, object version, object offset, object arrays,
                          object records, bint to_the_end, Py_ssize_t* end):
     """decode and decode_from: the message at offset; with to_the_end, trailing bytes are
-    an error. Sets *end to where the message ends."""
+    an error. Sets *end to where the message ends.
+
+    The arguments are checked in the pure engine's order, so that a call with more than
+    one bad argument fails as it does there: decode reads its data first, decode_from
+    its version and options; then the offset, and last the version against the
+    message's range."""
     cdef Cursor c
     cdef Py_buffer view
-    cdef int opts = 0 if arrays == "list" and records == "bytes" else decode_options(arrays, records)
-    cdef Plan p = plan_of(cls, version)
-    cdef int held = open_input(&c, data, &view)
+    cdef int v = 0, opts = 0, held = 0
+    cdef Plan p
+    if not to_the_end:
+        v = version_of(version)
+        opts = 0 if arrays == "list" and records == "bytes" else decode_options(arrays, records)
+    held = open_input(&c, data, &view)
     try:
+        if to_the_end:
+            v = version_of(version)
+            opts = 0 if arrays == "list" and records == "bytes" else decode_options(arrays, records)
         whole = views_of(&c, data, &view, held, opts)
         held = held and whole is None
         c.pos = start_at(offset, c.end)
+        p = plan_of(cls, v)
         o = rd_struct(p, &c, opts)
         if to_the_end and c.pos != c.end:
             raise _e.trailing(c.pos, c.end - c.pos)
@@ -393,7 +416,7 @@ cdef object rd_structs(Field* f, Cursor* c, int arrays):
     n = rd_array_len(c, f.compact, f.nullable, sub.min_size)
     if n < 0:
         return None
-    items = PyList_New(n)
+    items = new_list(n)  # untracked: the struct objects made below can run a collection
     try:
         for i in range(n):
             it = rd_struct(sub, c, arrays)
@@ -409,7 +432,7 @@ cdef object rd_scalars(Field* f, Cursor* c):
     cdef Py_ssize_t i = 0
     if n < 0:
         return None
-    items = PyList_New(n)
+    items = new_list(n)  # untracked: a uuid.UUID made below can run a collection
     try:
         for i in range(n):
             it = rd_scalar(f.elem, c, f.compact, False)
@@ -436,13 +459,13 @@ cdef inline object rd_field(Field* f, Cursor* c, int arrays):
             return None
         return rd_struct(<Plan>f.sub, c, arrays)
     elif f.kind == K_STRUCTS:
-        return untracked(rd_structs(f, c, arrays))
+        return rd_structs(f, c, arrays)  # a list made untracked, or columns
     elif f.kind == K_INTS:
-        return untracked(rd_int_array(c, f.elem, f.compact, f.nullable, arrays & NUMPY_ARRAYS))
+        return rd_int_array(c, f.elem, f.compact, f.nullable, arrays & NUMPY_ARRAYS)  # untracked
     elif f.kind == K_STRINGS:
         return untracked(rd_string_array(c, f.compact, f.nullable))
     else:
-        return untracked(rd_scalars(f, c))
+        return rd_scalars(f, c)  # made untracked
 
 
 cdef object rd_tagged(Plan p, object o, Cursor* c, int arrays, Field** where):
@@ -646,11 +669,12 @@ cdef class MessageMixin:
 
     def encode(self, version):
         """The message body at `version`, as bytes."""
-        cdef Plan p = plan_of(type(self), version)
+        cdef int v = version_of(version)
+        cdef Plan p = plan_of(type(self), v)
         cdef Buf b
         open_buf(&b, p.size_hint)
         try:
-            wr_struct(p, self, &b, version)
+            wr_struct(p, self, &b, v)
             p.size_hint = b.p - b.start
             return close_buf(&b)
         finally:
@@ -665,11 +689,11 @@ cdef class MessageMixin:
         cdef Buf b
         cdef Py_buffer view
         cdef unsigned char scratch[SCRATCH]
-        check_version(version)  # the checks in the pure engine's order: version, buffer, range
+        cdef int v = version_of(version)  # the pure engine's order: version, buffer, offset, range
         open_into(&b, buffer, &view, offset, scratch, 0)
         try:
-            p = plan_of(type(self), version)
-            wr_struct(p, self, &b, version)
+            p = plan_of(type(self), v)
+            wr_struct(p, self, &b, v)
             return close_into(&b)
         finally:
             release_into(&b, &view)

@@ -850,8 +850,11 @@ def read_from(reader, data, offset, version, arrays):
 
 
 def check_version(version):
+    """A version argument: an exact int in 0-32767 (not a bool, an int subclass or
+    anything with __index__), else UnsupportedVersionError. The compiled engine gives
+    this same error for any value (its version_of calls this to say it)."""
     if type(version) is not int or not 0 <= version <= 0x7FFF:
-        raise UnsupportedVersionError(f"version must be an int in 0-32767, not {version!r}")
+        raise UnsupportedVersionError(f"version must be an int in 0-32767, not {_e.show(version)}")
     return version
 
 
