@@ -11,6 +11,10 @@ buffer as the other implementation does (untouched on error). The loop keeps goi
 after a finding, prints each with its seed and a summary, and exits 1 if there was any.
 Replay one seed with `--replay SEED`.
 
+One input in RECORDS_EVERY goes to fuzz/hostile_records.py instead: RecordColumns whose
+arrays lie about each other, or whose getters rewrite an array while write_batch takes
+them, written by both record kernels (`--replay` takes such a seed too: it says which).
+
 `--gc-stress` runs the loop with a collection at nearly every allocation and a walker
 over the young objects at each (fuzz/hostile.py's gc_stress): a container the compiled
 core lets the collector see half built crashes it. It is some ten times slower; the
@@ -26,6 +30,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hostile  # noqa: E402
+import hostile_records  # noqa: E402
+
+RECORDS_EVERY = 8
+
+
+def check(case):
+    """One seed: a message (fuzz/hostile.py) or, one in RECORDS_EVERY, record columns."""
+    if case % RECORDS_EVERY == 0:
+        return hostile_records.check(case)
+    return hostile.check(case)
 
 
 def run_loop(count, seed, stop_after=20):
@@ -37,7 +51,7 @@ def run_loop(count, seed, stop_after=20):
     for i in range(1, count + 1):
         case = rng.getrandbits(48)
         try:
-            hostile.check(case)
+            check(case)
         except Exception:  # noqa: BLE001 - a finding, whatever its type
             findings += 1
             print(f"finding {findings} at input {i}: seed {case}", file=sys.stderr)
@@ -65,7 +79,7 @@ def main():
     if args.gc_stress:
         hostile.gc_stress()
     if args.replay is not None:
-        print(hostile.check(args.replay))
+        print(check(args.replay))
         return
     sys.exit(1 if run_loop(args.loop, args.seed) else 0)
 

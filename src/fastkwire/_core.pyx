@@ -1,5 +1,4 @@
 # cython: language_level=3, wraparound=False
-# cython: freethreading_compatible=True
 """Compiled wire primitives: the twin of _pure.py.
 
 The inline hot paths are in _core.pxd; this module holds the cold paths (errors,

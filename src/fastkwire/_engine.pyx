@@ -1,5 +1,4 @@
 # cython: language_level=3, wraparound=False, boundscheck=False
-# cython: freethreading_compatible=True
 """The compiled engine: one loop that reads and writes any struct from a compact plan.
 
 The first time a message class meets a version, its wire layout (`_layout`) is compiled
