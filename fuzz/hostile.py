@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import differential as D  # noqa: E402
-from fastkwire import _pure, _schema  # noqa: E402
+from fastkwire import _pure, _rules, _schema  # noqa: E402
 from fastkwire.columns import TaskOffsetColumns  # noqa: E402
 from fastkwire.errors import UnsupportedVersionError  # noqa: E402
 
@@ -583,7 +583,7 @@ def _short(buf):
 def primitive_case(seed):
     """(type name, value) for one call of the primitive API."""
     r = random.Random(seed)
-    t = r.choice(_pure.PRIMITIVE_TYPES)
+    t = r.choice(_rules.PRIMITIVE_TYPES)
     maker = Maker(PY, seed)  # plain values only: none of these needs a message
     maker.hostility = 0.5
     if t in RANGES:
@@ -604,7 +604,7 @@ def primitive_case(seed):
         return t, _bytes_value(r)
     if t == "tagged_fields":
         return t, maker.tags(safe=r.random() < 0.5)
-    _, _, elem = _pure.parse_array_type(t)
+    _, _, elem = _rules.parse_array_type(t)
     if elem == "string":
         return t, maker.container([maker.string() for _ in range(r.randint(0, 3))])
     return t, maker.int_array(elem)

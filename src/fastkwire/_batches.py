@@ -13,18 +13,14 @@ RecordBatch v2 header (61 bytes, big-endian):
 import struct
 import time
 
-from . import _compression, _legacy_records
+from . import _compression, _legacy_records, _wire
 from .errors import DecodeError, EncodeError
 from ._records_model import Batches, RecordBatch, as_control
 
-# The header's fields, in order, as (name, struct format): the layout above.
-HEADER_FIELDS = [("base_offset", "q"), ("batch_length", "i"), ("partition_leader_epoch", "i"),
-                 ("magic", "b"), ("crc", "I"), ("attributes", "h"), ("last_offset_delta", "i"),
-                 ("base_timestamp", "q"), ("max_timestamp", "q"), ("producer_id", "q"),
-                 ("producer_epoch", "h"), ("base_sequence", "i"), ("record_count", "i")]
+HEADER_FIELDS = _wire.BATCH_HEADER
 HEADER = struct.Struct(">" + "".join(fmt for _, fmt in HEADER_FIELDS))
 HEADER_SIZE = HEADER.size  # 61
-CRC_START = 21
+CRC_START = _wire.BATCH_CRC_START
 MIN_BATCH_LENGTH = HEADER_SIZE - 12
 INT16 = (-(1 << 15), (1 << 15) - 1)
 INT32 = (-(1 << 31), (1 << 31) - 1)

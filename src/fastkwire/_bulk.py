@@ -6,18 +6,11 @@ protocol itself and comes here only for the cold paths: canonical errors and inp
 fast path does not take (objects without a buffer, exotic formats).
 """
 from . import errors as _e
+from ._rules import int_value, require_numpy, seq_len  # noqa: F401 - require_numpy: for _core
+from ._wire import RANGE
 from .errors import EncodeError
 
 CODES = {"int16": "i2", "int32": "i4", "int64": "i8"}
-RANGE = {"int16": (-(1 << 15), (1 << 15) - 1), "int32": (-(1 << 31), (1 << 31) - 1),
-         "int64": (-(1 << 63), (1 << 63) - 1)}
-
-
-def require_numpy():
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
-        raise ImportError('arrays="numpy" needs numpy: pip install fastkwire[numpy]') from None
 
 
 def as_array(items, kind):
@@ -62,12 +55,10 @@ def native(items, kind):
     import numpy as np
 
     if isinstance(items, (list, tuple)):
-        from ._pure import _int_value
-
         values = []
         for i, v in enumerate(stored(items)):
             try:
-                values.append(_int_value(kind, v))
+                values.append(int_value(kind, v))
             except EncodeError as x:
                 raise x.with_prefix(f"[{i}]") from None
         return np.array(values, dtype=CODES[kind])
@@ -120,3 +111,26 @@ def column(items, kind, name):
         return native(items, kind)
     except EncodeError as x:
         raise EncodeError(x.reason, _e._join(x.path, name) if x.path else name) from None
+
+
+def task_columns(cols):
+    """(subtopology ids, int32 column, int64 column, unknown tags) of TaskOffsetColumns,
+    as they are written. The lengths are measured first, from the lists' stored items
+    and the arrays' shapes (a huge zero-stride column fails before it is converted),
+    then each column is checked and copied to a fresh native array of exactly that
+    length; the ids stay the list they are (a change to it during encoding is an error)."""
+    ids = cols.subtopology_id
+    n = seq_len(ids)
+    parts = column_input(cols.partition, "int32", "partition")
+    offsets = column_input(cols.offset, "int64", "offset")
+    if length(parts) != n or length(offsets) != n:
+        raise EncodeError(f"columns differ in length: subtopology_id {n}, "
+                          f"partition {length(parts)}, offset {length(offsets)}")
+    parts = column(parts, "int32", "partition")
+    offsets = column(offsets, "int64", "offset")
+    if len(parts) != n or len(offsets) != n:
+        raise _e.changed_during_encode()
+    tags = cols.unknown_tagged_fields
+    if tags is not None and not isinstance(tags, dict):
+        raise _e.wrong_type("dict", tags).with_prefix("unknown_tagged_fields")
+    return ids, parts, offsets, tags

@@ -12,7 +12,7 @@ import os
 import threading
 
 from . import _model
-from ._pure import unknown_tags
+from ._rules import unknown_tags
 
 # The definitions are read (and the schema model imported) only when a class is built,
 # so that `import fastkwire` stays cheap.

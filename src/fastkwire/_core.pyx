@@ -19,14 +19,14 @@ from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport INT64_MAX, uint8_t
 from libc.string cimport memcpy
 
-from fastkwire import _bulk, _pure
+from fastkwire import _bulk, _rules, _wire
 from fastkwire import columns as _columns
 from fastkwire import errors as _e
 from fastkwire.errors import DecodeError, EncodeError
 
-check_arrays = _pure.check_arrays
-decode_options = _pure.decode_options
-merge_tags = _pure.merge_tags
+check_arrays = _rules.check_arrays
+decode_options = _rules.decode_options
+merge_tags = _rules.merge_tags
 _KINDS = ("int8", "int16", "int32", "int64", "uint16", "uint32")
 _BULK_KIND = {2: "int16", 4: "int32", 8: "int64"}
 
@@ -85,16 +85,16 @@ cdef int raise_too_large() except -1:
 
 cdef long long as_int_slow(object v, int kind) except? -1:
     """Same rules as the pure `_int_value`: ints and __index__ objects, never bool."""
-    return _pure._int_value(_KINDS[kind], v)
+    return _rules.int_value(_KINDS[kind], v)
 
 cdef object unknown_tags_slow(object value):
-    return _pure.unknown_tags(value)
+    return _rules.unknown_tags(value)
 
 
 cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1:
     """decode_from's offset, checked with the pure codec's rules and words."""
     if type(offset) is not int or not 0 <= offset <= n:
-        _pure.check_offset(offset, n)  # raises
+        _rules.check_offset(offset, n)  # raises
     return offset
 
 
@@ -312,19 +312,19 @@ cdef object rd_compact_nullable_bytes(Cursor* c):
 cdef object _init_lock = _threading.Lock()
 cdef object _numpy = None
 cdef tuple _native = None  # int16, int32, int64 in native order
-cdef tuple _wire = None    # the same, big-endian
+cdef tuple _big_endian = None    # the same, big-endian
 
 cdef int dtype_index(int width) noexcept:
     return 0 if width == 2 else 1 if width == 4 else 2
 
 cdef object numpy_module():
-    global _numpy, _native, _wire
+    global _numpy, _native, _big_endian
     if _numpy is None:
         with _init_lock:  # set once: a replaced global could be freed under a reader
             if _numpy is None:
                 import numpy
                 _native = (numpy.dtype("i2"), numpy.dtype("i4"), numpy.dtype("i8"))
-                _wire = (numpy.dtype(">i2"), numpy.dtype(">i4"), numpy.dtype(">i8"))
+                _big_endian = (numpy.dtype(">i2"), numpy.dtype(">i4"), numpy.dtype(">i8"))
                 _numpy = numpy
     return _numpy
 
@@ -347,7 +347,7 @@ cdef object wire_array(const unsigned char* p, Py_ssize_t n, int width):
     np = numpy_module()
     k = dtype_index(width)
     view = PyMemoryView_FromMemory(<char*>p, n * width, PyBUF_READ)
-    return np.frombuffer(view, _wire[k]).astype(_native[k])
+    return np.frombuffer(view, _big_endian[k]).astype(_native[k])
 
 
 # Partition numbers are small: sharing one int object per value (ints are immutable)
@@ -491,19 +491,19 @@ cdef int wr_bool(Buf* b, object v) except -1:
     return wr_i8(b, 1 if v else 0)
 
 cdef int wr_float64(Buf* b, object v) except -1:
-    cdef double d = _pure.float_value(v)
+    cdef double d = _rules.float_value(v)
     cdef uint64_t bits
     memcpy(&bits, &d, 8)
     return wr_i64(b, <int64_t>bits)
 
 cdef int wr_uuid(Buf* b, object v) except -1:
-    cdef bytes raw = _pure.uuid_bytes(v)  # exactly 16 bytes, checked
+    cdef bytes raw = _rules.uuid_bytes(v)  # exactly 16 bytes, checked
     return put_raw(b, <const char*>PyBytes_AS_STRING(raw), 16)
 
 cdef bytes _as_bytes(object v):
     if type(v) is bytes:
         return v
-    return _pure.raw_bytes(v)
+    return _rules.raw_bytes(v)
 
 cdef int wr_bytes(Buf* b, object v) except -1:
     cdef bytes raw = _as_bytes(v)
@@ -540,7 +540,8 @@ cdef struct IntBuf:
 
 
 cdef bint _is_int_array(object items):
-    """The same test as _pure._int_items: lists and tuples go the per-element way."""
+    """An array (numpy, array.array), read in bulk, as w_int_array in _pure decides;
+    lists and tuples go the per-element way."""
     return hasattr(items, "__array__") or hasattr(items, "typecode")
 
 
@@ -781,7 +782,7 @@ cdef int wr_task_offsets(Buf* b, object cols, int compact, int flexible) except 
     cdef const int32_t* parts
     cdef const int64_t* offsets
     # ids stay the caller's list; the columns are fresh arrays of its length
-    ids, part_arr, off_arr, tags = _pure.task_columns(cols)
+    ids, part_arr, off_arr, tags = _bulk.task_columns(cols)
     n = seq_len(ids)
     wr_count(b, n, compact)
     PyObject_GetBuffer(part_arr, &pv, PyBUF_SIMPLE)
@@ -896,16 +897,16 @@ cdef int _write(str t, object v, Buf* b) except -1:
         return wr_compact_nullable_bytes(b, v)
     if t == "tagged_fields":
         return wr_tags(b, None, v)
-    compact, nullable, elem = _pure.parse_array_type(t)
+    compact, nullable, elem = _rules.parse_array_type(t)
     if elem == "string":
         return wr_string_array(b, v, compact, nullable)
-    return wr_int_array(b, v, _pure.WIDTH[elem], compact, nullable)
+    return wr_int_array(b, v, _wire.WIDTH[elem], compact, nullable)
 
 
 def encode(str type_name, value):
-    """Encode one primitive value of `type_name` (see _pure.PRIMITIVE_TYPES)."""
+    """Encode one primitive value of `type_name` (see _rules.PRIMITIVE_TYPES)."""
     cdef Buf b
-    _pure.check_type_name(type_name)
+    _rules.check_type_name(type_name)
     open_buf(&b, 64)
     try:
         _write(type_name, value, &b)
@@ -977,10 +978,10 @@ cdef object _read(str t, Cursor* c):
         return rd_compact_nullable_bytes(c)
     if t == "tagged_fields":
         return rd_unknown_tags(c)
-    compact, nullable, elem = _pure.parse_array_type(t)
+    compact, nullable, elem = _rules.parse_array_type(t)
     if elem == "string":
         return rd_string_array(c, compact, nullable)
-    items = rd_int_array(c, _pure.WIDTH[elem], compact, nullable, 0)
+    items = rd_int_array(c, _wire.WIDTH[elem], compact, nullable, 0)
     if items is not None:
         PyObject_GC_Track(<PyObject*>items)  # whole: an ordinary list, as the pure codec's
     return items
@@ -988,7 +989,7 @@ cdef object _read(str t, Cursor* c):
 
 def decode(str type_name, data, offset=0):
     """Decode one primitive value at offset; returns (value, end offset)."""
-    _pure.check_type_name(type_name)
+    _rules.check_type_name(type_name)
     cdef Py_buffer view
     cdef Cursor c
     cdef int held = open_input(&c, data, &view)

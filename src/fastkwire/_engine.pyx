@@ -18,9 +18,10 @@ from fastkwire._core cimport *
 
 import threading as _threading
 
+from fastkwire import _wire
 from fastkwire import errors as _e
 from fastkwire._core import decode_options
-from fastkwire._pure import check_version
+from fastkwire._rules import check_version
 from fastkwire.columns import TaskOffsetColumns
 from fastkwire.errors import DecodeError, EncodeError
 
@@ -36,7 +37,7 @@ cdef extern from "Python.h":
     bint Py_IS_TYPE(object o, PyTypeObject* t)
 
 
-# Wire kinds of a field.
+# Wire kinds of a field (the wire table's K_ numbers: checked below).
 cdef enum:
     K_BOOL, K_I8, K_I16, K_I32, K_I64, K_U16, K_U32, K_F64, K_UUID,
     K_STRING, K_BYTES, K_STRUCT,
@@ -54,13 +55,16 @@ cdef enum:
     D_LIST,    # a new empty list; "default" means empty
     D_NEW      # a new struct of defaults (never-null struct fields); compared with ==
 
-cdef dict _SCALAR_KINDS = {
-    "bool": K_BOOL, "int8": K_I8, "int16": K_I16, "int32": K_I32, "int64": K_I64,
-    "uint16": K_U16, "uint32": K_U32, "float64": K_F64, "uuid": K_UUID,
-    "string": K_STRING, "bytes": K_BYTES, "records": K_BYTES,
-}
-cdef dict _WIDTHS = {K_BOOL: 1, K_I8: 1, K_I16: 2, K_I32: 4, K_I64: 8, K_U16: 2, K_U32: 4,
-                     K_F64: 8, K_UUID: 16}
+# The enums above are the wire table's numbers, or the module does not load.
+if ((K_BOOL, K_I8, K_I16, K_I32, K_I64, K_U16, K_U32, K_F64, K_UUID, K_STRING, K_BYTES,
+     K_STRUCT, K_STRUCTS, K_INTS, K_STRINGS, K_SCALARS) != tuple(range(16))
+        or (_wire.K_SCALARS, _wire.K_STRUCT) != (K_SCALARS, K_STRUCT)
+        or (D_VALUE, D_IS, D_LIST, D_NEW) != (_wire.D_VALUE, _wire.D_IS, _wire.D_LIST, _wire.D_NEW)
+        or (NUMPY_ARRAYS, RECORD_VIEWS) != (_wire.NUMPY_ARRAYS, _wire.RECORD_VIEWS)
+        or MAX_MESSAGE != _wire.MAX_MESSAGE):
+    raise ImportError("fastkwire._engine was built for another wire table (_wire.py)")
+
+cdef dict _WIDTHS = {p.kind: p.width for p in _wire.PRIMITIVES.values() if p.width is not None}
 
 
 cdef struct Field:
@@ -117,7 +121,9 @@ cdef Py_ssize_t slot_offset(object cls, str name) except -1:
 
 
 cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep) except -1:
-    from fastkwire._layout import makes_struct, version_text  # not at import: see _classes
+    """A Field from a layout's Op: its kinds as the layout worked them out (the wire
+    table's numbers), its slot, its default and its nested plan."""
+    from fastkwire._layout import version_text  # not at import: see _classes
     field = op.field
     f.offset = slot_offset(cls, op.name)
     f.compact = op.compact
@@ -127,48 +133,35 @@ cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep
     name = op.name
     keep.append(name)
     f.name = <PyObject*>name
+    f.dflt = op.default_kind
     d = op.default
-    if makes_struct(field):
-        f.dflt = D_NEW
+    if f.dflt == D_NEW:
         d = root._CLASSES[field.struct.name]
-    elif d == [] and type(d) is list:
-        f.dflt = D_LIST
+    elif f.dflt == D_LIST:
         d = None
-    elif d is None or d is True or d is False:
-        f.dflt = D_IS
-    else:
-        f.dflt = D_VALUE
     keep.append(d)
     f.default = <PyObject*>d
     versions = version_text(field.versions)
     keep.append(versions)
     f.versions = <PyObject*>versions
-    elem = field.element_type
     f.records = field.type == "records"
     if op.mode == "absent":
         return 0  # only its default and its slot are used
-    if op.sub is not None:
+    f.kind = op.kind
+    if f.kind == K_STRUCT or f.kind == K_STRUCTS:
+        if op.sub is None:
+            raise ValueError(f"{op.name}: a struct field without a layout")
         sub = compile_layout(root, op.sub, memo)
         keep.append(sub)
         f.sub = <PyObject*>sub
         f.cls = <PyObject*>(<Plan>sub).cls
-        f.kind = K_STRUCTS if field.is_array else K_STRUCT
         f.columns = op.columns is not None
-    elif field.is_array:
-        if elem in ("int16", "int32", "int64"):
-            f.kind = K_INTS
-            f.elem = _WIDTHS[_SCALAR_KINDS[elem]]
-        elif elem == "string":
-            f.kind = K_STRINGS
-        else:
-            f.kind = K_SCALARS
-            f.elem = _SCALAR_KINDS[elem]
-            if f.elem not in _WIDTHS:
-                raise NotImplementedError(f"arrays of {elem}")
-    elif field.is_struct:
-        raise ValueError(f"{op.name}: a struct field without a layout")
-    else:
-        f.kind = _SCALAR_KINDS[field.type]
+    elif f.kind == K_INTS:
+        f.elem = op.width
+    elif f.kind == K_SCALARS:
+        if op.width is None:
+            raise NotImplementedError(f"arrays of {field.element_type}")
+        f.elem = op.elem_kind
     return 0
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from . import _pure, _schema
+from . import _pure, _schema, _wire
 from ._explain_apis import api_names, header_versions, request_schemas, response_schemas
 from ._layout import layouts
 
@@ -26,8 +26,8 @@ def example_names() -> list[str]:
 
 
 def _write_zero(out, type_, compact):
-    if type_ in _pure.WIDTH:
-        out += bytes(_pure.WIDTH[type_])
+    if type_ in _wire.WIDTH:
+        out += bytes(_wire.WIDTH[type_])
     elif type_ == "string":
         _pure.w_compact_string(out, "") if compact else _pure.w_string(out, "")
     else:   # bytes; records too (none of the schemas here carry records)

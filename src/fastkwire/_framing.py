@@ -2,7 +2,7 @@
 import struct
 
 from . import errors as _e
-from ._pure import byte_view
+from ._rules import byte_view
 from .errors import DecodeError
 
 _SIZE = struct.Struct(">i")

@@ -8,9 +8,11 @@ engine compiles each distinct layout once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from . import _schema as S
+from . import _wire as W
+from ._wire import min_size
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,6 +34,46 @@ class Op:
     def default(self):
         return default_value(self.field)
 
+    # The wire table's numbers for this field, worked out here once: the compiled engine
+    # copies them into its plans.
+    @cached_property
+    def kind(self) -> int:
+        """How the field travels: one of _wire's K_ kinds."""
+        f = self.field
+        if f.is_struct:
+            return W.K_STRUCTS if f.is_array else W.K_STRUCT
+        if f.is_array:
+            elem = f.element_type
+            return (W.K_INTS if elem in W.BULK_INTS else W.K_STRINGS if elem == "string"
+                    else W.K_SCALARS)
+        return W.PRIMITIVES[f.type].kind
+
+    @cached_property
+    def elem_kind(self) -> int | None:
+        """The kind of an array's elements (None for structs and non-arrays)."""
+        f = self.field
+        if not f.is_array or f.is_struct:
+            return None
+        return W.PRIMITIVES[f.element_type].kind
+
+    @cached_property
+    def width(self) -> int | None:
+        """The fixed width of the value, or of an array's elements (None if not fixed)."""
+        f = self.field
+        return W.WIDTH.get(f.element_type if f.is_array else f.type)
+
+    @cached_property
+    def default_kind(self) -> int:
+        """How the default is made and tested: one of _wire's D_ kinds."""
+        if makes_struct(self.field):
+            return W.D_NEW
+        d = self.default
+        if d == [] and type(d) is list:
+            return W.D_LIST
+        if d is None or d is True or d is False:
+            return W.D_IS
+        return W.D_VALUE
+
     def min_size(self) -> int:
         """Fewest bytes the field takes on the wire (for 'count fits the bytes left')."""
         f = self.field
@@ -39,22 +81,13 @@ class Op:
             return 1 if self.compact else 4
         if f.is_struct:
             return 1 if self.nullable else self.sub.min_size
-        return _value_min_size(f.type, self.compact)
+        return min_size(f.type, self.compact)
 
     def element_min_size(self) -> int:
         """Fewest bytes one element of an array field takes."""
         if self.sub is not None:
             return self.sub.min_size
-        return _value_min_size(self.field.element_type, self.compact)
-
-
-def _value_min_size(type_: str, compact: bool) -> int:
-    """Fewest bytes a value of a primitive type takes."""
-    if type_ in S.FIXED_WIDTH:
-        return S.FIXED_WIDTH[type_]
-    if type_ == "string":
-        return 1 if compact else 2
-    return 1 if compact else 4  # bytes, records
+        return min_size(self.field.element_type, self.compact)
 
 
 @dataclass(eq=False)

@@ -9,7 +9,7 @@ int64 (magic 1 only), key and value (int32 length, -1 for null). A compressed me
 import struct
 import zlib
 
-from . import _compression
+from . import _compression, _wire
 from .errors import DecodeError
 from ._records_model import Record, RecordBatch
 
@@ -34,7 +34,7 @@ def _bytes(data, pos, end, seen=None, name=None):
     return bytes(data[pos:pos + n]), pos + n
 
 
-HEAD_FIELDS = [("offset", 8), ("message_size", 4), ("crc", 4), ("magic", 1), ("attributes", 1)]
+HEAD_FIELDS = _wire.LEGACY_HEAD
 
 
 def read_message(data, pos, check_crc, limit_of, inner=False, seen=None):

@@ -7,23 +7,17 @@ path; the struct writers add it). Readers take (data, pos, end), return
 import struct
 import uuid as _uuid
 
+from . import _bulk, _wire
 from . import errors as _e
-from .errors import DecodeError, EncodeError, UnsupportedVersionError
+from ._rules import (byte_view, check_offset, check_type_name, check_version, float_value,
+                     int_value, merge_tags, parse_array_type, raw_bytes, seq_len, tag_items,
+                     uuid_bytes)
+from ._wire import MAX_LENGTH, MAX_MESSAGE, MAX_STRING, MAX_TAG, NUMPY_ARRAYS, RANGE, RECORD_VIEWS, WIDTH
+from .columns import TaskOffsetColumns
+from .errors import DecodeError, EncodeError
 
-_S = {k: struct.Struct(">" + c) for k, c in
-      (("int8", "b"), ("int16", "h"), ("int32", "i"), ("int64", "q"),
-       ("uint16", "H"), ("uint32", "I"), ("float64", "d"))}
-WIDTH = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4,
-         "float64": 8, "bool": 1, "uuid": 16}
-RANGE = {"int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15) - 1),
-         "int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
-         "uint16": (0, (1 << 16) - 1), "uint32": (0, (1 << 32) - 1)}
-MAX_STRING = 0x7FFF
-# No message may be larger than a frame's int32 size can say.
-MAX_MESSAGE = 0x7FFFFFFF
-# The longest array or bytes value an int32 length, or a compact one (an unsigned varint
-# of n + 1, at most 32 bits), can carry.
-MAX_LENGTH = (0x7FFFFFFF, 0xFFFFFFFE)
+_S = {k: struct.Struct(">" + p.fmt) for k, p in _wire.PRIMITIVES.items()
+      if p.fmt is not None and k != "bool"}
 
 unpack_int8 = _S["int8"].unpack_from
 unpack_int16 = _S["int16"].unpack_from
@@ -36,33 +30,11 @@ unpack_float64 = _S["float64"].unpack_from
 
 # ---------------------------------------------------------------- writing
 
-def _int_value(kind, v):
-    if type(v) is not int:
-        if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise _e.wrong_type("int", v)
-        v = _index(v)
-    lo, hi = RANGE[kind]
-    if not lo <= v <= hi:
-        raise _e.out_of_range(kind, v)
-    return v
-
-
-def _index(v):
-    """v.__index__(), which must give an int (an int subclass counts as its value)."""
-    r = v.__index__()
-    if type(r) is not int:
-        if not isinstance(r, int):
-            raise EncodeError(f"__index__ of {type(v).__name__} returned "
-                              f"{type(r).__name__}, not int")
-        r = int.__index__(r)
-    return r
-
-
 def _make_int_writer(kind):
     pack = _S[kind].pack
 
     def write(out, v):
-        out += pack(_int_value(kind, v))
+        out += pack(int_value(kind, v))
     write.__name__ = f"w_{kind}"
     return write
 
@@ -79,15 +51,6 @@ def w_float64(out, v):
     out += _S["float64"].pack(float_value(v))
 
 
-def float_value(v):
-    if not isinstance(v, (float, int)) or isinstance(v, bool):
-        raise _e.wrong_type("float", v)
-    try:
-        return float(v)
-    except OverflowError:  # an int too large for a double
-        raise _e.out_of_range("float64", v) from None
-
-
 def w_bool(out, v):
     if v is not True and v is not False:
         raise _e.wrong_type("bool", v)
@@ -96,16 +59,6 @@ def w_bool(out, v):
 
 def w_uuid(out, v):
     out += uuid_bytes(v)
-
-
-def uuid_bytes(v):
-    """The 16 bytes of a UUID (a subclass could make .bytes anything)."""
-    if not isinstance(v, _uuid.UUID):
-        raise _e.wrong_type("uuid.UUID", v)
-    raw = v.bytes
-    if type(raw) is not bytes or len(raw) != 16:
-        raise EncodeError(f"{type(v).__name__}.bytes is not 16 bytes")
-    return raw
 
 
 def w_uvarint(out, v):
@@ -129,13 +82,13 @@ def w_uvarlong(out, v):
 
 def w_varint(out, v):
     """Zigzag-encoded signed 32-bit varint."""
-    v = _int_value("int32", v)
+    v = int_value("int32", v)
     w_uvarint(out, ((v << 1) ^ (v >> 31)) & 0xFFFFFFFF)
 
 
 def w_varlong(out, v):
     """Zigzag-encoded signed 64-bit varint."""
-    v = _int_value("int64", v)
+    v = int_value("int64", v)
     w_uvarlong(out, ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
@@ -208,22 +161,6 @@ def _raw(b):
     return raw_bytes(b)
 
 
-def raw_bytes(b):
-    """A bytes, bytearray or memoryview value (or subclass) as bytes, read once through
-    its buffer: every byte of it whatever its item format, and never through a
-    subclass's own __len__ or __bytes__."""
-    if not isinstance(b, (bytes, bytearray, memoryview)):
-        raise _e.wrong_type("bytes", b)
-    try:
-        view = memoryview(b)
-    except ValueError:  # a released memoryview
-        raise EncodeError(f"{type(b).__name__} cannot be read (released)") from None
-    with view:
-        if view.nbytes > MAX_MESSAGE:  # before the copy: a view can claim any size
-            raise _e.message_too_large()
-        return view.tobytes()
-
-
 def w_bytes(out, b):
     _put_legacy(out, _raw(b), 4)
 
@@ -260,70 +197,6 @@ def w_array_len(out, items, compact, nullable):
     else:
         w_count(out, n, compact)
     return n
-
-
-def seq_len(items):
-    """The number of items a list or tuple holds. A subclass is read as what it stores:
-    its own __len__ (which could say anything) is never called, nor __getitem__ or
-    __iter__ (see item_at)."""
-    t = type(items)
-    if t is list or t is tuple:
-        return len(items)
-    if isinstance(items, list):
-        return list.__len__(items)
-    if isinstance(items, tuple):
-        return tuple.__len__(items)
-    raise _e.wrong_type("list", items)
-
-
-def merge_tags(known, unknown):
-    """The tagged fields to write, checked, in tag order.
-
-    `known` is [(tag, payload)] of every tagged field the struct knows at this version,
-    the payload None where the field keeps its default (it is then not written);
-    `unknown` is the struct's {tag: bytes}, none of whose tags may be a known one (a
-    reader would take it for that field)."""
-    fields = [f for f in known or () if f[1] is not None]
-    if not unknown:
-        return fields
-    taken = {tag for tag, _ in known or ()}
-    for tag, payload in tag_items(unknown):
-        if tag in taken:
-            raise EncodeError(f"tag {tag} is also a known field", "unknown_tagged_fields")
-        fields.append((tag, payload))
-    fields.sort()
-    return fields
-
-
-def tag_items(unknown):
-    """[(tag, bytes)] of an unknown_tagged_fields dict: tags are ints in 0-2147483647
-    (what a reader accepts), values bytes-like. A dict subclass is read as it stores."""
-    if not isinstance(unknown, dict):
-        raise EncodeError(f"expected a dict of tag -> bytes, got {type(unknown).__name__}",
-                          "unknown_tagged_fields")
-    out = []
-    for tag, payload in list(dict.items(unknown)):
-        if type(tag) is not int or not 0 <= tag <= 0x7FFFFFFF:
-            shown = _e.show(tag) if type(tag) is int else f"of type {type(tag).__name__}"
-            raise EncodeError(f"tag {shown} is not an int in 0-2147483647", "unknown_tagged_fields")
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise EncodeError(f"tag {tag}: expected bytes, got {type(payload).__name__}",
-                              "unknown_tagged_fields")
-        try:
-            out.append((tag, _raw(payload)))
-        except EncodeError as x:
-            raise EncodeError(f"tag {tag}: {x.reason}", "unknown_tagged_fields") from None
-    return out
-
-
-def unknown_tags(value):
-    """unknown_tagged_fields as a struct keeps it: None when empty, else the dict itself,
-    its tags and values checked. Whether a tag is also a known field depends on the
-    version, so encoding checks that."""
-    if not value:
-        return None
-    tag_items(value)
-    return value
 
 
 def w_tags(out, known, unknown):
@@ -549,7 +422,7 @@ def r_tag_header(data, pos, end, last_tag):
     """Reads one tagged field's tag and size; returns (tag, size, payload_pos)."""
     start = pos
     tag, pos = r_uvarint(data, pos, end)
-    if tag > 0x7FFFFFFF:  # a tag is an int32 (Kafka reads larger ones as negative)
+    if tag > MAX_TAG:  # a tag is an int32 (Kafka reads larger ones as negative)
         raise _e.tag_too_large(start, tag)
     if tag <= last_tag:
         raise _e.tags_out_of_order(start, tag)
@@ -674,7 +547,7 @@ def w_int_array(out, items, kind, compact, nullable):
         for i in range(n):
             v = item_at(seq, i, n)
             if type(v) is not int or not lo <= v <= hi:
-                v = _int_value(kind, v)
+                v = int_value(kind, v)
             out += pack(v)
     except EncodeError as x:
         raise x.with_prefix(f"[{i}]") from None
@@ -695,8 +568,8 @@ def r_int_array(data, pos, end, kind, compact, nullable, arrays):
 # Task offsets in columns (arrays="numpy"): rows of string, int32 partition, int64 offset
 # and, in flexible versions, a tagged-field section.
 
-_TASK_OFFSET = struct.Struct(">iq")
-_TASK_FIELDS = ("subtopology_id", "partition", "offset", "")
+_TASK_OFFSET = struct.Struct(_wire.TASK_OFFSET_ROW)
+_TASK_FIELDS = _wire.TASK_OFFSET_FIELDS
 
 
 def r_task_offsets(data, pos, end, compact, nullable, flexible, min_size, item):
@@ -731,36 +604,13 @@ def r_task_offsets(data, pos, end, compact, nullable, flexible, min_size, item):
         raise x.with_prefix(_TASK_FIELDS[f]).with_prefix(f"[{i}]") from None
     import numpy as np
 
-    return _columns.TaskOffsetColumns._of(ids, np.array(parts, dtype="i4"),
+    return TaskOffsetColumns._of(ids, np.array(parts, dtype="i4"),
                                           np.array(offsets, dtype="i8"), unknown, item), pos
-
-
-def task_columns(cols):
-    """(subtopology ids, int32 column, int64 column, unknown tags) of TaskOffsetColumns,
-    as they are written. The lengths are measured first, from the lists' stored items
-    and the arrays' shapes (a huge zero-stride column fails before it is converted),
-    then each column is checked and copied to a fresh native array of exactly that
-    length; the ids stay the list they are (a change to it during encoding is an error)."""
-    ids = cols.subtopology_id
-    n = seq_len(ids)
-    parts = _bulk.column_input(cols.partition, "int32", "partition")
-    offsets = _bulk.column_input(cols.offset, "int64", "offset")
-    if _bulk.length(parts) != n or _bulk.length(offsets) != n:
-        raise EncodeError(f"columns differ in length: subtopology_id {n}, "
-                          f"partition {_bulk.length(parts)}, offset {_bulk.length(offsets)}")
-    parts = _bulk.column(parts, "int32", "partition")
-    offsets = _bulk.column(offsets, "int64", "offset")
-    if len(parts) != n or len(offsets) != n:
-        raise _e.changed_during_encode()
-    tags = cols.unknown_tagged_fields
-    if tags is not None and not isinstance(tags, dict):
-        raise _e.wrong_type("dict", tags).with_prefix("unknown_tagged_fields")
-    return ids, parts, offsets, tags
 
 
 def w_task_offsets(out, cols, compact, flexible):
     """TaskOffsetColumns in the layout of a TaskOffset array."""
-    ids, parts, offsets, tags = task_columns(cols)
+    ids, parts, offsets, tags = _bulk.task_columns(cols)
     n = seq_len(ids)
     w_count(out, n, compact)
     parts = parts.tolist()
@@ -782,36 +632,6 @@ def w_task_offsets(out, cols, compact, flexible):
 
 # ---------------------------------------------------------------- helpers for the codecs
 
-NUMPY_ARRAYS = 1  # decode option flags: arrays="numpy"
-RECORD_VIEWS = 2  # records="view"
-
-
-def check_arrays(arrays):
-    """`arrays=` of decode: "list" (default) or "numpy"; returns a flag."""
-    if arrays == "list":
-        return 0
-    if arrays == "numpy":
-        _bulk.require_numpy()
-        return NUMPY_ARRAYS
-    raise ValueError(f'arrays must be "list" or "numpy", not {arrays!r}')
-
-
-def decode_options(arrays, records):
-    """The flags of decode's `arrays=` and `records=` ("bytes", the default, or "view")."""
-    flags = 0 if arrays == "list" else check_arrays(arrays)
-    if records == "view":
-        return flags | RECORD_VIEWS
-    if records != "bytes":
-        raise ValueError(f'records must be "bytes" or "view", not {records!r}')
-    return flags
-
-
-def byte_view(data):
-    """The input as bytes, whatever buffer it came in (one copy for anything but bytes),
-    so that lengths and offsets count bytes and slices have .decode()."""
-    if type(data) is bytes:
-        return data
-    return memoryview(data).cast("B").tobytes()
 
 
 _WINDOW = 4096
@@ -849,20 +669,6 @@ def read_from(reader, data, offset, version, arrays):
             size *= 4
 
 
-def check_version(version):
-    """A version argument: an exact int in 0-32767 (not a bool, an int subclass or
-    anything with __index__), else UnsupportedVersionError. The compiled engine gives
-    this same error for any value (its version_of calls this to say it)."""
-    if type(version) is not int or not 0 <= version <= 0x7FFF:
-        raise UnsupportedVersionError(f"version must be an int in 0-32767, not {_e.show(version)}")
-    return version
-
-
-def check_offset(offset, end):
-    if type(offset) is not int or not 0 <= offset <= end:
-        raise ValueError(f"offset {offset!r} is outside the data (0-{end})")
-
-
 def finish(out):
     """An encoded message as bytes: no larger than a frame can carry."""
     if len(out) > MAX_MESSAGE:
@@ -897,35 +703,12 @@ def write_into(buffer, offset, encode, version):
             return n
 
 
-from . import _bulk  # noqa: E402 - numpy glue, imports numpy only when used
-from . import columns as _columns  # noqa: E402
 
 
 # ---------------------------------------------------------------- primitive API
 # encode(type, value) -> bytes and decode(type, data, offset=0) -> (value, end), the
 # same in _core; used by the primitive test vectors and by tools.
 
-_SCALARS = ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool", "uuid",
-            "varint", "varlong", "uvarint", "uvarlong",
-            "string", "nullable_string", "compact_string", "compact_nullable_string",
-            "bytes", "nullable_bytes", "compact_bytes", "compact_nullable_bytes",
-            "tagged_fields")
-_ELEMENTS = ("int16", "int32", "int64", "string")
-_ARRAY_PREFIXES = {"array": (False, False), "nullable_array": (False, True),
-                   "compact_array": (True, False), "compact_nullable_array": (True, True)}
-PRIMITIVE_TYPES = _SCALARS + tuple(f"{p}[{e}]" for p in _ARRAY_PREFIXES for e in _ELEMENTS)
-
-
-def check_type_name(type_name):
-    if type_name not in PRIMITIVE_TYPES:
-        raise ValueError(f"unknown primitive type {type_name!r}")
-
-
-def parse_array_type(type_name):
-    """'compact_nullable_array[int32]' -> (compact, nullable, 'int32')."""
-    prefix, _, rest = type_name.partition("[")
-    compact, nullable = _ARRAY_PREFIXES[prefix]
-    return compact, nullable, rest.rstrip("]")
 
 
 def encode(type_name, value):

@@ -11,16 +11,18 @@ from __future__ import annotations
 import struct
 import threading
 
-from . import _pure
+from . import _pure, _wire
 from . import errors as _e
-from ._pure import byte_view, check_version, decode_options, finish, read_from, write_into
+from ._pure import finish, read_from, write_into
+from ._rules import byte_view, check_version, decode_options
+from ._wire import NUMPY_ARRAYS, RECORD_VIEWS, WIDTH
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError
 
 BULK_INTS = ("int16", "int32", "int64")  # int arrays with the bulk (numpy) path
 # Unpackers of 0..126 big-endian ints of each kind: a compact array that short is read
 # inline with one call (Metadata's replica lists, partition numbers).
-_SHORT_ARRAYS = {k: tuple(struct.Struct(f">{n}{_pure._S[k].format[-1]}") for n in range(127))
+_SHORT_ARRAYS = {k: tuple(struct.Struct(f">{n}{_wire.PRIMITIVES[k].fmt}") for n in range(127))
                  for k in BULK_INTS}
 # Runs of these are packed and unpacked with one struct call.
 _FORMAT = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "uint32": "I"}
@@ -53,7 +55,7 @@ class _Namespace:
         self.env.update(_e=_e, _new=object.__new__, DecodeError=DecodeError, EncodeError=EncodeError,
                         _Slow=_Slow, _struct_error=struct.error,
                         TaskOffsetColumns=TaskOffsetColumns, item_at=_pure.item_at,
-                        NUMPY_ARRAYS=_pure.NUMPY_ARRAYS, RECORD_VIEWS=_pure.RECORD_VIEWS,
+                        NUMPY_ARRAYS=NUMPY_ARRAYS, RECORD_VIEWS=RECORD_VIEWS,
                         _SHORT_ARRAYS=_SHORT_ARRAYS)
         self.names = {}  # Layout -> function suffix
 
@@ -261,7 +263,7 @@ class _Writer:
                 out(f"{target} = _items", ind + 1)
             elif elem in BULK_INTS:
                 if op.compact:
-                    w = _pure.WIDTH[elem]
+                    w = WIDTH[elem]
                     out(f"if not arrays & NUMPY_ARRAYS and pos < {end} and 0 < (_b := data[pos]) < 0x80 "
                         f"and pos + (_b - 1) * {w} < {end}:", ind)
                     out(f"{target} = list(_SHORT_ARRAYS[{elem!r}][_b - 1].unpack_from(data, pos + 1))", ind + 1)

@@ -24,7 +24,7 @@ from libc.string cimport memcmp, memcpy, memmove, memset
 
 from fastkwire import errors as _e
 from fastkwire._records_model import BinaryColumn, HeaderColumns, Record, RecordColumns
-from fastkwire import _records_python
+from fastkwire import _records_python, _wire
 from fastkwire.errors import DecodeError
 
 
@@ -81,6 +81,22 @@ fkw_crc32c_setup()
 DEF MIN_RECORD = 7
 DEF MIN_HEADER = 2
 DEF HEADER = 61  # a batch's header, before its records
+# The wire table's numbers, or the module does not load.
+if (MIN_RECORD, MIN_HEADER, HEADER) != (_wire.MIN_RECORD, _wire.MIN_HEADER, _wire.BATCH_HEADER_SIZE):
+    raise ImportError("fastkwire._records was built for another wire table (_wire.py)")
+# Where encode_batch puts each header field.
+cdef Py_ssize_t AT_LENGTH = _wire.BATCH_OFFSETS["batch_length"]
+cdef Py_ssize_t AT_EPOCH = _wire.BATCH_OFFSETS["partition_leader_epoch"]
+cdef Py_ssize_t AT_MAGIC = _wire.BATCH_OFFSETS["magic"]
+cdef Py_ssize_t AT_CRC = _wire.BATCH_OFFSETS["crc"]
+cdef Py_ssize_t AT_ATTRIBUTES = _wire.BATCH_OFFSETS["attributes"]
+cdef Py_ssize_t AT_LAST_DELTA = _wire.BATCH_OFFSETS["last_offset_delta"]
+cdef Py_ssize_t AT_BASE_TS = _wire.BATCH_OFFSETS["base_timestamp"]
+cdef Py_ssize_t AT_MAX_TS = _wire.BATCH_OFFSETS["max_timestamp"]
+cdef Py_ssize_t AT_PRODUCER_ID = _wire.BATCH_OFFSETS["producer_id"]
+cdef Py_ssize_t AT_PRODUCER_EPOCH = _wire.BATCH_OFFSETS["producer_epoch"]
+cdef Py_ssize_t AT_SEQUENCE = _wire.BATCH_OFFSETS["base_sequence"]
+cdef Py_ssize_t AT_COUNT = _wire.BATCH_OFFSETS["record_count"]
 
 
 include "_records_crc.pxi"

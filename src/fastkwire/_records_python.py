@@ -3,13 +3,13 @@ read and written, and CRC32C. `_records.pyx` is its compiled twin, with the same
 checks in the same order, so both raise the same errors on the same bytes."""
 import struct
 
+from . import _wire
+
 from .errors import DecodeError, EncodeError, count_exceeds, invalid_utf8, truncated, varint_too_long
 from ._records_model import Record, RecordColumns
 
-# The smallest record: length, attributes, timestamp delta, offset delta, key length,
-# value length, header count: one byte each. A count is checked against it.
-MIN_RECORD = 7
-MIN_HEADER = 2  # key length, value length
+MIN_RECORD = _wire.MIN_RECORD  # a count of records is checked against it
+MIN_HEADER = _wire.MIN_HEADER
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -359,7 +359,7 @@ def encode_records(records, base_offset, now):
     return bytes(out), len(records), delta, first, max(stamps)
 
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+_HEADER = struct.Struct(">" + "".join(fmt for _, fmt in _wire.BATCH_HEADER))
 
 
 def encode_batch(records, base_offset, now, partition_leader_epoch, attributes, producer_id,

@@ -498,20 +498,20 @@ def encode_batch(records, int64_t base_offset, int64_t now, int32_t partition_le
         if w.used - 12 > 0x7FFFFFFF:
             raise _e.EncodeError("the batch would exceed 2147483647 bytes")
         put_be(w.buf, <uint64_t>base_offset, 8)
-        put_be(w.buf + 8, <uint64_t>(w.used - 12), 4)
-        put_be(w.buf + 12, <uint64_t><uint32_t>partition_leader_epoch, 4)
-        w.buf[16] = 2
-        put_be(w.buf + 21, <uint64_t><uint16_t>attributes, 2)
-        put_be(w.buf + 23, <uint64_t><uint32_t><int32_t>last_delta, 4)
-        put_be(w.buf + 27, <uint64_t><int64_t>first, 8)
-        put_be(w.buf + 35, <uint64_t><int64_t>top, 8)
-        put_be(w.buf + 43, <uint64_t>producer_id, 8)
-        put_be(w.buf + 51, <uint64_t><uint16_t>producer_epoch, 2)
-        put_be(w.buf + 53, <uint64_t><uint32_t>base_sequence, 4)
-        put_be(w.buf + 57, <uint64_t><uint32_t><int32_t>count, 4)
+        put_be(w.buf + AT_LENGTH, <uint64_t>(w.used - 12), 4)
+        put_be(w.buf + AT_EPOCH, <uint64_t><uint32_t>partition_leader_epoch, 4)
+        w.buf[AT_MAGIC] = 2
+        put_be(w.buf + AT_ATTRIBUTES, <uint64_t><uint16_t>attributes, 2)
+        put_be(w.buf + AT_LAST_DELTA, <uint64_t><uint32_t><int32_t>last_delta, 4)
+        put_be(w.buf + AT_BASE_TS, <uint64_t><int64_t>first, 8)
+        put_be(w.buf + AT_MAX_TS, <uint64_t><int64_t>top, 8)
+        put_be(w.buf + AT_PRODUCER_ID, <uint64_t>producer_id, 8)
+        put_be(w.buf + AT_PRODUCER_EPOCH, <uint64_t><uint16_t>producer_epoch, 2)
+        put_be(w.buf + AT_SEQUENCE, <uint64_t><uint32_t>base_sequence, 4)
+        put_be(w.buf + AT_COUNT, <uint64_t><uint32_t><int32_t>count, 4)
         with nogil:
-            crc = fkw_crc32c(0, w.buf + 21, w.used - 21)
-        put_be(w.buf + 17, crc, 4)
+            crc = fkw_crc32c(0, w.buf + AT_ATTRIBUTES, w.used - AT_ATTRIBUTES)
+        put_be(w.buf + AT_CRC, crc, 4)
         return w_take(&w)
     finally:
         w_close(&w)

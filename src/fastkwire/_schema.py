@@ -11,18 +11,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from . import _wire
+
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 
-PRIMITIVES = {
-    "int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool", "uuid",
-    "string", "bytes", "records",
-}
+PRIMITIVES = frozenset(_wire.PRIMITIVES)
 NULL_UUID = uuid.UUID(int=0)
-# Fixed wire widths, used for the "count fits in the bytes left" checks too.
-FIXED_WIDTH = {
-    "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4,
-    "float64": 8, "bool": 1, "uuid": 16,
-}
+FIXED_WIDTH = _wire.WIDTH  # the wire widths of the fixed-width types
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sys
 
-from . import _explain_text, _pure
+from . import _explain_text, _pure, _wire
 from ._explain_apis import api_names, header_versions, request_schemas, response_schemas
 from ._explain_examples import example, example_names
 from ._explain_text import hex_layout, render, render_tree, to_json
@@ -285,7 +285,7 @@ def _items(op):
         plan = _plan(op.sub)
         return (lambda w: w.skip_struct(plan)), None
     elem = op.field.element_type
-    return _skip_value(_reader(elem, op.compact, False)), _pure.WIDTH.get(elem)
+    return _skip_value(_reader(elem, op.compact, False)), _wire.WIDTH.get(elem)
 
 
 def _skip_value(read):
