@@ -67,17 +67,19 @@ def _field_kind(f) -> int:
 
 def _make_init(struct, module: str, classes: dict):
     """A keyword-only __init__ with the schema's defaults, compiled once per class."""
-    from ._layout import default_value, makes_struct
+    from . import _wire
+    from ._layout import default_kind, default_value
 
     params, body, env = ["self", "*"], [], {"_DEFAULT": _DEFAULT, "_check": unknown_tags}
     for i, f in enumerate(struct.fields):
         d = default_value(f)
         name = f.py_name
-        if makes_struct(f):
+        kind = default_kind(f)
+        if kind == _wire.D_NEW:
             env[f"_s{i}"] = classes[f.struct.name]
             params.append(f"{name}=_DEFAULT")
             body.append(f"    self.{name} = _s{i}() if {name} is _DEFAULT else {name}")
-        elif d == []:
+        elif kind == _wire.D_LIST:
             params.append(f"{name}=_DEFAULT")
             body.append(f"    self.{name} = [] if {name} is _DEFAULT else {name}")
         else:

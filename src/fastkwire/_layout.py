@@ -64,15 +64,7 @@ class Op:
 
     @cached_property
     def default_kind(self) -> int:
-        """How the default is made and tested: one of _wire's D_ kinds."""
-        if makes_struct(self.field):
-            return W.D_NEW
-        d = self.default
-        if d == [] and type(d) is list:
-            return W.D_LIST
-        if d is None or d is True or d is False:
-            return W.D_IS
-        return W.D_VALUE
+        return default_kind(self.field)
 
     def min_size(self) -> int:
         """Fewest bytes the field takes on the wire (for 'count fits the bytes left')."""
@@ -116,6 +108,19 @@ def default_value(f: S.Field):
     """The Python default of a field (a new empty list for arrays)."""
     d = f.default_value()
     return [] if d == [] else d
+
+
+def default_kind(f: S.Field) -> int:
+    """How a field's default is made and tested, one of _wire's D_ kinds: the one
+    answer that the engines, the classes' constructors and explain all use."""
+    if makes_struct(f):
+        return W.D_NEW
+    d = f.default_value()
+    if d == [] and type(d) is list:
+        return W.D_LIST
+    if d is None or d is True or d is False:
+        return W.D_IS
+    return W.D_VALUE
 
 
 def makes_struct(f: S.Field) -> bool:

@@ -106,24 +106,23 @@ class _Writer:
         return self.ns.const(self.ns.classes[struct.name])
 
     def default_expr(self, op):
-        if L.makes_struct(op.field):
+        kind = op.default_kind
+        if kind == _wire.D_NEW:
             return f"{self.cls(op.field.struct)}()"
-        d = L.default_value(op.field)
-        if d == []:
+        if kind == _wire.D_LIST:
             return "[]"
+        d = L.default_value(op.field)
         if d is None or isinstance(d, (bool, int, float, str, bytes)):
             return repr(d)
         return self.ns.const(d)
 
     def default_test(self, op, expr):
         """A Python expression that is true when expr holds the field's default."""
-        d = op.field.default_value()
-        if L.makes_struct(op.field):
-            return f"{expr} == {self.default_expr(op)}"
-        if d == []:
+        kind = op.default_kind
+        if kind == _wire.D_LIST:
             return f"not {expr}"
-        if d is None or isinstance(d, bool):
-            return f"{expr} is {d!r}"
+        if kind == _wire.D_IS:
+            return f"{expr} is {op.field.default_value()!r}"
         return f"{expr} == {self.default_expr(op)}"
 
     # ---- writing

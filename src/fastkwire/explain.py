@@ -29,7 +29,7 @@ from . import _explain_text, _pure, _wire
 from ._explain_apis import api_names, header_versions, request_schemas, response_schemas
 from ._explain_examples import example, example_names
 from ._explain_text import hex_layout, render, render_tree, to_json
-from ._layout import layouts, makes_struct, version_text
+from ._layout import default_kind, layouts, version_text
 from .error_codes import error_name
 from .errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
 
@@ -106,7 +106,7 @@ class Node:
 
 def _default_dict(f):
     """A field's default as to_dict() shows it (a never-null struct: its fields' defaults)."""
-    if makes_struct(f):
+    if default_kind(f) == _wire.D_NEW:
         return {g.py_name: _default_dict(g) for g in f.struct.fields}
     return f.default_value()
 
