@@ -23,15 +23,13 @@ The tree's text forms are in `_explain_text`, the built-in examples in
 """
 from __future__ import annotations
 
-import sys
-
-from . import _explain_text, _pure, _wire
-from ._explain_apis import api_names, header_versions, request_schemas, response_schemas
-from ._explain_examples import example, example_names
-from ._explain_text import hex_layout, render, render_tree, to_json
-from ._layout import default_kind, layouts, version_text
-from .error_codes import error_name
-from .errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
+from .. import _explain_text, _pure, _wire
+from .._explain_apis import api_names, header_versions, request_schemas, response_schemas
+from .._explain_examples import example, example_names
+from .._explain_text import hex_layout, render, render_tree, to_json
+from .._layout import default_kind, layouts, version_text
+from ..error_codes import error_name
+from ..errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
 
 __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_layout",
            "render", "to_json"]
@@ -389,7 +387,7 @@ class _Walker:
     # checked as the Kafka message is (a broken batch is a note, not a broken frame).
 
     def record_batches(self, node):
-        from . import records       # on first use: most frames carry no records
+        from .. import records       # on first use: most frames carry no records
         start = node.end - len(node.value)
         length = self.open(node, "length", "", node.offset, "the records' size in bytes")
         length.size, length.value, length.display = start - node.offset, len(node.value), _show_value
@@ -674,8 +672,3 @@ def _request_plan(w: _Walker):
     msg = request_schemas().get(key)
     flexible = msg is not None and msg.is_flexible(version)
     return msg, version, "RequestHeader", 2 if flexible else 1
-
-
-if __name__ == "__main__":   # python -m fastkwire.explain: the command line lives in cli
-    from .cli import explain_main
-    sys.exit(explain_main())

@@ -1,7 +1,7 @@
 """Types of fastkwire.explain: the annotated byte layout of a frame."""
 from collections.abc import Iterator
 
-from .errors import DecodeError
+from ..errors import DecodeError
 
 __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_layout",
            "render", "to_json"]
