@@ -374,7 +374,7 @@ def apply_newer(messages, newer, label, warn, taken):
         their_versions = versions_of(theirs["versions"])
         for v in sorted(both):
             lines = compare_newer(msg, msg["fields"], theirs, theirs["fields"], v, their_versions,
-                                  f"{name} v{v}", warn, what)
+                                  f"{name} v{v}", lambda w: warn(f"{w} ({label})"), what)
             for line in lines:
                 warn(f"{line} ({label}; not applied)")
         if what:
@@ -397,7 +397,7 @@ def compare_newer(msg, fields, theirs, their_fields, version, their_versions, wh
                 f["ignorable"] = True
             else:
                 del f["ignorable"]
-            warn(f"{where}.{f['name']}: ignorable {bool(t.get('ignorable'))} (newer Kafka)")
+            warn(f"{where}.{f['name']}: ignorable {bool(t.get('ignorable'))}, as the newer Kafka has it")
             what.add("ignorable flags")
         sub = f.get("fields", shared.get(f["type"].removeprefix("[]")))
         their_sub = t.get("fields", their_shared.get(t["type"].removeprefix("[]")))
@@ -1252,13 +1252,15 @@ def source_definitions(source):
     directory = kafka_python_dir() if source == "kafka-python" else Path(source)
     if directory is None or not directory.is_dir():
         raise ConversionError(f"no definitions at {source!r}: give kio, kafka-python or a directory")
+    converted = {}
     for path in sorted(directory.glob("*.json")):
         raw = read_kafka(path)
-        if raw.get("type") not in ("request", "response", "header"):
-            continue
-        msg = convert_message(raw, path.name)
-        out[msg["name"]] = (msg, True, {v: lambda v=v, m=msg: definition_facts(m, v)
-                                        for v in versions_of(msg["versions"])})
+        if raw.get("type") in ("request", "response", "header"):
+            converted[raw["name"]] = convert_message(raw, path.name)
+    mark_responses_unstable(converted)
+    for name, msg in converted.items():
+        out[name] = (msg, True, {v: lambda v=v, m=msg: definition_facts(m, v)
+                                 for v in versions_of(msg["versions"])})
     return out
 
 
@@ -1289,7 +1291,7 @@ def drift(source, schema_dir):
             flex = in_range(parse_range(msg["flexible"]), v), in_range(parse_range(theirs["flexible"]), v)
             if flex[0] != flex[1]:
                 lines.append(f"{where} v{v}: flexible ours {flex[0]}, source {flex[1]}")
-            if source != "kio":
+            if source != "kio" and msg.get("api_key") not in PREVIEW_APIS:   # ours: every version
                 unstable = [in_range(parse_range(m.get("unstable", "none")), v) for m in (msg, theirs)]
                 if unstable[0] != unstable[1]:
                     lines.append(f"{where} v{v}: unstable ours {unstable[0]}, source {unstable[1]}")
@@ -1297,7 +1299,25 @@ def drift(source, schema_dir):
     for name in sorted(set(ours) - matched):
         if source != "kio" or ours[name]["kind"] != "header":
             lines.append(f"{name}: the source does not have it")
-    return lines
+    return collapse(lines)
+
+
+def collapse(lines):
+    """The same difference in consecutive versions as one line: "X v0-9.F: ..."."""
+    out, groups = [], {}
+    for line in lines:
+        m = re.fullmatch(r"(\w+) v(\d+)([.:].*)", line)
+        if m is None:
+            out.append((line, None))
+            continue
+        key = (m[1], m[3])
+        if key not in groups:
+            groups[key] = []
+            out.append((None, key))
+        groups[key].append(int(m[2]))
+    return [line if key is None else ", ".join(
+        f"{key[0]} v{format_range(r)}{key[1]}" for r in runs(sorted(groups[key])))
+        for line, key in out]
 
 
 def runs(numbers):
