@@ -8135,7 +8135,6 @@ class StreamsGroupDescribeResponse:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
     class KeyValue:
-        """One key and value."""
         key: str
         value: str
         unknown_tagged_fields: dict[int, bytes]
@@ -8147,7 +8146,6 @@ class StreamsGroupDescribeResponse:
         @classmethod
         def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
     class TaskIds:
-        """Tasks of one subtopology."""
         subtopology_id: str
         partitions: list[int]
         unknown_tagged_fields: dict[int, bytes]
@@ -8159,7 +8157,6 @@ class StreamsGroupDescribeResponse:
         @classmethod
         def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
     class Assignment:
-        """Tasks by role."""
         active_tasks: list[StreamsGroupDescribeResponse.TaskIds]
         standby_tasks: list[StreamsGroupDescribeResponse.TaskIds]
         warmup_tasks: list[StreamsGroupDescribeResponse.TaskIds]
@@ -8172,7 +8169,6 @@ class StreamsGroupDescribeResponse:
         @classmethod
         def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
     class TaskOffset:
-        """Offset of one task."""
         subtopology_id: str
         partition: int
         offset: int
@@ -8185,7 +8181,6 @@ class StreamsGroupDescribeResponse:
         @classmethod
         def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
     class TopicInfo:
-        """An internal topic of the topology."""
         name: str
         partitions: int
         replication_factor: int
