@@ -862,7 +862,7 @@ class AlterReplicaLogDirsResponse:
 
 
 class AlterShareGroupOffsetsRequest:
-    """Sets the start offsets of a share group's partitions (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Sets the start offsets of a share group's partitions (KIP-932)."""
     group_id: str
     topics: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic]
     unknown_tagged_fields: dict[int, bytes]
@@ -913,7 +913,7 @@ class AlterShareGroupOffsetsRequest:
 
 
 class AlterShareGroupOffsetsResponse:
-    """Result of altering a share group's start offsets, per partition. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Result of altering a share group's start offsets, per partition."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -2582,7 +2582,7 @@ class DeleteRecordsResponse:
 
 
 class DeleteShareGroupOffsetsRequest:
-    """Removes a share group's offsets for whole topics (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Removes a share group's offsets for whole topics (KIP-932)."""
     group_id: str
     topics: list[DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic]
     unknown_tagged_fields: dict[int, bytes]
@@ -2621,7 +2621,7 @@ class DeleteShareGroupOffsetsRequest:
 
 
 class DeleteShareGroupOffsetsResponse:
-    """Result of deleting a share group's offsets, per topic. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Result of deleting a share group's offsets, per topic."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -2665,7 +2665,7 @@ class DeleteShareGroupOffsetsResponse:
 
 
 class DeleteShareGroupStateRequest:
-    """Broker to share coordinator: remove the state of share partitions (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Broker to share coordinator: remove the state of share partitions (KIP-932)."""
     group_id: str
     topics: list[DeleteShareGroupStateRequest.DeleteStateData]
     unknown_tagged_fields: dict[int, bytes]
@@ -2715,7 +2715,7 @@ class DeleteShareGroupStateRequest:
 
 
 class DeleteShareGroupStateResponse:
-    """Result of removing share partition state. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Result of removing share partition state."""
     results: list[DeleteShareGroupStateResponse.DeleteStateResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[DeleteShareGroupStateResponse.DeleteStateResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -3768,7 +3768,7 @@ class DescribeQuorumResponse:
 
 
 class DescribeShareGroupOffsetsRequest:
-    """Asks for the start offsets of share groups' partitions (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Asks for the start offsets of share groups' partitions (KIP-932)."""
     groups: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, groups: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -3818,7 +3818,7 @@ class DescribeShareGroupOffsetsRequest:
 
 
 class DescribeShareGroupOffsetsResponse:
-    """Start offsets (and, from v1, lag) of share groups' partitions. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Start offsets (and, from v1, lag) of share groups' partitions."""
     throttle_time_ms: int
     groups: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup]
     unknown_tagged_fields: dict[int, bytes]
@@ -5316,7 +5316,7 @@ class InitProducerIdResponse:
 
 
 class InitializeShareGroupStateRequest:
-    """Broker to share coordinator: create the state of share partitions (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Broker to share coordinator: create the state of share partitions (KIP-932)."""
     group_id: str
     topics: list[InitializeShareGroupStateRequest.InitializeStateData]
     unknown_tagged_fields: dict[int, bytes]
@@ -5368,7 +5368,7 @@ class InitializeShareGroupStateRequest:
 
 
 class InitializeShareGroupStateResponse:
-    """Result of creating share partition state. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Result of creating share partition state."""
     results: list[InitializeShareGroupStateResponse.InitializeStateResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[InitializeShareGroupStateResponse.InitializeStateResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -6935,7 +6935,7 @@ class PushTelemetryResponse:
 
 
 class ReadShareGroupStateRequest:
-    """Broker to share coordinator: read the state of share partitions (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Broker to share coordinator: read the state of share partitions (KIP-932)."""
     group_id: str
     topics: list[ReadShareGroupStateRequest.ReadStateData]
     unknown_tagged_fields: dict[int, bytes]
@@ -6986,7 +6986,7 @@ class ReadShareGroupStateRequest:
 
 
 class ReadShareGroupStateResponse:
-    """State of share partitions: start offset and acknowledged batches. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). State of share partitions: start offset and acknowledged batches."""
     results: list[ReadShareGroupStateResponse.ReadStateResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[ReadShareGroupStateResponse.ReadStateResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -7053,7 +7053,7 @@ class ReadShareGroupStateResponse:
 
 
 class ReadShareGroupStateSummaryRequest:
-    """Broker to share coordinator: read a summary of share partition state (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Broker to share coordinator: read a summary of share partition state (KIP-932)."""
     group_id: str
     topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData]
     unknown_tagged_fields: dict[int, bytes]
@@ -7104,7 +7104,7 @@ class ReadShareGroupStateSummaryRequest:
 
 
 class ReadShareGroupStateSummaryResponse:
-    """Summary of share partition state: epochs and start offset. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Summary of share partition state: epochs and start offset."""
     results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -7445,7 +7445,7 @@ class SaslHandshakeResponse:
 
 
 class ShareAcknowledgeRequest:
-    """Acknowledges records a share group member fetched (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Acknowledges records a share group member fetched (KIP-932)."""
     group_id: str | None
     member_id: str | None
     share_session_epoch: int
@@ -7511,7 +7511,7 @@ class ShareAcknowledgeRequest:
 
 
 class ShareAcknowledgeResponse:
-    """Result of acknowledging share group records, per partition. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Result of acknowledging share group records, per partition."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -7592,7 +7592,7 @@ class ShareAcknowledgeResponse:
 
 
 class ShareFetchRequest:
-    """Fetches records for a share group member, acknowledging earlier ones (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Fetches records for a share group member, acknowledging earlier ones (KIP-932)."""
     group_id: str | None
     member_id: str | None
     share_session_epoch: int
@@ -7677,7 +7677,7 @@ class ShareFetchRequest:
 
 
 class ShareFetchResponse:
-    """Records acquired for a share group member, per partition. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Records acquired for a share group member, per partition."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -7774,7 +7774,7 @@ class ShareFetchResponse:
 
 
 class ShareGroupDescribeRequest:
-    """Asks a group coordinator to describe share groups (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Asks a group coordinator to describe share groups (KIP-932)."""
     group_ids: list[str]
     include_authorized_operations: bool
     unknown_tagged_fields: dict[int, bytes]
@@ -7803,7 +7803,7 @@ class ShareGroupDescribeRequest:
 
 
 class ShareGroupDescribeResponse:
-    """The coordinator's description of each share group asked about. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). The coordinator's description of each share group asked about."""
     throttle_time_ms: int
     groups: list[ShareGroupDescribeResponse.DescribedGroup]
     unknown_tagged_fields: dict[int, bytes]
@@ -7888,7 +7888,7 @@ class ShareGroupDescribeResponse:
 
 
 class ShareGroupHeartbeatRequest:
-    """Periodic check-in of a share group member with its coordinator (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Periodic check-in of a share group member with its coordinator (KIP-932)."""
     group_id: str
     member_id: str
     member_epoch: int
@@ -7920,7 +7920,7 @@ class ShareGroupHeartbeatRequest:
 
 
 class ShareGroupHeartbeatResponse:
-    """Coordinator's answer to a share group heartbeat: membership and assignment. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Coordinator's answer to a share group heartbeat: membership and assignment."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -8094,7 +8094,7 @@ class StopReplicaResponse:
 
 
 class StreamsGroupDescribeRequest:
-    """Asks a group coordinator to describe streams groups (KIP-1071). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Asks a group coordinator to describe streams groups (KIP-1071)."""
     group_ids: list[str]
     include_authorized_operations: bool
     unknown_tagged_fields: dict[int, bytes]
@@ -8123,7 +8123,7 @@ class StreamsGroupDescribeRequest:
 
 
 class StreamsGroupDescribeResponse:
-    """The coordinator's description of each streams group asked about: topology, members, assignments. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). The coordinator's description of each streams group asked about: topology, members, assignments."""
     throttle_time_ms: int
     groups: list[StreamsGroupDescribeResponse.DescribedGroup]
     unknown_tagged_fields: dict[int, bytes]
@@ -8294,7 +8294,7 @@ class StreamsGroupDescribeResponse:
 
 
 class StreamsGroupHeartbeatRequest:
-    """Periodic check-in of a Kafka Streams member with its group coordinator (KIP-1071). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Periodic check-in of a Kafka Streams member with its group coordinator (KIP-1071)."""
     group_id: str
     member_id: str
     member_epoch: int
@@ -8438,7 +8438,7 @@ class StreamsGroupHeartbeatRequest:
 
 
 class StreamsGroupHeartbeatResponse:
-    """Coordinator's answer to a streams heartbeat: membership state and task assignment. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Coordinator's answer to a streams heartbeat: membership state and task assignment."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -9197,7 +9197,7 @@ class VoteResponse:
 
 
 class WriteShareGroupStateRequest:
-    """Broker to share coordinator: write the state of share partitions (KIP-932). A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Broker to share coordinator: write the state of share partitions (KIP-932)."""
     group_id: str
     topics: list[WriteShareGroupStateRequest.WriteStateData]
     unknown_tagged_fields: dict[int, bytes]
@@ -9265,7 +9265,7 @@ class WriteShareGroupStateRequest:
 
 
 class WriteShareGroupStateResponse:
-    """Result of writing share partition state. A preview API: Kafka may still change its versions (marked unstable)."""
+    """Preview API, may still change (unstable). Result of writing share partition state."""
     results: list[WriteShareGroupStateResponse.WriteStateResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[WriteShareGroupStateResponse.WriteStateResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
