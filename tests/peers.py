@@ -144,16 +144,12 @@ def _plain(value):
 
 # Kafka renamed these after the definitions ours follow, keeping the bytes; kio has the
 # new names in every version. API: ours -> kio's module; field: (kio's module, kio's
-# class, kio's field) -> our snake_case name.
-KIO_API_NAMES = {
-    # KIP-1142: ListClientMetricsResources became ListConfigResources (API key 74)
-    "ListClientMetricsResources": "list_config_resources",
-}
+# class, kio's field) -> our snake_case name. (API 74, which Kafka renamed from
+# ListClientMetricsResources to ListConfigResources, is defined under the new names now.)
+KIO_API_NAMES: dict[str, str] = {}
 KIO_FIELD_NAMES = {
-    ("list_config_resources.response", "ListConfigResourcesResponse", "config_resources"):
-        "client_metrics_resources",
-    ("list_config_resources.response", "ConfigResource", "resource_name"): "name",
-    # KIP-996 (pre-vote): the sender of a Vote request is a replica, not yet a candidate
+    # KIP-996 (pre-vote): the sender of a Vote request is a replica, not yet a candidate;
+    # ours keep the older names (the bytes are the same)
     ("vote.request", "PartitionData", "replica_epoch"): "candidate_epoch",
     ("vote.request", "PartitionData", "replica_id"): "candidate_id",
     ("vote.request", "PartitionData", "replica_directory_id"): "candidate_directory_id",
@@ -584,11 +580,13 @@ PEER_RELEASES = {
 PEER_GAPS = {
     ("kio", "RequestHeader", 0): "kio has request header v1-2 only (v0 lacks ClientId)",
     ("kafka-python", "RequestHeader", 0): "kafka-python declares request header versions 1-2",
-    ("kafka-python", "StreamsGroupHeartbeatRequest", 0): "kafka-python 3 has no StreamsGroupHeartbeat (KIP-1071)",
-    ("kafka-python", "StreamsGroupHeartbeatResponse", 0): "kafka-python 3 has no StreamsGroupHeartbeat (KIP-1071)",
-    **{("kafka-python", f"ListClientMetricsResources{kind}", v): (
-        "kafka-python 3.0.12 ships the JSON of API 74 (as ListConfigResources) but defines no "
-        "message class for it") for kind in ("Request", "Response") for v in (0, 1)},
+    **{("kafka-python", f"{api}{kind}", v): (
+        f"kafka-python 3.0.12 has no {api} ({kip}): neither a message class nor its JSON")
+       for api, kip, top in (("StreamsGroupHeartbeat", "KIP-1071", 0), ("StreamsGroupDescribe", "KIP-1071", 0),
+                             ("DescribeShareGroupOffsets", "KIP-932", 1),
+                             ("AlterShareGroupOffsets", "KIP-932", 0),
+                             ("DeleteShareGroupOffsets", "KIP-932", 0))
+       for kind in ("Request", "Response") for v in range(top + 1)},
 }
 
 
@@ -599,14 +597,11 @@ def _missing_reason(peer: str, name: str) -> str:
     return f"{PEER_RELEASES[peer]} has {name} v{has[0]}-{has[-1]} only"
 
 
-# Versions a peer has but defines otherwise than ours, which follow Kafka's definitions of
-# October 2024 (and kio's for the versions those lack): the bytes genuinely differ, so
-# they are not compared. test_peers checks that each difference still shows.
+# Versions a peer has but defines otherwise than ours, which follow the newest Kafka facts
+# we have (tools/schema_sources.json says which source each file's came from): the bytes
+# genuinely differ, so they are not compared. (kio's ReadShareGroupStateSummaryResponse v0,
+# which Kafka changed in place, is ours now too.) test_peers checks that each difference still shows.
 PEER_EXCLUDED = {
-    ("kio", "ReadShareGroupStateSummaryResponse", 0): (
-        "kio 0.6.5 follows a later Kafka, which changed the then-unstable v0 to carry an "
-        "int32 LeaderEpoch between StateEpoch and StartOffset; the October 2024 v0 ours "
-        "follows has none (ours has it from v1, where kio agrees)"),
     ("kafka-python", "DescribeLogDirsRequest", 0): (
         "kafka-python's legacy DescribeLogDirsRequest_v0 has Topics[].Partitions as one int32; "
         "Kafka defines []int32 (in every version; kafka-python's own v1+ agrees)"),

@@ -22,11 +22,11 @@ def test_every_message_and_version_round_trips(impl):
             assert back.encode(version) == body, (name, version)
             checked += 1
         assert cls.decode(cls().encode(version), version) == cls(), (name, version)
-    assert checked >= 2 * 717
+    assert checked >= 2 * 727
 
 
 def test_message_classes_cover_every_api(impl):
-    assert len(impl.REQUEST_CLASSES) == len(impl.RESPONSE_CLASSES) >= 89
+    assert len(impl.REQUEST_CLASSES) == len(impl.RESPONSE_CLASSES) >= 93
     for key, cls in impl.REQUEST_CLASSES.items():
         assert cls.API_KEY == key and impl.RESPONSE_CLASSES[key].API_KEY == key
         assert (cls.MIN_VERSION, cls.MAX_VERSION) == (impl.RESPONSE_CLASSES[key].MIN_VERSION,
@@ -45,6 +45,9 @@ def test_defaults_follow_the_schema(impl):
 
 @pytest.mark.skipif(not KAFKA.is_dir(), reason="Kafka's message definitions are not beside the checkout")
 def test_shipped_definitions_are_what_the_converter_makes():
+    # the default conversion reads the snapshot, kafka-python 3's newer Kafka files and kio
+    pytest.importorskip("kio")
+    pytest.importorskip("kafka.protocol.schemas.resources")
     sys.path.insert(0, str(ROOT / "tools"))
     try:
         tool = importlib.import_module("convert_schemas")

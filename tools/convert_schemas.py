@@ -39,6 +39,12 @@ DATA_TYPES = (
 )
 # Definitions this project maintains by hand beyond Kafka's facts: never overwritten.
 PROTECTED = ("StreamsGroupHeartbeatRequest", "StreamsGroupHeartbeatResponse")
+# The share group (KIP-932) and streams group (KIP-1071) APIs: Kafka ships them as preview
+# or early access, brokers offer them only when configured to, and Kafka has changed their
+# versions in place (ReadShareGroupStateSummaryResponse v0). Every version is marked
+# "unstable", whatever Kafka's latestVersionUnstable says.
+PREVIEW_APIS = frozenset({76, 77, 78, 79, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92})
+SNAPSHOT = "Kafka message definitions snapshot"
 
 INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 UINT_BITS = {"uint16": 16, "uint32": 32}
@@ -289,13 +295,121 @@ def convert_directory(kafka_dir, warn):
         if kind not in ("request", "response", "header"):
             raise ConversionError(f"{path.name}: unknown message type {kind!r}")
         messages[raw["name"]] = convert_message(raw, path.name)
-    # Kafka marks only the request; the response of that version is just as provisional.
-    for name, msg in messages.items():
-        partner = messages.get(name.removesuffix("Request") + "Response")
-        if msg["kind"] == "request" and "unstable" in msg and partner is not None:
-            partner["unstable"] = msg["unstable"]
-            messages[partner["name"]] = ordered(partner, TOP_ORDER, tail=("fields", "structs"))
+    mark_responses_unstable(messages)
     return messages
+
+
+def mark_responses_unstable(messages):
+    """Kafka marks only the request; the response of that version is just as provisional."""
+    for name, msg in list(messages.items()):
+        partner = messages.get(name.removesuffix("Request") + "Response")
+        if msg["kind"] == "request" and partner is not None:
+            if "unstable" in msg:
+                partner["unstable"] = msg["unstable"]
+            else:
+                partner.pop("unstable", None)
+            messages[partner["name"]] = ordered(partner, TOP_ORDER, tail=("fields", "structs"))
+
+
+# ------------------------------------------------------------------ stage 1b: a newer Kafka's files
+
+def convert_newer(messages, directory, label, warn):
+    """Kafka's files of a newer release than the snapshot (kafka-python 3 ships some).
+
+    An API the snapshot lacks, or names otherwise (Kafka renamed it), is taken whole from
+    them; {old name: new name} of the renamed ones and the converted files are returned.
+    Their facts about the APIs both have are applied later (apply_newer), after kio's.
+    """
+    newer = {}
+    for path in sorted(Path(directory).glob("*.json")):
+        raw = read_kafka(path)
+        if raw.get("type") in ("request", "response", "header"):
+            newer[raw["name"]] = convert_message(raw, f"{label}: {path.name}")
+    mark_responses_unstable(newer)
+    renamed = {}
+    for name, msg in sorted(newer.items()):
+        if name in messages:
+            continue
+        old = next((n for n, m in messages.items() if msg["kind"] != "header"
+                    and (m["kind"], m.get("api_key")) == (msg["kind"], msg.get("api_key"))), None)
+        if old is not None:
+            renamed[old] = name
+            del messages[old]
+            warn(f"{old}: Kafka renamed API {msg['api_key']} {name}; converted from {label}, "
+                 "the old name stays an alias")
+        else:
+            warn(f"{name}: not in the snapshot; converted from {label}")
+        messages[name] = msg
+    return newer, renamed
+
+
+def apply_newer(messages, newer, label, warn, taken):
+    """Where a newer Kafka's file and our definition disagree on a version both describe,
+    the newer one wins: its unstable marks, and the ignorable flag of a field that some
+    version of its file lacks (Kafka 4 dropped ClientId's flag with header v0, which we
+    keep). Any other difference is reported, not applied. Returns {name: what it changed}."""
+    changed = {}
+    for name, theirs in sorted(newer.items()):
+        msg = messages.get(name)
+        if msg is None or name in taken or name in PROTECTED:
+            continue
+        both = versions_of(msg["versions"]) & versions_of(theirs["versions"])
+        what = set()
+        ours_unstable = versions_of(msg.get("unstable", "none")) if "unstable" in msg else set()
+        their_unstable = versions_of(theirs["unstable"]) if "unstable" in theirs else set()
+        unstable = (ours_unstable - versions_of(theirs["versions"])) | their_unstable
+        if unstable != ours_unstable and msg.get("api_key") not in PREVIEW_APIS:
+            spans = runs(sorted(unstable))
+            if len(spans) > 1:
+                warn(f"{name}: unstable versions {spans} from {label} are not one range; kept ours")
+            else:
+                warn(f"{name}: unstable {msg.get('unstable', 'none')} -> "
+                     f"{format_range(spans[0]) if spans else 'none'} ({label})")
+                if spans:
+                    msg["unstable"] = format_range(spans[0])
+                else:
+                    del msg["unstable"]
+                messages[name] = msg = ordered(msg, TOP_ORDER, tail=("fields", "structs"))
+                what.add("unstable versions")
+        their_versions = versions_of(theirs["versions"])
+        for v in sorted(both):
+            lines = compare_newer(msg, msg["fields"], theirs, theirs["fields"], v, their_versions,
+                                  f"{name} v{v}", lambda w: warn(f"{w} ({label})"), what)
+            for line in lines:
+                warn(f"{line} ({label}; not applied)")
+        if what:
+            changed[name] = sorted(what)
+    return changed
+
+
+def compare_newer(msg, fields, theirs, their_fields, version, their_versions, where, warn, what):
+    shared = {s["name"]: s["fields"] for s in msg.get("structs", ())}
+    their_shared = {s["name"]: s["fields"] for s in theirs.get("structs", ())}
+    ours = [f for f in fields if in_range(parse_range(f["versions"]), version)]
+    others = {f["name"]: f for f in their_fields if in_range(parse_range(f["versions"]), version)}
+    for f in ours:
+        t = others.get(f["name"])
+        if t is None:
+            continue
+        lacking = [v for v in their_versions if not in_range(parse_range(t["versions"]), v)]
+        if bool(f.get("ignorable")) != bool(t.get("ignorable")) and lacking:
+            if t.get("ignorable"):
+                f["ignorable"] = True
+            else:
+                del f["ignorable"]
+            warn(f"{where}.{f['name']}: ignorable {bool(t.get('ignorable'))}, as the newer Kafka has it")
+            what.add("ignorable flags")
+        sub = f.get("fields", shared.get(f["type"].removeprefix("[]")))
+        their_sub = t.get("fields", their_shared.get(t["type"].removeprefix("[]")))
+        if sub is not None and their_sub is not None:
+            compare_newer(msg, sub, theirs, their_sub, version, their_versions,
+                          f"{where}.{f['name']}", warn, what)
+    # the rest, as the drift check reports it (ignorable differences that do not matter skipped)
+    if fields is msg["fields"]:
+        return [line for line in compare_facts(definition_facts(msg, version),
+                                               definition_facts(theirs, version), where, True)
+                if ": ignorable ours" not in line]
+    return []
 
 
 # ------------------------------------------------------------------ stage 2: kio's newer versions
@@ -583,6 +697,45 @@ class Extender:
                 seen.add(shared)
                 self.extend(self.shared[shared]["fields"], kf.struct, version, f"{path}<{shared}>", seen)
 
+    def refresh(self, fields, cls, version, where, seen):
+        """Make `fields` describe `version` as kio's `cls` does, where that only moves the
+        first version of a field (Kafka changed an unstable version in place: a field
+        added in v1 moved into v0, or one of v0 moved out)."""
+        theirs = kio_fields(cls)
+        ours = [f for f in fields if in_range(parse_range(f["versions"]), version)]
+        for kf in theirs:
+            f = self.find(ours, kf, version)
+            path = f"{where}.{kf.camel_name()}"
+            if f is None:
+                later = next((g for g in fields if self.matches(g, kf)
+                              and parse_range(g["versions"])[0] == version + 1), None)
+                if later is None:
+                    self.warn(f"{path}: kio has it in v{version}, we do not; not applied")
+                    continue
+                for key in ("versions", "nullable", "tagged"):
+                    if key in later and parse_range(later[key])[0] == version + 1:
+                        later[key] = format_range((version, parse_range(later[key])[1]))
+                self.warn(f"{where}.{later['name']}: in v{version} too, as kio has it (newer Kafka)")
+            elif kf.struct is not None and f["type"].removeprefix("[]") not in PRIMITIVES:
+                if "fields" in f:
+                    self.refresh(f["fields"], kf.struct, version, f"{where}.{f['name']}", seen)
+                elif f["type"].removeprefix("[]") not in seen:
+                    shared = f["type"].removeprefix("[]")
+                    seen.add(shared)
+                    self.refresh(self.shared[shared]["fields"], kf.struct, version,
+                                 f"{where}<{shared}>", seen)
+        for f in ours:
+            if any(self.matches(f, kf) for kf in theirs):
+                continue
+            rng = parse_range(f["versions"])
+            if rng[0] != version or rng[1] == version:
+                self.warn(f"{where}.{f['name']}: not in kio's v{version}; not applied")
+                continue
+            for key in ("versions", "nullable", "tagged"):
+                if key in f and parse_range(f[key])[0] == version:
+                    f[key] = format_range((version + 1, parse_range(f[key])[1]))
+            self.warn(f"{where}.{f['name']}: from v{version + 1}, as kio has it (newer Kafka)")
+
     def new_field(self, kf, version, where, seen):
         f = {"name": kf.camel_name(), "type": kf.type, "versions": f"{version}+"}
         if kf.nullable:
@@ -606,19 +759,20 @@ class Extender:
         return f
 
     def run(self, known, check_all):
-        """Compare the newest version both have (or all of them), then add kio's newer ones."""
+        """Add kio's versions newer than ours, then compare the newest version both had (or
+        all of them): where kio, which follows a newer Kafka, differs, its facts win."""
         name = self.msg["name"]
         low, high = parse_range(self.msg["versions"])
+        snapshot_high = high
         flexible = parse_range(self.msg["flexible"])
-        added = []
+        added, refreshed = [], []
+        self.refreshed = refreshed
+        if high in known:    # pairs up the fields kio renamed, before extending
+            self.compare(self.msg["fields"], resolve_name(known[high]), high, f"{name} v{high}")
         for version, path in known.items():
-            if version < high and not check_all:
+            if version <= high:
                 continue
             cls = resolve_name(path)
-            if version <= high:
-                for diff in self.compare(self.msg["fields"], cls, version, f"{name} v{version}"):
-                    self.warn(f"{diff} (snapshot version; kept the snapshot's facts)")
-                continue
             if version != high + 1:
                 self.warn(f"{name}: kio skips from v{high} to v{version}; stopped")
                 break
@@ -630,6 +784,17 @@ class Extender:
             added.append(version)
             for diff in self.compare(self.msg["fields"], cls, version, f"{name} v{version}"):
                 self.warn(f"{diff} (after extending)")
+        # Kafka changes unstable versions in place: compare all of theirs, not only the newest.
+        every = check_all or "unstable" in self.msg or self.msg.get("api_key") in PREVIEW_APIS
+        for version, path in known.items():
+            if version > snapshot_high or version < snapshot_high and not every:
+                continue
+            cls = resolve_name(path)
+            if self.compare(self.msg["fields"], cls, version, f"{name} v{version}"):
+                self.refresh(self.msg["fields"], cls, version, name, set())
+                refreshed.append(version)
+                for diff in self.compare(self.msg["fields"], cls, version, f"{name} v{version}"):
+                    self.warn(f"{diff} (snapshot version; kio's difference could not be applied)")
         lacking = [v for v in range(low, parse_range(self.msg["versions"])[1] + 1) if v not in known]
         if known and lacking:
             self.warn(f"{name}: kio lacks v{format_range((lacking[0], lacking[-1]))}"
@@ -642,9 +807,12 @@ class Extender:
         return added
 
 
-def extend_with_kio(messages, warn, check_all=False):
-    """Stage 2; returns {name: [added versions]}."""
+def extend_with_kio(messages, warn, check_all=False, sources=None):
+    """Stage 2; returns {name: [added versions]}. `sources` (name -> {source: what}) is
+    told what came from kio."""
     from kio.schema.index import api_key_map
+    label = kio_label()
+    sources = {} if sources is None else sources
     added = {}
     for name in sorted(messages):
         msg = messages[name]
@@ -657,13 +825,74 @@ def extend_with_kio(messages, warn, check_all=False):
             if api_key_map[msg["api_key"]] != expected:
                 warn(f"{name}: kio calls API {msg['api_key']} {api_key_map[msg['api_key']]!r}; "
                      "kept our name")
-        versions = Extender(msg, warn).run(known, check_all)
+        extender = Extender(msg, warn)
+        versions = extender.run(known, check_all)
         if versions:
             added[name] = versions
+            sources.setdefault(name, {})[label] = (
+                f"v{format_range((versions[0], versions[-1]))} added")
+        if extender.refreshed:
+            what = sources.setdefault(name, {})
+            what[label] = "; ".join(filter(None, [what.get(label), "v" + ", v".join(
+                map(str, extender.refreshed)) + " as changed since the snapshot"]))
     ours = {m.get("api_key") for m in messages.values()}
     for key in sorted(set(api_key_map) - ours):
-        warn(f"kio knows API {key} ({api_key_map[key]}), which Kafka's files lack; not converted")
+        for kind in ("request", "response"):
+            msg = kio_message(key, api_key_map[key], kind, warn)
+            messages[msg["name"]] = msg
+            added[msg["name"]] = list(versions_of(msg["versions"]))
+            sources[msg["name"]] = {label: "every version (the snapshot lacks the API)"}
+        warn(f"API {key} ({api_key_map[key]}): not in the snapshot; converted from kio alone "
+             "(check ignorable flags and the names of new structs when Kafka's file is out)")
     return added
+
+
+def kio_label():
+    import importlib.metadata
+    return f"kio {importlib.metadata.version('kio')}"
+
+
+def kio_message(api_key, api, kind, warn):
+    """A whole definition from kio's dataclasses, for an API the snapshot lacks: the first
+    version's fields are all new, later ones extend it as stage 2 does. A struct kio uses
+    in more than one place becomes a shared struct (Kafka's commonStructs)."""
+    from kio.schema.index import schema_name_map
+    from kio.static.constants import EntityType
+    name = "".join(part.title() for part in api.split("_")) + kind.title()
+    known = {v: e[EntityType[kind]] for v, e in schema_name_map[api].items() if EntityType[kind] in e}
+    classes = {v: resolve_name(path) for v, path in sorted(known.items())}
+    low, high = min(classes), max(classes)
+    if sorted(classes) != list(range(low, high + 1)):
+        raise ConversionError(f"{name}: kio's versions {sorted(classes)} have gaps")
+    flexible = [v for v, c in classes.items() if getattr(c, "__flexible__", False)]
+    if flexible and flexible != list(range(flexible[0], high + 1)):
+        raise ConversionError(f"{name}: kio's flexible versions {flexible} are not a range")
+    uses = {}
+    for cls in classes.values():
+        here = {}
+
+        def walk(c):
+            for kf in kio_fields(c):
+                if kf.struct is not None:
+                    here[kf.struct.__name__] = here.get(kf.struct.__name__, 0) + 1
+                    if here[kf.struct.__name__] == 1:
+                        walk(kf.struct)
+
+        walk(cls)
+        for struct, n in here.items():
+            uses[struct] = max(uses.get(struct, 0), n)
+    msg = {"name": name, "kind": kind, "api_key": api_key, "versions": format_range((low, low)),
+           "flexible": format_range((flexible[0], None)) if flexible else "none", "fields": [],
+           "structs": [{"name": n, "fields": []} for n, k in sorted(uses.items()) if k > 1]}
+    extender = Extender(msg, lambda w: None if "added in" in w else warn(w))
+    for v, cls in classes.items():
+        extender.extend(msg["fields"], cls, v, name, set())
+        msg["versions"] = format_range((low, v))
+    if msg["structs"]:
+        msg["structs"] = order_structs(msg["structs"], name)
+    else:
+        del msg["structs"]
+    return msg
 
 
 # ------------------------------------------------------------------ merging and writing
@@ -735,19 +964,63 @@ def render(msg):
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
-def build(kafka_dir, out_dir, use_kio, warn, check_all=False):
-    """{file name: text} the tool writes, the definitions, and {name: versions kio added}."""
+def kafka_python_label():
+    import importlib.metadata
+    return f"kafka-python {importlib.metadata.version('kafka-python')}"
+
+
+def build(kafka_dir, out_dir, use_kio, warn, check_all=False, newer="kafka-python"):
+    """{file name: text} the tool writes, the definitions, and {name: versions kio added}.
+
+    `newer`: a directory of a newer Kafka's files, "kafka-python" for the ones kafka-python
+    3 ships (skipped when it is not installed), or None. What each file's facts came from
+    is left in build.sources, the renamed APIs in build.renamed.
+    """
     messages = convert_directory(kafka_dir, warn)
-    added = extend_with_kio(messages, warn, check_all) if use_kio else {}
+    sources = {name: {SNAPSHOT: f"v{m['versions']}"} for name, m in messages.items()}
+    newer_defs, renamed, label = {}, {}, None
+    if newer == "kafka-python":
+        directory = kafka_python_dir()
+        label = kafka_python_label() if directory is not None else None
+    elif newer is not None:
+        directory, label = Path(newer), f"Kafka's files in {Path(newer).name}"
+    if label is not None:
+        newer_defs, renamed = convert_newer(messages, directory, label, warn)
+        for old, name in renamed.items():
+            del sources[old]
+            sources[name] = {label: f"every version (the snapshot calls API "
+                                    f"{messages[name]['api_key']} {old})"}
+        for name in set(messages) - set(sources):
+            sources[name] = {label: "every version (not in the snapshot)"}
+    added = extend_with_kio(messages, warn, check_all, sources) if use_kio else {}
+    if label is not None:
+        for name, what in apply_newer(messages, newer_defs, label, warn, set(renamed.values())).items():
+            sources[name].setdefault(label, ", ".join(what))
+    for name, msg in list(messages.items()):
+        if msg.get("api_key") in PREVIEW_APIS and msg.get("unstable") != msg["versions"]:
+            msg["unstable"] = msg["versions"]
+            messages[name] = ordered(msg, TOP_ORDER, tail=("fields", "structs"))
     outputs = {}
     for name in sorted(messages):
         target = Path(out_dir) / f"{name}.json"
+        if name in PROTECTED:
+            sources[name] = {"this project": "maintained by hand (PROTECTED)"}
         if target.exists():
             if name in PROTECTED:
                 continue
             merge(messages[name], json.loads(target.read_text(encoding="utf-8")), warn)
         outputs[target.name] = render(messages[name])
+    build.sources = {f"{n}.json": sources[n] for n in sorted(sources)}
+    build.renamed = dict(sorted(renamed.items()))
     return outputs, messages, added
+
+
+def render_sources(sources, renamed):
+    """The text of tools/schema_sources.json: which source each file's facts came from."""
+    return json.dumps({"renamed": renamed, "files": sources}, indent=1) + "\n"
+
+
+SOURCES_FILE = Path(__file__).resolve().parent / "schema_sources.json"
 
 
 def count_fields(fields):
@@ -770,13 +1043,34 @@ def main(argv=None):
     p.add_argument("--kafka", type=Path, help="directory of Kafka's message definitions")
     p.add_argument("--out", type=Path, help="schema directory to write (src/fastkwire/schemas)")
     p.add_argument("--no-kio", action="store_true", help="skip the versions newer than --kafka")
+    p.add_argument("--newer", default="kafka-python",
+                   help="a newer Kafka's files: a directory, or kafka-python (the default: the "
+                        "ones kafka-python 3 ships, when installed)")
+    p.add_argument("--no-newer", action="store_true", help="skip --newer")
     p.add_argument("--kio-all-versions", action="store_true",
                    help="compare every version kio shares with --kafka, not only the newest")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if --out differs")
+    p.add_argument("--check", nargs="?", const=True, default=False, metavar="SOURCE",
+                   help="alone: write nothing, exit 1 if --out differs; with SOURCE (kio, "
+                        "kafka-python or a directory of Kafka's files): list each API, version "
+                        "and field where SOURCE differs from --out, exit 1 if any")
+    p.add_argument("--sources", type=Path, default=None,
+                   help=f"where to record each file's sources (default: {SOURCES_FILE.name} "
+                        "beside this tool, when --out is the package's schema directory)")
     p.add_argument("--quiet", action="store_true", help="print no warnings, only the summary")
     p.add_argument("--error-codes", action="store_true",
                    help="check src/fastkwire/error_codes.py against kio's error codes")
     args = p.parse_args(argv)
+    if isinstance(args.check, str):
+        out = args.out or Path(__file__).resolve().parents[1] / "src" / "fastkwire" / "schemas"
+        try:
+            lines = drift(args.check, out)
+        except (ConversionError, ImportError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        for line in lines:
+            print(line)
+        print(f"{len(lines)} differences between {args.check} and {out}", file=sys.stderr)
+        return 1 if lines else 0
     if args.error_codes or not args.no_kio:
         try:
             import kio  # noqa: F401
@@ -787,11 +1081,13 @@ def main(argv=None):
         return check_error_codes()
     if args.kafka is None or args.out is None:
         p.error("--kafka and --out are required")
+    package_schemas = Path(__file__).resolve().parents[1] / "src" / "fastkwire" / "schemas"
+    sources_file = args.sources or (SOURCES_FILE if args.out.resolve() == package_schemas else None)
 
     warnings = []
     try:
         outputs, messages, added = build(args.kafka, args.out, not args.no_kio, warnings.append,
-                                         args.kio_all_versions)
+                                         args.kio_all_versions, None if args.no_newer else args.newer)
     except ConversionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -801,15 +1097,238 @@ def main(argv=None):
 
     differing = [n for n, text in outputs.items()
                  if not (args.out / n).exists() or (args.out / n).read_text(encoding="utf-8") != text]
+    # files of APIs Kafka renamed: the old name is an alias now, its file goes
+    stale = [f"{old}.json" for old in build.renamed if (args.out / f"{old}.json").exists()]
+    sources_text = render_sources(build.sources, build.renamed)
+    sources_stale = sources_file is not None and (
+        not sources_file.exists() or sources_file.read_text(encoding="utf-8") != sources_text)
     if args.check:
         for n in differing:
             print(f"differs: {args.out / n}")
-        return 1 if differing else 0
+        for n in stale:
+            print(f"renamed API, remove: {args.out / n}")
+        if sources_stale:
+            print(f"differs: {sources_file}")
+        return 1 if differing or stale or sources_stale else 0
     args.out.mkdir(parents=True, exist_ok=True)
     for n in differing:
         (args.out / n).write_text(outputs[n], encoding="utf-8")
-    print(f"{summary(messages, added)}; {len(differing)} files written, {len(warnings)} warnings")
+    for n in stale:
+        (args.out / n).unlink()
+    if sources_stale:
+        sources_file.write_text(sources_text, encoding="utf-8")
+    print(f"{summary(messages, added)}; {len(differing)} files written, {len(stale)} removed, "
+          f"{len(warnings)} warnings")
     return 0
+
+
+# ------------------------------------------------------------------ drift check
+
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """One field at one version, as a source describes it; None: the source does not say."""
+    name: str
+    type: str                 # struct types as "struct" / "[]struct": their names are not bytes
+    nullable: bool | None
+    tag: int | None
+    default: object           # NO_DEFAULT: not said
+    ignorable: bool | None
+    fields: tuple | None      # the struct's own facts
+
+
+def _wire_type(ftype):
+    base = ftype.removeprefix("[]")
+    return ftype if base in PRIMITIVES else ftype.replace(base, "struct")
+
+
+def definition_facts(msg, version):
+    """Facts of a definition in our format (a converted Kafka file, or ours) at `version`."""
+    shared = {s["name"]: s for s in msg.get("structs", ())}
+
+    def walk(fields):
+        out = []
+        for f in fields:
+            if not in_range(parse_range(f["versions"]), version):
+                continue
+            sub = f.get("fields")
+            if sub is None and f["type"].removeprefix("[]") in shared:
+                sub = shared[f["type"].removeprefix("[]")]["fields"]
+            out.append(Fact(
+                name=f["name"], type=_wire_type(f["type"]),
+                nullable=in_range(parse_range(f.get("nullable", "none")), version),
+                tag=f.get("tag") if in_range(parse_range(f.get("tagged", "none")), version) else None,
+                default=f["default"] if "default" in f else type_default(f["type"]),
+                ignorable=bool(f.get("ignorable")),
+                fields=None if sub is None else tuple(walk(sub))))
+        return out
+
+    return tuple(walk(msg["fields"]))
+
+
+def kio_facts(cls):
+    """Facts of one kio dataclass: no ignorable flag, no nullability for uuids, names rebuilt."""
+    out = []
+    for kf in kio_fields(cls):
+        out.append(Fact(
+            name=kf.camel_name(), type=_wire_type(kf.type),
+            nullable=None if kf.type == "uuid" else kf.nullable, tag=kf.tag,
+            default=kf.default, ignorable=None,
+            fields=None if kf.struct is None else kio_facts(kf.struct)))
+    return tuple(out)
+
+
+def compare_facts(ours, theirs, where, exact_names):
+    """Lines naming each field whose facts differ; fields are matched by name (kio's
+    rebuilt names by match_key), a same-typed pair left over in one place as a rename."""
+    lines = []
+    key = (lambda f: f.name) if exact_names else (lambda f: match_key(f.name).removesuffix("ms"))
+    their_keys = {key(t): t for t in theirs}
+    our_keys = {key(o): o for o in ours}
+    only_ours = [o for o in ours if key(o) not in their_keys]
+    only_theirs = [t for t in theirs if key(t) not in our_keys]
+    for o, t in zip(list(only_ours), list(only_theirs)):
+        if o.type == t.type and ours.index(o) == theirs.index(t):
+            lines.append(f"{where}.{o.name}: the source calls it {t.name}")
+            lines += compare_facts(o.fields or (), t.fields or (), f"{where}.{o.name}", exact_names)
+            only_ours.remove(o)
+            only_theirs.remove(t)
+    lines += [f"{where}.{o.name}: only ours ({o.type})" for o in only_ours]
+    lines += [f"{where}.{t.name}: only the source has it ({t.type})" for t in only_theirs]
+    common = [key(o) for o in ours if key(o) in their_keys]
+    if common != [key(t) for t in theirs if key(t) in our_keys]:
+        lines.append(f"{where}: fields in another order")
+    for k in common:
+        o, t = our_keys[k], their_keys[k]
+        path = f"{where}.{o.name}"
+        if exact_names and o.name != t.name:
+            lines.append(f"{path}: the source spells it {t.name}")
+        for attr in ("type", "nullable", "tag", "default", "ignorable"):
+            a, b = getattr(o, attr), getattr(t, attr)
+            if b is None and attr in ("nullable", "ignorable") or b is NO_DEFAULT:
+                continue
+            if attr == "default" and (a == b or a == () and b is None):
+                continue
+            if a != b:
+                lines.append(f"{path}: {attr} ours {a!r}, source {b!r}")
+        if o.fields is not None and t.fields is not None:
+            lines += compare_facts(o.fields, t.fields, path, exact_names)
+    return lines
+
+
+def versions_of(rng):
+    low, high = parse_range(rng)
+    return set(range(low, high + 1))
+
+
+def kafka_python_dir():
+    """The Kafka definitions kafka-python 3 ships, or None without it."""
+    try:
+        import kafka.protocol.schemas.resources as resources
+    except ImportError:
+        return None
+    return Path(resources.__path__[0])
+
+
+def source_definitions(source):
+    """{name: (definition, exact names, {version: facts or None})} of a drift-check source."""
+    out = {}
+    if source == "kio":
+        from kio.schema.index import api_key_map, schema_name_map
+        from kio.static.constants import EntityType
+        for key, api in api_key_map.items():
+            for kind in ("request", "response"):
+                known = {v: e[EntityType[kind]] for v, e in schema_name_map.get(api, {}).items()
+                         if EntityType[kind] in e}
+                if not known:
+                    continue
+                name = "".join(p.title() for p in api.split("_")) + kind.title()
+                classes = {v: resolve_name(path) for v, path in sorted(known.items())}
+                flexible = [v for v, c in classes.items() if getattr(c, "__flexible__", False)]
+                msg = {"name": name, "kind": kind, "api_key": key,
+                       "versions": format_range((min(classes), max(classes))),
+                       "flexible": format_range((min(flexible), None)) if flexible else "none"}
+                out[name] = (msg, False, {v: lambda c=c: kio_facts(c) for v, c in classes.items()})
+        return out
+    directory = kafka_python_dir() if source == "kafka-python" else Path(source)
+    if directory is None or not directory.is_dir():
+        raise ConversionError(f"no definitions at {source!r}: give kio, kafka-python or a directory")
+    converted = {}
+    for path in sorted(directory.glob("*.json")):
+        raw = read_kafka(path)
+        if raw.get("type") in ("request", "response", "header"):
+            converted[raw["name"]] = convert_message(raw, path.name)
+    mark_responses_unstable(converted)
+    for name, msg in converted.items():
+        out[name] = (msg, True, {v: lambda v=v, m=msg: definition_facts(m, v)
+                                 for v in versions_of(msg["versions"])})
+    return out
+
+
+def drift(source, schema_dir):
+    """Each API, version and field where `source` differs from the definitions in schema_dir."""
+    ours = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(schema_dir).glob("*.json"))}
+    by_key = {(m.get("api_key"), m["kind"]): n for n, m in ours.items()}
+    lines, matched = [], set()
+    for name, (theirs, exact, facts) in sorted(source_definitions(source).items()):
+        ours_name = name if name in ours else (
+            None if theirs["kind"] == "header" else by_key.get((theirs.get("api_key"), theirs["kind"])))
+        matched.add(ours_name)
+        if ours_name is None:
+            lines.append(f"{name} (API {theirs.get('api_key')}): only the source has it, "
+                         f"versions {theirs['versions']}")
+            continue
+        msg = ours[ours_name]
+        where = ours_name
+        if ours_name != name:
+            lines.append(f"{ours_name}: the source calls API {theirs['api_key']} {name}")
+        mine, their_versions = versions_of(msg["versions"]), set(facts)
+        for label, missing in (("only ours", mine - their_versions),
+                               ("only the source has", their_versions - mine)):
+            if missing:
+                ranges = ", ".join(f"v{format_range(r)}" for r in runs(sorted(missing)))
+                lines.append(f"{where}: {ranges} {label}")
+        for v in sorted(mine & their_versions):
+            flex = in_range(parse_range(msg["flexible"]), v), in_range(parse_range(theirs["flexible"]), v)
+            if flex[0] != flex[1]:
+                lines.append(f"{where} v{v}: flexible ours {flex[0]}, source {flex[1]}")
+            if source != "kio" and msg.get("api_key") not in PREVIEW_APIS:   # ours: every version
+                unstable = [in_range(parse_range(m.get("unstable", "none")), v) for m in (msg, theirs)]
+                if unstable[0] != unstable[1]:
+                    lines.append(f"{where} v{v}: unstable ours {unstable[0]}, source {unstable[1]}")
+            lines += compare_facts(definition_facts(msg, v), facts[v](), f"{where} v{v}", exact)
+    for name in sorted(set(ours) - matched):
+        if source != "kio" or ours[name]["kind"] != "header":
+            lines.append(f"{name}: the source does not have it")
+    return collapse(lines)
+
+
+def collapse(lines):
+    """The same difference in consecutive versions as one line: "X v0-9.F: ..."."""
+    out, groups = [], {}
+    for line in lines:
+        m = re.fullmatch(r"(\w+) v(\d+)([.:].*)", line)
+        if m is None:
+            out.append((line, None))
+            continue
+        key = (m[1], m[3])
+        if key not in groups:
+            groups[key] = []
+            out.append((None, key))
+        groups[key].append(int(m[2]))
+    return [line if key is None else ", ".join(
+        f"{key[0]} v{format_range(r)}{key[1]}" for r in runs(sorted(groups[key])))
+        for line, key in out]
+
+
+def runs(numbers):
+    """[0, 1, 2, 5] -> [(0, 2), (5, 5)]."""
+    out = []
+    for n in numbers:
+        if out and out[-1][1] == n - 1:
+            out[-1] = (out[-1][0], n)
+        else:
+            out.append((n, n))
+    return out
 
 
 # ------------------------------------------------------------------ error codes

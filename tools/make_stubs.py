@@ -33,6 +33,16 @@ def _load_schema_module():
 
 
 S = _load_schema_module()
+
+
+def aliases() -> dict[str, str]:
+    """Old names of renamed APIs (old -> new), as tools/convert_schemas.py recorded them;
+    fastkwire._family.ALIASES makes them resolve to the new classes."""
+    import json
+    path = ROOT / "tools" / "schema_sources.json"
+    return json.loads(path.read_text())["renamed"] if path.exists() else {}
+
+
 SCALARS = {
     "int8": "int", "int16": "int", "int32": "int", "int64": "int", "uint16": "int",
     "uint32": "int", "float64": "float", "bool": "bool", "uuid": "UUID",
@@ -128,6 +138,10 @@ def stub(messages, compiled) -> str:
     for m in messages:
         out += ["", ""] + struct_lines(m.root, m)
     names = [m.name for m in messages]
+    renamed = aliases()
+    if renamed:
+        out += ["", "", "# Old names of renamed APIs: the same classes"]
+        out += [f"{old} = {new}" for old, new in renamed.items()]
     out += [
         "",
         "",
@@ -142,7 +156,7 @@ def stub(messages, compiled) -> str:
         "",
         "__all__ = [",
     ]
-    out += [f"    {n!r}," for n in names + [
+    out += [f"    {n!r}," for n in names + list(renamed) + [
         "REQUEST_CLASSES", "RESPONSE_CLASSES", "MESSAGE_CLASSES", "encode_request",
         "decode_request", "encode_response", "decode_response",
         "DecodeError", "EncodeError", "UnsupportedVersionError",

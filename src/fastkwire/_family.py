@@ -4,6 +4,13 @@ from . import _framing
 from ._classes import Family
 from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
+# Old names of APIs Kafka renamed: each is the same class as the new name (the converter
+# lists the renames in tools/schema_sources.json; KIP-1142 renamed API 74).
+ALIASES = {
+    "ListClientMetricsResourcesRequest": "ListConfigResourcesRequest",
+    "ListClientMetricsResourcesResponse": "ListConfigResourcesResponse",
+}
+
 
 def install(module_globals, mixin):
     """Turn a module into the home of one engine's message classes."""
@@ -18,7 +25,7 @@ def install(module_globals, mixin):
         encode_request=encode_request, decode_request=decode_request,
         encode_response=encode_response, decode_response=decode_response,
         DecodeError=DecodeError, EncodeError=EncodeError, UnsupportedVersionError=UnsupportedVersionError,
-        __all__=names + ["REQUEST_CLASSES", "RESPONSE_CLASSES", "MESSAGE_CLASSES", "encode_request",
+        __all__=names + list(ALIASES) + ["REQUEST_CLASSES", "RESPONSE_CLASSES", "MESSAGE_CLASSES", "encode_request",
                          "decode_request", "encode_response", "decode_response", "DecodeError",
                          "EncodeError", "UnsupportedVersionError"],
     )
@@ -30,12 +37,12 @@ def install(module_globals, mixin):
             return classes
         if name.startswith("__"):
             raise AttributeError(name)
-        cls = family.get(name)
+        cls = family.get(ALIASES.get(name, name))
         module_globals[name] = cls  # later lookups are plain attribute reads
         return cls
 
     def __dir__():
-        return sorted(set(module_globals) | set(names))
+        return sorted(set(module_globals) | set(names) | set(ALIASES))
 
     module_globals["__getattr__"] = __getattr__
     module_globals["__dir__"] = __dir__

@@ -16,8 +16,8 @@ from .errors import UnsupportedVersionError as UnsupportedVersionError
 
 _Arrays: TypeAlias = Literal['list', 'numpy']
 _Records: TypeAlias = Literal['bytes', 'view']
-_Request: TypeAlias = AddOffsetsToTxnRequest | AddPartitionsToTxnRequest | AddRaftVoterRequest | AllocateProducerIdsRequest | AlterClientQuotasRequest | AlterConfigsRequest | AlterPartitionReassignmentsRequest | AlterPartitionRequest | AlterReplicaLogDirsRequest | AlterUserScramCredentialsRequest | ApiVersionsRequest | AssignReplicasToDirsRequest | BeginQuorumEpochRequest | BrokerHeartbeatRequest | BrokerRegistrationRequest | ConsumerGroupDescribeRequest | ConsumerGroupHeartbeatRequest | ControlledShutdownRequest | ControllerRegistrationRequest | CreateAclsRequest | CreateDelegationTokenRequest | CreatePartitionsRequest | CreateTopicsRequest | DeleteAclsRequest | DeleteGroupsRequest | DeleteRecordsRequest | DeleteShareGroupStateRequest | DeleteTopicsRequest | DescribeAclsRequest | DescribeClientQuotasRequest | DescribeClusterRequest | DescribeConfigsRequest | DescribeDelegationTokenRequest | DescribeGroupsRequest | DescribeLogDirsRequest | DescribeProducersRequest | DescribeQuorumRequest | DescribeTopicPartitionsRequest | DescribeTransactionsRequest | DescribeUserScramCredentialsRequest | ElectLeadersRequest | EndQuorumEpochRequest | EndTxnRequest | EnvelopeRequest | ExpireDelegationTokenRequest | FetchRequest | FetchSnapshotRequest | FindCoordinatorRequest | GetTelemetrySubscriptionsRequest | HeartbeatRequest | IncrementalAlterConfigsRequest | InitProducerIdRequest | InitializeShareGroupStateRequest | JoinGroupRequest | LeaderAndIsrRequest | LeaveGroupRequest | ListClientMetricsResourcesRequest | ListGroupsRequest | ListOffsetsRequest | ListPartitionReassignmentsRequest | ListTransactionsRequest | MetadataRequest | OffsetCommitRequest | OffsetDeleteRequest | OffsetFetchRequest | OffsetForLeaderEpochRequest | ProduceRequest | PushTelemetryRequest | ReadShareGroupStateRequest | ReadShareGroupStateSummaryRequest | RemoveRaftVoterRequest | RenewDelegationTokenRequest | SaslAuthenticateRequest | SaslHandshakeRequest | ShareAcknowledgeRequest | ShareFetchRequest | ShareGroupDescribeRequest | ShareGroupHeartbeatRequest | StopReplicaRequest | StreamsGroupHeartbeatRequest | SyncGroupRequest | TxnOffsetCommitRequest | UnregisterBrokerRequest | UpdateFeaturesRequest | UpdateMetadataRequest | UpdateRaftVoterRequest | VoteRequest | WriteShareGroupStateRequest | WriteTxnMarkersRequest
-_Response: TypeAlias = AddOffsetsToTxnResponse | AddPartitionsToTxnResponse | AddRaftVoterResponse | AllocateProducerIdsResponse | AlterClientQuotasResponse | AlterConfigsResponse | AlterPartitionReassignmentsResponse | AlterPartitionResponse | AlterReplicaLogDirsResponse | AlterUserScramCredentialsResponse | ApiVersionsResponse | AssignReplicasToDirsResponse | BeginQuorumEpochResponse | BrokerHeartbeatResponse | BrokerRegistrationResponse | ConsumerGroupDescribeResponse | ConsumerGroupHeartbeatResponse | ControlledShutdownResponse | ControllerRegistrationResponse | CreateAclsResponse | CreateDelegationTokenResponse | CreatePartitionsResponse | CreateTopicsResponse | DeleteAclsResponse | DeleteGroupsResponse | DeleteRecordsResponse | DeleteShareGroupStateResponse | DeleteTopicsResponse | DescribeAclsResponse | DescribeClientQuotasResponse | DescribeClusterResponse | DescribeConfigsResponse | DescribeDelegationTokenResponse | DescribeGroupsResponse | DescribeLogDirsResponse | DescribeProducersResponse | DescribeQuorumResponse | DescribeTopicPartitionsResponse | DescribeTransactionsResponse | DescribeUserScramCredentialsResponse | ElectLeadersResponse | EndQuorumEpochResponse | EndTxnResponse | EnvelopeResponse | ExpireDelegationTokenResponse | FetchResponse | FetchSnapshotResponse | FindCoordinatorResponse | GetTelemetrySubscriptionsResponse | HeartbeatResponse | IncrementalAlterConfigsResponse | InitProducerIdResponse | InitializeShareGroupStateResponse | JoinGroupResponse | LeaderAndIsrResponse | LeaveGroupResponse | ListClientMetricsResourcesResponse | ListGroupsResponse | ListOffsetsResponse | ListPartitionReassignmentsResponse | ListTransactionsResponse | MetadataResponse | OffsetCommitResponse | OffsetDeleteResponse | OffsetFetchResponse | OffsetForLeaderEpochResponse | ProduceResponse | PushTelemetryResponse | ReadShareGroupStateResponse | ReadShareGroupStateSummaryResponse | RemoveRaftVoterResponse | RenewDelegationTokenResponse | SaslAuthenticateResponse | SaslHandshakeResponse | ShareAcknowledgeResponse | ShareFetchResponse | ShareGroupDescribeResponse | ShareGroupHeartbeatResponse | StopReplicaResponse | StreamsGroupHeartbeatResponse | SyncGroupResponse | TxnOffsetCommitResponse | UnregisterBrokerResponse | UpdateFeaturesResponse | UpdateMetadataResponse | UpdateRaftVoterResponse | VoteResponse | WriteShareGroupStateResponse | WriteTxnMarkersResponse
+_Request: TypeAlias = AddOffsetsToTxnRequest | AddPartitionsToTxnRequest | AddRaftVoterRequest | AllocateProducerIdsRequest | AlterClientQuotasRequest | AlterConfigsRequest | AlterPartitionReassignmentsRequest | AlterPartitionRequest | AlterReplicaLogDirsRequest | AlterShareGroupOffsetsRequest | AlterUserScramCredentialsRequest | ApiVersionsRequest | AssignReplicasToDirsRequest | BeginQuorumEpochRequest | BrokerHeartbeatRequest | BrokerRegistrationRequest | ConsumerGroupDescribeRequest | ConsumerGroupHeartbeatRequest | ControlledShutdownRequest | ControllerRegistrationRequest | CreateAclsRequest | CreateDelegationTokenRequest | CreatePartitionsRequest | CreateTopicsRequest | DeleteAclsRequest | DeleteGroupsRequest | DeleteRecordsRequest | DeleteShareGroupOffsetsRequest | DeleteShareGroupStateRequest | DeleteTopicsRequest | DescribeAclsRequest | DescribeClientQuotasRequest | DescribeClusterRequest | DescribeConfigsRequest | DescribeDelegationTokenRequest | DescribeGroupsRequest | DescribeLogDirsRequest | DescribeProducersRequest | DescribeQuorumRequest | DescribeShareGroupOffsetsRequest | DescribeTopicPartitionsRequest | DescribeTransactionsRequest | DescribeUserScramCredentialsRequest | ElectLeadersRequest | EndQuorumEpochRequest | EndTxnRequest | EnvelopeRequest | ExpireDelegationTokenRequest | FetchRequest | FetchSnapshotRequest | FindCoordinatorRequest | GetTelemetrySubscriptionsRequest | HeartbeatRequest | IncrementalAlterConfigsRequest | InitProducerIdRequest | InitializeShareGroupStateRequest | JoinGroupRequest | LeaderAndIsrRequest | LeaveGroupRequest | ListConfigResourcesRequest | ListGroupsRequest | ListOffsetsRequest | ListPartitionReassignmentsRequest | ListTransactionsRequest | MetadataRequest | OffsetCommitRequest | OffsetDeleteRequest | OffsetFetchRequest | OffsetForLeaderEpochRequest | ProduceRequest | PushTelemetryRequest | ReadShareGroupStateRequest | ReadShareGroupStateSummaryRequest | RemoveRaftVoterRequest | RenewDelegationTokenRequest | SaslAuthenticateRequest | SaslHandshakeRequest | ShareAcknowledgeRequest | ShareFetchRequest | ShareGroupDescribeRequest | ShareGroupHeartbeatRequest | StopReplicaRequest | StreamsGroupDescribeRequest | StreamsGroupHeartbeatRequest | SyncGroupRequest | TxnOffsetCommitRequest | UnregisterBrokerRequest | UpdateFeaturesRequest | UpdateMetadataRequest | UpdateRaftVoterRequest | VoteRequest | WriteShareGroupStateRequest | WriteTxnMarkersRequest
+_Response: TypeAlias = AddOffsetsToTxnResponse | AddPartitionsToTxnResponse | AddRaftVoterResponse | AllocateProducerIdsResponse | AlterClientQuotasResponse | AlterConfigsResponse | AlterPartitionReassignmentsResponse | AlterPartitionResponse | AlterReplicaLogDirsResponse | AlterShareGroupOffsetsResponse | AlterUserScramCredentialsResponse | ApiVersionsResponse | AssignReplicasToDirsResponse | BeginQuorumEpochResponse | BrokerHeartbeatResponse | BrokerRegistrationResponse | ConsumerGroupDescribeResponse | ConsumerGroupHeartbeatResponse | ControlledShutdownResponse | ControllerRegistrationResponse | CreateAclsResponse | CreateDelegationTokenResponse | CreatePartitionsResponse | CreateTopicsResponse | DeleteAclsResponse | DeleteGroupsResponse | DeleteRecordsResponse | DeleteShareGroupOffsetsResponse | DeleteShareGroupStateResponse | DeleteTopicsResponse | DescribeAclsResponse | DescribeClientQuotasResponse | DescribeClusterResponse | DescribeConfigsResponse | DescribeDelegationTokenResponse | DescribeGroupsResponse | DescribeLogDirsResponse | DescribeProducersResponse | DescribeQuorumResponse | DescribeShareGroupOffsetsResponse | DescribeTopicPartitionsResponse | DescribeTransactionsResponse | DescribeUserScramCredentialsResponse | ElectLeadersResponse | EndQuorumEpochResponse | EndTxnResponse | EnvelopeResponse | ExpireDelegationTokenResponse | FetchResponse | FetchSnapshotResponse | FindCoordinatorResponse | GetTelemetrySubscriptionsResponse | HeartbeatResponse | IncrementalAlterConfigsResponse | InitProducerIdResponse | InitializeShareGroupStateResponse | JoinGroupResponse | LeaderAndIsrResponse | LeaveGroupResponse | ListConfigResourcesResponse | ListGroupsResponse | ListOffsetsResponse | ListPartitionReassignmentsResponse | ListTransactionsResponse | MetadataResponse | OffsetCommitResponse | OffsetDeleteResponse | OffsetFetchResponse | OffsetForLeaderEpochResponse | ProduceResponse | PushTelemetryResponse | ReadShareGroupStateResponse | ReadShareGroupStateSummaryResponse | RemoveRaftVoterResponse | RenewDelegationTokenResponse | SaslAuthenticateResponse | SaslHandshakeResponse | ShareAcknowledgeResponse | ShareFetchResponse | ShareGroupDescribeResponse | ShareGroupHeartbeatResponse | StopReplicaResponse | StreamsGroupDescribeResponse | StreamsGroupHeartbeatResponse | SyncGroupResponse | TxnOffsetCommitResponse | UnregisterBrokerResponse | UpdateFeaturesResponse | UpdateMetadataResponse | UpdateRaftVoterResponse | VoteResponse | WriteShareGroupStateResponse | WriteTxnMarkersResponse
 
 
 class AddOffsetsToTxnRequest:
@@ -838,6 +838,112 @@ class AlterReplicaLogDirsResponse:
         partitions: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]
         unknown_tagged_fields: dict[int, bytes]
         def __init__(self, *, topic_name: str = ..., partitions: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_MIN: ClassVar[int]
+    KIND: ClassVar[Literal['response']]
+    def encode(self, version: int) -> bytes: ...
+    def encode_into(self, buffer: Buffer, offset: int, version: int) -> int: ...
+    @classmethod
+    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ..., records: _Records = ...) -> Self: ...
+    @classmethod
+    def decode_from(
+        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ..., records: _Records = ...
+    ) -> tuple[Self, int]: ...
+    @classmethod
+    def is_flexible(cls, version: int) -> bool: ...
+
+
+class AlterShareGroupOffsetsRequest:
+    """Preview API, may still change (unstable). Sets the start offsets of a share group's partitions (KIP-932)."""
+    group_id: str
+    topics: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic]
+    unknown_tagged_fields: dict[int, bytes]
+    def __init__(self, *, group_id: str = ..., topics: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def to_dict(self) -> dict[str, Any]: ...
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class AlterShareGroupOffsetsRequestPartition:
+        partition_index: int
+        start_offset: int
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, partition_index: int = ..., start_offset: int = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class AlterShareGroupOffsetsRequestTopic:
+        topic_name: str
+        partitions: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition]
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, topic_name: str = ..., partitions: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_MIN: ClassVar[int]
+    KIND: ClassVar[Literal['request']]
+    def encode(self, version: int) -> bytes: ...
+    def encode_into(self, buffer: Buffer, offset: int, version: int) -> int: ...
+    @classmethod
+    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ..., records: _Records = ...) -> Self: ...
+    @classmethod
+    def decode_from(
+        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ..., records: _Records = ...
+    ) -> tuple[Self, int]: ...
+    @classmethod
+    def is_flexible(cls, version: int) -> bool: ...
+
+
+class AlterShareGroupOffsetsResponse:
+    """Preview API, may still change (unstable). Result of altering a share group's start offsets, per partition."""
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic]
+    unknown_tagged_fields: dict[int, bytes]
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., responses: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def to_dict(self) -> dict[str, Any]: ...
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class AlterShareGroupOffsetsResponsePartition:
+        partition_index: int
+        error_code: int
+        error_message: str | None
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, partition_index: int = ..., error_code: int = ..., error_message: str | None = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class AlterShareGroupOffsetsResponseTopic:
+        topic_name: str
+        topic_id: UUID
+        partitions: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition]
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, topic_name: str = ..., topic_id: UUID = ..., partitions: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
         def __eq__(self, other: object, /) -> bool: ...
         def __ne__(self, other: object, /) -> bool: ...
         __hash__: ClassVar[None]  # type: ignore[assignment]
@@ -2475,7 +2581,91 @@ class DeleteRecordsResponse:
     def is_flexible(cls, version: int) -> bool: ...
 
 
+class DeleteShareGroupOffsetsRequest:
+    """Preview API, may still change (unstable). Removes a share group's offsets for whole topics (KIP-932)."""
+    group_id: str
+    topics: list[DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic]
+    unknown_tagged_fields: dict[int, bytes]
+    def __init__(self, *, group_id: str = ..., topics: list[DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def to_dict(self) -> dict[str, Any]: ...
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class DeleteShareGroupOffsetsRequestTopic:
+        topic_name: str
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, topic_name: str = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_MIN: ClassVar[int]
+    KIND: ClassVar[Literal['request']]
+    def encode(self, version: int) -> bytes: ...
+    def encode_into(self, buffer: Buffer, offset: int, version: int) -> int: ...
+    @classmethod
+    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ..., records: _Records = ...) -> Self: ...
+    @classmethod
+    def decode_from(
+        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ..., records: _Records = ...
+    ) -> tuple[Self, int]: ...
+    @classmethod
+    def is_flexible(cls, version: int) -> bool: ...
+
+
+class DeleteShareGroupOffsetsResponse:
+    """Preview API, may still change (unstable). Result of deleting a share group's offsets, per topic."""
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic]
+    unknown_tagged_fields: dict[int, bytes]
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., responses: list[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def to_dict(self) -> dict[str, Any]: ...
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class DeleteShareGroupOffsetsResponseTopic:
+        topic_name: str
+        topic_id: UUID
+        error_code: int
+        error_message: str | None
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, topic_name: str = ..., topic_id: UUID = ..., error_code: int = ..., error_message: str | None = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_MIN: ClassVar[int]
+    KIND: ClassVar[Literal['response']]
+    def encode(self, version: int) -> bytes: ...
+    def encode_into(self, buffer: Buffer, offset: int, version: int) -> int: ...
+    @classmethod
+    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ..., records: _Records = ...) -> Self: ...
+    @classmethod
+    def decode_from(
+        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ..., records: _Records = ...
+    ) -> tuple[Self, int]: ...
+    @classmethod
+    def is_flexible(cls, version: int) -> bool: ...
+
+
 class DeleteShareGroupStateRequest:
+    """Preview API, may still change (unstable). Broker to share coordinator: remove the state of share partitions (KIP-932)."""
     group_id: str
     topics: list[DeleteShareGroupStateRequest.DeleteStateData]
     unknown_tagged_fields: dict[int, bytes]
@@ -2525,6 +2715,7 @@ class DeleteShareGroupStateRequest:
 
 
 class DeleteShareGroupStateResponse:
+    """Preview API, may still change (unstable). Result of removing share partition state."""
     results: list[DeleteShareGroupStateResponse.DeleteStateResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[DeleteShareGroupStateResponse.DeleteStateResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -3553,6 +3744,125 @@ class DescribeQuorumResponse:
         listeners: list[DescribeQuorumResponse.Listener]
         unknown_tagged_fields: dict[int, bytes]
         def __init__(self, *, node_id: int = ..., listeners: list[DescribeQuorumResponse.Listener] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_MIN: ClassVar[int]
+    KIND: ClassVar[Literal['response']]
+    def encode(self, version: int) -> bytes: ...
+    def encode_into(self, buffer: Buffer, offset: int, version: int) -> int: ...
+    @classmethod
+    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ..., records: _Records = ...) -> Self: ...
+    @classmethod
+    def decode_from(
+        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ..., records: _Records = ...
+    ) -> tuple[Self, int]: ...
+    @classmethod
+    def is_flexible(cls, version: int) -> bool: ...
+
+
+class DescribeShareGroupOffsetsRequest:
+    """Preview API, may still change (unstable). Asks for the start offsets of share groups' partitions (KIP-932)."""
+    groups: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup]
+    unknown_tagged_fields: dict[int, bytes]
+    def __init__(self, *, groups: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def to_dict(self) -> dict[str, Any]: ...
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class DescribeShareGroupOffsetsRequestTopic:
+        topic_name: str
+        partitions: list[int]
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, topic_name: str = ..., partitions: list[int] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class DescribeShareGroupOffsetsRequestGroup:
+        group_id: str
+        topics: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic] | None
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, group_id: str = ..., topics: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic] | None = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_MIN: ClassVar[int]
+    KIND: ClassVar[Literal['request']]
+    def encode(self, version: int) -> bytes: ...
+    def encode_into(self, buffer: Buffer, offset: int, version: int) -> int: ...
+    @classmethod
+    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ..., records: _Records = ...) -> Self: ...
+    @classmethod
+    def decode_from(
+        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ..., records: _Records = ...
+    ) -> tuple[Self, int]: ...
+    @classmethod
+    def is_flexible(cls, version: int) -> bool: ...
+
+
+class DescribeShareGroupOffsetsResponse:
+    """Preview API, may still change (unstable). Start offsets (and, from v1, lag) of share groups' partitions."""
+    throttle_time_ms: int
+    groups: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup]
+    unknown_tagged_fields: dict[int, bytes]
+    def __init__(self, *, throttle_time_ms: int = ..., groups: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def to_dict(self) -> dict[str, Any]: ...
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class DescribeShareGroupOffsetsResponsePartition:
+        partition_index: int
+        start_offset: int
+        leader_epoch: int
+        lag: int
+        error_code: int
+        error_message: str | None
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, partition_index: int = ..., start_offset: int = ..., leader_epoch: int = ..., lag: int = ..., error_code: int = ..., error_message: str | None = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class DescribeShareGroupOffsetsResponseTopic:
+        topic_name: str
+        topic_id: UUID
+        partitions: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition]
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, topic_name: str = ..., topic_id: UUID = ..., partitions: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class DescribeShareGroupOffsetsResponseGroup:
+        group_id: str
+        topics: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic]
+        error_code: int
+        error_message: str | None
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, group_id: str = ..., topics: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic] = ..., error_code: int = ..., error_message: str | None = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
         def __eq__(self, other: object, /) -> bool: ...
         def __ne__(self, other: object, /) -> bool: ...
         __hash__: ClassVar[None]  # type: ignore[assignment]
@@ -5006,6 +5316,7 @@ class InitProducerIdResponse:
 
 
 class InitializeShareGroupStateRequest:
+    """Preview API, may still change (unstable). Broker to share coordinator: create the state of share partitions (KIP-932)."""
     group_id: str
     topics: list[InitializeShareGroupStateRequest.InitializeStateData]
     unknown_tagged_fields: dict[int, bytes]
@@ -5057,6 +5368,7 @@ class InitializeShareGroupStateRequest:
 
 
 class InitializeShareGroupStateResponse:
+    """Preview API, may still change (unstable). Result of creating share partition state."""
     results: list[InitializeShareGroupStateResponse.InitializeStateResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[InitializeShareGroupStateResponse.InitializeStateResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -5415,7 +5727,8 @@ class LeaveGroupResponse:
     def is_flexible(cls, version: int) -> bool: ...
 
 
-class ListClientMetricsResourcesRequest:
+class ListConfigResourcesRequest:
+    """Lists the resources that have configuration (v0: client metrics resources only; the API was ListClientMetricsResources, a name kept as an alias)."""
     resource_types: list[int]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, resource_types: list[int] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -5442,23 +5755,25 @@ class ListClientMetricsResourcesRequest:
     def is_flexible(cls, version: int) -> bool: ...
 
 
-class ListClientMetricsResourcesResponse:
+class ListConfigResourcesResponse:
+    """The resources that have configuration."""
     throttle_time_ms: int
     error_code: int
-    client_metrics_resources: list[ListClientMetricsResourcesResponse.ClientMetricsResource]
+    config_resources: list[ListConfigResourcesResponse.ConfigResource]
     unknown_tagged_fields: dict[int, bytes]
-    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., client_metrics_resources: list[ListClientMetricsResourcesResponse.ClientMetricsResource] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., config_resources: list[ListConfigResourcesResponse.ConfigResource] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
     def __eq__(self, other: object, /) -> bool: ...
     def __ne__(self, other: object, /) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
     def to_dict(self) -> dict[str, Any]: ...
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
-    class ClientMetricsResource:
-        name: str
+    class ConfigResource:
+        """One entry per resource."""
+        resource_name: str
         resource_type: int
         unknown_tagged_fields: dict[int, bytes]
-        def __init__(self, *, name: str = ..., resource_type: int = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __init__(self, *, resource_name: str = ..., resource_type: int = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
         def __eq__(self, other: object, /) -> bool: ...
         def __ne__(self, other: object, /) -> bool: ...
         __hash__: ClassVar[None]  # type: ignore[assignment]
@@ -6620,6 +6935,7 @@ class PushTelemetryResponse:
 
 
 class ReadShareGroupStateRequest:
+    """Preview API, may still change (unstable). Broker to share coordinator: read the state of share partitions (KIP-932)."""
     group_id: str
     topics: list[ReadShareGroupStateRequest.ReadStateData]
     unknown_tagged_fields: dict[int, bytes]
@@ -6670,6 +6986,7 @@ class ReadShareGroupStateRequest:
 
 
 class ReadShareGroupStateResponse:
+    """Preview API, may still change (unstable). State of share partitions: start offset and acknowledged batches."""
     results: list[ReadShareGroupStateResponse.ReadStateResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[ReadShareGroupStateResponse.ReadStateResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -6736,6 +7053,7 @@ class ReadShareGroupStateResponse:
 
 
 class ReadShareGroupStateSummaryRequest:
+    """Preview API, may still change (unstable). Broker to share coordinator: read a summary of share partition state (KIP-932)."""
     group_id: str
     topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData]
     unknown_tagged_fields: dict[int, bytes]
@@ -6786,6 +7104,7 @@ class ReadShareGroupStateSummaryRequest:
 
 
 class ReadShareGroupStateSummaryResponse:
+    """Preview API, may still change (unstable). Summary of share partition state: epochs and start offset."""
     results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -7126,6 +7445,7 @@ class SaslHandshakeResponse:
 
 
 class ShareAcknowledgeRequest:
+    """Preview API, may still change (unstable). Acknowledges records a share group member fetched (KIP-932)."""
     group_id: str | None
     member_id: str | None
     share_session_epoch: int
@@ -7191,6 +7511,7 @@ class ShareAcknowledgeRequest:
 
 
 class ShareAcknowledgeResponse:
+    """Preview API, may still change (unstable). Result of acknowledging share group records, per partition."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -7271,6 +7592,7 @@ class ShareAcknowledgeResponse:
 
 
 class ShareFetchRequest:
+    """Preview API, may still change (unstable). Fetches records for a share group member, acknowledging earlier ones (KIP-932)."""
     group_id: str | None
     member_id: str | None
     share_session_epoch: int
@@ -7355,6 +7677,7 @@ class ShareFetchRequest:
 
 
 class ShareFetchResponse:
+    """Preview API, may still change (unstable). Records acquired for a share group member, per partition."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -7451,6 +7774,7 @@ class ShareFetchResponse:
 
 
 class ShareGroupDescribeRequest:
+    """Preview API, may still change (unstable). Asks a group coordinator to describe share groups (KIP-932)."""
     group_ids: list[str]
     include_authorized_operations: bool
     unknown_tagged_fields: dict[int, bytes]
@@ -7479,6 +7803,7 @@ class ShareGroupDescribeRequest:
 
 
 class ShareGroupDescribeResponse:
+    """Preview API, may still change (unstable). The coordinator's description of each share group asked about."""
     throttle_time_ms: int
     groups: list[ShareGroupDescribeResponse.DescribedGroup]
     unknown_tagged_fields: dict[int, bytes]
@@ -7563,6 +7888,7 @@ class ShareGroupDescribeResponse:
 
 
 class ShareGroupHeartbeatRequest:
+    """Preview API, may still change (unstable). Periodic check-in of a share group member with its coordinator (KIP-932)."""
     group_id: str
     member_id: str
     member_epoch: int
@@ -7594,6 +7920,7 @@ class ShareGroupHeartbeatRequest:
 
 
 class ShareGroupHeartbeatResponse:
+    """Preview API, may still change (unstable). Coordinator's answer to a share group heartbeat: membership and assignment."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -7766,8 +8093,208 @@ class StopReplicaResponse:
     def is_flexible(cls, version: int) -> bool: ...
 
 
+class StreamsGroupDescribeRequest:
+    """Preview API, may still change (unstable). Asks a group coordinator to describe streams groups (KIP-1071)."""
+    group_ids: list[str]
+    include_authorized_operations: bool
+    unknown_tagged_fields: dict[int, bytes]
+    def __init__(self, *, group_ids: list[str] = ..., include_authorized_operations: bool = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def to_dict(self) -> dict[str, Any]: ...
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_MIN: ClassVar[int]
+    KIND: ClassVar[Literal['request']]
+    def encode(self, version: int) -> bytes: ...
+    def encode_into(self, buffer: Buffer, offset: int, version: int) -> int: ...
+    @classmethod
+    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ..., records: _Records = ...) -> Self: ...
+    @classmethod
+    def decode_from(
+        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ..., records: _Records = ...
+    ) -> tuple[Self, int]: ...
+    @classmethod
+    def is_flexible(cls, version: int) -> bool: ...
+
+
+class StreamsGroupDescribeResponse:
+    """Preview API, may still change (unstable). The coordinator's description of each streams group asked about: topology, members, assignments."""
+    throttle_time_ms: int
+    groups: list[StreamsGroupDescribeResponse.DescribedGroup]
+    unknown_tagged_fields: dict[int, bytes]
+    def __init__(self, *, throttle_time_ms: int = ..., groups: list[StreamsGroupDescribeResponse.DescribedGroup] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def to_dict(self) -> dict[str, Any]: ...
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class KeyValue:
+        key: str
+        value: str
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, key: str = ..., value: str = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class TaskIds:
+        subtopology_id: str
+        partitions: list[int]
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, subtopology_id: str = ..., partitions: list[int] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class Assignment:
+        active_tasks: list[StreamsGroupDescribeResponse.TaskIds]
+        standby_tasks: list[StreamsGroupDescribeResponse.TaskIds]
+        warmup_tasks: list[StreamsGroupDescribeResponse.TaskIds]
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, active_tasks: list[StreamsGroupDescribeResponse.TaskIds] = ..., standby_tasks: list[StreamsGroupDescribeResponse.TaskIds] = ..., warmup_tasks: list[StreamsGroupDescribeResponse.TaskIds] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class TaskOffset:
+        subtopology_id: str
+        partition: int
+        offset: int
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, subtopology_id: str = ..., partition: int = ..., offset: int = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class TopicInfo:
+        name: str
+        partitions: int
+        replication_factor: int
+        topic_configs: list[StreamsGroupDescribeResponse.KeyValue]
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, name: str = ..., partitions: int = ..., replication_factor: int = ..., topic_configs: list[StreamsGroupDescribeResponse.KeyValue] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class Subtopology:
+        """Subtopologies of the topology; null when it is not known."""
+        subtopology_id: str
+        source_topics: list[str]
+        repartition_sink_topics: list[str]
+        state_changelog_topics: list[StreamsGroupDescribeResponse.TopicInfo]
+        repartition_source_topics: list[StreamsGroupDescribeResponse.TopicInfo]
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, subtopology_id: str = ..., source_topics: list[str] = ..., repartition_sink_topics: list[str] = ..., state_changelog_topics: list[StreamsGroupDescribeResponse.TopicInfo] = ..., repartition_source_topics: list[StreamsGroupDescribeResponse.TopicInfo] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class Topology:
+        """Topology the group runs; null when it has none yet."""
+        epoch: int
+        subtopologies: list[StreamsGroupDescribeResponse.Subtopology] | None
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, epoch: int = ..., subtopologies: list[StreamsGroupDescribeResponse.Subtopology] | None = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class Endpoint:
+        """Where interactive queries reach this member; null when not set."""
+        host: str
+        port: int
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, host: str = ..., port: int = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class Member:
+        """Members of the group."""
+        member_id: str
+        member_epoch: int
+        instance_id: str | None
+        rack_id: str | None
+        client_id: str
+        client_host: str
+        topology_epoch: int
+        process_id: str
+        user_endpoint: StreamsGroupDescribeResponse.Endpoint | None
+        client_tags: list[StreamsGroupDescribeResponse.KeyValue]
+        task_offsets: list[StreamsGroupDescribeResponse.TaskOffset]
+        task_end_offsets: list[StreamsGroupDescribeResponse.TaskOffset]
+        assignment: StreamsGroupDescribeResponse.Assignment | None
+        target_assignment: StreamsGroupDescribeResponse.Assignment | None
+        is_classic: bool
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, member_id: str = ..., member_epoch: int = ..., instance_id: str | None = ..., rack_id: str | None = ..., client_id: str = ..., client_host: str = ..., topology_epoch: int = ..., process_id: str = ..., user_endpoint: StreamsGroupDescribeResponse.Endpoint | None = ..., client_tags: list[StreamsGroupDescribeResponse.KeyValue] = ..., task_offsets: list[StreamsGroupDescribeResponse.TaskOffset] = ..., task_end_offsets: list[StreamsGroupDescribeResponse.TaskOffset] = ..., assignment: StreamsGroupDescribeResponse.Assignment | None = ..., target_assignment: StreamsGroupDescribeResponse.Assignment | None = ..., is_classic: bool = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    class DescribedGroup:
+        """One entry per group asked about."""
+        error_code: int
+        error_message: str | None
+        group_id: str
+        group_state: str
+        group_epoch: int
+        assignment_epoch: int
+        topology: StreamsGroupDescribeResponse.Topology | None
+        members: list[StreamsGroupDescribeResponse.Member]
+        authorized_operations: int
+        unknown_tagged_fields: dict[int, bytes]
+        def __init__(self, *, error_code: int = ..., error_message: str | None = ..., group_id: str = ..., group_state: str = ..., group_epoch: int = ..., assignment_epoch: int = ..., topology: StreamsGroupDescribeResponse.Topology | None = ..., members: list[StreamsGroupDescribeResponse.Member] = ..., authorized_operations: int = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
+        def __eq__(self, other: object, /) -> bool: ...
+        def __ne__(self, other: object, /) -> bool: ...
+        __hash__: ClassVar[None]  # type: ignore[assignment]
+        def to_dict(self) -> dict[str, Any]: ...
+        @classmethod
+        def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_MIN: ClassVar[int]
+    KIND: ClassVar[Literal['response']]
+    def encode(self, version: int) -> bytes: ...
+    def encode_into(self, buffer: Buffer, offset: int, version: int) -> int: ...
+    @classmethod
+    def decode(cls, data: Buffer, version: int, arrays: _Arrays = ..., records: _Records = ...) -> Self: ...
+    @classmethod
+    def decode_from(
+        cls, data: Buffer, version: int, offset: int = ..., arrays: _Arrays = ..., records: _Records = ...
+    ) -> tuple[Self, int]: ...
+    @classmethod
+    def is_flexible(cls, version: int) -> bool: ...
+
+
 class StreamsGroupHeartbeatRequest:
-    """Periodic check-in of a Kafka Streams member with its group coordinator (KIP-1071)."""
+    """Preview API, may still change (unstable). Periodic check-in of a Kafka Streams member with its group coordinator (KIP-1071)."""
     group_id: str
     member_id: str
     member_epoch: int
@@ -7911,7 +8438,7 @@ class StreamsGroupHeartbeatRequest:
 
 
 class StreamsGroupHeartbeatResponse:
-    """Coordinator's answer to a streams heartbeat: membership state and task assignment."""
+    """Preview API, may still change (unstable). Coordinator's answer to a streams heartbeat: membership state and task assignment."""
     throttle_time_ms: int
     error_code: int
     error_message: str | None
@@ -8670,6 +9197,7 @@ class VoteResponse:
 
 
 class WriteShareGroupStateRequest:
+    """Preview API, may still change (unstable). Broker to share coordinator: write the state of share partitions (KIP-932)."""
     group_id: str
     topics: list[WriteShareGroupStateRequest.WriteStateData]
     unknown_tagged_fields: dict[int, bytes]
@@ -8737,6 +9265,7 @@ class WriteShareGroupStateRequest:
 
 
 class WriteShareGroupStateResponse:
+    """Preview API, may still change (unstable). Result of writing share partition state."""
     results: list[WriteShareGroupStateResponse.WriteStateResult]
     unknown_tagged_fields: dict[int, bytes]
     def __init__(self, *, results: list[WriteShareGroupStateResponse.WriteStateResult] = ..., unknown_tagged_fields: dict[int, bytes] | None = ...) -> None: ...
@@ -8899,9 +9428,14 @@ class WriteTxnMarkersResponse:
     def is_flexible(cls, version: int) -> bool: ...
 
 
+# Old names of renamed APIs: the same classes
+ListClientMetricsResourcesRequest = ListConfigResourcesRequest
+ListClientMetricsResourcesResponse = ListConfigResourcesResponse
+
+
 REQUEST_CLASSES: dict[int, type[_Request]]
 RESPONSE_CLASSES: dict[int, type[_Response]]
-MESSAGE_CLASSES: tuple[type[AddOffsetsToTxnRequest], type[AddOffsetsToTxnResponse], type[AddPartitionsToTxnRequest], type[AddPartitionsToTxnResponse], type[AddRaftVoterRequest], type[AddRaftVoterResponse], type[AllocateProducerIdsRequest], type[AllocateProducerIdsResponse], type[AlterClientQuotasRequest], type[AlterClientQuotasResponse], type[AlterConfigsRequest], type[AlterConfigsResponse], type[AlterPartitionReassignmentsRequest], type[AlterPartitionReassignmentsResponse], type[AlterPartitionRequest], type[AlterPartitionResponse], type[AlterReplicaLogDirsRequest], type[AlterReplicaLogDirsResponse], type[AlterUserScramCredentialsRequest], type[AlterUserScramCredentialsResponse], type[ApiVersionsRequest], type[ApiVersionsResponse], type[AssignReplicasToDirsRequest], type[AssignReplicasToDirsResponse], type[BeginQuorumEpochRequest], type[BeginQuorumEpochResponse], type[BrokerHeartbeatRequest], type[BrokerHeartbeatResponse], type[BrokerRegistrationRequest], type[BrokerRegistrationResponse], type[ConsumerGroupDescribeRequest], type[ConsumerGroupDescribeResponse], type[ConsumerGroupHeartbeatRequest], type[ConsumerGroupHeartbeatResponse], type[ControlledShutdownRequest], type[ControlledShutdownResponse], type[ControllerRegistrationRequest], type[ControllerRegistrationResponse], type[CreateAclsRequest], type[CreateAclsResponse], type[CreateDelegationTokenRequest], type[CreateDelegationTokenResponse], type[CreatePartitionsRequest], type[CreatePartitionsResponse], type[CreateTopicsRequest], type[CreateTopicsResponse], type[DeleteAclsRequest], type[DeleteAclsResponse], type[DeleteGroupsRequest], type[DeleteGroupsResponse], type[DeleteRecordsRequest], type[DeleteRecordsResponse], type[DeleteShareGroupStateRequest], type[DeleteShareGroupStateResponse], type[DeleteTopicsRequest], type[DeleteTopicsResponse], type[DescribeAclsRequest], type[DescribeAclsResponse], type[DescribeClientQuotasRequest], type[DescribeClientQuotasResponse], type[DescribeClusterRequest], type[DescribeClusterResponse], type[DescribeConfigsRequest], type[DescribeConfigsResponse], type[DescribeDelegationTokenRequest], type[DescribeDelegationTokenResponse], type[DescribeGroupsRequest], type[DescribeGroupsResponse], type[DescribeLogDirsRequest], type[DescribeLogDirsResponse], type[DescribeProducersRequest], type[DescribeProducersResponse], type[DescribeQuorumRequest], type[DescribeQuorumResponse], type[DescribeTopicPartitionsRequest], type[DescribeTopicPartitionsResponse], type[DescribeTransactionsRequest], type[DescribeTransactionsResponse], type[DescribeUserScramCredentialsRequest], type[DescribeUserScramCredentialsResponse], type[ElectLeadersRequest], type[ElectLeadersResponse], type[EndQuorumEpochRequest], type[EndQuorumEpochResponse], type[EndTxnRequest], type[EndTxnResponse], type[EnvelopeRequest], type[EnvelopeResponse], type[ExpireDelegationTokenRequest], type[ExpireDelegationTokenResponse], type[FetchRequest], type[FetchResponse], type[FetchSnapshotRequest], type[FetchSnapshotResponse], type[FindCoordinatorRequest], type[FindCoordinatorResponse], type[GetTelemetrySubscriptionsRequest], type[GetTelemetrySubscriptionsResponse], type[HeartbeatRequest], type[HeartbeatResponse], type[IncrementalAlterConfigsRequest], type[IncrementalAlterConfigsResponse], type[InitProducerIdRequest], type[InitProducerIdResponse], type[InitializeShareGroupStateRequest], type[InitializeShareGroupStateResponse], type[JoinGroupRequest], type[JoinGroupResponse], type[LeaderAndIsrRequest], type[LeaderAndIsrResponse], type[LeaveGroupRequest], type[LeaveGroupResponse], type[ListClientMetricsResourcesRequest], type[ListClientMetricsResourcesResponse], type[ListGroupsRequest], type[ListGroupsResponse], type[ListOffsetsRequest], type[ListOffsetsResponse], type[ListPartitionReassignmentsRequest], type[ListPartitionReassignmentsResponse], type[ListTransactionsRequest], type[ListTransactionsResponse], type[MetadataRequest], type[MetadataResponse], type[OffsetCommitRequest], type[OffsetCommitResponse], type[OffsetDeleteRequest], type[OffsetDeleteResponse], type[OffsetFetchRequest], type[OffsetFetchResponse], type[OffsetForLeaderEpochRequest], type[OffsetForLeaderEpochResponse], type[ProduceRequest], type[ProduceResponse], type[PushTelemetryRequest], type[PushTelemetryResponse], type[ReadShareGroupStateRequest], type[ReadShareGroupStateResponse], type[ReadShareGroupStateSummaryRequest], type[ReadShareGroupStateSummaryResponse], type[RemoveRaftVoterRequest], type[RemoveRaftVoterResponse], type[RenewDelegationTokenRequest], type[RenewDelegationTokenResponse], type[RequestHeader], type[ResponseHeader], type[SaslAuthenticateRequest], type[SaslAuthenticateResponse], type[SaslHandshakeRequest], type[SaslHandshakeResponse], type[ShareAcknowledgeRequest], type[ShareAcknowledgeResponse], type[ShareFetchRequest], type[ShareFetchResponse], type[ShareGroupDescribeRequest], type[ShareGroupDescribeResponse], type[ShareGroupHeartbeatRequest], type[ShareGroupHeartbeatResponse], type[StopReplicaRequest], type[StopReplicaResponse], type[StreamsGroupHeartbeatRequest], type[StreamsGroupHeartbeatResponse], type[SyncGroupRequest], type[SyncGroupResponse], type[TxnOffsetCommitRequest], type[TxnOffsetCommitResponse], type[UnregisterBrokerRequest], type[UnregisterBrokerResponse], type[UpdateFeaturesRequest], type[UpdateFeaturesResponse], type[UpdateMetadataRequest], type[UpdateMetadataResponse], type[UpdateRaftVoterRequest], type[UpdateRaftVoterResponse], type[VoteRequest], type[VoteResponse], type[WriteShareGroupStateRequest], type[WriteShareGroupStateResponse], type[WriteTxnMarkersRequest], type[WriteTxnMarkersResponse]]
+MESSAGE_CLASSES: tuple[type[AddOffsetsToTxnRequest], type[AddOffsetsToTxnResponse], type[AddPartitionsToTxnRequest], type[AddPartitionsToTxnResponse], type[AddRaftVoterRequest], type[AddRaftVoterResponse], type[AllocateProducerIdsRequest], type[AllocateProducerIdsResponse], type[AlterClientQuotasRequest], type[AlterClientQuotasResponse], type[AlterConfigsRequest], type[AlterConfigsResponse], type[AlterPartitionReassignmentsRequest], type[AlterPartitionReassignmentsResponse], type[AlterPartitionRequest], type[AlterPartitionResponse], type[AlterReplicaLogDirsRequest], type[AlterReplicaLogDirsResponse], type[AlterShareGroupOffsetsRequest], type[AlterShareGroupOffsetsResponse], type[AlterUserScramCredentialsRequest], type[AlterUserScramCredentialsResponse], type[ApiVersionsRequest], type[ApiVersionsResponse], type[AssignReplicasToDirsRequest], type[AssignReplicasToDirsResponse], type[BeginQuorumEpochRequest], type[BeginQuorumEpochResponse], type[BrokerHeartbeatRequest], type[BrokerHeartbeatResponse], type[BrokerRegistrationRequest], type[BrokerRegistrationResponse], type[ConsumerGroupDescribeRequest], type[ConsumerGroupDescribeResponse], type[ConsumerGroupHeartbeatRequest], type[ConsumerGroupHeartbeatResponse], type[ControlledShutdownRequest], type[ControlledShutdownResponse], type[ControllerRegistrationRequest], type[ControllerRegistrationResponse], type[CreateAclsRequest], type[CreateAclsResponse], type[CreateDelegationTokenRequest], type[CreateDelegationTokenResponse], type[CreatePartitionsRequest], type[CreatePartitionsResponse], type[CreateTopicsRequest], type[CreateTopicsResponse], type[DeleteAclsRequest], type[DeleteAclsResponse], type[DeleteGroupsRequest], type[DeleteGroupsResponse], type[DeleteRecordsRequest], type[DeleteRecordsResponse], type[DeleteShareGroupOffsetsRequest], type[DeleteShareGroupOffsetsResponse], type[DeleteShareGroupStateRequest], type[DeleteShareGroupStateResponse], type[DeleteTopicsRequest], type[DeleteTopicsResponse], type[DescribeAclsRequest], type[DescribeAclsResponse], type[DescribeClientQuotasRequest], type[DescribeClientQuotasResponse], type[DescribeClusterRequest], type[DescribeClusterResponse], type[DescribeConfigsRequest], type[DescribeConfigsResponse], type[DescribeDelegationTokenRequest], type[DescribeDelegationTokenResponse], type[DescribeGroupsRequest], type[DescribeGroupsResponse], type[DescribeLogDirsRequest], type[DescribeLogDirsResponse], type[DescribeProducersRequest], type[DescribeProducersResponse], type[DescribeQuorumRequest], type[DescribeQuorumResponse], type[DescribeShareGroupOffsetsRequest], type[DescribeShareGroupOffsetsResponse], type[DescribeTopicPartitionsRequest], type[DescribeTopicPartitionsResponse], type[DescribeTransactionsRequest], type[DescribeTransactionsResponse], type[DescribeUserScramCredentialsRequest], type[DescribeUserScramCredentialsResponse], type[ElectLeadersRequest], type[ElectLeadersResponse], type[EndQuorumEpochRequest], type[EndQuorumEpochResponse], type[EndTxnRequest], type[EndTxnResponse], type[EnvelopeRequest], type[EnvelopeResponse], type[ExpireDelegationTokenRequest], type[ExpireDelegationTokenResponse], type[FetchRequest], type[FetchResponse], type[FetchSnapshotRequest], type[FetchSnapshotResponse], type[FindCoordinatorRequest], type[FindCoordinatorResponse], type[GetTelemetrySubscriptionsRequest], type[GetTelemetrySubscriptionsResponse], type[HeartbeatRequest], type[HeartbeatResponse], type[IncrementalAlterConfigsRequest], type[IncrementalAlterConfigsResponse], type[InitProducerIdRequest], type[InitProducerIdResponse], type[InitializeShareGroupStateRequest], type[InitializeShareGroupStateResponse], type[JoinGroupRequest], type[JoinGroupResponse], type[LeaderAndIsrRequest], type[LeaderAndIsrResponse], type[LeaveGroupRequest], type[LeaveGroupResponse], type[ListConfigResourcesRequest], type[ListConfigResourcesResponse], type[ListGroupsRequest], type[ListGroupsResponse], type[ListOffsetsRequest], type[ListOffsetsResponse], type[ListPartitionReassignmentsRequest], type[ListPartitionReassignmentsResponse], type[ListTransactionsRequest], type[ListTransactionsResponse], type[MetadataRequest], type[MetadataResponse], type[OffsetCommitRequest], type[OffsetCommitResponse], type[OffsetDeleteRequest], type[OffsetDeleteResponse], type[OffsetFetchRequest], type[OffsetFetchResponse], type[OffsetForLeaderEpochRequest], type[OffsetForLeaderEpochResponse], type[ProduceRequest], type[ProduceResponse], type[PushTelemetryRequest], type[PushTelemetryResponse], type[ReadShareGroupStateRequest], type[ReadShareGroupStateResponse], type[ReadShareGroupStateSummaryRequest], type[ReadShareGroupStateSummaryResponse], type[RemoveRaftVoterRequest], type[RemoveRaftVoterResponse], type[RenewDelegationTokenRequest], type[RenewDelegationTokenResponse], type[RequestHeader], type[ResponseHeader], type[SaslAuthenticateRequest], type[SaslAuthenticateResponse], type[SaslHandshakeRequest], type[SaslHandshakeResponse], type[ShareAcknowledgeRequest], type[ShareAcknowledgeResponse], type[ShareFetchRequest], type[ShareFetchResponse], type[ShareGroupDescribeRequest], type[ShareGroupDescribeResponse], type[ShareGroupHeartbeatRequest], type[ShareGroupHeartbeatResponse], type[StopReplicaRequest], type[StopReplicaResponse], type[StreamsGroupDescribeRequest], type[StreamsGroupDescribeResponse], type[StreamsGroupHeartbeatRequest], type[StreamsGroupHeartbeatResponse], type[SyncGroupRequest], type[SyncGroupResponse], type[TxnOffsetCommitRequest], type[TxnOffsetCommitResponse], type[UnregisterBrokerRequest], type[UnregisterBrokerResponse], type[UpdateFeaturesRequest], type[UpdateFeaturesResponse], type[UpdateMetadataRequest], type[UpdateMetadataResponse], type[UpdateRaftVoterRequest], type[UpdateRaftVoterResponse], type[VoteRequest], type[VoteResponse], type[WriteShareGroupStateRequest], type[WriteShareGroupStateResponse], type[WriteTxnMarkersRequest], type[WriteTxnMarkersResponse]]
 
 def encode_request(msg: _Request, version: int, correlation_id: int, client_id: str | None = ...) -> bytes: ...
 def decode_request(frame: Buffer, *, records: _Records = ...) -> tuple[RequestHeader, _Request]: ...
@@ -8927,6 +9461,8 @@ __all__ = [
     'AlterPartitionResponse',
     'AlterReplicaLogDirsRequest',
     'AlterReplicaLogDirsResponse',
+    'AlterShareGroupOffsetsRequest',
+    'AlterShareGroupOffsetsResponse',
     'AlterUserScramCredentialsRequest',
     'AlterUserScramCredentialsResponse',
     'ApiVersionsRequest',
@@ -8961,6 +9497,8 @@ __all__ = [
     'DeleteGroupsResponse',
     'DeleteRecordsRequest',
     'DeleteRecordsResponse',
+    'DeleteShareGroupOffsetsRequest',
+    'DeleteShareGroupOffsetsResponse',
     'DeleteShareGroupStateRequest',
     'DeleteShareGroupStateResponse',
     'DeleteTopicsRequest',
@@ -8983,6 +9521,8 @@ __all__ = [
     'DescribeProducersResponse',
     'DescribeQuorumRequest',
     'DescribeQuorumResponse',
+    'DescribeShareGroupOffsetsRequest',
+    'DescribeShareGroupOffsetsResponse',
     'DescribeTopicPartitionsRequest',
     'DescribeTopicPartitionsResponse',
     'DescribeTransactionsRequest',
@@ -9021,8 +9561,8 @@ __all__ = [
     'LeaderAndIsrResponse',
     'LeaveGroupRequest',
     'LeaveGroupResponse',
-    'ListClientMetricsResourcesRequest',
-    'ListClientMetricsResourcesResponse',
+    'ListConfigResourcesRequest',
+    'ListConfigResourcesResponse',
     'ListGroupsRequest',
     'ListGroupsResponse',
     'ListOffsetsRequest',
@@ -9069,6 +9609,8 @@ __all__ = [
     'ShareGroupHeartbeatResponse',
     'StopReplicaRequest',
     'StopReplicaResponse',
+    'StreamsGroupDescribeRequest',
+    'StreamsGroupDescribeResponse',
     'StreamsGroupHeartbeatRequest',
     'StreamsGroupHeartbeatResponse',
     'SyncGroupRequest',
@@ -9089,6 +9631,8 @@ __all__ = [
     'WriteShareGroupStateResponse',
     'WriteTxnMarkersRequest',
     'WriteTxnMarkersResponse',
+    'ListClientMetricsResourcesRequest',
+    'ListClientMetricsResourcesResponse',
     'REQUEST_CLASSES',
     'RESPONSE_CLASSES',
     'MESSAGE_CLASSES',
