@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from workloads import WORKLOADS
+from workloads import WORKLOADS  # noqa: E402 - after the path above
 
 COLUMNS = ["cython", "pure", "cython-numpy", "pure-numpy", "cython-views", "pure-views", "kafka-python", "kio", "msgspec", "numpy-frombuffer"]
 OPS = ["encode", "decode", "frame"]

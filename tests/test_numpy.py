@@ -199,7 +199,6 @@ def test_task_offsets_decode_to_columns(impl):
 
 
 def test_columns_built_by_hand_encode_like_the_list(impl):
-    R = impl.StreamsGroupHeartbeatRequest
     ref = heartbeat(impl, offsets=4)
     msg = heartbeat(impl, offsets=0)
     msg.task_offsets = TaskOffsetColumns(

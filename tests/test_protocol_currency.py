@@ -5,8 +5,6 @@ which source each definition's facts came from.
 Byte equality with kio for every new or changed version, in both implementations; the
 peer suite (test_peers) covers the rest of the protocol.
 """
-import dataclasses
-import importlib
 import json
 from pathlib import Path
 

@@ -26,7 +26,11 @@ decode_request = _messages.decode_request
 encode_response = _messages.encode_response
 decode_response = _messages.decode_response
 
+from . import columns as _columns  # noqa: E402
 from .columns import TaskOffsetColumns  # noqa: E402
+
+# Rows of TaskOffsetColumns made by hand come out as this implementation's TaskOffset.
+_columns.default_item_class = lambda: _messages.StreamsGroupHeartbeatRequest.TaskOffset
 
 __version__ = "0.1.0"
 __all__ = list(_messages.__all__) + [

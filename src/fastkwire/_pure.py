@@ -10,9 +10,8 @@ import uuid as _uuid
 from . import _bulk, _wire
 from . import errors as _e
 from ._rules import (byte_view, check_offset, check_type_name, check_version, float_value,
-                     int_value, merge_tags, parse_array_type, raw_bytes, seq_len, tag_items,
-                     uuid_bytes)
-from ._wire import MAX_LENGTH, MAX_MESSAGE, MAX_STRING, MAX_TAG, NUMPY_ARRAYS, RANGE, RECORD_VIEWS, WIDTH
+                     int_value, merge_tags, parse_array_type, raw_bytes, seq_len, uuid_bytes)
+from ._wire import MAX_LENGTH, MAX_MESSAGE, MAX_STRING, MAX_TAG, NUMPY_ARRAYS, RANGE, WIDTH
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError
 

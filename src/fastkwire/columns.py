@@ -119,7 +119,10 @@ def _same_row(a, b):
         return False
 
 
-def _default_item():
-    from . import StreamsGroupHeartbeatRequest
+# The package sets this at import (columns sit below the message classes, so they do
+# not import them): the TaskOffset class of the implementation in use.
+default_item_class = None
 
-    return StreamsGroupHeartbeatRequest.TaskOffset
+
+def _default_item():
+    return default_item_class()
