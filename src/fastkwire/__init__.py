@@ -30,7 +30,7 @@ from . import columns as _columns  # noqa: E402
 from .columns import TaskOffsetColumns  # noqa: E402
 
 # Rows of TaskOffsetColumns made by hand come out as this implementation's TaskOffset.
-_columns.default_item_class = lambda: _messages.StreamsGroupHeartbeatRequest.TaskOffset
+_columns._default_item_class = lambda: _messages.StreamsGroupHeartbeatRequest.TaskOffset
 
 __version__ = "0.1.0"
 __all__ = list(_messages.__all__) + [

@@ -121,8 +121,8 @@ def _same_row(a, b):
 
 # The package sets this at import (columns sit below the message classes, so they do
 # not import them): the TaskOffset class of the implementation in use.
-default_item_class = None
+_default_item_class = None
 
 
 def _default_item():
-    return default_item_class()
+    return _default_item_class()
