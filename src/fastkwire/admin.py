@@ -18,14 +18,14 @@ deadline. It opens its connections per call and closes them before returning. An
 untrusted: their size is capped per API before anything is allocated, and a broker's text
 is escaped before it goes into an error message.
 
-Each call is written once, as a generator of I/O steps (connect, request, close, sleep):
-`AdminClient` runs the steps on blocking sockets, `AsyncAdminClient` on asyncio streams in
-the event loop's own thread.
+Each call is written once, as a generator of the connection layer's I/O steps (`Connect`,
+`Request`, `Close`, `Sleep`): `AdminClient` runs them with `connection.run_steps` on blocking
+sockets, `AsyncAdminClient` with `run_steps_async` on asyncio streams in the event loop's
+own thread. A connection error that reaches a call is raised as its admin twin
+(`admin_errors.admin_error`).
 """
-import asyncio
 import ipaddress
 import struct
-import time
 from dataclasses import dataclass, field
 
 from . import (
@@ -57,20 +57,29 @@ from .admin_errors import (
     TlsError,
     UnknownInstanceError,
     UnsupportedSaslMechanismError,
+    admin_error,
 )
 from .connection import (
-    ANSWER_LIMITS,
+    ANSWER_LIMITS as CONNECTION_ANSWER_LIMITS,
     MAX_BROKER_TEXT,
     MAX_TIMEOUT_MS,
-    AsyncConnection,
-    Connection,
+    MIB,
+    KIB,
+    SYSTEM_CLOCK,
+    Close,
+    Connect,
     Deadline,
+    Request,
     Security,
-    answer_limit,
+    Sleep,
+    answer_limit as _answer_limit,
     check_timeout_ms,
     format_address as _format_address,
     highest_common_version,
+    run_steps,
+    run_steps_async,
 )
+from .connection_errors import BadResponseError, KafkaClientError, KafkaConnectionError, KafkaTimeoutError, OptionError
 from .consumer_protocol import decode_assignment
 from .error_codes import by_name, lookup
 
@@ -117,9 +126,29 @@ GROUP_STATE_ERRORS = _codes("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
 GROUP_NOT_FOUND_ERRORS = _codes("GROUP_ID_NOT_FOUND")
 BACKOFF_START = 0.1
 BACKOFF_MAX = 1.0
-# Failures of one bootstrap server after which the next one is tried. Security errors are
-# not among them: they are configuration, the same on every broker.
-FAILOVER_ERRORS = (BrokerConnectionError, AdminTimeoutError, ResponseError)
+# Failures of one bootstrap server after which the next one is tried (the connection layer's
+# classes: they catch the admin twins too). Security errors are not among them: they are
+# configuration, the same on every broker.
+FAILOVER_ERRORS = (KafkaConnectionError, KafkaTimeoutError, BadResponseError)
+
+# The admin client's caps on the answers to the group APIs, as (fixed part, per member
+# asked), plus the request's own size (see connection.ANSWER_LIMITS, which has the rest).
+GROUP_ANSWER_LIMITS = {
+    LeaveGroupRequest.API_KEY: (64 * KIB, 4 * KIB),  # each member answered with its ids
+    DescribeGroupsRequest.API_KEY: (16 * MIB, 0),  # every member's metadata and assignment
+    ConsumerGroupDescribeRequest.API_KEY: (16 * MIB, 0),
+}
+ANSWER_LIMITS = {**CONNECTION_ANSWER_LIMITS, **GROUP_ANSWER_LIMITS}
+
+
+def answer_limit(msg, request_size):
+    """The most bytes (after the size prefix) an admin call accepts in answer to `msg`."""
+    return _answer_limit(msg, request_size, ANSWER_LIMITS)
+
+
+def _request(conn, msg, version, check=None):
+    """A Request step with the admin client's cap for `msg` (the connection adds the request's size)."""
+    return Request(conn, msg, version, max_answer_bytes=answer_limit(msg, 0), check_frame=check)
 
 
 # ---------------------------------------------------------------- results
@@ -359,16 +388,23 @@ def _is_host_text(host):
 
 
 def _check_name(what, value, nullable=False):
+    """`what` is a parameter's name (an OptionError names it as the caller knows it) or a
+    description ("a member id")."""
+    option = what if what.isidentifier() else "what"
+    said = {} if what.isidentifier() else {"what": what}
     if value is None and nullable:
         return
     if not isinstance(value, str) or (not value and not nullable):
-        raise ValueError(f"{what} must be a non-empty string, not {value!r}")
+        raise OptionError("{%s} must be a non-empty string, not {value}" % option, option, said=said,
+                          value=repr(value))
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
-        raise ValueError(f"{what} {value!r} cannot be encoded as UTF-8") from None
+        raise OptionError("{%s} {value} cannot be encoded as UTF-8" % option, option, said=said,
+                          value=repr(value)) from None
     if size > MAX_NAME_BYTES:
-        raise ValueError(f"{what} is {size} bytes long; Kafka takes at most {MAX_NAME_BYTES}")
+        raise OptionError("{%s} is {size} bytes long; Kafka takes at most {most}" % option, option, said=said,
+                          size=size, most=MAX_NAME_BYTES)
 
 
 def check_removal(group_id, group_instance_ids, reason=None):
@@ -403,9 +439,12 @@ def check_members(group_instance_ids=(), member_ids=(), remove_all=False):
     """The member selection of a removal: (instance ids, member ids); ValueError when unusable."""
     instance_ids, member_ids = list(group_instance_ids), list(member_ids)
     if remove_all and (instance_ids or member_ids):
-        raise ValueError("remove_all removes every member: name no member with it")
+        raise OptionError("{remove_all} removes every member: name no member with it", "remove_all")
     if not (remove_all or instance_ids or member_ids):
-        raise ValueError("give at least one group.instance.id or member id (or remove all)")
+        raise OptionError("give at least one {group_instance_ids} or {member_ids} (or {remove_all})",
+                          "group_instance_ids", "member_ids", "remove_all",
+                          said={"group_instance_ids": "group.instance.id", "member_ids": "member id",
+                                "remove_all": "remove all"})
     for i in instance_ids:
         _check_name("a group.instance.id", i)
     for m in member_ids:
@@ -417,41 +456,13 @@ def check_members(group_instance_ids=(), member_ids=(), remove_all=False):
     return instance_ids, member_ids
 
 
-# ---------------------------------------------------------------- I/O steps
-
-
-class _Connect:
-    def __init__(self, host, port, share=1):
-        self.host, self.port, self.share = host, port, share
-
-
-class _Call:
-    def __init__(self, conn, msg, version, check=None):
-        self.conn, self.msg, self.version, self.check = conn, msg, version, check
-
-
-class _Close:
-    def __init__(self, conn):
-        self.conn = conn
-
-
-class _Sleep:
-    def __init__(self, seconds):
-        self.seconds = seconds
-
-
-def _connect_deadline(step, deadline):
-    """Bootstrap servers share what is left: a silent one cannot use up the next one's time."""
-    if step.share <= 1:
-        return deadline
-    return Deadline(max(deadline.remaining(), 0) / step.share)
-
-
 # ---------------------------------------------------------------- the calls, as steps
 
 
 class _Calls:
     """Options and the calls as generators of I/O steps; the clients below run them."""
+
+    _clock = SYSTEM_CLOCK  # where deadlines read the time and backoffs sleep (tests set a fake)
 
     def __init__(self, bootstrap_servers, client_id="fastkwire-admin", request_timeout_ms=30000, security=None,
                  max_group_members=DEFAULT_MAX_GROUP_MEMBERS, **security_options):
@@ -524,11 +535,14 @@ class _Calls:
 
     # -- steps
 
+    def _connect(self, host, port, deadline=None):
+        return Connect(host, port, deadline, client_id=self.client_id, security=self.security)
+
     def _bootstrap(self, deadline):
         failures = []
         for n, (host, port) in enumerate(self.servers):
             try:
-                return (yield _Connect(host, port, share=len(self.servers) - n))
+                return (yield self._connect(host, port, deadline.share(len(self.servers) - n)))
             except FAILOVER_ERRORS as exc:
                 if len(self.servers) == 1:
                     raise
@@ -544,10 +558,10 @@ class _Calls:
         while True:
             coordinator = yield from self._find_coordinator_retrying(boot, group_id, deadline)
             same = (coordinator.host, coordinator.port) == (boot.host, boot.port)
-            conn = boot if same else (yield _Connect(coordinator.host, coordinator.port))
+            conn = boot if same else (yield self._connect(coordinator.host, coordinator.port))
             code, result = yield from action(conn, coordinator)
             if not same:
-                yield _Close(conn)
+                yield Close(conn)
             if result is not None:
                 return result
             backoff = yield from _backoff(deadline, backoff, code, doing)
@@ -587,7 +601,7 @@ class _Calls:
             request = FindCoordinatorRequest(key_type=GROUP_KEY_TYPE, coordinator_keys=[group_id])
         else:
             request = FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY_TYPE)
-        response = yield _Call(conn, request, version)
+        response = yield _request(conn, request, version)
         if version >= BATCHED_FIND_MIN:
             found = [c for c in response.coordinators if c.key == group_id]
             if len(found) != 1:
@@ -607,7 +621,7 @@ class _Calls:
         version = highest_common_version(conn.versions, ConsumerGroupDescribeRequest)
         if version is not None:
             request = ConsumerGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False)
-            response = yield _Call(conn, request, version, self._members_check(conn, ConsumerGroupDescribeResponse,
+            response = yield _request(conn, request, version, self._members_check(conn, ConsumerGroupDescribeResponse,
                                                                                group_id))
             entry = _one_group(response.groups, group_id, conn, f"ConsumerGroupDescribe v{version}")
             code = entry.error_code
@@ -627,7 +641,7 @@ class _Calls:
             raise BrokerTooOldError(f"coordinator {coordinator.address} does not support DescribeGroups",
                                     lookup(UNSUPPORTED_VERSION))
         request = DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False)
-        response = yield _Call(conn, request, version, self._members_check(conn, DescribeGroupsResponse, group_id))
+        response = yield _request(conn, request, version, self._members_check(conn, DescribeGroupsResponse, group_id))
         entry = _one_group(response.groups, group_id, conn, f"DescribeGroups v{version}")
         code = entry.error_code
         if code in COORDINATOR_RETRY:
@@ -661,7 +675,7 @@ class _Calls:
         with_reason = reason if version >= LEAVE_REASON_MIN else None
         identities = [LeaveGroupRequest.MemberIdentity(member_id=m, group_instance_id=i, reason=with_reason)
                       for m, i in members]
-        response = yield _Call(conn, LeaveGroupRequest(group_id=group_id, members=identities), version)
+        response = yield _request(conn, LeaveGroupRequest(group_id=group_id, members=identities), version)
         code = response.error_code
         if code in COORDINATOR_RETRY:
             return code, None
@@ -820,7 +834,7 @@ def _backoff(deadline, delay, code, doing):
         raise AdminTimeoutError(
             f"gave up {doing}: the broker still answers {error.name}{hint}, and the "
             f"{deadline.seconds:g} s timeout would pass before the next try", error)
-    yield _Sleep(delay)
+    yield Sleep(delay)
     return min(delay * 2, BACKOFF_MAX)
 
 
@@ -897,34 +911,14 @@ class AdminClient(_Calls):
         return self._run(self._leave_flow, group_id, members, reason)
 
     def _run(self, flow, *args):
-        deadline = Deadline(self.timeout)
-        steps = flow(*args, deadline)
-        opened = []
+        deadline = Deadline(self.timeout, self._clock)
         try:
-            answer = error = None
-            while True:
-                try:
-                    step = steps.throw(error) if error is not None else steps.send(answer)
-                except StopIteration as stop:
-                    return stop.value
-                answer = error = None
-                try:
-                    if isinstance(step, _Call):
-                        answer = step.conn.request(step.msg, step.version, deadline=deadline, check_frame=step.check)
-                    elif isinstance(step, _Connect):
-                        answer = Connection(step.host, step.port, client_id=self.client_id, security=self.security,
-                                            deadline=_connect_deadline(step, deadline))
-                        opened.append(answer)
-                    elif isinstance(step, _Close):
-                        step.conn.close()
-                    else:
-                        time.sleep(step.seconds)
-                except AdminError as exc:
-                    error = exc
-        finally:
-            steps.close()
-            for conn in opened:
-                conn.close()
+            return run_steps(flow(*args, deadline), deadline)
+        except KafkaClientError as exc:
+            if isinstance(exc, AdminError):
+                raise
+            error = admin_error(exc)
+        raise error  # outside the handler: the twin has no context (which could hold a secret)
 
 
 class AsyncAdminClient(_Calls):
@@ -964,33 +958,11 @@ class AsyncAdminClient(_Calls):
         return await self._run(self._leave_flow, group_id, members, reason)
 
     async def _run(self, flow, *args):
-        deadline = Deadline(self.timeout)
-        steps = flow(*args, deadline)
-        opened = []
+        deadline = Deadline(self.timeout, self._clock)
         try:
-            answer = error = None
-            while True:
-                try:
-                    step = steps.throw(error) if error is not None else steps.send(answer)
-                except StopIteration as stop:
-                    return stop.value
-                answer = error = None
-                try:
-                    if isinstance(step, _Call):
-                        answer = await step.conn.request(step.msg, step.version, deadline=deadline,
-                                                         check_frame=step.check)
-                    elif isinstance(step, _Connect):
-                        answer = await AsyncConnection.open(
-                            step.host, step.port, client_id=self.client_id, security=self.security,
-                            deadline=_connect_deadline(step, deadline))
-                        opened.append(answer)
-                    elif isinstance(step, _Close):
-                        step.conn.close()
-                    else:
-                        await asyncio.sleep(step.seconds)
-                except AdminError as exc:
-                    error = exc
-        finally:
-            steps.close()
-            for conn in opened:
-                conn.close()
+            return await run_steps_async(flow(*args, deadline), deadline)
+        except KafkaClientError as exc:
+            if isinstance(exc, AdminError):
+                raise
+            error = admin_error(exc)
+        raise error  # outside the handler: the twin has no context (which could hold a secret)
