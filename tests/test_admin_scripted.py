@@ -510,3 +510,32 @@ def test_cli_process_refused_and_silent(scripted):
     assert time.monotonic() - start < 5.0
     assert proc.returncode == 3
     assert "no answer from" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_admin_package_keeps_every_public_name_and_documents_both_clients():
+    # admin is a package (results, flows, clients): what users imported from the module stays.
+    import importlib
+
+    names = admin.__all__ + ["COORDINATOR_RETRY", "BACKOFF_START", "BACKOFF_MAX", "DEFAULT_PORT", "MAX_NAME_BYTES",
+                             "GROUP_STATE_ERRORS", "GROUP_NOT_FOUND_ERRORS", "FAILOVER_ERRORS"]
+    namespace = {}
+    exec(f"from fastkwire.admin import {', '.join(names)}", namespace)
+    assert all(name in namespace for name in names)
+    assert [importlib.import_module(f"fastkwire.admin.{room}").__name__ for room in ("results", "flows", "clients")]
+    calls = [n for n in vars(AdminClient) if not n.startswith("_")]
+    assert sorted(calls) == sorted(n for n in vars(AsyncAdminClient) if not n.startswith("_"))
+    for n in calls:
+        assert getattr(AsyncAdminClient, n).__doc__ and getattr(AdminClient, n).__doc__, n
+
+
+def test_check_removal_is_check_members_for_instance_ids():
+    # One set of checks: check_removal adds the group, "at least one" and the reason.
+    for ids in ([""], ["a", "a"], ["\udcff"], ["x" * 40000]):
+        with pytest.raises(ValueError) as removal:
+            admin.check_removal("g", ids)
+        with pytest.raises(ValueError) as members:
+            admin.check_members(ids)
+        assert str(removal.value) == str(members.value)
+    with pytest.raises(ValueError, match="^give at least one group.instance.id$"):
+        admin.check_removal("g", [])
+    assert admin.check_removal("g", ("a", "b"), reason="r") == ["a", "b"]

@@ -1,34 +1,12 @@
-"""Consumer-group administration: describe a group, remove members (KIP-345).
-
-Removing a member by its group.instance.id makes the coordinator rebalance the group at
-once instead of waiting for the member's session timeout: the way to scale a static group
-down or replace a host.
-
-    client = AdminClient("broker:9093", request_timeout_ms=10000, security_protocol="SASL_SSL",
-                         sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="ops",
-                         sasl_plain_password=secret, ssl_cafile="ca.pem")
-    client.describe_group("orders")        # state, protocol, members and their partitions
-    result = client.remove_members_from_group("orders", ["orders-3", "orders-4"], reason="scale down")
-    result.all()          # raises the first member that was not removed
-
-The client speaks the protocol itself with this package's codecs over
-`fastkwire.connection` (TLS and SASL as configured; the options are kafka-python's). Every
-call is bounded by `request_timeout_ms` as a whole: connects, reads and retries share one
-deadline. It opens its connections per call and closes them before returning. Answers are
-untrusted: their size is capped per API before anything is allocated, and a broker's text
-is escaped before it goes into an error message.
-
-Each call is written once, as a generator of the connection layer's I/O steps (`Connect`,
-`Request`, `Close`, `Sleep`): `AdminClient` runs them with `connection.run_steps` on blocking
-sockets, `AsyncAdminClient` with `run_steps_async` on asyncio streams in the event loop's
-own thread. A connection error that reaches a call is raised as its admin twin
-(`admin_errors.admin_error`).
+"""The admin calls as flows: generators of the connection layer's I/O steps (`Connect`,
+`Request`, `Close`, `Sleep`) that do no I/O of their own, and the argument checks that run
+before any of them. The clients (`clients.py`) run the flows; tests can drive them with a
+fake clock (`Deadline(seconds, clock)`), since a flow reads the time only from its deadline.
 """
 import ipaddress
 import struct
-from dataclasses import dataclass, field
 
-from . import (
+from .. import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     DescribeGroupsRequest,
@@ -36,39 +14,27 @@ from . import (
     FindCoordinatorRequest,
     LeaveGroupRequest,
 )
-from ._framing import response_header_version
-from ._schema import FIXED_WIDTH, load as load_schema
-from ._printable import printable
-from .admin_errors import (
-    AdminError,
+from .._framing import response_header_version
+from .._printable import printable
+from .._schema import FIXED_WIDTH, load as load_schema
+from ..admin_errors import (
     AdminTimeoutError,
     BrokerConnectionError,
     BrokerError,
     BrokerTooOldError,
-    FencedInstanceError,
     GroupAuthorizationError,
     GroupNotFoundError,
     GroupStateError,
-    MemberRemovalError,
     ResponseError,
-    SaslAuthenticationError,
-    SecurityError,
-    TlsCertificateError,
-    TlsError,
-    UnknownInstanceError,
-    UnsupportedSaslMechanismError,
-    admin_error,
 )
-from .connection import (
+from ..connection import (
     ANSWER_LIMITS as CONNECTION_ANSWER_LIMITS,
-    MAX_BROKER_TEXT,
-    MAX_TIMEOUT_MS,
-    MIB,
     KIB,
+    MAX_BROKER_TEXT,
+    MIB,
     SYSTEM_CLOCK,
     Close,
     Connect,
-    Deadline,
     Request,
     Security,
     Sleep,
@@ -76,23 +42,21 @@ from .connection import (
     check_timeout_ms,
     format_address as _format_address,
     highest_common_version,
-    run_steps,
-    run_steps_async,
 )
-from .connection_errors import BadResponseError, KafkaClientError, KafkaConnectionError, KafkaTimeoutError, OptionError
-from .consumer_protocol import decode_assignment
-from .error_codes import by_name, lookup
-
-__all__ = [
-    "AdminClient", "AsyncAdminClient", "Coordinator", "MemberResult", "MembershipChangeResult",
-    "GroupDescription", "MemberDescription", "RemovalPlan",
-    "AdminError", "BrokerConnectionError", "AdminTimeoutError", "ResponseError", "BrokerError",
-    "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
-    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "SecurityError",
-    "SaslAuthenticationError", "UnsupportedSaslMechanismError", "TlsError", "TlsCertificateError",
-    "check_removal", "check_members", "check_group", "check_reason", "parse_servers", "Security", "ANSWER_LIMITS",
-    "answer_limit", "MAX_TIMEOUT_MS", "DEFAULT_MAX_GROUP_MEMBERS",
-]
+from ..connection_errors import BadResponseError, KafkaConnectionError, KafkaTimeoutError, OptionError
+from ..error_codes import by_name, lookup
+from .results import (
+    FENCED_INSTANCE_ID,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+    Coordinator,
+    GroupDescription,
+    MemberResult,
+    MembershipChangeResult,
+    RemovalPlan,
+    _consumer_group_member,
+    _described_member,
+)
 
 DEFAULT_PORT = 9092
 GROUP_KEY_TYPE = 0  # FindCoordinator KeyType for consumer groups
@@ -106,10 +70,7 @@ MAX_NAME_BYTES = 32767  # Kafka's longest string (int16 length)
 # max_group_members= (the CLI's --max-members) for larger groups.
 DEFAULT_MAX_GROUP_MEMBERS = 10_000
 
-NONE = by_name("NONE").code
 UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
-UNKNOWN_MEMBER_ID = by_name("UNKNOWN_MEMBER_ID").code
-FENCED_INSTANCE_ID = by_name("FENCED_INSTANCE_ID").code
 GROUP_AUTHORIZATION_FAILED = by_name("GROUP_AUTHORIZATION_FAILED").code
 COORDINATOR_NOT_AVAILABLE = by_name("COORDINATOR_NOT_AVAILABLE").code
 UNKNOWN_SERVER_ERROR = by_name("UNKNOWN_SERVER_ERROR").code
@@ -149,186 +110,6 @@ def answer_limit(msg, request_size):
 def _request(conn, msg, version, check=None):
     """A Request step with the admin client's cap for `msg` (the connection adds the request's size)."""
     return Request(conn, msg, version, max_answer_bytes=answer_limit(msg, 0), check_frame=check)
-
-
-# ---------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class Coordinator:
-    node_id: int
-    host: str
-    port: int
-
-    @property
-    def address(self):
-        return _format_address(self.host, self.port)
-
-
-@dataclass(frozen=True)
-class MemberResult:
-    """What the coordinator said about one member of the request."""
-
-    group_instance_id: str
-    member_id: str
-    error_code: int
-    note: str = ""
-
-    @property
-    def ok(self):
-        return self.error_code == NONE
-
-    @property
-    def error(self):
-        return None if self.ok else lookup(self.error_code)
-
-    @property
-    def error_name(self):
-        return lookup(self.error_code).name
-
-    def describe(self):
-        if self.ok:
-            return "removed"
-        return self.note or _MEMBER_HINTS.get(self.error_code, self.error.description)
-
-    def to_dict(self):
-        return {
-            "group_instance_id": self.group_instance_id,
-            "member_id": self.member_id,
-            "removed": self.ok,
-            "error_code": self.error_code,
-            "error_name": self.error_name,
-            "message": "" if self.ok else self.describe(),
-        }
-
-
-_MEMBER_HINTS = {
-    UNKNOWN_MEMBER_ID: "no member of the group has this group.instance.id",
-    FENCED_INSTANCE_ID: "this group.instance.id is held by a member with a different member id",
-}
-
-
-@dataclass(frozen=True)
-class MembershipChangeResult:
-    """The outcome of one LeaveGroup request, per member."""
-
-    group_id: str
-    coordinator: Coordinator
-    leave_group_version: int
-    members: list = field(default_factory=list)
-    throttle_time_ms: int = 0
-
-    @property
-    def removed(self):
-        """group.instance.ids the coordinator removed, in request order."""
-        return [m.group_instance_id for m in self.members if m.ok]
-
-    @property
-    def failed(self):
-        """group.instance.id -> `MemberResult`, for members that were not removed."""
-        return {m.group_instance_id: m for m in self.members if not m.ok}
-
-    def all(self):
-        """Return None when every member was removed; else raise the first failure."""
-        for m in self.members:
-            if not m.ok:
-                cls = {UNKNOWN_MEMBER_ID: UnknownInstanceError,
-                       FENCED_INSTANCE_ID: FencedInstanceError}.get(m.error_code, MemberRemovalError)
-                raise cls(f"group {self.group_id!r}: instance {m.group_instance_id!r} was not removed: "
-                          f"{m.error_name} ({m.error_code}): {m.describe()}", m)
-
-    def to_dict(self):
-        return {
-            "group_id": self.group_id,
-            "coordinator": {"node_id": self.coordinator.node_id, "host": self.coordinator.host,
-                            "port": self.coordinator.port},
-            "leave_group_version": self.leave_group_version,
-            "members": [m.to_dict() for m in self.members],
-            "removed": self.removed,
-            "failed": sorted(self.failed),
-        }
-
-
-
-
-@dataclass(frozen=True)
-class MemberDescription:
-    member_id: str
-    group_instance_id: object  # str, or None for a dynamic member
-    client_id: str
-    client_host: str
-    assignment: dict = field(default_factory=dict)  # topic -> sorted partitions
-    assignment_error: str = ""  # why the assignment bytes could not be read, if they could not
-
-    def to_dict(self):
-        return {"member_id": self.member_id, "group_instance_id": self.group_instance_id,
-                "client_id": self.client_id, "client_host": self.client_host,
-                "assignment": {t: list(p) for t, p in self.assignment.items()},
-                "assignment_error": self.assignment_error or None}
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    """A group as its coordinator describes it (DescribeGroups or ConsumerGroupDescribe)."""
-
-    group_id: str
-    coordinator: Coordinator
-    state: str
-    protocol_type: str
-    protocol: str  # the assignor (classic groups: the chosen protocol; KIP-848: the assignor name)
-    members: list = field(default_factory=list)
-    api: str = "DescribeGroups"
-
-    @property
-    def exists(self):
-        return self.state not in ("Dead", "")
-
-    def member_by_instance(self, group_instance_id):
-        return next((m for m in self.members if m.group_instance_id == group_instance_id), None)
-
-    def to_dict(self):
-        c = self.coordinator
-        return {"group_id": self.group_id, "exists": self.exists, "state": self.state,
-                "protocol_type": self.protocol_type, "protocol": self.protocol, "api": self.api,
-                "coordinator": {"node_id": c.node_id, "host": c.host, "port": c.port},
-                "members": [m.to_dict() for m in self.members]}
-
-
-@dataclass(frozen=True)
-class RemovalPlan:
-    """What a removal would do, without doing it (`plan_removal`, the CLI's --dry-run)."""
-
-    group: GroupDescription
-    members: list  # (member_id, group_instance_id or None): what LeaveGroup would name
-    missing_instance_ids: list  # named group.instance.ids that are not in the group
-    missing_member_ids: list
-
-    def to_dict(self):
-        return {"dry_run": True, "group_id": self.group.group_id, "state": self.group.state,
-                "coordinator": self.group.to_dict()["coordinator"],
-                "would_remove": [{"member_id": m, "group_instance_id": i} for m, i in self.members],
-                "not_in_group": {"group_instance_ids": self.missing_instance_ids,
-                                 "member_ids": self.missing_member_ids}}
-
-
-def _described_member(m, protocol_type):
-    assignment, problem = {}, ""
-    if protocol_type == "consumer":
-        try:
-            assignment = decode_assignment(m.member_assignment)
-        except ValueError as exc:
-            problem = str(exc)
-    return MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host,
-                             assignment, problem)
-
-
-def _consumer_group_member(m):
-    parts = m.assignment.topic_partitions if m.assignment is not None else []
-    assignment = {}
-    for tp in parts:
-        assignment.setdefault(tp.topic_name or str(tp.topic_id), []).extend(tp.partitions)
-    return MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
-                             {t: sorted(p) for t, p in assignment.items()})
 
 
 # ---------------------------------------------------------------- arguments
@@ -408,22 +189,19 @@ def _check_name(what, value, nullable=False):
 
 
 def check_removal(group_id, group_instance_ids, reason=None):
-    """The argument checks of `remove_members_from_group`, without any I/O.
+    """The argument checks of `remove_members_from_group`, without any I/O: `check_group`,
+    at least one instance id and then `check_members`' checks of them, and `check_reason`.
 
     Returns the instance ids as a list; raises ValueError for bad arguments.
     """
-    _check_name("group_id", group_id)
+    check_group(group_id)
     instance_ids = list(group_instance_ids)
     if not instance_ids:
-        raise ValueError("give at least one group.instance.id")
-    for i in instance_ids:
-        _check_name("a group.instance.id", i)
-    if len(set(instance_ids)) != len(instance_ids):
-        raise ValueError("each group.instance.id may be given once")
-    _check_name("reason", reason, nullable=True)
+        raise OptionError("give at least one {group_instance_ids}", "group_instance_ids",
+                          said={"group_instance_ids": "group.instance.id"})
+    check_members(instance_ids)
+    check_reason(reason)
     return instance_ids
-
-
 
 
 def check_group(group_id):
@@ -432,6 +210,7 @@ def check_group(group_id):
 
 
 def check_reason(reason):
+    """ValueError unless `reason` is None or a string Kafka can carry."""
     _check_name("reason", reason, nullable=True)
 
 
@@ -459,8 +238,9 @@ def check_members(group_instance_ids=(), member_ids=(), remove_all=False):
 # ---------------------------------------------------------------- the calls, as steps
 
 
+
 class _Calls:
-    """Options and the calls as generators of I/O steps; the clients below run them."""
+    """Options and the calls as generators of I/O steps; the clients (clients.py) run them."""
 
     _clock = SYSTEM_CLOCK  # where deadlines read the time and backoffs sleep (tests set a fake)
 
@@ -480,6 +260,34 @@ class _Calls:
     def __repr__(self):
         servers = ",".join(_format_address(h, p) for h, p in self.servers)
         return f"{type(self).__name__}({servers!r}, {self.security!r})"
+
+    # -- each call's argument checks, then its flow and the flow's arguments (for the clients)
+
+    def _find_coordinator_call(self, group_id):
+        check_group(group_id)
+        return self._find_coordinator_flow, group_id
+
+    def _describe_call(self, group_id):
+        check_group(group_id)
+        return self._describe_flow, group_id
+
+    def _leave_call(self, group_id, members, reason):
+        return self._leave_flow, group_id, _checked_leave(group_id, members, reason), reason
+
+    def _removal_call(self, group_id, group_instance_ids, reason):
+        instance_ids = check_removal(group_id, group_instance_ids, reason)
+        return self._leave_call(group_id, [("", i) for i in instance_ids], reason)
+
+    def _remove_call(self, group_id, group_instance_ids, member_ids, remove_all, reason):
+        check_group(group_id)
+        check_reason(reason)
+        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
+        return self._remove_flow, group_id, instance_ids, member_ids, remove_all, reason
+
+    def _plan_call(self, group_id, group_instance_ids, member_ids, remove_all):
+        check_group(group_id)
+        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
+        return self._plan_flow, group_id, instance_ids, member_ids, remove_all
 
     # -- flows
 
@@ -839,8 +647,8 @@ def _backoff(deadline, delay, code, doing):
 
 
 def _checked_leave(group_id, members, reason):
-    _check_name("group_id", group_id)
-    _check_name("reason", reason, nullable=True)
+    check_group(group_id)
+    check_reason(reason)
     members = [(m or "", i) for m, i in members]
     if not members:
         raise ValueError("give at least one member")
@@ -848,121 +656,3 @@ def _checked_leave(group_id, members, reason):
         _check_name("a member id", member_id, nullable=True)
         _check_name("a group.instance.id", instance_id, nullable=True)
     return members
-
-
-# ---------------------------------------------------------------- the clients
-
-
-class AdminClient(_Calls):
-    """A small blocking admin client for consumer groups (describe, KIP-345 removal).
-
-    Options: bootstrap_servers, client_id, request_timeout_ms, max_group_members (the most
-    members a group description may list, DEFAULT_MAX_GROUP_MEMBERS), and TLS/SASL options named as
-    in kafka-python (security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password,
-    ssl_check_hostname, ssl_context, sasl_mechanism, sasl_plain_username,
-    sasl_plain_password, sasl_oauth_token_provider), or security=`connection.Security`.
-    """
-
-    def api_versions(self):
-        """{api_key: (min_version, max_version)} of the first reachable bootstrap broker."""
-        return self._run(self._api_versions_flow)
-
-    def find_coordinator(self, group_id):
-        """The `Coordinator` of `group_id`, retrying while it is moving or loading."""
-        _check_name("group_id", group_id)
-        return self._run(self._find_coordinator_flow, group_id)
-
-    def describe_group(self, group_id):
-        """A `GroupDescription`: state, protocol, members with their assigned partitions."""
-        _check_name("group_id", group_id)
-        return self._run(self._describe_flow, group_id)
-
-    def remove_members_from_group(self, group_id, group_instance_ids, reason=None):
-        """Remove static members by group.instance.id: the coordinator rebalances at once.
-
-        Returns a `MembershipChangeResult`; raises an `AdminError` subclass when the request as
-        a whole fails (nothing is sent to a broker too old for LeaveGroup v3), and ValueError
-        for bad arguments (`check_removal`), before connecting.
-        """
-        instance_ids = check_removal(group_id, group_instance_ids, reason)
-        return self.leave_group(group_id, [("", i) for i in instance_ids], reason=reason)
-
-    def remove_members(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None):
-        """Remove members named by group.instance.id and/or member id, or every member
-        (`remove_all`: the group is described first, as Kafka's Admin does)."""
-        _check_name("group_id", group_id)
-        _check_name("reason", reason, nullable=True)
-        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
-        return self._run(self._remove_flow, group_id, instance_ids, member_ids, remove_all, reason)
-
-    def plan_removal(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False):
-        """What `remove_members` would do, as a `RemovalPlan`; sends no LeaveGroup."""
-        _check_name("group_id", group_id)
-        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
-        return self._run(self._plan_flow, group_id, instance_ids, member_ids, remove_all)
-
-    def leave_group(self, group_id, members, reason=None):
-        """The general form: `members` is a list of (member_id, group_instance_id or None).
-
-        KIP-345 names static members by instance id with an empty member id; naming a member
-        by its member id removes a dynamic member (or a static one on brokers that need it).
-        """
-        members = _checked_leave(group_id, members, reason)
-        return self._run(self._leave_flow, group_id, members, reason)
-
-    def _run(self, flow, *args):
-        deadline = Deadline(self.timeout, self._clock)
-        try:
-            return run_steps(flow(*args, deadline), deadline)
-        except KafkaClientError as exc:
-            if isinstance(exc, AdminError):
-                raise
-            error = admin_error(exc)
-        raise error  # outside the handler: the twin has no context (which could hold a secret)
-
-
-class AsyncAdminClient(_Calls):
-    """The same calls as coroutines, on asyncio streams in the event loop's own thread.
-
-    Cancelling a call closes its connections at once.
-    """
-
-    async def api_versions(self):
-        return await self._run(self._api_versions_flow)
-
-    async def find_coordinator(self, group_id):
-        _check_name("group_id", group_id)
-        return await self._run(self._find_coordinator_flow, group_id)
-
-    async def describe_group(self, group_id):
-        _check_name("group_id", group_id)
-        return await self._run(self._describe_flow, group_id)
-
-    async def remove_members_from_group(self, group_id, group_instance_ids, reason=None):
-        instance_ids = check_removal(group_id, group_instance_ids, reason)
-        return await self.leave_group(group_id, [("", i) for i in instance_ids], reason=reason)
-
-    async def remove_members(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None):
-        _check_name("group_id", group_id)
-        _check_name("reason", reason, nullable=True)
-        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
-        return await self._run(self._remove_flow, group_id, instance_ids, member_ids, remove_all, reason)
-
-    async def plan_removal(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False):
-        _check_name("group_id", group_id)
-        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
-        return await self._run(self._plan_flow, group_id, instance_ids, member_ids, remove_all)
-
-    async def leave_group(self, group_id, members, reason=None):
-        members = _checked_leave(group_id, members, reason)
-        return await self._run(self._leave_flow, group_id, members, reason)
-
-    async def _run(self, flow, *args):
-        deadline = Deadline(self.timeout, self._clock)
-        try:
-            return await run_steps_async(flow(*args, deadline), deadline)
-        except KafkaClientError as exc:
-            if isinstance(exc, AdminError):
-                raise
-            error = admin_error(exc)
-        raise error  # outside the handler: the twin has no context (which could hold a secret)
