@@ -19,6 +19,7 @@ from fastkwire.consumer_protocol import decode_assignment, encode_assignment
 
 from certs import server_context, tls_files  # noqa: F401 - tls_files is a fixture
 from fakes import (  # noqa: F401 - scripted is a fixture
+    FakeClock,
     API_VERSIONS,
     CONSUMER_GROUP_DESCRIBE,
     DESCRIBE_GROUPS,
@@ -27,6 +28,7 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     MODERN,
     NOT_COORDINATOR,
     PACKAGE_ROOT,
+    CLOSE,
     SILENT,
     DescribedKafkaGroup,
     closed_port,
@@ -35,18 +37,21 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     described,
     run_cli,
     scripted,
+    on_clock,
 )
 
 
 @pytest.fixture(params=["sync", "async"])
 def call(request):
-    def run(broker, method, *args, timeout=3.0, **kwargs):
+    def run(broker, method, *args, timeout=3.0, clock=None, **kwargs):
         servers = broker if isinstance(broker, str) else broker.address
         if request.param == "sync":
-            return getattr(AdminClient(servers, request_timeout_ms=timeout * 1000), method)(*args, **kwargs)
+            client = on_clock(AdminClient(servers, request_timeout_ms=timeout * 1000), clock)
+            return getattr(client, method)(*args, **kwargs)
 
         async def go():
-            return await getattr(AsyncAdminClient(servers, request_timeout_ms=timeout * 1000), method)(*args, **kwargs)
+            client = on_clock(AsyncAdminClient(servers, request_timeout_ms=timeout * 1000), clock)
+            return await getattr(client, method)(*args, **kwargs)
 
         return asyncio.run(go())
 
@@ -136,8 +141,10 @@ def test_describe_errors_and_retries(scripted, call):
     broker = scripted()
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
                      DESCRIBE_GROUPS: [described([], error=NOT_COORDINATOR), described([], state="Empty")]}
-    d = call(broker, "describe_group", "orders")
+    clock = FakeClock()
+    d = call(broker, "describe_group", "orders", clock=clock)
     assert d.state == "Empty" and d.members == [] and len(broker.seen(FIND_COORDINATOR)) == 2
+    assert clock.slept == [0.1]
     broker.script[DESCRIBE_GROUPS] = [described([], error=30)]
     with pytest.raises(GroupAuthorizationError, match="not authorized to describe group 'orders'"):
         call(broker, "describe_group", "orders")
@@ -207,11 +214,34 @@ def test_member_selection_is_checked_before_connecting():
 
 
 def test_failover_to_the_next_bootstrap_server(scripted, call):
-    silent = scripted(script={API_VERSIONS: [SILENT]})
+    closing = scripted(script={API_VERSIONS: [CLOSE]})
     broker, _ = group_broker(scripted)
-    servers = f"127.0.0.1:{closed_port()},{silent.address},{broker.address}"
-    # Refused, then silent (it gets half of what is left), then the good one.
+    servers = f"127.0.0.1:{closed_port()},{closing.address},{broker.address}"
+    # Refused, then hung up on, then the good one.
     assert call(servers, "remove_members", "orders", ["a"], timeout=4.0).removed == ["a"]
+
+
+def test_bootstrap_servers_share_the_time_left():
+    # The flow itself, on a fake clock: each server may use its share of what is left (a
+    # silent one cannot use up the next one's time), and a timeout moves on to the next.
+    from types import SimpleNamespace
+
+    from fastkwire.connection import Connect, Deadline
+    from fastkwire.connection_errors import KafkaConnectionError, KafkaTimeoutError
+
+    clock = FakeClock()
+    flow = AdminClient("a:1,b:2,c:3", request_timeout_ms=4000)._api_versions_flow(Deadline(4.0, clock))
+    step = next(flow)
+    assert isinstance(step, Connect) and (step.host, step.port) == ("a", 1)
+    assert step.deadline.remaining() == pytest.approx(4.0 / 3)
+    step = flow.throw(KafkaConnectionError("refused"))
+    assert step.host == "b" and step.deadline.remaining() == pytest.approx(2.0)
+    clock.time += 2.0  # b was silent for its whole share
+    step = flow.throw(KafkaTimeoutError("silent"))
+    assert step.host == "c" and step.deadline.remaining() == pytest.approx(2.0)
+    with pytest.raises(StopIteration) as done:
+        flow.send(SimpleNamespace(host="c", port=3, versions={18: (0, 4)}))
+    assert done.value.value == {18: (0, 4)}
 
 
 # ---------------------------------------------------------------- command line
