@@ -301,7 +301,7 @@ def test_cli_dry_run(scripted, capsys):
 
 
 @pytest.mark.parametrize("argv_tail, words", [
-    ([], "at least one group.instance.id or member id"),
+    ([], "give at least one --instance-id or --member-id (or --all)"),
     (["--all", "--instance-id", "a"], "name no member"),
     (["--member-id", "m", "--member-id", "m"], "each member id may be given once"),
 ])
@@ -338,8 +338,9 @@ def test_cli_sasl_without_a_sasl_protocol_is_a_usage_error(capsys):
 
 
 @pytest.mark.parametrize("argv_tail, words", [
-    (["--ssl-cafile", "never-read.pem"], r"TLS options are given \(ssl_cafile\), but security_protocol PLAINTEXT"),
-    (["--ssl-cafile", "ca.pem", "--no-ssl-check-hostname"], r"\(ssl_cafile, ssl_check_hostname=False\)"),
+    (["--ssl-cafile", "never-read.pem"],
+     r"TLS options are given \(--ssl-cafile 'never-read.pem'\), but --security-protocol PLAINTEXT"),
+    (["--ssl-cafile", "ca.pem", "--no-ssl-check-hostname"], r"\(--ssl-cafile 'ca.pem', --no-ssl-check-hostname\)"),
     (["--no-ssl-check-hostname", "--security-protocol", "SASL_PLAINTEXT", "--sasl-username", "u",
       "--sasl-password", SECRET], "SASL_PLAINTEXT uses no TLS"),
 ])
@@ -506,7 +507,8 @@ def test_command_config_errors_never_quote_a_value_a_backslash_joined(tmp_path, 
         config.write_text(f"security.protocol=SASL_SSL\\\n{joined}\n")
         code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g",
                                          "--command-config", str(config)])
-        assert code == 2 and "security_protocol must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL" in err
+        assert code == 2 and (f"security.protocol in {config} must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, "
+                              "SASL_SSL (the value given is not shown)") in err
         assert "HUNTER2" not in err.upper()
     with pytest.raises(ValueError, match="sasl_mechanism must be one of") as info:
         Security("SASL_SSL", sasl_mechanism="PLAINhunter2")
@@ -528,7 +530,7 @@ def test_unknown_properties_keys_are_warned_about(tmp_path, capsys):
     assert "warning: the command config's key 'securty.protocol' is not used here" in lines[0]
     assert "warning: the command config's key (a key that is not shown) is not used here" in lines[1]
     # ...and the trust store without a TLS protocol is refused, not ignored.
-    assert code == 2 and "TLS options are given (ssl_cafile)" in lines[2] and SECRET not in err
+    assert code == 2 and "TLS options are given (ssl.truststore.location in " in lines[2] and SECRET not in err
     from fastkwire.client_config import UnusedConfigWarning
 
     with pytest.warns(UnusedConfigWarning, match="'bootstrap.servers' is not used here"):
@@ -579,3 +581,87 @@ def test_a_command_config_that_is_not_utf8_keeps_its_bytes_out_of_the_error(tmp_
     with pytest.raises(ValueError, match="is not UTF-8|: not UTF-8") as info:
         read_properties(str(config))
     assert info.value.__context__ is None and info.value.__cause__ is None
+
+
+# ---------------------------------------------------------------- what a new user meets (issue 22)
+
+
+@pytest.mark.parametrize("flag", ["--ssl-cafile", "--ssl-certfile"])
+def test_cli_names_the_missing_tls_file_the_user_gave(capsys, tmp_path, flag):
+    # ssl raises FileNotFoundError with filename=None: the message names the flag and its path.
+    missing = str(tmp_path / "nonexistent.pem")
+    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
+                                     "--group", "g", "--security-protocol", "SSL", flag, missing])
+    assert code == 2
+    assert err.strip().endswith(f"error: cannot read {flag} {missing!r}: no such file"), err
+    # From a command config, the key and the file (a value there is never quoted).
+    config = tmp_path / "client.properties"
+    config.write_text(f"security.protocol=SSL\nssl.truststore.location={missing}\n")
+    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
+                                     "--group", "g", "--command-config", str(config)])
+    assert code == 2 and f"cannot read ssl.truststore.location in {config}: no such file" in err
+
+
+def test_library_option_errors_keep_the_parameter_names(tmp_path):
+    missing = str(tmp_path / "nonexistent.pem")
+    with pytest.raises(ValueError, match=r"^cannot read ssl_certfile: no such file$"):
+        Security("SSL", ssl_certfile=missing, ssl_keyfile=__file__)  # the one missing file is named
+    with pytest.raises(ValueError, match="^group_id must be a non-empty string, not ''$"):
+        AdminClient("127.0.0.1:9").describe_group("")
+    with pytest.raises(ValueError, match="^sasl_mechanism PLAIN needs sasl_plain_username and sasl_plain_password$"):
+        Security("SASL_SSL")
+
+
+@pytest.mark.parametrize("argv_tail, env, words", [
+    (["--group", ""], {}, "error: --group must be a non-empty string, not ''"),
+    (["--group", "g", "--all", "--instance-id", "a"], {}, "error: --all removes every member: name no member with it"),
+    (["--group", "g"], {}, "error: give at least one --instance-id or --member-id (or --all)"),
+    (["--group", "g", "--member-id", "m", "--security-protocol", "SASL_SSL"], {},
+     "error: --sasl-mechanism PLAIN needs --sasl-username and --sasl-password"),
+    (["--group", "g", "--member-id", "m", "--security-protocol", "SSL", "--ssl-cafile", __file__],
+     {"FASTKWIRE_SSL_PASSWORD": "pw"}, "is FASTKWIRE_SSL_PASSWORD right?)"),
+])
+def test_cli_errors_name_the_flags_the_user_typed(capsys, monkeypatch, argv_tail, env, words):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, _, err = run_main(capsys, ["remove-members", "--bootstrap-server", f"127.0.0.1:{closed_port()}", *argv_tail])
+    assert code == 2 and words in err, err
+    assert not re.search(r"\b(group_id|remove_all|sasl_plain_\w+|ssl_password|security_protocol)\b", err)
+
+
+def test_cli_command_config_errors_name_the_key_and_the_file(capsys, tmp_path):
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=TLS\n")
+    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g",
+                                     "--command-config", str(config)])
+    assert code == 2 and f"error: security.protocol in {config} must be one of PLAINTEXT, SSL" in err
+
+
+def test_cli_removal_table_is_headed_by_the_ids_given(scripted, capsys):
+    broker, _ = group_broker(scripted, static=("a", "b"), dynamic=("dyn-1", "dyn-2"))
+    base = ["remove-members", "--bootstrap-server", broker.address, "--group", "orders"]
+    code, out, _ = run_main(capsys, [*base, "--member-id", "dyn-1"])
+    lines = out.splitlines()
+    assert code == 0 and lines[1].split() == ["MEMBER", "ID", "RESULT", "ERROR"] and lines[2].split() == [
+        "dyn-1", "removed"]
+    code, out, _ = run_main(capsys, [*base, "--instance-id", "a", "--member-id", "dyn-2"])
+    lines = out.splitlines()
+    assert code == 0 and lines[1].split() == ["MEMBER", "ID", "INSTANCE", "ID", "RESULT", "ERROR"]
+    assert [line.split()[:3] for line in lines[2:4]] == [["a-0000", "a", "removed"], ["dyn-2", "-", "removed"]]
+    code, out, _ = run_main(capsys, [*base, "--instance-id", "b"])
+    assert out.splitlines()[1].split() == ["INSTANCE", "ID", "RESULT", "ERROR"]
+
+
+@pytest.mark.parametrize("state, exists", [("Empty", None), ("Dead", False), ("Stable", True)])
+def test_describe_group_does_not_claim_an_empty_answer_exists(scripted, capsys, state, exists):
+    # Tansu answers Empty, without members, for a group that never existed; Apache Kafka
+    # answers Dead. Only Dead says the group is missing; Empty cannot tell.
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [described([], state=state)]}
+    args = ["describe-group", "--bootstrap-server", broker.address, "--group", "never-made"]
+    code, out, _ = run_main(capsys, [*args, "--json"])
+    assert code == 0 and json.loads(out)["exists"] is exists
+    code, out, _ = run_main(capsys, args)
+    said = {None: "does not tell an empty group from one that does not exist", False: "The group does not exist",
+            True: None}[exists]
+    assert (said in out) if said else ("exist" not in out)

@@ -469,11 +469,11 @@ def test_good_bootstrap_servers():
 
 
 @pytest.mark.parametrize("argv_tail, words", [
-    (["--group", "", "--instance-id", "a"], "group_id must be a non-empty string"),
+    (["--group", "", "--instance-id", "a"], "--group must be a non-empty string"),
     (["--group", "g", "--instance-id", ""], "group.instance.id must be a non-empty string"),
     (["--group", "g", "--instance-id", "a", "--instance-id", "a"], "may be given once"),
     (["--group", "g", "--instance-id", "\udcff"], "cannot be encoded as UTF-8"),
-    (["--group", "g" * 40000, "--instance-id", "a"], "group_id is 40000 bytes long"),
+    (["--group", "g" * 40000, "--instance-id", "a"], "--group is 40000 bytes long"),
 ])
 def test_cli_argument_errors_are_usage_errors_before_connecting(capsys, argv_tail, words):
     # A closed port: had anything been sent, the error would be "connection refused", exit 3.

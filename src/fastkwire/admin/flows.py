@@ -597,6 +597,8 @@ def _plan(group, instance_ids, member_ids, remove_all):
     members += [(m, None) for m in member_ids if m in have_members]
     return RemovalPlan(group, members, [i for i in instance_ids if i not in have_instances],
                        [m for m in member_ids if m not in have_members])
+
+
 def _member_results(requested, answered, top_code):
     """Pair each requested member with the coordinator's answer for it."""
     by_instance = {a.group_instance_id: a for a in answered if a.group_instance_id is not None}
@@ -605,14 +607,15 @@ def _member_results(requested, answered, top_code):
     for member_id, instance_id in requested:
         answer = by_instance.get(instance_id) if instance_id is not None else by_member.get(member_id)
         key = instance_id if instance_id is not None else member_id
+        named_by_member_id = instance_id is None
         if answer is not None:
-            results.append(MemberResult(key, answer.member_id or member_id, answer.error_code))
+            results.append(MemberResult(key, answer.member_id or member_id, answer.error_code, "", named_by_member_id))
         elif top_code != NONE:
             # A member-level error sent for the whole request (no per-member list).
-            results.append(MemberResult(key, member_id, top_code))
+            results.append(MemberResult(key, member_id, top_code, "", named_by_member_id))
         else:
             results.append(MemberResult(key, member_id, UNKNOWN_SERVER_ERROR,
-                                        "the coordinator's answer did not mention this member"))
+                                        "the coordinator's answer did not mention this member", named_by_member_id))
     return results
 
 

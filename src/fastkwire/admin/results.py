@@ -30,10 +30,11 @@ class Coordinator:
 class MemberResult:
     """What the coordinator said about one member of the request."""
 
-    group_instance_id: str
+    group_instance_id: str  # the id the member was asked for by: its member id when by_member_id
     member_id: str
     error_code: int
     note: str = ""
+    by_member_id: bool = False  # asked for by member id (group.instance.id null), not by instance id
 
     @property
     def ok(self):
@@ -142,7 +143,19 @@ class GroupDescription:
 
     @property
     def exists(self):
-        return self.state not in ("Dead", "")
+        """True, False, or None where the answer cannot tell.
+
+        A group with members, or in any state but Empty and Dead, exists. Dead (Apache
+        Kafka's answer for a group it does not have) or no state at all: it does not. Empty
+        with no members is an existing group without members (it may hold committed
+        offsets), but also what some brokers (Tansu) answer for a group that never existed:
+        None. Kafka 4's GROUP_ID_NOT_FOUND is a GroupNotFoundError, not a description.
+        """
+        if self.members:
+            return True
+        if self.state in ("Dead", ""):
+            return False
+        return None if self.state == "Empty" else True
 
     def member_by_instance(self, group_instance_id):
         return next((m for m in self.members if m.group_instance_id == group_instance_id), None)
