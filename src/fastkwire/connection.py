@@ -412,7 +412,7 @@ def _negotiate(address):
                 continue
         if response.error_code != NONE:
             raise KafkaBrokerError(f"{address} refused ApiVersions: {lookup(response.error_code)}",
-                              lookup(response.error_code))
+                                   lookup(response.error_code))
         return ranges
     raise BadResponseError(f"{address} kept refusing every ApiVersions version")
 
@@ -435,7 +435,7 @@ def _authenticate(address, versions, security, mechanism):
             "to one it enables", lookup(response.error_code))
     if response.error_code != NONE:
         raise SaslAuthError(f"{address} refused the SASL handshake: {lookup(response.error_code)}",
-                                      lookup(response.error_code))
+                            lookup(response.error_code))
     message, lifetime = mechanism.start(), 0
     while message is not None:
         if not framed:
@@ -492,8 +492,8 @@ class _Base:
             theirs = self.versions.get(cls.API_KEY)
             has = f"v{theirs[0]}-v{theirs[1]}" if theirs else "none"
             raise NoCommonVersionError(f"{self.address} supports no version of {api_name(cls)} from "
-                                    f"v{max(lowest, cls.MIN_VERSION)} to v{cls.MAX_VERSION} (it has {has})",
-                                    lookup(UNSUPPORTED_VERSION))
+                                       f"v{max(lowest, cls.MIN_VERSION)} to v{cls.MAX_VERSION} (it has {has})",
+                                       lookup(UNSUPPORTED_VERSION))
         return version
 
     def _deadline(self, deadline):
@@ -508,7 +508,7 @@ class _Base:
     def _check_open(self):
         if self._closed_because is not None:
             raise KafkaConnectionError(f"the connection to {self.address} is closed ({self._closed_because}): "
-                                        "open a new one")
+                                       "open a new one")
 
     @staticmethod
     def _limit(msg, request, max_answer_bytes):
@@ -529,7 +529,7 @@ class _Base:
             hint = ("this looks like a TLS alert: the listener speaks TLS, so use security_protocol SSL or SASL_SSL"
                     if head[:2] == b"\x15\x03" else "is this a Kafka listener?")
             raise BadResponseError(f"{self.address} announced a {size}-byte answer to {what}, more than the "
-                                f"{limit} bytes such an answer can take ({hint})")
+                                   f"{limit} bytes such an answer can take ({hint})")
         return size
 
     def _decode(self, frame, msg, version, what, deadline, check_frame=None):
@@ -537,7 +537,7 @@ class _Base:
         if correlation_id != self._correlation_id:
             self._abandon(what)
             raise BadResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
-                                f"expected {self._correlation_id}")
+                                   f"expected {self._correlation_id}")
         if check_frame is not None:
             check_frame(frame, version)
         answer = self._decoded(frame, msg, version, what)
@@ -556,7 +556,7 @@ class _Base:
             return decode_response(frame, msg.API_KEY, version)[1]
         except (DecodeError, ValueError) as exc:
             raise BadResponseError(f"could not decode the answer of {self.address} to {what}: "
-                                f"{printable(exc, MAX_BROKER_TEXT)}") from None
+                                   f"{printable(exc, MAX_BROKER_TEXT)}") from None
 
     def _reauth_due(self):
         return self._reauth_at is not None and time.monotonic() >= self._reauth_at
@@ -569,14 +569,14 @@ class _Base:
         # With TLS 1.3 a broker checks the client's certificate after the handshake: one that
         # wants a certificate it trusts hangs up on the first request.
         return TlsHandshakeError(f"{self.address} hung up right after the TLS handshake, during {what}: it may want a "
-                        "client certificate it trusts (check ssl_certfile and ssl_keyfile)")
+                                 "client certificate it trusts (check ssl_certfile and ssl_keyfile)")
 
     def _closed_error(self, what, got):
         if self.security.ssl and not self.versions and not got:
             return self._after_handshake(what)
         when = "before answering" if not got else "in the middle of its answer"
         return KafkaConnectionError(f"{self.address} closed the connection during {what} ({when})"
-                                     f"{self._tls_hint() if not got else ''}")
+                                    f"{self._tls_hint() if not got else ''}")
 
     def _timeout_error(self, deadline, what):
         return KafkaTimeoutError(f"no answer from {self.address} to {what} within {deadline.seconds:g} s")
@@ -588,9 +588,9 @@ class _Base:
             return self._after_handshake(what)
         if isinstance(exc, ssl.SSLError):
             return TlsHandshakeError(f"TLS failed on the connection to {self.address} during {what}: "
-                            f"{printable(exc.reason or type(exc).__name__)}")
+                                     f"{printable(exc.reason or type(exc).__name__)}")
         return KafkaConnectionError(f"connection to {self.address} failed during {what}: {_reason(exc)}"
-                                     f"{self._tls_hint()}")
+                                    f"{self._tls_hint()}")
 
     def _tls_hint(self):
         # A TLS listener hangs up on the plaintext of a first request.
@@ -616,10 +616,10 @@ class _Base:
             if isinstance(exc, ssl.SSLEOFError):
                 reason = "the broker closed the connection"
             return TlsHandshakeError(f"TLS handshake with {self.address} failed: {printable(reason)} (is this a TLS "
-                            "listener? SSL and SASL_SSL need one)")
+                                     "listener? SSL and SASL_SSL need one)")
         if isinstance(exc, (ConnectionResetError, BrokenPipeError)) and self.security.ssl:
             return TlsHandshakeError(f"TLS handshake with {self.address} failed: the connection was reset (is this a "
-                            "TLS listener? SSL and SASL_SSL need one)")
+                                     "TLS listener? SSL and SASL_SSL need one)")
         if isinstance(exc, UnicodeError):
             # The resolver's IDNA encoding refuses labels over 63 characters or empty ones.
             return KafkaConnectionError(f"could not connect to {self.address}: not a valid host name ({exc})")

@@ -37,7 +37,7 @@ MAX_SERVER_MESSAGE = 4096
 def _bounded(server_bytes, what):
     if len(server_bytes) > MAX_SERVER_MESSAGE:
         raise SaslAuthError(f"the broker's {what} is {len(server_bytes)} bytes long, more than the "
-                                      f"{MAX_SERVER_MESSAGE} such a message can take")
+                            f"{MAX_SERVER_MESSAGE} such a message can take")
     return server_bytes
 
 
@@ -127,16 +127,16 @@ class Scram:
             raise SaslAuthError(f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}")
         if "m" in attrs:  # RFC 5802 5.1: a mandatory extension this client does not know must fail
             raise SaslAuthError("the broker's SCRAM first message asks for a mandatory extension (m=), "
-                                          "which this client does not support")
+                                "which this client does not support")
         nonce, salt, iterations = attrs.get("r", ""), attrs.get("s"), attrs.get("i", "")
         if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
             raise SaslAuthError("the broker's SCRAM nonce does not extend the client's "
-                                          "(a replayed or forged answer)")
+                                "(a replayed or forged answer)")
         # The length first: int() refuses more than 4300 digits with a ValueError.
         if not iterations.isascii() or not iterations.isdigit() or len(iterations) > 9 or not (
                 SCRAM_MIN_ITERATIONS <= int(iterations) <= SCRAM_MAX_ITERATIONS):
             raise SaslAuthError(f"the broker asked for {printable(iterations, 20)!r} SCRAM iterations; "
-                                          f"expected {SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}")
+                                f"expected {SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}")
         try:
             salt = base64.b64decode(salt or "", validate=True)
         except ValueError:
@@ -165,7 +165,7 @@ class Scram:
             theirs = b""
         if not hmac.compare_digest(theirs, self._server_signature):
             raise SaslAuthError("the broker's SCRAM server signature is wrong: it does not know "
-                                          "this user's credentials (an impostor, or a man in the middle)")
+                                "this user's credentials (an impostor, or a man in the middle)")
 
 
 class OAuthBearer:
