@@ -5,6 +5,7 @@ connections) to hostile ones (raw bytes, drips, made-up sizes).
 
 Use from a test module with `from fakes import scripted` (a fixture) and the answer functions.
 """
+import asyncio
 import os
 import socket
 import struct
@@ -491,9 +492,38 @@ def leave_error(code):
     return lambda request, version: LeaveGroupResponse(error_code=code)
 
 
-def client(broker, timeout=5.0, **kwargs):
+class FakeClock:
+    """A clock for the admin flows: its time moves only when a Sleep step sleeps, so a test of
+    retries and backoffs runs at once, whatever its timeout (the flows read the time only
+    from their deadline, and wait only in Sleep steps). `slept` lists every sleep."""
+
+    def __init__(self):
+        self.time = 1000.0
+        self.slept = []
+
+    def now(self):
+        return self.time
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.time += seconds
+
+    async def sleep_async(self, seconds):
+        self.sleep(seconds)
+        await asyncio.sleep(0)  # still let the loop run, as a real sleep would
+
+
+def on_clock(admin_client, clock):
+    """`admin_client` with its deadlines and backoffs on `clock` (a FakeClock)."""
+    if clock is not None:
+        admin_client._clock = clock
+    return admin_client
+
+
+def client(broker, timeout=5.0, clock=None, **kwargs):
     servers = broker if isinstance(broker, str) else broker.address
-    return AdminClient(servers, client_id="test-admin", request_timeout_ms=int(timeout * 1000), **kwargs)
+    return on_clock(AdminClient(servers, client_id="test-admin", request_timeout_ms=int(timeout * 1000), **kwargs),
+                    clock)
 
 
 def one_coordinator(scripted, group_members=("a", "b", "c"), versions=None):

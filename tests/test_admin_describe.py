@@ -19,6 +19,7 @@ from fastkwire.consumer_protocol import decode_assignment, encode_assignment
 
 from certs import server_context, tls_files  # noqa: F401 - tls_files is a fixture
 from fakes import (  # noqa: F401 - scripted is a fixture
+    FakeClock,
     API_VERSIONS,
     CONSUMER_GROUP_DESCRIBE,
     DESCRIBE_GROUPS,
@@ -27,6 +28,7 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     MODERN,
     NOT_COORDINATOR,
     PACKAGE_ROOT,
+    CLOSE,
     SILENT,
     DescribedKafkaGroup,
     closed_port,
@@ -35,18 +37,21 @@ from fakes import (  # noqa: F401 - scripted is a fixture
     described,
     run_cli,
     scripted,
+    on_clock,
 )
 
 
 @pytest.fixture(params=["sync", "async"])
 def call(request):
-    def run(broker, method, *args, timeout=3.0, **kwargs):
+    def run(broker, method, *args, timeout=3.0, clock=None, **kwargs):
         servers = broker if isinstance(broker, str) else broker.address
         if request.param == "sync":
-            return getattr(AdminClient(servers, request_timeout_ms=timeout * 1000), method)(*args, **kwargs)
+            client = on_clock(AdminClient(servers, request_timeout_ms=timeout * 1000), clock)
+            return getattr(client, method)(*args, **kwargs)
 
         async def go():
-            return await getattr(AsyncAdminClient(servers, request_timeout_ms=timeout * 1000), method)(*args, **kwargs)
+            client = on_clock(AsyncAdminClient(servers, request_timeout_ms=timeout * 1000), clock)
+            return await getattr(client, method)(*args, **kwargs)
 
         return asyncio.run(go())
 
@@ -136,8 +141,10 @@ def test_describe_errors_and_retries(scripted, call):
     broker = scripted()
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
                      DESCRIBE_GROUPS: [described([], error=NOT_COORDINATOR), described([], state="Empty")]}
-    d = call(broker, "describe_group", "orders")
+    clock = FakeClock()
+    d = call(broker, "describe_group", "orders", clock=clock)
     assert d.state == "Empty" and d.members == [] and len(broker.seen(FIND_COORDINATOR)) == 2
+    assert clock.slept == [0.1]
     broker.script[DESCRIBE_GROUPS] = [described([], error=30)]
     with pytest.raises(GroupAuthorizationError, match="not authorized to describe group 'orders'"):
         call(broker, "describe_group", "orders")
@@ -207,11 +214,34 @@ def test_member_selection_is_checked_before_connecting():
 
 
 def test_failover_to_the_next_bootstrap_server(scripted, call):
-    silent = scripted(script={API_VERSIONS: [SILENT]})
+    closing = scripted(script={API_VERSIONS: [CLOSE]})
     broker, _ = group_broker(scripted)
-    servers = f"127.0.0.1:{closed_port()},{silent.address},{broker.address}"
-    # Refused, then silent (it gets half of what is left), then the good one.
+    servers = f"127.0.0.1:{closed_port()},{closing.address},{broker.address}"
+    # Refused, then hung up on, then the good one.
     assert call(servers, "remove_members", "orders", ["a"], timeout=4.0).removed == ["a"]
+
+
+def test_bootstrap_servers_share_the_time_left():
+    # The flow itself, on a fake clock: each server may use its share of what is left (a
+    # silent one cannot use up the next one's time), and a timeout moves on to the next.
+    from types import SimpleNamespace
+
+    from fastkwire.connection import Connect, Deadline
+    from fastkwire.connection_errors import KafkaConnectionError, KafkaTimeoutError
+
+    clock = FakeClock()
+    flow = AdminClient("a:1,b:2,c:3", request_timeout_ms=4000)._api_versions_flow(Deadline(4.0, clock))
+    step = next(flow)
+    assert isinstance(step, Connect) and (step.host, step.port) == ("a", 1)
+    assert step.deadline.remaining() == pytest.approx(4.0 / 3)
+    step = flow.throw(KafkaConnectionError("refused"))
+    assert step.host == "b" and step.deadline.remaining() == pytest.approx(2.0)
+    clock.time += 2.0  # b was silent for its whole share
+    step = flow.throw(KafkaTimeoutError("silent"))
+    assert step.host == "c" and step.deadline.remaining() == pytest.approx(2.0)
+    with pytest.raises(StopIteration) as done:
+        flow.send(SimpleNamespace(host="c", port=3, versions={18: (0, 4)}))
+    assert done.value.value == {18: (0, 4)}
 
 
 # ---------------------------------------------------------------- command line
@@ -271,7 +301,7 @@ def test_cli_dry_run(scripted, capsys):
 
 
 @pytest.mark.parametrize("argv_tail, words", [
-    ([], "at least one group.instance.id or member id"),
+    ([], "give at least one --instance-id or --member-id (or --all)"),
     (["--all", "--instance-id", "a"], "name no member"),
     (["--member-id", "m", "--member-id", "m"], "each member id may be given once"),
 ])
@@ -308,8 +338,9 @@ def test_cli_sasl_without_a_sasl_protocol_is_a_usage_error(capsys):
 
 
 @pytest.mark.parametrize("argv_tail, words", [
-    (["--ssl-cafile", "never-read.pem"], r"TLS options are given \(ssl_cafile\), but security_protocol PLAINTEXT"),
-    (["--ssl-cafile", "ca.pem", "--no-ssl-check-hostname"], r"\(ssl_cafile, ssl_check_hostname=False\)"),
+    (["--ssl-cafile", "never-read.pem"],
+     r"TLS options are given \(--ssl-cafile 'never-read.pem'\), but --security-protocol PLAINTEXT"),
+    (["--ssl-cafile", "ca.pem", "--no-ssl-check-hostname"], r"\(--ssl-cafile 'ca.pem', --no-ssl-check-hostname\)"),
     (["--no-ssl-check-hostname", "--security-protocol", "SASL_PLAINTEXT", "--sasl-username", "u",
       "--sasl-password", SECRET], "SASL_PLAINTEXT uses no TLS"),
 ])
@@ -476,7 +507,8 @@ def test_command_config_errors_never_quote_a_value_a_backslash_joined(tmp_path, 
         config.write_text(f"security.protocol=SASL_SSL\\\n{joined}\n")
         code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g",
                                          "--command-config", str(config)])
-        assert code == 2 and "security_protocol must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL" in err
+        assert code == 2 and (f"security.protocol in {config} must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, "
+                              "SASL_SSL (the value given is not shown)") in err
         assert "HUNTER2" not in err.upper()
     with pytest.raises(ValueError, match="sasl_mechanism must be one of") as info:
         Security("SASL_SSL", sasl_mechanism="PLAINhunter2")
@@ -498,7 +530,7 @@ def test_unknown_properties_keys_are_warned_about(tmp_path, capsys):
     assert "warning: the command config's key 'securty.protocol' is not used here" in lines[0]
     assert "warning: the command config's key (a key that is not shown) is not used here" in lines[1]
     # ...and the trust store without a TLS protocol is refused, not ignored.
-    assert code == 2 and "TLS options are given (ssl_cafile)" in lines[2] and SECRET not in err
+    assert code == 2 and "TLS options are given (ssl.truststore.location in " in lines[2] and SECRET not in err
     from fastkwire.client_config import UnusedConfigWarning
 
     with pytest.warns(UnusedConfigWarning, match="'bootstrap.servers' is not used here"):
@@ -549,3 +581,87 @@ def test_a_command_config_that_is_not_utf8_keeps_its_bytes_out_of_the_error(tmp_
     with pytest.raises(ValueError, match="is not UTF-8|: not UTF-8") as info:
         read_properties(str(config))
     assert info.value.__context__ is None and info.value.__cause__ is None
+
+
+# ---------------------------------------------------------------- what a new user meets (issue 22)
+
+
+@pytest.mark.parametrize("flag", ["--ssl-cafile", "--ssl-certfile"])
+def test_cli_names_the_missing_tls_file_the_user_gave(capsys, tmp_path, flag):
+    # ssl raises FileNotFoundError with filename=None: the message names the flag and its path.
+    missing = str(tmp_path / "nonexistent.pem")
+    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
+                                     "--group", "g", "--security-protocol", "SSL", flag, missing])
+    assert code == 2
+    assert err.strip().endswith(f"error: cannot read {flag} {missing!r}: no such file"), err
+    # From a command config, the key and the file (a value there is never quoted).
+    config = tmp_path / "client.properties"
+    config.write_text(f"security.protocol=SSL\nssl.truststore.location={missing}\n")
+    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
+                                     "--group", "g", "--command-config", str(config)])
+    assert code == 2 and f"cannot read ssl.truststore.location in {config}: no such file" in err
+
+
+def test_library_option_errors_keep_the_parameter_names(tmp_path):
+    missing = str(tmp_path / "nonexistent.pem")
+    with pytest.raises(ValueError, match=r"^cannot read ssl_certfile: no such file$"):
+        Security("SSL", ssl_certfile=missing, ssl_keyfile=__file__)  # the one missing file is named
+    with pytest.raises(ValueError, match="^group_id must be a non-empty string, not ''$"):
+        AdminClient("127.0.0.1:9").describe_group("")
+    with pytest.raises(ValueError, match="^sasl_mechanism PLAIN needs sasl_plain_username and sasl_plain_password$"):
+        Security("SASL_SSL")
+
+
+@pytest.mark.parametrize("argv_tail, env, words", [
+    (["--group", ""], {}, "error: --group must be a non-empty string, not ''"),
+    (["--group", "g", "--all", "--instance-id", "a"], {}, "error: --all removes every member: name no member with it"),
+    (["--group", "g"], {}, "error: give at least one --instance-id or --member-id (or --all)"),
+    (["--group", "g", "--member-id", "m", "--security-protocol", "SASL_SSL"], {},
+     "error: --sasl-mechanism PLAIN needs --sasl-username and --sasl-password"),
+    (["--group", "g", "--member-id", "m", "--security-protocol", "SSL", "--ssl-cafile", __file__],
+     {"FASTKWIRE_SSL_PASSWORD": "pw"}, "is FASTKWIRE_SSL_PASSWORD right?)"),
+])
+def test_cli_errors_name_the_flags_the_user_typed(capsys, monkeypatch, argv_tail, env, words):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, _, err = run_main(capsys, ["remove-members", "--bootstrap-server", f"127.0.0.1:{closed_port()}", *argv_tail])
+    assert code == 2 and words in err, err
+    assert not re.search(r"\b(group_id|remove_all|sasl_plain_\w+|ssl_password|security_protocol)\b", err)
+
+
+def test_cli_command_config_errors_name_the_key_and_the_file(capsys, tmp_path):
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=TLS\n")
+    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g",
+                                     "--command-config", str(config)])
+    assert code == 2 and f"error: security.protocol in {config} must be one of PLAINTEXT, SSL" in err
+
+
+def test_cli_removal_table_is_headed_by_the_ids_given(scripted, capsys):
+    broker, _ = group_broker(scripted, static=("a", "b"), dynamic=("dyn-1", "dyn-2"))
+    base = ["remove-members", "--bootstrap-server", broker.address, "--group", "orders"]
+    code, out, _ = run_main(capsys, [*base, "--member-id", "dyn-1"])
+    lines = out.splitlines()
+    assert code == 0 and lines[1].split() == ["MEMBER", "ID", "RESULT", "ERROR"] and lines[2].split() == [
+        "dyn-1", "removed"]
+    code, out, _ = run_main(capsys, [*base, "--instance-id", "a", "--member-id", "dyn-2"])
+    lines = out.splitlines()
+    assert code == 0 and lines[1].split() == ["MEMBER", "ID", "INSTANCE", "ID", "RESULT", "ERROR"]
+    assert [line.split()[:3] for line in lines[2:4]] == [["a-0000", "a", "removed"], ["dyn-2", "-", "removed"]]
+    code, out, _ = run_main(capsys, [*base, "--instance-id", "b"])
+    assert out.splitlines()[1].split() == ["INSTANCE", "ID", "RESULT", "ERROR"]
+
+
+@pytest.mark.parametrize("state, exists", [("Empty", None), ("Dead", False), ("Stable", True)])
+def test_describe_group_does_not_claim_an_empty_answer_exists(scripted, capsys, state, exists):
+    # Tansu answers Empty, without members, for a group that never existed; Apache Kafka
+    # answers Dead. Only Dead says the group is missing; Empty cannot tell.
+    broker = scripted()
+    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [described([], state=state)]}
+    args = ["describe-group", "--bootstrap-server", broker.address, "--group", "never-made"]
+    code, out, _ = run_main(capsys, [*args, "--json"])
+    assert code == 0 and json.loads(out)["exists"] is exists
+    code, out, _ = run_main(capsys, args)
+    said = {None: "does not tell an empty group from one that does not exist", False: "The group does not exist",
+            True: None}[exists]
+    assert (said in out) if said else ("exist" not in out)

@@ -2,6 +2,7 @@
 and asyncio (in the event loop's thread only), deadlines, and cancellation."""
 import asyncio
 import os
+import re
 import socket
 import ssl
 import struct
@@ -12,7 +13,13 @@ import pytest
 
 from fastkwire import DescribeGroupsRequest, FindCoordinatorRequest
 from fastkwire.admin import AsyncAdminClient
-from fastkwire.admin_errors import AdminTimeoutError, BrokerConnectionError, BrokerTooOldError, ResponseError
+from fastkwire.admin_errors import AdminError, AdminTimeoutError
+from fastkwire.connection_errors import (
+    BadResponseError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    NoCommonVersionError,
+)
 from fastkwire.connection import AsyncConnection, Connection, Deadline, Security
 
 from fakes import (  # noqa: F401 - scripted is a fixture
@@ -39,7 +46,7 @@ def test_sync_connection_sends_any_request_at_the_highest_common_version(scripte
         again = conn.request(DescribeGroupsRequest(groups=["orders"]), 2)
         assert first.groups[0].members[0].group_instance_id == "i-1"
         assert again.groups[0].members[0].member_id == "m-1"
-        with pytest.raises(BrokerTooOldError, match="supports no version of FindCoordinator"):
+        with pytest.raises(NoCommonVersionError, match="supports no version of FindCoordinator"):
             conn.request(FindCoordinatorRequest(key="g"))
     # ApiVersions v4, refused, again at the broker's v3; then each request at its version.
     assert [(k, v) for k, v, _ in broker.requests] == [
@@ -50,7 +57,7 @@ def test_per_call_deadline(scripted):
     broker = scripted(script={FIND_COORDINATOR: [SILENT]})
     with Connection("127.0.0.1", broker.port, request_timeout_ms=5000) as conn:
         start = time.monotonic()
-        with pytest.raises(AdminTimeoutError, match="FindCoordinator v6 within 0.2 s"):
+        with pytest.raises(KafkaTimeoutError, match="FindCoordinator v6 within 0.2 s"):
             conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), deadline=Deadline(0.2))
         assert time.monotonic() - start < 0.6
 
@@ -160,7 +167,7 @@ def test_async_queued_request_keeps_its_own_deadline(scripted):
             slow = asyncio.ensure_future(conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"])))
             await asyncio.sleep(0.05)
             start = time.monotonic()
-            with pytest.raises(AdminTimeoutError, match=r"DescribeGroups v\d \(queued behind others\) within 0.2 s"):
+            with pytest.raises(KafkaTimeoutError, match=r"DescribeGroups v\d \(queued behind others\) within 0.2 s"):
                 await conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.2))
             waited = time.monotonic() - start
             slow.cancel()
@@ -186,7 +193,7 @@ def test_connect_shares_one_deadline_across_the_host_addresses(monkeypatch):
 
     monkeypatch.setattr(socket, "getaddrinfo", _addresses(*range(9001, 9006)))
     monkeypatch.setattr(socket.socket, "connect", blackhole)
-    with pytest.raises(AdminTimeoutError, match=r"could not connect to 127\.0\.0\.1:9092 within 0\.3 s"):
+    with pytest.raises(KafkaTimeoutError, match=r"could not connect to 127\.0\.0\.1:9092 within 0\.3 s"):
         Connection("127.0.0.1", 9092, request_timeout_ms=300)
     assert given and sum(given) <= 0.3 + 0.01  # not 0.3 s for each of the five
 
@@ -203,10 +210,10 @@ def test_a_timeout_closes_the_connection(scripted):
     # The late answer must not be read as the next request's: the connection is closed.
     broker = scripted(script={DESCRIBE_GROUPS: [Delay(0.3, described([])), described([])]})
     with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
-        with pytest.raises(AdminTimeoutError, match="DescribeGroups v6 within 0.1 s"):
+        with pytest.raises(KafkaTimeoutError, match="DescribeGroups v6 within 0.1 s"):
             conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.1))
         time.sleep(0.4)  # the late answer has arrived by now
-        with pytest.raises(BrokerConnectionError, match=r"is closed \(DescribeGroups v6 did not complete on it\): "
+        with pytest.raises(KafkaConnectionError, match=r"is closed \(DescribeGroups v6 did not complete on it\): "
                                                         "open a new one"):
             conn.request(DescribeGroupsRequest(groups=["g"]))
     assert len(broker.seen(DESCRIBE_GROUPS)) == 1
@@ -217,10 +224,10 @@ def test_an_async_timeout_closes_the_connection(scripted):
 
     async def go():
         async with await AsyncConnection.open("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
-            with pytest.raises(AdminTimeoutError, match="DescribeGroups v6 within 0.1 s"):
+            with pytest.raises(KafkaTimeoutError, match="DescribeGroups v6 within 0.1 s"):
                 await conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.1))
             await asyncio.sleep(0.4)
-            with pytest.raises(BrokerConnectionError, match=r"is closed \(DescribeGroups v6 did not complete"):
+            with pytest.raises(KafkaConnectionError, match=r"is closed \(DescribeGroups v6 did not complete"):
                 await conn.request(DescribeGroupsRequest(groups=["g"]))
 
     asyncio.run(go())
@@ -231,9 +238,9 @@ def test_a_refused_answer_size_closes_the_connection(scripted):
     # Refused after its size prefix, the rest of that answer is still in the stream.
     broker = scripted(script={FIND_COORDINATOR: [Raw(struct.pack(">i", 64 << 20) + b"\0" * 64)]})
     with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
-        with pytest.raises(ResponseError, match="announced a 67108864-byte answer"):
+        with pytest.raises(BadResponseError, match="announced a 67108864-byte answer"):
             conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]))
-        with pytest.raises(BrokerConnectionError, match="is closed"):
+        with pytest.raises(KafkaConnectionError, match="is closed"):
             conn.request(DescribeGroupsRequest(groups=["g"]))
 
 
@@ -273,6 +280,46 @@ def test_decoding_counts_against_the_deadline(scripted, monkeypatch):
 
     with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
         monkeypatch.setattr(connection, "decode_response", slow_decode)
-        with pytest.raises(AdminTimeoutError, match="answer of .* to DescribeGroups v6 was not decoded within 0.2 s"):
+        with pytest.raises(KafkaTimeoutError, match="answer of .* to DescribeGroups v6 was not decoded within 0.2 s"):
             conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.2))
         assert conn.request(DescribeGroupsRequest(groups=["g"])).groups[0].group_id == "g"  # still usable
+
+
+def test_a_request_over_a_connection_fails_with_connection_errors_not_admin_ones(scripted):
+    # A Produce (or any request) over Connection is not an admin call: its timeout is the
+    # connection layer's. The admin client's errors are its subclasses, never the reverse.
+    from fastkwire import ProduceRequest
+    from fastkwire.admin import AdminClient
+
+    broker = scripted(versions={API_VERSIONS: (0, 4), 0: (3, 9)}, script={0: [SILENT]})
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        with pytest.raises(KafkaTimeoutError, match=r"no answer from .* to Produce v9 within 0.1 s") as info:
+            conn.request(ProduceRequest(acks=1, timeout_ms=100, topic_data=[]), deadline=Deadline(0.1))
+    assert not isinstance(info.value, AdminError) and isinstance(info.value, TimeoutError)
+    assert issubclass(AdminTimeoutError, KafkaTimeoutError) and not issubclass(KafkaTimeoutError, AdminError)
+
+    # The same failure inside an admin call is its admin twin, with the same message.
+    silent = scripted(script={API_VERSIONS: [SILENT]})
+    with pytest.raises(AdminTimeoutError, match=r"no answer from .* to ApiVersions v4 within 0.2 s"):
+        AdminClient(silent.address, request_timeout_ms=200).api_versions()
+
+
+def test_group_answer_caps_are_the_admin_clients_passed_as_max_answer_bytes(scripted):
+    # A 20 MiB DescribeGroups answer: more than the admin client's 16 MiB cap, less than a
+    # bare connection's default, and within an explicit max_answer_bytes of 32 MiB.
+    from fastkwire.admin import ANSWER_LIMITS
+    from fastkwire.connection import ANSWER_LIMITS as CONNECTION_LIMITS, DEFAULT_ANSWER_LIMIT
+
+    assert DESCRIBE_GROUPS not in CONNECTION_LIMITS and ANSWER_LIMITS[DESCRIBE_GROUPS] == (16 << 20, 0)
+    announced = 20 << 20
+    assert ANSWER_LIMITS[DESCRIBE_GROUPS][0] < announced < DEFAULT_ANSWER_LIMIT
+    broker = scripted(script={DESCRIBE_GROUPS: [Raw(struct.pack(">i", announced))]})
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        with pytest.raises(BadResponseError, match=r"more than the (\d+) bytes") as info:
+            conn.request(DescribeGroupsRequest(groups=["g"]), max_answer_bytes=1 << 20)
+    limit = int(re.search(r"more than the (\d+) bytes", str(info.value)).group(1))
+    assert (1 << 20) < limit < (1 << 20) + 200  # plus the request's own size
+    # Accepted on its size: the broker then sends no body, so the wait ends at the deadline.
+    with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        with pytest.raises(KafkaTimeoutError, match="DescribeGroups v6 within 0.2 s"):
+            conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.2))

@@ -34,8 +34,9 @@ from .admin import (
     check_members,
     check_reason,
 )
-from .client_config import read_properties, security_options
+from .client_config import OPTION_KEYS, read_properties, security_options
 from .connection import SECURITY_PROTOCOLS
+from .connection_errors import OptionError
 from .errors import DecodeError
 from .explain import MAX_ITEMS, explain
 from .sasl import MECHANISMS
@@ -51,6 +52,17 @@ MAX_TIMEOUT = MAX_TIMEOUT_MS / 1000
 SECRET_OPTIONS = ("--sasl-password", "--ssl-password")
 PASSWORD_ENV = {"sasl_plain_password": "FASTKWIRE_SASL_PASSWORD", "ssl_password": "FASTKWIRE_SSL_PASSWORD"}
 TOKEN_ENV = "FASTKWIRE_SASL_OAUTH_TOKEN"  # a bearer token is never taken as a flag
+# The flag of each library parameter: errors name what the user typed (OptionError.render),
+# the library keeps its parameter names.
+FLAGS = {
+    "group_id": "--group", "group_instance_ids": "--instance-id", "member_ids": "--member-id",
+    "remove_all": "--all", "reason": "--reason", "security_protocol": "--security-protocol",
+    "ssl_cafile": "--ssl-cafile", "ssl_certfile": "--ssl-certfile", "ssl_keyfile": "--ssl-keyfile",
+    "ssl_password": "--ssl-password", "ssl_check_hostname": "--no-ssl-check-hostname",
+    "sasl_mechanism": "--sasl-mechanism", "sasl_plain_username": "--sasl-username",
+    "sasl_plain_password": "--sasl-password", "sasl_oauth_token_provider": TOKEN_ENV,
+}
+FILE_OPTIONS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -122,17 +134,27 @@ def _connection_arguments(parser):
 def _security(args, warn):
     """Security options from --command-config, then the environment, then the flags; what
     works but exposes a secret goes to `warn(message)`."""
+    # args.option_names: where each option came from, for OptionError.render (see _fail). A
+    # value from the file is never shown (a trailing backslash can join a secret to it); a
+    # path from a flag is: the user typed it there.
+    names = args.option_names
     options = security_options(read_properties(args.command_config), warn) if args.command_config else {}
+    names.update({o: f"{OPTION_KEYS[o]} in {args.command_config}" for o in options if o in OPTION_KEYS})
     for option, variable in PASSWORD_ENV.items():
         if os.environ.get(variable):
             options[option] = os.environ[variable]
+            names[option] = variable
     flags = {"security_protocol": args.security_protocol, "ssl_cafile": args.ssl_cafile,
              "ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile, "ssl_password": args.ssl_password,
              "sasl_mechanism": args.sasl_mechanism, "sasl_plain_username": args.sasl_username,
              "sasl_plain_password": args.sasl_password}
-    options.update({k: v for k, v in flags.items() if v is not None})
+    for option, value in flags.items():
+        if value is not None:
+            options[option] = value
+            names[option] = f"{FLAGS[option]} {value!r}" if option in FILE_OPTIONS else FLAGS[option]
     if args.no_ssl_check_hostname:
         options["ssl_check_hostname"] = False
+        names["ssl_check_hostname"] = FLAGS["ssl_check_hostname"]
     if options.get("sasl_mechanism") == "OAUTHBEARER":
         token = os.environ.get(TOKEN_ENV)
         if not token:
@@ -163,6 +185,8 @@ def _security(args, warn):
 def _client(args, err):
     def warn(message):
         print(f"{args.prog}: warning: {message}", file=err)
+
+    args.option_names = dict(FLAGS)
 
     return AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000,
                        max_group_members=args.max_members, **_security(args, warn))
@@ -233,8 +257,11 @@ def _print_group(group, out):
     print(f"Group {printable(repr(group.group_id))}: state {printable(group.state or '-')}, protocol "
           f"{printable(protocol)}, coordinator {printable(c.address)} (node {c.node_id}), "
           f"{_members(len(group.members))} ({group.api})", file=out)
-    if not group.exists:
+    if group.exists is False:
         print("The group does not exist (or has no members and no offsets).", file=out)
+    elif group.exists is None:
+        print("The group has no members. The broker's answer (state Empty) does not tell an empty group from "
+              "one that does not exist.", file=out)
     if not group.members:
         return
     rows = [("MEMBER ID", "INSTANCE ID", "CLIENT ID", "HOST", "ASSIGNMENT")]
@@ -314,14 +341,16 @@ def run_remove_members(args, out=None, err=None):
 
 
 def _fail(args, exc, code, out, err):
-    """Report a failed request: JSON on stdout if asked, and one line on stderr."""
+    """Report a failed request: JSON on stdout if asked, and one line on stderr. An option's
+    error names the flag, variable or properties key the user gave it with."""
+    message = exc.render(getattr(args, "option_names", FLAGS)) if isinstance(exc, OptionError) else str(exc)
     if args.json:
         error = getattr(exc, "error", None)
         print(json.dumps({"group_id": args.group, "error": {
-            "type": type(exc).__name__, "message": str(exc),
+            "type": type(exc).__name__, "message": message,
             "error_code": error.code if error else None, "error_name": error.name if error else None,
         }}, indent=2), file=out)
-    print(f"{args.prog}: error: {printable(exc)}", file=err)
+    print(f"{args.prog}: error: {printable(message)}", file=err)
     return code
 
 
@@ -334,13 +363,22 @@ def _print_table(result, out):
         return
     print(f"Group {result.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}), "
           f"LeaveGroup v{result.leave_group_version}", file=out)
-    rows = [("INSTANCE ID", "RESULT", "ERROR")]
+    # The columns of the ids the members were named by: instance ids, member ids, or both.
+    by_member = {m.by_member_id for m in result.members}
+    if by_member == {False}:
+        heads, ids = ("INSTANCE ID",), lambda m: (m.group_instance_id,)
+    elif by_member == {True}:
+        heads, ids = ("MEMBER ID",), lambda m: (m.member_id,)
+    else:
+        heads, ids = ("MEMBER ID", "INSTANCE ID"), lambda m: (
+            m.member_id or "-", "-" if m.by_member_id else m.group_instance_id)
+    rows = [(*heads, "RESULT", "ERROR")]
     for m in result.members:
-        rows.append((printable(m.group_instance_id), "removed" if m.ok else "FAILED",
+        rows.append((*(printable(i) for i in ids(m)), "removed" if m.ok else "FAILED",
                      "" if m.ok else printable(f"{m.error_name} ({m.error_code}): {m.describe()}")))
-    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
-        print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip(), file=out)
+        print("  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths)) + f"  {r[-1]}".rstrip(), file=out)
     print(f"{len(result.removed)} of {len(result.members)} members removed.", file=out)
 
 

@@ -177,6 +177,16 @@ def _warn_unused(props, warn):
                 warn(message)
 
 
+# The key each security option comes from (for messages that name what the user wrote).
+OPTION_KEYS = {
+    "security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
+    "ssl_cafile": "ssl.truststore.location", "ssl_certfile": "ssl.keystore.location",
+    "ssl_keyfile": "ssl.keystore.location", "ssl_password": "ssl.key.password",
+    "ssl_check_hostname": "ssl.endpoint.identification.algorithm",
+    "sasl_plain_username": "sasl.jaas.config", "sasl_plain_password": "sasl.jaas.config",
+}
+
+
 def security_options(props, warn=None):
     """Security keyword arguments (`fastkwire.connection.Security`) from properties. Keys
     that are not used here are ignored with an `UnusedConfigWarning`, or passed to

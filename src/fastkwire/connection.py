@@ -15,10 +15,17 @@ cancellation) closes the connection: its late answer would otherwise be read as 
 request's, so later requests fail with BrokerConnectionError and a new connection is needed.
 AsyncConnection does the same on asyncio streams, in the event loop's own thread.
 
-Failures are `fastkwire.admin_errors` exceptions; options that cannot work are ValueError.
+The protocol steps a connection takes when it opens (ApiVersions, SASL) are generators of
+I/O steps that do no I/O of their own: `Connect`, `Request`, `Close` and `Sleep`.
+`run_steps` runs them on blocking sockets and `run_steps_async` on asyncio; the admin
+client's calls are written in the same steps and run by the same two runners.
+
+Failures are `fastkwire.connection_errors` exceptions (`KafkaClientError` and its
+subclasses); options that cannot work are ValueError (`OptionError`).
 """
 import asyncio
 import inspect
+import os
 import socket
 import ssl
 import struct
@@ -26,7 +33,7 @@ import time
 
 from . import (
     ApiVersionsRequest,
-    LeaveGroupRequest,
+    FindCoordinatorRequest,
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
     __version__,
@@ -34,23 +41,26 @@ from . import (
     encode_request,
 )
 from ._printable import printable
-from .admin_errors import (
-    AdminTimeoutError,
-    BrokerConnectionError,
-    BrokerError,
-    BrokerTooOldError,
-    ResponseError,
-    SaslAuthenticationError,
-    TlsCertificateError,
-    TlsError,
-    UnsupportedSaslMechanismError,
+from .connection_errors import (
+    BadResponseError,
+    KafkaBrokerError,
+    KafkaClientError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    NoCommonVersionError,
+    OptionError,
+    SaslAuthError,
+    SaslMechanismError,
+    TlsHandshakeError,
+    TlsVerifyError,
 )
 from .error_codes import by_name, lookup
 from .errors import DecodeError
 from .sasl import MECHANISMS, make_mechanism, utf8
 
-__all__ = ["Connection", "AsyncConnection", "Security", "Deadline", "SECURITY_PROTOCOLS", "ANSWER_LIMITS",
-           "answer_limit", "highest_common_version", "format_address"]
+__all__ = ["Connection", "AsyncConnection", "Security", "Deadline", "Clock", "SYSTEM_CLOCK", "SECURITY_PROTOCOLS",
+           "ANSWER_LIMITS", "answer_limit", "highest_common_version", "format_address",
+           "Connect", "Request", "Close", "Sleep", "run_steps", "run_steps_async"]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MAX_TIMEOUT_MS = 24 * 3600 * 1000  # a day: far beyond any admin call, and safe for socket timeouts
@@ -67,23 +77,21 @@ KIB, MIB = 1024, 1024 * 1024
 # asked): the receive buffer is allocated at the announced size, so a larger announcement
 # is refused before anything is allocated. The request's own size is added on top, since
 # answers echo the names sent. Other APIs may take DEFAULT_ANSWER_LIMIT (Fetch answers are
-# large), or what the caller passes.
+# large), or what the caller passes as max_answer_bytes (the admin client passes its own
+# caps for the group APIs: they are its policy, not the connection's).
 ANSWER_LIMITS = {
     ApiVersionsRequest.API_KEY: (256 * KIB, 0),
-    10: (256 * KIB, 0),  # FindCoordinator: one host per key
-    LeaveGroupRequest.API_KEY: (64 * KIB, 4 * KIB),  # each member answered with its ids
+    FindCoordinatorRequest.API_KEY: (256 * KIB, 0),  # one host per key
     SaslHandshakeRequest.API_KEY: (64 * KIB, 0),
     SaslAuthenticateRequest.API_KEY: (1 * MIB, 0),
-    15: (16 * MIB, 0),  # DescribeGroups: every member's metadata and assignment
-    69: (16 * MIB, 0),  # ConsumerGroupDescribe
 }
 DEFAULT_ANSWER_LIMIT = 128 * MIB
 RAW_SASL_LIMIT = 64 * KIB  # a server token after a SaslHandshake v0
 
 
-def answer_limit(msg, request_size):
-    """The most bytes (after the size prefix) accepted in answer to `msg`."""
-    fixed, per_member = ANSWER_LIMITS.get(msg.API_KEY, (DEFAULT_ANSWER_LIMIT, 0))
+def answer_limit(msg, request_size, limits=ANSWER_LIMITS):
+    """The most bytes (after the size prefix) accepted in answer to `msg`, by `limits`."""
+    fixed, per_member = limits.get(msg.API_KEY, (DEFAULT_ANSWER_LIMIT, 0))
     return fixed + per_member * len(getattr(msg, "members", None) or ()) + request_size
 
 
@@ -109,15 +117,34 @@ def api_name(msg):
     return name[:-len("Request")] if name.endswith("Request") else name
 
 
+class Clock:
+    """Where deadlines read the time and Sleep steps wait: the system's, or a test's fake."""
+
+    now = staticmethod(time.monotonic)
+    sleep = staticmethod(time.sleep)
+
+    @staticmethod
+    async def sleep_async(seconds):
+        await asyncio.sleep(seconds)
+
+
+SYSTEM_CLOCK = Clock()
+
+
 class Deadline:
     """One time budget shared by every step of a call."""
 
-    def __init__(self, seconds):
-        self.seconds = seconds
-        self.end = time.monotonic() + seconds
+    def __init__(self, seconds, clock=SYSTEM_CLOCK):
+        self.seconds, self.clock = seconds, clock
+        self.end = clock.now() + seconds
 
     def remaining(self):
-        return self.end - time.monotonic()
+        return self.end - self.clock.now()
+
+    def share(self, n):
+        """A deadline for 1/n of what is left (bootstrap servers share the time left: a silent
+        one cannot use up the next one's)."""
+        return self if n <= 1 else Deadline(max(self.remaining(), 0) / n, self.clock)
 
 
 def check_timeout_ms(value, name="request_timeout_ms"):
@@ -146,8 +173,8 @@ class Security:
                  sasl_plain_username=None, sasl_plain_password=None, sasl_oauth_token_provider=None):
         if security_protocol not in SECURITY_PROTOCOLS:
             # Not quoted: a stray trailing backslash in a properties file can join a secret to it.
-            raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)} "
-                             "(the value given is not shown)")
+            raise OptionError("{security_protocol} must be one of {known} (the value given is not shown)",
+                              "security_protocol", known=", ".join(SECURITY_PROTOCOLS))
         self.security_protocol = security_protocol
         self.ssl = security_protocol in ("SSL", "SASL_SSL")
         self.sasl = security_protocol.startswith("SASL_")
@@ -164,20 +191,26 @@ class Security:
                                         ("ssl_keyfile", ssl_keyfile), ("ssl_password", ssl_password))
                if value is not None] + ([] if ssl_check_hostname else ["ssl_check_hostname=False"])
         if not self.ssl and (tls or ssl_context is not None):
-            raise ValueError(f"TLS options are given ({', '.join(tls or ['ssl_context'])}), but security_protocol "
-                             f"{security_protocol} uses no TLS, so they would be ignored: use SSL or SASL_SSL")
+            given = [o.split("=")[0] for o in tls] or ["ssl_context"]
+            raise OptionError("TLS options are given (" + _placeholders(given) + "), but {security_protocol} "
+                              "{protocol} uses no TLS, so they would be ignored: use SSL or SASL_SSL",
+                              *given, "security_protocol", protocol=security_protocol,
+                              said={"ssl_check_hostname": "ssl_check_hostname=False"})
         if ssl_context is not None and tls:
             raise ValueError(f"ssl_context replaces {', '.join(tls)}: give the context or those options, not both")
         if self.sasl:
             if sasl_mechanism not in MECHANISMS:
-                raise ValueError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)} "
-                                 "(the value given is not shown)")
+                raise OptionError("{sasl_mechanism} must be one of {known} (the value given is not shown)",
+                                  "sasl_mechanism", known=", ".join(MECHANISMS))
             if sasl_mechanism == "OAUTHBEARER":
                 if sasl_oauth_token_provider is None:
-                    raise ValueError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_provider")
+                    raise OptionError("{sasl_mechanism} OAUTHBEARER needs {sasl_oauth_token_provider}",
+                                      "sasl_oauth_token_provider", "sasl_mechanism")
             elif not sasl_plain_username or sasl_plain_password is None:
-                raise ValueError(f"sasl_mechanism {sasl_mechanism} needs sasl_plain_username and "
-                                 "sasl_plain_password")
+                missing = "sasl_plain_password" if sasl_plain_username else "sasl_plain_username"
+                raise OptionError("{sasl_mechanism} {mechanism} needs {sasl_plain_username} and {sasl_plain_password}",
+                                  missing, "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+                                  mechanism=sasl_mechanism)
             else:
                 utf8(sasl_plain_username, "sasl_plain_username", ValueError)
                 utf8(sasl_plain_password, "sasl_plain_password", ValueError)
@@ -208,38 +241,161 @@ class Security:
             failed = type(exc).__name__
         # Raised outside the handler: `from None` would still keep the provider's exception
         # as the error's __context__.
-        raise SaslAuthenticationError(f"the OAUTHBEARER token provider failed ({failed})")
+        raise SaslAuthError(f"the OAUTHBEARER token provider failed ({failed})")
 
 
 def _make_context(cafile, certfile, keyfile, password, check_hostname):
     # Errors name the options, not the paths (a properties line joined to a path by a
-    # trailing backslash can hold a secret), and are raised outside the handlers, so that
-    # no exception holding a path or the password is their context.
-    loading = "ssl_cafile" if cafile else "the system's CA certificates"
+    # trailing backslash can hold a secret; a caller that knows where a path came from can
+    # show it with OptionError.render), and are raised outside the handlers, so that no
+    # exception holding a path or the password is their context.
+    loading = {"ssl_cafile": cafile} if cafile else {}
     try:
         context = ssl.create_default_context(cafile=cafile)
         context.check_hostname = check_hostname
         if certfile:
-            loading = "ssl_certfile, ssl_keyfile" if keyfile else "ssl_certfile"
+            loading = {"ssl_certfile": certfile, **({"ssl_keyfile": keyfile} if keyfile else {})}
             context.load_cert_chain(certfile, keyfile, password)
         return context
     except FileNotFoundError:
-        problem = f"cannot read {loading}: no such file"
+        # ssl's FileNotFoundError has no filename: say which of the files is missing.
+        missing = [o for o, path in loading.items() if not os.path.exists(path)] or list(loading)
+        error = OptionError("cannot read " + _placeholders(missing) + ": no such file", *missing)
     except (ssl.SSLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc.strerror or type(exc).__name__
-        problem = (f"cannot load the TLS files ({loading}): {printable(reason, 100)} "
-                   "(PEM files expected; is ssl_password right?)")
-    raise ValueError(problem)
+        named = _placeholders(loading) if loading else "the system's CA certificates"
+        error = OptionError("cannot load the TLS files (" + named + "): {reason} (PEM files expected; is "
+                            "{ssl_password} right?)", *loading, "ssl_password", reason=printable(reason, 100))
+    raise error
+
+
+def _placeholders(options):
+    return ", ".join("{%s}" % o for o in options)
 
 
 # ---------------------------------------------------------------- protocol steps, without I/O
 
 
-class _Request:
-    __slots__ = ("msg", "version", "raw")
+# The step vocabulary. A flow is a generator that yields these and is sent their answers;
+# a failure is thrown into it (as a KafkaClientError) so that it may retry or fail over.
 
-    def __init__(self, msg=None, version=None, raw=None):
-        self.msg, self.version, self.raw = msg, version, raw
+
+class Connect:
+    """Open a connection (closed by the runner when the flow ends); answered with it.
+
+    `options` are the connection's keyword arguments (client_id, security, ...)."""
+
+    __slots__ = ("host", "port", "deadline", "options")
+
+    def __init__(self, host, port, deadline=None, **options):
+        self.host, self.port, self.deadline, self.options = host, port, deadline, options
+
+
+class Request:
+    """Send `msg` at `version` on `conn`; answered with the decoded answer.
+
+    `conn=None` is the connection whose own steps these are (opening, SASL): those requests
+    skip `request()`'s re-authentication and turn-taking, as they run inside them. `raw` is a
+    SASL token sent without a request header (after a SaslHandshake v0)."""
+
+    __slots__ = ("conn", "msg", "version", "raw", "max_answer_bytes", "check_frame")
+
+    def __init__(self, conn=None, msg=None, version=None, *, raw=None, max_answer_bytes=None, check_frame=None):
+        self.conn, self.msg, self.version, self.raw = conn, msg, version, raw
+        self.max_answer_bytes, self.check_frame = max_answer_bytes, check_frame
+
+
+class Close:
+    __slots__ = ("conn",)
+
+    def __init__(self, conn):
+        self.conn = conn
+
+
+class Sleep:
+    """Wait `seconds` (on the run's clock)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+
+def _next_step(steps, answer, error):
+    """(True, step), or (False, the flow's result) once it has returned."""
+    try:
+        return True, (steps.throw(error) if error is not None else steps.send(answer))
+    except StopIteration as stop:
+        return False, stop.value
+
+
+def run_steps(steps, deadline, conn=None):
+    """Run a flow on blocking sockets; its result. `conn` runs the `Request(conn=None)` steps.
+
+    Connections the flow opened are closed when it ends, however it ends."""
+    opened = []
+    try:
+        answer = error = None
+        while True:
+            going, step = _next_step(steps, answer, error)
+            if not going:
+                return step
+            answer = error = None
+            try:
+                if isinstance(step, Request):
+                    if step.conn is None:
+                        answer = conn._step(step, deadline)
+                    else:
+                        answer = step.conn.request(step.msg, step.version, deadline=deadline,
+                                                   max_answer_bytes=step.max_answer_bytes,
+                                                   check_frame=step.check_frame)
+                elif isinstance(step, Connect):
+                    answer = Connection(step.host, step.port, deadline=step.deadline or deadline, **step.options)
+                    opened.append(answer)
+                elif isinstance(step, Close):
+                    step.conn.close()
+                else:
+                    deadline.clock.sleep(step.seconds)
+            except KafkaClientError as exc:
+                error = exc
+    finally:
+        steps.close()
+        for c in opened:
+            c.close()
+
+
+async def run_steps_async(steps, deadline, conn=None):
+    """`run_steps` on asyncio streams, in the event loop's thread."""
+    opened = []
+    try:
+        answer = error = None
+        while True:
+            going, step = _next_step(steps, answer, error)
+            if not going:
+                return step
+            answer = error = None
+            try:
+                if isinstance(step, Request):
+                    if step.conn is None:
+                        answer = await conn._step(step, deadline)
+                    else:
+                        answer = await step.conn.request(step.msg, step.version, deadline=deadline,
+                                                         max_answer_bytes=step.max_answer_bytes,
+                                                         check_frame=step.check_frame)
+                elif isinstance(step, Connect):
+                    answer = await AsyncConnection.open(step.host, step.port, deadline=step.deadline or deadline,
+                                                        **step.options)
+                    opened.append(answer)
+                elif isinstance(step, Close):
+                    step.conn.close()
+                else:
+                    await deadline.clock.sleep_async(step.seconds)
+            except KafkaClientError as exc:
+                error = exc
+    finally:
+        steps.close()
+        for c in opened:
+            c.close()
 
 
 def _negotiate(address):
@@ -247,7 +403,7 @@ def _negotiate(address):
     version = ApiVersionsRequest.MAX_VERSION
     request = ApiVersionsRequest(client_software_name="fastkwire", client_software_version=__version__)
     for _ in range(3):
-        response = yield _Request(request, version)
+        response = yield Request(None, request, version)
         ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
         if response.error_code == UNSUPPORTED_VERSION:
             fallback = highest_common_version(ranges, ApiVersionsRequest)
@@ -255,10 +411,10 @@ def _negotiate(address):
                 version = fallback
                 continue
         if response.error_code != NONE:
-            raise BrokerError(f"{address} refused ApiVersions: {lookup(response.error_code)}",
-                              lookup(response.error_code))
+            raise KafkaBrokerError(f"{address} refused ApiVersions: {lookup(response.error_code)}",
+                                   lookup(response.error_code))
         return ranges
-    raise ResponseError(f"{address} kept refusing every ApiVersions version")
+    raise BadResponseError(f"{address} kept refusing every ApiVersions version")
 
 
 def _authenticate(address, versions, security, mechanism):
@@ -267,25 +423,25 @@ def _authenticate(address, versions, security, mechanism):
     handshake = highest_common_version(versions, SaslHandshakeRequest)
     authenticate = highest_common_version(versions, SaslAuthenticateRequest)
     if handshake is None:
-        raise UnsupportedSaslMechanismError(
+        raise SaslMechanismError(
             f"{address} does not offer SASL (no SaslHandshake): is this a SASL listener? "
             "Check security_protocol")
     framed = handshake >= 1 and authenticate is not None
-    response = yield _Request(SaslHandshakeRequest(mechanism=name), handshake if framed else 0)
+    response = yield Request(None, SaslHandshakeRequest(mechanism=name), handshake if framed else 0)
     if response.error_code == UNSUPPORTED_SASL_MECHANISM:
         enabled = ", ".join(printable(m, 40) for m in response.mechanisms[:20]) or "none"
-        raise UnsupportedSaslMechanismError(
+        raise SaslMechanismError(
             f"{address} does not enable SASL mechanism {name} (it enables: {enabled}): set sasl_mechanism "
             "to one it enables", lookup(response.error_code))
     if response.error_code != NONE:
-        raise SaslAuthenticationError(f"{address} refused the SASL handshake: {lookup(response.error_code)}",
-                                      lookup(response.error_code))
+        raise SaslAuthError(f"{address} refused the SASL handshake: {lookup(response.error_code)}",
+                            lookup(response.error_code))
     message, lifetime = mechanism.start(), 0
     while message is not None:
         if not framed:
-            answer = yield _Request(raw=message)
+            answer = yield Request(raw=message)
         else:
-            reply = yield _Request(SaslAuthenticateRequest(auth_bytes=message), authenticate)
+            reply = yield Request(None, SaslAuthenticateRequest(auth_bytes=message), authenticate)
             if reply.error_code != NONE:
                 raise _refused(address, security, mechanism, reply)
             lifetime = getattr(reply, "session_lifetime_ms", 0) or 0
@@ -299,11 +455,11 @@ def _refused(address, security, mechanism, reply):
     said = f" ({printable(reply.error_message, MAX_BROKER_TEXT)})" if reply.error_message else ""
     if security.sasl_mechanism == "OAUTHBEARER":
         status = f", status {printable(mechanism.status, 40)!r}" if getattr(mechanism, "status", None) else ""
-        return SaslAuthenticationError(
+        return SaslAuthError(
             f"{address} rejected the OAUTHBEARER token{status}: it has expired or is not valid for this "
             f"broker; fix the token provider{said}", error)
     fix = "check the user name and password" if reply.error_code == SASL_AUTHENTICATION_FAILED else str(error)
-    return SaslAuthenticationError(
+    return SaslAuthError(
         f"{address} refused SASL {security.sasl_mechanism} authentication of user "
         f"{printable(security.sasl_plain_username, 100)!r}: {fix}{said}", error)
 
@@ -330,14 +486,14 @@ class _Base:
         return f"{type(self).__name__}({self.address}, {self.security!r})"
 
     def version_for(self, cls, lowest=0):
-        """The highest version of `cls` both sides support; BrokerTooOldError when none is."""
+        """The highest version of `cls` both sides support; NoCommonVersionError when none is."""
         version = highest_common_version(self.versions, cls, lowest)
         if version is None:
             theirs = self.versions.get(cls.API_KEY)
             has = f"v{theirs[0]}-v{theirs[1]}" if theirs else "none"
-            raise BrokerTooOldError(f"{self.address} supports no version of {api_name(cls)} from "
-                                    f"v{max(lowest, cls.MIN_VERSION)} to v{cls.MAX_VERSION} (it has {has})",
-                                    lookup(UNSUPPORTED_VERSION))
+            raise NoCommonVersionError(f"{self.address} supports no version of {api_name(cls)} from "
+                                       f"v{max(lowest, cls.MIN_VERSION)} to v{cls.MAX_VERSION} (it has {has})",
+                                       lookup(UNSUPPORTED_VERSION))
         return version
 
     def _deadline(self, deadline):
@@ -351,8 +507,15 @@ class _Base:
 
     def _check_open(self):
         if self._closed_because is not None:
-            raise BrokerConnectionError(f"the connection to {self.address} is closed ({self._closed_because}): "
-                                        "open a new one")
+            raise KafkaConnectionError(f"the connection to {self.address} is closed ({self._closed_because}): "
+                                       "open a new one")
+
+    @staticmethod
+    def _limit(msg, request, max_answer_bytes):
+        # Plus the request's own size, as in ANSWER_LIMITS: answers echo the names sent.
+        if max_answer_bytes is None:
+            return answer_limit(msg, len(request))
+        return max_answer_bytes + len(request)
 
     def _encode(self, msg, version):
         self._correlation_id += 1
@@ -361,25 +524,25 @@ class _Base:
     def _check_size(self, head, limit, what, smallest=4):
         size = struct.unpack(">i", head)[0]
         if size < smallest:
-            raise ResponseError(f"{self.address} sent a frame size of {size} bytes in answer to {what}")
+            raise BadResponseError(f"{self.address} sent a frame size of {size} bytes in answer to {what}")
         if size > limit:
             hint = ("this looks like a TLS alert: the listener speaks TLS, so use security_protocol SSL or SASL_SSL"
                     if head[:2] == b"\x15\x03" else "is this a Kafka listener?")
-            raise ResponseError(f"{self.address} announced a {size}-byte answer to {what}, more than the "
-                                f"{limit} bytes such an answer can take ({hint})")
+            raise BadResponseError(f"{self.address} announced a {size}-byte answer to {what}, more than the "
+                                   f"{limit} bytes such an answer can take ({hint})")
         return size
 
     def _decode(self, frame, msg, version, what, deadline, check_frame=None):
         correlation_id = struct.unpack_from(">i", frame, 4)[0]
         if correlation_id != self._correlation_id:
             self._abandon(what)
-            raise ResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
-                                f"expected {self._correlation_id}")
+            raise BadResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
+                                   f"expected {self._correlation_id}")
         if check_frame is not None:
             check_frame(frame, version)
         answer = self._decoded(frame, msg, version, what)
         if deadline.remaining() <= 0:  # decoding counts against the deadline too
-            raise AdminTimeoutError(f"the answer of {self.address} to {what} was not decoded within "
+            raise KafkaTimeoutError(f"the answer of {self.address} to {what} was not decoded within "
                                     f"{deadline.seconds:g} s")
         return answer
 
@@ -392,8 +555,8 @@ class _Base:
         try:
             return decode_response(frame, msg.API_KEY, version)[1]
         except (DecodeError, ValueError) as exc:
-            raise ResponseError(f"could not decode the answer of {self.address} to {what}: "
-                                f"{printable(exc, MAX_BROKER_TEXT)}") from None
+            raise BadResponseError(f"could not decode the answer of {self.address} to {what}: "
+                                   f"{printable(exc, MAX_BROKER_TEXT)}") from None
 
     def _reauth_due(self):
         return self._reauth_at is not None and time.monotonic() >= self._reauth_at
@@ -405,18 +568,18 @@ class _Base:
     def _after_handshake(self, what):
         # With TLS 1.3 a broker checks the client's certificate after the handshake: one that
         # wants a certificate it trusts hangs up on the first request.
-        return TlsError(f"{self.address} hung up right after the TLS handshake, during {what}: it may want a "
-                        "client certificate it trusts (check ssl_certfile and ssl_keyfile)")
+        return TlsHandshakeError(f"{self.address} hung up right after the TLS handshake, during {what}: it may want a "
+                                 "client certificate it trusts (check ssl_certfile and ssl_keyfile)")
 
     def _closed_error(self, what, got):
         if self.security.ssl and not self.versions and not got:
             return self._after_handshake(what)
         when = "before answering" if not got else "in the middle of its answer"
-        return BrokerConnectionError(f"{self.address} closed the connection during {what} ({when})"
-                                     f"{self._tls_hint() if not got else ''}")
+        return KafkaConnectionError(f"{self.address} closed the connection during {what} ({when})"
+                                    f"{self._tls_hint() if not got else ''}")
 
     def _timeout_error(self, deadline, what):
-        return AdminTimeoutError(f"no answer from {self.address} to {what} within {deadline.seconds:g} s")
+        return KafkaTimeoutError(f"no answer from {self.address} to {what} within {deadline.seconds:g} s")
 
     def _broken(self, exc, what):
         if isinstance(exc, ssl.SSLError) and "CERTIFICATE" in (exc.reason or "").upper():
@@ -424,10 +587,10 @@ class _Base:
         if self.security.ssl and not self.versions and isinstance(exc, (ssl.SSLError, ConnectionResetError)):
             return self._after_handshake(what)
         if isinstance(exc, ssl.SSLError):
-            return TlsError(f"TLS failed on the connection to {self.address} during {what}: "
-                            f"{printable(exc.reason or type(exc).__name__)}")
-        return BrokerConnectionError(f"connection to {self.address} failed during {what}: {_reason(exc)}"
-                                     f"{self._tls_hint()}")
+            return TlsHandshakeError(f"TLS failed on the connection to {self.address} during {what}: "
+                                     f"{printable(exc.reason or type(exc).__name__)}")
+        return KafkaConnectionError(f"connection to {self.address} failed during {what}: {_reason(exc)}"
+                                    f"{self._tls_hint()}")
 
     def _tls_hint(self):
         # A TLS listener hangs up on the plaintext of a first request.
@@ -436,31 +599,31 @@ class _Base:
         return " (if that listener speaks TLS, use security_protocol SSL or SASL_SSL)"
 
     def _connect_error(self, exc, deadline):
-        """The AdminError for a failed connect or TLS handshake."""
+        """The KafkaClientError for a failed connect or TLS handshake."""
         if isinstance(exc, (socket.timeout, asyncio.TimeoutError)):
-            return AdminTimeoutError(f"could not connect to {self.address} within {deadline.seconds:g} s")
+            return KafkaTimeoutError(f"could not connect to {self.address} within {deadline.seconds:g} s")
         if isinstance(exc, ssl.SSLCertVerificationError):
-            return TlsCertificateError(
+            return TlsVerifyError(
                 f"the TLS certificate of {self.address} could not be verified: "
                 f"{printable(exc.verify_message or exc.reason, MAX_BROKER_TEXT)} (check ssl_cafile, and that the "
                 "host name is in the certificate, or set ssl_check_hostname=False)")
         if isinstance(exc, ssl.SSLError):
             reason = exc.reason or type(exc).__name__
             if "CERTIFICATE" in reason.upper():
-                return TlsCertificateError(
+                return TlsVerifyError(
                     f"{self.address} refused the TLS handshake: {printable(reason)} (it wants a client "
                     "certificate it trusts: check ssl_certfile and ssl_keyfile)")
             if isinstance(exc, ssl.SSLEOFError):
                 reason = "the broker closed the connection"
-            return TlsError(f"TLS handshake with {self.address} failed: {printable(reason)} (is this a TLS "
-                            "listener? SSL and SASL_SSL need one)")
+            return TlsHandshakeError(f"TLS handshake with {self.address} failed: {printable(reason)} (is this a TLS "
+                                     "listener? SSL and SASL_SSL need one)")
         if isinstance(exc, (ConnectionResetError, BrokenPipeError)) and self.security.ssl:
-            return TlsError(f"TLS handshake with {self.address} failed: the connection was reset (is this a "
-                            "TLS listener? SSL and SASL_SSL need one)")
+            return TlsHandshakeError(f"TLS handshake with {self.address} failed: the connection was reset (is this a "
+                                     "TLS listener? SSL and SASL_SSL need one)")
         if isinstance(exc, UnicodeError):
             # The resolver's IDNA encoding refuses labels over 63 characters or empty ones.
-            return BrokerConnectionError(f"could not connect to {self.address}: not a valid host name ({exc})")
-        return BrokerConnectionError(f"could not connect to {self.address}: {_reason(exc)}")
+            return KafkaConnectionError(f"could not connect to {self.address}: not a valid host name ({exc})")
+        return KafkaConnectionError(f"could not connect to {self.address}: {_reason(exc)}")
 
 
 def _reason(exc):
@@ -512,7 +675,7 @@ class Connection(_Base):
         deadline = self._deadline(deadline)
         self.sock = self._open(deadline)
         try:
-            self.versions = self._run(_negotiate(self.address), deadline)
+            self.versions = run_steps(_negotiate(self.address), deadline, self)
             if self.security.sasl:
                 self._login(deadline)
         except BaseException:
@@ -522,7 +685,7 @@ class Connection(_Base):
     def _open(self, deadline):
         left = deadline.remaining()
         if left <= 0:
-            raise AdminTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
+            raise KafkaTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
         sock = None
         try:
             sock = _connect(self.host, self.port, deadline)
@@ -540,9 +703,9 @@ class Connection(_Base):
         token = self.security.token() if self.security.sasl_mechanism == "OAUTHBEARER" else None
         if inspect.isawaitable(token):
             token.close()
-            raise SaslAuthenticationError("the OAUTHBEARER token provider is a coroutine: use AsyncConnection")
+            raise SaslAuthError("the OAUTHBEARER token provider is a coroutine: use AsyncConnection")
         steps = _authenticate(self.address, self.versions, self.security, self.security._mechanism(token))
-        self._authenticated(self._run(steps, deadline))
+        self._authenticated(run_steps(steps, deadline, self))
 
     def close(self):
         self._closed_because = self._closed_because or "closed by its user"
@@ -558,7 +721,7 @@ class Connection(_Base):
         """Send `msg` (at `version`, or the highest both sides support); return the decoded answer.
 
         `check_frame(frame, version)`, if given, sees the whole answer (size prefix included)
-        before it is decoded, and may raise an AdminError to refuse it (an answer that would
+        before it is decoded, and may raise a KafkaClientError to refuse it (an answer that would
         cost too much to decode, say)."""
         deadline = self._deadline(deadline)
         if self._reauth_due():
@@ -566,22 +729,15 @@ class Connection(_Base):
         return self._exchange(msg, self.version_for(type(msg)) if version is None else version, deadline,
                               max_answer_bytes, check_frame)
 
-    def _run(self, steps, deadline):
-        answer = None
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration as stop:
-                return stop.value
-            if step.raw is not None:
-                answer = self._exchange_raw(step.raw, deadline)
-            else:
-                answer = self._exchange(step.msg, step.version, deadline)
+    def _step(self, step, deadline):
+        if step.raw is not None:
+            return self._exchange_raw(step.raw, deadline)
+        return self._exchange(step.msg, step.version, deadline, step.max_answer_bytes, step.check_frame)
 
     def _exchange(self, msg, version, deadline, limit=None, check_frame=None):
         what = f"{api_name(msg)} v{version}"
         request = self._encode(msg, version)
-        frame = self._io(request, limit or answer_limit(msg, len(request)), deadline, what)
+        frame = self._io(request, self._limit(msg, request, limit), deadline, what)
         return self._decode(frame, msg, version, what, deadline, check_frame)
 
     def _exchange_raw(self, token, deadline):
@@ -650,7 +806,7 @@ class AsyncConnection(_Base):
         deadline = self._deadline(deadline)
         await self._open(deadline)
         try:
-            self.versions = await self._run(_negotiate(self.address), deadline)
+            self.versions = await run_steps_async(_negotiate(self.address), deadline, self)
             if self.security.sasl:
                 await self._login(deadline)
         except BaseException:
@@ -661,7 +817,7 @@ class AsyncConnection(_Base):
     async def _open(self, deadline):
         left = deadline.remaining()
         if left <= 0:
-            raise AdminTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
+            raise KafkaTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
         context = self.security.ssl_context
         loop = asyncio.get_running_loop()
         try:
@@ -681,13 +837,13 @@ class AsyncConnection(_Base):
             try:
                 token = await asyncio.wait_for(token, max(deadline.remaining(), 0.001))
             except asyncio.TimeoutError:
-                raise AdminTimeoutError("the OAUTHBEARER token provider did not answer in time") from None
+                raise KafkaTimeoutError("the OAUTHBEARER token provider did not answer in time") from None
             except Exception as exc:  # noqa: BLE001 - see Security.token
                 failed = type(exc).__name__
             if failed is not None:  # raised outside the handler, as in Security.token
-                raise SaslAuthenticationError(f"the OAUTHBEARER token provider failed ({failed})")
+                raise SaslAuthError(f"the OAUTHBEARER token provider failed ({failed})")
         steps = _authenticate(self.address, self.versions, self.security, self.security._mechanism(token))
-        self._authenticated(await self._run(steps, deadline))
+        self._authenticated(await run_steps_async(steps, deadline, self))
 
     def close(self):
         self._closed_because = self._closed_because or "closed by its user"
@@ -721,22 +877,15 @@ class AsyncConnection(_Base):
             self._abandon(f"{api_name(msg)} v{version} (cancelled)")
             raise
 
-    async def _run(self, steps, deadline):
-        answer = None
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration as stop:
-                return stop.value
-            if step.raw is not None:
-                answer = await self._exchange_raw(step.raw, deadline)
-            else:
-                answer = await self._exchange(step.msg, step.version, deadline)
+    async def _step(self, step, deadline):
+        if step.raw is not None:
+            return await self._exchange_raw(step.raw, deadline)
+        return await self._exchange(step.msg, step.version, deadline, step.max_answer_bytes, step.check_frame)
 
     async def _exchange(self, msg, version, deadline, limit=None, check_frame=None):
         what = f"{api_name(msg)} v{version}"
         request = self._encode(msg, version)
-        frame = await self._io(request, limit or answer_limit(msg, len(request)), deadline, what)
+        frame = await self._io(request, self._limit(msg, request, limit), deadline, what)
         return self._decode(frame, msg, version, what, deadline, check_frame)
 
     async def _exchange_raw(self, token, deadline):

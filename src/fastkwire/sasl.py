@@ -4,7 +4,7 @@ Each mechanism is a small state machine: `start()` gives the first client messag
 `step(server_bytes)` gives the next one, or None once the exchange is complete. A server
 answer that breaks the mechanism's rules (a SCRAM nonce that does not extend ours, a
 server signature that does not match, an iteration count out of range) raises
-`SaslAuthenticationError`. The connection layer (`fastkwire.connection`) carries the
+`SaslAuthError`. The connection layer (`fastkwire.connection`) carries the
 messages in SaslAuthenticate requests.
 
 SCRAM follows RFC 5802 (RFC 7677 for SHA-256) as Kafka uses it: no channel binding
@@ -18,7 +18,7 @@ import json
 import secrets
 
 from ._printable import printable
-from .admin_errors import SaslAuthenticationError
+from .connection_errors import SaslAuthError
 
 __all__ = ["Plain", "Scram", "OAuthBearer", "SCRAM_HASHES", "MECHANISMS", "make_mechanism", "utf8"]
 
@@ -36,12 +36,12 @@ MAX_SERVER_MESSAGE = 4096
 
 def _bounded(server_bytes, what):
     if len(server_bytes) > MAX_SERVER_MESSAGE:
-        raise SaslAuthenticationError(f"the broker's {what} is {len(server_bytes)} bytes long, more than the "
-                                      f"{MAX_SERVER_MESSAGE} such a message can take")
+        raise SaslAuthError(f"the broker's {what} is {len(server_bytes)} bytes long, more than the "
+                            f"{MAX_SERVER_MESSAGE} such a message can take")
     return server_bytes
 
 
-def utf8(text, what, error=SaslAuthenticationError):
+def utf8(text, what, error=SaslAuthError):
     """`text` as UTF-8, or `error` naming `what`, never the text: a password or token with a
     lone surrogate (what os.environ and argv give for a byte that is not UTF-8) makes a
     UnicodeEncodeError whose args hold all of it."""
@@ -75,12 +75,12 @@ def _saslname(name):
 
 
 def _attributes(text, what):
-    """'a=1,b=2' -> {'a': '1', 'b': '2'}; a part without '=' is a SaslAuthenticationError."""
+    """'a=1,b=2' -> {'a': '1', 'b': '2'}; a part without '=' is a SaslAuthError."""
     out = {}
     for part in text.split(","):
         key, eq, value = part.partition("=")
         if not eq or len(key) != 1:
-            raise SaslAuthenticationError(f"the broker's SCRAM {what} is malformed: {printable(text, MAX_SERVER_TEXT)!r}")
+            raise SaslAuthError(f"the broker's SCRAM {what} is malformed: {printable(text, MAX_SERVER_TEXT)!r}")
         out.setdefault(key, value)
     return out
 
@@ -115,34 +115,34 @@ class Scram:
         if self._state == "final":
             self._verify(_bounded(server_bytes, "SCRAM final message"))
             return None
-        raise SaslAuthenticationError("the broker sent SCRAM data after the exchange was complete")
+        raise SaslAuthError("the broker sent SCRAM data after the exchange was complete")
 
     def _final(self, server_bytes):
         try:
             server_first = server_bytes.decode("utf-8")
         except UnicodeDecodeError:
-            raise SaslAuthenticationError("the broker's SCRAM first message is not UTF-8") from None
+            raise SaslAuthError("the broker's SCRAM first message is not UTF-8") from None
         attrs = _attributes(server_first, "first message")
         if "e" in attrs:
-            raise SaslAuthenticationError(f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}")
+            raise SaslAuthError(f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}")
         if "m" in attrs:  # RFC 5802 5.1: a mandatory extension this client does not know must fail
-            raise SaslAuthenticationError("the broker's SCRAM first message asks for a mandatory extension (m=), "
-                                          "which this client does not support")
+            raise SaslAuthError("the broker's SCRAM first message asks for a mandatory extension (m=), "
+                                "which this client does not support")
         nonce, salt, iterations = attrs.get("r", ""), attrs.get("s"), attrs.get("i", "")
         if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
-            raise SaslAuthenticationError("the broker's SCRAM nonce does not extend the client's "
-                                          "(a replayed or forged answer)")
+            raise SaslAuthError("the broker's SCRAM nonce does not extend the client's "
+                                "(a replayed or forged answer)")
         # The length first: int() refuses more than 4300 digits with a ValueError.
         if not iterations.isascii() or not iterations.isdigit() or len(iterations) > 9 or not (
                 SCRAM_MIN_ITERATIONS <= int(iterations) <= SCRAM_MAX_ITERATIONS):
-            raise SaslAuthenticationError(f"the broker asked for {printable(iterations, 20)!r} SCRAM iterations; "
-                                          f"expected {SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}")
+            raise SaslAuthError(f"the broker asked for {printable(iterations, 20)!r} SCRAM iterations; "
+                                f"expected {SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}")
         try:
             salt = base64.b64decode(salt or "", validate=True)
         except ValueError:
-            raise SaslAuthenticationError("the broker's SCRAM salt is not base64") from None
+            raise SaslAuthError("the broker's SCRAM salt is not base64") from None
         if not salt:
-            raise SaslAuthenticationError("the broker sent no SCRAM salt")
+            raise SaslAuthError("the broker sent no SCRAM salt")
         salted = hashlib.pbkdf2_hmac(self._hash, self._password, salt, int(iterations))
         client_key = self._hmac(salted, b"Client Key")
         stored_key = hashlib.new(self._hash, client_key).digest()
@@ -158,14 +158,14 @@ class Scram:
         self._state = "done"
         attrs = _attributes(server_bytes.decode("utf-8", "replace"), "final message")
         if "e" in attrs:
-            raise SaslAuthenticationError(f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}")
+            raise SaslAuthError(f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}")
         try:
             theirs = base64.b64decode(attrs.get("v", ""), validate=True)
         except ValueError:
             theirs = b""
         if not hmac.compare_digest(theirs, self._server_signature):
-            raise SaslAuthenticationError("the broker's SCRAM server signature is wrong: it does not know "
-                                          "this user's credentials (an impostor, or a man in the middle)")
+            raise SaslAuthError("the broker's SCRAM server signature is wrong: it does not know "
+                                "this user's credentials (an impostor, or a man in the middle)")
 
 
 class OAuthBearer:
@@ -175,7 +175,7 @@ class OAuthBearer:
 
     def __init__(self, token):
         if not isinstance(token, str) or not token:
-            raise SaslAuthenticationError("the OAUTHBEARER token provider gave no token (a non-empty str)")
+            raise SaslAuthError("the OAUTHBEARER token provider gave no token (a non-empty str)")
         self._message = b"n,,\x01auth=Bearer " + utf8(token, "OAUTHBEARER token") + b"\x01\x01"
         self.status = None  # the broker's error status, when it rejects the token
 

@@ -1,34 +1,12 @@
-"""Consumer-group administration: describe a group, remove members (KIP-345).
-
-Removing a member by its group.instance.id makes the coordinator rebalance the group at
-once instead of waiting for the member's session timeout: the way to scale a static group
-down or replace a host.
-
-    client = AdminClient("broker:9093", request_timeout_ms=10000, security_protocol="SASL_SSL",
-                         sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="ops",
-                         sasl_plain_password=secret, ssl_cafile="ca.pem")
-    client.describe_group("orders")        # state, protocol, members and their partitions
-    result = client.remove_members_from_group("orders", ["orders-3", "orders-4"], reason="scale down")
-    result.all()          # raises the first member that was not removed
-
-The client speaks the protocol itself with this package's codecs over
-`fastkwire.connection` (TLS and SASL as configured; the options are kafka-python's). Every
-call is bounded by `request_timeout_ms` as a whole: connects, reads and retries share one
-deadline. It opens its connections per call and closes them before returning. Answers are
-untrusted: their size is capped per API before anything is allocated, and a broker's text
-is escaped before it goes into an error message.
-
-Each call is written once, as a generator of I/O steps (connect, request, close, sleep):
-`AdminClient` runs the steps on blocking sockets, `AsyncAdminClient` on asyncio streams in
-the event loop's own thread.
+"""The admin calls as flows: generators of the connection layer's I/O steps (`Connect`,
+`Request`, `Close`, `Sleep`) that do no I/O of their own, and the argument checks that run
+before any of them. The clients (`clients.py`) run the flows; tests can drive them with a
+fake clock (`Deadline(seconds, clock)`), since a flow reads the time only from its deadline.
 """
-import asyncio
 import ipaddress
 import struct
-import time
-from dataclasses import dataclass, field
 
-from . import (
+from .. import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     DescribeGroupsRequest,
@@ -36,54 +14,49 @@ from . import (
     FindCoordinatorRequest,
     LeaveGroupRequest,
 )
-from ._framing import response_header_version
-from ._schema import FIXED_WIDTH, load as load_schema
-from ._printable import printable
-from .admin_errors import (
-    AdminError,
+from .._framing import response_header_version
+from .._printable import printable
+from .._schema import FIXED_WIDTH, load as load_schema
+from ..admin_errors import (
     AdminTimeoutError,
     BrokerConnectionError,
     BrokerError,
     BrokerTooOldError,
-    FencedInstanceError,
     GroupAuthorizationError,
     GroupNotFoundError,
     GroupStateError,
-    MemberRemovalError,
     ResponseError,
-    SaslAuthenticationError,
-    SecurityError,
-    TlsCertificateError,
-    TlsError,
-    UnknownInstanceError,
-    UnsupportedSaslMechanismError,
 )
-from .connection import (
-    ANSWER_LIMITS,
+from ..connection import (
+    ANSWER_LIMITS as CONNECTION_ANSWER_LIMITS,
+    KIB,
     MAX_BROKER_TEXT,
-    MAX_TIMEOUT_MS,
-    AsyncConnection,
-    Connection,
-    Deadline,
+    MIB,
+    SYSTEM_CLOCK,
+    Close,
+    Connect,
+    Request,
     Security,
-    answer_limit,
+    Sleep,
+    answer_limit as _answer_limit,
     check_timeout_ms,
     format_address as _format_address,
     highest_common_version,
 )
-from .consumer_protocol import decode_assignment
-from .error_codes import by_name, lookup
-
-__all__ = [
-    "AdminClient", "AsyncAdminClient", "Coordinator", "MemberResult", "MembershipChangeResult",
-    "GroupDescription", "MemberDescription", "RemovalPlan",
-    "AdminError", "BrokerConnectionError", "AdminTimeoutError", "ResponseError", "BrokerError",
-    "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
-    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "SecurityError",
-    "SaslAuthenticationError", "UnsupportedSaslMechanismError", "TlsError", "TlsCertificateError",
-    "check_removal", "check_members", "check_group", "check_reason", "parse_servers", "Security", "ANSWER_LIMITS",
-    "answer_limit", "MAX_TIMEOUT_MS", "DEFAULT_MAX_GROUP_MEMBERS",
-]
+from ..connection_errors import BadResponseError, KafkaConnectionError, KafkaTimeoutError, OptionError
+from ..error_codes import by_name, lookup
+from .results import (
+    FENCED_INSTANCE_ID,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+    Coordinator,
+    GroupDescription,
+    MemberResult,
+    MembershipChangeResult,
+    RemovalPlan,
+    _consumer_group_member,
+    _described_member,
+)
 
 DEFAULT_PORT = 9092
 GROUP_KEY_TYPE = 0  # FindCoordinator KeyType for consumer groups
@@ -97,10 +70,7 @@ MAX_NAME_BYTES = 32767  # Kafka's longest string (int16 length)
 # max_group_members= (the CLI's --max-members) for larger groups.
 DEFAULT_MAX_GROUP_MEMBERS = 10_000
 
-NONE = by_name("NONE").code
 UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
-UNKNOWN_MEMBER_ID = by_name("UNKNOWN_MEMBER_ID").code
-FENCED_INSTANCE_ID = by_name("FENCED_INSTANCE_ID").code
 GROUP_AUTHORIZATION_FAILED = by_name("GROUP_AUTHORIZATION_FAILED").code
 COORDINATOR_NOT_AVAILABLE = by_name("COORDINATOR_NOT_AVAILABLE").code
 UNKNOWN_SERVER_ERROR = by_name("UNKNOWN_SERVER_ERROR").code
@@ -117,189 +87,29 @@ GROUP_STATE_ERRORS = _codes("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
 GROUP_NOT_FOUND_ERRORS = _codes("GROUP_ID_NOT_FOUND")
 BACKOFF_START = 0.1
 BACKOFF_MAX = 1.0
-# Failures of one bootstrap server after which the next one is tried. Security errors are
-# not among them: they are configuration, the same on every broker.
-FAILOVER_ERRORS = (BrokerConnectionError, AdminTimeoutError, ResponseError)
+# Failures of one bootstrap server after which the next one is tried (the connection layer's
+# classes: they catch the admin twins too). Security errors are not among them: they are
+# configuration, the same on every broker.
+FAILOVER_ERRORS = (KafkaConnectionError, KafkaTimeoutError, BadResponseError)
 
-
-# ---------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class Coordinator:
-    node_id: int
-    host: str
-    port: int
-
-    @property
-    def address(self):
-        return _format_address(self.host, self.port)
-
-
-@dataclass(frozen=True)
-class MemberResult:
-    """What the coordinator said about one member of the request."""
-
-    group_instance_id: str
-    member_id: str
-    error_code: int
-    note: str = ""
-
-    @property
-    def ok(self):
-        return self.error_code == NONE
-
-    @property
-    def error(self):
-        return None if self.ok else lookup(self.error_code)
-
-    @property
-    def error_name(self):
-        return lookup(self.error_code).name
-
-    def describe(self):
-        if self.ok:
-            return "removed"
-        return self.note or _MEMBER_HINTS.get(self.error_code, self.error.description)
-
-    def to_dict(self):
-        return {
-            "group_instance_id": self.group_instance_id,
-            "member_id": self.member_id,
-            "removed": self.ok,
-            "error_code": self.error_code,
-            "error_name": self.error_name,
-            "message": "" if self.ok else self.describe(),
-        }
-
-
-_MEMBER_HINTS = {
-    UNKNOWN_MEMBER_ID: "no member of the group has this group.instance.id",
-    FENCED_INSTANCE_ID: "this group.instance.id is held by a member with a different member id",
+# The admin client's caps on the answers to the group APIs, as (fixed part, per member
+# asked), plus the request's own size (see connection.ANSWER_LIMITS, which has the rest).
+GROUP_ANSWER_LIMITS = {
+    LeaveGroupRequest.API_KEY: (64 * KIB, 4 * KIB),  # each member answered with its ids
+    DescribeGroupsRequest.API_KEY: (16 * MIB, 0),  # every member's metadata and assignment
+    ConsumerGroupDescribeRequest.API_KEY: (16 * MIB, 0),
 }
+ANSWER_LIMITS = {**CONNECTION_ANSWER_LIMITS, **GROUP_ANSWER_LIMITS}
 
 
-@dataclass(frozen=True)
-class MembershipChangeResult:
-    """The outcome of one LeaveGroup request, per member."""
-
-    group_id: str
-    coordinator: Coordinator
-    leave_group_version: int
-    members: list = field(default_factory=list)
-    throttle_time_ms: int = 0
-
-    @property
-    def removed(self):
-        """group.instance.ids the coordinator removed, in request order."""
-        return [m.group_instance_id for m in self.members if m.ok]
-
-    @property
-    def failed(self):
-        """group.instance.id -> `MemberResult`, for members that were not removed."""
-        return {m.group_instance_id: m for m in self.members if not m.ok}
-
-    def all(self):
-        """Return None when every member was removed; else raise the first failure."""
-        for m in self.members:
-            if not m.ok:
-                cls = {UNKNOWN_MEMBER_ID: UnknownInstanceError,
-                       FENCED_INSTANCE_ID: FencedInstanceError}.get(m.error_code, MemberRemovalError)
-                raise cls(f"group {self.group_id!r}: instance {m.group_instance_id!r} was not removed: "
-                          f"{m.error_name} ({m.error_code}): {m.describe()}", m)
-
-    def to_dict(self):
-        return {
-            "group_id": self.group_id,
-            "coordinator": {"node_id": self.coordinator.node_id, "host": self.coordinator.host,
-                            "port": self.coordinator.port},
-            "leave_group_version": self.leave_group_version,
-            "members": [m.to_dict() for m in self.members],
-            "removed": self.removed,
-            "failed": sorted(self.failed),
-        }
+def answer_limit(msg, request_size):
+    """The most bytes (after the size prefix) an admin call accepts in answer to `msg`."""
+    return _answer_limit(msg, request_size, ANSWER_LIMITS)
 
 
-
-
-@dataclass(frozen=True)
-class MemberDescription:
-    member_id: str
-    group_instance_id: object  # str, or None for a dynamic member
-    client_id: str
-    client_host: str
-    assignment: dict = field(default_factory=dict)  # topic -> sorted partitions
-    assignment_error: str = ""  # why the assignment bytes could not be read, if they could not
-
-    def to_dict(self):
-        return {"member_id": self.member_id, "group_instance_id": self.group_instance_id,
-                "client_id": self.client_id, "client_host": self.client_host,
-                "assignment": {t: list(p) for t, p in self.assignment.items()},
-                "assignment_error": self.assignment_error or None}
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    """A group as its coordinator describes it (DescribeGroups or ConsumerGroupDescribe)."""
-
-    group_id: str
-    coordinator: Coordinator
-    state: str
-    protocol_type: str
-    protocol: str  # the assignor (classic groups: the chosen protocol; KIP-848: the assignor name)
-    members: list = field(default_factory=list)
-    api: str = "DescribeGroups"
-
-    @property
-    def exists(self):
-        return self.state not in ("Dead", "")
-
-    def member_by_instance(self, group_instance_id):
-        return next((m for m in self.members if m.group_instance_id == group_instance_id), None)
-
-    def to_dict(self):
-        c = self.coordinator
-        return {"group_id": self.group_id, "exists": self.exists, "state": self.state,
-                "protocol_type": self.protocol_type, "protocol": self.protocol, "api": self.api,
-                "coordinator": {"node_id": c.node_id, "host": c.host, "port": c.port},
-                "members": [m.to_dict() for m in self.members]}
-
-
-@dataclass(frozen=True)
-class RemovalPlan:
-    """What a removal would do, without doing it (`plan_removal`, the CLI's --dry-run)."""
-
-    group: GroupDescription
-    members: list  # (member_id, group_instance_id or None): what LeaveGroup would name
-    missing_instance_ids: list  # named group.instance.ids that are not in the group
-    missing_member_ids: list
-
-    def to_dict(self):
-        return {"dry_run": True, "group_id": self.group.group_id, "state": self.group.state,
-                "coordinator": self.group.to_dict()["coordinator"],
-                "would_remove": [{"member_id": m, "group_instance_id": i} for m, i in self.members],
-                "not_in_group": {"group_instance_ids": self.missing_instance_ids,
-                                 "member_ids": self.missing_member_ids}}
-
-
-def _described_member(m, protocol_type):
-    assignment, problem = {}, ""
-    if protocol_type == "consumer":
-        try:
-            assignment = decode_assignment(m.member_assignment)
-        except ValueError as exc:
-            problem = str(exc)
-    return MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host,
-                             assignment, problem)
-
-
-def _consumer_group_member(m):
-    parts = m.assignment.topic_partitions if m.assignment is not None else []
-    assignment = {}
-    for tp in parts:
-        assignment.setdefault(tp.topic_name or str(tp.topic_id), []).extend(tp.partitions)
-    return MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
-                             {t: sorted(p) for t, p in assignment.items()})
+def _request(conn, msg, version, check=None):
+    """A Request step with the admin client's cap for `msg` (the connection adds the request's size)."""
+    return Request(conn, msg, version, max_answer_bytes=answer_limit(msg, 0), check_frame=check)
 
 
 # ---------------------------------------------------------------- arguments
@@ -359,35 +169,39 @@ def _is_host_text(host):
 
 
 def _check_name(what, value, nullable=False):
+    """`what` is a parameter's name (an OptionError names it as the caller knows it) or a
+    description ("a member id")."""
+    option = what if what.isidentifier() else "what"
+    said = {} if what.isidentifier() else {"what": what}
     if value is None and nullable:
         return
     if not isinstance(value, str) or (not value and not nullable):
-        raise ValueError(f"{what} must be a non-empty string, not {value!r}")
+        raise OptionError("{%s} must be a non-empty string, not {value}" % option, option, said=said,
+                          value=repr(value))
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
-        raise ValueError(f"{what} {value!r} cannot be encoded as UTF-8") from None
+        raise OptionError("{%s} {value} cannot be encoded as UTF-8" % option, option, said=said,
+                          value=repr(value)) from None
     if size > MAX_NAME_BYTES:
-        raise ValueError(f"{what} is {size} bytes long; Kafka takes at most {MAX_NAME_BYTES}")
+        raise OptionError("{%s} is {size} bytes long; Kafka takes at most {most}" % option, option, said=said,
+                          size=size, most=MAX_NAME_BYTES)
 
 
 def check_removal(group_id, group_instance_ids, reason=None):
-    """The argument checks of `remove_members_from_group`, without any I/O.
+    """The argument checks of `remove_members_from_group`, without any I/O: `check_group`,
+    at least one instance id and then `check_members`' checks of them, and `check_reason`.
 
     Returns the instance ids as a list; raises ValueError for bad arguments.
     """
-    _check_name("group_id", group_id)
+    check_group(group_id)
     instance_ids = list(group_instance_ids)
     if not instance_ids:
-        raise ValueError("give at least one group.instance.id")
-    for i in instance_ids:
-        _check_name("a group.instance.id", i)
-    if len(set(instance_ids)) != len(instance_ids):
-        raise ValueError("each group.instance.id may be given once")
-    _check_name("reason", reason, nullable=True)
+        raise OptionError("give at least one {group_instance_ids}", "group_instance_ids",
+                          said={"group_instance_ids": "group.instance.id"})
+    check_members(instance_ids)
+    check_reason(reason)
     return instance_ids
-
-
 
 
 def check_group(group_id):
@@ -396,6 +210,7 @@ def check_group(group_id):
 
 
 def check_reason(reason):
+    """ValueError unless `reason` is None or a string Kafka can carry."""
     _check_name("reason", reason, nullable=True)
 
 
@@ -403,9 +218,12 @@ def check_members(group_instance_ids=(), member_ids=(), remove_all=False):
     """The member selection of a removal: (instance ids, member ids); ValueError when unusable."""
     instance_ids, member_ids = list(group_instance_ids), list(member_ids)
     if remove_all and (instance_ids or member_ids):
-        raise ValueError("remove_all removes every member: name no member with it")
+        raise OptionError("{remove_all} removes every member: name no member with it", "remove_all")
     if not (remove_all or instance_ids or member_ids):
-        raise ValueError("give at least one group.instance.id or member id (or remove all)")
+        raise OptionError("give at least one {group_instance_ids} or {member_ids} (or {remove_all})",
+                          "group_instance_ids", "member_ids", "remove_all",
+                          said={"group_instance_ids": "group.instance.id", "member_ids": "member id",
+                                "remove_all": "remove all"})
     for i in instance_ids:
         _check_name("a group.instance.id", i)
     for m in member_ids:
@@ -417,41 +235,14 @@ def check_members(group_instance_ids=(), member_ids=(), remove_all=False):
     return instance_ids, member_ids
 
 
-# ---------------------------------------------------------------- I/O steps
-
-
-class _Connect:
-    def __init__(self, host, port, share=1):
-        self.host, self.port, self.share = host, port, share
-
-
-class _Call:
-    def __init__(self, conn, msg, version, check=None):
-        self.conn, self.msg, self.version, self.check = conn, msg, version, check
-
-
-class _Close:
-    def __init__(self, conn):
-        self.conn = conn
-
-
-class _Sleep:
-    def __init__(self, seconds):
-        self.seconds = seconds
-
-
-def _connect_deadline(step, deadline):
-    """Bootstrap servers share what is left: a silent one cannot use up the next one's time."""
-    if step.share <= 1:
-        return deadline
-    return Deadline(max(deadline.remaining(), 0) / step.share)
-
-
 # ---------------------------------------------------------------- the calls, as steps
 
 
+
 class _Calls:
-    """Options and the calls as generators of I/O steps; the clients below run them."""
+    """Options and the calls as generators of I/O steps; the clients (clients.py) run them."""
+
+    _clock = SYSTEM_CLOCK  # where deadlines read the time and backoffs sleep (tests set a fake)
 
     def __init__(self, bootstrap_servers, client_id="fastkwire-admin", request_timeout_ms=30000, security=None,
                  max_group_members=DEFAULT_MAX_GROUP_MEMBERS, **security_options):
@@ -469,6 +260,34 @@ class _Calls:
     def __repr__(self):
         servers = ",".join(_format_address(h, p) for h, p in self.servers)
         return f"{type(self).__name__}({servers!r}, {self.security!r})"
+
+    # -- each call's argument checks, then its flow and the flow's arguments (for the clients)
+
+    def _find_coordinator_call(self, group_id):
+        check_group(group_id)
+        return self._find_coordinator_flow, group_id
+
+    def _describe_call(self, group_id):
+        check_group(group_id)
+        return self._describe_flow, group_id
+
+    def _leave_call(self, group_id, members, reason):
+        return self._leave_flow, group_id, _checked_leave(group_id, members, reason), reason
+
+    def _removal_call(self, group_id, group_instance_ids, reason):
+        instance_ids = check_removal(group_id, group_instance_ids, reason)
+        return self._leave_call(group_id, [("", i) for i in instance_ids], reason)
+
+    def _remove_call(self, group_id, group_instance_ids, member_ids, remove_all, reason):
+        check_group(group_id)
+        check_reason(reason)
+        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
+        return self._remove_flow, group_id, instance_ids, member_ids, remove_all, reason
+
+    def _plan_call(self, group_id, group_instance_ids, member_ids, remove_all):
+        check_group(group_id)
+        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
+        return self._plan_flow, group_id, instance_ids, member_ids, remove_all
 
     # -- flows
 
@@ -524,11 +343,14 @@ class _Calls:
 
     # -- steps
 
+    def _connect(self, host, port, deadline=None):
+        return Connect(host, port, deadline, client_id=self.client_id, security=self.security)
+
     def _bootstrap(self, deadline):
         failures = []
         for n, (host, port) in enumerate(self.servers):
             try:
-                return (yield _Connect(host, port, share=len(self.servers) - n))
+                return (yield self._connect(host, port, deadline.share(len(self.servers) - n)))
             except FAILOVER_ERRORS as exc:
                 if len(self.servers) == 1:
                     raise
@@ -544,10 +366,10 @@ class _Calls:
         while True:
             coordinator = yield from self._find_coordinator_retrying(boot, group_id, deadline)
             same = (coordinator.host, coordinator.port) == (boot.host, boot.port)
-            conn = boot if same else (yield _Connect(coordinator.host, coordinator.port))
+            conn = boot if same else (yield self._connect(coordinator.host, coordinator.port))
             code, result = yield from action(conn, coordinator)
             if not same:
-                yield _Close(conn)
+                yield Close(conn)
             if result is not None:
                 return result
             backoff = yield from _backoff(deadline, backoff, code, doing)
@@ -587,7 +409,7 @@ class _Calls:
             request = FindCoordinatorRequest(key_type=GROUP_KEY_TYPE, coordinator_keys=[group_id])
         else:
             request = FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY_TYPE)
-        response = yield _Call(conn, request, version)
+        response = yield _request(conn, request, version)
         if version >= BATCHED_FIND_MIN:
             found = [c for c in response.coordinators if c.key == group_id]
             if len(found) != 1:
@@ -607,7 +429,7 @@ class _Calls:
         version = highest_common_version(conn.versions, ConsumerGroupDescribeRequest)
         if version is not None:
             request = ConsumerGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False)
-            response = yield _Call(conn, request, version, self._members_check(conn, ConsumerGroupDescribeResponse,
+            response = yield _request(conn, request, version, self._members_check(conn, ConsumerGroupDescribeResponse,
                                                                                group_id))
             entry = _one_group(response.groups, group_id, conn, f"ConsumerGroupDescribe v{version}")
             code = entry.error_code
@@ -627,7 +449,7 @@ class _Calls:
             raise BrokerTooOldError(f"coordinator {coordinator.address} does not support DescribeGroups",
                                     lookup(UNSUPPORTED_VERSION))
         request = DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False)
-        response = yield _Call(conn, request, version, self._members_check(conn, DescribeGroupsResponse, group_id))
+        response = yield _request(conn, request, version, self._members_check(conn, DescribeGroupsResponse, group_id))
         entry = _one_group(response.groups, group_id, conn, f"DescribeGroups v{version}")
         code = entry.error_code
         if code in COORDINATOR_RETRY:
@@ -661,7 +483,7 @@ class _Calls:
         with_reason = reason if version >= LEAVE_REASON_MIN else None
         identities = [LeaveGroupRequest.MemberIdentity(member_id=m, group_instance_id=i, reason=with_reason)
                       for m, i in members]
-        response = yield _Call(conn, LeaveGroupRequest(group_id=group_id, members=identities), version)
+        response = yield _request(conn, LeaveGroupRequest(group_id=group_id, members=identities), version)
         code = response.error_code
         if code in COORDINATOR_RETRY:
             return code, None
@@ -775,6 +597,8 @@ def _plan(group, instance_ids, member_ids, remove_all):
     members += [(m, None) for m in member_ids if m in have_members]
     return RemovalPlan(group, members, [i for i in instance_ids if i not in have_instances],
                        [m for m in member_ids if m not in have_members])
+
+
 def _member_results(requested, answered, top_code):
     """Pair each requested member with the coordinator's answer for it."""
     by_instance = {a.group_instance_id: a for a in answered if a.group_instance_id is not None}
@@ -783,14 +607,15 @@ def _member_results(requested, answered, top_code):
     for member_id, instance_id in requested:
         answer = by_instance.get(instance_id) if instance_id is not None else by_member.get(member_id)
         key = instance_id if instance_id is not None else member_id
+        named_by_member_id = instance_id is None
         if answer is not None:
-            results.append(MemberResult(key, answer.member_id or member_id, answer.error_code))
+            results.append(MemberResult(key, answer.member_id or member_id, answer.error_code, "", named_by_member_id))
         elif top_code != NONE:
             # A member-level error sent for the whole request (no per-member list).
-            results.append(MemberResult(key, member_id, top_code))
+            results.append(MemberResult(key, member_id, top_code, "", named_by_member_id))
         else:
             results.append(MemberResult(key, member_id, UNKNOWN_SERVER_ERROR,
-                                        "the coordinator's answer did not mention this member"))
+                                        "the coordinator's answer did not mention this member", named_by_member_id))
     return results
 
 
@@ -820,13 +645,13 @@ def _backoff(deadline, delay, code, doing):
         raise AdminTimeoutError(
             f"gave up {doing}: the broker still answers {error.name}{hint}, and the "
             f"{deadline.seconds:g} s timeout would pass before the next try", error)
-    yield _Sleep(delay)
+    yield Sleep(delay)
     return min(delay * 2, BACKOFF_MAX)
 
 
 def _checked_leave(group_id, members, reason):
-    _check_name("group_id", group_id)
-    _check_name("reason", reason, nullable=True)
+    check_group(group_id)
+    check_reason(reason)
     members = [(m or "", i) for m, i in members]
     if not members:
         raise ValueError("give at least one member")
@@ -834,163 +659,3 @@ def _checked_leave(group_id, members, reason):
         _check_name("a member id", member_id, nullable=True)
         _check_name("a group.instance.id", instance_id, nullable=True)
     return members
-
-
-# ---------------------------------------------------------------- the clients
-
-
-class AdminClient(_Calls):
-    """A small blocking admin client for consumer groups (describe, KIP-345 removal).
-
-    Options: bootstrap_servers, client_id, request_timeout_ms, max_group_members (the most
-    members a group description may list, DEFAULT_MAX_GROUP_MEMBERS), and TLS/SASL options named as
-    in kafka-python (security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password,
-    ssl_check_hostname, ssl_context, sasl_mechanism, sasl_plain_username,
-    sasl_plain_password, sasl_oauth_token_provider), or security=`connection.Security`.
-    """
-
-    def api_versions(self):
-        """{api_key: (min_version, max_version)} of the first reachable bootstrap broker."""
-        return self._run(self._api_versions_flow)
-
-    def find_coordinator(self, group_id):
-        """The `Coordinator` of `group_id`, retrying while it is moving or loading."""
-        _check_name("group_id", group_id)
-        return self._run(self._find_coordinator_flow, group_id)
-
-    def describe_group(self, group_id):
-        """A `GroupDescription`: state, protocol, members with their assigned partitions."""
-        _check_name("group_id", group_id)
-        return self._run(self._describe_flow, group_id)
-
-    def remove_members_from_group(self, group_id, group_instance_ids, reason=None):
-        """Remove static members by group.instance.id: the coordinator rebalances at once.
-
-        Returns a `MembershipChangeResult`; raises an `AdminError` subclass when the request as
-        a whole fails (nothing is sent to a broker too old for LeaveGroup v3), and ValueError
-        for bad arguments (`check_removal`), before connecting.
-        """
-        instance_ids = check_removal(group_id, group_instance_ids, reason)
-        return self.leave_group(group_id, [("", i) for i in instance_ids], reason=reason)
-
-    def remove_members(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None):
-        """Remove members named by group.instance.id and/or member id, or every member
-        (`remove_all`: the group is described first, as Kafka's Admin does)."""
-        _check_name("group_id", group_id)
-        _check_name("reason", reason, nullable=True)
-        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
-        return self._run(self._remove_flow, group_id, instance_ids, member_ids, remove_all, reason)
-
-    def plan_removal(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False):
-        """What `remove_members` would do, as a `RemovalPlan`; sends no LeaveGroup."""
-        _check_name("group_id", group_id)
-        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
-        return self._run(self._plan_flow, group_id, instance_ids, member_ids, remove_all)
-
-    def leave_group(self, group_id, members, reason=None):
-        """The general form: `members` is a list of (member_id, group_instance_id or None).
-
-        KIP-345 names static members by instance id with an empty member id; naming a member
-        by its member id removes a dynamic member (or a static one on brokers that need it).
-        """
-        members = _checked_leave(group_id, members, reason)
-        return self._run(self._leave_flow, group_id, members, reason)
-
-    def _run(self, flow, *args):
-        deadline = Deadline(self.timeout)
-        steps = flow(*args, deadline)
-        opened = []
-        try:
-            answer = error = None
-            while True:
-                try:
-                    step = steps.throw(error) if error is not None else steps.send(answer)
-                except StopIteration as stop:
-                    return stop.value
-                answer = error = None
-                try:
-                    if isinstance(step, _Call):
-                        answer = step.conn.request(step.msg, step.version, deadline=deadline, check_frame=step.check)
-                    elif isinstance(step, _Connect):
-                        answer = Connection(step.host, step.port, client_id=self.client_id, security=self.security,
-                                            deadline=_connect_deadline(step, deadline))
-                        opened.append(answer)
-                    elif isinstance(step, _Close):
-                        step.conn.close()
-                    else:
-                        time.sleep(step.seconds)
-                except AdminError as exc:
-                    error = exc
-        finally:
-            steps.close()
-            for conn in opened:
-                conn.close()
-
-
-class AsyncAdminClient(_Calls):
-    """The same calls as coroutines, on asyncio streams in the event loop's own thread.
-
-    Cancelling a call closes its connections at once.
-    """
-
-    async def api_versions(self):
-        return await self._run(self._api_versions_flow)
-
-    async def find_coordinator(self, group_id):
-        _check_name("group_id", group_id)
-        return await self._run(self._find_coordinator_flow, group_id)
-
-    async def describe_group(self, group_id):
-        _check_name("group_id", group_id)
-        return await self._run(self._describe_flow, group_id)
-
-    async def remove_members_from_group(self, group_id, group_instance_ids, reason=None):
-        instance_ids = check_removal(group_id, group_instance_ids, reason)
-        return await self.leave_group(group_id, [("", i) for i in instance_ids], reason=reason)
-
-    async def remove_members(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None):
-        _check_name("group_id", group_id)
-        _check_name("reason", reason, nullable=True)
-        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
-        return await self._run(self._remove_flow, group_id, instance_ids, member_ids, remove_all, reason)
-
-    async def plan_removal(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False):
-        _check_name("group_id", group_id)
-        instance_ids, member_ids = check_members(group_instance_ids, member_ids, remove_all)
-        return await self._run(self._plan_flow, group_id, instance_ids, member_ids, remove_all)
-
-    async def leave_group(self, group_id, members, reason=None):
-        members = _checked_leave(group_id, members, reason)
-        return await self._run(self._leave_flow, group_id, members, reason)
-
-    async def _run(self, flow, *args):
-        deadline = Deadline(self.timeout)
-        steps = flow(*args, deadline)
-        opened = []
-        try:
-            answer = error = None
-            while True:
-                try:
-                    step = steps.throw(error) if error is not None else steps.send(answer)
-                except StopIteration as stop:
-                    return stop.value
-                answer = error = None
-                try:
-                    if isinstance(step, _Call):
-                        answer = await step.conn.request(step.msg, step.version, deadline=deadline,
-                                                         check_frame=step.check)
-                    elif isinstance(step, _Connect):
-                        answer = await AsyncConnection.open(
-                            step.host, step.port, client_id=self.client_id, security=self.security,
-                            deadline=_connect_deadline(step, deadline))
-                        opened.append(answer)
-                    elif isinstance(step, _Close):
-                        step.conn.close()
-                    else:
-                        await asyncio.sleep(step.seconds)
-                except AdminError as exc:
-                    error = exc
-        finally:
-            steps.close()
-            for conn in opened:
-                conn.close()
