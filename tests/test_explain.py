@@ -796,6 +796,25 @@ def test_cli_reads_hex_or_binary_from_a_file_and_stdin(tmp_path):
     assert cli("-f", "-", stdin=SEED_REQUEST.hex().encode()) == (0, expected, "")
 
 
+def test_cli_refuses_two_frames(tmp_path):
+    """Hex and --file (or -f - for stdin) at once: refused, not one silently ignored."""
+    (tmp_path / "f.bin").write_bytes(SEED_RESPONSE)
+    for argv in (("--file", str(tmp_path / "f.bin"), SEED_REQUEST.hex()), ("-f", "-", SEED_REQUEST.hex())):
+        code, out, err = cli(*argv, stdin=SEED_RESPONSE)
+        assert (code, out) == (2, "") and "not both" in err
+
+
+def test_cli_version():
+    import fastkwire
+    from fastkwire.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    done = subprocess.run([sys.executable, "-m", "fastkwire", "--version"], capture_output=True, text=True)
+    assert done.stdout.strip() == f"fastkwire {fastkwire.__version__} ({fastkwire.implementation} core)"
+
+
 def test_cli_response_needs_api_and_version():
     code, out, err = cli("--api", "LeaveGroup", "--version", "5", SEED_RESPONSE.hex())
     assert code == 0 and "LeaveGroupResponse message v5 [0x0000, 22B]" in out

@@ -11,6 +11,7 @@ of these at random.
 """
 import array
 import enum
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -352,11 +353,17 @@ def small(impl):
         impl.LeaveGroupRequest.MemberIdentity(member_id="m", reason="r")])
 
 
-@pytest.mark.parametrize("offset", [-1, 65, 2**70, -(2**70), 1.0, None, True, "0"],
-                         ids=["-1", "past-end", "2**70", "-2**70", "float", "None", "True", "str"])
-def test_bad_offsets_are_encode_errors(impl, offset):
+@pytest.mark.parametrize("offset, says", [
+    (-1, "offset -1 is outside the buffer"), (65, "offset 65 is outside the buffer (0-64)"),
+    (2**70, "is outside the buffer"), (-(2**70), "is outside the buffer"),
+    (1.0, "offset must be an int, not float"), (None, "offset must be an int, not NoneType"),
+    (True, "offset must be an int, not bool"), ("0", "offset must be an int, not str")],
+    ids=["-1", "past-end", "2**70", "-2**70", "float", "None", "True", "str"])
+def test_bad_offsets_are_encode_errors(impl, offset, says):
+    """An offset that is not an int says so (it once read "offset 1.0 is outside the
+    buffer (0-64)"); one outside the buffer says where the buffer ends."""
     buf = bytearray(b"\xa5" * 64)
-    with pytest.raises(EncodeError, match="is outside the buffer"):
+    with pytest.raises(EncodeError, match=re.escape(says)):
         small(impl).encode_into(buf, offset, 5)
     assert buf == b"\xa5" * 64
 

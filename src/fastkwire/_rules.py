@@ -148,8 +148,10 @@ def check_version(version):
 
 
 def check_offset(offset, end):
-    if type(offset) is not int or not 0 <= offset <= end:
-        raise ValueError(f"offset {offset!r} is outside the data (0-{end})")
+    if type(offset) is not int:
+        raise ValueError(f"offset must be an int, not {type(offset).__name__}")
+    if not 0 <= offset <= end:
+        raise ValueError(f"offset {offset} is outside the data (0-{end})")
 
 
 def byte_view(data):

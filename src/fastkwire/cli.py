@@ -467,6 +467,8 @@ def configure_explain(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 
 
 def _read_frame(args, stdin) -> bytes:
+    if args.hex and args.file:
+        raise ValueError("give the frame once: as hex or with --file, not both")
     if args.hex:
         frame = _from_hex(" ".join(args.hex))
         if frame is None:
@@ -565,7 +567,11 @@ SUBCOMMANDS = {
 
 
 def build_parser(prog="fastkwire"):
+    from . import __version__, implementation
+
     parser = _Parser(prog=prog, description="fastkwire: Kafka wire-protocol tools")
+    parser.add_argument("--version", action="version",
+                        version=f"fastkwire {__version__} ({implementation} core)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS.values():
         add(subparsers)

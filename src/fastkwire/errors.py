@@ -146,7 +146,9 @@ def buffer_too_small(need, available):
 
 
 def bad_buffer_offset(offset, size):
-    return EncodeError(f"offset {offset!r} is outside the buffer (0-{size})")
+    if type(offset) is not int:
+        return EncodeError(f"offset must be an int, not {type(offset).__name__}")
+    return EncodeError(f"offset {offset} is outside the buffer (0-{size})")
 
 
 def not_writable(buffer):
