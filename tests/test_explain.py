@@ -406,19 +406,28 @@ def test_tagged_value_must_fill_its_size():
     assert (theirs.value.offset, theirs.value.reason) == (payload, info.value.reason)
 
 
-def test_unknown_api_key_and_version_are_decode_errors_after_the_header():
+def test_unknown_api_key_and_version_are_refused_as_decode_request_refuses_them():
+    """The same error as the codec's decode_request, whatever else the frame holds (explain
+    once said "has no version 99" where decode_request said "has versions 0-5, not 99",
+    and a short frame claiming version 99 reported a truncation first)."""
     frame = bytearray(SEED_REQUEST)
     frame[4:6] = (999).to_bytes(2, "big")
     with pytest.raises(DecodeError) as info:
         explain(bytes(frame))
     assert (info.value.offset, info.value.reason) == (4, "unknown API key 999")
-    header = info.value.partial_tree.children[1]
+    header = info.value.partial_tree.children[1]   # the header is still shown
     assert header.value["request_api_key"] == 999 and header.type == "v1"
-    frame[4:8] = bytes.fromhex("000d0009")
-    with pytest.raises(DecodeError) as info:
-        explain(bytes(frame))
-    assert info.value.offset == 6
-    assert info.value.reason == "LeaveGroupRequest has no version 9 (versions 0-5)"
+    with pytest.raises(DecodeError) as theirs:
+        codec.decode_request(bytes(frame))
+    assert (theirs.value.offset, theirs.value.reason) == (4, "unknown API key 999")
+    frame[4:8] = bytes.fromhex("000d0063")
+    for data in (bytes(frame), bytes(frame[:9])):
+        with pytest.raises(UnsupportedVersionError) as info:
+            explain(data)
+        assert str(info.value) == "LeaveGroupRequest has versions 0-5, not 99"
+    with pytest.raises(UnsupportedVersionError) as theirs:
+        codec.decode_request(bytes(frame))
+    assert str(theirs.value) == str(info.value)
 
 
 def test_bad_null_marker():

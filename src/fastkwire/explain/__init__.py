@@ -29,7 +29,7 @@ from .._explain_examples import example, example_names
 from .._explain_text import hex_layout, render, render_tree, to_json
 from .._layout import default_kind, layouts, version_text
 from ..error_codes import error_name
-from ..errors import DecodeError, UnsupportedVersionError, tag_size_mismatch, trailing
+from ..errors import DecodeError, bad_version, tag_size_mismatch, trailing, truncated
 
 __all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_layout",
            "render", "to_json"]
@@ -593,8 +593,7 @@ def explain(frame, api_key: int | str | None = None, version: int | None = None,
         if msg is None:
             raise ValueError(f"no response schema for API key {api_key}")
         if version not in msg.versions:
-            raise UnsupportedVersionError(
-                f"{msg.name} has no version {version} (versions {version_text(msg.versions)})")
+            raise bad_version(msg.name, version, version_text(msg.versions))
     root = Node("frame", "", 0, value={})
     w = _Walker(data, len(data), max_items)
     try:
@@ -624,7 +623,17 @@ def _frame(w: _Walker, root: Node, api_key, version):
 
     if api_key is None:
         msg, version, hdr_name, hv = _request_plan(w)
+        # The API and version are judged as decode_request judges them, before the rest
+        # of the header (which is still shown when it reads): the same error for the frame.
+        refusal = None
+        if w.end < 8:  # too short for the API key and version
+            refusal = truncated(4, 4, max(w.end - 4, 0))
+        elif msg is None:
+            refusal = DecodeError(f"unknown API key {_pure.r_int16(w.data, 4, w.end)[0]}", 4)
+        elif version not in msg.versions:
+            refusal = bad_version(msg.name, version, f"{msg.versions.low}-{msg.versions.high}")
     else:
+        refusal = None
         msg, hdr_name, hv = response_schemas()[api_key], "ResponseHeader", header_versions(api_key, version)[1]
     if msg is not None:
         root.name, root.type = msg.name, f"message v{version}"
@@ -637,15 +646,12 @@ def _frame(w: _Walker, root: Node, api_key, version):
         info["header"] = header.value = w.struct_body(
             header, header_layouts.root(hv), "number of tagged fields in the header")
     except DecodeError as e:
+        if refusal is not None:
+            raise refusal from None
         raise e.with_prefix("header") from None
     header.size = w.pos - header.offset
-
-    if msg is None:
-        key = info["header"]["request_api_key"]
-        raise DecodeError(f"unknown API key {key}", 4, "header.request_api_key")
-    if version not in msg.versions:
-        raise DecodeError(f"{msg.name} has no version {version} (versions "
-                          f"{version_text(msg.versions)})", 6, "header.request_api_version")
+    if refusal is not None:
+        raise refusal
 
     body = w.open(root, msg.name, "struct", w.pos, msg.doc)
     info["body"] = body.value = w.struct_body(
