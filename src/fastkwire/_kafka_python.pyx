@@ -1,0 +1,411 @@
+# cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled half of fastkwire.kafka_python: kafka-python's record reading and its
+fetcher's per-record loop, producing kafka-python's own objects.
+
+Every reader here takes the well-formed path only. On anything else (a length past the
+end, a varint past 64 bits, a bad header key, a size that does not add up) it hands the
+record to kafka-python's own code, which then raises or truncates exactly as stock does.
+Nothing here is called before bind() has given it kafka-python's classes.
+"""
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+
+
+cdef extern from "Python.h":
+    object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+
+
+# kafka-python's objects, given by bind() (fastkwire.kafka_python.install).
+cdef object DefaultRecordBatch = None
+cdef object DefaultRecord = None
+cdef object ControlRecord = None
+cdef object CorruptRecordError = None
+cdef object stock_batch_next = None
+cdef object stock_murmur2 = None
+cdef object crc32c = None
+# (class, attribute, stock value): the fetcher's fast path skips these, so it is taken
+# only while each is still in place (a test may mock one).
+cdef tuple record_seams = ()
+cdef object PartitionRecords = None
+cdef object stock_deserialize = None
+cdef object stock_batch_iter = None
+cdef object ConsumerRecord = None
+cdef object fetcher_module = None
+
+
+def bind(**kw):
+    """Take kafka-python's classes and stock functions (install() calls this)."""
+    global DefaultRecordBatch, DefaultRecord, ControlRecord, CorruptRecordError
+    global stock_batch_next, stock_murmur2, crc32c, record_seams, PartitionRecords
+    global stock_deserialize, stock_batch_iter, ConsumerRecord, fetcher_module
+    DefaultRecordBatch = kw["DefaultRecordBatch"]
+    DefaultRecord = kw["DefaultRecord"]
+    ControlRecord = kw["ControlRecord"]
+    CorruptRecordError = kw["CorruptRecordError"]
+    stock_batch_next = kw["stock_batch_next"]
+    stock_batch_iter = DefaultRecordBatch.__dict__["__iter__"]
+    stock_murmur2 = kw["stock_murmur2"]
+    crc32c = kw["crc32c"]
+    record_seams = tuple(
+        (DefaultRecord, name, DefaultRecord.__dict__[name])
+        for name in ("__init__", "validate_crc", "key", "value", "headers", "offset",
+                     "timestamp", "timestamp_type", "checksum", "size_in_bytes"))
+    PartitionRecords = kw["PartitionRecords"]
+    stock_deserialize = PartitionRecords.__dict__["_deserialize"]
+    fetcher_module = kw["fetcher_module"]
+    ConsumerRecord = fetcher_module.ConsumerRecord
+
+
+# ---- one record of a v2 batch ------------------------------------------------------
+
+cdef inline int read_varint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos,
+                            int64_t* out) noexcept:
+    """kafka-python's decode_varint (zigzag), or -1 where it would read past the end or
+    go past 64 bits (a big int or its ValueError: kafka-python's code handles those)."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    cdef Py_ssize_t i = pos[0]
+    while True:
+        if i >= n:
+            return -1
+        b = p[i]
+        i += 1
+        if shift == 63 and b > 1:
+            return -1
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if not (b & 0x80):
+            break
+        shift += 7
+    out[0] = <int64_t>((result >> 1) ^ (0 - (result & 1)))
+    pos[0] = i
+    return 0
+
+
+cdef class Cursor:
+    """One record read: where it ends and what it holds."""
+    cdef Py_ssize_t pos
+    cdef int64_t length, ts_delta, offset_delta, header_size
+    cdef object key, value, headers
+
+
+cdef inline object read_bytes(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos,
+                              int* ok):
+    """NULLABLE bytes: None for any negative length (as kafka-python), else the bytes;
+    ok[0] = 0 where the bytes run past the end."""
+    cdef int64_t size
+    if read_varint(p, n, pos, &size) < 0:
+        ok[0] = 0
+        return None
+    if size < 0:
+        return None
+    if size > n - pos[0]:
+        ok[0] = 0
+        return None
+    out = PyBytes_FromStringAndSize(<const char*>p + pos[0], <Py_ssize_t>size)
+    pos[0] += <Py_ssize_t>size
+    return out
+
+
+cdef int read_record(Cursor c, bytearray buf) except -1:
+    """Read the record at c.pos into c: 1 when read, 0 when kafka-python's own reader
+    must take it (c.pos unchanged then)."""
+    cdef const unsigned char* p = <const unsigned char*>PyByteArray_AS_STRING(buf)
+    cdef Py_ssize_t n = PyByteArray_GET_SIZE(buf)
+    cdef Py_ssize_t pos = c.pos, start, i
+    cdef int64_t length, attrs, count, size, header_size = 0
+    cdef int ok = 1
+    if pos < 0 or pos > n:
+        return 0
+    if read_varint(p, n, &pos, &length) < 0:
+        return 0
+    start = pos
+    if (read_varint(p, n, &pos, &attrs) < 0 or read_varint(p, n, &pos, &c.ts_delta) < 0
+            or read_varint(p, n, &pos, &c.offset_delta) < 0):
+        return 0
+    key = read_bytes(p, n, &pos, &ok)
+    if not ok:
+        return 0
+    value = read_bytes(p, n, &pos, &ok)
+    if not ok:
+        return 0
+    # Each header takes 2 bytes at least: a larger count is kafka-python's to fail on.
+    if read_varint(p, n, &pos, &count) < 0 or count < 0 or count > (n - pos) // 2:
+        return 0
+    headers = []  # appended to, so the collector never meets an unfilled list
+    for i in range(<Py_ssize_t>count):
+        if read_varint(p, n, &pos, &size) < 0 or size < 0 or size > n - pos:
+            return 0
+        try:
+            h_key = PyUnicode_DecodeUTF8(<const char*>p + pos, <Py_ssize_t>size, NULL)
+        except UnicodeDecodeError:
+            return 0
+        pos += <Py_ssize_t>size
+        header_size += size
+        h_value = read_bytes(p, n, &pos, &ok)
+        if not ok:
+            return 0
+        if h_value is not None:
+            header_size += len(<bytes>h_value)
+        headers.append((h_key, h_value))
+    if pos - start != length:
+        return 0
+    c.pos = pos
+    c.length = length
+    c.key = key
+    c.value = value
+    c.headers = headers
+    c.header_size = header_size if count else -1
+    return 1
+
+
+cdef extern from *:
+    bint __builtin_add_overflow(int64_t a, int64_t b, int64_t* out) nogil
+
+
+cdef inline object offset_of(int64_t base, int64_t delta):
+    """base + delta as kafka-python's ints give it (past int64 too)."""
+    cdef int64_t out
+    if __builtin_add_overflow(base, delta, &out):
+        return <object>base + <object>delta
+    return out
+
+
+cdef object record_timestamp(tuple header, Cursor c):
+    """kafka-python's: the max timestamp under LOG_APPEND_TIME, else first + delta."""
+    if <int>header[5] & 0x08:
+        return header[8]
+    return offset_of(<int64_t>header[7], c.ts_delta)
+
+
+def batch_next(self):
+    """DefaultRecordBatch.__next__: stock's reading of one record, compiled."""
+    cdef Cursor c
+    if type(self._buffer) is not bytearray or self._next_record_index >= self._num_records:
+        return stock_batch_next(self)
+    header = self._header_data
+    c = Cursor()
+    c.pos = self._pos
+    if not read_record(c, self._buffer):
+        return stock_batch_next(self)
+    self._pos = c.pos
+    attrs = <int>header[5]
+    cls = ControlRecord if attrs & 0x20 else DefaultRecord
+    try:
+        msg = cls(c.length, offset_of(<int64_t>header[0], c.offset_delta),
+                  record_timestamp(header, c), 1 if attrs & 0x08 else 0,
+                  c.key, c.value, c.headers)
+    except (ValueError, IndexError) as err:
+        raise CorruptRecordError("Found invalid record structure: {!r}".format(err))
+    self._next_record_index += 1
+    return msg
+
+
+def batch_validate_crc(self):
+    """DefaultRecordBatch.validate_crc with fastkwire's CRC32C (the CPU's instruction)."""
+    assert self._decompressed is False, \
+        "Validate should be called before iteration"
+    return self.crc == crc32c(memoryview(self._buffer)[21:])  # from ATTRIBUTES_OFFSET
+
+
+# ---- the fetcher's loop ------------------------------------------------------------
+
+cdef bint records_are_stock(batch):
+    """True when the fast loop does what iterating `batch` would: a stock v2 data batch
+    read by our batch_next, whose records' attributes nobody has replaced."""
+    if type(batch) is not DefaultRecordBatch:
+        return False
+    d = DefaultRecordBatch.__dict__
+    if d.get("__next__") is not batch_next or d.get("__iter__") is not stock_batch_iter:
+        return False
+    if batch.magic != 2 or batch.is_control_batch:
+        return False
+    for cls, name, value in record_seams:
+        if cls.__dict__.get(name) is not value:
+            return False
+    return True
+
+
+cdef object consumer_record(object cr, tuple fields):
+    if cr is ConsumerRecord:
+        return tuple.__new__(cr, fields)
+    return cr(*fields)
+
+
+def unpack_records(self, tp, records, key_deserializer, value_deserializer):
+    """Fetcher.PartitionRecords._unpack_records, compiled: the same steps in the same
+    order, and for stock v2 batches the records read straight into ConsumerRecords."""
+    cdef Cursor c = Cursor()
+    cdef Py_ssize_t idx, count
+    cdef int64_t base_offset
+    cdef bint fast_deserialize
+    Errors = fetcher_module.Errors
+    IsolationLevel = fetcher_module.IsolationLevel
+    log = fetcher_module.log
+    cr = fetcher_module.ConsumerRecord
+    try:
+        batch = records.next_batch()
+        last_batch = None
+        while batch is not None:
+            last_batch = batch
+
+            if self.check_crcs and not batch.validate_crc():
+                raise Errors.CorruptRecordError(
+                        "Record batch for partition %s at offset %s failed crc check" % (
+                            self.topic_partition, batch.base_offset))
+
+            if batch.magic == 2:
+                self.leader_epoch = batch.leader_epoch
+                if self.isolation_level == IsolationLevel.READ_COMMITTED and batch.has_producer_id():
+                    self._consume_aborted_transactions_up_to(batch.last_offset)
+
+                    producer_id = batch.producer_id
+                    if self._contains_abort_marker(batch):
+                        try:
+                            self.aborted_producer_ids.remove(producer_id)
+                        except KeyError:
+                            pass
+                    elif self._is_batch_aborted(batch):
+                        log.debug("Skipping aborted record batch from partition %s with producer_id %s and"
+                                  " offsets %s to %s",
+                                  self.topic_partition, producer_id, batch.base_offset, batch.last_offset)
+                        self.next_fetch_offset = batch.next_offset
+                        batch = records.next_batch()
+                        continue
+
+                if batch.is_control_batch:
+                    self.next_fetch_offset = batch.next_offset
+                    batch = records.next_batch()
+                    continue
+
+            if not records_are_stock(batch):
+                for record in batch:
+                    yield record_to_consumer_record(
+                        self, tp, cr, record, key_deserializer, value_deserializer)
+                batch = records.next_batch()
+                continue
+
+            # The stock loop, record by record, without the DefaultRecord in between.
+            iter(batch)  # decompresses, as `for record in batch` does
+            # With no deserializers stock's _deserialize returns its data: skipped.
+            fast_deserialize = (
+                key_deserializer is None and value_deserializer is None
+                and getattr(type(self), "_deserialize", None) is stock_deserialize
+                and "_deserialize" not in getattr(self, "__dict__", ()))
+            header = batch._header_data
+            base_offset = header[0]
+            timestamp_type = 1 if <int>header[5] & 0x08 else 0
+            leader_epoch = self.leader_epoch
+            buf = batch._buffer
+            c.pos = batch._pos
+            idx = batch._next_record_index
+            count = batch._num_records
+            if idx < count:
+                topic = tp.topic
+                partition = tp.partition
+            while idx < count:
+                if type(buf) is not bytearray or not read_record(c, buf):
+                    # kafka-python's reader takes this record: it raises or reads it.
+                    batch._pos = c.pos
+                    batch._next_record_index = idx
+                    record = next(batch)
+                    buf = batch._buffer
+                    c.pos = batch._pos
+                    idx = batch._next_record_index
+                    yield record_to_consumer_record(
+                        self, tp, cr, record, key_deserializer, value_deserializer)
+                    continue
+                idx += 1
+                offset = offset_of(base_offset, c.offset_delta)
+                key = c.key
+                value = c.value
+                headers = c.headers
+                key_size = len(<bytes>key) if key is not None else -1
+                value_size = len(<bytes>value) if value is not None else -1
+                if not fast_deserialize:
+                    key = self._deserialize(key_deserializer, topic, headers, key)
+                    value = self._deserialize(value_deserializer, topic, headers, value)
+                self.records_read += 1
+                self.bytes_read += c.length
+                self.next_fetch_offset = offset + 1
+                yield consumer_record(cr, (
+                    topic, partition, leader_epoch, offset, record_timestamp(header, c),
+                    timestamp_type, key, value, headers, None,
+                    key_size, value_size, c.header_size))
+            batch._pos = c.pos
+            batch._next_record_index = idx
+            next(batch, None)  # the end of the batch: raises on bytes left over, as stock
+            batch = records.next_batch()
+        else:
+            if last_batch and last_batch.magic == 2:
+                self.next_fetch_offset = last_batch.next_offset
+            self.drain()
+
+    except StopIteration:
+        log.exception('StopIteration raised unpacking messageset')
+        raise RuntimeError('StopIteration raised unpacking messageset')
+
+
+cdef object record_to_consumer_record(self, tp, cr, record, key_deserializer,
+                                      value_deserializer):
+    """The stock loop's body for one record object (legacy, mocked or unusual batches)."""
+    if self.check_crcs and not record.validate_crc():
+        raise fetcher_module.Errors.CorruptRecordError(
+                "Record for partition %s at offset %s failed crc check" % (
+                    self.topic_partition, record.offset))
+    key_size = len(record.key) if record.key is not None else -1
+    value_size = len(record.value) if record.value is not None else -1
+    key = self._deserialize(key_deserializer, tp.topic, record.headers, record.key)
+    value = self._deserialize(value_deserializer, tp.topic, record.headers, record.value)
+    headers = record.headers
+    header_size = sum(
+        len(h_key.encode("utf-8")) + (len(h_val) if h_val is not None else 0) for h_key, h_val in
+        headers) if headers else -1
+    self.records_read += 1
+    self.bytes_read += record.size_in_bytes
+    self.next_fetch_offset = record.offset + 1
+    return consumer_record(cr, (
+        tp.topic, tp.partition, self.leader_epoch, record.offset, record.timestamp,
+        record.timestamp_type, key, value, record.headers, record.checksum,
+        key_size, value_size, header_size))
+
+
+# ---- the default partitioner's hash ------------------------------------------------
+
+def murmur2(data):
+    """kafka.partitioner.default.murmur2 (Java's Utils.murmur2) for bytes and bytearray;
+    anything else goes to kafka-python's own function."""
+    cdef const unsigned char* p
+    cdef Py_ssize_t n, i, n4
+    cdef uint32_t m = 0x5bd1e995, h, k
+    if type(data) is bytes:
+        p = <const unsigned char*><bytes>data
+        n = len(<bytes>data)
+    elif type(data) is bytearray:
+        p = <const unsigned char*>PyByteArray_AS_STRING(data)
+        n = PyByteArray_GET_SIZE(data)
+    else:
+        return stock_murmur2(data)
+    h = <uint32_t>0x9747b28c ^ <uint32_t>n
+    n4 = n // 4
+    for i in range(n4):
+        k = (<uint32_t>p[4 * i] | (<uint32_t>p[4 * i + 1] << 8)
+             | (<uint32_t>p[4 * i + 2] << 16) | (<uint32_t>p[4 * i + 3] << 24))
+        k *= m
+        k ^= k >> 24
+        k *= m
+        h *= m
+        h ^= k
+    i = n & ~3
+    if n % 4 >= 3:
+        h ^= <uint32_t>p[i + 2] << 16
+    if n % 4 >= 2:
+        h ^= <uint32_t>p[i + 1] << 8
+    if n % 4 >= 1:
+        h ^= p[i]
+        h *= m
+    h ^= h >> 13
+    h *= m
+    h ^= h >> 15
+    return h
