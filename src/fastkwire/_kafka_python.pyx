@@ -32,6 +32,12 @@ cdef object stock_deserialize = None
 cdef object stock_batch_iter = None
 cdef object ConsumerRecord = None
 cdef object fetcher_module = None
+cdef Py_ssize_t fast_batch_count = 0  # batches the fetcher's fast loop read (tests ask)
+
+
+def fast_batches():
+    """How many batches the fetcher's loop has read without kafka-python's records."""
+    return fast_batch_count
 
 
 def bind(**kw):
@@ -44,17 +50,26 @@ def bind(**kw):
     ControlRecord = kw["ControlRecord"]
     CorruptRecordError = kw["CorruptRecordError"]
     stock_batch_next = kw["stock_batch_next"]
-    stock_batch_iter = DefaultRecordBatch.__dict__["__iter__"]
+    stock_batch_iter = genuine(DefaultRecordBatch.__dict__["__iter__"])
     stock_murmur2 = kw["stock_murmur2"]
     crc32c = kw["crc32c"]
     record_seams = tuple(
-        (DefaultRecord, name, DefaultRecord.__dict__[name])
+        (DefaultRecord, name, genuine(DefaultRecord.__dict__[name]))
         for name in ("__init__", "validate_crc", "key", "value", "headers", "offset",
                      "timestamp", "timestamp_type", "checksum", "size_in_bytes"))
     PartitionRecords = kw["PartitionRecords"]
-    stock_deserialize = PartitionRecords.__dict__["_deserialize"]
+    stock_deserialize = genuine(PartitionRecords.__dict__["_deserialize"])
     fetcher_module = kw["fetcher_module"]
     ConsumerRecord = fetcher_module.ConsumerRecord
+
+
+cdef object genuine(value):
+    """value when it is kafka-python's own function or property, else a marker that
+    matches nothing (a mock in place at install must not pass for stock)."""
+    f = value.fget if isinstance(value, property) else value
+    if getattr(f, "__module__", None) in ("kafka.record.default_records", "kafka.consumer.fetcher"):
+        return value
+    return object()
 
 
 # ---- one record of a v2 batch ------------------------------------------------------
@@ -236,6 +251,7 @@ cdef object consumer_record(object cr, tuple fields):
 def unpack_records(self, tp, records, key_deserializer, value_deserializer):
     """Fetcher.PartitionRecords._unpack_records, compiled: the same steps in the same
     order, and for stock v2 batches the records read straight into ConsumerRecords."""
+    global fast_batch_count
     cdef Cursor c = Cursor()
     cdef Py_ssize_t idx, count
     cdef int64_t base_offset
@@ -287,6 +303,7 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                 continue
 
             # The stock loop, record by record, without the DefaultRecord in between.
+            fast_batch_count += 1
             iter(batch)  # decompresses, as `for record in batch` does
             # With no deserializers stock's _deserialize returns its data: skipped.
             fast_deserialize = (
