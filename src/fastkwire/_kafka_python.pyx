@@ -9,11 +9,16 @@ Nothing here is called before bind() has given it kafka-python's classes.
 """
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+
+
+cdef extern from "_kafka_python.h":
+    object tuple_of "fkp_tuple_of"(PyObject* tp, PyObject** items, Py_ssize_t n)
 
 
 # kafka-python's objects, given by bind() (fastkwire.kafka_python.install).
@@ -248,12 +253,21 @@ cdef object consumer_record(object cr, tuple fields):
     return cr(*fields)
 
 
+cdef inline object add_to(dict d, str name, object n):
+    """d[name] += n, for attributes kept in an instance's __dict__."""
+    value = d[name] + n
+    d[name] = value
+    return value
+
+
 def unpack_records(self, tp, records, key_deserializer, value_deserializer):
     """Fetcher.PartitionRecords._unpack_records, compiled: the same steps in the same
     order, and for stock v2 batches the records read straight into ConsumerRecords."""
     global fast_batch_count
     cdef Cursor c = Cursor()
     cdef Py_ssize_t idx, count
+    cdef PyObject* items[13]  # a ConsumerRecord's fields, borrowed from the objects below
+    cdef object timestamp, timestamp_type, key_size_o, value_size_o, header_size_o
     cdef int64_t base_offset
     cdef bint fast_deserialize
     Errors = fetcher_module.Errors
@@ -314,6 +328,12 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
             base_offset = header[0]
             timestamp_type = 1 if <int>header[5] & 0x08 else 0
             leader_epoch = self.leader_epoch
+            # The counters straight in the instance dict when nothing else could own them.
+            attrs = None
+            if type(self) is PartitionRecords:
+                attrs = self.__dict__
+                if not ("records_read" in attrs and "bytes_read" in attrs):
+                    attrs = None
             buf = batch._buffer
             c.pos = batch._pos
             idx = batch._next_record_index
@@ -343,13 +363,37 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                 if not fast_deserialize:
                     key = self._deserialize(key_deserializer, topic, headers, key)
                     value = self._deserialize(value_deserializer, topic, headers, value)
-                self.records_read += 1
-                self.bytes_read += c.length
-                self.next_fetch_offset = offset + 1
-                yield consumer_record(cr, (
-                    topic, partition, leader_epoch, offset, record_timestamp(header, c),
-                    timestamp_type, key, value, headers, None,
-                    key_size, value_size, c.header_size))
+                if attrs is not None:
+                    add_to(attrs, "records_read", 1)
+                    add_to(attrs, "bytes_read", c.length)
+                    attrs["next_fetch_offset"] = offset + 1
+                else:
+                    self.records_read += 1
+                    self.bytes_read += c.length
+                    self.next_fetch_offset = offset + 1
+                if cr is ConsumerRecord:
+                    items[0] = <PyObject*>topic
+                    items[1] = <PyObject*>partition
+                    items[2] = <PyObject*>leader_epoch
+                    items[3] = <PyObject*>offset
+                    timestamp = record_timestamp(header, c)
+                    items[4] = <PyObject*>timestamp
+                    items[5] = <PyObject*>timestamp_type
+                    items[6] = <PyObject*>key
+                    items[7] = <PyObject*>value
+                    items[8] = <PyObject*>headers
+                    items[9] = <PyObject*>None
+                    key_size_o = key_size
+                    items[10] = <PyObject*>key_size_o
+                    value_size_o = value_size
+                    items[11] = <PyObject*>value_size_o
+                    header_size_o = c.header_size
+                    items[12] = <PyObject*>header_size_o
+                    yield tuple_of(<PyObject*>cr, items, 13)
+                else:
+                    yield cr(topic, partition, leader_epoch, offset, record_timestamp(header, c),
+                             timestamp_type, key, value, headers, None,
+                             key_size, value_size, c.header_size)
             batch._pos = c.pos
             batch._next_record_index = idx
             next(batch, None)  # the end of the batch: raises on bytes left over, as stock
