@@ -467,3 +467,133 @@ def test_murmur2_matches_kafka_python():
             fast(None)
     finally:
         fkp.uninstall()
+
+
+# ---- the producer's builder ----------------------------------------------------------
+
+def build_batch(plan, magic=2, compression=0, batch_size=1 << 20, **kw):
+    """(metadata reprs and Nones, sizes, final bytes) of MemoryRecordsBuilder over plan."""
+    def fn(got):
+        b = MemoryRecordsBuilder(magic, compression, batch_size, **kw)
+        for ts, key, value, headers in plan:
+            meta = b.append(ts, key, value, headers)
+            got.append((repr(meta), b.size_in_bytes(), b.is_full(), b.next_offset()))
+        b.close()
+        got.append((bytes(b.buffer()), b.compression_rate(), b.producer_id, b.base_sequence))
+    return fn
+
+
+class FakeClock:
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.now = 1_700_000_000.0
+
+    def __call__(self):
+        self.now += 0.0015
+        return self.now
+
+
+@pytest.fixture
+def frozen_append_clock(monkeypatch):
+    """kafka-python's append reads its clock from a default argument: both runs get ours."""
+    append = kdr.DefaultRecordBatchBuilder.append
+    defaults = list(append.__defaults__)
+    names = append.__code__.co_varnames[append.__code__.co_argcount - len(defaults):append.__code__.co_argcount]
+    clock = FakeClock()
+    defaults[names.index("time_time")] = clock
+    monkeypatch.setattr(append, "__defaults__", tuple(defaults))
+    return clock
+
+
+@needs_accel
+@pytest.mark.parametrize("codec", CODECS)
+def test_builder_same_bytes(accel, codec, frozen_append_clock):
+    rng = random.Random(codec)
+    plan = sample_records(rng, 80) + [(None, b"k", b"v", [("h", b"1")])] * 3 + [(2**40, None, b"", [])]
+    run = build_batch(plan, compression=codec)
+    stock, fast = accel(lambda got: (frozen_append_clock.reset(), run(got)))
+    assert stock[1] is None and stock == fast
+
+
+@needs_accel
+def test_builder_full_batches_and_compression_rule(accel, frozen_append_clock):
+    rng = random.Random(3)
+    plan = sample_records(rng, 200)
+    for size in (0, 100, 1000, 5000):
+        stock, fast = accel(build_batch(plan, batch_size=size))
+        assert stock == fast
+        assert any("None" == row[0] for row in stock[0][:-1]) or size == 0
+    # Incompressible values go out uncompressed, compressible ones compressed: as stock.
+    for value in (lambda: rng.randbytes(200), lambda: b"a" * 200):
+        plan = [(i, None, value(), []) for i in range(50)]
+        stock, fast = accel(build_batch(plan, compression=1))
+        assert stock == fast
+
+
+@needs_accel
+def test_builder_transactional_state(accel):
+    plan = [(i, b"k", b"v", []) for i in range(5)]
+    stock, fast = accel(build_batch(plan, transactional=True, producer_id=99, producer_epoch=2,
+                                    base_sequence=7))
+    assert stock == fast
+
+
+@needs_accel
+def test_builder_odd_inputs_as_stock(accel):
+    """Inputs the compiled append leaves to kafka-python's: the same bytes or errors."""
+    cases = [
+        [(1, bytearray(b"k"), memoryview(b"v"), [])],
+        [(1, b"k", b"v", [("h", bytearray(b"x"))])],
+        [(1, b"k", b"v", (("h", b"x"), ("i", None)))],
+        [(1, "str key", b"v", [])],
+        [(1, b"k", 12, [])],
+        [(True, b"k", b"v", [])],
+        [(1.5, b"k", b"v", [])],
+        [(1, b"k", b"v", [(b"bytes key", b"x")])],
+        [(1, b"k", b"v", [("\udc80", b"x")])],
+        [(1, b"k", b"v", [("h", b"x", b"extra")])],
+        [(2**63 - 1, b"k", b"v", []), (-2**63, b"k", b"v", [])],  # timestamp delta past int64
+        [(2**70, b"k", b"v", [])],
+    ]
+    for plan in cases:
+        stock, fast = accel(build_batch(plan))
+        assert stock == fast, plan
+
+
+@needs_accel
+def test_builder_offsets_past_int64_as_stock(accel):
+    def fn(got):
+        b = kdr.DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+        for offset in (0, 1, 2**40, 2**63 - 1, -5):
+            got.append(repr(b.append(offset, 10, b"k", None, [])))
+        got.append(bytes(b.build()))
+    stock, fast = accel(fn)
+    assert stock == fast
+
+
+@needs_accel
+def test_batches_from_either_builder_read_the_same_through_either_reader(frozen_append_clock):
+    rng = random.Random(9)
+    plan = sample_records(rng, 120)
+    built = []
+    for accelerated in (False, True):
+        if accelerated:
+            fkp.install()
+        try:
+            frozen_append_clock.reset()
+            built.append(outcome(build_batch(plan))[0][-1][0])
+        finally:
+            fkp.uninstall()
+    assert built[0] == built[1]
+    reads = []
+    for data in built:
+        for accelerated in (False, True):
+            if accelerated:
+                fkp.install()
+            try:
+                reads.append((outcome(read_memory_records(data)), outcome(take_all(data))))
+            finally:
+                fkp.uninstall()
+    assert all(r == reads[0] for r in reads) and reads[0][0][1] is None

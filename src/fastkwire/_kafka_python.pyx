@@ -7,7 +7,9 @@ end, a varint past 64 bits, a bad header key, a size that does not add up) it ha
 record to kafka-python's own code, which then raises or truncates exactly as stock does.
 Nothing here is called before bind() has given it kafka-python's classes.
 """
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from libc.string cimport memcpy
+from struct import pack_into as struct_pack_into
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint32_t, uint64_t
@@ -182,6 +184,7 @@ cdef int read_record(Cursor c, bytearray buf) except -1:
 
 cdef extern from *:
     bint __builtin_add_overflow(int64_t a, int64_t b, int64_t* out) nogil
+    bint __builtin_sub_overflow(int64_t a, int64_t b, int64_t* out) nogil
 
 
 cdef inline object offset_of(int64_t base, int64_t delta):
@@ -470,3 +473,167 @@ def murmur2(data):
     h *= m
     h ^= h >> 15
     return h
+
+
+# ---- the producer's v2 batch builder -----------------------------------------------
+
+cdef object DefaultRecordBatchBuilder = None
+cdef object DefaultRecordMetadata = None
+cdef object stock_builder_append = None
+cdef object stock_time = None  # the time.time stock's append bound as its default
+
+
+def bind_builder(**kw):
+    """Take kafka-python's builder classes (install() calls this)."""
+    global DefaultRecordBatchBuilder, DefaultRecordMetadata, stock_builder_append, stock_time
+    DefaultRecordBatchBuilder = kw["DefaultRecordBatchBuilder"]
+    DefaultRecordMetadata = kw["DefaultRecordMetadata"]
+    stock_builder_append = kw["stock_builder_append"]
+    stock_time = kw["stock_time"]
+
+
+cdef inline int zigzag_size(int64_t v) noexcept:
+    cdef uint64_t z = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    cdef int n = 1
+    while z >= 0x80:
+        z >>= 7
+        n += 1
+    return n
+
+
+cdef inline unsigned char* put_zigzag(unsigned char* o, int64_t v) noexcept:
+    cdef uint64_t z = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    while z >= 0x80:
+        o[0] = <unsigned char>(z | 0x80)
+        o += 1
+        z >>= 7
+    o[0] = <unsigned char>z
+    return o + 1
+
+
+cdef inline bint is_int64(object v, int64_t* out):
+    """v an exact int within int64 (the only ints the fast path takes)."""
+    if type(v) is not int:
+        return False
+    try:
+        out[0] = v
+    except OverflowError:
+        return False
+    return True
+
+
+cdef inline unsigned char* put_bytes(unsigned char* o, object b) noexcept:
+    cdef Py_ssize_t n
+    if b is None:
+        o[0] = 1  # varint -1
+        return o + 1
+    n = len(<bytes>b)
+    o = put_zigzag(o, n)
+    if n:
+        memcpy(o, <const char*><bytes>b, n)
+    return o + n
+
+
+cdef inline Py_ssize_t bytes_size(object b) noexcept:
+    if b is None:
+        return 1
+    return zigzag_size(len(<bytes>b)) + len(<bytes>b)
+
+
+def builder_append(self, offset, timestamp, key, value, headers, *args, **kwargs):
+    """DefaultRecordBatchBuilder.append: stock's record bytes and rules, compiled, for
+    int offsets and timestamps, bytes or None keys and values, and headers as (str, bytes
+    or None) pairs; anything else (and every error) is stock's own code."""
+    cdef int64_t off, ts, first, delta, ts_delta
+    cdef Py_ssize_t size, message_len, required, old, i, n_headers
+    cdef unsigned char* o
+    cdef const char* k
+    cdef Py_ssize_t klen
+    if (args or kwargs or type(self) is not DefaultRecordBatchBuilder
+            or not is_int64(offset, &off)
+            or not (key is None or type(key) is bytes) or not (value is None or type(value) is bytes)
+            or not (type(headers) is list or type(headers) is tuple)):
+        return stock_builder_append(self, offset, timestamp, key, value, headers, *args, **kwargs)
+    buf = self._buffer
+    first_ts = self._first_timestamp
+    if type(buf) is not bytearray or not (first_ts is None or type(first_ts) is int):
+        return stock_builder_append(self, offset, timestamp, key, value, headers)
+    # The header keys' UTF-8 first: anything odd and stock's code takes the record.
+    keys = []
+    values = []  # our own lists: what is written cannot change under us
+    size = 0
+    for h in headers:
+        if type(h) is not tuple or len(<tuple>h) != 2:
+            return stock_builder_append(self, offset, timestamp, key, value, headers)
+        h_key, h_value = <tuple>h
+        if type(h_key) is not str or not (h_value is None or type(h_value) is bytes):
+            return stock_builder_append(self, offset, timestamp, key, value, headers)
+        try:
+            encoded = (<str>h_key).encode("utf-8")
+        except UnicodeEncodeError:
+            return stock_builder_append(self, offset, timestamp, key, value, headers)
+        keys.append(encoded)
+        values.append(h_value)
+        size += bytes_size(encoded) + bytes_size(h_value)
+    n_headers = len(keys)
+    if timestamp is None:
+        timestamp = int(stock_time() * 1000)
+    if not is_int64(timestamp, &ts):
+        return stock_builder_append(self, offset, timestamp, key, value, headers)
+    if first_ts is None:
+        ts_delta = 0
+    else:
+        if (not is_int64(first_ts, &first) or type(self._max_timestamp) is not int
+                or __builtin_sub_overflow(ts, first, &ts_delta)):
+            return stock_builder_append(self, offset, timestamp, key, value, headers)
+    message_len = (1 + zigzag_size(ts_delta) + zigzag_size(off) + bytes_size(key)
+                   + bytes_size(value) + zigzag_size(n_headers) + size)
+    required = message_len + zigzag_size(message_len)
+    # As stock: the first record's timestamps are set before the room check, which it
+    # always passes; later records that do not fit leave the builder as it was.
+    if first_ts is None:
+        self._first_timestamp = timestamp
+        self._max_timestamp = timestamp
+    elif required + len(<bytearray>buf) > self._batch_size:
+        return None
+    if self._max_timestamp < timestamp:
+        self._max_timestamp = timestamp
+    self._num_records += 1
+    self._last_offset = offset
+    old = len(<bytearray>buf)
+    PyByteArray_Resize(buf, old + required)
+    o = <unsigned char*>PyByteArray_AS_STRING(buf) + old
+    o = put_zigzag(o, message_len)
+    o[0] = 0  # attributes
+    o = put_zigzag(o + 1, ts_delta)
+    o = put_zigzag(o, off)
+    o = put_bytes(o, key)
+    o = put_bytes(o, value)
+    o = put_zigzag(o, n_headers)
+    for i in range(n_headers):
+        o = put_bytes(o, keys[i])
+        o = put_bytes(o, values[i])
+    return DefaultRecordMetadata(offset, required, timestamp)
+
+
+def builder_write_header(self, use_compression_type=True):
+    """DefaultRecordBatchBuilder.write_header with fastkwire's CRC32C."""
+    batch_len = len(self._buffer)
+    self.HEADER_STRUCT.pack_into(
+        self._buffer, 0,
+        0,
+        batch_len - self.AFTER_LEN_OFFSET,
+        0,
+        self._magic,
+        0,
+        self._get_attributes(use_compression_type),
+        self._last_offset,
+        self._first_timestamp or 0,
+        self._max_timestamp or 0,
+        self._producer_id,
+        self._producer_epoch,
+        self._base_sequence,
+        self._num_records
+    )
+    crc = crc32c(memoryview(self._buffer)[self.ATTRIBUTES_OFFSET:])
+    struct_pack_into(">I", self._buffer, self.CRC_OFFSET, crc)

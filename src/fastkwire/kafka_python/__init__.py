@@ -76,6 +76,7 @@ def install(strict=True):
         return False
     from fastkwire import _kafka_python
     _kafka_python.bind(**table.bindings)
+    _kafka_python.bind_builder(**table.builder)
     for patch in table.patches:  # plain setattr: nothing here can fail half-way
         setattr(patch.owner, patch.attribute, patch.replacement)
         _applied.append(patch)

@@ -5,6 +5,7 @@ A class is patched at its own attributes, so every module that bound the class a
 user's) sees the change. A function is patched at every module that bound its name.
 """
 import importlib
+import inspect
 from typing import Any, NamedTuple
 
 # Tested against these releases (their record, fetcher and partitioner code is the same).
@@ -16,6 +17,8 @@ SEAMS = (
     ("kafka.record.default_records", "DefaultRecordBatch", "next", "batch_next"),
     ("kafka.record.default_records", "DefaultRecordBatch", "validate_crc", "batch_validate_crc"),
     ("kafka.consumer.fetcher", "Fetcher.PartitionRecords", "_unpack_records", "unpack_records"),
+    ("kafka.record.default_records", "DefaultRecordBatchBuilder", "append", "builder_append"),
+    ("kafka.record.default_records", "DefaultRecordBatchBuilder", "write_header", "builder_write_header"),
     ("kafka.partitioner.default", "", "murmur2", "murmur2"),
     ("kafka.partitioner", "", "murmur2", "murmur2"),
 )
@@ -33,6 +36,7 @@ class Patch(NamedTuple):
 class Table(NamedTuple):
     patches: tuple
     bindings: dict  # kafka-python's objects the compiled helper needs (its bind())
+    builder: dict  # and those its builder needs (bind_builder())
 
 
 def _owner(module, path):
@@ -78,4 +82,15 @@ def build_patches():
         PartitionRecords=fetcher.Fetcher.PartitionRecords,
         fetcher_module=fetcher,
     )
-    return Table(tuple(patches), bindings)
+    stock_append = first[(dr.DefaultRecordBatchBuilder, "append")]
+    try:
+        stock_time = inspect.signature(stock_append).parameters["time_time"].default
+    except (KeyError, ValueError, TypeError):
+        raise LookupError("DefaultRecordBatchBuilder.append has no time_time default") from None
+    builder = dict(
+        DefaultRecordBatchBuilder=dr.DefaultRecordBatchBuilder,
+        DefaultRecordMetadata=dr.DefaultRecordMetadata,
+        stock_builder_append=stock_append,
+        stock_time=stock_time,
+    )
+    return Table(tuple(patches), bindings, builder)
