@@ -17,9 +17,13 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
+    void PyErr_Clear()
 
 
 cdef extern from "_kafka_python.h":
+    PyObject* type_attr "fkp_type_attr"(object type, object name) except? NULL
+    object new_object "fkp_new"(object type)
     object tuple_of "fkp_tuple_of"(PyObject* tp, PyObject** items, Py_ssize_t n)
 
 
@@ -481,13 +485,16 @@ cdef object DefaultRecordBatchBuilder = None
 cdef object DefaultRecordMetadata = None
 cdef object stock_builder_append = None
 cdef object stock_time = None  # the time.time stock's append bound as its default
+cdef object metadata_init = None  # DefaultRecordMetadata.__init__ as install() found it
 
 
 def bind_builder(**kw):
     """Take kafka-python's builder classes (install() calls this)."""
     global DefaultRecordBatchBuilder, DefaultRecordMetadata, stock_builder_append, stock_time
+    global metadata_init
     DefaultRecordBatchBuilder = kw["DefaultRecordBatchBuilder"]
     DefaultRecordMetadata = kw["DefaultRecordMetadata"]
+    metadata_init = genuine(DefaultRecordMetadata.__dict__["__init__"])
     stock_builder_append = kw["stock_builder_append"]
     stock_time = kw["stock_time"]
 
@@ -540,42 +547,53 @@ cdef inline Py_ssize_t bytes_size(object b) noexcept:
     return zigzag_size(len(<bytes>b)) + len(<bytes>b)
 
 
-def builder_append(self, offset, timestamp, key, value, headers, *args, **kwargs):
+cdef object NOARG = object()  # builder_append's stand-in for stock's cached defaults
+
+
+def builder_append(self, offset, timestamp, key, value, headers, encode_varint=NOARG,
+                   size_of_varint=NOARG, get_type=NOARG, type_int=NOARG, time_time=NOARG,
+                   byte_like=NOARG, bytearray_type=NOARG, len_func=NOARG, zero_len_varint=NOARG):
     """DefaultRecordBatchBuilder.append: stock's record bytes and rules, compiled, for
     int offsets and timestamps, bytes or None keys and values, and headers as (str, bytes
-    or None) pairs; anything else (and every error) is stock's own code."""
+    or None) pairs; anything else (and every error) is stock's own code. The keyword
+    arguments are stock's (its cached globals): given any, stock's code runs."""
     cdef int64_t off, ts, first, delta, ts_delta
-    cdef Py_ssize_t size, message_len, required, old, i, n_headers
+    cdef Py_ssize_t size, message_len, required, old, klen
     cdef unsigned char* o
     cdef const char* k
-    cdef Py_ssize_t klen
-    if (args or kwargs or type(self) is not DefaultRecordBatchBuilder
-            or not is_int64(offset, &off)
+    cdef tuple hs
+    if (encode_varint is not NOARG or size_of_varint is not NOARG or get_type is not NOARG
+            or type_int is not NOARG or time_time is not NOARG or byte_like is not NOARG
+            or bytearray_type is not NOARG or len_func is not NOARG or zero_len_varint is not NOARG):
+        kw = {name: v for name, v in (
+            ("encode_varint", encode_varint), ("size_of_varint", size_of_varint),
+            ("get_type", get_type), ("type_int", type_int), ("time_time", time_time),
+            ("byte_like", byte_like), ("bytearray_type", bytearray_type), ("len_func", len_func),
+            ("zero_len_varint", zero_len_varint)) if v is not NOARG}
+        return stock_builder_append(self, offset, timestamp, key, value, headers, **kw)
+    if (type(self) is not DefaultRecordBatchBuilder or not is_int64(offset, &off)
             or not (key is None or type(key) is bytes) or not (value is None or type(value) is bytes)
             or not (type(headers) is list or type(headers) is tuple)):
-        return stock_builder_append(self, offset, timestamp, key, value, headers, *args, **kwargs)
+        return stock_builder_append(self, offset, timestamp, key, value, headers)
     buf = self._buffer
     first_ts = self._first_timestamp
-    if type(buf) is not bytearray or not (first_ts is None or type(first_ts) is int):
+    if (type(buf) is not bytearray or not (first_ts is None or type(first_ts) is int)
+            or type(self._batch_size) is not int):
         return stock_builder_append(self, offset, timestamp, key, value, headers)
-    # The header keys' UTF-8 first: anything odd and stock's code takes the record.
-    keys = []
-    values = []  # our own lists: what is written cannot change under us
+    # Headers checked and measured first (a tuple of our own: what is written cannot
+    # change); anything odd and stock's code takes the record.
+    hs = tuple(headers)
     size = 0
-    for h in headers:
+    for h in hs:
         if type(h) is not tuple or len(<tuple>h) != 2:
             return stock_builder_append(self, offset, timestamp, key, value, headers)
         h_key, h_value = <tuple>h
         if type(h_key) is not str or not (h_value is None or type(h_value) is bytes):
             return stock_builder_append(self, offset, timestamp, key, value, headers)
-        try:
-            encoded = (<str>h_key).encode("utf-8")
-        except UnicodeEncodeError:
+        if PyUnicode_AsUTF8AndSize(h_key, &klen) == NULL:  # a lone surrogate
+            PyErr_Clear()
             return stock_builder_append(self, offset, timestamp, key, value, headers)
-        keys.append(encoded)
-        values.append(h_value)
-        size += bytes_size(encoded) + bytes_size(h_value)
-    n_headers = len(keys)
+        size += zigzag_size(klen) + klen + bytes_size(h_value)
     if timestamp is None:
         timestamp = int(stock_time() * 1000)
     if not is_int64(timestamp, &ts):
@@ -587,7 +605,7 @@ def builder_append(self, offset, timestamp, key, value, headers, *args, **kwargs
                 or __builtin_sub_overflow(ts, first, &ts_delta)):
             return stock_builder_append(self, offset, timestamp, key, value, headers)
     message_len = (1 + zigzag_size(ts_delta) + zigzag_size(off) + bytes_size(key)
-                   + bytes_size(value) + zigzag_size(n_headers) + size)
+                   + bytes_size(value) + zigzag_size(len(hs)) + size)
     required = message_len + zigzag_size(message_len)
     # As stock: the first record's timestamps are set before the room check, which it
     # always passes; later records that do not fit leave the builder as it was.
@@ -609,11 +627,42 @@ def builder_append(self, offset, timestamp, key, value, headers, *args, **kwargs
     o = put_zigzag(o, off)
     o = put_bytes(o, key)
     o = put_bytes(o, value)
-    o = put_zigzag(o, n_headers)
-    for i in range(n_headers):
-        o = put_bytes(o, keys[i])
-        o = put_bytes(o, values[i])
-    return DefaultRecordMetadata(offset, required, timestamp)
+    o = put_zigzag(o, len(hs))
+    for h in hs:
+        k = PyUnicode_AsUTF8AndSize((<tuple>h)[0], &klen)  # cached by the pass above
+        o = put_zigzag(o, klen)
+        memcpy(o, k, klen)
+        o = put_bytes(o + klen, (<tuple>h)[1])
+    return record_metadata(offset, required, timestamp)
+
+
+cdef object record_metadata(offset, size, timestamp):
+    """DefaultRecordMetadata(offset, size, timestamp); its __init__ only sets the three
+    slots, so while it is stock's they are set here without the call."""
+    if (type_attr(DefaultRecordMetadata, "__init__") != <PyObject*>metadata_init
+            or type_attr(DefaultRecordMetadata, "__new__") != NULL):
+        return DefaultRecordMetadata(offset, size, timestamp)
+    m = new_object(DefaultRecordMetadata)
+    m._offset = offset
+    m._size = size
+    m._timestamp = timestamp
+    return m
+
+
+def memory_builder_append(self, timestamp, key, value, headers=None):
+    """MemoryRecordsBuilder.append, compiled: the same steps."""
+    if headers is None:
+        headers = []
+    if self._closed:
+        return None
+
+    offset = self._next_offset
+    metadata = self._builder.append(offset, timestamp, key, value, headers)
+    if metadata is None:
+        return None
+
+    self._next_offset += 1
+    return metadata
 
 
 def builder_write_header(self, use_compression_type=True):

@@ -19,6 +19,7 @@ SEAMS = (
     ("kafka.consumer.fetcher", "Fetcher.PartitionRecords", "_unpack_records", "unpack_records"),
     ("kafka.record.default_records", "DefaultRecordBatchBuilder", "append", "builder_append"),
     ("kafka.record.default_records", "DefaultRecordBatchBuilder", "write_header", "builder_write_header"),
+    ("kafka.record.memory_records", "MemoryRecordsBuilder", "append", "memory_builder_append"),
     ("kafka.partitioner.default", "", "murmur2", "murmur2"),
     ("kafka.partitioner", "", "murmur2", "murmur2"),
 )
