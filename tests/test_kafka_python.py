@@ -597,3 +597,35 @@ def test_batches_from_either_builder_read_the_same_through_either_reader(frozen_
             finally:
                 fkp.uninstall()
     assert all(r == reads[0] for r in reads) and reads[0][0][1] is None
+
+
+@needs_accel
+@pytest.mark.parametrize("attr, value", [
+    ("_header_data", (0,)), ("_header_data", [0] * 13), ("_buffer", b"\x00" * 80), ("_buffer", bytearray()),
+    ("_pos", -5), ("_pos", 10**30), ("_pos", 1.5), ("_next_record_index", -1), ("_next_record_index", 10**30),
+    ("_num_records", 10**6), ("_num_records", -2**70)])
+def test_hostile_batch_state_same_outcome(accel, attr, value):
+    """A batch whose private state someone replaced: stock's outcome, and no crash."""
+    data = BATCHES["kafka-python codec 0"]
+
+    def read(got):
+        batch = MemoryRecords(data).next_batch()
+        setattr(batch, attr, value)
+        for record in batch:
+            got.append(record_view(record))
+
+    class OneBatch:
+        def __init__(self):
+            self.batch = MemoryRecords(data).next_batch()
+            setattr(self.batch, attr, value)
+
+        def next_batch(self):
+            batch, self.batch = self.batch, None
+            return batch
+
+    def fetch(got):
+        pr = Fetcher.PartitionRecords(0, TP, OneBatch(), check_crcs=False)
+        got.append(pr.take())
+    for fn in (read, fetch):
+        stock, fast = accel(fn)
+        assert stock == fast

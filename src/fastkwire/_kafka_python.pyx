@@ -199,6 +199,16 @@ cdef inline object offset_of(int64_t base, int64_t delta):
     return out
 
 
+cdef inline bint in_range(v, Py_ssize_t high):
+    """v an int from 0 to high (a position, a count: what the C code takes)."""
+    return type(v) is int and 0 <= v <= high
+
+
+cdef inline bint stock_header(header):
+    """The 13 fields HEADER_STRUCT unpacks (indexed below without a bounds check)."""
+    return type(header) is tuple and len(<tuple>header) == 13
+
+
 cdef object record_timestamp(tuple header, Cursor c):
     """kafka-python's: the max timestamp under LOG_APPEND_TIME, else first + delta."""
     if <int>header[5] & 0x08:
@@ -209,11 +219,14 @@ cdef object record_timestamp(tuple header, Cursor c):
 def batch_next(self):
     """DefaultRecordBatch.__next__: stock's reading of one record, compiled."""
     cdef Cursor c
-    if type(self._buffer) is not bytearray or self._next_record_index >= self._num_records:
-        return stock_batch_next(self)
     header = self._header_data
+    buf = self._buffer
+    pos = self._pos
+    if (type(buf) is not bytearray or not stock_header(header) or not in_range(pos, len(buf))
+            or self._next_record_index >= self._num_records):
+        return stock_batch_next(self)
     c = Cursor()
-    c.pos = self._pos
+    c.pos = pos
     if not read_record(c, self._buffer):
         return stock_batch_next(self)
     self._pos = c.pos
@@ -246,7 +259,7 @@ cdef bint records_are_stock(batch):
     d = DefaultRecordBatch.__dict__
     if d.get("__next__") is not batch_next or d.get("__iter__") is not stock_batch_iter:
         return False
-    if batch.magic != 2 or batch.is_control_batch:
+    if not stock_header(batch._header_data) or batch.magic != 2 or batch.is_control_batch:
         return False
     for cls, name, value in record_seams:
         if cls.__dict__.get(name) is not value:
@@ -324,14 +337,20 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                 continue
 
             # The stock loop, record by record, without the DefaultRecord in between.
-            fast_batch_count += 1
             iter(batch)  # decompresses, as `for record in batch` does
+            header = batch._header_data
+            if not stock_header(header):  # replaced while decompressing: stock's records
+                for record in batch:
+                    yield record_to_consumer_record(
+                        self, tp, cr, record, key_deserializer, value_deserializer)
+                batch = records.next_batch()
+                continue
+            fast_batch_count += 1
             # With no deserializers stock's _deserialize returns its data: skipped.
             fast_deserialize = (
                 key_deserializer is None and value_deserializer is None
                 and getattr(type(self), "_deserialize", None) is stock_deserialize
                 and "_deserialize" not in getattr(self, "__dict__", ()))
-            header = batch._header_data
             base_offset = header[0]
             timestamp_type = 1 if <int>header[5] & 0x08 else 0
             leader_epoch = self.leader_epoch
@@ -342,6 +361,14 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                 if not ("records_read" in attrs and "bytes_read" in attrs):
                     attrs = None
             buf = batch._buffer
+            if (type(buf) is not bytearray or not in_range(batch._pos, len(buf))
+                    or not in_range(batch._next_record_index, 2**31)
+                    or not in_range(batch._num_records, 2**31)):
+                for record in batch:  # state stock's batch would never have: stock's records
+                    yield record_to_consumer_record(
+                        self, tp, cr, record, key_deserializer, value_deserializer)
+                batch = records.next_batch()
+                continue
             c.pos = batch._pos
             idx = batch._next_record_index
             count = batch._num_records
