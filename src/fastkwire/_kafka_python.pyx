@@ -71,7 +71,14 @@ def bind(**kw):
     PartitionRecords = kw["PartitionRecords"]
     stock_deserialize = genuine(PartitionRecords.__dict__["_deserialize"])
     fetcher_module = kw["fetcher_module"]
-    ConsumerRecord = fetcher_module.ConsumerRecord
+    cr = fetcher_module.ConsumerRecord
+    # tuple_of fills a tuple's item array: only for kafka-python's 13-field namedtuple.
+    is_namedtuple = (isinstance(cr, type) and issubclass(cr, tuple)
+                     and cr.__basicsize__ == tuple.__basicsize__
+                     and cr.__itemsize__ == tuple.__itemsize__
+                     and cr.__module__ == "kafka.consumer.fetcher"
+                     and len(getattr(cr, "_fields", ())) == 13)
+    ConsumerRecord = cr if is_namedtuple else object()
 
 
 cdef object genuine(value):
@@ -584,7 +591,7 @@ def builder_append(self, offset, timestamp, key, value, headers, encode_varint=N
     int offsets and timestamps, bytes or None keys and values, and headers as (str, bytes
     or None) pairs; anything else (and every error) is stock's own code. The keyword
     arguments are stock's (its cached globals): given any, stock's code runs."""
-    cdef int64_t off, ts, first, delta, ts_delta
+    cdef int64_t off, ts, first, ts_delta
     cdef Py_ssize_t size, message_len, required, old, klen
     cdef unsigned char* o
     cdef const char* k
