@@ -39,10 +39,14 @@ run() {
     local label="$1"; shift
     local t0=$SECONDS
     (cd "$suite" && python -m pytest -q -p no:cacheprovider -rfE "$@") >"$work/$label.log" 2>&1 || true
-    tail -1 "$work/$label.log" | grep -oE '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' \
-        | sort -k2 >"$work/$label.counts" || true
+    # pytest's closing line (threads may still log after it, so not simply the last line)
+    local summary
+    summary="$(grep -E '^=* ?[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$work/$label.log" | tail -1)"
+    [ -n "$summary" ] || { tail -20 "$work/$label.log"; echo "$label: no pytest summary line" >&2; exit 1; }
+    grep -oE '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' <<<"$summary" \
+        | sort -k2 >"$work/$label.counts"
     grep -E '^(FAILED|ERROR) ' "$work/$label.log" | awk '{print $2}' | sort -u >"$work/$label.failed" || true
-    echo "$label: $(tail -1 "$work/$label.log") [$((SECONDS - t0)) s]"
+    echo "$label: $summary [$((SECONDS - t0)) s]"
 }
 
 # The plugin raises at configure time where it declines; check first that it installs here.
