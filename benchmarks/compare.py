@@ -65,6 +65,12 @@ def _targets():
         ("Fetch v16 response decode: cython vs kio", "fetch_resp decode", "cython", "kio", "faster", 3),
         ("Fetch v16 response decode, records=\"view\": cython vs kio", "fetch_resp decode", "cython-views", "kio", "faster", 3),
     ]
+    out += [
+        ("kafka-python Fetcher.PartitionRecords.take(), 10,000 records: accelerated vs stock (issue 20)",
+         "kp_fetch_take decode", "cython", "kafka-python", "faster", 6),
+        ("kafka-python MemoryRecordsBuilder, 10,000 appends + close: accelerated vs stock (issue 20)",
+         "kp_build encode", "cython", "kafka-python", "faster", 3),
+    ]
     for w in ("md_resp", "oc_req", "fetch_resp"):
         for op in ("encode", "decode"):
             out.append((f"{w} {op}: pure vs kafka-python", f"{w} {op}", "pure", "kafka-python", "faster", 1))

@@ -1,0 +1,722 @@
+# cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled half of fastkwire.kafka_python: kafka-python's record reading and its
+fetcher's per-record loop, producing kafka-python's own objects.
+
+Every reader here takes the well-formed path only. On anything else (a length past the
+end, a varint past 64 bits, a bad header key, a size that does not add up) it hands the
+record to kafka-python's own code, which then raises or truncates exactly as stock does.
+Nothing here is called before bind() has given it kafka-python's classes.
+"""
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from libc.string cimport memcpy
+from struct import pack_into as struct_pack_into
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.ref cimport PyObject
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+
+
+cdef extern from "Python.h":
+    object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
+    void PyErr_Clear()
+
+
+cdef extern from "_kafka_python.h":
+    PyObject* type_attr "fkp_type_attr"(object type, object name) except? NULL
+    object new_object "fkp_new"(object type)
+    object tuple_of "fkp_tuple_of"(PyObject* tp, PyObject** items, Py_ssize_t n)
+
+
+# kafka-python's objects, given by bind() (fastkwire.kafka_python.install).
+cdef object DefaultRecordBatch = None
+cdef object DefaultRecord = None
+cdef object ControlRecord = None
+cdef object CorruptRecordError = None
+cdef object stock_batch_next = None
+cdef object stock_murmur2 = None
+cdef object crc32c = None
+# (class, attribute, stock value): the fetcher's fast path skips these, so it is taken
+# only while each is still in place (a test may mock one).
+cdef tuple record_seams = ()
+cdef object PartitionRecords = None
+cdef object stock_deserialize = None
+cdef object stock_batch_iter = None
+cdef object ConsumerRecord = None
+cdef object fetcher_module = None
+cdef Py_ssize_t fast_batch_count = 0  # batches the fetcher's fast loop read (tests ask)
+
+
+def fast_batches():
+    """How many batches the fetcher's loop has read without kafka-python's records."""
+    return fast_batch_count
+
+
+def bind(**kw):
+    """Take kafka-python's classes and stock functions (install() calls this)."""
+    global DefaultRecordBatch, DefaultRecord, ControlRecord, CorruptRecordError
+    global stock_batch_next, stock_murmur2, crc32c, record_seams, PartitionRecords
+    global stock_deserialize, stock_batch_iter, ConsumerRecord, fetcher_module
+    DefaultRecordBatch = kw["DefaultRecordBatch"]
+    DefaultRecord = kw["DefaultRecord"]
+    ControlRecord = kw["ControlRecord"]
+    CorruptRecordError = kw["CorruptRecordError"]
+    stock_batch_next = kw["stock_batch_next"]
+    stock_batch_iter = genuine(DefaultRecordBatch.__dict__["__iter__"])
+    stock_murmur2 = kw["stock_murmur2"]
+    crc32c = kw["crc32c"]
+    record_seams = tuple(
+        (DefaultRecord, name, genuine(DefaultRecord.__dict__[name]))
+        for name in ("__init__", "validate_crc", "key", "value", "headers", "offset",
+                     "timestamp", "timestamp_type", "checksum", "size_in_bytes"))
+    PartitionRecords = kw["PartitionRecords"]
+    stock_deserialize = genuine(PartitionRecords.__dict__["_deserialize"])
+    fetcher_module = kw["fetcher_module"]
+    cr = fetcher_module.ConsumerRecord
+    # tuple_of fills a tuple's item array: only for kafka-python's 13-field namedtuple.
+    is_namedtuple = (isinstance(cr, type) and issubclass(cr, tuple)
+                     and cr.__basicsize__ == tuple.__basicsize__
+                     and cr.__itemsize__ == tuple.__itemsize__
+                     and cr.__module__ == "kafka.consumer.fetcher"
+                     and len(getattr(cr, "_fields", ())) == 13)
+    ConsumerRecord = cr if is_namedtuple else object()
+
+
+cdef object genuine(value):
+    """value when it is kafka-python's own function or property, else a marker that
+    matches nothing (a mock in place at install must not pass for stock)."""
+    f = value.fget if isinstance(value, property) else value
+    if getattr(f, "__module__", None) in ("kafka.record.default_records", "kafka.consumer.fetcher"):
+        return value
+    return object()
+
+
+# ---- one record of a v2 batch ------------------------------------------------------
+
+cdef inline int read_varint(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos,
+                            int64_t* out) noexcept:
+    """kafka-python's decode_varint (zigzag), or -1 where it would read past the end or
+    go past 64 bits (a big int or its ValueError: kafka-python's code handles those)."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    cdef Py_ssize_t i = pos[0]
+    while True:
+        if i >= n:
+            return -1
+        b = p[i]
+        i += 1
+        if shift == 63 and b > 1:
+            return -1
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if not (b & 0x80):
+            break
+        shift += 7
+    out[0] = <int64_t>((result >> 1) ^ (0 - (result & 1)))
+    pos[0] = i
+    return 0
+
+
+cdef class Cursor:
+    """One record read: where it ends and what it holds."""
+    cdef Py_ssize_t pos
+    cdef int64_t length, ts_delta, offset_delta, header_size
+    cdef object key, value, headers
+
+
+cdef inline object read_bytes(const unsigned char* p, Py_ssize_t n, Py_ssize_t* pos,
+                              int* ok):
+    """NULLABLE bytes: None for any negative length (as kafka-python), else the bytes;
+    ok[0] = 0 where the bytes run past the end."""
+    cdef int64_t size
+    if read_varint(p, n, pos, &size) < 0:
+        ok[0] = 0
+        return None
+    if size < 0:
+        return None
+    if size > n - pos[0]:
+        ok[0] = 0
+        return None
+    out = PyBytes_FromStringAndSize(<const char*>p + pos[0], <Py_ssize_t>size)
+    pos[0] += <Py_ssize_t>size
+    return out
+
+
+cdef int read_record(Cursor c, bytearray buf) except -1:
+    """Read the record at c.pos into c: 1 when read, 0 when kafka-python's own reader
+    must take it (c.pos unchanged then)."""
+    cdef const unsigned char* p = <const unsigned char*>PyByteArray_AS_STRING(buf)
+    cdef Py_ssize_t n = PyByteArray_GET_SIZE(buf)
+    cdef Py_ssize_t pos = c.pos, start, i
+    cdef int64_t length, attrs, count, size, header_size = 0
+    cdef int ok = 1
+    if pos < 0 or pos > n:
+        return 0
+    if read_varint(p, n, &pos, &length) < 0:
+        return 0
+    start = pos
+    if (read_varint(p, n, &pos, &attrs) < 0 or read_varint(p, n, &pos, &c.ts_delta) < 0
+            or read_varint(p, n, &pos, &c.offset_delta) < 0):
+        return 0
+    key = read_bytes(p, n, &pos, &ok)
+    if not ok:
+        return 0
+    value = read_bytes(p, n, &pos, &ok)
+    if not ok:
+        return 0
+    # Each header takes 2 bytes at least: a larger count is kafka-python's to fail on.
+    if read_varint(p, n, &pos, &count) < 0 or count < 0 or count > (n - pos) // 2:
+        return 0
+    headers = []  # appended to, so the collector never meets an unfilled list
+    for i in range(<Py_ssize_t>count):
+        if read_varint(p, n, &pos, &size) < 0 or size < 0 or size > n - pos:
+            return 0
+        try:
+            h_key = PyUnicode_DecodeUTF8(<const char*>p + pos, <Py_ssize_t>size, NULL)
+        except UnicodeDecodeError:
+            return 0
+        pos += <Py_ssize_t>size
+        header_size += size
+        h_value = read_bytes(p, n, &pos, &ok)
+        if not ok:
+            return 0
+        if h_value is not None:
+            header_size += len(<bytes>h_value)
+        headers.append((h_key, h_value))
+    if pos - start != length:
+        return 0
+    c.pos = pos
+    c.length = length
+    c.key = key
+    c.value = value
+    c.headers = headers
+    c.header_size = header_size if count else -1
+    return 1
+
+
+cdef extern from *:
+    bint __builtin_add_overflow(int64_t a, int64_t b, int64_t* out) nogil
+    bint __builtin_sub_overflow(int64_t a, int64_t b, int64_t* out) nogil
+
+
+cdef inline object offset_of(int64_t base, int64_t delta):
+    """base + delta as kafka-python's ints give it (past int64 too)."""
+    cdef int64_t out
+    if __builtin_add_overflow(base, delta, &out):
+        return <object>base + <object>delta
+    return out
+
+
+cdef inline bint in_range(v, Py_ssize_t high):
+    """v an int from 0 to high (a position, a count: what the C code takes)."""
+    return type(v) is int and 0 <= v <= high
+
+
+cdef inline bint stock_header(header):
+    """The 13 fields HEADER_STRUCT unpacks (indexed below without a bounds check)."""
+    return type(header) is tuple and len(<tuple>header) == 13
+
+
+cdef object record_timestamp(tuple header, Cursor c):
+    """kafka-python's: the max timestamp under LOG_APPEND_TIME, else first + delta."""
+    if <int>header[5] & 0x08:
+        return header[8]
+    return offset_of(<int64_t>header[7], c.ts_delta)
+
+
+def batch_next(self):
+    """DefaultRecordBatch.__next__: stock's reading of one record, compiled."""
+    cdef Cursor c
+    header = self._header_data
+    buf = self._buffer
+    pos = self._pos
+    if (type(buf) is not bytearray or not stock_header(header) or not in_range(pos, len(buf))
+            or self._next_record_index >= self._num_records):
+        return stock_batch_next(self)
+    c = Cursor()
+    c.pos = pos
+    if not read_record(c, self._buffer):
+        return stock_batch_next(self)
+    self._pos = c.pos
+    attrs = <int>header[5]
+    cls = ControlRecord if attrs & 0x20 else DefaultRecord
+    try:
+        msg = cls(c.length, offset_of(<int64_t>header[0], c.offset_delta),
+                  record_timestamp(header, c), 1 if attrs & 0x08 else 0,
+                  c.key, c.value, c.headers)
+    except (ValueError, IndexError) as err:
+        raise CorruptRecordError("Found invalid record structure: {!r}".format(err))
+    self._next_record_index += 1
+    return msg
+
+
+def batch_validate_crc(self):
+    """DefaultRecordBatch.validate_crc with fastkwire's CRC32C (the CPU's instruction)."""
+    assert self._decompressed is False, \
+        "Validate should be called before iteration"
+    return self.crc == crc32c(memoryview(self._buffer)[21:])  # from ATTRIBUTES_OFFSET
+
+
+# ---- the fetcher's loop ------------------------------------------------------------
+
+cdef bint records_are_stock(batch):
+    """True when the fast loop does what iterating `batch` would: a stock v2 data batch
+    read by our batch_next, whose records' attributes nobody has replaced."""
+    if type(batch) is not DefaultRecordBatch:
+        return False
+    d = DefaultRecordBatch.__dict__
+    if d.get("__next__") is not batch_next or d.get("__iter__") is not stock_batch_iter:
+        return False
+    if not stock_header(batch._header_data) or batch.magic != 2 or batch.is_control_batch:
+        return False
+    for cls, name, value in record_seams:
+        if cls.__dict__.get(name) is not value:
+            return False
+    return True
+
+
+cdef object consumer_record(object cr, tuple fields):
+    if cr is ConsumerRecord:
+        return tuple.__new__(cr, fields)
+    return cr(*fields)
+
+
+cdef inline object add_to(dict d, str name, object n):
+    """d[name] += n, for attributes kept in an instance's __dict__."""
+    value = d[name] + n
+    d[name] = value
+    return value
+
+
+def unpack_records(self, tp, records, key_deserializer, value_deserializer):
+    """Fetcher.PartitionRecords._unpack_records, compiled: the same steps in the same
+    order, and for stock v2 batches the records read straight into ConsumerRecords."""
+    global fast_batch_count
+    cdef Cursor c = Cursor()
+    cdef Py_ssize_t idx, count
+    cdef PyObject* items[13]  # a ConsumerRecord's fields, borrowed from the objects below
+    cdef object timestamp, timestamp_type, key_size_o, value_size_o, header_size_o
+    cdef int64_t base_offset
+    cdef bint fast_deserialize
+    Errors = fetcher_module.Errors
+    IsolationLevel = fetcher_module.IsolationLevel
+    log = fetcher_module.log
+    cr = fetcher_module.ConsumerRecord
+    try:
+        batch = records.next_batch()
+        last_batch = None
+        while batch is not None:
+            last_batch = batch
+
+            if self.check_crcs and not batch.validate_crc():
+                raise Errors.CorruptRecordError(
+                        "Record batch for partition %s at offset %s failed crc check" % (
+                            self.topic_partition, batch.base_offset))
+
+            if batch.magic == 2:
+                self.leader_epoch = batch.leader_epoch
+                if self.isolation_level == IsolationLevel.READ_COMMITTED and batch.has_producer_id():
+                    self._consume_aborted_transactions_up_to(batch.last_offset)
+
+                    producer_id = batch.producer_id
+                    if self._contains_abort_marker(batch):
+                        try:
+                            self.aborted_producer_ids.remove(producer_id)
+                        except KeyError:
+                            pass
+                    elif self._is_batch_aborted(batch):
+                        log.debug("Skipping aborted record batch from partition %s with producer_id %s and"
+                                  " offsets %s to %s",
+                                  self.topic_partition, producer_id, batch.base_offset, batch.last_offset)
+                        self.next_fetch_offset = batch.next_offset
+                        batch = records.next_batch()
+                        continue
+
+                if batch.is_control_batch:
+                    self.next_fetch_offset = batch.next_offset
+                    batch = records.next_batch()
+                    continue
+
+            if not records_are_stock(batch):
+                for record in batch:
+                    yield record_to_consumer_record(
+                        self, tp, cr, record, key_deserializer, value_deserializer)
+                batch = records.next_batch()
+                continue
+
+            # The stock loop, record by record, without the DefaultRecord in between.
+            iter(batch)  # decompresses, as `for record in batch` does
+            header = batch._header_data
+            if not stock_header(header):  # replaced while decompressing: stock's records
+                for record in batch:
+                    yield record_to_consumer_record(
+                        self, tp, cr, record, key_deserializer, value_deserializer)
+                batch = records.next_batch()
+                continue
+            fast_batch_count += 1
+            # With no deserializers stock's _deserialize returns its data: skipped.
+            fast_deserialize = (
+                key_deserializer is None and value_deserializer is None
+                and getattr(type(self), "_deserialize", None) is stock_deserialize
+                and "_deserialize" not in getattr(self, "__dict__", ()))
+            base_offset = header[0]
+            timestamp_type = 1 if <int>header[5] & 0x08 else 0
+            leader_epoch = self.leader_epoch
+            # The counters straight in the instance dict when nothing else could own them.
+            attrs = None
+            if type(self) is PartitionRecords:
+                attrs = self.__dict__
+                if not ("records_read" in attrs and "bytes_read" in attrs):
+                    attrs = None
+            buf = batch._buffer
+            if (type(buf) is not bytearray or not in_range(batch._pos, len(buf))
+                    or not in_range(batch._next_record_index, 2**31)
+                    or not in_range(batch._num_records, 2**31)):
+                for record in batch:  # state stock's batch would never have: stock's records
+                    yield record_to_consumer_record(
+                        self, tp, cr, record, key_deserializer, value_deserializer)
+                batch = records.next_batch()
+                continue
+            c.pos = batch._pos
+            idx = batch._next_record_index
+            count = batch._num_records
+            if idx < count:
+                topic = tp.topic
+                partition = tp.partition
+            while idx < count:
+                if type(buf) is not bytearray or not read_record(c, buf):
+                    # kafka-python's reader takes this record: it raises or reads it.
+                    batch._pos = c.pos
+                    batch._next_record_index = idx
+                    record = next(batch)
+                    buf = batch._buffer
+                    c.pos = batch._pos
+                    idx = batch._next_record_index
+                    yield record_to_consumer_record(
+                        self, tp, cr, record, key_deserializer, value_deserializer)
+                    continue
+                idx += 1
+                offset = offset_of(base_offset, c.offset_delta)
+                key = c.key
+                value = c.value
+                headers = c.headers
+                key_size = len(<bytes>key) if key is not None else -1
+                value_size = len(<bytes>value) if value is not None else -1
+                if not fast_deserialize:
+                    key = self._deserialize(key_deserializer, topic, headers, key)
+                    value = self._deserialize(value_deserializer, topic, headers, value)
+                if attrs is not None:
+                    add_to(attrs, "records_read", 1)
+                    add_to(attrs, "bytes_read", c.length)
+                    attrs["next_fetch_offset"] = offset + 1
+                else:
+                    self.records_read += 1
+                    self.bytes_read += c.length
+                    self.next_fetch_offset = offset + 1
+                if cr is ConsumerRecord:
+                    items[0] = <PyObject*>topic
+                    items[1] = <PyObject*>partition
+                    items[2] = <PyObject*>leader_epoch
+                    items[3] = <PyObject*>offset
+                    timestamp = record_timestamp(header, c)
+                    items[4] = <PyObject*>timestamp
+                    items[5] = <PyObject*>timestamp_type
+                    items[6] = <PyObject*>key
+                    items[7] = <PyObject*>value
+                    items[8] = <PyObject*>headers
+                    items[9] = <PyObject*>None
+                    key_size_o = key_size
+                    items[10] = <PyObject*>key_size_o
+                    value_size_o = value_size
+                    items[11] = <PyObject*>value_size_o
+                    header_size_o = c.header_size
+                    items[12] = <PyObject*>header_size_o
+                    yield tuple_of(<PyObject*>cr, items, 13)
+                else:
+                    yield cr(topic, partition, leader_epoch, offset, record_timestamp(header, c),
+                             timestamp_type, key, value, headers, None,
+                             key_size, value_size, c.header_size)
+            batch._pos = c.pos
+            batch._next_record_index = idx
+            next(batch, None)  # the end of the batch: raises on bytes left over, as stock
+            batch = records.next_batch()
+        else:
+            if last_batch and last_batch.magic == 2:
+                self.next_fetch_offset = last_batch.next_offset
+            self.drain()
+
+    except StopIteration:
+        log.exception('StopIteration raised unpacking messageset')
+        raise RuntimeError('StopIteration raised unpacking messageset')
+
+
+cdef object record_to_consumer_record(self, tp, cr, record, key_deserializer,
+                                      value_deserializer):
+    """The stock loop's body for one record object (legacy, mocked or unusual batches)."""
+    if self.check_crcs and not record.validate_crc():
+        raise fetcher_module.Errors.CorruptRecordError(
+                "Record for partition %s at offset %s failed crc check" % (
+                    self.topic_partition, record.offset))
+    key_size = len(record.key) if record.key is not None else -1
+    value_size = len(record.value) if record.value is not None else -1
+    key = self._deserialize(key_deserializer, tp.topic, record.headers, record.key)
+    value = self._deserialize(value_deserializer, tp.topic, record.headers, record.value)
+    headers = record.headers
+    header_size = sum(
+        len(h_key.encode("utf-8")) + (len(h_val) if h_val is not None else 0) for h_key, h_val in
+        headers) if headers else -1
+    self.records_read += 1
+    self.bytes_read += record.size_in_bytes
+    self.next_fetch_offset = record.offset + 1
+    return consumer_record(cr, (
+        tp.topic, tp.partition, self.leader_epoch, record.offset, record.timestamp,
+        record.timestamp_type, key, value, record.headers, record.checksum,
+        key_size, value_size, header_size))
+
+
+# ---- the default partitioner's hash ------------------------------------------------
+
+def murmur2(data):
+    """kafka.partitioner.default.murmur2 (Java's Utils.murmur2) for bytes and bytearray;
+    anything else goes to kafka-python's own function."""
+    cdef const unsigned char* p
+    cdef Py_ssize_t n, i, n4
+    cdef uint32_t m = 0x5bd1e995, h, k
+    if type(data) is bytes:
+        p = <const unsigned char*><bytes>data
+        n = len(<bytes>data)
+    elif type(data) is bytearray:
+        p = <const unsigned char*>PyByteArray_AS_STRING(data)
+        n = PyByteArray_GET_SIZE(data)
+    else:
+        return stock_murmur2(data)
+    h = <uint32_t>0x9747b28c ^ <uint32_t>n
+    n4 = n // 4
+    for i in range(n4):
+        k = (<uint32_t>p[4 * i] | (<uint32_t>p[4 * i + 1] << 8)
+             | (<uint32_t>p[4 * i + 2] << 16) | (<uint32_t>p[4 * i + 3] << 24))
+        k *= m
+        k ^= k >> 24
+        k *= m
+        h *= m
+        h ^= k
+    i = n & ~3
+    if n % 4 >= 3:
+        h ^= <uint32_t>p[i + 2] << 16
+    if n % 4 >= 2:
+        h ^= <uint32_t>p[i + 1] << 8
+    if n % 4 >= 1:
+        h ^= p[i]
+        h *= m
+    h ^= h >> 13
+    h *= m
+    h ^= h >> 15
+    return h
+
+
+# ---- the producer's v2 batch builder -----------------------------------------------
+
+cdef object DefaultRecordBatchBuilder = None
+cdef object DefaultRecordMetadata = None
+cdef object stock_builder_append = None
+cdef object stock_time = None  # the time.time stock's append bound as its default
+cdef object metadata_init = None  # DefaultRecordMetadata.__init__ as install() found it
+
+
+def bind_builder(**kw):
+    """Take kafka-python's builder classes (install() calls this)."""
+    global DefaultRecordBatchBuilder, DefaultRecordMetadata, stock_builder_append, stock_time
+    global metadata_init
+    DefaultRecordBatchBuilder = kw["DefaultRecordBatchBuilder"]
+    DefaultRecordMetadata = kw["DefaultRecordMetadata"]
+    metadata_init = genuine(DefaultRecordMetadata.__dict__["__init__"])
+    stock_builder_append = kw["stock_builder_append"]
+    stock_time = kw["stock_time"]
+
+
+cdef inline int zigzag_size(int64_t v) noexcept:
+    cdef uint64_t z = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    cdef int n = 1
+    while z >= 0x80:
+        z >>= 7
+        n += 1
+    return n
+
+
+cdef inline unsigned char* put_zigzag(unsigned char* o, int64_t v) noexcept:
+    cdef uint64_t z = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    while z >= 0x80:
+        o[0] = <unsigned char>(z | 0x80)
+        o += 1
+        z >>= 7
+    o[0] = <unsigned char>z
+    return o + 1
+
+
+cdef inline bint is_int64(object v, int64_t* out):
+    """v an exact int within int64 (the only ints the fast path takes)."""
+    if type(v) is not int:
+        return False
+    try:
+        out[0] = v
+    except OverflowError:
+        return False
+    return True
+
+
+cdef inline unsigned char* put_bytes(unsigned char* o, object b) noexcept:
+    cdef Py_ssize_t n
+    if b is None:
+        o[0] = 1  # varint -1
+        return o + 1
+    n = len(<bytes>b)
+    o = put_zigzag(o, n)
+    if n:
+        memcpy(o, <const char*><bytes>b, n)
+    return o + n
+
+
+cdef inline Py_ssize_t bytes_size(object b) noexcept:
+    if b is None:
+        return 1
+    return zigzag_size(len(<bytes>b)) + len(<bytes>b)
+
+
+cdef object NOARG = object()  # builder_append's stand-in for stock's cached defaults
+
+
+def builder_append(self, offset, timestamp, key, value, headers, encode_varint=NOARG,
+                   size_of_varint=NOARG, get_type=NOARG, type_int=NOARG, time_time=NOARG,
+                   byte_like=NOARG, bytearray_type=NOARG, len_func=NOARG, zero_len_varint=NOARG):
+    """DefaultRecordBatchBuilder.append: stock's record bytes and rules, compiled, for
+    int offsets and timestamps, bytes or None keys and values, and headers as (str, bytes
+    or None) pairs; anything else (and every error) is stock's own code. The keyword
+    arguments are stock's (its cached globals): given any, stock's code runs."""
+    cdef int64_t off, ts, first, ts_delta
+    cdef Py_ssize_t size, message_len, required, old, klen
+    cdef unsigned char* o
+    cdef const char* k
+    cdef tuple hs
+    if (encode_varint is not NOARG or size_of_varint is not NOARG or get_type is not NOARG
+            or type_int is not NOARG or time_time is not NOARG or byte_like is not NOARG
+            or bytearray_type is not NOARG or len_func is not NOARG or zero_len_varint is not NOARG):
+        kw = {name: v for name, v in (
+            ("encode_varint", encode_varint), ("size_of_varint", size_of_varint),
+            ("get_type", get_type), ("type_int", type_int), ("time_time", time_time),
+            ("byte_like", byte_like), ("bytearray_type", bytearray_type), ("len_func", len_func),
+            ("zero_len_varint", zero_len_varint)) if v is not NOARG}
+        return stock_builder_append(self, offset, timestamp, key, value, headers, **kw)
+    if (type(self) is not DefaultRecordBatchBuilder or not is_int64(offset, &off)
+            or not (key is None or type(key) is bytes) or not (value is None or type(value) is bytes)
+            or not (type(headers) is list or type(headers) is tuple)):
+        return stock_builder_append(self, offset, timestamp, key, value, headers)
+    buf = self._buffer
+    first_ts = self._first_timestamp
+    if (type(buf) is not bytearray or not (first_ts is None or type(first_ts) is int)
+            or type(self._batch_size) is not int):
+        return stock_builder_append(self, offset, timestamp, key, value, headers)
+    # Headers checked and measured first (a tuple of our own: what is written cannot
+    # change); anything odd and stock's code takes the record.
+    hs = tuple(headers)
+    size = 0
+    for h in hs:
+        if type(h) is not tuple or len(<tuple>h) != 2:
+            return stock_builder_append(self, offset, timestamp, key, value, headers)
+        h_key, h_value = <tuple>h
+        if type(h_key) is not str or not (h_value is None or type(h_value) is bytes):
+            return stock_builder_append(self, offset, timestamp, key, value, headers)
+        if PyUnicode_AsUTF8AndSize(h_key, &klen) == NULL:  # a lone surrogate
+            PyErr_Clear()
+            return stock_builder_append(self, offset, timestamp, key, value, headers)
+        size += zigzag_size(klen) + klen + bytes_size(h_value)
+    if timestamp is None:
+        timestamp = int(stock_time() * 1000)
+    if not is_int64(timestamp, &ts):
+        return stock_builder_append(self, offset, timestamp, key, value, headers)
+    if first_ts is None:
+        ts_delta = 0
+    else:
+        if (not is_int64(first_ts, &first) or type(self._max_timestamp) is not int
+                or __builtin_sub_overflow(ts, first, &ts_delta)):
+            return stock_builder_append(self, offset, timestamp, key, value, headers)
+    message_len = (1 + zigzag_size(ts_delta) + zigzag_size(off) + bytes_size(key)
+                   + bytes_size(value) + zigzag_size(len(hs)) + size)
+    required = message_len + zigzag_size(message_len)
+    # As stock: the first record's timestamps are set before the room check, which it
+    # always passes; later records that do not fit leave the builder as it was.
+    if first_ts is None:
+        self._first_timestamp = timestamp
+        self._max_timestamp = timestamp
+    elif required + len(<bytearray>buf) > self._batch_size:
+        return None
+    if self._max_timestamp < timestamp:
+        self._max_timestamp = timestamp
+    self._num_records += 1
+    self._last_offset = offset
+    old = len(<bytearray>buf)
+    PyByteArray_Resize(buf, old + required)
+    o = <unsigned char*>PyByteArray_AS_STRING(buf) + old
+    o = put_zigzag(o, message_len)
+    o[0] = 0  # attributes
+    o = put_zigzag(o + 1, ts_delta)
+    o = put_zigzag(o, off)
+    o = put_bytes(o, key)
+    o = put_bytes(o, value)
+    o = put_zigzag(o, len(hs))
+    for h in hs:
+        k = PyUnicode_AsUTF8AndSize((<tuple>h)[0], &klen)  # cached by the pass above
+        o = put_zigzag(o, klen)
+        memcpy(o, k, klen)
+        o = put_bytes(o + klen, (<tuple>h)[1])
+    return record_metadata(offset, required, timestamp)
+
+
+cdef object record_metadata(offset, size, timestamp):
+    """DefaultRecordMetadata(offset, size, timestamp); its __init__ only sets the three
+    slots, so while it is stock's they are set here without the call."""
+    if (type_attr(DefaultRecordMetadata, "__init__") != <PyObject*>metadata_init
+            or type_attr(DefaultRecordMetadata, "__new__") != NULL):
+        return DefaultRecordMetadata(offset, size, timestamp)
+    m = new_object(DefaultRecordMetadata)
+    m._offset = offset
+    m._size = size
+    m._timestamp = timestamp
+    return m
+
+
+def memory_builder_append(self, timestamp, key, value, headers=None):
+    """MemoryRecordsBuilder.append, compiled: the same steps."""
+    if headers is None:
+        headers = []
+    if self._closed:
+        return None
+
+    offset = self._next_offset
+    metadata = self._builder.append(offset, timestamp, key, value, headers)
+    if metadata is None:
+        return None
+
+    self._next_offset += 1
+    return metadata
+
+
+def builder_write_header(self, use_compression_type=True):
+    """DefaultRecordBatchBuilder.write_header with fastkwire's CRC32C."""
+    batch_len = len(self._buffer)
+    self.HEADER_STRUCT.pack_into(
+        self._buffer, 0,
+        0,
+        batch_len - self.AFTER_LEN_OFFSET,
+        0,
+        self._magic,
+        0,
+        self._get_attributes(use_compression_type),
+        self._last_offset,
+        self._first_timestamp or 0,
+        self._max_timestamp or 0,
+        self._producer_id,
+        self._producer_epoch,
+        self._base_sequence,
+        self._num_records
+    )
+    crc = crc32c(memoryview(self._buffer)[self.ATTRIBUTES_OFFSET:])
+    struct_pack_into(">I", self._buffer, self.CRC_OFFSET, crc)

@@ -1,0 +1,97 @@
+"""The seams: where in kafka-python each replacement goes.
+
+A class is patched at its own attributes, so every module that bound the class at import
+(`from kafka.record import MemoryRecords` in the fetcher, the producer's imports, a
+user's) sees the change. A function is patched at every module that bound its name.
+"""
+import importlib
+import inspect
+from typing import Any, NamedTuple
+
+# Tested against these releases (their record, fetcher and partitioner code is the same).
+SUPPORTED = ("3.0.11", "3.0.12")
+
+# (module, owner in it ("" for the module itself), attribute, replacement in _kafka_python)
+SEAMS = (
+    ("kafka.record.default_records", "DefaultRecordBatch", "__next__", "batch_next"),
+    ("kafka.record.default_records", "DefaultRecordBatch", "next", "batch_next"),
+    ("kafka.record.default_records", "DefaultRecordBatch", "validate_crc", "batch_validate_crc"),
+    ("kafka.consumer.fetcher", "Fetcher.PartitionRecords", "_unpack_records", "unpack_records"),
+    ("kafka.record.default_records", "DefaultRecordBatchBuilder", "append", "builder_append"),
+    ("kafka.record.default_records", "DefaultRecordBatchBuilder", "write_header", "builder_write_header"),
+    ("kafka.record.memory_records", "MemoryRecordsBuilder", "append", "memory_builder_append"),
+    ("kafka.partitioner.default", "", "murmur2", "murmur2"),
+    ("kafka.partitioner", "", "murmur2", "murmur2"),
+)
+
+
+class Patch(NamedTuple):
+    """One binding site: install() sets owner.attribute = replacement, uninstall() puts
+    original back."""
+    owner: Any
+    attribute: str
+    original: Any
+    replacement: Any
+
+
+class Table(NamedTuple):
+    patches: tuple
+    bindings: dict  # kafka-python's objects the compiled helper needs (its bind())
+    builder: dict  # and those its builder needs (bind_builder())
+
+
+def _owner(module, path):
+    obj = importlib.import_module(module)
+    for name in filter(None, path.split(".")):
+        obj = getattr(obj, name)
+    return obj
+
+
+def build_patches():
+    """Every seam found, or LookupError naming the first one that is not there."""
+    from fastkwire import _kafka_python, _records
+
+    patches = []
+    for module, path, attribute, replacement in SEAMS:
+        where = f"{module}:{path + '.' if path else ''}{attribute}"
+        try:
+            owner = _owner(module, path)
+        except (ImportError, AttributeError):
+            raise LookupError(f"seam {where} not found") from None
+        # Its own attribute, not an inherited one: setattr and restore must be exact.
+        if attribute not in vars(owner):
+            raise LookupError(f"seam {where} not found")
+        patches.append(Patch(owner, attribute, vars(owner)[attribute],
+                             getattr(_kafka_python, replacement)))
+
+    from kafka import errors
+    from kafka.consumer import fetcher
+    from kafka.partitioner import default
+    from kafka.record import default_records as dr
+
+    first = {(p.owner, p.attribute): p.original for p in patches}
+    if first[(dr.DefaultRecordBatch, "__next__")] is not first[(dr.DefaultRecordBatch, "next")]:
+        raise LookupError("DefaultRecordBatch.next is not its __next__")
+    bindings = dict(
+        DefaultRecordBatch=dr.DefaultRecordBatch,
+        DefaultRecord=dr.DefaultRecord,
+        ControlRecord=dr.ControlRecord,
+        CorruptRecordError=errors.CorruptRecordError,
+        stock_batch_next=first[(dr.DefaultRecordBatch, "__next__")],
+        stock_murmur2=first[(default, "murmur2")],
+        crc32c=_records.crc32c,
+        PartitionRecords=fetcher.Fetcher.PartitionRecords,
+        fetcher_module=fetcher,
+    )
+    stock_append = first[(dr.DefaultRecordBatchBuilder, "append")]
+    try:
+        stock_time = inspect.signature(stock_append).parameters["time_time"].default
+    except (KeyError, ValueError, TypeError):
+        raise LookupError("DefaultRecordBatchBuilder.append has no time_time default") from None
+    builder = dict(
+        DefaultRecordBatchBuilder=dr.DefaultRecordBatchBuilder,
+        DefaultRecordMetadata=dr.DefaultRecordMetadata,
+        stock_builder_append=stock_append,
+        stock_time=stock_time,
+    )
+    return Table(tuple(patches), bindings, builder)

@@ -1,0 +1,631 @@
+"""fastkwire.kafka_python: kafka-python 3 with and without the accelerator gives the same
+objects, values, counters and exceptions; install() patches all or nothing and
+uninstall() restores every attribute it replaced (by identity).
+
+Batches come from kafka-python's own builder and from fastkwire's writer, plus control
+batches, transactions, LOG_APPEND_TIME, legacy magic 0/1 and seeded hostile mutations.
+kafka-python's full suite runs with the plugin in tools/kafka_python_suite.sh.
+"""
+import collections
+import importlib
+import os
+import random
+import struct
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+
+kafka = pytest.importorskip("kafka")
+if not hasattr(kafka, "__version__") or not kafka.__version__.startswith("3."):
+    pytest.skip("needs kafka-python 3", allow_module_level=True)
+
+import kafka.codec as kcodec  # noqa: E402
+from kafka.consumer.fetcher import ConsumerRecord, Fetcher  # noqa: E402
+from kafka.partitioner import default as kpartitioner  # noqa: E402
+from kafka.record import default_records as kdr  # noqa: E402
+from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder  # noqa: E402
+from kafka.structs import TopicPartition  # noqa: E402
+
+import fastkwire  # noqa: E402
+import fastkwire.kafka_python as fkp  # noqa: E402
+from fastkwire import records as frecords  # noqa: E402
+
+PURE = os.environ.get("FASTKWIRE_PURE", "") not in ("", "0") or fastkwire.implementation != "cython"
+SUPPORTED_HERE = kafka.__version__ in fkp.SUPPORTED
+needs_accel = pytest.mark.skipif(PURE or not SUPPORTED_HERE,
+                                 reason="the accelerator declines here (pure fastkwire or untested kafka-python)")
+
+TP = TopicPartition("topic", 3)
+CODECS = [0, 1] + [c for c, has in ((2, kcodec.has_snappy), (3, kcodec.has_lz4), (4, kcodec.has_zstd)) if has()]
+
+
+@pytest.fixture
+def accel():
+    """Runs `fn` stock and accelerated: accel(fn) -> (stock result, accelerated result)."""
+    assert not fkp.installed()
+
+    def both(fn):
+        stock = outcome(fn)
+        fkp.install()
+        try:
+            fast = outcome(fn)
+        finally:
+            fkp.uninstall()
+        return stock, fast
+    yield both
+    fkp.uninstall()
+
+
+def outcome(fn):
+    """fn()'s value, or its exception as (type, args) with what it gave before raising."""
+    got = []
+    try:
+        fn(got)
+    except Exception as exc:  # noqa: BLE001 - the type is what is compared
+        return got, (type(exc), exc.args)
+    return got, None
+
+
+# ---- batches -------------------------------------------------------------------------
+
+def kp_batch(records, magic=2, compression=0, offset=0, transactional=False, producer_id=-1):
+    b = MemoryRecordsBuilder(magic, compression, 1 << 30, offset=offset, transactional=transactional,
+                             producer_id=producer_id, producer_epoch=0 if producer_id != -1 else -1,
+                             base_sequence=0 if producer_id != -1 else -1)
+    for ts, key, value, headers in records:
+        assert b.append(ts, key, value, headers if magic == 2 else None) is not None
+    b.close()
+    return bytes(b.buffer())
+
+
+def with_attributes(data, set_bits, base_offset=None, epoch=None):
+    """A v2 batch with attribute bits set (control, LOG_APPEND_TIME), its CRC redone."""
+    buf = bytearray(data)
+    attrs = struct.unpack_from(">h", buf, 21)[0] | set_bits
+    struct.pack_into(">h", buf, 21, attrs)
+    if base_offset is not None:
+        struct.pack_into(">q", buf, 0, base_offset)
+    if epoch is not None:
+        struct.pack_into(">i", buf, 12, epoch)
+    struct.pack_into(">I", buf, 17, frecords.crc32c(bytes(buf[21:])))
+    return bytes(buf)
+
+
+def sample_records(rng, n):
+    out = []
+    for i in range(n):
+        key = None if i % 5 == 0 else rng.randbytes(rng.randrange(0, 20))
+        value = None if i % 7 == 3 else rng.randbytes(rng.randrange(0, 300))
+        headers = [(rng.choice(["h", "ключ", "", "x" * 20]), None if j % 3 == 2 else rng.randbytes(j))
+                   for j in range(i % 4)]
+        out.append((1_700_000_000_000 + rng.randrange(-5, 10_000), key, value, headers))
+    return out
+
+
+def control_batch(offset, kind, producer_id=7):
+    data = kp_batch([(1, struct.pack(">hh", 0, kind), b"\x00\x00\x00\x00\x00\x00", [])],
+                    offset=offset, transactional=True, producer_id=producer_id)
+    return with_attributes(data, 0x20, base_offset=offset)
+
+
+def batch_sets():
+    rng = random.Random(20)
+    sets = {}
+    for codec in CODECS:
+        sets[f"kafka-python codec {codec}"] = kp_batch(sample_records(rng, 60), compression=codec)
+    sets["several batches"] = b"".join(
+        with_attributes(kp_batch(sample_records(rng, 9)), 0, base_offset=o, epoch=o // 9) for o in (0, 9, 18))
+    sets["log append time"] = with_attributes(kp_batch(sample_records(rng, 12)), 0x08, base_offset=50)
+    sets["empty values and keys"] = kp_batch([(5, b"", b"", []), (6, None, None, [("k", b"")])])
+    sets["transactional, aborted and committed"] = b"".join([
+        with_attributes(kp_batch(sample_records(rng, 4), transactional=True, producer_id=7), 0, base_offset=0),
+        control_batch(4, 0),
+        with_attributes(kp_batch(sample_records(rng, 4), transactional=True, producer_id=8), 0, base_offset=5),
+        control_batch(9, 1, producer_id=8),
+    ])
+    for compression in ("none", "gzip"):
+        recs = [frecords.Record(i, 1_600_000_000_000 + i * 3, rng.randbytes(8), rng.randbytes(40),
+                                [("a", b"1"), ("b", None)]) for i in range(40)]
+        sets[f"fastkwire writer {compression}"] = frecords.write_batch(
+            recs, base_offset=1000, compression=compression, partition_leader_epoch=4)
+    for magic in (0, 1):
+        for codec in (0, 1):
+            sets[f"legacy magic {magic} codec {codec}"] = kp_batch(
+                [(1_700_000_000_000 + i, b"k%d" % i, b"v" * i, []) for i in range(6)], magic=magic,
+                compression=codec)
+    return sets
+
+
+BATCHES = batch_sets()
+
+
+def record_view(record):
+    view = [type(record), record.offset, record.timestamp, record.timestamp_type, record.key,
+            record.value, record.headers, record.checksum, record.size_in_bytes, record.validate_crc(),
+            repr(record)]
+    if isinstance(record, kdr.ControlRecord):
+        view += [record.version, record.type, record.abort, record.commit]
+    return view
+
+
+def read_memory_records(data):
+    def fn(got):
+        records = MemoryRecords(data)
+        while records.has_next():
+            batch = records.next_batch()
+            got.append((type(batch), batch.base_offset, batch.magic, batch.validate_crc(),
+                        str(batch) if isinstance(batch, kdr.DefaultRecordBatch) else None))
+            for record in batch:
+                got.append(record_view(record))
+        got.append(records.valid_bytes())
+    return fn
+
+
+def take_all(data, **kw):
+    fetch_offset = kw.pop("fetch_offset", 0)
+    chunk = kw.pop("chunk", None)
+
+    def fn(got):
+        pr = Fetcher.PartitionRecords(fetch_offset, TP, MemoryRecords(data), **kw)
+        try:
+            while pr:
+                got.append(pr.take(chunk))
+                if not got[-1]:
+                    break
+        finally:
+            got.append((pr.records_read, pr.bytes_read, pr.next_fetch_offset, pr.leader_epoch,
+                        sorted(pr.aborted_producer_ids), bool(pr)))
+    return fn
+
+
+# ---- the record layer ----------------------------------------------------------------
+
+@needs_accel
+@pytest.mark.parametrize("name", sorted(BATCHES))
+def test_memory_records_read_the_same(accel, name):
+    stock, fast = accel(read_memory_records(BATCHES[name]))
+    assert stock[1] is None and stock == fast
+
+
+@needs_accel
+def test_batch_reads_give_kafka_pythons_classes(accel):
+    data = BATCHES["transactional, aborted and committed"]
+    stock, fast = accel(read_memory_records(data))
+    kinds = {row[0] for row in fast[0] if isinstance(row, list)}
+    assert kinds == {kdr.DefaultRecord, kdr.ControlRecord}
+    assert stock == fast
+
+
+@needs_accel
+def test_crc_failure_is_reported_the_same(accel):
+    data = bytearray(BATCHES["kafka-python codec 0"])
+    data[-1] ^= 1
+    stock, fast = accel(read_memory_records(bytes(data)))
+    assert stock == fast
+    assert stock[0][0][3] is False  # validate_crc said so
+
+
+# ---- the fetcher ---------------------------------------------------------------------
+
+class Upper:
+    """A user deserializer: runs as stock, once per record, in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def deserialize(self, topic, headers, data):
+        self.calls.append((topic, len(headers), data))
+        return None if data is None else data.upper()
+
+
+@needs_accel
+@pytest.mark.parametrize("name", sorted(BATCHES))
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_fetcher_consumer_records_equal(accel, name, chunk):
+    stock, fast = accel(take_all(BATCHES[name], chunk=chunk))
+    assert stock[1] is None and stock == fast
+    assert all(type(r) is ConsumerRecord for part in fast[0][:-1] for r in part)
+
+
+@needs_accel
+def test_fetcher_reads_stock_batches_on_its_fast_loop(accel):
+    from fastkwire import _kafka_python
+    before = _kafka_python.fast_batches()
+    stock, fast = accel(take_all(BATCHES["several batches"]))
+    assert stock == fast and _kafka_python.fast_batches() == before + 3
+    before = _kafka_python.fast_batches()
+    accel(take_all(BATCHES["legacy magic 1 codec 1"]))  # legacy: kafka-python's records
+    assert _kafka_python.fast_batches() == before
+
+
+@needs_accel
+def test_fetcher_deserializers_run_as_stock(accel):
+    kd, vd = Upper(), Upper()
+    stock, fast = accel(take_all(BATCHES["kafka-python codec 0"], key_deserializer=kd,
+                                 value_deserializer=vd, chunk=10))
+    assert stock == fast
+    assert len(kd.calls) == 2 * 60 and kd.calls[:60] == kd.calls[60:]
+
+
+@needs_accel
+def test_fetcher_deserializer_error_mid_batch(accel):
+    class Fails:
+        n = 0
+
+        def deserialize(self, topic, headers, data):
+            self.n += 1
+            if self.n % 5 == 0:
+                raise ValueError("bad value")
+            return data
+    stock, fast = accel(take_all(BATCHES["kafka-python codec 0"], value_deserializer=Fails()))
+    # take() returns the four before it and raises on the next call
+    assert [len(part) for part in stock[0][:-1]] == [4] and stock[1] == (ValueError, ("bad value",))
+    assert stock == fast
+
+
+@needs_accel
+@pytest.mark.parametrize("isolation", [0, 1])
+def test_fetcher_transactions(accel, isolation):
+    from kafka.protocol.consumer import IsolationLevel
+    aborted = collections.namedtuple("AbortedTransaction", "producer_id first_offset")
+    txns = [aborted(producer_id=7, first_offset=0)]
+    stock, fast = accel(take_all(BATCHES["transactional, aborted and committed"],
+                                 isolation_level=IsolationLevel(isolation), aborted_transactions=txns))
+    assert stock[1] is None and stock == fast
+    offsets = [r.offset for part in fast[0][:-1] for r in part]
+    assert offsets == ([5, 6, 7, 8] if isolation else [0, 1, 2, 3, 5, 6, 7, 8])
+
+
+@needs_accel
+@pytest.mark.parametrize("fetch_offset", [0, 13, 59, 60])
+def test_fetcher_skips_below_fetch_offset(accel, fetch_offset):
+    stock, fast = accel(take_all(BATCHES["kafka-python codec 1"], fetch_offset=fetch_offset))
+    assert stock == fast
+
+
+@needs_accel
+def test_fetcher_crc_checked_as_stock(accel, monkeypatch):
+    data = bytearray(BATCHES["several batches"])
+    data[-3] ^= 0x40
+    stock, fast = accel(take_all(bytes(data), check_crcs=True))
+    assert stock == fast and stock[1][0].__name__ == "CorruptRecordError"
+    # A mocked record check is still asked (kafka-python's own suite does this).
+    answers = iter([True, True, False] * 2)
+    monkeypatch.setattr(kdr.DefaultRecord, "validate_crc", lambda self: next(answers))
+    stock, fast = accel(take_all(BATCHES["empty values and keys"] * 2, check_crcs=True))
+    assert stock == fast and stock[1][0].__name__ == "CorruptRecordError"
+
+
+# ---- hostile bytes -------------------------------------------------------------------
+
+def mutations(data, rng, n):
+    for _ in range(n):
+        buf = bytearray(data)
+        kind = rng.randrange(3)
+        if kind == 0:
+            for _ in range(rng.randrange(1, 4)):
+                buf[rng.randrange(61, len(buf))] = rng.randrange(256)
+        elif kind == 1:
+            del buf[rng.randrange(61, len(buf)):]
+        else:
+            at = rng.randrange(61, len(buf))
+            buf[at:at] = rng.randbytes(rng.randrange(1, 12))
+        yield bytes(buf)
+
+
+@needs_accel
+@pytest.mark.parametrize("name", ["kafka-python codec 0", "several batches", "legacy magic 1 codec 0",
+                                  "transactional, aborted and committed", "fastkwire writer none"])
+def test_hostile_bytes_same_outcome(accel, name):
+    rng = random.Random(name)
+    for data in mutations(BATCHES[name], rng, 150):
+        for fn in (read_memory_records(data), take_all(data, check_crcs=False, chunk=5)):
+            stock, fast = accel(fn)
+            assert stock == fast, data.hex()
+
+
+@needs_accel
+def test_hostile_varints_and_lengths(accel):
+    """Hand-made records at kafka-python's edges: negative lengths other than -1, varints
+    past 64 bits, bad UTF-8, a header count too big for the bytes, sizes that do not add up."""
+    def batch(body, count=1):
+        header = struct.pack(">qiibIhiqqqhii", 0, 49 + len(body), 0, 2, 0, 0, count - 1, 10, 10, -1, -1, -1, count)
+        return with_attributes(header + body, 0)
+    varint_big = b"\xff" * 9 + b"\x7f"
+    bodies = [
+        b"\x0c\x00\x00\x00\x05\x02a\x00",           # key length -3: None in kafka-python
+        b"\x14\x00" + varint_big + b"\x00\x01\x01\x00",  # timestamp delta past 64 bits
+        b"\x0a\x00\x00\x00\x01\x01\x02\x02\xff\x00",     # header key not UTF-8
+        b"\x08\x00\x00\x00\x01\x01\x7e",                 # 63 headers in no bytes
+        b"\x06\x00\x00\x00\x01\x01\x00",                 # length one too small
+        b"\x0a\x00\x00\x00\x01\x01\x00",                 # length too large
+        b"\x08\x00\x00\x00\x01\x03\x01",                 # header count -2
+        b"\x08\x00\x00\x00\x7f\x01\x00",                 # key longer than the record
+        b"\x0a\x00\x00\x00\x01\x01\x02\x03\x00\x01",     # header key length -2
+        b"\x00",                                        # nothing after the length
+        b"",
+    ]
+    for body in bodies:
+        for count in (1, 2):
+            data = batch(body, count)
+            for fn in (read_memory_records(data), take_all(data, check_crcs=False)):
+                stock, fast = accel(fn)
+                assert stock == fast, body.hex()
+
+
+# ---- install and uninstall -----------------------------------------------------------
+
+def snapshot():
+    """Identity of every attribute of every kafka-python module and class the table touches."""
+    names = ["kafka.record.default_records", "kafka.record.legacy_records", "kafka.record.memory_records",
+             "kafka.record", "kafka.consumer.fetcher", "kafka.partitioner", "kafka.partitioner.default",
+             "kafka.producer.record_accumulator", "kafka.producer.kafka"]
+    out = {}
+    for name in names:
+        module = importlib.import_module(name)
+        for attr, value in list(vars(module).items()):
+            out[(name, attr)] = value
+            if isinstance(value, type):
+                for cls in (value, *[v for v in vars(value).values() if isinstance(v, type)]):
+                    for cattr, cvalue in list(vars(cls).items()):
+                        out[(name, cls.__qualname__, cattr)] = cvalue
+    return out
+
+
+def same(a, b):
+    return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+
+
+@needs_accel
+def test_install_patches_every_seam_and_uninstall_restores_identity():
+    before = snapshot()
+    table = fkp.patches()
+    assert {(getattr(p.owner, "__qualname__", getattr(p.owner, "__name__", None)), p.attribute) for p in table} >= {
+        ("DefaultRecordBatch", "__next__"), ("Fetcher.PartitionRecords", "_unpack_records"),
+        ("kafka.partitioner.default", "murmur2"), ("kafka.partitioner", "murmur2")}
+    assert fkp.install() is True and fkp.installed()
+    try:
+        for p in table:
+            assert vars(p.owner)[p.attribute] is p.replacement
+            assert p.original is before[next(k for k in before if before[k] is p.original)]
+        assert kpartitioner.murmur2 is not before[("kafka.partitioner.default", "murmur2")]
+        assert fkp.install() is True  # a second install is a no-op
+    finally:
+        fkp.uninstall()
+    assert not fkp.installed()
+    assert same(before, snapshot())
+    fkp.uninstall()  # and so is a second uninstall
+    assert same(before, snapshot())
+
+
+def test_install_declines_on_an_unknown_version(monkeypatch):
+    before = snapshot()
+    monkeypatch.setattr(kafka, "__version__", "3.0.99")
+    with pytest.raises(fkp.UnsupportedKafkaPython, match=r"kafka-python 3\.0\.99") if not PURE else \
+            pytest.raises(fkp.UnsupportedKafkaPython):
+        fkp.install()
+    with pytest.warns(RuntimeWarning, match="not installed"):
+        assert fkp.install(strict=False) is False
+    assert not fkp.installed() and same(before, snapshot())
+
+
+def test_install_declines_under_fastkwire_pure(monkeypatch):
+    before = snapshot()
+    monkeypatch.setenv("FASTKWIRE_PURE", "1")
+    with pytest.raises(fkp.UnsupportedKafkaPython, match="FASTKWIRE_PURE"):
+        fkp.install()
+    assert not fkp.installed() and same(before, snapshot())
+
+
+@needs_accel
+def test_install_declines_when_a_seam_is_missing(monkeypatch):
+    before = snapshot()
+    monkeypatch.delattr(Fetcher.PartitionRecords, "_unpack_records")
+    with pytest.raises(fkp.UnsupportedKafkaPython, match="_unpack_records"):
+        fkp.install()
+    monkeypatch.undo()
+    assert not fkp.installed() and same(before, snapshot())
+
+
+@needs_accel
+def test_pytest_plugin_installs_for_the_run(tmp_path):
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent("""
+        import fastkwire.kafka_python as fkp
+        from kafka.record.default_records import DefaultRecordBatch
+        def test_it():
+            assert fkp.installed()
+            assert DefaultRecordBatch.__next__.__module__ == "fastkwire._kafka_python"
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                          "fastkwire.kafka_python", str(tmp_path)], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+
+
+# ---- murmur2 -------------------------------------------------------------------------
+
+@needs_accel
+def test_murmur2_matches_kafka_python():
+    stock = kpartitioner.murmur2
+    rng = random.Random(2)
+    inputs = [b"", b"\x00", b"\xff" * 3, b"21", b"foobar", b"a-little-bit-long-string"]
+    inputs += [rng.randbytes(n) for n in range(0, 70)] + [rng.randbytes(1000)]
+    fkp.install()
+    try:
+        fast = kpartitioner.murmur2
+        assert fast is not stock
+        for data in inputs:
+            assert fast(data) == stock(data) and fast(bytearray(data)) == stock(data)
+        assert fast(memoryview(b"abcde")) == stock(memoryview(b"abcde"))  # taken by stock's code
+        with pytest.raises(TypeError):
+            fast(None)
+    finally:
+        fkp.uninstall()
+
+
+# ---- the producer's builder ----------------------------------------------------------
+
+def build_batch(plan, magic=2, compression=0, batch_size=1 << 20, **kw):
+    """(metadata reprs and Nones, sizes, final bytes) of MemoryRecordsBuilder over plan."""
+    def fn(got):
+        b = MemoryRecordsBuilder(magic, compression, batch_size, **kw)
+        for ts, key, value, headers in plan:
+            meta = b.append(ts, key, value, headers)
+            got.append((repr(meta), b.size_in_bytes(), b.is_full(), b.next_offset()))
+        b.close()
+        got.append((bytes(b.buffer()), b.compression_rate(), b.producer_id, b.base_sequence))
+    return fn
+
+
+class FakeClock:
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.now = 1_700_000_000.0
+
+    def __call__(self):
+        self.now += 0.0015
+        return self.now
+
+
+@pytest.fixture
+def frozen_append_clock(monkeypatch):
+    """kafka-python's append reads its clock from a default argument: both runs get ours."""
+    append = kdr.DefaultRecordBatchBuilder.append
+    defaults = list(append.__defaults__)
+    names = append.__code__.co_varnames[append.__code__.co_argcount - len(defaults):append.__code__.co_argcount]
+    clock = FakeClock()
+    defaults[names.index("time_time")] = clock
+    monkeypatch.setattr(append, "__defaults__", tuple(defaults))
+    return clock
+
+
+@needs_accel
+@pytest.mark.parametrize("codec", CODECS)
+def test_builder_same_bytes(accel, codec, frozen_append_clock):
+    rng = random.Random(codec)
+    plan = sample_records(rng, 80) + [(None, b"k", b"v", [("h", b"1")])] * 3 + [(2**40, None, b"", [])]
+    run = build_batch(plan, compression=codec)
+    stock, fast = accel(lambda got: (frozen_append_clock.reset(), run(got)))
+    assert stock[1] is None and stock == fast
+
+
+@needs_accel
+def test_builder_full_batches_and_compression_rule(accel, frozen_append_clock):
+    rng = random.Random(3)
+    plan = sample_records(rng, 200)
+    for size in (0, 100, 1000, 5000):
+        stock, fast = accel(build_batch(plan, batch_size=size))
+        assert stock == fast
+        assert any("None" == row[0] for row in stock[0][:-1]) or size == 0
+    # Incompressible values go out uncompressed, compressible ones compressed: as stock.
+    for value in (lambda: rng.randbytes(200), lambda: b"a" * 200):
+        plan = [(i, None, value(), []) for i in range(50)]
+        stock, fast = accel(build_batch(plan, compression=1))
+        assert stock == fast
+
+
+@needs_accel
+def test_builder_transactional_state(accel):
+    plan = [(i, b"k", b"v", []) for i in range(5)]
+    stock, fast = accel(build_batch(plan, transactional=True, producer_id=99, producer_epoch=2,
+                                    base_sequence=7))
+    assert stock == fast
+
+
+@needs_accel
+def test_builder_odd_inputs_as_stock(accel):
+    """Inputs the compiled append leaves to kafka-python's: the same bytes or errors."""
+    cases = [
+        [(1, bytearray(b"k"), memoryview(b"v"), [])],
+        [(1, b"k", b"v", [("h", bytearray(b"x"))])],
+        [(1, b"k", b"v", (("h", b"x"), ("i", None)))],
+        [(1, "str key", b"v", [])],
+        [(1, b"k", 12, [])],
+        [(True, b"k", b"v", [])],
+        [(1.5, b"k", b"v", [])],
+        [(1, b"k", b"v", [(b"bytes key", b"x")])],
+        [(1, b"k", b"v", [("\udc80", b"x")])],
+        [(1, b"k", b"v", [("h", b"x", b"extra")])],
+        [(2**63 - 1, b"k", b"v", []), (-2**63, b"k", b"v", [])],  # timestamp delta past int64
+        [(2**70, b"k", b"v", [])],
+    ]
+    for plan in cases:
+        stock, fast = accel(build_batch(plan))
+        assert stock == fast, plan
+
+
+@needs_accel
+def test_builder_offsets_past_int64_as_stock(accel):
+    def fn(got):
+        b = kdr.DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+        for offset in (0, 1, 2**40, 2**63 - 1, -5):
+            got.append(repr(b.append(offset, 10, b"k", None, [])))
+        got.append(bytes(b.build()))
+    stock, fast = accel(fn)
+    assert stock == fast
+
+
+@needs_accel
+def test_batches_from_either_builder_read_the_same_through_either_reader(frozen_append_clock):
+    rng = random.Random(9)
+    plan = sample_records(rng, 120)
+    built = []
+    for accelerated in (False, True):
+        if accelerated:
+            fkp.install()
+        try:
+            frozen_append_clock.reset()
+            built.append(outcome(build_batch(plan))[0][-1][0])
+        finally:
+            fkp.uninstall()
+    assert built[0] == built[1]
+    reads = []
+    for data in built:
+        for accelerated in (False, True):
+            if accelerated:
+                fkp.install()
+            try:
+                reads.append((outcome(read_memory_records(data)), outcome(take_all(data))))
+            finally:
+                fkp.uninstall()
+    assert all(r == reads[0] for r in reads) and reads[0][0][1] is None
+
+
+@needs_accel
+@pytest.mark.parametrize("attr, value", [
+    ("_header_data", (0,)), ("_header_data", [0] * 13), ("_buffer", b"\x00" * 80), ("_buffer", bytearray()),
+    ("_pos", -5), ("_pos", 10**30), ("_pos", 1.5), ("_next_record_index", -1), ("_next_record_index", 10**30),
+    ("_num_records", 10**6), ("_num_records", -2**70)])
+def test_hostile_batch_state_same_outcome(accel, attr, value):
+    """A batch whose private state someone replaced: stock's outcome, and no crash."""
+    data = BATCHES["kafka-python codec 0"]
+
+    def read(got):
+        batch = MemoryRecords(data).next_batch()
+        setattr(batch, attr, value)
+        for record in batch:
+            got.append(record_view(record))
+
+    class OneBatch:
+        def __init__(self):
+            self.batch = MemoryRecords(data).next_batch()
+            setattr(self.batch, attr, value)
+
+        def next_batch(self):
+            batch, self.batch = self.batch, None
+            return batch
+
+    def fetch(got):
+        pr = Fetcher.PartitionRecords(0, TP, OneBatch(), check_crcs=False)
+        got.append(pr.take())
+    for fn in (read, fetch):
+        stock, fast = accel(fn)
+        assert stock == fast
