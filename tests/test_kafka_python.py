@@ -14,7 +14,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import pytest
 

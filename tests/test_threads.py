@@ -130,14 +130,14 @@ def test_message_changed_during_encode_is_an_encode_error(impl, change):
 
 # ---------------------------------------------------------------- free-threading
 
-EXTENSIONS = ["fastkwire._core", "fastkwire._engine", "fastkwire._records"]
+EXTENSIONS = ["fastkwire._core", "fastkwire._engine", "fastkwire._records", "fastkwire._kafka_python"]
 
 
 def test_no_extension_claims_to_run_without_the_gil():
     """Not one module declares free-threading compatibility (docs/robustness.md says
     which paths would need critical sections first): Cython would turn the directive into
     the Py_mod_gil slot, and a free-threaded Python would then run them without the GIL."""
-    for name in ("_core.pyx", "_engine.pyx", "_records.pyx"):
+    for name in sorted(p.name for p in SRC.glob("*.pyx")):
         directives = [line for line in (SRC / name).read_text().splitlines()[:5]
                       if line.startswith("# cython:")]
         assert not any("freethreading_compatible=True" in d for d in directives), name
