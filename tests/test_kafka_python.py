@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -438,7 +439,10 @@ def test_pytest_plugin_installs_for_the_run(tmp_path):
             assert fkp.installed()
             assert DefaultRecordBatch.__next__.__module__ == "fastkwire._kafka_python"
     """))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+    # The fastkwire this run imported comes first: a source tree on sys.path (without the
+    # compiled core, in a non-editable install) must not shadow it in the child.
+    here = str(Path(fastkwire.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + [p for p in sys.path if p]),
                PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
                           "fastkwire.kafka_python", str(tmp_path)], capture_output=True, text=True,
