@@ -34,24 +34,6 @@ static PyObject *fkp_tuple_of(PyObject *type, PyObject *const *items, Py_ssize_t
     o = PyTuple_Type.tp_new(tp, args, NULL);
     Py_DECREF(args);
     return o;
-
-/* type.__dict__[name] without the mappingproxy (borrowed; NULL when absent). */
-static PyObject *fkp_type_attr(PyObject *type, PyObject *name) {
-    PyObject *d = ((PyTypeObject *)type)->tp_dict;
-    return d ? PyDict_GetItemWithError(d, name) : NULL;
-}
-
-/* type.__new__(type), as object.__new__ makes it for a class without a __new__ of its own. */
-static PyObject *fkp_new(PyObject *type) {
-    PyTypeObject *tp = (PyTypeObject *)type;
-    PyObject *args = PyTuple_New(0), *o;
-    if (args == NULL)
-        return NULL;
-    o = tp->tp_new(tp, args, NULL);
-    Py_DECREF(args);
-    return o;
-}
-
 #endif
 }
 
