@@ -362,7 +362,8 @@ def snapshot():
     """Identity of every attribute of every kafka-python module and class the table touches."""
     names = ["kafka.record.default_records", "kafka.record.legacy_records", "kafka.record.memory_records",
              "kafka.record", "kafka.consumer.fetcher", "kafka.partitioner", "kafka.partitioner.default",
-             "kafka.producer.record_accumulator", "kafka.producer.kafka"]
+             "kafka.producer.record_accumulator", "kafka.producer.kafka",
+             "kafka.protocol.schemas.fields.struct", "kafka.protocol.api_message"]
     out = {}
     for name in names:
         module = importlib.import_module(name)

@@ -83,6 +83,7 @@ cdef struct Field:
     PyObject* default
     PyObject* cls          # the struct class of K_STRUCT / K_STRUCTS
     PyObject* sub          # the Plan of that struct
+    int conv               # target plans: how the target class holds the value (C_ below)
 
 
 cdef class Plan:
@@ -99,6 +100,11 @@ cdef class Plan:
     cdef Py_ssize_t min_size
     cdef Py_ssize_t size_hint   # the last encoded size: the next buffer's first guess
     cdef list keep
+    # Target plans only (_engine_target.pxi): objects of a class the engine did not make.
+    cdef bint target
+    cdef bint single            # one untagged field: array items may be bare values
+    cdef Py_ssize_t version_offset, tags_offset
+    cdef object version_obj
 
     def __dealloc__(self):
         PyMem_Free(self.plain)
@@ -706,3 +712,7 @@ cdef class MessageMixin:
     @classmethod
     def is_flexible(cls, version):
         return cls.FLEXIBLE_MIN is not None and version >= cls.FLEXIBLE_MIN
+
+
+include "_engine_target.pxi"
+

@@ -15,6 +15,7 @@ The module is also a pytest plugin: `python -m pytest -p fastkwire.kafka_python`
 suite with the accelerator installed.
 """
 import os
+import sys
 import warnings
 
 from ._seams import SUPPORTED, Patch, build_patches
@@ -75,8 +76,11 @@ def install(strict=True):
                       stacklevel=2)
         return False
     from fastkwire import _kafka_python
+
+    from . import _protocol
     _kafka_python.bind(**table.bindings)
     _kafka_python.bind_builder(**table.builder)
+    _protocol.bind(**table.protocol)
     for patch in table.patches:  # plain setattr: nothing here can fail half-way
         setattr(patch.owner, patch.attribute, patch.replacement)
         _applied.append(patch)
@@ -88,6 +92,9 @@ def uninstall():
     while _applied:
         patch = _applied.pop()
         setattr(patch.owner, patch.attribute, patch.original)
+    protocol = sys.modules.get(f"{__name__}._protocol")
+    if protocol is not None:
+        protocol.clear()  # codecs made for classes kafka-python may since have dropped
 
 
 def installed():

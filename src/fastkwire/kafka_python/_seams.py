@@ -11,8 +11,13 @@ from typing import Any, NamedTuple
 # Tested against these releases (their record, fetcher and partitioner code is the same).
 SUPPORTED = ("3.0.11", "3.0.12")
 
-# (module, owner in it ("" for the module itself), attribute, replacement in _kafka_python)
+# (module, owner in it ("" for the module itself), attribute, replacement: a name in
+# _kafka_python, or "protocol." and a name in _protocol)
 SEAMS = (
+    ("kafka.protocol.schemas.fields.struct", "StructField", "compiled_decode_from",
+     "protocol.compiled_decode_from"),
+    ("kafka.protocol.schemas.fields.struct", "StructField", "compiled_encode_into",
+     "protocol.compiled_encode_into"),
     ("kafka.record.default_records", "DefaultRecordBatch", "__next__", "batch_next"),
     ("kafka.record.default_records", "DefaultRecordBatch", "next", "batch_next"),
     ("kafka.record.default_records", "DefaultRecordBatch", "validate_crc", "batch_validate_crc"),
@@ -38,6 +43,7 @@ class Table(NamedTuple):
     patches: tuple
     bindings: dict  # kafka-python's objects the compiled helper needs (its bind())
     builder: dict  # and those its builder needs (bind_builder())
+    protocol: dict  # kafka-python's own compiled-codec makers (_protocol.bind())
 
 
 def _owner(module, path):
@@ -51,6 +57,8 @@ def build_patches():
     """Every seam found, or LookupError naming the first one that is not there."""
     from fastkwire import _kafka_python, _records
 
+    from . import _protocol
+
     patches = []
     for module, path, attribute, replacement in SEAMS:
         where = f"{module}:{path + '.' if path else ''}{attribute}"
@@ -61,8 +69,11 @@ def build_patches():
         # Its own attribute, not an inherited one: setattr and restore must be exact.
         if attribute not in vars(owner):
             raise LookupError(f"seam {where} not found")
+        source = _kafka_python
+        if replacement.startswith("protocol."):
+            source, replacement = _protocol, replacement[len("protocol."):]
         patches.append(Patch(owner, attribute, vars(owner)[attribute],
-                             getattr(_kafka_python, replacement)))
+                             getattr(source, replacement)))
 
     from kafka import errors
     from kafka.consumer import fetcher
@@ -94,4 +105,7 @@ def build_patches():
         stock_builder_append=stock_append,
         stock_time=stock_time,
     )
-    return Table(tuple(patches), bindings, builder)
+    from kafka.protocol.schemas.fields.struct import StructField
+    protocol = dict(decode=first[(StructField, "compiled_decode_from")],
+                    encode=first[(StructField, "compiled_encode_into")])
+    return Table(tuple(patches), bindings, builder, protocol)
