@@ -70,6 +70,10 @@ def _targets():
          "kp_fetch_take decode", "cython", "kafka-python", "faster", 6),
         ("kafka-python MemoryRecordsBuilder, 10,000 appends + close: accelerated vs stock (issue 20)",
          "kp_build encode", "cython", "kafka-python", "faster", 3),
+        ("kafka-python MetadataResponse v12 decode, 1,000 x 10: accelerated vs stock (issue 20)",
+         "kp_metadata decode", "cython", "kafka-python", "faster", 5),
+        ("kafka-python Fetch v12 request + 1.6 MB response through KafkaProtocol: accelerated vs stock "
+         "(issue 20)", "kp_fetch_exchange decode", "cython", "kafka-python", "faster", 3),
     ]
     for w in ("md_resp", "oc_req", "fetch_resp"):
         for op in ("encode", "decode"):

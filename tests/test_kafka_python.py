@@ -363,7 +363,8 @@ def snapshot():
     names = ["kafka.record.default_records", "kafka.record.legacy_records", "kafka.record.memory_records",
              "kafka.record", "kafka.consumer.fetcher", "kafka.partitioner", "kafka.partitioner.default",
              "kafka.producer.record_accumulator", "kafka.producer.kafka",
-             "kafka.protocol.schemas.fields.struct", "kafka.protocol.api_message"]
+             "kafka.protocol.schemas.fields.struct", "kafka.protocol.api_message",
+             "kafka.protocol.parser"]
     out = {}
     for name in names:
         module = importlib.import_module(name)

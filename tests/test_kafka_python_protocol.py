@@ -11,6 +11,7 @@ encoder takes (tuples, bare values, None, str for bytes, unset attributes).
 import gc
 import os
 import random
+import re
 
 import pytest
 
@@ -226,3 +227,77 @@ def test_hostile_counts_fail_as_stock_does(installed):
                  b"\x00\x00\x00\x00\x7f\xff\xff\xff" + b"\x00" * 20):
         stock, fast = decode_both(MetadataResponse, 5, body)
         assert stock == fast and stock[0] == "raised"
+
+
+# ---- KafkaProtocol's receive path ------------------------------------------------------
+
+def exchange(chunks_of, requests, frames, caplog):
+    """Send `requests` through a fresh KafkaProtocol, feed it `frames` (the responses)
+    cut by chunks_of(data) -> [chunk]; the responses (or the exception type), the parser's
+    state after, and what it logged."""
+    from kafka.protocol.parser import KafkaProtocol
+    parser = KafkaProtocol(client_id="t")
+    for request in requests():
+        parser.send_request(request)
+    caplog.clear()
+    got = []
+    try:
+        for chunk in chunks_of(b"".join(frames)):
+            got += parser.receive_bytes(chunk)
+        result = ("ok", [(cid, view(r), repr(r)) for cid, r in got])
+    except Exception as exc:
+        result = ("raised", type(exc), str(exc))
+    state = (parser._receiving, parser._rbuffer is None, bytes(parser._header), parser._header.tell(),
+             len(parser.in_flight_requests))
+    # (a memoryview chunk logs its address, which differs from run to run)
+    logged = [(r.name, r.levelname, re.sub(r"0x[0-9a-f]+", "0x?", r.getMessage())) for r in caplog.records]
+    return result, state, logged
+
+
+def cuttings(seed):
+    yield lambda data: [data]
+    yield lambda data: [data[i:i + 1] for i in range(len(data))]
+    yield lambda data: [data[:3], data[3:]]
+
+    def random_cuts(data):
+        rnd = random.Random(seed)  # the same cuts for the stock and the accelerated run
+        cuts = sorted(rnd.sample(range(1, len(data)), min(6, len(data) - 1)))
+        return [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+    yield random_cuts
+    yield lambda data: [bytearray(data)]
+    yield lambda data: [memoryview(data)]
+
+
+def test_receive_bytes_gives_stock_responses_state_and_logs_for_any_cutting(caplog):
+    import logging
+    caplog.set_level(logging.DEBUG, logger="kafka")
+    MetadataRequest, ApiVersionsRequest = MESSAGES["MetadataRequest"], MESSAGES["ApiVersionsRequest"]
+    M = fastkwire.MetadataResponse
+    metadata = M(brokers=[M.MetadataResponseBroker(node_id=1, host="h", port=9092)],
+                 topics=[M.MetadataResponseTopic(name=f"t{i}", partitions=[
+                     M.MetadataResponsePartition(partition_index=p, replica_nodes=[1], isr_nodes=[1])
+                     for p in range(3)]) for i in range(3)])
+    versions = fastkwire.ApiVersionsResponse(api_keys=[
+        fastkwire.ApiVersionsResponse.ApiVersion(api_key=3, min_version=0, max_version=12)])
+
+    def requests():
+        return [MetadataRequest[12](topics=None), ApiVersionsRequest[3](), MetadataRequest[12](topics=[])]
+    good = [fastkwire.encode_response(metadata, 12, 1), fastkwire.encode_response(versions, 3, 2),
+            fastkwire.encode_response(metadata, 12, 3)]
+    wrong_id = [good[0], fastkwire.encode_response(versions, 3, 9)]
+    garbage = [good[0], struct_frame(b"\x00\x00\x00\x02" + b"\xff" * 7)]
+    empty = [struct_frame(b"")]
+    for frames in (good, wrong_id, garbage, empty, good[:1] + [good[1][:7]]):
+        for i, cut in enumerate(cuttings(len(frames))):
+            fkp.uninstall()
+            stock = exchange(cut, requests, frames, caplog)
+            assert fkp.install()
+            try:
+                fast = exchange(cut, requests, frames, caplog)
+            finally:
+                fkp.uninstall()
+            assert stock == fast, (i, frames)
+
+
+def struct_frame(payload):
+    return len(payload).to_bytes(4, "big") + payload

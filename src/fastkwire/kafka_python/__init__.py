@@ -77,10 +77,11 @@ def install(strict=True):
         return False
     from fastkwire import _kafka_python
 
-    from . import _protocol
+    from . import _parser, _protocol
     _kafka_python.bind(**table.bindings)
     _kafka_python.bind_builder(**table.builder)
     _protocol.bind(**table.protocol)
+    _parser.bind(**table.parser)
     for patch in table.patches:  # plain setattr: nothing here can fail half-way
         setattr(patch.owner, patch.attribute, patch.replacement)
         _applied.append(patch)

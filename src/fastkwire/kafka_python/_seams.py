@@ -12,8 +12,9 @@ from typing import Any, NamedTuple
 SUPPORTED = ("3.0.11", "3.0.12")
 
 # (module, owner in it ("" for the module itself), attribute, replacement: a name in
-# _kafka_python, or "protocol." and a name in _protocol)
+# _kafka_python, or "protocol."/"parser." and a name in _protocol/_parser)
 SEAMS = (
+    ("kafka.protocol.parser", "KafkaProtocol", "receive_bytes", "parser.receive_bytes"),
     ("kafka.protocol.schemas.fields.struct", "StructField", "compiled_decode_from",
      "protocol.compiled_decode_from"),
     ("kafka.protocol.schemas.fields.struct", "StructField", "compiled_encode_into",
@@ -44,6 +45,7 @@ class Table(NamedTuple):
     bindings: dict  # kafka-python's objects the compiled helper needs (its bind())
     builder: dict  # and those its builder needs (bind_builder())
     protocol: dict  # kafka-python's own compiled-codec makers (_protocol.bind())
+    parser: dict  # and what the receive path names (_parser.bind())
 
 
 def _owner(module, path):
@@ -57,7 +59,8 @@ def build_patches():
     """Every seam found, or LookupError naming the first one that is not there."""
     from fastkwire import _kafka_python, _records
 
-    from . import _protocol
+    from . import _parser, _protocol
+    sources = {"protocol": _protocol, "parser": _parser}
 
     patches = []
     for module, path, attribute, replacement in SEAMS:
@@ -70,8 +73,9 @@ def build_patches():
         if attribute not in vars(owner):
             raise LookupError(f"seam {where} not found")
         source = _kafka_python
-        if replacement.startswith("protocol."):
-            source, replacement = _protocol, replacement[len("protocol."):]
+        if "." in replacement:
+            prefix, replacement = replacement.split(".")
+            source = sources[prefix]
         patches.append(Patch(owner, attribute, vars(owner)[attribute],
                              getattr(source, replacement)))
 
@@ -108,4 +112,10 @@ def build_patches():
     from kafka.protocol.schemas.fields.struct import StructField
     protocol = dict(decode=first[(StructField, "compiled_decode_from")],
                     encode=first[(StructField, "compiled_encode_into")])
-    return Table(tuple(patches), bindings, builder, protocol)
+    from kafka.protocol import parser
+    from kafka.protocol.frame import KafkaBytes
+    from kafka.protocol.metadata import FindCoordinatorResponse
+    from kafka.protocol.schemas.fields.codecs import Int32
+    parser_names = dict(log=parser.log, errors=errors, kafka_bytes=KafkaBytes, int32=Int32,
+                        find_coordinator_response=FindCoordinatorResponse)
+    return Table(tuple(patches), bindings, builder, protocol, parser_names)
