@@ -634,3 +634,24 @@ def test_hostile_batch_state_same_outcome(accel, attr, value):
     for fn in (read, fetch):
         stock, fast = accel(fn)
         assert stock == fast
+
+
+def test_size_estimates_are_stocks_for_every_input(accel):
+    B = kdr.DefaultRecordBatchBuilder
+    rnd = random.Random(11)
+    cases = [(b"k", b"v", []), (None, None, []), (b"k" * 200, b"v" * 20000, [("h", b"x"), ("é" * 100, None)]),
+             ("str key", b"v", []), (b"k", bytearray(b"v"), []), (b"k", b"v", [("h", "str value")]),
+             (b"k", b"v", (("h", b"x"),)), (b"k", b"v", [("\ud800", b"x")]), (b"k", b"v", [("h",)]),
+             (b"k", 7, []), (b"k", b"v", None)]
+    cases += [(rnd.randbytes(rnd.randrange(300)), rnd.randbytes(rnd.randrange(70000)),
+               [(str(i), rnd.randbytes(rnd.randrange(200))) for i in range(rnd.randrange(4))]) for _ in range(50)]
+
+    def sizes(got):
+        for c in cases:
+            for f in (B.size_of, B.estimate_size_in_bytes):
+                try:
+                    got.append(f(*c))
+                except Exception as exc:  # noqa: BLE001 - the type is what is compared
+                    got.append((type(exc), exc.args))
+    stock, fast = accel(sizes)
+    assert stock == fast and len(stock[0]) == 2 * len(cases)

@@ -80,6 +80,7 @@ def install(strict=True):
     from . import _parser, _protocol
     _kafka_python.bind(**table.bindings)
     _kafka_python.bind_builder(**table.builder)
+    _kafka_python.bind_sizes(**table.sizes)
     _protocol.bind(**table.protocol)
     _parser.bind(**table.parser)
     for patch in table.patches:  # plain setattr: nothing here can fail half-way

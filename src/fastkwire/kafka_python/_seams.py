@@ -26,9 +26,15 @@ SEAMS = (
     ("kafka.record.default_records", "DefaultRecordBatchBuilder", "append", "builder_append"),
     ("kafka.record.default_records", "DefaultRecordBatchBuilder", "write_header", "builder_write_header"),
     ("kafka.record.memory_records", "MemoryRecordsBuilder", "append", "memory_builder_append"),
+    ("kafka.record.default_records", "DefaultRecordBatchBuilder", "size_of", "size_of"),
+    ("kafka.record.default_records", "DefaultRecordBatchBuilder", "estimate_size_in_bytes",
+     "estimate_size_in_bytes"),
     ("kafka.partitioner.default", "", "murmur2", "murmur2"),
     ("kafka.partitioner", "", "murmur2", "murmur2"),
 )
+
+
+_classmethods = {}  # replacement function -> the one classmethod wrapping it
 
 
 class Patch(NamedTuple):
@@ -46,6 +52,7 @@ class Table(NamedTuple):
     builder: dict  # and those its builder needs (bind_builder())
     protocol: dict  # kafka-python's own compiled-codec makers (_protocol.bind())
     parser: dict  # and what the receive path names (_parser.bind())
+    sizes: dict  # stock's size estimates (bind_sizes())
 
 
 def _owner(module, path):
@@ -76,8 +83,11 @@ def build_patches():
         if "." in replacement:
             prefix, replacement = replacement.split(".")
             source = sources[prefix]
-        patches.append(Patch(owner, attribute, vars(owner)[attribute],
-                             getattr(source, replacement)))
+        original = vars(owner)[attribute]
+        function = getattr(source, replacement)
+        if isinstance(original, classmethod):  # a classmethod is replaced by one (made once)
+            function = _classmethods.setdefault(function, classmethod(function))
+        patches.append(Patch(owner, attribute, original, function))
 
     from kafka import errors
     from kafka.consumer import fetcher
@@ -109,6 +119,8 @@ def build_patches():
         stock_builder_append=stock_append,
         stock_time=stock_time,
     )
+    sizes = dict(stock_size_of_fn=first[(dr.DefaultRecordBatchBuilder, "size_of")].__func__,
+                 stock_estimate_fn=first[(dr.DefaultRecordBatchBuilder, "estimate_size_in_bytes")].__func__)
     from kafka.protocol.schemas.fields.struct import StructField
     protocol = dict(decode=first[(StructField, "compiled_decode_from")],
                     encode=first[(StructField, "compiled_encode_into")])
@@ -118,4 +130,4 @@ def build_patches():
     from kafka.protocol.schemas.fields.codecs import Int32
     parser_names = dict(log=parser.log, errors=errors, kafka_bytes=KafkaBytes, int32=Int32,
                         find_coordinator_response=FindCoordinatorResponse)
-    return Table(tuple(patches), bindings, builder, protocol, parser_names)
+    return Table(tuple(patches), bindings, builder, protocol, parser_names, sizes)
