@@ -22,13 +22,28 @@ from fastkwire.cli import configure_explain as configure, run_explain as run
 from fastkwire.errors import DecodeError, UnsupportedVersionError
 from fastkwire.explain import (BYTES_PER_NODE, FREE_NODES, HEX_ROWS, MAX_ITEMS, NODES_PER_ITEM,
                                Node, example, example_names, explain, hex_layout,
-                               render, render_tree, to_json)
+                               reading_names, render, render_tree, response_readings, to_json)
 
 import strategies
 
 # The seed page's smallest LeaveGroup v5 request and response, size prefix included.
 SEED_REQUEST = bytes.fromhex("00000012" "000d0005" "00000000" "0000" "00" "01" "02" "010101" "00" "00")
 SEED_RESPONSE = bytes.fromhex("00000012" "00000000" "00" "00000000" "0000" "02" "0101" "0000" "00" "00")
+
+
+def in_version(msg, version):
+    """msg.to_dict() without the fields `version` does not carry (to_dict() has every
+    field of every version): what explain's tree and --json hold."""
+    def cut(value, struct):
+        out = {f.py_name: value[f.py_name] for f in struct.fields if f.present(version)}
+        for f in struct.fields:
+            v = out.get(f.py_name)
+            if f.struct is not None and v is not None:
+                out[f.py_name] = [cut(x, f.struct) for x in v] if f.is_array else cut(v, f.struct)
+        if "unknown_tagged_fields" in value:
+            out["unknown_tagged_fields"] = value["unknown_tagged_fields"]
+        return out
+    return cut(msg.to_dict(), _schema.load(type(msg).__name__).root)
 
 # (depth, name, type, value as shown, offset, size) of every node on the seed page.
 SEED_REQUEST_TREE = [
@@ -125,9 +140,9 @@ def test_leave_group_v5_response_example_is_the_seed_frame():
 def test_seed_frames_decode_with_the_generated_codec():
     header, msg = codec.decode_request(SEED_REQUEST)
     assert (header.request_api_key, header.request_api_version) == (13, 5)
-    assert msg.to_dict() == explain(SEED_REQUEST).value["body"]
+    assert in_version(msg, 5) == explain(SEED_REQUEST).value["body"]
     _, resp = codec.decode_response(SEED_RESPONSE, 13, 5)
-    assert resp.to_dict() == explain(SEED_RESPONSE, 13, 5).value["body"]
+    assert in_version(resp, 5) == explain(SEED_RESPONSE, 13, 5).value["body"]
 
 
 def test_streams_group_heartbeat_example_is_the_smallest_full_instance():
@@ -141,7 +156,7 @@ def test_streams_group_heartbeat_example_is_the_smallest_full_instance():
     assert body["topology"] is not None and body["user_endpoint"] is not None
     assert body["rebalance_timeout_ms"] == 0          # zero, not the schema default -1
     _, msg = codec.decode_request(frame)
-    assert msg.to_dict() == body
+    assert in_version(msg, 0) == body
     markers = [n for n in root.walk() if n.name == "present"]
     assert [(m.value, m.size) for m in markers] == [(1, 1), (1, 1)]
 
@@ -166,10 +181,10 @@ def test_every_example_name_builds_a_frame_that_explains_and_decodes():
         root = explain(frame, api_key, version)
         assert_tiles(root, len(frame))
         if api_key is None:
-            _, msg = codec.decode_request(frame)
+            header, msg = codec.decode_request(frame)
         else:
             _, msg = codec.decode_response(frame, api_key, version)
-        assert msg.to_dict() == root.value["body"], name
+        assert in_version(msg, header.request_api_version if api_key is None else version) == root.value["body"], name
 
 
 def test_unknown_example_is_rejected():
@@ -489,7 +504,7 @@ def test_random_messages_agree_with_the_generated_codec(case, correlation_id):
         root = explain(frame, cls.API_KEY, version)
     assert_tiles(root, len(frame))
     assert root.value["header"]["correlation_id"] == correlation_id
-    assert root.value["body"] == msg.to_dict()
+    assert root.value["body"] == in_version(msg, version)
     json.loads(to_json(root))
 
 
@@ -571,7 +586,7 @@ def test_the_whole_tree_has_a_node_budget():
     full = explain(frame, max_items=None)
     assert sum(1 for _ in full.walk()) > 27_000
     body = frame[root.children[2].offset:]
-    assert full.value["body"] == codec.StreamsGroupHeartbeatRequest.decode(body, 0).to_dict()
+    assert full.value["body"] == in_version(codec.StreamsGroupHeartbeatRequest.decode(body, 0), 0)
     # A small dense frame: the budget is also a few hundred nodes plus one per 4 bytes.
     small = nested_heartbeat(13)
     assert len(small) < 9_000
@@ -835,6 +850,100 @@ def test_cli_response_needs_api_and_version():
         cli("--api", "NoSuchApi", "--version", "1", SEED_RESPONSE.hex())
 
 
+def leave_group_v5_response():
+    """A LeaveGroup v5 response that no other API's response reads (the seed's reads as
+    several)."""
+    resp = codec.LeaveGroupResponse(members=[codec.LeaveGroupResponse.MemberResponse(
+        member_id="consumer-1-abc", group_instance_id="host-7", error_code=0)])
+    return codec.encode_response(resp, 5, 7)
+
+
+def test_a_response_without_its_api_is_read_as_the_one_api_that_fits():
+    """Issue 22: a response given without its API was read as a request and failed deep
+    inside (a Produce request's topic_data count); with try_responses it is read as the
+    one API whose response reads the bytes exactly, and the tree says so."""
+    frame = leave_group_v5_response()
+    with pytest.raises(DecodeError) as info:            # strict by default, as decode_request
+        explain(frame)
+    assert info.value.path == "topic_data" and not hasattr(info.value, "response_readings")
+    assert response_readings(frame) == [(13, 4), (13, 5)]   # v4 and v5 lay it out alike
+    root = explain(frame, try_responses=True)
+    assert shape(root) == shape(explain(frame, 13, 5))
+    assert root.value["reading"] == (
+        f"does not read as a request ({info.value}); read as a response: a response header "
+        "does not say which API it answers, and of every API and version only "
+        "LeaveGroupResponse v4-v5 read these bytes exactly (shown as v5, the newest)")
+    assert root.value["message"] == "LeaveGroupResponse" and root.value["version"] == 5
+    # A frame that reads as a request is read as one, with no note.
+    assert "reading" not in explain(SEED_REQUEST, try_responses=True).value
+
+
+def test_a_response_that_fits_several_apis_or_none_is_not_picked():
+    with pytest.raises(DecodeError) as info:
+        explain(SEED_RESPONSE, try_responses=True)
+    readings = info.value.response_readings
+    assert (13, 5) in readings and len({key for key, _ in readings}) > 1
+    assert info.value.partial_tree.value["message"] == "ProduceRequest"   # the request reading
+    assert reading_names([(1, 7), (1, 8), (1, 10), (13, 5)]) == "FetchResponse v7-v8, v10, LeaveGroupResponse v5"
+    bad = bytearray(leave_group_v5_response())
+    bad[-2] = 0x7f                                     # the last error code's high byte
+    bad += b"\x00"
+    bad[:4] = (len(bad) - 4).to_bytes(4, "big")
+    with pytest.raises(DecodeError) as info:
+        explain(bytes(bad), try_responses=True)
+    assert info.value.response_readings == []
+
+
+def test_cli_reads_a_response_file_without_api():
+    code, out, err = cli(stdin=leave_group_v5_response().hex().encode())
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "LeaveGroupResponse v5, response header v1, 42 bytes on the wire"
+    assert lines[1].startswith("reading: does not read as a request (topic_data: ")
+    assert lines[1].endswith("only LeaveGroupResponse v4-v5 read these bytes exactly (shown as v5, the newest)")
+    assert "member_id string = \"consumer-1-abc\"" in out
+    assert err == ("fastkwire explain: read as a response (its reading: line says why); "
+                   "--api and --version choose another reading\n")
+    code, out, _ = cli("--json", stdin=leave_group_v5_response().hex().encode())
+    d = json.loads(out)
+    assert code == 0 and d["reading"] == lines[1][len("reading: "):]
+    assert d["body"]["members"][0]["member_id"] == "consumer-1-abc"
+
+
+def test_cli_says_responses_need_api_and_version():
+    code, out, err = cli(SEED_RESPONSE.hex())
+    assert code == 1 and "ProduceRequest message v0" in out
+    first, hint = err.splitlines()
+    assert first.startswith("DecodeError: topic_data: ")
+    assert hint.startswith("fastkwire explain: if this is a response, it reads exactly as ")
+    assert "LeaveGroupResponse v4-v5" in hint and hint.endswith(": give --api and --version to say which")
+    code, _, err = cli("00000004000d0063")                  # LeaveGroup v99: no such version
+    assert code == 2 and err.splitlines() == [
+        "fastkwire explain: LeaveGroupRequest has versions 0-5, not 99",
+        "fastkwire explain: if this is a response, give --api and --version: a response header "
+        "does not say which API it answers (and no response of any API and version reads "
+        "these bytes exactly)"]
+    # Given --api and --version (or an example), no other reading is tried.
+    code, _, err = cli("--api", "13", "--version", "5", SEED_REQUEST.hex())
+    assert code == 1 and err.count("\n") == 1
+
+
+def test_json_and_tree_show_only_the_fields_of_the_version():
+    """Issue 22: --json showed a LeaveGroup v5 body's member_id, which only v0-2 carry."""
+    code, out, _ = cli("--json", "--example", "leave-group-v5")
+    body = json.loads(out)["body"]
+    assert code == 0 and body == {"group_id": "", "members": [
+        {"member_id": "", "group_instance_id": "", "reason": ""}]}
+    code, out, _ = cli("--json", "--example", "leave-group-v2")
+    assert json.loads(out)["body"] == {"group_id": "", "member_id": ""}
+    assert explain(SEED_REQUEST).value["body"] == body
+    names = [n.name for n in explain(SEED_REQUEST).children[2].children]
+    assert names == ["group_id", "members", "tagged_fields"]
+    # A tagged field is in its version even when not sent: shown at its default.
+    frame, _, _ = example("api-versions-v3-response")
+    assert explain(frame, 18, 3).value["body"]["finalized_features_epoch"] == -1
+
+
 def test_cli_json():
     code, out, _ = cli("--json", "--api", "13", "--version", "5", SEED_RESPONSE.hex())
     assert code == 0
@@ -861,7 +970,8 @@ def test_cli_malformed_frame_prints_partial_tree_then_error():
     last = out.rstrip().splitlines()[-1]
     # Open nodes are their parents' last children, hence no "|" on the way down.
     assert last.startswith(f"      +-- reason string = !! truncated: needs 4 bytes, 2 left [0x{at:04x}, 0B]")
-    assert err == f"DecodeError: members[0].reason: truncated: needs 4 bytes, 2 left at offset {at}\n"
+    assert err.startswith(f"DecodeError: members[0].reason: truncated: needs 4 bytes, 2 left at offset {at}\n"
+                          "fastkwire explain: if this is a response, give --api and --version")
 
 
 def test_cli_max_items_and_hex_rows():
