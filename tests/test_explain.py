@@ -173,6 +173,19 @@ def test_descriptions_come_from_the_schema_definitions():
     assert by_name["correlation_id"].description == header.fields[2].doc
 
 
+def test_every_field_node_has_a_description():
+    """Issue 22: a ProduceRequest v1's fields (and most converted ones) had none."""
+    by_name = {n.name: n for n in explain(example("produce-v1")[0]).walk()}
+    assert by_name["acks"].description == _schema.descriptions()[0]["Acks"]
+    assert by_name["acks"].description.startswith("Replicas that must have the records")
+    for name in example_names():
+        frame, api_key, version = example(name)
+        header, body = explain(frame, api_key, version).children[1:]
+        for node in [n for part in (header, body) for c in part.children for n in c.walk()]:
+            # Array elements are described by their array; every other node has words.
+            assert node.description or node.name.endswith("]"), (name, node)
+
+
 def test_every_example_name_builds_a_frame_that_explains_and_decodes():
     names = example_names()
     assert {"leave-group-v5", "leave-group-v5-response", "streams-group-heartbeat-v0"} <= set(names)
