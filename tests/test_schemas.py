@@ -1,7 +1,7 @@
 """Structural checks of the schema definitions in src/fastkwire/schemas/.
 
 The format is described in docs/architecture.md ("Schema definition format").
-These tests read the JSON files directly and need neither generated module.
+These tests read the JSON files directly and need neither implementation.
 """
 
 import json

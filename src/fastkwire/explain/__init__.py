@@ -1,7 +1,7 @@
 """The annotated byte layout of one Kafka frame: `explain(frame)`, a tree of `Node`s.
 
-An interpreter over the schema definitions (`_schema`), independent of the generated
-codecs, which do not track offsets. Every value is read with the pure-Python primitives
+An interpreter over the schema definitions (`_schema`), independent of the engines
+(which do not track offsets). Every value is read with the pure-Python primitives
 (`_pure`), so a malformed frame fails with the same reasons the codecs give.
 
 `explain(frame)` returns a tree of `Node`s covering every byte of the frame: the size
@@ -263,26 +263,26 @@ def _reader(type_, compact, nullable):
 # version from the schema: the same reads, in the same order and with the same error
 # paths as the walker's, but no nodes and no values.
 
-_PLANS: dict = {}
+_SKIPS: dict = {}
 
 
-def _plan(lay):
+def _skips(lay):
     """(fields, tagged, flexible) of a layout: [(python name, skip)] in wire order and
     {tag: (python name, skip)}, where skip(walker) reads one value."""
-    plan = _PLANS.get(lay)     # layouts live as long as the process
-    if plan is None:
-        plan = _PLANS[lay] = (
+    skips = _SKIPS.get(lay)     # layouts live as long as the process
+    if skips is None:
+        skips = _SKIPS[lay] = (
             [(op.name, _skipper(op)) for op in lay.plain],
             {op.field.tag: (op.name, _skipper(op)) for op in lay.tagged},
             lay.flexible)
-    return plan
+    return skips
 
 
 def _items(op):
     """(skip one element, fixed width or None) of an array field."""
     if op.sub is not None:
-        plan = _plan(op.sub)
-        return (lambda w: w.skip_struct(plan)), None
+        skips = _skips(op.sub)
+        return (lambda w: w.skip_struct(skips)), None
     elem = op.field.element_type
     return _skip_value(_reader(elem, op.compact, False)), _wire.WIDTH.get(elem)
 
@@ -304,14 +304,14 @@ def _skipper(op):
             w.skip_items(each, width, 0, count)
         return skip
     if f.is_struct:
-        plan = _plan(op.sub)
+        skips = _skips(op.sub)
 
         def skip(w):
             if nullable:
                 marker, w.pos = _pure.r_marker(w.data, w.pos, w.end)
                 if marker != 1:
                     return
-            w.skip_struct(plan)
+            w.skip_struct(skips)
         return skip
     return _skip_value(_reader(f.type, compact, nullable))
 
@@ -483,7 +483,7 @@ class _Walker:
         last = -1
         for i in range(count):
             if not self.shows(i):
-                tagged = _plan(lay)[1]
+                tagged = _skips(lay)[1]
                 self.summary(section, f"tagged fields [{i}..{count - 1}]", count - i,
                              _show_more_tags, lambda: self.skip_tags(tagged, i, count, last))
                 break
@@ -512,10 +512,10 @@ class _Walker:
             entry.size = self.pos - entry.offset
         section.size = self.pos - start
 
-    # Reading without showing: see _plan.
+    # Reading without showing: see _skips.
 
-    def skip_struct(self, plan):
-        fields, tagged, flexible = plan
+    def skip_struct(self, skips):
+        fields, tagged, flexible = skips
         for name, skip in fields:
             try:
                 skip(self)
@@ -636,8 +636,8 @@ def response_readings(frame) -> list[tuple[int, int]]:
             w = _Walker(data, n, 0)
             w.pos = SIZE_PREFIX
             try:
-                w.skip_struct(_plan(layouts("ResponseHeader").root(header_versions(key, version)[1])))
-                w.skip_struct(_plan(body.root(version)))
+                w.skip_struct(_skips(layouts("ResponseHeader").root(header_versions(key, version)[1])))
+                w.skip_struct(_skips(body.root(version)))
             except DecodeError:
                 continue
             if w.pos == n:
@@ -701,7 +701,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
     info["size"] = size
 
     if api_key is None:
-        msg, version, hdr_name, hv = _request_plan(w)
+        msg, version, hdr_name, hv = _request_reading(w)
         # The API and version are judged as decode_request judges them, before the rest
         # of the header (which is still shown when it reads): the same error for the frame.
         refusal = None
@@ -746,7 +746,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
         raise trailing(w.pos, n - w.pos)
 
 
-def _request_plan(w: _Walker):
+def _request_reading(w: _Walker):
     """(message, version, header name, header version) from the api key and version."""
     try:
         key, _ = _pure.r_int16(w.data, 4, w.end)
