@@ -89,6 +89,7 @@ def _make_init(struct, module: str, classes: dict):
 def make_message_class(name: str, module: str, mixin: type, struct_base: type = StructBase) -> type:
     """The class of one message (its struct classes as attributes), for one engine's
     `mixin`; `module` is where the classes say they live."""
+    # Not at import: `import fastkwire` reads no schema (the engines import _layout late too).
     from . import _schema
     from ._layout import layouts, version_text
 
