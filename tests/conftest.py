@@ -44,7 +44,7 @@ def _wanted():
 
 @pytest.fixture(params=_wanted())
 def impl(request):
-    """The generated message module of one implementation."""
+    """The message module of one implementation (its classes built from the schemas)."""
     mod = _load(request.param)
     if mod is None:
         if os.environ.get("FASTKWIRE_REQUIRE_EXTENSION"):

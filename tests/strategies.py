@@ -1,7 +1,7 @@
 """Hypothesis strategies for to_dict() values, read from src/fastkwire/schemas/*.json.
 
 The schema reading here is deliberately independent of the code generator: the peer
-tests check the generated codecs against other libraries, so they must not share its
+tests check the codecs against other libraries, so they must not share its
 understanding of the definitions.
 """
 from __future__ import annotations

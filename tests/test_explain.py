@@ -1,7 +1,7 @@
 """`fastkwire explain`: the annotated tree, its text form, the examples and the CLI.
 
 The LeaveGroup v5 examples are checked against the seed page byte for byte and node
-for node; random messages are cross-checked against the generated pure codecs.
+for node; random messages are cross-checked against the pure codec.
 """
 import argparse
 import io
@@ -22,13 +22,32 @@ from fastkwire.cli import configure_explain as configure, run_explain as run
 from fastkwire.errors import DecodeError, UnsupportedVersionError
 from fastkwire.explain import (BYTES_PER_NODE, FREE_NODES, HEX_ROWS, MAX_ITEMS, NODES_PER_ITEM,
                                Node, example, example_names, explain, hex_layout,
-                               render, render_tree, to_json)
+                               reading_names, render, render_tree, response_readings, to_json)
 
 import strategies
+
+LEAVE_GROUP = codec.LeaveGroupRequest.API_KEY
+API_VERSIONS = codec.ApiVersionsRequest.API_KEY
+FETCH = codec.FetchRequest.API_KEY
 
 # The seed page's smallest LeaveGroup v5 request and response, size prefix included.
 SEED_REQUEST = bytes.fromhex("00000012" "000d0005" "00000000" "0000" "00" "01" "02" "010101" "00" "00")
 SEED_RESPONSE = bytes.fromhex("00000012" "00000000" "00" "00000000" "0000" "02" "0101" "0000" "00" "00")
+
+
+def in_version(msg, version):
+    """msg.to_dict() without the fields `version` does not carry (to_dict() has every
+    field of every version): what explain's tree and --json hold."""
+    def cut(value, struct):
+        out = {f.py_name: value[f.py_name] for f in struct.fields if f.present(version)}
+        for f in struct.fields:
+            v = out.get(f.py_name)
+            if f.struct is not None and v is not None:
+                out[f.py_name] = [cut(x, f.struct) for x in v] if f.is_array else cut(v, f.struct)
+        if "unknown_tagged_fields" in value:
+            out["unknown_tagged_fields"] = value["unknown_tagged_fields"]
+        return out
+    return cut(msg.to_dict(), _schema.load(type(msg).__name__).root)
 
 # (depth, name, type, value as shown, offset, size) of every node on the seed page.
 SEED_REQUEST_TREE = [
@@ -118,16 +137,16 @@ def test_leave_group_v5_request_example_is_the_seed_frame():
 def test_leave_group_v5_response_example_is_the_seed_frame():
     frame, api_key, version = example("leave-group-v5-response")
     assert frame == SEED_RESPONSE
-    assert (api_key, version) == (13, 5)
+    assert (api_key, version) == (LEAVE_GROUP, 5)
     assert shape(explain(frame, api_key, version)) == SEED_RESPONSE_TREE
 
 
-def test_seed_frames_decode_with_the_generated_codec():
+def test_seed_frames_decode_with_the_codec():
     header, msg = codec.decode_request(SEED_REQUEST)
-    assert (header.request_api_key, header.request_api_version) == (13, 5)
-    assert msg.to_dict() == explain(SEED_REQUEST).value["body"]
-    _, resp = codec.decode_response(SEED_RESPONSE, 13, 5)
-    assert resp.to_dict() == explain(SEED_RESPONSE, 13, 5).value["body"]
+    assert (header.request_api_key, header.request_api_version) == (LEAVE_GROUP, 5)
+    assert in_version(msg, 5) == explain(SEED_REQUEST).value["body"]
+    _, resp = codec.decode_response(SEED_RESPONSE, LEAVE_GROUP, 5)
+    assert in_version(resp, 5) == explain(SEED_RESPONSE, LEAVE_GROUP, 5).value["body"]
 
 
 def test_streams_group_heartbeat_example_is_the_smallest_full_instance():
@@ -141,7 +160,7 @@ def test_streams_group_heartbeat_example_is_the_smallest_full_instance():
     assert body["topology"] is not None and body["user_endpoint"] is not None
     assert body["rebalance_timeout_ms"] == 0          # zero, not the schema default -1
     _, msg = codec.decode_request(frame)
-    assert msg.to_dict() == body
+    assert in_version(msg, 0) == body
     markers = [n for n in root.walk() if n.name == "present"]
     assert [(m.value, m.size) for m in markers] == [(1, 1), (1, 1)]
 
@@ -158,6 +177,19 @@ def test_descriptions_come_from_the_schema_definitions():
     assert by_name["correlation_id"].description == header.fields[2].doc
 
 
+def test_every_field_node_has_a_description():
+    """Issue 22: a ProduceRequest v1's fields (and most converted ones) had none."""
+    by_name = {n.name: n for n in explain(example("produce-v1")[0]).walk()}
+    assert by_name["acks"].description == _schema.descriptions()[0]["Acks"]
+    assert by_name["acks"].description.startswith("Replicas that must have the records")
+    for name in example_names():
+        frame, api_key, version = example(name)
+        header, body = explain(frame, api_key, version).children[1:]
+        for node in [n for part in (header, body) for c in part.children for n in c.walk()]:
+            # Array elements are described by their array; every other node has words.
+            assert node.description or node.name.endswith("]"), (name, node)
+
+
 def test_every_example_name_builds_a_frame_that_explains_and_decodes():
     names = example_names()
     assert {"leave-group-v5", "leave-group-v5-response", "streams-group-heartbeat-v0"} <= set(names)
@@ -166,10 +198,10 @@ def test_every_example_name_builds_a_frame_that_explains_and_decodes():
         root = explain(frame, api_key, version)
         assert_tiles(root, len(frame))
         if api_key is None:
-            _, msg = codec.decode_request(frame)
+            header, msg = codec.decode_request(frame)
         else:
             _, msg = codec.decode_response(frame, api_key, version)
-        assert msg.to_dict() == root.value["body"], name
+        assert in_version(msg, header.request_api_version if api_key is None else version) == root.value["body"], name
 
 
 def test_unknown_example_is_rejected():
@@ -226,7 +258,7 @@ def test_hex_layout_stops_after_max_rows_with_a_note():
 
 
 def test_render_has_title_layout_and_tree():
-    text = render(SEED_RESPONSE, explain(SEED_RESPONSE, 13, 5))
+    text = render(SEED_RESPONSE, explain(SEED_RESPONSE, LEAVE_GROUP, 5))
     assert text.splitlines()[0] == "LeaveGroupResponse v5, response header v1, 22 bytes on the wire"
     assert "byte layout (22 bytes, 16 bytes per row)" in text
     assert "object tree\nLeaveGroupResponse message v5 [0x0000, 22B]" in text
@@ -283,7 +315,7 @@ def api_versions_v3(**tagged):
 def test_known_tagged_fields_are_decoded_by_tag():
     frame = api_versions_v3(finalized_features_epoch=7, supported_features=[
         codec.ApiVersionsResponse.SupportedFeatureKey(name="kraft", min_version=0, max_version=1)])
-    root = explain(frame, 18, 3)
+    root = explain(frame, API_VERSIONS, 3)
     assert_tiles(root, len(frame))
     assert root.value["header_version"] == 0       # ApiVersions answers with header v0
     body = root.children[-1]
@@ -305,7 +337,7 @@ def test_unknown_tagged_fields_are_shown_as_raw_bytes():
     assert base[-1] == 0                          # empty tagged-field section at the end
     body = base[4:-1] + bytes([1, 9, 3]) + b"\xaa\xbb\xcc"
     frame = len(body).to_bytes(4, "big") + body
-    root = explain(frame, 18, 3)
+    root = explain(frame, API_VERSIONS, 3)
     assert_tiles(root, len(frame))
     entry = root.children[-1].children[-1].children[1]
     assert (entry.name, entry.display) == ("unknown", "tag 9")
@@ -313,7 +345,7 @@ def test_unknown_tagged_fields_are_shown_as_raw_bytes():
         ("tag", "9"), ("size", "3"), ("data", "aabbcc")]
     assert root.value["body"]["unknown_tagged_fields"] == {9: b"\xaa\xbb\xcc"}
     assert json.loads(to_json(root))["body"]["unknown_tagged_fields"] == {"9": "aabbcc"}
-    _, msg = codec.decode_response(frame, 18, 3)
+    _, msg = codec.decode_response(frame, API_VERSIONS, 3)
     assert msg.unknown_tagged_fields == {9: b"\xaa\xbb\xcc"}
 
 
@@ -351,7 +383,7 @@ def test_truncated_frame_gives_the_partial_tree_and_the_failing_field():
 @pytest.mark.parametrize("max_items", [MAX_ITEMS, 0])      # 0: every element summarised
 @pytest.mark.parametrize("name", ["leave-group-v5", "leave-group-v3", "streams-group-heartbeat-v0",
                                   "api-versions-v3-response", "find-coordinator-v0-response"])
-def test_errors_match_the_generated_codec_at_every_truncation(name, max_items):
+def test_errors_match_the_codec_at_every_truncation(name, max_items):
     frame, api_key, version = example(name)
     for cut in range(8, len(frame)):
         short = (cut - 4).to_bytes(4, "big") + frame[4:cut]
@@ -397,12 +429,12 @@ def test_tagged_value_must_fill_its_size():
     body = base[4:-1] + bytes([1, 1, 9]) + bytes(9)
     frame = len(body).to_bytes(4, "big") + body
     with pytest.raises(DecodeError) as info:
-        explain(frame, 18, 3)
+        explain(frame, API_VERSIONS, 3)
     payload = len(frame) - 9
     assert (info.value.offset, info.value.path) == (payload, "finalized_features_epoch")
     assert info.value.reason == "tagged field 1 does not fill its declared size"
     with pytest.raises(DecodeError) as theirs:
-        codec.decode_response(frame, 18, 3)
+        codec.decode_response(frame, API_VERSIONS, 3)
     assert (theirs.value.offset, theirs.value.reason) == (payload, info.value.reason)
 
 
@@ -444,7 +476,7 @@ def test_bad_null_marker():
 
 
 def test_response_api_given_by_name():
-    tree = shape(explain(SEED_RESPONSE, 13, 5))
+    tree = shape(explain(SEED_RESPONSE, LEAVE_GROUP, 5))
     assert shape(explain(SEED_RESPONSE, "LeaveGroup", 5)) == tree
     assert shape(explain(SEED_RESPONSE, "LeaveGroupResponse", 5)) == tree
     with pytest.raises(ValueError, match="api_key: no API named 'LeaveGroop'"):
@@ -453,11 +485,11 @@ def test_response_api_given_by_name():
 
 def test_response_arguments_are_checked():
     with pytest.raises(ValueError, match="both"):
-        explain(SEED_RESPONSE, api_key=13)
+        explain(SEED_RESPONSE, api_key=LEAVE_GROUP)
     with pytest.raises(ValueError, match="no response schema"):
         explain(SEED_RESPONSE, 999, 0)
     with pytest.raises(UnsupportedVersionError):
-        explain(SEED_RESPONSE, 13, 6)
+        explain(SEED_RESPONSE, LEAVE_GROUP, 6)
 
 
 def test_too_short_for_a_size_prefix():
@@ -476,7 +508,7 @@ MESSAGES = [(m.name, v) for m in _schema.all_messages() if m.kind != "header"
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(MESSAGES).flatmap(
     lambda mv: st.tuples(st.just(mv), strategies.message_dicts(*mv))), st.integers(-2**31, 2**31 - 1))
-def test_random_messages_agree_with_the_generated_codec(case, correlation_id):
+def test_random_messages_agree_with_the_codec(case, correlation_id):
     (name, version), d = case
     cls = getattr(codec, name)
     msg = cls.from_dict(d)
@@ -489,7 +521,7 @@ def test_random_messages_agree_with_the_generated_codec(case, correlation_id):
         root = explain(frame, cls.API_KEY, version)
     assert_tiles(root, len(frame))
     assert root.value["header"]["correlation_id"] == correlation_id
-    assert root.value["body"] == msg.to_dict()
+    assert root.value["body"] == in_version(msg, version)
     json.loads(to_json(root))
 
 
@@ -571,7 +603,7 @@ def test_the_whole_tree_has_a_node_budget():
     full = explain(frame, max_items=None)
     assert sum(1 for _ in full.walk()) > 27_000
     body = frame[root.children[2].offset:]
-    assert full.value["body"] == codec.StreamsGroupHeartbeatRequest.decode(body, 0).to_dict()
+    assert full.value["body"] == in_version(codec.StreamsGroupHeartbeatRequest.decode(body, 0), 0)
     # A small dense frame: the budget is also a few hundred nodes plus one per 4 bytes.
     small = nested_heartbeat(13)
     assert len(small) < 9_000
@@ -630,7 +662,7 @@ def test_many_tagged_fields_are_summarised_and_still_checked(impl):
     tags = {t: b"\xaa" for t in range(10, 160)}
     tags[1] = (7).to_bytes(8, "big")                  # a known one (FinalizedFeaturesEpoch)
     frame = api_versions_with_tags(dict(sorted(tags.items())))
-    root = explain(frame, 18, 3, max_items=100)
+    root = explain(frame, API_VERSIONS, 3, max_items=100)
     assert_tiles(root, len(frame))
     section = root.children[-1].children[-1]
     assert (section.name, len(section.children)) == ("tagged_fields", 1 + 100 + 1)
@@ -642,9 +674,9 @@ def test_many_tagged_fields_are_summarised_and_still_checked(impl):
     tags = {t: b"" for t in range(10, 160)}
     bad = api_versions_with_tags({**tags, 5: b""})
     with pytest.raises(DecodeError) as theirs:
-        impl.decode_response(bad, 18, 3)
+        impl.decode_response(bad, API_VERSIONS, 3)
     with pytest.raises(DecodeError) as mine:
-        explain(bad, 18, 3)
+        explain(bad, API_VERSIONS, 3)
     assert (mine.value.offset, mine.value.reason) == (theirs.value.offset, theirs.value.reason)
     assert mine.value.reason == "tagged field 5 out of order or repeated"
     assert [n.type for n in mine.value.partial_tree.walk() if n.error] == ["summary"]
@@ -652,9 +684,9 @@ def test_many_tagged_fields_are_summarised_and_still_checked(impl):
     wrong = api_versions_with_tags({0: b"\x01", 1: bytes(9)})
     for max_items in (0, 1):
         with pytest.raises(DecodeError) as mine:
-            explain(wrong, 18, 3, max_items=max_items)
+            explain(wrong, API_VERSIONS, 3, max_items=max_items)
         with pytest.raises(DecodeError) as theirs:
-            impl.decode_response(wrong, 18, 3)
+            impl.decode_response(wrong, API_VERSIONS, 3)
         assert (mine.value.offset, mine.value.reason, mine.value.path) == (
             theirs.value.offset, theirs.value.reason, "finalized_features_epoch")
 
@@ -712,7 +744,7 @@ ADVERSARIAL = {
     "leave-group members": lambda size: (leave_group_frame(size // 4), ()),
     "empty tasks": empty_tasks_frame,
     "nested arrays": lambda size: (nested_heartbeat(round((size / 3.5) ** (1 / 3))), ()),
-    "tagged fields": lambda size: (api_versions_with_tags({t: b"" for t in range(10, size // 4)}), (18, 3)),
+    "tagged fields": lambda size: (api_versions_with_tags({t: b"" for t in range(10, size // 4)}), (API_VERSIONS, 3)),
 }
 # tracemalloc slows explain down ~8 times: 1 MiB frames (4-5 s each) are in the slow runs.
 SIZES = [("leave-group members", 1 << 18), ("empty tasks", 1 << 16), ("nested arrays", 1 << 16),
@@ -835,6 +867,100 @@ def test_cli_response_needs_api_and_version():
         cli("--api", "NoSuchApi", "--version", "1", SEED_RESPONSE.hex())
 
 
+def leave_group_v5_response():
+    """A LeaveGroup v5 response that no other API's response reads (the seed's reads as
+    several)."""
+    resp = codec.LeaveGroupResponse(members=[codec.LeaveGroupResponse.MemberResponse(
+        member_id="consumer-1-abc", group_instance_id="host-7", error_code=0)])
+    return codec.encode_response(resp, 5, 7)
+
+
+def test_a_response_without_its_api_is_read_as_the_one_api_that_fits():
+    """Issue 22: a response given without its API was read as a request and failed deep
+    inside (a Produce request's topic_data count); with try_responses it is read as the
+    one API whose response reads the bytes exactly, and the tree says so."""
+    frame = leave_group_v5_response()
+    with pytest.raises(DecodeError) as info:            # strict by default, as decode_request
+        explain(frame)
+    assert info.value.path == "topic_data" and not hasattr(info.value, "response_readings")
+    assert response_readings(frame) == [(LEAVE_GROUP, 4), (LEAVE_GROUP, 5)]   # v4 and v5 lay it out alike
+    root = explain(frame, try_responses=True)
+    assert shape(root) == shape(explain(frame, LEAVE_GROUP, 5))
+    assert root.value["reading"] == (
+        f"does not read as a request ({info.value}); read as a response: a response header "
+        "does not say which API it answers, and of every API and version only "
+        "LeaveGroupResponse v4-v5 read these bytes exactly (shown as v5, the newest)")
+    assert root.value["message"] == "LeaveGroupResponse" and root.value["version"] == 5
+    # A frame that reads as a request is read as one, with no note.
+    assert "reading" not in explain(SEED_REQUEST, try_responses=True).value
+
+
+def test_a_response_that_fits_several_apis_or_none_is_not_picked():
+    with pytest.raises(DecodeError) as info:
+        explain(SEED_RESPONSE, try_responses=True)
+    readings = info.value.response_readings
+    assert (LEAVE_GROUP, 5) in readings and len({key for key, _ in readings}) > 1
+    assert info.value.partial_tree.value["message"] == "ProduceRequest"   # the request reading
+    assert reading_names([(FETCH, 7), (FETCH, 8), (FETCH, 10), (LEAVE_GROUP, 5)]) == "FetchResponse v7-v8, v10, LeaveGroupResponse v5"
+    bad = bytearray(leave_group_v5_response())
+    bad[-2] = 0x7f                                     # the last error code's high byte
+    bad += b"\x00"
+    bad[:4] = (len(bad) - 4).to_bytes(4, "big")
+    with pytest.raises(DecodeError) as info:
+        explain(bytes(bad), try_responses=True)
+    assert info.value.response_readings == []
+
+
+def test_cli_reads_a_response_file_without_api():
+    code, out, err = cli(stdin=leave_group_v5_response().hex().encode())
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "LeaveGroupResponse v5, response header v1, 42 bytes on the wire"
+    assert lines[1].startswith("reading: does not read as a request (topic_data: ")
+    assert lines[1].endswith("only LeaveGroupResponse v4-v5 read these bytes exactly (shown as v5, the newest)")
+    assert "member_id string = \"consumer-1-abc\"" in out
+    assert err == ("fastkwire explain: read as a response (its reading: line says why); "
+                   "--api and --version choose another reading\n")
+    code, out, _ = cli("--json", stdin=leave_group_v5_response().hex().encode())
+    d = json.loads(out)
+    assert code == 0 and d["reading"] == lines[1][len("reading: "):]
+    assert d["body"]["members"][0]["member_id"] == "consumer-1-abc"
+
+
+def test_cli_says_responses_need_api_and_version():
+    code, out, err = cli(SEED_RESPONSE.hex())
+    assert code == 1 and "ProduceRequest message v0" in out
+    first, hint = err.splitlines()
+    assert first.startswith("DecodeError: topic_data: ")
+    assert hint.startswith("fastkwire explain: if this is a response, it reads exactly as ")
+    assert "LeaveGroupResponse v4-v5" in hint and hint.endswith(": give --api and --version to say which")
+    code, _, err = cli("00000004000d0063")                  # LeaveGroup v99: no such version
+    assert code == 2 and err.splitlines() == [
+        "fastkwire explain: LeaveGroupRequest has versions 0-5, not 99",
+        "fastkwire explain: if this is a response, give --api and --version: a response header "
+        "does not say which API it answers (and no response of any API and version reads "
+        "these bytes exactly)"]
+    # Given --api and --version (or an example), no other reading is tried.
+    code, _, err = cli("--api", "13", "--version", "5", SEED_REQUEST.hex())
+    assert code == 1 and err.count("\n") == 1
+
+
+def test_json_and_tree_show_only_the_fields_of_the_version():
+    """Issue 22: --json showed a LeaveGroup v5 body's member_id, which only v0-2 carry."""
+    code, out, _ = cli("--json", "--example", "leave-group-v5")
+    body = json.loads(out)["body"]
+    assert code == 0 and body == {"group_id": "", "members": [
+        {"member_id": "", "group_instance_id": "", "reason": ""}]}
+    code, out, _ = cli("--json", "--example", "leave-group-v2")
+    assert json.loads(out)["body"] == {"group_id": "", "member_id": ""}
+    assert explain(SEED_REQUEST).value["body"] == body
+    names = [n.name for n in explain(SEED_REQUEST).children[2].children]
+    assert names == ["group_id", "members", "tagged_fields"]
+    # A tagged field is in its version even when not sent: shown at its default.
+    frame, _, _ = example("api-versions-v3-response")
+    assert explain(frame, API_VERSIONS, 3).value["body"]["finalized_features_epoch"] == -1
+
+
 def test_cli_json():
     code, out, _ = cli("--json", "--api", "13", "--version", "5", SEED_RESPONSE.hex())
     assert code == 0
@@ -861,7 +987,8 @@ def test_cli_malformed_frame_prints_partial_tree_then_error():
     last = out.rstrip().splitlines()[-1]
     # Open nodes are their parents' last children, hence no "|" on the way down.
     assert last.startswith(f"      +-- reason string = !! truncated: needs 4 bytes, 2 left [0x{at:04x}, 0B]")
-    assert err == f"DecodeError: members[0].reason: truncated: needs 4 bytes, 2 left at offset {at}\n"
+    assert err.startswith(f"DecodeError: members[0].reason: truncated: needs 4 bytes, 2 left at offset {at}\n"
+                          "fastkwire explain: if this is a response, give --api and --version")
 
 
 def test_cli_max_items_and_hex_rows():

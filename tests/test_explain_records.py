@@ -28,7 +28,7 @@ def _batches(field):
 def test_batches_and_records_sit_at_their_frame_offsets():
     data = records.write_batch(RECORDS, base_offset=100)
     frame = _fetch_frame(data)
-    field = _records_node(explain(frame, 1, 16, max_items=None))
+    field = _records_node(explain(frame, codec.FetchResponse.API_KEY, 16, max_items=None))
     start = field.end - len(data)
     (batch,) = _batches(field)
     assert (batch.name, batch.offset, batch.size) == ("batch", start, len(data))
@@ -97,7 +97,7 @@ def test_the_frame_bytes_are_tiled_by_the_shown_nodes(compression):
 
     data = records.write_batch(RECORDS, compression=compression)
     frame = _fetch_frame(data + data[:7])
-    root = explain(frame, 1, 16, max_items=None)
+    root = explain(frame, codec.FetchResponse.API_KEY, 16, max_items=None)
     assert_tiles(root, len(frame))
     field = _records_node(root)
     assert field.children[0].name == "length" and field.children[0].value == len(data) + 7

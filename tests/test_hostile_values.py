@@ -580,7 +580,7 @@ def version_calls(mod):
     msg = L(group_id="g", members=[L.MemberIdentity(member_id="m", reason="r")])
     body = msg.encode(5)
     frame = mod.encode_response(mod.LeaveGroupResponse(), 5, 7)
-    header = mod.RequestHeader(request_api_key=13, request_api_version=5, correlation_id=7)
+    header = mod.RequestHeader(request_api_key=L.API_KEY, request_api_version=5, correlation_id=7)
     return {
         "encode": lambda v: msg.encode(v),
         "encode_into": lambda v: msg.encode_into(bytearray(256), 3, v),
@@ -593,7 +593,7 @@ def version_calls(mod):
         "header-decode_from": lambda v: mod.RequestHeader.decode_from(header.encode(2), v),
         "encode_request": lambda v: mod.encode_request(msg, v, 7, "c"),
         "encode_response": lambda v: mod.encode_response(mod.LeaveGroupResponse(), v, 7),
-        "decode_response": lambda v: mod.decode_response(frame, 13, v),
+        "decode_response": lambda v: mod.decode_response(frame, L.API_KEY, v),
     }
 
 

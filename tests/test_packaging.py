@@ -87,7 +87,8 @@ def test_sdist_holds_generated_c_and_schemas_and_no_binaries(sdist):
     for module in MODULES:
         assert f"src/fastkwire/{module}.c" in names
         assert f"src/fastkwire/{module}.pyx" in names
-    schemas = {f"src/fastkwire/schemas/{p.name}" for p in (ROOT / "src/fastkwire/schemas").glob("*.json")}
+    schemas = {p.relative_to(ROOT).as_posix() for p in (ROOT / "src/fastkwire/schemas").rglob("*.json")}
+    assert "src/fastkwire/schemas/descriptions/fields.json" in schemas    # the fields' meanings
     assert schemas and schemas <= names
     assert "PKG-INFO" in names
     assert not [n for n in names if n.endswith((".so", ".pyd", ".pyc"))]

@@ -69,7 +69,7 @@ def strategy(name, version, *peer_names):
     return message_dicts(name, version, **args)
 
 
-# tests/conftest.py provides `impl` (both generated modules); until it does, this fallback.
+# tests/conftest.py provides `impl` (both message modules); until it does, this fallback.
 if not hasattr(sys.modules.get("conftest"), "impl"):
 
     @pytest.fixture(params=["python", "cython"])

@@ -1,4 +1,4 @@
-"""Write the type stubs of the generated message classes from the schema definitions.
+"""Write the type stubs of the message classes (made at run time) from the schema definitions.
 
     python tools/make_stubs.py           write src/fastkwire/_messages_{python,cython}.pyi
     python tools/make_stubs.py --check   exit 1 if the committed stubs differ (drift)

@@ -84,7 +84,7 @@ cdef int raise_too_large() except -1:
     raise _e.message_too_large()
 
 cdef long long as_int_slow(object v, int kind) except? -1:
-    """Same rules as the pure `_int_value`: ints and __index__ objects, never bool."""
+    """The pure codec's rules (`_rules.int_value`): ints and __index__ objects, never bool."""
     return _rules.int_value(_KINDS[kind], v)
 
 cdef object unknown_tags_slow(object value):
@@ -244,7 +244,8 @@ cdef object rd_raw(Cursor* c, Py_ssize_t n):
     c.pos += n
     return rd_raw_at(c, c.pos - n, n)
 
-cdef long long legacy_len(Cursor* c, int width, int nullable) except -2:
+# "classic": the non-compact forms, as in _pure ("legacy" is the magic 0/1 record formats).
+cdef long long classic_len(Cursor* c, int width, int nullable) except -2:
     """An int16 (strings) or int32 (bytes) length; -1 for null where that is allowed."""
     cdef Py_ssize_t start = c.pos
     cdef long long n = rd_i16(c) if width == 2 else rd_i32(c)
@@ -256,16 +257,16 @@ cdef long long legacy_len(Cursor* c, int width, int nullable) except -2:
         raise_bad_length(start, n)
     return n
 
-cdef object _legacy_string(Cursor* c, int nullable):
+cdef object _classic_string(Cursor* c, int nullable):
     cdef Py_ssize_t start = c.pos
-    cdef long long n = legacy_len(c, 2, nullable)
+    cdef long long n = classic_len(c, 2, nullable)
     return None if n < 0 else take_str(c, start, n)
 
 cdef object rd_string(Cursor* c):
-    return _legacy_string(c, 0)
+    return _classic_string(c, 0)
 
 cdef object rd_nullable_string(Cursor* c):
-    return _legacy_string(c, 1)
+    return _classic_string(c, 1)
 
 cdef Py_ssize_t bytes_span(Cursor* c, int compact, int nullable) except -2:
     """Reads a bytes value's length (-1: null) and moves past the value, whose bytes
@@ -280,7 +281,7 @@ cdef Py_ssize_t bytes_span(Cursor* c, int compact, int nullable) except -2:
             raise_null(start)
         n -= 1
     else:
-        n = legacy_len(c, 4, nullable)
+        n = classic_len(c, 4, nullable)
         if n < 0:
             return -1
     if c.end - c.pos < n:
@@ -846,7 +847,6 @@ cdef int wr_tags_slow(Buf* b, object known, object unknown) except -1:
 # in _pure; used by the primitive test vectors and by tools.
 
 cdef int _write(str t, object v, Buf* b) except -1:
-    cdef long long x
     if t == "int8":
         return wr_i8(b, as_i8(v))
     if t == "int16":
@@ -869,16 +869,6 @@ cdef int _write(str t, object v, Buf* b) except -1:
         if type(v) is not int or not 0 <= v <= 0xFFFFFFFF:
             raise _e.out_of_range("unsigned varint", v)
         return wr_uvarint(b, v)
-    if t == "uvarlong":
-        if type(v) is not int or not 0 <= v <= 0xFFFFFFFFFFFFFFFF:
-            raise _e.out_of_range("unsigned varlong", v)
-        return wr_uvarint(b, v)
-    if t == "varint":
-        x = as_i32(v)
-        return wr_uvarint(b, <uint32_t>((x << 1) ^ (x >> 31)))
-    if t == "varlong":
-        x = as_i64(v)
-        return wr_uvarint(b, (<uint64_t>x << 1) ^ <uint64_t>(x >> 63))
     if t == "string":
         return wr_string(b, v)
     if t == "nullable_string":
@@ -916,11 +906,6 @@ def encode(str type_name, value):
 
 
 cdef object _read(str t, Cursor* c):
-    cdef long long u
-    cdef unsigned long long ul = 0
-    cdef Py_ssize_t start
-    cdef int shift = 0
-    cdef unsigned char b
     if t == "int8":
         return rd_i8(c)
     if t == "int16":
@@ -939,27 +924,8 @@ cdef object _read(str t, Cursor* c):
         return rd_bool(c)
     if t == "uuid":
         return rd_uuid(c)
-    if t in ("uvarint", "varint"):
-        u = rd_uvarint(c)
-        return u if t == "uvarint" else (u >> 1) ^ -(u & 1)
-    if t in ("uvarlong", "varlong"):
-        start = c.pos
-        while True:
-            if c.pos >= c.end:
-                raise_short(start, c.pos - start + 1, c.end)
-            b = c.buf[c.pos]
-            c.pos += 1
-            if shift == 63 and (b & 0x7F) > 1:
-                raise_varint(start, 10)
-            ul |= (<unsigned long long>(b & 0x7F)) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-            if shift >= 70:
-                raise_varint(start, 10)
-        if t == "uvarlong":
-            return ul
-        return <long long>((ul >> 1) ^ (-(<long long>(ul & 1))))
+    if t == "uvarint":
+        return rd_uvarint(c)
     if t == "string":
         return rd_string(c)
     if t == "nullable_string":

@@ -76,7 +76,9 @@ def _title(root, nbytes: int) -> str:
 def render_lines(frame, root, doc_width, max_rows):
     """The lines of `render`, one at a time: the command line writes them in pieces."""
     data = bytes(frame)
-    return chain([_title(root, len(data)), ""], _hex_lines(data, max_rows),
+    reading = (root.value or {}).get("reading")      # how a frame without an API was read
+    head = [_title(root, len(data))] + ([f"reading: {reading}"] if reading else [])
+    return chain(head + [""], _hex_lines(data, max_rows),
                  ["", "object tree"], _tree_lines(root, doc_width))
 
 
@@ -108,8 +110,27 @@ def message_value(frame, root) -> dict:
     """The tree's values with the body decoded whole, by the pure codec (the tree keeps
     the shown elements only). Only for a frame that explain read without error."""
     from . import _messages_python     # here: only --json needs it
+    from ._layout import layouts
     info = dict(root.value)
     body = root.children[2]
     cls = getattr(_messages_python, info["message"])
-    info["body"] = cls.decode_from(frame, info["version"], body.offset)[0].to_dict()
+    whole = cls.decode_from(frame, info["version"], body.offset)[0].to_dict()
+    info["body"] = _version_fields(whole, layouts(info["message"]).root(info["version"]))
     return info
+
+
+def _version_fields(value, lay):
+    """A to_dict() value cut to the fields that `lay`'s version carries: to_dict() holds
+    every field of every version, at its default where the version has none."""
+    out = {}
+    for op in lay.ops:
+        if op.mode == "absent":
+            continue
+        v = value[op.name]
+        if op.sub is not None and v is not None:
+            v = ([_version_fields(x, op.sub) for x in v] if op.field.is_array
+                 else _version_fields(v, op.sub))
+        out[op.name] = v
+    if "unknown_tagged_fields" in value:
+        out["unknown_tagged_fields"] = value["unknown_tagged_fields"]
+    return out

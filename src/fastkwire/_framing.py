@@ -1,19 +1,26 @@
 """Frames: int32 size, request or response header, body. Bound to one implementation."""
 import struct
+from functools import lru_cache
 
 from . import errors as _e
 from ._rules import byte_view
 from .errors import DecodeError
 
 _SIZE = struct.Struct(">i")
-_API_VERSIONS = 18
+
+
+@lru_cache(maxsize=None)
+def _api_versions_key():
+    """ApiVersions' key, from its definition: read with the first frame, not at import."""
+    from . import _schema
+    return _schema.load("ApiVersionsRequest").api_key
 
 
 def header_versions(api_key, flexible):
     """(request header version, response header version) of an API version whose
     messages are flexible or not."""
     # ApiVersions responses keep header v0 so that any client can read the error.
-    return (2 if flexible else 1), (0 if api_key == _API_VERSIONS else int(flexible))
+    return (2 if flexible else 1), (0 if api_key == _api_versions_key() else int(flexible))
 
 
 def request_header_version(cls, version):

@@ -70,27 +70,6 @@ def w_uvarint(out, v):
     out.append(v)
 
 
-def w_uvarlong(out, v):
-    if not 0 <= v <= 0xFFFFFFFFFFFFFFFF:
-        raise _e.out_of_range("unsigned varlong", v)
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def w_varint(out, v):
-    """Zigzag-encoded signed 32-bit varint."""
-    v = int_value("int32", v)
-    w_uvarint(out, ((v << 1) ^ (v >> 31)) & 0xFFFFFFFF)
-
-
-def w_varlong(out, v):
-    """Zigzag-encoded signed 64-bit varint."""
-    v = int_value("int64", v)
-    w_uvarlong(out, ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
-
-
 def _utf8(s):
     if type(s) is not str:
         raise _e.wrong_type("str", s)
@@ -103,7 +82,9 @@ def _utf8(s):
     return b
 
 
-def _put_legacy(out, raw, width):
+# "classic": the non-compact forms, behind a fixed-width length ("legacy" names the
+# magic 0/1 record formats, in the records modules).
+def _put_classic(out, raw, width):
     """raw behind an int16 (strings, at most 32767 bytes) or int32 (bytes) length."""
     if width == 2:
         out += _S["int16"].pack(len(raw))
@@ -133,7 +114,7 @@ def w_count(out, n, compact):
 
 
 def w_string(out, s):
-    _put_legacy(out, _utf8(s), 2)
+    _put_classic(out, _utf8(s), 2)
 
 
 def w_nullable_string(out, s):
@@ -161,7 +142,7 @@ def _raw(b):
 
 
 def w_bytes(out, b):
-    _put_legacy(out, _raw(b), 4)
+    _put_classic(out, _raw(b), 4)
 
 
 def w_nullable_bytes(out, b):
@@ -235,34 +216,6 @@ def r_uvarint(data, pos, end):
             raise _e.varint_too_long(start, 5)
 
 
-def r_uvarlong(data, pos, end):
-    start = pos
-    value = shift = 0
-    while True:
-        if pos >= end:
-            raise short(start, pos - start + 1, end)
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            if value > 0xFFFFFFFFFFFFFFFF:
-                raise _e.varint_too_long(start, 10)
-            return value, pos
-        shift += 7
-        if shift >= 70:
-            raise _e.varint_too_long(start, 10)
-
-
-def r_varint(data, pos, end):
-    u, pos = r_uvarint(data, pos, end)
-    return (u >> 1) ^ -(u & 1), pos
-
-
-def r_varlong(data, pos, end):
-    u, pos = r_uvarlong(data, pos, end)
-    return (u >> 1) ^ -(u & 1), pos
-
-
 def _make_int_reader(kind):
     unpack = _S[kind].unpack_from
     width = WIDTH[kind]
@@ -307,7 +260,7 @@ def _text(data, start, pos, n, end):
         raise _e.invalid_utf8(start) from None
 
 
-def _legacy(data, pos, end, nullable, width, body):
+def _classic(data, pos, end, nullable, width, body):
     """A value behind an int16 (strings) or int32 (bytes) length; -1 is null."""
     if end - pos < width:
         raise short(pos, width, end)
@@ -345,11 +298,11 @@ def _short_text(data, pos, end):
 
 
 def r_string(data, pos, end):
-    return _legacy(data, pos, end, False, 2, _text)
+    return _classic(data, pos, end, False, 2, _text)
 
 
 def r_nullable_string(data, pos, end):
-    return _legacy(data, pos, end, True, 2, _text)
+    return _classic(data, pos, end, True, 2, _text)
 
 
 def r_compact_string(data, pos, end):
@@ -376,15 +329,15 @@ def r_records_view(data, pos, end, compact, nullable):
     """A records field as a read-only view of the (bytes) input, not a copy."""
     if compact:
         return _compact(data, pos, end, nullable, _view)
-    return _legacy(data, pos, end, nullable, 4, _view)
+    return _classic(data, pos, end, nullable, 4, _view)
 
 
 def r_bytes(data, pos, end):
-    return _legacy(data, pos, end, False, 4, _blob)
+    return _classic(data, pos, end, False, 4, _blob)
 
 
 def r_nullable_bytes(data, pos, end):
-    return _legacy(data, pos, end, True, 4, _blob)
+    return _classic(data, pos, end, True, 4, _blob)
 
 
 def r_compact_bytes(data, pos, end):
@@ -445,10 +398,6 @@ def r_unknown_tags(data, pos, end):
         pos += size
         last = tag
     return tags, pos
-
-
-def r_raw(data, pos, n):
-    return bytes(data[pos:pos + n]), pos + n
 
 
 def r_marker(data, pos, end):
@@ -713,8 +662,8 @@ def write_into(buffer, offset, encode, version):
 def encode(type_name, value):
     check_type_name(type_name)
     out = bytearray()
-    if type_name in ("uvarint", "uvarlong") and type(value) is not int:
-        raise _e.out_of_range(type_name.replace("u", "unsigned ", 1), value)
+    if type_name == "uvarint" and type(value) is not int:
+        raise _e.out_of_range("unsigned varint", value)
     if type_name == "tagged_fields":
         w_tags(out, None, value)
     elif "[" in type_name:

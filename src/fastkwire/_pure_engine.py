@@ -69,7 +69,7 @@ class _Namespace:
             for op in lay.ops:
                 if op.sub is not None:
                     self.fn(op.sub)
-            src = _Writer(self, lay, suffix).source()
+            src = _LayoutSource(self, lay, suffix).source()
             exec(compile(src, f"<fastkwire layout {lay.message.name}.{suffix}>", "exec"), self.env)  # noqa: S102
         return suffix
 
@@ -84,7 +84,7 @@ def _string_fn(kind, op):
     return ("compact_" if op.compact else "") + ("nullable_" if op.nullable else "") + kind
 
 
-class _Writer:
+class _LayoutSource:
     """Python source for one layout's writer and reader."""
 
     def __init__(self, ns, lay, suffix):

@@ -111,42 +111,6 @@ cdef bint _columns_fast(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, 
     return p == e
 
 
-def varint_walk(data, Py_ssize_t pos, Py_ssize_t end, long long count):
-    """Walk the records' varints and skip their bytes, making nothing, with the readers
-    of the columns' fast path: the floor that benchmarks/bench_records.py measures
-    read_columns against. Returns the bytes walked, or -1 at a bad varint."""
-    cdef Py_buffer view
-    cdef const unsigned char* p
-    cdef const unsigned char* e
-    cdef long long i
-    cdef int64_t n, j, hn
-    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-    try:
-        if end > view.len or pos < 0 or pos > end:
-            raise ValueError("records section outside the data")
-        p = <const unsigned char*>view.buf + pos
-        e = <const unsigned char*>view.buf + end
-        for i in range(count):
-            if not vint(&p, e, &n, 5) or p + 1 > e:
-                return -1
-            p += 1
-            if not vint(&p, e, &n, 10) or not vint(&p, e, &n, 5):
-                return -1
-            for j in range(2):
-                if not take_len(&p, e, &n, True):
-                    return -1
-                p += max(n, 0)
-            if not vint(&p, e, &hn, 5):
-                return -1
-            for j in range(2 * hn):
-                if not take_len(&p, e, &n, True):
-                    return -1
-                p += max(n, 0)
-        return p - (<const unsigned char*>view.buf + pos)
-    finally:
-        PyBuffer_Release(&view)
-
-
 cdef object _np = None
 
 

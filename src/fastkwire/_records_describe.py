@@ -8,7 +8,7 @@ from the start of the decompressed bytes (`decompressed` is True). Values are th
 decoded numbers, bytes and strings.
 
 describe is not a reader of its own: the readers of read_batches (the batch layer and
-the pure kernel) tell a Layout what they read, so describe raises the error read_batches
+the pure kernel) tell a SpanRecorder what they read, so describe raises the error read_batches
 raises, at the same offset (CRCs aside: describe shows a mismatch instead).
 """
 from typing import NamedTuple
@@ -28,7 +28,7 @@ class Span(NamedTuple):
     decompressed: bool = False
 
 
-class Layout:
+class SpanRecorder:
     """The observer the readers tell what they read, where (see _batches and
     _records_python): it builds the Span tree of what they read, and nothing else. So
     describe raises what read_batches raises, at the same offset."""
@@ -90,7 +90,7 @@ def describe(data, *, max_decompressed=None, max_records=None, crc32c=_records_p
     """The batches in `data` as Span trees, read by the pure kernel (CRCs not checked:
     a mismatch is shown in the batch's summary)."""
     data = bytes(data)
-    seen = Layout(data, max_records, crc32c)
+    seen = SpanRecorder(data, max_records, crc32c)
 
     def decode(buf, pos, end, count, base_offset, base_timestamp, log_append_time):
         return _records_python.decode_records(buf, pos, end, count, base_offset,

@@ -197,7 +197,7 @@ def parse_array_type(type_name):
 # The primitive API's type names (encode(type, value) and decode(type, data) of _pure
 # and _core: the primitive test vectors and tools).
 _SCALARS = ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool", "uuid",
-            "varint", "varlong", "uvarint", "uvarlong",
+            "uvarint",
             "string", "nullable_string", "compact_string", "compact_nullable_string",
             "bytes", "nullable_bytes", "compact_bytes", "compact_nullable_bytes",
             "tagged_fields")

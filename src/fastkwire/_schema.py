@@ -149,6 +149,25 @@ def _parse_default(raw, ftype):
     return raw
 
 
+DESCRIPTIONS = SCHEMA_DIR / "descriptions" / "fields.json"
+
+
+@lru_cache(maxsize=None)
+def descriptions() -> tuple[dict, dict]:
+    """(by field name, by "Struct.Field" or "Message.Struct.Field"): the meanings of the
+    fields whose definitions give no doc. Kept apart from the definitions, which the
+    converter rewrites from Kafka's facts, and written in our words, not Kafka's."""
+    raw = json.loads(DESCRIPTIONS.read_text(encoding="utf-8"))
+    return raw["fields"], raw["in"]
+
+
+def describe(message_name: str, struct_name: str, field_name: str) -> str:
+    """A field's meaning from the descriptions table, most specific entry first."""
+    by_name, by_place = descriptions()
+    return (by_place.get(f"{message_name}.{struct_name}.{field_name}")
+            or by_place.get(f"{struct_name}.{field_name}") or by_name.get(field_name, ""))
+
+
 def _build(message_name: str, raw_fields, shared: dict, out: list, struct_name: str, doc="") -> Struct:
     fields = []
     for rf in raw_fields:
@@ -163,7 +182,7 @@ def _build(message_name: str, raw_fields, shared: dict, out: list, struct_name: 
             tag=rf.get("tag"),
             tagged=Versions.parse(rf.get("tagged")),
             flexible_override=Versions.parse(rf["flexible"]) if "flexible" in rf else None,
-            doc=rf.get("doc", ""),
+            doc=rf.get("doc") or describe(message_name, struct_name, rf["name"]),
             columns=rf.get("columns"),
         )
         elem = f.element_type

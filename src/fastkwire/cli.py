@@ -38,7 +38,7 @@ from .client_config import OPTION_KEYS, read_properties, security_options
 from .connection import SECURITY_PROTOCOLS
 from .connection_errors import OptionError
 from .errors import DecodeError
-from .explain import MAX_ITEMS, explain
+from .explain import MAX_ITEMS, explain, reading_names
 from .sasl import MECHANISMS
 
 EXIT_OK = 0
@@ -515,6 +515,20 @@ def _write_json(stream, value, batch=1 << 16):
     stream.write("".join(chunk))
 
 
+def _response_hint(err) -> str:
+    """What to do when a frame given without --api read as no request: empty when the
+    response readings were not tried."""
+    readings = getattr(err, "response_readings", None)
+    if readings is None:
+        return ""
+    if not readings:
+        return ("fastkwire explain: if this is a response, give --api and --version: a response "
+                "header does not say which API it answers (and no response of any API and "
+                "version reads these bytes exactly)\n")
+    return (f"fastkwire explain: if this is a response, it reads exactly as "
+            f"{reading_names(readings)}: give --api and --version to say which\n")
+
+
 def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
     """Runs `fastkwire explain`; 0 on success, 1 for a malformed frame, 2 for bad usage."""
     stdout, stderr, stdin = stdout or sys.stdout, stderr or sys.stderr, stdin or sys.stdin
@@ -528,15 +542,19 @@ def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
             if (args.api is None) != (args.version is None):
                 raise ValueError("a response needs both --api and --version")
             frame, api_key, version = _read_frame(args, stdin), args.api, args.version
-        root = explain(frame, api_key, version, max_items=args.max_items)
+        root = explain(frame, api_key, version, max_items=args.max_items,
+                       try_responses=not args.example and api_key is None)
     except DecodeError as err:
         if not args.json:
             _write_lines(stdout, render_lines(frame, err.partial_tree, doc_width, args.hex_rows))
-        _write(stderr, f"DecodeError: {err}\n")
+        _write(stderr, f"DecodeError: {err}\n{_response_hint(err)}")
         return 1
     except (ValueError, OSError) as err:
-        _write(stderr, f"fastkwire explain: {err}\n")
+        _write(stderr, f"fastkwire explain: {err}\n{_response_hint(err)}")
         return 2
+    if "reading" in root.value:
+        _write(stderr, "fastkwire explain: read as a response (its reading: line says why); "
+                       "--api and --version choose another reading\n")
     if args.json:
         _write_json(stdout, message_value(frame, root))
     else:

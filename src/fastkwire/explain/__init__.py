@@ -1,7 +1,7 @@
 """The annotated byte layout of one Kafka frame: `explain(frame)`, a tree of `Node`s.
 
-An interpreter over the schema definitions (`_schema`), independent of the generated
-codecs, which do not track offsets. Every value is read with the pure-Python primitives
+An interpreter over the schema definitions (`_schema`), independent of the engines
+(which do not track offsets). Every value is read with the pure-Python primitives
 (`_pure`), so a malformed frame fails with the same reasons the codecs give.
 
 `explain(frame)` returns a tree of `Node`s covering every byte of the frame: the size
@@ -29,10 +29,11 @@ from .._explain_examples import example, example_names
 from .._explain_text import hex_layout, render, render_tree, to_json
 from .._layout import default_kind, layouts, version_text
 from ..error_codes import error_name
-from ..errors import DecodeError, bad_version, tag_size_mismatch, trailing, truncated
+from ..errors import (DecodeError, UnsupportedVersionError, bad_version, tag_size_mismatch,
+                      trailing, truncated)
 
-__all__ = ["Node", "explain", "example", "example_names", "render_tree", "hex_layout",
-           "render", "to_json"]
+__all__ = ["Node", "explain", "response_readings", "reading_names", "example", "example_names",
+           "render_tree", "hex_layout", "render", "to_json"]
 
 SIZE_PREFIX = 4
 DOC_WIDTH = _explain_text.DOC_WIDTH   # the text view's defaults, public here too
@@ -262,26 +263,26 @@ def _reader(type_, compact, nullable):
 # version from the schema: the same reads, in the same order and with the same error
 # paths as the walker's, but no nodes and no values.
 
-_PLANS: dict = {}
+_SKIPS: dict = {}
 
 
-def _plan(lay):
+def _skips(lay):
     """(fields, tagged, flexible) of a layout: [(python name, skip)] in wire order and
     {tag: (python name, skip)}, where skip(walker) reads one value."""
-    plan = _PLANS.get(lay)     # layouts live as long as the process
-    if plan is None:
-        plan = _PLANS[lay] = (
+    skips = _SKIPS.get(lay)     # layouts live as long as the process
+    if skips is None:
+        skips = _SKIPS[lay] = (
             [(op.name, _skipper(op)) for op in lay.plain],
             {op.field.tag: (op.name, _skipper(op)) for op in lay.tagged},
             lay.flexible)
-    return plan
+    return skips
 
 
 def _items(op):
     """(skip one element, fixed width or None) of an array field."""
     if op.sub is not None:
-        plan = _plan(op.sub)
-        return (lambda w: w.skip_struct(plan)), None
+        skips = _skips(op.sub)
+        return (lambda w: w.skip_struct(skips)), None
     elem = op.field.element_type
     return _skip_value(_reader(elem, op.compact, False)), _wire.WIDTH.get(elem)
 
@@ -303,14 +304,14 @@ def _skipper(op):
             w.skip_items(each, width, 0, count)
         return skip
     if f.is_struct:
-        plan = _plan(op.sub)
+        skips = _skips(op.sub)
 
         def skip(w):
             if nullable:
                 marker, w.pos = _pure.r_marker(w.data, w.pos, w.end)
                 if marker != 1:
                     return
-            w.skip_struct(plan)
+            w.skip_struct(skips)
         return skip
     return _skip_value(_reader(f.type, compact, nullable))
 
@@ -358,8 +359,9 @@ class _Walker:
         for op in lay.ops:
             if op.mode == "plain":
                 values[op.name] = self.field(node, op)
-            else:
+            elif op.mode == "tagged":   # in the version, at its default until its tag is read
                 values[op.name] = _default_dict(op.field)
+            # (a field the version does not carry has no value: it is not in the message)
         if lay.flexible:
             self.tagged_fields(node, lay, values, tags_doc)
         return values
@@ -481,7 +483,7 @@ class _Walker:
         last = -1
         for i in range(count):
             if not self.shows(i):
-                tagged = _plan(lay)[1]
+                tagged = _skips(lay)[1]
                 self.summary(section, f"tagged fields [{i}..{count - 1}]", count - i,
                              _show_more_tags, lambda: self.skip_tags(tagged, i, count, last))
                 break
@@ -510,10 +512,10 @@ class _Walker:
             entry.size = self.pos - entry.offset
         section.size = self.pos - start
 
-    # Reading without showing: see _plan.
+    # Reading without showing: see _skips.
 
-    def skip_struct(self, plan):
-        fields, tagged, flexible = plan
+    def skip_struct(self, skips):
+        fields, tagged, flexible = skips
         for name, skip in fields:
             try:
                 skip(self)
@@ -568,12 +570,20 @@ def _close_open_nodes(root: Node, err: DecodeError):
 
 
 def explain(frame, api_key: int | str | None = None, version: int | None = None, *,
-            max_items: int | None = MAX_ITEMS) -> Node:
+            max_items: int | None = MAX_ITEMS, try_responses: bool = False) -> Node:
     """The annotated tree of one frame (int32 size prefix included).
 
     Requests are recognised from their header; for a response give `api_key` (the key,
     or the API's name: "LeaveGroup") and `version`. Raises DecodeError (with
     `.partial_tree`) on malformed input.
+
+    A response header holds only a correlation id, so a response's bytes do not say
+    which API they answer. With `try_responses=True` and no `api_key`, bytes that do not
+    read as a request are tried as a response of every API and version
+    (`response_readings`): when the readings that fit all belong to one API, the tree is
+    that API's newest fitting version, and `root.value["reading"]` says why it was
+    chosen; otherwise the request's error is raised, with `.response_readings` set to
+    the readings that fit (none, or those of several APIs).
 
     An array (or tagged-field section) shows its first `max_items` elements, then one
     node of type "summary" for the rest, which are read and checked but not kept; once
@@ -601,8 +611,77 @@ def explain(frame, api_key: int | str | None = None, version: int | None = None,
     except DecodeError as err:
         _close_open_nodes(root, err)
         err.partial_tree = root
+        if try_responses and api_key is None:
+            return _as_response(data, err, max_items)
+        raise
+    except UnsupportedVersionError as err:   # a request header's version out of range
+        if try_responses and api_key is None:
+            return _as_response(data, err, max_items)
         raise
     return root
+
+
+def response_readings(frame) -> list[tuple[int, int]]:
+    """Every (api_key, version) whose response reading consumes the frame exactly: its
+    size prefix, a response header and a body that read without error. Each is checked
+    as explain checks it, without building a tree."""
+    data = bytes(frame)
+    n = len(data)
+    if n < SIZE_PREFIX or int.from_bytes(data[:SIZE_PREFIX], "big", signed=True) != n - SIZE_PREFIX:
+        return []
+    fits = []
+    for key, msg in sorted(response_schemas().items()):
+        body = layouts(msg.name)
+        for version in range(msg.versions.low, msg.versions.high + 1):
+            w = _Walker(data, n, 0)
+            w.pos = SIZE_PREFIX
+            try:
+                w.skip_struct(_skips(layouts("ResponseHeader").root(header_versions(key, version)[1])))
+                w.skip_struct(_skips(body.root(version)))
+            except DecodeError:
+                continue
+            if w.pos == n:
+                fits.append((key, version))
+    return fits
+
+
+def _as_response(data, err, max_items):
+    """The frame read as the one API's response that fits it, else `err` (raised)."""
+    readings = response_readings(data)
+    err.response_readings = readings
+    if not readings or len({key for key, _ in readings}) > 1:
+        raise err
+    key, version = readings[-1]
+    root = explain(data, key, version, max_items=max_items)
+    versions = [v for _, v in readings]
+    name = response_schemas()[key].name
+    fit = (f"only {name} v{version} reads" if len(versions) == 1 else
+           f"only {name} {_version_list(versions)} read")
+    why = "" if len(versions) == 1 else f" (shown as v{version}, the newest)"
+    root.value = {"reading": (
+        f"does not read as a request ({err}); read as a response: a response header does not say which "
+        f"API it answers, and of every API and version {fit} these bytes exactly{why}"),
+        **root.value}
+    return root
+
+
+def _version_list(versions) -> str:
+    """[1, 2, 3, 5] -> "v1-v3, v5"."""
+    runs = []
+    for v in versions:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(f"v{a}" if a == b else f"v{a}-v{b}" for a, b in runs)
+
+
+def reading_names(readings) -> str:
+    """Response readings as text: "FetchResponse v7-v11, MetadataResponse v2"."""
+    by_key: dict = {}
+    for key, version in readings:
+        by_key.setdefault(key, []).append(version)
+    return ", ".join(f"{response_schemas()[key].name} {_version_list(vs)}" for key, vs in by_key.items())
 
 
 def _api_key_of(name: str) -> int:
@@ -622,7 +701,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
     info["size"] = size
 
     if api_key is None:
-        msg, version, hdr_name, hv = _request_plan(w)
+        msg, version, hdr_name, hv = _request_reading(w)
         # The API and version are judged as decode_request judges them, before the rest
         # of the header (which is still shown when it reads): the same error for the frame.
         refusal = None
@@ -667,7 +746,7 @@ def _frame(w: _Walker, root: Node, api_key, version):
         raise trailing(w.pos, n - w.pos)
 
 
-def _request_plan(w: _Walker):
+def _request_reading(w: _Walker):
     """(message, version, header name, header version) from the api key and version."""
     try:
         key, _ = _pure.r_int16(w.data, 4, w.end)
