@@ -636,6 +636,7 @@ def test_hostile_batch_state_same_outcome(accel, attr, value):
         assert stock == fast
 
 
+@needs_accel
 def test_size_estimates_are_stocks_for_every_input(accel):
     B = kdr.DefaultRecordBatchBuilder
     rnd = random.Random(11)

@@ -86,9 +86,12 @@ def _make_init(struct, module: str, classes: dict):
     return env["__init__"]
 
 
-def make_message_class(name: str, module: str, mixin: type, struct_base: type = StructBase) -> type:
+def make_message_class(name: str, module: str, mixin: type, struct_base: type = StructBase,
+                       finish=None) -> type:
     """The class of one message (its struct classes as attributes), for one engine's
-    `mixin`; `module` is where the classes say they live."""
+    `mixin`; `module` is where the classes say they live; `finish(cls)`, if given, is
+    called on each class before it has instances (the compiled engine makes them plain
+    types there)."""
     # Not at import: `import fastkwire` reads no schema (the engines import _layout late too).
     from . import _schema
     from ._layout import layouts, version_text
@@ -118,7 +121,8 @@ def make_message_class(name: str, module: str, mixin: type, struct_base: type = 
             bases = (struct_base, mixin)
         else:
             bases = (struct_base,)
-        by_struct[struct.name] = type(struct.name, bases, ns)
+        made = type(struct.name, bases, ns)
+        by_struct[struct.name] = finish(made) if finish is not None else made
     cls = by_struct[m.root.name]
     for struct in m.structs:
         setattr(cls, struct.name, by_struct[struct.name])

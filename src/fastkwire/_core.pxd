@@ -15,6 +15,7 @@ from libc.string cimport memcpy
 
 cdef extern from "Python.h":
     PyObject* _decode_utf8 "PyUnicode_DecodeUTF8"(const char* s, Py_ssize_t size, const char* errors)
+    PyObject* _new_str "PyUnicode_New"(Py_ssize_t size, Py_UCS4 maxchar)
     const char* _as_utf8 "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t* size)
     long long PyLong_AsLongLongAndOverflow(object o, int* overflow)
     bint PyUnicode_IS_COMPACT_ASCII(object s)
@@ -237,13 +238,34 @@ cdef inline int rd_marker(Cursor* c) except -2:
     c.pos += 1
     return m
 
+cdef inline bint is_ascii(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t word, acc = 0
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        memcpy(&word, p + i, 8)
+        acc |= word
+        i += 8
+    while i < n:
+        acc |= p[i]
+        i += 1
+    return (acc & 0x8080808080808080ULL) == 0
+
+
 cdef inline object take_str(Cursor* c, Py_ssize_t start, long long n):
     cdef PyObject* r
     if n > 0x7FFF:
         raise_string_too_long(start, n)
     if c.end - c.pos < n:
         raise_short(start, c.pos - start + n, c.end)
-    r = _decode_utf8(<const char*>c.buf + c.pos, <Py_ssize_t>n, NULL)
+    if is_ascii(c.buf + c.pos, <Py_ssize_t>n):
+        # ASCII is its own UTF-8: a compact ASCII str filled directly (Kafka's strings
+        # nearly always are; PyUnicode_DecodeUTF8's set-up costs more than the copy)
+        r = _new_str(<Py_ssize_t>n, 127)
+        if r == NULL:
+            raise MemoryError()
+        memcpy(PyUnicode_DATA(<object>r), c.buf + c.pos, <size_t>n)
+    else:
+        r = _decode_utf8(<const char*>c.buf + c.pos, <Py_ssize_t>n, NULL)
     if r == NULL:
         raise_utf8(start)
     c.pos += n

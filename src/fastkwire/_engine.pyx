@@ -26,7 +26,12 @@ from fastkwire.columns import TaskOffsetColumns
 from fastkwire.errors import DecodeError, EncodeError
 
 
+cdef extern from "_plain_types.h":
+    int fk_make_plain(object cls) except -1
+
+
 cdef extern from "Python.h":
+    int PyObject_IS_GC(PyObject* o)
     ctypedef struct PyTypeObject:
         PyObject* (*tp_alloc)(PyTypeObject*, Py_ssize_t)
     ctypedef struct PyMemberDef:
@@ -239,14 +244,28 @@ cdef inline int version_of(object version) except -1:
     raise AssertionError(f"check_version passed {version!r}")
 
 
+# The plan used last, and its version: a call for the same message and version (the
+# common case) skips the table. Both are set with no Python code between them, and the
+# engine runs under the GIL (see _plain_types.h), so no reader sees one without the other.
+cdef Plan _last_plan = None
+cdef int _last_version = -1
+
+
 cdef inline Plan plan_of(object cls, int version):
     """The plan of a version that version_of returned: from the table, or compiled (and
     the version checked against the class's range) on first use."""
+    global _last_plan, _last_version
+    cdef Plan p = _last_plan
+    if p is not None and p.cls is cls and _last_version == version:
+        return p
     cdef PyObject* plans = PyDict_GetItem(_roots, cls)
     if plans != NULL and version < len(<list>plans):
-        p = (<list>plans)[version]
-        if p is not None:
-            return <Plan>p
+        found = (<list>plans)[version]
+        if found is not None:
+            p = <Plan>found
+            _last_plan = p
+            _last_version = version
+            return p
     return build_plan(cls, version)
 
 
@@ -311,9 +330,24 @@ cdef inline object new_object(object cls):
     r = <object>o
     Py_XDECREF(o)   # <object> took its own reference
     # Like msgspec's gc=False structs: nothing these objects hold can make a cycle
-    # through them unless a user builds one, so the collector need not walk them.
-    PyObject_GC_UnTrack(o)
+    # through them unless a user builds one, so the collector need not walk them. The
+    # message classes are plain types (plain_type below): no collector header at all.
+    if PyObject_IS_GC(o):
+        PyObject_GC_UnTrack(o)
     return r
+
+
+def plain_type(cls):
+    """Make a message or struct class's instances plain objects, as msgspec's gc=False
+    Structs (_plain_types.h): no collector header, never tracked, freed by our own
+    deallocator. Only before the class has instances, and only for a layout of object
+    slots from its base's size to its own (checked here from its slot descriptors)."""
+    start, end = cls.__base__.__basicsize__, cls.__basicsize__
+    offsets = sorted(slot_offset(cls, name) for name in cls.__dict__["__slots__"])
+    if offsets != list(range(start, end, sizeof(PyObject*))):
+        raise TypeError(f"{cls.__name__}: its slots are not its whole layout")
+    fk_make_plain(cls)
+    return cls
 
 
 cdef inline object untracked(object items):

@@ -25,10 +25,11 @@ ALIASES = {
 class Family:
     """The message classes of one engine, built on first use (thread-safe)."""
 
-    def __init__(self, module: str, mixin: type, struct_base: type = StructBase):
+    def __init__(self, module: str, mixin: type, struct_base: type = StructBase, finish=None):
         self.module = module
         self.mixin = mixin
         self.struct_base = struct_base
+        self.finish = finish  # called on every class made, before it has instances
         self._lock = threading.RLock()
         self._classes: dict[str, type] = {}
         self._names = None
@@ -46,7 +47,7 @@ class Family:
                 if cls is None:
                     if name not in self.names():
                         raise AttributeError(f"module {self.module!r} has no attribute {name!r}")
-                    cls = make_message_class(name, self.module, self.mixin, self.struct_base)
+                    cls = make_message_class(name, self.module, self.mixin, self.struct_base, self.finish)
                     self._classes[name] = cls
         return cls
 
@@ -106,9 +107,10 @@ class _LazyRegistry(dict):
         return [(k, self[k]) for k in self.keys()]
 
 
-def install(module_globals, mixin):
-    """Turn a module into the home of one engine's message classes."""
-    family = Family(module_globals["__name__"], mixin)
+def install(module_globals, mixin, finish=None):
+    """Turn a module into the home of one engine's message classes (`finish`, if given,
+    is called on each class the engine's family makes)."""
+    family = Family(module_globals["__name__"], mixin, finish=finish)
     requests = family.by_api_key("request")
     responses = family.by_api_key("response")
     encode_request, decode_request, encode_response, decode_response = _framing.bind(

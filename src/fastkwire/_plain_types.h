@@ -1,0 +1,107 @@
+/* Message and struct classes whose instances carry no collector header, as msgspec's
+ * gc=False Structs: allocated without the 16-byte GC head, never tracked, freed by a
+ * deallocator of our own.
+ *
+ * A class made by `type()` with __slots__ is a collector type. fk_make_plain() turns one
+ * (before it has instances) into a plain type: it clears Py_TPFLAGS_HAVE_GC, frees with
+ * PyObject_Free and deallocates with fk_dealloc. It refuses any class whose layout it
+ * cannot vouch for: bases without state of their own (the size of a bare object: the
+ * mixins), object slots from there to the class's size (the caller checks them against
+ * the slot descriptors), no __dict__, no __weakref__, no finalizer. Its base may be a
+ * collector type (every class made by `type()` is one): the base's deallocator is never
+ * called, fk_dealloc frees the whole object.
+ *
+ * The trade-off msgspec documents for gc=False: a reference cycle through such an object
+ * (a message appended to a list held by its own attribute) is never collected.
+ *
+ * fk_dealloc frees nested plain objects iteratively: a plain object reaching zero while
+ * another is being freed goes on a pending stack instead of being freed inside it, so a
+ * chain of any depth built through attributes (plain objects have no trashcan) costs no
+ * C stack. The stack is a process global: the extension runs under the GIL (no module
+ * declares itself free-threading safe, so a free-threaded build re-enables the GIL).
+ */
+#ifndef FASTKWIRE_PLAIN_TYPES_H
+#define FASTKWIRE_PLAIN_TYPES_H
+#include <Python.h>
+
+static PyObject** fk_pending = NULL;
+static Py_ssize_t fk_npending = 0, fk_pending_cap = 0;
+static int fk_freeing = 0;
+
+static void fk_dealloc(PyObject* self);
+
+static void fk_free(PyObject* self)
+{
+    PyTypeObject* type = Py_TYPE(self);
+    PyTypeObject* own = type;
+    Py_ssize_t off;
+    while (own->tp_dealloc != fk_dealloc)  /* a subclass's subtype_dealloc called us */
+        own = own->tp_base;
+    for (off = own->tp_base->tp_basicsize; off < own->tp_basicsize; off += sizeof(PyObject*)) {
+        PyObject** slot = (PyObject**)((char*)self + off);
+        Py_CLEAR(*slot);
+    }
+    type->tp_free(self);
+    Py_DECREF(type);  /* instances of heap types hold a reference to their type */
+}
+
+static int fk_defer(PyObject* self)
+{
+    if (fk_npending == fk_pending_cap) {
+        Py_ssize_t cap = fk_pending_cap ? fk_pending_cap * 2 : 64;
+        PyObject** grown = (PyObject**)PyMem_Realloc(fk_pending, (size_t)cap * sizeof(PyObject*));
+        if (grown == NULL)
+            return 0;  /* no room: the caller frees it now, recursing one level */
+        fk_pending = grown;
+        fk_pending_cap = cap;
+    }
+    fk_pending[fk_npending++] = self;
+    return 1;
+}
+
+static void fk_dealloc(PyObject* self)
+{
+    if (fk_freeing) {
+        if (Py_TYPE(self)->tp_dealloc == fk_dealloc && fk_defer(self))
+            return;
+        fk_free(self);
+        return;
+    }
+    fk_freeing = 1;
+    fk_free(self);
+    while (fk_npending)
+        fk_free(fk_pending[--fk_npending]);
+    fk_freeing = 0;
+}
+
+/* 0 when cls is now plain (or already was), -1 with an exception set. */
+static int fk_make_plain(PyObject* cls)
+{
+    PyTypeObject* t = (PyTypeObject*)cls;
+    PyTypeObject* base;
+    if (!PyType_Check(cls) || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        PyErr_SetString(PyExc_TypeError, "fk_make_plain: not a class made by type()");
+        return -1;
+    }
+    if (t->tp_dealloc == fk_dealloc)
+        return 0;
+    base = t->tp_base;
+    if (base == NULL || base->tp_basicsize != (Py_ssize_t)sizeof(PyObject) || t->tp_dictoffset != 0
+            || t->tp_weaklistoffset != 0 || t->tp_finalize != NULL || t->tp_del != NULL
+            || t->tp_itemsize != 0 || base->tp_itemsize != 0
+            || (t->tp_basicsize - base->tp_basicsize) % (Py_ssize_t)sizeof(PyObject*) != 0) {
+        PyErr_Format(PyExc_TypeError, "%s: not a layout of object slots only "
+                     "(base size %zd, dict %zd, weakref %zd, finalizer %d, del %d)", t->tp_name,
+                     base ? base->tp_basicsize : -1, t->tp_dictoffset, t->tp_weaklistoffset,
+                     t->tp_finalize != NULL, t->tp_del != NULL);
+        return -1;
+    }
+    t->tp_flags &= ~Py_TPFLAGS_HAVE_GC;
+    t->tp_free = PyObject_Free;
+    t->tp_dealloc = fk_dealloc;
+    t->tp_is_gc = NULL;
+    PyType_Modified(t);
+    return 0;
+}
+
+#endif
