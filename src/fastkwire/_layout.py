@@ -66,6 +66,11 @@ class Op:
     def default_kind(self) -> int:
         return default_kind(self.field)
 
+    @cached_property
+    def records(self) -> bool:
+        """A records field (bytes holding record batches: records="view" slices them)."""
+        return self.field.type == "records"
+
     def min_size(self) -> int:
         """Fewest bytes the field takes on the wire (for 'count fits the bytes left')."""
         f = self.field
