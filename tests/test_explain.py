@@ -1092,3 +1092,66 @@ def test_cli_on_an_ascii_stdout_process():
     assert done.returncode == 0, done.stderr
     assert b'group_id string = "gr\\xfcn\\x1b[31m" (compact, len+1=' in done.stdout
     assert done.stdout.isascii() and b"\x1b" not in done.stdout
+
+
+# ---------------------------------------------------------------- explain and decode on mutated frames
+
+def _newest_examples():
+    """The built-in example of each API's request and response: the newest version, or
+    every version with --run-slow."""
+    import scope
+
+    newest = {}
+    for name in example_names():
+        api, _, rest = name.rpartition("-v")
+        version, _, response = rest.partition("-")
+        newest.setdefault((api, response), []).append(name)
+    return sorted(n for names in newest.values() for n in (names if scope.EVERY_VERSION else names[-1:]))
+
+
+def mutated_frames(frame, rng, count):
+    """Seeded mutations of a frame: bit flips, truncations with and without their size
+    fixed, wrong size prefixes."""
+    for i in range(count):
+        kind = i % 4
+        if kind == 0:
+            bad = bytearray(frame)
+            for _ in range(rng.randrange(1, 4)):
+                bad[rng.randrange(len(bad))] ^= 1 << rng.randrange(8)
+            yield bytes(bad)
+        elif kind == 1:
+            yield with_size(frame[4:rng.randrange(4, len(frame))])
+        elif kind == 2:
+            yield frame[:rng.randrange(len(frame))]
+        else:
+            size = len(frame) - 4 + rng.choice([-2, -1, 1, 2, rng.randrange(-(1 << 31), 1 << 31)])
+            yield size.to_bytes(4, "big", signed=True) + frame[4:]
+
+
+def failure(read):
+    """What read() raises: (offset, reason) of a DecodeError, the text of an
+    UnsupportedVersionError; None if it reads."""
+    try:
+        read()
+    except DecodeError as e:
+        return e.offset, e.reason
+    except UnsupportedVersionError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("name", _newest_examples())
+def test_explain_and_decode_agree_on_mutated_frames(impl, name):
+    """explain observes the codec's own reading: on any bytes, both fail with the same
+    reason at the same offset, or neither fails."""
+    import random
+
+    frame, api_key, version = example(name)
+    rng = random.Random(name)
+    for bad in mutated_frames(frame, rng, 120):
+        if api_key is None:
+            theirs = failure(lambda: impl.decode_request(bad))
+        else:
+            theirs = failure(lambda: impl.decode_response(bad, api_key, version))
+        assert failure(lambda: explain(bad, api_key, version)) == theirs, bad.hex()
+        assert failure(lambda: explain(bad, api_key, version, max_items=0)) == theirs, bad.hex()
