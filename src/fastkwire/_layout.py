@@ -1,9 +1,9 @@
 """Wire layouts: how each field of a struct travels in one version of its message.
 
-The one model of the wire format: both engines compile it and explain walks it. A
-`Layout` is computed from the schema definitions (`_schema`) the first time a
-(struct, version) is used; versions whose layouts are the same share one object, so an
-engine compiles each distinct layout once.
+The one model of the wire format: both engines compile it (explain observes the pure
+engine reading it). A `Layout` is computed from the schema definitions (`_schema`) the
+first time a (struct, version) is used; versions whose layouts are the same share one
+object, so an engine compiles each distinct layout once.
 """
 from __future__ import annotations
 
