@@ -361,16 +361,24 @@ def leave_group_with_reason():
 
 def test_truncated_frame_gives_the_partial_tree_and_the_failing_field():
     full, at = leave_group_with_reason()
-    frame = full[:at + 2]            # the length byte and one of the three of "bye"
-    with pytest.raises(DecodeError) as info:
-        explain(frame)
-    err = info.value
-    assert (err.offset, err.path) == (at, "members[0].reason")
-    assert err.reason == "truncated: needs 4 bytes, 2 left"
-    tree = err.partial_tree
-    assert isinstance(tree, Node)
-    failed = [n for n in tree.walk() if n.error is not None]
-    assert [(n.name, n.offset, n.size) for n in failed] == [("reason", at, 0)]
+    cut = full[:at + 2]              # the length byte and one of the three of "bye"
+    for frame in (with_size(cut[4:]), cut):
+        with pytest.raises(DecodeError) as info:
+            explain(frame)
+        with pytest.raises(DecodeError) as theirs:
+            codec.decode_request(frame)
+        err = info.value
+        assert (err.offset, err.reason) == (theirs.value.offset, theirs.value.reason)
+        tree = err.partial_tree
+        assert isinstance(tree, Node)
+        failed = [n for n in tree.walk() if n.error is not None]
+        assert [(n.name, n.offset, n.size) for n in failed] == [("reason", at, 0)]
+        failure = failed[0].error
+        assert (failure.offset, failure.path) == (at, "members[0].reason")
+        assert failure.reason == "truncated: needs 4 bytes, 2 left"
+    # With its size cut too, the frame fails where decode fails; with the size it had,
+    # decode refuses it by its size, and the tree still shows where reading stopped.
+    assert err.reason == f"frame size {len(full) - 4} does not match the {len(cut) - 4} bytes that follow"
     # Everything before the failing field is complete, with its values.
     names = [n.name for n in tree.walk()]
     assert names[-3:] == ["member_id", "group_instance_id", "reason"]
@@ -417,10 +425,15 @@ def test_trailing_bytes_after_the_message():
     with pytest.raises(DecodeError) as info:
         explain(len(body).to_bytes(4, "big") + body)
     assert (info.value.offset, info.value.reason) == (22, "1 trailing bytes after the message")
-    # A complete frame followed by other bytes: the same reason at the frame's end.
+    # A complete frame followed by other bytes: its size is wrong, as decode_request says
+    # (explain once said "2 trailing bytes"), and the tree shows the whole message.
     with pytest.raises(DecodeError) as info:
         explain(SEED_REQUEST + b"\x00\x00")
-    assert (info.value.offset, info.value.reason) == (22, "2 trailing bytes after the message")
+    assert (info.value.offset, info.value.reason) == (0, "frame size 18 does not match the 20 bytes that follow")
+    with pytest.raises(DecodeError) as theirs:
+        codec.decode_request(SEED_REQUEST + b"\x00\x00")
+    assert theirs.value.reason == info.value.reason
+    assert info.value.partial_tree.children[2].end == 22
 
 
 def test_tagged_value_must_fill_its_size():
@@ -453,7 +466,7 @@ def test_unknown_api_key_and_version_are_refused_as_decode_request_refuses_them(
         codec.decode_request(bytes(frame))
     assert (theirs.value.offset, theirs.value.reason) == (4, "unknown API key 999")
     frame[4:8] = bytes.fromhex("000d0063")
-    for data in (bytes(frame), bytes(frame[:9])):
+    for data in (bytes(frame), with_size(bytes(frame[4:9]))):
         with pytest.raises(UnsupportedVersionError) as info:
             explain(data)
         assert str(info.value) == "LeaveGroupRequest has versions 0-5, not 99"
@@ -982,13 +995,17 @@ def test_cli_examples_match_the_seed_offsets():
 
 def test_cli_malformed_frame_prints_partial_tree_then_error():
     full, at = leave_group_with_reason()
-    code, out, err = cli(full[:at + 2].hex())
+    code, out, err = cli(with_size(full[4:at + 2]).hex())
     assert code == 1
     last = out.rstrip().splitlines()[-1]
     # Open nodes are their parents' last children, hence no "|" on the way down.
     assert last.startswith(f"      +-- reason string = !! truncated: needs 4 bytes, 2 left [0x{at:04x}, 0B]")
     assert err.startswith(f"DecodeError: members[0].reason: truncated: needs 4 bytes, 2 left at offset {at}\n"
                           "fastkwire explain: if this is a response, give --api and --version")
+    # Cut without its size: decode_request's error (the size), the tree where reading stopped.
+    code, out, err = cli(full[:at + 2].hex())
+    assert code == 1 and out.rstrip().splitlines()[-1] == last
+    assert err.startswith(f"DecodeError: frame size {len(full) - 4} does not match the {at - 2} bytes that follow")
 
 
 def test_cli_max_items_and_hex_rows():
@@ -1075,3 +1092,66 @@ def test_cli_on_an_ascii_stdout_process():
     assert done.returncode == 0, done.stderr
     assert b'group_id string = "gr\\xfcn\\x1b[31m" (compact, len+1=' in done.stdout
     assert done.stdout.isascii() and b"\x1b" not in done.stdout
+
+
+# ---------------------------------------------------------------- explain and decode on mutated frames
+
+def _newest_examples():
+    """The built-in example of each API's request and response: the newest version, or
+    every version with --run-slow."""
+    import scope
+
+    newest = {}
+    for name in example_names():
+        api, _, rest = name.rpartition("-v")
+        version, _, response = rest.partition("-")
+        newest.setdefault((api, response), []).append(name)
+    return sorted(n for names in newest.values() for n in (names if scope.EVERY_VERSION else names[-1:]))
+
+
+def mutated_frames(frame, rng, count):
+    """Seeded mutations of a frame: bit flips, truncations with and without their size
+    fixed, wrong size prefixes."""
+    for i in range(count):
+        kind = i % 4
+        if kind == 0:
+            bad = bytearray(frame)
+            for _ in range(rng.randrange(1, 4)):
+                bad[rng.randrange(len(bad))] ^= 1 << rng.randrange(8)
+            yield bytes(bad)
+        elif kind == 1:
+            yield with_size(frame[4:rng.randrange(4, len(frame))])
+        elif kind == 2:
+            yield frame[:rng.randrange(len(frame))]
+        else:
+            size = len(frame) - 4 + rng.choice([-2, -1, 1, 2, rng.randrange(-(1 << 31), 1 << 31)])
+            yield size.to_bytes(4, "big", signed=True) + frame[4:]
+
+
+def failure(read):
+    """What read() raises: (offset, reason) of a DecodeError, the text of an
+    UnsupportedVersionError; None if it reads."""
+    try:
+        read()
+    except DecodeError as e:
+        return e.offset, e.reason
+    except UnsupportedVersionError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("name", _newest_examples())
+def test_explain_and_decode_agree_on_mutated_frames(impl, name):
+    """explain observes the codec's own reading: on any bytes, both fail with the same
+    reason at the same offset, or neither fails."""
+    import random
+
+    frame, api_key, version = example(name)
+    rng = random.Random(name)
+    for bad in mutated_frames(frame, rng, 120):
+        if api_key is None:
+            theirs = failure(lambda: impl.decode_request(bad))
+        else:
+            theirs = failure(lambda: impl.decode_response(bad, api_key, version))
+        assert failure(lambda: explain(bad, api_key, version)) == theirs, bad.hex()
+        assert failure(lambda: explain(bad, api_key, version, max_items=0)) == theirs, bad.hex()

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import re
+import uuid
 
-from . import _pure, _schema, _wire
-from ._explain_apis import api_names, header_versions, request_schemas, response_schemas
-from ._layout import layouts
+from . import _messages_python, _schema, _wire
+from ._explain_apis import api_names, request_schemas, response_schemas
 
 __all__ = ["example", "example_names"]
 
@@ -25,56 +25,39 @@ def example_names() -> list[str]:
     return names
 
 
-def _write_zero(out, type_, compact):
-    if type_ in _wire.WIDTH:
-        out += bytes(_wire.WIDTH[type_])
-    elif type_ == "string":
-        _pure.w_compact_string(out, "") if compact else _pure.w_string(out, "")
-    else:   # bytes; records too (none of the schemas here carry records)
-        _pure.w_compact_bytes(out, b"") if compact else _pure.w_bytes(out, b"")
+# The zero of each scalar kind (numbers zero, strings and bytes empty).
+_ZERO = {_wire.K_BOOL: False, _wire.K_F64: 0.0, _wire.K_UUID: uuid.UUID(int=0),
+         _wire.K_STRING: "", _wire.K_BYTES: b""}
 
 
-def _write_smallest(out, lay, overrides=None):
-    """Smallest legal instance: numbers zero, strings empty, every array one element,
-    nullable structs present, no tagged fields."""
+def _smallest(cls, lay):
+    """The smallest legal instance of a layout's struct: numbers zero, strings empty,
+    every array one element, nullable structs present, tagged fields at their defaults
+    (so not on the wire)."""
+    values = {}
     for op in lay.plain:
-        f, compact = op.field, op.compact
-        if overrides and f.name in overrides:
-            getattr(_pure, "w_" + f.type)(out, overrides[f.name])
-        elif f.is_array:
-            _pure.w_uvarint(out, 2) if compact else _pure.w_int32(out, 1)
-            if op.sub is not None:
-                _write_smallest(out, op.sub)
-            else:
-                _write_zero(out, f.element_type, compact)
-        elif f.is_struct:
-            if op.nullable:
-                _pure.w_int8(out, 1)
-            _write_smallest(out, op.sub)
+        kind = op.kind
+        if op.sub is not None:
+            one = _smallest(cls._CLASSES[op.sub.struct.name], op.sub)
         else:
-            _write_zero(out, f.type, compact)
-    if lay.flexible:
-        _pure.w_uvarint(out, 0)
+            one = _ZERO.get(op.elem_kind if op.elem_kind is not None else kind, 0)
+        values[op.name] = [one] if kind in (_wire.K_STRUCTS, _wire.K_INTS, _wire.K_STRINGS,
+                                            _wire.K_SCALARS) else one
+    return cls(**values)
 
 
 def example(name: str) -> tuple[bytes, int | None, int | None]:
-    """(frame, api_key, version) of a named example; api_key/version are None for a
-    request (it carries them in its header), as `explain` expects."""
+    """(frame, api_key, version) of a named example, encoded by the codec; api_key and
+    version are None for a request (it carries them in its header), as `explain` expects."""
     m = re.fullmatch(r"([a-z-]+)-v(\d+)(-response)?", name)
     if m is None or name not in example_names():
         raise ValueError(f"unknown example {name!r}; try leave-group-v5, "
                          "leave-group-v5-response or streams-group-heartbeat-v0")
     version, is_response = int(m.group(2)), bool(m.group(3))
     key = next(k for k, n in api_names().items() if _kebab(n) == m.group(1))
-    req_hv, resp_hv = header_versions(key, version)
-    out = bytearray()
+    classes = _messages_python.RESPONSE_CLASSES if is_response else _messages_python.REQUEST_CLASSES
+    cls = classes[key]
+    msg = _smallest(cls, cls._LAYOUTS.root(version))
     if is_response:
-        msg = response_schemas()[key]
-        _write_smallest(out, layouts("ResponseHeader").root(resp_hv))
-    else:
-        msg = request_schemas()[key]
-        _write_smallest(out, layouts("RequestHeader").root(req_hv),
-                        {"RequestApiKey": key, "RequestApiVersion": version})
-    _write_smallest(out, layouts(msg.name).root(version))
-    frame = len(out).to_bytes(4, "big") + bytes(out)
-    return (frame, key, version) if is_response else (frame, None, None)
+        return _messages_python.encode_response(msg, version, 0), key, version
+    return _messages_python.encode_request(msg, version, 0), None, None

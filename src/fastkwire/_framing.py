@@ -31,13 +31,28 @@ def response_header_version(cls, version):
     return header_versions(cls.API_KEY, cls.is_flexible(version))[1]
 
 
-def _check_size(frame):
+def check_size(frame):
+    """The frame's int32 size says how many bytes follow it (explain judges it so too)."""
     n = len(frame)
     if n < 4:
         raise _e.truncated(0, 4, n)
     size = _SIZE.unpack_from(frame, 0)[0]
     if size != n - 4:
         raise DecodeError(f"frame size {size} does not match the {n - 4} bytes that follow", 0)
+
+
+def request_api(frame, requests):
+    """(class, version) of a request frame, from its header's API key and version, as
+    decode_request (and explain) refuse them: too short, unknown key, version out of range."""
+    if len(frame) < 8:
+        raise _e.truncated(4, 4, len(frame) - 4)
+    api_key, version = struct.unpack_from(">hh", frame, 4)
+    cls = requests.get(api_key)
+    if cls is None:
+        raise DecodeError(f"unknown API key {api_key}", 4)
+    if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+        raise _e.bad_version(cls.__name__, version, f"{cls.MIN_VERSION}-{cls.MAX_VERSION}")
+    return cls, version
 
 
 def _body(cls, frame, version, pos, records):
@@ -70,15 +85,8 @@ def bind(header_class, requests, responses):
 
     def decode_request(frame, *, records="bytes"):
         frame = byte_view(frame)
-        _check_size(frame)
-        if len(frame) < 8:
-            raise _e.truncated(4, 4, len(frame) - 4)
-        api_key, version = struct.unpack_from(">hh", frame, 4)
-        cls = requests.get(api_key)
-        if cls is None:
-            raise DecodeError(f"unknown API key {api_key}", 4)
-        if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
-            raise _e.bad_version(cls.__name__, version, f"{cls.MIN_VERSION}-{cls.MAX_VERSION}")
+        check_size(frame)
+        cls, version = request_api(frame, requests)
         header, pos = header_class("RequestHeader").decode_from(frame, request_header_version(cls, version), 4)
         return header, _body(cls, frame, version, pos, records)
 
@@ -92,7 +100,7 @@ def bind(header_class, requests, responses):
 
     def decode_response(frame, api_key, version, *, records="bytes"):
         frame = byte_view(frame)
-        _check_size(frame)
+        check_size(frame)
         cls = responses.get(api_key)
         if cls is None:
             raise ValueError(f"unknown API key {api_key}")

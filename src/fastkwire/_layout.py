@@ -1,9 +1,9 @@
 """Wire layouts: how each field of a struct travels in one version of its message.
 
-The one model of the wire format: both engines compile it and explain walks it. A
-`Layout` is computed from the schema definitions (`_schema`) the first time a
-(struct, version) is used; versions whose layouts are the same share one object, so an
-engine compiles each distinct layout once.
+The one model of the wire format: both engines compile it (explain observes the pure
+engine reading it). A `Layout` is computed from the schema definitions (`_schema`) the
+first time a (struct, version) is used; versions whose layouts are the same share one
+object, so an engine compiles each distinct layout once.
 """
 from __future__ import annotations
 
@@ -65,6 +65,11 @@ class Op:
     @cached_property
     def default_kind(self) -> int:
         return default_kind(self.field)
+
+    @cached_property
+    def records(self) -> bool:
+        """A records field (bytes holding record batches: records="view" slices them)."""
+        return self.field.type == "records"
 
     def min_size(self) -> int:
         """Fewest bytes the field takes on the wire (for 'count fits the bytes left')."""

@@ -1,17 +1,21 @@
 """The annotated byte layout of one Kafka frame: `explain(frame)`, a tree of `Node`s.
 
-An interpreter over the schema definitions (`_schema`), independent of the engines
-(which do not track offsets). Every value is read with the pure-Python primitives
-(`_pure`), so a malformed frame fails with the same reasons the codecs give.
+An observer of the codec's own reading: the frame is checked by the framing functions
+decode_request and decode_response use (`_framing`), and the header and body are read
+by the pure engine's reader with an observer (`_pure_engine.read_observed`), which
+tells this module every span it reads. So explain and decode fail with the same error
+at the same offset by construction; this module only turns the spans into nodes.
 
 `explain(frame)` returns a tree of `Node`s covering every byte of the frame: the size
 prefix, each header and body field, array lengths, null markers and tagged-field counts.
 Offsets are relative to the start of the frame (the int32 size prefix is byte 0).
 
-A malformed frame raises `DecodeError`; the exception carries `.partial_tree`, the tree
-up to the failing field. In it the node being read when decoding failed has `.error`
-set (no node has, when the message decoded but the frame's size disagrees), and nodes
-that were still open end at the error's offset.
+A malformed frame raises `DecodeError` (the one decode raises); the exception carries
+`.partial_tree`, the tree up to the failing field. In it the node being read when
+reading failed has `.error` set, and nodes that were still open end at that error's
+offset. A frame that decode refuses before reading it (a wrong size) is still read as
+far as it goes: its tree shows the whole message, or the field where reading failed
+(with that error), and the error raised is decode's.
 
 The tree is bounded whatever the frame: an array shows its first `max_items` elements
 and one "summary" node for the rest, which are read and checked (a malformed one fails
@@ -23,14 +27,17 @@ The tree's text forms are in `_explain_text`, the built-in examples in
 """
 from __future__ import annotations
 
-from .. import _explain_text, _pure, _wire
-from .._explain_apis import api_names, header_versions, request_schemas, response_schemas
+import struct
+
+from .. import _explain_text, _framing, _pure, _wire
+from .. import _messages_python as _classes
+from .._explain_apis import api_names, response_schemas
 from .._explain_examples import example, example_names
 from .._explain_text import hex_layout, render, render_tree, to_json
-from .._layout import default_kind, layouts, version_text
+from .._layout import default_kind, version_text
+from .._pure_engine import read_observed
 from ..error_codes import error_name
-from ..errors import (DecodeError, UnsupportedVersionError, bad_version, tag_size_mismatch,
-                      trailing, truncated)
+from ..errors import DecodeError, UnsupportedVersionError, bad_version, trailing
 
 __all__ = ["Node", "explain", "response_readings", "reading_names", "example", "example_names",
            "render_tree", "hex_layout", "render", "to_json"]
@@ -250,86 +257,69 @@ def _show_more_tags(node) -> str:
 SUMMARY_DOC = "read and checked, not shown (max_items, --max-items shows more)"
 
 
-def _reader(type_, compact, nullable):
-    """The _pure reader of a primitive type in its wire form."""
-    if type_ in ("string", "bytes", "records"):
-        kind = "string" if type_ == "string" else "bytes"
-        return getattr(_pure, "r_" + ("compact_" if compact else "") + ("nullable_" if nullable else "") + kind)
-    return getattr(_pure, "r_" + type_)
+# ---------------------------------------------------------------- the tree, as the codec reads
+
+_SHOW_SPAN = {"marker": _show_marker, "tags": _show_value, "entry": _show_tag}
+_ARRAYS = (_wire.K_STRUCTS, _wire.K_INTS, _wire.K_STRINGS, _wire.K_SCALARS)
 
 
-# ---------------------------------------------------------------- checking without showing
-# Elements past the shown ones are read by these functions, compiled once per struct and
-# version from the schema: the same reads, in the same order and with the same error
-# paths as the walker's, but no nodes and no values.
+class _Open:
+    """A span the reader has opened and not yet closed."""
 
-_SKIPS: dict = {}
+    __slots__ = ("node", "what", "op", "lay", "values", "count", "summary", "struct", "tags_doc")
 
-
-def _skips(lay):
-    """(fields, tagged, flexible) of a layout: [(python name, skip)] in wire order and
-    {tag: (python name, skip)}, where skip(walker) reads one value."""
-    skips = _SKIPS.get(lay)     # layouts live as long as the process
-    if skips is None:
-        skips = _SKIPS[lay] = (
-            [(op.name, _skipper(op)) for op in lay.plain],
-            {op.field.tag: (op.name, _skipper(op)) for op in lay.tagged},
-            lay.flexible)
-    return skips
+    def __init__(self, node, what, op=None, lay=None):
+        self.node = node
+        self.what = what
+        self.op = op            # the field's (or the array's) Op
+        self.lay = lay          # a struct's layout
+        self.values = None if lay is None else _struct_values(lay)   # as to_dict() shows them
+        self.count = 0          # an array's or a section's count, once read
+        self.summary = None     # the node standing for the elements not shown
+        self.struct = None      # a section's (or an entry's) struct span
+        self.tags_doc = "number of tagged fields in this struct"
 
 
-def _items(op):
-    """(skip one element, fixed width or None) of an array field."""
-    if op.sub is not None:
-        skips = _skips(op.sub)
-        return (lambda w: w.skip_struct(skips)), None
-    elem = op.field.element_type
-    return _skip_value(_reader(elem, op.compact, False)), _wire.WIDTH.get(elem)
+def _struct_values(lay):
+    """A struct's values before its fields are read, in schema order: a tagged field at
+    its default until its tag is read (a field the version lacks is not in the message)."""
+    return {op.name: _default_dict(op.field) if op.mode == "tagged" else None
+            for op in lay.ops if op.mode != "absent"}
 
 
-def _skip_value(read):
-    def skip(w):
-        w.pos = read(w.data, w.pos, w.end)[1]
-    return skip
+_KNOWN: dict = {}
 
 
-def _skipper(op):
-    f, compact, nullable = op.field, op.compact, op.nullable
-    if f.is_array:
-        min_size = op.element_min_size()
-        each, width = _items(op)
-
-        def skip(w):
-            count, w.pos = _pure.r_array_len(w.data, w.pos, w.end, compact, nullable, min_size)
-            w.skip_items(each, width, 0, count)
-        return skip
-    if f.is_struct:
-        skips = _skips(op.sub)
-
-        def skip(w):
-            if nullable:
-                marker, w.pos = _pure.r_marker(w.data, w.pos, w.end)
-                if marker != 1:
-                    return
-            w.skip_struct(skips)
-        return skip
-    return _skip_value(_reader(f.type, compact, nullable))
+def _known_tags(lay):
+    """{tag: Op} of a layout's tagged fields (layouts live as long as the process)."""
+    known = _KNOWN.get(lay)
+    if known is None:
+        known = _KNOWN[lay] = {op.field.tag: op for op in lay.tagged}
+    return known
 
 
-# ---------------------------------------------------------------- the interpreter
+def _uvarint_end(data, pos):
+    """Where the unsigned varint at pos ends (one the reader has read)."""
+    while data[pos] & 0x80:
+        pos += 1
+    return pos + 1
 
-class _Walker:
-    """Reads `data` from `pos` to `end`, appending a node for every value it shows."""
 
-    def __init__(self, data: bytes, end: int, max_items: int | None):
+class _Tree:
+    """The observer of the pure engine's reader (`_pure_engine.read_observed`): a node
+    for every span it reads, values for the shown ones. Elements past `max_items` (or
+    past the node budget) get one summary node; the reader still reads and checks them,
+    and drops them."""
+
+    def __init__(self, data: bytes, max_items: int | None):
         self.data = data
-        self.end = end
-        self.pos = 0
         self.max_items = max_items
         self.room = 0 if max_items is None else min(           # nodes left
             NODES_PER_ITEM * max_items, FREE_NODES + len(data) // BYTES_PER_NODE)
+        self.stack = []     # the open spans, innermost last
+        self.quiet = 0      # depth inside an element that gets no nodes
 
-    def open(self, parent, name, type_, offset, description="") -> Node:
+    def add(self, parent, name, type_, offset, description="") -> Node:
         node = Node(name, type_, offset, description=description)
         parent.children.append(node)
         self.room -= 1
@@ -339,51 +329,134 @@ class _Walker:
         """Whether element (or tagged field) i of its array (or section) gets nodes."""
         return self.max_items is None or (i < self.max_items and self.room > 0)
 
-    def summary(self, parent, name, count, show, skip):
-        """One node for the `count` elements that `skip()` reads without showing them."""
-        node = self.open(parent, name, "summary", self.pos, SUMMARY_DOC)
-        node.value = count
-        skip()
-        node.size = self.pos - node.offset
-        node.display = show
+    def read(self, node, cls, version, pos, tags_doc) -> int:
+        """Read one struct of `cls` (a header or a body) at pos below `node`; its end."""
+        lay = cls._LAYOUTS.root(version)
+        span = _Open(node, "struct", lay=lay)
+        span.tags_doc = tags_doc
+        self.stack.append(span)
+        end = read_observed(cls, self.data, pos, version, self)[1]
+        self.stack.pop()
+        node.size = end - node.offset
+        node.value = span.values
+        return end
 
-    def leaf(self, parent, name, type_, reader, description="", show=_show_value):
-        node = self.open(parent, name, type_, self.pos, description)
-        node.value, self.pos = reader(self.data, self.pos, self.end)
-        node.size = self.pos - node.offset
-        node.display = show
-        return node
+    # The reader's calls (see read_observed).
 
-    def struct_body(self, node, lay, tags_doc):
-        values = {}
-        for op in lay.ops:
-            if op.mode == "plain":
-                values[op.name] = self.field(node, op)
-            elif op.mode == "tagged":   # in the version, at its default until its tag is read
-                values[op.name] = _default_dict(op.field)
-            # (a field the version does not carry has no value: it is not in the message)
-        if lay.flexible:
-            self.tagged_fields(node, lay, values, tags_doc)
-        return values
+    def open(self, what, subject, pos):
+        if self.quiet:
+            self.quiet += 1
+            return False
+        top = self.stack[-1]
+        if what == "field":
+            op = subject
+            f = op.field
+            node = self.add(top.node, op.name, f.type, pos, f.doc)
+            span = _Open(node, what, op, op.sub if op.kind == _wire.K_STRUCT else None)
+        elif what == "item":
+            if not self.shows(subject):
+                self.summarise(top, f"{top.op.name}[{subject}..{top.count - 1}]", subject,
+                               _show_more_elements, pos)
+                return False
+            op = top.op
+            elem = op.field.element_type
+            node = self.add(top.node, f"{op.name}[{subject}]", elem, pos)
+            span = _Open(node, what, op, op.sub)
+        elif what == "length":
+            node = self.add(top.node, "length", "uvarint" if subject.compact else "int32", pos)
+            span = _Open(node, what, subject)
+        elif what == "marker":
+            node = self.add(top.node, "present", "int8", pos, "null marker: -1 null, 1 present")
+            span = _Open(node, what)
+        elif what == "tags":
+            node = self.add(top.node, "tagged_fields", "uvarint", pos, top.tags_doc)
+            span = _Open(node, what)
+            span.struct = top
+        else:   # "entry"
+            if not self.shows(subject):
+                self.summarise(top, f"tagged fields [{subject}..{top.count - 1}]", subject,
+                               _show_more_tags, pos)
+                return False
+            node = self.add(top.node, "tagged field", "tagged", pos)
+            span = _Open(node, what)
+            span.struct = top.struct
+        self.stack.append(span)
+        return True
 
-    def field(self, parent, op):
-        f = op.field
-        name = op.name  # the Python name users type, in the header as in the body
-        try:
-            if f.is_array:
-                return self.array(parent, name, op)
-            if f.is_struct:
-                return self.struct_field(parent, name, op)
-            return self.primitive(parent, name, f.type, op.compact, op.nullable, f.doc, f.name).value
-        except DecodeError as e:
-            raise e.with_prefix(op.name) from None
+    def summarise(self, top, name, first, show, pos):
+        """Element `first` of `top` on get no nodes: one summary node stands for them."""
+        if top.summary is None:
+            node = top.summary = self.add(top.node, name, "summary", pos, SUMMARY_DOC)
+            node.value, node.display = top.count - first, show
+        self.quiet = 1
 
-    def primitive(self, parent, name, type_, compact, nullable, doc, schema_name=""):
-        node = self.leaf(parent, name, type_, _reader(type_, compact, nullable), doc,
-                         _shower(type_, compact, schema_name))
-        if type_ == "records" and node.value:
-            self.record_batches(node)
-        return node
+    def close(self, pos, value):
+        if self.quiet:
+            self.quiet -= 1
+            return
+        span = self.stack.pop()
+        node = span.node
+        node.size = pos - node.offset
+        what = span.what
+        if span.summary is not None:
+            span.summary.size = pos - span.summary.offset
+        # (Displays are given as spans close: a node that failed shows no value.)
+        if what == "field":
+            op = span.op
+            if op.kind == _wire.K_STRUCT:
+                node.value = None if value is None else span.values
+                node.display = "null" if value is None else "struct"
+            elif op.kind not in _ARRAYS:     # an array's value is its shown items
+                node.value = value
+                node.display = _shower(op.field.type, op.compact, op.field.name)
+                if op.records and value:
+                    self.record_batches(node)
+            parent = self.stack[-1]
+            (parent.struct if parent.what == "entry" else parent).values[op.name] = node.value
+        elif what == "item":
+            if span.values is None:
+                node.value, node.display = value, _shower(node.type, span.op.compact, "")
+            else:
+                node.value, node.display = span.values, "struct"
+            self.stack[-1].node.value.append(node.value)
+        elif what == "length":
+            node.value = value + 1 if span.op.compact else value
+            node.display, node.description = _show_length, _describe_length
+            array = self.stack[-1]
+            array.count = value
+            array.node.display = _show_array
+            if value >= 0:
+                array.node.value = []
+        else:   # marker, tags, entry
+            node.value = value
+            node.display = _SHOW_SPAN[what]
+
+    def span(self, what, start, end, value):
+        if self.quiet:
+            return
+        top = self.stack[-1]
+        node = top.node
+        if what == "count":
+            top.count = node.value = value
+            if value:
+                # The section spans its fields too; the count itself gets a node of its own.
+                c = self.add(node, "count", "uvarint", start, "number of tagged fields that follow")
+                c.size, c.value, c.display = end - start, value, _show_value
+        elif what == "header":
+            tag, size = value
+            op = _known_tags(top.struct.lay).get(tag)
+            node.name, node.value = (op.name if op else "unknown"), tag
+            if op is None:   # a known field's own node below carries its description
+                node.description = "a tag this version does not define; kept as raw bytes"
+            split = _uvarint_end(self.data, start)
+            for name, at, stop, v, doc in (("tag", start, split, tag, "tag number"),
+                                           ("size", split, end, size, "bytes in the tagged value")):
+                leaf = self.add(node, name, "uvarint", at, doc)
+                leaf.size, leaf.value, leaf.display = stop - at, v, _show_value
+        else:   # "raw": an unknown tag's bytes
+            raw = self.add(node, "data", "bytes", start, "raw tagged value")
+            raw.size, raw.value, raw.display = end - start, value, _show_raw
+            top.struct.values.setdefault("unknown_tagged_fields", {})[node.value] = value
 
     # The record batches inside a records field (Produce, Fetch, ShareFetch): shown, not
     # checked as the Kafka message is (a broken batch is a note, not a broken frame).
@@ -391,12 +464,12 @@ class _Walker:
     def record_batches(self, node):
         from .. import records       # on first use: most frames carry no records
         start = node.end - len(node.value)
-        length = self.open(node, "length", "", node.offset, "the records' size in bytes")
+        length = self.add(node, "length", "", node.offset, "the records' size in bytes")
         length.size, length.value, length.display = start - node.offset, len(node.value), _show_value
         try:
             batches = records.describe(node.value, max_records=self.max_items)
         except (DecodeError, ImportError) as e:   # ImportError: the compression extra
-            note = self.open(node, "batches", "records", start, "the record batches in this field")
+            note = self.add(node, "batches", "records", start, "the record batches in this field")
             note.size, note.display = len(node.value), f"not readable: {e}"
             return
         for batch in batches:
@@ -405,7 +478,7 @@ class _Walker:
     def record_node(self, parent, n, base, description):
         if (self.max_items is not None and self.room <= 0) or (n.size == 0 and not n.children):
             return   # (an empty key or value: its length node says so)
-        node = self.open(parent, n.name, "", base + n.offset, description)
+        node = self.add(parent, n.name, "", base + n.offset, description)
         node.size, node.value = n.size, n.value
         node.display = _show_record_value(n.value)
         # Below a compressed batch's records, offsets count in the decompressed bytes.
@@ -423,137 +496,6 @@ class _Walker:
                 node.children.append(more)
                 break
             self.record_node(node, child, base, description)
-
-    def array(self, parent, name, op):
-        f, compact = op.field, op.compact
-        node = self.open(parent, name, f.type, self.pos, f.doc)
-        elem = f.element_type
-        length = self.open(node, "length", "uvarint" if compact else "int32", self.pos)
-        count, self.pos = _pure.r_array_len(self.data, self.pos, self.end, compact, op.nullable,
-                                            op.element_min_size())
-        length.size = self.pos - length.offset
-        length.value = count + 1 if compact else count
-        length.display, length.description, node.display = _show_length, _describe_length, _show_array
-        if count >= 0:
-            node.value = []
-        for i in range(max(count, 0)):
-            if not self.shows(i):
-                each, width = _items(op)
-                self.summary(node, f"{name}[{i}..{count - 1}]", count - i, _show_more_elements,
-                             lambda: self.skip_items(each, width, i, count))
-                break
-            try:
-                if op.sub is not None:
-                    item = self.open(node, f"{name}[{i}]", elem, self.pos)
-                    item.value = self.struct_body(item, op.sub, "number of tagged fields in this struct")
-                    item.display = "struct"
-                    item.size = self.pos - item.offset
-                else:
-                    item = self.primitive(node, f"{name}[{i}]", elem, compact, False, "")
-            except DecodeError as e:
-                raise e.with_prefix(f"[{i}]") from None
-            node.value.append(item.value)
-        node.size = self.pos - node.offset
-        return node.value
-
-    def struct_field(self, parent, name, op):
-        node = self.open(parent, name, op.field.type, self.pos, op.field.doc)
-        present = True
-        if op.nullable:
-            marker = self.leaf(node, "present", "int8", _pure.r_marker,
-                               "null marker: -1 null, 1 present", _show_marker)
-            present = marker.value == 1
-        if present:
-            node.value = self.struct_body(node, op.sub, "number of tagged fields in this struct")
-        node.display = "struct" if present else "null"
-        node.size = self.pos - node.offset
-        return node.value
-
-    def tagged_fields(self, parent, lay, values, doc):
-        section = self.open(parent, "tagged_fields", "uvarint", self.pos, doc)
-        start = self.pos
-        count, self.pos = _pure.r_uvarint(self.data, start, self.end)
-        section.value = count
-        section.display = _show_value
-        if count:
-            # The section spans its fields too; the count itself gets a node of its own.
-            c = self.open(section, "count", "uvarint", start, "number of tagged fields that follow")
-            c.size, c.value, c.display = self.pos - start, count, _show_value
-        known = {op.field.tag: op for op in lay.tagged}
-        last = -1
-        for i in range(count):
-            if not self.shows(i):
-                tagged = _skips(lay)[1]
-                self.summary(section, f"tagged fields [{i}..{count - 1}]", count - i,
-                             _show_more_tags, lambda: self.skip_tags(tagged, i, count, last))
-                break
-            entry = self.open(section, "tagged field", "tagged", self.pos)
-            tag, size, payload = _pure.r_tag_header(self.data, self.pos, self.end, last)
-            last = tag
-            op = known.get(tag)
-            entry.name = op.name if op else "unknown"
-            entry.value = tag
-            entry.display = _show_tag
-            if op is None:   # a known field's own node below carries its description
-                entry.description = "a tag this version does not define; kept as raw bytes"
-            self.leaf(entry, "tag", "uvarint", _pure.r_uvarint, "tag number")
-            self.leaf(entry, "size", "uvarint", _pure.r_uvarint, "bytes in the tagged value")
-            if op is None:
-                raw = self.leaf(entry, "data", "bytes",
-                                lambda d, p, e: (bytes(d[p:p + size]), p + size),
-                                "raw tagged value", _show_raw)
-                values.setdefault("unknown_tagged_fields", {})[tag] = raw.value
-            else:
-                outer_end, self.end = self.end, payload + size
-                values[op.name] = self.field(entry, op)
-                self.end = outer_end
-                if self.pos != payload + size:
-                    raise tag_size_mismatch(payload, tag).with_prefix(op.name)
-            entry.size = self.pos - entry.offset
-        section.size = self.pos - start
-
-    # Reading without showing: see _skips.
-
-    def skip_struct(self, skips):
-        fields, tagged, flexible = skips
-        for name, skip in fields:
-            try:
-                skip(self)
-            except DecodeError as e:
-                raise e.with_prefix(name) from None
-        if flexible:
-            if self.pos < self.end and self.data[self.pos] == 0:    # no tagged fields: the usual
-                self.pos += 1
-                return
-            count, self.pos = _pure.r_uvarint(self.data, self.pos, self.end)
-            self.skip_tags(tagged, 0, count, -1)
-
-    def skip_items(self, each, width, start, count):
-        if width is not None:    # fixed width: the count was checked against the bytes left
-            self.pos += max(count - start, 0) * width
-            return
-        for i in range(start, count):
-            try:
-                each(self)
-            except DecodeError as e:
-                raise e.with_prefix(f"[{i}]") from None
-
-    def skip_tags(self, tagged, start, count, last):
-        for _ in range(start, count):
-            tag, size, self.pos = _pure.r_tag_header(self.data, self.pos, self.end, last)
-            last, payload = tag, self.pos
-            if tag not in tagged:
-                self.pos += size
-                continue
-            name, skip = tagged[tag]
-            outer_end, self.end = self.end, payload + size
-            try:
-                skip(self)
-            except DecodeError as e:
-                raise e.with_prefix(name) from None
-            self.end = outer_end
-            if self.pos != payload + size:
-                raise tag_size_mismatch(payload, tag).with_prefix(name)
 
 
 def _close_open_nodes(root: Node, err: DecodeError):
@@ -605,9 +547,8 @@ def explain(frame, api_key: int | str | None = None, version: int | None = None,
         if version not in msg.versions:
             raise bad_version(msg.name, version, version_text(msg.versions))
     root = Node("frame", "", 0, value={})
-    w = _Walker(data, len(data), max_items)
     try:
-        _frame(w, root, api_key, version)
+        _frame(_Tree(data, max_items), root, api_key, version)
     except DecodeError as err:
         _close_open_nodes(root, err)
         err.partial_tree = root
@@ -622,26 +563,17 @@ def explain(frame, api_key: int | str | None = None, version: int | None = None,
 
 
 def response_readings(frame) -> list[tuple[int, int]]:
-    """Every (api_key, version) whose response reading consumes the frame exactly: its
-    size prefix, a response header and a body that read without error. Each is checked
-    as explain checks it, without building a tree."""
+    """Every (api_key, version) whose response the codec's decode_response reads from the
+    frame without error."""
     data = bytes(frame)
-    n = len(data)
-    if n < SIZE_PREFIX or int.from_bytes(data[:SIZE_PREFIX], "big", signed=True) != n - SIZE_PREFIX:
-        return []
     fits = []
     for key, msg in sorted(response_schemas().items()):
-        body = layouts(msg.name)
         for version in range(msg.versions.low, msg.versions.high + 1):
-            w = _Walker(data, n, 0)
-            w.pos = SIZE_PREFIX
             try:
-                w.skip_struct(_skips(layouts("ResponseHeader").root(header_versions(key, version)[1])))
-                w.skip_struct(_skips(body.root(version)))
+                _classes.decode_response(data, key, version)
             except DecodeError:
                 continue
-            if w.pos == n:
-                fits.append((key, version))
+            fits.append((key, version))
     return fits
 
 
@@ -693,67 +625,72 @@ def _api_key_of(name: str) -> int:
     return keys[bare]
 
 
-def _frame(w: _Walker, root: Node, api_key, version):
+def _frame(tree: _Tree, root: Node, api_key, version):
+    """The frame read as decode_request (or decode_response) reads it: the same checks in
+    the same order, so the same error. The tree shows what reads past a refusal: the
+    header after a refused API key or version, the whole message after a wrong size."""
+    data = tree.data
     info = root.value
-    frame = w.open(root, "Frame", "", 0, "length-delimited framing")
-    size = w.leaf(frame, "size", "int32", _pure.r_int32, "number of bytes that follow").value
-    frame.size = w.pos
-    info["size"] = size
-
-    if api_key is None:
-        msg, version, hdr_name, hv = _request_reading(w)
-        # The API and version are judged as decode_request judges them, before the rest
-        # of the header (which is still shown when it reads): the same error for the frame.
-        refusal = None
-        if w.end < 8:  # too short for the API key and version
-            refusal = truncated(4, 4, max(w.end - 4, 0))
-        elif msg is None:
-            refusal = DecodeError(f"unknown API key {_pure.r_int16(w.data, 4, w.end)[0]}", 4)
-        elif version not in msg.versions:
-            refusal = bad_version(msg.name, version, f"{msg.versions.low}-{msg.versions.high}")
-    else:
-        refusal = None
-        msg, hdr_name, hv = response_schemas()[api_key], "ResponseHeader", header_versions(api_key, version)[1]
-    if msg is not None:
-        root.name, root.type = msg.name, f"message v{version}"
-        info.update(message=msg.name, version=version)
-    info["header_version"] = hv
-
-    header_layouts = layouts(hdr_name)
-    header = w.open(root, hdr_name, f"v{hv}", w.pos, header_layouts.message.doc)
+    frame = tree.add(root, "Frame", "", 0, "length-delimited framing")
+    size = tree.add(frame, "size", "int32", 0, "number of bytes that follow")
+    size.value, _ = _pure.r_int32(data, 0, len(data))
+    size.size = frame.size = SIZE_PREFIX
+    size.display = _show_value
+    info["size"] = size.value
+    size_error = api_error = None
     try:
-        info["header"] = header.value = w.struct_body(
-            header, header_layouts.root(hv), "number of tagged fields in the header")
+        _framing.check_size(data)
+    except DecodeError as e:
+        size_error = e
+    if api_key is None:
+        header_cls = _classes.RequestHeader
+        try:
+            cls, version = _framing.request_api(data, _classes.REQUEST_CLASSES)
+        except (DecodeError, UnsupportedVersionError) as e:
+            api_error = e
+            cls, version = _claimed_api(data)
+        hv = 1 if cls is None else _framing.request_header_version(cls, version)
+    else:
+        header_cls = _classes.ResponseHeader
+        cls = _classes.RESPONSE_CLASSES[api_key]
+        hv = _framing.response_header_version(cls, version)
+    if cls is not None:
+        root.name, root.type = cls.__name__, f"message v{version}"
+        info.update(message=cls.__name__, version=version)
+    info["header_version"] = hv
+    refusal = size_error or api_error     # what decode raises before it reads the header
+
+    header = tree.add(root, header_cls.__name__, f"v{hv}", SIZE_PREFIX, header_cls._LAYOUTS.message.doc)
+    try:
+        pos = tree.read(header, header_cls, hv, SIZE_PREFIX, "number of tagged fields in the header")
     except DecodeError as e:
         if refusal is not None:
+            _close_open_nodes(root, e)
             raise refusal from None
         raise e.with_prefix("header") from None
-    header.size = w.pos - header.offset
-    if refusal is not None:
+    info["header"] = header.value
+    if api_error is not None:   # no body: decode would not know which
         raise refusal
 
-    body = w.open(root, msg.name, "struct", w.pos, msg.doc)
-    info["body"] = body.value = w.struct_body(
-        body, layouts(msg.name).root(version), "number of tagged fields in this struct")
-    body.size = w.pos - body.offset
-    root.size = w.pos
-
-    # The size is checked last, so that a wrong one still shows the whole message.
-    n = len(w.data)
-    if size != n - SIZE_PREFIX and w.pos != SIZE_PREFIX + size:
-        raise DecodeError(f"frame size {size} does not match the {n - 4} bytes that follow", 0)
-    if w.pos < n:
-        raise trailing(w.pos, n - w.pos)
-
-
-def _request_reading(w: _Walker):
-    """(message, version, header name, header version) from the api key and version."""
+    body = tree.add(root, cls.__name__, "struct", pos, cls._LAYOUTS.message.doc)
     try:
-        key, _ = _pure.r_int16(w.data, 4, w.end)
-        version, _ = _pure.r_int16(w.data, 6, w.end)
-    except DecodeError:
-        # Too short to tell: read it as header v1 and let that fail where it runs out.
-        return None, None, "RequestHeader", 1
-    msg = request_schemas().get(key)
-    flexible = msg is not None and msg.is_flexible(version)
-    return msg, version, "RequestHeader", 2 if flexible else 1
+        pos = tree.read(body, cls, version, pos, "number of tagged fields in this struct")
+    except DecodeError as e:
+        if refusal is not None:
+            _close_open_nodes(root, e)
+            raise refusal from None
+        raise
+    info["body"] = body.value
+    root.size = pos
+    if refusal is not None:
+        raise refusal
+    if pos < len(data):
+        raise trailing(pos, len(data) - pos)
+
+
+def _claimed_api(data):
+    """(class or None, version) a refused request claims, to show its header with."""
+    if len(data) < 8:
+        return None, None
+    key, version = struct.unpack_from(">hh", data, 4)
+    return _classes.REQUEST_CLASSES.get(key), version
