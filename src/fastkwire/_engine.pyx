@@ -155,7 +155,7 @@ cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep
     versions = version_text(field.versions)
     keep.append(versions)
     f.versions = <PyObject*>versions
-    f.records = field.type == "records"
+    f.records = op.records
     if op.mode == "absent":
         return 0  # only its default and its slot are used
     f.kind = op.kind
