@@ -1,12 +1,13 @@
 """kafka-python 3's own clients end to end, stock and with fastkwire.kafka_python: the
 client process's CPU time per record against a real broker (Tansu on 127.0.0.1).
 
-    python benchmarks/kafka_python_clients.py [--records N] [--rounds R]
+    python benchmarks/kafka_python_clients.py [--records N] [--rounds R] [--linger-ms MS]
 
 Each measurement runs in a fresh child process (stock, then accelerated, alternating R
 times; the best of each is reported). The producer sends N records (12-byte keys,
-100-byte values, the default partitioner over 8 partitions, linger 5 ms, batches of
-1 MiB) and flushes; the consumer, a fresh group reading from the earliest offset, polls
+100-byte values, the default partitioner over 8 partitions, linger 5 ms unless
+--linger-ms says otherwise, batches of up to 1 MiB) and flushes; the linger decides how
+many records each batch holds, so how much of the consumer's work is per batch; the consumer, a fresh group reading from the earliest offset, polls
 until it has N records. CPU is the child's user+system time from the first send (or the
 consumer's first records) to the last record, so the broker's own time is not counted
 and waiting costs nothing.
@@ -24,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 CHILD = r"""
 import json, os, random, sys, time
-mode, role, bootstrap, topic, n = sys.argv[1:6]
+mode, role, bootstrap, topic, n, linger_ms = sys.argv[1:7]
 n = int(n)
 if mode == "accelerated":
     import fastkwire.kafka_python
@@ -33,7 +34,7 @@ from kafka import KafkaConsumer, KafkaProducer
 rng = random.Random(1)
 if role == "produce":
     items = [(rng.randbytes(12), rng.randbytes(100)) for _ in range(n)]
-    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=int(os.environ.get("LINGER_MS", "5")), batch_size=1 << 20, acks=1,
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=int(linger_ms), batch_size=1 << 20, acks=1,
                       max_request_size=1 << 24)
     p.partitions_for(topic)
     t0 = time.process_time()
@@ -62,8 +63,8 @@ print(json.dumps({"cpu": cpu, "n": n}))
 """
 
 
-def child(mode, role, bootstrap, topic, n):
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, role, bootstrap, topic, str(n)],
+def child(mode, role, bootstrap, topic, n, linger_ms):
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, role, bootstrap, topic, str(n), str(linger_ms)],
                          capture_output=True, text=True, timeout=300, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return result["cpu"] / result["n"] * 1e6
@@ -73,6 +74,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms (batch sizes)")
     args = ap.parse_args()
     from broker import running_tansu
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -86,8 +88,8 @@ def main():
             for mode in ("stock", "accelerated"):
                 topic = f"bench-{r}-{mode}-{int(time.time())}"
                 admin.create_topics([NewTopic(topic, 8, 1)])
-                produce = child(mode, "produce", broker.bootstrap, topic, args.records)
-                consume = child(mode, "consume", broker.bootstrap, topic, args.records)
+                produce = child(mode, "produce", broker.bootstrap, topic, args.records, args.linger_ms)
+                consume = child(mode, "consume", broker.bootstrap, topic, args.records, args.linger_ms)
                 for role, us in (("produce", produce), ("consume", consume)):
                     best[mode, role] = min(us, best.get((mode, role), us))
                 print(f"round {r + 1} {mode}: produce {produce:.2f} us/record, consume {consume:.2f} us/record",
@@ -95,7 +97,7 @@ def main():
         admin.close()
     finally:
         broker_gen.close()
-    print(f"\n{args.records:,} records, best of {args.rounds} (client CPU per record; load "
+    print(f"\n{args.records:,} records, linger {args.linger_ms} ms, best of {args.rounds} (client CPU per record; load "
           f"{os.getloadavg()[0]:.1f})\n")
     print("| client | stock | accelerated | less CPU |")
     print("|---|---|---|---|")
