@@ -121,8 +121,13 @@ class Rule:
             raise RuleError(f"disconnect: {disconnect!r} is not 'before' or 'after'")
         self.disconnect = disconnect
         self.error_code = None if error is None else _error_code(error)
-        if self.error_code is not None and self.api_key is None:
-            raise RuleError("error: an error answer needs the api it answers")
+        if self.error_code is not None:
+            if self.api_key is None:
+                raise RuleError("error: an error answer needs the api it answers")
+            cls = RESPONSE_CLASSES[self.api_key]
+            if self.api_key != FIND_COORDINATOR and "error_code" not in {f[0] for f in cls._FIELDS}:
+                raise RuleError(f"error: {cls.__name__} has no top-level error_code to answer with "
+                                "(its errors are per topic or partition)")
         self.probability = _number("probability", probability, 0.0, 1.0)
         self.times = None if times is None else _number("times", times, 0, 2**62, int)
         self.name = name if name is not None else self._default_name()
