@@ -33,12 +33,25 @@ def _check_size(frame):
         raise DecodeError(f"frame size {size} does not match the {n - 4} bytes that follow", 0)
 
 
-def _body(cls, frame, version, pos, records):
-    """The message after the header; it must end where the frame does."""
+TRAILING = ("error", "keep")
+
+
+def _keep_trailing(trailing):
+    """decode's `trailing=`: "error" (the default) refuses bytes after the message; "keep"
+    returns them as a third item, as a broker ignores them (librdkafka sends such frames)."""
+    if trailing == "error":
+        return False
+    if trailing == "keep":
+        return True
+    raise ValueError(f'trailing must be "error" or "keep", not {trailing!r}')
+
+
+def _body(cls, frame, version, pos, records, keep=False):
+    """The message after the header, and the bytes after it (kept or refused)."""
     msg, end = cls.decode_from(frame, version, pos, records=records)
-    if end != len(frame):
+    if end != len(frame) and not keep:
         raise _e.trailing(end, len(frame) - end)
-    return msg
+    return msg, bytes(frame[end:])
 
 
 def _frame(*parts):
@@ -61,7 +74,8 @@ def bind(header_class, requests, responses):
         body = msg.encode(version)
         return _frame(header.encode(request_header_version(cls, version)), body)
 
-    def decode_request(frame, *, records="bytes"):
+    def decode_request(frame, *, records="bytes", trailing="error"):
+        keep = _keep_trailing(trailing)
         frame = byte_view(frame)
         _check_size(frame)
         if len(frame) < 8:
@@ -73,7 +87,8 @@ def bind(header_class, requests, responses):
         if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
             raise _e.bad_version(cls.__name__, version, f"{cls.MIN_VERSION}-{cls.MAX_VERSION}")
         header, pos = header_class("RequestHeader").decode_from(frame, request_header_version(cls, version), 4)
-        return header, _body(cls, frame, version, pos, records)
+        msg, extra = _body(cls, frame, version, pos, records, keep)
+        return (header, msg, extra) if keep else (header, msg)
 
     def encode_response(msg, version, correlation_id):
         cls = type(msg)
@@ -83,13 +98,15 @@ def bind(header_class, requests, responses):
         body = msg.encode(version)
         return _frame(header.encode(response_header_version(cls, version)), body)
 
-    def decode_response(frame, api_key, version, *, records="bytes"):
+    def decode_response(frame, api_key, version, *, records="bytes", trailing="error"):
+        keep = _keep_trailing(trailing)
         frame = byte_view(frame)
         _check_size(frame)
         cls = responses.get(api_key)
         if cls is None:
             raise ValueError(f"unknown API key {api_key}")
         header, pos = header_class("ResponseHeader").decode_from(frame, response_header_version(cls, version), 4)
-        return header, _body(cls, frame, version, pos, records)
+        msg, extra = _body(cls, frame, version, pos, records, keep)
+        return (header, msg, extra) if keep else (header, msg)
 
     return encode_request, decode_request, encode_response, decode_response

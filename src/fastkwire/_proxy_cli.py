@@ -269,7 +269,7 @@ def _explain_exchange(ex, out, err, doc_width=DOC_WIDTH):
     for what, frame, key, version in frames:
         out.write(f"--- {what} ({len(frame)} bytes)\n")
         try:
-            root = explain(frame, key, version)
+            root = explain(frame, key, version, trailing="keep")
         except DecodeError as e:
             failed += 1
             if e.partial_tree is not None:

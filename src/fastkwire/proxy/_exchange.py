@@ -75,14 +75,15 @@ class Exchange:
         return None if self.response is None else len(self.response)
 
     def decoded_response(self):
-        """(header, message) of the response, or a DecodeError (never raised); None without
-        a response."""
+        """(header, message, trailing bytes) of the response, or a DecodeError (never raised);
+        None without a response. Bytes after the message are kept, not refused, as a client
+        ignores them."""
         if self.response is None:
             return None
         if self._decoded is None:
             try:
                 self._decoded = decode_response(self.response, self.api_key, self.api_version,
-                                                records="view")
+                                                records="view", trailing="keep")
             except (DecodeError, ValueError) as e:
                 self._decoded = e if isinstance(e, DecodeError) else DecodeError(str(e), 4)
         return self._decoded
@@ -96,11 +97,17 @@ class Exchange:
         return None
 
     def request_decode_error(self):
+        """Why the request does not decode (with its offset), or None; trailing bytes are kept."""
         try:
-            decode_request(self.request, records="view")
+            decode_request(self.request, records="view", trailing="keep")
         except (DecodeError, ValueError) as e:
             return describe_error(e)
         return None
+
+    def trailing_bytes(self):
+        """How many bytes follow the end of the response's message (0 when it does not decode)."""
+        got = self.decoded_response()
+        return len(got[2]) if isinstance(got, tuple) else 0
 
     def error_codes(self):
         """The names of the non-zero error codes in the response, in the order found, each

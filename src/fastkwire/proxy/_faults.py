@@ -239,7 +239,7 @@ def error_answer(exchange, code):
         raise ValueError(f"no response class for API key {exchange.api_key}")
     version = exchange.api_version
     if exchange.api_key == FIND_COORDINATOR:
-        _, req = decode_request(exchange.request)
+        _, req, _ = decode_request(exchange.request, trailing="keep")
         if req.coordinator_keys:  # v4+: one answer per key asked
             msg = cls(coordinators=[cls.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=code)
                                     for k in req.coordinator_keys])

@@ -35,6 +35,9 @@ def exchange_line(ex):
     problem = ex.decode_error()
     if problem:
         parts.append(f"[{printable(problem)}]")
+    extra = ex.trailing_bytes()
+    if extra:
+        parts.append(f"[response: {extra} trailing bytes kept]")
     return "  ".join(parts)
 
 
@@ -47,6 +50,7 @@ def exchange_dict(ex):
         "latency_ms": None if ex.latency_ms is None else round(ex.latency_ms, 3),
         "errors": ex.error_codes(), "fault": ex.fault, "local_answer": ex.local,
         "rewritten": ex.upstream_response is not None, "decode_error": ex.decode_error(),
+        "trailing_bytes": ex.trailing_bytes(),
     }
 
 

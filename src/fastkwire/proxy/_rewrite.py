@@ -8,6 +8,7 @@ a cluster behind one address): a client of a larger cluster would send everythin
 broker the proxy forwards to.
 """
 from .. import decode_response, encode_response
+from ._frames import SIZE
 
 METADATA, FIND_COORDINATOR = 3, 10
 REWRITTEN = (METADATA, FIND_COORDINATOR)
@@ -15,8 +16,9 @@ REWRITTEN = (METADATA, FIND_COORDINATOR)
 
 def rewrite_advertised(frame, api_key, version, host, port):
     """The response frame with every advertised broker address set to host:port; the frame
-    itself when nothing changes. Raises DecodeError when the frame does not decode."""
-    header, msg = decode_response(frame, api_key, version, records="view")
+    itself when nothing changes. Raises DecodeError when the frame does not decode. Bytes
+    after the message stay after it."""
+    header, msg, extra = decode_response(frame, api_key, version, records="view", trailing="keep")
     changed = False
     if api_key == METADATA:
         for broker in msg.brokers or ():
@@ -32,4 +34,7 @@ def rewrite_advertised(frame, api_key, version, host, port):
                 changed = True
     if not changed:
         return frame
-    return encode_response(msg, version, header.correlation_id)
+    new = encode_response(msg, version, header.correlation_id)
+    if extra:
+        new = SIZE.pack(len(new) - 4 + len(extra)) + new[4:] + extra
+    return new
