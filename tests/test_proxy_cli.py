@@ -1,5 +1,6 @@
 """`fastkwire proxy`, `fastkwire stats` and `fastkwire explain --capture` as a user runs them:
 the proxy in a child process between kafka-python and Tansu, stopped with Ctrl-C (SIGINT)."""
+import importlib.util
 import json
 import os
 import signal
@@ -80,9 +81,10 @@ def produce_and_consume(bootstrap, topic, count=5):
 
 
 def test_json_lines_record_and_summary(tansu_broker, tmp_path, capsys):
-    record = tmp_path / "capture.jsonl"
+    record, pcap = tmp_path / "capture.jsonl", tmp_path / "capture.pcap"
+    with_pcap = importlib.util.find_spec("dpkt") is not None
     proxy = ProxyProcess("--upstream", tansu_broker.bootstrap, "--json", "--rewrite-advertised",
-                         "--record", str(record))
+                         "--record", str(record), *(["--pcap", str(pcap)] if with_pcap else []))
     try:
         produce_and_consume(proxy.bootstrap, "cli-json")
     finally:
@@ -112,6 +114,10 @@ def test_json_lines_record_and_summary(tansu_broker, tmp_path, capsys):
     assert main(["explain", "--capture", str(record), "--api", "Produce"]) == 0
     out = capsys.readouterr().out
     assert out.count("=== ") == counted["Produce"] and "ProduceRequest" in out and "ProduceResponse" in out
+    if with_pcap:  # the pcap of the same run: the same exchanges
+        assert main(["stats", str(pcap), "--json", "--port", str(tansu_broker.port)]) == 0
+        stats = json.loads(capsys.readouterr().out)
+        assert {a["api"]: a["count"] for a in stats["summary"]["apis"]} == counted
 
 
 def test_text_lines_and_summary_table(tansu_broker):

@@ -117,7 +117,9 @@ def capture_kind(path):
         head = f.read(4)
     if head in PCAP_MAGICS:
         return "pcap"
-    if head[:1] in (b"{", b"") or head[:1].isspace():
+    if not head:
+        raise CaptureError(f"{path}: the file is empty")
+    if head[:1] == b"{" or head[:1].isspace():
         return "jsonl"
     raise CaptureError(f"{path}: neither a fastkwire capture (JSON lines) nor a pcap/pcapng file "
                        f"(it starts {head.hex()})")
