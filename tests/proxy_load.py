@@ -94,6 +94,7 @@ class LoadBroker:
     def __init__(self, templates):
         self.templates = templates
         self.sides = {}
+        self.writers = set()
         self.server = None
         self.port = None
 
@@ -104,10 +105,17 @@ class LoadBroker:
 
     async def close(self):
         self.server.close()
+        for w in list(self.writers):  # connections still open end here, not at the loop's end
+            w.close()
         await self.server.wait_closed()
+        for _ in range(100):
+            if not self.writers:
+                break
+            await asyncio.sleep(0.01)
 
     async def _serve(self, reader, writer):
         side = None
+        self.writers.add(writer)
         try:
             while True:
                 try:
@@ -126,6 +134,7 @@ class LoadBroker:
         except ConnectionError:
             return
         finally:
+            self.writers.discard(writer)
             writer.close()
 
 

@@ -23,7 +23,7 @@ class Exchange:
 
     __slots__ = ("conn", "client", "client_id", "api_key", "api_version", "correlation_id",
                  "request", "response", "upstream_response", "time", "started", "finished",
-                 "expects_response", "fault", "local", "delay_ms", "_decoded")
+                 "expects_response", "fault", "local", "delay_ms", "_decoded", "_errors")
 
     def __init__(self, conn, client, header, request, expects_response=True):
         self.conn = conn                      # the proxy's number for the client connection
@@ -43,6 +43,7 @@ class Exchange:
         self.local = False                    # answered by the proxy, not the broker
         self.delay_ms = None                  # a delay rule's hold on the response
         self._decoded = None
+        self._errors = None
 
     @classmethod
     def restore(cls, conn, client, request, response, when, latency_ms, header, fault=None,
@@ -112,16 +113,31 @@ class Exchange:
     def error_codes(self):
         """The names of the non-zero error codes in the response, in the order found, each
         once (empty when it does not decode)."""
-        got = self.decoded_response()
-        if got is None or isinstance(got, DecodeError):
-            return []
-        return [error_name(c) for c in collect_error_codes(got[1])]
+        if self._errors is None or self.response is not self._errors[0]:
+            got = self.decoded_response()
+            names = ([] if got is None or isinstance(got, DecodeError)
+                     else [error_name(c) for c in collect_error_codes(got[1])])
+            self._errors = (self.response, names)
+        return self._errors[1]
 
 
 def describe_error(err):
     if isinstance(err, DecodeError):
         return f"{err} (offset {err.offset})" if "offset" not in str(err) else str(err)
     return str(err)
+
+
+_WALKS = {}  # class -> (has error_code, struct fields, struct list fields)
+
+
+def _walk_of(cls):
+    walk = _WALKS.get(cls)
+    if walk is None:
+        fields = getattr(cls, "_FIELDS", ())
+        walk = _WALKS[cls] = (any(n == "error_code" and k not in (STRUCT, STRUCTS) for n, k, _ in fields),
+                              tuple(n for n, k, _ in fields if k == STRUCT),
+                              tuple(n for n, k, _ in fields if k == STRUCTS))
+    return walk
 
 
 def collect_error_codes(msg):
@@ -131,19 +147,20 @@ def collect_error_codes(msg):
     while stack and visited < MAX_ERROR_WALK:
         obj = stack.pop()
         visited += 1
-        fields = getattr(obj, "_FIELDS", ())
+        has_code, structs, lists = _walk_of(type(obj))
+        if has_code and obj.error_code:
+            found.setdefault(obj.error_code, None)
         nested = []
-        for name, kind, _ in fields:
+        for name in structs:
             value = getattr(obj, name)
-            if value is None:
-                continue
-            if kind == STRUCT:
+            if value is not None:
                 nested.append(value)
-            elif kind == STRUCTS:
+        for name in lists:
+            value = getattr(obj, name)
+            if value:
                 nested.extend(value)
-            elif name == "error_code" and value:
-                found.setdefault(value, None)
-        stack.extend(reversed(nested))
+        if nested:
+            stack.extend(reversed(nested))
     return list(found)
 
 

@@ -11,8 +11,14 @@ def _clock(t):
     return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
 
 
+_second = [None, ""]  # the last whole second formatted: most lines share it
+
+
 def _iso(t):
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1_000_000):06d}Z"
+    whole = int(t)
+    if whole != _second[0]:
+        _second[0], _second[1] = whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    return f"{_second[1]}.{int((t - whole) * 1_000_000):06d}Z"
 
 
 def exchange_line(ex):

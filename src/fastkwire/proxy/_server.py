@@ -269,7 +269,8 @@ class Proxy:
             self._event(kind, conn, why)
 
     async def _frames(self, reader, conn, side):
-        """Whole frames from one side, as they complete; ends at a clean end of stream."""
+        """Lists of the whole frames each read completed; ends at a clean end of stream. A
+        bad size prefix raises after the frames before it were given."""
         name = ("client", "upstream")[side]
         what = ("request", "response")[side]
         buf = bytearray()
@@ -287,16 +288,23 @@ class Proxy:
             buf += data
             start = 0
             n = len(buf)
+            frames = []
+            bad = None
             while n - start >= 4:
                 size = SIZE.unpack_from(buf, start)[0]
                 if size < 0 or size > limit:
-                    raise _Broken(f"{name} sent a {what} size prefix of {size} bytes at stream offset "
+                    bad = _Broken(f"{name} sent a {what} size prefix of {size} bytes at stream offset "
                                   f"{consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing")
+                    break
                 end = start + 4 + size
                 if end > n:
                     break
-                yield bytes(buf[start:end])
+                frames.append(bytes(buf[start:end]))
                 start = end
+            if frames:
+                yield frames
+            if bad is not None:
+                raise bad
             if start:
                 del buf[:start]
                 consumed += start
@@ -304,95 +312,122 @@ class Proxy:
 
     async def _requests(self, conn):
         upstream = conn.uwriter
-        async for frame in self._frames(conn.creader, conn, 0):
-            header = request_header(frame)
-            if header is None:
-                self._event(ProxyEvent.ERROR, conn, f"request frame of {len(frame)} bytes is too short for "
-                                                    "a request header (12 bytes): forwarded as it is")
-                upstream.write(frame)
-                await upstream.drain()
-                continue
-            ex = Exchange(conn.number, conn.client, header, frame, produce_acks(frame, header) != 0)
-            rule = self.faults.pick(header) if self.faults else None
-            delay = None
-            if rule is not None:
-                ex.fault = rule.name
-                if rule.disconnect == "before":
-                    self._emit(ex)
-                    raise _Broken(f"fault {rule.name!r}: disconnected before forwarding "
-                                  f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}")
-                if rule.error_code is not None:
-                    try:
-                        answer = error_answer(ex, rule.error_code)
-                    except (ValueError, DecodeError) as e:
-                        self._event(ProxyEvent.ERROR, conn, f"fault {rule.name!r} cannot answer: "
-                                                            f"{describe_error(e)}; forwarded instead")
-                        ex.fault = None
-                    else:
-                        ex.local = True
-                        ex.response = answer
-                        if conn.pending:   # answered in its turn, after the requests before it
-                            conn.pending.append(ex)
-                            conn.pending_bytes += len(frame)
-                        else:
-                            conn.cwriter.write(answer)
-                            ex.finished = time.monotonic()
-                            self._emit(ex)
-                            await conn.cwriter.drain()
+        async for frames in self._frames(conn.creader, conn, 0):
+            # Frames that arrived together go out together (one write); a fault that must
+            # act in order flushes the ones before it first.
+            out, sent = [], []
+            for frame in frames:
+                if conn.pending_bytes > self.max_pending_bytes or len(conn.pending) >= self.max_in_flight:
+                    # Full: what is read waits here (at most one read's worth) for answers.
+                    await self._forward(upstream, out, sent)
+                    while conn.pending_bytes > self.max_pending_bytes or len(conn.pending) >= self.max_in_flight:
+                        conn.room.clear()
+                        await conn.room.wait()
+                header = request_header(frame)
+                if header is None:
+                    self._event(ProxyEvent.ERROR, conn, f"request frame of {len(frame)} bytes is too short for "
+                                                        "a request header (12 bytes): forwarded as it is")
+                    out.append(frame)
+                    continue
+                ex = Exchange(conn.number, conn.client, header, frame, produce_acks(frame, header) != 0)
+                rule = self.faults.pick(header) if self.faults else None
+                if rule is not None:
+                    ex.fault = rule.name
+                    if rule.disconnect == "before":
+                        await self._forward(upstream, out, sent)
+                        self._emit(ex)
+                        raise _Broken(f"fault {rule.name!r}: disconnected before forwarding "
+                                      f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}")
+                    if rule.error_code is not None and self._answer_locally(conn, ex, rule):
                         continue
-                delay = rule.delay_ms
-            ex.delay_ms = delay
-            if ex.expects_response:
-                conn.pending.append(ex)
-                conn.pending_bytes += len(frame)
-            upstream.write(frame)
-            if not ex.expects_response:
-                ex.finished = time.monotonic()
-                self._emit(ex)
-            if rule is not None and rule.disconnect == "after":
-                await upstream.drain()
-                raise _Broken(f"fault {rule.name!r}: disconnected after forwarding "
-                              f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}")
-            await upstream.drain()
+                    ex.delay_ms = rule.delay_ms
+                if ex.expects_response:
+                    conn.pending.append(ex)
+                    conn.pending_bytes += len(frame)
+                else:
+                    sent.append(ex)
+                out.append(frame)
+                if rule is not None and rule.disconnect == "after":
+                    await self._forward(upstream, out, sent)
+                    raise _Broken(f"fault {rule.name!r}: disconnected after forwarding "
+                                  f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}")
+            await self._forward(upstream, out, sent)
+            if conn.cwriter.transport.get_write_buffer_size():
+                await conn.cwriter.drain()   # local answers
             while conn.pending_bytes > self.max_pending_bytes or len(conn.pending) >= self.max_in_flight:
                 conn.room.clear()
                 await conn.room.wait()
         return "client closed"
 
+    def _answer_locally(self, conn, ex, rule):
+        """Answers with the rule's error in the broker's place: True, or False (with an event)
+        when the response cannot carry it, and the request is forwarded instead."""
+        try:
+            answer = error_answer(ex, rule.error_code)
+        except (ValueError, DecodeError) as e:
+            self._event(ProxyEvent.ERROR, conn, f"fault {rule.name!r} cannot answer: "
+                                                f"{describe_error(e)}; forwarded instead")
+            ex.fault = None
+            return False
+        ex.local = True
+        ex.response = answer
+        if conn.pending:   # answered in its turn, after the requests before it
+            conn.pending.append(ex)
+            conn.pending_bytes += len(ex.request)
+        else:
+            conn.cwriter.write(answer)
+            ex.finished = time.monotonic()
+            self._emit(ex)
+        return True
+
+    async def _forward(self, writer, out, done):
+        """Writes `out` in one go, then tells the observers of `done`; waits while the
+        writer's buffer is full."""
+        if out:
+            writer.writelines(out) if len(out) > 1 else writer.write(out[0])
+            now = time.monotonic()
+            for ex in done:
+                if ex.finished is None:
+                    ex.finished = now
+                self._emit(ex)
+            out.clear()
+            done.clear()
+        await writer.drain()
+
     async def _responses(self, conn):
         client = conn.cwriter
-        async for frame in self._frames(conn.ureader, conn, 1):
-            ex = conn.match(response_correlation_id(frame))
-            if ex is None:
-                client.write(frame)
-                self._event(ProxyEvent.ERROR, conn, f"response with correlation id "
-                                                    f"{response_correlation_id(frame)} answers no request "
-                                                    "in flight: forwarded as it is")
-                await client.drain()
-                continue
-            if ex.delay_ms:   # a delay rule holds the broker's answer
-                await asyncio.sleep(ex.delay_ms / 1000)
-            if self.rewrite and ex.api_key in REWRITTEN:
-                try:
-                    new = rewrite_advertised(frame, ex.api_key, ex.api_version, *self.advertised)
-                except (DecodeError, ValueError) as e:
-                    self._event(ProxyEvent.ERROR, conn, f"{ex.api} v{ex.api_version} response does not decode, "
-                                                        f"forwarded unchanged: {describe_error(e)}")
-                else:
-                    if new is not frame:
-                        ex.upstream_response, frame = frame, new
-            client.write(frame)
-            ex.response = frame
-            ex.finished = time.monotonic()
-            conn.remove(ex)
-            self._emit(ex)
-            while conn.pending and conn.pending[0].local:   # local answers whose turn has come
-                lx = conn.pending[0]
-                conn.remove(lx)
-                client.write(lx.response)
-                lx.finished = time.monotonic()
-                self._emit(lx)
-            await client.drain()
+        async for frames in self._frames(conn.ureader, conn, 1):
+            out, done = [], []
+            for frame in frames:
+                ex = conn.match(response_correlation_id(frame))
+                if ex is None:
+                    out.append(frame)
+                    self._event(ProxyEvent.ERROR, conn, f"response with correlation id "
+                                                        f"{response_correlation_id(frame)} answers no request "
+                                                        "in flight: forwarded as it is")
+                    continue
+                if ex.delay_ms:   # a delay rule holds the broker's answer (and those after it)
+                    await self._forward(client, out, done)
+                    await asyncio.sleep(ex.delay_ms / 1000)
+                if self.rewrite and ex.api_key in REWRITTEN:
+                    try:
+                        new = rewrite_advertised(frame, ex.api_key, ex.api_version, *self.advertised)
+                    except (DecodeError, ValueError) as e:
+                        self._event(ProxyEvent.ERROR, conn, f"{ex.api} v{ex.api_version} response does not "
+                                                            f"decode, forwarded unchanged: {describe_error(e)}")
+                    else:
+                        if new is not frame:
+                            ex.upstream_response, frame = frame, new
+                out.append(frame)
+                ex.response = frame
+                conn.remove(ex)
+                done.append(ex)
+                while conn.pending and conn.pending[0].local:   # local answers whose turn has come
+                    lx = conn.pending[0]
+                    conn.remove(lx)
+                    out.append(lx.response)
+                    done.append(lx)
+            await self._forward(client, out, done)
         return "upstream closed"
 
     async def _watch(self):
