@@ -36,6 +36,7 @@ class ProxyProcess:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
         line = self.proc.stderr.readline()  # "...: listening on 127.0.0.1:PORT, forwarding to ..."
         assert "listening on" in line, line + self.proc.stderr.read()
+        self.banner = line
         self.bootstrap = line.split("listening on ", 1)[1].split(",", 1)[0]
 
     def stop(self, sig=signal.SIGINT):
@@ -135,6 +136,32 @@ def test_text_lines_and_summary_table(tansu_broker):
     table = {line.split()[0]: line.split() for line in lines[header + 1:-1]}
     assert int(table["Produce"][1]) == len(produce)
     assert lines[-1].endswith("exchanges")
+
+
+def test_fault_rules_from_flags_and_a_file(tansu_broker, tmp_path):
+    from fastkwire import HeartbeatRequest, MetadataRequest
+    from fastkwire.connection import Connection
+
+    rules = tmp_path / "rules.json"
+    rules.write_text('{"rules": [{"api": "Heartbeat", "error": "REBALANCE_IN_PROGRESS", "times": 1}]}')
+    proxy = ProxyProcess("--upstream", tansu_broker.bootstrap, "--rules", str(rules),
+                         "--fault", "api=Metadata,delay_ms=300")
+    try:
+        host, port = proxy.bootstrap.rsplit(":", 1)
+        with Connection(host, int(port), client_id="cli-faults") as conn:
+            beat = HeartbeatRequest(group_id="g", generation_id=1, member_id="m")
+            assert conn.request(beat).error_code == 27          # the proxy's answer
+            assert conn.request(beat).error_code != 27          # times=1: Tansu's
+            started = time.monotonic()
+            conn.request(MetadataRequest(topics=[]))
+            assert time.monotonic() - started >= 0.3
+    finally:
+        code, out, err = proxy.stop()
+    assert code == 0, err
+    heartbeats = [line for line in out.splitlines() if " Heartbeat v" in line]
+    assert len(heartbeats) == 2 and "REBALANCE_IN_PROGRESS" in heartbeats[0] and "[fault:" in heartbeats[0]
+    assert "[fault:" not in heartbeats[1]
+    assert "2 fault rule(s)" in proxy.banner
 
 
 def test_usage_errors_name_the_flag(tmp_path):

@@ -15,6 +15,7 @@ from fastkwire import (
 from fastkwire.connection import Connection
 from fastkwire.connection_errors import KafkaClientError
 from fastkwire.proxy import BackgroundProxy, Faults, Rule, RuleError, load_rules
+from fastkwire.proxy._faults import read_rules_file
 from fastkwire.proxy._frames import RequestHeader
 
 from broker import tansu_broker  # noqa: F401
@@ -181,10 +182,16 @@ def test_rules_file(tmp_path):
                     ' {"api": "Fetch", "delay_ms": 200, "client_id": "consumer-1"},'
                     ' {"api": "Produce", "disconnect": "before", "name": "cut producers"}]}')
     rules = load_rules(path)
+    assert read_rules_file(path)[1] is None
     assert [r.action for r in rules] == ["error", "error", "delay", "disconnect"]
     assert rules[0].error_code == NOT_COORDINATOR and rules[0].times == 3 and rules[3].name == "cut producers"
     path.write_text('[{"api": "Fetch", "delay_ms": 1}, {"api": "Fetch"}]')
     with pytest.raises(RuleError, match="rule 2: a rule needs exactly one action"):
+        load_rules(path)
+    path.write_text('{"rules": [{"api": "Fetch", "delay_ms": 1}], "seed": 7}')
+    assert read_rules_file(path)[1] == 7
+    path.write_text('{"rules": [], "seed": "x"}')
+    with pytest.raises(RuleError, match="seed"):
         load_rules(path)
     path.write_text('{"rules": [], "extra": 1}')
     with pytest.raises(RuleError, match="extra"):

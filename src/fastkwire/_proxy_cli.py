@@ -28,9 +28,9 @@ from .proxy import (
     event_line,
     exchange_json,
     exchange_line,
-    load_rules,
     parse_address,
 )
+from .proxy._faults import read_rules_file
 from .proxy._capture import CaptureError, CaptureWriter, read_capture
 
 EXIT_OK, EXIT_UNDECODED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
@@ -112,7 +112,8 @@ def add_proxy(subparsers):
                              "times=2 or api=Fetch,delay_ms=500,probability=0.1 or "
                              "api=Produce,disconnect=before (repeat for more)")
     change.add_argument("--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}')
-    change.add_argument("--seed", type=int, help="seed for the rules' probabilities (repeatable runs)")
+    change.add_argument("--seed", type=int,
+                        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)")
     limits = parser.add_argument_group("limits (per connection)")
     limits.add_argument("--max-frame-bytes", type=_count, default=DEFAULT_MAX_FRAME_BYTES, metavar="N",
                         help=f"a larger size prefix ends the connection (default {DEFAULT_MAX_FRAME_BYTES})")
@@ -180,9 +181,11 @@ def _api_key_or_fail(text):
 def run_proxy(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        rules = list(args.fault)
+        rules, seed = list(args.fault), args.seed
         if args.rules:
-            rules += load_rules(args.rules)
+            from_file, file_seed = read_rules_file(args.rules)
+            rules += from_file
+            seed = file_seed if seed is None else seed
         output = _Output(args, out, err)
         writers = []
         if args.record:
@@ -202,7 +205,7 @@ def run_proxy(args, out=None, err=None):
 
     try:
         proxy = Proxy(args.upstream, args.listen, on_exchange=on_exchange, on_event=output.event,
-                      rules=rules, seed=args.seed, rewrite_advertised=args.rewrite_advertised,
+                      rules=rules, seed=seed, rewrite_advertised=args.rewrite_advertised,
                       advertised=args.advertise, max_frame_bytes=args.max_frame_bytes,
                       max_pending_bytes=args.max_pending_bytes, frame_timeout=args.frame_timeout)
     except ValueError as e:

@@ -208,17 +208,26 @@ class Faults:
 
 
 def load_rules(path):
-    """The rules of a JSON file: `{"rules": [...]}` or a bare list; errors name the file and
-    the rule's position."""
+    """The rules of a JSON file: `{"rules": [...], "seed": N}` or a bare list; errors name
+    the file and the rule's position."""
+    return read_rules_file(path)[0]
+
+
+def read_rules_file(path):
+    """(rules, seed or None) of a rules file."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except json.JSONDecodeError as e:
         raise RuleError(f"{path}: not JSON: {e}") from None
+    seed = None
     if isinstance(data, dict):
         extra = sorted(set(data) - {"rules", "seed"})
         if extra:
             raise RuleError(f"{path}: {extra[0]}: not a key of a rules file (rules, seed)")
+        seed = data.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise RuleError(f"{path}: seed: not an integer: {seed!r}")
         data = data.get("rules", [])
     if not isinstance(data, list):
         raise RuleError(f"{path}: the rules must be a list")
@@ -228,7 +237,7 @@ def load_rules(path):
             rules.append(Rule.from_dict(d))
         except RuleError as e:
             raise RuleError(f"{path}: rule {i + 1}: {e}") from None
-    return rules
+    return rules, seed
 
 
 def error_answer(exchange, code):
