@@ -43,6 +43,15 @@ def start_proxy(upstream_port, out, *flags):
     return proc, int(line.split("listening on ", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop(proc):
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
@@ -52,10 +61,12 @@ LARGE = dict(answers=[1024, 65536, 262144], requests=(512, 16384, 65536))
 SMALL = dict(answers=[256], requests=(256,))
 
 
-async def throughput(port, connections, seconds, sizes):
-    started = time.monotonic()
+async def throughput(port, connections, seconds, sizes, pid=None):
+    started, cpu = time.monotonic(), cpu_seconds(pid) if pid else None
     clients = await run_load("127.0.0.1", port, connections, seconds, produce_sizes=sizes["requests"])
     took = time.monotonic() - started
+    if cpu is not None:
+        print(f"  proxy CPU: {(cpu_seconds(pid) - cpu) / took:.0%} of a core", file=sys.stderr)
     moved = sum(c.sent_bytes + c.got_bytes for c in clients.values())
     frames = sum(c.frames for c in clients.values())
     return moved / took, frames / took
@@ -81,7 +92,7 @@ async def measure(sizes, args, rows, with_latency):
             with open(Path(tmp) / "out", "w") as out:
                 proc, port = start_proxy(broker.port, out, *flags)
                 try:
-                    rows[name] = await throughput(port, args.connections, args.seconds, sizes)
+                    rows[name] = await throughput(port, args.connections, args.seconds, sizes, proc.pid)
                     if with_latency and name == "proxy --json":
                         lat[name] = await latency(port, args.requests)
                 finally:
