@@ -115,6 +115,11 @@ def test_json_lines_record_and_summary(tansu_broker, tmp_path, capsys):
     assert main(["explain", "--capture", str(record), "--api", "Produce"]) == 0
     out = capsys.readouterr().out
     assert out.count("=== ") == counted["Produce"] and "ProduceRequest" in out and "ProduceResponse" in out
+    assert main(["explain", "--capture", str(record), "--json", "--api", "Produce"]) == 0
+    produced = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(produced) == counted["Produce"]
+    assert produced[0]["request_message"]["body"]["topic_data"][0]["name"] == "cli-json"
+    assert produced[0]["response_message"]["message"] == "ProduceResponse"
     if with_pcap:  # the pcap of the same run: the same exchanges
         assert main(["stats", str(pcap), "--json", "--port", str(tansu_broker.port)]) == 0
         stats = json.loads(capsys.readouterr().out)

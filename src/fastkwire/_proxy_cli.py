@@ -11,7 +11,7 @@ import json
 import signal
 import sys
 
-from ._explain_text import DOC_WIDTH, render_lines
+from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
 from ._printable import printable
 from .errors import DecodeError
 from .explain import explain
@@ -26,6 +26,7 @@ from .proxy import (
     Summary,
     event_json,
     event_line,
+    exchange_dict,
     exchange_json,
     exchange_line,
     parse_address,
@@ -34,6 +35,7 @@ from .proxy._faults import read_rules_file
 from .proxy._capture import CaptureError, CaptureWriter, read_capture
 
 EXIT_OK, EXIT_UNDECODED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+LINE_ENCODER = json.JSONEncoder(ensure_ascii=True, default=JSON_ENCODER.default)  # explain's, on one line
 FLUSH_INTERVAL = 0.1  # seconds between flushes of piped output: lines appear as they happen
 # Library parameter -> flag, for errors the library raises about its parameters.
 PROXY_FLAGS = {"upstream": "--upstream", "listen": "--listen", "advertised": "--advertise",
@@ -286,6 +288,23 @@ def _explain_exchange(ex, out, err, doc_width=DOC_WIDTH):
     return failed
 
 
+def _exchange_values(ex):
+    """An exchange as JSON values with both messages decoded (explain --capture --json), and
+    how many of its frames did not decode."""
+    d, failed = exchange_dict(ex), 0
+    frames = [("request", ex.request, None, None)]
+    if ex.response is not None:
+        frames.append(("response", ex.response, ex.api_key, ex.api_version))
+    for what, frame, key, version in frames:
+        try:
+            d[f"{what}_message"] = message_value(frame, explain(frame, key, version, trailing="keep"))
+        except (DecodeError, ValueError) as e:
+            failed += 1
+            d[f"{what}_message"] = None
+            d[f"{what}_error"] = str(e)
+    return d, failed
+
+
 # ---------------------------------------------------------------- fastkwire stats
 
 
@@ -346,10 +365,12 @@ def run_explain_capture(args, out, err):
                 continue
             count += 1
             if args.json:
-                out.write(exchange_json(ex) + "\n")
+                d, bad = _exchange_values(ex)
+                failed += bad
+                out.write(LINE_ENCODER.encode(d) + "\n")
             else:
                 out.write(f"=== {exchange_line(ex)}\n")
-            failed += _explain_exchange(ex, out, err, None if args.full else DOC_WIDTH) if not args.json else 0
+                failed += _explain_exchange(ex, out, err, None if args.full else DOC_WIDTH)
     except (CaptureError, OSError, ImportError) as e:
         print(f"fastkwire explain: {printable(e)}", file=err)
         return EXIT_USAGE
