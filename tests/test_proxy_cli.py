@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -185,3 +186,9 @@ def test_usage_errors_name_the_flag(tmp_path):
     assert code == 2 and "rule 1" in err and "delay_ms" in err
     code, err = run("--upstream", "127.0.0.1:9", "--listen", "0.0.0.0:0", "--rewrite-advertised")
     assert code == 2 and "--advertise" in err
+    code, err = run("--upstream", "127.0.0.1:9", "--api", "NoSuchApi")
+    assert code == 2 and "--api" in err and "NoSuchApi" in err
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code, err = run("--upstream", "127.0.0.1:9", "--listen", f"127.0.0.1:{port}")
+    assert code == 3 and f"--listen 127.0.0.1:{port}" in err

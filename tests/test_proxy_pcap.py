@@ -74,6 +74,15 @@ def test_written_pcap_reads_back_as_the_same_exchanges(tansu_broker, tmp_path):
             packets += 1
     assert packets > 2 * len(back)
 
+    # The same packets as pcapng (Wireshark's own format) read back the same.
+    pcapng = tmp_path / "traffic.pcapng"
+    with open(pcap, "rb") as f, open(pcapng, "wb") as g:
+        writer = dpkt.pcapng.Writer(g, snaplen=65535, linktype=dpkt.pcap.DLT_EN10MB)
+        for ts, buf in dpkt.pcap.Reader(f):
+            writer.writepkt(buf, float(ts))
+    assert capture_kind(pcapng) == "pcap"
+    assert pairs(read_capture(pcapng, port=tansu_broker.port)) == pairs(recorded)
+
 
 def start_tcpdump(path, port):
     binary = shutil.which("tcpdump")
