@@ -290,17 +290,21 @@ class Proxy:
             n = len(buf)
             frames = []
             bad = None
-            while n - start >= 4:
-                size = SIZE.unpack_from(buf, start)[0]
-                if size < 0 or size > limit:
-                    bad = _Broken(f"{name} sent a {what} size prefix of {size} bytes at stream offset "
-                                  f"{consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing")
-                    break
-                end = start + 4 + size
-                if end > n:
-                    break
-                frames.append(bytes(buf[start:end]))
-                start = end
+            view = memoryview(buf)  # frames are copied out once, not sliced then copied
+            try:
+                while n - start >= 4:
+                    size = SIZE.unpack_from(buf, start)[0]
+                    if size < 0 or size > limit:
+                        bad = _Broken(f"{name} sent a {what} size prefix of {size} bytes at stream offset "
+                                      f"{consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing")
+                        break
+                    end = start + 4 + size
+                    if end > n:
+                        break
+                    frames.append(bytes(view[start:end]))
+                    start = end
+            finally:
+                view.release()
             if frames:
                 yield frames
             if bad is not None:
