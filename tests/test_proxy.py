@@ -16,7 +16,7 @@ import pytest
 from fastkwire import decode_response
 from fastkwire.cli import main
 from fastkwire.proxy import BackgroundProxy, Summary, exchange_dict, exchange_line
-from fastkwire.proxy._capture import CaptureWriter, read_capture
+from fastkwire.proxy import CaptureWriter, read_capture
 
 from broker import running_tansu
 from recording_proxy import RecordingProxy

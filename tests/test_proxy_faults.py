@@ -14,8 +14,7 @@ from fastkwire import (
 )
 from fastkwire.connection import Connection
 from fastkwire.connection_errors import KafkaClientError
-from fastkwire.proxy import BackgroundProxy, Faults, Rule, RuleError, load_rules
-from fastkwire.proxy._faults import read_rules_file
+from fastkwire.proxy import BackgroundProxy, Faults, Rule, RuleError, load_rules, read_rules_file
 from fastkwire.proxy._frames import RequestHeader
 
 from broker import tansu_broker  # noqa: F401

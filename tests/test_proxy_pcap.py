@@ -12,7 +12,7 @@ import pytest
 
 from fastkwire.cli import main
 from fastkwire.proxy import BackgroundProxy
-from fastkwire.proxy._capture import CaptureWriter, capture_kind, read_capture
+from fastkwire.proxy import CaptureWriter, capture_kind, read_capture
 
 from broker import tansu_broker  # noqa: F401
 from test_proxy_cli import produce_and_consume
@@ -28,7 +28,7 @@ def pairs(exchanges):
 
 
 def test_written_pcap_reads_back_as_the_same_exchanges(tansu_broker, tmp_path):
-    from fastkwire.proxy._pcap import PcapWriter
+    from fastkwire.proxy import PcapWriter
 
     pcap, jsonl = tmp_path / "traffic.pcap", tmp_path / "traffic.jsonl"
     upstream = ("127.0.0.1", tansu_broker.port)
@@ -138,3 +138,38 @@ def test_tcpdump_capture_of_real_clients(tansu_broker, tmp_path, capsys):
     out, _ = capsys.readouterr()
     assert "Produce" in out and f"{len(seen)} exchanges" in out
 
+
+
+def test_without_dpkt_the_error_names_the_extra(tmp_path, monkeypatch):
+    from fastkwire.proxy import PcapWriter, _pcap
+
+    pcap = tmp_path / "x.pcap"
+    pcap.write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(20))
+    monkeypatch.setattr(_pcap, "dpkt", None)
+    with pytest.raises(ImportError, match=r"fastkwire\[pcap\]"):
+        PcapWriter(tmp_path / "y.pcap", ("127.0.0.1", 9092))
+    with pytest.raises(ImportError, match=r"fastkwire\[pcap\]"):
+        list(read_capture(pcap))
+    assert main(["stats", str(pcap)]) == 2
+
+
+def test_unreadable_captures_name_the_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"request": "00000004"}\n')
+    assert main(["stats", str(bad)]) == 2
+    assert f"{bad}: line 1: the request is too short" in capsys.readouterr().err
+    bad.write_text('{"request": "00000002ffff", "api_key": 18, "version": 3, "correlation_id": 1}\nnot json\n')
+    assert main(["stats", str(bad)]) == 2
+    assert f"{bad}: line 2: not JSON" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    assert main(["explain", "--capture", str(empty)]) == 2
+    assert "the file is empty" in capsys.readouterr().err
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"\x00\x01\x02\x03")
+    assert main(["stats", str(other)]) == 2
+    assert "neither a fastkwire capture" in capsys.readouterr().err
+    broken = tmp_path / "broken.pcap"
+    broken.write_bytes(b"\xd4\xc3\xb2\xa1" + b"\x02")
+    assert main(["stats", str(broken)]) == 2
+    assert "not a readable pcap" in capsys.readouterr().err

@@ -17,6 +17,9 @@ from .errors import DecodeError
 from .explain import explain
 from .proxy import (
     DEFAULT_FRAME_TIMEOUT,
+    CaptureError,
+    CaptureWriter,
+    PcapWriter,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_PENDING_BYTES,
     Proxy,
@@ -30,9 +33,9 @@ from .proxy import (
     exchange_json,
     exchange_line,
     parse_address,
+    read_capture,
+    read_rules_file,
 )
-from .proxy._faults import read_rules_file
-from .proxy._capture import CaptureError, CaptureWriter, read_capture
 
 EXIT_OK, EXIT_UNDECODED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 LINE_ENCODER = json.JSONEncoder(ensure_ascii=True, default=JSON_ENCODER.default)  # explain's, on one line
@@ -193,8 +196,6 @@ def run_proxy(args, out=None, err=None):
         if args.record:
             writers.append(CaptureWriter(args.record))
         if args.pcap:
-            from .proxy._pcap import PcapWriter
-
             writers.append(PcapWriter(args.pcap, upstream=args.upstream))
     except (RuleError, ValueError, OSError) as e:
         print(f"{args.prog}: error: {printable(_flagged(str(e)) if not isinstance(e, OSError) else e)}", file=err)

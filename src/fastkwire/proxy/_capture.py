@@ -1,5 +1,4 @@
-"""Captures: the proxy's JSON lines (`--record`), written and read back, and the reader that
-tells them from pcap/pcapng files.
+"""The proxy's JSON-lines captures (`--record`), written and read back.
 
 One line per exchange: time (Unix seconds), conn, client, client_id, api, api_key, version,
 correlation_id, latency_ms, fault, local_answer, and both frames as hex (`request`,
@@ -10,9 +9,6 @@ import json
 from ._exchange import Exchange
 from ._frames import RequestHeader, request_header
 
-FORMAT = "fastkwire-capture"
-PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
-               b"\x0a\x0d\x0d\x0a")
 
 
 class CaptureError(ValueError):
@@ -109,27 +105,3 @@ def read_jsonl(path):
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise CaptureError(f"{where}: not JSON ({e})") from None
             yield _exchange_of(d, where)
-
-
-def capture_kind(path):
-    """"pcap" or "jsonl", from the file's first bytes."""
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head in PCAP_MAGICS:
-        return "pcap"
-    if not head:
-        raise CaptureError(f"{path}: the file is empty")
-    if head[:1] == b"{" or head[:1].isspace():
-        return "jsonl"
-    raise CaptureError(f"{path}: neither a fastkwire capture (JSON lines) nor a pcap/pcapng file "
-                       f"(it starts {head.hex()})")
-
-
-def read_capture(path, port=9092):
-    """The exchanges of a capture: our JSON lines, or a pcap/pcapng file whose TCP streams to
-    or from `port` are reassembled and paired by correlation id."""
-    if capture_kind(path) == "pcap":
-        from ._pcap import read_pcap  # dpkt is optional: only a pcap needs it
-
-        return read_pcap(path, port)
-    return read_jsonl(path)
