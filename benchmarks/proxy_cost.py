@@ -66,10 +66,12 @@ async def throughput(port, connections, seconds, sizes, pid=None):
     started, cpu = time.monotonic(), cpu_seconds(pid) if pid else None
     clients = await run_load("127.0.0.1", port, connections, seconds, produce_sizes=sizes["requests"])
     took = time.monotonic() - started
-    if cpu is not None:
-        print(f"  proxy CPU: {(cpu_seconds(pid) - cpu) / took:.0%} of a core", file=sys.stderr)
     moved = sum(c.sent_bytes + c.got_bytes for c in clients.values())
     frames = sum(c.frames for c in clients.values())
+    if cpu is not None:  # what the proxy spent, whatever else the machine was doing
+        used = cpu_seconds(pid) - cpu
+        print(f"  proxy CPU: {used / took:.0%} of a core, {used / frames * 1e6:.0f} µs per exchange, "
+              f"{used / moved * 1e9:.2f} ms per MB", file=sys.stderr)
     return moved / took, frames / took
 
 
