@@ -157,7 +157,7 @@ def test_explain_capture_reads_all_of_it(through_proxy, capsys):
     answered = sum(e.response is not None for e in exchanges)
     assert out.count("--- request") == len(exchanges) and out.count("--- response") == answered
     # Every frame decodes: the librdkafka Metadata requests with a 4-byte topics count show
-    # their 3 trailing bytes (explain's trailing="keep").
+    # their 3 trailing bytes (explain_frame's trailing="keep").
     failures = [line for line in out.splitlines() if line.startswith("!!")]
     assert not failures and code == 0, failures
     assert "+-- trailing 3 bytes = " in out

@@ -1,6 +1,6 @@
-"""decode_request/decode_response(trailing="keep") and explain(trailing="keep"): bytes after the
-end of the message, which a broker ignores, are returned (a third item) or shown (a last
-node) instead of refused. Both implementations, the same results; the default stays strict.
+"""decode_request/decode_response(trailing="keep") and fastkwire.proxy.explain_frame(trailing=
+"keep"): bytes after the end of the message, which a broker ignores, are returned (a third
+item) or shown (a last node) instead of refused. Both implementations, the same results; the default stays strict.
 
 The frames are the two librdkafka 2.16 sends: a flexible Metadata v12 request for all topics
 that keeps the legacy int32 topics count (00 00 00 00 where a one-byte varint belongs), and
@@ -13,6 +13,7 @@ import pytest
 
 from fastkwire.errors import DecodeError
 from fastkwire.explain import explain
+from fastkwire.proxy import explain_frame
 
 METADATA_V12_HEADER = struct.pack(">hhih", 3, 12, 7, 7) + b"rdkafka" + b"\x00"
 # topics (int32 0), allow_auto_topic_creation, include_topic_authorized_operations, no tags
@@ -79,7 +80,7 @@ def test_bad_option_names_the_parameter(impl, bad):
     with pytest.raises(ValueError, match="trailing"):
         impl.decode_request(LIBRDKAFKA_METADATA, trailing=bad)
     with pytest.raises(ValueError, match="trailing"):
-        explain(LIBRDKAFKA_METADATA, trailing=bad)
+        explain_frame(LIBRDKAFKA_METADATA, trailing=bad)
 
 
 def test_both_implementations_agree():
@@ -96,11 +97,13 @@ def test_both_implementations_agree():
                [(h.to_dict(), msg.to_dict(), extra) for h, msg, extra in got[1:]]
 
 
-def test_explain_shows_them_as_a_last_node():
+def test_explain_frame_shows_them_as_a_last_node():
     with pytest.raises(DecodeError, match="3 trailing bytes") as err:
         explain(LIBRDKAFKA_METADATA)
     assert err.value.offset == len(LIBRDKAFKA_METADATA) - 3
-    root = explain(LIBRDKAFKA_METADATA, trailing="keep")
+    with pytest.raises(DecodeError, match="3 trailing bytes"):
+        explain_frame(LIBRDKAFKA_METADATA)
+    root = explain_frame(LIBRDKAFKA_METADATA, trailing="keep")
     last = root.children[-1]
     assert (last.name, last.offset, last.size, last.value) == (
         "trailing", len(LIBRDKAFKA_METADATA) - 3, 3, b"\x01\x00\x00")
@@ -108,4 +111,21 @@ def test_explain_shows_them_as_a_last_node():
     assert "a broker ignores them" in last.description
     # Without trailing bytes the tree is what it always was.
     frame = struct.pack(">i", len(METADATA_V12_HEADER) + 4) + METADATA_V12_HEADER + b"\x00\x01\x00\x00"
-    assert [c.name for c in explain(frame, trailing="keep").children] == [c.name for c in explain(frame).children]
+    assert [c.name for c in explain_frame(frame, trailing="keep").children] == \
+           [c.name for c in explain(frame).children]
+    # Other errors still raise, with their own offsets.
+    with pytest.raises(DecodeError, match="frame size"):
+        explain_frame(LIBRDKAFKA_METADATA + b"\x00", trailing="keep")
+    cut = framed(METADATA_V12_HEADER + b"\x01")  # the topics count, then nothing
+    with pytest.raises(DecodeError) as err:
+        explain_frame(cut, trailing="keep")
+    assert "trailing" not in str(err.value)
+
+
+def test_explain_frame_keeps_trailing_bytes_of_responses():
+    import fastkwire as fk
+
+    answer = fk.ApiVersionsResponse(error_code=0, api_keys=[])
+    frame = with_extra(fk.encode_response(answer, 3, 5), b"\xaa\xbb")
+    root = explain_frame(frame, "ApiVersions", 3, trailing="keep")
+    assert root.children[-1].value == b"\xaa\xbb" and root.children[-1].offset == len(frame) - 2

@@ -14,7 +14,6 @@ import sys
 from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
 from ._printable import printable
 from .errors import DecodeError
-from .explain import explain
 from .proxy import (
     DEFAULT_FRAME_TIMEOUT,
     CaptureError,
@@ -32,6 +31,7 @@ from .proxy import (
     exchange_dict,
     exchange_json,
     exchange_line,
+    explain_frame,
     parse_address,
     read_capture,
     read_rules_file,
@@ -275,7 +275,7 @@ def _explain_exchange(ex, out, err, doc_width=DOC_WIDTH):
     for what, frame, key, version in frames:
         out.write(f"--- {what} ({len(frame)} bytes)\n")
         try:
-            root = explain(frame, key, version, trailing="keep")
+            root = explain_frame(frame, key, version, trailing="keep")
         except DecodeError as e:
             failed += 1
             if e.partial_tree is not None:
@@ -298,7 +298,7 @@ def _exchange_values(ex):
         frames.append(("response", ex.response, ex.api_key, ex.api_version))
     for what, frame, key, version in frames:
         try:
-            d[f"{what}_message"] = message_value(frame, explain(frame, key, version, trailing="keep"))
+            d[f"{what}_message"] = message_value(frame, explain_frame(frame, key, version, trailing="keep"))
         except (DecodeError, ValueError) as e:
             failed += 1
             d[f"{what}_message"] = None

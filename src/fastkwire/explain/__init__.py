@@ -568,7 +568,7 @@ def _close_open_nodes(root: Node, err: DecodeError):
 
 
 def explain(frame, api_key: int | str | None = None, version: int | None = None, *,
-            max_items: int | None = MAX_ITEMS, trailing: str = "error") -> Node:
+            max_items: int | None = MAX_ITEMS) -> Node:
     """The annotated tree of one frame (int32 size prefix included).
 
     Requests are recognised from their header; for a response give `api_key` (the key,
@@ -580,13 +580,8 @@ def explain(frame, api_key: int | str | None = None, version: int | None = None,
     the tree holds `NODES_PER_ITEM * max_items` nodes, or `FREE_NODES` plus one per
     `BYTES_PER_NODE` bytes of the frame, further arrays show none. The tree thus stays
     small whatever the frame. `max_items=None` shows everything.
-
-    `trailing="keep"` shows bytes after the end of the message (which a broker ignores) as
-    a last node named "trailing", instead of raising DecodeError.
     """
     data = bytes(frame)
-    if trailing not in ("error", "keep"):
-        raise ValueError(f'trailing must be "error" or "keep", not {trailing!r}')
     if max_items is not None and (type(max_items) is not int or max_items < 0):
         raise ValueError(f"max_items must be a count or None, not {max_items!r}")
     if (api_key is None) != (version is None):
@@ -602,7 +597,7 @@ def explain(frame, api_key: int | str | None = None, version: int | None = None,
     root = Node("frame", "", 0, value={})
     w = _Walker(data, len(data), max_items)
     try:
-        _frame(w, root, api_key, version, trailing == "keep")
+        _frame(w, root, api_key, version)
     except DecodeError as err:
         _close_open_nodes(root, err)
         err.partial_tree = root
@@ -619,7 +614,7 @@ def _api_key_of(name: str) -> int:
     return keys[bare]
 
 
-def _frame(w: _Walker, root: Node, api_key, version, keep_trailing=False):
+def _frame(w: _Walker, root: Node, api_key, version):
     info = root.value
     frame = w.open(root, "Frame", "", 0, "length-delimited framing")
     size = w.leaf(frame, "size", "int32", _pure.r_int32, "number of bytes that follow").value
@@ -668,14 +663,7 @@ def _frame(w: _Walker, root: Node, api_key, version, keep_trailing=False):
     n = len(w.data)
     if size != n - SIZE_PREFIX and w.pos != SIZE_PREFIX + size:
         raise DecodeError(f"frame size {size} does not match the {n - 4} bytes that follow", 0)
-    if w.pos < n and keep_trailing:
-        extra = w.data[w.pos:]
-        root.children.append(Node("trailing", f"{len(extra)} bytes", w.pos, len(extra), value=extra,
-                                  display=_hex(extra), description="after the end of the message: "
-                                  "a broker ignores them (kept: trailing=\"keep\")"))
-        info["trailing"] = extra.hex()
-        root.size = n
-    elif w.pos < n:
+    if w.pos < n:
         raise trailing(w.pos, n - w.pos)
 
 

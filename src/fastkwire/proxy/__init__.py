@@ -21,6 +21,7 @@ from ._exchange import Exchange, ProxyEvent
 from ._faults import Faults, Rule, RuleError, load_rules, read_rules_file
 from ._pcap import PcapWriter, read_pcap
 from ._read import capture_kind, read_capture
+from ._lenient import explain_frame
 from ._format import event_json, event_line, exchange_dict, exchange_json, exchange_line
 from ._server import (
     DEFAULT_FRAME_TIMEOUT,
@@ -35,6 +36,6 @@ from ._stats import Summary
 
 __all__ = ["Proxy", "BackgroundProxy", "Exchange", "ProxyEvent", "Rule", "RuleError", "Faults",
            "load_rules", "read_rules_file", "Summary", "CaptureWriter", "CaptureError", "PcapWriter",
-           "read_capture", "read_jsonl", "read_pcap", "capture_kind", "exchange_line", "exchange_json", "exchange_dict", "event_line",
+           "read_capture", "read_jsonl", "read_pcap", "capture_kind", "explain_frame", "exchange_line", "exchange_json", "exchange_dict", "event_line",
            "event_json", "parse_address", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_PENDING_BYTES",
            "DEFAULT_MAX_IN_FLIGHT", "DEFAULT_FRAME_TIMEOUT"]
