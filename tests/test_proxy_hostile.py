@@ -198,13 +198,32 @@ def test_half_a_frame_then_nothing(broker):
             frame = request("hang", 1)
             started = time.monotonic()
             hang.sendall(frame[:len(frame) // 2])
-            event = wait_for_event(proxy, "client sent part of a frame and nothing more for 0.4 s")
+            event = wait_for_event(proxy, "client sent part of a frame and did not finish it within 0.4 s")
             assert 0.4 <= time.monotonic() - started < 3
             assert "frame_timeout" in event.text
             assert closed_by_peer(hang)
             good.sendall(request("good", 3))
             assert struct.unpack_from(">i", read_frame(good), 4)[0] == 3
         assert broker.count("hang") == 0  # nothing of the half frame was forwarded
+
+
+def test_a_busy_connection_always_mid_frame_is_not_timed_out(broker):
+    # Every write ends inside a frame, so the proxy always holds part of one, but each is
+    # finished in time: frame_timeout bounds one frame, not the connection.
+    frames = [request("good", i) for i in range(40)]
+    stream = b"".join(frames)
+    size = len(frames[0])
+    cuts = [0] + list(range(size // 2, len(stream), size)) + [len(stream)]  # never at a boundary
+    with BackgroundProxy(f"127.0.0.1:{broker.port}", frame_timeout=0.4) as proxy:
+        with connect(proxy) as sock:
+            started = time.monotonic()
+            for a, b in zip(cuts, cuts[1:]):
+                sock.sendall(stream[a:b])
+                time.sleep(0.03)
+            assert time.monotonic() - started > 1.0  # well past frame_timeout
+            answers = [struct.unpack_from(">i", read_frame(sock), 4)[0] for _ in frames]
+        assert answers == list(range(40))
+        assert not [e for e in proxy.events() if e.kind == "error"]
 
 
 def test_half_a_size_prefix_then_close(broker):

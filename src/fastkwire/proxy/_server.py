@@ -312,7 +312,12 @@ class Proxy:
             if start:
                 del buf[:start]
                 consumed += start
-            conn.partial_since[side] = (conn.partial_since[side] or time.monotonic()) if buf else None
+            # When the frame now being read began: at this read if frames completed in it (a
+            # busy connection always has one under way, each of them new), else earlier.
+            if not buf:
+                conn.partial_since[side] = None
+            elif frames or conn.partial_since[side] is None:
+                conn.partial_since[side] = time.monotonic()
 
     async def _requests(self, conn):
         upstream = conn.uwriter
@@ -444,7 +449,7 @@ class Proxy:
                 for side, since in enumerate(conn.partial_since):
                     if since is not None and now - since > self.frame_timeout and conn.broken is None:
                         name = ("client", "upstream")[side]
-                        conn.broken = (f"{name} sent part of a frame and nothing more for "
+                        conn.broken = (f"{name} sent part of a frame and did not finish it within "
                                        f"{self.frame_timeout:g} s (frame_timeout): closing")
                         conn.abort()
 
