@@ -170,11 +170,13 @@ def test_fault_rules_from_flags_and_a_file(tansu_broker, tmp_path):
     assert "2 fault rule(s)" in proxy.banner
 
 
-def test_usage_errors_name_the_flag(tmp_path):
+def test_usage_errors_name_the_flag(tmp_path, capsys):
     def run(*args):
-        done = subprocess.run([sys.executable, "-m", "fastkwire", "proxy", *args], capture_output=True,
-                              text=True, env=child_env(), timeout=30)
-        return done.returncode, done.stderr
+        try:
+            code = main(["proxy", *args])
+        except SystemExit as e:  # argparse's own errors
+            code = e.code
+        return code, capsys.readouterr().err
 
     code, err = run("--upstream", "nowhere")
     assert code == 2 and "--upstream" in err and "HOST:PORT" in err
