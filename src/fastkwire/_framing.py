@@ -33,6 +33,21 @@ def _check_size(frame):
         raise DecodeError(f"frame size {size} does not match the {n - 4} bytes that follow", 0)
 
 
+def _body(cls, frame, version, pos, records):
+    """The message after the header; it must end where the frame does."""
+    msg, end = cls.decode_from(frame, version, pos, records=records)
+    if end != len(frame):
+        raise _e.trailing(end, len(frame) - end)
+    return msg
+
+
+def _frame(*parts):
+    size = sum(len(p) for p in parts)
+    if size > 0x7FFFFFFF:  # the size prefix is an int32
+        raise _e.message_too_large()
+    return _SIZE.pack(size) + b"".join(parts)
+
+
 TRAILING = ("error", "keep")
 
 
@@ -46,19 +61,10 @@ def _keep_trailing(trailing):
     raise ValueError(f'trailing must be "error" or "keep", not {trailing!r}')
 
 
-def _body(cls, frame, version, pos, records, keep=False):
-    """The message after the header, and the bytes after it (kept or refused)."""
+def _body_and_rest(cls, frame, version, pos, records):
+    """The message after the header, and the bytes after it (trailing="keep")."""
     msg, end = cls.decode_from(frame, version, pos, records=records)
-    if end != len(frame) and not keep:
-        raise _e.trailing(end, len(frame) - end)
     return msg, bytes(frame[end:])
-
-
-def _frame(*parts):
-    size = sum(len(p) for p in parts)
-    if size > 0x7FFFFFFF:  # the size prefix is an int32
-        raise _e.message_too_large()
-    return _SIZE.pack(size) + b"".join(parts)
 
 
 def bind(header_class, requests, responses):
@@ -87,8 +93,9 @@ def bind(header_class, requests, responses):
         if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
             raise _e.bad_version(cls.__name__, version, f"{cls.MIN_VERSION}-{cls.MAX_VERSION}")
         header, pos = header_class("RequestHeader").decode_from(frame, request_header_version(cls, version), 4)
-        msg, extra = _body(cls, frame, version, pos, records, keep)
-        return (header, msg, extra) if keep else (header, msg)
+        if keep:
+            return (header, *_body_and_rest(cls, frame, version, pos, records))
+        return header, _body(cls, frame, version, pos, records)
 
     def encode_response(msg, version, correlation_id):
         cls = type(msg)
@@ -106,7 +113,8 @@ def bind(header_class, requests, responses):
         if cls is None:
             raise ValueError(f"unknown API key {api_key}")
         header, pos = header_class("ResponseHeader").decode_from(frame, response_header_version(cls, version), 4)
-        msg, extra = _body(cls, frame, version, pos, records, keep)
-        return (header, msg, extra) if keep else (header, msg)
+        if keep:
+            return (header, *_body_and_rest(cls, frame, version, pos, records))
+        return header, _body(cls, frame, version, pos, records)
 
     return encode_request, decode_request, encode_response, decode_response
