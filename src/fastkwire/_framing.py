@@ -70,6 +70,25 @@ def _frame(*parts):
     return _SIZE.pack(size) + b"".join(parts)
 
 
+TRAILING = ("error", "keep")
+
+
+def _keep_trailing(trailing):
+    """decode's `trailing=`: "error" (the default) refuses bytes after the message; "keep"
+    returns them as a third item, as a broker ignores them (librdkafka sends such frames)."""
+    if trailing == "error":
+        return False
+    if trailing == "keep":
+        return True
+    raise ValueError(f'trailing must be "error" or "keep", not {trailing!r}')
+
+
+def _body_and_rest(cls, frame, version, pos, records):
+    """The message after the header, and the bytes after it (trailing="keep")."""
+    msg, end = cls.decode_from(frame, version, pos, records=records)
+    return msg, bytes(frame[end:])
+
+
 def bind(header_class, requests, responses):
     """Framing functions for one implementation's classes; header_class(name) gives
     its RequestHeader or ResponseHeader class."""
@@ -83,11 +102,14 @@ def bind(header_class, requests, responses):
         body = msg.encode(version)
         return _frame(header.encode(request_header_version(cls, version)), body)
 
-    def decode_request(frame, *, records="bytes"):
+    def decode_request(frame, *, records="bytes", trailing="error"):
+        keep = _keep_trailing(trailing)
         frame = byte_view(frame)
         check_size(frame)
         cls, version = request_api(frame, requests)
         header, pos = header_class("RequestHeader").decode_from(frame, request_header_version(cls, version), 4)
+        if keep:
+            return (header, *_body_and_rest(cls, frame, version, pos, records))
         return header, _body(cls, frame, version, pos, records)
 
     def encode_response(msg, version, correlation_id):
@@ -98,13 +120,16 @@ def bind(header_class, requests, responses):
         body = msg.encode(version)
         return _frame(header.encode(response_header_version(cls, version)), body)
 
-    def decode_response(frame, api_key, version, *, records="bytes"):
+    def decode_response(frame, api_key, version, *, records="bytes", trailing="error"):
+        keep = _keep_trailing(trailing)
         frame = byte_view(frame)
         check_size(frame)
         cls = responses.get(api_key)
         if cls is None:
             raise ValueError(f"unknown API key {api_key}")
         header, pos = header_class("ResponseHeader").decode_from(frame, response_header_version(cls, version), 4)
+        if keep:
+            return (header, *_body_and_rest(cls, frame, version, pos, records))
         return header, _body(cls, frame, version, pos, records)
 
     return encode_request, decode_request, encode_response, decode_response

@@ -1,6 +1,9 @@
 """The `fastkwire` command line.
 
     fastkwire explain HEX | --file FILE | --example NAME [--api API --version V] [--json]
+    fastkwire explain --capture FILE [--port P] [--api API] [--client-id ID]
+    fastkwire proxy --listen HOST:PORT --upstream HOST:PORT [--json] [--record FILE] [...]
+    fastkwire stats FILE [--json]
     fastkwire describe-group --bootstrap-server HOST:PORT --group G [--json]
     fastkwire remove-members --bootstrap-server HOST:PORT --group G --instance-id ID [...]
     fastkwire remove-members ... --member-id ID | --all [--dry-run]
@@ -25,6 +28,7 @@ from ._explain_apis import api_names
 from ._explain_examples import example
 from ._explain_text import DOC_WIDTH, HEX_ROWS, JSON_ENCODER, message_value, render_lines
 from ._printable import printable
+from ._proxy_cli import add_capture_arguments, add_proxy, add_stats, run_explain_capture
 from .admin import (
     DEFAULT_MAX_GROUP_MEMBERS,
     MAX_TIMEOUT_MS,
@@ -463,6 +467,7 @@ def configure_explain(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                              "for every one); the rest are checked and summed up in one line")
     parser.add_argument("--hex-rows", type=_limit, default=HEX_ROWS, metavar="N",
                         help=f"print at most N rows of the hex layout (default {HEX_ROWS}; 'all')")
+    add_capture_arguments(parser)
     return parser
 
 
@@ -533,6 +538,8 @@ def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
     """Runs `fastkwire explain`; 0 on success, 1 for a malformed frame, 2 for bad usage."""
     stdout, stderr, stdin = stdout or sys.stdout, stderr or sys.stderr, stdin or sys.stdin
     doc_width = None if args.full else DOC_WIDTH
+    if getattr(args, "capture", None):
+        return run_explain_capture(args, stdout, stderr)
     try:
         if args.example:
             if args.hex or args.file:
@@ -581,6 +588,8 @@ SUBCOMMANDS = {
     "explain": add_explain,
     "describe-group": add_describe_group,
     "remove-members": add_remove_members,
+    "proxy": add_proxy,
+    "stats": add_stats,
 }
 
 

@@ -1,0 +1,380 @@
+"""The command lines over fastkwire.proxy: `fastkwire proxy`, `fastkwire stats FILE` and
+`fastkwire explain --capture FILE` (cli adds them to its parser).
+
+Exit codes: 0 done (the proxy: stopped by Ctrl-C or SIGTERM), 1 a capture with frames that
+do not decode (explain), 2 bad usage (a flag, a rules file, a capture that cannot be read),
+3 the proxy could not listen.
+"""
+import argparse
+import asyncio
+import json
+import signal
+import sys
+
+from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
+from ._printable import printable
+from .errors import DecodeError
+from .proxy import (
+    DEFAULT_FRAME_TIMEOUT,
+    CaptureError,
+    CaptureWriter,
+    PcapWriter,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_PENDING_BYTES,
+    Proxy,
+    ProxyEvent,
+    Rule,
+    RuleError,
+    Summary,
+    event_json,
+    event_line,
+    exchange_dict,
+    exchange_json,
+    exchange_line,
+    explain_frame,
+    parse_address,
+    read_capture,
+    read_rules_file,
+)
+
+EXIT_OK, EXIT_UNDECODED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+LINE_ENCODER = json.JSONEncoder(ensure_ascii=True, default=JSON_ENCODER.default)  # explain's, on one line
+FLUSH_INTERVAL = 0.1  # seconds between flushes of piped output: lines appear as they happen
+# Library parameter -> flag, for errors the library raises about its parameters.
+PROXY_FLAGS = {"upstream": "--upstream", "listen": "--listen", "advertised": "--advertise",
+               "max_frame_bytes": "--max-frame-bytes", "max_pending_bytes": "--max-pending-bytes",
+               "frame_timeout": "--frame-timeout"}
+
+
+def _flagged(message):
+    """A library error with its parameter name replaced by the flag the user typed."""
+    name, sep, rest = message.partition(": ")
+    return f"{PROXY_FLAGS[name]}: {rest}" if sep and name in PROXY_FLAGS else message
+
+
+def _address(text):
+    try:
+        return parse_address(text, "address")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT") from None
+
+
+def _count(text):
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a positive count: {text!r}")
+    return int(text)
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 86400 seconds")
+    return value
+
+
+def _rule(text):
+    try:
+        return Rule.parse(text)
+    except RuleError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+# ---------------------------------------------------------------- fastkwire proxy
+
+
+def add_proxy(subparsers):
+    parser = subparsers.add_parser(
+        "proxy", allow_abbrev=False, help="a Kafka proxy that shows, records and perturbs each exchange",
+        description="Forward Kafka connections to one broker byte for byte, printing one line per "
+                    "request/response exchange; Ctrl-C prints a summary per API.")
+    parser.add_argument("--listen", type=_address, default=("127.0.0.1", 19092), metavar="HOST:PORT",
+                        help="where clients connect (default 127.0.0.1:19092)")
+    parser.add_argument("--upstream", type=_address, required=True, metavar="HOST:PORT",
+                        help="the broker to forward to")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="one JSON object per exchange (and per event)")
+    out.add_argument("--explain", action="store_true",
+                     help="print the full tree of each request and response frame")
+    out.add_argument("--api", action="append", default=[], metavar="NAME",
+                     help="show only this API (repeat for more; a name such as Metadata, or a key)")
+    out.add_argument("--client-id", action="append", default=[], metavar="ID",
+                     help="show only requests of this client id (repeat for more)")
+    out.add_argument("--quiet", action="store_true", help="no line per exchange: errors and the summary only")
+    out.add_argument("--connections", action="store_true", help="also a line per connection opened and closed")
+    out.add_argument("--record", metavar="FILE", help="write every exchange, both frames as hex, as JSON lines")
+    out.add_argument("--pcap", metavar="FILE", help="write the traffic as a pcap file (Wireshark reads it)")
+    change = parser.add_argument_group("changing the traffic")
+    change.add_argument("--rewrite-advertised", action="store_true",
+                        help="put the proxy's address into Metadata and FindCoordinator answers, so that "
+                             "clients stay on the proxy")
+    change.add_argument("--advertise", type=_address, metavar="HOST:PORT",
+                        help="the address --rewrite-advertised puts in (default: --listen)")
+    change.add_argument("--fault", type=_rule, action="append", default=[], metavar="RULE",
+                        help="a fault rule as key=value pairs, e.g. api=Heartbeat,error=REBALANCE_IN_PROGRESS,"
+                             "times=2 or api=Fetch,delay_ms=500,probability=0.1 or "
+                             "api=Produce,disconnect=before (repeat for more)")
+    change.add_argument("--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}')
+    change.add_argument("--seed", type=int,
+                        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)")
+    limits = parser.add_argument_group("limits (per connection)")
+    limits.add_argument("--max-frame-bytes", type=_count, default=DEFAULT_MAX_FRAME_BYTES, metavar="N",
+                        help=f"a larger size prefix ends the connection (default {DEFAULT_MAX_FRAME_BYTES})")
+    limits.add_argument("--max-pending-bytes", type=_count, default=DEFAULT_MAX_PENDING_BYTES, metavar="N",
+                        help="bytes of requests awaiting answers before the client is not read "
+                             f"(default {DEFAULT_MAX_PENDING_BYTES})")
+    limits.add_argument("--frame-timeout", type=_seconds, default=DEFAULT_FRAME_TIMEOUT, metavar="SECONDS",
+                        help="a frame that has not arrived whole this long after it began ends the connection "
+                             f"(default {DEFAULT_FRAME_TIMEOUT:g})")
+    parser.set_defaults(run=run_proxy)
+    return parser
+
+
+class _Output:
+    """Writes exchanges and events to the streams; piped output is flushed every
+    FLUSH_INTERVAL seconds rather than per line."""
+
+    def __init__(self, args, out, err):
+        self.args, self.out, self.err = args, out, err
+        self.apis = {_api_key_or_fail(a) for a in args.api}
+        self.client_ids = set(args.client_id)
+        self.dirty = False
+        self.undecoded = 0
+
+    def shown(self, ex):
+        return ((not self.apis or ex.api_key in self.apis)
+                and (not self.client_ids or ex.client_id in self.client_ids))
+
+    def exchange(self, ex):
+        if self.args.quiet or not self.shown(ex):
+            return
+        self.out.write((exchange_json(ex) if self.args.json else exchange_line(ex)) + "\n")
+        if self.args.explain:
+            _explain_exchange(ex, self.out, self.err)
+        self.dirty = True
+
+    def event(self, event):
+        if event.kind != ProxyEvent.ERROR and not self.args.connections:
+            return
+        if self.args.json:
+            self.out.write(event_json(event) + "\n")
+        else:
+            self.err.write(event_line(event) + "\n")
+        self.dirty = True
+
+    def flush(self):
+        if self.dirty:
+            self.dirty = False
+            self.out.flush()
+            self.err.flush()
+
+
+def _api_key_or_fail(text):
+    from ._explain_apis import api_names
+
+    if text.isdigit() and int(text) in api_names():
+        return int(text)
+    wanted = text.replace("-", "").replace("_", "").lower()
+    for key, name in api_names().items():
+        if name.lower() == wanted:
+            return key
+    raise ValueError(f"--api: unknown API {text!r}")
+
+
+def run_proxy(args, out=None, err=None):
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        rules, seed = list(args.fault), args.seed
+        if args.rules:
+            from_file, file_seed = read_rules_file(args.rules)
+            rules += from_file
+            seed = file_seed if seed is None else seed
+        output = _Output(args, out, err)
+        writers = []
+        if args.record:
+            writers.append(CaptureWriter(args.record))
+        if args.pcap:
+            writers.append(PcapWriter(args.pcap, upstream=args.upstream))
+    except (RuleError, ValueError, OSError) as e:
+        print(f"{args.prog}: error: {printable(_flagged(str(e)) if not isinstance(e, OSError) else e)}", file=err)
+        return EXIT_USAGE
+
+    def on_exchange(ex):
+        for w in writers:
+            w.write(ex)
+        output.exchange(ex)
+
+    try:
+        proxy = Proxy(args.upstream, args.listen, on_exchange=on_exchange, on_event=output.event,
+                      rules=rules, seed=seed, rewrite_advertised=args.rewrite_advertised,
+                      advertised=args.advertise, max_frame_bytes=args.max_frame_bytes,
+                      max_pending_bytes=args.max_pending_bytes, frame_timeout=args.frame_timeout)
+    except ValueError as e:
+        print(f"{args.prog}: error: {_flagged(str(e))}", file=err)
+        return EXIT_USAGE
+    try:
+        code = asyncio.run(_serve(proxy, output, writers, args, err))
+    except KeyboardInterrupt:  # where the loop could not take the signal itself
+        code = EXIT_OK
+    finally:
+        for w in writers:
+            w.close()
+    if code == EXIT_OK:
+        _print_summary(proxy.summary, args.json, out)
+    out.flush()
+    return code
+
+
+async def _serve(proxy, output, writers, args, err):
+    try:
+        await proxy.start()
+    except OSError as e:
+        print(f"{args.prog}: error: --listen {args.listen[0]}:{args.listen[1]}: {e.strerror or e}", file=err)
+        return EXIT_FAILED
+    host, port = proxy.address
+    print(f"{args.prog}: listening on {host}:{port}, forwarding to {args.upstream[0]}:{args.upstream[1]}"
+          + (f", advertising {proxy.advertised[0]}:{proxy.advertised[1]}" if proxy.rewrite else "")
+          + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""), file=err, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+            pass
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), FLUSH_INTERVAL)
+            except asyncio.TimeoutError:
+                pass
+            output.flush()
+            for w in writers:
+                w.flush()
+    finally:
+        await proxy.close()
+        output.flush()
+    return EXIT_OK
+
+
+def _print_summary(summary, as_json, out):
+    if as_json:
+        out.write(json.dumps({"summary": summary.to_dict()}) + "\n")
+    else:
+        out.write("\n".join(summary.table()) + "\n")
+
+
+def _explain_exchange(ex, out, err, doc_width=DOC_WIDTH):
+    """The trees of both frames; a frame that does not decode shows its partial tree and error."""
+    frames = [("request", ex.request, None, None)]
+    if ex.response is not None:
+        frames.append(("response", ex.response, ex.api_key, ex.api_version))
+    failed = 0
+    for what, frame, key, version in frames:
+        out.write(f"--- {what} ({len(frame)} bytes)\n")
+        try:
+            root = explain_frame(frame, key, version, trailing="keep")
+        except DecodeError as e:
+            failed += 1
+            if e.partial_tree is not None:
+                out.write("\n".join(render_lines(frame, e.partial_tree, doc_width, 64)) + "\n")
+            out.write(f"!! {what} does not decode: {e} (offset {e.offset}); forwarded unchanged\n")
+        except ValueError as e:
+            failed += 1
+            out.write(f"!! {what} cannot be explained: {e}\n")
+        else:
+            out.write("\n".join(render_lines(frame, root, doc_width, 64)) + "\n")
+    return failed
+
+
+def _exchange_values(ex):
+    """An exchange as JSON values with both messages decoded (explain --capture --json), and
+    how many of its frames did not decode."""
+    d, failed = exchange_dict(ex), 0
+    frames = [("request", ex.request, None, None)]
+    if ex.response is not None:
+        frames.append(("response", ex.response, ex.api_key, ex.api_version))
+    for what, frame, key, version in frames:
+        try:
+            d[f"{what}_message"] = message_value(frame, explain_frame(frame, key, version, trailing="keep"))
+        except (DecodeError, ValueError) as e:
+            failed += 1
+            d[f"{what}_message"] = None
+            d[f"{what}_error"] = str(e)
+    return d, failed
+
+
+# ---------------------------------------------------------------- fastkwire stats
+
+
+def add_stats(subparsers):
+    parser = subparsers.add_parser(
+        "stats", allow_abbrev=False, help="per-API summary of a capture (ours, or pcap/pcapng)",
+        description="Count, bytes each way, latency p50/p99/max and error codes per API, from a "
+                    "capture written by `fastkwire proxy --record` or a pcap/pcapng file.")
+    parser.add_argument("capture", metavar="FILE")
+    parser.add_argument("--port", type=int, default=9092, help="for a pcap: the broker's port (default 9092)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(run=run_stats)
+    return parser
+
+
+def run_stats(args, out=None, err=None):
+    out, err = out or sys.stdout, err or sys.stderr
+    summary = Summary()
+    try:
+        for ex in read_capture(args.capture, args.port):
+            summary.add_exchange(ex)
+    except (CaptureError, OSError, ImportError) as e:
+        print(f"{args.prog}: error: {printable(e)}", file=err)
+        return EXIT_USAGE
+    _print_summary(summary, args.json, out)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- fastkwire explain --capture
+
+
+def add_capture_arguments(parser):
+    """explain's flags for captures (cli's explain parser calls this)."""
+    parser.add_argument("--capture", metavar="FILE",
+                        help="explain every exchange of a capture (`fastkwire proxy --record`, or a pcap/pcapng "
+                             "from tcpdump); responses are paired with their requests, so no --api/--version; "
+                             "--api then shows that API only")
+    parser.add_argument("--port", type=int, default=9092,
+                        help="with --capture of a pcap: the broker's TCP port (default 9092)")
+    parser.add_argument("--client-id", action="append", default=[], metavar="ID",
+                        help="with --capture: only the requests of this client id")
+
+
+def run_explain_capture(args, out, err):
+    """0 when every frame decoded, 1 when some did not (shown with their errors), 2 for a
+    capture that cannot be read."""
+    if args.hex or args.file or args.example:
+        print("fastkwire explain: --capture takes no frame, --file or --example", file=err)
+        return EXIT_USAGE
+    failed = count = 0
+    try:
+        for ex in read_capture(args.capture, args.port):
+            if args.api is not None and ex.api_key != args.api:
+                continue
+            if args.version is not None and ex.api_version != args.version:
+                continue
+            if args.client_id and ex.client_id not in args.client_id:
+                continue
+            count += 1
+            if args.json:
+                d, bad = _exchange_values(ex)
+                failed += bad
+                out.write(LINE_ENCODER.encode(d) + "\n")
+            else:
+                out.write(f"=== {exchange_line(ex)}\n")
+                failed += _explain_exchange(ex, out, err, None if args.full else DOC_WIDTH)
+    except (CaptureError, OSError, ImportError) as e:
+        print(f"fastkwire explain: {printable(e)}", file=err)
+        return EXIT_USAGE
+    print(f"{count} exchange{'s' if count != 1 else ''}"
+          + (f", {failed} frame{'s' if failed != 1 else ''} that do not decode" if failed else ""), file=err)
+    return EXIT_UNDECODED if failed else EXIT_OK

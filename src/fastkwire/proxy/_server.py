@@ -1,0 +1,556 @@
+"""The asyncio proxy: one upstream connection per client connection, frames forwarded byte
+for byte in order, each response paired with its request by correlation id.
+
+Per connection, each direction is one coroutine that reads whole frames (the int32 size
+prefix, capped by `max_frame_bytes`) and writes them on. Requests wait for their responses
+in `pending` (in the order sent; at most `max_in_flight` of them and `max_pending_bytes` of
+their frames, past which the client is not read until answers come back). A fault rule
+may delay a response, drop the connection, or answer in the broker's place; a local
+answer still goes out in its request's turn. Observers (`on_exchange`, `on_event`) run
+after the frames were written, so decoding for display never holds forwarding back.
+
+Memory per connection is bounded by two frames being read (one each way, at most
+`max_frame_bytes` each), the pending requests' frames (`max_pending_bytes`, plus the one
+frame that crossed it), and asyncio's buffers (READ_SIZE per read, 64 KiB write buffers
+before `drain` waits).
+"""
+import asyncio
+import collections
+import threading
+import time
+
+from ._exchange import Exchange, ProxyEvent, describe_error
+from ._faults import Faults, error_answer
+from ._frames import SIZE, produce_acks, request_header, response_correlation_id
+from ._rewrite import REWRITTEN, rewrite_advertised
+from ._stats import Summary
+from ..errors import DecodeError
+
+MIB = 1024 * 1024
+DEFAULT_MAX_FRAME_BYTES = 128 * MIB   # above Kafka's socket.request.max.bytes (100 MiB)
+DEFAULT_MAX_PENDING_BYTES = 64 * MIB
+DEFAULT_MAX_IN_FLIGHT = 1024          # clients keep about 5 in flight per connection
+DEFAULT_FRAME_TIMEOUT = 30.0          # seconds a started frame may take to arrive whole
+DEFAULT_CONNECT_TIMEOUT = 10.0
+READ_SIZE = 256 * 1024
+WATCH_INTERVAL_MAX = 1.0
+
+
+class _Broken(Exception):
+    """A connection that cannot go on; the text says why."""
+
+
+def parse_address(value, param):
+    """(host, port) from "host:port" or a (host, port) pair; ValueError naming `param`."""
+    if isinstance(value, str):
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"{param}: {value!r} is not HOST:PORT")
+        value = (host.strip("[]") or "127.0.0.1", int(port))
+    try:
+        host, port = value
+    except (TypeError, ValueError):
+        raise ValueError(f"{param}: {value!r} is not HOST:PORT") from None
+    if not isinstance(host, str) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"{param}: {value!r} is not a host and a port from 0 to 65535")
+    return host, port
+
+
+def _positive(value, param, kind=int):
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or not value > 0:
+        raise ValueError(f"{param}: must be a positive {'number' if kind is float else 'integer'}, not {value!r}")
+    return value
+
+
+class _Conn:
+    __slots__ = ("number", "client", "creader", "cwriter", "ureader", "uwriter", "pending",
+                 "pending_bytes", "room", "partial_since", "broken", "task")
+
+    def __init__(self, number, client, creader, cwriter):
+        self.number = number
+        self.client = client
+        self.creader, self.cwriter = creader, cwriter
+        self.ureader = self.uwriter = None
+        self.pending = collections.deque()   # Exchanges awaiting their response, in order
+        self.pending_bytes = 0
+        self.room = asyncio.Event()
+        self.room.set()
+        self.partial_since = [None, None]    # (requests, responses): when a partial frame began
+        self.broken = None                   # why the watchdog ended it
+        self.task = None
+
+    def match(self, correlation_id):
+        """The pending exchange this response answers (the first forwarded one with its
+        correlation id), or None."""
+        for ex in self.pending:
+            if not ex.local and ex.correlation_id == correlation_id:
+                return ex
+        return None
+
+    def remove(self, ex):
+        if self.pending and self.pending[0] is ex:
+            self.pending.popleft()
+        else:
+            self.pending.remove(ex)
+        self.pending_bytes -= len(ex.request)
+        self.room.set()
+
+    def abort(self):
+        for w in (self.cwriter, self.uwriter):
+            if w is not None:
+                w.transport.abort()
+
+
+class Proxy:
+    """A Kafka proxy on `listen` forwarding to `upstream` (each "host:port" or a pair).
+
+    `on_exchange(exchange)` is called for every request once answered (or once sent, when
+    no answer comes: acks=0; and for those still unanswered when the connection ends);
+    `on_event(event)` for connections opening, closing and failing. `rules` (fault `Rule`s
+    or their dicts; `seed` for their probabilities) and `rewrite_advertised` (put
+    `advertised`, by default the listening address, into Metadata and FindCoordinator
+    answers) change what goes through; nothing else is ever changed. `summary` counts every
+    exchange by API.
+
+    Use it in a running event loop (`async with Proxy(...) as p:`, then `p.address`), or
+    from threads with `BackgroundProxy`.
+    """
+
+    def __init__(self, upstream, listen=("127.0.0.1", 0), *, on_exchange=None, on_event=None,
+                 rules=(), seed=None, rewrite_advertised=False, advertised=None,
+                 max_frame_bytes=DEFAULT_MAX_FRAME_BYTES, max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
+                 max_in_flight=DEFAULT_MAX_IN_FLIGHT, frame_timeout=DEFAULT_FRAME_TIMEOUT,
+                 connect_timeout=DEFAULT_CONNECT_TIMEOUT):
+        self.upstream = parse_address(upstream, "upstream")
+        self.listen = parse_address(listen, "listen")
+        self.advertised = None if advertised is None else parse_address(advertised, "advertised")
+        self.rewrite = bool(rewrite_advertised)
+        if self.rewrite and self.advertised is None and self.listen[0] in ("", "0.0.0.0", "::"):
+            raise ValueError(f"advertised: listening on {self.listen[0] or 'every address'}, the proxy "
+                             "cannot tell clients which address to use: give advertised")
+        self.max_frame_bytes = _positive(max_frame_bytes, "max_frame_bytes")
+        if self.max_frame_bytes > 0x7FFFFFFF:
+            raise ValueError("max_frame_bytes: a frame's int32 size cannot exceed 2147483647")
+        self.max_pending_bytes = _positive(max_pending_bytes, "max_pending_bytes")
+        self.max_in_flight = _positive(max_in_flight, "max_in_flight")
+        self.frame_timeout = _positive(frame_timeout, "frame_timeout", float)
+        self.connect_timeout = _positive(connect_timeout, "connect_timeout", float)
+        for name, f in (("on_exchange", on_exchange), ("on_event", on_event)):
+            if f is not None and not callable(f):
+                raise ValueError(f"{name}: not callable: {f!r}")
+        self.on_exchange, self.on_event = on_exchange, on_event
+        self.faults = rules if isinstance(rules, Faults) else Faults(rules, seed)
+        self.summary = Summary()
+        self.address = None
+        self.callback_errors = []   # the first few exceptions observers raised
+        self._server = None
+        self._conns = set()
+        self._count = 0
+        self._watchdog = None
+
+    # ------------------------------------------------------------ life cycle
+
+    async def start(self):
+        self._server = await asyncio.start_server(self._handle, self.listen[0], self.listen[1],
+                                                  limit=READ_SIZE)
+        self.address = self._server.sockets[0].getsockname()[:2]
+        if self.rewrite and self.advertised is None:
+            self.advertised = (self.listen[0], self.address[1])
+        self._watchdog = asyncio.create_task(self._watch())
+        return self
+
+    async def close(self):
+        """Stops listening and ends every connection."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._conns):
+            conn.abort()
+        tasks = [c.task for c in self._conns if c.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def serve_forever(self):
+        if self._server is None:
+            await self.start()
+        await self._server.serve_forever()
+
+    async def __aenter__(self):
+        return await self.start()
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    @property
+    def connections(self):
+        """Client connections open now."""
+        return len(self._conns)
+
+    # ------------------------------------------------------------ observers
+
+    def _emit(self, ex):
+        try:
+            self.summary.add_exchange(ex)
+            if self.on_exchange is not None:
+                self.on_exchange(ex)
+        except Exception as e:  # noqa: BLE001 - an observer's bug must not end the connection
+            self._observer_failed(e)
+
+    def _event(self, kind, conn, text):
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(ProxyEvent(kind, conn.number, conn.client, text))
+        except Exception as e:  # noqa: BLE001
+            self._observer_failed(e)
+
+    def _observer_failed(self, e):
+        if len(self.callback_errors) < 10:
+            self.callback_errors.append(e)
+
+    # ------------------------------------------------------------ connections
+
+    async def _handle(self, creader, cwriter):
+        self._count += 1
+        peer = cwriter.get_extra_info("peername") or ("?", 0)
+        conn = _Conn(self._count, f"{peer[0]}:{peer[1]}", creader, cwriter)
+        conn.task = asyncio.current_task()
+        self._conns.add(conn)
+        self._event(ProxyEvent.OPEN, conn, "connected")
+        why, kind = "closed", ProxyEvent.CLOSE
+        try:
+            try:
+                conn.ureader, conn.uwriter = await asyncio.wait_for(
+                    asyncio.open_connection(*self.upstream, limit=READ_SIZE), self.connect_timeout)
+            except (OSError, asyncio.TimeoutError) as e:
+                why, kind = (f"upstream {self.upstream[0]}:{self.upstream[1]}: "
+                             f"{e.strerror or e if isinstance(e, OSError) else 'connect timed out'}"), ProxyEvent.ERROR
+                return
+            pumps = [asyncio.create_task(self._requests(conn)), asyncio.create_task(self._responses(conn))]
+            done, rest = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            first = done.pop()
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+            if first.cancelled():
+                why, kind = "proxy closing", ProxyEvent.CLOSE
+            else:
+                exc = first.exception()
+                if exc is None:
+                    why = first.result()
+                elif isinstance(exc, _Broken):
+                    why, kind = str(exc), ProxyEvent.ERROR
+                elif isinstance(exc, OSError):
+                    side = "client" if first is pumps[0] else "upstream"
+                    why, kind = f"{side}: {exc.strerror or exc!r}", ProxyEvent.ERROR
+                else:  # a bug here must still end only this connection, with a line
+                    why, kind = f"internal error: {type(exc).__name__}: {exc}", ProxyEvent.ERROR
+            if conn.broken:
+                why, kind = conn.broken, ProxyEvent.ERROR
+        except asyncio.CancelledError:
+            why = "proxy closing"
+        finally:
+            unanswered = list(conn.pending)
+            conn.pending.clear()
+            if unanswered:
+                why += f"; {len(unanswered)} request{'s' if len(unanswered) != 1 else ''} unanswered"
+            for ex in unanswered:
+                self._emit(ex)
+            if kind == ProxyEvent.ERROR:
+                conn.abort()
+            else:
+                for w in (conn.cwriter, conn.uwriter):
+                    if w is not None:
+                        w.close()
+            self._conns.discard(conn)
+            self._event(kind, conn, why)
+
+    async def _frames(self, reader, conn, side):
+        """Lists of the whole frames each read completed; ends at a clean end of stream. A
+        bad size prefix raises after the frames before it were given."""
+        name = ("client", "upstream")[side]
+        what = ("request", "response")[side]
+        buf = bytearray()
+        consumed = 0        # stream offset of buf[0], for error messages
+        limit = self.max_frame_bytes
+        while True:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                if buf:
+                    need = (f"a {SIZE.unpack_from(buf, 0)[0]}-byte {what}" if len(buf) >= 4
+                            else "a size prefix")
+                    raise _Broken(f"{name} closed mid-{what}: {len(buf)} bytes of {need} "
+                                  f"(stream offset {consumed})")
+                return
+            buf += data
+            start = 0
+            n = len(buf)
+            frames = []
+            bad = None
+            view = memoryview(buf)  # frames are copied out once, not sliced then copied
+            try:
+                while n - start >= 4:
+                    size = SIZE.unpack_from(buf, start)[0]
+                    if size < 0 or size > limit:
+                        bad = _Broken(f"{name} sent a {what} size prefix of {size} bytes at stream offset "
+                                      f"{consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing")
+                        break
+                    end = start + 4 + size
+                    if end > n:
+                        break
+                    frames.append(bytes(view[start:end]))
+                    start = end
+            finally:
+                view.release()
+            if frames:
+                yield frames
+            if bad is not None:
+                raise bad
+            if start:
+                del buf[:start]
+                consumed += start
+            # When the frame now being read began: at this read if frames completed in it (a
+            # busy connection always has one under way, each of them new), else earlier.
+            if not buf:
+                conn.partial_since[side] = None
+            elif frames or conn.partial_since[side] is None:
+                conn.partial_since[side] = time.monotonic()
+
+    async def _requests(self, conn):
+        upstream = conn.uwriter
+        async for frames in self._frames(conn.creader, conn, 0):
+            # Frames that arrived together go out together (one write); a fault that must
+            # act in order flushes the ones before it first.
+            out, sent = [], []
+            for frame in frames:
+                if conn.pending_bytes > self.max_pending_bytes or len(conn.pending) >= self.max_in_flight:
+                    # Full: what is read waits here (at most one read's worth) for answers.
+                    await self._forward(upstream, out, sent)
+                    while conn.pending_bytes > self.max_pending_bytes or len(conn.pending) >= self.max_in_flight:
+                        conn.room.clear()
+                        await conn.room.wait()
+                header = request_header(frame)
+                if header is None:
+                    self._event(ProxyEvent.ERROR, conn, f"request frame of {len(frame)} bytes is too short for "
+                                                        "a request header (12 bytes): forwarded as it is")
+                    out.append(frame)
+                    continue
+                ex = Exchange(conn.number, conn.client, header, frame, produce_acks(frame, header) != 0)
+                rule = self.faults.pick(header) if self.faults else None
+                if rule is not None:
+                    ex.fault = rule.name
+                    if rule.disconnect == "before":
+                        await self._forward(upstream, out, sent)
+                        self._emit(ex)
+                        raise _Broken(f"fault {rule.name!r}: disconnected before forwarding "
+                                      f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}")
+                    if rule.error_code is not None and self._answer_locally(conn, ex, rule):
+                        continue
+                    ex.delay_ms = rule.delay_ms
+                if ex.expects_response:
+                    conn.pending.append(ex)
+                    conn.pending_bytes += len(frame)
+                else:
+                    sent.append(ex)
+                out.append(frame)
+                if rule is not None and rule.disconnect == "after":
+                    await self._forward(upstream, out, sent)
+                    raise _Broken(f"fault {rule.name!r}: disconnected after forwarding "
+                                  f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}")
+            await self._forward(upstream, out, sent)
+            if conn.cwriter.transport.get_write_buffer_size():
+                await conn.cwriter.drain()   # local answers
+            while conn.pending_bytes > self.max_pending_bytes or len(conn.pending) >= self.max_in_flight:
+                conn.room.clear()
+                await conn.room.wait()
+        return "client closed"
+
+    def _answer_locally(self, conn, ex, rule):
+        """Answers with the rule's error in the broker's place: True, or False (with an event)
+        when the response cannot carry it, and the request is forwarded instead."""
+        try:
+            answer = error_answer(ex, rule.error_code)
+        except (ValueError, DecodeError) as e:
+            self._event(ProxyEvent.ERROR, conn, f"fault {rule.name!r} cannot answer: "
+                                                f"{describe_error(e)}; forwarded instead")
+            ex.fault = None
+            return False
+        ex.local = True
+        ex.response = answer
+        if conn.pending:   # answered in its turn, after the requests before it
+            conn.pending.append(ex)
+            conn.pending_bytes += len(ex.request)
+        else:
+            conn.cwriter.write(answer)
+            ex.finished = time.monotonic()
+            self._emit(ex)
+        return True
+
+    async def _forward(self, writer, out, done):
+        """Writes `out` in one go, then tells the observers of `done`; waits while the
+        writer's buffer is full."""
+        if out:
+            writer.writelines(out) if len(out) > 1 else writer.write(out[0])
+            now = time.monotonic()
+            for ex in done:
+                if ex.finished is None:
+                    ex.finished = now
+                self._emit(ex)
+            out.clear()
+            done.clear()
+        await writer.drain()
+
+    async def _responses(self, conn):
+        client = conn.cwriter
+        async for frames in self._frames(conn.ureader, conn, 1):
+            out, done = [], []
+            for frame in frames:
+                ex = conn.match(response_correlation_id(frame))
+                if ex is None:
+                    out.append(frame)
+                    self._event(ProxyEvent.ERROR, conn, f"response with correlation id "
+                                                        f"{response_correlation_id(frame)} answers no request "
+                                                        "in flight: forwarded as it is")
+                    continue
+                if ex.delay_ms:   # a delay rule holds the broker's answer (and those after it)
+                    await self._forward(client, out, done)
+                    await asyncio.sleep(ex.delay_ms / 1000)
+                if self.rewrite and ex.api_key in REWRITTEN:
+                    try:
+                        new = rewrite_advertised(frame, ex.api_key, ex.api_version, *self.advertised)
+                    except (DecodeError, ValueError) as e:
+                        self._event(ProxyEvent.ERROR, conn, f"{ex.api} v{ex.api_version} response does not "
+                                                            f"decode, forwarded unchanged: {describe_error(e)}")
+                    else:
+                        if new is not frame:
+                            ex.upstream_response, frame = frame, new
+                out.append(frame)
+                ex.response = frame
+                conn.remove(ex)
+                done.append(ex)
+                while conn.pending and conn.pending[0].local:   # local answers whose turn has come
+                    lx = conn.pending[0]
+                    conn.remove(lx)
+                    out.append(lx.response)
+                    done.append(lx)
+            await self._forward(client, out, done)
+        return "upstream closed"
+
+    async def _watch(self):
+        """Ends connections on which a frame has been arriving for longer than frame_timeout."""
+        interval = min(WATCH_INTERVAL_MAX, self.frame_timeout / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for conn in list(self._conns):
+                for side, since in enumerate(conn.partial_since):
+                    if since is not None and now - since > self.frame_timeout and conn.broken is None:
+                        name = ("client", "upstream")[side]
+                        conn.broken = (f"{name} sent part of a frame and did not finish it within "
+                                       f"{self.frame_timeout:g} s (frame_timeout): closing")
+                        conn.abort()
+
+
+class BackgroundProxy:
+    """A Proxy on its own event loop in a thread, for blocking code and test suites:
+
+        with BackgroundProxy("127.0.0.1:9092", rules=[Rule(api="Heartbeat", error=27)]) as p:
+            client(bootstrap=f"127.0.0.1:{p.port}")
+            p.exchanges()   # every exchange so far (kept up to `keep`, oldest first)
+
+    Keyword arguments go to Proxy; observers given run in the proxy's thread."""
+
+    def __init__(self, upstream, listen=("127.0.0.1", 0), *, keep=100_000, **kwargs):
+        self._on_exchange = kwargs.pop("on_exchange", None)
+        self._on_event = kwargs.pop("on_event", None)
+        self.keep = _positive(keep, "keep")
+        self.proxy = Proxy(upstream, listen, on_exchange=self._exchange, on_event=self._eventf, **kwargs)
+        self._lock = threading.Lock()
+        self._exchanges = collections.deque(maxlen=self.keep)
+        self._events = collections.deque(maxlen=self.keep)
+        self._loop = None
+        self._thread = None
+        self._ready = threading.Event()
+        self._failure = None
+
+    def _exchange(self, ex):
+        with self._lock:
+            self._exchanges.append(ex)
+        if self._on_exchange is not None:
+            self._on_exchange(ex)
+
+    def _eventf(self, event):
+        with self._lock:
+            self._events.append(event)
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def start(self, timeout=10.0):
+        self._thread = threading.Thread(target=self._run, name="fastkwire-proxy", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"the proxy did not start within {timeout} s")
+        if self._failure is not None:
+            raise self._failure
+        return self
+
+    def _run(self):
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self.proxy.start())
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that called start
+            self._failure = e
+            self._ready.set()
+            self._loop.close()
+            return
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.run_until_complete(self.proxy.close())
+            self._loop.close()
+
+    def stop(self, timeout=10.0):
+        if self._loop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def address(self):
+        return self.proxy.address
+
+    @property
+    def port(self):
+        return self.proxy.address[1]
+
+    @property
+    def bootstrap(self):
+        return f"{self.proxy.address[0]}:{self.proxy.address[1]}"
+
+    @property
+    def summary(self):
+        return self.proxy.summary
+
+    def exchanges(self):
+        with self._lock:
+            return list(self._exchanges)
+
+    def events(self):
+        with self._lock:
+            return list(self._events)
+
+    def call(self, fn, *args):
+        """Runs fn(*args) in the proxy's thread and returns what it returns."""
+        return asyncio.run_coroutine_threadsafe(self._call(fn, *args), self._loop).result(10)
+
+    async def _call(self, fn, *args):
+        return fn(*args)
