@@ -301,3 +301,38 @@ def test_receive_bytes_gives_stock_responses_state_and_logs_for_any_cutting(capl
 
 def struct_frame(payload):
     return len(payload).to_bytes(4, "big") + payload
+
+
+def test_receive_bytes_gives_file_readers_and_replaced_processing_their_stock_path(caplog):
+    # kafka.protocol.old's classes read a file-like buffer; a mocked or subclassed
+    # _process_response must be the one called, as stock calls it.
+    from kafka.protocol.old.api_versions import ApiVersionsRequest as OldApiVersionsRequest
+    from kafka.protocol.parser import KafkaProtocol
+    frame = b"\x00\x00\x00\x10\x00\x00\x00\x01\x00#\x00\x00\x00\x01\x00\x12\x00\x00\x00\x03"
+
+    def old_class():
+        parser = KafkaProtocol(client_id="t")
+        parser.send_request(OldApiVersionsRequest[4](client_software_name="kp", client_software_version="1"))
+        parser.send_bytes()
+        return [(cid, repr(r)) for cid, r in parser.receive_bytes(frame)]
+
+    def replaced():
+        calls = []
+
+        class Mine(KafkaProtocol):
+            def _process_response(self, read_buffer):
+                calls.append(bytes(read_buffer))
+                return (0, "mine")
+        parser = Mine(client_id="t")
+        parser.send_request(MESSAGES["ApiVersionsRequest"][3]())
+        return parser.receive_bytes(frame), calls
+
+    for fn in (old_class, replaced):
+        fkp.uninstall()
+        stock = outcome(fn)
+        assert fkp.install()
+        try:
+            fast = outcome(fn)
+        finally:
+            fkp.uninstall()
+        assert stock == fast and stock[0] == "ok", (stock, fast)

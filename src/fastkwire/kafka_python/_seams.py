@@ -128,6 +128,8 @@ def build_patches():
     from kafka.protocol.frame import KafkaBytes
     from kafka.protocol.metadata import FindCoordinatorResponse
     from kafka.protocol.schemas.fields.codecs import Int32
+    from kafka.protocol.api_message import ApiMessage
     parser_names = dict(log=parser.log, errors=errors, kafka_bytes=KafkaBytes, int32=Int32,
-                        find_coordinator_response=FindCoordinatorResponse)
+                        find_coordinator_response=FindCoordinatorResponse, api_message=ApiMessage,
+                        stock_process=parser.KafkaProtocol.__dict__["_process_response"])
     return Table(tuple(patches), bindings, builder, protocol, parser_names, sizes)
