@@ -130,7 +130,9 @@ cdef Plan compile_target(object lay, object spec):
 # ---------------------------------------------------------------- reading
 
 cdef inline void track(object o) noexcept:
-    if not PyObject_GC_IsTracked(o):
+    # (a value a target class's constructor stored, inside a tagged field, may be of any
+    # type: only collector objects not yet tracked are tracked)
+    if PyObject_IS_GC(<PyObject*>o) and not PyObject_GC_IsTracked(o):
         PyObject_GC_Track(<PyObject*>o)
 
 
@@ -149,13 +151,16 @@ cdef void track_tree(Plan p, object o) noexcept:
         if v == NULL or <object>v is None:
             continue
         if f.kind == K_STRUCT:
-            track_tree(<Plan>f.sub, <object>v)
+            if type(<object>v) is (<Plan>f.sub).cls:
+                track_tree(<Plan>f.sub, <object>v)
             continue
         track(<object>v)
-        if f.kind == K_STRUCTS:
+        if f.kind == K_STRUCTS and PyList_CheckExact(<object>v):
             n = PyList_GET_SIZE(<object>v)
             for i in range(n):
-                track_tree(<Plan>f.sub, <object>PyList_GET_ITEM(<object>v, i))
+                it = <object>PyList_GET_ITEM(<object>v, i)
+                if type(it) is (<Plan>f.sub).cls:
+                    track_tree(<Plan>f.sub, it)
 
 
 cdef object new_target(object cls):
