@@ -85,6 +85,18 @@ def outcome(fn):
         return "raised", type(exc)
 
 
+def stock_then_accelerated(fn):
+    """(fn() with kafka-python stock, fn() with the accelerator installed); the
+    accelerator is left uninstalled."""
+    fkp.uninstall()
+    stock = fn()
+    assert fkp.install()
+    try:
+        return stock, fn()
+    finally:
+        fkp.uninstall()
+
+
 def view(o, seen=None):
     """Everything a user can observe of a decoded kafka-python object, as plain data."""
     if isinstance(o, list):
@@ -212,12 +224,7 @@ def test_every_input_form_encodes_as_stock(index):
     def run():
         msg = make()
         return msg.encode(version=version), msg.encode(version=version, header=False, framed=True)
-    stock = outcome(run)
-    assert fkp.install()
-    try:
-        fast = outcome(run)
-    finally:
-        fkp.uninstall()
+    stock, fast = stock_then_accelerated(lambda: outcome(run))
     assert stock == fast
 
 
@@ -289,13 +296,7 @@ def test_receive_bytes_gives_stock_responses_state_and_logs_for_any_cutting(capl
     empty = [struct_frame(b"")]
     for frames in (good, wrong_id, garbage, empty, good[:1] + [good[1][:7]]):
         for i, cut in enumerate(cuttings(len(frames))):
-            fkp.uninstall()
-            stock = exchange(cut, requests, frames, caplog)
-            assert fkp.install()
-            try:
-                fast = exchange(cut, requests, frames, caplog)
-            finally:
-                fkp.uninstall()
+            stock, fast = stock_then_accelerated(lambda: exchange(cut, requests, frames, caplog))
             assert stock == fast, (i, frames)
 
 
@@ -328,11 +329,5 @@ def test_receive_bytes_gives_file_readers_and_replaced_processing_their_stock_pa
         return parser.receive_bytes(frame), calls
 
     for fn in (old_class, replaced):
-        fkp.uninstall()
-        stock = outcome(fn)
-        assert fkp.install()
-        try:
-            fast = outcome(fn)
-        finally:
-            fkp.uninstall()
+        stock, fast = stock_then_accelerated(lambda: outcome(fn))
         assert stock == fast and stock[0] == "ok", (stock, fast)
