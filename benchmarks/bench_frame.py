@@ -1,5 +1,6 @@
 """A request frame round trip: size prefix + request header + body, encoded then decoded
 (fastkwire's encode_request/decode_request and each peer's equivalent)."""
+
 import pytest
 from workloads import CONTESTANTS, FRAME_WORKLOAD
 

@@ -1,4 +1,5 @@
 """LeaveGroup v5: request with 1, 100 and 10,000 members; response with 100 members."""
+
 import pytest
 from workloads import CONTESTANTS
 

@@ -6,6 +6,7 @@ decoding against frombuffer+astype); this file shows what the array's form costs
 way in: native int32 (a byte swap), big-endian int32 (a copy), int64 (range-checked),
 strided int32 (read in place). Not part of compare.py's tables.
 """
+
 import importlib
 
 import pytest
@@ -24,8 +25,12 @@ MODULES = {"cython": "fastkwire._messages_cython", "pure": "fastkwire._messages_
 
 def _message(module, partitions):
     R = importlib.import_module(module).StreamsGroupHeartbeatRequest
-    return R(group_id="order-processors", member_id="consumer-1", member_epoch=12,
-             active_tasks=[R.TaskIds(subtopology_id="0", partitions=partitions)])
+    return R(
+        group_id="order-processors",
+        member_id="consumer-1",
+        member_epoch=12,
+        active_tasks=[R.TaskIds(subtopology_id="0", partitions=partitions)],
+    )
 
 
 @pytest.fixture(scope="module")

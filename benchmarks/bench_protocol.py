@@ -1,5 +1,6 @@
 """Messages beyond the seed APIs: a large Metadata v12 response, an OffsetCommit v9
 request and a Fetch v16 response carrying record bytes."""
+
 import pytest
 from workloads import CONTESTANTS, VIEW_CONTESTANTS
 

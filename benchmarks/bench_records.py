@@ -12,6 +12,7 @@ checked, nothing made); for compressed batches it is
 decompressing alone (cramjam) plus decoding the uncompressed batch. Not part of
 compare.py's tables; docs/records.md has the numbers measured.
 """
+
 import gc
 import importlib
 import random
@@ -31,8 +32,10 @@ CODECS = {"none": 0, "lz4": 3, "zstd": 4}
 
 def _records():
     rng = random.Random(14)
-    return [Record(i, 1_700_000_000_000 + i, rng.randbytes(12), rng.randbytes(100), [("h", b"0")])
-            for i in range(N)]
+    return [
+        Record(i, 1_700_000_000_000 + i, rng.randbytes(12), rng.randbytes(100), [("h", b"0")])
+        for i in range(N)
+    ]
 
 
 RECORDS = _records()
@@ -47,11 +50,13 @@ BATCHES = {codec: PURE.write_batch(RECORDS, compression=codec) for codec in CODE
 
 def _aiokafka():
     from aiokafka.record._crecords.default_records import DefaultRecordBatch
+
     return DefaultRecordBatch
 
 
 def _aiokafka_builder():
     from aiokafka.record._crecords.default_records import DefaultRecordBatchBuilder
+
     return DefaultRecordBatchBuilder
 
 
@@ -71,6 +76,7 @@ def _decode(contestant, codec):
             batch = Batch(data)
             assert batch.validate_crc()
             return list(batch)
+
         return run
     if contestant == "floor":
         if codec == "none":
@@ -101,6 +107,7 @@ def _encode(contestant):
         for offset, ts, key, value, headers in items:
             b.append(offset, ts, key, value, headers)
         return b.build()
+
     return run
 
 
@@ -113,19 +120,24 @@ def _time(benchmark, group, contestant, fn):
     benchmark(fn)
 
 
-@pytest.mark.parametrize("contestant", ["fastkwire", "fastkwire-columns", "aiokafka", "kafka-python", "floor"])
+@pytest.mark.parametrize(
+    "contestant", ["fastkwire", "fastkwire-columns", "aiokafka", "kafka-python", "floor"]
+)
 @pytest.mark.parametrize("codec", list(CODECS))
 def test_records_decode(benchmark, codec, contestant):
     if OURS is None:
         pytest.skip("compiled extension not built")
     if codec != "none" and contestant == "kafka-python":
         from kafka import codec as kp_codec
+
         if not {"lz4": kp_codec.has_lz4, "zstd": kp_codec.has_zstd}[codec]():
             pytest.skip(f"kafka-python's {codec} codec (a package of its own) is not installed")
     _time(benchmark, f"records {codec} decode", contestant, _decode(contestant, codec))
 
 
-@pytest.mark.parametrize("contestant", ["fastkwire", "fastkwire-columns", "aiokafka", "kafka-python"])
+@pytest.mark.parametrize(
+    "contestant", ["fastkwire", "fastkwire-columns", "aiokafka", "kafka-python"]
+)
 def test_records_encode(benchmark, contestant):
     if OURS is None:
         pytest.skip("compiled extension not built")

@@ -2,6 +2,7 @@
 arrays (issue 4), the large one and a single 1,000,000-element []int32 field.
 
 The numpy contestants skip, saying why, until Cls.decode(..., arrays="numpy") works."""
+
 import pytest
 from workloads import CONTESTANTS, NUMPY_CONTESTANTS
 
@@ -15,6 +16,8 @@ def test_streams_heartbeat(timed, workload, op, contestant):
     timed(workload, op, contestant)
 
 
-@pytest.mark.parametrize("contestant", ["numpy-frombuffer", "cython-numpy", "pure-numpy", "cython", "kio"])
+@pytest.mark.parametrize(
+    "contestant", ["numpy-frombuffer", "cython-numpy", "pure-numpy", "cython", "kio"]
+)
 def test_int32_million(timed, contestant):
     timed("sgh_int32_1m", "decode", contestant)

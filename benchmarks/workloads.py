@@ -9,6 +9,7 @@ Structs), as the floor for turning content into Python objects and back.
 
 ``python benchmarks/workloads.py`` checks every contestant on every workload.
 """
+
 import dataclasses
 import datetime
 import enum
@@ -32,7 +33,9 @@ from pathlib import Path
 def _member_ids(n, seed):
     """Ids shaped like the ones Kafka hands out: "<client.id>-<uuid4>", 40-50 characters."""
     rng = random.Random(seed)
-    return [f"consumer-{1 + i % 12}-{uuid.UUID(int=rng.getrandbits(128), version=4)}" for i in range(n)]
+    return [
+        f"consumer-{1 + i % 12}-{uuid.UUID(int=rng.getrandbits(128), version=4)}" for i in range(n)
+    ]
 
 
 def leave_group_request(n):
@@ -96,7 +99,11 @@ def heartbeat_small():
                     "repartition_sink_topics": ["value-1", "value-2"],
                     "repartition_source_topics": [_topic_info("orders")],
                     "copartition_groups": [
-                        {"source_topics": [1, 2], "source_topic_regex": [1, 2], "repartition_source_topics": [1, 2]}
+                        {
+                            "source_topics": [1, 2],
+                            "source_topic_regex": [1, 2],
+                            "repartition_source_topics": [1, 2],
+                        }
                     ],
                 }
             ],
@@ -118,14 +125,19 @@ def heartbeat_large(subtopologies=20, partitions=5000, offsets=1000):
     with 5000 partitions each, and 1000 task offsets."""
     content = heartbeat_small()
     content["active_tasks"] = [
-        {"subtopology_id": str(s), "partitions": list(range(partitions))} for s in range(subtopologies)
+        {"subtopology_id": str(s), "partitions": list(range(partitions))}
+        for s in range(subtopologies)
     ]
     content["standby_tasks"] = [
         {"subtopology_id": str(s), "partitions": list(range(partitions, 2 * partitions))}
         for s in range(subtopologies)
     ]
     content["task_offsets"] = [
-        {"subtopology_id": str(i % subtopologies), "partition": i // subtopologies, "offset": 10_000_000 + 37 * i}
+        {
+            "subtopology_id": str(i % subtopologies),
+            "partition": i // subtopologies,
+            "offset": 10_000_000 + 37 * i,
+        }
         for i in range(offsets)
     ]
     return content
@@ -179,56 +191,102 @@ def _complete(message, version, content):
 def metadata_response(topics=1000, partitions=10):
     """A cluster's metadata: 1000 topics of 10 partitions on 6 brokers, replication 3."""
     rng = random.Random(12)
-    brokers = [{"node_id": i, "host": f"broker-{i}.kafka.internal", "port": 9092, "rack": f"rack-{i % 3}"}
-               for i in range(6)]
-    return _complete("MetadataResponse", 12, {
-        "throttle_time_ms": 0,
-        "brokers": brokers,
-        "cluster_id": "kRaFtClUsTeR-Id_01234",
-        "controller_id": 1,
-        "topics": [{
-            "error_code": 0,
-            "name": f"orders.events.region-{t % 7}.topic-{t:05d}",
-            "topic_id": uuid.UUID(int=rng.getrandbits(128), version=4),
-            "is_internal": False,
-            "partitions": [{
-                "error_code": 0, "partition_index": p, "leader_id": (t + p) % 6, "leader_epoch": 17,
-                "replica_nodes": [(t + p + k) % 6 for k in range(3)],
-                "isr_nodes": [(t + p + k) % 6 for k in range(3)], "offline_replicas": [],
-            } for p in range(partitions)],
-            "topic_authorized_operations": -2147483648,
-        } for t in range(topics)],
-    })
+    brokers = [
+        {"node_id": i, "host": f"broker-{i}.kafka.internal", "port": 9092, "rack": f"rack-{i % 3}"}
+        for i in range(6)
+    ]
+    return _complete(
+        "MetadataResponse",
+        12,
+        {
+            "throttle_time_ms": 0,
+            "brokers": brokers,
+            "cluster_id": "kRaFtClUsTeR-Id_01234",
+            "controller_id": 1,
+            "topics": [
+                {
+                    "error_code": 0,
+                    "name": f"orders.events.region-{t % 7}.topic-{t:05d}",
+                    "topic_id": uuid.UUID(int=rng.getrandbits(128), version=4),
+                    "is_internal": False,
+                    "partitions": [
+                        {
+                            "error_code": 0,
+                            "partition_index": p,
+                            "leader_id": (t + p) % 6,
+                            "leader_epoch": 17,
+                            "replica_nodes": [(t + p + k) % 6 for k in range(3)],
+                            "isr_nodes": [(t + p + k) % 6 for k in range(3)],
+                            "offline_replicas": [],
+                        }
+                        for p in range(partitions)
+                    ],
+                    "topic_authorized_operations": -2147483648,
+                }
+                for t in range(topics)
+            ],
+        },
+    )
 
 
 def offset_commit_request(topics=100, partitions=100):
-    return _complete("OffsetCommitRequest", 9, {
-        "group_id": "payments-ledger-consumers",
-        "generation_id_or_member_epoch": 42,
-        "member_id": _member_ids(1, seed=3)[0],
-        "group_instance_id": None,
-        "topics": [{
-            "name": f"payments.ledger.topic-{t:03d}",
-            "partitions": [{"partition_index": p, "committed_offset": 1_000_000 + 31 * p + t,
-                            "committed_leader_epoch": 9, "committed_metadata": ""}
-                           for p in range(partitions)],
-        } for t in range(topics)],
-    })
+    return _complete(
+        "OffsetCommitRequest",
+        9,
+        {
+            "group_id": "payments-ledger-consumers",
+            "generation_id_or_member_epoch": 42,
+            "member_id": _member_ids(1, seed=3)[0],
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": f"payments.ledger.topic-{t:03d}",
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "committed_offset": 1_000_000 + 31 * p + t,
+                            "committed_leader_epoch": 9,
+                            "committed_metadata": "",
+                        }
+                        for p in range(partitions)
+                    ],
+                }
+                for t in range(topics)
+            ],
+        },
+    )
 
 
 def fetch_response(partitions=100, size=16 * 1024):
     """100 partitions of one topic, each with 16 KB of record bytes (opaque here)."""
     rng = random.Random(16)
-    return _complete("FetchResponse", 16, {
-        "throttle_time_ms": 0, "error_code": 0, "session_id": 123456,
-        "responses": [{
-            "topic_id": uuid.UUID(int=rng.getrandbits(128), version=4),
-            "partitions": [{"partition_index": p, "error_code": 0, "high_watermark": 5_000_000,
-                            "last_stable_offset": 5_000_000, "log_start_offset": 0,
-                            "aborted_transactions": None, "preferred_read_replica": -1,
-                            "records": rng.randbytes(size)} for p in range(partitions)],
-        }],
-    })
+    return _complete(
+        "FetchResponse",
+        16,
+        {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "session_id": 123456,
+            "responses": [
+                {
+                    "topic_id": uuid.UUID(int=rng.getrandbits(128), version=4),
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "error_code": 0,
+                            "high_watermark": 5_000_000,
+                            "last_stable_offset": 5_000_000,
+                            "log_start_offset": 0,
+                            "aborted_transactions": None,
+                            "preferred_read_replica": -1,
+                            "records": rng.randbytes(size),
+                        }
+                        for p in range(partitions)
+                    ],
+                }
+            ],
+        },
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,16 +305,76 @@ class Workload:
 WORKLOADS = {
     w.name: w
     for w in [
-        Workload("lg_req_1", "LeaveGroup v5 request, 1 member", "LeaveGroupRequest", 5, lambda: leave_group_request(1)),
-        Workload("lg_req_100", "LeaveGroup v5 request, 100 members", "LeaveGroupRequest", 5, lambda: leave_group_request(100)),
-        Workload("lg_req_10000", "LeaveGroup v5 request, 10,000 members", "LeaveGroupRequest", 5, lambda: leave_group_request(10_000)),
-        Workload("lg_resp_100", "LeaveGroup v5 response, 100 members", "LeaveGroupResponse", 5, lambda: leave_group_response(100)),
-        Workload("sgh_small", "StreamsGroupHeartbeat v0 request, seed example", "StreamsGroupHeartbeatRequest", 0, heartbeat_small),
-        Workload("sgh_large", "StreamsGroupHeartbeat v0 request, 2x20x5000 tasks + 1000 offsets", "StreamsGroupHeartbeatRequest", 0, heartbeat_large),
-        Workload("sgh_int32_1m", "StreamsGroupHeartbeat v0 request, one 1,000,000-element []int32", "StreamsGroupHeartbeatRequest", 0, heartbeat_int32),
-        Workload("md_resp", "Metadata v12 response, 1,000 topics x 10 partitions", "MetadataResponse", 12, metadata_response),
-        Workload("oc_req", "OffsetCommit v9 request, 100 topics x 100 partitions", "OffsetCommitRequest", 9, offset_commit_request),
-        Workload("fetch_resp", "Fetch v16 response, 100 partitions of 16 KB records", "FetchResponse", 16, fetch_response),
+        Workload(
+            "lg_req_1",
+            "LeaveGroup v5 request, 1 member",
+            "LeaveGroupRequest",
+            5,
+            lambda: leave_group_request(1),
+        ),
+        Workload(
+            "lg_req_100",
+            "LeaveGroup v5 request, 100 members",
+            "LeaveGroupRequest",
+            5,
+            lambda: leave_group_request(100),
+        ),
+        Workload(
+            "lg_req_10000",
+            "LeaveGroup v5 request, 10,000 members",
+            "LeaveGroupRequest",
+            5,
+            lambda: leave_group_request(10_000),
+        ),
+        Workload(
+            "lg_resp_100",
+            "LeaveGroup v5 response, 100 members",
+            "LeaveGroupResponse",
+            5,
+            lambda: leave_group_response(100),
+        ),
+        Workload(
+            "sgh_small",
+            "StreamsGroupHeartbeat v0 request, seed example",
+            "StreamsGroupHeartbeatRequest",
+            0,
+            heartbeat_small,
+        ),
+        Workload(
+            "sgh_large",
+            "StreamsGroupHeartbeat v0 request, 2x20x5000 tasks + 1000 offsets",
+            "StreamsGroupHeartbeatRequest",
+            0,
+            heartbeat_large,
+        ),
+        Workload(
+            "sgh_int32_1m",
+            "StreamsGroupHeartbeat v0 request, one 1,000,000-element []int32",
+            "StreamsGroupHeartbeatRequest",
+            0,
+            heartbeat_int32,
+        ),
+        Workload(
+            "md_resp",
+            "Metadata v12 response, 1,000 topics x 10 partitions",
+            "MetadataResponse",
+            12,
+            metadata_response,
+        ),
+        Workload(
+            "oc_req",
+            "OffsetCommit v9 request, 100 topics x 100 partitions",
+            "OffsetCommitRequest",
+            9,
+            offset_commit_request,
+        ),
+        Workload(
+            "fetch_resp",
+            "Fetch v16 response, 100 partitions of 16 KB records",
+            "FetchResponse",
+            16,
+            fetch_response,
+        ),
     ]
 }
 
@@ -302,7 +420,10 @@ def reference_bytes(workload):
 def _check_same_bytes(name, workload, encoded):
     expected = reference_bytes(workload)
     if bytes(encoded) != expected:
-        at = next((i for i, (a, b) in enumerate(zip(bytes(encoded), expected)) if a != b), min(len(encoded), len(expected)))
+        at = next(
+            (i for i, (a, b) in enumerate(zip(bytes(encoded), expected)) if a != b),
+            min(len(encoded), len(expected)),
+        )
         raise AssertionError(
             f"{name} encodes {workload.name} differently from kio: {len(encoded)} vs {len(expected)} bytes, "
             f"first difference at byte {at}"
@@ -323,8 +444,14 @@ def _prepare_fastkwire(module_name, workload, arrays="list", records="bytes"):
             raise Skip(f"{workload.name} has no records field")
         msg = cls.from_dict(workload.content)
         if cls.decode(data, version, records=records) != msg:
-            raise AssertionError(f"{module_name} records={records!r} does not decode {workload.name}")
-        return Prepared(encode=None, decode=functools.partial(cls.decode, data, version, records=records), data=data)
+            raise AssertionError(
+                f"{module_name} records={records!r} does not decode {workload.name}"
+            )
+        return Prepared(
+            encode=None,
+            decode=functools.partial(cls.decode, data, version, records=records),
+            data=data,
+        )
     if arrays == "list":
         msg = cls.from_dict(workload.content)
     else:
@@ -333,12 +460,16 @@ def _prepare_fastkwire(module_name, workload, arrays="list", records="bytes"):
         try:
             msg = cls.decode(data, version, arrays=arrays)
         except Exception as exc:  # noqa: BLE001 - any failure means "not there yet"
-            raise Skip(f"{cls.__name__}.decode(..., arrays={arrays!r}) does not work yet: {exc!r}") from None
+            raise Skip(
+                f"{cls.__name__}.decode(..., arrays={arrays!r}) does not work yet: {exc!r}"
+            ) from None
     _check_same_bytes(module_name, workload, msg.encode(version))
     if arrays == "list":
         back = cls.decode(data, version)
         if back != msg:
-            raise AssertionError(f"{module_name} does not decode {workload.name} back to the same message")
+            raise AssertionError(
+                f"{module_name} does not decode {workload.name} back to the same message"
+            )
     return Prepared(
         encode=functools.partial(msg.encode, version),
         decode=functools.partial(cls.decode, data, version, arrays=arrays)
@@ -415,7 +546,9 @@ def _build_typed(tp, value):
 
 
 def _is_record(tp):
-    return isinstance(tp, type) and (dataclasses.is_dataclass(tp) or hasattr(tp, "__struct_fields__"))
+    return isinstance(tp, type) and (
+        dataclasses.is_dataclass(tp) or hasattr(tp, "__struct_fields__")
+    )
 
 
 def _record_fields(tp):
@@ -461,8 +594,15 @@ def _kio_frame(workload):
     def roundtrip():
         buf = io.BytesIO()
         buf.write(b"\0\0\0\0")
-        write_header(buf, header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-                                     correlation_id=CORRELATION_ID, client_id=CLIENT_ID))
+        write_header(
+            buf,
+            header_cls(
+                request_api_key=cls.__api_key__,
+                request_api_version=cls.__version__,
+                correlation_id=CORRELATION_ID,
+                client_id=CLIENT_ID,
+            ),
+        )
         write_body(buf, msg)
         frame = buf.getbuffer()
         struct.pack_into(">i", frame, 0, len(frame) - 4)
@@ -503,7 +643,11 @@ def _kafka_python_from_our_schema(name):
     codec on it. Its class factory finds a schema by class name in its own resources, so
     we start from a schema it has and replace it through its json_patch hook."""
     api = _import("kafka.protocol.api_message", "kafka-python")
-    ours = json.loads((Path(__file__).resolve().parent.parent / "src/fastkwire/schemas" / f"{name}.json").read_text())
+    ours = json.loads(
+        (
+            Path(__file__).resolve().parent.parent / "src/fastkwire/schemas" / f"{name}.json"
+        ).read_text()
+    )
 
     def field(f):
         out = {"name": f["name"], "type": f["type"], "versions": f["versions"]}
@@ -511,7 +655,11 @@ def _kafka_python_from_our_schema(name):
             out["nullableVersions"] = f["nullable"]
         if "default" in f:
             out["default"] = "null" if f["default"] is None else f["default"]
-        for ours_key, kafka_key in (("tag", "tag"), ("tagged", "taggedVersions"), ("ignorable", "ignorable")):
+        for ours_key, kafka_key in (
+            ("tag", "tag"),
+            ("tagged", "taggedVersions"),
+            ("ignorable", "ignorable"),
+        ):
             if ours_key in f:
                 out[kafka_key] = f[ours_key]
         if "fields" in f:
@@ -525,15 +673,22 @@ def _kafka_python_from_our_schema(name):
         "validVersions": ours["versions"],
         "flexibleVersions": ours["flexible"],
         "fields": [field(f) for f in ours["fields"]],
-        "commonStructs": [{"name": s["name"], "fields": [field(f) for f in s["fields"]]} for s in ours.get("structs", [])],
+        "commonStructs": [
+            {"name": s["name"], "fields": [field(f) for f in s["fields"]]}
+            for s in ours.get("structs", [])
+        ],
     }
     schemas = _import("kafka.protocol.schemas.load_json", "kafka-python")
-    schemas._resolve_common_structs(kafka_json["fields"], {s["name"]: s["fields"] for s in kafka_json["commonStructs"]})
+    schemas._resolve_common_structs(
+        kafka_json["fields"], {s["name"]: s["fields"] for s in kafka_json["commonStructs"]}
+    )
 
     def json_patch(metacls, stand_in):
         return kafka_json
 
-    cls = type(api.ApiMessage)("HeartbeatRequest", (api.ApiMessage,), {"json_patch": staticmethod(json_patch)})
+    cls = type(api.ApiMessage)(
+        "HeartbeatRequest", (api.ApiMessage,), {"json_patch": staticmethod(json_patch)}
+    )
     cls.__name__ = cls.__qualname__ = name
     return cls
 
@@ -563,7 +718,9 @@ def _prepare_kafka_python(workload):
     _check_same_bytes("kafka-python", workload, msg.encode(version=version))
     data = reference_bytes(workload)
     if cls.decode(data, version=version) != msg:
-        raise AssertionError(f"kafka-python does not decode {workload.name} back to the same message")
+        raise AssertionError(
+            f"kafka-python does not decode {workload.name} back to the same message"
+        )
     return Prepared(
         encode=functools.partial(msg.encode, version=version),
         decode=functools.partial(cls.decode, data, version=version),
@@ -592,6 +749,7 @@ def _kafka_python_frame(workload):
 
 
 # ---- msgspec (msgpack, array_like gc=False Structs): the floor --------------------------------------
+
 
 @functools.cache
 def _msgspec_types():
@@ -686,11 +844,20 @@ def _msgspec_types():
         client_id: str | None
         body: LeaveGroupRequest
 
-    return msgspec, {c.__name__: c for c in (LeaveGroupRequest, LeaveGroupResponse, StreamsGroupHeartbeatRequest, Frame)}
+    return msgspec, {
+        c.__name__: c
+        for c in (LeaveGroupRequest, LeaveGroupResponse, StreamsGroupHeartbeatRequest, Frame)
+    }
 
 
-_MSGSPEC_SCALARS = {"bool": bool, "float64": float, "uuid": uuid.UUID, "string": str,
-                    "bytes": bytes, "records": bytes}
+_MSGSPEC_SCALARS = {
+    "bool": bool,
+    "float64": float,
+    "uuid": uuid.UUID,
+    "string": str,
+    "bytes": bytes,
+    "records": bytes,
+}
 
 
 @functools.cache
@@ -724,7 +891,11 @@ def _prepare_msgspec(workload):
     data = encoder.encode(msg)
     if decoder.decode(data) != msg:
         raise AssertionError(f"msgspec does not decode {workload.name} back to the same message")
-    return Prepared(encode=functools.partial(encoder.encode, msg), decode=functools.partial(decoder.decode, data), data=data)
+    return Prepared(
+        encode=functools.partial(encoder.encode, msg),
+        decode=functools.partial(decoder.decode, data),
+        data=data,
+    )
 
 
 def _msgspec_frame(workload):
@@ -734,7 +905,9 @@ def _msgspec_frame(workload):
     encoder, decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(frame_cls)
 
     def roundtrip():
-        frame = decoder.decode(encoder.encode(frame_cls(13, workload.version, CORRELATION_ID, CLIENT_ID, body)))
+        frame = decoder.decode(
+            encoder.encode(frame_cls(13, workload.version, CORRELATION_ID, CLIENT_ID, body))
+        )
         return frame, frame.body
 
     if roundtrip()[1] != body:
@@ -774,10 +947,18 @@ BASELINES = ["numpy-frombuffer"]
 _PREPARERS = {
     "cython": functools.partial(_prepare_fastkwire, "fastkwire._messages_cython"),
     "pure": functools.partial(_prepare_fastkwire, "fastkwire._messages_python"),
-    "cython-numpy": functools.partial(_prepare_fastkwire, "fastkwire._messages_cython", arrays="numpy"),
-    "pure-numpy": functools.partial(_prepare_fastkwire, "fastkwire._messages_python", arrays="numpy"),
-    "cython-views": functools.partial(_prepare_fastkwire, "fastkwire._messages_cython", records="view"),
-    "pure-views": functools.partial(_prepare_fastkwire, "fastkwire._messages_python", records="view"),
+    "cython-numpy": functools.partial(
+        _prepare_fastkwire, "fastkwire._messages_cython", arrays="numpy"
+    ),
+    "pure-numpy": functools.partial(
+        _prepare_fastkwire, "fastkwire._messages_python", arrays="numpy"
+    ),
+    "cython-views": functools.partial(
+        _prepare_fastkwire, "fastkwire._messages_cython", records="view"
+    ),
+    "pure-views": functools.partial(
+        _prepare_fastkwire, "fastkwire._messages_python", records="view"
+    ),
     "kafka-python": _prepare_kafka_python,
     "kio": _prepare_kio,
     "msgspec": _prepare_msgspec,
@@ -827,7 +1008,11 @@ def main():
     failed = False
     for name in WORKLOADS:
         for contestant in CONTESTANTS + NUMPY_CONTESTANTS + BASELINES:
-            if contestant in NUMPY_CONTESTANTS + BASELINES and not name.startswith("sgh_large") and name != "sgh_int32_1m":
+            if (
+                contestant in NUMPY_CONTESTANTS + BASELINES
+                and not name.startswith("sgh_large")
+                and name != "sgh_int32_1m"
+            ):
                 continue
             if contestant in BASELINES and name != "sgh_int32_1m":
                 continue

@@ -3,6 +3,7 @@
 It also runs (python examples/typed_usage.py) and checks what it gets, so the types it
 relies on are the ones the codecs really return.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -65,9 +66,13 @@ def class_attributes() -> list[str]:
     lines = []
     for key, cls in sorted(REQUEST_CLASSES.items()):
         flexible = cls.FLEXIBLE_MIN if cls.FLEXIBLE_MIN is not None else "never"
-        lines.append(f"{cls.__name__}: key {cls.API_KEY}, v{cls.MIN_VERSION}-{cls.MAX_VERSION}, "
-                     f"flexible from {flexible}")
-        assert key == cls.API_KEY and cls.is_flexible(cls.MAX_VERSION) == (cls.FLEXIBLE_MIN is not None)
+        lines.append(
+            f"{cls.__name__}: key {cls.API_KEY}, v{cls.MIN_VERSION}-{cls.MAX_VERSION}, "
+            f"flexible from {flexible}"
+        )
+        assert key == cls.API_KEY and cls.is_flexible(cls.MAX_VERSION) == (
+            cls.FLEXIBLE_MIN is not None
+        )
     assert RESPONSE_CLASSES[LeaveGroupResponse.API_KEY] is LeaveGroupResponse
     assert RequestHeader in MESSAGE_CLASSES and RequestHeader.API_KEY is None
     return lines
@@ -79,9 +84,12 @@ def frames() -> None:
     assert isinstance(header, RequestHeader) and header.client_id == "typed"
     assert isinstance(message, LeaveGroupRequest) and message.group_id == "orders"
 
-    response = LeaveGroupResponse(error_code=0, members=[
-        LeaveGroupResponse.MemberResponse(member_id="m-1", error_code=0),
-    ])
+    response = LeaveGroupResponse(
+        error_code=0,
+        members=[
+            LeaveGroupResponse.MemberResponse(member_id="m-1", error_code=0),
+        ],
+    )
     reply = encode_response(response, 5, correlation_id=header.correlation_id)
     rheader, rmessage = decode_response(reply, LeaveGroupResponse.API_KEY, 5)
     assert isinstance(rheader, ResponseHeader) and rheader.correlation_id == 7
@@ -127,10 +135,19 @@ def task_offset_columns() -> None:
 
 
 def record_batches() -> None:
-    written: list[Record] = [Record(offset=None, timestamp=1_700_000_000_000 + i, key=None,
-                                    value=b"v%d" % i, headers=[("trace", b"t")]) for i in range(3)]
-    data: bytes = records.write_batch(written, base_offset=40, producer_id=7, producer_epoch=0,
-                                      base_sequence=0)
+    written: list[Record] = [
+        Record(
+            offset=None,
+            timestamp=1_700_000_000_000 + i,
+            key=None,
+            value=b"v%d" % i,
+            headers=[("trace", b"t")],
+        )
+        for i in range(3)
+    ]
+    data: bytes = records.write_batch(
+        written, base_offset=40, producer_id=7, producer_epoch=0, base_sequence=0
+    )
     batches: Batches = records.read_batches(data + data[:20])
     assert batches.tail == data[:20] and len(batches) == 1
     batch: RecordBatch = batches[0]
@@ -141,8 +158,12 @@ def record_batches() -> None:
     if importlib.util.find_spec("numpy") is not None:  # columns are numpy arrays
         cols: RecordColumns = records.read_columns(data)
         assert len(cols) == 3 and cols.value.to_pylist() == [b"v0", b"v1", b"v2"]
-        assert records.write_batch(cols, base_offset=40, producer_id=7, producer_epoch=0,
-                                   base_sequence=0) == data
+        assert (
+            records.write_batch(
+                cols, base_offset=40, producer_id=7, producer_epoch=0, base_sequence=0
+            )
+            == data
+        )
 
 
 def main() -> None:

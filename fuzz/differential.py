@@ -11,6 +11,7 @@ version) a response frame, ("body", class name, version) a bare message body (re
 arrays="list" and, where numpy is installed, arrays="numpy" too), ("records",) the
 contents of a `records` field (fastkwire.records: batches, columns, CRC checked or not).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -39,6 +40,7 @@ explain = importlib.import_module("fastkwire.explain").explain
 
 try:  # bodies are read with arrays="numpy" as well, where numpy is installed
     import numpy  # noqa: F401
+
     ARRAYS = ("list", "numpy")
 except ImportError:
     ARRAYS = ("list",)
@@ -53,6 +55,7 @@ class Disagreement(AssertionError):
 
 
 # ---------------------------------------------------------------- targets
+
 
 def classes():
     return {c.__name__: c for c in PY.MESSAGE_CLASSES}
@@ -104,8 +107,11 @@ def _shown(result):
 def _records_outcome(codec, data):
     """What both record readers make of `data`, comparable across the kernels."""
     out = []
-    for read, kw in (("read_batches", {"check_crc": False}), ("read_batches", {}),
-                     ("read_columns", {"check_crc": False})):
+    for read, kw in (
+        ("read_batches", {"check_crc": False}),
+        ("read_batches", {}),
+        ("read_columns", {"check_crc": False}),
+    ):
         try:
             got = getattr(codec, read)(data, max_decompressed=1 << 16, **kw)
         except DecodeError as e:
@@ -138,16 +144,19 @@ def check(target, data, with_explain=True):
     if CY is not None:
         cy = outcome(CY, target, data)
         if _shown(py) != _shown(cy):
-            raise Disagreement(f"{target} {bytes(data).hex()}:\n  pure:     {_shown(py)}\n"
-                               f"  compiled: {_shown(cy)}")
+            raise Disagreement(
+                f"{target} {bytes(data).hex()}:\n  pure:     {_shown(py)}\n  compiled: {_shown(cy)}"
+            )
         if py[0] == "ok":
             _check_reencode(target, py[1], cy[1])
         if target[0] == "body" and "numpy" in ARRAYS:
             for mod in (PY, CY):
                 got = outcome(mod, target, data, "numpy")
                 if _shown(got) != _shown(py):
-                    raise Disagreement(f"{target} {bytes(data).hex()}: arrays='numpy' in "
-                                       f"{mod.__name__}: {_shown(got)}, lists: {_shown(py)}")
+                    raise Disagreement(
+                        f"{target} {bytes(data).hex()}: arrays='numpy' in "
+                        f"{mod.__name__}: {_shown(got)}, lists: {_shown(py)}"
+                    )
     if with_explain and target[0] != "body":
         _check_explain(target, data, py)
     return py
@@ -173,7 +182,9 @@ def _check_reencode(target, py_msgs, cy_msgs):
     for version, p, c in zip(_versions(target, py_msgs), py_msgs, cy_msgs):
         a, b = p.encode(version), c.encode(version)
         if a != b:
-            raise Disagreement(f"{target}: re-encoding differs at v{version}: {a.hex()} != {b.hex()}")
+            raise Disagreement(
+                f"{target}: re-encoding differs at v{version}: {a.hex()} != {b.hex()}"
+            )
         # The re-encoding is canonical, so it must read back to the same message (by its
         # repr where a float64 is NaN, which equals nothing, itself included).
         back = type(p).decode(a, version)
@@ -198,6 +209,7 @@ def _check_explain(target, data, py):
 
 
 # ---------------------------------------------------------------- seeds
+
 
 def full_dict(name, version, unknown_tags=True):
     """A to_dict() value with every field the version has set, non-null and non-default;
@@ -263,8 +275,14 @@ def sampled_dicts(name, version, n):
 
     out = []
 
-    @settings(database=None, derandomize=True, max_examples=n, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck), deadline=None)
+    @settings(
+        database=None,
+        derandomize=True,
+        max_examples=n,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
     @given(message_dicts(name, version))
     def collect(d):
         out.append(d)
@@ -289,17 +307,40 @@ def record_seeds():
 
     codec = Codec(importlib.import_module("fastkwire._records_python"))
     rng = random.Random(14)
-    recs = [Record(i, 1000 + i, rng.choice([None, b"", b"key"]), rng.choice([None, b"", b"v" * 20]),
-                   [("h", rng.choice([None, b"x"]))] * (i % 3)) for i in range(6)]
+    recs = [
+        Record(
+            i,
+            1000 + i,
+            rng.choice([None, b"", b"key"]),
+            rng.choice([None, b"", b"v" * 20]),
+            [("h", rng.choice([None, b"x"]))] * (i % 3),
+        )
+        for i in range(6)
+    ]
     plain = codec.write_batch(recs)
     # Past the columns reader's first guess (many headers, long values) and off its
     # fast path (a header key that is not ASCII): the measured path.
-    wide = codec.write_batch([Record(0, 0, b"k" * 200, b"v" * 3000,
-                                     [("h%d" % j, b"x" * 40) for j in range(7)] + [("é", None)])])
-    out = [plain, plain + codec.write_batch(recs[:2], base_offset=6), wide,
-           _legacy(0, 0, b"k", b"v", -(1 << 63)) + _legacy(3_000_000_000, 1, None, b"w", (1 << 63) - 1)]
+    wide = codec.write_batch(
+        [
+            Record(
+                0,
+                0,
+                b"k" * 200,
+                b"v" * 3000,
+                [("h%d" % j, b"x" * 40) for j in range(7)] + [("é", None)],
+            )
+        ]
+    )
+    out = [
+        plain,
+        plain + codec.write_batch(recs[:2], base_offset=6),
+        wide,
+        _legacy(0, 0, b"k", b"v", -(1 << 63))
+        + _legacy(3_000_000_000, 1, None, b"w", (1 << 63) - 1),
+    ]
     try:
         import cramjam  # noqa: F401
+
         out += [codec.write_batch(recs, compression=c) for c in ("gzip", "snappy", "lz4", "zstd")]
     except ImportError:
         pass
@@ -323,14 +364,15 @@ def seeds(per_message=8):
 
 # ---------------------------------------------------------------- length sites
 
+
 @dataclass(frozen=True)
 class Site:
     """A length, count, tag size or null marker on the wire."""
 
     offset: int
     size: int
-    form: str        # int16 | int32 | uvarint | marker
-    kind: str        # string | bytes | array | tag_count | tag_size | marker
+    form: str  # int16 | int32 | uvarint | marker
+    kind: str  # string | bytes | array | tag_count | tag_size | marker
     nullable: bool
     content: int = 0  # bytes of string content after the length
 
@@ -338,7 +380,7 @@ class Site:
 def sites(frame, target):
     """Every Site of a valid frame, located with explain's tree and the schema."""
     args = () if target[0] == "request" else (target[1], target[2])
-    root = explain(bytes(frame), *args, max_items=None)      # every site, none summarised
+    root = explain(bytes(frame), *args, max_items=None)  # every site, none summarised
     info = root.value
     out = []
     header_node, body_node = root.children[1], root.children[2]
@@ -403,6 +445,7 @@ def _prim_site(node, t, compact, nullable, out):
 
 # ---------------------------------------------------------------- writing values
 
+
 def uvarint(v, width=0):
     """v as an unsigned varint, padded with continuation bytes to `width` bytes."""
     out = bytearray()
@@ -444,14 +487,27 @@ def fix_size(frame):
 
 
 def replace(data, offset, size, new):
-    return bytes(data[:offset]) + new + bytes(data[offset + size:])
+    return bytes(data[:offset]) + new + bytes(data[offset + size :])
 
 
 # ---------------------------------------------------------------- mutations
 
-INTERESTING = [b"\x00", b"\xff", b"\x7f", b"\x80", b"\xff\xff", b"\x7f\xff", b"\x80\x00",
-               b"\xff\xff\xff\xff", b"\xff\xff\xff\xfe", b"\x7f\xff\xff\xff", b"\x80\x00\x00\x00",
-               b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x80\x01", b"\x00\x00\x00\x00"]
+INTERESTING = [
+    b"\x00",
+    b"\xff",
+    b"\x7f",
+    b"\x80",
+    b"\xff\xff",
+    b"\x7f\xff",
+    b"\x80\x00",
+    b"\xff\xff\xff\xff",
+    b"\xff\xff\xff\xfe",
+    b"\x7f\xff\xff\xff",
+    b"\x80\x00\x00\x00",
+    b"\xff\xff\xff\xff\x0f",
+    b"\x80\x80\x80\x80\x80\x01",
+    b"\x00\x00\x00\x00",
+]
 
 
 def mutate(data, rng, pool=(), site_list=None):
@@ -465,22 +521,22 @@ def mutate(data, rng, pool=(), site_list=None):
             for _ in range(rng.randint(1, 4)):
                 data[rng.randrange(n)] ^= 1 << rng.randrange(8)
         elif op == 1:  # truncate
-            del data[rng.randint(0, n):]
+            del data[rng.randint(0, n) :]
         elif op == 2:  # extend or insert random bytes
             at = rng.choice((n, rng.randint(0, n)))
             data[at:at] = rng.randbytes(rng.randint(1, 16))
         elif op == 3 and pool:  # splice with another seed
             other = rng.choice(pool)
-            data = data[:rng.randint(0, n)] + other[rng.randint(0, len(other)):]
+            data = data[: rng.randint(0, n)] + other[rng.randint(0, len(other)) :]
         elif op == 4:  # an interesting value over any position
             v = rng.choice(INTERESTING)
             at = rng.randint(0, n)
-            data[at:at + len(v)] = v
+            data[at : at + len(v)] = v
         elif op == 5 and site_list:  # a length field set to an extreme
             s = rng.choice(site_list)
             if s.offset + s.size <= n:
                 label, new = rng.choice(hostile_values(s) + _edge_values(s))
-                data[s.offset:s.offset + s.size] = new
+                data[s.offset : s.offset + s.size] = new
         elif op == 6 and n:  # duplicate or drop a chunk
             a = rng.randrange(n)
             b = min(n, a + rng.randint(1, 16))
@@ -492,7 +548,7 @@ def mutate(data, rng, pool=(), site_list=None):
             data[rng.randrange(n)] = rng.randrange(256)
         elif op == 8 and n:  # a legal-looking varint at any position
             at = rng.randrange(n)
-            data[at:at + 1] = uvarint(rng.choice((0, 1, 0x7F, 0x80, 0x3FFF, 0xFFFFFFFF)))
+            data[at : at + 1] = uvarint(rng.choice((0, 1, 0x7F, 0x80, 0x3FFF, 0xFFFFFFFF)))
     if rng.random() < 0.7:  # mostly keep the size prefix right, to get past it
         data = bytearray(fix_size(data))
     return bytes(data)
@@ -504,7 +560,10 @@ def _edge_values(site):
         return [("marker 1", b"\x01"), ("marker -1", b"\xff")]
     if site.form in ("int16", "int32"):
         fmt = ">h" if site.form == "int16" else ">i"
-        return [(f"{site.form} {n}", struct.pack(fmt, n)) for n in (0, site.content + 1, max(site.content - 1, 0))]
+        return [
+            (f"{site.form} {n}", struct.pack(fmt, n))
+            for n in (0, site.content + 1, max(site.content - 1, 0))
+        ]
     return [(f"uvarint {n}", uvarint(n)) for n in (0, 1, site.content + 2, site.content)]
 
 

@@ -22,6 +22,7 @@ same mutations, keeps going after a finding and prints a summary:
 
     python3 fuzz/fuzz_decode.py --loop 100000 --seed 1
 """
+
 import argparse
 import random
 import sys
@@ -147,8 +148,9 @@ def main():
         sys.exit("the compiled extension is not built: nothing to compare the pure codec with")
     if args.loop is not None or atheris is None:
         if atheris is None and args.loop is None:
-            print("atheris is not installed: running a plain loop of 100000 inputs",
-                  file=sys.stderr)
+            print(
+                "atheris is not installed: running a plain loop of 100000 inputs", file=sys.stderr
+            )
         sys.exit(1 if run_loop(args.loop or 100_000, args.seed) else 0)
     run_atheris([sys.argv[0]] + rest)
 

@@ -20,6 +20,7 @@ over the young objects at each (fuzz/hostile.py's gc_stress): a container the co
 core lets the collector see half built crashes it. It is some ten times slower; the
 default loop does not do it.
 """
+
 import argparse
 import random
 import sys
@@ -71,8 +72,11 @@ def main():
     parser.add_argument("--loop", type=int, default=100_000, help="inputs to run")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--replay", type=int, help="check one input (a seed a finding printed)")
-    parser.add_argument("--gc-stress", action="store_true",
-                        help="collect at every allocation and walk the young objects each time")
+    parser.add_argument(
+        "--gc-stress",
+        action="store_true",
+        help="collect at every allocation and walk the young objects each time",
+    )
     args = parser.parse_args()
     if hostile.CY is None:
         sys.exit("the compiled extension is not built: nothing to compare the pure codec with")

@@ -28,6 +28,7 @@ error must have the same class and the same message in both); bytes,
 bytearray and memoryview values (released, non-contiguous, of other formats, or a
 zero-stride view of 2**31 bytes) for the primitives.
 """
+
 from __future__ import annotations
 
 import array
@@ -55,17 +56,32 @@ except ImportError:
 
 PY, CY = D.PY, D.CY
 Disagreement = D.Disagreement
-RANGES = {"int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1),
-          "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1),
-          "uint16": (0, 2**16 - 1), "uint32": (0, 2**32 - 1)}
+RANGES = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint16": (0, 2**16 - 1),
+    "uint32": (0, 2**32 - 1),
+}
 NAMES = sorted(D.classes())
 # Every tag some schema defines: set in unknown_tagged_fields, one a struct knows is refused.
-KNOWN_TAGS = tuple(sorted({f.tag for m in _schema.all_messages() for s in (m.root, *m.structs)
-                           for f in s.fields if f.tag is not None}))
+KNOWN_TAGS = tuple(
+    sorted(
+        {
+            f.tag
+            for m in _schema.all_messages()
+            for s in (m.root, *m.structs)
+            for f in s.fields
+            if f.tag is not None
+        }
+    )
+)
 HUGE = 10**5000  # repr() of it raises: error messages must not try
 
 
 # ---------------------------------------------------------------- hostile objects
+
 
 class IntSub(int):
     """An int subclass; `lying` ones say another value through __index__ and __eq__."""
@@ -190,6 +206,7 @@ def zero_stride(n, dtype):
 
 # ---------------------------------------------------------------- building a message
 
+
 class Maker:
     """Builds one message from one seed with one implementation's classes. The same
     seed makes the same choices in the same order, whatever the module."""
@@ -231,19 +248,50 @@ class Maker:
         if not self.hostile():
             return r.choice((0, 1, -1, lo, hi, r.randint(lo, hi))) if lo < 0 else r.randint(lo, hi)
         v = r.randint(lo, hi)
-        return r.choice((
-            lo - 1, hi + 1, 2**64, -(2**64), HUGE, True, 1.5, "1", None, IntSub(v),
-            _lying_int(v), Index(v), Index("7"), Index(2**70), Index(IntSub(v)), Index(True),
-            Index(ValueError), Index(None), self.mutating(v),
-            np.int64(v) if np is not None else v, np.uint64(2**64 - 1) if np is not None else v,
-        ))
+        return r.choice(
+            (
+                lo - 1,
+                hi + 1,
+                2**64,
+                -(2**64),
+                HUGE,
+                True,
+                1.5,
+                "1",
+                None,
+                IntSub(v),
+                _lying_int(v),
+                Index(v),
+                Index("7"),
+                Index(2**70),
+                Index(IntSub(v)),
+                Index(True),
+                Index(ValueError),
+                Index(None),
+                self.mutating(v),
+                np.int64(v) if np is not None else v,
+                np.uint64(2**64 - 1) if np is not None else v,
+            )
+        )
 
     def string(self):
         r = self.rng
         if not self.hostile():
             return r.choice(("", "g", "h\u00e9", "x" * r.randint(0, 40), "\U0001f600"))
-        return r.choice((None, StrSub("s"), b"bytes", 5, "x" * 32767, "x" * 32768,
-                         "\u00e9" * 16384, "\ud800", "a\x00b", Index(3)))
+        return r.choice(
+            (
+                None,
+                StrSub("s"),
+                b"bytes",
+                5,
+                "x" * 32767,
+                "x" * 32768,
+                "\u00e9" * 16384,
+                "\ud800",
+                "a\x00b",
+                Index(3),
+            )
+        )
 
     def bool_value(self):
         if not self.hostile():
@@ -257,11 +305,19 @@ class Maker:
         if not self.hostile():
             return self.keep(items)
         claim = r.choice((0, 1, 5, 2**31, 2**62))
-        return r.choice((
-            lambda: tuple(items), lambda: self.keep(LyingList(items, claim)),
-            lambda: LyingTuple(items, claim), lambda: None, lambda: {0: 1}, lambda: iter(items),
-            lambda: "abc", lambda: self.keep(items + [None]), lambda: self.keep(items + [7]),
-        ))()
+        return r.choice(
+            (
+                lambda: tuple(items),
+                lambda: self.keep(LyingList(items, claim)),
+                lambda: LyingTuple(items, claim),
+                lambda: None,
+                lambda: {0: 1},
+                lambda: iter(items),
+                lambda: "abc",
+                lambda: self.keep(items + [None]),
+                lambda: self.keep(items + [7]),
+            )
+        )()
 
     def int_array(self, kind):
         r = self.rng
@@ -382,7 +438,9 @@ class Maker:
         n = len(cols.subtopology_id)
         op = r.randrange(7)
         if op == 0:
-            cols.subtopology_id = self.keep(LyingList(cols.subtopology_id, r.choice((0, 2**31, 2**62))))
+            cols.subtopology_id = self.keep(
+                LyingList(cols.subtopology_id, r.choice((0, 2**31, 2**62)))
+            )
         elif op == 1:
             cols.subtopology_id = self.keep(cols.subtopology_id + ["extra"] * r.randint(1, 3))
         elif op == 2 and np is not None:
@@ -392,22 +450,37 @@ class Maker:
         elif op == 4:
             cols.subtopology_id = tuple(cols.subtopology_id)
         elif op == 5:
-            cols.unknown_tagged_fields = TagDict({0: {900: b"x"}}, self, r.randrange(64),
-                                                 r.choice(("grow", "shrink", "clear")))
+            cols.unknown_tagged_fields = TagDict(
+                {0: {900: b"x"}}, self, r.randrange(64), r.choice(("grow", "shrink", "clear"))
+            )
             self.keep(cols.subtopology_id)
         else:
-            cols.unknown_tagged_fields = r.choice(({0: {-1: b""}}, {0: {1: "x"}}, [1], {0: 5}, None))
+            cols.unknown_tagged_fields = r.choice(
+                ({0: {-1: b""}}, {0: {1: "x"}}, [1], {0: 5}, None)
+            )
         return cols
 
     def tags(self, safe):
         r = self.rng
         if safe:
             return r.choice(({900: b"\x01\x02"}, {max(KNOWN_TAGS) + 4: b"", 2**31 - 1: b"x"}, {}))
-        return r.choice((
-            {r.choice(KNOWN_TAGS): b"\x01"}, {-1: b""}, {2**31: b""}, {2**32: b""},
-            {"a": b""}, {5: "text"}, {5: memoryview(b"abcd")[::2]}, {5: bytearray(b"ab")},
-            {5: BytesSub(b"abcdef")}, {True: b""}, [(5, b"")], {5: None}, {HUGE: b""},
-        ))
+        return r.choice(
+            (
+                {r.choice(KNOWN_TAGS): b"\x01"},
+                {-1: b""},
+                {2**31: b""},
+                {2**32: b""},
+                {"a": b""},
+                {5: "text"},
+                {5: memoryview(b"abcd")[::2]},
+                {5: bytearray(b"ab")},
+                {5: BytesSub(b"abcdef")},
+                {True: b""},
+                [(5, b"")],
+                {5: None},
+                {HUGE: b""},
+            )
+        )
 
 
 def _lying_int(v):
@@ -417,6 +490,7 @@ def _lying_int(v):
 
 
 # ---------------------------------------------------------------- the oracle
+
 
 def outcome(fn):
     """("ok", value) or ("error", exception class); for a bad version, the class and
@@ -448,9 +522,29 @@ def build(mod, seed):
 
 # Versions no encoder takes: each must be the pure codec's UnsupportedVersionError,
 # word for word, from either implementation.
-HOSTILE_VERSIONS = (-1, 99, 32767, 32768, 2**31, 2**32, 2**40, 2**63 - 1, 2**63, 2**64,
-                    2**70, -(2**63), -(2**63) - 1, -(2**70), HUGE, "1", 1.0, True, False,
-                    None, b"\x01")
+HOSTILE_VERSIONS = (
+    -1,
+    99,
+    32767,
+    32768,
+    2**31,
+    2**32,
+    2**40,
+    2**63 - 1,
+    2**63,
+    2**64,
+    2**70,
+    -(2**63),
+    -(2**63) - 1,
+    -(2**70),
+    HUGE,
+    "1",
+    1.0,
+    True,
+    False,
+    None,
+    b"\x01",
+)
 
 
 def _buffer(r):
@@ -526,8 +620,10 @@ def check(seed):
     py, py_buf = _encode(PY, seed, how)
     cy, cy_buf = _encode(CY, seed, how)
     if _shown(py) != _shown(cy) or py_buf != cy_buf:
-        raise Disagreement(f"seed {seed} ({how}):\n  pure:     {_shown(py)} {_short(py_buf)}\n"
-                           f"  compiled: {_shown(cy)} {_short(cy_buf)}")
+        raise Disagreement(
+            f"seed {seed} ({how}):\n  pure:     {_shown(py)} {_short(py_buf)}\n"
+            f"  compiled: {_shown(cy)} {_short(cy_buf)}"
+        )
     if how == "into":
         data = _check_into(seed, py, py_buf)
     elif py[0] == "ok":
@@ -555,16 +651,23 @@ def _check_into(seed, result, after):
     before = _snapshot(before)
     if result[0] != "ok":
         if after != before:
-            raise Disagreement(f"seed {seed}: encode_into failed ({result[1].__name__}) "
-                               f"but changed the buffer")
+            raise Disagreement(
+                f"seed {seed}: encode_into failed ({result[1].__name__}) but changed the buffer"
+            )
         return None
     _, _, msg, version = build(PY, seed)
     body = msg.encode(version)
     n = result[1]
-    if (n != len(body) or after[offset:offset + n] != body
-            or after[:offset] != before[:offset] or after[offset + n:] != before[offset + n:]):
-        raise Disagreement(f"seed {seed}: encode_into at {offset} wrote {n} bytes: "
-                           f"{_short(after)}, encode gives {body.hex()}")
+    if (
+        n != len(body)
+        or after[offset : offset + n] != body
+        or after[:offset] != before[:offset]
+        or after[offset + n :] != before[offset + n :]
+    ):
+        raise Disagreement(
+            f"seed {seed}: encode_into at {offset} wrote {n} bytes: "
+            f"{_short(after)}, encode gives {body.hex()}"
+        )
     return body
 
 
@@ -581,6 +684,7 @@ def _short(buf):
 
 
 # ---------------------------------------------------------------- primitives on their own
+
 
 def primitive_case(seed):
     """(type name, value) for one call of the primitive API."""
@@ -636,16 +740,21 @@ def check_primitive(seed):
     py = outcome(lambda: _pure.encode(*primitive_case(seed)))
     cy = outcome(lambda: _core.encode(*primitive_case(seed)))
     if _shown(py) != _shown(cy):
-        raise Disagreement(f"seed {seed} (primitive {t}):\n  pure:     {_shown(py)}\n  compiled: {_shown(cy)}")
+        raise Disagreement(
+            f"seed {seed} (primitive {t}):\n  pure:     {_shown(py)}\n  compiled: {_shown(cy)}"
+        )
     if py[0] == "ok":
         for core in (_pure, _core):
             value, end = core.decode(t, py[1])
             if end != len(py[1]) or core.encode(t, value) != py[1]:
-                raise Disagreement(f"seed {seed} (primitive {t}): {py[1].hex()} does not read back in {core.__name__}")
+                raise Disagreement(
+                    f"seed {seed} (primitive {t}): {py[1].hex()} does not read back in {core.__name__}"
+                )
     return py
 
 
 # ---------------------------------------------------------------- the collector
+
 
 def gc_stress():
     """Collect at (nearly) every allocation of a tracked object and, as each collection

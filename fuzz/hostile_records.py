@@ -8,6 +8,7 @@ any, and falls back to the pure writer (which runs the getters again) when it do
 write itself, so its result must be the pure writer's on the columns either as built or
 as rewritten. Anything else (or a crash, under AddressSanitizer) is a finding.
 """
+
 import importlib
 import random
 
@@ -26,8 +27,10 @@ except ImportError:
 EXTREMES = [0, 1, -1, 40, 1 << 16, (1 << 31) - 1, -(1 << 31)]
 # The arrays of RecordColumns: where each one is (BinaryColumns, then attribute).
 ARRAYS = [("offset",), ("timestamp",), ("headers", "offsets")] + [
-    (*col, part) for col in (("key",), ("value",), ("headers", "key"), ("headers", "value"))
-    for part in ("data", "offsets", "nulls")]
+    (*col, part)
+    for col in (("key",), ("value",), ("headers", "key"), ("headers", "value"))
+    for part in ("data", "offsets", "nulls")
+]
 
 
 def _value(rng):
@@ -42,11 +45,14 @@ def _value(rng):
 def _records(rng):
     out = []
     for i in range(rng.randrange(1, 6)):
-        headers = [(rng.choice(["a", "key", "é", ""]) * rng.randrange(1, 3), _value(rng))
-                   for _ in range(rng.randrange(0, 4))]
+        headers = [
+            (rng.choice(["a", "key", "é", ""]) * rng.randrange(1, 3), _value(rng))
+            for _ in range(rng.randrange(0, 4))
+        ]
         offset = i + (rng.choice([-(1 << 31), 1 << 31, 1 << 62]) if rng.random() < 0.05 else 0)
-        out.append(Record(offset, rng.randrange(-(1 << 40), 1 << 40),
-                          _value(rng), _value(rng), headers))
+        out.append(
+            Record(offset, rng.randrange(-(1 << 40), 1 << 40), _value(rng), _value(rng), headers)
+        )
     return out
 
 
@@ -116,8 +122,9 @@ def _rewriter(rng, cols):
     def apply():
         arr[i] = value  # the array as taken now: a getter must not read through itself
 
-    where = rng.choice([("key",), ("value",), ("headers",), ("headers", "key"),
-                        ("headers", "value")])
+    where = rng.choice(
+        [("key",), ("value",), ("headers",), ("headers", "key"), ("headers", "value")]
+    )
     owner = _get(cols, where[:-1])
     target = getattr(owner, where[-1])
     attr = rng.choice(target.__slots__)
@@ -163,4 +170,3 @@ def check(seed):
     if isinstance(cy, bytes):
         PURE.read_batches(cy)  # whatever was written reads back
     return cy
-

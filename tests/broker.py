@@ -5,6 +5,7 @@ and stops it afterwards. `StaticGroup` runs real confluent-kafka consumers with
 group.instance.id, each polled by its own thread, and records what they are assigned.
 Use it from a test module with `from broker import tansu_broker`.
 """
+
 import os
 import socket
 import subprocess
@@ -49,9 +50,20 @@ class TansuBroker:
         env = {k: v for k, v in os.environ.items() if k not in ("STORAGE_ENGINE", "LISTENER_URL")}
         self.log = log
         self.proc = subprocess.Popen(
-            [binary, "broker", "--listener-url", url, "--advertised-listener-url", advertised,
-             "--storage-engine", "memory://tansu/"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            [
+                binary,
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                advertised,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
 
     def log_text(self):
@@ -78,7 +90,9 @@ def running_tansu(advertised_port=None):
         broker = TansuBroker(binary, free_port(), log, advertised_port)
         try:
             if not wait_for_port(broker.port, BROKER_START_TIMEOUT):
-                raise RuntimeError(f"Tansu did not listen within {BROKER_START_TIMEOUT} s:\n{broker.log_text()}")
+                raise RuntimeError(
+                    f"Tansu did not listen within {BROKER_START_TIMEOUT} s:\n{broker.log_text()}"
+                )
             yield broker
         finally:
             broker.stop()
@@ -92,8 +106,16 @@ def tansu_broker():
 class StaticConsumer:
     """One confluent-kafka consumer with a group.instance.id, polled on its own thread."""
 
-    def __init__(self, bootstrap, group, instance_id, topic, session_timeout_ms, max_poll_interval_ms=300000,
-                 config=None):
+    def __init__(
+        self,
+        bootstrap,
+        group,
+        instance_id,
+        topic,
+        session_timeout_ms,
+        max_poll_interval_ms=300000,
+        config=None,
+    ):
         from confluent_kafka import Consumer
 
         self.instance_id = instance_id
@@ -104,19 +126,23 @@ class StaticConsumer:
         self._stop = threading.Event()
         self._polling = threading.Event()
         self._polling.set()
-        self.consumer = Consumer({
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "group.instance.id": instance_id,
-            "session.timeout.ms": session_timeout_ms,
-            "heartbeat.interval.ms": 1000,
-            "max.poll.interval.ms": max_poll_interval_ms,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **(config or {}),
-        })
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "group.instance.id": instance_id,
+                "session.timeout.ms": session_timeout_ms,
+                "heartbeat.interval.ms": 1000,
+                "max.poll.interval.ms": max_poll_interval_ms,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **(config or {}),
+            }
+        )
         self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
-        self.thread = threading.Thread(target=self._run, name=f"consumer-{instance_id}", daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name=f"consumer-{instance_id}", daemon=True
+        )
         self.thread.start()
 
     def _on_assign(self, consumer, partitions):
@@ -167,19 +193,36 @@ class StaticConsumer:
 class StaticGroup:
     """`size` static members of `group` sharing `topic` (one partition each)."""
 
-    def __init__(self, bootstrap, group, topic, size, session_timeout_ms=45000, max_poll_interval_ms=300000,
-                 config=None):
+    def __init__(
+        self,
+        bootstrap,
+        group,
+        topic,
+        size,
+        session_timeout_ms=45000,
+        max_poll_interval_ms=300000,
+        config=None,
+    ):
         """config: more confluent-kafka settings for every client (security, for one)."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
-        for future in admin.create_topics([NewTopic(topic, num_partitions=size, replication_factor=1)]).values():
+        for future in admin.create_topics(
+            [NewTopic(topic, num_partitions=size, replication_factor=1)]
+        ).values():
             future.result(15)
         self.group = group
         self.topic = topic
         self.consumers = [
-            StaticConsumer(bootstrap, group, f"{group}-instance-{i}", topic, session_timeout_ms, max_poll_interval_ms,
-                           config)
+            StaticConsumer(
+                bootstrap,
+                group,
+                f"{group}-instance-{i}",
+                topic,
+                session_timeout_ms,
+                max_poll_interval_ms,
+                config,
+            )
             for i in range(size)
         ]
 

@@ -4,6 +4,7 @@ for 127.0.0.1 and localhost, a client certificate, and a second CA that signed n
 `tls_files` (session fixture) writes them as PEM files and returns their paths;
 `server_context(files)` is an ssl context for a TLS listener with them.
 """
+
 import datetime
 import ipaddress
 import ssl
@@ -32,15 +33,24 @@ def _certificate(subject, key, issuer, issuer_key, ca=False, names=(), ips=()):
     from cryptography.hazmat.primitives import hashes
 
     now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=2))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if names or ips:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName(n) for n in names] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]),
-            critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName(n) for n in names]
+                + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+            ),
+            critical=False,
+        )
     return builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -50,9 +60,14 @@ def _write(path, *objects, password=None):
     out = b""
     for obj in objects:
         if hasattr(obj, "private_bytes"):
-            encryption = (serialization.BestAvailableEncryption(password.encode()) if password
-                          else serialization.NoEncryption())
-            out += obj.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+            encryption = (
+                serialization.BestAvailableEncryption(password.encode())
+                if password
+                else serialization.NoEncryption()
+            )
+            out += obj.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+            )
         else:
             out += obj.public_bytes(serialization.Encoding.PEM)
     path.write_bytes(out)
@@ -67,18 +82,25 @@ def tls_files(tmp_path_factory):
     ca = _certificate("fastkwire test CA", ca_key, "fastkwire test CA", ca_key, ca=True)
     other = _certificate("another CA", other_key, "another CA", other_key, ca=True)
     server_key, client_key = _key(), _key()
-    server = _certificate("broker", server_key, "fastkwire test CA", ca_key, names=["localhost"], ips=["127.0.0.1"])
-    wrong_name = _certificate("broker", server_key, "fastkwire test CA", ca_key, names=["elsewhere.example"])
+    server = _certificate(
+        "broker", server_key, "fastkwire test CA", ca_key, names=["localhost"], ips=["127.0.0.1"]
+    )
+    wrong_name = _certificate(
+        "broker", server_key, "fastkwire test CA", ca_key, names=["elsewhere.example"]
+    )
     client = _certificate("ops", client_key, "fastkwire test CA", ca_key)
     return SimpleNamespace(
         dir=str(d),
         ca=_write(d / "ca.pem", ca),
         other_ca=_write(d / "other-ca.pem", other),
-        server_cert=_write(d / "server.pem", server), server_key=_write(d / "server.key", server_key),
+        server_cert=_write(d / "server.pem", server),
+        server_key=_write(d / "server.key", server_key),
         wrong_name_cert=_write(d / "wrong-name.pem", wrong_name),
         client_cert=_write(d / "client.pem", client),
         client_key=_write(d / "client.key", client_key, password=KEY_PASSWORD),
-        client_bundle=_write(d / "client-bundle.pem", client, client_key),  # cert and key in one file
+        client_bundle=_write(
+            d / "client-bundle.pem", client, client_key
+        ),  # cert and key in one file
         key_password=KEY_PASSWORD,
     )
 

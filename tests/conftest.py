@@ -20,6 +20,7 @@ Where a new test goes, by what it is about:
 A test that needs an optional peer (kio, kafka-python, aiokafka, cramjam) skips without it:
 no module imports one at its top unguarded. Long runs carry @pytest.mark.slow (--run-slow).
 """
+
 import importlib
 import os
 

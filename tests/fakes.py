@@ -5,6 +5,7 @@ connections) to hostile ones (raw bytes, drips, made-up sizes).
 
 Use from a test module with `from fakes import scripted` (a fixture) and the answer functions.
 """
+
 import asyncio
 import os
 import socket
@@ -38,7 +39,12 @@ NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 1
 UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID = 25, 82
 
 # What a current Apache Kafka broker advertises for the APIs the admin client uses.
-MODERN = {API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 6)}
+MODERN = {
+    API_VERSIONS: (0, 4),
+    FIND_COORDINATOR: (0, 6),
+    LEAVE_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 6),
+}
 
 # The directory holding the fastkwire this test run imports, for CLI subprocesses.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastkwire.__file__)))
@@ -102,7 +108,9 @@ class ScriptedBroker:
     v0 UNSUPPORTED_VERSION answer. Every request is recorded in `requests`.
     """
 
-    def __init__(self, versions=None, script=None, node_id=1, sasl=None, session_lifetime_ms=0, tls=None):
+    def __init__(
+        self, versions=None, script=None, node_id=1, sasl=None, session_lifetime_ms=0, tls=None
+    ):
         """sasl: a sasl_server.SaslServer: the listener then requires SASL before any request
         but ApiVersions (and closes the connection otherwise, as Kafka does), grants sessions
         of `session_lifetime_ms` and closes a connection used after its session expired.
@@ -183,12 +191,19 @@ class ScriptedBroker:
                 key, version = header.request_api_key, header.request_api_version
                 with self._lock:
                     self.requests.append((key, version, request))
-                if self.sasl is not None and key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and key not in self.script:
+                if (
+                    self.sasl is not None
+                    and key in (SASL_HANDSHAKE, SASL_AUTHENTICATE)
+                    and key not in self.script
+                ):
                     if not self._sasl(conn, session, header, key, version, request):
                         return
                     continue
-                if (self.sasl is not None and key not in (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE)
-                        and not self._session_valid(session)):
+                if (
+                    self.sasl is not None
+                    and key not in (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE)
+                    and not self._session_valid(session)
+                ):
                     return
                 if not self._answer(conn, header, key, version, request):
                     return
@@ -234,7 +249,11 @@ class ScriptedBroker:
             self.sasl_events.append(f"handshake {request.mechanism}")
             offered = self.sasl.mechanisms
             if request.mechanism not in offered:
-                conn.sendall(encode_response(SaslHandshakeResponse(error_code=33, mechanisms=offered), version, cid))
+                conn.sendall(
+                    encode_response(
+                        SaslHandshakeResponse(error_code=33, mechanisms=offered), version, cid
+                    )
+                )
                 return True
             session["sasl"] = self.sasl.session(request.mechanism)
             session["raw"] = version == 0
@@ -244,14 +263,23 @@ class ScriptedBroker:
             reply, done = session["sasl"].step(request.auth_bytes)
         except Refused as exc:
             self.sasl_events.append("refused")
-            conn.sendall(encode_response(SaslAuthenticateResponse(error_code=58, error_message=str(exc)), version, cid))
+            conn.sendall(
+                encode_response(
+                    SaslAuthenticateResponse(error_code=58, error_message=str(exc)), version, cid
+                )
+            )
             return False
         lifetime = 0
         if done:
             self._authenticated(session)
             lifetime = self.session_lifetime_ms
-        conn.sendall(encode_response(SaslAuthenticateResponse(auth_bytes=reply, session_lifetime_ms=lifetime),
-                                     version, cid))
+        conn.sendall(
+            encode_response(
+                SaslAuthenticateResponse(auth_bytes=reply, session_lifetime_ms=lifetime),
+                version,
+                cid,
+            )
+        )
         return True
 
     def _raw_sasl(self, conn, session, token):
@@ -281,9 +309,12 @@ class ScriptedBroker:
         raise AssertionError(f"the script has no answer for API {key} v{version}")
 
     def _api_versions(self, request, version):
-        return ApiVersionsResponse(api_keys=[
-            ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (lo, hi) in sorted(self.versions.items())])
+        return ApiVersionsResponse(
+            api_keys=[
+                ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                for k, (lo, hi) in sorted(self.versions.items())
+            ]
+        )
 
     def _answer(self, conn, header, key, version, request):
         """Send the scripted answer; False when the connection is to end."""
@@ -315,7 +346,11 @@ class ScriptedBroker:
             data = step.data(correlation_id) if callable(step.data) else step.data
             return self._send_quietly(conn, data)
         if isinstance(step, Drip):
-            return self._drip(conn, encode_response(step.response(request, version), version, correlation_id), step)
+            return self._drip(
+                conn,
+                encode_response(step.response(request, version), version, correlation_id),
+                step,
+            )
         if isinstance(step, Drop):
             frame = encode_response(step.response(request, version), version, correlation_id)
             conn.sendall(frame[: len(frame) // 2])
@@ -338,7 +373,7 @@ class ScriptedBroker:
     def _drip(self, conn, frame, drip):
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for i in range(len(frame) if drip.stop_after is None else min(drip.stop_after, len(frame))):
-            if not self._send_quietly(conn, frame[i:i + 1]):
+            if not self._send_quietly(conn, frame[i : i + 1]):
                 return False
             if drip.interval and self._stop.wait(drip.interval):
                 return False
@@ -358,7 +393,9 @@ class ScriptedBroker:
                 except OSError:
                     pass
         try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes accept() on Linux; elsewhere its timeout does
+            self.listener.shutdown(
+                socket.SHUT_RDWR
+            )  # wakes accept() on Linux; elsewhere its timeout does
         except OSError:
             pass
         self.listener.close()
@@ -392,12 +429,22 @@ def coordinator_at(broker_or_port, error=0, node_id=1, host="127.0.0.1", error_m
     def step(request, version):
         port = broker_or_port if isinstance(broker_or_port, int) else broker_or_port.port
         if version >= 4:
-            return FindCoordinatorResponse(coordinators=[
-                FindCoordinatorResponse.Coordinator(key=k, node_id=node_id, host=host, port=port,
-                                                    error_code=error, error_message=error_message)
-                for k in request.coordinator_keys])
-        return FindCoordinatorResponse(error_code=error, node_id=node_id, host=host, port=port,
-                                       error_message=error_message)
+            return FindCoordinatorResponse(
+                coordinators=[
+                    FindCoordinatorResponse.Coordinator(
+                        key=k,
+                        node_id=node_id,
+                        host=host,
+                        port=port,
+                        error_code=error,
+                        error_message=error_message,
+                    )
+                    for k in request.coordinator_keys
+                ]
+            )
+        return FindCoordinatorResponse(
+            error_code=error, node_id=node_id, host=host, port=port, error_message=error_message
+        )
 
     return step
 
@@ -425,24 +472,46 @@ class KafkaLikeGroup:
             else:
                 code = 0
                 del self.static[m.group_instance_id]
-            answers.append(LeaveGroupResponse.MemberResponse(
-                member_id=m.member_id or (current or ""), group_instance_id=m.group_instance_id, error_code=code))
+            answers.append(
+                LeaveGroupResponse.MemberResponse(
+                    member_id=m.member_id or (current or ""),
+                    group_instance_id=m.group_instance_id,
+                    error_code=code,
+                )
+            )
         return LeaveGroupResponse(members=answers)
 
 
-def described(members, state="Stable", protocol_type="consumer", protocol="range", error=0, group_id=None):
+def described(
+    members, state="Stable", protocol_type="consumer", protocol="range", error=0, group_id=None
+):
     """A DescribeGroups step; `members` are (member_id, instance_id, {topic: partitions}) or
     (member_id, instance_id, raw assignment bytes)."""
     from fastkwire.consumer_protocol import encode_assignment
 
     def step(request, version):
-        return DescribeGroupsResponse(groups=[DescribeGroupsResponse.DescribedGroup(
-            error_code=error, group_id=group_id or request.groups[0], group_state=state,
-            protocol_type=protocol_type, protocol_data=protocol, members=[
-                DescribeGroupsResponse.DescribedGroupMember(
-                    member_id=m, group_instance_id=i, client_id=f"client-{m}", client_host=f"/10.0.0.{n}",
-                    member_metadata=b"", member_assignment=a if isinstance(a, bytes) else encode_assignment(a))
-                for n, (m, i, a) in enumerate(members)])])
+        return DescribeGroupsResponse(
+            groups=[
+                DescribeGroupsResponse.DescribedGroup(
+                    error_code=error,
+                    group_id=group_id or request.groups[0],
+                    group_state=state,
+                    protocol_type=protocol_type,
+                    protocol_data=protocol,
+                    members=[
+                        DescribeGroupsResponse.DescribedGroupMember(
+                            member_id=m,
+                            group_instance_id=i,
+                            client_id=f"client-{m}",
+                            client_host=f"/10.0.0.{n}",
+                            member_metadata=b"",
+                            member_assignment=a if isinstance(a, bytes) else encode_assignment(a),
+                        )
+                        for n, (m, i, a) in enumerate(members)
+                    ],
+                )
+            ]
+        )
 
     return step
 
@@ -452,12 +521,31 @@ def consumer_group_described(members, state="Stable", assignor="uniform", error=
     from fastkwire import ConsumerGroupDescribeResponse as R
 
     def step(request, version):
-        return R(groups=[R.DescribedGroup(
-            error_code=error, group_id=request.group_ids[0], group_state=state, assignor_name=assignor, members=[
-                R.Member(member_id=m, instance_id=i, client_id=f"client-{m}", client_host="/10.1.0.1",
-                         assignment=R.Assignment(topic_partitions=[
-                             R.TopicPartitions(topic_name=t, partitions=p) for t, p in a.items()]))
-                for m, i, a in members])])
+        return R(
+            groups=[
+                R.DescribedGroup(
+                    error_code=error,
+                    group_id=request.group_ids[0],
+                    group_state=state,
+                    assignor_name=assignor,
+                    members=[
+                        R.Member(
+                            member_id=m,
+                            instance_id=i,
+                            client_id=f"client-{m}",
+                            client_host="/10.1.0.1",
+                            assignment=R.Assignment(
+                                topic_partitions=[
+                                    R.TopicPartitions(topic_name=t, partitions=p)
+                                    for t, p in a.items()
+                                ]
+                            ),
+                        )
+                        for m, i, a in members
+                    ],
+                )
+            ]
+        )
 
     return step
 
@@ -472,19 +560,33 @@ class DescribedKafkaGroup(KafkaLikeGroup):
 
     def __call__(self, request, version):
         named = [m for m in request.members if m.group_instance_id is None]
-        answers = super().__call__(LeaveGroupRequest(members=[m for m in request.members
-                                                              if m.group_instance_id is not None]), version).members
+        answers = (
+            super()
+            .__call__(
+                LeaveGroupRequest(
+                    members=[m for m in request.members if m.group_instance_id is not None]
+                ),
+                version,
+            )
+            .members
+        )
         for m in named:
             code = 0 if m.member_id in self.dynamic else UNKNOWN_MEMBER_ID
             if code == 0:
                 self.dynamic.remove(m.member_id)
-            answers.append(LeaveGroupResponse.MemberResponse(member_id=m.member_id, error_code=code))
+            answers.append(
+                LeaveGroupResponse.MemberResponse(member_id=m.member_id, error_code=code)
+            )
         return LeaveGroupResponse(members=answers)
 
     def describe(self, request, version):
-        members = [(member_id, instance_id, {"orders": [n]}) for n, (instance_id, member_id)
-                   in enumerate(sorted(self.static.items()))]
-        members += [(member_id, None, {"orders": [100 + n]}) for n, member_id in enumerate(self.dynamic)]
+        members = [
+            (member_id, instance_id, {"orders": [n]})
+            for n, (instance_id, member_id) in enumerate(sorted(self.static.items()))
+        ]
+        members += [
+            (member_id, None, {"orders": [100 + n]}) for n, member_id in enumerate(self.dynamic)
+        ]
         return described(members)(request, version)
 
 
@@ -522,8 +624,12 @@ def on_clock(admin_client, clock):
 
 def client(broker, timeout=5.0, clock=None, **kwargs):
     servers = broker if isinstance(broker, str) else broker.address
-    return on_clock(AdminClient(servers, client_id="test-admin", request_timeout_ms=int(timeout * 1000), **kwargs),
-                    clock)
+    return on_clock(
+        AdminClient(
+            servers, client_id="test-admin", request_timeout_ms=int(timeout * 1000), **kwargs
+        ),
+        clock,
+    )
 
 
 def one_coordinator(scripted, group_members=("a", "b", "c"), versions=None):
@@ -543,8 +649,13 @@ def closed_port():
 def run_cli(*args, timeout=10, text=True):
     """Run `python -m fastkwire.cli ARGS` in a subprocess (text=False: output as bytes)."""
     env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "fastkwire.cli", *args], capture_output=True,
-                          text=text, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "fastkwire.cli", *args],
+        capture_output=True,
+        text=text,
+        timeout=timeout,
+        env=env,
+    )
 
 
 # ---------------------------------------------------------------- in the event loop
@@ -582,10 +693,20 @@ class LoopBroker:
                 self.requests.append((key, version))
                 answer = self.script.get(key)
                 if answer is None and key == API_VERSIONS:
-                    answer = lambda r, v: ApiVersionsResponse(api_keys=[  # noqa: E731
-                        ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                        for k, (lo, hi) in sorted(self.versions.items())])
-                writer.write(encode_response(answer(request, version), version, header.correlation_id))
+
+                    def answer(r, v):
+                        return ApiVersionsResponse(
+                            api_keys=[
+                                ApiVersionsResponse.ApiVersion(
+                                    api_key=k, min_version=lo, max_version=hi
+                                )
+                                for k, (lo, hi) in sorted(self.versions.items())
+                            ]
+                        )
+
+                writer.write(
+                    encode_response(answer(request, version), version, header.correlation_id)
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass

@@ -9,12 +9,18 @@ tests/sasl_server.py (PLAIN, SCRAM per RFC 5802/7677) and never reach the broker
 authenticated is closed, as a SASL listener does; cleared, the gateway is an SSL listener
 (for new connections). It runs an asyncio loop on its own thread; 127.0.0.1 only.
 """
+
 import asyncio
 import socket
 import struct
 import threading
 
-from fastkwire import SaslAuthenticateResponse, SaslHandshakeResponse, decode_request, encode_response
+from fastkwire import (
+    SaslAuthenticateResponse,
+    SaslHandshakeResponse,
+    decode_request,
+    encode_response,
+)
 
 from sasl_server import Refused
 
@@ -48,7 +54,9 @@ class Gateway:
         asyncio.set_event_loop(self._loop)
 
         async def start():
-            self._server = await asyncio.start_server(self._serve, sock=self._listener, ssl=self.tls_context)
+            self._server = await asyncio.start_server(
+                self._serve, sock=self._listener, ssl=self.tls_context
+            )
             self._ready.set()
 
         self._loop.run_until_complete(start())
@@ -98,13 +106,20 @@ class Gateway:
                     offered = self.sasl.mechanisms
                     known = request.mechanism in offered
                     session = self.sasl.session(request.mechanism) if known else None
-                    answer = SaslHandshakeResponse(error_code=0 if known else 33, mechanisms=offered)
+                    answer = SaslHandshakeResponse(
+                        error_code=0 if known else 33, mechanisms=offered
+                    )
                 else:
                     try:
                         reply, done = session.step(request.auth_bytes)
                     except Refused as exc:
-                        writer.write(encode_response(SaslAuthenticateResponse(
-                            error_code=58, error_message=str(exc)), version, header.correlation_id))
+                        writer.write(
+                            encode_response(
+                                SaslAuthenticateResponse(error_code=58, error_message=str(exc)),
+                                version,
+                                header.correlation_id,
+                            )
+                        )
                         await writer.drain()
                         return
                     authenticated = authenticated or done

@@ -12,6 +12,7 @@ their defaults). `<peer>_encode(name, version, d)` returns the body bytes (no he
 `<peer>_decode(name, version, data)` returns that dict form and insists that the peer
 consumed every byte.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -169,7 +170,9 @@ def _kio_location(name: str) -> tuple[str, EntityType]:
 
 def _kio_versions(name: str) -> range | None:
     api, kind = _kio_location(name)
-    found = sorted(v for v, kinds in kio.schema.index.schema_name_map.get(api, {}).items() if kind in kinds)
+    found = sorted(
+        v for v, kinds in kio.schema.index.schema_name_map.get(api, {}).items() if kind in kinds
+    )
     if not found:
         return None
     assert found == list(range(found[0], found[-1] + 1)), (name, found)
@@ -345,7 +348,6 @@ KIO_ERROR_CODES = frozenset(int(code) for code in ErrorCode)
 # --- kafka-python 3 -------------------------------------------------------------------
 
 
-
 def _kp_messages(cls):
     for sub in cls.__subclasses__():
         yield sub
@@ -366,9 +368,15 @@ def _kp_legacy_classes() -> dict:
     one class per version (ProduceRequest_v0, ...) over a positional Schema."""
     found = {}
     for module in pkgutil.iter_modules(kafka.protocol.old.__path__):
-        for attr, value in vars(importlib.import_module(f"kafka.protocol.old.{module.name}")).items():
+        for attr, value in vars(
+            importlib.import_module(f"kafka.protocol.old.{module.name}")
+        ).items():
             match = re.fullmatch(r"(\w+)_v(\d+)", attr)
-            if match and match[1] in MESSAGE_NAMES and isinstance(getattr(value, "SCHEMA", None), KpLegacySchema):
+            if (
+                match
+                and match[1] in MESSAGE_NAMES
+                and isinstance(getattr(value, "SCHEMA", None), KpLegacySchema)
+            ):
                 found[match[1], int(match[2])] = value
     return found
 
@@ -429,7 +437,9 @@ def _our_key(keys, field) -> str:
     if not found and _kp_is_bitfield(field):
         found = [k for k in keys if k.endswith("_" + field.name)]
     if len(found) != 1:
-        raise ValueError(f"kafka-python field {field.name!r} has no single counterpart in {sorted(keys)}")
+        raise ValueError(
+            f"kafka-python field {field.name!r} has no single counterpart in {sorted(keys)}"
+        )
     return found[0]
 
 
@@ -473,7 +483,9 @@ def _from_kp(schema: dict, fields: list, struct, values: dict, version: int) -> 
             value = _from_bits(value)
         out[key] = value
     if values:
-        raise ValueError(f"kafka-python {struct.name} gave fields not in v{version}: {sorted(values)}")
+        raise ValueError(
+            f"kafka-python {struct.name} gave fields not in v{version}: {sorted(values)}"
+        )
     return out
 
 
@@ -483,7 +495,9 @@ def _to_kp_legacy(schema, values: dict) -> tuple:
     out = []
     for key, kind in zip(schema.names, schema.fields):
         if key not in values:
-            raise ValueError(f"kafka-python legacy field {key!r} has no counterpart in {sorted(values)}")
+            raise ValueError(
+                f"kafka-python legacy field {key!r} has no counterpart in {sorted(values)}"
+            )
         value = values.pop(key)
         inner = kind.array_of if isinstance(kind, KpLegacyArray) else kind
         if isinstance(inner, KpLegacySchema) and value is not None:
@@ -512,8 +526,9 @@ def _from_kp_legacy(schema, values: tuple) -> dict:
 
 def kp_encode(name: str, version: int, d: dict) -> bytes:
     if (name, version) in KP_LEGACY:
-        return KP_LEGACY[name, version].SCHEMA.encode(_to_kp_legacy(
-            KP_LEGACY[name, version].SCHEMA, carried(name, version, d)))
+        return KP_LEGACY[name, version].SCHEMA.encode(
+            _to_kp_legacy(KP_LEGACY[name, version].SCHEMA, carried(name, version, d))
+        )
     cls = KP_CLASSES[name]
     kwargs = _to_kp(cls._struct, carried(name, version, d), version)
     if name.endswith("Header"):
@@ -561,6 +576,7 @@ PEER_VERSIONS = {
     "kafka-python": {n: r for n in MESSAGE_NAMES if (r := _kp_versions(n)) is not None},
 }
 
+
 def peer_has(peer: str, name: str, version: int) -> bool:
     """The peer defines this message version (maybe otherwise than ours)."""
     return version in PEER_VERSIONS[peer].get(name, range(0))
@@ -580,13 +596,20 @@ PEER_RELEASES = {
 PEER_GAPS = {
     ("kio", "RequestHeader", 0): "kio has request header v1-2 only (v0 lacks ClientId)",
     ("kafka-python", "RequestHeader", 0): "kafka-python declares request header versions 1-2",
-    **{("kafka-python", f"{api}{kind}", v): (
-        f"kafka-python 3.0.12 has no {api} ({kip}): neither a message class nor its JSON")
-       for api, kip, top in (("StreamsGroupHeartbeat", "KIP-1071", 0), ("StreamsGroupDescribe", "KIP-1071", 0),
-                             ("DescribeShareGroupOffsets", "KIP-932", 1),
-                             ("AlterShareGroupOffsets", "KIP-932", 0),
-                             ("DeleteShareGroupOffsets", "KIP-932", 0))
-       for kind in ("Request", "Response") for v in range(top + 1)},
+    **{
+        ("kafka-python", f"{api}{kind}", v): (
+            f"kafka-python 3.0.12 has no {api} ({kip}): neither a message class nor its JSON"
+        )
+        for api, kip, top in (
+            ("StreamsGroupHeartbeat", "KIP-1071", 0),
+            ("StreamsGroupDescribe", "KIP-1071", 0),
+            ("DescribeShareGroupOffsets", "KIP-932", 1),
+            ("AlterShareGroupOffsets", "KIP-932", 0),
+            ("DeleteShareGroupOffsets", "KIP-932", 0),
+        )
+        for kind in ("Request", "Response")
+        for v in range(top + 1)
+    },
 }
 
 
@@ -604,7 +627,8 @@ def _missing_reason(peer: str, name: str) -> str:
 PEER_EXCLUDED = {
     ("kafka-python", "DescribeLogDirsRequest", 0): (
         "kafka-python's legacy DescribeLogDirsRequest_v0 has Topics[].Partitions as one int32; "
-        "Kafka defines []int32 (in every version; kafka-python's own v1+ agrees)"),
+        "Kafka defines []int32 (in every version; kafka-python's own v1+ agrees)"
+    ),
 }
 PEER_GAPS.update(PEER_EXCLUDED)
 

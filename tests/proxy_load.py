@@ -11,6 +11,7 @@ lost, duplicated or reordered byte anywhere shows up as a mismatch.
 
 Used by tests/test_proxy_load.py and benchmarks/proxy_cost.py.
 """
+
 import asyncio
 import hashlib
 import os
@@ -21,21 +22,34 @@ import time
 from fastkwire import FetchResponse, ProduceResponse, encode_response
 
 PRODUCE, FETCH = 0, 1
-POOL = os.urandom(1 << 20)   # request payloads are slices of this
+POOL = os.urandom(1 << 20)  # request payloads are slices of this
 SIZE = struct.Struct(">i")
 
 
 def _fetch_answer(records):
-    part = FetchResponse.PartitionData(partition_index=0, high_watermark=10, last_stable_offset=10,
-                                       records=records)
-    return encode_response(FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
-        topic="load", partitions=[part])]), 12, 0)
+    part = FetchResponse.PartitionData(
+        partition_index=0, high_watermark=10, last_stable_offset=10, records=records
+    )
+    return encode_response(
+        FetchResponse(
+            responses=[FetchResponse.FetchableTopicResponse(topic="load", partitions=[part])]
+        ),
+        12,
+        0,
+    )
 
 
 def _produce_answer():
     part = ProduceResponse.PartitionProduceResponse(index=0, base_offset=5)
-    return encode_response(ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
-        name="load", partition_responses=[part])]), 9, 0)
+    return encode_response(
+        ProduceResponse(
+            responses=[
+                ProduceResponse.TopicProduceResponse(name="load", partition_responses=[part])
+            ]
+        ),
+        9,
+        0,
+    )
 
 
 class Templates:
@@ -46,7 +60,9 @@ class Templates:
         self.fetch = [_fetch_answer(POOL[:n]) for n in fetch_sizes]
 
     def answer(self, api_key, correlation_id, pick):
-        frame = bytearray(self.produce if api_key == PRODUCE else self.fetch[pick % len(self.fetch)])
+        frame = bytearray(
+            self.produce if api_key == PRODUCE else self.fetch[pick % len(self.fetch)]
+        )
         SIZE.pack_into(frame, 4, correlation_id)
         return bytes(frame)
 
@@ -124,7 +140,7 @@ class LoadBroker:
                     return
                 api_key, _, correlation_id, n = struct.unpack_from(">hhih", frame, 4)
                 if side is None:
-                    side = self.sides.setdefault(frame[14:14 + n].decode(), Side())
+                    side = self.sides.setdefault(frame[14 : 14 + n].decode(), Side())
                 side.receive(frame)
                 side.frames += 1
                 answer = self.templates.answer(api_key, correlation_id, correlation_id)
@@ -155,7 +171,7 @@ async def run_client(host, port, index, seconds, window, produce_sizes, latencie
                 correlation_id += 1
                 size = rng.choice(produce_sizes) if api_key == PRODUCE else rng.randrange(16, 128)
                 start = rng.randrange(0, len(POOL) - size)
-                frame = request(api_key, correlation_id, client_id, POOL[start:start + size])
+                frame = request(api_key, correlation_id, client_id, POOL[start : start + size])
                 side.send(frame)
                 side.frames += 1
                 sent_at[correlation_id] = time.monotonic()
@@ -168,7 +184,9 @@ async def run_client(host, port, index, seconds, window, produce_sizes, latencie
             got = SIZE.unpack_from(answer, 4)[0]
             want = expected.pop(0)
             if got != want:
-                raise AssertionError(f"{client_id}: answer to correlation id {got} where {want} was next")
+                raise AssertionError(
+                    f"{client_id}: answer to correlation id {got} where {want} was next"
+                )
             if latencies is not None:
                 latencies.append(time.monotonic() - sent_at[got])
             del sent_at[got]
@@ -180,8 +198,9 @@ async def run_client(host, port, index, seconds, window, produce_sizes, latencie
 
 async def run_load(host, port, connections, seconds, window=4, produce_sizes=(512, 16384, 65536)):
     """{client id: Side} of `connections` clients run at once."""
-    results = await asyncio.gather(*(run_client(host, port, i, seconds, window, produce_sizes)
-                                     for i in range(connections)))
+    results = await asyncio.gather(
+        *(run_client(host, port, i, seconds, window, produce_sizes) for i in range(connections))
+    )
     return dict(results)
 
 
@@ -195,9 +214,13 @@ def compare(clients, broker_sides):
             problems.append(f"{client_id}: the broker never saw it")
             continue
         if (c.sent.hexdigest(), c.sent_bytes) != (b.got.hexdigest(), b.got_bytes):
-            problems.append(f"{client_id}: sent {c.sent_bytes} bytes, the broker got {b.got_bytes} "
-                            "(or other bytes)")
+            problems.append(
+                f"{client_id}: sent {c.sent_bytes} bytes, the broker got {b.got_bytes} "
+                "(or other bytes)"
+            )
         if (c.got.hexdigest(), c.got_bytes) != (b.sent.hexdigest(), b.sent_bytes):
-            problems.append(f"{client_id}: the broker sent {b.sent_bytes} bytes, the client got {c.got_bytes} "
-                            "(or other bytes)")
+            problems.append(
+                f"{client_id}: the broker sent {b.sent_bytes} bytes, the client got {c.got_bytes} "
+                "(or other bytes)"
+            )
     return problems

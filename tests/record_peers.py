@@ -5,35 +5,57 @@ compression extra) may lack wheels for a Python the built wheels are tested on
 (cibuildwheel's test step installs only pure or widely built packages). Without any of
 them the tests that need it skip, and the rest still run.
 """
+
 import importlib.util
 
 import pytest
 
 try:
-    from kafka.record.default_records import (DefaultRecordBatch as KpBatch,
-                                              DefaultRecordBatchBuilder as KpBuilder)
+    from kafka.record.default_records import (
+        DefaultRecordBatch as KpBatch,
+        DefaultRecordBatchBuilder as KpBuilder,
+    )
     from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuilder
 except ImportError:
     KpBatch = KpBuilder = KpLegacyBuilder = None
 
-__all__ = ["KpBatch", "KpBuilder", "KpLegacyBuilder", "needs_kafka_python", "kafka_python", "AioBatch", "AioBatchPy", "AioBuilder",
-           "AioBuilderPy", "AioLegacyBuilder", "aio_codec", "needs_aiokafka", "needs_cramjam",
-           "aiokafka", "LEGACY", "legacy"]
+__all__ = [
+    "KpBatch",
+    "KpBuilder",
+    "KpLegacyBuilder",
+    "needs_kafka_python",
+    "kafka_python",
+    "AioBatch",
+    "AioBatchPy",
+    "AioBuilder",
+    "AioBuilderPy",
+    "AioLegacyBuilder",
+    "aio_codec",
+    "needs_aiokafka",
+    "needs_cramjam",
+    "aiokafka",
+    "LEGACY",
+    "legacy",
+]
 
 try:
     from aiokafka import codec as aio_codec
-    from aiokafka.record.default_records import (DefaultRecordBatch as AioBatch,
-                                                 DefaultRecordBatchBuilder as AioBuilder,
-                                                 _DefaultRecordBatchPy as AioBatchPy,
-                                                 _DefaultRecordBatchBuilderPy as AioBuilderPy)
+    from aiokafka.record.default_records import (
+        DefaultRecordBatch as AioBatch,
+        DefaultRecordBatchBuilder as AioBuilder,
+        _DefaultRecordBatchPy as AioBatchPy,
+        _DefaultRecordBatchBuilderPy as AioBuilderPy,
+    )
     from aiokafka.record.legacy_records import LegacyRecordBatchBuilder as AioLegacyBuilder
 except ImportError:
     aio_codec = AioBatch = AioBuilder = AioBatchPy = AioBuilderPy = AioLegacyBuilder = None
 
 needs_aiokafka = pytest.mark.skipif(AioBatch is None, reason="aiokafka is not installed")
 needs_kafka_python = pytest.mark.skipif(KpBatch is None, reason="kafka-python is not installed")
-needs_cramjam = pytest.mark.skipif(importlib.util.find_spec("cramjam") is None,
-                                   reason="cramjam (the compression extra) is not installed")
+needs_cramjam = pytest.mark.skipif(
+    importlib.util.find_spec("cramjam") is None,
+    reason="cramjam (the compression extra) is not installed",
+)
 
 
 def aiokafka(value, id):
@@ -47,8 +69,10 @@ def kafka_python(value, id):
 
 
 # Legacy message sets (magic 0 and 1) as kafka-python or aiokafka write them.
-LEGACY = [(i * 2, 1_500_000_000_000 + i, b"k%d" % i if i % 2 else None,
-           b"v%d" % i if i % 3 else None) for i in range(20)]
+LEGACY = [
+    (i * 2, 1_500_000_000_000 + i, b"k%d" % i if i % 2 else None, b"v%d" % i if i % 3 else None)
+    for i in range(20)
+]
 
 
 def legacy(builder, magic, codec, items=LEGACY):

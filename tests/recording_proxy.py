@@ -6,6 +6,7 @@ bytes unchanged. Requests are recorded with their api key, version and correlati
 from the request header); a response is matched to its request by correlation id on the same
 connection. Requests that get no response (Produce with acks=0) stay unmatched.
 """
+
 import socket
 import struct
 import threading
@@ -18,7 +19,15 @@ POLL_INTERVAL = 0.5  # how often a waiting thread checks whether the proxy is cl
 class Exchange:
     """One request and, once it arrives, its response."""
 
-    __slots__ = ("label", "connection", "api_key", "version", "correlation_id", "request", "response")
+    __slots__ = (
+        "label",
+        "connection",
+        "api_key",
+        "version",
+        "correlation_id",
+        "request",
+        "response",
+    )
 
     def __init__(self, label, connection, api_key, version, correlation_id, request):
         self.label = label
@@ -39,8 +48,8 @@ def split_frames(buffer):
             raise ValueError(f"bad frame size {size}")
         if len(buffer) < 4 + size:
             break
-        frames.append(bytes(buffer[:4 + size]))
-        del buffer[:4 + size]
+        frames.append(bytes(buffer[: 4 + size]))
+        del buffer[: 4 + size]
     return frames
 
 
@@ -64,7 +73,9 @@ class RecordingProxy:
         self._sockets = []
         self._threads = []
         self._connections = 0
-        self._accept_thread = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
+        self._accept_thread = threading.Thread(
+            target=self._accept, name="proxy-accept", daemon=True
+        )
         self._accept_thread.start()
 
     def _accept(self):
@@ -89,8 +100,12 @@ class RecordingProxy:
             for sock in (client, upstream):
                 sock.settimeout(POLL_INTERVAL)
             for source, sink, is_request in ((client, upstream, True), (upstream, client, False)):
-                t = threading.Thread(target=self._pump, args=(source, sink, is_request, connection, pending),
-                                     name=f"proxy-{connection}-{'req' if is_request else 'resp'}", daemon=True)
+                t = threading.Thread(
+                    target=self._pump,
+                    args=(source, sink, is_request, connection, pending),
+                    name=f"proxy-{connection}-{'req' if is_request else 'resp'}",
+                    daemon=True,
+                )
                 self._threads.append(t)
                 t.start()
 
@@ -115,8 +130,12 @@ class RecordingProxy:
                     self._record(frame, is_request, label, connection, pending)
                 sink.sendall(data)
         except (OSError, ValueError) as e:
-            if not self._stop.is_set() and not isinstance(e, (ConnectionResetError, BrokenPipeError)):
-                self._error(f"connection {connection} ({label}) {'request' if is_request else 'response'}: {e!r}")
+            if not self._stop.is_set() and not isinstance(
+                e, (ConnectionResetError, BrokenPipeError)
+            ):
+                self._error(
+                    f"connection {connection} ({label}) {'request' if is_request else 'response'}: {e!r}"
+                )
         finally:
             for sock in (source, sink):
                 try:

@@ -7,6 +7,7 @@ one exchange whose `step(client_bytes)` returns (reply bytes, done). A refusal r
 server-final carries a wrong signature), `nonce` (a fixed server nonce, e.g. one that does
 not extend the client's).
 """
+
 import base64
 import hashlib
 import hmac
@@ -21,8 +22,15 @@ class Refused(Exception):
 
 
 class SaslServer:
-    def __init__(self, users=None, tokens=(), mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
-                 iterations=4096, bad_signature=False, nonce=None):
+    def __init__(
+        self,
+        users=None,
+        tokens=(),
+        mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+        iterations=4096,
+        bad_signature=False,
+        nonce=None,
+    ):
         self.users = dict(users or {})
         self.tokens = set(tokens)
         self.mechanisms = list(mechanisms)
@@ -73,26 +81,35 @@ class _Scram:
             attrs = dict(part.split("=", 1) for part in self.first_bare.split(","))
             self.user = attrs["n"].replace("=2C", ",").replace("=3D", "=")
             if self.user not in self.server.users:
-                raise Refused("Authentication failed during authentication due to invalid credentials with "
-                              "SASL mechanism SCRAM")
+                raise Refused(
+                    "Authentication failed during authentication due to invalid credentials with "
+                    "SASL mechanism SCRAM"
+                )
             self.salt = secrets.token_bytes(16)
-            self.full_nonce = self.server.nonce or attrs["r"] + base64.b64encode(secrets.token_bytes(12)).decode()
-            self.server_first = (f"r={self.full_nonce},s={base64.b64encode(self.salt).decode()},"
-                                 f"i={self.server.iterations}")
+            self.full_nonce = (
+                self.server.nonce or attrs["r"] + base64.b64encode(secrets.token_bytes(12)).decode()
+            )
+            self.server_first = (
+                f"r={self.full_nonce},s={base64.b64encode(self.salt).decode()},"
+                f"i={self.server.iterations}"
+            )
             self.state = "final"
             return self.server_first.encode(), False
         without_proof, _, proof = text.rpartition(",p=")
         if without_proof != f"c=biws,r={self.full_nonce}":
             raise Refused("invalid client final message")
-        salted = hashlib.pbkdf2_hmac(self.hash, self.server.users[self.user].encode(), self.salt,
-                                     self.server.iterations)
+        salted = hashlib.pbkdf2_hmac(
+            self.hash, self.server.users[self.user].encode(), self.salt, self.server.iterations
+        )
         auth_message = f"{self.first_bare},{self.server_first},{without_proof}".encode()
         stored_key = hashlib.new(self.hash, self._hmac(salted, b"Client Key")).digest()
         signature = self._hmac(stored_key, auth_message)
         client_key = bytes(a ^ b for a, b in zip(base64.b64decode(proof), signature))
         if hashlib.new(self.hash, client_key).digest() != stored_key:
-            raise Refused("Authentication failed during authentication due to invalid credentials with "
-                          "SASL mechanism SCRAM")
+            raise Refused(
+                "Authentication failed during authentication due to invalid credentials with "
+                "SASL mechanism SCRAM"
+            )
         server_signature = self._hmac(self._hmac(salted, b"Server Key"), auth_message)
         if self.server.bad_signature:
             server_signature = bytes(b ^ 1 for b in server_signature)
@@ -111,7 +128,9 @@ class _OAuth:
                 raise Refused("expected the client's acknowledgement")
             raise Refused("Authentication failed: the token has expired or is invalid")
         text = data.decode()
-        token = text.split("auth=Bearer ", 1)[1].split("\x01", 1)[0] if "auth=Bearer " in text else ""
+        token = (
+            text.split("auth=Bearer ", 1)[1].split("\x01", 1)[0] if "auth=Bearer " in text else ""
+        )
         if token not in self.server.tokens:
             self.rejected = True
             return json.dumps({"status": "invalid_token"}).encode(), False

@@ -4,11 +4,16 @@ The default suite visits every version of the messages the project started with 
 the newest version of every other message; with --run-slow (FASTKWIRE_SLOW_TESTS=1)
 every version of everything.
 """
+
 import os
 
 SEED_MESSAGES = frozenset(
-    [n + k for n in ("ApiVersions", "FindCoordinator", "LeaveGroup", "StreamsGroupHeartbeat")
-     for k in ("Request", "Response")] + ["RequestHeader", "ResponseHeader"]
+    [
+        n + k
+        for n in ("ApiVersions", "FindCoordinator", "LeaveGroup", "StreamsGroupHeartbeat")
+        for k in ("Request", "Response")
+    ]
+    + ["RequestHeader", "ResponseHeader"]
 )
 # Set by tests/conftest.py from --run-slow before any test module is collected.
 EVERY_VERSION = bool(os.environ.get("FASTKWIRE_SLOW_TESTS"))

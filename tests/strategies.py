@@ -4,6 +4,7 @@ The schema reading here is deliberately independent of the code generator: the p
 tests check the codecs against other libraries, so they must not share its
 understanding of the definitions.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def snake_case(name: str) -> str:
 
 
 def versions(text: str | None) -> range:
-    """"3", "3+", "0-2", "none" (or absent) as a range of versions."""
+    """ "3", "3+", "0-2", "none" (or absent) as a range of versions."""
     if text is None or text == "none":
         return range(0)
     if text.endswith("+"):
@@ -88,16 +89,18 @@ def default_value(schema: dict, field: dict):
     sub = struct_fields(schema, field)
     if sub is not None:
         # a struct that is never null defaults to a struct of defaults
-        return None if "nullable" in field else {snake_case(f["name"]): default_value(schema, f)
-                                                for f in sub}
+        return (
+            None
+            if "nullable" in field
+            else {snake_case(f["name"]): default_value(schema, f) for f in sub}
+        )
     return {"bool": False, "string": "", "bytes": b"", "records": b"", "float64": 0.0}.get(
         field["type"], 0
     )
 
 
 @lru_cache(maxsize=None)  # building a strategy costs more than drawing from it
-def message_dicts(name: str, version: int, error_codes: frozenset | None = None,
-                  narrow=None):
+def message_dicts(name: str, version: int, error_codes: frozenset | None = None, narrow=None):
     """Valid to_dict() values of message `name` at `version`.
 
     Fields the version lacks stay at their defaults; null only where that version allows
@@ -122,7 +125,9 @@ def _struct(schema, fields, version, error_codes, narrow, path):
             parts[key] = _field(schema, field, version, error_codes, narrow, path + (key,))
         else:
             # builds(): a fresh default each time, never a shared mutable list.
-            parts[snake_case(field["name"])] = st.builds(default_value, st.just(schema), st.just(field))
+            parts[snake_case(field["name"])] = st.builds(
+                default_value, st.just(schema), st.just(field)
+            )
     return st.fixed_dictionaries(parts)
 
 

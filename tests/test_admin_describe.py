@@ -1,6 +1,7 @@
 """describe-group and the wider remove-members (--member-id, --all, --dry-run, failover)
 against scripted brokers (tests/fakes.py), on both clients and the CLI; the consumer
 protocol's assignment bytes; --command-config and secrets on the command line."""
+
 import asyncio
 import json
 import os
@@ -12,7 +13,12 @@ import threading
 import pytest
 
 from fastkwire import cli
-from fastkwire.admin import AdminClient, AsyncAdminClient, GroupAuthorizationError, GroupNotFoundError
+from fastkwire.admin import (
+    AdminClient,
+    AsyncAdminClient,
+    GroupAuthorizationError,
+    GroupNotFoundError,
+)
 from fastkwire.client_config import parse_properties, security_options
 from fastkwire.connection import Security
 from fastkwire.consumer_protocol import decode_assignment, encode_assignment
@@ -61,8 +67,11 @@ def call(request):
 def group_broker(scripted, static=("a", "b"), dynamic=(), versions=None):
     group = DescribedKafkaGroup(static, dynamic)
     broker = scripted(versions=versions)
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [group],
-                     DESCRIBE_GROUPS: [group.describe]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        LEAVE_GROUP: [group],
+        DESCRIBE_GROUPS: [group.describe],
+    }
     return broker, group
 
 
@@ -71,22 +80,29 @@ def group_broker(scripted, static=("a", "b"), dynamic=(), versions=None):
 
 def test_assignment_round_trip_and_kafka_bytes():
     # Kafka's ConsumerProtocolAssignment v0 for {"t": [0, 2]} with null user data, by hand.
-    kafka = bytes.fromhex("0000" "00000001" "0001" "74" "00000002" "00000000" "00000002" "ffffffff")
+    kafka = bytes.fromhex("000000000001000174000000020000000000000002ffffffff")
     assert decode_assignment(kafka) == {"t": [0, 2]}
     assert encode_assignment({"t": [0, 2]}) == kafka
-    assert decode_assignment(encode_assignment({"b": [3, 1], "a": []}, version=3, user_data=b"x")) == {
-        "b": [1, 3], "a": []}
+    assert decode_assignment(
+        encode_assignment({"b": [3, 1], "a": []}, version=3, user_data=b"x")
+    ) == {"b": [1, 3], "a": []}
     assert decode_assignment(b"") == {}
 
 
-@pytest.mark.parametrize("data, words", [
-    (b"\x00", "inside the version at offset 0"),
-    (bytes.fromhex("0000 7fffffff"), "topic count of 2147483647 at offset 2 does not fit"),
-    (bytes.fromhex("0000 00000001 0009 7474 00000000"), "topic name of 9 bytes at offset 6 does not fit"),
-    (bytes.fromhex("0000 00000001 0001 74 00100000"), "partition count of 1048576 at offset 9"),
-    (bytes.fromhex("0000 00000001 0001 ff 00000000"), "not UTF-8"),
-    (bytes.fromhex("ffff"), "assignment version -1"),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"\x00", "inside the version at offset 0"),
+        (bytes.fromhex("0000 7fffffff"), "topic count of 2147483647 at offset 2 does not fit"),
+        (
+            bytes.fromhex("0000 00000001 0009 7474 00000000"),
+            "topic name of 9 bytes at offset 6 does not fit",
+        ),
+        (bytes.fromhex("0000 00000001 0001 74 00100000"), "partition count of 1048576 at offset 9"),
+        (bytes.fromhex("0000 00000001 0001 ff 00000000"), "not UTF-8"),
+        (bytes.fromhex("ffff"), "assignment version -1"),
+    ],
+)
 def test_bad_assignment_bytes_name_the_offset(data, words):
     with pytest.raises(ValueError, match=words):
         decode_assignment(data)
@@ -99,9 +115,17 @@ def test_describe_classic_group(scripted, call):
     broker, group = group_broker(scripted, static=("a", "b"), dynamic=("dyn-1",))
     d = call(broker, "describe_group", "orders")
     assert (d.group_id, d.state, d.protocol_type, d.protocol, d.api) == (
-        "orders", "Stable", "consumer", "range", "DescribeGroups v6")
+        "orders",
+        "Stable",
+        "consumer",
+        "range",
+        "DescribeGroups v6",
+    )
     assert [(m.member_id, m.group_instance_id, m.assignment) for m in d.members] == [
-        ("a-0000", "a", {"orders": [0]}), ("b-0001", "b", {"orders": [1]}), ("dyn-1", None, {"orders": [100]})]
+        ("a-0000", "a", {"orders": [0]}),
+        ("b-0001", "b", {"orders": [1]}),
+        ("dyn-1", None, {"orders": [100]}),
+    ]
     assert d.members[0].client_id == "client-a-0000" and d.members[0].client_host == "/10.0.0.0"
     assert d.coordinator.port == broker.port
     assert broker.seen(DESCRIBE_GROUPS)[0][1].groups == ["orders"]
@@ -109,19 +133,25 @@ def test_describe_classic_group(scripted, call):
 
 def test_describe_kip848_group_uses_consumer_group_describe(scripted, call):
     broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 1)})
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
-                     CONSUMER_GROUP_DESCRIBE: [consumer_group_described([("m1", "i1", {"t": [2, 0]})])]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        CONSUMER_GROUP_DESCRIBE: [consumer_group_described([("m1", "i1", {"t": [2, 0]})])],
+    }
     d = call(broker, "describe_group", "orders")
     assert d.api == "ConsumerGroupDescribe v1" and d.protocol == "uniform"
-    assert [(m.member_id, m.group_instance_id, m.assignment) for m in d.members] == [("m1", "i1", {"t": [0, 2]})]
+    assert [(m.member_id, m.group_instance_id, m.assignment) for m in d.members] == [
+        ("m1", "i1", {"t": [0, 2]})
+    ]
     assert broker.seen(DESCRIBE_GROUPS) == []
 
 
 def test_classic_group_on_a_kip848_broker_falls_back(scripted, call):
     broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 1)})
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
-                     CONSUMER_GROUP_DESCRIBE: [consumer_group_described([], state="", error=69)],
-                     DESCRIBE_GROUPS: [described([("m1", None, {"t": [0]})])]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        CONSUMER_GROUP_DESCRIBE: [consumer_group_described([], state="", error=69)],
+        DESCRIBE_GROUPS: [described([("m1", None, {"t": [0]})])],
+    }
     d = call(broker, "describe_group", "orders")
     assert d.api == "DescribeGroups v6" and d.members[0].member_id == "m1"
     assert len(broker.seen(CONSUMER_GROUP_DESCRIBE)) == 1
@@ -130,17 +160,21 @@ def test_classic_group_on_a_kip848_broker_falls_back(scripted, call):
 def test_kip848_answer_without_members_is_checked_with_describe_groups(scripted, call):
     # Tansu 0.6 answers ConsumerGroupDescribe for a classic group: its state, no members.
     broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 0)})
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
-                     CONSUMER_GROUP_DESCRIBE: [consumer_group_described([])],
-                     DESCRIBE_GROUPS: [described([("m1", "i1", {"t": [0]})])]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        CONSUMER_GROUP_DESCRIBE: [consumer_group_described([])],
+        DESCRIBE_GROUPS: [described([("m1", "i1", {"t": [0]})])],
+    }
     d = call(broker, "describe_group", "orders")
     assert d.api == "DescribeGroups v6" and [m.group_instance_id for m in d.members] == ["i1"]
 
 
 def test_describe_errors_and_retries(scripted, call):
     broker = scripted()
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
-                     DESCRIBE_GROUPS: [described([], error=NOT_COORDINATOR), described([], state="Empty")]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        DESCRIBE_GROUPS: [described([], error=NOT_COORDINATOR), described([], state="Empty")],
+    }
     clock = FakeClock()
     d = call(broker, "describe_group", "orders", clock=clock)
     assert d.state == "Empty" and d.members == [] and len(broker.seen(FIND_COORDINATOR)) == 2
@@ -155,8 +189,10 @@ def test_describe_errors_and_retries(scripted, call):
 
 def test_unreadable_assignment_is_reported_not_raised(scripted, call):
     broker = scripted()
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
-                     DESCRIBE_GROUPS: [described([("m1", "i1", b"\x00\x00\x7f\xff\xff\xff")])]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        DESCRIBE_GROUPS: [described([("m1", "i1", b"\x00\x00\x7f\xff\xff\xff")])],
+    }
     member = call(broker, "describe_group", "orders").members[0]
     assert member.assignment == {} and "does not fit" in member.assignment_error
 
@@ -169,7 +205,11 @@ def test_remove_by_member_id_and_instance_id(scripted, call):
     result = call(broker, "remove_members", "orders", ["a"], ["dyn-2", "ghost"])
     assert result.removed == ["a", "dyn-2"] and list(result.failed) == ["ghost"]
     sent = broker.seen(LEAVE_GROUP)[0][1].members
-    assert [(m.member_id, m.group_instance_id) for m in sent] == [("", "a"), ("dyn-2", None), ("ghost", None)]
+    assert [(m.member_id, m.group_instance_id) for m in sent] == [
+        ("", "a"),
+        ("dyn-2", None),
+        ("ghost", None),
+    ]
     assert group.dynamic == ["dyn-1"] and list(group.static) == ["b"]
 
 
@@ -179,7 +219,11 @@ def test_remove_all_describes_then_removes_everyone(scripted, call):
     assert result.removed == ["a", "b", "dyn-1"] and not result.failed
     sent = broker.seen(LEAVE_GROUP)[0][1].members
     # As Kafka's Admin does: every member by member id, with its instance id when it has one.
-    assert [(m.member_id, m.group_instance_id) for m in sent] == [("a-0000", "a"), ("b-0001", "b"), ("dyn-1", None)]
+    assert [(m.member_id, m.group_instance_id) for m in sent] == [
+        ("a-0000", "a"),
+        ("b-0001", "b"),
+        ("dyn-1", None),
+    ]
     assert group.static == {} and group.dynamic == []
     empty = call(broker, "remove_members", "orders", remove_all=True)
     assert empty.members == [] and len(broker.seen(LEAVE_GROUP)) == 1  # nothing left: nothing sent
@@ -191,7 +235,10 @@ def test_plan_removal_sends_no_leave_group(scripted, call):
     assert plan.members == [("", "a"), ("dyn-1", None)]
     assert plan.missing_instance_ids == ["ghost"] and plan.missing_member_ids == ["nobody"]
     assert call(broker, "plan_removal", "orders", remove_all=True).members == [
-        ("a-0000", "a"), ("b-0001", "b"), ("dyn-1", None)]
+        ("a-0000", "a"),
+        ("b-0001", "b"),
+        ("dyn-1", None),
+    ]
     assert broker.seen(LEAVE_GROUP) == []
 
 
@@ -206,9 +253,12 @@ def test_dry_run_on_a_broker_too_old_to_remove(scripted, call):
 
 def test_member_selection_is_checked_before_connecting():
     client = AdminClient(f"127.0.0.1:{closed_port()}", request_timeout_ms=500)
-    for kwargs, words in [({}, "at least one"), ({"group_instance_ids": ["a"], "remove_all": True}, "name no member"),
-                          ({"member_ids": ["m", "m"]}, "each member id may be given once"),
-                          ({"member_ids": [""]}, "member id must be a non-empty")]:
+    for kwargs, words in [
+        ({}, "at least one"),
+        ({"group_instance_ids": ["a"], "remove_all": True}, "name no member"),
+        ({"member_ids": ["m", "m"]}, "each member id may be given once"),
+        ({"member_ids": [""]}, "member id must be a non-empty"),
+    ]:
         with pytest.raises(ValueError, match=words):
             client.remove_members("orders", **kwargs)
 
@@ -230,7 +280,9 @@ def test_bootstrap_servers_share_the_time_left():
     from fastkwire.connection_errors import KafkaConnectionError, KafkaTimeoutError
 
     clock = FakeClock()
-    flow = AdminClient("a:1,b:2,c:3", request_timeout_ms=4000)._api_versions_flow(Deadline(4.0, clock))
+    flow = AdminClient("a:1,b:2,c:3", request_timeout_ms=4000)._api_versions_flow(
+        Deadline(4.0, clock)
+    )
     step = next(flow)
     assert isinstance(step, Connect) and (step.host, step.port) == ("a", 1)
     assert step.deadline.remaining() == pytest.approx(4.0 / 3)
@@ -255,39 +307,92 @@ def run_main(capsys, argv):
 
 def test_cli_describe_group_table_and_json(scripted, capsys):
     broker, _ = group_broker(scripted, static=("a",), dynamic=("dyn-\x1b[2J",))
-    code, out, err = run_main(capsys, ["describe-group", "--bootstrap-server", broker.address, "--group", "orders"])
+    code, out, err = run_main(
+        capsys, ["describe-group", "--bootstrap-server", broker.address, "--group", "orders"]
+    )
     assert code == 0 and err == ""
     lines = out.splitlines()
-    assert lines[0] == (f"Group 'orders': state Stable, protocol consumer/range, coordinator {broker.address} "
-                        "(node 1), 2 members (DescribeGroups v6)")
-    assert lines[1].split() == ["MEMBER", "ID", "INSTANCE", "ID", "CLIENT", "ID", "HOST", "ASSIGNMENT"]
+    assert lines[0] == (
+        f"Group 'orders': state Stable, protocol consumer/range, coordinator {broker.address} "
+        "(node 1), 2 members (DescribeGroups v6)"
+    )
+    assert lines[1].split() == [
+        "MEMBER",
+        "ID",
+        "INSTANCE",
+        "ID",
+        "CLIENT",
+        "ID",
+        "HOST",
+        "ASSIGNMENT",
+    ]
     assert lines[2].split() == ["a-0000", "a", "client-a-0000", "/10.0.0.0", "orders:0"]
-    assert lines[3].split()[:2] == [r"dyn-\x1b[2J", "-"] and all(line.isprintable() for line in lines)
-    code, out, _ = run_main(capsys, ["describe-group", "--bootstrap-server", broker.address, "--group", "orders",
-                                     "--json"])
+    assert lines[3].split()[:2] == [r"dyn-\x1b[2J", "-"] and all(
+        line.isprintable() for line in lines
+    )
+    code, out, _ = run_main(
+        capsys,
+        ["describe-group", "--bootstrap-server", broker.address, "--group", "orders", "--json"],
+    )
     data = json.loads(out)
-    assert code == 0 and data["state"] == "Stable" and data["members"][0]["assignment"] == {"orders": [0]}
+    assert (
+        code == 0
+        and data["state"] == "Stable"
+        and data["members"][0]["assignment"] == {"orders": [0]}
+    )
     assert data["members"][1]["group_instance_id"] is None
 
 
 def test_cli_remove_all_and_member_id(scripted, capsys):
     broker, group = group_broker(scripted, static=("a",), dynamic=("dyn-1", "dyn-2"))
-    code, out, _ = run_main(capsys, ["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
-                                     "--member-id", "dyn-2"])
+    code, out, _ = run_main(
+        capsys,
+        [
+            "remove-members",
+            "--bootstrap-server",
+            broker.address,
+            "--group",
+            "orders",
+            "--member-id",
+            "dyn-2",
+        ],
+    )
     assert code == 0 and "1 of 1 members removed." in out and group.dynamic == ["dyn-1"]
-    code, out, _ = run_main(capsys, ["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
-                                     "--all", "--json"])
+    code, out, _ = run_main(
+        capsys,
+        [
+            "remove-members",
+            "--bootstrap-server",
+            broker.address,
+            "--group",
+            "orders",
+            "--all",
+            "--json",
+        ],
+    )
     data = json.loads(out)
     assert code == 0 and data["removed"] == ["a", "dyn-1"]
-    code, out, _ = run_main(capsys, ["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
-                                     "--all"])
+    code, out, _ = run_main(
+        capsys,
+        ["remove-members", "--bootstrap-server", broker.address, "--group", "orders", "--all"],
+    )
     assert code == 0 and "the group has no members, nothing was removed" in out
 
 
 def test_cli_dry_run(scripted, capsys):
     broker, group = group_broker(scripted, static=("a", "b"))
-    argv = ["remove-members", "--bootstrap-server", broker.address, "--group", "orders", "--instance-id", "a",
-            "--instance-id", "ghost", "--dry-run"]
+    argv = [
+        "remove-members",
+        "--bootstrap-server",
+        broker.address,
+        "--group",
+        "orders",
+        "--instance-id",
+        "a",
+        "--instance-id",
+        "ghost",
+        "--dry-run",
+    ]
     code, out, err = run_main(capsys, argv)
     assert code == 0 and err == ""
     assert "Dry run: nothing was sent." in out
@@ -295,59 +400,128 @@ def test_cli_dry_run(scripted, capsys):
     assert "Not in the group: group.instance.id 'ghost'" in out
     code, out, _ = run_main(capsys, argv + ["--json"])
     data = json.loads(out)
-    assert data["dry_run"] is True and data["would_remove"] == [{"member_id": "", "group_instance_id": "a"}]
+    assert data["dry_run"] is True and data["would_remove"] == [
+        {"member_id": "", "group_instance_id": "a"}
+    ]
     assert data["not_in_group"] == {"group_instance_ids": ["ghost"], "member_ids": []}
     assert broker.seen(LEAVE_GROUP) == [] and list(group.static) == ["a", "b"]
 
 
-@pytest.mark.parametrize("argv_tail, words", [
-    ([], "give at least one --instance-id or --member-id (or --all)"),
-    (["--all", "--instance-id", "a"], "name no member"),
-    (["--member-id", "m", "--member-id", "m"], "each member id may be given once"),
-])
+@pytest.mark.parametrize(
+    "argv_tail, words",
+    [
+        ([], "give at least one --instance-id or --member-id (or --all)"),
+        (["--all", "--instance-id", "a"], "name no member"),
+        (["--member-id", "m", "--member-id", "m"], "each member id may be given once"),
+    ],
+)
 def test_cli_member_selection_usage_errors(capsys, argv_tail, words):
-    code, _, err = run_main(capsys, ["remove-members", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
-                                     "--group", "g", *argv_tail])
+    code, _, err = run_main(
+        capsys,
+        [
+            "remove-members",
+            "--bootstrap-server",
+            f"127.0.0.1:{closed_port()}",
+            "--group",
+            "g",
+            *argv_tail,
+        ],
+    )
     assert code == 2 and words in err
 
 
 SECRET = "s3cret-Value-0a9f"
 
 
-@pytest.mark.parametrize("argv_tail", [
-    ["--sasl-password", SECRET, "--timeout", "nope"],
-    [f"--sasl-password={SECRET}", "--security-protocol", "KERBEROS"],
-    ["--sasl-passwd", SECRET],  # misspelt: argparse would list the value as unrecognized
-    ["--ssl-password", SECRET, "--bogus"],
-    ["--sasl-pass", SECRET],  # abbreviations are refused, not expanded
-])
+@pytest.mark.parametrize(
+    "argv_tail",
+    [
+        ["--sasl-password", SECRET, "--timeout", "nope"],
+        [f"--sasl-password={SECRET}", "--security-protocol", "KERBEROS"],
+        ["--sasl-passwd", SECRET],  # misspelt: argparse would list the value as unrecognized
+        ["--ssl-password", SECRET, "--bogus"],
+        ["--sasl-pass", SECRET],  # abbreviations are refused, not expanded
+    ],
+)
 def test_cli_usage_errors_never_echo_a_secret(capsys, argv_tail):
     with pytest.raises(SystemExit) as info:
-        cli.main(["remove-members", "--bootstrap-server", "127.0.0.1:9", "--group", "g", "--instance-id", "a",
-                  *argv_tail])
+        cli.main(
+            [
+                "remove-members",
+                "--bootstrap-server",
+                "127.0.0.1:9",
+                "--group",
+                "g",
+                "--instance-id",
+                "a",
+                *argv_tail,
+            ]
+        )
     err = capsys.readouterr().err
     assert info.value.code == 2 and "error:" in err
     assert SECRET not in err
 
 
 def test_cli_sasl_without_a_sasl_protocol_is_a_usage_error(capsys):
-    code, _, err = run_main(capsys, ["remove-members", "--bootstrap-server", "127.0.0.1:9", "--group", "g",
-                                     "--instance-id", "a", "--sasl-mechanism", "PLAIN", "--sasl-username", "u",
-                                     "--sasl-password", SECRET])
+    code, _, err = run_main(
+        capsys,
+        [
+            "remove-members",
+            "--bootstrap-server",
+            "127.0.0.1:9",
+            "--group",
+            "g",
+            "--instance-id",
+            "a",
+            "--sasl-mechanism",
+            "PLAIN",
+            "--sasl-username",
+            "u",
+            "--sasl-password",
+            SECRET,
+        ],
+    )
     assert code == 2 and "uses no SASL" in err and SECRET not in err
 
 
-@pytest.mark.parametrize("argv_tail, words", [
-    (["--ssl-cafile", "never-read.pem"],
-     r"TLS options are given \(--ssl-cafile 'never-read.pem'\), but --security-protocol PLAINTEXT"),
-    (["--ssl-cafile", "ca.pem", "--no-ssl-check-hostname"], r"\(--ssl-cafile 'ca.pem', --no-ssl-check-hostname\)"),
-    (["--no-ssl-check-hostname", "--security-protocol", "SASL_PLAINTEXT", "--sasl-username", "u",
-      "--sasl-password", SECRET], "SASL_PLAINTEXT uses no TLS"),
-])
+@pytest.mark.parametrize(
+    "argv_tail, words",
+    [
+        (
+            ["--ssl-cafile", "never-read.pem"],
+            r"TLS options are given \(--ssl-cafile 'never-read.pem'\), but --security-protocol PLAINTEXT",
+        ),
+        (
+            ["--ssl-cafile", "ca.pem", "--no-ssl-check-hostname"],
+            r"\(--ssl-cafile 'ca.pem', --no-ssl-check-hostname\)",
+        ),
+        (
+            [
+                "--no-ssl-check-hostname",
+                "--security-protocol",
+                "SASL_PLAINTEXT",
+                "--sasl-username",
+                "u",
+                "--sasl-password",
+                SECRET,
+            ],
+            "SASL_PLAINTEXT uses no TLS",
+        ),
+    ],
+)
 def test_cli_tls_options_without_a_tls_protocol_are_a_usage_error(capsys, argv_tail, words):
     # Ignoring them would leave the session plaintext; nothing is read or sent.
-    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
-                                     "--group", "g", *argv_tail])
+    code, _, err = run_main(
+        capsys,
+        [
+            "describe-group",
+            "--bootstrap-server",
+            f"127.0.0.1:{closed_port()}",
+            "--group",
+            "g",
+            *argv_tail,
+        ],
+    )
     assert code == 2 and re.search(words, err) and SECRET not in err
 
 
@@ -355,31 +529,55 @@ def test_cli_tls_options_without_a_tls_protocol_are_a_usage_error(capsys, argv_t
 
 
 def test_properties_file_parsing():
-    text = ("# comment\n! other comment\nsecurity.protocol = SASL_SSL\nsasl.mechanism:SCRAM-SHA-512\n"
-            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
-            "    username=\"ops\" \\\n    password=\"p@ss word=1\";\n"
-            "ssl.truststore.location=/etc/ca.pem\nssl.endpoint.identification.algorithm=\n")
+    text = (
+        "# comment\n! other comment\nsecurity.protocol = SASL_SSL\nsasl.mechanism:SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        '    username="ops" \\\n    password="p@ss word=1";\n'
+        "ssl.truststore.location=/etc/ca.pem\nssl.endpoint.identification.algorithm=\n"
+    )
     props = parse_properties(text)
     assert props["security.protocol"] == "SASL_SSL" and props["sasl.mechanism"] == "SCRAM-SHA-512"
     assert security_options(props) == {
-        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "ssl_cafile": "/etc/ca.pem",
-        "ssl_check_hostname": False, "sasl_plain_username": "ops", "sasl_plain_password": "p@ss word=1"}
-    plain = security_options(parse_properties(
-        'security.protocol=SASL_PLAINTEXT\nsasl.jaas.config=org.apache.kafka.common.security.plain.'
-        'PlainLoginModule required username="u" password="pw";'))
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "ssl_cafile": "/etc/ca.pem",
+        "ssl_check_hostname": False,
+        "sasl_plain_username": "ops",
+        "sasl_plain_password": "p@ss word=1",
+    }
+    plain = security_options(
+        parse_properties(
+            "security.protocol=SASL_PLAINTEXT\nsasl.jaas.config=org.apache.kafka.common.security.plain."
+            'PlainLoginModule required username="u" password="pw";'
+        )
+    )
     assert plain["sasl_mechanism"] == "PLAIN" and plain["sasl_plain_password"] == "pw"
 
 
-@pytest.mark.parametrize("text, words", [
-    ("ssl.truststore.location=/x.jks\nssl.truststore.type=JKS", "only PEM files"),
-    ("sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required;", "only PlainLoginModule"),
-    ("sasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config=org.x.PlainLoginModule required username=\"u\" "
-     f"password=\"{SECRET}\";", "does not go with PlainLoginModule"),
-    (f"sasl.jaas.config=org.x.ScramLoginModule required password=\"{SECRET}\";", "does not go with"),
-    (f"sasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config=org.x.ScramLoginModule required password=\"{SECRET}\";",
-     "needs username"),
-    (f"sasl.jaas.config=nonsense {SECRET}", "is not 'LoginModuleClass required"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("ssl.truststore.location=/x.jks\nssl.truststore.type=JKS", "only PEM files"),
+        (
+            "sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required;",
+            "only PlainLoginModule",
+        ),
+        (
+            'sasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config=org.x.PlainLoginModule required username="u" '
+            f'password="{SECRET}";',
+            "does not go with PlainLoginModule",
+        ),
+        (
+            f'sasl.jaas.config=org.x.ScramLoginModule required password="{SECRET}";',
+            "does not go with",
+        ),
+        (
+            f'sasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config=org.x.ScramLoginModule required password="{SECRET}";',
+            "needs username",
+        ),
+        (f"sasl.jaas.config=nonsense {SECRET}", "is not 'LoginModuleClass required"),
+    ],
+)
 def test_bad_command_config_names_the_key_not_the_secret(text, words):
     with pytest.raises(ValueError, match=words) as info:
         security_options(parse_properties(text))
@@ -394,9 +592,11 @@ def test_cli_command_config_and_environment(scripted, tmp_path, capsys, monkeypa
     group = DescribedKafkaGroup(["a"])
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [group.describe]}
     config = tmp_path / "client.properties"
-    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
-                      "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-                      f'username="ops" password="{SECRET}";\n')
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="ops" password="{SECRET}";\n'
+    )
     argv = ["describe-group", "--bootstrap-server", broker.address, "--group", "orders", "--json"]
     code, out, err = run_main(capsys, argv + ["--command-config", str(config)])
     assert code == 0 and json.loads(out)["members"][0]["group_instance_id"] == "a"
@@ -411,12 +611,24 @@ def test_cli_command_config_and_environment(scripted, tmp_path, capsys, monkeypa
 
 def test_cli_process_tls_error_exits_3(scripted, tls_files):  # noqa: F811
     broker = scripted(tls=server_context(tls_files))
-    proc = run_cli("describe-group", "--bootstrap-server", broker.address, "--group", "g", "--security-protocol",
-                   "SSL", "--ssl-cafile", tls_files.other_ca, "--timeout", "5")
+    proc = run_cli(
+        "describe-group",
+        "--bootstrap-server",
+        broker.address,
+        "--group",
+        "g",
+        "--security-protocol",
+        "SSL",
+        "--ssl-cafile",
+        tls_files.other_ca,
+        "--timeout",
+        "5",
+    )
     assert proc.returncode == 3 and proc.stdout == ""
-    assert proc.stderr.startswith("fastkwire describe-group: error: the TLS certificate of 127.0.0.1:")
+    assert proc.stderr.startswith(
+        "fastkwire describe-group: error: the TLS certificate of 127.0.0.1:"
+    )
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-
 
 
 def test_cli_oauthbearer_token_from_the_environment(scripted, capsys, monkeypatch):
@@ -425,8 +637,17 @@ def test_cli_oauthbearer_token_from_the_environment(scripted, capsys, monkeypatc
     broker = scripted(sasl=SaslServer(tokens=["tok-" + SECRET]))
     group = DescribedKafkaGroup(["a"])
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [group.describe]}
-    argv = ["describe-group", "--bootstrap-server", broker.address, "--group", "orders",
-            "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "OAUTHBEARER"]
+    argv = [
+        "describe-group",
+        "--bootstrap-server",
+        broker.address,
+        "--group",
+        "orders",
+        "--security-protocol",
+        "SASL_PLAINTEXT",
+        "--sasl-mechanism",
+        "OAUTHBEARER",
+    ]
     code, _, err = run_main(capsys, argv)
     assert code == 2 and "FASTKWIRE_SASL_OAUTH_TOKEN, which is not set" in err
     monkeypatch.setenv("FASTKWIRE_SASL_OAUTH_TOKEN", "tok-" + SECRET)
@@ -438,18 +659,29 @@ def test_cli_oauthbearer_token_from_the_environment(scripted, capsys, monkeypatc
     assert SECRET not in out + err
 
 
-def test_cli_command_config_keystore_for_a_client_certificate(scripted, tls_files, tmp_path, capsys):  # noqa: F811
+def test_cli_command_config_keystore_for_a_client_certificate(
+    scripted, tls_files, tmp_path, capsys
+):  # noqa: F811
     broker = scripted(tls=server_context(tls_files, require_client_cert=True))
     group = DescribedKafkaGroup(["a"])
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [group.describe]}
     config = tmp_path / "tls.properties"
-    argv = ["describe-group", "--bootstrap-server", broker.address, "--group", "orders",
-            "--command-config", str(config)]
+    argv = [
+        "describe-group",
+        "--bootstrap-server",
+        broker.address,
+        "--group",
+        "orders",
+        "--command-config",
+        str(config),
+    ]
     config.write_text(f"security.protocol=SSL\nssl.truststore.location={tls_files.ca}\n")
     code, _, err = run_main(capsys, argv)
     assert code == 3 and "client certificate" in err  # no keystore: the broker wants one
-    config.write_text(f"security.protocol=SSL\nssl.truststore.location={tls_files.ca}\n"
-                      f"ssl.keystore.type=PEM\nssl.keystore.location={tls_files.client_bundle}\n")
+    config.write_text(
+        f"security.protocol=SSL\nssl.truststore.location={tls_files.ca}\n"
+        f"ssl.keystore.type=PEM\nssl.keystore.location={tls_files.client_bundle}\n"
+    )
     code, out, err = run_main(capsys, argv)
     assert code == 0, err
     assert ", 1 member (DescribeGroups v6)" in out
@@ -460,13 +692,18 @@ def test_cli_command_config_keystore_for_a_client_certificate(scripted, tls_file
 JAAS = "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
 
 
-@pytest.mark.parametrize("value, words", [
-    # Kafka refuses more than one login module: their options were merged.
-    ('username="u" password="p"; org.x.ScramLoginModule required username="admin" password="q";',
-     "more than one login module"),
-    (f'username="u" password="{SECRET};', "quote that is never closed"),
-    (f'username="u" password={SECRET}', "must end its login module with ';'"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        # Kafka refuses more than one login module: their options were merged.
+        (
+            'username="u" password="p"; org.x.ScramLoginModule required username="admin" password="q";',
+            "more than one login module",
+        ),
+        (f'username="u" password="{SECRET};', "quote that is never closed"),
+        (f'username="u" password={SECRET}', "must end its login module with ';'"),
+    ],
+)
 def test_jaas_config_refusals(value, words):
     with pytest.raises(ValueError, match=words) as info:
         security_options(parse_properties(JAAS + value))
@@ -474,10 +711,16 @@ def test_jaas_config_refusals(value, words):
 
 
 def test_properties_unicode_escapes_are_decoded_as_java_does():
-    props = parse_properties("sasl.mechanism=\\u0050LAIN\n" + JAAS + 'username="\\u00e9t\\u00E9" '
-                             'password="p\\ud83d\\ude00";\n\\u0073ecurity.protocol=SASL_SSL\n')
-    assert security_options(props) == {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
-                                       "sasl_plain_username": "\u00e9t\u00e9", "sasl_plain_password": "p\U0001f600"}
+    props = parse_properties(
+        "sasl.mechanism=\\u0050LAIN\n" + JAAS + 'username="\\u00e9t\\u00E9" '
+        'password="p\\ud83d\\ude00";\n\\u0073ecurity.protocol=SASL_SSL\n'
+    )
+    assert security_options(props) == {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "\u00e9t\u00e9",
+        "sasl_plain_password": "p\U0001f600",
+    }
     with pytest.raises(ValueError, match=r"malformed \\uXXXX escape") as info:
         parse_properties(f"ssl.key.password={SECRET}\\u12")
     assert SECRET not in str(info.value)
@@ -486,15 +729,22 @@ def test_properties_unicode_escapes_are_decoded_as_java_does():
 def test_jaas_config_parsing_is_linear():
     # A long run of whitespace or of one word made the old regular expressions quadratic
     # (minutes for these); a subprocess bounds a regression instead of hanging the run.
-    code = ("from fastkwire.client_config import parse_properties, security_options\n"
-            "n = 200_000\n"
-            "for value in ['required' + ' ' * n + 'x', 'required u=' + 'x' * n + ' ', 'required' + ' x=y' * n]:\n"
-            "    try:\n"
-            "        security_options(parse_properties('sasl.jaas.config=org.x.PlainLoginModule ' + value))\n"
-            "    except ValueError as exc:\n"
-            "        print(exc)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, PYTHONPATH=PACKAGE_ROOT))
+    code = (
+        "from fastkwire.client_config import parse_properties, security_options\n"
+        "n = 200_000\n"
+        "for value in ['required' + ' ' * n + 'x', 'required u=' + 'x' * n + ' ', 'required' + ' x=y' * n]:\n"
+        "    try:\n"
+        "        security_options(parse_properties('sasl.jaas.config=org.x.PlainLoginModule ' + value))\n"
+        "    except ValueError as exc:\n"
+        "        print(exc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=PACKAGE_ROOT),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("is not 'LoginModuleClass required") == 1
     assert proc.stdout.count("must end its login module with ';'") == 2
@@ -505,17 +755,35 @@ def test_command_config_errors_never_quote_a_value_a_backslash_joined(tmp_path, 
     config = tmp_path / "joined.properties"
     for joined in ("ssl.key.password=hunter2", "hunter2"):
         config.write_text(f"security.protocol=SASL_SSL\\\n{joined}\n")
-        code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g",
-                                         "--command-config", str(config)])
-        assert code == 2 and (f"security.protocol in {config} must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, "
-                              "SASL_SSL (the value given is not shown)") in err
+        code, _, err = run_main(
+            capsys,
+            [
+                "describe-group",
+                "--bootstrap-server",
+                "127.0.0.1:9",
+                "--group",
+                "g",
+                "--command-config",
+                str(config),
+            ],
+        )
+        assert (
+            code == 2
+            and (
+                f"security.protocol in {config} must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, "
+                "SASL_SSL (the value given is not shown)"
+            )
+            in err
+        )
         assert "HUNTER2" not in err.upper()
     with pytest.raises(ValueError, match="sasl_mechanism must be one of") as info:
         Security("SASL_SSL", sasl_mechanism="PLAINhunter2")
     assert "hunter2" not in str(info.value)
-    for text in (f"sasl.mechanism=PLAIN\\\n{SECRET}\n{JAAS.replace('plain.Plain', 'scram.Scram')}u=1;",
-                 f"ssl.truststore.type=PEM\\\n{SECRET}\nssl.truststore.location=/x.pem",
-                 f"sasl.jaas.config=org.x.{SECRET} required;"):
+    for text in (
+        f"sasl.mechanism=PLAIN\\\n{SECRET}\n{JAAS.replace('plain.Plain', 'scram.Scram')}u=1;",
+        f"ssl.truststore.type=PEM\\\n{SECRET}\nssl.truststore.location=/x.pem",
+        f"sasl.jaas.config=org.x.{SECRET} required;",
+    ):
         with pytest.raises(ValueError) as info:
             security_options(parse_properties(text))
         assert SECRET.upper() not in str(info.value).upper()
@@ -524,27 +792,60 @@ def test_command_config_errors_never_quote_a_value_a_backslash_joined(tmp_path, 
 def test_unknown_properties_keys_are_warned_about(tmp_path, capsys):
     config = tmp_path / "typo.properties"
     config.write_text(f"securty.protocol=SSL\nssl.truststore.location=/etc/ca.pem\n{SECRET}\n")
-    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
-                                     "--group", "g", "--command-config", str(config)])
+    code, _, err = run_main(
+        capsys,
+        [
+            "describe-group",
+            "--bootstrap-server",
+            f"127.0.0.1:{closed_port()}",
+            "--group",
+            "g",
+            "--command-config",
+            str(config),
+        ],
+    )
     lines = err.splitlines()
     assert "warning: the command config's key 'securty.protocol' is not used here" in lines[0]
-    assert "warning: the command config's key (a key that is not shown) is not used here" in lines[1]
+    assert (
+        "warning: the command config's key (a key that is not shown) is not used here" in lines[1]
+    )
     # ...and the trust store without a TLS protocol is refused, not ignored.
-    assert code == 2 and "TLS options are given (ssl.truststore.location in " in lines[2] and SECRET not in err
+    assert (
+        code == 2
+        and "TLS options are given (ssl.truststore.location in " in lines[2]
+        and SECRET not in err
+    )
     from fastkwire.client_config import UnusedConfigWarning
 
     with pytest.warns(UnusedConfigWarning, match="'bootstrap.servers' is not used here"):
-        assert security_options(parse_properties("bootstrap.servers=b:9092\nsecurity.protocol=SSL")) == {
-            "security_protocol": "SSL"}
+        assert security_options(
+            parse_properties("bootstrap.servers=b:9092\nsecurity.protocol=SSL")
+        ) == {"security_protocol": "SSL"}
 
 
 def test_command_config_that_is_a_fifo_is_refused(tmp_path, capsys):
     fifo = tmp_path / "client.properties"
     os.mkfifo(fifo)
     done = {}
-    worker = threading.Thread(target=lambda: done.setdefault("result", run_main(capsys, [
-        "describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g", "--command-config", str(fifo),
-        "--timeout", "1"])))
+    worker = threading.Thread(
+        target=lambda: done.setdefault(
+            "result",
+            run_main(
+                capsys,
+                [
+                    "describe-group",
+                    "--bootstrap-server",
+                    "127.0.0.1:9",
+                    "--group",
+                    "g",
+                    "--command-config",
+                    str(fifo),
+                    "--timeout",
+                    "1",
+                ],
+            ),
+        )
+    )
     worker.start()
     worker.join(5)
     if worker.is_alive():  # opening the FIFO waits for a writer: give it one, then fail
@@ -558,17 +859,44 @@ def test_command_config_that_is_a_fifo_is_refused(tmp_path, capsys):
 
 def test_cli_warns_of_exposed_secrets(capsys, monkeypatch):
     argv = ["describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g", "--group", ""]
-    code, _, err = run_main(capsys, argv + ["--security-protocol", "SASL_PLAINTEXT", "--sasl-username", "u",
-                                            "--sasl-password", SECRET])
+    code, _, err = run_main(
+        capsys,
+        argv
+        + [
+            "--security-protocol",
+            "SASL_PLAINTEXT",
+            "--sasl-username",
+            "u",
+            "--sasl-password",
+            SECRET,
+        ],
+    )
     assert "warning: --sasl-password on the command line is visible to other users" in err
-    assert "warning: SASL PLAIN over SASL_PLAINTEXT sends the password unencrypted" in err and SECRET not in err
+    assert (
+        "warning: SASL PLAIN over SASL_PLAINTEXT sends the password unencrypted" in err
+        and SECRET not in err
+    )
     monkeypatch.setenv("FASTKWIRE_SASL_OAUTH_TOKEN", SECRET)
-    code, _, err = run_main(capsys, argv + ["--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism",
-                                            "OAUTHBEARER"])
-    assert err.count("warning:") == 1 and "OAUTHBEARER over SASL_PLAINTEXT sends the token unencrypted" in err
+    code, _, err = run_main(
+        capsys, argv + ["--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "OAUTHBEARER"]
+    )
+    assert (
+        err.count("warning:") == 1
+        and "OAUTHBEARER over SASL_PLAINTEXT sends the token unencrypted" in err
+    )
     monkeypatch.setenv("FASTKWIRE_SASL_PASSWORD", SECRET)
-    code, _, err = run_main(capsys, argv + ["--security-protocol", "SASL_SSL", "--sasl-mechanism", "SCRAM-SHA-512",
-                                            "--sasl-username", "u"])
+    code, _, err = run_main(
+        capsys,
+        argv
+        + [
+            "--security-protocol",
+            "SASL_SSL",
+            "--sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--sasl-username",
+            "u",
+        ],
+    )
     assert "warning:" not in err
 
 
@@ -590,15 +918,37 @@ def test_a_command_config_that_is_not_utf8_keeps_its_bytes_out_of_the_error(tmp_
 def test_cli_names_the_missing_tls_file_the_user_gave(capsys, tmp_path, flag):
     # ssl raises FileNotFoundError with filename=None: the message names the flag and its path.
     missing = str(tmp_path / "nonexistent.pem")
-    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
-                                     "--group", "g", "--security-protocol", "SSL", flag, missing])
+    code, _, err = run_main(
+        capsys,
+        [
+            "describe-group",
+            "--bootstrap-server",
+            f"127.0.0.1:{closed_port()}",
+            "--group",
+            "g",
+            "--security-protocol",
+            "SSL",
+            flag,
+            missing,
+        ],
+    )
     assert code == 2
     assert err.strip().endswith(f"error: cannot read {flag} {missing!r}: no such file"), err
     # From a command config, the key and the file (a value there is never quoted).
     config = tmp_path / "client.properties"
     config.write_text(f"security.protocol=SSL\nssl.truststore.location={missing}\n")
-    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
-                                     "--group", "g", "--command-config", str(config)])
+    code, _, err = run_main(
+        capsys,
+        [
+            "describe-group",
+            "--bootstrap-server",
+            f"127.0.0.1:{closed_port()}",
+            "--group",
+            "g",
+            "--command-config",
+            str(config),
+        ],
+    )
     assert code == 2 and f"cannot read ssl.truststore.location in {config}: no such file" in err
 
 
@@ -608,33 +958,73 @@ def test_library_option_errors_keep_the_parameter_names(tmp_path):
         Security("SSL", ssl_certfile=missing, ssl_keyfile=__file__)  # the one missing file is named
     with pytest.raises(ValueError, match="^group_id must be a non-empty string, not ''$"):
         AdminClient("127.0.0.1:9").describe_group("")
-    with pytest.raises(ValueError, match="^sasl_mechanism PLAIN needs sasl_plain_username and sasl_plain_password$"):
+    with pytest.raises(
+        ValueError, match="^sasl_mechanism PLAIN needs sasl_plain_username and sasl_plain_password$"
+    ):
         Security("SASL_SSL")
 
 
-@pytest.mark.parametrize("argv_tail, env, words", [
-    (["--group", ""], {}, "error: --group must be a non-empty string, not ''"),
-    (["--group", "g", "--all", "--instance-id", "a"], {}, "error: --all removes every member: name no member with it"),
-    (["--group", "g"], {}, "error: give at least one --instance-id or --member-id (or --all)"),
-    (["--group", "g", "--member-id", "m", "--security-protocol", "SASL_SSL"], {},
-     "error: --sasl-mechanism PLAIN needs --sasl-username and --sasl-password"),
-    (["--group", "g", "--member-id", "m", "--security-protocol", "SSL", "--ssl-cafile", __file__],
-     {"FASTKWIRE_SSL_PASSWORD": "pw"}, "is FASTKWIRE_SSL_PASSWORD right?)"),
-])
+@pytest.mark.parametrize(
+    "argv_tail, env, words",
+    [
+        (["--group", ""], {}, "error: --group must be a non-empty string, not ''"),
+        (
+            ["--group", "g", "--all", "--instance-id", "a"],
+            {},
+            "error: --all removes every member: name no member with it",
+        ),
+        (["--group", "g"], {}, "error: give at least one --instance-id or --member-id (or --all)"),
+        (
+            ["--group", "g", "--member-id", "m", "--security-protocol", "SASL_SSL"],
+            {},
+            "error: --sasl-mechanism PLAIN needs --sasl-username and --sasl-password",
+        ),
+        (
+            [
+                "--group",
+                "g",
+                "--member-id",
+                "m",
+                "--security-protocol",
+                "SSL",
+                "--ssl-cafile",
+                __file__,
+            ],
+            {"FASTKWIRE_SSL_PASSWORD": "pw"},
+            "is FASTKWIRE_SSL_PASSWORD right?)",
+        ),
+    ],
+)
 def test_cli_errors_name_the_flags_the_user_typed(capsys, monkeypatch, argv_tail, env, words):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    code, _, err = run_main(capsys, ["remove-members", "--bootstrap-server", f"127.0.0.1:{closed_port()}", *argv_tail])
+    code, _, err = run_main(
+        capsys, ["remove-members", "--bootstrap-server", f"127.0.0.1:{closed_port()}", *argv_tail]
+    )
     assert code == 2 and words in err, err
-    assert not re.search(r"\b(group_id|remove_all|sasl_plain_\w+|ssl_password|security_protocol)\b", err)
+    assert not re.search(
+        r"\b(group_id|remove_all|sasl_plain_\w+|ssl_password|security_protocol)\b", err
+    )
 
 
 def test_cli_command_config_errors_name_the_key_and_the_file(capsys, tmp_path):
     config = tmp_path / "client.properties"
     config.write_text("security.protocol=TLS\n")
-    code, _, err = run_main(capsys, ["describe-group", "--bootstrap-server", "127.0.0.1:9", "--group", "g",
-                                     "--command-config", str(config)])
-    assert code == 2 and f"error: security.protocol in {config} must be one of PLAINTEXT, SSL" in err
+    code, _, err = run_main(
+        capsys,
+        [
+            "describe-group",
+            "--bootstrap-server",
+            "127.0.0.1:9",
+            "--group",
+            "g",
+            "--command-config",
+            str(config),
+        ],
+    )
+    assert (
+        code == 2 and f"error: security.protocol in {config} must be one of PLAINTEXT, SSL" in err
+    )
 
 
 def test_cli_removal_table_is_headed_by_the_ids_given(scripted, capsys):
@@ -642,12 +1032,18 @@ def test_cli_removal_table_is_headed_by_the_ids_given(scripted, capsys):
     base = ["remove-members", "--bootstrap-server", broker.address, "--group", "orders"]
     code, out, _ = run_main(capsys, [*base, "--member-id", "dyn-1"])
     lines = out.splitlines()
-    assert code == 0 and lines[1].split() == ["MEMBER", "ID", "RESULT", "ERROR"] and lines[2].split() == [
-        "dyn-1", "removed"]
+    assert (
+        code == 0
+        and lines[1].split() == ["MEMBER", "ID", "RESULT", "ERROR"]
+        and lines[2].split() == ["dyn-1", "removed"]
+    )
     code, out, _ = run_main(capsys, [*base, "--instance-id", "a", "--member-id", "dyn-2"])
     lines = out.splitlines()
     assert code == 0 and lines[1].split() == ["MEMBER", "ID", "INSTANCE", "ID", "RESULT", "ERROR"]
-    assert [line.split()[:3] for line in lines[2:4]] == [["a-0000", "a", "removed"], ["dyn-2", "-", "removed"]]
+    assert [line.split()[:3] for line in lines[2:4]] == [
+        ["a-0000", "a", "removed"],
+        ["dyn-2", "-", "removed"],
+    ]
     code, out, _ = run_main(capsys, [*base, "--instance-id", "b"])
     assert out.splitlines()[1].split() == ["INSTANCE", "ID", "RESULT", "ERROR"]
 
@@ -657,11 +1053,17 @@ def test_describe_group_does_not_claim_an_empty_answer_exists(scripted, capsys, 
     # Tansu answers Empty, without members, for a group that never existed; Apache Kafka
     # answers Dead. Only Dead says the group is missing; Empty cannot tell.
     broker = scripted()
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], DESCRIBE_GROUPS: [described([], state=state)]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        DESCRIBE_GROUPS: [described([], state=state)],
+    }
     args = ["describe-group", "--bootstrap-server", broker.address, "--group", "never-made"]
     code, out, _ = run_main(capsys, [*args, "--json"])
     assert code == 0 and json.loads(out)["exists"] is exists
     code, out, _ = run_main(capsys, args)
-    said = {None: "does not tell an empty group from one that does not exist", False: "The group does not exist",
-            True: None}[exists]
+    said = {
+        None: "does not tell an empty group from one that does not exist",
+        False: "The group does not exist",
+        True: None,
+    }[exists]
     assert (said in out) if said else ("exist" not in out)

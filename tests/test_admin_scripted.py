@@ -2,6 +2,7 @@
 Kafka's KIP-345 behaviour and inject faults (moving coordinators, loading coordinators,
 dropped, reset, slow and silent connections, brokers too old for LeaveGroup v3).
 Hostile brokers are in test_admin_hostile.py."""
+
 import asyncio
 import json
 import time
@@ -77,7 +78,9 @@ def test_removes_static_members_by_instance_id(scripted):
     version, leave = broker.seen(LEAVE_GROUP)[0]
     assert version == 5 and leave.group_id == "orders"
     assert [(m.member_id, m.group_instance_id, m.reason) for m in leave.members] == [
-        ("", "a", "scale down"), ("", "b", "scale down")]
+        ("", "a", "scale down"),
+        ("", "b", "scale down"),
+    ]
 
 
 def test_unknown_instances_fail_per_member(scripted):
@@ -87,7 +90,11 @@ def test_unknown_instances_fail_per_member(scripted):
     assert result.removed == ["a"]
     assert list(result.failed) == ["ghost"]
     ghost = result.failed["ghost"]
-    assert (ghost.error_code, ghost.error_name, ghost.ok) == (UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID", False)
+    assert (ghost.error_code, ghost.error_name, ghost.ok) == (
+        UNKNOWN_MEMBER_ID,
+        "UNKNOWN_MEMBER_ID",
+        False,
+    )
     with pytest.raises(UnknownInstanceError, match="ghost.*UNKNOWN_MEMBER_ID") as info:
         result.all()
     assert info.value.member is ghost and info.value.error.code == UNKNOWN_MEMBER_ID
@@ -121,7 +128,10 @@ def test_result_to_dict_is_json_ready(scripted):
 def test_member_level_error_sent_for_the_whole_request(scripted):
     # Some brokers answer a member-level code at the top with no member list.
     broker = scripted()
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [leave_error(UNKNOWN_MEMBER_ID)]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        LEAVE_GROUP: [leave_error(UNKNOWN_MEMBER_ID)],
+    }
     result = client(broker).remove_members_from_group("orders", ["a", "b"])
     assert sorted(result.failed) == ["a", "b"]
     assert {m.error_code for m in result.members} == {UNKNOWN_MEMBER_ID}
@@ -129,20 +139,33 @@ def test_member_level_error_sent_for_the_whole_request(scripted):
 
 def test_answer_missing_a_member_counts_as_failure(scripted):
     broker = scripted()
-    only_a = lambda request, version: LeaveGroupResponse(members=[  # noqa: E731
-        LeaveGroupResponse.MemberResponse(member_id="a-1", group_instance_id="a", error_code=0)])
+
+    def only_a(request, version):
+        return LeaveGroupResponse(
+            members=[
+                LeaveGroupResponse.MemberResponse(
+                    member_id="a-1", group_instance_id="a", error_code=0
+                )
+            ]
+        )
+
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [only_a]}
     result = client(broker).remove_members_from_group("orders", ["a", "b"])
     assert result.removed == ["a"]
     assert "did not mention" in result.failed["b"].describe()
 
 
-@pytest.mark.parametrize("find_range, leave_range, want_find, want_leave", [
-    ((0, 3), (0, 4), 3, 4),  # pre-batching FindCoordinator, LeaveGroup without reason
-    ((0, 0), (3, 3), 0, 3),
-    ((1, 9), (2, 99), 6, 5),  # a newer broker: our highest versions
-])
-def test_negotiates_highest_common_versions(scripted, find_range, leave_range, want_find, want_leave):
+@pytest.mark.parametrize(
+    "find_range, leave_range, want_find, want_leave",
+    [
+        ((0, 3), (0, 4), 3, 4),  # pre-batching FindCoordinator, LeaveGroup without reason
+        ((0, 0), (3, 3), 0, 3),
+        ((1, 9), (2, 99), 6, 5),  # a newer broker: our highest versions
+    ],
+)
+def test_negotiates_highest_common_versions(
+    scripted, find_range, leave_range, want_find, want_leave
+):
     versions = {API_VERSIONS: (0, 3), FIND_COORDINATOR: find_range, LEAVE_GROUP: leave_range}
     broker, group = one_coordinator(scripted, versions=versions)
     result = client(broker).remove_members_from_group("orders", ["a"], reason="why")
@@ -175,7 +198,9 @@ def test_broker_too_old_for_leave_by_instance_sends_nothing(scripted, leave_rang
     if leave_range:
         versions[LEAVE_GROUP] = leave_range
     broker, group = one_coordinator(scripted, versions=versions)
-    with pytest.raises(BrokerTooOldError, match=r"too old.*LeaveGroup v3.*Nothing was sent") as info:
+    with pytest.raises(
+        BrokerTooOldError, match=r"too old.*LeaveGroup v3.*Nothing was sent"
+    ) as info:
         client(broker).remove_members_from_group("orders", ["a"])
     assert info.value.error.name == "UNSUPPORTED_VERSION"
     assert {k for k, _, _ in broker.requests} == {API_VERSIONS}
@@ -184,8 +209,11 @@ def test_broker_too_old_for_leave_by_instance_sends_nothing(scripted, leave_rang
 
 def test_coordinator_on_another_broker(scripted):
     group = KafkaLikeGroup(["a"])
-    coordinator = scripted(versions={API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 4)},
-                           script={LEAVE_GROUP: [group]}, node_id=7)
+    coordinator = scripted(
+        versions={API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), LEAVE_GROUP: (0, 4)},
+        script={LEAVE_GROUP: [group]},
+        node_id=7,
+    )
     bootstrap = scripted(script={FIND_COORDINATOR: [coordinator_at(coordinator, node_id=7)]})
     result = client(bootstrap).remove_members_from_group("orders", ["a"])
     assert result.removed == ["a"]
@@ -197,10 +225,17 @@ def test_coordinator_on_another_broker(scripted):
 
 
 def test_find_coordinator_public_call(scripted):
-    broker = scripted(versions={API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 3), LEAVE_GROUP: (0, 5)})
+    broker = scripted(
+        versions={API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 3), LEAVE_GROUP: (0, 5)}
+    )
     broker.script = {FIND_COORDINATOR: [coordinator_at(4321, node_id=3)]}
     found = client(broker).find_coordinator("orders")
-    assert (found.node_id, found.host, found.port, found.address) == (3, "127.0.0.1", 4321, "127.0.0.1:4321")
+    assert (found.node_id, found.host, found.port, found.address) == (
+        3,
+        "127.0.0.1",
+        4321,
+        "127.0.0.1:4321",
+    )
     assert broker.seen(FIND_COORDINATOR)[0][0] == 3
 
 
@@ -210,14 +245,21 @@ def test_find_coordinator_public_call(scripted):
 def test_not_coordinator_then_success(scripted):
     group = KafkaLikeGroup(["a"])
     broker = scripted()
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
-                     LEAVE_GROUP: [leave_error(NOT_COORDINATOR), group]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        LEAVE_GROUP: [leave_error(NOT_COORDINATOR), group],
+    }
     clock = FakeClock()
     result = client(broker, clock=clock).remove_members_from_group("orders", ["a"])
     assert result.removed == ["a"]
     # NOT_COORDINATOR sent the client back to FindCoordinator before the second LeaveGroup.
     assert [k for k, _, _ in broker.requests] == [
-        API_VERSIONS, FIND_COORDINATOR, LEAVE_GROUP, FIND_COORDINATOR, LEAVE_GROUP]
+        API_VERSIONS,
+        FIND_COORDINATOR,
+        LEAVE_GROUP,
+        FIND_COORDINATOR,
+        LEAVE_GROUP,
+    ]
     assert clock.slept == [0.1]
 
 
@@ -225,8 +267,11 @@ def test_coordinator_load_in_progress_is_retried_with_backoff(scripted):
     group = KafkaLikeGroup(["a"])
     broker = scripted()
     broker.script = {
-        FIND_COORDINATOR: [find_error(COORDINATOR_LOAD_IN_PROGRESS), find_error(COORDINATOR_LOAD_IN_PROGRESS),
-                           coordinator_at(broker)],
+        FIND_COORDINATOR: [
+            find_error(COORDINATOR_LOAD_IN_PROGRESS),
+            find_error(COORDINATOR_LOAD_IN_PROGRESS),
+            coordinator_at(broker),
+        ],
         LEAVE_GROUP: [leave_error(COORDINATOR_LOAD_IN_PROGRESS), group],
     }
     clock = FakeClock()
@@ -243,8 +288,10 @@ def test_coordinator_never_available_times_out(scripted, where):
     if where == "find":
         broker.script = {FIND_COORDINATOR: [find_error(COORDINATOR_NOT_AVAILABLE)]}
     else:
-        broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
-                         LEAVE_GROUP: [leave_error(COORDINATOR_NOT_AVAILABLE)]}
+        broker.script = {
+            FIND_COORDINATOR: [coordinator_at(broker)],
+            LEAVE_GROUP: [leave_error(COORDINATOR_NOT_AVAILABLE)],
+        }
     clock = FakeClock()
     with pytest.raises(AdminTimeoutError, match="COORDINATOR_NOT_AVAILABLE") as info:
         client(broker, timeout=1.0, clock=clock).remove_members_from_group("orders", ["a"])
@@ -258,13 +305,16 @@ def test_coordinator_never_available_times_out(scripted, where):
 # ---------------------------------------------------------------- request-level errors
 
 
-@pytest.mark.parametrize("code, exc, words", [
-    (30, GroupAuthorizationError, "not authorized.*GROUP_AUTHORIZATION_FAILED"),
-    (69, GroupNotFoundError, "does not exist.*GROUP_ID_NOT_FOUND"),
-    (27, GroupStateError, "not in a state that can rebalance.*REBALANCE_IN_PROGRESS"),
-    (35, BrokerTooOldError, "UNSUPPORTED_VERSION"),
-    (42, BrokerError, "INVALID_REQUEST"),
-])
+@pytest.mark.parametrize(
+    "code, exc, words",
+    [
+        (30, GroupAuthorizationError, "not authorized.*GROUP_AUTHORIZATION_FAILED"),
+        (69, GroupNotFoundError, "does not exist.*GROUP_ID_NOT_FOUND"),
+        (27, GroupStateError, "not in a state that can rebalance.*REBALANCE_IN_PROGRESS"),
+        (35, BrokerTooOldError, "UNSUPPORTED_VERSION"),
+        (42, BrokerError, "INVALID_REQUEST"),
+    ],
+)
 def test_leave_group_request_level_errors(scripted, code, exc, words):
     broker = scripted()
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [leave_error(code)]}
@@ -287,16 +337,23 @@ def test_find_coordinator_authorization_error(scripted):
 
 def test_dropped_connection_mid_response(scripted):
     broker = scripted()
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [Drop(KafkaLikeGroup(["a"]))]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        LEAVE_GROUP: [Drop(KafkaLikeGroup(["a"]))],
+    }
     start = time.monotonic()
-    with pytest.raises(BrokerConnectionError, match="closed the connection during LeaveGroup v5.*middle"):
+    with pytest.raises(
+        BrokerConnectionError, match="closed the connection during LeaveGroup v5.*middle"
+    ):
         client(broker).remove_members_from_group("orders", ["a"])
     assert time.monotonic() - start < 2.0
 
 
 def test_connection_closed_before_answer(scripted):
     broker = scripted(script={API_VERSIONS: [CLOSE]})
-    with pytest.raises(BrokerConnectionError, match="closed the connection during ApiVersions v4.*before"):
+    with pytest.raises(
+        BrokerConnectionError, match="closed the connection during ApiVersions v4.*before"
+    ):
         client(broker).api_versions()
 
 
@@ -309,8 +366,10 @@ def test_connection_reset(scripted):
 
 def test_answer_slower_than_timeout(scripted):
     broker = scripted()
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)],
-                     LEAVE_GROUP: [Delay(5.0, KafkaLikeGroup(["a"]))]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        LEAVE_GROUP: [Delay(5.0, KafkaLikeGroup(["a"]))],
+    }
     start = time.monotonic()
     with pytest.raises(AdminTimeoutError, match="no answer from .* to LeaveGroup v5 within 0.5 s"):
         client(broker, timeout=0.5).remove_members_from_group("orders", ["a"])
@@ -395,9 +454,15 @@ def test_error_code_table_names_every_code_of_these_apis():
     for api in ("ApiVersions", "FindCoordinator", "LeaveGroup", "StreamsGroupHeartbeat"):
         for name in error_codes.API_ERRORS[api]:
             assert error_codes.by_name(name).name == name
-    known = {25: "UNKNOWN_MEMBER_ID", 82: "FENCED_INSTANCE_ID", 30: "GROUP_AUTHORIZATION_FAILED",
-             69: "GROUP_ID_NOT_FOUND", 16: "NOT_COORDINATOR", 132: "STREAMS_TOPOLOGY_FENCED",
-             -1: "UNKNOWN_SERVER_ERROR"}
+    known = {
+        25: "UNKNOWN_MEMBER_ID",
+        82: "FENCED_INSTANCE_ID",
+        30: "GROUP_AUTHORIZATION_FAILED",
+        69: "GROUP_ID_NOT_FOUND",
+        16: "NOT_COORDINATOR",
+        132: "STREAMS_TOPOLOGY_FENCED",
+        -1: "UNKNOWN_SERVER_ERROR",
+    }
     for code, name in known.items():
         assert error_codes.error_name(code) == name
 
@@ -406,8 +471,9 @@ def test_error_code_lookup():
     assert error_codes.lookup(16).retriable and error_codes.lookup(14).retriable
     assert not error_codes.lookup(25).retriable
     assert {c for c in admin.COORDINATOR_RETRY} == {
-        error_codes.by_name(n).code for n in ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
-                                              "COORDINATOR_LOAD_IN_PROGRESS")}
+        error_codes.by_name(n).code
+        for n in ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS")
+    }
     unknown = error_codes.lookup(4242)
     assert unknown.code == 4242 and "4242" in unknown.name and not unknown.retriable
     assert str(error_codes.lookup(25)).startswith("UNKNOWN_MEMBER_ID (25): ")
@@ -420,20 +486,48 @@ def test_error_code_lookup():
 
 def test_cli_removes_and_prints_a_table(scripted, capsys):
     broker, group = one_coordinator(scripted)
-    code = cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
-                     "--instance-id", "a", "--instance-id", "b", "--reason", "scale down"])
+    code = cli.main(
+        [
+            "remove-members",
+            "--bootstrap-server",
+            broker.address,
+            "--group",
+            "orders",
+            "--instance-id",
+            "a",
+            "--instance-id",
+            "b",
+            "--reason",
+            "scale down",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert f"coordinator {broker.address} (node 1), LeaveGroup v5" in out
-    assert [line.split()[:2] for line in out.splitlines()[2:4]] == [["a", "removed"], ["b", "removed"]]
+    assert [line.split()[:2] for line in out.splitlines()[2:4]] == [
+        ["a", "removed"],
+        ["b", "removed"],
+    ]
     assert "2 of 2 members removed." in out
     assert broker.seen(LEAVE_GROUP)[0][1].members[0].reason == "scale down"
 
 
 def test_cli_partial_failure_json_exits_1(scripted, capsys):
     broker, _ = one_coordinator(scripted)
-    code = cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
-                     "--instance-id", "a", "--instance-id", "ghost", "--json"])
+    code = cli.main(
+        [
+            "remove-members",
+            "--bootstrap-server",
+            broker.address,
+            "--group",
+            "orders",
+            "--instance-id",
+            "a",
+            "--instance-id",
+            "ghost",
+            "--json",
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert code == 1
     assert data["removed"] == ["a"] and data["failed"] == ["ghost"]
@@ -442,33 +536,70 @@ def test_cli_partial_failure_json_exits_1(scripted, capsys):
 
 def test_cli_table_shows_member_errors(scripted, capsys):
     broker, _ = one_coordinator(scripted)
-    assert cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
-                     "--instance-id", "ghost"]) == 1
+    assert (
+        cli.main(
+            [
+                "remove-members",
+                "--bootstrap-server",
+                broker.address,
+                "--group",
+                "orders",
+                "--instance-id",
+                "ghost",
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert "ghost" in out and "FAILED" in out and "UNKNOWN_MEMBER_ID (25)" in out
     assert "0 of 1 members removed." in out
 
 
 def test_cli_request_error_exits_3_without_traceback(scripted, capsys):
-    broker = scripted(versions={API_VERSIONS: (0, 2), FIND_COORDINATOR: (0, 2), LEAVE_GROUP: (0, 2)})
-    code = cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
-                     "--instance-id", "a"])
+    broker = scripted(
+        versions={API_VERSIONS: (0, 2), FIND_COORDINATOR: (0, 2), LEAVE_GROUP: (0, 2)}
+    )
+    code = cli.main(
+        [
+            "remove-members",
+            "--bootstrap-server",
+            broker.address,
+            "--group",
+            "orders",
+            "--instance-id",
+            "a",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 3
     assert captured.err.startswith("fastkwire remove-members: error: broker 127.0.0.1:")
     assert "Nothing was sent" in captured.err and "Traceback" not in captured.err
 
-    code = cli.main(["remove-members", "--bootstrap-server", broker.address, "--group", "orders",
-                     "--instance-id", "a", "--json"])
+    code = cli.main(
+        [
+            "remove-members",
+            "--bootstrap-server",
+            broker.address,
+            "--group",
+            "orders",
+            "--instance-id",
+            "a",
+            "--json",
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert code == 3
-    assert data["error"]["type"] == "BrokerTooOldError" and data["error"]["error_name"] == "UNSUPPORTED_VERSION"
+    assert (
+        data["error"]["type"] == "BrokerTooOldError"
+        and data["error"]["error_name"] == "UNSUPPORTED_VERSION"
+    )
 
 
 def test_invoke_consumer_rebalance_alias(scripted, capsys):
     broker, group = one_coordinator(scripted)
-    code = cli.invoke_consumer_rebalance(["--bootstrap-server", broker.address, "--group", "orders",
-                                          "--instance-id", "c"])
+    code = cli.invoke_consumer_rebalance(
+        ["--bootstrap-server", broker.address, "--group", "orders", "--instance-id", "c"]
+    )
     assert code == 0 and "c" not in group.static
     assert "1 of 1 members removed." in capsys.readouterr().out
 
@@ -478,12 +609,42 @@ def test_cli_usage_errors(capsys):
         cli.main(["remove-members", "--bootstrap-server", "h:1", "--instance-id", "a"])
     assert info.value.code == 2 and "--group" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli.main(["remove-members", "--bootstrap-server", "h:1", "--group", "g", "--instance-id", "a",
-                  "--timeout", "-1"])
+        cli.main(
+            [
+                "remove-members",
+                "--bootstrap-server",
+                "h:1",
+                "--group",
+                "g",
+                "--instance-id",
+                "a",
+                "--timeout",
+                "-1",
+            ]
+        )
     assert cli.main([]) == 2
-    assert cli.main(["remove-members", "--bootstrap-server", "h:1", "--group", "g",
-                     "--instance-id", "a", "--instance-id", "a"]) == 2
-    assert cli.main(["remove-members", "--bootstrap-server", "h:x", "--group", "g", "--instance-id", "a"]) == 2
+    assert (
+        cli.main(
+            [
+                "remove-members",
+                "--bootstrap-server",
+                "h:1",
+                "--group",
+                "g",
+                "--instance-id",
+                "a",
+                "--instance-id",
+                "a",
+            ]
+        )
+        == 2
+    )
+    assert (
+        cli.main(
+            ["remove-members", "--bootstrap-server", "h:x", "--group", "g", "--instance-id", "a"]
+        )
+        == 2
+    )
     assert "bad port" in capsys.readouterr().err
     assert "remove-members" in cli.SUBCOMMANDS
 
@@ -501,15 +662,31 @@ def test_console_scripts_point_at_the_cli():
 
 
 def test_cli_process_refused_and_silent(scripted):
-    proc = run_cli("remove-members", "--bootstrap-server", f"127.0.0.1:{closed_port()}", "--group", "g",
-                   "--instance-id", "a")
+    proc = run_cli(
+        "remove-members",
+        "--bootstrap-server",
+        f"127.0.0.1:{closed_port()}",
+        "--group",
+        "g",
+        "--instance-id",
+        "a",
+    )
     assert proc.returncode == 3
     assert "connection refused" in proc.stderr and "Traceback" not in proc.stderr
 
     broker = scripted(script={API_VERSIONS: [SILENT]})
     start = time.monotonic()
-    proc = run_cli("remove-members", "--bootstrap-server", broker.address, "--group", "g",
-                   "--instance-id", "a", "--timeout", "0.5")
+    proc = run_cli(
+        "remove-members",
+        "--bootstrap-server",
+        broker.address,
+        "--group",
+        "g",
+        "--instance-id",
+        "a",
+        "--timeout",
+        "0.5",
+    )
     assert time.monotonic() - start < 5.0
     assert proc.returncode == 3
     assert "no answer from" in proc.stderr and "Traceback" not in proc.stderr
@@ -519,12 +696,23 @@ def test_admin_package_keeps_every_public_name_and_documents_both_clients():
     # admin is a package (results, flows, clients): what users imported from the module stays.
     import importlib
 
-    names = admin.__all__ + ["COORDINATOR_RETRY", "BACKOFF_START", "BACKOFF_MAX", "DEFAULT_PORT", "MAX_NAME_BYTES",
-                             "GROUP_STATE_ERRORS", "GROUP_NOT_FOUND_ERRORS", "FAILOVER_ERRORS"]
+    names = admin.__all__ + [
+        "COORDINATOR_RETRY",
+        "BACKOFF_START",
+        "BACKOFF_MAX",
+        "DEFAULT_PORT",
+        "MAX_NAME_BYTES",
+        "GROUP_STATE_ERRORS",
+        "GROUP_NOT_FOUND_ERRORS",
+        "FAILOVER_ERRORS",
+    ]
     namespace = {}
     exec(f"from fastkwire.admin import {', '.join(names)}", namespace)
     assert all(name in namespace for name in names)
-    assert [importlib.import_module(f"fastkwire.admin.{room}").__name__ for room in ("results", "flows", "clients")]
+    assert [
+        importlib.import_module(f"fastkwire.admin.{room}").__name__
+        for room in ("results", "flows", "clients")
+    ]
     calls = [n for n in vars(AdminClient) if not n.startswith("_")]
     assert sorted(calls) == sorted(n for n in vars(AsyncAdminClient) if not n.startswith("_"))
     for n in calls:

@@ -9,6 +9,7 @@ id, and these tests show that this rebalances the group at once.
 One group is shared by the whole module: Tansu holds a join for about half the session
 timeout, so every join or rebalance costs that long. The last test changes the group.
 """
+
 import json
 import os
 import socket
@@ -45,13 +46,20 @@ UNKNOWN_MEMBER_ID = 25
 
 @pytest.fixture(scope="module")
 def static_group(tansu_broker):  # noqa: F811 - pytest fixture injection
-    group = StaticGroup(tansu_broker.bootstrap, GROUP, TOPIC, MEMBERS,
-                        session_timeout_ms=SESSION_TIMEOUT_S * 1000,
-                        max_poll_interval_ms=SESSION_TIMEOUT_S * 1000)
+    group = StaticGroup(
+        tansu_broker.bootstrap,
+        GROUP,
+        TOPIC,
+        MEMBERS,
+        session_timeout_ms=SESSION_TIMEOUT_S * 1000,
+        max_poll_interval_ms=SESSION_TIMEOUT_S * 1000,
+    )
     try:
         if not group.wait_until(group.all_assigned, JOIN_TIMEOUT_S):
-            pytest.fail(f"the static group did not form within {JOIN_TIMEOUT_S} s: "
-                        f"{[c.assignments for c in group.consumers]}\n{tansu_broker.log_text()}")
+            pytest.fail(
+                f"the static group did not form within {JOIN_TIMEOUT_S} s: "
+                f"{[c.assignments for c in group.consumers]}\n{tansu_broker.log_text()}"
+            )
         assert group.wait_until(lambda: all(c.member_id() for c in group.consumers), 10)
         yield group
     finally:
@@ -91,14 +99,24 @@ VERSION_CASES = (
 def probe_request(api, version):
     # The probe group has no members, so no LeaveGroup here touches the static group.
     if api == "ApiVersions":
-        return ApiVersionsRequest(client_software_name="fastkwire", client_software_version=fastkwire.__version__)
+        return ApiVersionsRequest(
+            client_software_name="fastkwire", client_software_version=fastkwire.__version__
+        )
     if api == "FindCoordinator":
         if version >= 4:
             return FindCoordinatorRequest(key_type=0, coordinator_keys=[GROUP, "probe-group"])
         return FindCoordinatorRequest(key=GROUP, key_type=0)
     if version >= 3:
-        return LeaveGroupRequest(group_id="probe-group", members=[LeaveGroupRequest.MemberIdentity(
-            member_id="", group_instance_id="probe-instance", reason="probe" if version >= 5 else None)])
+        return LeaveGroupRequest(
+            group_id="probe-group",
+            members=[
+                LeaveGroupRequest.MemberIdentity(
+                    member_id="",
+                    group_instance_id="probe-instance",
+                    reason="probe" if version >= 5 else None,
+                )
+            ],
+        )
     return LeaveGroupRequest(group_id="probe-group", member_id="probe-member")
 
 
@@ -114,12 +132,15 @@ def test_every_version_decodes(tansu_broker, api, version):  # noqa: F811
         assert ranges[18][1] >= 4 and ranges[10][1] >= 6 and ranges[13][1] >= 5
     elif api == "FindCoordinator":
         entries = response.coordinators if version >= 4 else [response]
-        assert [(e.host, e.port, e.error_code) for e in entries] == [("127.0.0.1", tansu_broker.port, 0)] * len(entries)
+        assert [(e.host, e.port, e.error_code) for e in entries] == [
+            ("127.0.0.1", tansu_broker.port, 0)
+        ] * len(entries)
         if version >= 4:
             assert [e.key for e in entries] == [GROUP, "probe-group"]
     elif version >= 3:
         assert [(m.group_instance_id, m.error_code) for m in response.members] == [
-            ("probe-instance", UNKNOWN_MEMBER_ID)]
+            ("probe-instance", UNKNOWN_MEMBER_ID)
+        ]
     again = encode_response(response, version, header.correlation_id)
     assert decode_response(again, request.API_KEY, version)[1] == response
     if not (api == "ApiVersions" and version >= 3):
@@ -138,12 +159,16 @@ def test_api_versions_and_find_coordinator(admin, tansu_broker):  # noqa: F811
 def test_remove_by_instance_id_is_refused_by_tansu(admin, static_group):
     target = static_group.consumers[0]
     start = time.monotonic()
-    result = admin.remove_members_from_group(GROUP, [target.instance_id, "no-such-instance"], reason="test")
+    result = admin.remove_members_from_group(
+        GROUP, [target.instance_id, "no-such-instance"], reason="test"
+    )
 
     assert result.leave_group_version == 5
     assert result.removed == []
     assert {i: m.error_name for i, m in result.failed.items()} == {
-        target.instance_id: "UNKNOWN_MEMBER_ID", "no-such-instance": "UNKNOWN_MEMBER_ID"}
+        target.instance_id: "UNKNOWN_MEMBER_ID",
+        "no-such-instance": "UNKNOWN_MEMBER_ID",
+    }
     with pytest.raises(UnknownInstanceError):
         result.all()
     # Nothing changed: with 1 s heartbeats a rebalance would have reached the members by now.
@@ -159,28 +184,63 @@ def test_unknown_group(admin):
 
 def test_cli_against_tansu(tansu_broker, static_group, capsys):  # noqa: F811
     instance = static_group.consumers[1].instance_id
-    code = cli.main(["remove-members", "--bootstrap-server", tansu_broker.bootstrap, "--group", GROUP,
-                     "--instance-id", instance, "--json", "--timeout", "10"])
+    code = cli.main(
+        [
+            "remove-members",
+            "--bootstrap-server",
+            tansu_broker.bootstrap,
+            "--group",
+            GROUP,
+            "--instance-id",
+            instance,
+            "--json",
+            "--timeout",
+            "10",
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert code == 1
     assert data["failed"] == [instance]
     assert data["coordinator"]["port"] == tansu_broker.port
 
-    code = cli.invoke_consumer_rebalance(["--bootstrap-server", tansu_broker.bootstrap, "--group", GROUP,
-                                          "--instance-id", instance])
+    code = cli.invoke_consumer_rebalance(
+        ["--bootstrap-server", tansu_broker.bootstrap, "--group", GROUP, "--instance-id", instance]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "UNKNOWN_MEMBER_ID (25)" in out
 
 
 def test_cli_process_against_tansu(tansu_broker):  # noqa: F811
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(fastkwire.__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = (
+        os.path.dirname(os.path.dirname(fastkwire.__file__))
+        + os.pathsep
+        + env.get("PYTHONPATH", "")
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "fastkwire.cli", "remove-members", "--bootstrap-server", tansu_broker.bootstrap,
-         "--group", "no-such-group", "--instance-id", "x", "--timeout", "10"],
-        capture_output=True, text=True, timeout=30, env=env)
+        [
+            sys.executable,
+            "-m",
+            "fastkwire.cli",
+            "remove-members",
+            "--bootstrap-server",
+            tansu_broker.bootstrap,
+            "--group",
+            "no-such-group",
+            "--instance-id",
+            "x",
+            "--timeout",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
     assert proc.returncode == 1, proc.stderr
-    assert "x" in proc.stdout and "UNKNOWN_MEMBER_ID" in proc.stdout and "Traceback" not in proc.stderr
+    assert (
+        "x" in proc.stdout and "UNKNOWN_MEMBER_ID" in proc.stdout and "Traceback" not in proc.stderr
+    )
 
 
 def test_remove_by_member_id_rebalances_at_once(admin, static_group):
@@ -200,8 +260,9 @@ def test_remove_by_member_id_rebalances_at_once(admin, static_group):
     assert static_group.wait_until(lambda: all(c.revoked_since(paused) for c in others), 5)
     # ...and ends with the victim's partition handed over before its session could even expire.
     deadline = SESSION_TIMEOUT_S - 2
-    assert static_group.wait_until(lambda: all(c.assigned_since(paused) for c in others), deadline), (
-        f"no new assignment within {deadline} s of the removal")
+    assert static_group.wait_until(
+        lambda: all(c.assigned_since(paused) for c in others), deadline
+    ), f"no new assignment within {deadline} s of the removal"
     took = time.monotonic() - paused
     held = sorted(p for c in others for p in c.assigned_since(paused))
     assert held == list(range(MEMBERS))

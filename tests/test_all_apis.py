@@ -1,5 +1,6 @@
 """Every message of the protocol, every version, in both implementations; and the
 shipped definitions are what tools/convert_schemas.py makes of Kafka's."""
+
 import importlib
 import sys
 from pathlib import Path
@@ -29,8 +30,10 @@ def test_message_classes_cover_every_api(impl):
     assert len(impl.REQUEST_CLASSES) == len(impl.RESPONSE_CLASSES) >= 93
     for key, cls in impl.REQUEST_CLASSES.items():
         assert cls.API_KEY == key and impl.RESPONSE_CLASSES[key].API_KEY == key
-        assert (cls.MIN_VERSION, cls.MAX_VERSION) == (impl.RESPONSE_CLASSES[key].MIN_VERSION,
-                                                      impl.RESPONSE_CLASSES[key].MAX_VERSION)
+        assert (cls.MIN_VERSION, cls.MAX_VERSION) == (
+            impl.RESPONSE_CLASSES[key].MIN_VERSION,
+            impl.RESPONSE_CLASSES[key].MAX_VERSION,
+        )
 
 
 def test_defaults_follow_the_schema(impl):
@@ -43,7 +46,9 @@ def test_defaults_follow_the_schema(impl):
     assert str(produce.topic_id) == "00000000-0000-0000-0000-000000000000"
 
 
-@pytest.mark.skipif(not KAFKA.is_dir(), reason="Kafka's message definitions are not beside the checkout")
+@pytest.mark.skipif(
+    not KAFKA.is_dir(), reason="Kafka's message definitions are not beside the checkout"
+)
 def test_shipped_definitions_are_what_the_converter_makes():
     # the default conversion reads the snapshot, kafka-python 3's newer Kafka files and kio
     pytest.importorskip("kio")
@@ -60,11 +65,13 @@ def test_shipped_definitions_are_what_the_converter_makes():
 def test_import_loads_no_definition():
     """`import fastkwire` must not pay for 180 messages: no definition is read and no
     schema model imported until a message is used."""
-    code = ("import sys, fastkwire; "
-            "assert 'fastkwire._schema' not in sys.modules, 'schema model imported'; "
-            "assert 'fastkwire._layout' not in sys.modules, 'layouts imported'; "
-            "fastkwire.LeaveGroupRequest; "
-            "assert 'fastkwire._schema' in sys.modules")
+    code = (
+        "import sys, fastkwire; "
+        "assert 'fastkwire._schema' not in sys.modules, 'schema model imported'; "
+        "assert 'fastkwire._layout' not in sys.modules, 'layouts imported'; "
+        "fastkwire.LeaveGroupRequest; "
+        "assert 'fastkwire._schema' in sys.modules"
+    )
     import subprocess
 
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

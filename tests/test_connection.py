@@ -1,5 +1,6 @@
 """fastkwire.connection on its own: any request of the codec over one connection, blocking
 and asyncio (in the event loop's thread only), deadlines, and cancellation."""
+
 import asyncio
 import os
 import re
@@ -38,9 +39,13 @@ from fakes import (  # noqa: F401 - scripted is a fixture
 
 
 def test_sync_connection_sends_any_request_at_the_highest_common_version(scripted):
-    broker = scripted(versions={API_VERSIONS: (0, 3), DESCRIBE_GROUPS: (0, 4)},
-                      script={DESCRIBE_GROUPS: [described([("m-1", "i-1", {"t": [1, 0]})])]})
-    with Connection("127.0.0.1", broker.port, client_id="conn-test", request_timeout_ms=3000) as conn:
+    broker = scripted(
+        versions={API_VERSIONS: (0, 3), DESCRIBE_GROUPS: (0, 4)},
+        script={DESCRIBE_GROUPS: [described([("m-1", "i-1", {"t": [1, 0]})])]},
+    )
+    with Connection(
+        "127.0.0.1", broker.port, client_id="conn-test", request_timeout_ms=3000
+    ) as conn:
         assert conn.versions[DESCRIBE_GROUPS] == (0, 4)
         first = conn.request(DescribeGroupsRequest(groups=["orders"]))
         again = conn.request(DescribeGroupsRequest(groups=["orders"]), 2)
@@ -50,7 +55,11 @@ def test_sync_connection_sends_any_request_at_the_highest_common_version(scripte
             conn.request(FindCoordinatorRequest(key="g"))
     # ApiVersions v4, refused, again at the broker's v3; then each request at its version.
     assert [(k, v) for k, v, _ in broker.requests] == [
-        (API_VERSIONS, 4), (API_VERSIONS, 3), (DESCRIBE_GROUPS, 4), (DESCRIBE_GROUPS, 2)]
+        (API_VERSIONS, 4),
+        (API_VERSIONS, 3),
+        (DESCRIBE_GROUPS, 4),
+        (DESCRIBE_GROUPS, 2),
+    ]
 
 
 def test_per_call_deadline(scripted):
@@ -58,19 +67,33 @@ def test_per_call_deadline(scripted):
     with Connection("127.0.0.1", broker.port, request_timeout_ms=5000) as conn:
         start = time.monotonic()
         with pytest.raises(KafkaTimeoutError, match="FindCoordinator v6 within 0.2 s"):
-            conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), deadline=Deadline(0.2))
+            conn.request(
+                FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), deadline=Deadline(0.2)
+            )
         assert time.monotonic() - start < 0.6
 
 
 def test_security_repr_and_options_hide_secrets():
-    security = Security("SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="ops",
-                        sasl_plain_password="hunter2-secret")
+    security = Security(
+        "SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username="ops",
+        sasl_plain_password="hunter2-secret",
+    )
     assert "hunter2" not in repr(security) and "ops" in repr(security)
-    for bad, words in [({"security_protocol": "TLS"}, "security_protocol must be one of"),
-                       ({"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI"}, "sasl_mechanism must be"),
-                       ({"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "u"}, "needs sasl_plain_username"),
-                       ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER"}, "token_provider"),
-                       ({"security_protocol": "SSL", "ssl_cafile": "/no/such/ca.pem"}, "no such file")]:
+    for bad, words in [
+        ({"security_protocol": "TLS"}, "security_protocol must be one of"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI"}, "sasl_mechanism must be"),
+        (
+            {"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "u"},
+            "needs sasl_plain_username",
+        ),
+        (
+            {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER"},
+            "token_provider",
+        ),
+        ({"security_protocol": "SSL", "ssl_cafile": "/no/such/ca.pem"}, "no such file"),
+    ]:
         with pytest.raises(ValueError, match=words):
             Security(**bad)
 
@@ -96,8 +119,9 @@ def test_async_many_concurrent_calls_start_no_thread():
         descriptions = await asyncio.gather(*(one(n) for n in range(40)))
         async with await AsyncConnection.open("127.0.0.1", broker.port) as conn:
             # Concurrent requests on one connection take turns: each gets its own answer.
-            answers = await asyncio.gather(*(conn.request(DescribeGroupsRequest(groups=[f"g{n}"]))
-                                             for n in range(10)))
+            answers = await asyncio.gather(
+                *(conn.request(DescribeGroupsRequest(groups=[f"g{n}"])) for n in range(10))
+            )
         after = _threads()
         for _ in range(100):  # the broker sees every close within a few loop iterations
             if not broker.open_connections:
@@ -154,20 +178,27 @@ def fds_of_process():
         parts = row.split()
         if f"socket:[{parts[9]}]" in inodes and parts[3] == "01":  # ESTABLISHED
             ip, port = parts[2].split(":")
-            peers.append(f"{'.'.join(str(int(ip[i:i + 2], 16)) for i in (6, 4, 2, 0))}:{int(port, 16)}")
+            peers.append(
+                f"{'.'.join(str(int(ip[i : i + 2], 16)) for i in (6, 4, 2, 0))}:{int(port, 16)}"
+            )
     return peers
-
 
 
 def test_async_queued_request_keeps_its_own_deadline(scripted):
     broker = scripted(script={FIND_COORDINATOR: [Raw(b"\0\0")]})  # never a whole answer
 
     async def go():
-        async with await AsyncConnection.open("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
-            slow = asyncio.ensure_future(conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"])))
+        async with await AsyncConnection.open(
+            "127.0.0.1", broker.port, request_timeout_ms=3000
+        ) as conn:
+            slow = asyncio.ensure_future(
+                conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]))
+            )
             await asyncio.sleep(0.05)
             start = time.monotonic()
-            with pytest.raises(KafkaTimeoutError, match=r"DescribeGroups v\d \(queued behind others\) within 0.2 s"):
+            with pytest.raises(
+                KafkaTimeoutError, match=r"DescribeGroups v\d \(queued behind others\) within 0.2 s"
+            ):
                 await conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.2))
             waited = time.monotonic() - start
             slow.cancel()
@@ -179,7 +210,9 @@ def test_async_queued_request_keeps_its_own_deadline(scripted):
 def _addresses(*ports):
     """A getaddrinfo stand-in: the host has one 127.0.0.1 address per port."""
     return lambda host, port, *args, **kwargs: [
-        (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", p)) for p in ports]
+        (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", p))
+        for p in ports
+    ]
 
 
 def test_connect_shares_one_deadline_across_the_host_addresses(monkeypatch):
@@ -193,7 +226,9 @@ def test_connect_shares_one_deadline_across_the_host_addresses(monkeypatch):
 
     monkeypatch.setattr(socket, "getaddrinfo", _addresses(*range(9001, 9006)))
     monkeypatch.setattr(socket.socket, "connect", blackhole)
-    with pytest.raises(KafkaTimeoutError, match=r"could not connect to 127\.0\.0\.1:9092 within 0\.3 s"):
+    with pytest.raises(
+        KafkaTimeoutError, match=r"could not connect to 127\.0\.0\.1:9092 within 0\.3 s"
+    ):
         Connection("127.0.0.1", 9092, request_timeout_ms=300)
     assert given and sum(given) <= 0.3 + 0.01  # not 0.3 s for each of the five
 
@@ -213,8 +248,11 @@ def test_a_timeout_closes_the_connection(scripted):
         with pytest.raises(KafkaTimeoutError, match="DescribeGroups v6 within 0.1 s"):
             conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.1))
         time.sleep(0.4)  # the late answer has arrived by now
-        with pytest.raises(KafkaConnectionError, match=r"is closed \(DescribeGroups v6 did not complete on it\): "
-                                                        "open a new one"):
+        with pytest.raises(
+            KafkaConnectionError,
+            match=r"is closed \(DescribeGroups v6 did not complete on it\): "
+            "open a new one",
+        ):
             conn.request(DescribeGroupsRequest(groups=["g"]))
     assert len(broker.seen(DESCRIBE_GROUPS)) == 1
 
@@ -223,11 +261,15 @@ def test_an_async_timeout_closes_the_connection(scripted):
     broker = scripted(script={DESCRIBE_GROUPS: [Delay(0.3, described([])), described([])]})
 
     async def go():
-        async with await AsyncConnection.open("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
+        async with await AsyncConnection.open(
+            "127.0.0.1", broker.port, request_timeout_ms=3000
+        ) as conn:
             with pytest.raises(KafkaTimeoutError, match="DescribeGroups v6 within 0.1 s"):
                 await conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.1))
             await asyncio.sleep(0.4)
-            with pytest.raises(KafkaConnectionError, match=r"is closed \(DescribeGroups v6 did not complete"):
+            with pytest.raises(
+                KafkaConnectionError, match=r"is closed \(DescribeGroups v6 did not complete"
+            ):
                 await conn.request(DescribeGroupsRequest(groups=["g"]))
 
     asyncio.run(go())
@@ -244,16 +286,39 @@ def test_a_refused_answer_size_closes_the_connection(scripted):
             conn.request(DescribeGroupsRequest(groups=["g"]))
 
 
-@pytest.mark.parametrize("options, words", [
-    ({"ssl_cafile": "never-read.pem"}, r"TLS options are given \(ssl_cafile\), but security_protocol PLAINTEXT "
-                                       "uses no TLS"),
-    ({"ssl_cafile": "ca.pem", "ssl_check_hostname": False}, r"\(ssl_cafile, ssl_check_hostname=False\)"),
-    ({"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "u", "sasl_plain_password": "p",
-      "ssl_certfile": "c.pem", "ssl_keyfile": "k.pem"}, "ssl_certfile, ssl_keyfile.*SASL_PLAINTEXT uses no TLS"),
-    ({"ssl_context": ssl.create_default_context()}, r"\(ssl_context\)"),
-    ({"security_protocol": "SSL", "ssl_context": ssl.create_default_context(), "ssl_cafile": "ca.pem"},
-     "ssl_context replaces ssl_cafile"),
-])
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (
+            {"ssl_cafile": "never-read.pem"},
+            r"TLS options are given \(ssl_cafile\), but security_protocol PLAINTEXT "
+            "uses no TLS",
+        ),
+        (
+            {"ssl_cafile": "ca.pem", "ssl_check_hostname": False},
+            r"\(ssl_cafile, ssl_check_hostname=False\)",
+        ),
+        (
+            {
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_plain_username": "u",
+                "sasl_plain_password": "p",
+                "ssl_certfile": "c.pem",
+                "ssl_keyfile": "k.pem",
+            },
+            "ssl_certfile, ssl_keyfile.*SASL_PLAINTEXT uses no TLS",
+        ),
+        ({"ssl_context": ssl.create_default_context()}, r"\(ssl_context\)"),
+        (
+            {
+                "security_protocol": "SSL",
+                "ssl_context": ssl.create_default_context(),
+                "ssl_cafile": "ca.pem",
+            },
+            "ssl_context replaces ssl_cafile",
+        ),
+    ],
+)
 def test_tls_options_that_would_be_ignored_are_refused(options, words):
     with pytest.raises(ValueError, match=words):
         Security(**options)
@@ -280,9 +345,14 @@ def test_decoding_counts_against_the_deadline(scripted, monkeypatch):
 
     with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
         monkeypatch.setattr(connection, "decode_response", slow_decode)
-        with pytest.raises(KafkaTimeoutError, match="answer of .* to DescribeGroups v6 was not decoded within 0.2 s"):
+        with pytest.raises(
+            KafkaTimeoutError,
+            match="answer of .* to DescribeGroups v6 was not decoded within 0.2 s",
+        ):
             conn.request(DescribeGroupsRequest(groups=["g"]), deadline=Deadline(0.2))
-        assert conn.request(DescribeGroupsRequest(groups=["g"])).groups[0].group_id == "g"  # still usable
+        assert (
+            conn.request(DescribeGroupsRequest(groups=["g"])).groups[0].group_id == "g"
+        )  # still usable
 
 
 def test_a_request_over_a_connection_fails_with_connection_errors_not_admin_ones(scripted):
@@ -293,14 +363,22 @@ def test_a_request_over_a_connection_fails_with_connection_errors_not_admin_ones
 
     broker = scripted(versions={API_VERSIONS: (0, 4), 0: (3, 9)}, script={0: [SILENT]})
     with Connection("127.0.0.1", broker.port, request_timeout_ms=3000) as conn:
-        with pytest.raises(KafkaTimeoutError, match=r"no answer from .* to Produce v9 within 0.1 s") as info:
-            conn.request(ProduceRequest(acks=1, timeout_ms=100, topic_data=[]), deadline=Deadline(0.1))
+        with pytest.raises(
+            KafkaTimeoutError, match=r"no answer from .* to Produce v9 within 0.1 s"
+        ) as info:
+            conn.request(
+                ProduceRequest(acks=1, timeout_ms=100, topic_data=[]), deadline=Deadline(0.1)
+            )
     assert not isinstance(info.value, AdminError) and isinstance(info.value, TimeoutError)
-    assert issubclass(AdminTimeoutError, KafkaTimeoutError) and not issubclass(KafkaTimeoutError, AdminError)
+    assert issubclass(AdminTimeoutError, KafkaTimeoutError) and not issubclass(
+        KafkaTimeoutError, AdminError
+    )
 
     # The same failure inside an admin call is its admin twin, with the same message.
     silent = scripted(script={API_VERSIONS: [SILENT]})
-    with pytest.raises(AdminTimeoutError, match=r"no answer from .* to ApiVersions v4 within 0.2 s"):
+    with pytest.raises(
+        AdminTimeoutError, match=r"no answer from .* to ApiVersions v4 within 0.2 s"
+    ):
         AdminClient(silent.address, request_timeout_ms=200).api_versions()
 
 
@@ -310,7 +388,10 @@ def test_group_answer_caps_are_the_admin_clients_passed_as_max_answer_bytes(scri
     from fastkwire.admin import ANSWER_LIMITS
     from fastkwire.connection import ANSWER_LIMITS as CONNECTION_LIMITS, DEFAULT_ANSWER_LIMIT
 
-    assert DESCRIBE_GROUPS not in CONNECTION_LIMITS and ANSWER_LIMITS[DESCRIBE_GROUPS] == (16 << 20, 0)
+    assert DESCRIBE_GROUPS not in CONNECTION_LIMITS and ANSWER_LIMITS[DESCRIBE_GROUPS] == (
+        16 << 20,
+        0,
+    )
     announced = 20 << 20
     assert ANSWER_LIMITS[DESCRIBE_GROUPS][0] < announced < DEFAULT_ANSWER_LIMIT
     broker = scripted(script={DESCRIBE_GROUPS: [Raw(struct.pack(">i", announced))]})

@@ -3,6 +3,7 @@
 Kafka's files are not part of this repository; a checkout keeps them at
 ../shared/kafka-schemas beside it. Without them these tests skip.
 """
+
 import copy
 import importlib.util
 import json
@@ -19,17 +20,26 @@ from fastkwire import _schema
 ROOT = Path(__file__).resolve().parents[1]
 KAFKA = Path(__file__).resolve().parents[2] / "shared" / "kafka-schemas"
 SCHEMAS = ROOT / "src" / "fastkwire" / "schemas"
-HAND_WRITTEN = ("LeaveGroupRequest", "LeaveGroupResponse", "FindCoordinatorRequest",
-                "FindCoordinatorResponse", "ApiVersionsRequest", "ApiVersionsResponse",
-                "RequestHeader", "ResponseHeader")
+HAND_WRITTEN = (
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "FindCoordinatorRequest",
+    "FindCoordinatorResponse",
+    "ApiVersionsRequest",
+    "ApiVersionsResponse",
+    "RequestHeader",
+    "ResponseHeader",
+)
 
 pytestmark = pytest.mark.skipif(not KAFKA.is_dir(), reason="Kafka's message definitions not found")
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("convert_schemas", ROOT / "tools" / "convert_schemas.py")
+    spec = importlib.util.spec_from_file_location(
+        "convert_schemas", ROOT / "tools" / "convert_schemas.py"
+    )
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module      # dataclasses look their module up while it loads
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 
@@ -94,6 +104,7 @@ def field(msg, path):
 
 # ---------------------------------------------------------------- stage 1: Kafka's facts
 
+
 @pytest.mark.parametrize("name", HAND_WRITTEN)
 def test_converted_facts_equal_our_hand_written_definitions(plain, name):
     _, (_, messages, _, _) = plain
@@ -113,8 +124,12 @@ def test_existing_files_keep_their_docs_byte_for_byte(tmp_path):
     for name in HAND_WRITTEN:
         assert outputs[f"{name}.json"] == (SCHEMAS / f"{name}.json").read_text(), name
     assert not set(outputs) & {f"{n}.json" for n in tool.PROTECTED}
-    assert tool.main(["--kafka", str(KAFKA), "--out", str(tmp_path), "--no-kio", "--no-newer",
-                      "--quiet"]) == 0
+    assert (
+        tool.main(
+            ["--kafka", str(KAFKA), "--out", str(tmp_path), "--no-kio", "--no-newer", "--quiet"]
+        )
+        == 0
+    )
     assert protected.read_text() == before
     assert not [w for w in warnings if "dropped" in w]
 
@@ -123,7 +138,7 @@ def test_merge_keeps_project_keys_and_drops_fields_kafka_lacks(tmp_path):
     ours = json.loads((SCHEMAS / "LeaveGroupRequest.json").read_text())
     field(ours, "Members.Reason")["note"] = "project-only key"
     ours["fields"].append({"name": "Invented", "type": "int8", "versions": "0+", "doc": "x"})
-    field(ours, "GroupId")["versions"] = "1+"     # a fact: Kafka's value wins
+    field(ours, "GroupId")["versions"] = "1+"  # a fact: Kafka's value wins
     (tmp_path / "LeaveGroupRequest.json").write_text(json.dumps(ours))
     outputs, _, _, warnings = convert(tmp_path, use_kio=False)
     merged = json.loads(outputs["LeaveGroupRequest.json"])
@@ -177,9 +192,13 @@ def strings(value):
 def test_no_kafka_prose_in_the_output(with_kio):
     out, _ = with_kio
     about = about_texts()
-    assert len(about) > 500     # the input does carry prose
-    comments = {line.strip().lstrip("/").strip() for p in KAFKA.glob("*.json")
-                for line in p.read_text().splitlines() if line.strip().startswith("//")}
+    assert len(about) > 500  # the input does carry prose
+    comments = {
+        line.strip().lstrip("/").strip()
+        for p in KAFKA.glob("*.json")
+        for line in p.read_text().splitlines()
+        if line.strip().startswith("//")
+    }
     comments = {c for c in comments if len(c) > 20}
     for p in out.glob("*.json"):
         text = p.read_text()
@@ -193,8 +212,12 @@ def test_loose_values_are_normalised(plain):
     _, (_, messages, _, _) = plain
     # hex default, string defaults of every kind, tags written as strings
     assert field(messages["JoinGroupRequest"], "RebalanceTimeoutMs")["default"] == -1
-    hex_defaults = [f for m in messages.values() for _, f in test_schemas.every_field(m)
-                    if f.get("default") == 0x7FFFFFFF]
+    hex_defaults = [
+        f
+        for m in messages.values()
+        for _, f in test_schemas.every_field(m)
+        if f.get("default") == 0x7FFFFFFF
+    ]
     assert hex_defaults
     assert field(messages["BrokerHeartbeatRequest"], "OfflineLogDirs")["tag"] == 0
     assert field(messages["LeaveGroupRequest"], "Members.Reason")["default"] is None
@@ -208,22 +231,41 @@ def test_loose_values_are_normalised(plain):
     assert field(messages["CreateTopicsResponse"], "Topics.ErrorMessage")["nullable"] == "1+"
 
 
-@pytest.mark.parametrize("raw, ftype, expected", [
-    ("0x7fffffff", "int32", 2147483647), ("-0x10", "int64", -16), ("-1", "int16", -1),
-    (7, "int8", 7), ("65535", "uint16", 65535), ("true", "bool", True), ("False", "bool", False),
-    (False, "bool", False), ("1.5", "float64", 1.5), ("", "string", ""), ("x", "string", "x"),
-    ("AAAAAAAAAAAAAAAAAAAAAA", "uuid", "00000000-0000-0000-0000-000000000000"),
-    ("12345678-1234-5678-1234-567812345678", "uuid", "12345678-1234-5678-1234-567812345678"),
-])
+@pytest.mark.parametrize(
+    "raw, ftype, expected",
+    [
+        ("0x7fffffff", "int32", 2147483647),
+        ("-0x10", "int64", -16),
+        ("-1", "int16", -1),
+        (7, "int8", 7),
+        ("65535", "uint16", 65535),
+        ("true", "bool", True),
+        ("False", "bool", False),
+        (False, "bool", False),
+        ("1.5", "float64", 1.5),
+        ("", "string", ""),
+        ("x", "string", "x"),
+        ("AAAAAAAAAAAAAAAAAAAAAA", "uuid", "00000000-0000-0000-0000-000000000000"),
+        ("12345678-1234-5678-1234-567812345678", "uuid", "12345678-1234-5678-1234-567812345678"),
+    ],
+)
 def test_default_normalisation(raw, ftype, expected):
     value = tool.convert_default(raw, ftype, None, "F")
     assert value == expected and type(value) is type(expected)
 
 
-@pytest.mark.parametrize("raw, ftype", [
-    ("128", "int8"), ("-1", "uint16"), ("maybe", "bool"), ("0", "[]int32"), ("x", "bytes"),
-    ("null", "int32"), ("not-a-uuid", "uuid"),
-])
+@pytest.mark.parametrize(
+    "raw, ftype",
+    [
+        ("128", "int8"),
+        ("-1", "uint16"),
+        ("maybe", "bool"),
+        ("0", "[]int32"),
+        ("x", "bytes"),
+        ("null", "int32"),
+        ("not-a-uuid", "uuid"),
+    ],
+)
 def test_bad_defaults_are_refused(raw, ftype):
     with pytest.raises(tool.ConversionError, match="F"):
         tool.convert_default(raw, ftype, None, "F")
@@ -251,7 +293,9 @@ def test_unstable_versions_are_marked_on_request_and_response(plain):
     assert messages["EndTxnResponse"]["unstable"] == "5"
     assert "unstable" not in messages["ProduceRequest"]
     unstable = {n for n, m in messages.items() if "unstable" in m}
-    marked = {p.stem for p in KAFKA.glob("*.json") if tool.read_kafka(p).get("latestVersionUnstable")}
+    marked = {
+        p.stem for p in KAFKA.glob("*.json") if tool.read_kafka(p).get("latestVersionUnstable")
+    }
     preview = {n for n, m in messages.items() if m.get("api_key") in tool.PREVIEW_APIS}
     assert marked and marked <= unstable
     assert unstable == marked | {n.replace("Request", "Response") for n in marked} | preview
@@ -262,7 +306,7 @@ def test_unstable_versions_are_marked_on_request_and_response(plain):
 
 def test_output_is_deterministic_and_check_mode_notices_changes(tmp_path):
     args = ["--kafka", str(KAFKA), "--out", str(tmp_path), "--no-kio", "--no-newer", "--quiet"]
-    assert tool.main(args + ["--check"]) == 1          # empty directory
+    assert tool.main(args + ["--check"]) == 1  # empty directory
     assert tool.main(args) == 0
     first = {p.name: p.read_text() for p in tmp_path.iterdir()}
     assert tool.main(args + ["--check"]) == 0
@@ -293,6 +337,7 @@ def test_style_matches_the_hand_written_files(plain):
 
 # ---------------------------------------------------------------- loading and format rules
 
+
 @pytest.mark.parametrize("stages", ["plain", "with_kio"])
 def test_every_converted_file_loads_and_follows_the_format_rules(request, stages):
     out, (outputs, messages, _, _) = request.getfixturevalue(stages)
@@ -309,12 +354,18 @@ def test_every_converted_file_loads_and_follows_the_format_rules(request, stages
         test_schemas.test_struct_types_are_defined(raw)
         test_schemas.test_shared_structs_are_used(raw)
         test_schemas.test_no_repeated_names_within_a_struct(raw)
-    uuid_arrays = [f for m in messages.values() for _, f in test_schemas.every_field(m)
-                   if f["type"] == "[]uuid"]
+    uuid_arrays = [
+        f
+        for m in messages.values()
+        for _, f in test_schemas.every_field(m)
+        if f["type"] == "[]uuid"
+    ]
     assert uuid_arrays
     shared = _schema.load_file(out / "AddPartitionsToTxnResponse.json")
     assert [s.name for s in shared.structs][:2] == [
-        "AddPartitionsToTxnPartitionResult", "AddPartitionsToTxnTopicResult"]
+        "AddPartitionsToTxnPartitionResult",
+        "AddPartitionsToTxnTopicResult",
+    ]
 
 
 def test_requests_and_responses_agree(with_kio):
@@ -328,8 +379,10 @@ def test_requests_and_responses_agree(with_kio):
 
 # ---------------------------------------------------------------- stage 2: kio's newer versions
 
+
 def test_kio_adds_produce_13_with_topic_ids(with_kio):
     from kio.schema.produce.v13.request import TopicProduceData
+
     _, (_, messages, added, _) = with_kio
     assert "topic_id" in {f.name for f in tool.dataclasses.fields(TopicProduceData)}
     req, resp = messages["ProduceRequest"], messages["ProduceResponse"]
@@ -337,7 +390,11 @@ def test_kio_adds_produce_13_with_topic_ids(with_kio):
     assert added["ProduceRequest"] == [12, 13]
     assert field(req, "TopicData.Name")["versions"] == "0-12"
     assert field(req, "TopicData.TopicId") == {"name": "TopicId", "type": "uuid", "versions": "13+"}
-    assert [f["name"] for f in field(req, "TopicData")["fields"]] == ["Name", "TopicId", "PartitionData"]
+    assert [f["name"] for f in field(req, "TopicData")["fields"]] == [
+        "Name",
+        "TopicId",
+        "PartitionData",
+    ]
     assert field(resp, "Responses.Name")["versions"] == "0-12"
     assert field(resp, "Responses.TopicId")["versions"] == "13+"
     # kio's None for a -1 timestamp is not a null on the wire
@@ -353,15 +410,24 @@ def test_kio_adds_the_other_known_versions(with_kio):
     meta = messages["MetadataResponse"]
     assert meta["versions"] == "0-13" and meta["fields"][-1]["name"] == "ErrorCode"
     assert meta["fields"][-1]["versions"] == "13+"
-    for name, topics in (("OffsetCommitRequest", "Topics"), ("OffsetCommitResponse", "Topics"),
-                         ("OffsetFetchRequest", "Groups.Topics"), ("OffsetFetchResponse", "Groups.Topics")):
+    for name, topics in (
+        ("OffsetCommitRequest", "Topics"),
+        ("OffsetCommitResponse", "Topics"),
+        ("OffsetFetchRequest", "Groups.Topics"),
+        ("OffsetFetchResponse", "Groups.Topics"),
+    ):
         assert messages[name]["versions"].endswith("-10"), name
         assert field(messages[name], f"{topics}.Name")["versions"].endswith("-9"), name
         assert field(messages[name], f"{topics}.TopicId")["versions"] == "10+", name
     desc = messages["DescribeGroupsResponse"]
     assert desc["versions"] == "0-6"
     assert field(desc, "Groups.ErrorMessage") == {
-        "name": "ErrorMessage", "type": "string", "versions": "6+", "nullable": "6+", "default": None}
+        "name": "ErrorMessage",
+        "type": "string",
+        "versions": "6+",
+        "nullable": "6+",
+        "default": None,
+    }
 
 
 def test_kio_names_turn_back_into_kafkas(plain):
@@ -389,7 +455,7 @@ def test_kio_names_turn_back_into_kafkas(plain):
             ext = tool.Extender(copy.deepcopy(msg), lambda w: None)
             walk(ext, ext.msg["fields"], tool.resolve_name(known[newest]), newest)
     assert checked > 1000
-    assert wrong == {"timeoutMs", "validateOnly"}     # CreatePartitionsRequest's own spelling
+    assert wrong == {"timeoutMs", "validateOnly"}  # CreatePartitionsRequest's own spelling
 
 
 def test_kio_renames_keep_our_names(with_kio):
@@ -422,6 +488,7 @@ def test_extended_definitions_match_kio_in_every_version_kio_has(with_kio):
 def test_the_comparison_notices_differences(with_kio):
     _, (_, messages, _, _) = with_kio
     from kio.schema.leave_group.v5.request import LeaveGroupRequest as Kio5
+
     msg = copy.deepcopy(messages["LeaveGroupRequest"])
     ext = tool.Extender(msg, lambda w: None)
     assert ext.compare(msg["fields"], Kio5, 5, "L") == []
@@ -440,6 +507,7 @@ def test_the_comparison_notices_differences(with_kio):
 def test_error_code_table_covers_every_kio_code(capsys, monkeypatch):
     kio_errors = pytest.importorskip("kio.schema.errors")
     from fastkwire import error_codes
+
     assert tool.check_error_codes() == 0
     for e in kio_errors.ErrorCode:
         ours = error_codes.lookup(int(e))
@@ -468,8 +536,10 @@ DISAGREEMENTS = [
     "VoteRequest v1.Topics.Partitions.CandidateEpoch: kio calls it replica_epoch",
     "VoteRequest v1.Topics.Partitions.CandidateId: kio calls it replica_id",
     # the newer Kafka released EndTxn v5 and has InitProducerId v6 unstable
-    "EndTxnRequest: unstable 5 -> none", "EndTxnResponse: unstable 5 -> none",
-    "InitProducerIdRequest: unstable none -> 6", "InitProducerIdResponse: unstable none -> 6",
+    "EndTxnRequest: unstable 5 -> none",
+    "EndTxnResponse: unstable 5 -> none",
+    "InitProducerIdRequest: unstable none -> 6",
+    "InitProducerIdResponse: unstable none -> 6",
     # ignorable flags kio does not record, on fields some version lacks
     "AlterPartitionReassignmentsResponse v1.AllowReplicationFactorChange: ignorable True",
     "DescribeLogDirsResponse v5.Results.IsCordoned: ignorable True",
@@ -492,13 +562,26 @@ DISAGREEMENTS = [
 
 
 def disagreements(warnings):
-    marks = ("Kafka renamed API", "as kio has it", "kio calls it", ": unstable ", ": ignorable ",
-             "not applied", "could not be applied", "stopped")
+    marks = (
+        "Kafka renamed API",
+        "as kio has it",
+        "kio calls it",
+        ": unstable ",
+        ": ignorable ",
+        "not applied",
+        "could not be applied",
+        "stopped",
+    )
     out = []
     for w in warnings:
         if any(m in w for m in marks) and "was unstable in Kafka's files" not in w:
-            for cut in ("; converted", " (newer Kafka)", ", as the newer Kafka", "; kept our name",
-                        " (kafka-python"):
+            for cut in (
+                "; converted",
+                " (newer Kafka)",
+                ", as the newer Kafka",
+                "; kept our name",
+                " (kafka-python",
+            ):
                 w = w.split(cut)[0]
             out.append(w)
     return sorted(out)
@@ -508,7 +591,9 @@ def test_every_disagreement_between_sources_is_recorded(every_source):
     _, (_, messages, _, warnings) = every_source
     assert disagreements(warnings) == sorted(DISAGREEMENTS)
     # what the newer Kafka's facts did
-    summary = field(messages["ReadShareGroupStateSummaryResponse"], "Results.Partitions.LeaderEpoch")
+    summary = field(
+        messages["ReadShareGroupStateSummaryResponse"], "Results.Partitions.LeaderEpoch"
+    )
     assert summary["versions"] == "0+"
     assert field(messages["ProduceRequest"], "TopicData.Name").get("ignorable") is True
     # ClientId lost its flag in Kafka 4 along with header v0, which we keep: not applied
@@ -526,13 +611,18 @@ def test_every_shared_version_agrees_but_the_recorded_cases(tmp_path):
     tool.build(KAFKA, tmp_path, True, warnings.append, check_all=True)
     found = disagreements(warnings)
     assert set(found) <= set(DISAGREEMENTS) | {
-        w for w in found if "kio calls it" in w and w.startswith("VoteRequest v")}
+        w for w in found if "kio calls it" in w and w.startswith("VoteRequest v")
+    }
 
 
 def test_kio_alone_gives_the_apis_the_snapshot_lacks(every_source):
     _, (_, messages, added, warnings) = every_source
-    for key, name in ((89, "StreamsGroupDescribe"), (90, "DescribeShareGroupOffsets"),
-                      (91, "AlterShareGroupOffsets"), (92, "DeleteShareGroupOffsets")):
+    for key, name in (
+        (89, "StreamsGroupDescribe"),
+        (90, "DescribeShareGroupOffsets"),
+        (91, "AlterShareGroupOffsets"),
+        (92, "DeleteShareGroupOffsets"),
+    ):
         for kind in ("Request", "Response"):
             msg = messages[name + kind]
             assert msg["api_key"] == key and msg["flexible"] == "0+"
@@ -561,15 +651,20 @@ def test_sources_are_recorded_per_file(every_source, tmp_path):
     sources = tool.build.sources
     assert set(sources) == set(outputs) | {f"{n}.json" for n in tool.PROTECTED}
     assert sources["ProduceRequest.json"][tool.SNAPSHOT] == "v0-11"
-    assert any(label.startswith("kio ") and what == "v12-13 added"
-               for label, what in sources["ProduceRequest.json"].items())
-    assert tool.build.renamed == {"ListClientMetricsResourcesRequest": "ListConfigResourcesRequest",
-                                  "ListClientMetricsResourcesResponse": "ListConfigResourcesResponse"}
+    assert any(
+        label.startswith("kio ") and what == "v12-13 added"
+        for label, what in sources["ProduceRequest.json"].items()
+    )
+    assert tool.build.renamed == {
+        "ListClientMetricsResourcesRequest": "ListConfigResourcesRequest",
+        "ListClientMetricsResourcesResponse": "ListConfigResourcesResponse",
+    }
     committed = (ROOT / "tools" / "schema_sources.json").read_text()
     assert tool.render_sources(tool.build.sources, tool.build.renamed) == committed
 
 
 # ---------------------------------------------------------------- the drift check
+
 
 def test_drift_check_against_kio_lists_only_the_known_differences(capsys):
     pytest.importorskip("kio")
@@ -579,8 +674,11 @@ def test_drift_check_against_kio_lists_only_the_known_differences(capsys):
     assert renames and all(line.startswith("VoteRequest v") for line in renames)
     gone = {"ControlledShutdown", "LeaderAndIsr", "StopReplica", "UpdateMetadata"}
     others = [line for line in lines if line not in renames]
-    assert all(line.split(":")[0].removesuffix("Request").removesuffix("Response").split(" ")[0]
-               in gone or line.endswith("only ours") for line in others), others
+    assert all(
+        line.split(":")[0].removesuffix("Request").removesuffix("Response").split(" ")[0] in gone
+        or line.endswith("only ours")
+        for line in others
+    ), others
 
 
 def test_drift_check_against_kafka_pythons_files():
@@ -595,7 +693,7 @@ def test_drift_check_names_api_version_and_field(tmp_path, capsys):
     for name in ("LeaveGroupRequest", "LeaveGroupResponse"):
         shutil.copy(SCHEMAS / f"{name}.json", tmp_path)
     msg = json.loads((tmp_path / "LeaveGroupRequest.json").read_text())
-    field(msg, "Members.Reason")["versions"] = "4+"          # Kafka: 5+
+    field(msg, "Members.Reason")["versions"] = "4+"  # Kafka: 5+
     field(msg, "Members.MemberId")["type"] = "int32"
     msg["fields"].append({"name": "Extra", "type": "int8", "versions": "3+"})
     (tmp_path / "LeaveGroupRequest.json").write_text(json.dumps(msg))
@@ -616,9 +714,11 @@ def test_drift_check_names_api_version_and_field(tmp_path, capsys):
 
 # ---------------------------------------------------------------- stage 2 on made-up dataclasses
 
+
 def kio_like(name, **fields):
     """A dataclass shaped like kio's: annotations, kafka_type and tag in the metadata."""
     import dataclasses
+
     spec = []
     for fname, (annotation, meta, *default) in fields.items():
         kw = {"metadata": meta}
@@ -631,30 +731,51 @@ def kio_like(name, **fields):
 def test_extension_of_a_made_up_message():
     import datetime
     import uuid
+
     part = kio_like("Part", index=(int, {"kafka_type": "int32"}))
     topic = kio_like(
         "Topic",
-        topic_id=(uuid.UUID | None, {"kafka_type": "uuid"}),         # replaces Name
+        topic_id=(uuid.UUID | None, {"kafka_type": "uuid"}),  # replaces Name
         partitions=(tuple[part, ...], {}),
         seen=(datetime.datetime | None, {"kafka_type": "datetime_i64"}, None),
     )
     v3 = kio_like(
         "Made",
-        group=(str | None, {"kafka_type": "string"}, None),            # now nullable
-        wait=(datetime.timedelta, {"kafka_type": "timedelta_i32"},
-              datetime.timedelta(milliseconds=500)),
+        group=(str | None, {"kafka_type": "string"}, None),  # now nullable
+        wait=(
+            datetime.timedelta,
+            {"kafka_type": "timedelta_i32"},
+            datetime.timedelta(milliseconds=500),
+        ),
         topics=(tuple[topic, ...], {}),
         extra=(tuple[int, ...] | None, {"kafka_type": "int8", "tag": 4}, None),
     )
-    msg = {"name": "MadeRequest", "kind": "request", "api_key": 999, "versions": "0-2",
-           "flexible": "0+", "fields": [
-               {"name": "Group", "type": "string", "versions": "0+"},
-               {"name": "Gone", "type": "string", "versions": "1+", "nullable": "1+"},
-               {"name": "WaitMs", "type": "int32", "versions": "0+"},
-               {"name": "Topics", "type": "[]Topic", "versions": "0+", "fields": [
-                   {"name": "Name", "type": "string", "versions": "0+"},
-                   {"name": "Partitions", "type": "[]Part", "versions": "0+", "fields": [
-                       {"name": "Index", "type": "int32", "versions": "0+"}]}]}]}
+    msg = {
+        "name": "MadeRequest",
+        "kind": "request",
+        "api_key": 999,
+        "versions": "0-2",
+        "flexible": "0+",
+        "fields": [
+            {"name": "Group", "type": "string", "versions": "0+"},
+            {"name": "Gone", "type": "string", "versions": "1+", "nullable": "1+"},
+            {"name": "WaitMs", "type": "int32", "versions": "0+"},
+            {
+                "name": "Topics",
+                "type": "[]Topic",
+                "versions": "0+",
+                "fields": [
+                    {"name": "Name", "type": "string", "versions": "0+"},
+                    {
+                        "name": "Partitions",
+                        "type": "[]Part",
+                        "versions": "0+",
+                        "fields": [{"name": "Index", "type": "int32", "versions": "0+"}],
+                    },
+                ],
+            },
+        ],
+    }
     warnings = []
     ext = tool.Extender(msg, warnings.append)
     ext.extend(msg["fields"], v3, 3, "MadeRequest", set())
@@ -662,26 +783,61 @@ def test_extension_of_a_made_up_message():
         {"name": "Group", "type": "string", "versions": "0+", "nullable": "3+"},
         {"name": "Gone", "type": "string", "versions": "1-2", "nullable": "1-2"},
         {"name": "WaitMs", "type": "int32", "versions": "0+"},
-        {"name": "Topics", "type": "[]Topic", "versions": "0+", "fields": [
-            {"name": "Name", "type": "string", "versions": "0-2"},
-            {"name": "TopicId", "type": "uuid", "versions": "3+"},
-            {"name": "Partitions", "type": "[]Part", "versions": "0+", "fields": [
-                {"name": "Index", "type": "int32", "versions": "0+"}]},
-            {"name": "SeenMs", "type": "int64", "versions": "3+", "default": -1}]},
-        {"name": "Extra", "type": "[]int8", "versions": "3+", "nullable": "3+", "default": None,
-         "tag": 4, "tagged": "3+"}]
+        {
+            "name": "Topics",
+            "type": "[]Topic",
+            "versions": "0+",
+            "fields": [
+                {"name": "Name", "type": "string", "versions": "0-2"},
+                {"name": "TopicId", "type": "uuid", "versions": "3+"},
+                {
+                    "name": "Partitions",
+                    "type": "[]Part",
+                    "versions": "0+",
+                    "fields": [{"name": "Index", "type": "int32", "versions": "0+"}],
+                },
+                {"name": "SeenMs", "type": "int64", "versions": "3+", "default": -1},
+            ],
+        },
+        {
+            "name": "Extra",
+            "type": "[]int8",
+            "versions": "3+",
+            "nullable": "3+",
+            "default": None,
+            "tag": 4,
+            "tagged": "3+",
+        },
+    ]
     # defaults of fields we already had are not taken from kio, only reported
     assert ext.compare(msg["fields"], v3, 3, "M") == [
-        "M.Group: default '', kio None", "M.WaitMs: default 0, kio 500"]
+        "M.Group: default '', kio None",
+        "M.WaitMs: default 0, kio 500",
+    ]
     assert any("Gone: removed in v3" in w for w in warnings)
     assert any("SeenMs: added in v3" in w for w in warnings)
 
     # a renamed field (same type, same place) pairs up and keeps our name
-    renamed = kio_like("Made", group=(str | None, {"kafka_type": "string"}, None),
-                       member=(int, {"kafka_type": "int16"}))
-    msg2 = {"name": "M", "versions": "0", "flexible": "0+", "fields": [
-        {"name": "Group", "type": "string", "versions": "0+", "nullable": "0+", "default": None},
-        {"name": "Candidate", "type": "int16", "versions": "0+"}]}
+    renamed = kio_like(
+        "Made",
+        group=(str | None, {"kafka_type": "string"}, None),
+        member=(int, {"kafka_type": "int16"}),
+    )
+    msg2 = {
+        "name": "M",
+        "versions": "0",
+        "flexible": "0+",
+        "fields": [
+            {
+                "name": "Group",
+                "type": "string",
+                "versions": "0+",
+                "nullable": "0+",
+                "default": None,
+            },
+            {"name": "Candidate", "type": "int16", "versions": "0+"},
+        ],
+    }
     ext2 = tool.Extender(msg2, warnings.append)
     assert ext2.compare(msg2["fields"], renamed, 0, "M") == []
     assert "M.Candidate: kio calls it member; kept our name" in warnings

@@ -1,5 +1,6 @@
 """What decoding builds: defaults made the way constructors make them, and (compiled
 engine) objects the cyclic collector does not have to walk."""
+
 import gc
 import subprocess
 import sys
@@ -29,7 +30,12 @@ def test_tagged_struct_defaults_equal_a_constructed_struct(impl):
         assert repr(value) == repr(type(value)())
         assert value.unknown_tagged_fields == {}
     # Each decoded partition has its own default structs: changing one changes no other.
-    two = F.decode(F(responses=[F.FetchableTopicResponse(partitions=[F.PartitionData(), F.PartitionData()])]).encode(16), 16)
+    two = F.decode(
+        F(
+            responses=[F.FetchableTopicResponse(partitions=[F.PartitionData(), F.PartitionData()])]
+        ).encode(16),
+        16,
+    )
     a, b = two.responses[0].partitions
     assert a.diverging_epoch is not b.diverging_epoch
     a.diverging_epoch.epoch = 7
@@ -47,12 +53,30 @@ def test_compiled_decode_leaves_nothing_for_the_collector(impl):
     if impl.__name__.endswith("_python"):
         pytest.skip("the pure engine builds ordinary objects")
     M = impl.MetadataResponse
-    msg = M(topics=[M.MetadataResponseTopic(name="t", partitions=[
-        M.MetadataResponsePartition(partition_index=i, replica_nodes=[1, 2], isr_nodes=[1]) for i in range(3)])])
+    msg = M(
+        topics=[
+            M.MetadataResponseTopic(
+                name="t",
+                partitions=[
+                    M.MetadataResponsePartition(
+                        partition_index=i, replica_nodes=[1, 2], isr_nodes=[1]
+                    )
+                    for i in range(3)
+                ],
+            )
+        ]
+    )
     got = M.decode(msg.encode(12), 12)
     topic = got.topics[0]
-    for obj in (got, got.topics, topic, topic.partitions, topic.partitions[0],
-                topic.partitions[0].replica_nodes, topic.partitions[0].offline_replicas):
+    for obj in (
+        got,
+        got.topics,
+        topic,
+        topic.partitions,
+        topic.partitions[0],
+        topic.partitions[0].replica_nodes,
+        topic.partitions[0].offline_replicas,
+    ):
         assert not gc.is_tracked(obj), type(obj)
     # Constructed messages too: the compiled engine's classes are plain types.
     assert not gc.is_tracked(msg) and not gc.is_tracked(msg.topics[0])
@@ -74,6 +98,7 @@ def test_compiled_classes_are_plain_types_without_a_collector_header(impl):
 
     class Ordinary:
         __slots__ = tuple(L.__slots__)
+
     assert Ordinary.__flags__ & HAVE_GC
     # the same slots, without the collector's 16-byte header
     assert sys.getsizeof(L()) == sys.getsizeof(Ordinary()) - 16
@@ -93,7 +118,7 @@ def test_plain_objects_release_what_they_hold(impl):
 def test_a_chain_of_any_depth_is_freed_without_recursion(impl):
     _compiled_only(impl)
     # Plain objects have no trashcan: the deallocator frees nested ones iteratively.
-    code = textwrap.dedent(f'''
+    code = textwrap.dedent(f"""
         import fastkwire.{impl.__name__.rsplit(".", 1)[1]} as impl
         M = impl.LeaveGroupRequest.MemberIdentity
         x = M()
@@ -101,7 +126,7 @@ def test_a_chain_of_any_depth_is_freed_without_recursion(impl):
             x = M(member_id=x)
         del x
         print("freed")
-    ''')
+    """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "freed", out.stderr[-2000:]
 
@@ -145,6 +170,7 @@ def test_a_cycle_through_a_plain_object_is_never_collected(impl):
 
     class Marker:
         pass
+
     marker = Marker()
     ref = weakref.ref(marker)
     msg = L(group_id="g")
@@ -156,11 +182,17 @@ def test_a_cycle_through_a_plain_object_is_never_collected(impl):
 
 def _fetch_frames(impl, version):
     F = impl.FetchResponse
-    msg = F(responses=[F.FetchableTopicResponse(partitions=[
-        F.PartitionData(partition_index=0, records=bytes(range(200))),
-        F.PartitionData(partition_index=1, records=None),
-        F.PartitionData(partition_index=2, records=b""),
-    ])])
+    msg = F(
+        responses=[
+            F.FetchableTopicResponse(
+                partitions=[
+                    F.PartitionData(partition_index=0, records=bytes(range(200))),
+                    F.PartitionData(partition_index=1, records=None),
+                    F.PartitionData(partition_index=2, records=b""),
+                ]
+            )
+        ]
+    )
     return F, msg, msg.encode(version)
 
 
@@ -214,8 +246,12 @@ def test_compact_int_arrays_of_every_count_width(impl, n):
     # Short arrays have a fast path in the pure engine; its edges are the one-byte count
     # (n + 1 < 0x80) and the array ending exactly at the end of the bytes.
     M = impl.MetadataResponse
-    part = M.MetadataResponsePartition(partition_index=1, replica_nodes=list(range(-n // 2, n - n // 2)),
-                                       isr_nodes=[2**31 - 1, -2**31][: n % 3], offline_replicas=[])
+    part = M.MetadataResponsePartition(
+        partition_index=1,
+        replica_nodes=list(range(-n // 2, n - n // 2)),
+        isr_nodes=[2**31 - 1, -(2**31)][: n % 3],
+        offline_replicas=[],
+    )
     msg = M(topics=[M.MetadataResponseTopic(name="t", partitions=[part])])
     body = msg.encode(12)
     assert M.decode(body, 12) == msg
@@ -334,9 +370,12 @@ for name, v in scope.pairs(D.message_versions()):
 @pytest.mark.parametrize("case", sorted(GC_CASES))
 def test_the_collector_never_sees_a_half_built_container(impl, case):
     core = "fastkwire._pure" if impl.__name__.endswith("_python") else "fastkwire._core"
-    code = GC_SCRIPT.format(fuzz=str(FUZZ), tests=str(TESTS), module=impl.__name__, core=core,
-                            setup=GC_CASES[case])
+    code = GC_SCRIPT.format(
+        fuzz=str(FUZZ), tests=str(TESTS), module=impl.__name__, core=core, setup=GC_CASES[case]
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, (f"exit {out.returncode}{' (SIGSEGV)' if out.returncode == -11 else ''}"
-                                 f"\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+    assert out.returncode == 0, (
+        f"exit {out.returncode}{' (SIGSEGV)' if out.returncode == -11 else ''}"
+        f"\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
+    )
     assert "whole" in out.stdout

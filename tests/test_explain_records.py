@@ -1,12 +1,21 @@
 """`fastkwire explain` shows the record batches inside Produce and Fetch frames."""
+
 import pytest
 
 import fastkwire._messages_python as codec
 from fastkwire import records
 from fastkwire.explain import explain, render_tree
 
-RECORDS = [records.Record(offset=i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i,
-                          value=b"v" * i, headers=[("trace", b"\x01")]) for i in range(5)]
+RECORDS = [
+    records.Record(
+        offset=i,
+        timestamp=1_700_000_000_000 + i,
+        key=b"k%d" % i,
+        value=b"v" * i,
+        headers=[("trace", b"\x01")],
+    )
+    for i in range(5)
+]
 
 
 def _fetch_frame(data, version=16):
@@ -34,16 +43,21 @@ def test_batches_and_records_sit_at_their_frame_offsets():
     assert (batch.name, batch.offset, batch.size) == ("batch", start, len(data))
     head = {c.name: c for c in batch.children}
     assert head["base_offset"].value == 100 and head["record_count"].value == 5
-    assert frame[head["crc"].offset:head["crc"].end] == data[17:21]
+    assert frame[head["crc"].offset : head["crc"].end] == data[17:21]
     recs = head["records"].children
     assert [r.name for r in recs] == [f"record[{i}]" for i in range(5)]
     for rec, want in zip(recs, RECORDS):
         fields = {c.name: c for c in rec.children}
-        assert frame[fields["key"].offset:fields["key"].end] == want.key
+        assert frame[fields["key"].offset : fields["key"].end] == want.key
         # An empty value has no node of its own: its length says 0.
-        assert (fields["value"].value if want.value else fields["value_length"].value) == (want.value or 0)
+        assert (fields["value"].value if want.value else fields["value_length"].value) == (
+            want.value or 0
+        )
         (header,) = [c for c in rec.children if c.name == "header[0]"]
-        assert [c.value for c in header.children if c.name in ("key", "value")] == ["trace", b"\x01"]
+        assert [c.value for c in header.children if c.name in ("key", "value")] == [
+            "trace",
+            b"\x01",
+        ]
     # The field keeps its bytes as the Kafka message has them.
     assert field.value == data
 
@@ -82,8 +96,15 @@ def test_unreadable_records_are_a_note_not_a_broken_frame():
 def test_produce_requests_show_their_batches_too():
     P = codec.ProduceRequest
     data = records.write_batch(RECORDS[:2])
-    msg = P(acks=-1, timeout_ms=100, topic_data=[P.TopicProduceData(name="t", partition_data=[
-        P.PartitionProduceData(index=0, records=data)])])
+    msg = P(
+        acks=-1,
+        timeout_ms=100,
+        topic_data=[
+            P.TopicProduceData(
+                name="t", partition_data=[P.PartitionProduceData(index=0, records=data)]
+            )
+        ],
+    )
     root = explain(codec.encode_request(msg, 9, correlation_id=1, client_id="c"))
     field = _records_node(root)
     assert [c.name for c in _batches(field)] == ["batch"]

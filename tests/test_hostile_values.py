@@ -9,6 +9,7 @@ encode_into's arguments and buffers, and __index__ returning the wrong type. The
 differential fuzzer (fuzz/hostile.py, run below for a bounded number of seeds) mixes all
 of these at random.
 """
+
 import array
 import enum
 import re
@@ -38,8 +39,11 @@ def zero_stride(n, dtype=np.int8):
 
 def heartbeat(impl, partitions):
     S = impl.StreamsGroupHeartbeatRequest
-    return S(group_id="g", member_id="m",
-             active_tasks=[S.TaskIds(subtopology_id="s", partitions=partitions)])
+    return S(
+        group_id="g",
+        member_id="m",
+        active_tasks=[S.TaskIds(subtopology_id="s", partitions=partitions)],
+    )
 
 
 def peak_bytes(fn):
@@ -55,14 +59,16 @@ def peak_bytes(fn):
 
 # ---------------------------------------------------------------- 1: counts and sizes
 
+
 @pytest.mark.parametrize("n", [2**62, 2**40, 2**32], ids=["2**62", "2**40", "2**32"])
 def test_zero_stride_array_longer_than_a_count_can_say(impl, n):
     """The seed of the heap overflow: a count times a width wrapped, the room check
     passed. Now the count is checked against what a compact count can carry first."""
     with pytest.raises(EncodeError) as info:
         heartbeat(impl, zero_stride(n)).encode(0)
-    assert info.value.reason == (f"length {n} exceeds 4294967294, the most a compact "
-                                 f"length can carry")
+    assert info.value.reason == (
+        f"length {n} exceeds 4294967294, the most a compact length can carry"
+    )
     assert info.value.path == "active_tasks[0].partitions"
 
 
@@ -81,14 +87,33 @@ def test_array_larger_than_a_message_fails_before_any_allocation(impl, n, dtype)
     assert peak_bytes(run) < 64 * 1024
 
 
-@pytest.mark.parametrize("kind,n,reason", [
-    ("array[int32]", 2**31, "length 2147483648 exceeds 2147483647, the most a int32 length can carry"),
-    ("nullable_array[int16]", 2**40, "length 1099511627776 exceeds 2147483647, the most a int32 length can carry"),
-    ("compact_array[int32]", 2**32 - 1, "length 4294967295 exceeds 4294967294, the most a compact length can carry"),
-    ("compact_nullable_array[int64]", 2**32, "length 4294967296 exceeds 4294967294, the most a compact length can carry"),
-    ("compact_array[int16]", 2**30, TOO_LARGE),
-    ("array[int64]", 2**28, TOO_LARGE),
-])
+@pytest.mark.parametrize(
+    "kind,n,reason",
+    [
+        (
+            "array[int32]",
+            2**31,
+            "length 2147483648 exceeds 2147483647, the most a int32 length can carry",
+        ),
+        (
+            "nullable_array[int16]",
+            2**40,
+            "length 1099511627776 exceeds 2147483647, the most a int32 length can carry",
+        ),
+        (
+            "compact_array[int32]",
+            2**32 - 1,
+            "length 4294967295 exceeds 4294967294, the most a compact length can carry",
+        ),
+        (
+            "compact_nullable_array[int64]",
+            2**32,
+            "length 4294967296 exceeds 4294967294, the most a compact length can carry",
+        ),
+        ("compact_array[int16]", 2**30, TOO_LARGE),
+        ("array[int64]", 2**28, TOO_LARGE),
+    ],
+)
 def test_primitive_arrays_past_their_length_field(core, kind, n, reason):
     with pytest.raises(EncodeError) as info:
         core.encode(kind, zero_stride(n))
@@ -106,8 +131,9 @@ class ArrayOnly:
 
 
 def test_array_without_a_buffer_is_measured_before_it_is_converted(impl):
-    assert (heartbeat(impl, ArrayOnly(np.array([1, 2, 3], ">u2"))).encode(0)
-            == heartbeat(impl, [1, 2, 3]).encode(0))
+    assert heartbeat(impl, ArrayOnly(np.array([1, 2, 3], ">u2"))).encode(0) == heartbeat(
+        impl, [1, 2, 3]
+    ).encode(0)
     msg = heartbeat(impl, ArrayOnly(zero_stride(2**40, np.int64)))
 
     def run():
@@ -155,12 +181,12 @@ def test_list_subclass_is_written_as_it_stores(impl, claim):
     assert heartbeat(impl, LyingList([1, 2, 3], claim)).encode(0) == plain
     assert heartbeat(impl, LyingTuple((1, 2, 3))).encode(0) == plain
     F = impl.FindCoordinatorRequest
-    assert (F(coordinator_keys=LyingList(["a", "b"], claim)).encode(4)
-            == F(coordinator_keys=["a", "b"]).encode(4))
+    assert F(coordinator_keys=LyingList(["a", "b"], claim)).encode(4) == F(
+        coordinator_keys=["a", "b"]
+    ).encode(4)
     L = impl.LeaveGroupRequest
     members = [L.MemberIdentity(member_id="a"), L.MemberIdentity(member_id="b")]
-    assert (L(members=LyingList(members, claim)).encode(5)
-            == L(members=list(members)).encode(5))
+    assert L(members=LyingList(members, claim)).encode(5) == L(members=list(members)).encode(5)
 
 
 def test_string_lengths_at_their_limit(impl):
@@ -172,6 +198,7 @@ def test_string_lengths_at_their_limit(impl):
 
 
 # ---------------------------------------------------------------- 2: TaskOffsetColumns
+
 
 def columns_message(impl, **changes):
     cols = TaskOffsetColumns(["a", "b"], [1, 2], [10, 20])
@@ -189,13 +216,17 @@ def test_columns_with_a_lying_id_list_write_what_it_holds(impl):
     assert impl.StreamsGroupHeartbeatRequest(task_offsets=cols).encode(0) == want
 
 
-@pytest.mark.parametrize("change", [
-    {"subtopology_id": ["a", "b", "c"]},
-    {"subtopology_id": ["a"] * 10_000},
-    {"partition": zero_stride(2**59, np.int64)},
-    {"offset": zero_stride(3, np.int64)},
-    {"partition": [1]},
-], ids=["one-more-id", "many-more-ids", "huge-partition", "longer-offset", "shorter-partition"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"subtopology_id": ["a", "b", "c"]},
+        {"subtopology_id": ["a"] * 10_000},
+        {"partition": zero_stride(2**59, np.int64)},
+        {"offset": zero_stride(3, np.int64)},
+        {"partition": [1]},
+    ],
+    ids=["one-more-id", "many-more-ids", "huge-partition", "longer-offset", "shorter-partition"],
+)
 def test_columns_changed_after_construction_are_an_encode_error(impl, change):
     """The columns are measured from what is written: more ids than partitions used to
     send the heap that followed the arrays."""
@@ -228,9 +259,11 @@ def test_ids_that_grow_while_written_are_an_encode_error(impl):
 
 # ---------------------------------------------------------------- 8: frames past 2 GiB
 
+
 def test_frame_past_2_gib_is_an_encode_error(impl):
     """The size prefix is an int32: a body that takes it past 2**31-1 bytes is an
     EncodeError (it was a struct.error). A zero-stride view stands in for 2 GiB."""
+
     class Huge(impl.LeaveGroupRequest):
         def encode(self, version):
             return memoryview(zero_stride(2**31 - 8, np.uint8))
@@ -241,6 +274,7 @@ def test_frame_past_2_gib_is_an_encode_error(impl):
 
 # ---------------------------------------------------------------- 9: unknown tags
 
+
 @pytest.mark.parametrize("tag", [0, 1, 2, 3])
 @pytest.mark.parametrize("version", [3, 4])
 def test_unknown_tag_of_a_known_field_at_its_default(impl, tag, version):
@@ -249,22 +283,27 @@ def test_unknown_tag_of_a_known_field_at_its_default(impl, tag, version):
     msg = impl.ApiVersionsResponse(unknown_tagged_fields={tag: b"\x05"})
     with pytest.raises(EncodeError) as info:
         msg.encode(version)
-    assert (info.value.reason, info.value.path) == (f"tag {tag} is also a known field",
-                                                    "unknown_tagged_fields")
+    assert (info.value.reason, info.value.path) == (
+        f"tag {tag} is also a known field",
+        "unknown_tagged_fields",
+    )
     # where the field is unknown (before v3 nothing is tagged) the tag goes nowhere
     assert impl.ApiVersionsResponse.decode(msg.encode(2), 2) == impl.ApiVersionsResponse()
 
 
-@pytest.mark.parametrize("tags,reason", [
-    ({-1: b""}, "tag -1 is not an int in 0-2147483647"),
-    ({2**31: b""}, "tag 2147483648 is not an int in 0-2147483647"),
-    ({10**5000: b""}, "tag an int of 16610 bits is not an int in 0-2147483647"),
-    ({"7": b""}, "tag of type str is not an int in 0-2147483647"),
-    ({True: b""}, "tag of type bool is not an int in 0-2147483647"),
-    ({7: "text"}, "tag 7: expected bytes, got str"),
-    ({7: None}, "tag 7: expected bytes, got NoneType"),
-    ([(7, b"")], "expected a dict of tag -> bytes, got list"),
-])
+@pytest.mark.parametrize(
+    "tags,reason",
+    [
+        ({-1: b""}, "tag -1 is not an int in 0-2147483647"),
+        ({2**31: b""}, "tag 2147483648 is not an int in 0-2147483647"),
+        ({10**5000: b""}, "tag an int of 16610 bits is not an int in 0-2147483647"),
+        ({"7": b""}, "tag of type str is not an int in 0-2147483647"),
+        ({True: b""}, "tag of type bool is not an int in 0-2147483647"),
+        ({7: "text"}, "tag 7: expected bytes, got str"),
+        ({7: None}, "tag 7: expected bytes, got NoneType"),
+        ([(7, b"")], "expected a dict of tag -> bytes, got list"),
+    ],
+)
 def test_bad_unknown_tags_are_refused(impl, tags, reason):
     """At construction, on assignment, and (for a dict changed later) when encoding."""
     L = impl.LeaveGroupRequest
@@ -293,11 +332,15 @@ def test_unknown_tag_values_are_written_as_their_bytes(impl):
 
 def test_decoders_refuse_a_tag_past_int32(core):
     with pytest.raises(DecodeError) as info:
-        core.decode("tagged_fields", bytes.fromhex("01" "8080808008" "00"))
-    assert (info.value.offset, info.value.reason) == (1, "tagged field 2147483648 exceeds 2147483647")
+        core.decode("tagged_fields", bytes.fromhex("01808080800800"))
+    assert (info.value.offset, info.value.reason) == (
+        1,
+        "tagged field 2147483648 exceeds 2147483647",
+    )
 
 
 # ---------------------------------------------------------------- 10: decode_from is linear
+
 
 def test_decode_from_a_large_buffer_copies_only_the_message(impl):
     """decode_from on a bytearray or memoryview used to copy the whole buffer per call
@@ -317,8 +360,10 @@ def test_decode_from_any_buffer_reads_like_bytes(impl, members):
     the same messages, ends and errors as from bytes, also for messages larger than
     the first bytes copied."""
     L = impl.LeaveGroupRequest
-    msg = L(group_id="g", members=[L.MemberIdentity(member_id=f"member-{i}", reason="r")
-                                   for i in range(members)])
+    msg = L(
+        group_id="g",
+        members=[L.MemberIdentity(member_id=f"member-{i}", reason="r") for i in range(members)],
+    )
     one = msg.encode(5)
     raw = b"\x00" * 3 + one * 3 + one[:-5]
     for data in (bytearray(raw), memoryview(raw), array.array("B", raw)):
@@ -332,7 +377,10 @@ def test_decode_from_any_buffer_reads_like_bytes(impl, members):
         with pytest.raises(DecodeError) as want:
             L.decode_from(raw, 5, pos)
         assert (info.value.offset, info.value.reason, info.value.path) == (
-            want.value.offset, want.value.reason, want.value.path)
+            want.value.offset,
+            want.value.reason,
+            want.value.path,
+        )
 
 
 def test_decode_from_a_bytearray_leaves_it_resizable(impl):
@@ -348,17 +396,27 @@ def test_decode_from_a_bytearray_leaves_it_resizable(impl):
 
 # ---------------------------------------------------------------- 11: encode_into
 
+
 def small(impl):
-    return impl.LeaveGroupRequest(group_id="g", members=[
-        impl.LeaveGroupRequest.MemberIdentity(member_id="m", reason="r")])
+    return impl.LeaveGroupRequest(
+        group_id="g", members=[impl.LeaveGroupRequest.MemberIdentity(member_id="m", reason="r")]
+    )
 
 
-@pytest.mark.parametrize("offset, says", [
-    (-1, "offset -1 is outside the buffer"), (65, "offset 65 is outside the buffer (0-64)"),
-    (2**70, "is outside the buffer"), (-(2**70), "is outside the buffer"),
-    (1.0, "offset must be an int, not float"), (None, "offset must be an int, not NoneType"),
-    (True, "offset must be an int, not bool"), ("0", "offset must be an int, not str")],
-    ids=["-1", "past-end", "2**70", "-2**70", "float", "None", "True", "str"])
+@pytest.mark.parametrize(
+    "offset, says",
+    [
+        (-1, "offset -1 is outside the buffer"),
+        (65, "offset 65 is outside the buffer (0-64)"),
+        (2**70, "is outside the buffer"),
+        (-(2**70), "is outside the buffer"),
+        (1.0, "offset must be an int, not float"),
+        (None, "offset must be an int, not NoneType"),
+        (True, "offset must be an int, not bool"),
+        ("0", "offset must be an int, not str"),
+    ],
+    ids=["-1", "past-end", "2**70", "-2**70", "float", "None", "True", "str"],
+)
 def test_bad_offsets_are_encode_errors(impl, offset, says):
     """An offset that is not an int says so (it once read "offset 1.0 is outside the
     buffer (0-64)"); one outside the buffer says where the buffer ends."""
@@ -374,27 +432,35 @@ def released():
     return view
 
 
-@pytest.mark.parametrize("make", [
-    lambda: b"\xa5" * 64,
-    lambda: memoryview(bytearray(64)).toreadonly(),
-    lambda: memoryview(bytearray(128))[::2],
-    lambda: np.zeros((8, 8), np.uint8).T,
-    lambda: [0] * 64,
-    lambda: "x" * 64,
-    lambda: released(),
-], ids=["bytes", "read-only", "strided", "fortran", "list", "str", "released"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: b"\xa5" * 64,
+        lambda: memoryview(bytearray(64)).toreadonly(),
+        lambda: memoryview(bytearray(128))[::2],
+        lambda: np.zeros((8, 8), np.uint8).T,
+        lambda: [0] * 64,
+        lambda: "x" * 64,
+        lambda: released(),
+    ],
+    ids=["bytes", "read-only", "strided", "fortran", "list", "str", "released"],
+)
 def test_buffers_that_cannot_be_written_are_type_errors(impl, make):
     with pytest.raises(TypeError, match="needs a writable, C-contiguous buffer"):
         small(impl).encode_into(make(), 0, 5)
 
 
-@pytest.mark.parametrize("make", [
-    lambda n: bytearray(b"\xa5" * n),
-    lambda n: memoryview(bytearray(b"\xa5" * (n + 9)))[9:],
-    lambda n: array.array("B", b"\xa5" * n),
-    lambda n: np.full(n, 0xA5, np.uint8),
-    lambda n: np.full((1, n), 0xA5, np.uint8),
-], ids=["bytearray", "memoryview", "array", "numpy", "numpy-2d"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: bytearray(b"\xa5" * n),
+        lambda n: memoryview(bytearray(b"\xa5" * (n + 9)))[9:],
+        lambda n: array.array("B", b"\xa5" * n),
+        lambda n: np.full(n, 0xA5, np.uint8),
+        lambda n: np.full((1, n), 0xA5, np.uint8),
+    ],
+    ids=["bytearray", "memoryview", "array", "numpy", "numpy-2d"],
+)
 def test_encode_into_any_writable_buffer(impl, make):
     msg = small(impl)
     body = msg.encode(5)
@@ -411,14 +477,18 @@ def failing_messages(impl):
     return {
         "bad-first-field": L(group_id=5),
         "bad-last-member": L(group_id="g", members=many + [L.MemberIdentity(member_id=None)]),
-        "bad-tag": L(group_id="g", members=many[:3] + [L.MemberIdentity(unknown_tagged_fields={900: b""})]),
+        "bad-tag": L(
+            group_id="g", members=many[:3] + [L.MemberIdentity(unknown_tagged_fields={900: b""})]
+        ),
         "too-large-for-the-buffer": L(group_id="g", members=many),
         "bad-version": L(group_id="g"),
     }
 
 
-@pytest.mark.parametrize("case", ["bad-first-field", "bad-last-member", "bad-tag",
-                                  "too-large-for-the-buffer", "bad-version"])
+@pytest.mark.parametrize(
+    "case",
+    ["bad-first-field", "bad-last-member", "bad-tag", "too-large-for-the-buffer", "bad-version"],
+)
 def test_encode_into_leaves_the_buffer_as_it_was_on_error(impl, case):
     msg = failing_messages(impl)[case]
     if case == "bad-tag":
@@ -436,8 +506,9 @@ def test_buffer_too_small_says_how_much_is_needed(impl):
     buf = bytearray(b"\xa5" * (len(body) + 1))
     with pytest.raises(EncodeError) as info:
         msg.encode_into(buf, 2, 5)
-    assert info.value.reason == (f"buffer too small: the message takes {len(body)} bytes, "
-                                 f"{len(body) - 1} are available")
+    assert info.value.reason == (
+        f"buffer too small: the message takes {len(body)} bytes, {len(body) - 1} are available"
+    )
     assert info.value.path == "" and buf == b"\xa5" * (len(body) + 1)
     empty = impl.ApiVersionsRequest().encode(0)
     assert empty == b"" and impl.ApiVersionsRequest().encode_into(buf, len(buf), 0) == 0
@@ -460,9 +531,11 @@ def test_encode_into_holds_the_buffer_while_encoding(impl):
 
 def test_known_tagged_field_errors_name_the_field(impl):
     A = impl.ApiVersionsResponse
-    cases = [(dict(finalized_features_epoch="x"), "finalized_features_epoch"),
-             (dict(zk_migration_ready=3), "zk_migration_ready"),
-             (dict(supported_features=[A.SupportedFeatureKey(name=5)]), "supported_features[0].name")]
+    cases = [
+        (dict(finalized_features_epoch="x"), "finalized_features_epoch"),
+        (dict(zk_migration_ready=3), "zk_migration_ready"),
+        (dict(supported_features=[A.SupportedFeatureKey(name=5)]), "supported_features[0].name"),
+    ]
     for kwargs, path in cases:
         with pytest.raises(EncodeError) as info:
             A(**kwargs).encode(3)
@@ -470,6 +543,7 @@ def test_known_tagged_field_errors_name_the_field(impl):
 
 
 # ---------------------------------------------------------------- 12: __index__
+
 
 class Index:
     def __init__(self, value):
@@ -483,10 +557,19 @@ class IntSub(int):
     pass
 
 
-@pytest.mark.parametrize("value,ok", [
-    (Index("7"), False), (Index(None), False), (Index(2**70), False), (Index(1.0), False),
-    (Index(7), True), (Index(IntSub(7)), True), (IntSub(7), True), (np.int16(7), True),
-])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        (Index("7"), False),
+        (Index(None), False),
+        (Index(2**70), False),
+        (Index(1.0), False),
+        (Index(7), True),
+        (Index(IntSub(7)), True),
+        (IntSub(7), True),
+        (np.int16(7), True),
+    ],
+)
 def test_index_must_give_an_int(impl, value, ok):
     msg = impl.LeaveGroupResponse(throttle_time_ms=value)
     if ok:
@@ -505,12 +588,15 @@ def test_huge_int_errors_do_not_print_it(impl):
 
 # ---------------------------------------------------------------- the differential fuzzer
 
+
 def _need_compiled():
     if hostile.CY is None:
         pytest.skip("compiled extension not built: nothing to compare with")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
 @given(st.integers(0, 2**48))
 def test_hostile_values_encode_alike(seed):
     """Both encoders, on the same hostile message: the same bytes (which read back) or
@@ -540,6 +626,7 @@ def test_hostile_oracle_catches_a_disagreement(monkeypatch):
 
 # ---------------------------------------------------------------- 13: versions
 
+
 class VersionSub(int):
     pass
 
@@ -557,12 +644,34 @@ class VersionEnum(enum.IntEnum):
 
 
 HOSTILE_VERSIONS = {
-    "2**70": 2**70, "-2**70": -(2**70), "2**64": 2**64, "2**63": 2**63, "2**63-1": 2**63 - 1,
-    "-2**63": -(2**63), "-2**63-1": -(2**63) - 1, "2**32": 2**32, "2**31": 2**31,
-    "32768": 32768, "32767": 32767, "99": 99, "6": 6, "-1": -1, "10**5000": 10**5000,
-    "True": True, "False": False, "1.0": 1.0, "nan": float("nan"), "1j": 1j, "'1'": "1",
-    "b'1'": b"1", "None": None, "[1]": [1], "int-subclass": VersionSub(1),
-    "huge-int-subclass": VersionSub(2**200), "IntEnum": VersionEnum.V1, "__index__": VersionIndex(),
+    "2**70": 2**70,
+    "-2**70": -(2**70),
+    "2**64": 2**64,
+    "2**63": 2**63,
+    "2**63-1": 2**63 - 1,
+    "-2**63": -(2**63),
+    "-2**63-1": -(2**63) - 1,
+    "2**32": 2**32,
+    "2**31": 2**31,
+    "32768": 32768,
+    "32767": 32767,
+    "99": 99,
+    "6": 6,
+    "-1": -1,
+    "10**5000": 10**5000,
+    "True": True,
+    "False": False,
+    "1.0": 1.0,
+    "nan": float("nan"),
+    "1j": 1j,
+    "'1'": "1",
+    "b'1'": b"1",
+    "None": None,
+    "[1]": [1],
+    "int-subclass": VersionSub(1),
+    "huge-int-subclass": VersionSub(2**200),
+    "IntEnum": VersionEnum.V1,
+    "__index__": VersionIndex(),
 }
 
 
@@ -597,8 +706,17 @@ def version_calls(mod):
     }
 
 
-DIRECT = ("encode", "encode_into", "decode", "decode-bytearray", "decode-numpy", "decode-view",
-          "decode_from", "header-encode", "header-decode_from")
+DIRECT = (
+    "encode",
+    "encode_into",
+    "decode",
+    "decode-bytearray",
+    "decode-numpy",
+    "decode-view",
+    "decode_from",
+    "header-encode",
+    "header-decode_from",
+)
 
 
 @pytest.mark.parametrize("version", list(HOSTILE_VERSIONS.values()), ids=list(HOSTILE_VERSIONS))
@@ -616,10 +734,15 @@ def test_any_version_fails_as_in_the_pure_engine(impl, version):
         if name in DIRECT:
             assert want is not None and want[0] is impl.UnsupportedVersionError, (name, want)
             if type(version) is int and 0 <= version <= 32767:
-                assert want[1].endswith(f"has versions 0-{2 if 'header' in name else 5}, not {version}")
+                assert want[1].endswith(
+                    f"has versions 0-{2 if 'header' in name else 5}, not {version}"
+                )
             else:
-                shown = (f"an int of {version.bit_length()} bits" if isinstance(version, int)
-                         and version.bit_length() > 128 else repr(version))
+                shown = (
+                    f"an int of {version.bit_length()} bits"
+                    if isinstance(version, int) and version.bit_length() > 128
+                    else repr(version)
+                )
                 assert want[1] == f"version must be an int in 0-32767, not {shown}", (name, want)
 
 
@@ -636,13 +759,18 @@ def test_versions_fail_alike_on_first_use():
         "        out.append((name, T._outcome(lambda: {{'encode': lambda: cls().encode(v),\n"
         "            'decode': lambda: cls.decode(b'', v), 'decode_from': lambda: cls.decode_from(b'', v),\n"
         "            'encode_into': lambda: cls().encode_into(bytearray(9), 0, v)}}[name]())))\n"
-        "print(repr([(n, t.__name__, m) for n, (t, m) in out]))\n")
+        "print(repr([(n, t.__name__, m) for n, (t, m) in out]))\n"
+    )
     results = []
     for which in ("python", "cython"):
         if which == "cython":
             pytest.importorskip("fastkwire._messages_cython")
-        run = subprocess.run([sys.executable, "-c", code.format(tests=str(Path(__file__).parent), which=which)],
-                             capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [sys.executable, "-c", code.format(tests=str(Path(__file__).parent), which=which)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 0, run.stderr
         results.append(run.stdout)
     if len(results) == 2:
@@ -650,8 +778,17 @@ def test_versions_fail_alike_on_first_use():
     assert "OverflowError" not in results[0]
 
 
-@pytest.mark.parametrize("case", ["bad-options", "bad-offset", "out-of-range-and-bad-offset",
-                                  "bad-data", "bad-buffer", "bad-buffer-offset"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "bad-options",
+        "bad-offset",
+        "out-of-range-and-bad-offset",
+        "bad-data",
+        "bad-buffer",
+        "bad-buffer-offset",
+    ],
+)
 def test_a_bad_version_among_bad_arguments_fails_as_in_the_pure_engine(impl, case):
     """Which argument is reported first when several are bad: the pure engine's order
     (decode: data, version, options; decode_from: version, options, data, offset, then the

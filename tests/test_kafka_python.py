@@ -6,6 +6,7 @@ Batches come from kafka-python's own builder and from fastkwire's writer, plus c
 batches, transactions, LOG_APPEND_TIME, legacy magic 0/1 and seeded hostile mutations.
 kafka-python's full suite runs with the plugin in tools/kafka_python_suite.sh.
 """
+
 import collections
 import importlib
 import os
@@ -35,11 +36,15 @@ from fastkwire import records as frecords  # noqa: E402
 
 PURE = os.environ.get("FASTKWIRE_PURE", "") not in ("", "0") or fastkwire.implementation != "cython"
 SUPPORTED_HERE = kafka.__version__ in fkp.SUPPORTED
-needs_accel = pytest.mark.skipif(PURE or not SUPPORTED_HERE,
-                                 reason="the accelerator declines here (pure fastkwire or untested kafka-python)")
+needs_accel = pytest.mark.skipif(
+    PURE or not SUPPORTED_HERE,
+    reason="the accelerator declines here (pure fastkwire or untested kafka-python)",
+)
 
 TP = TopicPartition("topic", 3)
-CODECS = [0, 1] + [c for c, has in ((2, kcodec.has_snappy), (3, kcodec.has_lz4), (4, kcodec.has_zstd)) if has()]
+CODECS = [0, 1] + [
+    c for c, has in ((2, kcodec.has_snappy), (3, kcodec.has_lz4), (4, kcodec.has_zstd)) if has()
+]
 
 
 @pytest.fixture
@@ -55,6 +60,7 @@ def accel():
         finally:
             fkp.uninstall()
         return stock, fast
+
     yield both
     fkp.uninstall()
 
@@ -71,10 +77,18 @@ def outcome(fn):
 
 # ---- batches -------------------------------------------------------------------------
 
+
 def kp_batch(records, magic=2, compression=0, offset=0, transactional=False, producer_id=-1):
-    b = MemoryRecordsBuilder(magic, compression, 1 << 30, offset=offset, transactional=transactional,
-                             producer_id=producer_id, producer_epoch=0 if producer_id != -1 else -1,
-                             base_sequence=0 if producer_id != -1 else -1)
+    b = MemoryRecordsBuilder(
+        magic,
+        compression,
+        1 << 30,
+        offset=offset,
+        transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id != -1 else -1,
+        base_sequence=0 if producer_id != -1 else -1,
+    )
     for ts, key, value, headers in records:
         assert b.append(ts, key, value, headers if magic == 2 else None) is not None
     b.close()
@@ -99,15 +113,21 @@ def sample_records(rng, n):
     for i in range(n):
         key = None if i % 5 == 0 else rng.randbytes(rng.randrange(0, 20))
         value = None if i % 7 == 3 else rng.randbytes(rng.randrange(0, 300))
-        headers = [(rng.choice(["h", "ключ", "", "x" * 20]), None if j % 3 == 2 else rng.randbytes(j))
-                   for j in range(i % 4)]
+        headers = [
+            (rng.choice(["h", "ключ", "", "x" * 20]), None if j % 3 == 2 else rng.randbytes(j))
+            for j in range(i % 4)
+        ]
         out.append((1_700_000_000_000 + rng.randrange(-5, 10_000), key, value, headers))
     return out
 
 
 def control_batch(offset, kind, producer_id=7):
-    data = kp_batch([(1, struct.pack(">hh", 0, kind), b"\x00\x00\x00\x00\x00\x00", [])],
-                    offset=offset, transactional=True, producer_id=producer_id)
+    data = kp_batch(
+        [(1, struct.pack(">hh", 0, kind), b"\x00\x00\x00\x00\x00\x00", [])],
+        offset=offset,
+        transactional=True,
+        producer_id=producer_id,
+    )
     return with_attributes(data, 0x20, base_offset=offset)
 
 
@@ -117,25 +137,50 @@ def batch_sets():
     for codec in CODECS:
         sets[f"kafka-python codec {codec}"] = kp_batch(sample_records(rng, 60), compression=codec)
     sets["several batches"] = b"".join(
-        with_attributes(kp_batch(sample_records(rng, 9)), 0, base_offset=o, epoch=o // 9) for o in (0, 9, 18))
-    sets["log append time"] = with_attributes(kp_batch(sample_records(rng, 12)), 0x08, base_offset=50)
+        with_attributes(kp_batch(sample_records(rng, 9)), 0, base_offset=o, epoch=o // 9)
+        for o in (0, 9, 18)
+    )
+    sets["log append time"] = with_attributes(
+        kp_batch(sample_records(rng, 12)), 0x08, base_offset=50
+    )
     sets["empty values and keys"] = kp_batch([(5, b"", b"", []), (6, None, None, [("k", b"")])])
-    sets["transactional, aborted and committed"] = b"".join([
-        with_attributes(kp_batch(sample_records(rng, 4), transactional=True, producer_id=7), 0, base_offset=0),
-        control_batch(4, 0),
-        with_attributes(kp_batch(sample_records(rng, 4), transactional=True, producer_id=8), 0, base_offset=5),
-        control_batch(9, 1, producer_id=8),
-    ])
+    sets["transactional, aborted and committed"] = b"".join(
+        [
+            with_attributes(
+                kp_batch(sample_records(rng, 4), transactional=True, producer_id=7),
+                0,
+                base_offset=0,
+            ),
+            control_batch(4, 0),
+            with_attributes(
+                kp_batch(sample_records(rng, 4), transactional=True, producer_id=8),
+                0,
+                base_offset=5,
+            ),
+            control_batch(9, 1, producer_id=8),
+        ]
+    )
     for compression in ("none", "gzip"):
-        recs = [frecords.Record(i, 1_600_000_000_000 + i * 3, rng.randbytes(8), rng.randbytes(40),
-                                [("a", b"1"), ("b", None)]) for i in range(40)]
+        recs = [
+            frecords.Record(
+                i,
+                1_600_000_000_000 + i * 3,
+                rng.randbytes(8),
+                rng.randbytes(40),
+                [("a", b"1"), ("b", None)],
+            )
+            for i in range(40)
+        ]
         sets[f"fastkwire writer {compression}"] = frecords.write_batch(
-            recs, base_offset=1000, compression=compression, partition_leader_epoch=4)
+            recs, base_offset=1000, compression=compression, partition_leader_epoch=4
+        )
     for magic in (0, 1):
         for codec in (0, 1):
             sets[f"legacy magic {magic} codec {codec}"] = kp_batch(
-                [(1_700_000_000_000 + i, b"k%d" % i, b"v" * i, []) for i in range(6)], magic=magic,
-                compression=codec)
+                [(1_700_000_000_000 + i, b"k%d" % i, b"v" * i, []) for i in range(6)],
+                magic=magic,
+                compression=codec,
+            )
     return sets
 
 
@@ -143,9 +188,19 @@ BATCHES = batch_sets()
 
 
 def record_view(record):
-    view = [type(record), record.offset, record.timestamp, record.timestamp_type, record.key,
-            record.value, record.headers, record.checksum, record.size_in_bytes, record.validate_crc(),
-            repr(record)]
+    view = [
+        type(record),
+        record.offset,
+        record.timestamp,
+        record.timestamp_type,
+        record.key,
+        record.value,
+        record.headers,
+        record.checksum,
+        record.size_in_bytes,
+        record.validate_crc(),
+        repr(record),
+    ]
     if isinstance(record, kdr.ControlRecord):
         view += [record.version, record.type, record.abort, record.commit]
     return view
@@ -156,11 +211,19 @@ def read_memory_records(data):
         records = MemoryRecords(data)
         while records.has_next():
             batch = records.next_batch()
-            got.append((type(batch), batch.base_offset, batch.magic, batch.validate_crc(),
-                        str(batch) if isinstance(batch, kdr.DefaultRecordBatch) else None))
+            got.append(
+                (
+                    type(batch),
+                    batch.base_offset,
+                    batch.magic,
+                    batch.validate_crc(),
+                    str(batch) if isinstance(batch, kdr.DefaultRecordBatch) else None,
+                )
+            )
             for record in batch:
                 got.append(record_view(record))
         got.append(records.valid_bytes())
+
     return fn
 
 
@@ -176,12 +239,22 @@ def take_all(data, **kw):
                 if not got[-1]:
                     break
         finally:
-            got.append((pr.records_read, pr.bytes_read, pr.next_fetch_offset, pr.leader_epoch,
-                        sorted(pr.aborted_producer_ids), bool(pr)))
+            got.append(
+                (
+                    pr.records_read,
+                    pr.bytes_read,
+                    pr.next_fetch_offset,
+                    pr.leader_epoch,
+                    sorted(pr.aborted_producer_ids),
+                    bool(pr),
+                )
+            )
+
     return fn
 
 
 # ---- the record layer ----------------------------------------------------------------
+
 
 @needs_accel
 @pytest.mark.parametrize("name", sorted(BATCHES))
@@ -210,6 +283,7 @@ def test_crc_failure_is_reported_the_same(accel):
 
 # ---- the fetcher ---------------------------------------------------------------------
 
+
 class Upper:
     """A user deserializer: runs as stock, once per record, in order."""
 
@@ -233,6 +307,7 @@ def test_fetcher_consumer_records_equal(accel, name, chunk):
 @needs_accel
 def test_fetcher_reads_stock_batches_on_its_fast_loop(accel):
     from fastkwire import _kafka_python
+
     before = _kafka_python.fast_batches()
     stock, fast = accel(take_all(BATCHES["several batches"]))
     assert stock == fast and _kafka_python.fast_batches() == before + 3
@@ -244,8 +319,11 @@ def test_fetcher_reads_stock_batches_on_its_fast_loop(accel):
 @needs_accel
 def test_fetcher_deserializers_run_as_stock(accel):
     kd, vd = Upper(), Upper()
-    stock, fast = accel(take_all(BATCHES["kafka-python codec 0"], key_deserializer=kd,
-                                 value_deserializer=vd, chunk=10))
+    stock, fast = accel(
+        take_all(
+            BATCHES["kafka-python codec 0"], key_deserializer=kd, value_deserializer=vd, chunk=10
+        )
+    )
     assert stock == fast
     assert len(kd.calls) == 2 * 60 and kd.calls[:60] == kd.calls[60:]
 
@@ -260,6 +338,7 @@ def test_fetcher_deserializer_error_mid_batch(accel):
             if self.n % 5 == 0:
                 raise ValueError("bad value")
             return data
+
     stock, fast = accel(take_all(BATCHES["kafka-python codec 0"], value_deserializer=Fails()))
     # take() returns the four before it and raises on the next call
     assert [len(part) for part in stock[0][:-1]] == [4] and stock[1] == (ValueError, ("bad value",))
@@ -270,10 +349,16 @@ def test_fetcher_deserializer_error_mid_batch(accel):
 @pytest.mark.parametrize("isolation", [0, 1])
 def test_fetcher_transactions(accel, isolation):
     from kafka.protocol.consumer import IsolationLevel
+
     aborted = collections.namedtuple("AbortedTransaction", "producer_id first_offset")
     txns = [aborted(producer_id=7, first_offset=0)]
-    stock, fast = accel(take_all(BATCHES["transactional, aborted and committed"],
-                                 isolation_level=IsolationLevel(isolation), aborted_transactions=txns))
+    stock, fast = accel(
+        take_all(
+            BATCHES["transactional, aborted and committed"],
+            isolation_level=IsolationLevel(isolation),
+            aborted_transactions=txns,
+        )
+    )
     assert stock[1] is None and stock == fast
     offsets = [r.offset for part in fast[0][:-1] for r in part]
     assert offsets == ([5, 6, 7, 8] if isolation else [0, 1, 2, 3, 5, 6, 7, 8])
@@ -301,6 +386,7 @@ def test_fetcher_crc_checked_as_stock(accel, monkeypatch):
 
 # ---- hostile bytes -------------------------------------------------------------------
 
+
 def mutations(data, rng, n):
     for _ in range(n):
         buf = bytearray(data)
@@ -309,7 +395,7 @@ def mutations(data, rng, n):
             for _ in range(rng.randrange(1, 4)):
                 buf[rng.randrange(61, len(buf))] = rng.randrange(256)
         elif kind == 1:
-            del buf[rng.randrange(61, len(buf)):]
+            del buf[rng.randrange(61, len(buf)) :]
         else:
             at = rng.randrange(61, len(buf))
             buf[at:at] = rng.randbytes(rng.randrange(1, 12))
@@ -317,8 +403,16 @@ def mutations(data, rng, n):
 
 
 @needs_accel
-@pytest.mark.parametrize("name", ["kafka-python codec 0", "several batches", "legacy magic 1 codec 0",
-                                  "transactional, aborted and committed", "fastkwire writer none"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kafka-python codec 0",
+        "several batches",
+        "legacy magic 1 codec 0",
+        "transactional, aborted and committed",
+        "fastkwire writer none",
+    ],
+)
 def test_hostile_bytes_same_outcome(accel, name):
     rng = random.Random(name)
     for data in mutations(BATCHES[name], rng, 150):
@@ -331,21 +425,25 @@ def test_hostile_bytes_same_outcome(accel, name):
 def test_hostile_varints_and_lengths(accel):
     """Hand-made records at kafka-python's edges: negative lengths other than -1, varints
     past 64 bits, bad UTF-8, a header count too big for the bytes, sizes that do not add up."""
+
     def batch(body, count=1):
-        header = struct.pack(">qiibIhiqqqhii", 0, 49 + len(body), 0, 2, 0, 0, count - 1, 10, 10, -1, -1, -1, count)
+        header = struct.pack(
+            ">qiibIhiqqqhii", 0, 49 + len(body), 0, 2, 0, 0, count - 1, 10, 10, -1, -1, -1, count
+        )
         return with_attributes(header + body, 0)
+
     varint_big = b"\xff" * 9 + b"\x7f"
     bodies = [
-        b"\x0c\x00\x00\x00\x05\x02a\x00",           # key length -3: None in kafka-python
+        b"\x0c\x00\x00\x00\x05\x02a\x00",  # key length -3: None in kafka-python
         b"\x14\x00" + varint_big + b"\x00\x01\x01\x00",  # timestamp delta past 64 bits
-        b"\x0a\x00\x00\x00\x01\x01\x02\x02\xff\x00",     # header key not UTF-8
-        b"\x08\x00\x00\x00\x01\x01\x7e",                 # 63 headers in no bytes
-        b"\x06\x00\x00\x00\x01\x01\x00",                 # length one too small
-        b"\x0a\x00\x00\x00\x01\x01\x00",                 # length too large
-        b"\x08\x00\x00\x00\x01\x03\x01",                 # header count -2
-        b"\x08\x00\x00\x00\x7f\x01\x00",                 # key longer than the record
-        b"\x0a\x00\x00\x00\x01\x01\x02\x03\x00\x01",     # header key length -2
-        b"\x00",                                        # nothing after the length
+        b"\x0a\x00\x00\x00\x01\x01\x02\x02\xff\x00",  # header key not UTF-8
+        b"\x08\x00\x00\x00\x01\x01\x7e",  # 63 headers in no bytes
+        b"\x06\x00\x00\x00\x01\x01\x00",  # length one too small
+        b"\x0a\x00\x00\x00\x01\x01\x00",  # length too large
+        b"\x08\x00\x00\x00\x01\x03\x01",  # header count -2
+        b"\x08\x00\x00\x00\x7f\x01\x00",  # key longer than the record
+        b"\x0a\x00\x00\x00\x01\x01\x02\x03\x00\x01",  # header key length -2
+        b"\x00",  # nothing after the length
         b"",
     ]
     for body in bodies:
@@ -358,13 +456,23 @@ def test_hostile_varints_and_lengths(accel):
 
 # ---- install and uninstall -----------------------------------------------------------
 
+
 def snapshot():
     """Identity of every attribute of every kafka-python module and class the table touches."""
-    names = ["kafka.record.default_records", "kafka.record.legacy_records", "kafka.record.memory_records",
-             "kafka.record", "kafka.consumer.fetcher", "kafka.partitioner", "kafka.partitioner.default",
-             "kafka.producer.record_accumulator", "kafka.producer.kafka",
-             "kafka.protocol.schemas.fields.struct", "kafka.protocol.api_message",
-             "kafka.protocol.parser"]
+    names = [
+        "kafka.record.default_records",
+        "kafka.record.legacy_records",
+        "kafka.record.memory_records",
+        "kafka.record",
+        "kafka.consumer.fetcher",
+        "kafka.partitioner",
+        "kafka.partitioner.default",
+        "kafka.producer.record_accumulator",
+        "kafka.producer.kafka",
+        "kafka.protocol.schemas.fields.struct",
+        "kafka.protocol.api_message",
+        "kafka.protocol.parser",
+    ]
     out = {}
     for name in names:
         module = importlib.import_module(name)
@@ -385,9 +493,15 @@ def same(a, b):
 def test_install_patches_every_seam_and_uninstall_restores_identity():
     before = snapshot()
     table = fkp.patches()
-    assert {(getattr(p.owner, "__qualname__", getattr(p.owner, "__name__", None)), p.attribute) for p in table} >= {
-        ("DefaultRecordBatch", "__next__"), ("Fetcher.PartitionRecords", "_unpack_records"),
-        ("kafka.partitioner.default", "murmur2"), ("kafka.partitioner", "murmur2")}
+    assert {
+        (getattr(p.owner, "__qualname__", getattr(p.owner, "__name__", None)), p.attribute)
+        for p in table
+    } >= {
+        ("DefaultRecordBatch", "__next__"),
+        ("Fetcher.PartitionRecords", "_unpack_records"),
+        ("kafka.partitioner.default", "murmur2"),
+        ("kafka.partitioner", "murmur2"),
+    }
     assert fkp.install() is True and fkp.installed()
     try:
         for p in table:
@@ -406,8 +520,11 @@ def test_install_patches_every_seam_and_uninstall_restores_identity():
 def test_install_declines_on_an_unknown_version(monkeypatch):
     before = snapshot()
     monkeypatch.setattr(kafka, "__version__", "3.0.99")
-    with pytest.raises(fkp.UnsupportedKafkaPython, match=r"kafka-python 3\.0\.99") if not PURE else \
-            pytest.raises(fkp.UnsupportedKafkaPython):
+    with (
+        pytest.raises(fkp.UnsupportedKafkaPython, match=r"kafka-python 3\.0\.99")
+        if not PURE
+        else pytest.raises(fkp.UnsupportedKafkaPython)
+    ):
         fkp.install()
     with pytest.warns(RuntimeWarning, match="not installed"):
         assert fkp.install(strict=False) is False
@@ -434,26 +551,47 @@ def test_install_declines_when_a_seam_is_missing(monkeypatch):
 
 @needs_accel
 def test_pytest_plugin_installs_for_the_run(tmp_path):
-    (tmp_path / "test_inner.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_inner.py").write_text(
+        textwrap.dedent("""
         import fastkwire.kafka_python as fkp
         from kafka.record.default_records import DefaultRecordBatch
         def test_it():
             assert fkp.installed()
             assert DefaultRecordBatch.__next__.__module__ == "fastkwire._kafka_python"
-    """))
+    """)
+    )
     # The fastkwire this run imported comes first: a source tree on sys.path (without the
     # compiled core, in a non-editable install) must not shadow it in the child.
     here = str(Path(fastkwire.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + [p for p in sys.path if p]),
-               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                          "fastkwire.kafka_python", str(tmp_path)], capture_output=True, text=True,
-                         env=env, cwd=tmp_path, timeout=120)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([here] + [p for p in sys.path if p]),
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "fastkwire.kafka_python",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout
 
 
 # ---- murmur2 -------------------------------------------------------------------------
+
 
 @needs_accel
 def test_murmur2_matches_kafka_python():
@@ -476,8 +614,10 @@ def test_murmur2_matches_kafka_python():
 
 # ---- the producer's builder ----------------------------------------------------------
 
+
 def build_batch(plan, magic=2, compression=0, batch_size=1 << 20, **kw):
     """(metadata reprs and Nones, sizes, final bytes) of MemoryRecordsBuilder over plan."""
+
     def fn(got):
         b = MemoryRecordsBuilder(magic, compression, batch_size, **kw)
         for ts, key, value, headers in plan:
@@ -485,6 +625,7 @@ def build_batch(plan, magic=2, compression=0, batch_size=1 << 20, **kw):
             got.append((repr(meta), b.size_in_bytes(), b.is_full(), b.next_offset()))
         b.close()
         got.append((bytes(b.buffer()), b.compression_rate(), b.producer_id, b.base_sequence))
+
     return fn
 
 
@@ -505,7 +646,9 @@ def frozen_append_clock(monkeypatch):
     """kafka-python's append reads its clock from a default argument: both runs get ours."""
     append = kdr.DefaultRecordBatchBuilder.append
     defaults = list(append.__defaults__)
-    names = append.__code__.co_varnames[append.__code__.co_argcount - len(defaults):append.__code__.co_argcount]
+    names = append.__code__.co_varnames[
+        append.__code__.co_argcount - len(defaults) : append.__code__.co_argcount
+    ]
     clock = FakeClock()
     defaults[names.index("time_time")] = clock
     monkeypatch.setattr(append, "__defaults__", tuple(defaults))
@@ -516,7 +659,9 @@ def frozen_append_clock(monkeypatch):
 @pytest.mark.parametrize("codec", CODECS)
 def test_builder_same_bytes(accel, codec, frozen_append_clock):
     rng = random.Random(codec)
-    plan = sample_records(rng, 80) + [(None, b"k", b"v", [("h", b"1")])] * 3 + [(2**40, None, b"", [])]
+    plan = (
+        sample_records(rng, 80) + [(None, b"k", b"v", [("h", b"1")])] * 3 + [(2**40, None, b"", [])]
+    )
     run = build_batch(plan, compression=codec)
     stock, fast = accel(lambda got: (frozen_append_clock.reset(), run(got)))
     assert stock[1] is None and stock == fast
@@ -540,8 +685,9 @@ def test_builder_full_batches_and_compression_rule(accel, frozen_append_clock):
 @needs_accel
 def test_builder_transactional_state(accel):
     plan = [(i, b"k", b"v", []) for i in range(5)]
-    stock, fast = accel(build_batch(plan, transactional=True, producer_id=99, producer_epoch=2,
-                                    base_sequence=7))
+    stock, fast = accel(
+        build_batch(plan, transactional=True, producer_id=99, producer_epoch=2, base_sequence=7)
+    )
     assert stock == fast
 
 
@@ -559,7 +705,7 @@ def test_builder_odd_inputs_as_stock(accel):
         [(1, b"k", b"v", [(b"bytes key", b"x")])],
         [(1, b"k", b"v", [("\udc80", b"x")])],
         [(1, b"k", b"v", [("h", b"x", b"extra")])],
-        [(2**63 - 1, b"k", b"v", []), (-2**63, b"k", b"v", [])],  # timestamp delta past int64
+        [(2**63 - 1, b"k", b"v", []), (-(2**63), b"k", b"v", [])],  # timestamp delta past int64
         [(2**70, b"k", b"v", [])],
     ]
     for plan in cases:
@@ -574,6 +720,7 @@ def test_builder_offsets_past_int64_as_stock(accel):
         for offset in (0, 1, 2**40, 2**63 - 1, -5):
             got.append(repr(b.append(offset, 10, b"k", None, [])))
         got.append(bytes(b.build()))
+
     stock, fast = accel(fn)
     assert stock == fast
 
@@ -605,10 +752,22 @@ def test_batches_from_either_builder_read_the_same_through_either_reader(frozen_
 
 
 @needs_accel
-@pytest.mark.parametrize("attr, value", [
-    ("_header_data", (0,)), ("_header_data", [0] * 13), ("_buffer", b"\x00" * 80), ("_buffer", bytearray()),
-    ("_pos", -5), ("_pos", 10**30), ("_pos", 1.5), ("_next_record_index", -1), ("_next_record_index", 10**30),
-    ("_num_records", 10**6), ("_num_records", -2**70)])
+@pytest.mark.parametrize(
+    "attr, value",
+    [
+        ("_header_data", (0,)),
+        ("_header_data", [0] * 13),
+        ("_buffer", b"\x00" * 80),
+        ("_buffer", bytearray()),
+        ("_pos", -5),
+        ("_pos", 10**30),
+        ("_pos", 1.5),
+        ("_next_record_index", -1),
+        ("_next_record_index", 10**30),
+        ("_num_records", 10**6),
+        ("_num_records", -(2**70)),
+    ],
+)
 def test_hostile_batch_state_same_outcome(accel, attr, value):
     """A batch whose private state someone replaced: stock's outcome, and no crash."""
     data = BATCHES["kafka-python codec 0"]
@@ -631,6 +790,7 @@ def test_hostile_batch_state_same_outcome(accel, attr, value):
     def fetch(got):
         pr = Fetcher.PartitionRecords(0, TP, OneBatch(), check_crcs=False)
         got.append(pr.take())
+
     for fn in (read, fetch):
         stock, fast = accel(fn)
         assert stock == fast
@@ -640,12 +800,27 @@ def test_hostile_batch_state_same_outcome(accel, attr, value):
 def test_size_estimates_are_stocks_for_every_input(accel):
     B = kdr.DefaultRecordBatchBuilder
     rnd = random.Random(11)
-    cases = [(b"k", b"v", []), (None, None, []), (b"k" * 200, b"v" * 20000, [("h", b"x"), ("é" * 100, None)]),
-             ("str key", b"v", []), (b"k", bytearray(b"v"), []), (b"k", b"v", [("h", "str value")]),
-             (b"k", b"v", (("h", b"x"),)), (b"k", b"v", [("\ud800", b"x")]), (b"k", b"v", [("h",)]),
-             (b"k", 7, []), (b"k", b"v", None)]
-    cases += [(rnd.randbytes(rnd.randrange(300)), rnd.randbytes(rnd.randrange(70000)),
-               [(str(i), rnd.randbytes(rnd.randrange(200))) for i in range(rnd.randrange(4))]) for _ in range(50)]
+    cases = [
+        (b"k", b"v", []),
+        (None, None, []),
+        (b"k" * 200, b"v" * 20000, [("h", b"x"), ("é" * 100, None)]),
+        ("str key", b"v", []),
+        (b"k", bytearray(b"v"), []),
+        (b"k", b"v", [("h", "str value")]),
+        (b"k", b"v", (("h", b"x"),)),
+        (b"k", b"v", [("\ud800", b"x")]),
+        (b"k", b"v", [("h",)]),
+        (b"k", 7, []),
+        (b"k", b"v", None),
+    ]
+    cases += [
+        (
+            rnd.randbytes(rnd.randrange(300)),
+            rnd.randbytes(rnd.randrange(70000)),
+            [(str(i), rnd.randbytes(rnd.randrange(200))) for i in range(rnd.randrange(4))],
+        )
+        for _ in range(50)
+    ]
 
     def sizes(got):
         for c in cases:
@@ -654,5 +829,6 @@ def test_size_estimates_are_stocks_for_every_input(accel):
                     got.append(f(*c))
                 except Exception as exc:  # noqa: BLE001 - the type is what is compared
                     got.append((type(exc), exc.args))
+
     stock, fast = accel(sizes)
     assert stock == fast and len(stock[0]) == 2 * len(cases)

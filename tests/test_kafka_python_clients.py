@@ -7,6 +7,7 @@ consumer, and both see the same ConsumerRecords; a stock producer's records read
 through an accelerated consumer. Each client runs in its own child process, so that
 "stock" is kafka-python untouched.
 """
+
 import json
 import os
 import subprocess
@@ -22,12 +23,15 @@ import fastkwire.kafka_python as fkp  # noqa: E402
 from broker import tansu_broker  # noqa: E402,F401
 
 PURE = os.environ.get("FASTKWIRE_PURE", "") not in ("", "0") or fastkwire.implementation != "cython"
-pytestmark = pytest.mark.skipif(PURE or kafka.__version__ not in fkp.SUPPORTED,
-                                reason="the accelerator declines here (pure fastkwire or untested kafka-python)")
+pytestmark = pytest.mark.skipif(
+    PURE or kafka.__version__ not in fkp.SUPPORTED,
+    reason="the accelerator declines here (pure fastkwire or untested kafka-python)",
+)
 
 N = 600
 
-CHILD = r"""
+CHILD = (
+    r"""
 import json, sys, time
 mode, role, bootstrap, topic, codec = sys.argv[1:6]
 if mode == "accelerated":
@@ -62,18 +66,25 @@ else:
                              r.leader_epoch])
     c.close()
     print(json.dumps(sorted(seen)))
-""" % N
+"""
+    % N
+)
 
 
 def child(mode, role, bootstrap, topic, codec="none"):
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, role, bootstrap, topic, codec],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, role, bootstrap, topic, codec],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def create_topic(bootstrap, topic):
     from kafka.admin import KafkaAdminClient, NewTopic
+
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics([NewTopic(topic, 3, 1)])
@@ -85,21 +96,31 @@ def codecs():
     """No compression and gzip by default; every other codec kafka-python has here with
     --run-slow (each costs a dozen client processes)."""
     import kafka.codec as kc
-    slow = [name for name, has in (("snappy", kc.has_snappy), ("lz4", kc.has_lz4), ("zstd", kc.has_zstd))
-            if has()]
+
+    slow = [
+        name
+        for name, has in (("snappy", kc.has_snappy), ("lz4", kc.has_lz4), ("zstd", kc.has_zstd))
+        if has()
+    ]
     return ["none", "gzip"] + [pytest.param(name, marks=pytest.mark.slow) for name in slow]
 
 
 @pytest.mark.parametrize("codec", codecs())
 def test_accelerated_clients_produce_and_consume_as_stock(tansu_broker, codec):  # noqa: F811
     bootstrap = tansu_broker.bootstrap
-    fast_topic, stock_topic = f"kp-fast-{codec}-{uuid.uuid4().hex[:6]}", f"kp-stock-{codec}-{uuid.uuid4().hex[:6]}"
+    fast_topic, stock_topic = (
+        f"kp-fast-{codec}-{uuid.uuid4().hex[:6]}",
+        f"kp-stock-{codec}-{uuid.uuid4().hex[:6]}",
+    )
     for topic in (fast_topic, stock_topic):
         create_topic(bootstrap, topic)
     assert child("accelerated", "produce", bootstrap, fast_topic, codec) == {"sent": N}
     assert child("stock", "produce", bootstrap, stock_topic, codec) == {"sent": N}
-    read = {(mode, topic): child(mode, "consume", bootstrap, topic)
-            for mode in ("stock", "accelerated") for topic in (fast_topic, stock_topic)}
+    read = {
+        (mode, topic): child(mode, "consume", bootstrap, topic)
+        for mode in ("stock", "accelerated")
+        for topic in (fast_topic, stock_topic)
+    }
     for topic in (fast_topic, stock_topic):
         assert len(read["stock", topic]) == N
         assert read["accelerated", topic] == read["stock", topic]

@@ -1,6 +1,7 @@
 """The package's import structure: the compiled modules, which import-linter does not
 parse, import the shared rules and the wire table and never the pure twin, and no
 module imports another that imports it back (function-level imports included)."""
+
 import ast
 import re
 from pathlib import Path
@@ -12,8 +13,11 @@ CYTHON = sorted([*PKG.glob("*.pyx"), *PKG.glob("*.pxd"), *PKG.glob("*.pxi")])
 def cython_imports(path):
     """The fastkwire modules a .pyx/.pxd/.pxi imports or cimports."""
     found = set()
-    for m in re.finditer(r"^\s*(?:from fastkwire(?:\.(\w+))? c?import ([\w, ]+)|import fastkwire\.(\w+))",
-                         path.read_text(), re.M):
+    for m in re.finditer(
+        r"^\s*(?:from fastkwire(?:\.(\w+))? c?import ([\w, ]+)|import fastkwire\.(\w+))",
+        path.read_text(),
+        re.M,
+    ):
         if m.group(1) or m.group(3):
             found.add(m.group(1) or m.group(3))
         else:
@@ -28,7 +32,9 @@ def python_imports(path, modules):
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            target = f"{base}.{node.module}" if node.level and node.module else (node.module or base)
+            target = (
+                f"{base}.{node.module}" if node.level and node.module else (node.module or base)
+            )
             names = [f"{target}.{a.name}" for a in node.names]
             found.update(n for n in names if n in modules)
             if target in modules and not any(n in modules for n in names):

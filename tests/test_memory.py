@@ -8,6 +8,7 @@ with the process's resident set size (anything else).
 
 The default suite runs 150 iterations over all messages; the slow one (--run-slow) 100,000.
 """
+
 import gc
 import os
 import resource
@@ -55,8 +56,10 @@ def _items(impl, name):
             # sites of the frame, moved to the body (which ends the frame)
             shift = len(frame) - len(body)
             found = [s for s in D.sites(frame, target) if s.offset >= shift]
-            found = [D.Site(s.offset - shift, s.size, s.form, s.kind, s.nullable, s.content)
-                     for s in found]
+            found = [
+                D.Site(s.offset - shift, s.size, s.form, s.kind, s.nullable, s.content)
+                for s in found
+            ]
             broken = _broken(found, body)
         for bad in broken:
             with pytest.raises(DecodeError):

@@ -3,6 +3,7 @@
 Expected bytes come from the list path (itself checked against peer vectors) or are
 built here with struct, never by the array path under test.
 """
+
 import array
 import os
 import struct
@@ -23,17 +24,31 @@ FIELD_CODE = {"int16": "h", "int32": "i", "int64": "q"}
 def heartbeat(impl, partitions=(1, 2, 3), offsets=3, copartition=(1, 2)):
     R = impl.StreamsGroupHeartbeatRequest
     return R(
-        group_id="g", member_id="m", member_epoch=1, endpoint_information_epoch=1,
+        group_id="g",
+        member_id="m",
+        member_epoch=1,
+        endpoint_information_epoch=1,
         rebalance_timeout_ms=1000,
-        topology=R.Topology(epoch=1, subtopologies=[R.Subtopology(
-            subtopology_id="s", source_topics=["t"],
-            copartition_groups=[R.CopartitionGroup(source_topics=list(copartition))])]),
-        active_tasks=[R.TaskIds(subtopology_id="0", partitions=list(partitions)),
-                      R.TaskIds(subtopology_id="1", partitions=[])],
+        topology=R.Topology(
+            epoch=1,
+            subtopologies=[
+                R.Subtopology(
+                    subtopology_id="s",
+                    source_topics=["t"],
+                    copartition_groups=[R.CopartitionGroup(source_topics=list(copartition))],
+                )
+            ],
+        ),
+        active_tasks=[
+            R.TaskIds(subtopology_id="0", partitions=list(partitions)),
+            R.TaskIds(subtopology_id="1", partitions=[]),
+        ],
         standby_tasks=[R.TaskIds(subtopology_id="0", partitions=[7, -8])],
         user_endpoint=R.Endpoint(host="h", port=9092),
-        task_offsets=[R.TaskOffset(subtopology_id=str(i % 2), partition=i - 1, offset=(1 << 40) + i)
-                      for i in range(offsets)],
+        task_offsets=[
+            R.TaskOffset(subtopology_id=str(i % 2), partition=i - 1, offset=(1 << 40) + i)
+            for i in range(offsets)
+        ],
         task_end_offsets=[],
     )
 
@@ -45,6 +60,7 @@ def wire(kind, values, compact=True):
 
 
 # ---------------------------------------------------------------- 1. encoding from arrays
+
 
 @pytest.mark.parametrize("dtype", INT_DTYPES)
 @pytest.mark.parametrize("order", ["<", ">"])
@@ -71,9 +87,18 @@ def test_strides_really_vary():
     assert a[::2].strides == (8,) and a[::-1].strides == (-4,)
 
 
-@pytest.mark.parametrize("make", [list, tuple, lambda v: array.array("i", v), lambda v: array.array("q", v),
-                                  lambda v: array.array("H", v), lambda v: np.array(v, dtype="i4")],
-                         ids=["list", "tuple", "array-i", "array-q", "array-H", "numpy"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        list,
+        tuple,
+        lambda v: array.array("i", v),
+        lambda v: array.array("q", v),
+        lambda v: array.array("H", v),
+        lambda v: np.array(v, dtype="i4"),
+    ],
+    ids=["list", "tuple", "array-i", "array-q", "array-H", "numpy"],
+)
 def test_every_sequence_gives_the_same_message(impl, make):
     ref = heartbeat(impl)
     body = ref.encode(0)
@@ -98,6 +123,7 @@ def test_large_random_arrays_round_trip(impl):
 
 
 # ---------------------------------------------------------------- 2. decoding to arrays
+
 
 def test_decode_numpy_gives_native_arrays_that_own_their_memory(impl):
     R = impl.StreamsGroupHeartbeatRequest
@@ -143,8 +169,15 @@ def test_unknown_arrays_mode_is_rejected(impl):
 
 def test_null_arrays_stay_none(impl):
     R = impl.StreamsGroupHeartbeatRequest
-    msg = R(group_id="g", member_id="m", member_epoch=1, endpoint_information_epoch=1,
-            rebalance_timeout_ms=1, active_tasks=None, task_offsets=None)
+    msg = R(
+        group_id="g",
+        member_id="m",
+        member_epoch=1,
+        endpoint_information_epoch=1,
+        rebalance_timeout_ms=1,
+        active_tasks=None,
+        task_offsets=None,
+    )
     back = R.decode(msg.encode(0), 0, arrays="numpy")
     assert back.active_tasks is None and back.task_offsets is None and back.task_end_offsets is None
 
@@ -152,8 +185,15 @@ def test_null_arrays_stay_none(impl):
 def test_response_partitions_decode_to_arrays(impl):
     S = impl.StreamsGroupHeartbeatResponse
     tp = S.TopicPartition(topic="orders", partitions=[0, 1, 2**31 - 1])
-    msg = S(partitions_by_user_endpoint=[S.EndpointToPartitions(
-        user_endpoint=S.Endpoint(host="h", port=1), active_partitions=[tp], standby_partitions=[])])
+    msg = S(
+        partitions_by_user_endpoint=[
+            S.EndpointToPartitions(
+                user_endpoint=S.Endpoint(host="h", port=1),
+                active_partitions=[tp],
+                standby_partitions=[],
+            )
+        ]
+    )
     back = S.decode(msg.encode(0), 0, arrays="numpy")
     parts = back.partitions_by_user_endpoint[0].active_partitions[0].partitions
     assert parts.dtype == np.dtype("i4") and parts.tolist() == [0, 1, 2**31 - 1]
@@ -174,16 +214,21 @@ def test_numpy_message_equals_list_message(impl):
 
 # ---------------------------------------------------------------- 3. task offsets in columns
 
+
 def test_task_offsets_decode_to_columns(impl):
     R = impl.StreamsGroupHeartbeatRequest
     ref = heartbeat(impl, offsets=5)
     msg = R.decode(ref.encode(0), 0, arrays="numpy")
     cols = msg.task_offsets
-    assert isinstance(cols, TaskOffsetColumns) and isinstance(msg.task_end_offsets, TaskOffsetColumns)
+    assert isinstance(cols, TaskOffsetColumns) and isinstance(
+        msg.task_end_offsets, TaskOffsetColumns
+    )
     assert len(cols) == 5 and len(msg.task_end_offsets) == 0
     assert cols.subtopology_id == ["0", "1", "0", "1", "0"]
     assert cols.partition.dtype == np.dtype("i4") and cols.partition.tolist() == [-1, 0, 1, 2, 3]
-    assert cols.offset.dtype == np.dtype("i8") and cols.offset.tolist() == [(1 << 40) + i for i in range(5)]
+    assert cols.offset.dtype == np.dtype("i8") and cols.offset.tolist() == [
+        (1 << 40) + i for i in range(5)
+    ]
     items = list(cols)
     assert all(type(t) is R.TaskOffset for t in items)
     assert items == ref.task_offsets
@@ -202,8 +247,10 @@ def test_columns_built_by_hand_encode_like_the_list(impl):
     ref = heartbeat(impl, offsets=4)
     msg = heartbeat(impl, offsets=0)
     msg.task_offsets = TaskOffsetColumns(
-        ["0", "1", "0", "1"], np.array([-1, 0, 1, 2], dtype=">i8")[::1],
-        array.array("q", [(1 << 40) + i for i in range(4)]))
+        ["0", "1", "0", "1"],
+        np.array([-1, 0, 1, 2], dtype=">i8")[::1],
+        array.array("q", [(1 << 40) + i for i in range(4)]),
+    )
     msg.task_end_offsets = TaskOffsetColumns()
     assert msg.encode(0) == ref.encode(0)
     assert TaskOffsetColumns.from_list(ref.task_offsets) == ref.task_offsets
@@ -211,6 +258,7 @@ def test_columns_built_by_hand_encode_like_the_list(impl):
 
 def test_columns_cross_implementations():
     import fastkwire._messages_python as pure
+
     try:
         import fastkwire._messages_cython as cy
     except ImportError:
@@ -261,13 +309,14 @@ def test_malformed_input_fails_the_same_with_columns_and_arrays(impl):
     assert {"task_offsets", "active_tasks", "task_end_offsets"} <= seen
     # an invalid UTF-8 subtopology id inside the task offsets
     at = body.index(b"\x02" + b"1" + struct.pack(">i", 0))  # row 1: "1", partition 0
-    bad = body[:at + 1] + b"\xff" + body[at + 2:]
+    bad = body[: at + 1] + b"\xff" + body[at + 2 :]
     err = decode_error(lambda: R.decode(bad, 0))
     assert err[2] == "task_offsets[1].subtopology_id"
     assert decode_error(lambda: R.decode(bad, 0, arrays="numpy")) == err
 
 
 # ---------------------------------------------------------------- 5. range and dtype errors
+
 
 def encode_error(fn):
     with pytest.raises(EncodeError) as info:
@@ -291,14 +340,19 @@ def test_int32_out_of_range_in_every_dtype(impl, dtype):
     msg = heartbeat(impl)
     msg.standby_tasks[0].partitions = np.array([0, 1, 2**31 + 5], dtype=dtype)[::-1]
     x = encode_error(lambda: msg.encode(0))
-    assert (x.path, x.reason) == ("standby_tasks[0].partitions[0]", f"{2**31 + 5} out of range for int32")
+    assert (x.path, x.reason) == (
+        "standby_tasks[0].partitions[0]",
+        f"{2**31 + 5} out of range for int32",
+    )
 
 
 @pytest.mark.parametrize("as_array", [False, True], ids=["list", "numpy"])
 def test_int16_index_out_of_range(impl, as_array):
     msg = heartbeat(impl)
     idx = [0, 2**15]
-    msg.topology.subtopologies[0].copartition_groups[0].source_topics = np.array(idx) if as_array else idx
+    msg.topology.subtopologies[0].copartition_groups[0].source_topics = (
+        np.array(idx) if as_array else idx
+    )
     x = encode_error(lambda: msg.encode(0))
     assert x.path == "topology.subtopologies[0].copartition_groups[0].source_topics[1]"
     assert x.reason == "32768 out of range for int16"
@@ -327,12 +381,21 @@ def test_numpy_scalars_that_fit_are_ints(impl):
     assert msg.encode(0) == heartbeat(impl).encode(0)
 
 
-@pytest.mark.parametrize("bad", [
-    np.array([1.0, 2.0]), np.array([1, 2], dtype="f4"), np.array([1, 2], dtype=object),
-    np.array([True, False]), np.array([[1, 2]], dtype="i4"), np.array(5, dtype="i4"),
-    np.array(["2024-01-01"], dtype="datetime64[D]"), array.array("d", [1.0]),
-    np.array([1, 2], dtype="i4").view("S4"),
-], ids=["f8", "f4", "object", "bool", "2-D", "0-D", "datetime", "array-d", "bytes"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.array([1.0, 2.0]),
+        np.array([1, 2], dtype="f4"),
+        np.array([1, 2], dtype=object),
+        np.array([True, False]),
+        np.array([[1, 2]], dtype="i4"),
+        np.array(5, dtype="i4"),
+        np.array(["2024-01-01"], dtype="datetime64[D]"),
+        array.array("d", [1.0]),
+        np.array([1, 2], dtype="i4").view("S4"),
+    ],
+    ids=["f8", "f4", "object", "bool", "2-D", "0-D", "datetime", "array-d", "bytes"],
+)
 def test_wrong_array_types_are_encode_errors(impl, bad):
     msg = heartbeat(impl)
     msg.active_tasks[0].partitions = bad
@@ -387,6 +450,7 @@ def test_column_constructor_validates():
 
 # ---------------------------------------------------------------- numpy stays lazy
 
+
 def test_import_and_list_codecs_do_not_import_numpy():
     code = (
         "import sys, fastkwire\n"
@@ -398,4 +462,6 @@ def test_import_and_list_codecs_do_not_import_numpy():
         "assert 'numpy' in sys.modules\n"
     )
     for pure in ("0", "1"):
-        subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, FASTKWIRE_PURE=pure))
+        subprocess.run(
+            [sys.executable, "-c", code], check=True, env=dict(os.environ, FASTKWIRE_PURE=pure)
+        )

@@ -4,6 +4,7 @@ The build-and-install tests take minutes and install from PyPI (setuptools, the 
 tools), so they run only when asked: FASTKWIRE_SLOW_TESTS=1 or `pytest --run-slow`.
 They need `build`, `auditwheel<6.8.1` and patchelf (see tools/build_wheel.sh).
 """
+
 import json
 import os
 import shutil
@@ -87,8 +88,10 @@ def test_sdist_holds_generated_c_and_schemas_and_no_binaries(sdist):
     for module in MODULES:
         assert f"src/fastkwire/{module}.c" in names
         assert f"src/fastkwire/{module}.pyx" in names
-    schemas = {p.relative_to(ROOT).as_posix() for p in (ROOT / "src/fastkwire/schemas").rglob("*.json")}
-    assert "src/fastkwire/schemas/descriptions/fields.json" in schemas    # the fields' meanings
+    schemas = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "src/fastkwire/schemas").rglob("*.json")
+    }
+    assert "src/fastkwire/schemas/descriptions/fields.json" in schemas  # the fields' meanings
     assert schemas and schemas <= names
     assert "PKG-INFO" in names
     assert not [n for n in names if n.endswith((".so", ".pyd", ".pyc"))]
@@ -108,7 +111,16 @@ def test_sdist_without_a_working_compiler_installs_pure_python_and_says_so(
 ):
     # CC=false: a compiler that always fails, as on a machine without one.
     result = run(
-        [venv_without_cython, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps", sdist],
+        [
+            venv_without_cython,
+            "-m",
+            "pip",
+            "install",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            sdist,
+        ],
         env=clean_env(CC="false"),
     )
     assert "compiled core could not be built" in result.stdout + result.stderr
@@ -145,10 +157,18 @@ def test_manylinux_wheel_installs_and_passes_the_suite(slow, tmp_path):
     implementation, where = installed(python, tmp_path)
     assert implementation == "cython"
     assert (tmp_path / "venv") in where.parents
-    env = clean_env(PATH=f"{python.parent}{os.pathsep}{os.environ['PATH']}", **config["test-environment"])
+    env = clean_env(
+        PATH=f"{python.parent}{os.pathsep}{os.environ['PATH']}", **config["test-environment"]
+    )
     for command in config["test-command"]:
-        step = subprocess.run(command.replace("{project}", str(ROOT)), shell=True, cwd=tmp_path,
-                              env=env, capture_output=True, text=True)
+        step = subprocess.run(
+            command.replace("{project}", str(ROOT)),
+            shell=True,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert step.returncode == 0, command + "\n" + step.stdout[-5000:] + step.stderr[-2000:]
     assert " passed" in step.stdout  # the last command is the suite
 
@@ -156,17 +176,28 @@ def test_manylinux_wheel_installs_and_passes_the_suite(slow, tmp_path):
 def test_cibuildwheel_builds_cpython_310_to_314_and_314t_on_every_target():
     pytest.importorskip("cibuildwheel", reason="cibuildwheel is not installed")
     expected = {
-        "linux": {f"{lib}_{arch}" for lib in ("manylinux", "musllinux") for arch in ("x86_64", "aarch64")},
+        "linux": {
+            f"{lib}_{arch}" for lib in ("manylinux", "musllinux") for arch in ("x86_64", "aarch64")
+        },
         "macos": {"macosx_x86_64", "macosx_arm64"},
         "windows": {"win_amd64"},
     }
     for platform, targets in expected.items():
         result = run(
-            [sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", platform],
+            [
+                sys.executable,
+                "-m",
+                "cibuildwheel",
+                "--print-build-identifiers",
+                "--platform",
+                platform,
+            ],
             cwd=ROOT,
         )
         got = set(result.stdout.split())
-        want = {f"cp3{minor}-{t}" for minor in range(10, 15) for t in targets} | {f"cp314t-{t}" for t in targets}
+        want = {f"cp3{minor}-{t}" for minor in range(10, 15) for t in targets} | {
+            f"cp314t-{t}" for t in targets
+        }
         assert got == want, platform
 
 
@@ -195,7 +226,7 @@ def test_cibuildwheel_tests_the_installed_compiled_wheel():
     assert config["test-environment"]["FASTKWIRE_REQUIRE_EXTENSION"] == "1"
 
 
-PEERS_HIDDEN = '''
+PEERS_HIDDEN = """
 import importlib.util, sys
 HIDDEN = ("kio", "kafka", "cramjam", "aiokafka")
 class Hide:
@@ -206,17 +237,35 @@ sys.meta_path.insert(0, Hide())
 real = importlib.util.find_spec
 importlib.util.find_spec = lambda name, package=None: (
     None if name.split(".")[0] in HIDDEN else real(name, package))
-'''
+"""
 
 
 def test_suite_collects_without_the_optional_peers(tmp_path):
     """Without kio, kafka-python, aiokafka and cramjam the suite collects: the tests that
     need one skip (a module that imported one at its top was a collection error)."""
     (tmp_path / "sitecustomize.py").write_text(PEERS_HIDDEN)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(tmp_path)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                             "-p", "no:cacheprovider", str(ROOT / "tests")],
-                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(tmp_path)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "tests"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "error" not in result.stdout.splitlines()[-1]

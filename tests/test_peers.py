@@ -5,6 +5,7 @@ we decode the peer's bytes to the same value, and the peer decodes ours to it. T
 peers are also checked against each other and against known bytes, so that a fault in
 an adapter (tests/peers.py) cannot pass for agreement.
 """
+
 import importlib
 import os
 import sys
@@ -47,8 +48,9 @@ def settings_for(name):
     examples = os.environ.get("FASTKWIRE_PEER_EXAMPLES")
     if examples is None:
         examples = 50 if name in scope.SEED_MESSAGES else 10
-    return settings(max_examples=int(examples), deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+    return settings(
+        max_examples=int(examples), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
 
 
 def require(peer, name, version):
@@ -93,10 +95,16 @@ def test_peer_gaps_are_real():
 def test_seed_vectors(peer):
     """Smallest LeaveGroup v5 bodies from the published wire layout: one member, all
     strings empty (compact length 1), all numbers zero, empty tagged-field sections."""
-    request = {"group_id": "", "member_id": "",
-               "members": [{"member_id": "", "group_instance_id": "", "reason": ""}]}
-    response = {"throttle_time_ms": 0, "error_code": 0,
-                "members": [{"member_id": "", "group_instance_id": "", "error_code": 0}]}
+    request = {
+        "group_id": "",
+        "member_id": "",
+        "members": [{"member_id": "", "group_instance_id": "", "reason": ""}],
+    }
+    response = {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "members": [{"member_id": "", "group_instance_id": "", "error_code": 0}],
+    }
     request_body = bytes.fromhex("01 02 01 01 01 00 00")
     response_body = bytes.fromhex("00000000 0000 02 01 01 0000 00 00")
     assert peers.ENCODE[peer]("LeaveGroupRequest", 5, request) == request_body
@@ -105,16 +113,27 @@ def test_seed_vectors(peer):
     assert peers.DECODE[peer]("LeaveGroupResponse", 5, response_body) == response
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kafka-python 3.0.12 bug: ApiVersionsResponse.decode reads any body whose error_code "
-    "is non-zero as v0, so a valid v3 error response fails to parse (Kafka's client only "
-    "falls back to v0 when parsing at the requested version fails). kp_decode calls the "
-    "generic decoder instead; drop that detour when this test starts passing."))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "kafka-python 3.0.12 bug: ApiVersionsResponse.decode reads any body whose error_code "
+        "is non-zero as v0, so a valid v3 error response fails to parse (Kafka's client only "
+        "falls back to v0 when parsing at the requested version fails). kp_decode calls the "
+        "generic decoder instead; drop that detour when this test starts passing."
+    ),
+)
 def test_kafka_python_api_versions_error_response():
     from kafka.protocol.metadata import ApiVersionsResponse
 
-    d = {"error_code": 42, "api_keys": [], "throttle_time_ms": 0, "supported_features": [],
-         "finalized_features_epoch": -1, "finalized_features": [], "zk_migration_ready": False}
+    d = {
+        "error_code": 42,
+        "api_keys": [],
+        "throttle_time_ms": 0,
+        "supported_features": [],
+        "finalized_features_epoch": -1,
+        "finalized_features": [],
+        "zk_migration_ready": False,
+    }
     body = peers.kio_encode("ApiVersionsResponse", 3, d)
     assert ApiVersionsResponse.decode(body, version=3).to_dict(json=False) == d
 
@@ -123,9 +142,18 @@ def test_kafka_python_legacy_vector():
     """Versions Kafka 4 dropped go through kafka-python's legacy classes; ProduceRequest
     v0 written out by hand from the published layout: acks, timeout, topic "t", partition
     0 with records b"x" (int16 string length, int32 array counts and bytes length)."""
-    d = {"transactional_id": None, "acks": 1, "timeout_ms": 1000,
-         "topic_data": [{"name": "t", "topic_id": uuid.UUID(int=0),
-                         "partition_data": [{"index": 0, "records": b"x"}]}]}
+    d = {
+        "transactional_id": None,
+        "acks": 1,
+        "timeout_ms": 1000,
+        "topic_data": [
+            {
+                "name": "t",
+                "topic_id": uuid.UUID(int=0),
+                "partition_data": [{"index": 0, "records": b"x"}],
+            }
+        ],
+    }
     body = bytes.fromhex("0001 000003e8 00000001 0001 74 00000001 00000000 00000001 78")
     assert ("ProduceRequest", 0) in peers.KP_LEGACY
     assert peers.kp_encode("ProduceRequest", 0, d) == body
@@ -136,8 +164,16 @@ def test_kafka_python_legacy_vector():
 def test_authorized_operations_bits(value):
     """kafka-python holds Kafka's int32 AuthorizedOperations as a set of bits (None for
     INT32_MIN); through the adapter it writes the same 4 bytes as kio's int32."""
-    d = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-         "cluster_id": "", "controller_id": -1, "brokers": [], "cluster_authorized_operations": value}
+    d = {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "endpoint_type": 1,
+        "cluster_id": "",
+        "controller_id": -1,
+        "brokers": [],
+        "cluster_authorized_operations": value,
+    }
     body = peers.kp_encode("DescribeClusterResponse", 0, d)
     assert body[-5:] == value.to_bytes(4, "big", signed=True) + b"\x00"  # + no tagged fields
     assert body == peers.kio_encode("DescribeClusterResponse", 0, d)
@@ -167,8 +203,11 @@ def test_peer_exclusions_still_hold(impl, peer, name, version):
         return theirs != cls.from_dict(d).encode(version)
 
     # the first difference found will do: no shrinking (slow, and nothing to report)
-    find(strategy(name, version, peer), differs,
-         settings=settings(database=None, phases=[Phase.generate]))
+    find(
+        strategy(name, version, peer),
+        differs,
+        settings=settings(database=None, phases=[Phase.generate]),
+    )
 
 
 # Versions only one peer has: its adapter cannot be checked against the other peer.

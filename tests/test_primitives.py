@@ -1,4 +1,5 @@
 """Wire primitives against tests/vectors/primitives.json, in both implementations."""
+
 import json
 import math
 import uuid
@@ -63,11 +64,22 @@ def test_decode_at_offset(core):
 
 
 OUT_OF_RANGE = [
-    ("int8", 128), ("int8", -129), ("int16", 1 << 15), ("int16", -(1 << 15) - 1),
-    ("int32", 1 << 31), ("int32", -(1 << 31) - 1), ("int64", 1 << 63), ("int64", -(1 << 63) - 1),
-    ("uint16", -1), ("uint16", 1 << 16), ("uint32", -1), ("uint32", 1 << 32),
-    ("uvarint", -1), ("uvarint", 1 << 32),
-    ("compact_array[int32]", [0, 1 << 31]), ("array[int16]", [1 << 15]),
+    ("int8", 128),
+    ("int8", -129),
+    ("int16", 1 << 15),
+    ("int16", -(1 << 15) - 1),
+    ("int32", 1 << 31),
+    ("int32", -(1 << 31) - 1),
+    ("int64", 1 << 63),
+    ("int64", -(1 << 63) - 1),
+    ("uint16", -1),
+    ("uint16", 1 << 16),
+    ("uint32", -1),
+    ("uint32", 1 << 32),
+    ("uvarint", -1),
+    ("uvarint", 1 << 32),
+    ("compact_array[int32]", [0, 1 << 31]),
+    ("array[int16]", [1 << 15]),
 ]
 
 
@@ -84,10 +96,19 @@ def test_encode_error_names_array_index(core):
 
 
 WRONG_TYPE = [
-    ("int32", "1"), ("int32", 1.0), ("int32", True), ("int16", None), ("bool", 1),
-    ("string", b"x"), ("string", None), ("compact_string", 5), ("bytes", "x"),
-    ("uuid", "00010203-0405-0607-0809-0a0b0c0d0e0f"), ("array[int32]", "12"),
-    ("compact_array[int32]", None), ("array[string]", ["a", None]),
+    ("int32", "1"),
+    ("int32", 1.0),
+    ("int32", True),
+    ("int16", None),
+    ("bool", 1),
+    ("string", b"x"),
+    ("string", None),
+    ("compact_string", 5),
+    ("bytes", "x"),
+    ("uuid", "00010203-0405-0607-0809-0a0b0c0d0e0f"),
+    ("array[int32]", "12"),
+    ("compact_array[int32]", None),
+    ("array[string]", ["a", None]),
 ]
 
 
@@ -110,6 +131,7 @@ def test_index_objects_are_ints(core):
     class Index:
         def __index__(self):
             return 7
+
     assert core.encode("int32", Index()) == b"\x00\x00\x00\x07"
 
 

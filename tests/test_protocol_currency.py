@@ -5,6 +5,7 @@ which source each definition's facts came from.
 Byte equality with kio for every new or changed version, in both implementations; the
 peer suite (test_peers) covers the rest of the protocol.
 """
+
 import json
 from pathlib import Path
 
@@ -37,7 +38,9 @@ def load(name):
     return json.loads((SCHEMAS / f"{name}.json").read_text())
 
 
-@pytest.mark.parametrize(("name", "version"), NEW_VERSIONS, ids=[f"{n}-v{v}" for n, v in NEW_VERSIONS])
+@pytest.mark.parametrize(
+    ("name", "version"), NEW_VERSIONS, ids=[f"{n}-v{v}" for n, v in NEW_VERSIONS]
+)
 def test_new_versions_match_kio_bytes(impl, name, version):
     assert peers.peer_supports("kio", name, version)
     cls = getattr(impl, name)
@@ -81,14 +84,19 @@ def test_new_messages_are_named_after_kio_modules():
 
 # ---------------------------------------------------------------- renamed APIs
 
+
 def test_renamed_api_keeps_its_old_name(impl):
     import fastkwire
     from fastkwire import _family
 
-    assert SOURCES["renamed"] == _family.ALIASES == {
-        "ListClientMetricsResourcesRequest": "ListConfigResourcesRequest",
-        "ListClientMetricsResourcesResponse": "ListConfigResourcesResponse",
-    }
+    assert (
+        SOURCES["renamed"]
+        == _family.ALIASES
+        == {
+            "ListClientMetricsResourcesRequest": "ListConfigResourcesRequest",
+            "ListClientMetricsResourcesResponse": "ListConfigResourcesResponse",
+        }
+    )
     for old, new in _family.ALIASES.items():
         assert getattr(impl, old) is getattr(impl, new)
         assert getattr(fastkwire, old) is getattr(fastkwire, new)
@@ -99,7 +107,8 @@ def test_renamed_api_keeps_its_old_name(impl):
     assert len([c for c in impl.MESSAGE_CLASSES if c.API_KEY == 74]) == 2
     # v0 is the old API: the same bytes under the old name
     old = impl.ListClientMetricsResourcesResponse(
-        config_resources=[impl.ListClientMetricsResourcesResponse.ConfigResource(resource_name="m")])
+        config_resources=[impl.ListClientMetricsResourcesResponse.ConfigResource(resource_name="m")]
+    )
     assert old.encode(0) == bytes.fromhex("00000000 0000 02 026d 00 00")
 
 
@@ -113,7 +122,10 @@ def test_stubs_declare_the_old_names():
 
 # ---------------------------------------------------------------- preview APIs
 
-@pytest.mark.parametrize("name", [n for n in MESSAGE_NAMES if load(n).get("api_key") in PREVIEW_APIS])
+
+@pytest.mark.parametrize(
+    "name", [n for n in MESSAGE_NAMES if load(n).get("api_key") in PREVIEW_APIS]
+)
 def test_preview_apis_are_unstable_in_every_version_and_say_so(name):
     m = load(name)
     assert m["unstable"] == m["versions"]
@@ -127,7 +139,9 @@ def test_explain_tells_that_a_preview_api_may_change():
     assert "streams-group-describe-v0-response" in example_names()
     frame, key, version = example("streams-group-describe-v0-response")
     tree = explain(frame, key, version)
-    body = [n for n in tree.walk() if n.name == "StreamsGroupDescribeResponse" and n.type == "struct"][0]
+    body = [
+        n for n in tree.walk() if n.name == "StreamsGroupDescribeResponse" and n.type == "struct"
+    ][0]
     assert "may still change" in body.description
     frame, key, version = example("list-config-resources-v1")
     assert explain(frame, key, version).name == "ListConfigResourcesRequest"
@@ -136,21 +150,43 @@ def test_explain_tells_that_a_preview_api_may_change():
 def test_stable_apis_follow_kafkas_unstable_marks():
     # the newer Kafka (kafka-python 3's files) released EndTxn v5 and marks InitProducerId v6
     assert "unstable" not in load("EndTxnRequest") and "unstable" not in load("EndTxnResponse")
-    assert load("InitProducerIdRequest")["unstable"] == load("InitProducerIdResponse")["unstable"] == "6"
+    assert (
+        load("InitProducerIdRequest")["unstable"]
+        == load("InitProducerIdResponse")["unstable"]
+        == "6"
+    )
 
 
 # ---------------------------------------------------------------- StreamsGroupDescribe columns
+
 
 def test_streams_group_describe_task_offsets_as_columns(impl):
     import numpy as np
     from fastkwire import TaskOffsetColumns
 
     r = impl.StreamsGroupDescribeResponse
-    offsets = [r.TaskOffset(subtopology_id=f"s{i % 3}", partition=i, offset=10 * i) for i in range(50)]
-    d = r.from_dict({"groups": [{"group_id": "g", "members": [
-        {"member_id": "m", "task_offsets": [o.to_dict() for o in offsets],
-         "task_end_offsets": [o.to_dict() for o in offsets[:5]],
-         "assignment": {"active_tasks": [{"subtopology_id": "s0", "partitions": [1, 2, 3]}]}}]}]})
+    offsets = [
+        r.TaskOffset(subtopology_id=f"s{i % 3}", partition=i, offset=10 * i) for i in range(50)
+    ]
+    d = r.from_dict(
+        {
+            "groups": [
+                {
+                    "group_id": "g",
+                    "members": [
+                        {
+                            "member_id": "m",
+                            "task_offsets": [o.to_dict() for o in offsets],
+                            "task_end_offsets": [o.to_dict() for o in offsets[:5]],
+                            "assignment": {
+                                "active_tasks": [{"subtopology_id": "s0", "partitions": [1, 2, 3]}]
+                            },
+                        }
+                    ],
+                }
+            ]
+        }
+    )
     body = d.encode(0)
     assert body == peers.kio_encode("StreamsGroupDescribeResponse", 0, d.to_dict())
     listed = r.decode(body, 0)
@@ -167,7 +203,9 @@ def test_streams_group_describe_task_offsets_as_columns(impl):
     members = r.decode(body, 0).groups[0].members
     members[0].task_offsets = TaskOffsetColumns(
         subtopology_id=[o.subtopology_id for o in offsets],
-        partition=np.arange(50, dtype=np.int32), offset=np.arange(50, dtype=np.int64) * 10)
+        partition=np.arange(50, dtype=np.int32),
+        offset=np.arange(50, dtype=np.int64) * 10,
+    )
     assert r.decode(body, 0).encode(0) == body
 
 
@@ -178,24 +216,34 @@ def test_streams_group_describe_schema_uses_columns_where_heartbeat_does():
     member = [f for f in describe["fields"][1]["fields"] if f["name"] == "Members"][0]
     by_name = {f["name"]: f for f in member["fields"]}
     for name in ("TaskOffsets", "TaskEndOffsets"):
-        assert by_name[name]["columns"] == "TaskOffsetColumns" and by_name[name]["type"] == "[]TaskOffset"
+        assert (
+            by_name[name]["columns"] == "TaskOffsetColumns"
+            and by_name[name]["type"] == "[]TaskOffset"
+        )
     shared = {s["name"]: [f["name"] for f in s["fields"]] for s in describe["structs"]}
     assert shared["TaskOffset"] == ["SubtopologyId", "Partition", "Offset"]
 
 
 # ---------------------------------------------------------------- sources
 
+
 def test_every_definition_says_where_its_facts_came_from():
     files = SOURCES["files"]
     assert set(files) == {p.name for p in SCHEMAS.glob("*.json")}
     kio = next(label for label in files["StreamsGroupDescribeRequest.json"])
     assert kio.startswith("kio ")
-    for name in ("StreamsGroupDescribe", "DescribeShareGroupOffsets", "AlterShareGroupOffsets",
-                 "DeleteShareGroupOffsets"):
+    for name in (
+        "StreamsGroupDescribe",
+        "DescribeShareGroupOffsets",
+        "AlterShareGroupOffsets",
+        "DeleteShareGroupOffsets",
+    ):
         for kind in ("Request", "Response"):
             assert list(files[f"{name}{kind}.json"]) == [kio]
     kafka_python = list(files["ListConfigResourcesRequest.json"])
     assert len(kafka_python) == 1 and kafka_python[0].startswith("kafka-python ")
     assert "changed since the snapshot" in files["ReadShareGroupStateSummaryResponse.json"][kio]
     assert list(files["LeaveGroupRequest.json"]) == ["Kafka message definitions snapshot"]
-    assert files["StreamsGroupHeartbeatRequest.json"] == {"this project": "maintained by hand (PROTECTED)"}
+    assert files["StreamsGroupHeartbeatRequest.json"] == {
+        "this project": "maintained by hand (PROTECTED)"
+    }

@@ -8,6 +8,7 @@ shows that the rewrite keeps clients on it. The recording proxy sees what the br
 and got, so the comparison proves byte-for-byte forwarding: every request, and every
 response but the rewritten ones (whose originals the exchange keeps).
 """
+
 import io
 import json
 
@@ -36,16 +37,25 @@ def through_proxy(tmp_path_factory):
     try:
         broker = next(brokers)
         recorder.upstream_port = broker.port
-        with CaptureWriter(capture) as writer, \
-                BackgroundProxy(f"127.0.0.1:{recorder.port}", rewrite_advertised=True,
-                                on_exchange=writer.write) as proxy:
+        with (
+            CaptureWriter(capture) as writer,
+            BackgroundProxy(
+                f"127.0.0.1:{recorder.port}", rewrite_advertised=True, on_exchange=writer.write
+            ) as proxy,
+        ):
             ran = {c: CLIENTS[c][1]() for c in SCRIPTS if available(c)}
-            create_topics(proxy.bootstrap, [topic_of(c, codec) for c, codecs in ran.items() for codec in codecs])
+            create_topics(
+                proxy.bootstrap,
+                [topic_of(c, codec) for c, codecs in ran.items() for codec in codecs],
+            )
             for client, codecs in ran.items():
                 SCRIPTS[client](proxy.bootstrap, codecs)
             # librdkafka's all-topics Metadata request: flexible, with a 4-byte topics count.
             from confluent_kafka.admin import AdminClient
-            assert AdminClient({"bootstrap.servers": proxy.bootstrap}).list_topics(timeout=15).topics
+
+            assert (
+                AdminClient({"bootstrap.servers": proxy.bootstrap}).list_topics(timeout=15).topics
+            )
         exchanges, events, address = proxy.exchanges(), proxy.events(), proxy.address
     finally:
         recorder.close()
@@ -87,6 +97,7 @@ def test_clients_stay_on_the_proxy(through_proxy):
 
 def test_every_frame_is_forwarded_byte_for_byte(through_proxy):
     _, exchanges, _, seen_by_broker, _, _ = through_proxy
+
     # The broker side's connections are the proxy's connections, one for one; compare each
     # connection's requests in order, and each response with what the broker sent.
     def by_connection(items, key):
@@ -101,8 +112,15 @@ def test_every_frame_is_forwarded_byte_for_byte(through_proxy):
     for conn, mine in ours.items():
         # The broker-side connection with the same requests in the same order, and the
         # same answers (an answer in flight when the client hung up never reached it).
-        match = next((t for t in theirs if [e.request for e in t] == [e.request for e in mine]
-                      and all(sent(e) in (None, b.response) for e, b in zip(mine, t))), None)
+        match = next(
+            (
+                t
+                for t in theirs
+                if [e.request for e in t] == [e.request for e in mine]
+                and all(sent(e) in (None, b.response) for e, b in zip(mine, t))
+            ),
+            None,
+        )
         assert match is not None, [exchange_line(e) for e in mine]
         theirs.remove(match)
 
@@ -126,8 +144,9 @@ def test_responses_are_paired_by_correlation_id(through_proxy):
     for i, e in enumerate(exchanges):
         if e.response is not None:
             last_answer[e.conn] = i
-    assert all(i > last_answer.get(e.conn, -1) for i, e in enumerate(exchanges) if e in unanswered), \
-        [exchange_line(e) for e in unanswered]
+    assert all(
+        i > last_answer.get(e.conn, -1) for i, e in enumerate(exchanges) if e in unanswered
+    ), [exchange_line(e) for e in unanswered]
     line = exchange_line(answered[0])
     assert answered[0].api in line and f"#{answered[0].correlation_id}" in line
     d = exchange_dict(answered[0])
@@ -137,15 +156,18 @@ def test_responses_are_paired_by_correlation_id(through_proxy):
 def test_the_capture_has_every_exchange(through_proxy):
     _, exchanges, _, _, capture, _ = through_proxy
     back = list(read_capture(capture))
-    assert [(e.conn, e.correlation_id, e.request, e.response, e.upstream_response) for e in back] == \
-           [(e.conn, e.correlation_id, e.request, e.response, e.upstream_response) for e in exchanges]
+    assert [
+        (e.conn, e.correlation_id, e.request, e.response, e.upstream_response) for e in back
+    ] == [(e.conn, e.correlation_id, e.request, e.response, e.upstream_response) for e in exchanges]
     live, read = Summary(), Summary()
     for e in exchanges:
         live.add_exchange(e)
     for e in back:
         read.add_exchange(e)
     strip = [{k: v for k, v in a.items() if not k.endswith("_ms")} for a in live.to_dict()["apis"]]
-    assert strip == [{k: v for k, v in a.items() if not k.endswith("_ms")} for a in read.to_dict()["apis"]]
+    assert strip == [
+        {k: v for k, v in a.items() if not k.endswith("_ms")} for a in read.to_dict()["apis"]
+    ]
 
 
 def test_explain_capture_reads_all_of_it(through_proxy, capsys):

@@ -1,5 +1,6 @@
 """`fastkwire proxy`, `fastkwire stats` and `fastkwire explain --capture` as a user runs them:
 the proxy in a child process between kafka-python and Tansu, stopped with Ctrl-C (SIGINT)."""
+
 import importlib.util
 import json
 import os
@@ -24,7 +25,11 @@ STOP_TIMEOUT = 10.0
 
 def child_env():
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(fastkwire.__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = (
+        os.path.dirname(os.path.dirname(fastkwire.__file__))
+        + os.pathsep
+        + env.get("PYTHONPATH", "")
+    )
     return env
 
 
@@ -34,7 +39,11 @@ class ProxyProcess:
     def __init__(self, *args):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fastkwire", "proxy", "--listen", "127.0.0.1:0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
         line = self.proc.stderr.readline()  # "...: listening on 127.0.0.1:PORT, forwarding to ..."
         assert "listening on" in line, line + self.proc.stderr.read()
         self.banner = line
@@ -68,8 +77,12 @@ def produce_and_consume(bootstrap, topic, count=5):
     finally:
         producer.close(15)
     tp = TopicPartition(topic, 0)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="cli-consumer", group_id=None,
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        client_id="cli-consumer",
+        group_id=None,
+        enable_auto_commit=False,
+    )
     values, deadline = [], time.monotonic() + 15
     try:
         consumer.assign([tp])
@@ -85,8 +98,15 @@ def produce_and_consume(bootstrap, topic, count=5):
 def test_json_lines_record_and_summary(tansu_broker, tmp_path, capsys):
     record, pcap = tmp_path / "capture.jsonl", tmp_path / "capture.pcap"
     with_pcap = importlib.util.find_spec("dpkt") is not None
-    proxy = ProxyProcess("--upstream", tansu_broker.bootstrap, "--json", "--rewrite-advertised",
-                         "--record", str(record), *(["--pcap", str(pcap)] if with_pcap else []))
+    proxy = ProxyProcess(
+        "--upstream",
+        tansu_broker.bootstrap,
+        "--json",
+        "--rewrite-advertised",
+        "--record",
+        str(record),
+        *(["--pcap", str(pcap)] if with_pcap else []),
+    )
     try:
         produce_and_consume(proxy.bootstrap, "cli-json")
     finally:
@@ -107,15 +127,23 @@ def test_json_lines_record_and_summary(tansu_broker, tmp_path, capsys):
     assert counted == {api: sum(d["api"] == api for d in exchanges) for api in apis}
     # The capture holds the same exchanges; stats and explain read it back.
     recorded = [json.loads(line) for line in record.read_text().splitlines()]
-    assert [(d["conn"], d["correlation_id"]) for d in recorded] == [(d["conn"], d["correlation_id"]) for d in exchanges]
-    assert all(bytes.fromhex(d["request"])[8:12] == d["correlation_id"].to_bytes(4, "big", signed=True)
-               for d in recorded)
+    assert [(d["conn"], d["correlation_id"]) for d in recorded] == [
+        (d["conn"], d["correlation_id"]) for d in exchanges
+    ]
+    assert all(
+        bytes.fromhex(d["request"])[8:12] == d["correlation_id"].to_bytes(4, "big", signed=True)
+        for d in recorded
+    )
     assert main(["stats", str(record), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert {a["api"]: a["count"] for a in stats["summary"]["apis"]} == counted
     assert main(["explain", "--capture", str(record), "--api", "Produce"]) == 0
     out = capsys.readouterr().out
-    assert out.count("=== ") == counted["Produce"] and "ProduceRequest" in out and "ProduceResponse" in out
+    assert (
+        out.count("=== ") == counted["Produce"]
+        and "ProduceRequest" in out
+        and "ProduceResponse" in out
+    )
     assert main(["explain", "--capture", str(record), "--json", "--api", "Produce"]) == 0
     produced = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(produced) == counted["Produce"]
@@ -136,10 +164,12 @@ def test_text_lines_and_summary_table(tansu_broker):
     assert code == 0, err
     lines = out.splitlines()
     produce = [line for line in lines if " Produce v" in line]
-    assert produce and all("cli-producer" in line and "B -> " in line and "ms" in line for line in produce)
+    assert produce and all(
+        "cli-producer" in line and "B -> " in line and "ms" in line for line in produce
+    )
     header = next(i for i, line in enumerate(lines) if line.startswith("API "))
     assert lines[header].split()[:4] == ["API", "COUNT", "REQ", "BYTES"]
-    table = {line.split()[0]: line.split() for line in lines[header + 1:-1]}
+    table = {line.split()[0]: line.split() for line in lines[header + 1 : -1]}
     assert int(table["Produce"][1]) == len(produce)
     assert lines[-1].endswith("exchanges")
 
@@ -149,15 +179,23 @@ def test_fault_rules_from_flags_and_a_file(tansu_broker, tmp_path):
     from fastkwire.connection import Connection
 
     rules = tmp_path / "rules.json"
-    rules.write_text('{"rules": [{"api": "Heartbeat", "error": "REBALANCE_IN_PROGRESS", "times": 1}]}')
-    proxy = ProxyProcess("--upstream", tansu_broker.bootstrap, "--rules", str(rules),
-                         "--fault", "api=Metadata,delay_ms=300")
+    rules.write_text(
+        '{"rules": [{"api": "Heartbeat", "error": "REBALANCE_IN_PROGRESS", "times": 1}]}'
+    )
+    proxy = ProxyProcess(
+        "--upstream",
+        tansu_broker.bootstrap,
+        "--rules",
+        str(rules),
+        "--fault",
+        "api=Metadata,delay_ms=300",
+    )
     try:
         host, port = proxy.bootstrap.rsplit(":", 1)
         with Connection(host, int(port), client_id="cli-faults") as conn:
             beat = HeartbeatRequest(group_id="g", generation_id=1, member_id="m")
-            assert conn.request(beat).error_code == 27          # the proxy's answer
-            assert conn.request(beat).error_code != 27          # times=1: Tansu's
+            assert conn.request(beat).error_code == 27  # the proxy's answer
+            assert conn.request(beat).error_code != 27  # times=1: Tansu's
             started = time.monotonic()
             conn.request(MetadataRequest(topics=[]))
             assert time.monotonic() - started >= 0.3
@@ -165,7 +203,11 @@ def test_fault_rules_from_flags_and_a_file(tansu_broker, tmp_path):
         code, out, err = proxy.stop()
     assert code == 0, err
     heartbeats = [line for line in out.splitlines() if " Heartbeat v" in line]
-    assert len(heartbeats) == 2 and "REBALANCE_IN_PROGRESS" in heartbeats[0] and "[fault:" in heartbeats[0]
+    assert (
+        len(heartbeats) == 2
+        and "REBALANCE_IN_PROGRESS" in heartbeats[0]
+        and "[fault:" in heartbeats[0]
+    )
     assert "[fault:" not in heartbeats[1]
     assert "2 fault rule(s)" in proxy.banner
 

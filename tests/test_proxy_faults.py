@@ -1,6 +1,7 @@
 """Fault rules: a client sees each injected fault (the delay, measured; the disconnect, before
 or after the broker got the request; the error code, in the broker's place), and the proxy
 keeps serving its other connections meanwhile."""
+
 import threading
 import time
 
@@ -30,15 +31,21 @@ def connect(proxy, client_id="fault-test"):
 
 
 def topic_names(conn, *names):
-    answer = conn.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
-                                          allow_auto_topic_creation=False))
+    answer = conn.request(
+        MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+            allow_auto_topic_creation=False,
+        )
+    )
     return {t.name for t in answer.topics if t.error_code == 0}
 
 
 @pytest.mark.broker
 def test_error_answers_in_the_brokers_place(tansu_broker):
-    rules = [Rule(api="Heartbeat", error="REBALANCE_IN_PROGRESS"),
-             Rule(api="FindCoordinator", error="NOT_COORDINATOR", times=1)]
+    rules = [
+        Rule(api="Heartbeat", error="REBALANCE_IN_PROGRESS"),
+        Rule(api="FindCoordinator", error="NOT_COORDINATOR", times=1),
+    ]
     with BackgroundProxy(tansu_broker.bootstrap, rules=rules, rewrite_advertised=True) as proxy:
         with connect(proxy) as conn:
             beat = conn.request(HeartbeatRequest(group_id="g", generation_id=1, member_id="m"))
@@ -51,7 +58,9 @@ def test_error_answers_in_the_brokers_place(tansu_broker):
         exchanges = proxy.exchanges()
     local = [e for e in exchanges if e.local]
     assert [(e.api_key, e.error_codes()) for e in local] == [
-        (HEARTBEAT, ["REBALANCE_IN_PROGRESS"]), (FIND_COORDINATOR, ["NOT_COORDINATOR"])]
+        (HEARTBEAT, ["REBALANCE_IN_PROGRESS"]),
+        (FIND_COORDINATOR, ["NOT_COORDINATOR"]),
+    ]
     assert all(e.fault for e in local)
     assert rules[1].matched == 2 and rules[1].fired == 1
 
@@ -106,10 +115,16 @@ def test_delay_holds_one_connection_only(tansu_broker):
 
 @pytest.mark.broker
 def test_disconnect_before_and_after_the_request(tansu_broker):
-    rules = [Rule(api="CreateTopics", client_id="before", disconnect="before"),
-             Rule(api="CreateTopics", client_id="after", disconnect="after")]
-    create = CreateTopicsRequest(timeout_ms=5000, topics=[CreateTopicsRequest.CreatableTopic(
-        name="", num_partitions=1, replication_factor=1)])
+    rules = [
+        Rule(api="CreateTopics", client_id="before", disconnect="before"),
+        Rule(api="CreateTopics", client_id="after", disconnect="after"),
+    ]
+    create = CreateTopicsRequest(
+        timeout_ms=5000,
+        topics=[
+            CreateTopicsRequest.CreatableTopic(name="", num_partitions=1, replication_factor=1)
+        ],
+    )
     with BackgroundProxy(tansu_broker.bootstrap, rules=rules) as proxy:
         with connect(proxy, "observer") as observer:
             for when in ("before", "after"):
@@ -119,7 +134,11 @@ def test_disconnect_before_and_after_the_request(tansu_broker):
                         conn.request(create)
                 # The observer's connection lives on; the broker got only the "after" request.
                 deadline = time.monotonic() + 5
-                while when == "after" and not topic_names(observer, "fault-after") and time.monotonic() < deadline:
+                while (
+                    when == "after"
+                    and not topic_names(observer, "fault-after")
+                    and time.monotonic() < deadline
+                ):
                     time.sleep(0.1)
             assert topic_names(observer, "fault-before", "fault-after") == {"fault-after"}
         events = proxy.events()
@@ -153,22 +172,28 @@ def test_matching_by_version_and_client_id():
     assert Rule(version="0-2", delay_ms=1).matches(header(api_key=METADATA, version=2))
 
 
-@pytest.mark.parametrize("spec, key", [
-    ("api=Heartbeat", "exactly one action"),
-    ("api=Heartbeat,delay_ms=5,error=27", "exactly one action"),
-    ("api=Nope,delay_ms=5", "api"),
-    ("api=Heartbeat,error=NOPE", "error"),
-    ("api=Heartbeat,error=0", "error"),
-    ("api=Produce,error=NOT_LEADER_OR_FOLLOWER", "error: ProduceResponse has no top-level error_code"),
-    ("error=27", "error: an error answer needs the api"),
-    ("api=Fetch,delay_ms=-1", "delay_ms"),
-    ("api=Fetch,delay_ms=5,probability=2", "probability"),
-    ("api=Fetch,delay_ms=5,times=1.5", "times"),
-    ("api=Fetch,disconnect=during", "disconnect"),
-    ("api=Fetch,delay_ms=5,version=x", "version"),
-    ("api=Fetch,delay_ms=5,colour=red", "colour: not a rule key"),
-    ("Fetch,delay_ms=5", "key=value"),
-])
+@pytest.mark.parametrize(
+    "spec, key",
+    [
+        ("api=Heartbeat", "exactly one action"),
+        ("api=Heartbeat,delay_ms=5,error=27", "exactly one action"),
+        ("api=Nope,delay_ms=5", "api"),
+        ("api=Heartbeat,error=NOPE", "error"),
+        ("api=Heartbeat,error=0", "error"),
+        (
+            "api=Produce,error=NOT_LEADER_OR_FOLLOWER",
+            "error: ProduceResponse has no top-level error_code",
+        ),
+        ("error=27", "error: an error answer needs the api"),
+        ("api=Fetch,delay_ms=-1", "delay_ms"),
+        ("api=Fetch,delay_ms=5,probability=2", "probability"),
+        ("api=Fetch,delay_ms=5,times=1.5", "times"),
+        ("api=Fetch,disconnect=during", "disconnect"),
+        ("api=Fetch,delay_ms=5,version=x", "version"),
+        ("api=Fetch,delay_ms=5,colour=red", "colour: not a rule key"),
+        ("Fetch,delay_ms=5", "key=value"),
+    ],
+)
 def test_bad_rules_name_the_key(spec, key):
     with pytest.raises(RuleError, match=key):
         Rule.parse(spec)
@@ -176,14 +201,20 @@ def test_bad_rules_name_the_key(spec, key):
 
 def test_rules_file(tmp_path):
     path = tmp_path / "rules.json"
-    path.write_text('{"rules": [{"api": "FindCoordinator", "error": "NOT_COORDINATOR", "times": 3},'
-                    ' {"api": "Heartbeat", "error": "REBALANCE_IN_PROGRESS", "probability": 0.1},'
-                    ' {"api": "Fetch", "delay_ms": 200, "client_id": "consumer-1"},'
-                    ' {"api": "Produce", "disconnect": "before", "name": "cut producers"}]}')
+    path.write_text(
+        '{"rules": [{"api": "FindCoordinator", "error": "NOT_COORDINATOR", "times": 3},'
+        ' {"api": "Heartbeat", "error": "REBALANCE_IN_PROGRESS", "probability": 0.1},'
+        ' {"api": "Fetch", "delay_ms": 200, "client_id": "consumer-1"},'
+        ' {"api": "Produce", "disconnect": "before", "name": "cut producers"}]}'
+    )
     rules = load_rules(path)
     assert read_rules_file(path)[1] is None
     assert [r.action for r in rules] == ["error", "error", "delay", "disconnect"]
-    assert rules[0].error_code == NOT_COORDINATOR and rules[0].times == 3 and rules[3].name == "cut producers"
+    assert (
+        rules[0].error_code == NOT_COORDINATOR
+        and rules[0].times == 3
+        and rules[3].name == "cut producers"
+    )
     path.write_text('[{"api": "Fetch", "delay_ms": 1}, {"api": "Fetch"}]')
     with pytest.raises(RuleError, match="rule 2: a rule needs exactly one action"):
         load_rules(path)

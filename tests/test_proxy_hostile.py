@@ -7,6 +7,7 @@ its answers is not read past `max_in_flight` requests.
 The upstream is a small broker stand-in on 127.0.0.1: it answers each request with an
 ApiVersions response carrying its correlation id, and misbehaves for some client ids.
 """
+
 import socket
 import struct
 import threading
@@ -29,7 +30,7 @@ class FakeBroker:
         self.listener.settimeout(0.2)
         self.port = self.listener.getsockname()[1]
         self.received = {}  # client id -> requests received
-        self.short = []     # frames too short for a request header, as received
+        self.short = []  # frames too short for a request header, as received
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
@@ -74,16 +75,21 @@ class FakeBroker:
             return True
         correlation_id = struct.unpack_from(">i", frame, 8)[0]
         length = struct.unpack_from(">h", frame, 12)[0]
-        client_id = frame[14:14 + length].decode() if length > 0 else ""
+        client_id = frame[14 : 14 + length].decode() if length > 0 else ""
         with self._lock:
             self.received[client_id] = self.received.get(client_id, 0) + 1
         if client_id == "silent":
             return True
-        answer = encode_response(ApiVersionsResponse(error_code=0, api_keys=[ApiVersionsResponse.ApiVersion(
-            api_key=18, min_version=0, max_version=4)]), 3,
-            correlation_id + 1000 if client_id == "stray" else correlation_id)
+        answer = encode_response(
+            ApiVersionsResponse(
+                error_code=0,
+                api_keys=[ApiVersionsResponse.ApiVersion(api_key=18, min_version=0, max_version=4)],
+            ),
+            3,
+            correlation_id + 1000 if client_id == "stray" else correlation_id,
+        )
         if client_id == "cut":
-            sock.sendall(answer[:len(answer) // 2])
+            sock.sendall(answer[: len(answer) // 2])
             return False
         sock.sendall(answer)
         return True
@@ -107,8 +113,12 @@ def broker():
 
 
 def request(client_id, correlation_id=1):
-    return encode_request(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3,
-                          correlation_id, client_id)
+    return encode_request(
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+        3,
+        correlation_id,
+        client_id,
+    )
 
 
 def read_frame(sock):
@@ -161,11 +171,17 @@ def wait_for_event(proxy, text, timeout=TIMEOUT):
     raise AssertionError(f"no event with {text!r}: {[event_line(e) for e in proxy.events()]}")
 
 
-@pytest.mark.parametrize("garbage, what", [
-    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "size prefix of 1195725856 bytes at stream offset 0"),
-    (b"\x7f\xff\xff\xff" + b"\x00" * 100, "size prefix of 2147483647 bytes at stream offset 0"),
-    (b"\xff\xff\xff\xfe", "size prefix of -2 bytes at stream offset 0"),
-])
+@pytest.mark.parametrize(
+    "garbage, what",
+    [
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+            "size prefix of 1195725856 bytes at stream offset 0",
+        ),
+        (b"\x7f\xff\xff\xff" + b"\x00" * 100, "size prefix of 2147483647 bytes at stream offset 0"),
+        (b"\xff\xff\xff\xfe", "size prefix of -2 bytes at stream offset 0"),
+    ],
+)
 def test_garbage_and_huge_size_prefixes(broker, garbage, what):
     with BackgroundProxy(f"127.0.0.1:{broker.port}", max_frame_bytes=1 << 20) as proxy:
         with connect(proxy) as good, connect(proxy) as bad:
@@ -174,7 +190,9 @@ def test_garbage_and_huge_size_prefixes(broker, garbage, what):
             # One whole request first: the error's stream offset counts from the start.
             bad.sendall(garbage)
             event = wait_for_event(proxy, what)
-            assert "limit 1048576: max_frame_bytes" in event.text and "not Kafka framing" in event.text
+            assert (
+                "limit 1048576: max_frame_bytes" in event.text and "not Kafka framing" in event.text
+            )
             assert closed_by_peer(bad)
             good.sendall(request("good", 2))  # the other connection lives on
             assert struct.unpack_from(">i", read_frame(good), 4)[0] == 2
@@ -197,8 +215,10 @@ def test_half_a_frame_then_nothing(broker):
         with connect(proxy) as good, connect(proxy) as hang:
             frame = request("hang", 1)
             started = time.monotonic()
-            hang.sendall(frame[:len(frame) // 2])
-            event = wait_for_event(proxy, "client sent part of a frame and did not finish it within 0.4 s")
+            hang.sendall(frame[: len(frame) // 2])
+            event = wait_for_event(
+                proxy, "client sent part of a frame and did not finish it within 0.4 s"
+            )
             assert 0.4 <= time.monotonic() - started < 3
             assert "frame_timeout" in event.text
             assert closed_by_peer(hang)
@@ -291,14 +311,17 @@ def test_upstream_that_refuses_connections():
         assert f"upstream 127.0.0.1:{port}" in wait_for_event(proxy, "upstream").text
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"max_frame_bytes": 0}, "max_frame_bytes"),
-    ({"max_frame_bytes": 1 << 31}, "max_frame_bytes"),
-    ({"max_in_flight": -1}, "max_in_flight"),
-    ({"frame_timeout": 0}, "frame_timeout"),
-    ({"on_exchange": 3}, "on_exchange"),
-    ({"advertised": "nowhere"}, "advertised"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"max_frame_bytes": 0}, "max_frame_bytes"),
+        ({"max_frame_bytes": 1 << 31}, "max_frame_bytes"),
+        ({"max_in_flight": -1}, "max_in_flight"),
+        ({"frame_timeout": 0}, "frame_timeout"),
+        ({"on_exchange": 3}, "on_exchange"),
+        ({"advertised": "nowhere"}, "advertised"),
+    ],
+)
 def test_library_errors_name_the_parameter(kwargs, name):
     from fastkwire.proxy import Proxy
 

@@ -2,6 +2,7 @@
 lines going to a file), with nothing lost, duplicated or reordered on any connection: both
 ends' SHA-256 of each direction must agree, every answer comes in the order asked, and
 every exchange has its JSON line. 3 seconds by default; 30 with --run-slow."""
+
 import asyncio
 import json
 import signal
@@ -18,9 +19,24 @@ STOP_TIMEOUT = 20.0
 
 
 def start_proxy(upstream_port, out):
-    proc = subprocess.Popen([sys.executable, "-m", "fastkwire", "proxy", "--listen", "127.0.0.1:0",
-                             "--upstream", f"127.0.0.1:{upstream_port}", "--json", "--connections"],
-                            stdout=out, stderr=subprocess.PIPE, text=True, env=child_env())
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fastkwire",
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            f"127.0.0.1:{upstream_port}",
+            "--json",
+            "--connections",
+        ],
+        stdout=out,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
     line = proc.stderr.readline()
     assert "listening on" in line, line + proc.stderr.read()
     return proc, int(line.split("listening on ", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
@@ -38,7 +54,8 @@ def run(seconds, tmp_path):
             finally:
                 proc.send_signal(signal.SIGINT)
                 err = await asyncio.get_running_loop().run_in_executor(
-                    None, lambda: proc.communicate(timeout=STOP_TIMEOUT)[1])
+                    None, lambda: proc.communicate(timeout=STOP_TIMEOUT)[1]
+                )
         await broker.close()
         return clients, broker.sides, proc.returncode, err
 
@@ -56,7 +73,9 @@ def run(seconds, tmp_path):
     summary = lines[-1]["summary"]
     assert sum(a["count"] for a in summary["apis"]) == frames
     moved = sum(c.sent_bytes + c.got_bytes for c in clients.values())
-    print(f"\n{CONNECTIONS} connections, {seconds} s: {frames} exchanges, {moved / 1e6:.1f} MB through the proxy")
+    print(
+        f"\n{CONNECTIONS} connections, {seconds} s: {frames} exchanges, {moved / 1e6:.1f} MB through the proxy"
+    )
     return frames
 
 

@@ -3,6 +3,7 @@ exchanges, with valid IP and TCP checksums; and a capture that tcpdump takes on 
 loopback of real clients' traffic through the proxy reads back (`explain --capture`,
 `stats`) as the exchanges the proxy saw. The tcpdump test skips, saying why, where tcpdump
 is missing or may not capture."""
+
 import getpass
 import shutil
 import subprocess
@@ -39,7 +40,9 @@ def test_written_pcap_reads_back_as_the_same_exchanges(tansu_broker, tmp_path):
             record.write(ex)
             writer.write(ex)
 
-        with BackgroundProxy(tansu_broker.bootstrap, rewrite_advertised=True, on_exchange=both) as proxy:
+        with BackgroundProxy(
+            tansu_broker.bootstrap, rewrite_advertised=True, on_exchange=both
+        ) as proxy:
             produce_and_consume(proxy.bootstrap, "pcap-written")
         writer.close()
     assert capture_kind(pcap) == "pcap" and capture_kind(jsonl) == "jsonl"
@@ -90,10 +93,25 @@ def start_tcpdump(path, port):
         pytest.skip("tcpdump is not installed (apt-get install tcpdump)")
     # -Z: write as this user (tcpdump drops to its own user, which cannot write in tmp_path);
     # --immediate-mode: packets are written as they come, not when a kernel block fills.
-    proc = subprocess.Popen([binary, "-i", "lo", "--immediate-mode", "-U", "-s", "0", "-Z", getpass.getuser(),
-                             "-w", str(path),
-                             f"tcp port {port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "-i",
+            "lo",
+            "--immediate-mode",
+            "-U",
+            "-s",
+            "0",
+            "-Z",
+            getpass.getuser(),
+            "-w",
+            str(path),
+            f"tcp port {port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + TCPDUMP_START
     line = ""
     while time.monotonic() < deadline:
@@ -127,7 +145,11 @@ def test_tcpdump_capture_of_real_clients(tansu_broker, tmp_path, capsys):
     answered = [e for e in seen if e.response is not None]
     # Everything the proxy answered is in the capture, paired by correlation id.
     got = pairs(back)
-    missing = [(e.api, e.correlation_id, e.conn) for e in answered if (e.request, e.response) not in set(got)]
+    missing = [
+        (e.api, e.correlation_id, e.conn)
+        for e in answered
+        if (e.request, e.response) not in set(got)
+    ]
     assert not missing
     assert len(back) == len(seen)
     assert main(["explain", "--capture", str(pcap), "--port", str(proxy.port)]) == 0
@@ -137,7 +159,6 @@ def test_tcpdump_capture_of_real_clients(tansu_broker, tmp_path, capsys):
     assert main(["stats", str(pcap), "--port", str(proxy.port)]) == 0
     out, _ = capsys.readouterr()
     assert "Produce" in out and f"{len(seen)} exchanges" in out
-
 
 
 def test_without_dpkt_the_error_names_the_extra(tmp_path, monkeypatch):
@@ -158,7 +179,9 @@ def test_unreadable_captures_name_the_file_and_line(tmp_path, capsys):
     bad.write_text('{"request": "00000004"}\n')
     assert main(["stats", str(bad)]) == 2
     assert f"{bad}: line 1: the request is too short" in capsys.readouterr().err
-    bad.write_text('{"request": "00000002ffff", "api_key": 18, "version": 3, "correlation_id": 1}\nnot json\n')
+    bad.write_text(
+        '{"request": "00000002ffff", "api_key": 18, "version": 3, "correlation_id": 1}\nnot json\n'
+    )
     assert main(["stats", str(bad)]) == 2
     assert f"{bad}: line 2: not JSON" in capsys.readouterr().err
     empty = tmp_path / "empty"

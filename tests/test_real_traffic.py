@@ -20,6 +20,7 @@ and DescribeUserScramCredentials (v0) responses hold a null array where none may
 byte. kafka-python is made to ask for both (it cannot read the answers either, and times
 out); they must fail to decode with DecodeError. Any other failure shows the frame in hex.
 """
+
 import asyncio
 import importlib.util
 import struct
@@ -51,7 +52,9 @@ def run_confluent(bootstrap, topic):
 
     conf = {"bootstrap.servers": bootstrap, "client.id": "traffic-confluent"}
     admin = AdminClient(conf)
-    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+    for future in admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=1)]
+    ).values():
         future.result(CLIENT_TIMEOUT)
     assert topic in admin.list_topics(timeout=CLIENT_TIMEOUT).topics
     for future in admin.describe_configs([ConfigResource("topic", topic)]).values():
@@ -89,7 +92,11 @@ def run_kafka_python(bootstrap, topic):
     from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
     timeout_ms = int(CLIENT_TIMEOUT * 1000)
-    conf = {"bootstrap_servers": bootstrap, "client_id": "traffic-kafka-python", "request_timeout_ms": timeout_ms}
+    conf = {
+        "bootstrap_servers": bootstrap,
+        "client_id": "traffic-kafka-python",
+        "request_timeout_ms": timeout_ms,
+    }
     admin = KafkaAdminClient(**conf)
     try:
         admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
@@ -105,7 +112,9 @@ def run_kafka_python(bootstrap, topic):
     producer = KafkaProducer(**conf)
     try:
         for i in range(RECORDS):
-            producer.send(topic, key=b"k%d" % i, value=b"kafka-python %d" % i, headers=[("h", b"v")])
+            producer.send(
+                topic, key=b"k%d" % i, value=b"kafka-python %d" % i, headers=[("h", b"v")]
+            )
         producer.flush(CLIENT_TIMEOUT)
     finally:
         producer.close(CLIENT_TIMEOUT)
@@ -131,8 +140,13 @@ def acl_filter():
     from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
     from kafka.admin import ResourcePatternFilter, ResourceType
 
-    return ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ANY,
-                     ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY))
+    return ACLFilter(
+        None,
+        None,
+        ACLOperation.ANY,
+        ACLPermissionType.ANY,
+        ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
+    )
 
 
 def run_broken_broker_answers(bootstrap, topic):
@@ -142,9 +156,16 @@ def run_broken_broker_answers(bootstrap, topic):
     from kafka.admin import ResourcePattern, ResourceType
     from kafka.errors import KafkaError
 
-    acl = ACL("User:traffic", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
-              ResourcePattern(ResourceType.TOPIC, topic, ACLResourcePatternType.LITERAL))
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="traffic-broken", request_timeout_ms=1000)
+    acl = ACL(
+        "User:traffic",
+        "*",
+        ACLOperation.READ,
+        ACLPermissionType.ALLOW,
+        ResourcePattern(ResourceType.TOPIC, topic, ACLResourcePatternType.LITERAL),
+    )
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="traffic-broken", request_timeout_ms=1000
+    )
     try:
         for call in (admin.describe_user_scram_credentials, lambda: admin.create_acls([acl])):
             try:
@@ -176,7 +197,9 @@ async def aiokafka_script(bootstrap, topic):
     await producer.start()
     try:
         for i in range(RECORDS):
-            await producer.send_and_wait(topic, key=b"k%d" % i, value=b"aiokafka %d" % i, headers=[("h", b"v")])
+            await producer.send_and_wait(
+                topic, key=b"k%d" % i, value=b"aiokafka %d" % i, headers=[("h", b"v")]
+            )
     finally:
         await producer.stop()
 
@@ -197,14 +220,22 @@ async def aiokafka_script(bootstrap, topic):
     assert end > 0
 
 
-CLIENTS = {"confluent-kafka": run_confluent, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka}
+CLIENTS = {
+    "confluent-kafka": run_confluent,
+    "kafka-python": run_kafka_python,
+    "aiokafka": run_aiokafka,
+}
 BROKEN = "kafka-python, broken answers"
 SCRIPTS = {**CLIENTS, BROKEN: run_broken_broker_answers}
 
 
 def client_available(label):
-    module = {"confluent-kafka": "confluent_kafka", "kafka-python": "kafka", "aiokafka": "aiokafka",
-              BROKEN: "kafka"}[label]
+    module = {
+        "confluent-kafka": "confluent_kafka",
+        "kafka-python": "kafka",
+        "aiokafka": "aiokafka",
+        BROKEN: "kafka",
+    }[label]
     return importlib.util.find_spec(module) is not None
 
 
@@ -229,7 +260,9 @@ def traffic():
         proxy.close()
         brokers.close()
     assert not proxy.errors, proxy.errors
-    assert not proxy.unmatched_responses, [(label, f.hex()) for label, f in proxy.unmatched_responses]
+    assert not proxy.unmatched_responses, [
+        (label, f.hex()) for label, f in proxy.unmatched_responses
+    ]
     by_client = {}
     for exchange in proxy.snapshot():
         by_client.setdefault(exchange.label, []).append(exchange)
@@ -242,8 +275,10 @@ def all_exchanges(traffic):
 
 
 def describe(exchange, frame):
-    return (f"{exchange.label}: api key {exchange.api_key} v{exchange.version} "
-            f"correlation id {exchange.correlation_id}: {frame.hex()}")
+    return (
+        f"{exchange.label}: api key {exchange.api_key} v{exchange.version} "
+        f"correlation id {exchange.correlation_id}: {frame.hex()}"
+    )
 
 
 @pytest.mark.parametrize("label", list(CLIENTS))
@@ -252,7 +287,9 @@ def test_client_used_the_common_apis(traffic, label):
         pytest.skip(f"{label} is not installed")
     seen = sorted({e.api_key for e in traffic.get(label, [])})
     print(f"\n{label}: {len(traffic.get(label, []))} requests, api keys {seen}")
-    assert REQUIRED_KEYS <= set(seen), f"{label} sent api keys {seen}, expected at least {sorted(REQUIRED_KEYS)}"
+    assert REQUIRED_KEYS <= set(seen), (
+        f"{label} sent api keys {seen}, expected at least {sorted(REQUIRED_KEYS)}"
+    )
 
 
 def body_offset(frame):
@@ -268,9 +305,9 @@ def placeholder_metadata(exchange, impl):
     if exchange.api_key != METADATA or not impl.MetadataRequest.is_flexible(exchange.version):
         return None
     start = body_offset(frame)
-    if frame[start:start + 4] != bytes(4):
+    if frame[start : start + 4] != bytes(4):
         return None
-    body = frame[start + 3:]
+    body = frame[start + 3 :]
     return struct.pack(">i", len(frame) - 7) + frame[4:start] + body
 
 
@@ -287,7 +324,9 @@ def test_every_request_reencodes_byte_for_byte(traffic, impl):
             frame = repaired
         try:
             header, msg = impl.decode_request(frame)
-            again = impl.encode_request(msg, exchange.version, header.correlation_id, header.client_id)
+            again = impl.encode_request(
+                msg, exchange.version, header.correlation_id, header.client_id
+            )
         except Exception as e:  # every failure is reported with its frame
             failures.append(f"{describe(exchange, frame)}: {e!r}")
             continue
@@ -295,7 +334,9 @@ def test_every_request_reencodes_byte_for_byte(traffic, impl):
             failures.append(f"{describe(exchange, frame)}: re-encoded as {again.hex()}")
         if repaired is not None:
             assert msg.topics is None  # "all topics", as librdkafka meant
-    print(f"\n{len(exchanges)} requests; librdkafka's 4-byte topics count in {len(placeholders)} Metadata requests")
+    print(
+        f"\n{len(exchanges)} requests; librdkafka's 4-byte topics count in {len(placeholders)} Metadata requests"
+    )
     assert exchanges
     assert not failures, "\n".join(failures)
     assert set(placeholders) <= {"confluent-kafka"}  # only librdkafka writes the placeholder
@@ -322,14 +363,18 @@ def test_every_response_decodes_and_reencodes(traffic, impl):
             continue
         again = impl.encode_response(msg, exchange.version, header.correlation_id)
         if impl.decode_response(again, *key) != (header, msg):
-            failures.append(f"{describe(exchange, frame)}: re-encoded as {again.hex()}, which decodes differently")
+            failures.append(
+                f"{describe(exchange, frame)}: re-encoded as {again.hex()}, which decodes differently"
+            )
         elif again == frame:
             byte_equal += 1
         elif not (type(msg).is_flexible(exchange.version) and len(again) < len(frame)):
             # The one difference allowed: Tansu writes tagged fields that hold their
             # default value, which our encoder (like Kafka's) leaves out.
             failures.append(f"{describe(exchange, frame)}: re-encoded as {again.hex()}")
-    print(f"\n{answered} responses, {byte_equal} byte-equal after re-encoding, known broker bugs {known_bugs}")
+    print(
+        f"\n{answered} responses, {byte_equal} byte-equal after re-encoding, known broker bugs {known_bugs}"
+    )
     assert answered
     assert not failures, "\n".join(failures)
     if client_available(BROKEN):
@@ -346,6 +391,9 @@ def test_only_requests_in_flight_at_close_went_unanswered(traffic):
     out_of_order = []
     for exchanges in by_connection.values():
         answered = [i for i, e in enumerate(exchanges) if e.response is not None]
-        out_of_order += [describe(e, e.request) for e in exchanges[:answered[-1] if answered else 0]
-                         if e.response is None]
+        out_of_order += [
+            describe(e, e.request)
+            for e in exchanges[: answered[-1] if answered else 0]
+            if e.response is None
+        ]
     assert not out_of_order, "\n".join(out_of_order)

@@ -8,6 +8,7 @@ Each record says who made it: value b"<client> <codec> <i>", key b"k<i>", one he
 kafka-python compresses only with gzip unless python-snappy, lz4 or zstandard are
 installed (they are not in the test extra); aiokafka's codecs are cramjam's.
 """
+
 import asyncio
 import importlib.util
 import time
@@ -29,15 +30,25 @@ COMPRESSED = [c for c in CODECS if c != "none"]
 
 
 def expected(client, codec):
-    return [(b"k%d" % i, b"%s %s %d" % (client.encode(), codec.encode(), i),
-             [("codec", codec.encode())]) for i in range(RECORDS)]
+    return [
+        (
+            b"k%d" % i,
+            b"%s %s %d" % (client.encode(), codec.encode(), i),
+            [("codec", codec.encode())],
+        )
+        for i in range(RECORDS)
+    ]
 
 
 def kafka_python_codecs():
     from kafka import codec
 
-    have = {"gzip": codec.has_gzip, "snappy": codec.has_snappy, "lz4": codec.has_lz4,
-            "zstd": codec.has_zstd}
+    have = {
+        "gzip": codec.has_gzip,
+        "snappy": codec.has_snappy,
+        "lz4": codec.has_lz4,
+        "zstd": codec.has_zstd,
+    }
     return ["none"] + [c for c in COMPRESSED if have[c]()]
 
 
@@ -60,8 +71,9 @@ def create_topics(bootstrap, topics):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1)
-                                       for t in topics]).values():
+    for future in admin.create_topics(
+        [NewTopic(t, num_partitions=1, replication_factor=1) for t in topics]
+    ).values():
         future.result(TIMEOUT)
 
 
@@ -69,16 +81,25 @@ def run_confluent(bootstrap, codecs):
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
     for codec in codecs:
-        producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec,
-                             "linger.ms": 50})  # the three records in one batch
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 50}
+        )  # the three records in one batch
         for key, value, headers in expected("confluent-kafka", codec):
-            producer.produce(topic_of("confluent-kafka", codec), key=key, value=value, headers=headers)
+            producer.produce(
+                topic_of("confluent-kafka", codec), key=key, value=value, headers=headers
+            )
         assert producer.flush(TIMEOUT) == 0
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "records-confluent",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "records-confluent",
+            "enable.auto.commit": False,
+        }
+    )
     try:
-        consumer.assign([TopicPartition(topic_of("confluent-kafka", c), 0, OFFSET_BEGINNING)
-                         for c in codecs])
+        consumer.assign(
+            [TopicPartition(topic_of("confluent-kafka", c), 0, OFFSET_BEGINNING) for c in codecs]
+        )
         got, deadline = 0, time.monotonic() + TIMEOUT
         while got < RECORDS * len(codecs) and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
@@ -93,17 +114,24 @@ def run_kafka_python(bootstrap, codecs):
 
     ms = int(TIMEOUT * 1000)
     for codec in codecs:
-        producer = KafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=ms, linger_ms=50,
-                                 compression_type=None if codec == "none" else codec)
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            request_timeout_ms=ms,
+            linger_ms=50,
+            compression_type=None if codec == "none" else codec,
+        )
         try:
             for key, value, headers in expected("kafka-python", codec):
-                producer.send(topic_of("kafka-python", codec), key=key, value=value, headers=headers)
+                producer.send(
+                    topic_of("kafka-python", codec), key=key, value=value, headers=headers
+                )
             producer.flush(TIMEOUT)
         finally:
             producer.close(TIMEOUT)
     tps = [TopicPartition(topic_of("kafka-python", c), 0) for c in codecs]
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=ms, group_id=None,
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, request_timeout_ms=ms, group_id=None, enable_auto_commit=False
+    )
     try:
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
@@ -123,17 +151,24 @@ async def aiokafka_script(bootstrap, codecs):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     for codec in codecs:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50,
-                                    compression_type=None if codec == "none" else codec)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            linger_ms=50,
+            compression_type=None if codec == "none" else codec,
+        )
         await producer.start()
         try:
-            sent = [await producer.send(topic_of("aiokafka", codec), key=k, value=v, headers=h)
-                    for k, v, h in expected("aiokafka", codec)]
+            sent = [
+                await producer.send(topic_of("aiokafka", codec), key=k, value=v, headers=h)
+                for k, v, h in expected("aiokafka", codec)
+            ]
             await asyncio.gather(*sent)
         finally:
             await producer.stop()
     tps = [TopicPartition(topic_of("aiokafka", c), 0) for c in codecs]
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         consumer.assign(tps)
@@ -145,8 +180,11 @@ async def aiokafka_script(bootstrap, codecs):
         await consumer.stop()
 
 
-SCRIPTS = {"confluent-kafka": run_confluent, "kafka-python": run_kafka_python,
-           "aiokafka": run_aiokafka}
+SCRIPTS = {
+    "confluent-kafka": run_confluent,
+    "kafka-python": run_kafka_python,
+    "aiokafka": run_aiokafka,
+}
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +210,11 @@ def record_traffic():
         brokers.close()
     assert not proxy.errors, proxy.errors
     for client in clients:
-        frames = [(e.api_key, e.version, e.request, e.response) for e in proxy.snapshot()
-                  if e.label == client and e.api_key in (PRODUCE, FETCH)]
+        frames = [
+            (e.api_key, e.version, e.request, e.response)
+            for e in proxy.snapshot()
+            if e.label == client and e.api_key in (PRODUCE, FETCH)
+        ]
         out[client] = (codecs[client], frames)
     return out
 

@@ -1,5 +1,6 @@
 """Record batches (magic 2): reading, writing, peers, hostile input. Every test runs on
 both kernels through the `records_codec` fixture."""
+
 import struct
 import sys
 
@@ -11,8 +12,16 @@ from fastkwire._batches import HEADER
 from fastkwire._records_python import crc32c
 from fastkwire.records import Batches, ControlRecord, Record, RecordBatch
 
-from record_peers import (AioBatch, AioBatchPy, AioBuilder, AioBuilderPy, KpBatch, KpBuilder, aiokafka,
-                          kafka_python)
+from record_peers import (
+    AioBatch,
+    AioBatchPy,
+    AioBuilder,
+    AioBuilderPy,
+    KpBatch,
+    KpBuilder,
+    aiokafka,
+    kafka_python,
+)
 
 RECORDS = [
     Record(0, 1_700_000_000_000, b"key", b"value", [("h", b"x"), ("n", None), ("", b"")]),
@@ -35,15 +44,19 @@ def zz(n):
 def make_batch(body, count, *, attrs=0, base_offset=0, base_ts=0, max_ts=0, length=None, crc=None):
     """A batch around a hand-made records section, with a right CRC unless given one."""
     size = HEADER.size - 12 + len(body) if length is None else length
-    head = bytearray(HEADER.pack(base_offset, size, 0, 2, 0, attrs, count - 1, base_ts,
-                                 max_ts, -1, -1, -1, count))
+    head = bytearray(
+        HEADER.pack(
+            base_offset, size, 0, 2, 0, attrs, count - 1, base_ts, max_ts, -1, -1, -1, count
+        )
+    )
     out = head + body
     struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])) if crc is None else crc)
     return bytes(out)
 
 
-def raw_record(ts_delta=0, offset_delta=0, key=b"k", value=b"v", headers=(), length=None,
-               extra=b""):
+def raw_record(
+    ts_delta=0, offset_delta=0, key=b"k", value=b"v", headers=(), length=None, extra=b""
+):
     body = b"\x00" + zz(ts_delta) + zz(offset_delta)
     for v in (key, value):
         body += zz(-1) if v is None else zz(len(v)) + v
@@ -60,8 +73,14 @@ def framed(body):
 
 
 def test_round_trip(records_codec):
-    data = records_codec.write_batch(RECORDS, base_offset=0, producer_id=7, producer_epoch=2,
-                                     base_sequence=40, partition_leader_epoch=5)
+    data = records_codec.write_batch(
+        RECORDS,
+        base_offset=0,
+        producer_id=7,
+        producer_epoch=2,
+        base_sequence=40,
+        partition_leader_epoch=5,
+    )
     (batch,) = batches = records_codec.read_batches(data)
     assert isinstance(batches, Batches) and batches.tail == b""
     assert batch.records == RECORDS
@@ -77,8 +96,10 @@ def test_round_trip(records_codec):
 
 
 def test_null_and_empty_stay_distinct(records_codec):
-    recs = [Record(i, 5, k, v, []) for i, (k, v) in enumerate(
-        [(None, None), (b"", b""), (None, b""), (b"", None)])]
+    recs = [
+        Record(i, 5, k, v, [])
+        for i, (k, v) in enumerate([(None, None), (b"", b""), (None, b""), (b"", None)])
+    ]
     got = records_codec.read_batches(records_codec.write_batch(recs))[0].records
     assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in recs]
 
@@ -99,8 +120,14 @@ def test_base_offset_applies(records_codec):
 
 
 def test_transactional_and_log_append_time(records_codec):
-    data = records_codec.write_batch(RECORDS, is_transactional=True, timestamp_type=1,
-                                     producer_id=1, producer_epoch=0, base_sequence=0)
+    data = records_codec.write_batch(
+        RECORDS,
+        is_transactional=True,
+        timestamp_type=1,
+        producer_id=1,
+        producer_epoch=0,
+        base_sequence=0,
+    )
     batch = records_codec.read_batches(data)[0]
     assert batch.is_transactional and batch.timestamp_type == 1
     # LogAppendTime: every record carries the batch's max timestamp, as Kafka's clients say.
@@ -128,9 +155,11 @@ def test_several_batches_and_tail(records_codec):
     whole = a + b
     for cut in range(len(whole) + 1):
         got = records_codec.read_batches(whole[:cut])
-        expected = (2 if cut == len(whole) else 1 if cut >= len(a) else 0)
+        expected = 2 if cut == len(whole) else 1 if cut >= len(a) else 0
         assert len(got) == expected
-        assert got.tail == whole[len(a) if expected == 1 else len(whole) if expected == 2 else 0:cut]
+        assert (
+            got.tail == whole[len(a) if expected == 1 else len(whole) if expected == 2 else 0 : cut]
+        )
     assert [r for batch in records_codec.read_batches(whole) for r in batch.records] == RECORDS
 
 
@@ -160,8 +189,11 @@ def test_views_are_read_in_place(records_codec):
     assert from_view < from_bytes + len(data) // 2  # no copy of the batch on the way
     assert records_codec.read_batches(view) == expected
     assert records_codec.read_batches(bytearray(data)) == expected
-    words = array.array("H", data[:len(data) // 2 * 2])  # another item size: its bytes
-    assert records_codec.read_batches(words).tail == records_codec.read_batches(data[:len(words) * 2]).tail
+    words = array.array("H", data[: len(data) // 2 * 2])  # another item size: its bytes
+    assert (
+        records_codec.read_batches(words).tail
+        == records_codec.read_batches(data[: len(words) * 2]).tail
+    )
     spread = bytearray(2 * len(data))
     spread[::2] = data
     strided = memoryview(spread)[::2]  # not contiguous: copied, then read
@@ -175,7 +207,7 @@ def test_empty_input(records_codec):
 
 def test_repeated_timestamps_read_back(records_codec):
     # Records in one millisecond share a timestamp; runs of equal and changing deltas.
-    stamps = [5, 5, 5, 7, 7, 5, -3, -3, 2 ** 40, 5]
+    stamps = [5, 5, 5, 7, 7, 5, -3, -3, 2**40, 5]
     recs = [Record(i, t, None, b"v", []) for i, t in enumerate(stamps)]
     got = records_codec.read_batches(records_codec.write_batch(recs))[0].records
     assert [r.timestamp for r in got] == stamps and got == recs
@@ -200,25 +232,38 @@ def _peer_records(batch):
     return [Record(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
 
 
-@pytest.mark.parametrize("builder", [aiokafka(AioBuilder, "aiokafka"), aiokafka(AioBuilderPy, "aiokafka-py"),
-                                     kafka_python(KpBuilder, "kafka-python")])
+@pytest.mark.parametrize(
+    "builder",
+    [
+        aiokafka(AioBuilder, "aiokafka"),
+        aiokafka(AioBuilderPy, "aiokafka-py"),
+        kafka_python(KpBuilder, "kafka-python"),
+    ],
+)
 def test_peer_written_batches_equal_ours(records_codec, builder):
     b = builder(2, 0, 0, 3, 1, 17, 1 << 20)
     for r in RECORDS:
         b.append(r.offset, r.timestamp, r.key, r.value, r.headers)
     theirs = bytes(b.build())
     epoch = struct.unpack_from(">i", theirs, 12)[0]  # aiokafka writes -1, kafka-python 0
-    ours = records_codec.write_batch(RECORDS, producer_id=3, producer_epoch=1, base_sequence=17,
-                                     partition_leader_epoch=epoch)
+    ours = records_codec.write_batch(
+        RECORDS, producer_id=3, producer_epoch=1, base_sequence=17, partition_leader_epoch=epoch
+    )
     assert ours == theirs
     assert records_codec.read_batches(theirs)[0].records == RECORDS
 
 
-@pytest.mark.parametrize("reader", [aiokafka(AioBatch, "aiokafka"), aiokafka(AioBatchPy, "aiokafka-py"),
-                                    kafka_python(KpBatch, "kafka-python")])
+@pytest.mark.parametrize(
+    "reader",
+    [
+        aiokafka(AioBatch, "aiokafka"),
+        aiokafka(AioBatchPy, "aiokafka-py"),
+        kafka_python(KpBatch, "kafka-python"),
+    ],
+)
 def test_peers_read_ours(records_codec, reader):
-    shifted = [Record(r.offset + 10 ** 12, r.timestamp, r.key, r.value, r.headers) for r in RECORDS]
-    batch = reader(records_codec.write_batch(shifted, base_offset=10 ** 12))
+    shifted = [Record(r.offset + 10**12, r.timestamp, r.key, r.value, r.headers) for r in RECORDS]
+    batch = reader(records_codec.write_batch(shifted, base_offset=10**12))
     assert batch.validate_crc()
     assert _peer_records(batch) == shifted
 
@@ -226,15 +271,22 @@ def test_peers_read_ours(records_codec, reader):
 HEADER_VALUE = st.one_of(st.none(), st.binary(max_size=8))
 RECORD = st.builds(
     lambda k, v, h, dt: (k, v, h, dt),
-    st.one_of(st.none(), st.binary(max_size=20)), st.one_of(st.none(), st.binary(max_size=20)),
+    st.one_of(st.none(), st.binary(max_size=20)),
+    st.one_of(st.none(), st.binary(max_size=20)),
     st.lists(st.tuples(st.text(max_size=6), HEADER_VALUE), max_size=3),
-    st.integers(-(2 ** 40), 2 ** 40))
+    st.integers(-(2**40), 2**40),
+)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(items=st.lists(RECORD, min_size=1, max_size=6), base=st.integers(0, 2 ** 62),
-       gaps=st.lists(st.integers(0, 2 ** 28), min_size=6, max_size=6),
-       t0=st.integers(-(2 ** 50), 2 ** 50))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    items=st.lists(RECORD, min_size=1, max_size=6),
+    base=st.integers(0, 2**62),
+    gaps=st.lists(st.integers(0, 2**28), min_size=6, max_size=6),
+    t0=st.integers(-(2**50), 2**50),
+)
 def test_hypothesis_round_trip_and_peers(records_codec, items, base, gaps, t0):
     offsets, o = [], base
     for i in range(len(items)):
@@ -244,7 +296,7 @@ def test_hypothesis_round_trip_and_peers(records_codec, items, base, gaps, t0):
     try:
         data = records_codec.write_batch(recs, base_offset=base)
     except EncodeError as e:  # an offset delta past int32: refused, never wrapped
-        assert "offset delta" in str(e) and offsets[-1] - base > 2 ** 31 - 1
+        assert "offset delta" in str(e) and offsets[-1] - base > 2**31 - 1
         return
     assert records_codec.read_batches(data)[0].records == recs
     if KpBatch is None:
@@ -267,24 +319,30 @@ def test_crc_mismatch(records_codec):
     assert records_codec.read_batches(bytes(data), check_crc=False)[0].records[0].key == b"key"
 
 
-@pytest.mark.parametrize("body, count, reason", [
-    (raw_record(length=200), 1, "record length 200 exceeds"),
-    (raw_record(length=3), 1, "invalid record length 3"),
-    (raw_record(length=-5), 1, "invalid record length -5"),
-    (raw_record(extra=b"\x00"), 1, "record length .* does not match"),
-    (raw_record() + b"\x00", 1, "1 bytes after the batch's 1 records"),
-    (raw_record(), 2, "count 2 exceeds"),
-    (raw_record(), 10 ** 9, "count 1000000000 exceeds"),
-    (raw_record(), -1, "count -1 exceeds"),
-    (b"\x80" * 6 + b"\x00", 1, "varint longer than 5 bytes"),
-    (framed(b"\x00" + b"\xff" * 10 + b"\x01"), 1, "varint longer than 10 bytes"),
-    (framed(b"\x00" + zz(0) + zz(0) + zz(-2) + b"\x00\x00\x00"), 1, "invalid length -2"),
-    (raw_record(headers=[(b"\xff", b"")]), 1, "invalid UTF-8"),
-    (framed(b"\x00" + zz(0) + zz(0) + zz(-1) + zz(-1) + zz(1) + zz(-1) + zz(0)), 1,
-     "null header key"),
-    (framed(b"\x00" + zz(0) + zz(0) + zz(-1) + zz(-1) + zz(100)), 1, "count 100 exceeds"),
-    (framed(b"\x00" + zz(0) + zz(0) + zz(50) + b"xxx"), 1, "truncated: needs 50 bytes, 3 left"),
-])
+@pytest.mark.parametrize(
+    "body, count, reason",
+    [
+        (raw_record(length=200), 1, "record length 200 exceeds"),
+        (raw_record(length=3), 1, "invalid record length 3"),
+        (raw_record(length=-5), 1, "invalid record length -5"),
+        (raw_record(extra=b"\x00"), 1, "record length .* does not match"),
+        (raw_record() + b"\x00", 1, "1 bytes after the batch's 1 records"),
+        (raw_record(), 2, "count 2 exceeds"),
+        (raw_record(), 10**9, "count 1000000000 exceeds"),
+        (raw_record(), -1, "count -1 exceeds"),
+        (b"\x80" * 6 + b"\x00", 1, "varint longer than 5 bytes"),
+        (framed(b"\x00" + b"\xff" * 10 + b"\x01"), 1, "varint longer than 10 bytes"),
+        (framed(b"\x00" + zz(0) + zz(0) + zz(-2) + b"\x00\x00\x00"), 1, "invalid length -2"),
+        (raw_record(headers=[(b"\xff", b"")]), 1, "invalid UTF-8"),
+        (
+            framed(b"\x00" + zz(0) + zz(0) + zz(-1) + zz(-1) + zz(1) + zz(-1) + zz(0)),
+            1,
+            "null header key",
+        ),
+        (framed(b"\x00" + zz(0) + zz(0) + zz(-1) + zz(-1) + zz(100)), 1, "count 100 exceeds"),
+        (framed(b"\x00" + zz(0) + zz(0) + zz(50) + b"xxx"), 1, "truncated: needs 50 bytes, 3 left"),
+    ],
+)
 def test_hostile_records(records_codec, body, count, reason):
     with pytest.raises(DecodeError, match=reason):
         records_codec.read_batches(make_batch(body, count))
@@ -298,17 +356,20 @@ def test_varint_past_32_bits(records_codec):
 
 
 def test_offset_past_int64(records_codec):
-    data = make_batch(raw_record(offset_delta=2 ** 31 - 1), 1, base_offset=2 ** 63 - 10)
+    data = make_batch(raw_record(offset_delta=2**31 - 1), 1, base_offset=2**63 - 10)
     with pytest.raises(DecodeError, match="offset out of the int64 range"):
         records_codec.read_batches(data)
 
 
-@pytest.mark.parametrize("mutate, reason", [
-    (lambda d: d[:8] + struct.pack(">i", -3) + d[12:], "invalid batch length -3"),
-    (lambda d: d[:8] + struct.pack(">i", 20) + d[12:32], "shorter than the batch header"),
-    (lambda d: d[:8] + struct.pack(">i", 2) + d[12:14], "too short to hold the magic"),
-    (lambda d: d[:16] + b"\x07" + d[17:], "unknown magic 7"),
-])
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda d: d[:8] + struct.pack(">i", -3) + d[12:], "invalid batch length -3"),
+        (lambda d: d[:8] + struct.pack(">i", 20) + d[12:32], "shorter than the batch header"),
+        (lambda d: d[:8] + struct.pack(">i", 2) + d[12:14], "too short to hold the magic"),
+        (lambda d: d[:16] + b"\x07" + d[17:], "unknown magic 7"),
+    ],
+)
 def test_hostile_headers(records_codec, mutate, reason):
     data = records_codec.write_batch(RECORDS)
     with pytest.raises(DecodeError, match=reason):
@@ -321,15 +382,18 @@ def test_unknown_codec(records_codec):
         records_codec.read_batches(data)
 
 
-@pytest.mark.parametrize("bad, path", [
-    ([Record(0, 0, "text", b"", [])], "records[0].key"),
-    ([Record(0, 0, None, 5, [])], "records[0].value"),
-    ([Record(0, 0, None, None, [(b"k", b"v")])], "records[0].headers[0]"),
-    ([Record(0, 0, None, None, [("k", "v")])], "records[0].headers[0]"),
-    ([Record(0, 0, None, None, None), "x"], "records[1]"),
-    ([Record(0, "t", None, None, [])], "records[0].timestamp"),
-    ([Record(2 ** 40, 0, None, None, [])], "records[0].offset"),
-])
+@pytest.mark.parametrize(
+    "bad, path",
+    [
+        ([Record(0, 0, "text", b"", [])], "records[0].key"),
+        ([Record(0, 0, None, 5, [])], "records[0].value"),
+        ([Record(0, 0, None, None, [(b"k", b"v")])], "records[0].headers[0]"),
+        ([Record(0, 0, None, None, [("k", "v")])], "records[0].headers[0]"),
+        ([Record(0, 0, None, None, None), "x"], "records[1]"),
+        ([Record(0, "t", None, None, [])], "records[0].timestamp"),
+        ([Record(2**40, 0, None, None, [])], "records[0].offset"),
+    ],
+)
 def test_encode_errors_name_the_field(records_codec, bad, path):
     with pytest.raises(EncodeError) as e:
         records_codec.write_batch(bad)
@@ -375,6 +439,8 @@ def test_public_module_uses_the_packages_implementation():
 def test_repeated_and_near_repeated_headers(records_codec):
     # The compiled reader reuses a header equal to the previous one: only equal ones.
     values = [b"ab", b"ac", b"ab", None, b"", b"", None, b"ab"]
-    recs = [Record(i, 0, None, None, [("h", v), ("g" if i % 2 else "h", v)])
-            for i, v in enumerate(values)]
+    recs = [
+        Record(i, 0, None, None, [("h", v), ("g" if i % 2 else "h", v)])
+        for i, v in enumerate(values)
+    ]
     assert records_codec.read_batches(records_codec.write_batch(recs))[0].records == recs

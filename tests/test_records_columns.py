@@ -1,4 +1,5 @@
 """RecordColumns: read_columns, the binary columns, to_arrow, and writing from columns."""
+
 import numpy as np
 import pytest
 
@@ -8,13 +9,22 @@ from fastkwire.records import BinaryColumn, Record, RecordColumns
 from record_peers import needs_cramjam
 from test_records import RECORDS, make_batch, raw_record
 
-MANY = [Record(100 + i, 1_000 + (i * 37) % 11, None if i % 4 == 0 else b"k%d" % i,
-               None if i % 5 == 0 else b"v" * (i % 7), [("h%d" % (i % 3), None if i % 2 else b"x")] * (i % 3))
-        for i in range(50)]
+MANY = [
+    Record(
+        100 + i,
+        1_000 + (i * 37) % 11,
+        None if i % 4 == 0 else b"k%d" % i,
+        None if i % 5 == 0 else b"v" * (i % 7),
+        [("h%d" % (i % 3), None if i % 2 else b"x")] * (i % 3),
+    )
+    for i in range(50)
+]
 
 
 def test_columns_match_objects(records_codec):
-    data = records_codec.write_batch(MANY[:20], base_offset=100) + records_codec.write_batch(MANY[20:], base_offset=120)
+    data = records_codec.write_batch(MANY[:20], base_offset=100) + records_codec.write_batch(
+        MANY[20:], base_offset=120
+    )
     cols = records_codec.read_columns(data + data[:30])
     assert isinstance(cols, RecordColumns) and cols.tail == data[:30]
     assert len(cols) == len(MANY)
@@ -32,13 +42,19 @@ def test_columns_match_objects(records_codec):
 
 
 def test_binary_column_layout(records_codec):
-    recs = [Record(0, 0, b"ab", None, []), Record(1, 0, None, b"", []), Record(2, 0, b"", b"xyz", [])]
+    recs = [
+        Record(0, 0, b"ab", None, []),
+        Record(1, 0, None, b"", []),
+        Record(2, 0, b"", b"xyz", []),
+    ]
     cols = records_codec.read_columns(records_codec.write_batch(recs))
     key = cols.key
     assert key.data.dtype == np.uint8 and key.data.tobytes() == b"ab"
     assert key.offsets.tolist() == [0, 2, 2, 2]
     assert key.nulls.tolist() == [False, True, False]
-    assert len(key) == 3 and key[0] == b"ab" and key[1] is None and key[2] == b"" and key[-3] == b"ab"
+    assert (
+        len(key) == 3 and key[0] == b"ab" and key[1] is None and key[2] == b"" and key[-3] == b"ab"
+    )
     assert cols.value.data.tobytes() == b"xyz" and cols.value.offsets.tolist() == [0, 0, 0, 3]
     assert cols.headers.offsets.tolist() == [0, 0, 0, 0] and len(cols.headers.key) == 0
     with pytest.raises(IndexError):
@@ -54,8 +70,12 @@ def test_empty_and_log_append_time(records_codec):
 
 
 def test_control_batches_come_as_raw_records(records_codec):
-    data = make_batch(raw_record(key=b"\x00\x00\x00\x01", value=b"\x00\x00\x00\x00\x00\x05"), 1,
-                      attrs=0x30, base_offset=9)
+    data = make_batch(
+        raw_record(key=b"\x00\x00\x00\x01", value=b"\x00\x00\x00\x00\x00\x05"),
+        1,
+        attrs=0x30,
+        base_offset=9,
+    )
     cols = records_codec.read_columns(data)
     assert cols.key.to_pylist() == [b"\x00\x00\x00\x01"] and cols.offset.tolist() == [9]
 
@@ -76,7 +96,8 @@ def test_to_arrow(records_codec):
     assert table.column("key").to_pylist() == [r.key for r in MANY]
     assert table.column("value").to_pylist() == [r.value for r in MANY]
     assert table.column("headers").to_pylist() == [
-        [{"key": k, "value": v} for k, v in r.headers] for r in MANY]
+        [{"key": k, "value": v} for k, v in r.headers] for r in MANY
+    ]
     assert table.column("value").type == pa.binary()
     # The value bytes are the column's own buffer, not a copy.
     buf = table.column("value").buffers()[2]
@@ -84,11 +105,13 @@ def test_to_arrow(records_codec):
 
 
 def test_binary_column_equality():
-    a = BinaryColumn(np.frombuffer(b"ab", np.uint8), np.array([0, 2, 2], np.int32),
-                     np.array([False, True]))
+    a = BinaryColumn(
+        np.frombuffer(b"ab", np.uint8), np.array([0, 2, 2], np.int32), np.array([False, True])
+    )
     assert a.to_pylist() == [b"ab", None]
-    assert a == BinaryColumn(np.frombuffer(b"ab", np.uint8), np.array([0, 2, 2], np.int32),
-                             np.array([False, True]))
+    assert a == BinaryColumn(
+        np.frombuffer(b"ab", np.uint8), np.array([0, 2, 2], np.int32), np.array([False, True])
+    )
     assert repr(a) == "BinaryColumn([b'ab', None])"
 
 
@@ -101,21 +124,33 @@ def test_many_batches_grow_the_columns(records_codec):
     parts, expected, offset = [], [], 0
     for b in range(40):
         n = rng.choice([1, 2, 30])
-        recs = [Record(offset + i, 7, rng.choice([None, b"", rng.randbytes(rng.randrange(30))]),
-                       rng.choice([None, rng.randbytes(rng.randrange(200))]),
-                       [("k%d" % j, rng.choice([None, b"v" * j])) for j in range(rng.randrange(5))])
-                for i in range(n)]
-        parts.append(records_codec.write_batch(recs, base_offset=offset,
-                                               compression="gzip" if b % 7 == 3 else "none"))
+        recs = [
+            Record(
+                offset + i,
+                7,
+                rng.choice([None, b"", rng.randbytes(rng.randrange(30))]),
+                rng.choice([None, rng.randbytes(rng.randrange(200))]),
+                [("k%d" % j, rng.choice([None, b"v" * j])) for j in range(rng.randrange(5))],
+            )
+            for i in range(n)
+        ]
+        parts.append(
+            records_codec.write_batch(
+                recs, base_offset=offset, compression="gzip" if b % 7 == 3 else "none"
+            )
+        )
         expected += recs
         offset += n
     cols = records_codec.read_columns(b"".join(parts))
     assert cols.to_records() == expected
-    assert cols.key.offsets[-1] == len(cols.key.data) and cols.headers.offsets[-1] == len(cols.headers.key)
+    assert cols.key.offsets[-1] == len(cols.key.data) and cols.headers.offsets[-1] == len(
+        cols.headers.key
+    )
 
 
-@pytest.mark.parametrize("shape", ["many headers", "long header keys", "long header values",
-                                   "then a bad one"])
+@pytest.mark.parametrize(
+    "shape", ["many headers", "long header keys", "long header values", "then a bad one"]
+)
 def test_columns_past_the_first_guess_of_header_room(records_codec, shape):
     """The header columns start at a guess (two rows of up to 16 + 16 bytes per record)
     and are made as large as the batch could need when a batch holds more."""
@@ -137,8 +172,15 @@ def test_columns_past_the_first_guess_of_header_room(records_codec, shape):
             records_codec.read_columns(bytes(bad), check_crc=False)
         with pytest.raises(DecodeError) as objects:
             records_codec.read_batches(bytes(bad), check_crc=False)
-        assert (ours.value.reason, ours.value.offset) == (objects.value.reason, objects.value.offset)
+        assert (ours.value.reason, ours.value.offset) == (
+            objects.value.reason,
+            objects.value.offset,
+        )
         return
     cols = records_codec.read_columns(data)
     assert cols.to_records() == first + recs
-    assert cols.headers.offsets[-1] == len(cols.headers.key) == sum(len(r.headers) for r in first + recs)
+    assert (
+        cols.headers.offsets[-1]
+        == len(cols.headers.key)
+        == sum(len(r.headers) for r in first + recs)
+    )

@@ -1,4 +1,5 @@
 """Compressed record batches and legacy message sets (magic 0 and 1), on both kernels."""
+
 import functools
 import struct
 import tracemalloc
@@ -12,16 +13,33 @@ from fastkwire.records import Record, default_limit
 pytest.importorskip("cramjam", reason="cramjam (the compression extra) is not installed")
 pytest.importorskip("kafka", reason="kafka-python (the peer of these tests) is not installed")
 
-from record_peers import (AioBatch, AioBuilder, AioLegacyBuilder, KpBatch, KpBuilder,  # noqa: E402
-                          KpLegacyBuilder, LEGACY, aio_codec, legacy as _legacy, needs_aiokafka)
+from record_peers import (
+    AioBatch,
+    AioBuilder,
+    AioLegacyBuilder,
+    KpBatch,
+    KpBuilder,  # noqa: E402
+    KpLegacyBuilder,
+    LEGACY,
+    aio_codec,
+    legacy as _legacy,
+    needs_aiokafka,
+)
 from kafka import codec as kp_codec  # noqa: E402
 from test_records import make_batch  # noqa: E402
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
 CODEC_ID = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-RECORDS = [Record(i, 1_600_000_000_000 + i * 7, b"key-%d" % i if i % 3 else None,
-                  b"value " * (i % 50) if i % 5 else None, [("n", b"%d" % i)] if i % 2 else [])
-           for i in range(300)]
+RECORDS = [
+    Record(
+        i,
+        1_600_000_000_000 + i * 7,
+        b"key-%d" % i if i % 3 else None,
+        b"value " * (i % 50) if i % 5 else None,
+        [("n", b"%d" % i)] if i % 2 else [],
+    )
+    for i in range(300)
+]
 
 
 def _peer(batch):
@@ -52,8 +70,12 @@ def test_aiokafka_writes_we_read(records_codec, codec):
 def test_peers_read_what_we_compress(records_codec, codec):
     data = records_codec.write_batch(RECORDS, compression=codec)
     assert _peer(AioBatch(data)) == RECORDS
-    has = {"gzip": kp_codec.has_gzip, "snappy": kp_codec.has_snappy, "lz4": kp_codec.has_lz4,
-           "zstd": kp_codec.has_zstd}[codec]
+    has = {
+        "gzip": kp_codec.has_gzip,
+        "snappy": kp_codec.has_snappy,
+        "lz4": kp_codec.has_lz4,
+        "zstd": kp_codec.has_zstd,
+    }[codec]
     if has():  # kafka-python needs python-snappy, lz4 or zstandard for the others
         assert _peer(KpBatch(data)) == RECORDS
     if codec == "gzip":
@@ -78,7 +100,7 @@ def test_legacy_lz4_header_checksum(records_codec):
     frame = _compression.compress("lz4", plain[61:])
     end = 6 + (8 if frame[4] & 0x08 else 0)
     assert frame[end] == (_compression.xxh32(frame[4:end]) >> 8) & 0xFF  # the right one
-    broken = frame[:end] + bytes([(_compression.xxh32(frame[:end]) >> 8) & 0xFF]) + frame[end + 1:]
+    broken = frame[:end] + bytes([(_compression.xxh32(frame[:end]) >> 8) & 0xFF]) + frame[end + 1 :]
     data = make_batch(broken, len(RECORDS), attrs=3, base_ts=struct.unpack_from(">q", plain, 27)[0])
     assert records_codec.read_batches(data)[0].records == RECORDS
 
@@ -117,14 +139,14 @@ def test_snappy_length_that_lies(records_codec):
 @pytest.mark.parametrize("codec", CODECS)
 def test_corrupt_compressed(records_codec, codec):
     body = bytearray(_compression.compress(codec, records_codec.write_batch(RECORDS)[61:]))
-    body[len(body) // 2:] = b"\xaa" * (len(body) - len(body) // 2)
+    body[len(body) // 2 :] = b"\xaa" * (len(body) - len(body) // 2)
     with pytest.raises(DecodeError) as e:
         records_codec.read_batches(make_batch(bytes(body), len(RECORDS), attrs=CODEC_ID[codec]))
     assert 61 <= e.value.offset < 61 + len(body)
 
 
 def test_count_past_decompressed_limit(records_codec):
-    data = make_batch(_compression.compress("gzip", b"x"), 10 ** 8, attrs=1)
+    data = make_batch(_compression.compress("gzip", b"x"), 10**8, attrs=1)
     with pytest.raises(DecodeError, match="count 100000000 exceeds what max_decompressed"):
         records_codec.read_batches(data)
 
@@ -138,15 +160,26 @@ def test_decompressed_records_errors_say_where(records_codec):
 
 # ---------------------------------------------------------------- legacy message sets
 
+
 def _expect(magic, items=LEGACY):
     return [Record(o, t if magic else -1, k, v, []) for o, t, k, v in items]
 
 
 # aiokafka writes no lz4 for magic 0: test_legacy_magic0_lz4 makes one by hand.
-@pytest.mark.parametrize("builder, magic, codec", [
-    pytest.param(b, m, c, marks=[needs_aiokafka] if b is AioLegacyBuilder else [])
-    for b, c in [(KpLegacyBuilder, 0), (KpLegacyBuilder, 1), (AioLegacyBuilder, 2), (AioLegacyBuilder, 3)]
-    for m in (0, 1) if (m, c) != (0, 3)])
+@pytest.mark.parametrize(
+    "builder, magic, codec",
+    [
+        pytest.param(b, m, c, marks=[needs_aiokafka] if b is AioLegacyBuilder else [])
+        for b, c in [
+            (KpLegacyBuilder, 0),
+            (KpLegacyBuilder, 1),
+            (AioLegacyBuilder, 2),
+            (AioLegacyBuilder, 3),
+        ]
+        for m in (0, 1)
+        if (m, c) != (0, 3)
+    ],
+)
 def test_legacy_message_sets(records_codec, builder, magic, codec):
     data = _legacy(builder, magic, codec)
     batches = records_codec.read_batches(data)
@@ -184,19 +217,28 @@ def _message(magic, attrs, key, value, offset=0, ts=0):
     return struct.pack(">qi", offset, len(body)) + body
 
 
-@pytest.mark.parametrize("data, reason", [
-    (_message(1, 0, None, b"x")[:-5] + b"\xff\xff\xff\xfe" + b"x", "CRC32 mismatch"),
-    (_message(1, 1, None, zlib.compress(b"")), "corrupt gzip"),
-    (_message(1, 1, None, None), "compressed message without a value"),
-    (_message(0, 4, None, b"x"), "unknown compression 4 for magic 0"),
-    (_message(1, 1, None, _compression.compress("gzip", _message(1, 1, None, b"x"))),
-     "a compressed message inside a compressed message"),
-    (_message(1, 1, None, _compression.compress("gzip", _message(0, 0, None, b"x"))),
-     "magic 0 inside a magic 1 wrapper"),
-    (_message(1, 1, None, _compression.compress("gzip", b"")), "holds no messages"),
-    (_message(1, 1, None, _compression.compress("gzip", _message(1, 0, None, b"x")[:-1])),
-     "message size .* exceeds"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (_message(1, 0, None, b"x")[:-5] + b"\xff\xff\xff\xfe" + b"x", "CRC32 mismatch"),
+        (_message(1, 1, None, zlib.compress(b"")), "corrupt gzip"),
+        (_message(1, 1, None, None), "compressed message without a value"),
+        (_message(0, 4, None, b"x"), "unknown compression 4 for magic 0"),
+        (
+            _message(1, 1, None, _compression.compress("gzip", _message(1, 1, None, b"x"))),
+            "a compressed message inside a compressed message",
+        ),
+        (
+            _message(1, 1, None, _compression.compress("gzip", _message(0, 0, None, b"x"))),
+            "magic 0 inside a magic 1 wrapper",
+        ),
+        (_message(1, 1, None, _compression.compress("gzip", b"")), "holds no messages"),
+        (
+            _message(1, 1, None, _compression.compress("gzip", _message(1, 0, None, b"x")[:-1])),
+            "message size .* exceeds",
+        ),
+    ],
+)
 def test_hostile_legacy(records_codec, data, reason):
     with pytest.raises(DecodeError, match=reason):
         records_codec.read_batches(data)
@@ -215,7 +257,7 @@ def test_legacy_magic0_lz4(records_codec):
     inner = b"".join(_message(0, 0, b"k", b"v%d" % i, offset=7 + i) for i in range(3))
     frame = _compression.compress("lz4", inner)
     end = 6 + (8 if frame[4] & 0x08 else 0)
-    broken = frame[:end] + bytes([(_compression.xxh32(frame[:end]) >> 8) & 0xFF]) + frame[end + 1:]
+    broken = frame[:end] + bytes([(_compression.xxh32(frame[:end]) >> 8) & 0xFF]) + frame[end + 1 :]
     (batch,) = records_codec.read_batches(_message(0, 3, None, broken, offset=9))
     assert batch.compression == "lz4"
     assert batch.records == [Record(7 + i, -1, b"k", b"v%d" % i, []) for i in range(3)]

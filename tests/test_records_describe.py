@@ -1,4 +1,5 @@
 """records.describe: the byte layout of batches, for explain."""
+
 import random
 
 import pytest
@@ -37,11 +38,15 @@ def test_v2_batch_layout():
     _contiguous(first.children, first.offset, first.offset + first.size)
     by_name = {n.name: n for n in first.children}
     key = by_name["key"]
-    assert data[key.offset:key.offset + key.size] == b"key" == key.value
+    assert data[key.offset : key.offset + key.size] == b"key" == key.value
     assert by_name["value_length"].value == -1 and "value" not in by_name
     header = by_name["header[0]"]
     assert [(n.name, n.value) for n in header.children] == [
-        ("key_length", 1), ("key", "h"), ("value_length", 1), ("value", b"v")]
+        ("key_length", 1),
+        ("key", "h"),
+        ("value_length", 1),
+        ("value", b"v"),
+    ]
     tail = describe(data + data[:20])[-1]
     assert (tail.name, tail.offset, tail.size) == ("tail", len(data), 20)
 
@@ -69,7 +74,10 @@ def test_legacy_layout():
     assert message.name == "message" and message.value == "magic 1"
     value = message.children[-1]
     assert value.value.startswith("gzip: messages in")
-    assert len(value.children) == 20 and value.children[0].children[-1].name in ("value", "value_length")
+    assert len(value.children) == 20 and value.children[0].children[-1].name in (
+        "value",
+        "value_length",
+    )
 
 
 def test_bad_input():
@@ -89,8 +97,12 @@ def test_describe_never_raises_anything_but_decode_errors():
     import random
 
     rng = random.Random(7)
-    seeds = [write_batch(RECS), write_batch(RECS, compression="zstd"),
-             _legacy(KpLegacyBuilder, 1, 1), _legacy(KpLegacyBuilder, 0, 0)]
+    seeds = [
+        write_batch(RECS),
+        write_batch(RECS, compression="zstd"),
+        _legacy(KpLegacyBuilder, 1, 1),
+        _legacy(KpLegacyBuilder, 0, 0),
+    ]
     for _ in range(400):
         d = bytearray(rng.choice(seeds))
         for _ in range(rng.randrange(1, 4)):
@@ -119,8 +131,10 @@ def test_max_records_stands_one_node_for_the_rest():
 def test_each_record_says_its_absolute_offset_and_timestamp():
     from fastkwire.records import read_batches
 
-    data = write_batch([Record(7 + i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(RECS)],
-                       base_offset=7)
+    data = write_batch(
+        [Record(7 + i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(RECS)],
+        base_offset=7,
+    )
     recs = describe(data)[0].children[-1].children
     assert [r.value for r in recs] == ["offset 7, timestamp 10", "offset 8, timestamp 12"]
     assert [(r.offset, r.timestamp) for r in read_batches(data)[0].records] == [(7, 10), (8, 12)]
@@ -171,6 +185,6 @@ def test_describe_and_read_batches_agree_on_mutated_legacy_sets():
         for i in range(300):
             d = bytearray(data)
             d[rng.randrange(len(d))] ^= 1 << rng.randrange(8)
-            d = bytes(d[:rng.randrange(len(d) + 1)]) if i % 5 == 0 else bytes(d)
+            d = bytes(d[: rng.randrange(len(d) + 1)]) if i % 5 == 0 else bytes(d)
             expect = _error(lambda: read_batches(d, check_crc=False))
             assert _error(lambda: describe(d)) == expect, d.hex()

@@ -1,5 +1,6 @@
 """The two kernels agree: on mutated batches (bytes flipped, cut, inserted), both give
 the same records or the same DecodeError, word for word; and the CRC32C paths agree."""
+
 import importlib
 import importlib.util
 import random
@@ -35,14 +36,26 @@ def _outcome(read, data, **kw):
 
 def _seeds():
     rng = random.Random(14)
-    recs = [Record(i, 1_000 + rng.randrange(-50, 50), rng.choice([None, b"", rng.randbytes(5)]),
-                   rng.choice([None, b"", rng.randbytes(30)]),
-                   [(rng.choice(["a", "bb", "\u00e9"]), rng.choice([None, b"x"]))
-                    for _ in range(rng.randrange(3))]) for i in range(12)]
+    recs = [
+        Record(
+            i,
+            1_000 + rng.randrange(-50, 50),
+            rng.choice([None, b"", rng.randbytes(5)]),
+            rng.choice([None, b"", rng.randbytes(30)]),
+            [
+                (rng.choice(["a", "bb", "\u00e9"]), rng.choice([None, b"x"]))
+                for _ in range(rng.randrange(3))
+            ],
+        )
+        for i in range(12)
+    ]
     plain = PURE.write_batch(recs, producer_id=5, producer_epoch=1, base_sequence=0)
     seeds = [plain, plain + PURE.write_batch(recs[:3], base_offset=12)]
     if importlib.util.find_spec("cramjam"):  # the compression extra
-        seeds += [PURE.write_batch(recs, compression="zstd"), PURE.write_batch(recs, compression="snappy")]
+        seeds += [
+            PURE.write_batch(recs, compression="zstd"),
+            PURE.write_batch(recs, compression="snappy"),
+        ]
     return seeds
 
 
@@ -62,15 +75,18 @@ def _mutations(data, rng, n):
         yield bytes(d)
 
 
-@pytest.mark.parametrize("seed", [0, 1, pytest.param(2, marks=needs_cramjam),
-                                  pytest.param(3, marks=needs_cramjam)])
+@pytest.mark.parametrize(
+    "seed", [0, 1, pytest.param(2, marks=needs_cramjam), pytest.param(3, marks=needs_cramjam)]
+)
 def test_kernels_agree_on_mutated_batches(seed):
     rng = random.Random(seed)
     data = _seeds()[seed]
     for mutated in _mutations(data, rng, 150):
         for read in ("read_batches", "read_columns"):
             a = _outcome(getattr(PURE, read), mutated, check_crc=False, max_decompressed=1 << 16)
-            b = _outcome(getattr(COMPILED, read), mutated, check_crc=False, max_decompressed=1 << 16)
+            b = _outcome(
+                getattr(COMPILED, read), mutated, check_crc=False, max_decompressed=1 << 16
+            )
             assert a == b, (read, mutated.hex())
         # With the CRC checked, any change to the covered bytes is refused alike.
         assert _outcome(PURE.read_batches, mutated) == _outcome(COMPILED.read_batches, mutated)
@@ -83,8 +99,12 @@ def test_kernels_agree_long():
         rng = random.Random(1000 + seed)
         for mutated in _mutations(data, rng, 5000):
             for read in ("read_batches", "read_columns"):
-                a = _outcome(getattr(PURE, read), mutated, check_crc=False, max_decompressed=1 << 16)
-                b = _outcome(getattr(COMPILED, read), mutated, check_crc=False, max_decompressed=1 << 16)
+                a = _outcome(
+                    getattr(PURE, read), mutated, check_crc=False, max_decompressed=1 << 16
+                )
+                b = _outcome(
+                    getattr(COMPILED, read), mutated, check_crc=False, max_decompressed=1 << 16
+                )
                 assert a == b, (read, mutated.hex())
 
 
@@ -92,7 +112,7 @@ def test_crc32c_paths_agree():
     rng = random.Random(3)
     for n in list(range(0, 40)) + [1000, 4097, 3 * 8192 - 1, 3 * 8192, 6 * 8192 + 5, 65536 + 3]:
         data = rng.randbytes(n)
-        start = rng.randrange(0, 2 ** 32)
+        start = rng.randrange(0, 2**32)
         expected = _records_python.crc32c(data, start)
         assert _records.crc32c(data, start) == expected
         assert _records.crc32c_portable(data, start) == expected
@@ -118,9 +138,9 @@ ODD = [
     [Record(0, 5, b"k", b"v", [("\ud800", b"x")])],
     [Record(0, 5, b"k", b"v", [("h", b"x", b"y")])],
     [Record(0, True, b"k", b"v", [])],
-    [Record(0, 2 ** 63, b"k", b"v", [])],
-    [Record(0, -(2 ** 63), b"k", None, []), Record(1, 2 ** 63 - 1, None, b"v", [])],
-    [Record(2 ** 63 - 1, 0, None, None, [])],
+    [Record(0, 2**63, b"k", b"v", [])],
+    [Record(0, -(2**63), b"k", None, []), Record(1, 2**63 - 1, None, b"v", [])],
+    [Record(2**63 - 1, 0, None, None, [])],
     [Record(-5, 0, None, None, [])],
     [Record(None, 5, None, None, []), Record(None, 6, None, None, [])],
     [Record(0, 0, "k", None, [])],
@@ -141,7 +161,9 @@ def test_writers_agree_on_odd_columns():
 
     cols = RecordColumns.from_records([Record(i, i, b"k", None, [("h", b"v")]) for i in range(4)])
     assert _encoded(PURE, cols) == _encoded(COMPILED, cols)
-    shifted = RecordColumns.from_records([Record(i, i, b"k", None, [("h", b"v")]) for i in range(4)])
+    shifted = RecordColumns.from_records(
+        [Record(i, i, b"k", None, [("h", b"v")]) for i in range(4)]
+    )
     shifted.key.data = np.frombuffer(b"xyz" + shifted.key.data.tobytes(), np.uint8)
     shifted.key.offsets = shifted.key.offsets + 3  # values need not start at 0
     assert _encoded(PURE, shifted) == _encoded(COMPILED, shifted) == _encoded(PURE, cols)
@@ -161,7 +183,9 @@ def test_writers_agree_on_lying_columns():
     from fastkwire.records import RecordColumns
 
     def cols():
-        return RecordColumns.from_records([Record(i, i, b"k", b"v", [("h", b"v")]) for i in range(4)])
+        return RecordColumns.from_records(
+            [Record(i, i, b"k", b"v", [("h", b"v")]) for i in range(4)]
+        )
 
     cases = []
     c = cols()
@@ -180,8 +204,11 @@ def test_writers_agree_on_lying_columns():
         c = cols()
         c.offset = np.array([0, 1, 2, last], np.int64)
         cases.append(c)
-    for stamps in ([-(1 << 63), 0, 1, (1 << 63) - 1], [(1 << 63) - 1, 0, 1, -1],
-                   [0, 5, (1 << 63) - 1, 2]):
+    for stamps in (
+        [-(1 << 63), 0, 1, (1 << 63) - 1],
+        [(1 << 63) - 1, 0, 1, -1],
+        [0, 5, (1 << 63) - 1, 2],
+    ):
         c = cols()
         c.timestamp = np.array(stamps, np.int64)
         cases.append(c)
@@ -209,8 +236,9 @@ def _padded(column, rng):
     from fastkwire.records import BinaryColumn
 
     data, offsets = _laid_out(column.to_pylist(), rng, rng.randrange(3), 40)
-    return BinaryColumn(np.frombuffer(bytes(data), np.uint8), np.array(offsets, np.int32),
-                        column.nulls.copy())
+    return BinaryColumn(
+        np.frombuffer(bytes(data), np.uint8), np.array(offsets, np.int32), column.nulls.copy()
+    )
 
 
 LENGTHS = [0, 1, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 100, 127, 128, 129, 300, 8200]
@@ -231,10 +259,19 @@ def test_column_writer_agrees_with_record_writers():
     for _ in range(60):
         base = rng.choice([0, 5, -(1 << 40)])
         stamp = rng.choice([0, 1 << 62, -(1 << 62)])
-        records = [Record(base + rng.randrange(-1000, 1 << 20), stamp + rng.randrange(-(1 << 40), 1 << 40),
-                          value(), value(), [(rng.choice(["", "h", "\u00e9" * 70]), value())
-                                             for _ in range(rng.choice([0, 0, 1, 2, 40]))])
-                   for _ in range(rng.randrange(1, 30))]
+        records = [
+            Record(
+                base + rng.randrange(-1000, 1 << 20),
+                stamp + rng.randrange(-(1 << 40), 1 << 40),
+                value(),
+                value(),
+                [
+                    (rng.choice(["", "h", "\u00e9" * 70]), value())
+                    for _ in range(rng.choice([0, 0, 1, 2, 40]))
+                ],
+            )
+            for _ in range(rng.randrange(1, 30))
+        ]
         cols = RecordColumns.from_records(records)
         cols.key, cols.value = _padded(cols.key, rng), _padded(cols.value, rng)
         cols.headers.value = _padded(cols.headers.value, rng)
@@ -256,13 +293,20 @@ def test_writers_agree_on_random_lying_columns():
     from fastkwire.records import BinaryColumn, HeaderColumns, RecordColumns
 
     rng = random.Random(22)
-    edges32 = [-1, 2 ** 31 - 1, -(2 ** 31)]
-    edges64 = [2 ** 31, -(2 ** 31) - 1, 2 ** 63 - 1, -(2 ** 63)]
+    edges32 = [-1, 2**31 - 1, -(2**31)]
+    edges64 = [2**31, -(2**31) - 1, 2**63 - 1, -(2**63)]
 
     def column(n, lie, text=False):
-        values = [None if rng.random() < 0.2 and not text else
-                  (rng.choice(["", "h", "\u00e9t"]).encode() if text else rng.randbytes(rng.randrange(20)))
-                  for _ in range(n)]
+        values = [
+            None
+            if rng.random() < 0.2 and not text
+            else (
+                rng.choice(["", "h", "\u00e9t"]).encode()
+                if text
+                else rng.randbytes(rng.randrange(20))
+            )
+            for _ in range(n)
+        ]
         data, offs = _laid_out(values, rng, 0, 3)
         if lie == "offsets" and n:
             offs[rng.randrange(n + 1)] = rng.choice(edges32 + [len(data) + 1, offs[-1] // 2])
@@ -274,10 +318,13 @@ def test_writers_agree_on_random_lying_columns():
             values[rng.randrange(n)] = None
         elif lie == "utf8" and n:
             i = rng.randrange(n)
-            data[offs[i]:offs[i]] = b"\xc3("
-            offs[i + 1:] = [o + 2 for o in offs[i + 1:]]
-        return BinaryColumn(np.frombuffer(bytes(data), np.uint8), np.array(offs, np.int32),
-                            np.array([v is None for v in values], bool))
+            data[offs[i] : offs[i]] = b"\xc3("
+            offs[i + 1 :] = [o + 2 for o in offs[i + 1 :]]
+        return BinaryColumn(
+            np.frombuffer(bytes(data), np.uint8),
+            np.array(offs, np.int32),
+            np.array([v is None for v in values], bool),
+        )
 
     outcomes = collections.Counter()
     for _ in range(400):
@@ -289,18 +336,39 @@ def test_writers_agree_on_random_lying_columns():
             rows[rng.randrange(n + 1)] = rng.choice(edges32 + [hn + 1])
         hlie = rng.choice(["null", "utf8"]) if where == 2 and lie is None else None
         cols = RecordColumns(
-            np.array([rng.choice(edges64) if lie == "edges" and rng.random() < 0.5 else 7 + i
-                      for i in range(n)], np.int64),
-            np.array([rng.choice(edges64) if lie == "edges" and rng.random() < 0.5 else 5
-                      for _ in range(n)], np.int64),
-            column(n, lie if where == 0 else None), column(n, lie if where == 1 else None),
-            HeaderColumns(np.array(rows, np.int32), column(hn, hlie or (lie if where == 2 else None), text=True),
-                          column(hn, lie if where == 3 else None)))
-        base = rng.choice([0, 7] + ([2 ** 31, -(2 ** 31)] if lie == "edges" else []))
+            np.array(
+                [
+                    rng.choice(edges64) if lie == "edges" and rng.random() < 0.5 else 7 + i
+                    for i in range(n)
+                ],
+                np.int64,
+            ),
+            np.array(
+                [
+                    rng.choice(edges64) if lie == "edges" and rng.random() < 0.5 else 5
+                    for _ in range(n)
+                ],
+                np.int64,
+            ),
+            column(n, lie if where == 0 else None),
+            column(n, lie if where == 1 else None),
+            HeaderColumns(
+                np.array(rows, np.int32),
+                column(hn, hlie or (lie if where == 2 else None), text=True),
+                column(hn, lie if where == 3 else None),
+            ),
+        )
+        base = rng.choice([0, 7] + ([2**31, -(2**31)] if lie == "edges" else []))
         outcome = _encoded(PURE, cols, base_offset=base)
         assert _encoded(COMPILED, cols, base_offset=base) == outcome
         outcomes["bytes" if isinstance(outcome, bytes) else outcome[1].split(":")[0]] += 1
     # Every kind of column was written, and every kind of lie refused.
     assert outcomes["bytes"] > 100, outcomes
-    assert {"key.offsets", "value.nulls", "headers.offsets", "headers.key", "headers.value.offsets",
-            "records[0].offset"} <= set(outcomes), outcomes
+    assert {
+        "key.offsets",
+        "value.nulls",
+        "headers.offsets",
+        "headers.key",
+        "headers.value.offsets",
+        "records[0].offset",
+    } <= set(outcomes), outcomes

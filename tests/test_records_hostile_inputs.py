@@ -1,6 +1,7 @@
 """fastkwire.records against inputs that fight back: columns that change while they are
 taken, the collector looking at half-built lists, columns past 2 GiB, legacy sets at the
 int64 edges, and argument forms the two kernels must take or refuse alike."""
+
 import os
 import struct
 import subprocess
@@ -24,8 +25,9 @@ ONE = [Record(0, 0, b"k", b"v", [])]
 
 def run_isolated(code):
     """Run `code` in a fresh interpreter: a crash fails the test instead of the run."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -39,6 +41,7 @@ def outcome(fn):
 
 # ---------------------------------------------------------------- columns that change
 
+
 def moving_columns(key_data, moved_to, how):
     """ONE as columns whose key offsets move to `moved_to` while the value column is
     taken: by an ndarray subclass's __array_finalize__ (`finalize`) or by a
@@ -46,6 +49,7 @@ def moving_columns(key_data, moved_to, how):
     cols = RecordColumns.from_records([Record(0, 0, key_data, b"v", [])])
     ko = cols.key.offsets
     if how == "finalize":
+
         class Nulls(np.ndarray):
             def __array_finalize__(self, obj):
                 ko[1] = moved_to
@@ -53,6 +57,7 @@ def moving_columns(key_data, moved_to, how):
         cols.value.nulls = cols.value.nulls.view(Nulls)
         ko[1] = len(key_data)
     else:
+
         class Moving(BinaryColumn):
             __slots__ = ("real",)
 
@@ -69,11 +74,14 @@ def moving_columns(key_data, moved_to, how):
 
 
 @pytest.mark.parametrize("how", ["finalize", "property"])
-@pytest.mark.parametrize("key_data, moved_to", [
-    (b"k", 1 << 16),  # read past the key data
-    (b"k" * 65536, 1 << 16),  # a record longer than the room made for it
-    (b"k", 40),  # within the heap: its bytes would be written out
-])
+@pytest.mark.parametrize(
+    "key_data, moved_to",
+    [
+        (b"k", 1 << 16),  # read past the key data
+        (b"k" * 65536, 1 << 16),  # a record longer than the room made for it
+        (b"k", 40),  # within the heap: its bytes would be written out
+    ],
+)
 def test_columns_changed_while_taken(records_codec, key_data, moved_to, how):
     """The offsets are checked after every array is taken, so the writer writes the
     columns as they are once taken, or refuses them: never past the arrays."""
@@ -101,13 +109,16 @@ def test_columns_changed_while_taken_in_a_fresh_interpreter():
     assert out.strip() == "b'k'"
 
 
-@pytest.mark.parametrize("data", [
-    b"kv",
-    memoryview(b"kv").cast("c"),
-    np.array([True, False]),
-    np.array([1, 2], dtype=np.int8),
-    np.array([1, 2], dtype=np.uint16),
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"kv",
+        memoryview(b"kv").cast("c"),
+        np.array([True, False]),
+        np.array([1, 2], dtype=np.int8),
+        np.array([1, 2], dtype=np.uint16),
+    ],
+)
 def test_binary_data_forms_agree(records_codec, data):
     """BinaryColumn.data must be a uint8 array: both kernels refuse everything else."""
     cols = RecordColumns.from_records([Record(0, 0, b"k", b"v", [])])
@@ -166,6 +177,7 @@ def test_67_million_records_are_written(records_codec):
 
 # ---------------------------------------------------------------- the collector
 
+
 def test_headers_lists_never_seen_half_built():
     """A gc callback walking gc.get_objects() during read_batches meets no list with
     NULL items (the reproducer crashed the interpreter)."""
@@ -190,11 +202,15 @@ def test_headers_lists_never_seen_half_built():
 
 # ---------------------------------------------------------------- 2 GiB of values
 
-@pytest.mark.parametrize("column, record", [
-    ("value", lambda n: raw_record(key=None, value=b"x" * n)),
-    ("key", lambda n: raw_record(key=b"x" * n, value=None)),
-    ("headers.value", lambda n: raw_record(headers=[(b"h", b"x" * n)])),
-])
+
+@pytest.mark.parametrize(
+    "column, record",
+    [
+        ("value", lambda n: raw_record(key=None, value=b"x" * n)),
+        ("key", lambda n: raw_record(key=b"x" * n, value=None)),
+        ("headers.value", lambda n: raw_record(headers=[(b"h", b"x" * n)])),
+    ],
+)
 def test_column_limit(records_codec, monkeypatch, column, record):
     """Past the limit of int32 offsets (lowered here), read_columns refuses the batch
     that passes it, naming the column; the same batches one at a time read."""
@@ -226,6 +242,7 @@ def test_two_one_gib_values_are_refused(records_codec):
 
 # ---------------------------------------------------------------- sizes from the batch
 
+
 @pytest.mark.parametrize("count", [0, 1])
 def test_memory_sized_from_what_the_batch_can_hold(records_codec, count):
     """A batch that claims few records followed by megabytes of zeros is refused
@@ -245,13 +262,16 @@ def test_memory_sized_from_what_the_batch_can_hold(records_codec, count):
 
 def test_batches_past_the_first_guess_read_alike(records_codec):
     """Headers past the first guess, big values and non-ASCII keys: the measured path."""
-    recs = [Record(i, i, b"k" * 300, b"v" * 5000, [("h%d" % j, b"x" * 40) for j in range(9)])
-            for i in range(20)] + [Record(20, 0, None, None, [("é", b"y"), ("ü", None)])]
+    recs = [
+        Record(i, i, b"k" * 300, b"v" * 5000, [("h%d" % j, b"x" * 40) for j in range(9)])
+        for i in range(20)
+    ] + [Record(20, 0, None, None, [("é", b"y"), ("ü", None)])]
     data = records_codec.write_batch(recs)
     assert records_codec.read_columns(data).to_records() == recs
 
 
 # ---------------------------------------------------------------- legacy sets
+
 
 def message(magic, attrs, key, value, offset=0, ts=0):
     body = struct.pack(">bb", magic, attrs) + (struct.pack(">q", ts) if magic else b"")
@@ -269,10 +289,12 @@ def test_legacy_columns_keep_any_int64(records_codec):
     """Columns of legacy messages are what read_batches gives: offsets 3e9 apart and
     timestamps at the int64 extremes in one set (the compiled kernel once re-encoded
     them as a v2 batch, which cannot hold them)."""
-    inner = (message(1, 0, b"k", b"v", offset=0, ts=-(1 << 63))
-             + message(1, 0, None, b"w", offset=3_000_000_000, ts=INT64_MAX))
-    data = (message(1, 1, None, _compression.compress("gzip", inner), offset=3_000_000_000)
-            + message(0, 0, b"", None, offset=INT64_MAX))
+    inner = message(1, 0, b"k", b"v", offset=0, ts=-(1 << 63)) + message(
+        1, 0, None, b"w", offset=3_000_000_000, ts=INT64_MAX
+    )
+    data = message(
+        1, 1, None, _compression.compress("gzip", inner), offset=3_000_000_000
+    ) + message(0, 0, b"", None, offset=INT64_MAX)
     expect = [r for b in records_codec.read_batches(data) for r in b.records]
     assert [r.offset for r in expect] == [0, 3_000_000_000, INT64_MAX]
     cols = records_codec.read_columns(data)
@@ -296,20 +318,39 @@ def test_legacy_shift_past_int64(records_codec):
 
 # ---------------------------------------------------------------- crc32c
 
-@pytest.mark.parametrize("data, crc", [
-    (b"123456789", 0), (bytearray(b"123456789"), 0), (memoryview(b"x123456789")[1:], 0),
-    (np.frombuffer(b"12345678", dtype=np.uint32), 7), (b"", 0xFFFFFFFF), (b"a", True),
-])
+
+@pytest.mark.parametrize(
+    "data, crc",
+    [
+        (b"123456789", 0),
+        (bytearray(b"123456789"), 0),
+        (memoryview(b"x123456789")[1:], 0),
+        (np.frombuffer(b"12345678", dtype=np.uint32), 7),
+        (b"", 0xFFFFFFFF),
+        (b"a", True),
+    ],
+)
 def test_crc32c_takes_the_same_inputs(records_codec, data, crc):
     assert records_codec.kernel.crc32c(data, crc) == _records_python.crc32c(data, crc)
 
 
-@pytest.mark.parametrize("data, crc, error", [
-    ("text", 0, TypeError), (123, 0, TypeError), ([1, 2], 0, TypeError), (None, 0, TypeError),
-    (memoryview(b"abcdef")[::2], 0, BufferError), (np.zeros((4, 4), np.uint8)[:, 1], 0, BufferError),
-    (b"x", -1, ValueError), (b"x", 1 << 32, ValueError), (b"x", 1 << 70, ValueError),
-    (b"x", 1.0, TypeError), (b"x", "0", TypeError), (b"x", None, TypeError),
-])
+@pytest.mark.parametrize(
+    "data, crc, error",
+    [
+        ("text", 0, TypeError),
+        (123, 0, TypeError),
+        ([1, 2], 0, TypeError),
+        (None, 0, TypeError),
+        (memoryview(b"abcdef")[::2], 0, BufferError),
+        (np.zeros((4, 4), np.uint8)[:, 1], 0, BufferError),
+        (b"x", -1, ValueError),
+        (b"x", 1 << 32, ValueError),
+        (b"x", 1 << 70, ValueError),
+        (b"x", 1.0, TypeError),
+        (b"x", "0", TypeError),
+        (b"x", None, TypeError),
+    ],
+)
 def test_crc32c_refuses_the_same_inputs(records_codec, data, crc, error):
     with pytest.raises(error) as expected:
         _records_python.crc32c(data, crc)
@@ -319,6 +360,7 @@ def test_crc32c_refuses_the_same_inputs(records_codec, data, crc, error):
 
 
 # ---------------------------------------------------------------- the fuzzer's columns
+
 
 def test_hostile_columns_seeds():
     """A short run of fuzz/hostile_records.py (lying arrays, getters that rewrite an
@@ -338,6 +380,7 @@ def test_hostile_columns_seeds():
 
 
 # ---------------------------------------------------------------- first-afternoon edges
+
 
 def test_compression_none_is_no_compression(records_codec):
     assert records_codec.write_batch(ONE, compression=None) == records_codec.write_batch(ONE)

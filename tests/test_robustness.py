@@ -10,6 +10,7 @@ implementations alike, in bounded time and memory.
 The differential tests feed random and mutated frames to both implementations (and to
 explain) through fuzz/differential.py, the oracle of the atheris harness.
 """
+
 import array
 import os
 import re
@@ -43,6 +44,7 @@ def _need_compiled():
 
 
 # ---------------------------------------------------------------- the catalogue
+
 
 def _valid(name, version):
     """(target, bytes) encodings of one message and version: all fields set, and defaults."""
@@ -83,8 +85,13 @@ def hostile_fields(name, version):
             # 0xff is never valid in UTF-8
             data = bytearray(frame)
             data[site.offset + site.size] = 0xFF
-            yield (f"string@{site.offset} invalid UTF-8", target, bytes(data), site.offset,
-                   re.compile("invalid UTF-8"))
+            yield (
+                f"string@{site.offset} invalid UTF-8",
+                target,
+                bytes(data),
+                site.offset,
+                re.compile("invalid UTF-8"),
+            )
 
 
 def trailing(name, version):
@@ -109,9 +116,17 @@ def test_catalogue_covers_every_kind_of_field():
     for name, version in PAIRS:
         for label, *_ in hostile_fields(name, version):
             kinds.add(label.split("@")[0] + " " + label.split(" ", 1)[1].split(" ")[0])
-    for want in ("string int16", "string uvarint", "array int32", "array uvarint",
-                 "marker marker", "tag_count uvarint", "tag_size uvarint",
-                 "string 6-byte", "array 10-byte"):
+    for want in (
+        "string int16",
+        "string uvarint",
+        "array int32",
+        "array uvarint",
+        "marker marker",
+        "tag_count uvarint",
+        "tag_size uvarint",
+        "string 6-byte",
+        "array 10-byte",
+    ):
         assert want in kinds, (want, sorted(kinds))
 
 
@@ -177,6 +192,7 @@ def _fails(mod, target, data):
         except DecodeError:
             return
         raise AssertionError(f"{target} {data.hex()} decoded")
+
     return run
 
 
@@ -185,7 +201,10 @@ def test_huge_count_fails_fast_and_small(impl):
     with pytest.raises(DecodeError) as info:
         impl.LeaveGroupRequest.decode(HUGE_COUNT, 3)
     assert (info.value.offset, info.value.reason, info.value.path) == (
-        2, "count 2147483647 exceeds the 10 bytes left", "members")
+        2,
+        "count 2147483647 exceeds the 10 bytes left",
+        "members",
+    )
     run = _fails(impl, ("body", "LeaveGroupRequest", 3), HUGE_COUNT)
     assert _best_time(run) < 0.0002  # "well under a millisecond": 200 us, typically 10
     # A list of 2**31-1 slots would be 16 GiB; what is allocated must be a few KiB.
@@ -291,6 +310,7 @@ def test_oracle_catches_a_disagreement(monkeypatch):
 
 # ---------------------------------------------------------------- any buffer
 
+
 def _buffers(body):
     """(label, bytes, the same bytes behind another buffer object)."""
     even = body + b"\x00" * (len(body) % 2)  # what cast("H") needs; the 0 is read too
@@ -313,8 +333,11 @@ def _read_any(impl, buf):
         return ("DecodeError", e.offset, e.reason)
 
 
-@pytest.mark.parametrize("kind", [0, 1, 2, 3, 4, 5],
-                         ids=["bytes", "bytearray", "memoryview", "array-B", "mv-uint16", "mv-2d"])
+@pytest.mark.parametrize(
+    "kind",
+    [0, 1, 2, 3, 4, 5],
+    ids=["bytes", "bytearray", "memoryview", "array-B", "mv-uint16", "mv-2d"],
+)
 def test_any_buffer_reads_as_its_bytes(impl, kind, request):
     """decode_from reads a buffer's bytes, whatever its item format or shape: as the
     compiled core already does (PyBUF_SIMPLE), and as the trailing-bytes check must."""
@@ -323,7 +346,10 @@ def test_any_buffer_reads_as_its_bytes(impl, kind, request):
     assert _read_any(impl, buf) == _read_any(impl, raw), label
     with pytest.raises(DecodeError) as info:  # and the whole-message check agrees
         impl.LeaveGroupResponse.decode(buf, 1)
-    assert (info.value.offset, info.value.reason) == (6, f"{len(raw) - 6} trailing bytes after the message"), label
+    assert (info.value.offset, info.value.reason) == (
+        6,
+        f"{len(raw) - 6} trailing bytes after the message",
+    ), label
 
 
 # ---------------------------------------------------------------- bad arguments
@@ -337,24 +363,38 @@ def _failure(fn):
     return None
 
 
-@pytest.mark.parametrize("offset", [
-    -1, 7,
-    2**70, 1.0,
-    True, None,
-])
+@pytest.mark.parametrize(
+    "offset",
+    [
+        -1,
+        7,
+        2**70,
+        1.0,
+        True,
+        None,
+    ],
+)
 def test_bad_offsets_fail_alike(offset):
     _need_compiled()
     body = D.PY.LeaveGroupResponse().encode(1)
-    got = [_failure(lambda m=m: m.LeaveGroupResponse.decode_from(body, 1, offset))
-           for m in (D.PY, D.CY)]
+    got = [
+        _failure(lambda m=m: m.LeaveGroupResponse.decode_from(body, 1, offset))
+        for m in (D.PY, D.CY)
+    ]
     assert got[0] is not None and got[0] is got[1], got
 
 
-@pytest.mark.parametrize("version", [
-    -1, 99, 2**40,
-    1.0, True,
-    "1",
-])
+@pytest.mark.parametrize(
+    "version",
+    [
+        -1,
+        99,
+        2**40,
+        1.0,
+        True,
+        "1",
+    ],
+)
 def test_bad_versions_fail_alike(version):
     _need_compiled()
     body = D.PY.LeaveGroupResponse().encode(1)

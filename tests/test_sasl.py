@@ -3,6 +3,7 @@ client (blocking and asyncio) against scripted brokers that speak SASL (tests/sa
 and TLS with certificates made for the test (tests/certs.py), with faults: wrong password,
 forged server signature, replayed nonce, mechanism not offered, rejected token,
 re-authentication demanded, untrusted or misnamed certificates."""
+
 import asyncio
 import json
 import struct
@@ -53,9 +54,13 @@ USERS = {"ops": PASSWORD}
 def test_scram_sha256_rfc7677_example():
     client = Scram("user", "pencil", "sha256", nonce="rOprNGfwEbeRWgbNEkqO")
     assert client.start() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
-    final = client.step(b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
-    assert final == (b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-                     b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    final = client.step(
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    )
+    assert final == (
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+        b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
     assert client.step(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=") is None
 
 
@@ -63,22 +68,30 @@ def test_scram_sha1_rfc5802_example():
     client = Scram("user", "pencil", "sha1", nonce="fyko+d2lbbFgONRv9qkxdawL")
     assert client.start() == b"n,,n=user,r=fyko+d2lbbFgONRv9qkxdawL"
     final = client.step(b"r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,i=4096")
-    assert final == b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="
+    assert (
+        final
+        == b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="
+    )
     assert client.step(b"v=rmF9pqV8S7suAoZWja4dJRkFsKQ=") is None
 
 
-RFC_FIRST = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+RFC_FIRST = (
+    b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+)
 
 
-@pytest.mark.parametrize("server_first, words", [
-    (b"r=someone-elses-nonce,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce does not extend"),
-    (b"r=rOprNGfwEbeRWgbNEkqO,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce does not extend"),
-    (RFC_FIRST.replace(b"i=4096", b"i=100000000"), "100000000' SCRAM iterations"),
-    (RFC_FIRST.replace(b"i=4096", b"i=1"), "SCRAM iterations"),
-    (RFC_FIRST.replace(b"s=W22ZaJ0SNY7soEsUEjb6gQ==", b"s=%%%"), "salt is not base64"),
-    (b"e=unknown-user", "refused SCRAM: unknown-user"),
-    (b"garbage", "malformed"),
-])
+@pytest.mark.parametrize(
+    "server_first, words",
+    [
+        (b"r=someone-elses-nonce,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce does not extend"),
+        (b"r=rOprNGfwEbeRWgbNEkqO,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce does not extend"),
+        (RFC_FIRST.replace(b"i=4096", b"i=100000000"), "100000000' SCRAM iterations"),
+        (RFC_FIRST.replace(b"i=4096", b"i=1"), "SCRAM iterations"),
+        (RFC_FIRST.replace(b"s=W22ZaJ0SNY7soEsUEjb6gQ==", b"s=%%%"), "salt is not base64"),
+        (b"e=unknown-user", "refused SCRAM: unknown-user"),
+        (b"garbage", "malformed"),
+    ],
+)
 def test_scram_refuses_bad_server_first_messages(server_first, words):
     client = Scram("user", "pencil", "sha256", nonce="rOprNGfwEbeRWgbNEkqO")
     client.start()
@@ -86,7 +99,9 @@ def test_scram_refuses_bad_server_first_messages(server_first, words):
         client.step(server_first)
 
 
-@pytest.mark.parametrize("server_final", [b"v=7rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=", b"v=", b"v=!!"])
+@pytest.mark.parametrize(
+    "server_final", [b"v=7rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=", b"v=", b"v=!!"]
+)
 def test_scram_refuses_a_wrong_server_signature(server_final):
     client = Scram("user", "pencil", "sha256", nonce="rOprNGfwEbeRWgbNEkqO")
     client.start()
@@ -114,10 +129,14 @@ def call(request):
     def run(broker, method, *args, timeout=3.0, **options):
         servers = broker if isinstance(broker, str) else broker.address
         if request.param == "sync":
-            return getattr(AdminClient(servers, request_timeout_ms=timeout * 1000, **options), method)(*args)
+            return getattr(
+                AdminClient(servers, request_timeout_ms=timeout * 1000, **options), method
+            )(*args)
 
         async def go():
-            return await getattr(AsyncAdminClient(servers, request_timeout_ms=timeout * 1000, **options), method)(*args)
+            return await getattr(
+                AsyncAdminClient(servers, request_timeout_ms=timeout * 1000, **options), method
+            )(*args)
 
         return asyncio.run(go())
 
@@ -127,13 +146,21 @@ def call(request):
 
 def sasl_broker(scripted, server, **kwargs):
     broker = scripted(sasl=server, **kwargs)
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [KafkaLikeGroup(["a", "b"])]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        LEAVE_GROUP: [KafkaLikeGroup(["a", "b"])],
+    }
     return broker
 
 
 def scram(mechanism="SCRAM-SHA-256", password=PASSWORD, protocol="SASL_PLAINTEXT", **more):
-    return dict(security_protocol=protocol, sasl_mechanism=mechanism, sasl_plain_username="ops",
-                sasl_plain_password=password, **more)
+    return dict(
+        security_protocol=protocol,
+        sasl_mechanism=mechanism,
+        sasl_plain_username="ops",
+        sasl_plain_password=password,
+        **more,
+    )
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
@@ -142,7 +169,9 @@ def test_authenticates_then_removes(scripted, call, mechanism):
     broker = sasl_broker(scripted, server)
     result = call(broker, "remove_members_from_group", "orders", ["a"], **scram(mechanism))
     assert result.removed == ["a"]
-    expected = {"PLAIN": "PLAIN", "SCRAM-SHA-256": "SCRAM-sha256", "SCRAM-SHA-512": "SCRAM-sha512"}[mechanism]
+    expected = {"PLAIN": "PLAIN", "SCRAM-SHA-256": "SCRAM-sha256", "SCRAM-SHA-512": "SCRAM-sha512"}[
+        mechanism
+    ]
     assert server.authenticated == [(expected, "ops")]
     # Handshake at v1, then SaslAuthenticate at v2, before anything but ApiVersions.
     keys = [k for k, _, _ in broker.requests]
@@ -161,8 +190,11 @@ def test_without_sasl_the_broker_hangs_up(scripted):
 def test_wrong_password_fails_at_once_without_retry_or_secret(scripted, call):
     broker = sasl_broker(scripted, SaslServer(USERS))
     start = time.monotonic()
-    with pytest.raises(SaslAuthenticationError, match="refused SASL SCRAM-SHA-256 authentication of user 'ops': "
-                                                      "check the user name and password") as info:
+    with pytest.raises(
+        SaslAuthenticationError,
+        match="refused SASL SCRAM-SHA-256 authentication of user 'ops': "
+        "check the user name and password",
+    ) as info:
         call(broker, "find_coordinator", "orders", **scram(password="wrong-Secret-77"))
     assert time.monotonic() - start < 1.0
     assert "wrong-Secret-77" not in str(info.value) and PASSWORD not in str(info.value)
@@ -191,15 +223,20 @@ def test_nonce_that_does_not_extend_ours_is_refused(scripted, call):
 
 def test_mechanism_not_offered(scripted, call):
     broker = sasl_broker(scripted, SaslServer(USERS, mechanisms=["PLAIN", "SCRAM-SHA-512"]))
-    with pytest.raises(UnsupportedSaslMechanismError, match="does not enable SASL mechanism SCRAM-SHA-256 "
-                                                            r"\(it enables: PLAIN, SCRAM-SHA-512\)"):
+    with pytest.raises(
+        UnsupportedSaslMechanismError,
+        match="does not enable SASL mechanism SCRAM-SHA-256 "
+        r"\(it enables: PLAIN, SCRAM-SHA-512\)",
+    ):
         call(broker, "api_versions", **scram())
     assert broker.sasl_events == ["handshake SCRAM-SHA-256"]
 
 
 def test_broker_without_sasl(scripted, call):
     broker = scripted()  # no SaslHandshake in its ApiVersions
-    with pytest.raises(UnsupportedSaslMechanismError, match="does not offer SASL.*security_protocol"):
+    with pytest.raises(
+        UnsupportedSaslMechanismError, match="does not offer SASL.*security_protocol"
+    ):
         call(broker, "api_versions", **scram())
 
 
@@ -211,10 +248,28 @@ def test_oauthbearer_token_provider(scripted, call):
         def token(self):
             return "good-token"
 
-    assert call(broker, "find_coordinator", "orders", security_protocol="SASL_PLAINTEXT",
-                sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=Provider()).port == broker.port
-    assert call(broker, "find_coordinator", "orders", security_protocol="SASL_PLAINTEXT",
-                sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=lambda: "good-token").node_id == 1
+    assert (
+        call(
+            broker,
+            "find_coordinator",
+            "orders",
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=Provider(),
+        ).port
+        == broker.port
+    )
+    assert (
+        call(
+            broker,
+            "find_coordinator",
+            "orders",
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=lambda: "good-token",
+        ).node_id
+        == 1
+    )
     assert server.authenticated == [("OAUTHBEARER", "good-token")] * 2
 
 
@@ -227,8 +282,13 @@ def test_async_token_provider(scripted):
         return "async-token"
 
     async def go():
-        client = AsyncAdminClient(broker.address, request_timeout_ms=3000, security_protocol="SASL_PLAINTEXT",
-                                  sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=provider)
+        client = AsyncAdminClient(
+            broker.address,
+            request_timeout_ms=3000,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=provider,
+        )
         return await client.find_coordinator("orders")
 
     assert asyncio.run(go()).port == broker.port
@@ -237,10 +297,18 @@ def test_async_token_provider(scripted):
 
 def test_rejected_token_says_so(scripted, call):
     broker = sasl_broker(scripted, SaslServer(tokens=["good-token"]))
-    with pytest.raises(SaslAuthenticationError, match="rejected the OAUTHBEARER token, status 'invalid_token': "
-                                                      "it has expired or is not valid") as info:
-        call(broker, "api_versions", security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
-             sasl_oauth_token_provider=lambda: "stale-token")
+    with pytest.raises(
+        SaslAuthenticationError,
+        match="rejected the OAUTHBEARER token, status 'invalid_token': "
+        "it has expired or is not valid",
+    ) as info:
+        call(
+            broker,
+            "api_versions",
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=lambda: "stale-token",
+        )
     assert "stale-token" not in str(info.value)
 
 
@@ -250,9 +318,16 @@ def test_failing_token_provider_shows_no_message(scripted, call):
     def provider():
         raise RuntimeError("refresh failed for secret abc123")
 
-    with pytest.raises(SaslAuthenticationError, match=r"token provider failed \(RuntimeError\)") as info:
-        call(broker, "api_versions", security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
-             sasl_oauth_token_provider=provider)
+    with pytest.raises(
+        SaslAuthenticationError, match=r"token provider failed \(RuntimeError\)"
+    ) as info:
+        call(
+            broker,
+            "api_versions",
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=provider,
+        )
     assert "abc123" not in str(info.value)
 
 
@@ -261,7 +336,9 @@ def test_reauthenticates_before_the_session_expires(scripted, call):
     # backoff) on the same connection: the client must log in again on the way.
     server = SaslServer(USERS)
     broker = scripted(sasl=server, session_lifetime_ms=300)
-    broker.script = {FIND_COORDINATOR: [find_error(COORDINATOR_LOAD_IN_PROGRESS)] * 3 + [coordinator_at(broker)]}
+    broker.script = {
+        FIND_COORDINATOR: [find_error(COORDINATOR_LOAD_IN_PROGRESS)] * 3 + [coordinator_at(broker)]
+    }
     found = call(broker, "find_coordinator", "orders", **scram())
     assert found.port == broker.port
     assert broker.connections == 1
@@ -271,8 +348,10 @@ def test_reauthenticates_before_the_session_expires(scripted, call):
 
 def test_handshake_v0_sends_raw_tokens(scripted, call):
     server = SaslServer(USERS)
-    broker = scripted(versions={API_VERSIONS: (0, 3), FIND_COORDINATOR: (0, 3), SASL_HANDSHAKE: (0, 0)},
-                      sasl=server)
+    broker = scripted(
+        versions={API_VERSIONS: (0, 3), FIND_COORDINATOR: (0, 3), SASL_HANDSHAKE: (0, 0)},
+        sasl=server,
+    )
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)]}
     assert call(broker, "find_coordinator", "orders", **scram()).port == broker.port
     assert broker.seen(SASL_AUTHENTICATE) == [] and broker.seen(SASL_HANDSHAKE)[0][0] == 0
@@ -281,7 +360,9 @@ def test_handshake_v0_sends_raw_tokens(scripted, call):
 
 def test_client_repr_hides_secrets():
     client = AdminClient("127.0.0.1:9092", **scram())
-    assert PASSWORD not in repr(client) and "SCRAM-SHA-256" in repr(client) and "ops" in repr(client)
+    assert (
+        PASSWORD not in repr(client) and "SCRAM-SHA-256" in repr(client) and "ops" in repr(client)
+    )
     assert PASSWORD not in repr(vars(client))
 
 
@@ -290,30 +371,52 @@ def test_client_repr_hides_secrets():
 
 def tls_broker(scripted, files, sasl=None, **context):
     broker = scripted(tls=server_context(files, **context), sasl=sasl)
-    broker.script = {FIND_COORDINATOR: [coordinator_at(broker)], LEAVE_GROUP: [KafkaLikeGroup(["a"])]}
+    broker.script = {
+        FIND_COORDINATOR: [coordinator_at(broker)],
+        LEAVE_GROUP: [KafkaLikeGroup(["a"])],
+    }
     return broker
 
 
 def test_ssl_with_the_test_ca(scripted, call, tls_files):  # noqa: F811
     broker = tls_broker(scripted, tls_files)
-    assert call(broker, "remove_members_from_group", "orders", ["a"], security_protocol="SSL",
-                ssl_cafile=tls_files.ca).removed == ["a"]
+    assert call(
+        broker,
+        "remove_members_from_group",
+        "orders",
+        ["a"],
+        security_protocol="SSL",
+        ssl_cafile=tls_files.ca,
+    ).removed == ["a"]
 
 
 def test_sasl_ssl_with_a_client_certificate(scripted, call, tls_files):  # noqa: F811
     server = SaslServer(USERS)
     broker = tls_broker(scripted, tls_files, sasl=server, require_client_cert=True)
-    found = call(broker, "find_coordinator", "orders", **scram(
-        "SCRAM-SHA-512", protocol="SASL_SSL", ssl_cafile=tls_files.ca, ssl_certfile=tls_files.client_cert,
-        ssl_keyfile=tls_files.client_key, ssl_password=tls_files.key_password))
+    found = call(
+        broker,
+        "find_coordinator",
+        "orders",
+        **scram(
+            "SCRAM-SHA-512",
+            protocol="SASL_SSL",
+            ssl_cafile=tls_files.ca,
+            ssl_certfile=tls_files.client_cert,
+            ssl_keyfile=tls_files.client_key,
+            ssl_password=tls_files.key_password,
+        ),
+    )
     assert found.port == broker.port and server.authenticated == [("SCRAM-sha512", "ops")]
 
 
 def test_untrusted_certificate(scripted, call, tls_files):  # noqa: F811
     broker = tls_broker(scripted, tls_files)
     start = time.monotonic()
-    with pytest.raises(TlsCertificateError, match="certificate of 127.0.0.1:\\d+ could not be verified: "
-                                                  "unable to get local issuer certificate.*check ssl_cafile"):
+    with pytest.raises(
+        TlsCertificateError,
+        match="certificate of 127.0.0.1:\\d+ could not be verified: "
+        "unable to get local issuer certificate.*check ssl_cafile",
+    ):
         call(broker, "api_versions", security_protocol="SSL", ssl_cafile=tls_files.other_ca)
     assert time.monotonic() - start < 1.0
 
@@ -323,28 +426,44 @@ def test_certificate_for_another_host(scripted, call, tls_files):  # noqa: F811
     with pytest.raises(TlsCertificateError, match="IP address mismatch"):
         call(broker, "api_versions", security_protocol="SSL", ssl_cafile=tls_files.ca)
     # The operator's way out, as in kafka-python: no host name check (the chain still is).
-    assert call(broker, "api_versions", security_protocol="SSL", ssl_cafile=tls_files.ca,
-                ssl_check_hostname=False)[API_VERSIONS] == (0, 4)
+    assert call(
+        broker,
+        "api_versions",
+        security_protocol="SSL",
+        ssl_cafile=tls_files.ca,
+        ssl_check_hostname=False,
+    )[API_VERSIONS] == (0, 4)
 
 
 def test_missing_client_certificate(scripted, call, tls_files):  # noqa: F811
     broker = tls_broker(scripted, tls_files, require_client_cert=True)
     # TLS 1.3: the broker's alert, or its hanging up, comes with the first request.
-    with pytest.raises(TlsError, match="client certificate it trusts.*check ssl_certfile and ssl_keyfile"):
+    with pytest.raises(
+        TlsError, match="client certificate it trusts.*check ssl_certfile and ssl_keyfile"
+    ):
         call(broker, "api_versions", security_protocol="SSL", ssl_cafile=tls_files.ca)
 
 
 def test_wrong_key_password_is_a_value_error(tls_files):  # noqa: F811
     with pytest.raises(ValueError, match="cannot load the TLS files") as info:
-        AdminClient("127.0.0.1:9092", security_protocol="SSL", ssl_cafile=tls_files.ca,
-                    ssl_certfile=tls_files.client_cert, ssl_keyfile=tls_files.client_key, ssl_password="wrong-pw-1")
+        AdminClient(
+            "127.0.0.1:9092",
+            security_protocol="SSL",
+            ssl_cafile=tls_files.ca,
+            ssl_certfile=tls_files.client_cert,
+            ssl_keyfile=tls_files.client_key,
+            ssl_password="wrong-pw-1",
+        )
     assert "wrong-pw-1" not in str(info.value)
 
 
 def test_plain_tcp_to_a_tls_listener(scripted, call, tls_files):  # noqa: F811
     broker = tls_broker(scripted, tls_files)
-    with pytest.raises(BrokerConnectionError, match="during ApiVersions v4.*if that listener speaks TLS, use "
-                                                    "security_protocol SSL or SASL_SSL"):
+    with pytest.raises(
+        BrokerConnectionError,
+        match="during ApiVersions v4.*if that listener speaks TLS, use "
+        "security_protocol SSL or SASL_SSL",
+    ):
         call(broker, "api_versions")
 
 
@@ -352,18 +471,32 @@ def test_plain_tcp_to_a_tls_listener(scripted, call, tls_files):  # noqa: F811
 def test_older_sasl_authenticate_versions(scripted, call, authenticate_max):
     # v0 has no session lifetime; v1 added it. The exchange is the same.
     server = SaslServer(USERS)
-    broker = scripted(versions={API_VERSIONS: (0, 4), FIND_COORDINATOR: (0, 6), SASL_HANDSHAKE: (0, 1),
-                                SASL_AUTHENTICATE: (0, authenticate_max)}, sasl=server)
+    broker = scripted(
+        versions={
+            API_VERSIONS: (0, 4),
+            FIND_COORDINATOR: (0, 6),
+            SASL_HANDSHAKE: (0, 1),
+            SASL_AUTHENTICATE: (0, authenticate_max),
+        },
+        sasl=server,
+    )
     broker.script = {FIND_COORDINATOR: [coordinator_at(broker)]}
     assert call(broker, "find_coordinator", "orders", **scram("SCRAM-SHA-512")).port == broker.port
     assert {v for v, _ in broker.seen(SASL_AUTHENTICATE)} == {authenticate_max}
     assert server.authenticated == [("SCRAM-sha512", "ops")]
 
 
-@pytest.mark.parametrize("step, error, words", [
-    (Raw(struct.pack(">i", 50 << 20)), ResponseError, "announced a 52428800-byte answer to SaslAuthenticate v2"),
-    (SILENT, AdminTimeoutError, "no answer from .* to SaslAuthenticate v2 within 0.3 s"),
-])
+@pytest.mark.parametrize(
+    "step, error, words",
+    [
+        (
+            Raw(struct.pack(">i", 50 << 20)),
+            ResponseError,
+            "announced a 52428800-byte answer to SaslAuthenticate v2",
+        ),
+        (SILENT, AdminTimeoutError, "no answer from .* to SaslAuthenticate v2 within 0.3 s"),
+    ],
+)
 def test_hostile_sasl_answers(scripted, call, step, error, words):
     # The SASL exchange gets the same size caps and deadline as every other request.
     broker = sasl_broker(scripted, SaslServer(USERS))
@@ -377,7 +510,12 @@ def test_ssl_context_instead_of_files(scripted, call, tls_files):  # noqa: F811
 
     broker = tls_broker(scripted, tls_files)
     context = ssl.create_default_context(cafile=tls_files.ca)
-    assert call(broker, "find_coordinator", "orders", security_protocol="SSL", ssl_context=context).port == broker.port
+    assert (
+        call(
+            broker, "find_coordinator", "orders", security_protocol="SSL", ssl_context=context
+        ).port
+        == broker.port
+    )
     strict = ssl.create_default_context()  # the system's CAs: not ours
     with pytest.raises(TlsCertificateError):
         call(broker, "api_versions", security_protocol="SSL", ssl_context=strict)
@@ -392,11 +530,30 @@ def test_security_errors_carry_their_message_and_error_code(scripted, call, caps
         call(broker, "api_versions", **scram(password="wrong-Secret-77"))
     assert str(info.value).startswith(f"{broker.address} refused SASL SCRAM-SHA-256 authentication")
     assert info.value.error.name == "SASL_AUTHENTICATION_FAILED" and info.value.error.code == 58
-    code = cli.main(["describe-group", "--bootstrap-server", broker.address, "--group", "g", "--json",
-                     "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "SCRAM-SHA-256",
-                     "--sasl-username", "ops", "--sasl-password", "wrong-Secret-77"])
+    code = cli.main(
+        [
+            "describe-group",
+            "--bootstrap-server",
+            broker.address,
+            "--group",
+            "g",
+            "--json",
+            "--security-protocol",
+            "SASL_PLAINTEXT",
+            "--sasl-mechanism",
+            "SCRAM-SHA-256",
+            "--sasl-username",
+            "ops",
+            "--sasl-password",
+            "wrong-Secret-77",
+        ]
+    )
     error = json.loads(capsys.readouterr().out)["error"]
-    assert code == 3 and error["error_code"] == 58 and error["error_name"] == "SASL_AUTHENTICATION_FAILED"
+    assert (
+        code == 3
+        and error["error_code"] == 58
+        and error["error_name"] == "SASL_AUTHENTICATION_FAILED"
+    )
     assert error["message"].startswith(f"{broker.address} refused SASL")
 
 
@@ -418,12 +575,15 @@ def assert_no_secret(exc, secret):
     assert exc.__context__ is None
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda: Plain("ops", LONE), "SASL password is not valid Unicode"),
-    (lambda: Scram("ops", LONE), "SASL password is not valid Unicode"),
-    (lambda: Scram(LONE, "pw"), "SASL user name is not valid Unicode"),
-    (lambda: OAuthBearer(LONE), "OAUTHBEARER token is not valid Unicode"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: Plain("ops", LONE), "SASL password is not valid Unicode"),
+        (lambda: Scram("ops", LONE), "SASL password is not valid Unicode"),
+        (lambda: Scram(LONE, "pw"), "SASL user name is not valid Unicode"),
+        (lambda: OAuthBearer(LONE), "OAUTHBEARER token is not valid Unicode"),
+    ],
+)
 def test_credentials_that_are_not_unicode_name_what_without_the_secret(make, words):
     with pytest.raises(SaslAuthError, match=words) as info:
         make()
@@ -432,7 +592,12 @@ def test_credentials_that_are_not_unicode_name_what_without_the_secret(make, wor
 
 def test_security_refuses_a_password_that_is_not_unicode():
     with pytest.raises(ValueError, match="sasl_plain_password is not valid Unicode") as info:
-        Security("SASL_SSL", sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="ops", sasl_plain_password=LONE)
+        Security(
+            "SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-256",
+            sasl_plain_username="ops",
+            sasl_plain_password=LONE,
+        )
     assert_no_secret(info.value, "hunter")
 
 
@@ -447,14 +612,23 @@ def test_failing_token_provider_leaves_no_context(scripted, call):
 
     providers = [provider] + ([async_provider] if call.mode == "async" else [])
     for p in providers:
-        with pytest.raises(SaslAuthenticationError, match=r"token provider failed \(RuntimeError\)") as info:
-            call(broker, "api_versions", security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
-                 sasl_oauth_token_provider=p)
+        with pytest.raises(
+            SaslAuthenticationError, match=r"token provider failed \(RuntimeError\)"
+        ) as info:
+            call(
+                broker,
+                "api_versions",
+                security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="OAUTHBEARER",
+                sasl_oauth_token_provider=p,
+            )
         assert_no_secret(info.value, "abc123")
 
 
 def test_tls_file_errors_name_the_option_not_the_path(tmp_path):
-    joined = str(tmp_path / "ca.pemssl.key.password=hunter2")  # a trailing backslash joined two lines
+    joined = str(
+        tmp_path / "ca.pemssl.key.password=hunter2"
+    )  # a trailing backslash joined two lines
     with pytest.raises(ValueError, match="cannot read ssl_cafile: no such file") as info:
         Security("SSL", ssl_cafile=joined)
     assert_no_secret(info.value, "hunter2")
@@ -466,12 +640,21 @@ def test_tls_file_errors_name_the_option_not_the_path(tmp_path):
 # ---------------------------------------------------------------- hostile SASL data
 
 
-@pytest.mark.parametrize("server_first, words", [
-    (RFC_FIRST.replace(b"i=4096", b"i=" + b"9" * 5000), "5[0-9]{3} bytes long, more than the 4096"),
-    (RFC_FIRST.replace(b"i=4096", b"i=" + b"4" * 4000), "SCRAM iterations"),  # under the size cap
-    (b"m=ext," + RFC_FIRST, r"mandatory extension \(m=\)"),
-    (RFC_FIRST + b"," + b"x=" + b"y" * 10000, "more than the 4096"),
-])
+@pytest.mark.parametrize(
+    "server_first, words",
+    [
+        (
+            RFC_FIRST.replace(b"i=4096", b"i=" + b"9" * 5000),
+            "5[0-9]{3} bytes long, more than the 4096",
+        ),
+        (
+            RFC_FIRST.replace(b"i=4096", b"i=" + b"4" * 4000),
+            "SCRAM iterations",
+        ),  # under the size cap
+        (b"m=ext," + RFC_FIRST, r"mandatory extension \(m=\)"),
+        (RFC_FIRST + b"," + b"x=" + b"y" * 10000, "more than the 4096"),
+    ],
+)
 def test_scram_refuses_hostile_first_messages_as_authentication_errors(server_first, words):
     client = Scram("user", "pencil", "sha256", nonce="rOprNGfwEbeRWgbNEkqO")
     client.start()
@@ -504,8 +687,12 @@ def test_hostile_scram_iterations_through_a_broker(scripted, call):
 
     def first(request, version):
         nonce = request.auth_bytes.split(b"r=", 1)[1]
-        return SaslAuthenticateResponse(auth_bytes=b"r=" + nonce + b"x,s=QSXCR+Q6sek8bf92,i=" + b"7" * 5000)
+        return SaslAuthenticateResponse(
+            auth_bytes=b"r=" + nonce + b"x,s=QSXCR+Q6sek8bf92,i=" + b"7" * 5000
+        )
 
     broker.script[SASL_AUTHENTICATE] = [first]
-    with pytest.raises(SaslAuthenticationError, match="SCRAM first message is 50[0-9]{2} bytes long"):
+    with pytest.raises(
+        SaslAuthenticationError, match="SCRAM first message is 50[0-9]{2} bytes long"
+    ):
         call(broker, "api_versions", **scram())

@@ -29,15 +29,42 @@ HAND_WRITTEN = {
 EXPECTED = {p.stem for p in SCHEMA_DIR.glob("*.json")}
 
 PRIMITIVES = {
-    "int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool", "uuid",
-    "string", "bytes", "records",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint16",
+    "uint32",
+    "float64",
+    "bool",
+    "uuid",
+    "string",
+    "bytes",
+    "records",
 }
 KINDS = {"request", "response", "header"}
-MESSAGE_KEYS = {"name", "kind", "api_key", "versions", "flexible", "unstable", "doc", "fields",
-                "structs"}
+MESSAGE_KEYS = {
+    "name",
+    "kind",
+    "api_key",
+    "versions",
+    "flexible",
+    "unstable",
+    "doc",
+    "fields",
+    "structs",
+}
 FIELD_REQUIRED = {"name", "type", "versions"}
 FIELD_KEYS = FIELD_REQUIRED | {
-    "doc", "nullable", "default", "ignorable", "tag", "tagged", "flexible", "fields", "columns",
+    "doc",
+    "nullable",
+    "default",
+    "ignorable",
+    "tag",
+    "tagged",
+    "flexible",
+    "fields",
+    "columns",
 }
 STRUCT_NAME = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")  # Kafka spells a few camelCase
@@ -123,8 +150,12 @@ def test_file_set_is_every_api_with_both_headers():
     found = {p.stem for p in SCHEMA_DIR.iterdir() if p.is_file()}
     assert {p.suffix for p in SCHEMA_DIR.iterdir() if p.is_file()} == {".json"}
     assert HAND_WRITTEN <= found and {"RequestHeader", "ResponseHeader"} <= found
-    requests = {n[: -len("Request")] for n in found if n.endswith("Request") and n != "RequestHeader"}
-    responses = {n[: -len("Response")] for n in found if n.endswith("Response") and n != "ResponseHeader"}
+    requests = {
+        n[: -len("Request")] for n in found if n.endswith("Request") and n != "RequestHeader"
+    }
+    responses = {
+        n[: -len("Response")] for n in found if n.endswith("Response") and n != "ResponseHeader"
+    }
     assert requests == responses and len(requests) >= 89
 
 
@@ -156,7 +187,9 @@ def test_name_matches_file():
 
 def test_message_version_ranges(msg):
     versions = parse_range(msg["versions"])
-    assert versions is not None and versions[1] is not None, "message versions must be a closed range"
+    assert versions is not None and versions[1] is not None, (
+        "message versions must be a closed range"
+    )
     assert within(parse_range(msg["flexible"]), (versions[0], None))
     if "unstable" in msg:
         assert within(parse_range(msg["unstable"]), versions), msg["unstable"]
@@ -220,7 +253,8 @@ def test_field_version_ranges(msg):
                     assert within(clamp(r, versions), versions), p
             if "tagged" in f:
                 assert within(parse_range(f["tagged"]), flexible), (
-                    f"{p}: tagged outside the flexible versions")
+                    f"{p}: tagged outside the flexible versions"
+                )
             if "flexible" in f:
                 parse_range(f["flexible"])
             if "fields" in f:
@@ -235,7 +269,11 @@ def test_nullable_only_on_nullable_types(msg):
     for path, f in every_field(msg):
         if "nullable" in f:
             base = f["type"]
-            ok = base.startswith("[]") or base in ("string", "bytes", "records") or base not in PRIMITIVES
+            ok = (
+                base.startswith("[]")
+                or base in ("string", "bytes", "records")
+                or base not in PRIMITIVES
+            )
             assert ok, f"{path}: type {base} cannot be null"
 
 
@@ -276,9 +314,11 @@ def test_no_repeated_names_within_a_struct(msg):
 
 # ---------------------------------------------------------------- descriptions
 
+
 def loaded_fields():
     """(message, struct, field) for every field of every message, as the loader gives them."""
     from fastkwire import _schema
+
     for name in _schema.all_names():
         msg = _schema.load(name)
         for struct in [msg.root, *msg.structs]:
@@ -295,10 +335,12 @@ def test_every_field_of_every_message_has_a_description():
 
 def test_descriptions_table_has_no_stale_or_unused_entries():
     from fastkwire import _schema
+
     by_name, by_place = _schema.descriptions()
-    assert all(t and t == t.strip() and t.endswith(".")
-               for t in [*by_name.values(), *by_place.values()])
-    own = set()     # (message, struct, field) whose definition has a doc of its own
+    assert all(
+        t and t == t.strip() and t.endswith(".") for t in [*by_name.values(), *by_place.values()]
+    )
+    own = set()  # (message, struct, field) whose definition has a doc of its own
     for p in SCHEMA_DIR.glob("*.json"):
         raw = json.loads(p.read_text())
         for struct, fields, _ in all_structs(raw):

@@ -5,6 +5,7 @@ the buffer passed in. So several threads sharing messages and input buffers must
 exactly what one thread gets. The switch interval is cut to a microsecond so that, on a
 GIL build, the threads interleave as finely as the interpreter allows.
 """
+
 import os
 import subprocess
 import sys
@@ -130,7 +131,12 @@ def test_message_changed_during_encode_is_an_encode_error(impl, change):
 
 # ---------------------------------------------------------------- free-threading
 
-EXTENSIONS = ["fastkwire._core", "fastkwire._engine", "fastkwire._records", "fastkwire._kafka_python"]
+EXTENSIONS = [
+    "fastkwire._core",
+    "fastkwire._engine",
+    "fastkwire._records",
+    "fastkwire._kafka_python",
+]
 
 
 def test_no_extension_claims_to_run_without_the_gil():
@@ -138,13 +144,18 @@ def test_no_extension_claims_to_run_without_the_gil():
     which paths would need critical sections first): Cython would turn the directive into
     the Py_mod_gil slot, and a free-threaded Python would then run them without the GIL."""
     for name in sorted(p.name for p in SRC.glob("*.pyx")):
-        directives = [line for line in (SRC / name).read_text().splitlines()[:5]
-                      if line.startswith("# cython:")]
+        directives = [
+            line
+            for line in (SRC / name).read_text().splitlines()[:5]
+            if line.startswith("# cython:")
+        ]
         assert not any("freethreading_compatible=True" in d for d in directives), name
 
 
-@pytest.mark.skipif(not sysconfig.get_config_var("Py_GIL_DISABLED"),
-                    reason="needs a free-threaded (no-GIL) Python build")
+@pytest.mark.skipif(
+    not sysconfig.get_config_var("Py_GIL_DISABLED"),
+    reason="needs a free-threaded (no-GIL) Python build",
+)
 def test_importing_the_extension_turns_the_gil_on():
     """On a free-threaded Python the extensions run with the GIL (Python enables it on
     import, with a RuntimeWarning, unless PYTHON_GIL=0 forces it off)."""
@@ -152,8 +163,13 @@ def test_importing_the_extension_turns_the_gil_on():
         pytest.importorskip(name)
     env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
     code = f"import sys, {', '.join(EXTENSIONS)}; print(sys._is_gil_enabled())"
-    out = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", code],
-                         env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore::RuntimeWarning", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "True"
 
 
@@ -181,8 +197,10 @@ assert len(set(results)) == 1 and len(results) == 8, results
 """
 
 
-@pytest.mark.skipif(not sysconfig.get_config_var("Py_GIL_DISABLED"),
-                    reason="needs a free-threaded (no-GIL) Python build")
+@pytest.mark.skipif(
+    not sysconfig.get_config_var("Py_GIL_DISABLED"),
+    reason="needs a free-threaded (no-GIL) Python build",
+)
 def test_first_use_from_many_threads_at_once():
     """Tables the compiled core builds on first use (small ints, numpy dtypes) must come
     out right when eight threads get there at once, in fresh interpreters, 20 times."""
@@ -190,4 +208,3 @@ def test_first_use_from_many_threads_at_once():
     code = FIRST_USE.format(fuzz=str(Path(__file__).resolve().parents[1] / "fuzz"))
     for _ in range(20):
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-

@@ -6,6 +6,7 @@ The frames are the two librdkafka 2.16 sends: a flexible Metadata v12 request fo
 that keeps the legacy int32 topics count (00 00 00 00 where a one-byte varint belongs), and
 an AlterUserScramCredentials v0 request with one extra byte.
 """
+
 import importlib
 import struct
 
@@ -46,7 +47,9 @@ def test_default_refuses_trailing_bytes_at_their_offset(impl):
 
 def test_keep_returns_them_as_a_third_item(impl):
     header, msg, extra = impl.decode_request(LIBRDKAFKA_METADATA, trailing="keep")
-    assert header.request_api_key == 3 and header.client_id == "rdkafka" and header.correlation_id == 7
+    assert (
+        header.request_api_key == 3 and header.client_id == "rdkafka" and header.correlation_id == 7
+    )
     assert msg.topics is None  # "all topics", as librdkafka meant
     assert extra == b"\x01\x00\x00"
 
@@ -57,11 +60,17 @@ def test_keep_returns_them_as_a_third_item(impl):
 
 
 def test_keep_on_responses(impl):
-    answer = impl.ApiVersionsResponse(error_code=0, api_keys=[impl.ApiVersionsResponse.ApiVersion(
-        api_key=18, min_version=0, max_version=4)])
+    answer = impl.ApiVersionsResponse(
+        error_code=0,
+        api_keys=[impl.ApiVersionsResponse.ApiVersion(api_key=18, min_version=0, max_version=4)],
+    )
     frame = impl.encode_response(answer, 3, 5)
     header, msg = impl.decode_response(frame, 18, 3)
-    assert impl.decode_response(with_extra(frame, b"xy"), 18, 3, trailing="keep") == (header, msg, b"xy")
+    assert impl.decode_response(with_extra(frame, b"xy"), 18, 3, trailing="keep") == (
+        header,
+        msg,
+        b"xy",
+    )
     with pytest.raises(DecodeError, match="2 trailing bytes"):
         impl.decode_response(with_extra(frame, b"xy"), 18, 3)
 
@@ -93,8 +102,9 @@ def test_both_implementations_agree():
     frames = [LIBRDKAFKA_METADATA, with_extra(scram_request(modules[0]), b"\x00\x01")]
     for frame in frames:
         got = [m.decode_request(frame, trailing="keep") for m in modules]
-        assert [(h.to_dict(), msg.to_dict(), extra) for h, msg, extra in got[:1]] == \
-               [(h.to_dict(), msg.to_dict(), extra) for h, msg, extra in got[1:]]
+        assert [(h.to_dict(), msg.to_dict(), extra) for h, msg, extra in got[:1]] == [
+            (h.to_dict(), msg.to_dict(), extra) for h, msg, extra in got[1:]
+        ]
 
 
 def test_explain_frame_shows_them_as_a_last_node():
@@ -106,13 +116,20 @@ def test_explain_frame_shows_them_as_a_last_node():
     root = explain_frame(LIBRDKAFKA_METADATA, trailing="keep")
     last = root.children[-1]
     assert (last.name, last.offset, last.size, last.value) == (
-        "trailing", len(LIBRDKAFKA_METADATA) - 3, 3, b"\x01\x00\x00")
+        "trailing",
+        len(LIBRDKAFKA_METADATA) - 3,
+        3,
+        b"\x01\x00\x00",
+    )
     assert root.size == len(LIBRDKAFKA_METADATA) and root.value["trailing"] == "010000"
     assert "a broker ignores them" in last.description
     # Without trailing bytes the tree is what it always was.
-    frame = struct.pack(">i", len(METADATA_V12_HEADER) + 4) + METADATA_V12_HEADER + b"\x00\x01\x00\x00"
-    assert [c.name for c in explain_frame(frame, trailing="keep").children] == \
-           [c.name for c in explain(frame).children]
+    frame = (
+        struct.pack(">i", len(METADATA_V12_HEADER) + 4) + METADATA_V12_HEADER + b"\x00\x01\x00\x00"
+    )
+    assert [c.name for c in explain_frame(frame, trailing="keep").children] == [
+        c.name for c in explain(frame).children
+    ]
     # Other errors still raise, with their own offsets.
     with pytest.raises(DecodeError, match="frame size"):
         explain_frame(LIBRDKAFKA_METADATA + b"\x00", trailing="keep")

@@ -1,5 +1,6 @@
 """The stubs: mypy --strict accepts the typed example, rejects misuse, and the stubs match
 both the schemas (no drift) and the modules they describe (mypy's stubtest)."""
+
 import importlib
 import os
 import re
@@ -28,15 +29,29 @@ def mypy(*args, cache):
     env = {**os.environ, "MYPYPATH": str(ROOT / "src")}
     # follow-imports=silent: the package's own .py modules are not what is checked here
     # (as for any installed package); the files named are, stubs included.
-    cmd = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
-           "--cache-dir", str(cache), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--strict",
+        "--follow-imports=silent",
+        "--cache-dir",
+        str(cache),
+        *map(str, args),
+    ]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
 
 
 def test_stubs_pass_mypy_strict(tmp_path):
     stubs = sorted((ROOT / "src" / "fastkwire").glob("*.pyi"))
-    assert {p.name for p in stubs} >= {"__init__.pyi", "_messages_python.pyi", "_messages_cython.pyi",
-                                       "errors.pyi", "columns.pyi", "records.pyi"}
+    assert {p.name for p in stubs} >= {
+        "__init__.pyi",
+        "_messages_python.pyi",
+        "_messages_cython.pyi",
+        "errors.pyi",
+        "columns.pyi",
+        "records.pyi",
+    }
     assert (ROOT / "src" / "fastkwire" / "py.typed").exists()
     result = mypy(*stubs, cache=tmp_path / "cache")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -69,7 +84,7 @@ def test_every_public_name_has_a_type(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-MISUSE = '''\
+MISUSE = """\
 from fastkwire import LeaveGroupRequest, TaskOffsetColumns, decode_request, encode_request, explain
 ok = LeaveGroupRequest(group_id="g")
 LeaveGroupRequest(group_id=5)
@@ -88,7 +103,7 @@ from fastkwire import records
 records.write_batch([b"not a record"])
 records.write_batch([], compression="brotli")
 records.read_batches("text")
-'''
+"""
 
 
 def test_mypy_rejects_misuse_on_every_bad_line(tmp_path):
@@ -96,17 +111,30 @@ def test_mypy_rejects_misuse_on_every_bad_line(tmp_path):
     bad.write_text(MISUSE)
     result = mypy(bad, cache=tmp_path / "cache")
     flagged = {int(n) for n in re.findall(r"misuse\.py:(\d+): error", result.stdout)}
-    assert flagged == set(range(3, 11)) | {12, 13, 14, 16, 17, 18}, result.stdout  # 1, 2, 11, 15 are fine
+    assert flagged == set(range(3, 11)) | {12, 13, 14, 16, 17, 18}, (
+        result.stdout
+    )  # 1, 2, 11, 15 are fine
 
 
 def test_stubs_match_the_schemas():
-    result = subprocess.run([sys.executable, str(ROOT / "tools" / "make_stubs.py"), "--check"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "make_stubs.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("module", ["fastkwire.errors", "fastkwire.columns", "fastkwire.records",
-                                    "fastkwire._messages_python", "fastkwire._messages_cython"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "fastkwire.errors",
+        "fastkwire.columns",
+        "fastkwire.records",
+        "fastkwire._messages_python",
+        "fastkwire._messages_cython",
+    ],
+)
 def test_stubs_match_the_runtime_modules(module, tmp_path):
     try:
         importlib.import_module(module)
@@ -115,7 +143,16 @@ def test_stubs_match_the_runtime_modules(module, tmp_path):
     allowlist = tmp_path / "allowlist.txt"
     allowlist.write_text(CYTHON_ALLOWLIST)
     env = {**os.environ, "MYPYPATH": str(ROOT / "src")}
-    cmd = [sys.executable, "-m", "mypy.stubtest", module, "--allowlist", str(allowlist),
-           "--ignore-unused-allowlist", "--mypy-config-file", os.devnull]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy.stubtest",
+        module,
+        "--allowlist",
+        str(allowlist),
+        "--ignore-unused-allowlist",
+        "--mypy-config-file",
+        os.devnull,
+    ]
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr

@@ -1,5 +1,6 @@
 """The GitHub workflows cannot run here, so check them against GitHub's workflow schema
 (the copy bundled with check-jsonschema) and check that they do what the project needs."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,8 @@ def test_tests_cover_every_python_and_both_implementations():
     # Evaluated per matrix cell by GitHub: each variable is "1" in its own half only.
     assert job["env"]["FASTKWIRE_PURE"] == "${{ matrix.implementation == 'python' && '1' || '' }}"
     assert job["env"]["FASTKWIRE_REQUIRE_EXTENSION"] == (
-        "${{ matrix.implementation == 'cython' && '1' || '' }}")
+        "${{ matrix.implementation == 'cython' && '1' || '' }}"
+    )
     assert any("pytest" in s for s in steps(job))
 
 
@@ -90,5 +92,7 @@ def test_benchmarks_keep_results_as_an_artifact():
     job = load("benchmarks.yml")["jobs"]["benchmarks"]
     run = next(s["run"] for s in job["steps"] if "pytest" in s.get("run", ""))
     assert "benchmarks" in run and "--benchmark-json=benchmark-results.json" in run
-    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    upload = next(
+        s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")
+    )
     assert upload["with"]["path"].split() == ["benchmark-results.json", "benchmark-results.md"]

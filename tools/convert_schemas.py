@@ -14,6 +14,7 @@ When an output file exists, its project-only keys ("doc" texts and anything else
 not a fact written here) are kept, matched by field path; PROTECTED files are never
 overwritten. The format is described in docs/architecture.md, "Schema definition format".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,14 @@ from pkgutil import resolve_name
 # Kafka's "data" types: records stored in logs and group metadata, not request or response
 # messages. Not converted yet; listed for later.
 DATA_TYPES = (
-    "ConsumerProtocolAssignment", "ConsumerProtocolSubscription", "DefaultPrincipalData",
-    "KRaftVersionRecord", "LeaderChangeMessage", "SnapshotFooterRecord",
-    "SnapshotHeaderRecord", "VotersRecord",
+    "ConsumerProtocolAssignment",
+    "ConsumerProtocolSubscription",
+    "DefaultPrincipalData",
+    "KRaftVersionRecord",
+    "LeaderChangeMessage",
+    "SnapshotFooterRecord",
+    "SnapshotHeaderRecord",
+    "VotersRecord",
 )
 # Definitions this project maintains by hand beyond Kafka's facts: never overwritten.
 PROTECTED = ("StreamsGroupHeartbeatRequest", "StreamsGroupHeartbeatResponse")
@@ -52,17 +58,44 @@ PRIMITIVES = {*INT_BITS, *UINT_BITS, "float64", "bool", "uuid", "string", "bytes
 
 # Keys of Kafka's files: the ones we convert, and the ones we drop because they do not
 # change the bytes (mapKey only shapes Kafka's Java collections).
-MESSAGE_KEYS = {"apiKey", "type", "name", "validVersions", "flexibleVersions", "fields",
-                "commonStructs", "latestVersionUnstable"}
+MESSAGE_KEYS = {
+    "apiKey",
+    "type",
+    "name",
+    "validVersions",
+    "flexibleVersions",
+    "fields",
+    "commonStructs",
+    "latestVersionUnstable",
+}
 MESSAGE_DROPPED = {"listeners", "deprecatedVersions"}
-FIELD_KEYS = {"name", "type", "versions", "nullableVersions", "default", "ignorable", "tag",
-              "taggedVersions", "flexibleVersions", "fields"}
+FIELD_KEYS = {
+    "name",
+    "type",
+    "versions",
+    "nullableVersions",
+    "default",
+    "ignorable",
+    "tag",
+    "taggedVersions",
+    "flexibleVersions",
+    "fields",
+}
 FIELD_DROPPED = {"about", "mapKey", "entityType", "zeroCopy"}
 
 # Our keys, in the order they are written; any other key of an existing file is kept.
 TOP_ORDER = ("name", "kind", "api_key", "versions", "flexible", "unstable")
-FIELD_ORDER = ("name", "type", "versions", "nullable", "default", "ignorable", "tag",
-               "tagged", "flexible")
+FIELD_ORDER = (
+    "name",
+    "type",
+    "versions",
+    "nullable",
+    "default",
+    "ignorable",
+    "tag",
+    "tagged",
+    "flexible",
+)
 STRUCT_ORDER = ("name",)
 
 
@@ -72,8 +105,9 @@ class ConversionError(ValueError):
 
 # ------------------------------------------------------------------ version ranges
 
+
 def parse_range(text):
-    """"3" -> (3, 3), "3+" -> (3, None), "0-2" -> (0, 2), "none" -> None."""
+    """ "3" -> (3, 3), "3+" -> (3, None), "0-2" -> (0, 2), "none" -> None."""
     text = text.strip()
     if text == "none":
         return None
@@ -125,6 +159,7 @@ def open_range(rng, version):
 
 
 # ------------------------------------------------------------------ stage 1: Kafka's files
+
 
 def strip_comments(text):
     """Drop // comments outside strings (Kafka's files are JSON plus line comments)."""
@@ -178,7 +213,9 @@ def convert_default(raw, ftype, nullable, where):
         else:
             value = int(raw)
         bits = INT_BITS.get(ftype) or UINT_BITS[ftype]
-        low, high = (-(1 << bits - 1), (1 << bits - 1) - 1) if ftype in INT_BITS else (0, (1 << bits) - 1)
+        low, high = (
+            (-(1 << bits - 1), (1 << bits - 1) - 1) if ftype in INT_BITS else (0, (1 << bits) - 1)
+        )
         if not low <= value <= high:
             raise ConversionError(f"{where}: default {raw!r} out of range for {ftype}")
         return value
@@ -227,7 +264,7 @@ def convert_field(raw, where, parent=(0, None)):
     if raw.get("ignorable") is True:
         out["ignorable"] = True
     if "tag" in raw:
-        out["tag"] = int(raw["tag"])      # Kafka sometimes writes the tag as a string
+        out["tag"] = int(raw["tag"])  # Kafka sometimes writes the tag as a string
         out["tagged"] = format_range(intersect(parse_range(raw["taggedVersions"]), versions))
     elif "taggedVersions" in raw:
         raise ConversionError(f"{where}: taggedVersions without a tag")
@@ -274,9 +311,13 @@ def convert_message(raw, where):
     if raw.get("latestVersionUnstable") is True:
         msg["unstable"] = format_range((versions[1], versions[1]))
     msg["fields"] = [convert_field(f, name) for f in raw["fields"]]
-    structs = [{"name": s["name"],
-                "fields": [convert_field(f, f"{name}.{s['name']}") for f in s["fields"]]}
-               for s in raw.get("commonStructs", ())]
+    structs = [
+        {
+            "name": s["name"],
+            "fields": [convert_field(f, f"{name}.{s['name']}") for f in s["fields"]],
+        }
+        for s in raw.get("commonStructs", ())
+    ]
     if structs:
         msg["structs"] = order_structs(structs, name)
     return msg
@@ -313,6 +354,7 @@ def mark_responses_unstable(messages):
 
 # ------------------------------------------------------------------ stage 1b: a newer Kafka's files
 
+
 def convert_newer(messages, directory, label, warn):
     """Kafka's files of a newer release than the snapshot (kafka-python 3 ships some).
 
@@ -330,13 +372,22 @@ def convert_newer(messages, directory, label, warn):
     for name, msg in sorted(newer.items()):
         if name in messages:
             continue
-        old = next((n for n, m in messages.items() if msg["kind"] != "header"
-                    and (m["kind"], m.get("api_key")) == (msg["kind"], msg.get("api_key"))), None)
+        old = next(
+            (
+                n
+                for n, m in messages.items()
+                if msg["kind"] != "header"
+                and (m["kind"], m.get("api_key")) == (msg["kind"], msg.get("api_key"))
+            ),
+            None,
+        )
         if old is not None:
             renamed[old] = name
             del messages[old]
-            warn(f"{old}: Kafka renamed API {msg['api_key']} {name}; converted from {label}, "
-                 "the old name stays an alias")
+            warn(
+                f"{old}: Kafka renamed API {msg['api_key']} {name}; converted from {label}, "
+                "the old name stays an alias"
+            )
         else:
             warn(f"{name}: not in the snapshot; converted from {label}")
         messages[name] = msg
@@ -363,8 +414,10 @@ def apply_newer(messages, newer, label, warn, taken):
             if len(spans) > 1:
                 warn(f"{name}: unstable versions {spans} from {label} are not one range; kept ours")
             else:
-                warn(f"{name}: unstable {msg.get('unstable', 'none')} -> "
-                     f"{format_range(spans[0]) if spans else 'none'} ({label})")
+                warn(
+                    f"{name}: unstable {msg.get('unstable', 'none')} -> "
+                    f"{format_range(spans[0]) if spans else 'none'} ({label})"
+                )
                 if spans:
                     msg["unstable"] = format_range(spans[0])
                 else:
@@ -373,8 +426,17 @@ def apply_newer(messages, newer, label, warn, taken):
                 what.add("unstable versions")
         their_versions = versions_of(theirs["versions"])
         for v in sorted(both):
-            lines = compare_newer(msg, msg["fields"], theirs, theirs["fields"], v, their_versions,
-                                  f"{name} v{v}", lambda w: warn(f"{w} ({label})"), what)
+            lines = compare_newer(
+                msg,
+                msg["fields"],
+                theirs,
+                theirs["fields"],
+                v,
+                their_versions,
+                f"{name} v{v}",
+                lambda w: warn(f"{w} ({label})"),
+                what,
+            )
             for line in lines:
                 warn(f"{line} ({label}; not applied)")
         if what:
@@ -397,29 +459,55 @@ def compare_newer(msg, fields, theirs, their_fields, version, their_versions, wh
                 f["ignorable"] = True
             else:
                 del f["ignorable"]
-            warn(f"{where}.{f['name']}: ignorable {bool(t.get('ignorable'))}, as the newer Kafka has it")
+            warn(
+                f"{where}.{f['name']}: ignorable {bool(t.get('ignorable'))}, as the newer Kafka has it"
+            )
             what.add("ignorable flags")
         sub = f.get("fields", shared.get(f["type"].removeprefix("[]")))
         their_sub = t.get("fields", their_shared.get(t["type"].removeprefix("[]")))
         if sub is not None and their_sub is not None:
-            compare_newer(msg, sub, theirs, their_sub, version, their_versions,
-                          f"{where}.{f['name']}", warn, what)
+            compare_newer(
+                msg,
+                sub,
+                theirs,
+                their_sub,
+                version,
+                their_versions,
+                f"{where}.{f['name']}",
+                warn,
+                what,
+            )
     # the rest, as the drift check reports it (ignorable differences that do not matter skipped)
     if fields is msg["fields"]:
-        return [line for line in compare_facts(definition_facts(msg, version),
-                                               definition_facts(theirs, version), where, True)
-                if ": ignorable ours" not in line]
+        return [
+            line
+            for line in compare_facts(
+                definition_facts(msg, version), definition_facts(theirs, version), where, True
+            )
+            if ": ignorable ours" not in line
+        ]
     return []
 
 
 # ------------------------------------------------------------------ stage 2: kio's newer versions
 
 KIO_TYPES = {
-    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint16": "uint16",
-    "uint32": "uint32", "float64": "float64", "bool": "bool", "uuid": "uuid",
-    "string": "string", "bytes": "bytes", "records": "records",
+    "int8": "int8",
+    "int16": "int16",
+    "int32": "int32",
+    "int64": "int64",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "float64": "float64",
+    "bool": "bool",
+    "uuid": "uuid",
+    "string": "string",
+    "bytes": "bytes",
+    "records": "records",
     # kio's richer Python types over the same wire types
-    "error_code": "int16", "timedelta_i32": "int32", "timedelta_i64": "int64",
+    "error_code": "int16",
+    "timedelta_i32": "int32",
+    "timedelta_i64": "int64",
     "datetime_i64": "int64",
 }
 # kio drops the "Ms" of Kafka's millisecond fields when it gives them these types.
@@ -434,12 +522,12 @@ def match_key(name):
 
 @dataclasses.dataclass
 class KioField:
-    name: str            # kio's snake_case name
-    type: str            # our type text: "int32", "[]string", "[]TopicData"
+    name: str  # kio's snake_case name
+    type: str  # our type text: "int32", "[]string", "[]TopicData"
     nullable: bool
     tag: int | None
-    default: object      # JSON value, or NO_DEFAULT
-    millis: bool         # kio dropped an "Ms" suffix
+    default: object  # JSON value, or NO_DEFAULT
+    millis: bool  # kio dropped an "Ms" suffix
     struct: type | None  # kio's dataclass for struct types
 
     @property
@@ -465,7 +553,7 @@ def kio_default(value):
         return value // datetime.timedelta(milliseconds=1)
     if isinstance(value, uuid.UUID):
         return str(value)
-    return NO_DEFAULT    # () for arrays, struct instances: Kafka's implied defaults
+    return NO_DEFAULT  # () for arrays, struct instances: Kafka's implied defaults
 
 
 @functools.lru_cache(maxsize=None)
@@ -495,12 +583,24 @@ def kio_fields(cls):
             # as None; neither is a null on the wire.
             nullable = False
             if default is None:
-                default = (type_default("uuid") if base == "uuid"
-                           else -1 if kafka_type == "datetime_i64" else NO_DEFAULT)
-        out.append(KioField(
-            name=f.name, type=("[]" if array else "") + base, nullable=nullable,
-            tag=f.metadata.get("tag"), default=default,
-            millis=kafka_type in KIO_MILLIS, struct=struct))
+                default = (
+                    type_default("uuid")
+                    if base == "uuid"
+                    else -1
+                    if kafka_type == "datetime_i64"
+                    else NO_DEFAULT
+                )
+        out.append(
+            KioField(
+                name=f.name,
+                type=("[]" if array else "") + base,
+                nullable=nullable,
+                tag=f.metadata.get("tag"),
+                default=default,
+                millis=kafka_type in KIO_MILLIS,
+                struct=struct,
+            )
+        )
     return tuple(out)
 
 
@@ -513,8 +613,10 @@ def kio_versions(msg):
     from kio.static.constants import EntityType
 
     if msg["kind"] == "header":
-        name, kind = {"RequestHeader": "request_header",
-                      "ResponseHeader": "response_header"}[msg["name"]], EntityType.header
+        name, kind = (
+            {"RequestHeader": "request_header", "ResponseHeader": "response_header"}[msg["name"]],
+            EntityType.header,
+        )
     else:
         name = api_key_map.get(msg["api_key"])
         kind = EntityType[msg["kind"]]
@@ -529,9 +631,12 @@ def type_default(ftype):
     """The value a field holds when its definition gives no default (see _schema.py)."""
     if ftype.startswith("[]"):
         return ()
-    return {"bool": False, "string": "", "float64": 0.0,
-            "uuid": "00000000-0000-0000-0000-000000000000"}.get(
-        ftype, 0 if ftype in INT_BITS or ftype in UINT_BITS else NO_DEFAULT)
+    return {
+        "bool": False,
+        "string": "",
+        "float64": 0.0,
+        "uuid": "00000000-0000-0000-0000-000000000000",
+    }.get(ftype, 0 if ftype in INT_BITS or ftype in UINT_BITS else NO_DEFAULT)
 
 
 class Extender:
@@ -541,7 +646,7 @@ class Extender:
         self.msg = msg
         self.warn = warn
         self.shared = {s["name"]: s for s in msg.get("structs", ())}
-        self.aliases = {}    # id(our field) -> kio's match key, for fields kio renamed
+        self.aliases = {}  # id(our field) -> kio's match key, for fields kio renamed
 
     def matches(self, f, kf):
         return match_key(f["name"]) in kf.keys or self.aliases.get(id(f)) in kf.keys
@@ -593,8 +698,10 @@ class Extender:
             matched = {id(o) for _, o in paired if o is not None}
             gap_ours = [o for o in ours[low:high] if id(o) not in matched]
             same = len(gap_ours) == len(gap_kio) and all(
-                o["type"] == k.type or (k.struct and o["type"].startswith("[]") == k.type.startswith("[]"))
-                for o, k in zip(gap_ours, gap_kio))
+                o["type"] == k.type
+                or (k.struct and o["type"].startswith("[]") == k.type.startswith("[]"))
+                for o, k in zip(gap_ours, gap_kio)
+            )
             for i, k in enumerate(gap_kio):
                 o = gap_ours[i] if same else None
                 if o is not None and id(o) not in self.aliases:
@@ -610,7 +717,9 @@ class Extender:
     def compare_field(self, f, kf, version, where):
         diffs = []
         ours_type = f["type"]
-        if ours_type != kf.type and not (kf.struct and ours_type.startswith("[]") == kf.type.startswith("[]")):
+        if ours_type != kf.type and not (
+            kf.struct and ours_type.startswith("[]") == kf.type.startswith("[]")
+        ):
             diffs.append(f"{where}: type {ours_type}, kio {kf.type}")
         nullable = in_range(parse_range(f.get("nullable", "none")), version)
         if nullable != kf.nullable and f["type"] != "uuid":
@@ -654,13 +763,15 @@ class Extender:
                 continue
             new = self.new_field(kf, version, f"{where}.{kf.camel_name()}", seen)
             fields.insert(self.insert_at(fields, theirs, i, version), new)
-            self.warn(f"{where}.{new['name']}: added in v{version} from kio ({new['type']}); "
-                      "check its name, ignorable flag and default against Kafka")
+            self.warn(
+                f"{where}.{new['name']}: added in v{version} from kio ({new['type']}); "
+                "check its name, ignorable flag and default against Kafka"
+            )
 
     def insert_at(self, fields, theirs, i, version):
         """Where kio's i-th field goes: before the next field both have (so after the fields
         it replaces, as Kafka writes them), else at the end."""
-        for later in theirs[i + 1:]:
+        for later in theirs[i + 1 :]:
             f = self.find(fields, later, version)
             if f is not None:
                 return fields.index(f)
@@ -685,17 +796,21 @@ class Extender:
         if kf.tag is not None and f.get("tag", kf.tag) == kf.tag and not in_range(tagged, version):
             f["tag"], f["tagged"] = kf.tag, format_range(open_range(tagged, version))
         elif kf.tag != (f.get("tag") if in_range(tagged, version) else None):
-            self.warn(f"{path}: tag {f.get('tag')} (tagged {f.get('tagged')}) vs kio {kf.tag} "
-                      f"in v{version}; kept ours")
+            self.warn(
+                f"{path}: tag {f.get('tag')} (tagged {f.get('tagged')}) vs kio {kf.tag} "
+                f"in v{version}; kept ours"
+            )
         if kf.struct is None:
             return
         if "fields" in f:
             self.extend(f["fields"], kf.struct, version, path, seen)
         else:
             shared = f["type"].removeprefix("[]")
-            if shared not in seen:    # a shared struct is extended once per version
+            if shared not in seen:  # a shared struct is extended once per version
                 seen.add(shared)
-                self.extend(self.shared[shared]["fields"], kf.struct, version, f"{path}<{shared}>", seen)
+                self.extend(
+                    self.shared[shared]["fields"], kf.struct, version, f"{path}<{shared}>", seen
+                )
 
     def refresh(self, fields, cls, version, where, seen):
         """Make `fields` describe `version` as kio's `cls` does, where that only moves the
@@ -707,23 +822,36 @@ class Extender:
             f = self.find(ours, kf, version)
             path = f"{where}.{kf.camel_name()}"
             if f is None:
-                later = next((g for g in fields if self.matches(g, kf)
-                              and parse_range(g["versions"])[0] == version + 1), None)
+                later = next(
+                    (
+                        g
+                        for g in fields
+                        if self.matches(g, kf) and parse_range(g["versions"])[0] == version + 1
+                    ),
+                    None,
+                )
                 if later is None:
                     self.warn(f"{path}: kio has it in v{version}, we do not; not applied")
                     continue
                 for key in ("versions", "nullable", "tagged"):
                     if key in later and parse_range(later[key])[0] == version + 1:
                         later[key] = format_range((version, parse_range(later[key])[1]))
-                self.warn(f"{where}.{later['name']}: in v{version} too, as kio has it (newer Kafka)")
+                self.warn(
+                    f"{where}.{later['name']}: in v{version} too, as kio has it (newer Kafka)"
+                )
             elif kf.struct is not None and f["type"].removeprefix("[]") not in PRIMITIVES:
                 if "fields" in f:
                     self.refresh(f["fields"], kf.struct, version, f"{where}.{f['name']}", seen)
                 elif f["type"].removeprefix("[]") not in seen:
                     shared = f["type"].removeprefix("[]")
                     seen.add(shared)
-                    self.refresh(self.shared[shared]["fields"], kf.struct, version,
-                                 f"{where}<{shared}>", seen)
+                    self.refresh(
+                        self.shared[shared]["fields"],
+                        kf.struct,
+                        version,
+                        f"{where}<{shared}>",
+                        seen,
+                    )
         for f in ours:
             if any(self.matches(f, kf) for kf in theirs):
                 continue
@@ -752,10 +880,14 @@ class Extender:
                     self.extend(self.shared[name]["fields"], kf.struct, version, where, seen)
             else:
                 if name in set(referenced_types(self.msg["fields"])) | {self.msg["name"]}:
-                    self.warn(f"{where}: kio's struct {name} has the name of another struct "
-                              "of this message; rename one")
-                f["fields"] = [self.new_field(k, version, f"{where}.{k.camel_name()}", seen)
-                               for k in kio_fields(kf.struct)]
+                    self.warn(
+                        f"{where}: kio's struct {name} has the name of another struct "
+                        "of this message; rename one"
+                    )
+                f["fields"] = [
+                    self.new_field(k, version, f"{where}.{k.camel_name()}", seen)
+                    for k in kio_fields(kf.struct)
+                ]
         return f
 
     def run(self, known, check_all):
@@ -767,7 +899,7 @@ class Extender:
         flexible = parse_range(self.msg["flexible"])
         added, refreshed = [], []
         self.refreshed = refreshed
-        if high in known:    # pairs up the fields kio renamed, before extending
+        if high in known:  # pairs up the fields kio renamed, before extending
             self.compare(self.msg["fields"], resolve_name(known[high]), high, f"{name} v{high}")
         for version, path in known.items():
             if version <= high:
@@ -777,7 +909,9 @@ class Extender:
                 self.warn(f"{name}: kio skips from v{high} to v{version}; stopped")
                 break
             if getattr(cls, "__flexible__", False) != in_range(flexible, version):
-                self.warn(f"{name} v{version}: kio flexible={cls.__flexible__}, ours disagrees; stopped")
+                self.warn(
+                    f"{name} v{version}: kio flexible={cls.__flexible__}, ours disagrees; stopped"
+                )
                 break
             self.extend(self.msg["fields"], cls, version, name, set())
             high = version
@@ -795,15 +929,21 @@ class Extender:
                 refreshed.append(version)
                 for diff in self.compare(self.msg["fields"], cls, version, f"{name} v{version}"):
                     self.warn(f"{diff} (snapshot version; kio's difference could not be applied)")
-        lacking = [v for v in range(low, parse_range(self.msg["versions"])[1] + 1) if v not in known]
+        lacking = [
+            v for v in range(low, parse_range(self.msg["versions"])[1] + 1) if v not in known
+        ]
         if known and lacking:
-            self.warn(f"{name}: kio lacks v{format_range((lacking[0], lacking[-1]))}"
-                      f"{'' if len(lacking) == lacking[-1] - lacking[0] + 1 else ' (in part)'}; kept")
+            self.warn(
+                f"{name}: kio lacks v{format_range((lacking[0], lacking[-1]))}"
+                f"{'' if len(lacking) == lacking[-1] - lacking[0] + 1 else ' (in part)'}; kept"
+            )
         if added:
             self.msg["versions"] = format_range((low, high))
             if "unstable" in self.msg:
-                self.warn(f"{name}: v{self.msg['unstable']} was unstable in Kafka's files; "
-                          f"kio adds v{format_range((added[0], added[-1]))}")
+                self.warn(
+                    f"{name}: v{self.msg['unstable']} was unstable in Kafka's files; "
+                    f"kio adds v{format_range((added[0], added[-1]))}"
+                )
         return added
 
 
@@ -811,6 +951,7 @@ def extend_with_kio(messages, warn, check_all=False, sources=None):
     """Stage 2; returns {name: [added versions]}. `sources` (name -> {source: what}) is
     told what came from kio."""
     from kio.schema.index import api_key_map
+
     label = kio_label()
     sources = {} if sources is None else sources
     added = {}
@@ -821,20 +962,34 @@ def extend_with_kio(messages, warn, check_all=False, sources=None):
             warn(f"{name}: kio does not know this API")
             continue
         if msg["kind"] != "header":
-            expected = re.sub(r"(?<!^)(?=[A-Z])", "_", name.removesuffix(msg["kind"].title())).lower()
+            expected = re.sub(
+                r"(?<!^)(?=[A-Z])", "_", name.removesuffix(msg["kind"].title())
+            ).lower()
             if api_key_map[msg["api_key"]] != expected:
-                warn(f"{name}: kio calls API {msg['api_key']} {api_key_map[msg['api_key']]!r}; "
-                     "kept our name")
+                warn(
+                    f"{name}: kio calls API {msg['api_key']} {api_key_map[msg['api_key']]!r}; "
+                    "kept our name"
+                )
         extender = Extender(msg, warn)
         versions = extender.run(known, check_all)
         if versions:
             added[name] = versions
             sources.setdefault(name, {})[label] = (
-                f"v{format_range((versions[0], versions[-1]))} added")
+                f"v{format_range((versions[0], versions[-1]))} added"
+            )
         if extender.refreshed:
             what = sources.setdefault(name, {})
-            what[label] = "; ".join(filter(None, [what.get(label), "v" + ", v".join(
-                map(str, extender.refreshed)) + " as changed since the snapshot"]))
+            what[label] = "; ".join(
+                filter(
+                    None,
+                    [
+                        what.get(label),
+                        "v"
+                        + ", v".join(map(str, extender.refreshed))
+                        + " as changed since the snapshot",
+                    ],
+                )
+            )
     ours = {m.get("api_key") for m in messages.values()}
     for key in sorted(set(api_key_map) - ours):
         for kind in ("request", "response"):
@@ -842,13 +997,16 @@ def extend_with_kio(messages, warn, check_all=False, sources=None):
             messages[msg["name"]] = msg
             added[msg["name"]] = list(versions_of(msg["versions"]))
             sources[msg["name"]] = {label: "every version (the snapshot lacks the API)"}
-        warn(f"API {key} ({api_key_map[key]}): not in the snapshot; converted from kio alone "
-             "(check ignorable flags and the names of new structs when Kafka's file is out)")
+        warn(
+            f"API {key} ({api_key_map[key]}): not in the snapshot; converted from kio alone "
+            "(check ignorable flags and the names of new structs when Kafka's file is out)"
+        )
     return added
 
 
 def kio_label():
     import importlib.metadata
+
     return f"kio {importlib.metadata.version('kio')}"
 
 
@@ -858,8 +1016,11 @@ def kio_message(api_key, api, kind, warn):
     in more than one place becomes a shared struct (Kafka's commonStructs)."""
     from kio.schema.index import schema_name_map
     from kio.static.constants import EntityType
+
     name = "".join(part.title() for part in api.split("_")) + kind.title()
-    known = {v: e[EntityType[kind]] for v, e in schema_name_map[api].items() if EntityType[kind] in e}
+    known = {
+        v: e[EntityType[kind]] for v, e in schema_name_map[api].items() if EntityType[kind] in e
+    }
     classes = {v: resolve_name(path) for v, path in sorted(known.items())}
     low, high = min(classes), max(classes)
     if sorted(classes) != list(range(low, high + 1)):
@@ -881,9 +1042,15 @@ def kio_message(api_key, api, kind, warn):
         walk(cls)
         for struct, n in here.items():
             uses[struct] = max(uses.get(struct, 0), n)
-    msg = {"name": name, "kind": kind, "api_key": api_key, "versions": format_range((low, low)),
-           "flexible": format_range((flexible[0], None)) if flexible else "none", "fields": [],
-           "structs": [{"name": n, "fields": []} for n, k in sorted(uses.items()) if k > 1]}
+    msg = {
+        "name": name,
+        "kind": kind,
+        "api_key": api_key,
+        "versions": format_range((low, low)),
+        "flexible": format_range((flexible[0], None)) if flexible else "none",
+        "fields": [],
+        "structs": [{"name": n, "fields": []} for n, k in sorted(uses.items()) if k > 1],
+    }
     extender = Extender(msg, lambda w: None if "added in" in w else warn(w))
     for v, cls in classes.items():
         extender.extend(msg["fields"], cls, v, name, set())
@@ -896,6 +1063,7 @@ def kio_message(api_key, api, kind, warn):
 
 
 # ------------------------------------------------------------------ merging and writing
+
 
 def ordered(d, order, tail=("fields",)):
     """`d` with our keys first in `order`, then any other keys (as found), then `tail`."""
@@ -948,7 +1116,11 @@ def render_field(f, indent):
 def render(msg):
     """The file text: top-level keys one per line, one field per line."""
     msg = ordered(msg, TOP_ORDER, tail=("fields", "structs"))
-    parts = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in msg.items() if k not in ("fields", "structs")]
+    parts = [
+        f"  {json.dumps(k)}: {json.dumps(v)}"
+        for k, v in msg.items()
+        if k not in ("fields", "structs")
+    ]
     for key in ("fields", "structs"):
         if key not in msg:
             continue
@@ -966,6 +1138,7 @@ def render(msg):
 
 def kafka_python_label():
     import importlib.metadata
+
     return f"kafka-python {importlib.metadata.version('kafka-python')}"
 
 
@@ -988,13 +1161,16 @@ def build(kafka_dir, out_dir, use_kio, warn, check_all=False, newer="kafka-pytho
         newer_defs, renamed = convert_newer(messages, directory, label, warn)
         for old, name in renamed.items():
             del sources[old]
-            sources[name] = {label: f"every version (the snapshot calls API "
-                                    f"{messages[name]['api_key']} {old})"}
+            sources[name] = {
+                label: f"every version (the snapshot calls API {messages[name]['api_key']} {old})"
+            }
         for name in set(messages) - set(sources):
             sources[name] = {label: "every version (not in the snapshot)"}
     added = extend_with_kio(messages, warn, check_all, sources) if use_kio else {}
     if label is not None:
-        for name, what in apply_newer(messages, newer_defs, label, warn, set(renamed.values())).items():
+        for name, what in apply_newer(
+            messages, newer_defs, label, warn, set(renamed.values())
+        ).items():
             sources[name].setdefault(label, ", ".join(what))
     for name, msg in list(messages.items()):
         if msg.get("api_key") in PREVIEW_APIS and msg.get("unstable") != msg["versions"]:
@@ -1029,13 +1205,18 @@ def count_fields(fields):
 
 def summary(messages, added):
     apis = {m["api_key"] for m in messages.values() if "api_key" in m}
-    versions = sum(parse_range(m["versions"])[1] - parse_range(m["versions"])[0] + 1
-                   for m in messages.values())
-    fields = sum(count_fields(m["fields"]) + sum(count_fields(s["fields"]) for s in m.get("structs", ()))
-                 for m in messages.values())
-    return (f"{len(messages)} messages ({len(apis)} APIs), {versions} message versions, "
-            f"{fields} fields; kio added {sum(len(v) for v in added.values())} versions "
-            f"to {len(added)} messages")
+    versions = sum(
+        parse_range(m["versions"])[1] - parse_range(m["versions"])[0] + 1 for m in messages.values()
+    )
+    fields = sum(
+        count_fields(m["fields"]) + sum(count_fields(s["fields"]) for s in m.get("structs", ()))
+        for m in messages.values()
+    )
+    return (
+        f"{len(messages)} messages ({len(apis)} APIs), {versions} message versions, "
+        f"{fields} fields; kio added {sum(len(v) for v in added.values())} versions "
+        f"to {len(added)} messages"
+    )
 
 
 def main(argv=None):
@@ -1043,22 +1224,41 @@ def main(argv=None):
     p.add_argument("--kafka", type=Path, help="directory of Kafka's message definitions")
     p.add_argument("--out", type=Path, help="schema directory to write (src/fastkwire/schemas)")
     p.add_argument("--no-kio", action="store_true", help="skip the versions newer than --kafka")
-    p.add_argument("--newer", default="kafka-python",
-                   help="a newer Kafka's files: a directory, or kafka-python (the default: the "
-                        "ones kafka-python 3 ships, when installed)")
+    p.add_argument(
+        "--newer",
+        default="kafka-python",
+        help="a newer Kafka's files: a directory, or kafka-python (the default: the "
+        "ones kafka-python 3 ships, when installed)",
+    )
     p.add_argument("--no-newer", action="store_true", help="skip --newer")
-    p.add_argument("--kio-all-versions", action="store_true",
-                   help="compare every version kio shares with --kafka, not only the newest")
-    p.add_argument("--check", nargs="?", const=True, default=False, metavar="SOURCE",
-                   help="alone: write nothing, exit 1 if --out differs; with SOURCE (kio, "
-                        "kafka-python or a directory of Kafka's files): list each API, version "
-                        "and field where SOURCE differs from --out, exit 1 if any")
-    p.add_argument("--sources", type=Path, default=None,
-                   help=f"where to record each file's sources (default: {SOURCES_FILE.name} "
-                        "beside this tool, when --out is the package's schema directory)")
+    p.add_argument(
+        "--kio-all-versions",
+        action="store_true",
+        help="compare every version kio shares with --kafka, not only the newest",
+    )
+    p.add_argument(
+        "--check",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="SOURCE",
+        help="alone: write nothing, exit 1 if --out differs; with SOURCE (kio, "
+        "kafka-python or a directory of Kafka's files): list each API, version "
+        "and field where SOURCE differs from --out, exit 1 if any",
+    )
+    p.add_argument(
+        "--sources",
+        type=Path,
+        default=None,
+        help=f"where to record each file's sources (default: {SOURCES_FILE.name} "
+        "beside this tool, when --out is the package's schema directory)",
+    )
     p.add_argument("--quiet", action="store_true", help="print no warnings, only the summary")
-    p.add_argument("--error-codes", action="store_true",
-                   help="check src/fastkwire/error_codes.py against kio's error codes")
+    p.add_argument(
+        "--error-codes",
+        action="store_true",
+        help="check src/fastkwire/error_codes.py against kio's error codes",
+    )
     args = p.parse_args(argv)
     if isinstance(args.check, str):
         out = args.out or Path(__file__).resolve().parents[1] / "src" / "fastkwire" / "schemas"
@@ -1075,8 +1275,10 @@ def main(argv=None):
         try:
             import kio  # noqa: F401
         except ImportError:
-            p.error("this needs the kio package (pip install kio); conversion runs without "
-                    "it when given --no-kio")
+            p.error(
+                "this needs the kio package (pip install kio); conversion runs without "
+                "it when given --no-kio"
+            )
     if args.error_codes:
         return check_error_codes()
     if args.kafka is None or args.out is None:
@@ -1086,8 +1288,14 @@ def main(argv=None):
 
     warnings = []
     try:
-        outputs, messages, added = build(args.kafka, args.out, not args.no_kio, warnings.append,
-                                         args.kio_all_versions, None if args.no_newer else args.newer)
+        outputs, messages, added = build(
+            args.kafka,
+            args.out,
+            not args.no_kio,
+            warnings.append,
+            args.kio_all_versions,
+            None if args.no_newer else args.newer,
+        )
     except ConversionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -1095,13 +1303,17 @@ def main(argv=None):
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
 
-    differing = [n for n, text in outputs.items()
-                 if not (args.out / n).exists() or (args.out / n).read_text(encoding="utf-8") != text]
+    differing = [
+        n
+        for n, text in outputs.items()
+        if not (args.out / n).exists() or (args.out / n).read_text(encoding="utf-8") != text
+    ]
     # files of APIs Kafka renamed: the old name is an alias now, its file goes
     stale = [f"{old}.json" for old in build.renamed if (args.out / f"{old}.json").exists()]
     sources_text = render_sources(build.sources, build.renamed)
     sources_stale = sources_file is not None and (
-        not sources_file.exists() or sources_file.read_text(encoding="utf-8") != sources_text)
+        not sources_file.exists() or sources_file.read_text(encoding="utf-8") != sources_text
+    )
     if args.check:
         for n in differing:
             print(f"differs: {args.out / n}")
@@ -1117,23 +1329,27 @@ def main(argv=None):
         (args.out / n).unlink()
     if sources_stale:
         sources_file.write_text(sources_text, encoding="utf-8")
-    print(f"{summary(messages, added)}; {len(differing)} files written, {len(stale)} removed, "
-          f"{len(warnings)} warnings")
+    print(
+        f"{summary(messages, added)}; {len(differing)} files written, {len(stale)} removed, "
+        f"{len(warnings)} warnings"
+    )
     return 0
 
 
 # ------------------------------------------------------------------ drift check
 
+
 @dataclasses.dataclass(frozen=True)
 class Fact:
     """One field at one version, as a source describes it; None: the source does not say."""
+
     name: str
-    type: str                 # struct types as "struct" / "[]struct": their names are not bytes
+    type: str  # struct types as "struct" / "[]struct": their names are not bytes
     nullable: bool | None
     tag: int | None
-    default: object           # NO_DEFAULT: not said
+    default: object  # NO_DEFAULT: not said
     ignorable: bool | None
-    fields: tuple | None      # the struct's own facts
+    fields: tuple | None  # the struct's own facts
 
 
 def _wire_type(ftype):
@@ -1153,13 +1369,19 @@ def definition_facts(msg, version):
             sub = f.get("fields")
             if sub is None and f["type"].removeprefix("[]") in shared:
                 sub = shared[f["type"].removeprefix("[]")]["fields"]
-            out.append(Fact(
-                name=f["name"], type=_wire_type(f["type"]),
-                nullable=in_range(parse_range(f.get("nullable", "none")), version),
-                tag=f.get("tag") if in_range(parse_range(f.get("tagged", "none")), version) else None,
-                default=f["default"] if "default" in f else type_default(f["type"]),
-                ignorable=bool(f.get("ignorable")),
-                fields=None if sub is None else tuple(walk(sub))))
+            out.append(
+                Fact(
+                    name=f["name"],
+                    type=_wire_type(f["type"]),
+                    nullable=in_range(parse_range(f.get("nullable", "none")), version),
+                    tag=f.get("tag")
+                    if in_range(parse_range(f.get("tagged", "none")), version)
+                    else None,
+                    default=f["default"] if "default" in f else type_default(f["type"]),
+                    ignorable=bool(f.get("ignorable")),
+                    fields=None if sub is None else tuple(walk(sub)),
+                )
+            )
         return out
 
     return tuple(walk(msg["fields"]))
@@ -1169,11 +1391,17 @@ def kio_facts(cls):
     """Facts of one kio dataclass: no ignorable flag, no nullability for uuids, names rebuilt."""
     out = []
     for kf in kio_fields(cls):
-        out.append(Fact(
-            name=kf.camel_name(), type=_wire_type(kf.type),
-            nullable=None if kf.type == "uuid" else kf.nullable, tag=kf.tag,
-            default=kf.default, ignorable=None,
-            fields=None if kf.struct is None else kio_facts(kf.struct)))
+        out.append(
+            Fact(
+                name=kf.camel_name(),
+                type=_wire_type(kf.type),
+                nullable=None if kf.type == "uuid" else kf.nullable,
+                tag=kf.tag,
+                default=kf.default,
+                ignorable=None,
+                fields=None if kf.struct is None else kio_facts(kf.struct),
+            )
+        )
     return tuple(out)
 
 
@@ -1235,23 +1463,33 @@ def source_definitions(source):
     if source == "kio":
         from kio.schema.index import api_key_map, schema_name_map
         from kio.static.constants import EntityType
+
         for key, api in api_key_map.items():
             for kind in ("request", "response"):
-                known = {v: e[EntityType[kind]] for v, e in schema_name_map.get(api, {}).items()
-                         if EntityType[kind] in e}
+                known = {
+                    v: e[EntityType[kind]]
+                    for v, e in schema_name_map.get(api, {}).items()
+                    if EntityType[kind] in e
+                }
                 if not known:
                     continue
                 name = "".join(p.title() for p in api.split("_")) + kind.title()
                 classes = {v: resolve_name(path) for v, path in sorted(known.items())}
                 flexible = [v for v, c in classes.items() if getattr(c, "__flexible__", False)]
-                msg = {"name": name, "kind": kind, "api_key": key,
-                       "versions": format_range((min(classes), max(classes))),
-                       "flexible": format_range((min(flexible), None)) if flexible else "none"}
+                msg = {
+                    "name": name,
+                    "kind": kind,
+                    "api_key": key,
+                    "versions": format_range((min(classes), max(classes))),
+                    "flexible": format_range((min(flexible), None)) if flexible else "none",
+                }
                 out[name] = (msg, False, {v: lambda c=c: kio_facts(c) for v, c in classes.items()})
         return out
     directory = kafka_python_dir() if source == "kafka-python" else Path(source)
     if directory is None or not directory.is_dir():
-        raise ConversionError(f"no definitions at {source!r}: give kio, kafka-python or a directory")
+        raise ConversionError(
+            f"no definitions at {source!r}: give kio, kafka-python or a directory"
+        )
     converted = {}
     for path in sorted(directory.glob("*.json")):
         raw = read_kafka(path)
@@ -1259,40 +1497,62 @@ def source_definitions(source):
             converted[raw["name"]] = convert_message(raw, path.name)
     mark_responses_unstable(converted)
     for name, msg in converted.items():
-        out[name] = (msg, True, {v: lambda v=v, m=msg: definition_facts(m, v)
-                                 for v in versions_of(msg["versions"])})
+        out[name] = (
+            msg,
+            True,
+            {v: lambda v=v, m=msg: definition_facts(m, v) for v in versions_of(msg["versions"])},
+        )
     return out
 
 
 def drift(source, schema_dir):
     """Each API, version and field where `source` differs from the definitions in schema_dir."""
-    ours = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(schema_dir).glob("*.json"))}
+    ours = {
+        p.stem: json.loads(p.read_text(encoding="utf-8"))
+        for p in sorted(Path(schema_dir).glob("*.json"))
+    }
     by_key = {(m.get("api_key"), m["kind"]): n for n, m in ours.items()}
     lines, matched = [], set()
     for name, (theirs, exact, facts) in sorted(source_definitions(source).items()):
-        ours_name = name if name in ours else (
-            None if theirs["kind"] == "header" else by_key.get((theirs.get("api_key"), theirs["kind"])))
+        ours_name = (
+            name
+            if name in ours
+            else (
+                None
+                if theirs["kind"] == "header"
+                else by_key.get((theirs.get("api_key"), theirs["kind"]))
+            )
+        )
         matched.add(ours_name)
         if ours_name is None:
-            lines.append(f"{name} (API {theirs.get('api_key')}): only the source has it, "
-                         f"versions {theirs['versions']}")
+            lines.append(
+                f"{name} (API {theirs.get('api_key')}): only the source has it, "
+                f"versions {theirs['versions']}"
+            )
             continue
         msg = ours[ours_name]
         where = ours_name
         if ours_name != name:
             lines.append(f"{ours_name}: the source calls API {theirs['api_key']} {name}")
         mine, their_versions = versions_of(msg["versions"]), set(facts)
-        for label, missing in (("only ours", mine - their_versions),
-                               ("only the source has", their_versions - mine)):
+        for label, missing in (
+            ("only ours", mine - their_versions),
+            ("only the source has", their_versions - mine),
+        ):
             if missing:
                 ranges = ", ".join(f"v{format_range(r)}" for r in runs(sorted(missing)))
                 lines.append(f"{where}: {ranges} {label}")
         for v in sorted(mine & their_versions):
-            flex = in_range(parse_range(msg["flexible"]), v), in_range(parse_range(theirs["flexible"]), v)
+            flex = (
+                in_range(parse_range(msg["flexible"]), v),
+                in_range(parse_range(theirs["flexible"]), v),
+            )
             if flex[0] != flex[1]:
                 lines.append(f"{where} v{v}: flexible ours {flex[0]}, source {flex[1]}")
-            if source != "kio" and msg.get("api_key") not in PREVIEW_APIS:   # ours: every version
-                unstable = [in_range(parse_range(m.get("unstable", "none")), v) for m in (msg, theirs)]
+            if source != "kio" and msg.get("api_key") not in PREVIEW_APIS:  # ours: every version
+                unstable = [
+                    in_range(parse_range(m.get("unstable", "none")), v) for m in (msg, theirs)
+                ]
                 if unstable[0] != unstable[1]:
                     lines.append(f"{where} v{v}: unstable ours {unstable[0]}, source {unstable[1]}")
             lines += compare_facts(definition_facts(msg, v), facts[v](), f"{where} v{v}", exact)
@@ -1315,9 +1575,12 @@ def collapse(lines):
             groups[key] = []
             out.append((None, key))
         groups[key].append(int(m[2]))
-    return [line if key is None else ", ".join(
-        f"{key[0]} v{format_range(r)}{key[1]}" for r in runs(sorted(groups[key])))
-        for line, key in out]
+    return [
+        line
+        if key is None
+        else ", ".join(f"{key[0]} v{format_range(r)}{key[1]}" for r in runs(sorted(groups[key])))
+        for line, key in out
+    ]
 
 
 def runs(numbers):
@@ -1332,6 +1595,7 @@ def runs(numbers):
 
 
 # ------------------------------------------------------------------ error codes
+
 
 def check_error_codes():
     """Every code kio knows must be in our table with kio's name and retriable flag.
@@ -1351,12 +1615,16 @@ def check_error_codes():
             print(f'missing: ({int(e)}, "{name}", {e.retriable}, "<describe in our words>"),')
         elif (ours.name, ours.retriable) != (name, e.retriable):
             problems += 1
-            print(f"differs: {int(e)}: ours {ours.name} retriable={ours.retriable}, "
-                  f"kio {name} retriable={e.retriable}")
+            print(
+                f"differs: {int(e)}: ours {ours.name} retriable={ours.retriable}, "
+                f"kio {name} retriable={e.retriable}"
+            )
     extra = sorted(set(ERRORS) - {int(e) for e in KioErrorCode})
     if extra:
         print(f"codes kio does not know (kept): {extra}")
-    print(f"{len(KioErrorCode)} kio error codes, {len(ERRORS)} in error_codes.py, {problems} to fix")
+    print(
+        f"{len(KioErrorCode)} kio error codes, {len(ERRORS)} in error_codes.py, {problems} to fix"
+    )
     return 1 if problems else 0
 
 

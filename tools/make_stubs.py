@@ -5,6 +5,7 @@
 
 Both message modules have the same API, so the two stubs differ only in their docstring.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,14 +40,24 @@ def aliases() -> dict[str, str]:
     """Old names of renamed APIs (old -> new), as tools/convert_schemas.py recorded them;
     fastkwire._family.ALIASES makes them resolve to the new classes."""
     import json
+
     path = ROOT / "tools" / "schema_sources.json"
     return json.loads(path.read_text())["renamed"] if path.exists() else {}
 
 
 SCALARS = {
-    "int8": "int", "int16": "int", "int32": "int", "int64": "int", "uint16": "int",
-    "uint32": "int", "float64": "float", "bool": "bool", "uuid": "UUID",
-    "string": "str", "bytes": "bytes", "records": "bytes | memoryview",
+    "int8": "int",
+    "int16": "int",
+    "int32": "int",
+    "int64": "int",
+    "uint16": "int",
+    "uint32": "int",
+    "float64": "float",
+    "bool": "bool",
+    "uuid": "UUID",
+    "string": "str",
+    "bytes": "bytes",
+    "records": "bytes | memoryview",
 }
 
 
@@ -162,11 +173,23 @@ def stub(messages, compiled) -> str:
         "",
         "__all__ = [",
     ]
-    out += [f"    {n!r}," for n in names + list(renamed) + [
-        "REQUEST_CLASSES", "RESPONSE_CLASSES", "MESSAGE_CLASSES", "encode_request",
-        "decode_request", "encode_response", "decode_response",
-        "DecodeError", "EncodeError", "UnsupportedVersionError",
-    ]]
+    out += [
+        f"    {n!r},"
+        for n in names
+        + list(renamed)
+        + [
+            "REQUEST_CLASSES",
+            "RESPONSE_CLASSES",
+            "MESSAGE_CLASSES",
+            "encode_request",
+            "decode_request",
+            "encode_response",
+            "decode_response",
+            "DecodeError",
+            "EncodeError",
+            "UnsupportedVersionError",
+        ]
+    ]
     out.append("]")
     return "\n".join(out) + "\n"
 

@@ -4,19 +4,23 @@ The compiled core is used when it is importable; FASTKWIRE_PURE=1 forces the pur
 implementation. `fastkwire.implementation` says which one is running. Message classes
 (`fastkwire.LeaveGroupRequest`, ...) are built the first time they are used.
 """
+
 import os as _os
 
 from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
 if _os.environ.get("FASTKWIRE_PURE", "") not in ("", "0"):
     from . import _messages_python as _messages
+
     implementation = "python"
 else:
     try:
         from . import _messages_cython as _messages
+
         implementation = "cython"
     except ImportError:
         from . import _messages_python as _messages
+
         implementation = "python"
 
 REQUEST_CLASSES = _messages.REQUEST_CLASSES
@@ -34,14 +38,20 @@ _columns._default_item_class = lambda: _messages.StreamsGroupHeartbeatRequest.Ta
 
 __version__ = "0.1.0"
 __all__ = list(_messages.__all__) + [
-    "DecodeError", "EncodeError", "UnsupportedVersionError", "TaskOffsetColumns", "explain",
-    "implementation", "__version__",
+    "DecodeError",
+    "EncodeError",
+    "UnsupportedVersionError",
+    "TaskOffsetColumns",
+    "explain",
+    "implementation",
+    "__version__",
 ]
 
 
 def __getattr__(name):
     if name == "explain":  # imported on first use: explain loads every schema it shows
         from .explain import explain
+
         globals()["explain"] = explain  # the import bound the submodule under this name
         return explain
     if name.startswith("__"):

@@ -1,4 +1,5 @@
 """`python -m fastkwire ...` runs the `fastkwire` command line."""
+
 import sys
 
 from .cli import main

@@ -10,6 +10,7 @@ RecordBatch v2 header (61 bytes, big-endian):
   35 max timestamp int64 | 43 producer id int64 | 51 producer epoch int16 |
   53 base sequence int32 | 57 record count int32 | 61 records
 """
+
 import struct
 import time
 
@@ -52,16 +53,18 @@ class Codec:
         """The whole batches in `data` (a Produce or Fetch `records` field) as a Batches
         list of RecordBatch; `.tail` is the bytes of a cut-off batch at the end."""
         out = Batches()
-        out.tail = self._walk(data, check_crc, max_decompressed, self.kernel.decode_records,
-                              out.append, objects=True)
+        out.tail = self._walk(
+            data, check_crc, max_decompressed, self.kernel.decode_records, out.append, objects=True
+        )
         return out
 
     def read_columns(self, data, *, check_crc=True, max_decompressed=None):
         """Every record of the whole batches in `data` as one RecordColumns (control
         batches included, as their raw keys and values); `.tail` as for read_batches."""
         builder = self.kernel.ColumnsBuilder()
-        tail = self._walk(data, check_crc, max_decompressed, builder.add, builder.add_records,
-                          objects=False)
+        tail = self._walk(
+            data, check_crc, max_decompressed, builder.add, builder.add_records, objects=False
+        )
         return builder.finish(tail)
 
     def _walk(self, data, check_crc, max_decompressed, decode, emit, objects, seen=None):
@@ -88,7 +91,9 @@ class Codec:
             if size > left - 12:
                 return _tail(seen, data, pos)
             if size < 5:
-                raise DecodeError(f"batch length {size} is too short to hold the magic byte", pos + 8)
+                raise DecodeError(
+                    f"batch length {size} is too short to hold the magic byte", pos + 8
+                )
             magic = data[pos + 16]
             limit_of = (lambda _: max_decompressed) if max_decompressed else default_limit
             if magic == 2:
@@ -110,8 +115,21 @@ class Codec:
         if size < MIN_BATCH_LENGTH:
             raise DecodeError(f"batch length {size} is shorter than the batch header", pos + 8)
         header = HEADER.unpack_from(data, pos)
-        (base_offset, _, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, producer_id,
-         producer_epoch, base_sequence, count) = header
+        (
+            base_offset,
+            _,
+            epoch,
+            magic,
+            crc,
+            attrs,
+            last_delta,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        ) = header
         end = pos + 12 + size
         if seen is not None:
             seen.open("batch", pos)
@@ -121,10 +139,12 @@ class Codec:
                 seen.leaf(name, at, width, value)
                 at += width
         if check_crc:
-            actual = self.kernel.crc32c(memoryview(data)[pos + CRC_START:end])
+            actual = self.kernel.crc32c(memoryview(data)[pos + CRC_START : end])
             if actual != crc:
-                raise DecodeError(f"CRC32C mismatch: the batch says {crc:#010x}, "
-                                  f"its bytes give {actual:#010x}", pos + 17)
+                raise DecodeError(
+                    f"CRC32C mismatch: the batch says {crc:#010x}, its bytes give {actual:#010x}",
+                    pos + 17,
+                )
         codec = attrs & 7
         if codec >= len(_compression.CODECS):
             raise DecodeError(f"unknown compression {codec}", pos + 21)
@@ -138,17 +158,21 @@ class Codec:
         else:
             limit = limit_of(end - start)
             if count < 0 or count > limit // 7:
-                raise DecodeError(f"count {count} exceeds what max_decompressed ({limit} bytes) "
-                                  "can hold", pos + 57)
-            raw = _compression.decompress(_compression.CODECS[codec],
-                                          memoryview(data)[start:end], limit, start)
+                raise DecodeError(
+                    f"count {count} exceeds what max_decompressed ({limit} bytes) can hold",
+                    pos + 57,
+                )
+            raw = _compression.decompress(
+                _compression.CODECS[codec], memoryview(data)[start:end], limit, start
+            )
             if seen is not None:
                 seen.decompressed(_compression.CODECS[codec], len(raw))
             try:
                 records = decode(raw, 0, len(raw), count, base_offset, base_ts, log_append_time)
             except DecodeError as e:
-                raise DecodeError(f"{e.reason} at offset {e.offset} of the decompressed records",
-                                  start) from None
+                raise DecodeError(
+                    f"{e.reason} at offset {e.offset} of the decompressed records", start
+                ) from None
         if seen is not None:
             seen.close(end)  # the records
             seen.close(end)  # the batch
@@ -157,45 +181,97 @@ class Codec:
             return records
         if is_control:
             records = as_control(records, start)
-        return RecordBatch(base_offset, epoch, magic, crc, _compression.CODECS[codec], ts_type,
-                           bool(attrs & 0x10), is_control, last_delta, base_ts, max_ts,
-                           producer_id, producer_epoch, base_sequence, records)
+        return RecordBatch(
+            base_offset,
+            epoch,
+            magic,
+            crc,
+            _compression.CODECS[codec],
+            ts_type,
+            bool(attrs & 0x10),
+            is_control,
+            last_delta,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            records,
+        )
 
-    def write_batch(self, records, *, base_offset=0, compression="none", producer_id=-1,
-                    producer_epoch=-1, base_sequence=-1, is_transactional=False,
-                    timestamp_type=0, partition_leader_epoch=-1):
+    def write_batch(
+        self,
+        records,
+        *,
+        base_offset=0,
+        compression="none",
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        is_transactional=False,
+        timestamp_type=0,
+        partition_leader_epoch=-1,
+    ):
         """One RecordBatch (magic 2) of `records` (a list of Record, or RecordColumns).
         `compression` is one of _compression.CODECS, or None for "none" (as kafka-python
         and aiokafka take it)."""
         if compression is None:
             compression = "none"
         if compression not in _compression.CODECS:
-            raise EncodeError(f"unknown compression {compression!r}; one of "
-                              f"{', '.join(_compression.CODECS)}", "compression")
+            raise EncodeError(
+                f"unknown compression {compression!r}; one of {', '.join(_compression.CODECS)}",
+                "compression",
+            )
         if timestamp_type not in (0, 1):
-            raise EncodeError(f"timestamp_type must be 0 or 1, not {timestamp_type!r}",
-                              "timestamp_type")
+            raise EncodeError(
+                f"timestamp_type must be 0 or 1, not {timestamp_type!r}", "timestamp_type"
+            )
         codec = _compression.CODECS.index(compression)
         attrs = codec | (timestamp_type << 3) | (0x10 if is_transactional else 0)
-        for name, value, (lo, hi) in (("base_offset", base_offset, INT64),
-                                      ("partition_leader_epoch", partition_leader_epoch, INT32),
-                                      ("producer_id", producer_id, INT64),
-                                      ("producer_epoch", producer_epoch, INT16),
-                                      ("base_sequence", base_sequence, INT32)):
+        for name, value, (lo, hi) in (
+            ("base_offset", base_offset, INT64),
+            ("partition_leader_epoch", partition_leader_epoch, INT32),
+            ("producer_id", producer_id, INT64),
+            ("producer_epoch", producer_epoch, INT16),
+            ("base_sequence", base_sequence, INT32),
+        ):
             if not isinstance(value, int) or not lo <= value <= hi:
                 raise EncodeError(f"{value!r} out of range for {name}", name)
         now = int(time.time() * 1000)
         if not codec:
-            return self.kernel.encode_batch(records, base_offset, now, partition_leader_epoch,
-                                            attrs, producer_id, producer_epoch, base_sequence)
+            return self.kernel.encode_batch(
+                records,
+                base_offset,
+                now,
+                partition_leader_epoch,
+                attrs,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+            )
         body, count, last_delta, first_ts, max_ts = self.kernel.encode_records(
-            records, base_offset, now)
+            records, base_offset, now
+        )
         body = _compression.compress(compression, body)
         if len(body) > 0x7FFFFFFF - MIN_BATCH_LENGTH:
             raise EncodeError("the batch would exceed 2147483647 bytes")
-        out = bytearray(HEADER.pack(base_offset, MIN_BATCH_LENGTH + len(body),
-                                    partition_leader_epoch, 2, 0, attrs, last_delta, first_ts,
-                                    max_ts, producer_id, producer_epoch, base_sequence, count))
+        out = bytearray(
+            HEADER.pack(
+                base_offset,
+                MIN_BATCH_LENGTH + len(body),
+                partition_leader_epoch,
+                2,
+                0,
+                attrs,
+                last_delta,
+                first_ts,
+                max_ts,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                count,
+            )
+        )
         out += body
         struct.pack_into(">I", out, 17, self.kernel.crc32c(memoryview(out)[CRC_START:]))
         return bytes(out)

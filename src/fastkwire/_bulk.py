@@ -5,6 +5,7 @@ numpy is imported only when an array is encoded or `arrays="numpy"` is asked for
 protocol itself and comes here only for the cold paths: canonical errors and inputs its
 fast path does not take (objects without a buffer, exotic formats).
 """
+
 from . import errors as _e
 from ._rules import int_value, require_numpy, seq_len  # noqa: F401 - require_numpy: for _core
 from ._wire import RANGE
@@ -124,8 +125,10 @@ def task_columns(cols):
     parts = column_input(cols.partition, "int32", "partition")
     offsets = column_input(cols.offset, "int64", "offset")
     if length(parts) != n or length(offsets) != n:
-        raise EncodeError(f"columns differ in length: subtopology_id {n}, "
-                          f"partition {length(parts)}, offset {length(offsets)}")
+        raise EncodeError(
+            f"columns differ in length: subtopology_id {n}, "
+            f"partition {length(parts)}, offset {length(offsets)}"
+        )
     parts = column(parts, "int32", "partition")
     offsets = column(offsets, "int64", "offset")
     if len(parts) != n or len(offsets) != n:

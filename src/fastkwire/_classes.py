@@ -6,6 +6,7 @@ keyword-only constructor with the schema's defaults, and the shared behaviour of
 `_model` (==, repr, to_dict/from_dict, pickling). The engine's `MessageMixin` adds
 encode/decode. Nothing here runs per encoded or decoded message.
 """
+
 from __future__ import annotations
 
 from . import _model
@@ -86,8 +87,9 @@ def _make_init(struct, module: str, classes: dict):
     return env["__init__"]
 
 
-def make_message_class(name: str, module: str, mixin: type, struct_base: type = StructBase,
-                       finish=None) -> type:
+def make_message_class(
+    name: str, module: str, mixin: type, struct_base: type = StructBase, finish=None
+) -> type:
     """The class of one message (its struct classes as attributes), for one engine's
     `mixin`; `module` is where the classes say they live; `finish(cls)`, if given, is
     called on each class before it has instances (the compiled engine makes them plain
@@ -107,17 +109,25 @@ def make_message_class(name: str, module: str, mixin: type, struct_base: type = 
             "__doc__": struct.doc or None,
             "__init__": _make_init(struct, module, by_struct),
             "_NAME": struct.name,
-            "_FIELDS": tuple((f.py_name, _field_kind(f), by_struct.get(f.struct.name) if f.is_struct else None)
-                             for f in struct.fields),
+            "_FIELDS": tuple(
+                (f.py_name, _field_kind(f), by_struct.get(f.struct.name) if f.is_struct else None)
+                for f in struct.fields
+            ),
             "_MESSAGE": name,
             "_STRUCT": struct,
             "_CLASSES": by_struct,
         }
         if root:
             flex = m.flexible.low if m.flexible.low <= m.flexible.high else None
-            ns.update(API_KEY=m.api_key, MIN_VERSION=m.versions.low, MAX_VERSION=m.versions.high,
-                      FLEXIBLE_MIN=flex, KIND=m.kind, _VERSIONS=version_text(m.versions),
-                      _LAYOUTS=layouts(name))
+            ns.update(
+                API_KEY=m.api_key,
+                MIN_VERSION=m.versions.low,
+                MAX_VERSION=m.versions.high,
+                FLEXIBLE_MIN=flex,
+                KIND=m.kind,
+                _VERSIONS=version_text(m.versions),
+                _LAYOUTS=layouts(name),
+            )
             bases = (struct_base, mixin)
         else:
             bases = (struct_base,)

@@ -4,6 +4,7 @@ Decompression never writes past a limit: each codec decompresses into a buffer o
 fixed size (cramjam's `decompress_into` fails rather than grow it), starting small and
 doubling up to the limit, so a small bomb costs at most the limit, never more.
 """
+
 import struct
 
 from .errors import DecodeError
@@ -41,7 +42,7 @@ def compress(codec, data):
         view = memoryview(data)
         parts = [XERIAL_HEADER]
         for i in range(0, len(view), XERIAL_BLOCK):
-            block = bytes(cj.snappy.compress_raw(view[i:i + XERIAL_BLOCK]))
+            block = bytes(cj.snappy.compress_raw(view[i : i + XERIAL_BLOCK]))
             parts += (struct.pack(">i", len(block)), block)
         return b"".join(parts)
     if codec == "lz4":
@@ -99,7 +100,7 @@ def _size_hint(codec, data):
         pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3]
         if len(data) < pos + fcs_size:
             return None
-        n = int.from_bytes(data[pos:pos + fcs_size], "little")
+        n = int.from_bytes(data[pos : pos + fcs_size], "little")
         return n + 256 if fcs_size == 2 else n
     if codec == "lz4" and len(data) >= 7 and bytes(data[:4]) == b"\x04\x22\x4d\x18":
         return _lz4_bound(data)
@@ -115,7 +116,7 @@ def _lz4_bound(data):
     block_checksum = 4 if flg & 0x10 else 0
     blocks = 0
     while len(data) - pos >= 4:
-        size = int.from_bytes(data[pos:pos + 4], "little") & 0x7FFFFFFF
+        size = int.from_bytes(data[pos : pos + 4], "little") & 0x7FFFFFFF
         if size == 0:
             break
         pos += 4 + size + block_checksum
@@ -139,7 +140,7 @@ def _snappy(cj, data, limit, offset):
         (n,) = struct.unpack_from(">i", data, pos)
         if n < 0 or n > len(data) - pos - 4:
             raise DecodeError(f"xerial snappy block length {n} exceeds the data", offset + pos)
-        out += _snappy_block(cj, data[pos + 4:pos + 4 + n], limit, len(out), offset + pos + 4)
+        out += _snappy_block(cj, data[pos + 4 : pos + 4 + n], limit, len(out), offset + pos + 4)
         pos += 4 + n
     return out
 
@@ -172,7 +173,7 @@ def _fix_lz4_header(data):
         return data
     right = (xxh32(data[4:end]) >> 8) & 0xFF
     if data[end] != right and data[end] == (xxh32(data[0:end]) >> 8) & 0xFF:
-        return data[:end] + bytes([right]) + data[end + 1:]
+        return data[:end] + bytes([right]) + data[end + 1 :]
     return data
 
 
@@ -191,7 +192,7 @@ def xxh32(data, seed=0):
     h = (seed + _P5 + n) & _M
     i = 0
     while i + 4 <= n:
-        h = _rotl((h + int.from_bytes(data[i:i + 4], "little") * _P3) & _M, 17) * _P4 & _M
+        h = _rotl((h + int.from_bytes(data[i : i + 4], "little") * _P3) & _M, 17) * _P4 & _M
         i += 4
     while i < n:
         h = _rotl((h + data[i] * _P5) & _M, 11) * _P1 & _M

@@ -1,5 +1,6 @@
 """The Kafka APIs by key, for explain, its examples and its command line: request and
 response schemas, API names, header versions."""
+
 from __future__ import annotations
 
 from functools import lru_cache

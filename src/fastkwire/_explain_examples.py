@@ -1,4 +1,5 @@
 """Built-in example frames for explain: the smallest legal message of every API version."""
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,13 @@ def example_names() -> list[str]:
 
 
 # The zero of each scalar kind (numbers zero, strings and bytes empty).
-_ZERO = {_wire.K_BOOL: False, _wire.K_F64: 0.0, _wire.K_UUID: uuid.UUID(int=0),
-         _wire.K_STRING: "", _wire.K_BYTES: b""}
+_ZERO = {
+    _wire.K_BOOL: False,
+    _wire.K_F64: 0.0,
+    _wire.K_UUID: uuid.UUID(int=0),
+    _wire.K_STRING: "",
+    _wire.K_BYTES: b"",
+}
 
 
 def _smallest(cls, lay):
@@ -41,8 +47,11 @@ def _smallest(cls, lay):
             one = _smallest(cls._CLASSES[op.sub.struct.name], op.sub)
         else:
             one = _ZERO.get(op.elem_kind if op.elem_kind is not None else kind, 0)
-        values[op.name] = [one] if kind in (_wire.K_STRUCTS, _wire.K_INTS, _wire.K_STRINGS,
-                                            _wire.K_SCALARS) else one
+        values[op.name] = (
+            [one]
+            if kind in (_wire.K_STRUCTS, _wire.K_INTS, _wire.K_STRINGS, _wire.K_SCALARS)
+            else one
+        )
     return cls(**values)
 
 
@@ -51,8 +60,10 @@ def example(name: str) -> tuple[bytes, int | None, int | None]:
     version are None for a request (it carries them in its header), as `explain` expects."""
     m = re.fullmatch(r"([a-z-]+)-v(\d+)(-response)?", name)
     if m is None or name not in example_names():
-        raise ValueError(f"unknown example {name!r}; try leave-group-v5, "
-                         "leave-group-v5-response or streams-group-heartbeat-v0")
+        raise ValueError(
+            f"unknown example {name!r}; try leave-group-v5, "
+            "leave-group-v5-response or streams-group-heartbeat-v0"
+        )
     version, is_response = int(m.group(2)), bool(m.group(3))
     key = next(k for k, n in api_names().items() if _kebab(n) == m.group(1))
     classes = _messages_python.RESPONSE_CLASSES if is_response else _messages_python.REQUEST_CLASSES

@@ -1,13 +1,14 @@
 """The text forms of an explain tree: hex layout, object tree, title, JSON. The tree's
 `Node`s are read by their attributes only, so this module needs no import of explain."""
+
 from __future__ import annotations
 
 import json
 import uuid
 from itertools import chain
 
-DOC_WIDTH = 80            # descriptions longer than this are cut in the text view
-HEX_ROWS = 4096           # rows of the hex layout printed by default (64 KiB)
+DOC_WIDTH = 80  # descriptions longer than this are cut in the text view
+HEX_ROWS = 4096  # rows of the hex layout printed by default (64 KiB)
 
 
 def _hex_lines(data, max_rows):
@@ -17,7 +18,7 @@ def _hex_lines(data, max_rows):
     yield " " * width + "  " + " ".join(f"{i:>2X}" for i in range(16))
     shown = n if max_rows is None else min(n, 16 * max_rows)
     for row in range(0, shown, 16):
-        chunk = data[row:row + 16]
+        chunk = data[row : row + 16]
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
         yield f"{row:0{width}x}  {' '.join(f'{b:02x}' for b in chunk):<47}  {text}"
     if shown < n:
@@ -69,21 +70,23 @@ def _title(root, nbytes: int) -> str:
     if "message" not in info:
         return f"{nbytes} bytes on the wire"
     kind = "request" if info["message"].endswith("Request") else "response"
-    return (f"{info['message']} v{info['version']}, {kind} header v{info['header_version']}, "
-            f"{nbytes} bytes on the wire")
+    return (
+        f"{info['message']} v{info['version']}, {kind} header v{info['header_version']}, "
+        f"{nbytes} bytes on the wire"
+    )
 
 
 def render_lines(frame, root, doc_width, max_rows):
     """The lines of `render`, one at a time: the command line writes them in pieces."""
     data = bytes(frame)
-    reading = (root.value or {}).get("reading")      # how a frame without an API was read
+    reading = (root.value or {}).get("reading")  # how a frame without an API was read
     head = [_title(root, len(data))] + ([f"reading: {reading}"] if reading else [])
-    return chain(head + [""], _hex_lines(data, max_rows),
-                 ["", "object tree"], _tree_lines(root, doc_width))
+    return chain(
+        head + [""], _hex_lines(data, max_rows), ["", "object tree"], _tree_lines(root, doc_width)
+    )
 
 
-def render(frame, root, doc_width: int | None = DOC_WIDTH,
-           max_rows: int | None = HEX_ROWS) -> str:
+def render(frame, root, doc_width: int | None = DOC_WIDTH, max_rows: int | None = HEX_ROWS) -> str:
     """Title, hex layout and object tree: what `fastkwire explain` prints."""
     return "\n".join(render_lines(frame, root, doc_width, max_rows))
 
@@ -109,8 +112,9 @@ def to_json(root) -> str:
 def message_value(frame, root) -> dict:
     """The tree's values with the body decoded whole, by the pure codec (the tree keeps
     the shown elements only). Only for a frame that explain read without error."""
-    from . import _messages_python     # here: only --json needs it
+    from . import _messages_python  # here: only --json needs it
     from ._layout import layouts
+
     info = dict(root.value)
     body = root.children[2]
     cls = getattr(_messages_python, info["message"])
@@ -128,8 +132,11 @@ def _version_fields(value, lay):
             continue
         v = value[op.name]
         if op.sub is not None and v is not None:
-            v = ([_version_fields(x, op.sub) for x in v] if op.field.is_array
-                 else _version_fields(v, op.sub))
+            v = (
+                [_version_fields(x, op.sub) for x in v]
+                if op.field.is_array
+                else _version_fields(v, op.sub)
+            )
         out[op.name] = v
     if "unknown_tagged_fields" in value:
         out["unknown_tagged_fields"] = value["unknown_tagged_fields"]

@@ -1,6 +1,7 @@
 """What the two message modules (`_messages_python`, `_messages_cython`) share: a
 `Family`, one engine's set of message classes built on first use (`_classes` makes each),
 and `install()`, which makes a module its home (REQUEST_CLASSES/RESPONSE_CLASSES too)."""
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,9 @@ class Family:
 
     def names(self) -> list[str]:
         if self._names is None:
-            self._names = tuple(sorted(n[:-5] for n in os.listdir(_SCHEMA_DIR) if n.endswith(".json")))
+            self._names = tuple(
+                sorted(n[:-5] for n in os.listdir(_SCHEMA_DIR) if n.endswith(".json"))
+            )
         return self._names
 
     def get(self, name: str) -> type:
@@ -47,7 +50,9 @@ class Family:
                 if cls is None:
                     if name not in self.names():
                         raise AttributeError(f"module {self.module!r} has no attribute {name!r}")
-                    cls = make_message_class(name, self.module, self.mixin, self.struct_base, self.finish)
+                    cls = make_message_class(
+                        name, self.module, self.mixin, self.struct_base, self.finish
+                    )
                     self._classes[name] = cls
         return cls
 
@@ -114,16 +119,34 @@ def install(module_globals, mixin, finish=None):
     requests = family.by_api_key("request")
     responses = family.by_api_key("response")
     encode_request, decode_request, encode_response, decode_response = _framing.bind(
-        family.get, requests, responses)
+        family.get, requests, responses
+    )
     names = list(family.names())
     module_globals.update(
-        FAMILY=family, REQUEST_CLASSES=requests, RESPONSE_CLASSES=responses,
-        encode_request=encode_request, decode_request=decode_request,
-        encode_response=encode_response, decode_response=decode_response,
-        DecodeError=DecodeError, EncodeError=EncodeError, UnsupportedVersionError=UnsupportedVersionError,
-        __all__=names + list(ALIASES) + ["REQUEST_CLASSES", "RESPONSE_CLASSES", "MESSAGE_CLASSES", "encode_request",
-                         "decode_request", "encode_response", "decode_response", "DecodeError",
-                         "EncodeError", "UnsupportedVersionError"],
+        FAMILY=family,
+        REQUEST_CLASSES=requests,
+        RESPONSE_CLASSES=responses,
+        encode_request=encode_request,
+        decode_request=decode_request,
+        encode_response=encode_response,
+        decode_response=decode_response,
+        DecodeError=DecodeError,
+        EncodeError=EncodeError,
+        UnsupportedVersionError=UnsupportedVersionError,
+        __all__=names
+        + list(ALIASES)
+        + [
+            "REQUEST_CLASSES",
+            "RESPONSE_CLASSES",
+            "MESSAGE_CLASSES",
+            "encode_request",
+            "decode_request",
+            "encode_response",
+            "decode_response",
+            "DecodeError",
+            "EncodeError",
+            "UnsupportedVersionError",
+        ],
     )
 
     def __getattr__(name):

@@ -1,4 +1,5 @@
 """Frames: int32 size, request or response header, body. Bound to one implementation."""
+
 import struct
 from functools import lru_cache
 
@@ -13,6 +14,7 @@ _SIZE = struct.Struct(">i")
 def _api_versions_key():
     """ApiVersions' key, from its definition: read with the first frame, not at import."""
     from . import _schema
+
     return _schema.load("ApiVersionsRequest").api_key
 
 
@@ -97,8 +99,12 @@ def bind(header_class, requests, responses):
         cls = type(msg)
         if cls.KIND != "request":
             raise TypeError(f"{cls.__name__} is not a request")
-        header = header_class("RequestHeader")(request_api_key=cls.API_KEY, request_api_version=version,
-                               correlation_id=correlation_id, client_id=client_id)
+        header = header_class("RequestHeader")(
+            request_api_key=cls.API_KEY,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        )
         body = msg.encode(version)
         return _frame(header.encode(request_header_version(cls, version)), body)
 
@@ -107,7 +113,9 @@ def bind(header_class, requests, responses):
         frame = byte_view(frame)
         check_size(frame)
         cls, version = request_api(frame, requests)
-        header, pos = header_class("RequestHeader").decode_from(frame, request_header_version(cls, version), 4)
+        header, pos = header_class("RequestHeader").decode_from(
+            frame, request_header_version(cls, version), 4
+        )
         if keep:
             return (header, *_body_and_rest(cls, frame, version, pos, records))
         return header, _body(cls, frame, version, pos, records)
@@ -127,7 +135,9 @@ def bind(header_class, requests, responses):
         cls = responses.get(api_key)
         if cls is None:
             raise ValueError(f"unknown API key {api_key}")
-        header, pos = header_class("ResponseHeader").decode_from(frame, response_header_version(cls, version), 4)
+        header, pos = header_class("ResponseHeader").decode_from(
+            frame, response_header_version(cls, version), 4
+        )
         if keep:
             return (header, *_body_and_rest(cls, frame, version, pos, records))
         return header, _body(cls, frame, version, pos, records)

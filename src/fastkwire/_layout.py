@@ -5,6 +5,7 @@ engine reading it). A `Layout` is computed from the schema definitions (`_schema
 first time a (struct, version) is used; versions whose layouts are the same share one
 object, so an engine compiles each distinct layout once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,11 +21,11 @@ class Op:
     """One field in one version."""
 
     field: S.Field
-    mode: str            # "plain", "tagged" or "absent"
+    mode: str  # "plain", "tagged" or "absent"
     nullable: bool
     compact: bool
     sub: "Layout | None"  # the nested struct's layout, for struct and []struct fields
-    columns: str | None   # columnar form of a []struct field (schema "columns"), if any
+    columns: str | None  # columnar form of a []struct field (schema "columns"), if any
 
     @property
     def name(self) -> str:
@@ -44,8 +45,13 @@ class Op:
             return W.K_STRUCTS if f.is_array else W.K_STRUCT
         if f.is_array:
             elem = f.element_type
-            return (W.K_INTS if elem in W.BULK_INTS else W.K_STRINGS if elem == "string"
-                    else W.K_SCALARS)
+            return (
+                W.K_INTS
+                if elem in W.BULK_INTS
+                else W.K_STRINGS
+                if elem == "string"
+                else W.K_SCALARS
+            )
         return W.PRIMITIVES[f.type].kind
 
     @cached_property
@@ -92,8 +98,8 @@ class Layout:
     struct: S.Struct
     message: S.Message
     flexible: bool
-    ops: tuple           # every field of the struct, in schema order
-    ident: int           # distinct layouts of one struct are numbered 0, 1, ...
+    ops: tuple  # every field of the struct, in schema order
+    ident: int  # distinct layouts of one struct are numbered 0, 1, ...
     min_size: int = 0
 
     @property
@@ -130,8 +136,7 @@ def default_kind(f: S.Field) -> int:
 
 def makes_struct(f: S.Field) -> bool:
     """A struct field that is never null: its default is a new struct of defaults."""
-    return (f.is_struct and not f.is_array and not f.has_default
-            and f.nullable.low > f.nullable.high)
+    return f.is_struct and not f.is_array and not f.has_default and f.nullable.low > f.nullable.high
 
 
 class MessageLayouts:
@@ -139,8 +144,8 @@ class MessageLayouts:
 
     def __init__(self, message: S.Message):
         self.message = message
-        self._by_signature: dict = {}   # struct name -> {signature: Layout}
-        self._by_version: dict = {}     # (struct name, version) -> Layout
+        self._by_signature: dict = {}  # struct name -> {signature: Layout}
+        self._by_version: dict = {}  # (struct name, version) -> Layout
 
     def get(self, struct: S.Struct, version: int) -> Layout:
         key = (struct.name, version)
@@ -155,10 +160,23 @@ class MessageLayouts:
             sub = self.get(f.struct, version) if f.is_struct and present else None
             mode = "absent" if not present else "tagged" if f.is_tagged(version) else "plain"
             compact = flexible if f.flexible_override is None else version in f.flexible_override
-            ops.append(Op(f, mode, f.is_nullable(version), compact, sub,
-                          f.columns if sub is not None else None))
-        sig = (flexible, tuple((op.field.name, op.mode, op.nullable, op.compact,
-                                op.sub.ident if op.sub else None) for op in ops))
+            ops.append(
+                Op(
+                    f,
+                    mode,
+                    f.is_nullable(version),
+                    compact,
+                    sub,
+                    f.columns if sub is not None else None,
+                )
+            )
+        sig = (
+            flexible,
+            tuple(
+                (op.field.name, op.mode, op.nullable, op.compact, op.sub.ident if op.sub else None)
+                for op in ops
+            ),
+        )
         table = self._by_signature.setdefault(struct.name, {})
         lay = table.get(sig)
         if lay is None:

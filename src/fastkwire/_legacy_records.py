@@ -6,6 +6,7 @@ attributes int8 (codec in bits 0-2, timestamp type in bit 3 for magic 1), timest
 int64 (magic 1 only), key and value (int32 length, -1 for null). A compressed message
 (a wrapper) holds a whole message set, compressed, as its value.
 """
+
 import struct
 import zlib
 
@@ -31,7 +32,7 @@ def _bytes(data, pos, end, seen=None, name=None):
         return None, pos
     if n > end - pos:
         raise DecodeError(f"truncated: needs {n} bytes, {end - pos} left", pos)
-    return bytes(data[pos:pos + n]), pos + n
+    return bytes(data[pos : pos + n]), pos + n
 
 
 HEAD_FIELDS = _wire.LEGACY_HEAD
@@ -54,10 +55,12 @@ def read_message(data, pos, check_crc, limit_of, inner=False, seen=None):
             seen.leaf(name, at, width, value)
             at += width
     if check_crc:
-        actual = zlib.crc32(data[pos + 16:end])
+        actual = zlib.crc32(data[pos + 16 : end])
         if actual != crc:
-            raise DecodeError(f"CRC32 mismatch: the message says {crc:#010x}, "
-                              f"its bytes give {actual:#010x}", pos + 12)
+            raise DecodeError(
+                f"CRC32 mismatch: the message says {crc:#010x}, its bytes give {actual:#010x}",
+                pos + 12,
+            )
     p = pos + 18
     timestamp = -1
     if magic == 1:
@@ -91,8 +94,9 @@ def read_message(data, pos, check_crc, limit_of, inner=False, seen=None):
         try:
             records = _inner(raw, check_crc, magic, limit_of, seen)
         except DecodeError as e:
-            raise DecodeError(f"{e.reason} at offset {e.offset} of the decompressed messages",
-                              pos + 12) from None
+            raise DecodeError(
+                f"{e.reason} at offset {e.offset} of the decompressed messages", pos + 12
+            ) from None
         if not records:
             raise DecodeError("compressed message holds no messages", pos + 12)
         if magic == 1:
@@ -112,11 +116,22 @@ def read_message(data, pos, check_crc, limit_of, inner=False, seen=None):
         seen.close(end)  # the message
     stamps = [r.timestamp for r in records]
     return RecordBatch(
-        base_offset=records[0].offset, partition_leader_epoch=-1, magic=magic, crc=crc,
-        compression=_compression.CODECS[codec], timestamp_type=ts_type, is_transactional=False,
-        is_control=False, last_offset_delta=records[-1].offset - records[0].offset,
-        base_timestamp=stamps[0], max_timestamp=max(stamps), producer_id=-1,
-        producer_epoch=-1, base_sequence=-1, records=records)
+        base_offset=records[0].offset,
+        partition_leader_epoch=-1,
+        magic=magic,
+        crc=crc,
+        compression=_compression.CODECS[codec],
+        timestamp_type=ts_type,
+        is_transactional=False,
+        is_control=False,
+        last_offset_delta=records[-1].offset - records[0].offset,
+        base_timestamp=stamps[0],
+        max_timestamp=max(stamps),
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        records=records,
+    )
 
 
 def _inner(data, check_crc, magic, limit_of, seen=None):
@@ -128,8 +143,9 @@ def _inner(data, check_crc, magic, limit_of, seen=None):
             raise DecodeError("truncated message", pos)
         (size,) = struct.unpack_from(">i", data, pos + 8)
         if size < 5 or size > len(data) - pos - 12:
-            raise DecodeError(f"message size {size} exceeds the {len(data) - pos - 12} bytes left",
-                              pos + 8)
+            raise DecodeError(
+                f"message size {size} exceeds the {len(data) - pos - 12} bytes left", pos + 8
+            )
         if data[pos + 16] != magic:
             raise DecodeError(f"magic {data[pos + 16]} inside a magic {magic} wrapper", pos + 16)
         records += read_message(data, pos, check_crc, limit_of, inner=True, seen=seen).records

@@ -4,6 +4,7 @@ Each class carries `_FIELDS`: a tuple of (python_name, kind, struct_class) where
 VALUE, STRUCT (a nested struct or None) or STRUCTS (a list of structs or None). These
 helpers are not on the encode/decode path.
 """
+
 import uuid
 
 VALUE, STRUCT, STRUCTS = 0, 1, 2
@@ -78,6 +79,7 @@ def from_dict(cls, d):
     if unknown:
         raise TypeError(f"{cls._NAME} has no field(s) {', '.join(sorted(unknown))}")
     if d.get("unknown_tagged_fields"):
-        kwargs["unknown_tagged_fields"] = {int(k): bytes(v) for k, v in d["unknown_tagged_fields"].items()}
+        kwargs["unknown_tagged_fields"] = {
+            int(k): bytes(v) for k, v in d["unknown_tagged_fields"].items()
+        }
     return cls(**kwargs)
-

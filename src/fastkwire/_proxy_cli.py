@@ -5,6 +5,7 @@ Exit codes: 0 done (the proxy: stopped by Ctrl-C or SIGTERM), 1 a capture with f
 do not decode (explain), 2 bad usage (a flag, a rules file, a capture that cannot be read),
 3 the proxy could not listen.
 """
+
 import argparse
 import asyncio
 import json
@@ -38,12 +39,19 @@ from .proxy import (
 )
 
 EXIT_OK, EXIT_UNDECODED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
-LINE_ENCODER = json.JSONEncoder(ensure_ascii=True, default=JSON_ENCODER.default)  # explain's, on one line
+LINE_ENCODER = json.JSONEncoder(
+    ensure_ascii=True, default=JSON_ENCODER.default
+)  # explain's, on one line
 FLUSH_INTERVAL = 0.1  # seconds between flushes of piped output: lines appear as they happen
 # Library parameter -> flag, for errors the library raises about its parameters.
-PROXY_FLAGS = {"upstream": "--upstream", "listen": "--listen", "advertised": "--advertise",
-               "max_frame_bytes": "--max-frame-bytes", "max_pending_bytes": "--max-pending-bytes",
-               "frame_timeout": "--frame-timeout"}
+PROXY_FLAGS = {
+    "upstream": "--upstream",
+    "listen": "--listen",
+    "advertised": "--advertise",
+    "max_frame_bytes": "--max-frame-bytes",
+    "max_pending_bytes": "--max-pending-bytes",
+    "frame_timeout": "--frame-timeout",
+}
 
 
 def _flagged(message):
@@ -87,47 +95,116 @@ def _rule(text):
 
 def add_proxy(subparsers):
     parser = subparsers.add_parser(
-        "proxy", allow_abbrev=False, help="a Kafka proxy that shows, records and perturbs each exchange",
+        "proxy",
+        allow_abbrev=False,
+        help="a Kafka proxy that shows, records and perturbs each exchange",
         description="Forward Kafka connections to one broker byte for byte, printing one line per "
-                    "request/response exchange; Ctrl-C prints a summary per API.")
-    parser.add_argument("--listen", type=_address, default=("127.0.0.1", 19092), metavar="HOST:PORT",
-                        help="where clients connect (default 127.0.0.1:19092)")
-    parser.add_argument("--upstream", type=_address, required=True, metavar="HOST:PORT",
-                        help="the broker to forward to")
+        "request/response exchange; Ctrl-C prints a summary per API.",
+    )
+    parser.add_argument(
+        "--listen",
+        type=_address,
+        default=("127.0.0.1", 19092),
+        metavar="HOST:PORT",
+        help="where clients connect (default 127.0.0.1:19092)",
+    )
+    parser.add_argument(
+        "--upstream",
+        type=_address,
+        required=True,
+        metavar="HOST:PORT",
+        help="the broker to forward to",
+    )
     out = parser.add_argument_group("output")
-    out.add_argument("--json", action="store_true", help="one JSON object per exchange (and per event)")
-    out.add_argument("--explain", action="store_true",
-                     help="print the full tree of each request and response frame")
-    out.add_argument("--api", action="append", default=[], metavar="NAME",
-                     help="show only this API (repeat for more; a name such as Metadata, or a key)")
-    out.add_argument("--client-id", action="append", default=[], metavar="ID",
-                     help="show only requests of this client id (repeat for more)")
-    out.add_argument("--quiet", action="store_true", help="no line per exchange: errors and the summary only")
-    out.add_argument("--connections", action="store_true", help="also a line per connection opened and closed")
-    out.add_argument("--record", metavar="FILE", help="write every exchange, both frames as hex, as JSON lines")
-    out.add_argument("--pcap", metavar="FILE", help="write the traffic as a pcap file (Wireshark reads it)")
+    out.add_argument(
+        "--json", action="store_true", help="one JSON object per exchange (and per event)"
+    )
+    out.add_argument(
+        "--explain",
+        action="store_true",
+        help="print the full tree of each request and response frame",
+    )
+    out.add_argument(
+        "--api",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="show only this API (repeat for more; a name such as Metadata, or a key)",
+    )
+    out.add_argument(
+        "--client-id",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="show only requests of this client id (repeat for more)",
+    )
+    out.add_argument(
+        "--quiet", action="store_true", help="no line per exchange: errors and the summary only"
+    )
+    out.add_argument(
+        "--connections", action="store_true", help="also a line per connection opened and closed"
+    )
+    out.add_argument(
+        "--record", metavar="FILE", help="write every exchange, both frames as hex, as JSON lines"
+    )
+    out.add_argument(
+        "--pcap", metavar="FILE", help="write the traffic as a pcap file (Wireshark reads it)"
+    )
     change = parser.add_argument_group("changing the traffic")
-    change.add_argument("--rewrite-advertised", action="store_true",
-                        help="put the proxy's address into Metadata and FindCoordinator answers, so that "
-                             "clients stay on the proxy")
-    change.add_argument("--advertise", type=_address, metavar="HOST:PORT",
-                        help="the address --rewrite-advertised puts in (default: --listen)")
-    change.add_argument("--fault", type=_rule, action="append", default=[], metavar="RULE",
-                        help="a fault rule as key=value pairs, e.g. api=Heartbeat,error=REBALANCE_IN_PROGRESS,"
-                             "times=2 or api=Fetch,delay_ms=500,probability=0.1 or "
-                             "api=Produce,disconnect=before (repeat for more)")
-    change.add_argument("--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}')
-    change.add_argument("--seed", type=int,
-                        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)")
+    change.add_argument(
+        "--rewrite-advertised",
+        action="store_true",
+        help="put the proxy's address into Metadata and FindCoordinator answers, so that "
+        "clients stay on the proxy",
+    )
+    change.add_argument(
+        "--advertise",
+        type=_address,
+        metavar="HOST:PORT",
+        help="the address --rewrite-advertised puts in (default: --listen)",
+    )
+    change.add_argument(
+        "--fault",
+        type=_rule,
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="a fault rule as key=value pairs, e.g. api=Heartbeat,error=REBALANCE_IN_PROGRESS,"
+        "times=2 or api=Fetch,delay_ms=500,probability=0.1 or "
+        "api=Produce,disconnect=before (repeat for more)",
+    )
+    change.add_argument(
+        "--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}'
+    )
+    change.add_argument(
+        "--seed",
+        type=int,
+        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
+    )
     limits = parser.add_argument_group("limits (per connection)")
-    limits.add_argument("--max-frame-bytes", type=_count, default=DEFAULT_MAX_FRAME_BYTES, metavar="N",
-                        help=f"a larger size prefix ends the connection (default {DEFAULT_MAX_FRAME_BYTES})")
-    limits.add_argument("--max-pending-bytes", type=_count, default=DEFAULT_MAX_PENDING_BYTES, metavar="N",
-                        help="bytes of requests awaiting answers before the client is not read "
-                             f"(default {DEFAULT_MAX_PENDING_BYTES})")
-    limits.add_argument("--frame-timeout", type=_seconds, default=DEFAULT_FRAME_TIMEOUT, metavar="SECONDS",
-                        help="a frame that has not arrived whole this long after it began ends the connection "
-                             f"(default {DEFAULT_FRAME_TIMEOUT:g})")
+    limits.add_argument(
+        "--max-frame-bytes",
+        type=_count,
+        default=DEFAULT_MAX_FRAME_BYTES,
+        metavar="N",
+        help=f"a larger size prefix ends the connection (default {DEFAULT_MAX_FRAME_BYTES})",
+    )
+    limits.add_argument(
+        "--max-pending-bytes",
+        type=_count,
+        default=DEFAULT_MAX_PENDING_BYTES,
+        metavar="N",
+        help="bytes of requests awaiting answers before the client is not read "
+        f"(default {DEFAULT_MAX_PENDING_BYTES})",
+    )
+    limits.add_argument(
+        "--frame-timeout",
+        type=_seconds,
+        default=DEFAULT_FRAME_TIMEOUT,
+        metavar="SECONDS",
+        help="a frame that has not arrived whole this long after it began ends the connection "
+        f"(default {DEFAULT_FRAME_TIMEOUT:g})",
+    )
     parser.set_defaults(run=run_proxy)
     return parser
 
@@ -144,8 +221,9 @@ class _Output:
         self.undecoded = 0
 
     def shown(self, ex):
-        return ((not self.apis or ex.api_key in self.apis)
-                and (not self.client_ids or ex.client_id in self.client_ids))
+        return (not self.apis or ex.api_key in self.apis) and (
+            not self.client_ids or ex.client_id in self.client_ids
+        )
 
     def exchange(self, ex):
         if self.args.quiet or not self.shown(ex):
@@ -198,7 +276,10 @@ def run_proxy(args, out=None, err=None):
         if args.pcap:
             writers.append(PcapWriter(args.pcap, upstream=args.upstream))
     except (RuleError, ValueError, OSError) as e:
-        print(f"{args.prog}: error: {printable(_flagged(str(e)) if not isinstance(e, OSError) else e)}", file=err)
+        print(
+            f"{args.prog}: error: {printable(_flagged(str(e)) if not isinstance(e, OSError) else e)}",
+            file=err,
+        )
         return EXIT_USAGE
 
     def on_exchange(ex):
@@ -207,10 +288,19 @@ def run_proxy(args, out=None, err=None):
         output.exchange(ex)
 
     try:
-        proxy = Proxy(args.upstream, args.listen, on_exchange=on_exchange, on_event=output.event,
-                      rules=rules, seed=seed, rewrite_advertised=args.rewrite_advertised,
-                      advertised=args.advertise, max_frame_bytes=args.max_frame_bytes,
-                      max_pending_bytes=args.max_pending_bytes, frame_timeout=args.frame_timeout)
+        proxy = Proxy(
+            args.upstream,
+            args.listen,
+            on_exchange=on_exchange,
+            on_event=output.event,
+            rules=rules,
+            seed=seed,
+            rewrite_advertised=args.rewrite_advertised,
+            advertised=args.advertise,
+            max_frame_bytes=args.max_frame_bytes,
+            max_pending_bytes=args.max_pending_bytes,
+            frame_timeout=args.frame_timeout,
+        )
     except ValueError as e:
         print(f"{args.prog}: error: {_flagged(str(e))}", file=err)
         return EXIT_USAGE
@@ -231,12 +321,19 @@ async def _serve(proxy, output, writers, args, err):
     try:
         await proxy.start()
     except OSError as e:
-        print(f"{args.prog}: error: --listen {args.listen[0]}:{args.listen[1]}: {e.strerror or e}", file=err)
+        print(
+            f"{args.prog}: error: --listen {args.listen[0]}:{args.listen[1]}: {e.strerror or e}",
+            file=err,
+        )
         return EXIT_FAILED
     host, port = proxy.address
-    print(f"{args.prog}: listening on {host}:{port}, forwarding to {args.upstream[0]}:{args.upstream[1]}"
-          + (f", advertising {proxy.advertised[0]}:{proxy.advertised[1]}" if proxy.rewrite else "")
-          + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""), file=err, flush=True)
+    print(
+        f"{args.prog}: listening on {host}:{port}, forwarding to {args.upstream[0]}:{args.upstream[1]}"
+        + (f", advertising {proxy.advertised[0]}:{proxy.advertised[1]}" if proxy.rewrite else "")
+        + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""),
+        file=err,
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -298,7 +395,9 @@ def _exchange_values(ex):
         frames.append(("response", ex.response, ex.api_key, ex.api_version))
     for what, frame, key, version in frames:
         try:
-            d[f"{what}_message"] = message_value(frame, explain_frame(frame, key, version, trailing="keep"))
+            d[f"{what}_message"] = message_value(
+                frame, explain_frame(frame, key, version, trailing="keep")
+            )
         except (DecodeError, ValueError) as e:
             failed += 1
             d[f"{what}_message"] = None
@@ -311,11 +410,16 @@ def _exchange_values(ex):
 
 def add_stats(subparsers):
     parser = subparsers.add_parser(
-        "stats", allow_abbrev=False, help="per-API summary of a capture (ours, or pcap/pcapng)",
+        "stats",
+        allow_abbrev=False,
+        help="per-API summary of a capture (ours, or pcap/pcapng)",
         description="Count, bytes each way, latency p50/p99/max and error codes per API, from a "
-                    "capture written by `fastkwire proxy --record` or a pcap/pcapng file.")
+        "capture written by `fastkwire proxy --record` or a pcap/pcapng file.",
+    )
     parser.add_argument("capture", metavar="FILE")
-    parser.add_argument("--port", type=int, default=9092, help="for a pcap: the broker's port (default 9092)")
+    parser.add_argument(
+        "--port", type=int, default=9092, help="for a pcap: the broker's port (default 9092)"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(run=run_stats)
     return parser
@@ -339,14 +443,26 @@ def run_stats(args, out=None, err=None):
 
 def add_capture_arguments(parser):
     """explain's flags for captures (cli's explain parser calls this)."""
-    parser.add_argument("--capture", metavar="FILE",
-                        help="explain every exchange of a capture (`fastkwire proxy --record`, or a pcap/pcapng "
-                             "from tcpdump); responses are paired with their requests, so no --api/--version; "
-                             "--api then shows that API only")
-    parser.add_argument("--port", type=int, default=9092,
-                        help="with --capture of a pcap: the broker's TCP port (default 9092)")
-    parser.add_argument("--client-id", action="append", default=[], metavar="ID",
-                        help="with --capture: only the requests of this client id")
+    parser.add_argument(
+        "--capture",
+        metavar="FILE",
+        help="explain every exchange of a capture (`fastkwire proxy --record`, or a pcap/pcapng "
+        "from tcpdump); responses are paired with their requests, so no --api/--version; "
+        "--api then shows that API only",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=9092,
+        help="with --capture of a pcap: the broker's TCP port (default 9092)",
+    )
+    parser.add_argument(
+        "--client-id",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="with --capture: only the requests of this client id",
+    )
 
 
 def run_explain_capture(args, out, err):
@@ -375,6 +491,9 @@ def run_explain_capture(args, out, err):
     except (CaptureError, OSError, ImportError) as e:
         print(f"fastkwire explain: {printable(e)}", file=err)
         return EXIT_USAGE
-    print(f"{count} exchange{'s' if count != 1 else ''}"
-          + (f", {failed} frame{'s' if failed != 1 else ''} that do not decode" if failed else ""), file=err)
+    print(
+        f"{count} exchange{'s' if count != 1 else ''}"
+        + (f", {failed} frame{'s' if failed != 1 else ''} that do not decode" if failed else ""),
+        file=err,
+    )
     return EXIT_UNDECODED if failed else EXIT_OK

@@ -4,19 +4,34 @@ Writers append to a bytearray and validate the value (raising EncodeError withou
 path; the struct writers add it). Readers take (data, pos, end), return
 (value, new_pos) and raise DecodeError at the offset where the value starts.
 """
+
 import struct
 import uuid as _uuid
 
 from . import _bulk, _wire
 from . import errors as _e
-from ._rules import (byte_view, check_offset, check_type_name, check_version, float_value,
-                     int_value, merge_tags, parse_array_type, raw_bytes, seq_len, uuid_bytes)
+from ._rules import (
+    byte_view,
+    check_offset,
+    check_type_name,
+    check_version,
+    float_value,
+    int_value,
+    merge_tags,
+    parse_array_type,
+    raw_bytes,
+    seq_len,
+    uuid_bytes,
+)
 from ._wire import MAX_LENGTH, MAX_MESSAGE, MAX_STRING, MAX_TAG, NUMPY_ARRAYS, RANGE, WIDTH
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError
 
-_S = {k: struct.Struct(">" + p.fmt) for k, p in _wire.PRIMITIVES.items()
-      if p.fmt is not None and k != "bool"}
+_S = {
+    k: struct.Struct(">" + p.fmt)
+    for k, p in _wire.PRIMITIVES.items()
+    if p.fmt is not None and k != "bool"
+}
 
 unpack_int8 = _S["int8"].unpack_from
 unpack_int16 = _S["int16"].unpack_from
@@ -29,11 +44,13 @@ unpack_float64 = _S["float64"].unpack_from
 
 # ---------------------------------------------------------------- writing
 
+
 def _make_int_writer(kind):
     pack = _S[kind].pack
 
     def write(out, v):
         out += pack(int_value(kind, v))
+
     write.__name__ = f"w_{kind}"
     return write
 
@@ -194,6 +211,7 @@ def w_tags(out, known, unknown):
 
 # ---------------------------------------------------------------- reading
 
+
 def short(pos, need, end):
     return _e.truncated(pos, need, max(end - pos, 0))
 
@@ -224,6 +242,7 @@ def _make_int_reader(kind):
         if end - pos < width:
             raise short(pos, width, end)
         return unpack(data, pos)[0], pos + width
+
     read.__name__ = f"r_{kind}"
     return read
 
@@ -246,7 +265,7 @@ def r_bool(data, pos, end):
 def r_uuid(data, pos, end):
     if end - pos < 16:
         raise short(pos, 16, end)
-    return _uuid.UUID(bytes=bytes(data[pos:pos + 16])), pos + 16
+    return _uuid.UUID(bytes=bytes(data[pos : pos + 16])), pos + 16
 
 
 def _text(data, start, pos, n, end):
@@ -255,7 +274,7 @@ def _text(data, start, pos, n, end):
     if end - pos < n:
         raise short(start, pos - start + n, end)
     try:
-        return str(data[pos:pos + n], "utf-8"), pos + n
+        return str(data[pos : pos + n], "utf-8"), pos + n
     except UnicodeDecodeError:
         raise _e.invalid_utf8(start) from None
 
@@ -291,7 +310,7 @@ def _short_text(data, pos, end):
         n = data[pos]
         if 0 < n < 0x80 and pos + n <= end:
             try:
-                return data[pos + 1:pos + n].decode(), pos + n
+                return data[pos + 1 : pos + n].decode(), pos + n
             except UnicodeDecodeError:
                 raise _e.invalid_utf8(pos) from None
     return None
@@ -316,13 +335,13 @@ def r_compact_nullable_string(data, pos, end):
 def _blob(data, start, pos, n, end):
     if end - pos < n:
         raise short(start, pos - start + n, end)
-    return bytes(data[pos:pos + n]), pos + n
+    return bytes(data[pos : pos + n]), pos + n
 
 
 def _view(data, start, pos, n, end):
     if end - pos < n:
         raise short(start, pos - start + n, end)
-    return memoryview(data)[pos:pos + n], pos + n
+    return memoryview(data)[pos : pos + n], pos + n
 
 
 def r_records_view(data, pos, end, compact, nullable):
@@ -394,7 +413,7 @@ def r_unknown_tags(data, pos, end):
     last = -1
     for _ in range(n):
         tag, size, pos = r_tag_header(data, pos, end, last)
-        tags[tag] = bytes(data[pos:pos + size])
+        tags[tag] = bytes(data[pos : pos + size])
         pos += size
         last = tag
     return tags, pos
@@ -411,6 +430,7 @@ def r_marker(data, pos, end):
 
 
 # ---------------------------------------------------------------- arrays
+
 
 def item_at(items, i, n):
     """Element i of an array whose count n is already written; the array must not have
@@ -552,8 +572,9 @@ def r_task_offsets(data, pos, end, compact, nullable, flexible, min_size, item):
         raise x.with_prefix(_TASK_FIELDS[f]).with_prefix(f"[{i}]") from None
     import numpy as np
 
-    return TaskOffsetColumns._of(ids, np.array(parts, dtype="i4"),
-                                          np.array(offsets, dtype="i8"), unknown, item), pos
+    return TaskOffsetColumns._of(
+        ids, np.array(parts, dtype="i4"), np.array(offsets, dtype="i8"), unknown, item
+    ), pos
 
 
 def w_task_offsets(out, cols, compact, flexible):
@@ -579,7 +600,6 @@ def w_task_offsets(out, cols, compact, flexible):
 
 
 # ---------------------------------------------------------------- helpers for the codecs
-
 
 
 _WINDOW = 4096
@@ -647,16 +667,13 @@ def write_into(buffer, offset, encode, version):
             n = len(payload)
             if n > size - offset:
                 raise _e.buffer_too_small(n, size - offset)
-            view[offset:offset + n] = payload
+            view[offset : offset + n] = payload
             return n
-
-
 
 
 # ---------------------------------------------------------------- primitive API
 # encode(type, value) -> bytes and decode(type, data, offset=0) -> (value, end), the
 # same in _core; used by the primitive test vectors and by tools.
-
 
 
 def encode(type_name, value):
@@ -687,7 +704,14 @@ def decode(type_name, data, offset=0):
     if "[" in type_name:
         compact, nullable, elem = parse_array_type(type_name)
         if elem == "string":
-            return r_array(data, offset, end, r_compact_string if compact else r_string,
-                           compact, nullable, 1 if compact else 2)
+            return r_array(
+                data,
+                offset,
+                end,
+                r_compact_string if compact else r_string,
+                compact,
+                nullable,
+                1 if compact else 2,
+            )
         return r_int_array(data, offset, end, elem, compact, nullable, 0)
     return globals()["r_" + type_name](data, offset, end)

@@ -15,6 +15,7 @@ same error paths, field by field (no packed runs or inline fast paths, whose res
 and errors are those of the primitives they stand for), and tells the observer what it
 read (see `read_observed`).
 """
+
 from __future__ import annotations
 
 import struct
@@ -24,8 +25,21 @@ from . import _pure, _wire
 from . import errors as _e
 from ._pure import finish, read_from, write_into
 from ._rules import byte_view, check_version, decode_options
-from ._wire import (D_IS, D_LIST, D_NEW, K_BYTES, K_INTS, K_SCALARS, K_STRING, K_STRINGS, K_STRUCT,
-                    K_STRUCTS, NUMPY_ARRAYS, PRIMITIVES, RECORD_VIEWS)
+from ._wire import (
+    D_IS,
+    D_LIST,
+    D_NEW,
+    K_BYTES,
+    K_INTS,
+    K_SCALARS,
+    K_STRING,
+    K_STRINGS,
+    K_STRUCT,
+    K_STRUCTS,
+    NUMPY_ARRAYS,
+    PRIMITIVES,
+    RECORD_VIEWS,
+)
 from .columns import TaskOffsetColumns
 from .errors import DecodeError, EncodeError
 
@@ -35,9 +49,10 @@ _NAME = {p.kind: name for name, p in PRIMITIVES.items() if name != "records"}
 _FORMAT = {p.kind: p.fmt for p in PRIMITIVES.values() if p.range is not None}
 # Unpackers of 0..126 big-endian ints of each bulk kind: a compact array that short is
 # read inline with one call (Metadata's replica lists, partition numbers).
-_SHORT_ARRAYS = {PRIMITIVES[name].kind: tuple(struct.Struct(f">{n}{PRIMITIVES[name].fmt}")
-                                              for n in range(127))
-                 for name in _wire.BULK_INTS}
+_SHORT_ARRAYS = {
+    PRIMITIVES[name].kind: tuple(struct.Struct(f">{n}{PRIMITIVES[name].fmt}") for n in range(127))
+    for name in _wire.BULK_INTS
+}
 
 
 class _Slow(Exception):
@@ -66,12 +81,20 @@ class _Namespace:
     def __init__(self, root_cls):
         self.classes = root_cls._CLASSES
         self.env = {name: getattr(_pure, name) for name in dir(_pure) if name[:2] in ("w_", "r_")}
-        self.env.update(_e=_e, _new=object.__new__, DecodeError=DecodeError, EncodeError=EncodeError,
-                        _Slow=_Slow, _struct_error=struct.error,
-                        TaskOffsetColumns=TaskOffsetColumns, item_at=_pure.item_at,
-                        NUMPY_ARRAYS=NUMPY_ARRAYS, RECORD_VIEWS=RECORD_VIEWS,
-                        _SHORT_ARRAYS=_SHORT_ARRAYS)
-        self.names = {}     # Layout -> function suffix
+        self.env.update(
+            _e=_e,
+            _new=object.__new__,
+            DecodeError=DecodeError,
+            EncodeError=EncodeError,
+            _Slow=_Slow,
+            _struct_error=struct.error,
+            TaskOffsetColumns=TaskOffsetColumns,
+            item_at=_pure.item_at,
+            NUMPY_ARRAYS=NUMPY_ARRAYS,
+            RECORD_VIEWS=RECORD_VIEWS,
+            _SHORT_ARRAYS=_SHORT_ARRAYS,
+        )
+        self.names = {}  # Layout -> function suffix
         self.observed = set()  # layouts whose observed reader is written
 
     def fn(self, lay):
@@ -185,7 +208,10 @@ class _LayoutSource:
             out("except EncodeError as _x:", ind)
             out('raise _x.with_prefix(f"[{_i}]") from None', ind + 1)
         elif kind == K_INTS:
-            out(f"w_int_array({target}, {expr}, {_NAME[op.elem_kind]!r}, {op.compact}, {op.nullable})", ind)
+            out(
+                f"w_int_array({target}, {expr}, {_NAME[op.elem_kind]!r}, {op.compact}, {op.nullable})",
+                ind,
+            )
         elif kind in (K_STRINGS, K_SCALARS):
             out(f"w_array({target}, {expr}, w_{_item_fn(op)}, {op.compact}, {op.nullable})", ind)
         elif kind == K_STRUCT:
@@ -211,8 +237,11 @@ class _LayoutSource:
         for op in lay.absent:
             if not op.field.ignorable:
                 out(f"if not ({self.default_test(op, 'o.' + op.name)}):", 1)
-                out(f"raise _e.absent_field({lay.message.name!r}, {op.name!r}, v, "
-                    f"{L.version_text(op.field.versions)!r})", 2)
+                out(
+                    f"raise _e.absent_field({lay.message.name!r}, {op.name!r}, v, "
+                    f"{L.version_text(op.field.versions)!r})",
+                    2,
+                )
         out("_f = ''", 1)
         out("try:", 1)
         out("pass", 2)
@@ -289,12 +318,18 @@ class _LayoutSource:
         if kind == K_STRUCTS:
             if op.columns:
                 out("if arrays & NUMPY_ARRAYS:", ind)
-                out(f"{target}, pos = r_task_offsets(data, pos, {end}, {op.compact}, {op.nullable}, "
-                    f"{op.sub.flexible}, {op.sub.min_size}, {self.cls(f.struct)})", ind + 1)
+                out(
+                    f"{target}, pos = r_task_offsets(data, pos, {end}, {op.compact}, {op.nullable}, "
+                    f"{op.sub.flexible}, {op.sub.min_size}, {self.cls(f.struct)})",
+                    ind + 1,
+                )
                 out("else:", ind)
                 ind += 1
-            out(f"_n, pos = r_array_len(data, pos, {end}, {op.compact}, {op.nullable}, "
-                f"{op.sub.min_size})", ind)
+            out(
+                f"_n, pos = r_array_len(data, pos, {end}, {op.compact}, {op.nullable}, "
+                f"{op.sub.min_size})",
+                ind,
+            )
             out("if _n < 0:", ind)
             out(f"{target} = None", ind + 1)
             out("else:", ind)
@@ -311,17 +346,29 @@ class _LayoutSource:
             elem = op.elem_kind
             if op.compact:
                 w = op.width
-                out(f"if not arrays & NUMPY_ARRAYS and pos < {end} and 0 < (_b := data[pos]) < 0x80 "
-                    f"and pos + (_b - 1) * {w} < {end}:", ind)
-                out(f"{target} = list(_SHORT_ARRAYS[{elem}][_b - 1].unpack_from(data, pos + 1))", ind + 1)
+                out(
+                    f"if not arrays & NUMPY_ARRAYS and pos < {end} and 0 < (_b := data[pos]) < 0x80 "
+                    f"and pos + (_b - 1) * {w} < {end}:",
+                    ind,
+                )
+                out(
+                    f"{target} = list(_SHORT_ARRAYS[{elem}][_b - 1].unpack_from(data, pos + 1))",
+                    ind + 1,
+                )
                 out(f"pos += 1 + (_b - 1) * {w}", ind + 1)
                 out("else:", ind)
                 ind += 1
-            out(f"{target}, pos = r_int_array(data, pos, {end}, {_NAME[elem]!r}, {op.compact}, "
-                f"{op.nullable}, arrays)", ind)
+            out(
+                f"{target}, pos = r_int_array(data, pos, {end}, {_NAME[elem]!r}, {op.compact}, "
+                f"{op.nullable}, arrays)",
+                ind,
+            )
         elif kind in (K_STRINGS, K_SCALARS):
-            out(f"{target}, pos = r_array(data, pos, {end}, r_{_item_fn(op)}, {op.compact}, "
-                f"{op.nullable}, {op.element_min_size()})", ind)
+            out(
+                f"{target}, pos = r_array(data, pos, {end}, r_{_item_fn(op)}, {op.compact}, "
+                f"{op.nullable}, {op.element_min_size()})",
+                ind,
+            )
         elif kind == K_STRUCT:
             if op.nullable:
                 out(f"_mk, pos = r_marker(data, pos, {end})", ind)
@@ -340,7 +387,10 @@ class _LayoutSource:
             out(f"{target}, pos = r_{_string_fn('string', op)}(data, pos, {end})", ind + 1)
         elif op.records:
             out("if arrays & RECORD_VIEWS:", ind)
-            out(f"{target}, pos = r_records_view(data, pos, {end}, {op.compact}, {op.nullable})", ind + 1)
+            out(
+                f"{target}, pos = r_records_view(data, pos, {end}, {op.compact}, {op.nullable})",
+                ind + 1,
+            )
             out("else:", ind)
             out(f"{target}, pos = r_{_string_fn('bytes', op)}(data, pos, {end})", ind + 1)
         elif kind in (K_STRING, K_BYTES):
@@ -356,10 +406,17 @@ class _LayoutSource:
         out, kind = self.out, op.kind
         c = self.ns.const(op)
         if kind in (K_STRUCTS, K_INTS, K_STRINGS, K_SCALARS):
-            item = self.sub_call(op, end) if kind == K_STRUCTS else f"r_{_item_fn(op)}(data, pos, {end})"
+            item = (
+                self.sub_call(op, end)
+                if kind == K_STRUCTS
+                else f"r_{_item_fn(op)}(data, pos, {end})"
+            )
             out(f"_open('length', {c}, pos)", ind)
-            out(f"_n, pos = r_array_len(data, pos, {end}, {op.compact}, {op.nullable}, "
-                f"{op.element_min_size()})", ind)
+            out(
+                f"_n, pos = r_array_len(data, pos, {end}, {op.compact}, {op.nullable}, "
+                f"{op.element_min_size()})",
+                ind,
+            )
             out("_close(pos, _n)", ind)
             out("if _n < 0:", ind)
             out(f"{target} = None", ind + 1)
@@ -403,7 +460,7 @@ class _LayoutSource:
         out("_f = ''", 1)
         out("try:", 1)
         out("pass", 2)
-        for run in (lay.plain if observed else _runs(lay.plain)):
+        for run in lay.plain if observed else _runs(lay.plain):
             if isinstance(run, list):
                 self.read_run(run, 2)
                 continue
@@ -542,7 +599,7 @@ def read_observed(cls, data, pos, version, observer):
     check_version(version)
     if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
         raise _e.bad_version(cls._NAME, version, cls._VERSIONS)
-    _functions(cls, version)   # the namespace, and the reader decode would use
+    _functions(cls, version)  # the namespace, and the reader decode would use
     with _lock:
         ns = cls.__dict__["_pure_ns"]
         read = ns.env[f"_o_{ns.observed_fn(cls._LAYOUTS.root(version))}"]
@@ -587,4 +644,3 @@ class MessageMixin:
     @classmethod
     def is_flexible(cls, version):
         return cls.FLEXIBLE_MIN is not None and version >= cls.FLEXIBLE_MIN
-

@@ -11,6 +11,7 @@ describe is not a reader of its own: the readers of read_batches (the batch laye
 the pure kernel) tell a SpanRecorder what they read, so describe raises the error read_batches
 raises, at the same offset (CRCs aside: describe shows a mismatch instead).
 """
+
 from typing import NamedTuple
 
 from . import _records_python
@@ -69,20 +70,26 @@ class SpanRecorder:
             if note is None:
                 return f"{count} records"
             codec, size = note
-            return (f"{codec}: {count} records in {size} decompressed bytes "
-                    "(offsets below count from their start)")
+            return (
+                f"{codec}: {count} records in {size} decompressed bytes "
+                "(offsets below count from their start)"
+            )
         if name == "batch":
             fields = {n.name: n.value for n in children}
             codec = CODECS[fields["attributes"] & 7]
-            crc_ok = self.crc32c(self.data[offset + 21:end]) == fields["crc"]
-            return (f"magic 2, {fields['record_count']} records, {codec}"
-                    f"{'' if crc_ok else ', CRC mismatch'}")
+            crc_ok = self.crc32c(self.data[offset + 21 : end]) == fields["crc"]
+            return (
+                f"magic 2, {fields['record_count']} records, {codec}"
+                f"{'' if crc_ok else ', CRC mismatch'}"
+            )
         if name == "message":
             return f"magic {children[3].value}"
         if name == "value" and note is not None:
             codec, size = note
-            return (f"{codec}: messages in {size} decompressed bytes "
-                    "(offsets below count from their start)")
+            return (
+                f"{codec}: messages in {size} decompressed bytes "
+                "(offsets below count from their start)"
+            )
         return None
 
 
@@ -93,9 +100,11 @@ def describe(data, *, max_decompressed=None, max_records=None, crc32c=_records_p
     seen = SpanRecorder(data, max_records, crc32c)
 
     def decode(buf, pos, end, count, base_offset, base_timestamp, log_append_time):
-        return _records_python.decode_records(buf, pos, end, count, base_offset,
-                                              base_timestamp, log_append_time, seen)
+        return _records_python.decode_records(
+            buf, pos, end, count, base_offset, base_timestamp, log_append_time, seen
+        )
 
-    Codec(_records_python)._walk(data, False, max_decompressed, decode, lambda batch: None,
-                                 objects=True, seen=seen)
+    Codec(_records_python)._walk(
+        data, False, max_decompressed, decode, lambda batch: None, objects=True, seen=seen
+    )
     return seen.stack[0][2]

@@ -1,5 +1,6 @@
 """The objects of fastkwire.records: records, batches and record columns. Both
 implementations build these same classes."""
+
 import struct
 
 from .errors import DecodeError
@@ -31,8 +32,10 @@ class Record:
     __hash__ = None
 
     def __repr__(self):
-        return (f"{type(self).__name__}(offset={self.offset!r}, timestamp={self.timestamp!r}, "
-                f"key={self.key!r}, value={self.value!r}, headers={self.headers!r})")
+        return (
+            f"{type(self).__name__}(offset={self.offset!r}, timestamp={self.timestamp!r}, "
+            f"key={self.key!r}, value={self.value!r}, headers={self.headers!r})"
+        )
 
     def __reduce__(self):
         return (type(self), self._fields())
@@ -49,7 +52,7 @@ class ControlRecord(Record):
 
     @property
     def control_type(self):
-        """"abort", "commit", or the number of a type this version does not know."""
+        """ "abort", "commit", or the number of a type this version does not know."""
         t = struct.unpack_from(">h", self.key, 2)[0]
         return CONTROL_TYPES.get(t, t)
 
@@ -75,15 +78,42 @@ class RecordBatch:
     wrapper holds its inner messages as `records`; producer fields are -1, the
     partition leader epoch -1, `crc` the message's CRC32)."""
 
-    __slots__ = ("base_offset", "partition_leader_epoch", "magic", "crc", "compression",
-                 "timestamp_type", "is_transactional", "is_control", "last_offset_delta",
-                 "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
-                 "base_sequence", "records")
+    __slots__ = (
+        "base_offset",
+        "partition_leader_epoch",
+        "magic",
+        "crc",
+        "compression",
+        "timestamp_type",
+        "is_transactional",
+        "is_control",
+        "last_offset_delta",
+        "base_timestamp",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "records",
+    )
 
-    def __init__(self, base_offset, partition_leader_epoch, magic, crc, compression,
-                 timestamp_type, is_transactional, is_control, last_offset_delta,
-                 base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
-                 records):
+    def __init__(
+        self,
+        base_offset,
+        partition_leader_epoch,
+        magic,
+        crc,
+        compression,
+        timestamp_type,
+        is_transactional,
+        is_control,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records,
+    ):
         self.base_offset = base_offset
         self.partition_leader_epoch = partition_leader_epoch
         self.magic = magic
@@ -143,13 +173,15 @@ class BinaryColumn:
         i %= n
         if self.nulls[i]:
             return None
-        return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes()
+        return self.data[self.offsets[i] : self.offsets[i + 1]].tobytes()
 
     def to_pylist(self):
         raw = self.data.tobytes()
         offs = self.offsets.tolist()
-        return [None if null else raw[offs[i]:offs[i + 1]]
-                for i, null in enumerate(self.nulls.tolist())]
+        return [
+            None if null else raw[offs[i] : offs[i + 1]]
+            for i, null in enumerate(self.nulls.tolist())
+        ]
 
     def __eq__(self, other):
         if not isinstance(other, BinaryColumn):
@@ -167,9 +199,12 @@ class BinaryColumn:
         pa = _pyarrow()
 
         n = len(self)
-        valid = pa.py_buffer(np.packbits(~self.nulls, bitorder="little")) if self.nulls.any() else None
-        return pa.Array.from_buffers(arrow_type, n, [valid, pa.py_buffer(self.offsets),
-                                                     pa.py_buffer(self.data)])
+        valid = (
+            pa.py_buffer(np.packbits(~self.nulls, bitorder="little")) if self.nulls.any() else None
+        )
+        return pa.Array.from_buffers(
+            arrow_type, n, [valid, pa.py_buffer(self.offsets), pa.py_buffer(self.data)]
+        )
 
 
 class HeaderColumns:
@@ -185,8 +220,10 @@ class HeaderColumns:
         keys = [k.decode() for k in self.key.to_pylist()]
         values = self.value.to_pylist()
         offs = self.offsets.tolist()
-        return [list(zip(keys[offs[i]:offs[i + 1]], values[offs[i]:offs[i + 1]]))
-                for i in range(len(offs) - 1)]
+        return [
+            list(zip(keys[offs[i] : offs[i + 1]], values[offs[i] : offs[i + 1]]))
+            for i in range(len(offs) - 1)
+        ]
 
 
 class RecordColumns:
@@ -208,12 +245,17 @@ class RecordColumns:
         records = list(records)
         headers = [h for r in records for h in r.headers]
         hoffs = np.cumsum([0] + [len(r.headers) for r in records]).astype(np.int32)
-        return cls(np.array([r.offset for r in records], dtype=np.int64),
-                   np.array([r.timestamp for r in records], dtype=np.int64),
-                   binary_column([r.key for r in records]),
-                   binary_column([r.value for r in records]),
-                   HeaderColumns(hoffs, binary_column([k.encode() for k, _ in headers]),
-                                 binary_column([v for _, v in headers])))
+        return cls(
+            np.array([r.offset for r in records], dtype=np.int64),
+            np.array([r.timestamp for r in records], dtype=np.int64),
+            binary_column([r.key for r in records]),
+            binary_column([r.value for r in records]),
+            HeaderColumns(
+                hoffs,
+                binary_column([k.encode() for k, _ in headers]),
+                binary_column([v for _, v in headers]),
+            ),
+        )
 
     def __len__(self):
         return len(self.offset)
@@ -225,13 +267,25 @@ class RecordColumns:
         i %= n
         h = self.headers
         lo, hi = int(h.offsets[i]), int(h.offsets[i + 1])
-        return Record(int(self.offset[i]), int(self.timestamp[i]), self.key[i], self.value[i],
-                      [(h.key[j].decode(), h.value[j]) for j in range(lo, hi)])
+        return Record(
+            int(self.offset[i]),
+            int(self.timestamp[i]),
+            self.key[i],
+            self.value[i],
+            [(h.key[j].decode(), h.value[j]) for j in range(lo, hi)],
+        )
 
     def to_records(self):
-        return [Record(o, t, k, v, h) for o, t, k, v, h in zip(
-            self.offset.tolist(), self.timestamp.tolist(), self.key.to_pylist(),
-            self.value.to_pylist(), self.headers.to_pylist())]
+        return [
+            Record(o, t, k, v, h)
+            for o, t, k, v, h in zip(
+                self.offset.tolist(),
+                self.timestamp.tolist(),
+                self.key.to_pylist(),
+                self.value.to_pylist(),
+                self.headers.to_pylist(),
+            )
+        ]
 
     def __iter__(self):
         return iter(self.to_records())
@@ -255,12 +309,19 @@ class RecordColumns:
 
         h = self.headers
         hstruct = pa.StructArray.from_arrays(
-            [h.key.to_arrow(pa.string()), h.value.to_arrow(pa.binary())], ["key", "value"])
+            [h.key.to_arrow(pa.string()), h.value.to_arrow(pa.binary())], ["key", "value"]
+        )
         headers = pa.ListArray.from_arrays(pa.array(h.offsets), hstruct)
         return pa.RecordBatch.from_arrays(
-            [pa.array(self.offset), pa.array(self.timestamp), self.key.to_arrow(pa.binary()),
-             self.value.to_arrow(pa.binary()), headers],
-            ["offset", "timestamp", "key", "value", "headers"])
+            [
+                pa.array(self.offset),
+                pa.array(self.timestamp),
+                self.key.to_arrow(pa.binary()),
+                self.value.to_arrow(pa.binary()),
+                headers,
+            ],
+            ["offset", "timestamp", "key", "value", "headers"],
+        )
 
 
 def _pyarrow():

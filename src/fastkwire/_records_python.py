@@ -1,11 +1,19 @@
 """The pure-Python kernel of fastkwire.records: the records inside one batch (magic 2),
 read and written, and CRC32C. `_records.pyx` is its compiled twin, with the same
 checks in the same order, so both raise the same errors on the same bytes."""
+
 import struct
 
 from . import _wire
 
-from .errors import DecodeError, EncodeError, count_exceeds, invalid_utf8, truncated, varint_too_long
+from .errors import (
+    DecodeError,
+    EncodeError,
+    count_exceeds,
+    invalid_utf8,
+    truncated,
+    varint_too_long,
+)
 from ._records_model import Record, RecordColumns
 
 MIN_RECORD = _wire.MIN_RECORD  # a count of records is checked against it
@@ -85,14 +93,13 @@ def _bytes(buf, pos, end, seen=None, name=None):
         return None, pos
     if n > end - pos:
         raise truncated(pos, n, end - pos)
-    value = bytes(buf[pos:pos + n])
+    value = bytes(buf[pos : pos + n])
     if seen is not None:
         seen.leaf(name, pos, n, value)
     return value, pos + n
 
 
-def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time,
-                   seen=None):
+def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time, seen=None):
     """The `count` records in buf[pos:end] as Record objects. `log_append_time`, when
     not None, is every record's timestamp (the broker's, for LogAppendTime batches).
     `seen`, when given, observes the reading field by field (records.describe): it sees
@@ -110,8 +117,12 @@ def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append
             seen.open(f"record[{i}]", start)
         length, pos = _varint(buf, pos, end, 5)
         if length < MIN_RECORD - 1 or length > end - pos:
-            raise DecodeError(f"record length {length} exceeds the {end - pos} bytes left"
-                              if length > end - pos else f"invalid record length {length}", start)
+            raise DecodeError(
+                f"record length {length} exceeds the {end - pos} bytes left"
+                if length > end - pos
+                else f"invalid record length {length}",
+                start,
+            )
         rend = pos + length
         if seen is not None:
             seen.leaf("length", start, pos - start, length)
@@ -180,9 +191,12 @@ def check_column_sizes(sizes, pos):
     for name, size in zip(COLUMN_NAMES, sizes):
         if size > COLUMN_LIMIT:
             what = "header rows" if name == "headers.offsets" else "bytes"
-            raise DecodeError(f"the {name} column of one read_columns call would pass "
-                              f"{COLUMN_LIMIT} {what} (its offsets are int32): read fewer "
-                              "batches per call", pos)
+            raise DecodeError(
+                f"the {name} column of one read_columns call would pass "
+                f"{COLUMN_LIMIT} {what} (its offsets are int32): read fewer "
+                "batches per call",
+                pos,
+            )
 
 
 class ColumnsBuilder:
@@ -194,8 +208,9 @@ class ColumnsBuilder:
 
     def add(self, buf, pos, end, count, base_offset, base_timestamp, log_append_time):
         """Append the `count` records in buf[pos:end]."""
-        self.add_records(decode_records(buf, pos, end, count, base_offset, base_timestamp,
-                                        log_append_time), pos)
+        self.add_records(
+            decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time), pos
+        )
 
     def add_records(self, records, pos):
         sizes = self.sizes
@@ -252,7 +267,9 @@ def _array(values, kinds, path, what):
 
 
 def _ascending(offsets, lo, hi):
-    return offsets[0] >= lo and offsets[-1] <= hi and all(a <= b for a, b in zip(offsets, offsets[1:]))
+    return (
+        offsets[0] >= lo and offsets[-1] <= hi and all(a <= b for a, b in zip(offsets, offsets[1:]))
+    )
 
 
 def _binary_values(column, n, path):
@@ -269,9 +286,11 @@ def _binary_values(column, n, path):
         raise EncodeError(f"expected {n} null flags, got {len(nulls)}", path + ".nulls")
     raw = data.tobytes()
     if len(offsets) != n + 1 or not _ascending(offsets, 0, len(raw)):
-        raise EncodeError(f"expected {n + 1} offsets ascending within the data's {len(raw)} "
-                          "bytes", path + ".offsets")
-    return [None if null else raw[offsets[i]:offsets[i + 1]] for i, null in enumerate(nulls)]
+        raise EncodeError(
+            f"expected {n + 1} offsets ascending within the data's {len(raw)} bytes",
+            path + ".offsets",
+        )
+    return [None if null else raw[offsets[i] : offsets[i + 1]] for i, null in enumerate(nulls)]
 
 
 def _column_records(cols):
@@ -289,8 +308,9 @@ def _column_records(cols):
     hvalues = _binary_values(getattr(headers, "value", None), hn, "headers.value")
     rows = _array(getattr(headers, "offsets", None), "iu", "headers.offsets", "integer").tolist()
     if len(rows) != n + 1 or rows[0] != 0 or not _ascending(rows, 0, hn) or rows[-1] != hn:
-        raise EncodeError(f"expected {n + 1} header rows ascending from 0 to the {hn} headers",
-                          "headers.offsets")
+        raise EncodeError(
+            f"expected {n + 1} header rows ascending from 0 to the {hn} headers", "headers.offsets"
+        )
     if None in hkeys:
         raise EncodeError("a header key is null", "headers.key")
     try:
@@ -298,8 +318,10 @@ def _column_records(cols):
     except UnicodeDecodeError:
         raise EncodeError("a header key is not UTF-8", "headers.key") from None
     pairs = list(zip(names, hvalues))
-    return [Record(offset[i], timestamp[i], keys[i], values[i], pairs[rows[i]:rows[i + 1]])
-            for i in range(n)]
+    return [
+        Record(offset[i], timestamp[i], keys[i], values[i], pairs[rows[i] : rows[i + 1]])
+        for i in range(n)
+    ]
 
 
 def encode_records(records, base_offset, now):
@@ -322,7 +344,11 @@ def encode_records(records, base_offset, now):
     delta = 0
     for i, r in enumerate(records):
         path = f"records[{i}]"
-        delta = i if r.offset is None else _check_int(r.offset, *INT64, path + ".offset", "offset") - base_offset
+        delta = (
+            i
+            if r.offset is None
+            else _check_int(r.offset, *INT64, path + ".offset", "offset") - base_offset
+        )
         _check_int(delta, -(1 << 31), (1 << 31) - 1, path + ".offset", "offset delta")
         ts_delta = _check_int(stamps[i] - first, *INT64, path + ".timestamp", "timestamp delta")
         rec.clear()
@@ -338,8 +364,9 @@ def encode_records(records, base_offset, now):
                 rec += v
         headers = r.headers
         if not isinstance(headers, (list, tuple)):
-            raise EncodeError(f"expected a list of (str, bytes), got {type(headers).__name__}",
-                              f"{path}.headers")
+            raise EncodeError(
+                f"expected a list of (str, bytes), got {type(headers).__name__}", f"{path}.headers"
+            )
         _zigzag(rec, len(headers))
         for j, h in enumerate(headers):
             hpath = f"{path}.headers[{j}]"
@@ -362,16 +389,38 @@ def encode_records(records, base_offset, now):
 _HEADER = struct.Struct(">" + "".join(fmt for _, fmt in _wire.BATCH_HEADER))
 
 
-def encode_batch(records, base_offset, now, partition_leader_epoch, attributes, producer_id,
-                 producer_epoch, base_sequence):
+def encode_batch(
+    records,
+    base_offset,
+    now,
+    partition_leader_epoch,
+    attributes,
+    producer_id,
+    producer_epoch,
+    base_sequence,
+):
     """A whole uncompressed batch: the header (fields checked by the caller), the records
     and the CRC32C of bytes 21.. (see _batches for the layout)."""
     body, count, last_delta, first, top = encode_records(records, base_offset, now)
     if len(body) > 0x7FFFFFFF - (_HEADER.size - 12):
         raise EncodeError("the batch would exceed 2147483647 bytes")
-    out = bytearray(_HEADER.pack(base_offset, _HEADER.size - 12 + len(body), partition_leader_epoch,
-                                 2, 0, attributes, last_delta, first, top, producer_id,
-                                 producer_epoch, base_sequence, count))
+    out = bytearray(
+        _HEADER.pack(
+            base_offset,
+            _HEADER.size - 12 + len(body),
+            partition_leader_epoch,
+            2,
+            0,
+            attributes,
+            last_delta,
+            first,
+            top,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    )
     out += body
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
     return bytes(out)

@@ -3,6 +3,7 @@ be, how unknown tags are checked and merged, what decode's options and a version
 be. The pure readers and writers (_pure), the compiled core (_core, _engine) and the
 message classes import them from here; none of them repeats one.
 """
+
 import uuid as _uuid
 
 from . import errors as _e
@@ -22,8 +23,9 @@ def index(v):
     r = v.__index__()
     if type(r) is not int:
         if not isinstance(r, int):
-            raise EncodeError(f"__index__ of {type(v).__name__} returned "
-                              f"{type(r).__name__}, not int")
+            raise EncodeError(
+                f"__index__ of {type(v).__name__} returned {type(r).__name__}, not int"
+            )
         r = int.__index__(r)
     return r
 
@@ -92,16 +94,19 @@ def tag_items(unknown):
     """[(tag, bytes)] of an unknown_tagged_fields dict: tags are ints in 0-2147483647
     (what a reader accepts), values bytes-like. A dict subclass is read as it stores."""
     if not isinstance(unknown, dict):
-        raise EncodeError(f"expected a dict of tag -> bytes, got {type(unknown).__name__}",
-                          "unknown_tagged_fields")
+        raise EncodeError(
+            f"expected a dict of tag -> bytes, got {type(unknown).__name__}",
+            "unknown_tagged_fields",
+        )
     out = []
     for tag, payload in list(dict.items(unknown)):
         if type(tag) is not int or not 0 <= tag <= MAX_TAG:
             shown = _e.show(tag) if type(tag) is int else f"of type {type(tag).__name__}"
             raise EncodeError(f"tag {shown} is not an int in 0-2147483647", "unknown_tagged_fields")
         if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise EncodeError(f"tag {tag}: expected bytes, got {type(payload).__name__}",
-                              "unknown_tagged_fields")
+            raise EncodeError(
+                f"tag {tag}: expected bytes, got {type(payload).__name__}", "unknown_tagged_fields"
+            )
         try:
             out.append((tag, payload if type(payload) is bytes else raw_bytes(payload)))
         except EncodeError as x:
@@ -196,12 +201,32 @@ def parse_array_type(type_name):
 
 # The primitive API's type names (encode(type, value) and decode(type, data) of _pure
 # and _core: the primitive test vectors and tools).
-_SCALARS = ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool", "uuid",
-            "uvarint",
-            "string", "nullable_string", "compact_string", "compact_nullable_string",
-            "bytes", "nullable_bytes", "compact_bytes", "compact_nullable_bytes",
-            "tagged_fields")
+_SCALARS = (
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint16",
+    "uint32",
+    "float64",
+    "bool",
+    "uuid",
+    "uvarint",
+    "string",
+    "nullable_string",
+    "compact_string",
+    "compact_nullable_string",
+    "bytes",
+    "nullable_bytes",
+    "compact_bytes",
+    "compact_nullable_bytes",
+    "tagged_fields",
+)
 _ELEMENTS = ("int16", "int32", "int64", "string")
-_ARRAY_PREFIXES = {"array": (False, False), "nullable_array": (False, True),
-                   "compact_array": (True, False), "compact_nullable_array": (True, True)}
+_ARRAY_PREFIXES = {
+    "array": (False, False),
+    "nullable_array": (False, True),
+    "compact_array": (True, False),
+    "compact_nullable_array": (True, True),
+}
 PRIMITIVE_TYPES = _SCALARS + tuple(f"{p}[{e}]" for p in _ARRAY_PREFIXES for e in _ELEMENTS)

@@ -2,6 +2,7 @@
 
 Read by the wire layouts (`_layout`), both engines, `explain` and the stub tool; nothing on the hot path.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,19 +51,19 @@ def snake_case(name: str) -> str:
 
 @dataclass
 class Field:
-    name: str                  # schema name, CamelCase
-    type: str                  # as written: "int32", "[]string", "MemberIdentity"
+    name: str  # schema name, CamelCase
+    type: str  # as written: "int32", "[]string", "MemberIdentity"
     versions: Versions
     nullable: Versions
-    default: object            # Python value; None for null
+    default: object  # Python value; None for null
     has_default: bool
     ignorable: bool
     tag: int | None
     tagged: Versions
     flexible_override: Versions | None
     doc: str
-    struct: "Struct | None" = None   # for struct or []struct types
-    columns: str | None = None       # []struct fields with a columnar form (arrays="numpy")
+    struct: "Struct | None" = None  # for struct or []struct types
+    columns: str | None = None  # []struct fields with a columnar form (arrays="numpy")
 
     @property
     def py_name(self) -> str:
@@ -115,7 +116,7 @@ class Field:
 class Struct:
     name: str
     fields: list[Field]
-    owner: str                       # the message whose namespace it lives in
+    owner: str  # the message whose namespace it lives in
     doc: str = ""
     nested: list["Struct"] = field(default_factory=list)
 
@@ -123,13 +124,13 @@ class Struct:
 @dataclass
 class Message:
     name: str
-    kind: str                        # request | response | header
+    kind: str  # request | response | header
     api_key: int | None
     versions: Versions
     flexible: Versions
     doc: str
     root: Struct
-    structs: list[Struct]            # every struct besides the root, dependencies first
+    structs: list[Struct]  # every struct besides the root, dependencies first
 
     def is_flexible(self, version: int) -> bool:
         return version in self.flexible
@@ -164,11 +165,16 @@ def descriptions() -> tuple[dict, dict]:
 def describe(message_name: str, struct_name: str, field_name: str) -> str:
     """A field's meaning from the descriptions table, most specific entry first."""
     by_name, by_place = descriptions()
-    return (by_place.get(f"{message_name}.{struct_name}.{field_name}")
-            or by_place.get(f"{struct_name}.{field_name}") or by_name.get(field_name, ""))
+    return (
+        by_place.get(f"{message_name}.{struct_name}.{field_name}")
+        or by_place.get(f"{struct_name}.{field_name}")
+        or by_name.get(field_name, "")
+    )
 
 
-def _build(message_name: str, raw_fields, shared: dict, out: list, struct_name: str, doc="") -> Struct:
+def _build(
+    message_name: str, raw_fields, shared: dict, out: list, struct_name: str, doc=""
+) -> Struct:
     fields = []
     for rf in raw_fields:
         f = Field(
@@ -210,7 +216,9 @@ def load_file(path: Path) -> Message:
     out: list[Struct] = []
     shared: dict[str, Struct] = {}
     for rs in raw.get("structs", []):
-        shared[rs["name"]] = _build(raw["name"], rs["fields"], shared, out, rs["name"], rs.get("doc", ""))
+        shared[rs["name"]] = _build(
+            raw["name"], rs["fields"], shared, out, rs["name"], rs.get("doc", "")
+        )
     root = _build(raw["name"], raw["fields"], shared, out, raw["name"], raw.get("doc", ""))
     return Message(
         name=raw["name"],

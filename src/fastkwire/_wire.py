@@ -5,28 +5,45 @@ The engines, the layouts, explain, the record kernels and the batch layer read t
 the compiled modules check at import that their enums say the same (a mismatch is an
 ImportError, never a silent disagreement).
 """
+
 from typing import NamedTuple
 
 # ---------------------------------------------------------------- field kinds
 # How the engines read and write a field. The compiled engine's enum (_engine.pyx)
 # numbers them the same way.
-(K_BOOL, K_I8, K_I16, K_I32, K_I64, K_U16, K_U32, K_F64, K_UUID,
- K_STRING, K_BYTES, K_STRUCT, K_STRUCTS, K_INTS, K_STRINGS, K_SCALARS) = range(16)
+(
+    K_BOOL,
+    K_I8,
+    K_I16,
+    K_I32,
+    K_I64,
+    K_U16,
+    K_U32,
+    K_F64,
+    K_UUID,
+    K_STRING,
+    K_BYTES,
+    K_STRUCT,
+    K_STRUCTS,
+    K_INTS,
+    K_STRINGS,
+    K_SCALARS,
+) = range(16)
 
 # How a field's default is tested and made (_engine.pyx's enum).
 D_VALUE = 0  # a shared immutable value, compared with ==
-D_IS = 1     # None, True or False: compared by identity
-D_LIST = 2   # a new empty list; "default" means empty
-D_NEW = 3    # a new struct of defaults (never-null struct fields); compared with ==
+D_IS = 1  # None, True or False: compared by identity
+D_LIST = 2  # a new empty list; "default" means empty
+D_NEW = 3  # a new struct of defaults (never-null struct fields); compared with ==
 
 
 class Primitive(NamedTuple):
     """A primitive type of the schemas."""
 
     kind: int
-    width: int | None       # bytes on the wire, when fixed
-    range: tuple | None     # (lowest, highest) of an integer type
-    fmt: str | None         # its struct format (big-endian), when fixed
+    width: int | None  # bytes on the wire, when fixed
+    range: tuple | None  # (lowest, highest) of an integer type
+    fmt: str | None  # its struct format (big-endian), when fixed
 
 
 PRIMITIVES = {
@@ -56,15 +73,15 @@ def min_size(type_name: str, compact: bool) -> int:
         return width
     if type_name == "string":
         return 1 if compact else 2  # an empty string: its length
-    return 1 if compact else 4      # bytes, records
+    return 1 if compact else 4  # bytes, records
 
 
 # ---------------------------------------------------------------- limits
 
-MAX_VERSION = 0x7FFF          # an API version is an int16
-MAX_STRING = 0x7FFF           # a string's length is an int16
-MAX_MESSAGE = 0x7FFFFFFF      # a frame's size is an int32
-MAX_TAG = 0x7FFFFFFF          # a tag is an int32 (Kafka reads larger ones as negative)
+MAX_VERSION = 0x7FFF  # an API version is an int16
+MAX_STRING = 0x7FFF  # a string's length is an int16
+MAX_MESSAGE = 0x7FFFFFFF  # a frame's size is an int32
+MAX_TAG = 0x7FFFFFFF  # a tag is an int32 (Kafka reads larger ones as negative)
 # The longest array or bytes value a length can carry: an int32, or a compact one (an
 # unsigned varint of n + 1, at most 32 bits).
 MAX_LENGTH = (0x7FFFFFFF, 0xFFFFFFFE)
@@ -79,10 +96,21 @@ RECORD_VIEWS = 2  # records="view"
 # RecordBatch v2's header (61 bytes, big-endian), field by field: (name, struct format).
 # The batch length counts the bytes after its own field; the CRC (CRC32C) covers the
 # bytes from the attributes to the end; the record count is outside the compression.
-BATCH_HEADER = (("base_offset", "q"), ("batch_length", "i"), ("partition_leader_epoch", "i"),
-                ("magic", "b"), ("crc", "I"), ("attributes", "h"), ("last_offset_delta", "i"),
-                ("base_timestamp", "q"), ("max_timestamp", "q"), ("producer_id", "q"),
-                ("producer_epoch", "h"), ("base_sequence", "i"), ("record_count", "i"))
+BATCH_HEADER = (
+    ("base_offset", "q"),
+    ("batch_length", "i"),
+    ("partition_leader_epoch", "i"),
+    ("magic", "b"),
+    ("crc", "I"),
+    ("attributes", "h"),
+    ("last_offset_delta", "i"),
+    ("base_timestamp", "q"),
+    ("max_timestamp", "q"),
+    ("producer_id", "q"),
+    ("producer_epoch", "h"),
+    ("base_sequence", "i"),
+    ("record_count", "i"),
+)
 _SIZES = {"b": 1, "h": 2, "i": 4, "I": 4, "q": 8}
 # Where each header field starts.
 BATCH_OFFSETS = {}

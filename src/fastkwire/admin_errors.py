@@ -7,6 +7,7 @@ The connection layer has its own errors (`fastkwire.connection_errors`); each ad
 that stands for one of them subclasses it, and `admin_error` turns a connection error
 that reaches an admin call into its admin twin (same message, same `.error`).
 """
+
 from .connection_errors import (
     BadResponseError,
     KafkaBrokerError,
@@ -22,10 +23,23 @@ from .connection_errors import (
 )
 
 __all__ = [
-    "AdminError", "BrokerConnectionError", "AdminTimeoutError", "ResponseError", "BrokerError",
-    "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
-    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "SecurityError",
-    "SaslAuthenticationError", "UnsupportedSaslMechanismError", "TlsError", "TlsCertificateError",
+    "AdminError",
+    "BrokerConnectionError",
+    "AdminTimeoutError",
+    "ResponseError",
+    "BrokerError",
+    "BrokerTooOldError",
+    "GroupNotFoundError",
+    "GroupAuthorizationError",
+    "GroupStateError",
+    "MemberRemovalError",
+    "UnknownInstanceError",
+    "FencedInstanceError",
+    "SecurityError",
+    "SaslAuthenticationError",
+    "UnsupportedSaslMechanismError",
+    "TlsError",
+    "TlsCertificateError",
     "admin_error",
 ]
 
@@ -103,12 +117,19 @@ class FencedInstanceError(MemberRemovalError):
 
 
 # Each connection error's admin twin, most specific first.
-_TWINS = [(TlsVerifyError, TlsCertificateError), (TlsHandshakeError, TlsError),
-          (SaslMechanismError, UnsupportedSaslMechanismError), (SaslAuthError, SaslAuthenticationError),
-          (KafkaSecurityError, SecurityError), (KafkaTimeoutError, AdminTimeoutError),
-          (NoCommonVersionError, BrokerTooOldError), (KafkaBrokerError, BrokerError),
-          (BadResponseError, ResponseError), (KafkaConnectionError, BrokerConnectionError),
-          (KafkaClientError, AdminError)]
+_TWINS = [
+    (TlsVerifyError, TlsCertificateError),
+    (TlsHandshakeError, TlsError),
+    (SaslMechanismError, UnsupportedSaslMechanismError),
+    (SaslAuthError, SaslAuthenticationError),
+    (KafkaSecurityError, SecurityError),
+    (KafkaTimeoutError, AdminTimeoutError),
+    (NoCommonVersionError, BrokerTooOldError),
+    (KafkaBrokerError, BrokerError),
+    (BadResponseError, ResponseError),
+    (KafkaConnectionError, BrokerConnectionError),
+    (KafkaClientError, AdminError),
+]
 
 
 def admin_error(exc):

@@ -17,6 +17,7 @@ Exit codes: 0 done (every member removed; a dry run that could list what it woul
 failed as a whole (connection, TLS, SASL, timeout, old broker, authorization, group state).
 `fastkwire explain`: 0 shown, 1 a malformed frame, 2 bad usage.
 """
+
 import argparse
 import json
 import os
@@ -54,17 +55,29 @@ DEFAULT_TIMEOUT = 30.0
 MIN_TIMEOUT = 0.001  # the client counts in milliseconds
 MAX_TIMEOUT = MAX_TIMEOUT_MS / 1000
 SECRET_OPTIONS = ("--sasl-password", "--ssl-password")
-PASSWORD_ENV = {"sasl_plain_password": "FASTKWIRE_SASL_PASSWORD", "ssl_password": "FASTKWIRE_SSL_PASSWORD"}
+PASSWORD_ENV = {
+    "sasl_plain_password": "FASTKWIRE_SASL_PASSWORD",
+    "ssl_password": "FASTKWIRE_SSL_PASSWORD",
+}
 TOKEN_ENV = "FASTKWIRE_SASL_OAUTH_TOKEN"  # a bearer token is never taken as a flag
 # The flag of each library parameter: errors name what the user typed (OptionError.render),
 # the library keeps its parameter names.
 FLAGS = {
-    "group_id": "--group", "group_instance_ids": "--instance-id", "member_ids": "--member-id",
-    "remove_all": "--all", "reason": "--reason", "security_protocol": "--security-protocol",
-    "ssl_cafile": "--ssl-cafile", "ssl_certfile": "--ssl-certfile", "ssl_keyfile": "--ssl-keyfile",
-    "ssl_password": "--ssl-password", "ssl_check_hostname": "--no-ssl-check-hostname",
-    "sasl_mechanism": "--sasl-mechanism", "sasl_plain_username": "--sasl-username",
-    "sasl_plain_password": "--sasl-password", "sasl_oauth_token_provider": TOKEN_ENV,
+    "group_id": "--group",
+    "group_instance_ids": "--instance-id",
+    "member_ids": "--member-id",
+    "remove_all": "--all",
+    "reason": "--reason",
+    "security_protocol": "--security-protocol",
+    "ssl_cafile": "--ssl-cafile",
+    "ssl_certfile": "--ssl-certfile",
+    "ssl_keyfile": "--ssl-keyfile",
+    "ssl_password": "--ssl-password",
+    "ssl_check_hostname": "--no-ssl-check-hostname",
+    "sasl_mechanism": "--sasl-mechanism",
+    "sasl_plain_username": "--sasl-username",
+    "sasl_plain_password": "--sasl-password",
+    "sasl_oauth_token_provider": TOKEN_ENV,
 }
 FILE_OPTIONS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
 
@@ -84,7 +97,11 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         if message.startswith("unrecognized arguments: "):
             # A misspelt secret option is unrecognized, and so is its value: show names only.
-            names = [a.split("=", 1)[0] for a in message[len("unrecognized arguments: "):].split() if a[:1] == "-"]
+            names = [
+                a.split("=", 1)[0]
+                for a in message[len("unrecognized arguments: ") :].split()
+                if a[:1] == "-"
+            ]
             message = f"unrecognized arguments: {' '.join(names) or '(values not shown)'}"
         for secret in self._secrets:
             message = message.replace(secret, "***")
@@ -106,33 +123,69 @@ def _secrets_in(args):
 
 
 def _connection_arguments(parser):
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="brokers to start from, comma-separated; the next is tried when one fails")
+    parser.add_argument(
+        "--bootstrap-server",
+        required=True,
+        metavar="HOST:PORT",
+        help="brokers to start from, comma-separated; the next is tried when one fails",
+    )
     parser.add_argument("--group", required=True, metavar="G", help="the consumer group id")
-    parser.add_argument("--timeout", type=_timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"give up after this long, retries included (default {DEFAULT_TIMEOUT:g}, "
-                             f"at most {MAX_TIMEOUT:g}: a day)")
+    parser.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"give up after this long, retries included (default {DEFAULT_TIMEOUT:g}, "
+        f"at most {MAX_TIMEOUT:g}: a day)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--max-members", type=_positive, default=DEFAULT_MAX_GROUP_MEMBERS, metavar="N",
-                        help="refuse a group description listing more members than this, before decoding it "
-                             f"(default {DEFAULT_MAX_GROUP_MEMBERS})")
-    security = parser.add_argument_group("security (flags win over the environment and --command-config)")
-    security.add_argument("--command-config", metavar="FILE",
-                          help="Java client properties: security.protocol, sasl.mechanism, sasl.jaas.config, "
-                               "ssl.truststore.location (PEM), ssl.keystore.location (PEM), ...")
+    parser.add_argument(
+        "--max-members",
+        type=_positive,
+        default=DEFAULT_MAX_GROUP_MEMBERS,
+        metavar="N",
+        help="refuse a group description listing more members than this, before decoding it "
+        f"(default {DEFAULT_MAX_GROUP_MEMBERS})",
+    )
+    security = parser.add_argument_group(
+        "security (flags win over the environment and --command-config)"
+    )
+    security.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="Java client properties: security.protocol, sasl.mechanism, sasl.jaas.config, "
+        "ssl.truststore.location (PEM), ssl.keystore.location (PEM), ...",
+    )
     security.add_argument("--security-protocol", choices=SECURITY_PROTOCOLS, type=str.upper)
-    security.add_argument("--ssl-cafile", metavar="PEM", help="CA certificates to trust the brokers with")
-    security.add_argument("--ssl-certfile", metavar="PEM", help="client certificate (for brokers that ask)")
+    security.add_argument(
+        "--ssl-cafile", metavar="PEM", help="CA certificates to trust the brokers with"
+    )
+    security.add_argument(
+        "--ssl-certfile", metavar="PEM", help="client certificate (for brokers that ask)"
+    )
     security.add_argument("--ssl-keyfile", metavar="PEM", help="the client certificate's key")
-    security.add_argument("--ssl-password", metavar="TEXT",
-                          help="the key's password (better: FASTKWIRE_SSL_PASSWORD in the environment)")
-    security.add_argument("--no-ssl-check-hostname", action="store_true",
-                          help="do not check the broker's host name against its certificate")
-    security.add_argument("--sasl-mechanism", choices=MECHANISMS, type=str.upper,
-                          help=f"OAUTHBEARER takes its token from {TOKEN_ENV} in the environment")
+    security.add_argument(
+        "--ssl-password",
+        metavar="TEXT",
+        help="the key's password (better: FASTKWIRE_SSL_PASSWORD in the environment)",
+    )
+    security.add_argument(
+        "--no-ssl-check-hostname",
+        action="store_true",
+        help="do not check the broker's host name against its certificate",
+    )
+    security.add_argument(
+        "--sasl-mechanism",
+        choices=MECHANISMS,
+        type=str.upper,
+        help=f"OAUTHBEARER takes its token from {TOKEN_ENV} in the environment",
+    )
     security.add_argument("--sasl-username", metavar="USER")
-    security.add_argument("--sasl-password", metavar="TEXT",
-                          help="(better: FASTKWIRE_SASL_PASSWORD in the environment, or --command-config)")
+    security.add_argument(
+        "--sasl-password",
+        metavar="TEXT",
+        help="(better: FASTKWIRE_SASL_PASSWORD in the environment, or --command-config)",
+    )
 
 
 def _security(args, warn):
@@ -142,47 +195,73 @@ def _security(args, warn):
     # value from the file is never shown (a trailing backslash can join a secret to it); a
     # path from a flag is: the user typed it there.
     names = args.option_names
-    options = security_options(read_properties(args.command_config), warn) if args.command_config else {}
-    names.update({o: f"{OPTION_KEYS[o]} in {args.command_config}" for o in options if o in OPTION_KEYS})
+    options = (
+        security_options(read_properties(args.command_config), warn) if args.command_config else {}
+    )
+    names.update(
+        {o: f"{OPTION_KEYS[o]} in {args.command_config}" for o in options if o in OPTION_KEYS}
+    )
     for option, variable in PASSWORD_ENV.items():
         if os.environ.get(variable):
             options[option] = os.environ[variable]
             names[option] = variable
-    flags = {"security_protocol": args.security_protocol, "ssl_cafile": args.ssl_cafile,
-             "ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile, "ssl_password": args.ssl_password,
-             "sasl_mechanism": args.sasl_mechanism, "sasl_plain_username": args.sasl_username,
-             "sasl_plain_password": args.sasl_password}
+    flags = {
+        "security_protocol": args.security_protocol,
+        "ssl_cafile": args.ssl_cafile,
+        "ssl_certfile": args.ssl_certfile,
+        "ssl_keyfile": args.ssl_keyfile,
+        "ssl_password": args.ssl_password,
+        "sasl_mechanism": args.sasl_mechanism,
+        "sasl_plain_username": args.sasl_username,
+        "sasl_plain_password": args.sasl_password,
+    }
     for option, value in flags.items():
         if value is not None:
             options[option] = value
-            names[option] = f"{FLAGS[option]} {value!r}" if option in FILE_OPTIONS else FLAGS[option]
+            names[option] = (
+                f"{FLAGS[option]} {value!r}" if option in FILE_OPTIONS else FLAGS[option]
+            )
     if args.no_ssl_check_hostname:
         options["ssl_check_hostname"] = False
         names["ssl_check_hostname"] = FLAGS["ssl_check_hostname"]
     if options.get("sasl_mechanism") == "OAUTHBEARER":
         token = os.environ.get(TOKEN_ENV)
         if not token:
-            raise ValueError(f"sasl mechanism OAUTHBEARER takes its token from {TOKEN_ENV}, which is not set")
+            raise ValueError(
+                f"sasl mechanism OAUTHBEARER takes its token from {TOKEN_ENV}, which is not set"
+            )
         options["sasl_oauth_token_provider"] = lambda: token
-    sasl_given = [k for k in ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password") if options.get(k)]
+    sasl_given = [
+        k
+        for k in ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
+        if options.get(k)
+    ]
     protocol = options.get("security_protocol", "PLAINTEXT")
     # An unknown protocol is Security's to refuse; it may be a secret that a stray trailing
     # backslash in the file joined to it, so it is never quoted. TLS options without TLS are
     # refused by Security too.
     if sasl_given and protocol in SECURITY_PROTOCOLS and not protocol.startswith("SASL_"):
-        raise ValueError(f"SASL options are given, but security protocol {protocol} uses no SASL: "
-                         "add --security-protocol SASL_SSL (or SASL_PLAINTEXT)")
-    exposed = {"--sasl-password": (args.sasl_password, PASSWORD_ENV["sasl_plain_password"]),
-               "--ssl-password": (args.ssl_password, PASSWORD_ENV["ssl_password"])}
+        raise ValueError(
+            f"SASL options are given, but security protocol {protocol} uses no SASL: "
+            "add --security-protocol SASL_SSL (or SASL_PLAINTEXT)"
+        )
+    exposed = {
+        "--sasl-password": (args.sasl_password, PASSWORD_ENV["sasl_plain_password"]),
+        "--ssl-password": (args.ssl_password, PASSWORD_ENV["ssl_password"]),
+    }
     for flag, (value, variable) in exposed.items():
         if value is not None:
-            warn(f"{flag} on the command line is visible to other users of this machine (ps): prefer "
-                 f"{variable} in the environment, or --command-config")
+            warn(
+                f"{flag} on the command line is visible to other users of this machine (ps): prefer "
+                f"{variable} in the environment, or --command-config"
+            )
     mechanism = options.get("sasl_mechanism", "PLAIN")
     if protocol == "SASL_PLAINTEXT" and mechanism in ("PLAIN", "OAUTHBEARER"):
         what = "the password" if mechanism == "PLAIN" else "the token"
-        warn(f"SASL {mechanism} over SASL_PLAINTEXT sends {what} unencrypted: anyone on the network path can "
-             "read it (use SASL_SSL)")
+        warn(
+            f"SASL {mechanism} over SASL_PLAINTEXT sends {what} unencrypted: anyone on the network path can "
+            "read it (use SASL_SSL)"
+        )
     return options
 
 
@@ -192,8 +271,12 @@ def _client(args, err):
 
     args.option_names = dict(FLAGS)
 
-    return AdminClient(args.bootstrap_server, request_timeout_ms=args.timeout * 1000,
-                       max_group_members=args.max_members, **_security(args, warn))
+    return AdminClient(
+        args.bootstrap_server,
+        request_timeout_ms=args.timeout * 1000,
+        max_group_members=args.max_members,
+        **_security(args, warn),
+    )
 
 
 def _positive(text):
@@ -209,7 +292,8 @@ def _timeout(text):
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not MIN_TIMEOUT <= value <= MAX_TIMEOUT:  # also refuses nan and inf
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not between {MIN_TIMEOUT:g} and {MAX_TIMEOUT:g} seconds (a day)")
+            f"{text!r} is not between {MIN_TIMEOUT:g} and {MAX_TIMEOUT:g} seconds (a day)"
+        )
     return value
 
 
@@ -218,9 +302,12 @@ def _timeout(text):
 
 def add_describe_group(subparsers):
     parser = subparsers.add_parser(
-        "describe-group", allow_abbrev=False, help="show a consumer group: state, members, their partitions",
+        "describe-group",
+        allow_abbrev=False,
+        help="show a consumer group: state, members, their partitions",
         description="Describe a consumer group: its state and protocol, and each member's id, "
-                    "group.instance.id, client id, host and assigned partitions.")
+        "group.instance.id, client id, host and assigned partitions.",
+    )
     _connection_arguments(parser)
     parser.set_defaults(run=run_describe_group)
     return parser
@@ -252,26 +339,44 @@ def _members(n):
 def _assignment_text(member):
     if member.assignment_error:
         return f"(unreadable: {member.assignment_error})"
-    return " ".join(f"{t}:{','.join(str(p) for p in parts)}" for t, parts in sorted(member.assignment.items()))
+    return " ".join(
+        f"{t}:{','.join(str(p) for p in parts)}" for t, parts in sorted(member.assignment.items())
+    )
 
 
 def _print_group(group, out):
     c = group.coordinator
     protocol = "/".join(x for x in (group.protocol_type, group.protocol) if x) or "-"
-    print(f"Group {printable(repr(group.group_id))}: state {printable(group.state or '-')}, protocol "
-          f"{printable(protocol)}, coordinator {printable(c.address)} (node {c.node_id}), "
-          f"{_members(len(group.members))} ({group.api})", file=out)
+    print(
+        f"Group {printable(repr(group.group_id))}: state {printable(group.state or '-')}, protocol "
+        f"{printable(protocol)}, coordinator {printable(c.address)} (node {c.node_id}), "
+        f"{_members(len(group.members))} ({group.api})",
+        file=out,
+    )
     if group.exists is False:
         print("The group does not exist (or has no members and no offsets).", file=out)
     elif group.exists is None:
-        print("The group has no members. The broker's answer (state Empty) does not tell an empty group from "
-              "one that does not exist.", file=out)
+        print(
+            "The group has no members. The broker's answer (state Empty) does not tell an empty group from "
+            "one that does not exist.",
+            file=out,
+        )
     if not group.members:
         return
     rows = [("MEMBER ID", "INSTANCE ID", "CLIENT ID", "HOST", "ASSIGNMENT")]
     for m in group.members:
-        rows.append(tuple(printable(x) for x in (m.member_id, "-" if m.group_instance_id is None else m.group_instance_id,
-                                                  m.client_id, m.client_host, _assignment_text(m) or "-")))
+        rows.append(
+            tuple(
+                printable(x)
+                for x in (
+                    m.member_id,
+                    "-" if m.group_instance_id is None else m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    _assignment_text(m) or "-",
+                )
+            )
+        )
     _print_rows(rows, out)
 
 
@@ -287,27 +392,50 @@ def _print_rows(rows, out):
 def _remove_members_arguments(parser):
     _connection_arguments(parser)
     which = parser.add_argument_group("members (at least one, or --all)")
-    which.add_argument("--instance-id", action="append", metavar="ID", dest="instance_ids", default=[],
-                       help="group.instance.id of a static member to remove (repeat for more)")
-    which.add_argument("--member-id", action="append", metavar="ID", dest="member_ids", default=[],
-                       help="member id of a member to remove, e.g. a dynamic one (repeat for more)")
-    which.add_argument("--all", action="store_true", dest="remove_all",
-                       help="describe the group, then remove every member")
-    parser.add_argument("--reason", metavar="TEXT",
-                        help="why the members leave; brokers with LeaveGroup v5+ log it")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="find the coordinator and describe the group, print what would be removed and "
-                             "which named members are not in the group; send nothing")
+    which.add_argument(
+        "--instance-id",
+        action="append",
+        metavar="ID",
+        dest="instance_ids",
+        default=[],
+        help="group.instance.id of a static member to remove (repeat for more)",
+    )
+    which.add_argument(
+        "--member-id",
+        action="append",
+        metavar="ID",
+        dest="member_ids",
+        default=[],
+        help="member id of a member to remove, e.g. a dynamic one (repeat for more)",
+    )
+    which.add_argument(
+        "--all",
+        action="store_true",
+        dest="remove_all",
+        help="describe the group, then remove every member",
+    )
+    parser.add_argument(
+        "--reason", metavar="TEXT", help="why the members leave; brokers with LeaveGroup v5+ log it"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="find the coordinator and describe the group, print what would be removed and "
+        "which named members are not in the group; send nothing",
+    )
     parser.set_defaults(run=run_remove_members)
     return parser
 
 
 def add_remove_members(subparsers):
     parser = subparsers.add_parser(
-        "remove-members", allow_abbrev=False, help="remove members from a consumer group (rebalances at once)",
+        "remove-members",
+        allow_abbrev=False,
+        help="remove members from a consumer group (rebalances at once)",
         description="Remove members from a consumer group, by group.instance.id (static members, KIP-345), "
-                    "by member id, or all of them, so that the group rebalances now instead of after "
-                    "the session timeout.")
+        "by member id, or all of them, so that the group rebalances now instead of after "
+        "the session timeout.",
+    )
     return _remove_members_arguments(parser)
 
 
@@ -325,10 +453,13 @@ def run_remove_members(args, out=None, err=None):
         return _fail(args, exc, EXIT_USAGE, out, err)
     try:
         if args.dry_run:
-            plan = client.plan_removal(args.group, args.instance_ids, args.member_ids, args.remove_all)
+            plan = client.plan_removal(
+                args.group, args.instance_ids, args.member_ids, args.remove_all
+            )
         else:
-            result = client.remove_members(args.group, args.instance_ids, args.member_ids, args.remove_all,
-                                           reason=args.reason)
+            result = client.remove_members(
+                args.group, args.instance_ids, args.member_ids, args.remove_all, reason=args.reason
+            )
     except AdminError as exc:
         return _fail(args, exc, EXIT_FAILED, out, err)
     if args.dry_run:
@@ -347,13 +478,28 @@ def run_remove_members(args, out=None, err=None):
 def _fail(args, exc, code, out, err):
     """Report a failed request: JSON on stdout if asked, and one line on stderr. An option's
     error names the flag, variable or properties key the user gave it with."""
-    message = exc.render(getattr(args, "option_names", FLAGS)) if isinstance(exc, OptionError) else str(exc)
+    message = (
+        exc.render(getattr(args, "option_names", FLAGS))
+        if isinstance(exc, OptionError)
+        else str(exc)
+    )
     if args.json:
         error = getattr(exc, "error", None)
-        print(json.dumps({"group_id": args.group, "error": {
-            "type": type(exc).__name__, "message": message,
-            "error_code": error.code if error else None, "error_name": error.name if error else None,
-        }}, indent=2), file=out)
+        print(
+            json.dumps(
+                {
+                    "group_id": args.group,
+                    "error": {
+                        "type": type(exc).__name__,
+                        "message": message,
+                        "error_code": error.code if error else None,
+                        "error_name": error.name if error else None,
+                    },
+                },
+                indent=2,
+            ),
+            file=out,
+        )
     print(f"{args.prog}: error: {printable(message)}", file=err)
     return code
 
@@ -362,11 +508,17 @@ def _print_table(result, out):
     # Everything a broker or an argument put in these strings is escaped: one line per row.
     c = result.coordinator
     if not result.members:
-        print(f"Group {result.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}): the group has "
-              "no members, nothing was removed.", file=out)
+        print(
+            f"Group {result.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}): the group has "
+            "no members, nothing was removed.",
+            file=out,
+        )
         return
-    print(f"Group {result.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}), "
-          f"LeaveGroup v{result.leave_group_version}", file=out)
+    print(
+        f"Group {result.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}), "
+        f"LeaveGroup v{result.leave_group_version}",
+        file=out,
+    )
     # The columns of the ids the members were named by: instance ids, member ids, or both.
     by_member = {m.by_member_id for m in result.members}
     if by_member == {False}:
@@ -374,29 +526,46 @@ def _print_table(result, out):
     elif by_member == {True}:
         heads, ids = ("MEMBER ID",), lambda m: (m.member_id,)
     else:
-        heads, ids = ("MEMBER ID", "INSTANCE ID"), lambda m: (
-            m.member_id or "-", "-" if m.by_member_id else m.group_instance_id)
+        heads, ids = (
+            ("MEMBER ID", "INSTANCE ID"),
+            lambda m: (m.member_id or "-", "-" if m.by_member_id else m.group_instance_id),
+        )
     rows = [(*heads, "RESULT", "ERROR")]
     for m in result.members:
-        rows.append((*(printable(i) for i in ids(m)), "removed" if m.ok else "FAILED",
-                     "" if m.ok else printable(f"{m.error_name} ({m.error_code}): {m.describe()}")))
+        rows.append(
+            (
+                *(printable(i) for i in ids(m)),
+                "removed" if m.ok else "FAILED",
+                "" if m.ok else printable(f"{m.error_name} ({m.error_code}): {m.describe()}"),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
-        print("  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths)) + f"  {r[-1]}".rstrip(), file=out)
+        print(
+            "  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths)) + f"  {r[-1]}".rstrip(),
+            file=out,
+        )
     print(f"{len(result.removed)} of {len(result.members)} members removed.", file=out)
 
 
 def _print_plan(plan, out):
     g = plan.group
     c = g.coordinator
-    print(f"Group {g.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}), state "
-          f"{printable(g.state or '-')}, {_members(len(g.members))}. Dry run: nothing was sent.", file=out)
+    print(
+        f"Group {g.group_id!r}: coordinator {printable(c.address)} (node {c.node_id}), state "
+        f"{printable(g.state or '-')}, {_members(len(g.members))}. Dry run: nothing was sent.",
+        file=out,
+    )
     if plan.members:
         rows = [("WOULD REMOVE MEMBER ID", "INSTANCE ID")]
         by_instance = {m.group_instance_id: m.member_id for m in g.members}
         for member_id, instance_id in plan.members:
-            rows.append((printable(member_id or by_instance.get(instance_id, "")),
-                         "-" if instance_id is None else printable(instance_id)))
+            rows.append(
+                (
+                    printable(member_id or by_instance.get(instance_id, "")),
+                    "-" if instance_id is None else printable(instance_id),
+                )
+            )
         _print_rows(rows, out)
     else:
         print("No member would be removed.", file=out)
@@ -417,7 +586,8 @@ def _api_key(text: str) -> int:
         if name.lower() == wanted:
             return key
     raise argparse.ArgumentTypeError(
-        f"unknown API {text!r} (known: {', '.join(sorted(api_names().values()))})")
+        f"unknown API {text!r} (known: {', '.join(sorted(api_names().values()))})"
+    )
 
 
 def _from_hex(text: str) -> bytes | None:
@@ -446,27 +616,49 @@ def _limit(text: str) -> int | None:
 
 
 def configure_explain(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.description = ("Show a Kafka frame byte by byte: hex layout and an object tree "
-                          "with every field's offset, size, value and meaning.")
-    parser.add_argument("hex", nargs="*",
-                        help="the frame as hex, size prefix included (spaces allowed)")
-    parser.add_argument("-f", "--file",
-                        help="read the frame from a file (hex text or raw binary; - for stdin)")
-    parser.add_argument("--api", type=_api_key,
-                        help="for a response: its API, by name (LeaveGroup) or key (13)")
+    parser.description = (
+        "Show a Kafka frame byte by byte: hex layout and an object tree "
+        "with every field's offset, size, value and meaning."
+    )
+    parser.add_argument(
+        "hex", nargs="*", help="the frame as hex, size prefix included (spaces allowed)"
+    )
+    parser.add_argument(
+        "-f", "--file", help="read the frame from a file (hex text or raw binary; - for stdin)"
+    )
+    parser.add_argument(
+        "--api", type=_api_key, help="for a response: its API, by name (LeaveGroup) or key (13)"
+    )
     parser.add_argument("--version", type=int, help="for a response: its API version")
-    parser.add_argument("--example", metavar="NAME",
-                        help="explain a built-in smallest message instead: leave-group-v5, "
-                             "leave-group-v5-response, streams-group-heartbeat-v0, ...")
-    parser.add_argument("--json", action="store_true",
-                        help="print the decoded message as JSON instead of the layout")
-    parser.add_argument("--full", action="store_true",
-                        help="do not shorten long field descriptions")
-    parser.add_argument("--max-items", type=_limit, default=MAX_ITEMS, metavar="N",
-                        help=f"show at most N elements of each array (default {MAX_ITEMS}; 'all' "
-                             "for every one); the rest are checked and summed up in one line")
-    parser.add_argument("--hex-rows", type=_limit, default=HEX_ROWS, metavar="N",
-                        help=f"print at most N rows of the hex layout (default {HEX_ROWS}; 'all')")
+    parser.add_argument(
+        "--example",
+        metavar="NAME",
+        help="explain a built-in smallest message instead: leave-group-v5, "
+        "leave-group-v5-response, streams-group-heartbeat-v0, ...",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the decoded message as JSON instead of the layout",
+    )
+    parser.add_argument(
+        "--full", action="store_true", help="do not shorten long field descriptions"
+    )
+    parser.add_argument(
+        "--max-items",
+        type=_limit,
+        default=MAX_ITEMS,
+        metavar="N",
+        help=f"show at most N elements of each array (default {MAX_ITEMS}; 'all' "
+        "for every one); the rest are checked and summed up in one line",
+    )
+    parser.add_argument(
+        "--hex-rows",
+        type=_limit,
+        default=HEX_ROWS,
+        metavar="N",
+        help=f"print at most N rows of the hex layout (default {HEX_ROWS}; 'all')",
+    )
     add_capture_arguments(parser)
     return parser
 
@@ -527,11 +719,15 @@ def _response_hint(err) -> str:
     if readings is None:
         return ""
     if not readings:
-        return ("fastkwire explain: if this is a response, give --api and --version: a response "
-                "header does not say which API it answers (and no response of any API and "
-                "version reads these bytes exactly)\n")
-    return (f"fastkwire explain: if this is a response, it reads exactly as "
-            f"{reading_names(readings)}: give --api and --version to say which\n")
+        return (
+            "fastkwire explain: if this is a response, give --api and --version: a response "
+            "header does not say which API it answers (and no response of any API and "
+            "version reads these bytes exactly)\n"
+        )
+    return (
+        f"fastkwire explain: if this is a response, it reads exactly as "
+        f"{reading_names(readings)}: give --api and --version to say which\n"
+    )
 
 
 def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
@@ -549,8 +745,13 @@ def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
             if (args.api is None) != (args.version is None):
                 raise ValueError("a response needs both --api and --version")
             frame, api_key, version = _read_frame(args, stdin), args.api, args.version
-        root = explain(frame, api_key, version, max_items=args.max_items,
-                       try_responses=not args.example and api_key is None)
+        root = explain(
+            frame,
+            api_key,
+            version,
+            max_items=args.max_items,
+            try_responses=not args.example and api_key is None,
+        )
     except DecodeError as err:
         if not args.json:
             _write_lines(stdout, render_lines(frame, err.partial_tree, doc_width, args.hex_rows))
@@ -560,8 +761,11 @@ def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
         _write(stderr, f"fastkwire explain: {err}\n{_response_hint(err)}")
         return 2
     if "reading" in root.value:
-        _write(stderr, "fastkwire explain: read as a response (its reading: line says why); "
-                       "--api and --version choose another reading\n")
+        _write(
+            stderr,
+            "fastkwire explain: read as a response (its reading: line says why); "
+            "--api and --version choose another reading\n",
+        )
     if args.json:
         _write_json(stdout, message_value(frame, root))
     else:
@@ -577,7 +781,9 @@ def add_explain(subparsers):
 
 def explain_main(argv=None):
     """`python -m fastkwire.explain`: the same as `fastkwire explain`."""
-    return run_explain(configure_explain(argparse.ArgumentParser(prog="fastkwire explain")).parse_args(argv))
+    return run_explain(
+        configure_explain(argparse.ArgumentParser(prog="fastkwire explain")).parse_args(argv)
+    )
 
 
 # ---------------------------------------------------------------- dispatch
@@ -597,8 +803,9 @@ def build_parser(prog="fastkwire"):
     from . import __version__, implementation
 
     parser = _Parser(prog=prog, description="fastkwire: Kafka wire-protocol tools")
-    parser.add_argument("--version", action="version",
-                        version=f"fastkwire {__version__} ({implementation} core)")
+    parser.add_argument(
+        "--version", action="version", version=f"fastkwire {__version__} ({implementation} core)"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS.values():
         add(subparsers)
@@ -624,8 +831,11 @@ def _run(parser, argv):
     except Exception as exc:  # noqa: BLE001 - a command line prints errors, not tracebacks
         if os.environ.get("FASTKWIRE_DEBUG"):
             raise
-        print(f"{args.prog}: unexpected error: {type(exc).__name__}: {printable(exc)} "
-              "(set FASTKWIRE_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"{args.prog}: unexpected error: {type(exc).__name__}: {printable(exc)} "
+            "(set FASTKWIRE_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
 
 
@@ -637,9 +847,11 @@ def main(argv=None):
 def invoke_consumer_rebalance(argv=None):
     """`kafka-invoke-consumer-rebalance`: the KIP's script name for `fastkwire remove-members`."""
     parser = _Parser(
-        prog="kafka-invoke-consumer-rebalance", allow_abbrev=False,
+        prog="kafka-invoke-consumer-rebalance",
+        allow_abbrev=False,
         description="Remove static members from a consumer group by group.instance.id so that it "
-                    "rebalances at once (the same as `fastkwire remove-members`).")
+        "rebalances at once (the same as `fastkwire remove-members`).",
+    )
     _remove_members_arguments(parser)
     return _run(parser, argv)
 

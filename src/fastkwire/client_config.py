@@ -15,6 +15,7 @@ no host name check). Other keys are ignored with a warning (`UnusedConfigWarning
 Kafka's clients warn of configs they do not know. Errors never quote a value: a trailing
 backslash joins the next line to a value, and that line may hold a password.
 """
+
 import os
 import re
 import stat
@@ -23,13 +24,32 @@ import warnings
 from ._printable import printable
 from .sasl import MECHANISMS
 
-__all__ = ["read_properties", "parse_properties", "security_options", "UnusedConfigWarning", "KNOWN_KEYS"]
+__all__ = [
+    "read_properties",
+    "parse_properties",
+    "security_options",
+    "UnusedConfigWarning",
+    "KNOWN_KEYS",
+]
 
 MAX_FILE_BYTES = 1024 * 1024
-LOGIN_MODULES = {"PlainLoginModule": ("PLAIN",), "ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512")}
-KNOWN_KEYS = frozenset({
-    "security.protocol", "sasl.mechanism", "sasl.jaas.config", "ssl.truststore.location", "ssl.truststore.type",
-    "ssl.keystore.location", "ssl.keystore.type", "ssl.key.password", "ssl.endpoint.identification.algorithm"})
+LOGIN_MODULES = {
+    "PlainLoginModule": ("PLAIN",),
+    "ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+}
+KNOWN_KEYS = frozenset(
+    {
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.jaas.config",
+        "ssl.truststore.location",
+        "ssl.truststore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.type",
+        "ssl.key.password",
+        "ssl.endpoint.identification.algorithm",
+    }
+)
 STORE_TYPES = ("PEM", "JKS", "PKCS12")  # names Kafka knows, so they can be quoted
 KNOWN_MECHANISMS = (*MECHANISMS, "GSSAPI")
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
@@ -74,11 +94,14 @@ def _unescape(text):
 
 def _unescape_property(text):
     """Backslash escapes as Java's Properties reads them, \\uXXXX included."""
+
     def one(m):
         if m.group(1) is not None:
             return chr(int(m.group(1), 16))
         if m.group(2) == "u":
-            raise ValueError("the command config has a malformed \\uXXXX escape (four hex digits expected)")
+            raise ValueError(
+                "the command config has a malformed \\uXXXX escape (four hex digits expected)"
+            )
         return _ESCAPES.get(m.group(2), m.group(2))
 
     text = re.sub(r"\\(?:u([0-9a-fA-F]{4})|(.))", one, text, flags=re.S)
@@ -113,7 +136,7 @@ def parse_properties(text):
     props = {}
     for line in _logical_lines(text):
         key = _KEY.match(line)
-        value = line[_SEPARATOR.match(line, key.end()).end():]
+        value = line[_SEPARATOR.match(line, key.end()).end() :]
         props[_unescape_property(key.group())] = _unescape_property(value.rstrip())
     return props
 
@@ -132,7 +155,13 @@ def _jaas_tokens(text):
         if m is None:  # only a quote that is never closed fails to match
             raise ValueError("sasl.jaas.config has a quote that is never closed")
         op, quoted, word = m.groups()
-        tokens.append(("op", op) if op else ("quoted", _unescape(quoted)) if quoted is not None else ("word", word))
+        tokens.append(
+            ("op", op)
+            if op
+            else ("quoted", _unescape(quoted))
+            if quoted is not None
+            else ("word", word)
+        )
         pos = m.end()
     return tokens
 
@@ -140,12 +169,21 @@ def _jaas_tokens(text):
 def _jaas(text):
     """(login module's short name, {option: value}) from a sasl.jaas.config value."""
     tokens = _jaas_tokens(text)
-    if len(tokens) < 3 or tokens[0][0] != "word" or tokens[1][0] != "word" or tokens[1][1].lower() not in _FLAGS:
+    if (
+        len(tokens) < 3
+        or tokens[0][0] != "word"
+        or tokens[1][0] != "word"
+        or tokens[1][1].lower() not in _FLAGS
+    ):
         raise ValueError(_JAAS_FORM)
     options, i = {}, 2
     while tokens[i] != ("op", ";"):
-        if (i + 3 > len(tokens) or tokens[i][0] != "word" or tokens[i + 1] != ("op", "=")
-                or tokens[i + 2][0] == "op"):
+        if (
+            i + 3 > len(tokens)
+            or tokens[i][0] != "word"
+            or tokens[i + 1] != ("op", "=")
+            or tokens[i + 2][0] == "op"
+        ):
             raise ValueError(_JAAS_FORM)
         options[tokens[i][1]] = tokens[i + 2][1]
         i += 3
@@ -153,7 +191,9 @@ def _jaas(text):
             raise ValueError("sasl.jaas.config must end its login module with ';'")
     if i + 1 < len(tokens):
         # Kafka refuses more than one login module; merging their options would be a guess.
-        raise ValueError("sasl.jaas.config holds more than one login module: Kafka takes exactly one")
+        raise ValueError(
+            "sasl.jaas.config holds more than one login module: Kafka takes exactly one"
+        )
     return tokens[0][1].rsplit(".", 1)[-1], options
 
 
@@ -161,15 +201,21 @@ def _pem_only(props, kind):
     declared = props.get(f"ssl.{kind}.type", "PEM").strip().upper() or "PEM"
     if declared != "PEM":
         named = declared if declared in STORE_TYPES else "not PEM"
-        raise ValueError(f"ssl.{kind}.type is {named}: only PEM files can be read here "
-                         f"(convert it, e.g. with keytool -exportcert -rfc or openssl pkcs12)")
+        raise ValueError(
+            f"ssl.{kind}.type is {named}: only PEM files can be read here "
+            f"(convert it, e.g. with keytool -exportcert -rfc or openssl pkcs12)"
+        )
 
 
 def _warn_unused(props, warn):
     for key in props:
         if key not in KNOWN_KEYS:
             # A key that is no property name may be a stray line: a secret, so not shown.
-            named = repr(key) if _PROPERTY_NAME.fullmatch(key) and len(key) <= 100 else "(a key that is not shown)"
+            named = (
+                repr(key)
+                if _PROPERTY_NAME.fullmatch(key) and len(key) <= 100
+                else "(a key that is not shown)"
+            )
             message = f"the command config's key {named} is not used here (unknown, misspelt or not supported)"
             if warn is None:
                 warnings.warn(message, UnusedConfigWarning, stacklevel=3)
@@ -179,11 +225,15 @@ def _warn_unused(props, warn):
 
 # The key each security option comes from (for messages that name what the user wrote).
 OPTION_KEYS = {
-    "security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
-    "ssl_cafile": "ssl.truststore.location", "ssl_certfile": "ssl.keystore.location",
-    "ssl_keyfile": "ssl.keystore.location", "ssl_password": "ssl.key.password",
+    "security_protocol": "security.protocol",
+    "sasl_mechanism": "sasl.mechanism",
+    "ssl_cafile": "ssl.truststore.location",
+    "ssl_certfile": "ssl.keystore.location",
+    "ssl_keyfile": "ssl.keystore.location",
+    "ssl_password": "ssl.key.password",
     "ssl_check_hostname": "ssl.endpoint.identification.algorithm",
-    "sasl_plain_username": "sasl.jaas.config", "sasl_plain_password": "sasl.jaas.config",
+    "sasl_plain_username": "sasl.jaas.config",
+    "sasl_plain_password": "sasl.jaas.config",
 }
 
 
@@ -211,16 +261,28 @@ def security_options(props, warn=None):
         module, jaas = _jaas(props["sasl.jaas.config"])
         mechanisms = LOGIN_MODULES.get(module)
         if mechanisms is None:
-            named = printable(module, 80) if module.endswith("LoginModule") else "another login module"
-            raise ValueError(f"sasl.jaas.config uses {named}; only PlainLoginModule and "
-                             "ScramLoginModule (user name and password) can be used here")
+            named = (
+                printable(module, 80) if module.endswith("LoginModule") else "another login module"
+            )
+            raise ValueError(
+                f"sasl.jaas.config uses {named}; only PlainLoginModule and "
+                "ScramLoginModule (user name and password) can be used here"
+            )
         mechanism = options.get("sasl_mechanism", "PLAIN" if module == "PlainLoginModule" else None)
         if mechanism not in mechanisms:
-            named = mechanism if mechanism in KNOWN_MECHANISMS else "(none)" if mechanism is None else "(unknown)"
-            raise ValueError(f"sasl.mechanism {named} does not go with {module} (expected {' or '.join(mechanisms)})")
+            named = (
+                mechanism
+                if mechanism in KNOWN_MECHANISMS
+                else "(none)"
+                if mechanism is None
+                else "(unknown)"
+            )
+            raise ValueError(
+                f"sasl.mechanism {named} does not go with {module} (expected {' or '.join(mechanisms)})"
+            )
         options["sasl_mechanism"] = mechanism
         if "username" not in jaas or "password" not in jaas:
-            raise ValueError("sasl.jaas.config needs username=\"...\" and password=\"...\"")
+            raise ValueError('sasl.jaas.config needs username="..." and password="..."')
         options["sasl_plain_username"] = jaas["username"]
         options["sasl_plain_password"] = jaas["password"]
     return options

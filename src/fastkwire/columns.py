@@ -5,6 +5,7 @@ three columns instead of one object per entry.
 encoding accepts them as well as a list of TaskOffset. numpy is imported only when a
 column is built.
 """
+
 from . import _bulk
 from .errors import EncodeError
 
@@ -45,10 +46,15 @@ class TaskOffsetColumns:
     def from_list(cls, items):
         """From a list of TaskOffset."""
         items = _as_list(items)
-        unknown = {i: dict(t.unknown_tagged_fields) for i, t in enumerate(items)
-                   if t.unknown_tagged_fields}
-        return cls([t.subtopology_id for t in items], [t.partition for t in items],
-                   [t.offset for t in items], unknown)
+        unknown = {
+            i: dict(t.unknown_tagged_fields) for i, t in enumerate(items) if t.unknown_tagged_fields
+        }
+        return cls(
+            [t.subtopology_id for t in items],
+            [t.partition for t in items],
+            [t.offset for t in items],
+            unknown,
+        )
 
     def __len__(self):
         return len(self.subtopology_id)
@@ -59,26 +65,37 @@ class TaskOffsetColumns:
             raise IndexError("TaskOffsetColumns index out of range")
         i %= n
         item = self._item or _default_item()
-        return item(subtopology_id=self.subtopology_id[i], partition=int(self.partition[i]),
-                    offset=int(self.offset[i]), unknown_tagged_fields=self.unknown_tagged_fields.get(i))
+        return item(
+            subtopology_id=self.subtopology_id[i],
+            partition=int(self.partition[i]),
+            offset=int(self.offset[i]),
+            unknown_tagged_fields=self.unknown_tagged_fields.get(i),
+        )
 
     def __iter__(self):
         item = self._item or _default_item()
         tags = self.unknown_tagged_fields
         import numpy as np
 
-        for i, (s, p, o) in enumerate(zip(self.subtopology_id, np.asarray(self.partition).tolist(),
-                                          np.asarray(self.offset).tolist())):
+        for i, (s, p, o) in enumerate(
+            zip(
+                self.subtopology_id,
+                np.asarray(self.partition).tolist(),
+                np.asarray(self.offset).tolist(),
+            )
+        ):
             yield item(subtopology_id=s, partition=p, offset=o, unknown_tagged_fields=tags.get(i))
 
     def __eq__(self, other):
         if isinstance(other, TaskOffsetColumns):
             import numpy as np
 
-            return (self.subtopology_id == other.subtopology_id
-                    and np.array_equal(self.partition, other.partition)
-                    and np.array_equal(self.offset, other.offset)
-                    and _tags(self.unknown_tagged_fields) == _tags(other.unknown_tagged_fields))
+            return (
+                self.subtopology_id == other.subtopology_id
+                and np.array_equal(self.partition, other.partition)
+                and np.array_equal(self.offset, other.offset)
+                and _tags(self.unknown_tagged_fields) == _tags(other.unknown_tagged_fields)
+            )
         if isinstance(other, (list, tuple)):
             return len(self) == len(other) and all(map(_same_row, self, other))
         return NotImplemented
@@ -86,8 +103,10 @@ class TaskOffsetColumns:
     __hash__ = None
 
     def __repr__(self):
-        return (f"TaskOffsetColumns(subtopology_id={self.subtopology_id!r}, "
-                f"partition={self.partition!r}, offset={self.offset!r})")
+        return (
+            f"TaskOffsetColumns(subtopology_id={self.subtopology_id!r}, "
+            f"partition={self.partition!r}, offset={self.offset!r})"
+        )
 
 
 def _as_list(items):
@@ -101,8 +120,10 @@ def _as_list(items):
 def check_lengths(cols):
     n = len(cols.subtopology_id)
     if len(cols.partition) != n or len(cols.offset) != n:
-        raise EncodeError(f"columns differ in length: subtopology_id {n}, "
-                          f"partition {len(cols.partition)}, offset {len(cols.offset)}")
+        raise EncodeError(
+            f"columns differ in length: subtopology_id {n}, "
+            f"partition {len(cols.partition)}, offset {len(cols.offset)}"
+        )
 
 
 def _tags(unknown):
@@ -112,9 +133,12 @@ def _tags(unknown):
 def _same_row(a, b):
     # Field by field: TaskOffset classes of the two implementations never compare equal.
     try:
-        return (a.subtopology_id == b.subtopology_id and a.partition == b.partition
-                and a.offset == b.offset
-                and (a.unknown_tagged_fields or {}) == (b.unknown_tagged_fields or {}))
+        return (
+            a.subtopology_id == b.subtopology_id
+            and a.partition == b.partition
+            and a.offset == b.offset
+            and (a.unknown_tagged_fields or {}) == (b.unknown_tagged_fields or {})
+        )
     except AttributeError:
         return False
 

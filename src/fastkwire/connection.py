@@ -23,6 +23,7 @@ client's calls are written in the same steps and run by the same two runners.
 Failures are `fastkwire.connection_errors` exceptions (`KafkaClientError` and its
 subclasses); options that cannot work are ValueError (`OptionError`).
 """
+
 import asyncio
 import inspect
 import os
@@ -58,9 +59,25 @@ from .error_codes import by_name, lookup
 from .errors import DecodeError
 from .sasl import MECHANISMS, make_mechanism, utf8
 
-__all__ = ["Connection", "AsyncConnection", "Security", "Deadline", "Clock", "SYSTEM_CLOCK", "SECURITY_PROTOCOLS",
-           "ANSWER_LIMITS", "answer_limit", "highest_common_version", "format_address",
-           "Connect", "Request", "Close", "Sleep", "run_steps", "run_steps_async"]
+__all__ = [
+    "Connection",
+    "AsyncConnection",
+    "Security",
+    "Deadline",
+    "Clock",
+    "SYSTEM_CLOCK",
+    "SECURITY_PROTOCOLS",
+    "ANSWER_LIMITS",
+    "answer_limit",
+    "highest_common_version",
+    "format_address",
+    "Connect",
+    "Request",
+    "Close",
+    "Sleep",
+    "run_steps",
+    "run_steps_async",
+]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MAX_TIMEOUT_MS = 24 * 3600 * 1000  # a day: far beyond any admin call, and safe for socket timeouts
@@ -114,7 +131,7 @@ def format_address(host, port):
 def api_name(msg):
     """'LeaveGroup' for a LeaveGroupRequest (a message or its class)."""
     name = msg.__name__ if isinstance(msg, type) else type(msg).__name__
-    return name[:-len("Request")] if name.endswith("Request") else name
+    return name[: -len("Request")] if name.endswith("Request") else name
 
 
 class Clock:
@@ -152,7 +169,9 @@ def check_timeout_ms(value, name="request_timeout_ms"):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, not {type(value).__name__}")
     if not 0 < value <= MAX_TIMEOUT_MS:  # also refuses nan
-        raise ValueError(f"{name} must be more than 0 and at most {MAX_TIMEOUT_MS} (a day), not {value!r}")
+        raise ValueError(
+            f"{name} must be more than 0 and at most {MAX_TIMEOUT_MS} (a day), not {value!r}"
+        )
     return value / 1000.0
 
 
@@ -168,13 +187,27 @@ class Security:
     explicit `ssl_check_hostname=False` turns the host name check off (None means the default).
     """
 
-    def __init__(self, security_protocol="PLAINTEXT", ssl_context=None, ssl_cafile=None, ssl_certfile=None,
-                 ssl_keyfile=None, ssl_password=None, ssl_check_hostname=True, sasl_mechanism="PLAIN",
-                 sasl_plain_username=None, sasl_plain_password=None, sasl_oauth_token_provider=None):
+    def __init__(
+        self,
+        security_protocol="PLAINTEXT",
+        ssl_context=None,
+        ssl_cafile=None,
+        ssl_certfile=None,
+        ssl_keyfile=None,
+        ssl_password=None,
+        ssl_check_hostname=True,
+        sasl_mechanism="PLAIN",
+        sasl_plain_username=None,
+        sasl_plain_password=None,
+        sasl_oauth_token_provider=None,
+    ):
         if security_protocol not in SECURITY_PROTOCOLS:
             # Not quoted: a stray trailing backslash in a properties file can join a secret to it.
-            raise OptionError("{security_protocol} must be one of {known} (the value given is not shown)",
-                              "security_protocol", known=", ".join(SECURITY_PROTOCOLS))
+            raise OptionError(
+                "{security_protocol} must be one of {known} (the value given is not shown)",
+                "security_protocol",
+                known=", ".join(SECURITY_PROTOCOLS),
+            )
         self.security_protocol = security_protocol
         self.ssl = security_protocol in ("SSL", "SASL_SSL")
         self.sasl = security_protocol.startswith("SASL_")
@@ -185,39 +218,68 @@ class Security:
         self.ssl_cafile = ssl_cafile
         if ssl_check_hostname is None:
             ssl_check_hostname = True
-        if not isinstance(ssl_check_hostname, bool):  # bool(0) or bool("no") would turn the check off
-            raise TypeError(f"ssl_check_hostname must be True or False, not {type(ssl_check_hostname).__name__}")
-        tls = [name for name, value in (("ssl_cafile", ssl_cafile), ("ssl_certfile", ssl_certfile),
-                                        ("ssl_keyfile", ssl_keyfile), ("ssl_password", ssl_password))
-               if value is not None] + ([] if ssl_check_hostname else ["ssl_check_hostname=False"])
+        if not isinstance(
+            ssl_check_hostname, bool
+        ):  # bool(0) or bool("no") would turn the check off
+            raise TypeError(
+                f"ssl_check_hostname must be True or False, not {type(ssl_check_hostname).__name__}"
+            )
+        tls = [
+            name
+            for name, value in (
+                ("ssl_cafile", ssl_cafile),
+                ("ssl_certfile", ssl_certfile),
+                ("ssl_keyfile", ssl_keyfile),
+                ("ssl_password", ssl_password),
+            )
+            if value is not None
+        ] + ([] if ssl_check_hostname else ["ssl_check_hostname=False"])
         if not self.ssl and (tls or ssl_context is not None):
             given = [o.split("=")[0] for o in tls] or ["ssl_context"]
-            raise OptionError("TLS options are given (" + _placeholders(given) + "), but {security_protocol} "
-                              "{protocol} uses no TLS, so they would be ignored: use SSL or SASL_SSL",
-                              *given, "security_protocol", protocol=security_protocol,
-                              said={"ssl_check_hostname": "ssl_check_hostname=False"})
+            raise OptionError(
+                "TLS options are given (" + _placeholders(given) + "), but {security_protocol} "
+                "{protocol} uses no TLS, so they would be ignored: use SSL or SASL_SSL",
+                *given,
+                "security_protocol",
+                protocol=security_protocol,
+                said={"ssl_check_hostname": "ssl_check_hostname=False"},
+            )
         if ssl_context is not None and tls:
-            raise ValueError(f"ssl_context replaces {', '.join(tls)}: give the context or those options, not both")
+            raise ValueError(
+                f"ssl_context replaces {', '.join(tls)}: give the context or those options, not both"
+            )
         if self.sasl:
             if sasl_mechanism not in MECHANISMS:
-                raise OptionError("{sasl_mechanism} must be one of {known} (the value given is not shown)",
-                                  "sasl_mechanism", known=", ".join(MECHANISMS))
+                raise OptionError(
+                    "{sasl_mechanism} must be one of {known} (the value given is not shown)",
+                    "sasl_mechanism",
+                    known=", ".join(MECHANISMS),
+                )
             if sasl_mechanism == "OAUTHBEARER":
                 if sasl_oauth_token_provider is None:
-                    raise OptionError("{sasl_mechanism} OAUTHBEARER needs {sasl_oauth_token_provider}",
-                                      "sasl_oauth_token_provider", "sasl_mechanism")
+                    raise OptionError(
+                        "{sasl_mechanism} OAUTHBEARER needs {sasl_oauth_token_provider}",
+                        "sasl_oauth_token_provider",
+                        "sasl_mechanism",
+                    )
             elif not sasl_plain_username or sasl_plain_password is None:
                 missing = "sasl_plain_password" if sasl_plain_username else "sasl_plain_username"
-                raise OptionError("{sasl_mechanism} {mechanism} needs {sasl_plain_username} and {sasl_plain_password}",
-                                  missing, "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
-                                  mechanism=sasl_mechanism)
+                raise OptionError(
+                    "{sasl_mechanism} {mechanism} needs {sasl_plain_username} and {sasl_plain_password}",
+                    missing,
+                    "sasl_mechanism",
+                    "sasl_plain_username",
+                    "sasl_plain_password",
+                    mechanism=sasl_mechanism,
+                )
             else:
                 utf8(sasl_plain_username, "sasl_plain_username", ValueError)
                 utf8(sasl_plain_password, "sasl_plain_password", ValueError)
         self.ssl_context = None
         if self.ssl:
-            self.ssl_context = ssl_context or _make_context(ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password,
-                                                            ssl_check_hostname)
+            self.ssl_context = ssl_context or _make_context(
+                ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname
+            )
 
     def __repr__(self):
         shown = [f"security_protocol={self.security_protocol!r}"]
@@ -264,8 +326,13 @@ def _make_context(cafile, certfile, keyfile, password, check_hostname):
     except (ssl.SSLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc.strerror or type(exc).__name__
         named = _placeholders(loading) if loading else "the system's CA certificates"
-        error = OptionError("cannot load the TLS files (" + named + "): {reason} (PEM files expected; is "
-                            "{ssl_password} right?)", *loading, "ssl_password", reason=printable(reason, 100))
+        error = OptionError(
+            "cannot load the TLS files (" + named + "): {reason} (PEM files expected; is "
+            "{ssl_password} right?)",
+            *loading,
+            "ssl_password",
+            reason=printable(reason, 100),
+        )
     raise error
 
 
@@ -300,7 +367,16 @@ class Request:
 
     __slots__ = ("conn", "msg", "version", "raw", "max_answer_bytes", "check_frame")
 
-    def __init__(self, conn=None, msg=None, version=None, *, raw=None, max_answer_bytes=None, check_frame=None):
+    def __init__(
+        self,
+        conn=None,
+        msg=None,
+        version=None,
+        *,
+        raw=None,
+        max_answer_bytes=None,
+        check_frame=None,
+    ):
         self.conn, self.msg, self.version, self.raw = conn, msg, version, raw
         self.max_answer_bytes, self.check_frame = max_answer_bytes, check_frame
 
@@ -346,11 +422,17 @@ def run_steps(steps, deadline, conn=None):
                     if step.conn is None:
                         answer = conn._step(step, deadline)
                     else:
-                        answer = step.conn.request(step.msg, step.version, deadline=deadline,
-                                                   max_answer_bytes=step.max_answer_bytes,
-                                                   check_frame=step.check_frame)
+                        answer = step.conn.request(
+                            step.msg,
+                            step.version,
+                            deadline=deadline,
+                            max_answer_bytes=step.max_answer_bytes,
+                            check_frame=step.check_frame,
+                        )
                 elif isinstance(step, Connect):
-                    answer = Connection(step.host, step.port, deadline=step.deadline or deadline, **step.options)
+                    answer = Connection(
+                        step.host, step.port, deadline=step.deadline or deadline, **step.options
+                    )
                     opened.append(answer)
                 elif isinstance(step, Close):
                     step.conn.close()
@@ -379,12 +461,17 @@ async def run_steps_async(steps, deadline, conn=None):
                     if step.conn is None:
                         answer = await conn._step(step, deadline)
                     else:
-                        answer = await step.conn.request(step.msg, step.version, deadline=deadline,
-                                                         max_answer_bytes=step.max_answer_bytes,
-                                                         check_frame=step.check_frame)
+                        answer = await step.conn.request(
+                            step.msg,
+                            step.version,
+                            deadline=deadline,
+                            max_answer_bytes=step.max_answer_bytes,
+                            check_frame=step.check_frame,
+                        )
                 elif isinstance(step, Connect):
-                    answer = await AsyncConnection.open(step.host, step.port, deadline=step.deadline or deadline,
-                                                        **step.options)
+                    answer = await AsyncConnection.open(
+                        step.host, step.port, deadline=step.deadline or deadline, **step.options
+                    )
                     opened.append(answer)
                 elif isinstance(step, Close):
                     step.conn.close()
@@ -401,7 +488,9 @@ async def run_steps_async(steps, deadline, conn=None):
 def _negotiate(address):
     """ApiVersions at our highest version, or at the broker's when it says it lacks ours."""
     version = ApiVersionsRequest.MAX_VERSION
-    request = ApiVersionsRequest(client_software_name="fastkwire", client_software_version=__version__)
+    request = ApiVersionsRequest(
+        client_software_name="fastkwire", client_software_version=__version__
+    )
     for _ in range(3):
         response = yield Request(None, request, version)
         ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
@@ -411,8 +500,10 @@ def _negotiate(address):
                 version = fallback
                 continue
         if response.error_code != NONE:
-            raise KafkaBrokerError(f"{address} refused ApiVersions: {lookup(response.error_code)}",
-                                   lookup(response.error_code))
+            raise KafkaBrokerError(
+                f"{address} refused ApiVersions: {lookup(response.error_code)}",
+                lookup(response.error_code),
+            )
         return ranges
     raise BadResponseError(f"{address} kept refusing every ApiVersions version")
 
@@ -425,17 +516,22 @@ def _authenticate(address, versions, security, mechanism):
     if handshake is None:
         raise SaslMechanismError(
             f"{address} does not offer SASL (no SaslHandshake): is this a SASL listener? "
-            "Check security_protocol")
+            "Check security_protocol"
+        )
     framed = handshake >= 1 and authenticate is not None
     response = yield Request(None, SaslHandshakeRequest(mechanism=name), handshake if framed else 0)
     if response.error_code == UNSUPPORTED_SASL_MECHANISM:
         enabled = ", ".join(printable(m, 40) for m in response.mechanisms[:20]) or "none"
         raise SaslMechanismError(
             f"{address} does not enable SASL mechanism {name} (it enables: {enabled}): set sasl_mechanism "
-            "to one it enables", lookup(response.error_code))
+            "to one it enables",
+            lookup(response.error_code),
+        )
     if response.error_code != NONE:
-        raise SaslAuthError(f"{address} refused the SASL handshake: {lookup(response.error_code)}",
-                            lookup(response.error_code))
+        raise SaslAuthError(
+            f"{address} refused the SASL handshake: {lookup(response.error_code)}",
+            lookup(response.error_code),
+        )
     message, lifetime = mechanism.start(), 0
     while message is not None:
         if not framed:
@@ -454,14 +550,26 @@ def _refused(address, security, mechanism, reply):
     error = lookup(reply.error_code)
     said = f" ({printable(reply.error_message, MAX_BROKER_TEXT)})" if reply.error_message else ""
     if security.sasl_mechanism == "OAUTHBEARER":
-        status = f", status {printable(mechanism.status, 40)!r}" if getattr(mechanism, "status", None) else ""
+        status = (
+            f", status {printable(mechanism.status, 40)!r}"
+            if getattr(mechanism, "status", None)
+            else ""
+        )
         return SaslAuthError(
             f"{address} rejected the OAUTHBEARER token{status}: it has expired or is not valid for this "
-            f"broker; fix the token provider{said}", error)
-    fix = "check the user name and password" if reply.error_code == SASL_AUTHENTICATION_FAILED else str(error)
+            f"broker; fix the token provider{said}",
+            error,
+        )
+    fix = (
+        "check the user name and password"
+        if reply.error_code == SASL_AUTHENTICATION_FAILED
+        else str(error)
+    )
     return SaslAuthError(
         f"{address} refused SASL {security.sasl_mechanism} authentication of user "
-        f"{printable(security.sasl_plain_username, 100)!r}: {fix}{said}", error)
+        f"{printable(security.sasl_plain_username, 100)!r}: {fix}{said}",
+        error,
+    )
 
 
 # ---------------------------------------------------------------- shared by both connections
@@ -491,9 +599,11 @@ class _Base:
         if version is None:
             theirs = self.versions.get(cls.API_KEY)
             has = f"v{theirs[0]}-v{theirs[1]}" if theirs else "none"
-            raise NoCommonVersionError(f"{self.address} supports no version of {api_name(cls)} from "
-                                       f"v{max(lowest, cls.MIN_VERSION)} to v{cls.MAX_VERSION} (it has {has})",
-                                       lookup(UNSUPPORTED_VERSION))
+            raise NoCommonVersionError(
+                f"{self.address} supports no version of {api_name(cls)} from "
+                f"v{max(lowest, cls.MIN_VERSION)} to v{cls.MAX_VERSION} (it has {has})",
+                lookup(UNSUPPORTED_VERSION),
+            )
         return version
 
     def _deadline(self, deadline):
@@ -507,8 +617,10 @@ class _Base:
 
     def _check_open(self):
         if self._closed_because is not None:
-            raise KafkaConnectionError(f"the connection to {self.address} is closed ({self._closed_because}): "
-                                       "open a new one")
+            raise KafkaConnectionError(
+                f"the connection to {self.address} is closed ({self._closed_because}): "
+                "open a new one"
+            )
 
     @staticmethod
     def _limit(msg, request, max_answer_bytes):
@@ -524,73 +636,106 @@ class _Base:
     def _check_size(self, head, limit, what, smallest=4):
         size = struct.unpack(">i", head)[0]
         if size < smallest:
-            raise BadResponseError(f"{self.address} sent a frame size of {size} bytes in answer to {what}")
+            raise BadResponseError(
+                f"{self.address} sent a frame size of {size} bytes in answer to {what}"
+            )
         if size > limit:
-            hint = ("this looks like a TLS alert: the listener speaks TLS, so use security_protocol SSL or SASL_SSL"
-                    if head[:2] == b"\x15\x03" else "is this a Kafka listener?")
-            raise BadResponseError(f"{self.address} announced a {size}-byte answer to {what}, more than the "
-                                   f"{limit} bytes such an answer can take ({hint})")
+            hint = (
+                "this looks like a TLS alert: the listener speaks TLS, so use security_protocol SSL or SASL_SSL"
+                if head[:2] == b"\x15\x03"
+                else "is this a Kafka listener?"
+            )
+            raise BadResponseError(
+                f"{self.address} announced a {size}-byte answer to {what}, more than the "
+                f"{limit} bytes such an answer can take ({hint})"
+            )
         return size
 
     def _decode(self, frame, msg, version, what, deadline, check_frame=None):
         correlation_id = struct.unpack_from(">i", frame, 4)[0]
         if correlation_id != self._correlation_id:
             self._abandon(what)
-            raise BadResponseError(f"{self.address} answered {what} with correlation id {correlation_id}, "
-                                   f"expected {self._correlation_id}")
+            raise BadResponseError(
+                f"{self.address} answered {what} with correlation id {correlation_id}, "
+                f"expected {self._correlation_id}"
+            )
         if check_frame is not None:
             check_frame(frame, version)
         answer = self._decoded(frame, msg, version, what)
         if deadline.remaining() <= 0:  # decoding counts against the deadline too
-            raise KafkaTimeoutError(f"the answer of {self.address} to {what} was not decoded within "
-                                    f"{deadline.seconds:g} s")
+            raise KafkaTimeoutError(
+                f"the answer of {self.address} to {what} was not decoded within "
+                f"{deadline.seconds:g} s"
+            )
         return answer
 
     def _decoded(self, frame, msg, version, what):
         # A broker that lacks our ApiVersions version answers in v0 with UNSUPPORTED_VERSION
         # (header v0 is 4 bytes, then the int16 error code).
-        if (msg.API_KEY == ApiVersionsRequest.API_KEY and len(frame) >= 10
-                and struct.unpack_from(">h", frame, 8)[0] == UNSUPPORTED_VERSION):
+        if (
+            msg.API_KEY == ApiVersionsRequest.API_KEY
+            and len(frame) >= 10
+            and struct.unpack_from(">h", frame, 8)[0] == UNSUPPORTED_VERSION
+        ):
             version = 0
         try:
             return decode_response(frame, msg.API_KEY, version)[1]
         except (DecodeError, ValueError) as exc:
-            raise BadResponseError(f"could not decode the answer of {self.address} to {what}: "
-                                   f"{printable(exc, MAX_BROKER_TEXT)}") from None
+            raise BadResponseError(
+                f"could not decode the answer of {self.address} to {what}: "
+                f"{printable(exc, MAX_BROKER_TEXT)}"
+            ) from None
 
     def _reauth_due(self):
         return self._reauth_at is not None and time.monotonic() >= self._reauth_at
 
     def _authenticated(self, lifetime_ms):
         self.session_lifetime_ms = lifetime_ms
-        self._reauth_at = time.monotonic() + lifetime_ms / 1000 * REAUTH_AT if lifetime_ms > 0 else None
+        self._reauth_at = (
+            time.monotonic() + lifetime_ms / 1000 * REAUTH_AT if lifetime_ms > 0 else None
+        )
 
     def _after_handshake(self, what):
         # With TLS 1.3 a broker checks the client's certificate after the handshake: one that
         # wants a certificate it trusts hangs up on the first request.
-        return TlsHandshakeError(f"{self.address} hung up right after the TLS handshake, during {what}: it may want a "
-                                 "client certificate it trusts (check ssl_certfile and ssl_keyfile)")
+        return TlsHandshakeError(
+            f"{self.address} hung up right after the TLS handshake, during {what}: it may want a "
+            "client certificate it trusts (check ssl_certfile and ssl_keyfile)"
+        )
 
     def _closed_error(self, what, got):
         if self.security.ssl and not self.versions and not got:
             return self._after_handshake(what)
         when = "before answering" if not got else "in the middle of its answer"
-        return KafkaConnectionError(f"{self.address} closed the connection during {what} ({when})"
-                                    f"{self._tls_hint() if not got else ''}")
+        return KafkaConnectionError(
+            f"{self.address} closed the connection during {what} ({when})"
+            f"{self._tls_hint() if not got else ''}"
+        )
 
     def _timeout_error(self, deadline, what):
-        return KafkaTimeoutError(f"no answer from {self.address} to {what} within {deadline.seconds:g} s")
+        return KafkaTimeoutError(
+            f"no answer from {self.address} to {what} within {deadline.seconds:g} s"
+        )
 
     def _broken(self, exc, what):
         if isinstance(exc, ssl.SSLError) and "CERTIFICATE" in (exc.reason or "").upper():
-            return self._connect_error(exc, None)  # TLS 1.3 reports a refused client certificate here
-        if self.security.ssl and not self.versions and isinstance(exc, (ssl.SSLError, ConnectionResetError)):
+            return self._connect_error(
+                exc, None
+            )  # TLS 1.3 reports a refused client certificate here
+        if (
+            self.security.ssl
+            and not self.versions
+            and isinstance(exc, (ssl.SSLError, ConnectionResetError))
+        ):
             return self._after_handshake(what)
         if isinstance(exc, ssl.SSLError):
-            return TlsHandshakeError(f"TLS failed on the connection to {self.address} during {what}: "
-                                     f"{printable(exc.reason or type(exc).__name__)}")
-        return KafkaConnectionError(f"connection to {self.address} failed during {what}: {_reason(exc)}"
-                                    f"{self._tls_hint()}")
+            return TlsHandshakeError(
+                f"TLS failed on the connection to {self.address} during {what}: "
+                f"{printable(exc.reason or type(exc).__name__)}"
+            )
+        return KafkaConnectionError(
+            f"connection to {self.address} failed during {what}: {_reason(exc)}{self._tls_hint()}"
+        )
 
     def _tls_hint(self):
         # A TLS listener hangs up on the plaintext of a first request.
@@ -601,28 +746,38 @@ class _Base:
     def _connect_error(self, exc, deadline):
         """The KafkaClientError for a failed connect or TLS handshake."""
         if isinstance(exc, (socket.timeout, asyncio.TimeoutError)):
-            return KafkaTimeoutError(f"could not connect to {self.address} within {deadline.seconds:g} s")
+            return KafkaTimeoutError(
+                f"could not connect to {self.address} within {deadline.seconds:g} s"
+            )
         if isinstance(exc, ssl.SSLCertVerificationError):
             return TlsVerifyError(
                 f"the TLS certificate of {self.address} could not be verified: "
                 f"{printable(exc.verify_message or exc.reason, MAX_BROKER_TEXT)} (check ssl_cafile, and that the "
-                "host name is in the certificate, or set ssl_check_hostname=False)")
+                "host name is in the certificate, or set ssl_check_hostname=False)"
+            )
         if isinstance(exc, ssl.SSLError):
             reason = exc.reason or type(exc).__name__
             if "CERTIFICATE" in reason.upper():
                 return TlsVerifyError(
                     f"{self.address} refused the TLS handshake: {printable(reason)} (it wants a client "
-                    "certificate it trusts: check ssl_certfile and ssl_keyfile)")
+                    "certificate it trusts: check ssl_certfile and ssl_keyfile)"
+                )
             if isinstance(exc, ssl.SSLEOFError):
                 reason = "the broker closed the connection"
-            return TlsHandshakeError(f"TLS handshake with {self.address} failed: {printable(reason)} (is this a TLS "
-                                     "listener? SSL and SASL_SSL need one)")
+            return TlsHandshakeError(
+                f"TLS handshake with {self.address} failed: {printable(reason)} (is this a TLS "
+                "listener? SSL and SASL_SSL need one)"
+            )
         if isinstance(exc, (ConnectionResetError, BrokenPipeError)) and self.security.ssl:
-            return TlsHandshakeError(f"TLS handshake with {self.address} failed: the connection was reset (is this a "
-                                     "TLS listener? SSL and SASL_SSL need one)")
+            return TlsHandshakeError(
+                f"TLS handshake with {self.address} failed: the connection was reset (is this a "
+                "TLS listener? SSL and SASL_SSL need one)"
+            )
         if isinstance(exc, UnicodeError):
             # The resolver's IDNA encoding refuses labels over 63 characters or empty ones.
-            return KafkaConnectionError(f"could not connect to {self.address}: not a valid host name ({exc})")
+            return KafkaConnectionError(
+                f"could not connect to {self.address}: not a valid host name ({exc})"
+            )
         return KafkaConnectionError(f"could not connect to {self.address}: {_reason(exc)}")
 
 
@@ -669,8 +824,17 @@ class Connection(_Base):
     from one thread at a time.
     """
 
-    def __init__(self, host, port, *, client_id="fastkwire", security=None, request_timeout_ms=30000,
-                 deadline=None, **security_options):
+    def __init__(
+        self,
+        host,
+        port,
+        *,
+        client_id="fastkwire",
+        security=None,
+        request_timeout_ms=30000,
+        deadline=None,
+        **security_options,
+    ):
         self._init(host, port, client_id, security, request_timeout_ms, security_options)
         deadline = self._deadline(deadline)
         self.sock = self._open(deadline)
@@ -685,7 +849,9 @@ class Connection(_Base):
     def _open(self, deadline):
         left = deadline.remaining()
         if left <= 0:
-            raise KafkaTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
+            raise KafkaTimeoutError(
+                f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)"
+            )
         sock = None
         try:
             sock = _connect(self.host, self.port, deadline)
@@ -703,8 +869,12 @@ class Connection(_Base):
         token = self.security.token() if self.security.sasl_mechanism == "OAUTHBEARER" else None
         if inspect.isawaitable(token):
             token.close()
-            raise SaslAuthError("the OAUTHBEARER token provider is a coroutine: use AsyncConnection")
-        steps = _authenticate(self.address, self.versions, self.security, self.security._mechanism(token))
+            raise SaslAuthError(
+                "the OAUTHBEARER token provider is a coroutine: use AsyncConnection"
+            )
+        steps = _authenticate(
+            self.address, self.versions, self.security, self.security._mechanism(token)
+        )
         self._authenticated(run_steps(steps, deadline, self))
 
     def close(self):
@@ -726,13 +896,20 @@ class Connection(_Base):
         deadline = self._deadline(deadline)
         if self._reauth_due():
             self._login(deadline)
-        return self._exchange(msg, self.version_for(type(msg)) if version is None else version, deadline,
-                              max_answer_bytes, check_frame)
+        return self._exchange(
+            msg,
+            self.version_for(type(msg)) if version is None else version,
+            deadline,
+            max_answer_bytes,
+            check_frame,
+        )
 
     def _step(self, step, deadline):
         if step.raw is not None:
             return self._exchange_raw(step.raw, deadline)
-        return self._exchange(step.msg, step.version, deadline, step.max_answer_bytes, step.check_frame)
+        return self._exchange(
+            step.msg, step.version, deadline, step.max_answer_bytes, step.check_frame
+        )
 
     def _exchange(self, msg, version, deadline, limit=None, check_frame=None):
         what = f"{api_name(msg)} v{version}"
@@ -741,7 +918,9 @@ class Connection(_Base):
         return self._decode(frame, msg, version, what, deadline, check_frame)
 
     def _exchange_raw(self, token, deadline):
-        return bytes(self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)[4:])
+        return bytes(
+            self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)[4:]
+        )
 
     def _io(self, request, limit, deadline, what, smallest=4):
         self._check_open()
@@ -797,8 +976,17 @@ class AsyncConnection(_Base):
     """
 
     @classmethod
-    async def open(cls, host, port, *, client_id="fastkwire", security=None, request_timeout_ms=30000,
-                   deadline=None, **security_options):
+    async def open(
+        cls,
+        host,
+        port,
+        *,
+        client_id="fastkwire",
+        security=None,
+        request_timeout_ms=30000,
+        deadline=None,
+        **security_options,
+    ):
         self = cls()
         self._init(host, port, client_id, security, request_timeout_ms, security_options)
         self._transport = None
@@ -817,13 +1005,22 @@ class AsyncConnection(_Base):
     async def _open(self, deadline):
         left = deadline.remaining()
         if left <= 0:
-            raise KafkaTimeoutError(f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)")
+            raise KafkaTimeoutError(
+                f"no time left to connect to {self.address} (timeout {deadline.seconds:g} s)"
+            )
         context = self.security.ssl_context
         loop = asyncio.get_running_loop()
         try:
-            self._transport, self._stream = await asyncio.wait_for(loop.create_connection(
-                _FrameStream, self.host, self.port, ssl=context, server_hostname=self.host if context else None),
-                left)
+            self._transport, self._stream = await asyncio.wait_for(
+                loop.create_connection(
+                    _FrameStream,
+                    self.host,
+                    self.port,
+                    ssl=context,
+                    server_hostname=self.host if context else None,
+                ),
+                left,
+            )
         except (OSError, UnicodeError, asyncio.TimeoutError) as exc:
             raise self._connect_error(exc, deadline) from None
         sock = self._transport.get_extra_info("socket")
@@ -837,12 +1034,16 @@ class AsyncConnection(_Base):
             try:
                 token = await asyncio.wait_for(token, max(deadline.remaining(), 0.001))
             except asyncio.TimeoutError:
-                raise KafkaTimeoutError("the OAUTHBEARER token provider did not answer in time") from None
+                raise KafkaTimeoutError(
+                    "the OAUTHBEARER token provider did not answer in time"
+                ) from None
             except Exception as exc:  # noqa: BLE001 - see Security.token
                 failed = type(exc).__name__
             if failed is not None:  # raised outside the handler, as in Security.token
                 raise SaslAuthError(f"the OAUTHBEARER token provider failed ({failed})")
-        steps = _authenticate(self.address, self.versions, self.security, self.security._mechanism(token))
+        steps = _authenticate(
+            self.address, self.versions, self.security, self.security._mechanism(token)
+        )
         self._authenticated(await run_steps_async(steps, deadline, self))
 
     def close(self):
@@ -857,7 +1058,9 @@ class AsyncConnection(_Base):
     async def __aexit__(self, *exc):
         self.close()
 
-    async def request(self, msg, version=None, *, deadline=None, max_answer_bytes=None, check_frame=None):
+    async def request(
+        self, msg, version=None, *, deadline=None, max_answer_bytes=None, check_frame=None
+    ):
         """Send `msg` (at `version`, or the highest both sides support); return the decoded answer
         (`check_frame` as in `Connection.request`)."""
         deadline = self._deadline(deadline)
@@ -866,7 +1069,9 @@ class AsyncConnection(_Base):
             try:
                 await self._within(self._turn.acquire(), deadline)
             except asyncio.TimeoutError:
-                raise self._timeout_error(deadline, f"{api_name(msg)} v{version} (queued behind others)") from None
+                raise self._timeout_error(
+                    deadline, f"{api_name(msg)} v{version} (queued behind others)"
+                ) from None
             try:
                 if self._reauth_due():
                     await self._login(deadline)
@@ -880,7 +1085,9 @@ class AsyncConnection(_Base):
     async def _step(self, step, deadline):
         if step.raw is not None:
             return await self._exchange_raw(step.raw, deadline)
-        return await self._exchange(step.msg, step.version, deadline, step.max_answer_bytes, step.check_frame)
+        return await self._exchange(
+            step.msg, step.version, deadline, step.max_answer_bytes, step.check_frame
+        )
 
     async def _exchange(self, msg, version, deadline, limit=None, check_frame=None):
         what = f"{api_name(msg)} v{version}"
@@ -889,7 +1096,9 @@ class AsyncConnection(_Base):
         return self._decode(frame, msg, version, what, deadline, check_frame)
 
     async def _exchange_raw(self, token, deadline):
-        frame = await self._io(struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0)
+        frame = await self._io(
+            struct.pack(">i", len(token)) + token, RAW_SASL_LIMIT, deadline, "SASL", 0
+        )
         return frame[4:]
 
     async def _io(self, request, limit, deadline, what, smallest=4):
@@ -951,7 +1160,7 @@ class _FrameStream(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint):
         if self._target is None:  # a transport that delivers after pause_reading()
             return self._scratch
-        return self._target[self._got:]
+        return self._target[self._got :]
 
     def buffer_updated(self, nbytes):
         if self._target is None:

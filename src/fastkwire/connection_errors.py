@@ -7,9 +7,18 @@ ValueError (`OptionError` when it is about one of the options). The admin client
 """
 
 __all__ = [
-    "KafkaClientError", "KafkaConnectionError", "KafkaTimeoutError", "BadResponseError", "KafkaBrokerError",
-    "NoCommonVersionError", "KafkaSecurityError", "SaslAuthError", "SaslMechanismError", "TlsHandshakeError",
-    "TlsVerifyError", "OptionError",
+    "KafkaClientError",
+    "KafkaConnectionError",
+    "KafkaTimeoutError",
+    "BadResponseError",
+    "KafkaBrokerError",
+    "NoCommonVersionError",
+    "KafkaSecurityError",
+    "SaslAuthError",
+    "SaslMechanismError",
+    "TlsHandshakeError",
+    "TlsVerifyError",
+    "OptionError",
 ]
 
 
@@ -76,4 +85,6 @@ class OptionError(ValueError):
 
     def render(self, names):
         """The message with each option named as `names[option]` where `names` has it."""
-        return self.template.format(**{o: names.get(o, self.said.get(o, o)) for o in self.options}, **self.values)
+        return self.template.format(
+            **{o: names.get(o, self.said.get(o, o)) for o in self.options}, **self.values
+        )

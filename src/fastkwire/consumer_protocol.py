@@ -10,6 +10,7 @@ bytes in SyncGroup and DescribeGroups; the layout is Kafka's non-flexible encodi
 Versions 1-3 changed only the subscription, not the assignment. The bytes come from a
 broker, so counts are checked against the bytes left before anything is allocated.
 """
+
 import struct
 
 __all__ = ["decode_assignment", "encode_assignment"]
@@ -31,15 +32,17 @@ class _Reader:
     def count(self, what, item_size):
         n = self.take(">i", what)
         if n < 0 or n * item_size > len(self.data) - self.pos:
-            raise ValueError(f"{what} of {n} at offset {self.pos - 4} does not fit in the "
-                             f"{len(self.data) - self.pos} bytes left")
+            raise ValueError(
+                f"{what} of {n} at offset {self.pos - 4} does not fit in the "
+                f"{len(self.data) - self.pos} bytes left"
+            )
         return n
 
     def string(self, what):
         n = self.take(">h", what)
         if n < 0 or self.pos + n > len(self.data):
             raise ValueError(f"{what} of {n} bytes at offset {self.pos - 2} does not fit")
-        raw = self.data[self.pos:self.pos + n]
+        raw = self.data[self.pos : self.pos + n]
         self.pos += n
         try:
             return raw.decode("utf-8")
@@ -74,5 +77,9 @@ def encode_assignment(topics, version=0, user_data=None):
         name = topic.encode("utf-8")
         out.append(struct.pack(">h", len(name)) + name + struct.pack(">i", len(partitions)))
         out.extend(struct.pack(">i", p) for p in partitions)
-    out.append(struct.pack(">i", -1) if user_data is None else struct.pack(">i", len(user_data)) + user_data)
+    out.append(
+        struct.pack(">i", -1)
+        if user_data is None
+        else struct.pack(">i", len(user_data)) + user_data
+    )
     return b"".join(out)

@@ -60,6 +60,7 @@ class UnsupportedVersionError(ValueError):
 
 # Reasons shared by both implementations.
 
+
 def truncated(offset, need, left):
     return DecodeError(f"truncated: needs {need} bytes, {left} left", offset)
 
@@ -142,7 +143,9 @@ def message_too_large():
 
 
 def buffer_too_small(need, available):
-    return _whole_message(f"buffer too small: the message takes {need} bytes, {available} are available")
+    return _whole_message(
+        f"buffer too small: the message takes {need} bytes, {available} are available"
+    )
 
 
 def bad_buffer_offset(offset, size):
@@ -152,7 +155,9 @@ def bad_buffer_offset(offset, size):
 
 
 def not_writable(buffer):
-    return TypeError(f"encode_into needs a writable, C-contiguous buffer, not {type(buffer).__name__}")
+    return TypeError(
+        f"encode_into needs a writable, C-contiguous buffer, not {type(buffer).__name__}"
+    )
 
 
 def changed_during_encode():
@@ -168,4 +173,3 @@ def absent_field(message, field, version, versions):
 
 def bad_version(message, version, versions):
     return UnsupportedVersionError(f"{message} has versions {versions}, not {version!r}")
-

@@ -19,20 +19,42 @@ Magic 2 batches are read and written; legacy message sets (magic 0 and 1) are re
 Compressed batches need cramjam (`pip install 'fastkwire[compression]'`). The compiled
 kernel is used when fastkwire's compiled core is; `records.implementation` says which.
 """
+
 from . import implementation as _implementation
 from ._batches import Codec, default_limit
-from ._records_model import (Batches, BinaryColumn, ControlRecord, HeaderColumns, Record,
-                             RecordBatch, RecordColumns)
+from ._records_model import (
+    Batches,
+    BinaryColumn,
+    ControlRecord,
+    HeaderColumns,
+    Record,
+    RecordBatch,
+    RecordColumns,
+)
 
-__all__ = ["read_batches", "read_columns", "write_batch", "describe", "crc32c", "implementation", "Record",
-           "ControlRecord", "RecordBatch", "Batches", "RecordColumns", "BinaryColumn",
-           "HeaderColumns", "default_limit"]
+__all__ = [
+    "read_batches",
+    "read_columns",
+    "write_batch",
+    "describe",
+    "crc32c",
+    "implementation",
+    "Record",
+    "ControlRecord",
+    "RecordBatch",
+    "Batches",
+    "RecordColumns",
+    "BinaryColumn",
+    "HeaderColumns",
+    "default_limit",
+]
 
 # The compiled kernel where the compiled core is in use (and was built with it).
 implementation = "python"
 if _implementation == "cython":
     try:
         from . import _records as _kernel
+
         implementation = "cython"
     except ImportError:
         pass
@@ -53,4 +75,6 @@ def describe(data, *, max_decompressed=None, max_records=None):
     value: how many; they are not read)."""
     from ._records_describe import describe as _describe
 
-    return _describe(data, max_decompressed=max_decompressed, max_records=max_records, crc32c=crc32c)
+    return _describe(
+        data, max_decompressed=max_decompressed, max_records=max_records, crc32c=crc32c
+    )

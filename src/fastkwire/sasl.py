@@ -11,6 +11,7 @@ SCRAM follows RFC 5802 (RFC 7677 for SHA-256) as Kafka uses it: no channel bindi
 ("n,,"), the user name escaped as `saslname`, the password taken as UTF-8 without SASLprep
 (as Kafka's own clients do).
 """
+
 import base64
 import hashlib
 import hmac
@@ -36,8 +37,10 @@ MAX_SERVER_MESSAGE = 4096
 
 def _bounded(server_bytes, what):
     if len(server_bytes) > MAX_SERVER_MESSAGE:
-        raise SaslAuthError(f"the broker's {what} is {len(server_bytes)} bytes long, more than the "
-                            f"{MAX_SERVER_MESSAGE} such a message can take")
+        raise SaslAuthError(
+            f"the broker's {what} is {len(server_bytes)} bytes long, more than the "
+            f"{MAX_SERVER_MESSAGE} such a message can take"
+        )
     return server_bytes
 
 
@@ -49,7 +52,9 @@ def utf8(text, what, error=SaslAuthError):
         return text.encode("utf-8")
     except UnicodeEncodeError:
         pass  # raised below, outside the handler, so that the error has no context to leak
-    raise error(f"the {what} is not valid Unicode (a lone surrogate: was it given as bytes that are not UTF-8?)")
+    raise error(
+        f"the {what} is not valid Unicode (a lone surrogate: was it given as bytes that are not UTF-8?)"
+    )
 
 
 class Plain:
@@ -58,7 +63,9 @@ class Plain:
     name = "PLAIN"
 
     def __init__(self, username, password):
-        self._message = b"\0" + utf8(username, "SASL user name") + b"\0" + utf8(password, "SASL password")
+        self._message = (
+            b"\0" + utf8(username, "SASL user name") + b"\0" + utf8(password, "SASL password")
+        )
 
     def __repr__(self):
         return "Plain(...)"
@@ -80,7 +87,9 @@ def _attributes(text, what):
     for part in text.split(","):
         key, eq, value = part.partition("=")
         if not eq or len(key) != 1:
-            raise SaslAuthError(f"the broker's SCRAM {what} is malformed: {printable(text, MAX_SERVER_TEXT)!r}")
+            raise SaslAuthError(
+                f"the broker's SCRAM {what} is malformed: {printable(text, MAX_SERVER_TEXT)!r}"
+            )
         out.setdefault(key, value)
     return out
 
@@ -89,7 +98,9 @@ class Scram:
     """RFC 5802 client for `hash_name` ('sha256', 'sha512'; 'sha1' is RFC 5802's example)."""
 
     def __init__(self, username, password, hash_name="sha256", nonce=None):
-        self.name = {v: k for k, v in SCRAM_HASHES.items()}.get(hash_name, f"SCRAM-{hash_name.upper()}")
+        self.name = {v: k for k, v in SCRAM_HASHES.items()}.get(
+            hash_name, f"SCRAM-{hash_name.upper()}"
+        )
         self._hash = hash_name
         utf8(username, "SASL user name")
         self._username = username
@@ -124,19 +135,31 @@ class Scram:
             raise SaslAuthError("the broker's SCRAM first message is not UTF-8") from None
         attrs = _attributes(server_first, "first message")
         if "e" in attrs:
-            raise SaslAuthError(f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}")
+            raise SaslAuthError(
+                f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}"
+            )
         if "m" in attrs:  # RFC 5802 5.1: a mandatory extension this client does not know must fail
-            raise SaslAuthError("the broker's SCRAM first message asks for a mandatory extension (m=), "
-                                "which this client does not support")
+            raise SaslAuthError(
+                "the broker's SCRAM first message asks for a mandatory extension (m=), "
+                "which this client does not support"
+            )
         nonce, salt, iterations = attrs.get("r", ""), attrs.get("s"), attrs.get("i", "")
         if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
-            raise SaslAuthError("the broker's SCRAM nonce does not extend the client's "
-                                "(a replayed or forged answer)")
+            raise SaslAuthError(
+                "the broker's SCRAM nonce does not extend the client's "
+                "(a replayed or forged answer)"
+            )
         # The length first: int() refuses more than 4300 digits with a ValueError.
-        if not iterations.isascii() or not iterations.isdigit() or len(iterations) > 9 or not (
-                SCRAM_MIN_ITERATIONS <= int(iterations) <= SCRAM_MAX_ITERATIONS):
-            raise SaslAuthError(f"the broker asked for {printable(iterations, 20)!r} SCRAM iterations; "
-                                f"expected {SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}")
+        if (
+            not iterations.isascii()
+            or not iterations.isdigit()
+            or len(iterations) > 9
+            or not (SCRAM_MIN_ITERATIONS <= int(iterations) <= SCRAM_MAX_ITERATIONS)
+        ):
+            raise SaslAuthError(
+                f"the broker asked for {printable(iterations, 20)!r} SCRAM iterations; "
+                f"expected {SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}"
+            )
         try:
             salt = base64.b64decode(salt or "", validate=True)
         except ValueError:
@@ -158,14 +181,18 @@ class Scram:
         self._state = "done"
         attrs = _attributes(server_bytes.decode("utf-8", "replace"), "final message")
         if "e" in attrs:
-            raise SaslAuthError(f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}")
+            raise SaslAuthError(
+                f"the broker refused SCRAM: {printable(attrs['e'], MAX_SERVER_TEXT)}"
+            )
         try:
             theirs = base64.b64decode(attrs.get("v", ""), validate=True)
         except ValueError:
             theirs = b""
         if not hmac.compare_digest(theirs, self._server_signature):
-            raise SaslAuthError("the broker's SCRAM server signature is wrong: it does not know "
-                                "this user's credentials (an impostor, or a man in the middle)")
+            raise SaslAuthError(
+                "the broker's SCRAM server signature is wrong: it does not know "
+                "this user's credentials (an impostor, or a man in the middle)"
+            )
 
 
 class OAuthBearer:
@@ -190,8 +217,14 @@ class OAuthBearer:
             return None
         # A rejection: the server sends a JSON status and waits for a lone 0x01 before failing.
         try:
-            self.status = str(json.loads(_bounded(server_bytes, "OAUTHBEARER error status")).get("status"))
-        except (ValueError, AttributeError, RecursionError):  # RecursionError: nesting deeper than json takes
+            self.status = str(
+                json.loads(_bounded(server_bytes, "OAUTHBEARER error status")).get("status")
+            )
+        except (
+            ValueError,
+            AttributeError,
+            RecursionError,
+        ):  # RecursionError: nesting deeper than json takes
             self.status = "unknown"
         return b"\x01"
 
@@ -203,4 +236,6 @@ def make_mechanism(mechanism, username=None, password=None, token=None):
         return Scram(username, password, SCRAM_HASHES[mechanism])
     if mechanism == "OAUTHBEARER":
         return OAuthBearer(token)
-    raise ValueError(f"unknown SASL mechanism {mechanism!r} (expected one of {', '.join(MECHANISMS)})")
+    raise ValueError(
+        f"unknown SASL mechanism {mechanism!r} (expected one of {', '.join(MECHANISMS)})"
+    )

@@ -3,6 +3,7 @@ kafka-python 3), never by fastkwire, so the vectors are an independent oracle.
 
     python tests/vectors/make_message_vectors.py
 """
+
 import json
 import sys
 from pathlib import Path
@@ -12,12 +13,23 @@ sys.path.insert(0, str(HERE.parent))
 
 from peers import DECODE, ENCODE, peer_supports  # noqa: E402
 from strategies import (  # noqa: E402
-    MESSAGE_NAMES, default_value, load_schema, message_versions, present, snake_case,
+    MESSAGE_NAMES,
+    default_value,
+    load_schema,
+    message_versions,
+    present,
+    snake_case,
     struct_fields,
 )
 
-SAMPLE_INTS = {"int8": 3, "int16": 25, "int32": 300000, "int64": 284729, "uint16": 9092,
-               "uint32": 70000}
+SAMPLE_INTS = {
+    "int8": 3,
+    "int16": 25,
+    "int32": 300000,
+    "int64": 284729,
+    "uint16": 9092,
+    "uint32": 70000,
+}
 
 
 def nullable(field, version):
@@ -25,6 +37,7 @@ def nullable(field, version):
     if not spec:
         return False
     from strategies import versions
+
     return version in versions(spec)
 
 
@@ -75,9 +88,16 @@ def main():
                     if peer_supports(peer, name, version):
                         raw = ENCODE[peer](name, version, d)
                         assert DECODE[peer](name, version, raw) == d, (name, version, peer)
-                        vectors.append({"message": name, "version": version,
-                                        "sample": "full" if full else "minimal",
-                                        "encoded_by": peer, "hex": raw.hex(), "value": d})
+                        vectors.append(
+                            {
+                                "message": name,
+                                "version": version,
+                                "sample": "full" if full else "minimal",
+                                "encoded_by": peer,
+                                "hex": raw.hex(),
+                                "value": d,
+                            }
+                        )
                         break
                 else:
                     print(f"no peer has {name} v{version}", file=sys.stderr)

@@ -25,6 +25,7 @@ checks, and each call written once as a generator of the connection layer's I/O 
 asyncio streams in the event loop's own thread. A connection error that reaches a call is
 raised as its admin twin (`admin_errors.admin_error`).
 """
+
 from ..admin_errors import (
     AdminError,
     AdminTimeoutError,
@@ -46,6 +47,7 @@ from ..admin_errors import (
 )
 from ..connection import MAX_TIMEOUT_MS, Security
 from .clients import AdminClient, AsyncAdminClient
+
 # The constants below were public names of the single-module admin: still importable.
 from .flows import (  # noqa: F401
     ANSWER_LIMITS,
@@ -66,15 +68,49 @@ from .flows import (  # noqa: F401
     check_removal,
     parse_servers,
 )
-from .results import Coordinator, GroupDescription, MemberDescription, MemberResult, MembershipChangeResult, RemovalPlan
+from .results import (
+    Coordinator,
+    GroupDescription,
+    MemberDescription,
+    MemberResult,
+    MembershipChangeResult,
+    RemovalPlan,
+)
 
 __all__ = [
-    "AdminClient", "AsyncAdminClient", "Coordinator", "MemberResult", "MembershipChangeResult",
-    "GroupDescription", "MemberDescription", "RemovalPlan",
-    "AdminError", "BrokerConnectionError", "AdminTimeoutError", "ResponseError", "BrokerError",
-    "BrokerTooOldError", "GroupNotFoundError", "GroupAuthorizationError", "GroupStateError",
-    "MemberRemovalError", "UnknownInstanceError", "FencedInstanceError", "SecurityError",
-    "SaslAuthenticationError", "UnsupportedSaslMechanismError", "TlsError", "TlsCertificateError",
-    "check_removal", "check_members", "check_group", "check_reason", "parse_servers", "Security", "ANSWER_LIMITS",
-    "answer_limit", "MAX_TIMEOUT_MS", "DEFAULT_MAX_GROUP_MEMBERS",
+    "AdminClient",
+    "AsyncAdminClient",
+    "Coordinator",
+    "MemberResult",
+    "MembershipChangeResult",
+    "GroupDescription",
+    "MemberDescription",
+    "RemovalPlan",
+    "AdminError",
+    "BrokerConnectionError",
+    "AdminTimeoutError",
+    "ResponseError",
+    "BrokerError",
+    "BrokerTooOldError",
+    "GroupNotFoundError",
+    "GroupAuthorizationError",
+    "GroupStateError",
+    "MemberRemovalError",
+    "UnknownInstanceError",
+    "FencedInstanceError",
+    "SecurityError",
+    "SaslAuthenticationError",
+    "UnsupportedSaslMechanismError",
+    "TlsError",
+    "TlsCertificateError",
+    "check_removal",
+    "check_members",
+    "check_group",
+    "check_reason",
+    "parse_servers",
+    "Security",
+    "ANSWER_LIMITS",
+    "answer_limit",
+    "MAX_TIMEOUT_MS",
+    "DEFAULT_MAX_GROUP_MEMBERS",
 ]

@@ -4,6 +4,7 @@ Every method checks its arguments first (ValueError, before any connection), the
 flow within one deadline of `request_timeout_ms`. A connection error that reaches a call
 is raised as its admin twin (`admin_errors.admin_error`): callers catch `AdminError`.
 """
+
 from ..admin_errors import AdminError, admin_error
 from ..connection import Deadline, run_steps, run_steps_async
 from ..connection_errors import KafkaClientError
@@ -43,10 +44,14 @@ class AdminClient(_Calls):
         """
         return self._run(*self._removal_call(group_id, group_instance_ids, reason))
 
-    def remove_members(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None):
+    def remove_members(
+        self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None
+    ):
         """Remove members named by group.instance.id and/or member id, or every member
         (`remove_all`: the group is described first, as Kafka's Admin does)."""
-        return self._run(*self._remove_call(group_id, group_instance_ids, member_ids, remove_all, reason))
+        return self._run(
+            *self._remove_call(group_id, group_instance_ids, member_ids, remove_all, reason)
+        )
 
     def plan_removal(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False):
         """What `remove_members` would do, as a `RemovalPlan`; sends no LeaveGroup."""
@@ -99,14 +104,20 @@ class AsyncAdminClient(_Calls):
         """
         return await self._run(*self._removal_call(group_id, group_instance_ids, reason))
 
-    async def remove_members(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None):
+    async def remove_members(
+        self, group_id, group_instance_ids=(), member_ids=(), remove_all=False, reason=None
+    ):
         """Remove members named by group.instance.id and/or member id, or every member
         (`remove_all`: the group is described first, as Kafka's Admin does)."""
-        return await self._run(*self._remove_call(group_id, group_instance_ids, member_ids, remove_all, reason))
+        return await self._run(
+            *self._remove_call(group_id, group_instance_ids, member_ids, remove_all, reason)
+        )
 
     async def plan_removal(self, group_id, group_instance_ids=(), member_ids=(), remove_all=False):
         """What `remove_members` would do, as a `RemovalPlan`; sends no LeaveGroup."""
-        return await self._run(*self._plan_call(group_id, group_instance_ids, member_ids, remove_all))
+        return await self._run(
+            *self._plan_call(group_id, group_instance_ids, member_ids, remove_all)
+        )
 
     async def leave_group(self, group_id, members, reason=None):
         """The general form: `members` is a list of (member_id, group_instance_id or None).

@@ -3,6 +3,7 @@
 before any of them. The clients (`clients.py`) run the flows; tests can drive them with a
 fake clock (`Deadline(seconds, clock)`), since a flow reads the time only from its deadline.
 """
+
 import ipaddress
 import struct
 
@@ -43,7 +44,12 @@ from ..connection import (
     format_address as _format_address,
     highest_common_version,
 )
-from ..connection_errors import BadResponseError, KafkaConnectionError, KafkaTimeoutError, OptionError
+from ..connection_errors import (
+    BadResponseError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    OptionError,
+)
 from ..error_codes import by_name, lookup
 from .results import (
     FENCED_INSTANCE_ID,
@@ -82,7 +88,9 @@ def _codes(*names):
 
 
 # Answers that mean "ask FindCoordinator again, a little later".
-COORDINATOR_RETRY = _codes("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR")
+COORDINATOR_RETRY = _codes(
+    "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"
+)
 GROUP_STATE_ERRORS = _codes("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
 GROUP_NOT_FOUND_ERRORS = _codes("GROUP_ID_NOT_FOUND")
 BACKOFF_START = 0.1
@@ -128,7 +136,11 @@ def parse_servers(bootstrap_servers):
 
     A server without a port uses 9092; anything else malformed is a ValueError.
     """
-    items = bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
+    items = (
+        bootstrap_servers.split(",")
+        if isinstance(bootstrap_servers, str)
+        else list(bootstrap_servers)
+    )
     servers = []
     for item in (s.strip() for s in items):
         if not item:
@@ -176,16 +188,26 @@ def _check_name(what, value, nullable=False):
     if value is None and nullable:
         return
     if not isinstance(value, str) or (not value and not nullable):
-        raise OptionError("{%s} must be a non-empty string, not {value}" % option, option, said=said,
-                          value=repr(value))
+        raise OptionError(
+            "{%s} must be a non-empty string, not {value}" % option,
+            option,
+            said=said,
+            value=repr(value),
+        )
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
-        raise OptionError("{%s} {value} cannot be encoded as UTF-8" % option, option, said=said,
-                          value=repr(value)) from None
+        raise OptionError(
+            "{%s} {value} cannot be encoded as UTF-8" % option, option, said=said, value=repr(value)
+        ) from None
     if size > MAX_NAME_BYTES:
-        raise OptionError("{%s} is {size} bytes long; Kafka takes at most {most}" % option, option, said=said,
-                          size=size, most=MAX_NAME_BYTES)
+        raise OptionError(
+            "{%s} is {size} bytes long; Kafka takes at most {most}" % option,
+            option,
+            said=said,
+            size=size,
+            most=MAX_NAME_BYTES,
+        )
 
 
 def check_removal(group_id, group_instance_ids, reason=None):
@@ -197,8 +219,11 @@ def check_removal(group_id, group_instance_ids, reason=None):
     check_group(group_id)
     instance_ids = list(group_instance_ids)
     if not instance_ids:
-        raise OptionError("give at least one {group_instance_ids}", "group_instance_ids",
-                          said={"group_instance_ids": "group.instance.id"})
+        raise OptionError(
+            "give at least one {group_instance_ids}",
+            "group_instance_ids",
+            said={"group_instance_ids": "group.instance.id"},
+        )
     check_members(instance_ids)
     check_reason(reason)
     return instance_ids
@@ -220,10 +245,17 @@ def check_members(group_instance_ids=(), member_ids=(), remove_all=False):
     if remove_all and (instance_ids or member_ids):
         raise OptionError("{remove_all} removes every member: name no member with it", "remove_all")
     if not (remove_all or instance_ids or member_ids):
-        raise OptionError("give at least one {group_instance_ids} or {member_ids} (or {remove_all})",
-                          "group_instance_ids", "member_ids", "remove_all",
-                          said={"group_instance_ids": "group.instance.id", "member_ids": "member id",
-                                "remove_all": "remove all"})
+        raise OptionError(
+            "give at least one {group_instance_ids} or {member_ids} (or {remove_all})",
+            "group_instance_ids",
+            "member_ids",
+            "remove_all",
+            said={
+                "group_instance_ids": "group.instance.id",
+                "member_ids": "member id",
+                "remove_all": "remove all",
+            },
+        )
     for i in instance_ids:
         _check_name("a group.instance.id", i)
     for m in member_ids:
@@ -238,19 +270,29 @@ def check_members(group_instance_ids=(), member_ids=(), remove_all=False):
 # ---------------------------------------------------------------- the calls, as steps
 
 
-
 class _Calls:
     """Options and the calls as generators of I/O steps; the clients (clients.py) run them."""
 
     _clock = SYSTEM_CLOCK  # where deadlines read the time and backoffs sleep (tests set a fake)
 
-    def __init__(self, bootstrap_servers, client_id="fastkwire-admin", request_timeout_ms=30000, security=None,
-                 max_group_members=DEFAULT_MAX_GROUP_MEMBERS, **security_options):
+    def __init__(
+        self,
+        bootstrap_servers,
+        client_id="fastkwire-admin",
+        request_timeout_ms=30000,
+        security=None,
+        max_group_members=DEFAULT_MAX_GROUP_MEMBERS,
+        **security_options,
+    ):
         self.servers = parse_servers(bootstrap_servers)
         _check_name("client_id", client_id, nullable=True)
         self.client_id = client_id
         self.timeout = check_timeout_ms(request_timeout_ms)
-        if isinstance(max_group_members, bool) or not isinstance(max_group_members, int) or max_group_members < 1:
+        if (
+            isinstance(max_group_members, bool)
+            or not isinstance(max_group_members, int)
+            or max_group_members < 1
+        ):
             raise ValueError(f"max_group_members must be a positive int, not {max_group_members!r}")
         self.max_group_members = max_group_members
         if security is not None and security_options:
@@ -307,7 +349,11 @@ class _Calls:
         def action(conn, coordinator):
             return (yield from self._describe(conn, coordinator, group_id))
 
-        return (yield from self._at_coordinator(boot, group_id, deadline, action, f"describing group {group_id!r}"))
+        return (
+            yield from self._at_coordinator(
+                boot, group_id, deadline, action, f"describing group {group_id!r}"
+            )
+        )
 
     def _leave_flow(self, group_id, members, reason, deadline):
         boot = yield from self._bootstrap(deadline)
@@ -316,8 +362,11 @@ class _Calls:
         def action(conn, coordinator):
             return (yield from self._leave(conn, coordinator, group_id, members, reason))
 
-        return (yield from self._at_coordinator(boot, group_id, deadline, action,
-                                                f"removing members from group {group_id!r}"))
+        return (
+            yield from self._at_coordinator(
+                boot, group_id, deadline, action, f"removing members from group {group_id!r}"
+            )
+        )
 
     def _plan_flow(self, group_id, instance_ids, member_ids, remove_all, deadline):
         group = yield from self._describe_flow(group_id, deadline, for_removal=True)
@@ -338,8 +387,11 @@ class _Calls:
                     return NONE, MembershipChangeResult(group_id, coordinator, 0, [])
             return (yield from self._leave(conn, coordinator, group_id, members, reason))
 
-        return (yield from self._at_coordinator(boot, group_id, deadline, action,
-                                                f"removing members from group {group_id!r}"))
+        return (
+            yield from self._at_coordinator(
+                boot, group_id, deadline, action, f"removing members from group {group_id!r}"
+            )
+        )
 
     # -- steps
 
@@ -382,14 +434,18 @@ class _Calls:
             raise BrokerTooOldError(
                 f"broker {conn.address} is too old: it supports {has}, and removing members by "
                 f"group.instance.id needs LeaveGroup v{LEAVE_BY_INSTANCE_MIN} or later (Kafka 2.4+). "
-                "Nothing was sent.", lookup(UNSUPPORTED_VERSION))
+                "Nothing was sent.",
+                lookup(UNSUPPORTED_VERSION),
+            )
         return version
 
     def _find_coordinator_retrying(self, conn, group_id, deadline):
         version = highest_common_version(conn.versions, FindCoordinatorRequest)
         if version is None:
-            raise BrokerTooOldError(f"broker {conn.address} does not support FindCoordinator",
-                                    lookup(UNSUPPORTED_VERSION))
+            raise BrokerTooOldError(
+                f"broker {conn.address} does not support FindCoordinator",
+                lookup(UNSUPPORTED_VERSION),
+            )
         backoff = BACKOFF_START
         while True:
             code, coordinator, message = yield from self._find_coordinator(conn, version, group_id)
@@ -400,9 +456,15 @@ class _Calls:
                 detail = f" ({printable(message, MAX_BROKER_TEXT)})" if message else ""
                 if code == GROUP_AUTHORIZATION_FAILED:
                     raise GroupAuthorizationError(
-                        f"not authorized to find the coordinator of group {group_id!r}: {error}{detail}", error)
-                raise BrokerError(f"FindCoordinator for group {group_id!r} failed: {error}{detail}", error)
-            backoff = yield from _backoff(deadline, backoff, code, f"finding the coordinator of group {group_id!r}")
+                        f"not authorized to find the coordinator of group {group_id!r}: {error}{detail}",
+                        error,
+                    )
+                raise BrokerError(
+                    f"FindCoordinator for group {group_id!r} failed: {error}{detail}", error
+                )
+            backoff = yield from _backoff(
+                deadline, backoff, code, f"finding the coordinator of group {group_id!r}"
+            )
 
     def _find_coordinator(self, conn, version, group_id):
         if version >= BATCHED_FIND_MIN:
@@ -413,8 +475,10 @@ class _Calls:
         if version >= BATCHED_FIND_MIN:
             found = [c for c in response.coordinators if c.key == group_id]
             if len(found) != 1:
-                raise ResponseError(f"{conn.address} answered FindCoordinator v{version} "
-                                    f"without exactly one entry for group {group_id!r}")
+                raise ResponseError(
+                    f"{conn.address} answered FindCoordinator v{version} "
+                    f"without exactly one entry for group {group_id!r}"
+                )
             entry = found[0]
         else:
             entry = response
@@ -428,17 +492,29 @@ class _Calls:
         the coordinator has it (KIP-848 groups), DescribeGroups for classic groups."""
         version = highest_common_version(conn.versions, ConsumerGroupDescribeRequest)
         if version is not None:
-            request = ConsumerGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False)
-            response = yield _request(conn, request, version, self._members_check(conn, ConsumerGroupDescribeResponse,
-                                                                               group_id))
+            request = ConsumerGroupDescribeRequest(
+                group_ids=[group_id], include_authorized_operations=False
+            )
+            response = yield _request(
+                conn,
+                request,
+                version,
+                self._members_check(conn, ConsumerGroupDescribeResponse, group_id),
+            )
             entry = _one_group(response.groups, group_id, conn, f"ConsumerGroupDescribe v{version}")
             code = entry.error_code
             if code in COORDINATOR_RETRY:
                 return code, None
             if code == NONE and entry.members:
                 return code, GroupDescription(
-                    group_id, coordinator, entry.group_state, "consumer", entry.assignor_name,
-                    [_consumer_group_member(m) for m in entry.members], f"ConsumerGroupDescribe v{version}")
+                    group_id,
+                    coordinator,
+                    entry.group_state,
+                    "consumer",
+                    entry.assignor_name,
+                    [_consumer_group_member(m) for m in entry.members],
+                    f"ConsumerGroupDescribe v{version}",
+                )
             if code not in (NONE, GROUP_ID_NOT_FOUND, UNSUPPORTED_VERSION):
                 raise _group_error(code, group_id, coordinator, "describe", entry.error_message)
             # Not a group of the new protocol (Kafka answers GROUP_ID_NOT_FOUND), or one without
@@ -446,19 +522,31 @@ class _Calls:
             # answers ConsumerGroupDescribe for a classic group with its state but no members).
         version = highest_common_version(conn.versions, DescribeGroupsRequest)
         if version is None:
-            raise BrokerTooOldError(f"coordinator {coordinator.address} does not support DescribeGroups",
-                                    lookup(UNSUPPORTED_VERSION))
+            raise BrokerTooOldError(
+                f"coordinator {coordinator.address} does not support DescribeGroups",
+                lookup(UNSUPPORTED_VERSION),
+            )
         request = DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False)
-        response = yield _request(conn, request, version, self._members_check(conn, DescribeGroupsResponse, group_id))
+        response = yield _request(
+            conn, request, version, self._members_check(conn, DescribeGroupsResponse, group_id)
+        )
         entry = _one_group(response.groups, group_id, conn, f"DescribeGroups v{version}")
         code = entry.error_code
         if code in COORDINATOR_RETRY:
             return code, None
         if code != NONE:
-            raise _group_error(code, group_id, coordinator, "describe", getattr(entry, "error_message", None))
+            raise _group_error(
+                code, group_id, coordinator, "describe", getattr(entry, "error_message", None)
+            )
         return code, GroupDescription(
-            group_id, coordinator, entry.group_state, entry.protocol_type, entry.protocol_data,
-            [_described_member(m, entry.protocol_type) for m in entry.members], f"DescribeGroups v{version}")
+            group_id,
+            coordinator,
+            entry.group_state,
+            entry.protocol_type,
+            entry.protocol_data,
+            [_described_member(m, entry.protocol_type) for m in entry.members],
+            f"DescribeGroups v{version}",
+        )
 
     def _members_check(self, conn, cls, group_id):
         """A check_frame for `conn.request`: refuses an answer listing more than the one group
@@ -467,13 +555,15 @@ class _Calls:
 
         def check(frame, version):
             groups, members = _announced_members(frame, cls, version)
-            what = f"{conn.address} answered {cls.__name__[:-len('Response')]} v{version}"
+            what = f"{conn.address} answered {cls.__name__[: -len('Response')]} v{version}"
             if groups is not None and groups > 1:
                 raise ResponseError(f"{what} with {groups} groups, for the one asked")
             if members is not None and members > limit:
-                raise ResponseError(f"{what} with {members} members in group {group_id!r}, more than "
-                                    f"max_group_members ({limit}); raise it (the CLI's --max-members) if the "
-                                    "group is that large")
+                raise ResponseError(
+                    f"{what} with {members} members in group {group_id!r}, more than "
+                    f"max_group_members ({limit}); raise it (the CLI's --max-members) if the "
+                    "group is that large"
+                )
 
         return check
 
@@ -481,20 +571,27 @@ class _Calls:
         """Send one LeaveGroup; (error code, None) asks the caller to find the coordinator again."""
         version = self._leave_group_version(conn)
         with_reason = reason if version >= LEAVE_REASON_MIN else None
-        identities = [LeaveGroupRequest.MemberIdentity(member_id=m, group_instance_id=i, reason=with_reason)
-                      for m, i in members]
-        response = yield _request(conn, LeaveGroupRequest(group_id=group_id, members=identities), version)
+        identities = [
+            LeaveGroupRequest.MemberIdentity(member_id=m, group_instance_id=i, reason=with_reason)
+            for m, i in members
+        ]
+        response = yield _request(
+            conn, LeaveGroupRequest(group_id=group_id, members=identities), version
+        )
         code = response.error_code
         if code in COORDINATOR_RETRY:
             return code, None
         if code == UNSUPPORTED_VERSION:
             error = lookup(code)
-            raise BrokerTooOldError(f"coordinator {coordinator.address} refused LeaveGroup v{version}: {error}", error)
+            raise BrokerTooOldError(
+                f"coordinator {coordinator.address} refused LeaveGroup v{version}: {error}", error
+            )
         if code != NONE and code not in (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
             raise _group_error(code, group_id, coordinator, "remove members from")
         results = _member_results(members, response.members, code)
-        return code, MembershipChangeResult(group_id, coordinator, version, results,
-                                            getattr(response, "throttle_time_ms", 0))
+        return code, MembershipChangeResult(
+            group_id, coordinator, version, results, getattr(response, "throttle_time_ms", 0)
+        )
 
 
 class _Prefix:
@@ -526,7 +623,11 @@ class _Prefix:
         if f.type in FIXED_WIDTH:
             self.pos += FIXED_WIDTH[f.type]
         elif f.type in ("string", "bytes"):
-            n = self.uvarint() - 1 if self.flexible else self._int(">h" if f.type == "string" else ">i")
+            n = (
+                self.uvarint() - 1
+                if self.flexible
+                else self._int(">h" if f.type == "string" else ">i")
+            )
             self.pos += max(n, 0)
         else:
             raise ValueError(f"{f.name} is not a primitive field")
@@ -551,7 +652,9 @@ def _announced_members(frame, cls, version):
     """(groups, members of the first group) as a group-describing answer announces them, read
     from the frame before it is decoded; None for what cannot be read (the decoder then says why)."""
     message = load_schema(cls.__name__)
-    reader = _Prefix(frame, 8, message.is_flexible(version))  # after the size and the correlation id
+    reader = _Prefix(
+        frame, 8, message.is_flexible(version)
+    )  # after the size and the correlation id
     groups = None
     try:
         if response_header_version(cls, version) >= 1:
@@ -569,7 +672,9 @@ def _announced_members(frame, cls, version):
 def _one_group(groups, group_id, conn, what):
     found = [g for g in groups if g.group_id == group_id]
     if len(found) != 1:
-        raise ResponseError(f"{conn.address} answered {what} without exactly one entry for group {group_id!r}")
+        raise ResponseError(
+            f"{conn.address} answered {what} without exactly one entry for group {group_id!r}"
+        )
     return found[0]
 
 
@@ -577,26 +682,40 @@ def _group_error(code, group_id, coordinator, doing, message=None):
     error = lookup(code)
     detail = f" ({printable(message, MAX_BROKER_TEXT)})" if message else ""
     if code == GROUP_AUTHORIZATION_FAILED:
-        return GroupAuthorizationError(f"not authorized to {doing} group {group_id!r}: {error}{detail}", error)
+        return GroupAuthorizationError(
+            f"not authorized to {doing} group {group_id!r}: {error}{detail}", error
+        )
     if code in GROUP_NOT_FOUND_ERRORS:
-        return GroupNotFoundError(f"group {group_id!r} does not exist on {coordinator.address}: {error}", error)
+        return GroupNotFoundError(
+            f"group {group_id!r} does not exist on {coordinator.address}: {error}", error
+        )
     if code in GROUP_STATE_ERRORS:
-        return GroupStateError(f"group {group_id!r} is not in a state that can rebalance now: {error}", error)
+        return GroupStateError(
+            f"group {group_id!r} is not in a state that can rebalance now: {error}", error
+        )
     what = "LeaveGroup" if doing.startswith("remove") else "the description"
-    return BrokerError(f"coordinator {coordinator.address} refused {what} for group {group_id!r}: "
-                       f"{error}{detail}", error)
+    return BrokerError(
+        f"coordinator {coordinator.address} refused {what} for group {group_id!r}: {error}{detail}",
+        error,
+    )
 
 
 def _plan(group, instance_ids, member_ids, remove_all):
     """The members a removal names, and the named ones the group does not have."""
     if remove_all:
-        return RemovalPlan(group, [(m.member_id, m.group_instance_id) for m in group.members], [], [])
+        return RemovalPlan(
+            group, [(m.member_id, m.group_instance_id) for m in group.members], [], []
+        )
     have_instances = {m.group_instance_id for m in group.members if m.group_instance_id is not None}
     have_members = {m.member_id for m in group.members}
     members = [("", i) for i in instance_ids if i in have_instances]
     members += [(m, None) for m in member_ids if m in have_members]
-    return RemovalPlan(group, members, [i for i in instance_ids if i not in have_instances],
-                       [m for m in member_ids if m not in have_members])
+    return RemovalPlan(
+        group,
+        members,
+        [i for i in instance_ids if i not in have_instances],
+        [m for m in member_ids if m not in have_members],
+    )
 
 
 def _member_results(requested, answered, top_code):
@@ -605,17 +724,30 @@ def _member_results(requested, answered, top_code):
     by_member = {a.member_id: a for a in answered if a.member_id}
     results = []
     for member_id, instance_id in requested:
-        answer = by_instance.get(instance_id) if instance_id is not None else by_member.get(member_id)
+        answer = (
+            by_instance.get(instance_id) if instance_id is not None else by_member.get(member_id)
+        )
         key = instance_id if instance_id is not None else member_id
         named_by_member_id = instance_id is None
         if answer is not None:
-            results.append(MemberResult(key, answer.member_id or member_id, answer.error_code, "", named_by_member_id))
+            results.append(
+                MemberResult(
+                    key, answer.member_id or member_id, answer.error_code, "", named_by_member_id
+                )
+            )
         elif top_code != NONE:
             # A member-level error sent for the whole request (no per-member list).
             results.append(MemberResult(key, member_id, top_code, "", named_by_member_id))
         else:
-            results.append(MemberResult(key, member_id, UNKNOWN_SERVER_ERROR,
-                                        "the coordinator's answer did not mention this member", named_by_member_id))
+            results.append(
+                MemberResult(
+                    key,
+                    member_id,
+                    UNKNOWN_SERVER_ERROR,
+                    "the coordinator's answer did not mention this member",
+                    named_by_member_id,
+                )
+            )
     return results
 
 
@@ -632,19 +764,25 @@ def _check_coordinator(coordinator, answered):
         problem = f"node id {c.node_id}"
     else:
         return
-    raise ResponseError(f"{answered} with a coordinator that has {printable(problem, MAX_BROKER_TEXT)}")
-
-
+    raise ResponseError(
+        f"{answered} with a coordinator that has {printable(problem, MAX_BROKER_TEXT)}"
+    )
 
 
 def _backoff(deadline, delay, code, doing):
     """A sleep step before a retry, or AdminTimeoutError when the deadline would pass first."""
     error = lookup(code)
     if deadline.remaining() <= delay:
-        hint = " (the group may be being deleted or moved)" if code == COORDINATOR_NOT_AVAILABLE else ""
+        hint = (
+            " (the group may be being deleted or moved)"
+            if code == COORDINATOR_NOT_AVAILABLE
+            else ""
+        )
         raise AdminTimeoutError(
             f"gave up {doing}: the broker still answers {error.name}{hint}, and the "
-            f"{deadline.seconds:g} s timeout would pass before the next try", error)
+            f"{deadline.seconds:g} s timeout would pass before the next try",
+            error,
+        )
     yield Sleep(delay)
     return min(delay * 2, BACKOFF_MAX)
 

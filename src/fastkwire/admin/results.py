@@ -1,4 +1,5 @@
 """What the admin calls return: coordinators, group descriptions, removal results and plans."""
+
 from dataclasses import dataclass, field
 
 from ..admin_errors import FencedInstanceError, MemberRemovalError, UnknownInstanceError
@@ -6,13 +7,18 @@ from ..connection import format_address as _format_address
 from ..consumer_protocol import decode_assignment
 from ..error_codes import by_name, lookup
 
-__all__ = ["Coordinator", "MemberResult", "MembershipChangeResult", "MemberDescription", "GroupDescription",
-           "RemovalPlan"]
+__all__ = [
+    "Coordinator",
+    "MemberResult",
+    "MembershipChangeResult",
+    "MemberDescription",
+    "GroupDescription",
+    "RemovalPlan",
+]
 
 NONE = by_name("NONE").code
 UNKNOWN_MEMBER_ID = by_name("UNKNOWN_MEMBER_ID").code
 FENCED_INSTANCE_ID = by_name("FENCED_INSTANCE_ID").code
-
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,9 @@ class MemberResult:
     member_id: str
     error_code: int
     note: str = ""
-    by_member_id: bool = False  # asked for by member id (group.instance.id null), not by instance id
+    by_member_id: bool = (
+        False  # asked for by member id (group.instance.id null), not by instance id
+    )
 
     @property
     def ok(self):
@@ -94,23 +102,29 @@ class MembershipChangeResult:
         """Return None when every member was removed; else raise the first failure."""
         for m in self.members:
             if not m.ok:
-                cls = {UNKNOWN_MEMBER_ID: UnknownInstanceError,
-                       FENCED_INSTANCE_ID: FencedInstanceError}.get(m.error_code, MemberRemovalError)
-                raise cls(f"group {self.group_id!r}: instance {m.group_instance_id!r} was not removed: "
-                          f"{m.error_name} ({m.error_code}): {m.describe()}", m)
+                cls = {
+                    UNKNOWN_MEMBER_ID: UnknownInstanceError,
+                    FENCED_INSTANCE_ID: FencedInstanceError,
+                }.get(m.error_code, MemberRemovalError)
+                raise cls(
+                    f"group {self.group_id!r}: instance {m.group_instance_id!r} was not removed: "
+                    f"{m.error_name} ({m.error_code}): {m.describe()}",
+                    m,
+                )
 
     def to_dict(self):
         return {
             "group_id": self.group_id,
-            "coordinator": {"node_id": self.coordinator.node_id, "host": self.coordinator.host,
-                            "port": self.coordinator.port},
+            "coordinator": {
+                "node_id": self.coordinator.node_id,
+                "host": self.coordinator.host,
+                "port": self.coordinator.port,
+            },
             "leave_group_version": self.leave_group_version,
             "members": [m.to_dict() for m in self.members],
             "removed": self.removed,
             "failed": sorted(self.failed),
         }
-
-
 
 
 @dataclass(frozen=True)
@@ -123,10 +137,14 @@ class MemberDescription:
     assignment_error: str = ""  # why the assignment bytes could not be read, if they could not
 
     def to_dict(self):
-        return {"member_id": self.member_id, "group_instance_id": self.group_instance_id,
-                "client_id": self.client_id, "client_host": self.client_host,
-                "assignment": {t: list(p) for t, p in self.assignment.items()},
-                "assignment_error": self.assignment_error or None}
+        return {
+            "member_id": self.member_id,
+            "group_instance_id": self.group_instance_id,
+            "client_id": self.client_id,
+            "client_host": self.client_host,
+            "assignment": {t: list(p) for t, p in self.assignment.items()},
+            "assignment_error": self.assignment_error or None,
+        }
 
 
 @dataclass(frozen=True)
@@ -162,10 +180,16 @@ class GroupDescription:
 
     def to_dict(self):
         c = self.coordinator
-        return {"group_id": self.group_id, "exists": self.exists, "state": self.state,
-                "protocol_type": self.protocol_type, "protocol": self.protocol, "api": self.api,
-                "coordinator": {"node_id": c.node_id, "host": c.host, "port": c.port},
-                "members": [m.to_dict() for m in self.members]}
+        return {
+            "group_id": self.group_id,
+            "exists": self.exists,
+            "state": self.state,
+            "protocol_type": self.protocol_type,
+            "protocol": self.protocol,
+            "api": self.api,
+            "coordinator": {"node_id": c.node_id, "host": c.host, "port": c.port},
+            "members": [m.to_dict() for m in self.members],
+        }
 
 
 @dataclass(frozen=True)
@@ -178,11 +202,17 @@ class RemovalPlan:
     missing_member_ids: list
 
     def to_dict(self):
-        return {"dry_run": True, "group_id": self.group.group_id, "state": self.group.state,
-                "coordinator": self.group.to_dict()["coordinator"],
-                "would_remove": [{"member_id": m, "group_instance_id": i} for m, i in self.members],
-                "not_in_group": {"group_instance_ids": self.missing_instance_ids,
-                                 "member_ids": self.missing_member_ids}}
+        return {
+            "dry_run": True,
+            "group_id": self.group.group_id,
+            "state": self.group.state,
+            "coordinator": self.group.to_dict()["coordinator"],
+            "would_remove": [{"member_id": m, "group_instance_id": i} for m, i in self.members],
+            "not_in_group": {
+                "group_instance_ids": self.missing_instance_ids,
+                "member_ids": self.missing_member_ids,
+            },
+        }
 
 
 def _described_member(m, protocol_type):
@@ -192,8 +222,14 @@ def _described_member(m, protocol_type):
             assignment = decode_assignment(m.member_assignment)
         except ValueError as exc:
             problem = str(exc)
-    return MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host,
-                             assignment, problem)
+    return MemberDescription(
+        m.member_id,
+        getattr(m, "group_instance_id", None),
+        m.client_id,
+        m.client_host,
+        assignment,
+        problem,
+    )
 
 
 def _consumer_group_member(m):
@@ -201,5 +237,10 @@ def _consumer_group_member(m):
     assignment = {}
     for tp in parts:
         assignment.setdefault(tp.topic_name or str(tp.topic_id), []).extend(tp.partitions)
-    return MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
-                             {t: sorted(p) for t, p in assignment.items()})
+    return MemberDescription(
+        m.member_id,
+        m.instance_id,
+        m.client_id,
+        m.client_host,
+        {t: sorted(p) for t, p in assignment.items()},
+    )

@@ -25,6 +25,7 @@ only when a node is printed, and strings from the frame are printed escaped.
 The tree's text forms are in `_explain_text`, the built-in examples in
 `_explain_examples` (this module re-exports both), and `fastkwire explain` in `cli`.
 """
+
 from __future__ import annotations
 
 import struct
@@ -39,13 +40,23 @@ from .._pure_engine import read_observed
 from ..error_codes import error_name
 from ..errors import DecodeError, UnsupportedVersionError, bad_version, trailing
 
-__all__ = ["Node", "explain", "response_readings", "reading_names", "example", "example_names",
-           "render_tree", "hex_layout", "render", "to_json"]
+__all__ = [
+    "Node",
+    "explain",
+    "response_readings",
+    "reading_names",
+    "example",
+    "example_names",
+    "render_tree",
+    "hex_layout",
+    "render",
+    "to_json",
+]
 
 SIZE_PREFIX = 4
-DOC_WIDTH = _explain_text.DOC_WIDTH   # the text view's defaults, public here too
+DOC_WIDTH = _explain_text.DOC_WIDTH  # the text view's defaults, public here too
 HEX_ROWS = _explain_text.HEX_ROWS
-MAX_ITEMS = 100           # array elements (and tagged fields) shown per array by default
+MAX_ITEMS = 100  # array elements (and tagged fields) shown per array by default
 # Past max_items * NODES_PER_ITEM nodes in all, or FREE_NODES plus one per BYTES_PER_NODE
 # input bytes, arrays show no elements: with a few hundred bytes a node, a small dense
 # frame stays below 100 bytes of memory per input byte too.
@@ -60,15 +71,34 @@ class Node:
     is how the text view prints it (None: not printed)."""
 
     # Slots and text made on demand: a tree may hold many thousands of nodes.
-    __slots__ = ("name", "type", "offset", "size", "value", "children", "error",
-                 "_display", "_description")
+    __slots__ = (
+        "name",
+        "type",
+        "offset",
+        "size",
+        "value",
+        "children",
+        "error",
+        "_display",
+        "_description",
+    )
 
-    def __init__(self, name, type, offset, size=None, value=None, display=None,
-                 description="", children=None, error=None):
+    def __init__(
+        self,
+        name,
+        type,
+        offset,
+        size=None,
+        value=None,
+        display=None,
+        description="",
+        children=None,
+        error=None,
+    ):
         self.name = name
         self.type = type
         self.offset = offset
-        self.size = size                 # None only while the node is being read
+        self.size = size  # None only while the node is being read
         self.value = value
         self.children = [] if children is None else children
         self.error = error
@@ -110,6 +140,7 @@ class Node:
 
 # ---------------------------------------------------------------- schema lookups
 
+
 def _default_dict(f):
     """A field's default as to_dict() shows it (a never-null struct: its fields' defaults)."""
     if default_kind(f) == _wire.D_NEW:
@@ -148,7 +179,11 @@ def _show_string(value, compact) -> str:
     if value is None:
         return "null (compact, len+1=0)" if compact else "null (int16 len=-1)"
     n = len(value.encode("utf-8"))
-    return f"{_quote(value)} (compact, len+1={n + 1})" if compact else f"{_quote(value)} (int16 len={n})"
+    return (
+        f"{_quote(value)} (compact, len+1={n + 1})"
+        if compact
+        else f"{_quote(value)} (int16 len={n})"
+    )
 
 
 def _hex(value: bytes, limit=32) -> str:
@@ -160,7 +195,11 @@ def _show_bytes(value, compact) -> str:
     if value is None:
         return "null (compact, len+1=0)" if compact else "null (int32 len=-1)"
     shown = _hex(value) if value else "empty"
-    return f"{shown} (compact, len+1={len(value) + 1})" if compact else f"{shown} (int32 len={len(value)})"
+    return (
+        f"{shown} (compact, len+1={len(value) + 1})"
+        if compact
+        else f"{shown} (int32 len={len(value)})"
+    )
 
 
 def _show_value(node) -> str:
@@ -271,20 +310,23 @@ class _Open:
     def __init__(self, node, what, op=None, lay=None):
         self.node = node
         self.what = what
-        self.op = op            # the field's (or the array's) Op
-        self.lay = lay          # a struct's layout
-        self.values = None if lay is None else _struct_values(lay)   # as to_dict() shows them
-        self.count = 0          # an array's or a section's count, once read
-        self.summary = None     # the node standing for the elements not shown
-        self.struct = None      # a section's (or an entry's) struct span
+        self.op = op  # the field's (or the array's) Op
+        self.lay = lay  # a struct's layout
+        self.values = None if lay is None else _struct_values(lay)  # as to_dict() shows them
+        self.count = 0  # an array's or a section's count, once read
+        self.summary = None  # the node standing for the elements not shown
+        self.struct = None  # a section's (or an entry's) struct span
         self.tags_doc = "number of tagged fields in this struct"
 
 
 def _struct_values(lay):
     """A struct's values before its fields are read, in schema order: a tagged field at
     its default until its tag is read (a field the version lacks is not in the message)."""
-    return {op.name: _default_dict(op.field) if op.mode == "tagged" else None
-            for op in lay.ops if op.mode != "absent"}
+    return {
+        op.name: _default_dict(op.field) if op.mode == "tagged" else None
+        for op in lay.ops
+        if op.mode != "absent"
+    }
 
 
 _KNOWN: dict = {}
@@ -314,10 +356,15 @@ class _Tree:
     def __init__(self, data: bytes, max_items: int | None):
         self.data = data
         self.max_items = max_items
-        self.room = 0 if max_items is None else min(           # nodes left
-            NODES_PER_ITEM * max_items, FREE_NODES + len(data) // BYTES_PER_NODE)
-        self.stack = []     # the open spans, innermost last
-        self.quiet = 0      # depth inside an element that gets no nodes
+        self.room = (
+            0
+            if max_items is None
+            else min(  # nodes left
+                NODES_PER_ITEM * max_items, FREE_NODES + len(data) // BYTES_PER_NODE
+            )
+        )
+        self.stack = []  # the open spans, innermost last
+        self.quiet = 0  # depth inside an element that gets no nodes
 
     def add(self, parent, name, type_, offset, description="") -> Node:
         node = Node(name, type_, offset, description=description)
@@ -355,8 +402,13 @@ class _Tree:
             span = _Open(node, what, op, op.sub if op.kind == _wire.K_STRUCT else None)
         elif what == "item":
             if not self.shows(subject):
-                self.summarise(top, f"{top.op.name}[{subject}..{top.count - 1}]", subject,
-                               _show_more_elements, pos)
+                self.summarise(
+                    top,
+                    f"{top.op.name}[{subject}..{top.count - 1}]",
+                    subject,
+                    _show_more_elements,
+                    pos,
+                )
                 return False
             op = top.op
             elem = op.field.element_type
@@ -372,10 +424,15 @@ class _Tree:
             node = self.add(top.node, "tagged_fields", "uvarint", pos, top.tags_doc)
             span = _Open(node, what)
             span.struct = top
-        else:   # "entry"
+        else:  # "entry"
             if not self.shows(subject):
-                self.summarise(top, f"tagged fields [{subject}..{top.count - 1}]", subject,
-                               _show_more_tags, pos)
+                self.summarise(
+                    top,
+                    f"tagged fields [{subject}..{top.count - 1}]",
+                    subject,
+                    _show_more_tags,
+                    pos,
+                )
                 return False
             node = self.add(top.node, "tagged field", "tagged", pos)
             span = _Open(node, what)
@@ -406,7 +463,7 @@ class _Tree:
             if op.kind == _wire.K_STRUCT:
                 node.value = None if value is None else span.values
                 node.display = "null" if value is None else "struct"
-            elif op.kind not in _ARRAYS:     # an array's value is its shown items
+            elif op.kind not in _ARRAYS:  # an array's value is its shown items
                 node.value = value
                 node.display = _shower(op.field.type, op.compact, op.field.name)
                 if op.records and value:
@@ -427,7 +484,7 @@ class _Tree:
             array.node.display = _show_array
             if value >= 0:
                 array.node.value = []
-        else:   # marker, tags, entry
+        else:  # marker, tags, entry
             node.value = value
             node.display = _SHOW_SPAN[what]
 
@@ -446,14 +503,16 @@ class _Tree:
             tag, size = value
             op = _known_tags(top.struct.lay).get(tag)
             node.name, node.value = (op.name if op else "unknown"), tag
-            if op is None:   # a known field's own node below carries its description
+            if op is None:  # a known field's own node below carries its description
                 node.description = "a tag this version does not define; kept as raw bytes"
             split = _uvarint_end(self.data, start)
-            for name, at, stop, v, doc in (("tag", start, split, tag, "tag number"),
-                                           ("size", split, end, size, "bytes in the tagged value")):
+            for name, at, stop, v, doc in (
+                ("tag", start, split, tag, "tag number"),
+                ("size", split, end, size, "bytes in the tagged value"),
+            ):
                 leaf = self.add(node, name, "uvarint", at, doc)
                 leaf.size, leaf.value, leaf.display = stop - at, v, _show_value
-        else:   # "raw": an unknown tag's bytes
+        else:  # "raw": an unknown tag's bytes
             raw = self.add(node, "data", "bytes", start, "raw tagged value")
             raw.size, raw.value, raw.display = end - start, value, _show_raw
             top.struct.values.setdefault("unknown_tagged_fields", {})[node.value] = value
@@ -462,13 +521,18 @@ class _Tree:
     # checked as the Kafka message is (a broken batch is a note, not a broken frame).
 
     def record_batches(self, node):
-        from .. import records       # on first use: most frames carry no records
+        from .. import records  # on first use: most frames carry no records
+
         start = node.end - len(node.value)
         length = self.add(node, "length", "", node.offset, "the records' size in bytes")
-        length.size, length.value, length.display = start - node.offset, len(node.value), _show_value
+        length.size, length.value, length.display = (
+            start - node.offset,
+            len(node.value),
+            _show_value,
+        )
         try:
             batches = records.describe(node.value, max_records=self.max_items)
-        except (DecodeError, ImportError) as e:   # ImportError: the compression extra
+        except (DecodeError, ImportError) as e:  # ImportError: the compression extra
             note = self.add(node, "batches", "records", start, "the record batches in this field")
             note.size, note.display = len(node.value), f"not readable: {e}"
             return
@@ -477,7 +541,7 @@ class _Tree:
 
     def record_node(self, parent, n, base, description):
         if (self.max_items is not None and self.room <= 0) or (n.size == 0 and not n.children):
-            return   # (an empty key or value: its length node says so)
+            return  # (an empty key or value: its length node says so)
         node = self.add(parent, n.name, "", base + n.offset, description)
         node.size, node.value = n.size, n.value
         node.display = _show_record_value(n.value)
@@ -489,10 +553,17 @@ class _Tree:
         children = n.children
         for i, child in enumerate(children):
             if child.name.startswith("record[") and (".." in child.name or not self.shows(i)):
-                rest = children[i:]   # records, maybe ending in describe's own summary
+                rest = children[i:]  # records, maybe ending in describe's own summary
                 count = sum(c.value if ".." in c.name else 1 for c in rest)
-                more = Node(f"record[{i}..{i + count - 1}]", "summary", base + child.offset,
-                            sum(c.size for c in rest), count, _show_more_elements, SUMMARY_DOC)
+                more = Node(
+                    f"record[{i}..{i + count - 1}]",
+                    "summary",
+                    base + child.offset,
+                    sum(c.size for c in rest),
+                    count,
+                    _show_more_elements,
+                    SUMMARY_DOC,
+                )
                 node.children.append(more)
                 break
             self.record_node(node, child, base, description)
@@ -511,8 +582,14 @@ def _close_open_nodes(root: Node, err: DecodeError):
         failed.error = err
 
 
-def explain(frame, api_key: int | str | None = None, version: int | None = None, *,
-            max_items: int | None = MAX_ITEMS, try_responses: bool = False) -> Node:
+def explain(
+    frame,
+    api_key: int | str | None = None,
+    version: int | None = None,
+    *,
+    max_items: int | None = MAX_ITEMS,
+    try_responses: bool = False,
+) -> Node:
     """The annotated tree of one frame (int32 size prefix included).
 
     Requests are recognised from their header; for a response give `api_key` (the key,
@@ -555,7 +632,7 @@ def explain(frame, api_key: int | str | None = None, version: int | None = None,
         if try_responses and api_key is None:
             return _as_response(data, err, max_items)
         raise
-    except UnsupportedVersionError as err:   # a request header's version out of range
+    except UnsupportedVersionError as err:  # a request header's version out of range
         if try_responses and api_key is None:
             return _as_response(data, err, max_items)
         raise
@@ -587,13 +664,19 @@ def _as_response(data, err, max_items):
     root = explain(data, key, version, max_items=max_items)
     versions = [v for _, v in readings]
     name = response_schemas()[key].name
-    fit = (f"only {name} v{version} reads" if len(versions) == 1 else
-           f"only {name} {_version_list(versions)} read")
+    fit = (
+        f"only {name} v{version} reads"
+        if len(versions) == 1
+        else f"only {name} {_version_list(versions)} read"
+    )
     why = "" if len(versions) == 1 else f" (shown as v{version}, the newest)"
-    root.value = {"reading": (
-        f"does not read as a request ({err}); read as a response: a response header does not say which "
-        f"API it answers, and of every API and version {fit} these bytes exactly{why}"),
-        **root.value}
+    root.value = {
+        "reading": (
+            f"does not read as a request ({err}); read as a response: a response header does not say which "
+            f"API it answers, and of every API and version {fit} these bytes exactly{why}"
+        ),
+        **root.value,
+    }
     return root
 
 
@@ -613,7 +696,9 @@ def reading_names(readings) -> str:
     by_key: dict = {}
     for key, version in readings:
         by_key.setdefault(key, []).append(version)
-    return ", ".join(f"{response_schemas()[key].name} {_version_list(vs)}" for key, vs in by_key.items())
+    return ", ".join(
+        f"{response_schemas()[key].name} {_version_list(vs)}" for key, vs in by_key.items()
+    )
 
 
 def _api_key_of(name: str) -> int:
@@ -658,18 +743,22 @@ def _frame(tree: _Tree, root: Node, api_key, version):
         root.name, root.type = cls.__name__, f"message v{version}"
         info.update(message=cls.__name__, version=version)
     info["header_version"] = hv
-    refusal = size_error or api_error     # what decode raises before it reads the header
+    refusal = size_error or api_error  # what decode raises before it reads the header
 
-    header = tree.add(root, header_cls.__name__, f"v{hv}", SIZE_PREFIX, header_cls._LAYOUTS.message.doc)
+    header = tree.add(
+        root, header_cls.__name__, f"v{hv}", SIZE_PREFIX, header_cls._LAYOUTS.message.doc
+    )
     try:
-        pos = tree.read(header, header_cls, hv, SIZE_PREFIX, "number of tagged fields in the header")
+        pos = tree.read(
+            header, header_cls, hv, SIZE_PREFIX, "number of tagged fields in the header"
+        )
     except DecodeError as e:
         if refusal is not None:
             _close_open_nodes(root, e)
             raise refusal from None
         raise e.with_prefix("header") from None
     info["header"] = header.value
-    if api_error is not None:   # no body: decode would not know which
+    if api_error is not None:  # no body: decode would not know which
         raise refusal
 
     body = tree.add(root, cls.__name__, "struct", pos, cls._LAYOUTS.message.doc)

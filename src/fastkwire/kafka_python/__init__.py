@@ -14,14 +14,22 @@ instead). Results are kafka-python's own classes, values and exceptions.
 The module is also a pytest plugin: `python -m pytest -p fastkwire.kafka_python` runs a
 suite with the accelerator installed.
 """
+
 import os
 import sys
 import warnings
 
 from ._seams import SUPPORTED, Patch, build_patches
 
-__all__ = ["SUPPORTED", "Patch", "UnsupportedKafkaPython", "install", "uninstall",
-           "installed", "patches"]
+__all__ = [
+    "SUPPORTED",
+    "Patch",
+    "UnsupportedKafkaPython",
+    "install",
+    "uninstall",
+    "installed",
+    "patches",
+]
 
 
 class UnsupportedKafkaPython(RuntimeError):
@@ -36,6 +44,7 @@ def _decline_reason():
     if os.environ.get("FASTKWIRE_PURE", "") not in ("", "0"):
         return "FASTKWIRE_PURE is set: the accelerator needs fastkwire's compiled core"
     import fastkwire
+
     if fastkwire.implementation != "cython":
         return "fastkwire's compiled core is not built: the accelerator needs it"
     try:
@@ -48,8 +57,10 @@ def _decline_reason():
         return "kafka-python is not installed"
     version = getattr(kafka, "__version__", "unknown")
     if version not in SUPPORTED:
-        return (f"kafka-python {version} is not a version fastkwire.kafka_python was "
-                f"tested with (supported: {', '.join(SUPPORTED)})")
+        return (
+            f"kafka-python {version} is not a version fastkwire.kafka_python was "
+            f"tested with (supported: {', '.join(SUPPORTED)})"
+        )
     return None
 
 
@@ -68,16 +79,19 @@ def install(strict=True):
             table = build_patches()  # finds every seam, or raises naming the missing one
         except LookupError as exc:
             import kafka
+
             reason = f"kafka-python {kafka.__version__}: {exc}"
     if reason is not None:
         if strict:
             raise UnsupportedKafkaPython(reason)
-        warnings.warn(f"fastkwire.kafka_python not installed: {reason}", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"fastkwire.kafka_python not installed: {reason}", RuntimeWarning, stacklevel=2
+        )
         return False
     from fastkwire import _kafka_python
 
     from . import _parser, _protocol
+
     _kafka_python.bind(**table.bindings)
     _kafka_python.bind_builder(**table.builder)
     _kafka_python.bind_sizes(**table.sizes)
@@ -120,6 +134,7 @@ def patches():
 
 # ---- pytest plugin: `python -m pytest -p fastkwire.kafka_python` -------------------
 
+
 def pytest_configure(config):
     install()
 
@@ -130,5 +145,8 @@ def pytest_unconfigure(config):
 
 def pytest_report_header(config):
     import kafka
-    return (f"fastkwire.kafka_python: installed={installed()} (kafka-python "
-            f"{kafka.__version__}, {len(_applied)} patches)")
+
+    return (
+        f"fastkwire.kafka_python: installed={installed()} (kafka-python "
+        f"{kafka.__version__}, {len(_applied)} patches)"
+    )

@@ -12,12 +12,13 @@ classes hold it (json_patch changes included: authorized-operations fields are s
 bits there). A mismatch is not an error: that version runs stock. `coverage()` says which
 versions run on the engine.
 """
+
 import threading
 
 from fastkwire import _engine, _layout, _schema, _wire
 
 _lock = threading.Lock()
-_codecs = {}     # (id(struct), version, compact, tagged, data_class) -> (struct, decoder, encoder)
+_codecs = {}  # (id(struct), version, compact, tagged, data_class) -> (struct, decoder, encoder)
 _originals = {}  # "decode"/"encode" -> kafka-python's own StructField methods (bind())
 
 
@@ -33,18 +34,18 @@ class StructTarget:
     def __init__(self, cls, version, single, fields):
         self.cls = cls
         self.version = version
-        self.single = single     # one untagged field: array items may be bare values
-        self.fields = fields     # per layout op (None where absent)
+        self.single = single  # one untagged field: array items may be bare values
+        self.fields = fields  # per layout op (None where absent)
 
 
 class FieldTarget:
     __slots__ = ("name", "default", "conv", "sub")
 
     def __init__(self, name, default, conv, sub):
-        self.name = name         # kafka-python's attribute (a slot of the class)
-        self.default = default   # what reading an unset attribute gives
-        self.conv = conv         # _engine.C_*: how kafka-python holds the value
-        self.sub = sub           # StructTarget of a struct field
+        self.name = name  # kafka-python's attribute (a slot of the class)
+        self.default = default  # what reading an unset attribute gives
+        self.conv = conv  # _engine.C_*: how kafka-python holds the value
+        self.sub = sub  # StructTarget of a struct field
 
 
 def bind(decode, encode):
@@ -67,6 +68,7 @@ def _default(kp_field):
 
 def _struct_of(kp_field):
     from kafka.protocol.schemas.fields import StructField
+
     return kp_field if isinstance(kp_field, StructField) else kp_field.array_of
 
 
@@ -160,8 +162,9 @@ def _make(kp_struct, version, compact, tagged, data_class):
         if compact != layout.flexible or tagged != layout.flexible:
             raise Mismatch("compact or tagged is not the version's flexibility")
         cls = data_class if data_class is not None else kp_struct.data_class[None]
-        return _engine.target_codecs(layout, build_target(kp_struct, layout, version, cls),
-                                     stock_decoder, stock_encoder)
+        return _engine.target_codecs(
+            layout, build_target(kp_struct, layout, version, cls), stock_decoder, stock_encoder
+        )
     except Mismatch:
         return stock_decoder(), stock_encoder()
 

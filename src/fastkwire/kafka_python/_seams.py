@@ -4,6 +4,7 @@ A class is patched at its own attributes, so every module that bound the class a
 (`from kafka.record import MemoryRecords` in the fetcher, the producer's imports, a
 user's) sees the change. A function is patched at every module that bound its name.
 """
+
 import importlib
 import inspect
 from typing import Any, NamedTuple
@@ -15,20 +16,37 @@ SUPPORTED = ("3.0.11", "3.0.12")
 # _kafka_python, or "protocol."/"parser." and a name in _protocol/_parser)
 SEAMS = (
     ("kafka.protocol.parser", "KafkaProtocol", "receive_bytes", "parser.receive_bytes"),
-    ("kafka.protocol.schemas.fields.struct", "StructField", "compiled_decode_from",
-     "protocol.compiled_decode_from"),
-    ("kafka.protocol.schemas.fields.struct", "StructField", "compiled_encode_into",
-     "protocol.compiled_encode_into"),
+    (
+        "kafka.protocol.schemas.fields.struct",
+        "StructField",
+        "compiled_decode_from",
+        "protocol.compiled_decode_from",
+    ),
+    (
+        "kafka.protocol.schemas.fields.struct",
+        "StructField",
+        "compiled_encode_into",
+        "protocol.compiled_encode_into",
+    ),
     ("kafka.record.default_records", "DefaultRecordBatch", "__next__", "batch_next"),
     ("kafka.record.default_records", "DefaultRecordBatch", "next", "batch_next"),
     ("kafka.record.default_records", "DefaultRecordBatch", "validate_crc", "batch_validate_crc"),
     ("kafka.consumer.fetcher", "Fetcher.PartitionRecords", "_unpack_records", "unpack_records"),
     ("kafka.record.default_records", "DefaultRecordBatchBuilder", "append", "builder_append"),
-    ("kafka.record.default_records", "DefaultRecordBatchBuilder", "write_header", "builder_write_header"),
+    (
+        "kafka.record.default_records",
+        "DefaultRecordBatchBuilder",
+        "write_header",
+        "builder_write_header",
+    ),
     ("kafka.record.memory_records", "MemoryRecordsBuilder", "append", "memory_builder_append"),
     ("kafka.record.default_records", "DefaultRecordBatchBuilder", "size_of", "size_of"),
-    ("kafka.record.default_records", "DefaultRecordBatchBuilder", "estimate_size_in_bytes",
-     "estimate_size_in_bytes"),
+    (
+        "kafka.record.default_records",
+        "DefaultRecordBatchBuilder",
+        "estimate_size_in_bytes",
+        "estimate_size_in_bytes",
+    ),
     ("kafka.partitioner.default", "", "murmur2", "murmur2"),
     ("kafka.partitioner", "", "murmur2", "murmur2"),
 )
@@ -40,6 +58,7 @@ _classmethods = {}  # replacement function -> the one classmethod wrapping it
 class Patch(NamedTuple):
     """One binding site: install() sets owner.attribute = replacement, uninstall() puts
     original back."""
+
     owner: Any
     attribute: str
     original: Any
@@ -67,6 +86,7 @@ def build_patches():
     from fastkwire import _kafka_python, _records
 
     from . import _parser, _protocol
+
     sources = {"protocol": _protocol, "parser": _parser}
 
     patches = []
@@ -119,17 +139,29 @@ def build_patches():
         stock_builder_append=stock_append,
         stock_time=stock_time,
     )
-    sizes = dict(stock_size_of_fn=first[(dr.DefaultRecordBatchBuilder, "size_of")].__func__,
-                 stock_estimate_fn=first[(dr.DefaultRecordBatchBuilder, "estimate_size_in_bytes")].__func__)
+    sizes = dict(
+        stock_size_of_fn=first[(dr.DefaultRecordBatchBuilder, "size_of")].__func__,
+        stock_estimate_fn=first[(dr.DefaultRecordBatchBuilder, "estimate_size_in_bytes")].__func__,
+    )
     from kafka.protocol.schemas.fields.struct import StructField
-    protocol = dict(decode=first[(StructField, "compiled_decode_from")],
-                    encode=first[(StructField, "compiled_encode_into")])
+
+    protocol = dict(
+        decode=first[(StructField, "compiled_decode_from")],
+        encode=first[(StructField, "compiled_encode_into")],
+    )
     from kafka.protocol import parser
     from kafka.protocol.frame import KafkaBytes
     from kafka.protocol.metadata import FindCoordinatorResponse
     from kafka.protocol.schemas.fields.codecs import Int32
     from kafka.protocol.api_message import ApiMessage
-    parser_names = dict(log=parser.log, errors=errors, kafka_bytes=KafkaBytes, int32=Int32,
-                        find_coordinator_response=FindCoordinatorResponse, api_message=ApiMessage,
-                        stock_process=parser.KafkaProtocol.__dict__["_process_response"])
+
+    parser_names = dict(
+        log=parser.log,
+        errors=errors,
+        kafka_bytes=KafkaBytes,
+        int32=Int32,
+        find_coordinator_response=FindCoordinatorResponse,
+        api_message=ApiMessage,
+        stock_process=parser.KafkaProtocol.__dict__["_process_response"],
+    )
     return Table(tuple(patches), bindings, builder, protocol, parser_names, sizes)

@@ -16,6 +16,7 @@ Captures: `CaptureWriter` (JSON lines), `PcapWriter` (needs dpkt, the pcap extra
 `read_capture(path, port)` for either, or a pcap/pcapng from tcpdump. `fastkwire proxy` is
 the command line over this library; docs/proxy.md has the details.
 """
+
 from ._capture import CaptureError, CaptureWriter, read_jsonl
 from ._exchange import Exchange, ProxyEvent
 from ._faults import Faults, Rule, RuleError, load_rules, read_rules_file
@@ -34,8 +35,33 @@ from ._server import (
 )
 from ._stats import Summary
 
-__all__ = ["Proxy", "BackgroundProxy", "Exchange", "ProxyEvent", "Rule", "RuleError", "Faults",
-           "load_rules", "read_rules_file", "Summary", "CaptureWriter", "CaptureError", "PcapWriter",
-           "read_capture", "read_jsonl", "read_pcap", "capture_kind", "explain_frame", "exchange_line", "exchange_json", "exchange_dict", "event_line",
-           "event_json", "parse_address", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_PENDING_BYTES",
-           "DEFAULT_MAX_IN_FLIGHT", "DEFAULT_FRAME_TIMEOUT"]
+__all__ = [
+    "Proxy",
+    "BackgroundProxy",
+    "Exchange",
+    "ProxyEvent",
+    "Rule",
+    "RuleError",
+    "Faults",
+    "load_rules",
+    "read_rules_file",
+    "Summary",
+    "CaptureWriter",
+    "CaptureError",
+    "PcapWriter",
+    "read_capture",
+    "read_jsonl",
+    "read_pcap",
+    "capture_kind",
+    "explain_frame",
+    "exchange_line",
+    "exchange_json",
+    "exchange_dict",
+    "event_line",
+    "event_json",
+    "parse_address",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_PENDING_BYTES",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_FRAME_TIMEOUT",
+]

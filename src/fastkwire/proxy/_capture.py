@@ -4,11 +4,11 @@ One line per exchange: time (Unix seconds), conn, client, client_id, api, api_ke
 correlation_id, latency_ms, fault, local_answer, and both frames as hex (`request`,
 `response`: null when none came; `upstream_response` too when the proxy rewrote it).
 """
+
 import json
 
 from ._exchange import Exchange
 from ._frames import RequestHeader, request_header
-
 
 
 class CaptureError(ValueError):
@@ -17,13 +17,25 @@ class CaptureError(ValueError):
 
 def record_of(ex):
     return {
-        "time": ex.time, "conn": ex.conn, "client": ex.client, "client_id": ex.client_id,
-        "api": ex.api, "api_key": ex.api_key, "version": ex.api_version,
+        "time": ex.time,
+        "conn": ex.conn,
+        "client": ex.client,
+        "client_id": ex.client_id,
+        "api": ex.api,
+        "api_key": ex.api_key,
+        "version": ex.api_version,
         "correlation_id": ex.correlation_id,
         "latency_ms": None if ex.latency_ms is None else round(ex.latency_ms, 3),
-        "fault": ex.fault, "local_answer": ex.local, "expects_response": ex.expects_response,
-        "request": ex.request.hex(), "response": None if ex.response is None else ex.response.hex(),
-        **({"upstream_response": ex.upstream_response.hex()} if ex.upstream_response is not None else {}),
+        "fault": ex.fault,
+        "local_answer": ex.local,
+        "expects_response": ex.expects_response,
+        "request": ex.request.hex(),
+        "response": None if ex.response is None else ex.response.hex(),
+        **(
+            {"upstream_response": ex.upstream_response.hex()}
+            if ex.upstream_response is not None
+            else {}
+        ),
     }
 
 
@@ -74,22 +86,37 @@ def _exchange_of(d, where):
     header = request_header(request)
     if header is None:
         try:
-            header = RequestHeader(int(d["api_key"]), int(d["version"]), int(d["correlation_id"]),
-                                   d.get("client_id"), None)
+            header = RequestHeader(
+                int(d["api_key"]),
+                int(d["version"]),
+                int(d["correlation_id"]),
+                d.get("client_id"),
+                None,
+            )
         except (KeyError, TypeError, ValueError):
-            raise CaptureError(f"{where}: the request is too short for a header, and api_key, "
-                               "version and correlation_id are missing") from None
+            raise CaptureError(
+                f"{where}: the request is too short for a header, and api_key, "
+                "version and correlation_id are missing"
+            ) from None
     latency = d.get("latency_ms")
     if latency is not None and not isinstance(latency, (int, float)):
         raise CaptureError(f"{where}: latency_ms is not a number")
     when = d.get("time", 0)
     if not isinstance(when, (int, float)):
         raise CaptureError(f"{where}: time is not a number")
-    return Exchange.restore(d.get("conn", 0), str(d.get("client", "?")), request, _frame(d, "response", where),
-                            when, latency, header, fault=d.get("fault"),
-                            upstream_response=_frame(d, "upstream_response", where),
-                            expects_response=bool(d.get("expects_response", True)),
-                            local=bool(d.get("local_answer", False)))
+    return Exchange.restore(
+        d.get("conn", 0),
+        str(d.get("client", "?")),
+        request,
+        _frame(d, "response", where),
+        when,
+        latency,
+        header,
+        fault=d.get("fault"),
+        upstream_response=_frame(d, "upstream_response", where),
+        expects_response=bool(d.get("expects_response", True)),
+        local=bool(d.get("local_answer", False)),
+    )
 
 
 def read_jsonl(path):

@@ -1,6 +1,7 @@
 """One request and its response as the proxy saw them (`Exchange`), and what else happens
 on a connection (`ProxyEvent`). Decoding is for display only: it runs after the frames
 were forwarded, on demand, and a frame that does not decode is shown with its error."""
+
 import time
 
 from .. import decode_request, decode_response
@@ -21,33 +22,62 @@ class Exchange:
     """A request, and its response once it came (None: not yet, never for acks=0, or the
     connection ended first). Frames are whole, size prefix included."""
 
-    __slots__ = ("conn", "client", "client_id", "api_key", "api_version", "correlation_id",
-                 "request", "response", "upstream_response", "time", "started", "finished",
-                 "expects_response", "fault", "local", "delay_ms", "_decoded", "_errors")
+    __slots__ = (
+        "conn",
+        "client",
+        "client_id",
+        "api_key",
+        "api_version",
+        "correlation_id",
+        "request",
+        "response",
+        "upstream_response",
+        "time",
+        "started",
+        "finished",
+        "expects_response",
+        "fault",
+        "local",
+        "delay_ms",
+        "_decoded",
+        "_errors",
+    )
 
     def __init__(self, conn, client, header, request, expects_response=True):
-        self.conn = conn                      # the proxy's number for the client connection
-        self.client = client                  # "host:port" of the client
+        self.conn = conn  # the proxy's number for the client connection
+        self.client = client  # "host:port" of the client
         self.client_id = header.client_id
         self.api_key = header.api_key
         self.api_version = header.api_version
         self.correlation_id = header.correlation_id
         self.request = request
-        self.response = None                  # as the client got it
-        self.upstream_response = None         # the broker's, when the proxy changed it
-        self.time = time.time()               # when the request arrived (wall clock)
+        self.response = None  # as the client got it
+        self.upstream_response = None  # the broker's, when the proxy changed it
+        self.time = time.time()  # when the request arrived (wall clock)
         self.started = time.monotonic()
         self.finished = None
         self.expects_response = expects_response
-        self.fault = None                     # the fault rule's action, as text, if one acted
-        self.local = False                    # answered by the proxy, not the broker
-        self.delay_ms = None                  # a delay rule's hold on the response
+        self.fault = None  # the fault rule's action, as text, if one acted
+        self.local = False  # answered by the proxy, not the broker
+        self.delay_ms = None  # a delay rule's hold on the response
         self._decoded = None
         self._errors = None
 
     @classmethod
-    def restore(cls, conn, client, request, response, when, latency_ms, header, fault=None,
-                upstream_response=None, expects_response=True, local=False):
+    def restore(
+        cls,
+        conn,
+        client,
+        request,
+        response,
+        when,
+        latency_ms,
+        header,
+        fault=None,
+        upstream_response=None,
+        expects_response=True,
+        local=False,
+    ):
         """An exchange read back from a capture."""
         ex = cls(conn, client, header, request, expects_response)
         ex.response = response
@@ -83,8 +113,9 @@ class Exchange:
             return None
         if self._decoded is None:
             try:
-                self._decoded = decode_response(self.response, self.api_key, self.api_version,
-                                                records="view", trailing="keep")
+                self._decoded = decode_response(
+                    self.response, self.api_key, self.api_version, records="view", trailing="keep"
+                )
             except (DecodeError, ValueError) as e:
                 self._decoded = e if isinstance(e, DecodeError) else DecodeError(str(e), 4)
         return self._decoded
@@ -115,8 +146,11 @@ class Exchange:
         once (empty when it does not decode)."""
         if self._errors is None or self.response is not self._errors[0]:
             got = self.decoded_response()
-            names = ([] if got is None or isinstance(got, DecodeError)
-                     else [error_name(c) for c in collect_error_codes(got[1])])
+            names = (
+                []
+                if got is None or isinstance(got, DecodeError)
+                else [error_name(c) for c in collect_error_codes(got[1])]
+            )
             self._errors = (self.response, names)
         return self._errors[1]
 
@@ -134,9 +168,11 @@ def _walk_of(cls):
     walk = _WALKS.get(cls)
     if walk is None:
         fields = getattr(cls, "_FIELDS", ())
-        walk = _WALKS[cls] = (any(n == "error_code" and k not in (STRUCT, STRUCTS) for n, k, _ in fields),
-                              tuple(n for n, k, _ in fields if k == STRUCT),
-                              tuple(n for n, k, _ in fields if k == STRUCTS))
+        walk = _WALKS[cls] = (
+            any(n == "error_code" and k not in (STRUCT, STRUCTS) for n, k, _ in fields),
+            tuple(n for n, k, _ in fields if k == STRUCT),
+            tuple(n for n, k, _ in fields if k == STRUCTS),
+        )
     return walk
 
 

@@ -7,6 +7,7 @@ as a dict (a rules file: JSON, `{"rules": [{...}, ...]}`), or as text for the co
 (`api=Heartbeat,error=REBALANCE_IN_PROGRESS,times=2`); the keys are the same everywhere.
 Errors name the key (the parameter) that is wrong.
 """
+
 import fnmatch
 import json
 import random
@@ -18,7 +19,17 @@ from ..errors import DecodeError, EncodeError, UnsupportedVersionError
 
 FIND_COORDINATOR = 10
 DISCONNECT_WHEN = ("before", "after")
-KEYS = ("name", "api", "version", "client_id", "delay_ms", "disconnect", "error", "probability", "times")
+KEYS = (
+    "name",
+    "api",
+    "version",
+    "client_id",
+    "delay_ms",
+    "disconnect",
+    "error",
+    "probability",
+    "times",
+)
 MAX_DELAY_MS = 3_600_000  # an hour: beyond it a test has hung, not waited
 
 
@@ -104,18 +115,34 @@ class Rule:
     sees the request). Then `probability` (0-1, default 1) and `times` (act on the first N
     matches only)."""
 
-    def __init__(self, *, name=None, api=None, version=None, client_id=None, delay_ms=None,
-                 disconnect=None, error=None, probability=1.0, times=None):
+    def __init__(
+        self,
+        *,
+        name=None,
+        api=None,
+        version=None,
+        client_id=None,
+        delay_ms=None,
+        disconnect=None,
+        error=None,
+        probability=1.0,
+        times=None,
+    ):
         self.api_key = None if api is None else _api_key(api)
         self.versions = None if version is None else _versions(version)
         if client_id is not None and not isinstance(client_id, str):
             raise RuleError(f"client_id: not text: {client_id!r}")
         self.client_id = client_id
-        actions = [k for k, v in (("delay_ms", delay_ms), ("disconnect", disconnect), ("error", error))
-                   if v is not None]
+        actions = [
+            k
+            for k, v in (("delay_ms", delay_ms), ("disconnect", disconnect), ("error", error))
+            if v is not None
+        ]
         if len(actions) != 1:
-            raise RuleError("a rule needs exactly one action of delay_ms, disconnect and error"
-                            + (f", not {' and '.join(actions)}" if actions else ""))
+            raise RuleError(
+                "a rule needs exactly one action of delay_ms, disconnect and error"
+                + (f", not {' and '.join(actions)}" if actions else "")
+            )
         self.delay_ms = None if delay_ms is None else _number("delay_ms", delay_ms, 0, MAX_DELAY_MS)
         if disconnect is not None and disconnect not in DISCONNECT_WHEN:
             raise RuleError(f"disconnect: {disconnect!r} is not 'before' or 'after'")
@@ -126,13 +153,15 @@ class Rule:
                 raise RuleError("error: an error answer needs the api it answers")
             cls = RESPONSE_CLASSES[self.api_key]
             if self.api_key != FIND_COORDINATOR and "error_code" not in {f[0] for f in cls._FIELDS}:
-                raise RuleError(f"error: {cls.__name__} has no top-level error_code to answer with "
-                                "(its errors are per topic or partition)")
+                raise RuleError(
+                    f"error: {cls.__name__} has no top-level error_code to answer with "
+                    "(its errors are per topic or partition)"
+                )
         self.probability = _number("probability", probability, 0.0, 1.0)
         self.times = None if times is None else _number("times", times, 0, 2**62, int)
         self.name = name if name is not None else self._default_name()
-        self.matched = 0   # requests that matched
-        self.fired = 0     # times the action was taken
+        self.matched = 0  # requests that matched
+        self.fired = 0  # times the action was taken
 
     @classmethod
     def from_dict(cls, d):
@@ -155,9 +184,13 @@ class Rule:
         return cls.from_dict(d)
 
     def _default_name(self):
-        what = (f"delay {self.delay_ms:g} ms" if self.delay_ms is not None
-                else f"disconnect {self.disconnect}" if self.disconnect is not None
-                else f"error {ERRORS[self.error_code].name if self.error_code in ERRORS else self.error_code}")
+        what = (
+            f"delay {self.delay_ms:g} ms"
+            if self.delay_ms is not None
+            else f"disconnect {self.disconnect}"
+            if self.disconnect is not None
+            else f"error {ERRORS[self.error_code].name if self.error_code in ERRORS else self.error_code}"
+        )
         on = api_names().get(self.api_key, "any API") if self.api_key is not None else "any API"
         return f"{what} on {on}"
 
@@ -170,7 +203,10 @@ class Rule:
     def matches(self, header):
         if self.api_key is not None and header.api_key != self.api_key:
             return False
-        if self.versions is not None and not self.versions[0] <= header.api_version <= self.versions[1]:
+        if (
+            self.versions is not None
+            and not self.versions[0] <= header.api_version <= self.versions[1]
+        ):
             return False
         if self.client_id is not None:
             cid = header.client_id or ""
@@ -250,8 +286,12 @@ def error_answer(exchange, code):
     if exchange.api_key == FIND_COORDINATOR:
         _, req, _ = decode_request(exchange.request, trailing="keep")
         if req.coordinator_keys:  # v4+: one answer per key asked
-            msg = cls(coordinators=[cls.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=code)
-                                    for k in req.coordinator_keys])
+            msg = cls(
+                coordinators=[
+                    cls.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=code)
+                    for k in req.coordinator_keys
+                ]
+            )
         else:
             msg = cls(error_code=code, node_id=-1, host="", port=-1)
     elif any(name == "error_code" for name, _, _ in cls._FIELDS):

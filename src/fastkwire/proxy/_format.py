@@ -1,4 +1,5 @@
 """How an exchange or an event is shown: one text line, or one JSON object."""
+
 import json
 import time
 
@@ -30,7 +31,14 @@ def exchange_line(ex):
         answer = f"{ex.request_size}B -> (no response)"
     else:
         answer = f"{ex.request_size}B -> (acks=0, none expected)"
-    parts = [_clock(ex.time), ex.client, cid, f"{ex.api} v{ex.api_version}", f"#{ex.correlation_id}", answer]
+    parts = [
+        _clock(ex.time),
+        ex.client,
+        cid,
+        f"{ex.api} v{ex.api_version}",
+        f"#{ex.correlation_id}",
+        answer,
+    ]
     errors = ex.error_codes()
     if errors:
         parts.append(" ".join(errors))
@@ -49,13 +57,22 @@ def exchange_line(ex):
 
 def exchange_dict(ex):
     return {
-        "time": _iso(ex.time), "conn": ex.conn, "client": ex.client, "client_id": ex.client_id,
-        "api": ex.api, "api_key": ex.api_key, "version": ex.api_version,
-        "correlation_id": ex.correlation_id, "request_bytes": ex.request_size,
+        "time": _iso(ex.time),
+        "conn": ex.conn,
+        "client": ex.client,
+        "client_id": ex.client_id,
+        "api": ex.api,
+        "api_key": ex.api_key,
+        "version": ex.api_version,
+        "correlation_id": ex.correlation_id,
+        "request_bytes": ex.request_size,
         "response_bytes": ex.response_size,
         "latency_ms": None if ex.latency_ms is None else round(ex.latency_ms, 3),
-        "errors": ex.error_codes(), "fault": ex.fault, "local_answer": ex.local,
-        "rewritten": ex.upstream_response is not None, "decode_error": ex.decode_error(),
+        "errors": ex.error_codes(),
+        "fault": ex.fault,
+        "local_answer": ex.local,
+        "rewritten": ex.upstream_response is not None,
+        "decode_error": ex.decode_error(),
         "trailing_bytes": ex.trailing_bytes(),
     }
 
@@ -69,5 +86,13 @@ def event_line(event):
 
 
 def event_json(event):
-    return json.dumps({"time": _iso(event.time), "event": event.kind, "conn": event.conn,
-                       "client": event.client, "text": event.text}, ensure_ascii=False)
+    return json.dumps(
+        {
+            "time": _iso(event.time),
+            "event": event.kind,
+            "conn": event.conn,
+            "client": event.client,
+            "text": event.text,
+        },
+        ensure_ascii=False,
+    )

@@ -5,13 +5,14 @@ acks (acks=0 gets no response, so such a request is never waited for).
 Nothing here raises on a short or odd frame: a field that cannot be read is None, and the
 frame is still forwarded as it is.
 """
+
 import struct
 
 SIZE = struct.Struct(">i")
 _REQUEST_FIXED = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 PRODUCE = 0
-_PRODUCE_FLEXIBLE = 9   # Produce v9+: header v2, compact transactional id
+_PRODUCE_FLEXIBLE = 9  # Produce v9+: header v2, compact transactional id
 
 
 class RequestHeader:
@@ -23,8 +24,8 @@ class RequestHeader:
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
-        self.client_id = client_id     # None: null, or not readable
-        self.end = end                 # offset just after the client id (None if unread)
+        self.client_id = client_id  # None: null, or not readable
+        self.end = end  # offset just after the client id (None if unread)
 
 
 def request_header(frame):
@@ -39,7 +40,7 @@ def request_header(frame):
         if n < 0:
             end = 14
         elif 14 + n <= len(frame):
-            client_id = bytes(frame[14:14 + n]).decode("utf-8", "replace")
+            client_id = bytes(frame[14 : 14 + n]).decode("utf-8", "replace")
             end = 14 + n
     return RequestHeader(api_key, version, correlation_id, client_id, end)
 
@@ -74,12 +75,12 @@ def produce_acks(frame, header):
     pos = header.end
     try:
         if version >= _PRODUCE_FLEXIBLE:
-            count, pos = _uvarint(frame, pos)        # the header's tagged fields
+            count, pos = _uvarint(frame, pos)  # the header's tagged fields
             for _ in range(min(count, 64)):
                 _, pos = _uvarint(frame, pos)
                 size, pos = _uvarint(frame, pos)
                 pos += size
-            n, pos = _uvarint(frame, pos)            # compact nullable transactional id
+            n, pos = _uvarint(frame, pos)  # compact nullable transactional id
             pos += max(n - 1, 0)
         elif version >= 3:
             n = _INT16.unpack_from(frame, pos)[0]

@@ -5,6 +5,7 @@ node named "trailing", instead of a DecodeError.
 explain builds the whole tree before it checks for trailing bytes, so the tree its error
 carries is complete; this takes it when the error is exactly that one.
 """
+
 from ..errors import DecodeError, trailing as trailing_error
 from ..explain import MAX_ITEMS, Node, explain
 
@@ -23,16 +24,28 @@ def explain_frame(frame, api_key=None, version=None, *, max_items=MAX_ITEMS, tra
     except DecodeError as err:
         tree = err.partial_tree
         extra = len(data) - err.offset
-        if (trailing == "error" or tree is None or extra <= 0
-                or err.reason != trailing_error(err.offset, extra).reason
-                or any(node.error is not None for node in tree.walk())):
+        if (
+            trailing == "error"
+            or tree is None
+            or extra <= 0
+            or err.reason != trailing_error(err.offset, extra).reason
+            or any(node.error is not None for node in tree.walk())
+        ):
             raise
         at = err.offset
     rest = data[at:]
-    tree.children.append(Node("trailing", f"{len(rest)} bytes", at, len(rest), value=rest,
-                              display=rest[:32].hex() + ("..." if len(rest) > 32 else ""),
-                              description="after the end of the message: a broker ignores them "
-                                          '(kept: trailing="keep")'))
+    tree.children.append(
+        Node(
+            "trailing",
+            f"{len(rest)} bytes",
+            at,
+            len(rest),
+            value=rest,
+            display=rest[:32].hex() + ("..." if len(rest) > 32 else ""),
+            description="after the end of the message: a broker ignores them "
+            '(kept: trailing="keep")',
+        )
+    )
     tree.value["trailing"] = rest.hex()
     tree.size = len(data)
     return tree

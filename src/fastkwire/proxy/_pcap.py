@@ -18,6 +18,7 @@ filled), split into frames, and responses paired with the requests of their stre
 correlation id. A direction whose capture began mid-frame (its first four bytes are no
 plausible size prefix) cannot be put back in step reliably: its frames stop there.
 """
+
 import ipaddress
 import struct
 
@@ -30,10 +31,10 @@ try:
 except ImportError:  # the pcap extra is optional
     dpkt = None
 
-SEGMENT = 32768              # payload bytes per written TCP segment (fits an IP packet)
+SEGMENT = 32768  # payload bytes per written TCP segment (fits an IP packet)
 SNAPLEN = 65535
 MAX_FRAME = 128 * 1024 * 1024  # a larger size prefix in a capture: not the start of a frame
-MAX_GAP_SEGMENTS = 10_000      # out-of-order segments held per direction before giving up
+MAX_GAP_SEGMENTS = 10_000  # out-of-order segments held per direction before giving up
 _SERVER_ISN, _CLIENT_ISN = 1_000_000, 2_000_000
 
 
@@ -52,7 +53,10 @@ class _Stream:
 
     def __init__(self, client, server):
         self.client, self.server = client, server
-        self.seq = {True: _CLIENT_ISN, False: _SERVER_ISN}  # next sequence number, by "from the client"
+        self.seq = {
+            True: _CLIENT_ISN,
+            False: _SERVER_ISN,
+        }  # next sequence number, by "from the client"
         self.opened = False
 
 
@@ -66,28 +70,45 @@ class PcapWriter:
         except ValueError:  # a host name: the capture shows a documentation address instead
             self.server = (ipaddress.ip_address("192.0.2.1"), upstream[1])
         self._file = open(path, "wb")
-        self._pcap = dpkt.pcap.Writer(self._file, snaplen=SNAPLEN, linktype=dpkt.pcap.DLT_EN10MB, nano=True)
+        self._pcap = dpkt.pcap.Writer(
+            self._file, snaplen=SNAPLEN, linktype=dpkt.pcap.DLT_EN10MB, nano=True
+        )
         self._streams = {}
 
     def _packet(self, stream, from_client, flags, payload, ts):
         src, dst = (stream.client, stream.server) if from_client else (stream.server, stream.client)
         seq = stream.seq[from_client]
         ack = stream.seq[not from_client]
-        tcp = dpkt.tcp.TCP(sport=src[1], dport=dst[1], seq=seq & 0xFFFFFFFF, ack=ack & 0xFFFFFFFF,
-                           flags=flags, win=65535, data=payload)
+        tcp = dpkt.tcp.TCP(
+            sport=src[1],
+            dport=dst[1],
+            seq=seq & 0xFFFFFFFF,
+            ack=ack & 0xFFFFFFFF,
+            flags=flags,
+            win=65535,
+            data=payload,
+        )
         if src[0].version == 4 and dst[0].version == 4:
             ip = dpkt.ip.IP(src=src[0].packed, dst=dst[0].packed, p=dpkt.ip.IP_PROTO_TCP, data=tcp)
             ip.len = len(ip)  # dpkt fills checksums when packed
             eth_type = dpkt.ethernet.ETH_TYPE_IP
         else:
-            s, d = (a if a.version == 6 else ipaddress.IPv6Address(f"::ffff:{a}") for a in (src[0], dst[0]))
-            ip = dpkt.ip6.IP6(src=s.packed, dst=d.packed, nxt=dpkt.ip.IP_PROTO_TCP, hlim=64, data=tcp)
+            s, d = (
+                a if a.version == 6 else ipaddress.IPv6Address(f"::ffff:{a}")
+                for a in (src[0], dst[0])
+            )
+            ip = dpkt.ip6.IP6(
+                src=s.packed, dst=d.packed, nxt=dpkt.ip.IP_PROTO_TCP, hlim=64, data=tcp
+            )
             ip.plen = len(tcp)
             eth_type = dpkt.ethernet.ETH_TYPE_IP6
-        eth = dpkt.ethernet.Ethernet(src=b"\x02\x00\x00\x00\x00\x01", dst=b"\x02\x00\x00\x00\x00\x02",
-                                     type=eth_type, data=ip)
+        eth = dpkt.ethernet.Ethernet(
+            src=b"\x02\x00\x00\x00\x00\x01", dst=b"\x02\x00\x00\x00\x00\x02", type=eth_type, data=ip
+        )
         self._pcap.writepkt(bytes(eth), ts)
-        stream.seq[from_client] += len(payload) + (1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0)
+        stream.seq[from_client] += len(payload) + (
+            1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0
+        )
 
     def _stream(self, ex, ts):
         stream = self._streams.get(ex.conn)
@@ -106,7 +127,7 @@ class PcapWriter:
     def _send(self, stream, from_client, data, ts):
         flags = dpkt.tcp.TH_ACK | dpkt.tcp.TH_PUSH
         for i in range(0, len(data), SEGMENT):
-            self._packet(stream, from_client, flags, data[i:i + SEGMENT], ts)
+            self._packet(stream, from_client, flags, data[i : i + SEGMENT], ts)
 
     def write(self, ex):
         stream = self._stream(ex, ex.time)
@@ -153,7 +174,7 @@ class _Direction:
         self.next_seq = None
         self.held = {}
         self.data = bytearray()
-        self.frames = []      # (frame, timestamp of its last byte)
+        self.frames = []  # (frame, timestamp of its last byte)
         self.broken = None
 
     def add(self, seq, payload, syn, ts):
@@ -165,7 +186,7 @@ class _Direction:
         if self.next_seq is None:  # the capture began after the handshake
             self.next_seq = seq
         offset = (seq - self.next_seq) & 0xFFFFFFFF
-        if offset >= 0x80000000:   # before what we have: a retransmission, maybe overlapping
+        if offset >= 0x80000000:  # before what we have: a retransmission, maybe overlapping
             overlap = (self.next_seq - seq) & 0xFFFFFFFF
             if overlap >= len(payload):
                 return
@@ -188,8 +209,8 @@ class _Direction:
                 return
             if len(self.data) < 4 + size:
                 return
-            self.frames.append((bytes(self.data[:4 + size]), ts))
-            del self.data[:4 + size]
+            self.frames.append((bytes(self.data[: 4 + size]), ts))
+            del self.data[: 4 + size]
 
 
 def _packets(path):
@@ -208,7 +229,7 @@ def _packets(path):
 def read_pcap(path, port=9092):
     """The exchanges of a pcap/pcapng file's TCP streams to `port`, by request time."""
     _need_dpkt()
-    streams = {}   # (client ip, client port, server ip) -> (to server, to client)
+    streams = {}  # (client ip, client port, server ip) -> (to server, to client)
     for link, ts, buf in _packets(path):
         ip = _ip_of(link, buf)
         if ip is None or not isinstance(ip.data, dpkt.tcp.TCP):
@@ -223,7 +244,9 @@ def read_pcap(path, port=9092):
         pair = streams.get(key)
         if pair is None:
             pair = streams[key] = (_Direction(), _Direction())
-        pair[0 if to_server else 1].add(tcp.seq, bytes(tcp.data), bool(tcp.flags & dpkt.tcp.TH_SYN), ts)
+        pair[0 if to_server else 1].add(
+            tcp.seq, bytes(tcp.data), bool(tcp.flags & dpkt.tcp.TH_SYN), ts
+        )
     exchanges = []
     for number, (key, (up, down)) in enumerate(streams.items(), 1):
         client = f"{_address(key[0])}:{key[1]}"

@@ -7,6 +7,7 @@ Every broker becomes the proxy's one address, so this suits a single upstream br
 a cluster behind one address): a client of a larger cluster would send everything to the
 broker the proxy forwards to.
 """
+
 from .. import decode_response, encode_response
 from ._frames import SIZE
 

@@ -14,6 +14,7 @@ Memory per connection is bounded by two frames being read (one each way, at most
 frame that crossed it), and asyncio's buffers (READ_SIZE per read, 64 KiB write buffers
 before `drain` waits).
 """
+
 import asyncio
 import collections
 import threading
@@ -27,10 +28,10 @@ from ._stats import Summary
 from ..errors import DecodeError
 
 MIB = 1024 * 1024
-DEFAULT_MAX_FRAME_BYTES = 128 * MIB   # above Kafka's socket.request.max.bytes (100 MiB)
+DEFAULT_MAX_FRAME_BYTES = 128 * MIB  # above Kafka's socket.request.max.bytes (100 MiB)
 DEFAULT_MAX_PENDING_BYTES = 64 * MIB
-DEFAULT_MAX_IN_FLIGHT = 1024          # clients keep about 5 in flight per connection
-DEFAULT_FRAME_TIMEOUT = 30.0          # seconds a started frame may take to arrive whole
+DEFAULT_MAX_IN_FLIGHT = 1024  # clients keep about 5 in flight per connection
+DEFAULT_FRAME_TIMEOUT = 30.0  # seconds a started frame may take to arrive whole
 DEFAULT_CONNECT_TIMEOUT = 10.0
 READ_SIZE = 256 * 1024
 WATCH_INTERVAL_MAX = 1.0
@@ -57,26 +58,44 @@ def parse_address(value, param):
 
 
 def _positive(value, param, kind=int):
-    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or not value > 0:
-        raise ValueError(f"{param}: must be a positive {'number' if kind is float else 'integer'}, not {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float) if kind is float else int)
+        or not value > 0
+    ):
+        raise ValueError(
+            f"{param}: must be a positive {'number' if kind is float else 'integer'}, not {value!r}"
+        )
     return value
 
 
 class _Conn:
-    __slots__ = ("number", "client", "creader", "cwriter", "ureader", "uwriter", "pending",
-                 "pending_bytes", "room", "partial_since", "broken", "task")
+    __slots__ = (
+        "number",
+        "client",
+        "creader",
+        "cwriter",
+        "ureader",
+        "uwriter",
+        "pending",
+        "pending_bytes",
+        "room",
+        "partial_since",
+        "broken",
+        "task",
+    )
 
     def __init__(self, number, client, creader, cwriter):
         self.number = number
         self.client = client
         self.creader, self.cwriter = creader, cwriter
         self.ureader = self.uwriter = None
-        self.pending = collections.deque()   # Exchanges awaiting their response, in order
+        self.pending = collections.deque()  # Exchanges awaiting their response, in order
         self.pending_bytes = 0
         self.room = asyncio.Event()
         self.room.set()
-        self.partial_since = [None, None]    # (requests, responses): when a partial frame began
-        self.broken = None                   # why the watchdog ended it
+        self.partial_since = [None, None]  # (requests, responses): when a partial frame began
+        self.broken = None  # why the watchdog ended it
         self.task = None
 
     def match(self, correlation_id):
@@ -116,18 +135,32 @@ class Proxy:
     from threads with `BackgroundProxy`.
     """
 
-    def __init__(self, upstream, listen=("127.0.0.1", 0), *, on_exchange=None, on_event=None,
-                 rules=(), seed=None, rewrite_advertised=False, advertised=None,
-                 max_frame_bytes=DEFAULT_MAX_FRAME_BYTES, max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
-                 max_in_flight=DEFAULT_MAX_IN_FLIGHT, frame_timeout=DEFAULT_FRAME_TIMEOUT,
-                 connect_timeout=DEFAULT_CONNECT_TIMEOUT):
+    def __init__(
+        self,
+        upstream,
+        listen=("127.0.0.1", 0),
+        *,
+        on_exchange=None,
+        on_event=None,
+        rules=(),
+        seed=None,
+        rewrite_advertised=False,
+        advertised=None,
+        max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
+        max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
+        max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+        frame_timeout=DEFAULT_FRAME_TIMEOUT,
+        connect_timeout=DEFAULT_CONNECT_TIMEOUT,
+    ):
         self.upstream = parse_address(upstream, "upstream")
         self.listen = parse_address(listen, "listen")
         self.advertised = None if advertised is None else parse_address(advertised, "advertised")
         self.rewrite = bool(rewrite_advertised)
         if self.rewrite and self.advertised is None and self.listen[0] in ("", "0.0.0.0", "::"):
-            raise ValueError(f"advertised: listening on {self.listen[0] or 'every address'}, the proxy "
-                             "cannot tell clients which address to use: give advertised")
+            raise ValueError(
+                f"advertised: listening on {self.listen[0] or 'every address'}, the proxy "
+                "cannot tell clients which address to use: give advertised"
+            )
         self.max_frame_bytes = _positive(max_frame_bytes, "max_frame_bytes")
         if self.max_frame_bytes > 0x7FFFFFFF:
             raise ValueError("max_frame_bytes: a frame's int32 size cannot exceed 2147483647")
@@ -142,7 +175,7 @@ class Proxy:
         self.faults = rules if isinstance(rules, Faults) else Faults(rules, seed)
         self.summary = Summary()
         self.address = None
-        self.callback_errors = []   # the first few exceptions observers raised
+        self.callback_errors = []  # the first few exceptions observers raised
         self._server = None
         self._conns = set()
         self._count = 0
@@ -151,8 +184,9 @@ class Proxy:
     # ------------------------------------------------------------ life cycle
 
     async def start(self):
-        self._server = await asyncio.start_server(self._handle, self.listen[0], self.listen[1],
-                                                  limit=READ_SIZE)
+        self._server = await asyncio.start_server(
+            self._handle, self.listen[0], self.listen[1], limit=READ_SIZE
+        )
         self.address = self._server.sockets[0].getsockname()[:2]
         if self.rewrite and self.advertised is None:
             self.advertised = (self.listen[0], self.address[1])
@@ -224,12 +258,21 @@ class Proxy:
         try:
             try:
                 conn.ureader, conn.uwriter = await asyncio.wait_for(
-                    asyncio.open_connection(*self.upstream, limit=READ_SIZE), self.connect_timeout)
+                    asyncio.open_connection(*self.upstream, limit=READ_SIZE), self.connect_timeout
+                )
             except (OSError, asyncio.TimeoutError) as e:
-                why, kind = (f"upstream {self.upstream[0]}:{self.upstream[1]}: "
-                             f"{e.strerror or e if isinstance(e, OSError) else 'connect timed out'}"), ProxyEvent.ERROR
+                why, kind = (
+                    (
+                        f"upstream {self.upstream[0]}:{self.upstream[1]}: "
+                        f"{e.strerror or e if isinstance(e, OSError) else 'connect timed out'}"
+                    ),
+                    ProxyEvent.ERROR,
+                )
                 return
-            pumps = [asyncio.create_task(self._requests(conn)), asyncio.create_task(self._responses(conn))]
+            pumps = [
+                asyncio.create_task(self._requests(conn)),
+                asyncio.create_task(self._responses(conn)),
+            ]
             done, rest = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
             first = done.pop()
             for t in rest:
@@ -256,7 +299,9 @@ class Proxy:
             unanswered = list(conn.pending)
             conn.pending.clear()
             if unanswered:
-                why += f"; {len(unanswered)} request{'s' if len(unanswered) != 1 else ''} unanswered"
+                why += (
+                    f"; {len(unanswered)} request{'s' if len(unanswered) != 1 else ''} unanswered"
+                )
             for ex in unanswered:
                 self._emit(ex)
             if kind == ProxyEvent.ERROR:
@@ -274,16 +319,21 @@ class Proxy:
         name = ("client", "upstream")[side]
         what = ("request", "response")[side]
         buf = bytearray()
-        consumed = 0        # stream offset of buf[0], for error messages
+        consumed = 0  # stream offset of buf[0], for error messages
         limit = self.max_frame_bytes
         while True:
             data = await reader.read(READ_SIZE)
             if not data:
                 if buf:
-                    need = (f"a {SIZE.unpack_from(buf, 0)[0]}-byte {what}" if len(buf) >= 4
-                            else "a size prefix")
-                    raise _Broken(f"{name} closed mid-{what}: {len(buf)} bytes of {need} "
-                                  f"(stream offset {consumed})")
+                    need = (
+                        f"a {SIZE.unpack_from(buf, 0)[0]}-byte {what}"
+                        if len(buf) >= 4
+                        else "a size prefix"
+                    )
+                    raise _Broken(
+                        f"{name} closed mid-{what}: {len(buf)} bytes of {need} "
+                        f"(stream offset {consumed})"
+                    )
                 return
             buf += data
             start = 0
@@ -295,8 +345,10 @@ class Proxy:
                 while n - start >= 4:
                     size = SIZE.unpack_from(buf, start)[0]
                     if size < 0 or size > limit:
-                        bad = _Broken(f"{name} sent a {what} size prefix of {size} bytes at stream offset "
-                                      f"{consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing")
+                        bad = _Broken(
+                            f"{name} sent a {what} size prefix of {size} bytes at stream offset "
+                            f"{consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing"
+                        )
                         break
                     end = start + 4 + size
                     if end > n:
@@ -326,27 +378,41 @@ class Proxy:
             # act in order flushes the ones before it first.
             out, sent = [], []
             for frame in frames:
-                if conn.pending_bytes > self.max_pending_bytes or len(conn.pending) >= self.max_in_flight:
+                if (
+                    conn.pending_bytes > self.max_pending_bytes
+                    or len(conn.pending) >= self.max_in_flight
+                ):
                     # Full: what is read waits here (at most one read's worth) for answers.
                     await self._forward(upstream, out, sent)
-                    while conn.pending_bytes > self.max_pending_bytes or len(conn.pending) >= self.max_in_flight:
+                    while (
+                        conn.pending_bytes > self.max_pending_bytes
+                        or len(conn.pending) >= self.max_in_flight
+                    ):
                         conn.room.clear()
                         await conn.room.wait()
                 header = request_header(frame)
                 if header is None:
-                    self._event(ProxyEvent.ERROR, conn, f"request frame of {len(frame)} bytes is too short for "
-                                                        "a request header (12 bytes): forwarded as it is")
+                    self._event(
+                        ProxyEvent.ERROR,
+                        conn,
+                        f"request frame of {len(frame)} bytes is too short for "
+                        "a request header (12 bytes): forwarded as it is",
+                    )
                     out.append(frame)
                     continue
-                ex = Exchange(conn.number, conn.client, header, frame, produce_acks(frame, header) != 0)
+                ex = Exchange(
+                    conn.number, conn.client, header, frame, produce_acks(frame, header) != 0
+                )
                 rule = self.faults.pick(header) if self.faults else None
                 if rule is not None:
                     ex.fault = rule.name
                     if rule.disconnect == "before":
                         await self._forward(upstream, out, sent)
                         self._emit(ex)
-                        raise _Broken(f"fault {rule.name!r}: disconnected before forwarding "
-                                      f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}")
+                        raise _Broken(
+                            f"fault {rule.name!r}: disconnected before forwarding "
+                            f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}"
+                        )
                     if rule.error_code is not None and self._answer_locally(conn, ex, rule):
                         continue
                     ex.delay_ms = rule.delay_ms
@@ -358,12 +424,17 @@ class Proxy:
                 out.append(frame)
                 if rule is not None and rule.disconnect == "after":
                     await self._forward(upstream, out, sent)
-                    raise _Broken(f"fault {rule.name!r}: disconnected after forwarding "
-                                  f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}")
+                    raise _Broken(
+                        f"fault {rule.name!r}: disconnected after forwarding "
+                        f"{ex.api} v{ex.api_version} correlation id {ex.correlation_id}"
+                    )
             await self._forward(upstream, out, sent)
             if conn.cwriter.transport.get_write_buffer_size():
-                await conn.cwriter.drain()   # local answers
-            while conn.pending_bytes > self.max_pending_bytes or len(conn.pending) >= self.max_in_flight:
+                await conn.cwriter.drain()  # local answers
+            while (
+                conn.pending_bytes > self.max_pending_bytes
+                or len(conn.pending) >= self.max_in_flight
+            ):
                 conn.room.clear()
                 await conn.room.wait()
         return "client closed"
@@ -374,13 +445,16 @@ class Proxy:
         try:
             answer = error_answer(ex, rule.error_code)
         except (ValueError, DecodeError) as e:
-            self._event(ProxyEvent.ERROR, conn, f"fault {rule.name!r} cannot answer: "
-                                                f"{describe_error(e)}; forwarded instead")
+            self._event(
+                ProxyEvent.ERROR,
+                conn,
+                f"fault {rule.name!r} cannot answer: {describe_error(e)}; forwarded instead",
+            )
             ex.fault = None
             return False
         ex.local = True
         ex.response = answer
-        if conn.pending:   # answered in its turn, after the requests before it
+        if conn.pending:  # answered in its turn, after the requests before it
             conn.pending.append(ex)
             conn.pending_bytes += len(ex.request)
         else:
@@ -411,19 +485,29 @@ class Proxy:
                 ex = conn.match(response_correlation_id(frame))
                 if ex is None:
                     out.append(frame)
-                    self._event(ProxyEvent.ERROR, conn, f"response with correlation id "
-                                                        f"{response_correlation_id(frame)} answers no request "
-                                                        "in flight: forwarded as it is")
+                    self._event(
+                        ProxyEvent.ERROR,
+                        conn,
+                        f"response with correlation id "
+                        f"{response_correlation_id(frame)} answers no request "
+                        "in flight: forwarded as it is",
+                    )
                     continue
-                if ex.delay_ms:   # a delay rule holds the broker's answer (and those after it)
+                if ex.delay_ms:  # a delay rule holds the broker's answer (and those after it)
                     await self._forward(client, out, done)
                     await asyncio.sleep(ex.delay_ms / 1000)
                 if self.rewrite and ex.api_key in REWRITTEN:
                     try:
-                        new = rewrite_advertised(frame, ex.api_key, ex.api_version, *self.advertised)
+                        new = rewrite_advertised(
+                            frame, ex.api_key, ex.api_version, *self.advertised
+                        )
                     except (DecodeError, ValueError) as e:
-                        self._event(ProxyEvent.ERROR, conn, f"{ex.api} v{ex.api_version} response does not "
-                                                            f"decode, forwarded unchanged: {describe_error(e)}")
+                        self._event(
+                            ProxyEvent.ERROR,
+                            conn,
+                            f"{ex.api} v{ex.api_version} response does not "
+                            f"decode, forwarded unchanged: {describe_error(e)}",
+                        )
                     else:
                         if new is not frame:
                             ex.upstream_response, frame = frame, new
@@ -431,7 +515,7 @@ class Proxy:
                 ex.response = frame
                 conn.remove(ex)
                 done.append(ex)
-                while conn.pending and conn.pending[0].local:   # local answers whose turn has come
+                while conn.pending and conn.pending[0].local:  # local answers whose turn has come
                     lx = conn.pending[0]
                     conn.remove(lx)
                     out.append(lx.response)
@@ -447,10 +531,16 @@ class Proxy:
             now = time.monotonic()
             for conn in list(self._conns):
                 for side, since in enumerate(conn.partial_since):
-                    if since is not None and now - since > self.frame_timeout and conn.broken is None:
+                    if (
+                        since is not None
+                        and now - since > self.frame_timeout
+                        and conn.broken is None
+                    ):
                         name = ("client", "upstream")[side]
-                        conn.broken = (f"{name} sent part of a frame and did not finish it within "
-                                       f"{self.frame_timeout:g} s (frame_timeout): closing")
+                        conn.broken = (
+                            f"{name} sent part of a frame and did not finish it within "
+                            f"{self.frame_timeout:g} s (frame_timeout): closing"
+                        )
                         conn.abort()
 
 
@@ -467,7 +557,9 @@ class BackgroundProxy:
         self._on_exchange = kwargs.pop("on_exchange", None)
         self._on_event = kwargs.pop("on_event", None)
         self.keep = _positive(keep, "keep")
-        self.proxy = Proxy(upstream, listen, on_exchange=self._exchange, on_event=self._eventf, **kwargs)
+        self.proxy = Proxy(
+            upstream, listen, on_exchange=self._exchange, on_event=self._eventf, **kwargs
+        )
         self._lock = threading.Lock()
         self._exchanges = collections.deque(maxlen=self.keep)
         self._events = collections.deque(maxlen=self.keep)

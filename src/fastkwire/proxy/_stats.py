@@ -3,6 +3,7 @@
 Latencies go into logarithmic buckets 2% wide (exact maximum kept), so a summary's memory
 is bounded however many exchanges it counts; a percentile is within 2% of the true one.
 """
+
 import math
 
 _RATIO = math.log(1.02)
@@ -10,8 +11,17 @@ _FLOOR_MS = 0.001  # latencies below a microsecond share the first bucket
 
 
 class ApiStats:
-    __slots__ = ("api", "count", "answered", "request_bytes", "response_bytes", "max_ms",
-                 "errors", "faults", "_buckets")
+    __slots__ = (
+        "api",
+        "count",
+        "answered",
+        "request_bytes",
+        "response_bytes",
+        "max_ms",
+        "errors",
+        "faults",
+        "_buckets",
+    )
 
     def __init__(self, api):
         self.api = api
@@ -20,7 +30,7 @@ class ApiStats:
         self.request_bytes = 0
         self.response_bytes = 0
         self.max_ms = None
-        self.errors = {}     # error name -> responses that carried it
+        self.errors = {}  # error name -> responses that carried it
         self.faults = 0
         self._buckets = {}
 
@@ -55,10 +65,18 @@ class ApiStats:
         return self.max_ms
 
     def to_dict(self):
-        return {"api": self.api, "count": self.count, "answered": self.answered,
-                "request_bytes": self.request_bytes, "response_bytes": self.response_bytes,
-                "p50_ms": self.percentile(50), "p99_ms": self.percentile(99), "max_ms": self.max_ms,
-                "errors": dict(self.errors), "faults": self.faults}
+        return {
+            "api": self.api,
+            "count": self.count,
+            "answered": self.answered,
+            "request_bytes": self.request_bytes,
+            "response_bytes": self.response_bytes,
+            "p50_ms": self.percentile(50),
+            "p99_ms": self.percentile(99),
+            "max_ms": self.max_ms,
+            "errors": dict(self.errors),
+            "faults": self.faults,
+        }
 
 
 class Summary:
@@ -68,8 +86,14 @@ class Summary:
         self.apis = {}
 
     def add_exchange(self, exchange):
-        self.add(exchange.api, exchange.request_size, exchange.response_size, exchange.latency_ms,
-                 exchange.error_codes(), exchange.fault)
+        self.add(
+            exchange.api,
+            exchange.request_size,
+            exchange.response_size,
+            exchange.latency_ms,
+            exchange.error_codes(),
+            exchange.fault,
+        )
 
     def add(self, api, request_size, response_size, latency_ms, errors=(), fault=None):
         stats = self.apis.get(api)
@@ -92,12 +116,27 @@ class Summary:
             errors = " ".join(f"{e}:{n}" for e, n in sorted(s.errors.items(), key=lambda x: -x[1]))
             if s.faults:
                 errors = (errors + f" faults:{s.faults}").strip()
-            rows.append((name, str(s.count), str(s.request_bytes), str(s.response_bytes),
-                         _ms(s.percentile(50)), _ms(s.percentile(99)), _ms(s.max_ms), errors or "-"))
+            rows.append(
+                (
+                    name,
+                    str(s.count),
+                    str(s.request_bytes),
+                    str(s.response_bytes),
+                    _ms(s.percentile(50)),
+                    _ms(s.percentile(99)),
+                    _ms(s.max_ms),
+                    errors or "-",
+                )
+            )
         total = sum(s.count for s in self.apis.values())
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                 + f"  {r[-1]}" for r in rows]
+        lines = [
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+            )
+            + f"  {r[-1]}"
+            for r in rows
+        ]
         lines.append(f"{total} exchange{'s' if total != 1 else ''}")
         return lines
 
