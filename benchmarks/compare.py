@@ -35,7 +35,7 @@ COLUMNS = [
     "msgspec",
     "numpy-frombuffer",
 ]
-OPS = ["encode", "decode", "frame"]
+OPS = ["encode", "decode", "frame", "free"]
 STAT_NAMES = {"median": "medians", "min": "minimum times", "mean": "mean times"}
 # (ours, peer) pairs shown in the ratio table.
 RATIOS = [
@@ -224,6 +224,56 @@ def _targets():
             3,
         ),
     ]
+    # Issue 24: the engine at msgspec's gc=False floor, and ahead of kio on every decode.
+    for n, w, bound in (
+        ("1", "lg_req_1", 1.2),
+        ("100", "lg_req_100", 1.0),
+        ("10,000", "lg_req_10000", 1.0),
+    ):
+        out.append(
+            (
+                f"LeaveGroup v5 request x{n} decode: cython vs msgspec (issue 24)",
+                f"{w} decode",
+                "cython",
+                "msgspec",
+                "within",
+                bound,
+            )
+        )
+    out.append(
+        (
+            "Metadata v12 response decode: cython vs msgspec (issue 24)",
+            "md_resp decode",
+            "cython",
+            "msgspec",
+            "within",
+            0.54,
+        )
+    )
+    out.append(
+        (
+            "LeaveGroup v5 request x10,000 freed: cython vs msgspec (issue 24)",
+            "lg_req_10000 free",
+            "cython",
+            "msgspec",
+            "within",
+            1.0,
+        )
+    )
+    for w in (
+        "lg_req_1",
+        "lg_req_100",
+        "lg_req_10000",
+        "lg_resp_100",
+        "sgh_small",
+        "sgh_large",
+        "md_resp",
+        "oc_req",
+        "fetch_resp",
+    ):
+        out.append(
+            (f"{w} decode: cython vs kio (issue 24)", f"{w} decode", "cython", "kio", "faster", 1.2)
+        )
     for w in ("md_resp", "oc_req", "fetch_resp"):
         for op in ("encode", "decode"):
             out.append(

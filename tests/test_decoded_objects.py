@@ -47,6 +47,12 @@ def test_absent_struct_fields_default_per_object(impl):
     F, msg = _fetch_with_defaults(impl)
     got = F.decode(msg.encode(4), 4).responses[0].partitions[0]
     assert got.current_leader == F.PartitionData().current_leader
+    # ... made per object, as at v16: changing one partition's changes no other.
+    two = F(responses=[F.FetchableTopicResponse(partitions=[F.PartitionData()] * 2)])
+    a, b = F.decode(two.encode(4), 4).responses[0].partitions
+    assert a.snapshot_id is not b.snapshot_id and a.snapshot_id == b.snapshot_id
+    a.snapshot_id.epoch = 3
+    assert b.snapshot_id.epoch == -1
 
 
 def test_compiled_decode_leaves_nothing_for_the_collector(impl):

@@ -812,3 +812,80 @@ def test_a_bad_version_among_bad_arguments_fails_as_in_the_pure_engine(impl, cas
     if case == "bad-data":  # the words are the buffer protocol's own, which differ
         got, want = got[0], want[0]
     assert got == want
+
+
+# Struct fields that must be at their default to be left out (a tagged struct at its
+# default is not written; a struct of a version without the field must be at its default).
+# The compiled engine answers the common cases in C and asks == for the rest; both engines
+# must give the same bytes or the same error for each of these values.
+
+
+def _struct_default_cases(impl):
+    F = impl.FetchResponse
+    Leader = type(F.PartitionData().current_leader)
+    Sub = type("LeaderSub", (Leader,), {})
+
+    def unset(p):
+        del p.current_leader.leader_id
+
+    def numpy_int(p):
+        p.current_leader.leader_id = np.int32(-1)
+
+    cases = {
+        "untouched": lambda p: None,
+        "a fresh default": lambda p: setattr(p, "current_leader", Leader()),
+        "changed": lambda p: setattr(p.current_leader, "leader_id", 5),
+        "changed back": lambda p: (
+            setattr(p.current_leader, "leader_id", 5),
+            setattr(p.current_leader, "leader_id", -1),
+        ),
+        "equal but not the same int": lambda p: setattr(
+            p.current_leader, "leader_id", -(10**20) // 10**20
+        ),
+        "True for 1": lambda p: setattr(p.current_leader, "leader_epoch", True),
+        "a float equal to the default": lambda p: setattr(p.current_leader, "leader_id", -1.0),
+        "a string": lambda p: setattr(p.current_leader, "leader_id", "-1"),
+        "None": lambda p: setattr(p.current_leader, "leader_id", None),
+        "unknown tags": lambda p: setattr(p.current_leader, "unknown_tagged_fields", {7: b"x"}),
+        "empty unknown tags": lambda p: setattr(p.current_leader, "unknown_tagged_fields", {}),
+        "a subclass at its defaults": lambda p: setattr(p, "current_leader", Sub()),
+        "an unset field": unset,
+        "a numpy int": numpy_int,
+        "another struct": lambda p: setattr(p, "current_leader", F.PartitionData().snapshot_id),
+        "changed snapshot": lambda p: setattr(p.snapshot_id, "end_offset", 0),
+    }
+    return F, cases
+
+
+def _encode_outcome(impl, version, change):
+    F = impl.FetchResponse
+    part = F.PartitionData(partition_index=1, records=b"")
+    change(part)
+    msg = F(responses=[F.FetchableTopicResponse(partitions=[part])])
+    try:
+        return msg.encode(version)
+    except Exception as exc:  # noqa: BLE001 - the outcome compared is the error itself
+        return type(exc).__name__, re.sub(r"0x[0-9a-f]+", "0x", str(exc))
+
+
+@pytest.mark.parametrize("version", [11, 16])
+def test_struct_defaults_give_the_same_outcome_in_both_engines(version):
+    pure = pytest.importorskip("fastkwire._messages_python")
+    compiled = pytest.importorskip("fastkwire._messages_cython")
+    _, cases = _struct_default_cases(pure)
+    names = list(cases)
+    for name in names:
+        want = _encode_outcome(pure, version, _struct_default_cases(pure)[1][name])
+        got = _encode_outcome(compiled, version, _struct_default_cases(compiled)[1][name])
+        assert got == want, name
+    # The cases reach both answers: left out (same bytes as untouched) and refused/written.
+    base = _encode_outcome(pure, version, cases["untouched"])
+    outcomes = {n: _encode_outcome(pure, version, cases[n]) for n in names}
+    assert outcomes["a fresh default"] == outcomes["changed back"] == base
+    assert outcomes["changed"] != base and outcomes["unknown tags"] != base
+    assert outcomes["a numpy int"] == base  # a numpy scalar compares as its number
+    assert outcomes["an unset field"][0] == "AttributeError"
+    if version == 11:
+        assert outcomes["changed"][0] == "UnsupportedVersionError"
+        assert "current_leader" in outcomes["changed"][1]
+        assert outcomes["a subclass at its defaults"] == outcomes["changed"]

@@ -11,7 +11,8 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.buffer cimport PyBuffer_Release
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.list cimport PyList_SET_ITEM, PyList_CheckExact
+from cpython.list cimport PyList_SET_ITEM, PyList_CheckExact, PyList_GET_SIZE
+from cpython.object cimport PyObject_RichCompareBool, Py_NE
 from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
 from fastkwire._core cimport *
@@ -157,6 +158,13 @@ cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep
     f.versions = <PyObject*>versions
     f.records = op.records
     if op.mode == "absent":
+        if f.dflt == D_NEW:
+            # Its default struct is made from a plan of the struct where the field exists
+            # (any version's plan sets every field): cls() costs microseconds a message.
+            lay = root._LAYOUTS.get(field.struct, field.versions.low)
+            sub = compile_layout(root, lay, memo)
+            keep.append(sub)
+            f.sub = <PyObject*>sub
         return 0  # only its default and its slot are used
     f.kind = op.kind
     if f.kind == K_STRUCT or f.kind == K_STRUCTS:
@@ -301,25 +309,87 @@ cdef object default_of(Field* f):
     return <object>f.default
 
 
+cdef inline void put_defaults(object o, Field* fields, Py_ssize_t n):
+    """Each field's default into the slots of a new object (all NULL)."""
+    cdef Py_ssize_t i
+    cdef Field* f
+    for i in range(n):
+        f = &fields[i]
+        if f.dflt == D_VALUE or f.dflt == D_IS:  # shared immutable values: no call
+            Py_INCREF(<object>f.default)
+            (<PyObject**>(<char*><PyObject*>o + f.offset))[0] = f.default
+        else:
+            put(o, f.offset, default_of(f))
+
+
 cdef object new_default(Plan p):
     """A struct with every field of its version at its default, as cls() makes it."""
-    cdef Py_ssize_t i
     o = new_object(p.cls)
-    for i in range(p.nplain):
-        put(o, p.plain[i].offset, default_of(&p.plain[i]))
-    for i in range(p.ntagged):
-        put(o, p.tagged[i].offset, default_of(&p.tagged[i]))
-    for i in range(p.nabsent):
-        put(o, p.absent[i].offset, default_of(&p.absent[i]))
+    put_defaults(o, p.plain, p.nplain)
+    put_defaults(o, p.tagged, p.ntagged)
+    put_defaults(o, p.absent, p.nabsent)
     put(o, p.unknown_offset, None)
     return o
 
+
+cdef int field_is_default(Field* f, object x) except -2:
+    """One field of a struct against the default's value, as the classes' == compares
+    them (_model.struct_eq): 1 or 0, or -1 for a value that is not a builtin scalar or
+    list (a numpy array, a user's type), whose == only Python may answer."""
+    if f.dflt == D_NEW:
+        return struct_is_default(<Plan>f.sub, x) if f.sub != NULL else -1
+    if f.dflt == D_LIST:
+        return (PyList_GET_SIZE(x) == 0) if type(x) is list else -1
+    d = <object>f.default
+    if x is d:
+        return 1
+    t = type(x)
+    if x is None or t is int or t is str or t is bytes or t is bool or t is float:
+        return 0 if PyObject_RichCompareBool(x, d, Py_NE) else 1  # struct_eq's x != y
+    return -1
+
+
+cdef int struct_is_default(Plan p, object v) except -2:
+    """v == p.cls() (a struct of defaults) without making one: 1, 0, or -1 when only
+    Python's == can tell (a subclass, an unset slot, a value field_is_default leaves)."""
+    cdef Py_ssize_t i
+    cdef PyObject* raw
+    cdef Field* groups[3]
+    cdef Py_ssize_t counts[3]
+    cdef int g, r
+    if type(v) is not p.cls:
+        return -1
+    groups[0], groups[1], groups[2] = p.plain, p.tagged, p.absent
+    counts[0], counts[1], counts[2] = p.nplain, p.ntagged, p.nabsent
+    for g in range(3):
+        for i in range(counts[g]):
+            raw = slot(v, groups[g][i].offset)
+            if raw == NULL:
+                return -1
+            r = field_is_default(&groups[g][i], <object>raw)
+            if r != 1:
+                return r
+    raw = slot(v, p.unknown_offset)
+    if raw == NULL:
+        return -1
+    if <object>raw is None:
+        return 1
+    if type(<object>raw) is dict or type(<object>raw) is list:
+        return 0 if <object>raw else 1  # struct_eq: (a._unknown or None) == None
+    return -1
+
+
 cdef inline bint is_default(Field* f, object v) except -1:
+    cdef int r
     if f.dflt == D_LIST:
         return not v
     if f.dflt == D_IS:
         return v is <object>f.default
     if f.dflt == D_NEW:
+        if f.sub != NULL:  # the common answers without the class's Python __init__ and ==
+            r = struct_is_default(<Plan>f.sub, v)
+            if r >= 0:
+                return r
         return v == (<object>f.default)()
     return v == <object>f.default
 
@@ -556,8 +626,7 @@ cdef object rd_struct(Plan p, Cursor* c, int arrays):
     except DecodeError as x:
         raise x.with_prefix(<object>where.name if where != NULL else "") from None
     put(o, p.unknown_offset, unknown)
-    for i in range(p.nabsent):
-        put(o, p.absent[i].offset, default_of(&p.absent[i]))
+    put_defaults(o, p.absent, p.nabsent)
     return o
 
 
@@ -654,19 +723,26 @@ cdef bytes encode_tagged(Field* f, object v, int version):
 
 
 cdef int wr_tagged(Plan p, object o, Buf* b, Field** where, int version) except -1:
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, j
     cdef Field* f
     cdef list known = None
     cdef PyObject* raw = slot(o, p.unknown_offset)
     unknown = None if raw == NULL else <object>raw
-    known = []
     for i in range(p.ntagged):
         f = &p.tagged[i]
         where[0] = f
         v = take(o, f)
-        # every known tag is listed, None at its default: an unknown tag may not take it
-        known.append((f.tag, None if is_default(f, v) else encode_tagged(f, v, version)))
+        payload = None if is_default(f, v) else encode_tagged(f, v, version)
+        if payload is not None and known is None:
+            known = [(p.tagged[j].tag, None) for j in range(i)]
+        if known is not None:
+            known.append((f.tag, payload))
     where[0] = NULL
+    if known is None:  # every known tag at its default: the common case, no list
+        if not unknown:
+            return wr_uvarint(b, 0)
+        known = [(p.tagged[j].tag, None) for j in range(p.ntagged)]
+    # every known tag is listed, None at its default: an unknown tag may not take it
     return wr_tags(b, known, unknown)
 
 

@@ -27,7 +27,10 @@ def struct_eq(a, b):
 
 
 def _is_array(x):
-    return hasattr(x, "__array__") and not isinstance(x, (list, tuple))
+    # numpy scalars have __array__ too, but compare as numbers (ndim 0)
+    return (
+        hasattr(x, "__array__") and not isinstance(x, (list, tuple)) and getattr(x, "ndim", 1) != 0
+    )
 
 
 def _array_eq(x, y):
