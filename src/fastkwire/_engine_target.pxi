@@ -479,12 +479,23 @@ cdef int wr_struct_t(Plan p, object o, Buf* b, bint in_tag, int form) except -1:
 
 # ---------------------------------------------------------------- the codecs
 
-cdef class TargetDecoder:
-    """f(data, pos) -> (object, end): the target codec's compiled-decoder signature.
-    Bytes it cannot read exactly as that codec would go to that codec."""
+cdef class TargetCodec:
+    """What the decoder and encoder share: the plan, and the target codec's own function
+    for what the plan cannot do exactly, made only when first needed."""
     cdef Plan plan
     cdef object stock_factory
     cdef object stock
+
+    def stock_codec(self):
+        """The target codec's own function, made on first use."""
+        if self.stock is None:
+            self.stock = self.stock_factory()
+        return self.stock
+
+
+cdef class TargetDecoder(TargetCodec):
+    """f(data, pos) -> (object, end): the target codec's compiled-decoder signature.
+    Bytes it cannot read exactly as that codec would go to that codec."""
 
     def __call__(self, data, pos):
         cdef Cursor c
@@ -504,19 +515,10 @@ cdef class TargetDecoder:
             return self.stock_codec()(data, pos)
         return o, c.pos
 
-    def stock_codec(self):
-        """The target codec's own decoder, made on first use."""
-        if self.stock is None:
-            self.stock = self.stock_factory()
-        return self.stock
 
-
-cdef class TargetEncoder:
+cdef class TargetEncoder(TargetCodec):
     """f(item, out): the target codec's compiled-encoder signature (out has buf, pos and
     ensure(n)). Input it cannot write exactly as that codec would goes to that codec."""
-    cdef Plan plan
-    cdef object stock_factory
-    cdef object stock
 
     def __call__(self, item, out):
         cdef Buf b
@@ -539,11 +541,6 @@ cdef class TargetEncoder:
         pos = out.pos
         out.buf[pos:pos + n] = raw
         out.pos = pos + n
-
-    def stock_codec(self):
-        if self.stock is None:
-            self.stock = self.stock_factory()
-        return self.stock
 
 
 def target_codecs(layout, spec, stock_decoder, stock_encoder):

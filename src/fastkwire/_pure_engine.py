@@ -313,6 +313,56 @@ class _LayoutSource:
         self.read_observed_value(op, target, end, ind)
         self.out(f"_close(pos, {target})", ind)
 
+    def read_items(self, op, target, end, ind, item, c=None):
+        """An array: its count, then `_n` items, each read by the call `item`, into a list
+        (None for a null array). Observed (`c`: the op's name in the namespace), the
+        count and each item are told to the observer, which says which items to keep."""
+        out, observed = self.out, self.observed
+        if observed:
+            out(f"_open('length', {c}, pos)", ind)
+        out(
+            f"_n, pos = r_array_len(data, pos, {end}, {op.compact}, {op.nullable}, "
+            f"{op.element_min_size()})",
+            ind,
+        )
+        if observed:
+            out("_close(pos, _n)", ind)
+        out("if _n < 0:", ind)
+        out(f"{target} = None", ind + 1)
+        out("else:", ind)
+        out("_items = []", ind + 1)
+        out("_i = 0", ind + 1)
+        out("try:", ind + 1)
+        out("for _i in range(_n):", ind + 2)
+        if observed:
+            out("_keep = _open('item', _i, pos)", ind + 3)
+        out(f"_it, pos = {item}", ind + 3)
+        if observed:
+            out("_close(pos, _it)", ind + 3)
+            out("if _keep:", ind + 3)
+            out("_items.append(_it)", ind + 4)
+        else:
+            out("_items.append(_it)", ind + 3)
+        out("except DecodeError as _x:", ind + 1)
+        out('raise _x.with_prefix(f"[{_i}]") from None', ind + 2)
+        out(f"{target} = _items", ind + 1)
+
+    def read_struct(self, op, target, end, ind, c=None):
+        """One nested struct, after its null marker if nullable (observed, told to the
+        observer; `c` as for read_items)."""
+        out = self.out
+        if op.nullable:
+            if self.observed:
+                out(f"_open('marker', {c}, pos)", ind)
+            out(f"_mk, pos = r_marker(data, pos, {end})", ind)
+            if self.observed:
+                out("_close(pos, _mk)", ind)
+            out("if _mk < 0:", ind)
+            out(f"{target} = None", ind + 1)
+            out("else:", ind)
+            ind += 1
+        out(f"{target}, pos = {self.sub_call(op, end)}", ind)
+
     def read_plain_value(self, op, target, end, ind):
         f, out, kind = op.field, self.out, op.kind
         if kind == K_STRUCTS:
@@ -325,23 +375,7 @@ class _LayoutSource:
                 )
                 out("else:", ind)
                 ind += 1
-            out(
-                f"_n, pos = r_array_len(data, pos, {end}, {op.compact}, {op.nullable}, "
-                f"{op.sub.min_size})",
-                ind,
-            )
-            out("if _n < 0:", ind)
-            out(f"{target} = None", ind + 1)
-            out("else:", ind)
-            out("_items = []", ind + 1)
-            out("_i = 0", ind + 1)
-            out("try:", ind + 1)
-            out("for _i in range(_n):", ind + 2)
-            out(f"_it, pos = {self.sub_call(op, end)}", ind + 3)
-            out("_items.append(_it)", ind + 3)
-            out("except DecodeError as _x:", ind + 1)
-            out('raise _x.with_prefix(f"[{_i}]") from None', ind + 2)
-            out(f"{target} = _items", ind + 1)
+            self.read_items(op, target, end, ind, self.sub_call(op, end))
         elif kind == K_INTS:
             elem = op.elem_kind
             if op.compact:
@@ -370,13 +404,7 @@ class _LayoutSource:
                 ind,
             )
         elif kind == K_STRUCT:
-            if op.nullable:
-                out(f"_mk, pos = r_marker(data, pos, {end})", ind)
-                out("if _mk < 0:", ind)
-                out(f"{target} = None", ind + 1)
-                out("else:", ind)
-                ind += 1
-            out(f"{target}, pos = {self.sub_call(op, end)}", ind)
+            self.read_struct(op, target, end, ind)
         elif kind == K_STRING and op.compact:
             # A one-byte length with all its text there, inline. Invalid UTF-8 leaves pos
             # at the string, where the reader's handler reports it.
@@ -411,38 +439,9 @@ class _LayoutSource:
                 if kind == K_STRUCTS
                 else f"r_{_item_fn(op)}(data, pos, {end})"
             )
-            out(f"_open('length', {c}, pos)", ind)
-            out(
-                f"_n, pos = r_array_len(data, pos, {end}, {op.compact}, {op.nullable}, "
-                f"{op.element_min_size()})",
-                ind,
-            )
-            out("_close(pos, _n)", ind)
-            out("if _n < 0:", ind)
-            out(f"{target} = None", ind + 1)
-            out("else:", ind)
-            out("_items = []", ind + 1)
-            out("_i = 0", ind + 1)
-            out("try:", ind + 1)
-            out("for _i in range(_n):", ind + 2)
-            out("_keep = _open('item', _i, pos)", ind + 3)
-            out(f"_it, pos = {item}", ind + 3)
-            out("_close(pos, _it)", ind + 3)
-            out("if _keep:", ind + 3)
-            out("_items.append(_it)", ind + 4)
-            out("except DecodeError as _x:", ind + 1)
-            out('raise _x.with_prefix(f"[{_i}]") from None', ind + 2)
-            out(f"{target} = _items", ind + 1)
+            self.read_items(op, target, end, ind, item, c)
         elif kind == K_STRUCT:
-            if op.nullable:
-                out(f"_open('marker', {c}, pos)", ind)
-                out(f"_mk, pos = r_marker(data, pos, {end})", ind)
-                out("_close(pos, _mk)", ind)
-                out("if _mk < 0:", ind)
-                out(f"{target} = None", ind + 1)
-                out("else:", ind)
-                ind += 1
-            out(f"{target}, pos = {self.sub_call(op, end)}", ind)
+            self.read_struct(op, target, end, ind, c)
         elif kind in (K_STRING, K_BYTES):
             out(f"{target}, pos = r_{_string_fn(_NAME[kind], op)}(data, pos, {end})", ind)
         else:
