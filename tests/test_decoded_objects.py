@@ -385,3 +385,31 @@ def test_the_collector_never_sees_a_half_built_container(impl, case):
         f"\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
     )
     assert "whole" in out.stdout
+
+
+def test_decoded_uuids_are_what_uuid_makes_from_the_bytes(impl):
+    # The compiled core fills uuid.UUID's slots itself (its __init__ costs microseconds);
+    # the object must be the one UUID(bytes=...) makes, down to is_safe.
+    import copy
+    import pickle
+    import uuid
+
+    M = impl.MetadataResponse
+    ids = [uuid.UUID(int=0), uuid.UUID(int=(1 << 128) - 1), uuid.uuid4(), uuid.UUID(int=1)]
+    msg = M(topics=[M.MetadataResponseTopic(name=f"t{i}", topic_id=u) for i, u in enumerate(ids)])
+    got = [t.topic_id for t in M.decode(msg.encode(12), 12).topics]
+    for u, g in zip(ids, got):
+        want = uuid.UUID(bytes=u.bytes)
+        assert type(g) is uuid.UUID
+        assert (g.int, g.is_safe, hash(g), repr(g), str(g)) == (
+            want.int,
+            want.is_safe,
+            hash(want),
+            repr(want),
+            str(want),
+        )
+        assert pickle.loads(pickle.dumps(g)) == want and copy.deepcopy(g) == want
+        assert weakref.ref(g)() is g
+        with pytest.raises(TypeError):
+            g.int = 5
+    assert gc.is_tracked(got[0])  # an ordinary UUID, as the pure engine's
