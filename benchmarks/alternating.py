@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workloads import WORKLOADS, Skip, prepare  # noqa: E402 - after the path above
+from compare import fmt_time  # noqa: E402 - after the path above
+from workloads import WORKLOADS, Skip, prepare  # noqa: E402
 
 PEERS = ["cython", "msgspec", "kio"]
 
@@ -96,7 +97,7 @@ def main(argv=None):
             rounds, mins = result
             ours = mins["cython"]
             cells = [f"{ours / mins[p]:.2f}x its time" if p in mins else "" for p in peers]
-            print(f"| {name} | {op} | {rounds} | {ours * 1e6:.3g} µs | " + " | ".join(cells) + " |")
+            print(f"| {name} | {op} | {rounds} | {fmt_time(ours)} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
