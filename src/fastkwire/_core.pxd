@@ -24,6 +24,14 @@ cdef extern from "Python.h":
     PyObject* _new_list "PyList_New"(Py_ssize_t n)
     void PyObject_GC_UnTrack(void* o)
     void PyObject_GC_Track(void* o)
+    ctypedef struct PyTypeObject:
+        PyObject* (*tp_alloc)(PyTypeObject*, Py_ssize_t)
+    ctypedef struct PyMemberDef:
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+    PyTypeObject PyMemberDescr_Type
+    bint Py_IS_TYPE(object o, PyTypeObject* t)
 
 
 cdef struct Cursor:
@@ -134,6 +142,26 @@ cdef inline void store32(unsigned char* p, uint32_t v) noexcept nogil:
 cdef inline void store64(unsigned char* p, uint64_t v) noexcept nogil:
     store32(p, <uint32_t>(v >> 32))
     store32(p + 4, <uint32_t>v)
+
+
+# ---- objects of a class, slot by slot
+
+cdef inline Py_ssize_t member_offset(object descr) noexcept:
+    """The instance offset of a slot's member descriptor, or 0 for anything else (no
+    slot lies at 0: the object header does)."""
+    if descr is None or not Py_IS_TYPE(descr, &PyMemberDescr_Type):
+        return 0
+    return (<PyMemberDescrObject*><PyObject*>descr).d_member.offset
+
+
+cdef inline object alloc_instance(object cls):
+    """A new instance of cls from its tp_alloc: every slot NULL, no __init__ run."""
+    cdef PyObject* o = (<PyTypeObject*><PyObject*>cls).tp_alloc(<PyTypeObject*><PyObject*>cls, 0)
+    if o == NULL:
+        raise MemoryError()
+    r = <object>o
+    Py_DECREF(r)  # <object> took a reference of its own
+    return r
 
 
 # ---- reading

@@ -231,37 +231,21 @@ cdef object rd_float64(Cursor* c):
 
 cdef extern from "Python.h":
     object _PyLong_FromByteArray(const unsigned char* b, size_t n, int little_endian, int signed)
-    ctypedef struct PyTypeObject:
-        PyObject* (*tp_alloc)(PyTypeObject*, Py_ssize_t)
-    ctypedef struct PyMemberDef:
-        Py_ssize_t offset
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-    PyTypeObject PyMemberDescr_Type
-    bint Py_IS_TYPE(object o, PyTypeObject* t)
 
 
 cdef object _UUID = _uuid.UUID
 cdef object _UUID_UNKNOWN = _uuid.SafeUUID.unknown
 
 
-cdef Py_ssize_t _uuid_slot(str name):
-    """The offset of uuid.UUID's slot `name`, or 0 when UUID is not the slotted class
-    this module knows (then UUIDs are made by calling it)."""
-    d = _UUID.__dict__.get(name)
-    if d is None or not Py_IS_TYPE(d, &PyMemberDescr_Type):
-        return 0
-    return (<PyMemberDescrObject*><PyObject*>d).d_member.offset
-
-
-cdef Py_ssize_t _UUID_INT = _uuid_slot("int")
-cdef Py_ssize_t _UUID_SAFE = _uuid_slot("is_safe")
+# The offsets of uuid.UUID's slots, or 0 when UUID is not the slotted class this module
+# knows (then UUIDs are made by calling it).
+cdef Py_ssize_t _UUID_INT = member_offset(_UUID.__dict__.get("int"))
+cdef Py_ssize_t _UUID_SAFE = member_offset(_UUID.__dict__.get("is_safe"))
 if _UUID.__new__ is not object.__new__:
     _UUID_INT = 0  # a UUID with a __new__ of its own: only its constructor makes one
 
 
 cdef object rd_uuid(Cursor* c):
-    cdef PyObject* o
     if c.end - c.pos < 16:
         raise_short(c.pos, 16, c.end)
     c.pos += 16
@@ -271,16 +255,12 @@ cdef object rd_uuid(Cursor* c):
     # (1-2 us a UUID: most of a Metadata topic's decode). Both values exist before the
     # object does, so no Python code runs while its slots are empty.
     value = _PyLong_FromByteArray(c.buf + c.pos - 16, 16, 0, 0)
-    o = (<PyTypeObject*><PyObject*>_UUID).tp_alloc(<PyTypeObject*><PyObject*>_UUID, 0)
-    if o == NULL:
-        raise MemoryError()
+    u = alloc_instance(_UUID)
     Py_INCREF(value)
-    (<PyObject**>(<char*>o + _UUID_INT))[0] = <PyObject*>value
+    (<PyObject**>(<char*><PyObject*>u + _UUID_INT))[0] = <PyObject*>value
     Py_INCREF(_UUID_UNKNOWN)
-    (<PyObject**>(<char*>o + _UUID_SAFE))[0] = <PyObject*>_UUID_UNKNOWN
-    r = <object>o
-    Py_DECREF(r)  # <object> took its own reference
-    return r
+    (<PyObject**>(<char*><PyObject*>u + _UUID_SAFE))[0] = <PyObject*>_UUID_UNKNOWN
+    return u
 
 cdef bytes rd_raw_at(Cursor* c, Py_ssize_t pos, Py_ssize_t n):
     return PyBytes_FromStringAndSize(<const char*>c.buf + pos, n)

@@ -33,14 +33,6 @@ cdef extern from "_plain_types.h":
 
 cdef extern from "Python.h":
     int PyObject_IS_GC(PyObject* o)
-    ctypedef struct PyTypeObject:
-        PyObject* (*tp_alloc)(PyTypeObject*, Py_ssize_t)
-    ctypedef struct PyMemberDef:
-        Py_ssize_t offset
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-    PyTypeObject PyMemberDescr_Type
-    bint Py_IS_TYPE(object o, PyTypeObject* t)
 
 
 # Wire kinds of a field (the wire table's K_ numbers: checked below).
@@ -126,10 +118,10 @@ cdef dict _subs = {}    # message class -> {Layout: Plan}
 
 
 cdef Py_ssize_t slot_offset(object cls, str name) except -1:
-    descr = cls.__dict__[name]
-    if not Py_IS_TYPE(descr, &PyMemberDescr_Type):
+    cdef Py_ssize_t offset = member_offset(cls.__dict__[name])
+    if offset == 0:
         raise TypeError(f"{cls.__name__}.{name} is not a slot")
-    return (<PyMemberDescrObject*><PyObject*>descr).d_member.offset
+    return offset
 
 
 cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep) except -1:
@@ -394,11 +386,9 @@ cdef inline bint is_default(Field* f, object v) except -1:
     return v == <object>f.default
 
 cdef inline object new_object(object cls):
-    cdef PyObject* o = (<PyTypeObject*><PyObject*>cls).tp_alloc(<PyTypeObject*><PyObject*>cls, 0)
-    if o == NULL:
-        raise MemoryError()
-    r = <object>o
-    Py_XDECREF(o)   # <object> took its own reference
+    cdef PyObject* o
+    r = alloc_instance(cls)
+    o = <PyObject*>r
     # Like msgspec's gc=False structs: nothing these objects hold can make a cycle
     # through them unless a user builds one, so the collector need not walk them. The
     # message classes are plain types (plain_type below): no collector header at all.

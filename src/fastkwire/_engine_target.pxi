@@ -46,14 +46,16 @@ cdef int mismatch() except -1:
 
 # ---------------------------------------------------------------- compiling
 
-cdef Py_ssize_t member_offset(object cls, str name) except -1:
+cdef Py_ssize_t inherited_slot_offset(object cls, str name) except -1:
     """The offset of slot `name` in instances of cls, from the class that declares it."""
+    cdef Py_ssize_t offset
     for k in cls.__mro__:
         descr = k.__dict__.get(name)
         if descr is not None:
-            if not Py_IS_TYPE(descr, &PyMemberDescr_Type):
+            offset = member_offset(descr)
+            if offset == 0:
                 raise TypeError(f"{cls.__name__}.{name} is not a slot")
-            return (<PyMemberDescrObject*><PyObject*>descr).d_member.offset
+            return offset
     raise TypeError(f"{cls.__name__} has no slot {name}")
 
 
@@ -62,7 +64,7 @@ cdef int fill_target(Field* f, object op, object t, object cls, list keep) excep
     default = t.default
     keep.append(name)
     keep.append(default)
-    f.offset = member_offset(cls, name)
+    f.offset = inherited_slot_offset(cls, name)
     f.name = <PyObject*>name
     f.versions = <PyObject*>name
     f.default = <PyObject*>default
@@ -113,9 +115,9 @@ cdef Plan compile_target(object lay, object spec):
     p.size_hint = 64
     p.single = spec.single
     p.version_obj = spec.version
-    p.version_offset = member_offset(cls, "_version")
-    p.tags_offset = member_offset(cls, "tags")
-    p.unknown_offset = member_offset(cls, "unknown_tags")
+    p.version_offset = inherited_slot_offset(cls, "_version")
+    p.tags_offset = inherited_slot_offset(cls, "tags")
+    p.unknown_offset = inherited_slot_offset(cls, "unknown_tags")
     pairs = list(zip(lay.ops, spec.fields))
     plain = [(op, t) for op, t in pairs if op.mode == "plain"]
     tagged = [(op, t) for op, t in pairs if op.mode == "tagged"]  # as declared: the order they are written
@@ -164,12 +166,8 @@ cdef void track_tree(Plan p, object o) noexcept:
 
 
 cdef object new_target(object cls):
-    cdef PyObject* o = (<PyTypeObject*><PyObject*>cls).tp_alloc(<PyTypeObject*><PyObject*>cls, 0)
-    if o == NULL:
-        raise MemoryError()
-    r = <object>o
-    Py_XDECREF(o)   # <object> took its own reference
-    PyObject_GC_UnTrack(o)  # until the message is whole: track_tree
+    r = alloc_instance(cls)
+    PyObject_GC_UnTrack(<PyObject*>r)  # until the message is whole: track_tree
     return r
 
 
