@@ -272,6 +272,48 @@ def test_compact_int_arrays_of_every_count_width(impl, n):
         assert errors[0] == errors[1]
 
 
+def test_decoded_ints_and_int_lists_are_ordinary_values(impl):
+    # The compiled engine shares one int object per small value (0 .. 16383) and makes
+    # its lists without PyList_New: the values and lists must be what ints and lists are,
+    # either side of the table's edges, for every integer width.
+    edges = [-(2**31), -16385, -1, 0, 1, 256, 257, 16383, 16384, 2**31 - 1]
+    M = impl.MetadataResponse
+    part = M.MetadataResponsePartition(
+        partition_index=16384, leader_id=16383, leader_epoch=-1, replica_nodes=edges
+    )
+    msg = M(topics=[M.MetadataResponseTopic(name="t", partitions=[part])])
+    got = M.decode(msg.encode(12), 12).topics[0].partitions[0]
+    assert got.replica_nodes == edges and type(got.replica_nodes) is list
+    assert [type(x) for x in got.replica_nodes] == [int] * len(edges)
+    assert (got.partition_index, got.leader_id, got.leader_epoch) == (16384, 16383, -1)
+    nodes = got.replica_nodes
+    nodes.extend(range(1000))  # grows past what the decoder allocated
+    del nodes[:5]
+    nodes.sort()
+    assert nodes == sorted(edges[5:] + list(range(1000)))
+    nodes[0] += 1  # ints are immutable: the shared one is not changed
+    assert M.decode(msg.encode(12), 12).topics[0].partitions[0].replica_nodes == edges
+    empty = (
+        M.decode(
+            M(topics=[M.MetadataResponseTopic(partitions=[M.MetadataResponsePartition()])]).encode(
+                12
+            ),
+            12,
+        )
+        .topics[0]
+        .partitions[0]
+    )
+    assert empty.offline_replicas == [] and empty.offline_replicas is not empty.isr_nodes
+    empty.offline_replicas.append(1)
+    assert empty.offline_replicas == [1]
+    # int64 and int16 fields: past the table and negative.
+    L = impl.ListOffsetsResponse
+    p = L.ListOffsetsPartitionResponse(error_code=-1, offset=2**63 - 1, timestamp=-(2**63))
+    r = L(topics=[L.ListOffsetsTopicResponse(name="t", partitions=[p])])
+    back = L.decode(r.encode(8), 8).topics[0].partitions[0]
+    assert (back.error_code, back.offset, back.timestamp) == (-1, 2**63 - 1, -(2**63))
+
+
 # ---------------------------------------------------------------- the collector's view
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"

@@ -6,12 +6,16 @@
 from cpython.ref cimport PyObject, Py_DECREF, Py_XDECREF
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_FromLongLong
 from cpython.list cimport PyList_Check, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdint cimport INT64_MIN, INT64_MAX
 from libc.string cimport memcpy
 
+
+cdef extern from "_untracked_list.h":
+    PyObject* fk_untracked_list(Py_ssize_t n)
 
 cdef extern from "Python.h":
     PyObject* _decode_utf8 "PyUnicode_DecodeUTF8"(const char* s, Py_ssize_t size, const char* errors)
@@ -21,9 +25,10 @@ cdef extern from "Python.h":
     bint PyUnicode_IS_COMPACT_ASCII(object s)
     Py_ssize_t PyUnicode_GET_LENGTH(object s)
     void* PyUnicode_DATA(object s)
-    PyObject* _new_list "PyList_New"(Py_ssize_t n)
     void PyObject_GC_UnTrack(void* o)
     void PyObject_GC_Track(void* o)
+    ctypedef struct PyListObject:
+        PyObject** ob_item
     ctypedef struct PyTypeObject:
         PyObject* (*tp_alloc)(PyTypeObject*, Py_ssize_t)
     ctypedef struct PyMemberDef:
@@ -53,6 +58,7 @@ cdef struct Buf:
 cdef enum:
     MAX_MESSAGE = 0x7FFFFFFF  # a frame's size is an int32
     SCRATCH = 8192            # encode_into's area on the stack, for most messages
+    SMALL_INTS = 16384        # small_int_table()'s size
 
 
 # ---- cold paths, implemented in _core.pyx
@@ -95,6 +101,7 @@ cdef object rd_nullable_bytes(Cursor* c)
 cdef object rd_compact_bytes(Cursor* c)
 cdef object rd_compact_nullable_bytes(Cursor* c)
 # a list of ints comes back untracked by the collector (see new_list), or a numpy array
+cdef PyObject** small_int_table() except NULL
 cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int arrays)
 cdef object rd_task_offsets(Cursor* c, int compact, int nullable, int flexible,
                             Py_ssize_t min_size, object item)
@@ -168,18 +175,24 @@ cdef inline object alloc_instance(object cls):
 
 cdef inline list new_list(Py_ssize_t n):
     """A list of n empty (NULL) slots for the caller to fill with PyList_SET_ITEM, out of
-    the collector's sight. PyList_New's list is tracked at once, and any allocation while
-    it fills can run a collection: a gc.callbacks hook or a gc.get_objects() walker
-    (debuggers, memory profilers) would then be handed a list with NULL items, and
-    crash on them. The caller tracks it (PyObject_GC_Track) once it is whole, or leaves
-    it untracked as the engine leaves the lists it decodes."""
-    cdef PyObject* o = _new_list(n)
+    the collector's sight (_untracked_list.h): a gc.callbacks hook or a gc.get_objects()
+    walker (debuggers, memory profilers) run by an allocation while it fills would
+    otherwise be handed a list with NULL items, and crash on them. The caller tracks it
+    (PyObject_GC_Track) once it is whole, or leaves it untracked as the engine leaves the
+    lists it decodes."""
+    cdef PyObject* o = fk_untracked_list(n)
     if o == NULL:
         raise MemoryError()
-    PyObject_GC_UnTrack(o)  # nothing can run between the two calls
     r = <list>o
     Py_DECREF(r)  # <list> took a reference of its own
     return r
+
+
+cdef inline object int_of(PyObject** small, long long x):
+    """x as an int object: a shared one from small_int_table() when it has it."""
+    if <unsigned long long>x < SMALL_INTS:
+        return <object>small[x]
+    return PyLong_FromLongLong(x)
 
 
 cdef inline int open_input(Cursor* c, object data, Py_buffer* view) except -1:

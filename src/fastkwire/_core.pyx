@@ -378,55 +378,50 @@ cdef object wire_array(const unsigned char* p, Py_ssize_t n, int width):
     return np.frombuffer(view, _big_endian[k]).astype(_native[k])
 
 
-# Partition numbers are small: sharing one int object per value (ints are immutable)
-# saves an allocation per element when decoding partition lists.
-cdef enum:
-    SMALL_INTS = 16384
-cdef list _small_ints = None
+# Partition numbers and broker ids are small: sharing one int object per value (ints are
+# immutable) saves an allocation per element decoded. Built at import (about half a
+# millisecond), so readers need no check or lock.
+cdef list _small_ints = list(range(SMALL_INTS))
+cdef PyObject** _small = &(<PyListObject*>_small_ints).ob_item[0]
 
 
-cdef int _make_small_ints() except -1:
-    global _small_ints
-    with _init_lock:  # built once, never replaced (threads without the GIL read it)
-        if _small_ints is None:
-            _small_ints = list(range(SMALL_INTS))
-    return 0
+cdef PyObject** small_int_table() except NULL:
+    """The int objects 0 .. SMALL_INTS-1 as an array of borrowed references, never
+    replaced."""
+    return _small
 
 
 cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int arrays):
     cdef Py_ssize_t n = rd_array_len(c, compact, nullable, width)
     cdef Py_ssize_t i
     cdef const unsigned char* p
+    cdef PyObject** ints = _small
     cdef list out
-    cdef int64_t x
     cdef object item
     if n < 0:
         return None
     p = c.buf + c.pos
+    c.pos += n * width  # rd_array_len checked the n * width bytes are there
     if arrays:
-        arr = wire_array(p, n, width)
-        c.pos += n * width
-        return arr
-    if _small_ints is None:
-        _make_small_ints()
+        return wire_array(p, n, width)
     out = new_list(n)  # untracked while it has empty slots
-    for i in range(n):
-        if width == 4:
-            x = <int32_t>load32(p + 4 * i)
-        elif width == 2:
-            x = <int16_t>load16(p + 2 * i)
-        else:
-            x = <int64_t>load64(p + 8 * i)
-        if 0 <= x < SMALL_INTS:
-            item = <object>PyList_GET_ITEM(_small_ints, x)
-        else:
-            item = x
-        Py_INCREF(item)
-        PyList_SET_ITEM(out, i, item)  # steals the reference taken above
-    c.pos += n * width
+    # One loop per width: the width tested once, not per element.
+    if width == 4:
+        for i in range(n):
+            item = int_of(ints, <int32_t>load32(p + 4 * i))
+            Py_INCREF(item)
+            PyList_SET_ITEM(out, i, item)  # steals the reference taken above
+    elif width == 2:
+        for i in range(n):
+            item = int_of(ints, <int16_t>load16(p + 2 * i))
+            Py_INCREF(item)
+            PyList_SET_ITEM(out, i, item)  # steals the reference taken above
+    else:
+        for i in range(n):
+            item = int_of(ints, <int64_t>load64(p + 8 * i))
+            Py_INCREF(item)
+            PyList_SET_ITEM(out, i, item)  # steals the reference taken above
     return out  # untracked, as the engine keeps the lists it decodes: see _read
-
-
 
 
 cdef tuple _TASK_FIELDS = ("subtopology_id", "partition", "offset", "")

@@ -14,7 +14,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_SET_ITEM, PyList_CheckExact, PyList_GET_SIZE
 from cpython.object cimport PyObject_RichCompareBool, Py_NE
 from cpython.dict cimport PyDict_GetItem
-from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
+from cpython.long cimport PyLong_FromUnsignedLong
 from fastkwire._core cimport *
 
 import threading as _threading
@@ -62,6 +62,7 @@ if ((K_BOOL, K_I8, K_I16, K_I32, K_I64, K_U16, K_U32, K_F64, K_UUID, K_STRING, K
         or MAX_MESSAGE != _wire.MAX_MESSAGE):
     raise ImportError("fastkwire._engine was built for another wire table (_wire.py)")
 
+cdef PyObject** _small_ints = small_int_table()  # shared int objects, see int_of
 cdef dict _WIDTHS = {p.kind: p.width for p in _wire.PRIMITIVES.values() if p.width is not None}
 
 
@@ -477,17 +478,17 @@ cdef inline object rd_scalar(int kind, Cursor* c, bint compact, bint nullable):
             return rd_compact_nullable_string(c) if nullable else rd_compact_string(c)
         return rd_nullable_string(c) if nullable else rd_string(c)
     elif kind == K_I32:
-        return PyLong_FromLong(rd_i32(c))
+        return int_of(_small_ints, rd_i32(c))
     elif kind == K_I16:
-        return PyLong_FromLong(rd_i16(c))
+        return int_of(_small_ints, rd_i16(c))
     elif kind == K_I64:
-        return PyLong_FromLongLong(rd_i64(c))
+        return int_of(_small_ints, rd_i64(c))
     elif kind == K_I8:
-        return PyLong_FromLong(rd_i8(c))
+        return int_of(_small_ints, rd_i8(c))
     elif kind == K_BOOL:
         return rd_bool(c)
     elif kind == K_U16:
-        return PyLong_FromLong(rd_u16(c))
+        return int_of(_small_ints, rd_u16(c))
     elif kind == K_U32:
         return PyLong_FromUnsignedLong(rd_u32(c))
     elif kind == K_F64:

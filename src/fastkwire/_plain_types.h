@@ -14,6 +14,10 @@
  * The trade-off msgspec documents for gc=False: a reference cycle through such an object
  * (a message appended to a list held by its own attribute) is never collected.
  *
+ * fk_alloc allocates one without PyType_GenericAlloc's generality (item counts, the
+ * collector, calloc's size arithmetic): a plain instance is basicsize bytes of object
+ * slots, all NULL until the engine or __init__ fills them.
+ *
  * fk_dealloc frees nested plain objects in place up to FK_DEPTH levels, and past that
  * iteratively: a plain object reaching zero that deep goes on a pending stack, freed once
  * the outermost free is done, so a chain of any depth built through attributes (plain
@@ -35,6 +39,16 @@ static Py_ssize_t fk_npending = 0, fk_pending_cap = 0;
 static int fk_depth = 0;  /* fk_dealloc calls under way */
 
 static void fk_dealloc(PyObject* self);
+
+static PyObject* fk_alloc(PyTypeObject* type, Py_ssize_t nitems)
+{
+    PyObject* self = (PyObject*)PyObject_Malloc((size_t)type->tp_basicsize);
+    (void)nitems;  /* plain types have no items (fk_make_plain checks tp_itemsize) */
+    if (self == NULL)
+        return PyErr_NoMemory();
+    memset(self, 0, (size_t)type->tp_basicsize);
+    return PyObject_Init(self, type);  /* takes a reference to the (heap) type */
+}
 
 static void fk_free(PyObject* self)
 {
@@ -90,6 +104,10 @@ static int fk_make_plain(PyObject* cls)
     }
     if (t->tp_dealloc == fk_dealloc)
         return 0;
+    if (t->tp_alloc != PyType_GenericAlloc) {
+        PyErr_Format(PyExc_TypeError, "%s: allocated by a tp_alloc of its own", t->tp_name);
+        return -1;
+    }
     base = t->tp_base;
     if (base == NULL || base->tp_basicsize != (Py_ssize_t)sizeof(PyObject) || t->tp_dictoffset != 0
             || t->tp_weaklistoffset != 0 || t->tp_finalize != NULL || t->tp_del != NULL
@@ -102,6 +120,7 @@ static int fk_make_plain(PyObject* cls)
         return -1;
     }
     t->tp_flags &= ~Py_TPFLAGS_HAVE_GC;
+    t->tp_alloc = fk_alloc;
     t->tp_free = PyObject_Free;
     t->tp_dealloc = fk_dealloc;
     t->tp_is_gc = NULL;
