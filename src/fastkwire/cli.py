@@ -799,12 +799,25 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser(prog="fastkwire"):
-    from . import __version__, implementation
+class _Version(argparse._VersionAction):
+    """--version printed on one line as it is (argparse's own wraps it to the terminal)."""
 
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(self.version)
+        parser.exit()
+
+
+def build_parser(prog="fastkwire"):
+    from . import __version__, _why, implementation
+
+    core = "compiled core" if implementation == "cython" else f"pure-Python core: {_why}"
     parser = _Parser(prog=prog, description="fastkwire: Kafka wire-protocol tools")
     parser.add_argument(
-        "--version", action="version", version=f"fastkwire {__version__} ({implementation} core)"
+        "--version",
+        action=_Version,
+        version=f"fastkwire {__version__} ({core})",
+        help="print the release and which implementation runs (compiled or pure Python), "
+        "then exit",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS.values():
