@@ -13,7 +13,7 @@ import signal
 import sys
 
 from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
-from ._printable import printable
+from ._printable import os_error_text, printable
 from .errors import DecodeError
 from .proxy import (
     DEFAULT_FRAME_TIMEOUT,
@@ -277,7 +277,7 @@ def run_proxy(args, out=None, err=None):
             writers.append(PcapWriter(args.pcap, upstream=args.upstream))
     except (RuleError, ValueError, OSError) as e:
         print(
-            f"{args.prog}: error: {printable(_flagged(str(e)) if not isinstance(e, OSError) else e)}",
+            f"{args.prog}: error: {os_error_text(e) if isinstance(e, OSError) else printable(_flagged(str(e)))}",
             file=err,
         )
         return EXIT_USAGE
@@ -432,7 +432,10 @@ def run_stats(args, out=None, err=None):
         for ex in read_capture(args.capture, args.port):
             summary.add_exchange(ex)
     except (CaptureError, OSError, ImportError) as e:
-        print(f"{args.prog}: error: {printable(e)}", file=err)
+        print(
+            f"{args.prog}: error: {os_error_text(e) if isinstance(e, OSError) else printable(e)}",
+            file=err,
+        )
         return EXIT_USAGE
     _print_summary(summary, args.json, out)
     return EXIT_OK
@@ -489,7 +492,10 @@ def run_explain_capture(args, out, err):
                 out.write(f"=== {exchange_line(ex)}\n")
                 failed += _explain_exchange(ex, out, err, None if args.full else DOC_WIDTH)
     except (CaptureError, OSError, ImportError) as e:
-        print(f"fastkwire explain: {printable(e)}", file=err)
+        print(
+            f"fastkwire explain: {os_error_text(e) if isinstance(e, OSError) else printable(e)}",
+            file=err,
+        )
         return EXIT_USAGE
     print(
         f"{count} exchange{'s' if count != 1 else ''}"

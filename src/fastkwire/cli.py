@@ -26,9 +26,9 @@ import sys
 from itertools import chain
 
 from ._explain_apis import api_names
-from ._explain_examples import example
+from ._explain_examples import example, example_names
 from ._explain_text import DOC_WIDTH, HEX_ROWS, JSON_ENCODER, message_value, render_lines
-from ._printable import printable
+from ._printable import os_error_text, printable
 from ._proxy_cli import add_capture_arguments, add_proxy, add_stats, run_explain_capture
 from .admin import (
     DEFAULT_MAX_GROUP_MEMBERS,
@@ -590,21 +590,44 @@ def _api_key(text: str) -> int:
     )
 
 
+def _hex_digits(text: str) -> str:
+    """Hex text without the whitespace, colons and 0x prefixes it may have."""
+    return re.sub(r"0x|[\s:]", "", text)
+
+
 def _from_hex(text: str) -> bytes | None:
     """Hex text (whitespace, colons and 0x prefixes allowed) as bytes, else None."""
-    cleaned = re.sub(r"0x|[\s:]", "", text)
+    cleaned = _hex_digits(text)
     if cleaned and re.fullmatch(r"[0-9a-fA-F]+", cleaned) and len(cleaned) % 2 == 0:
         return bytes.fromhex(cleaned)
     return None
 
 
-def _parse_input(raw: bytes) -> bytes:
-    """A file's or stdin's content: hex text if it reads as such, else the raw bytes."""
+def _not_hex(text: str) -> str:
+    """Why text that should be hex is not."""
+    cleaned = _hex_digits(text)
+    if not cleaned:
+        return "no hex digits"
+    bad = re.search(r"[^0-9a-fA-F]", cleaned)
+    if bad:
+        return f"not hex: {printable(repr(bad.group()))} is not a hex digit"
+    return f"odd number of hex digits ({len(cleaned)}): each byte is two"
+
+
+def _parse_input(raw: bytes, name: str) -> bytes:
+    """A file's or stdin's content: hex text if it reads as such, else the raw bytes.
+    Hex digits alone but an odd number of them is a mistake, not binary."""
     try:
-        parsed = _from_hex(raw.decode("ascii"))
+        text = raw.decode("ascii")
     except UnicodeDecodeError:
         return raw
-    return raw if parsed is None else parsed
+    parsed = _from_hex(text)
+    if parsed is not None:
+        return parsed
+    cleaned = _hex_digits(text)
+    if cleaned and re.fullmatch(r"[0-9a-fA-F]+", cleaned):
+        raise ValueError(f"{name} holds hex text with an {_not_hex(text)}")
+    return raw
 
 
 def _limit(text: str) -> int | None:
@@ -633,8 +656,17 @@ def configure_explain(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument(
         "--example",
         metavar="NAME",
-        help="explain a built-in smallest message instead: leave-group-v5, "
-        "leave-group-v5-response, streams-group-heartbeat-v0, ...",
+        help="explain a built-in example instead (the smallest message of an API version): "
+        "leave-group-v5, leave-group-v5-response; --list-examples lists them all",
+    )
+    parser.add_argument(
+        "--list-examples",
+        nargs="?",
+        const="",
+        metavar="API",
+        help="list the built-in examples and exit: without API, one line per API with its "
+        "versions; with API (a name such as LeaveGroup or leave-group, part of one such as "
+        "group, or a key), every example's name",
     )
     parser.add_argument(
         "--json",
@@ -663,19 +695,76 @@ def configure_explain(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     return parser
 
 
+def _squash(name: str) -> str:
+    return re.sub(r"[-_ ]", "", name).lower()
+
+
+def _example_list(api: str) -> list[str]:
+    """--list-examples: one line per API with its versions, or, for the APIs `api` names
+    (exactly, else every one whose name contains it), each example's name."""
+    by_api: dict[str, list[str]] = {}
+    for name in example_names():
+        base = re.sub(r"-v\d+(-response)?$", "", name)
+        by_api.setdefault(base, []).append(name)
+    if api:
+        wanted = _squash(api)
+        if wanted.isdigit():
+            key = int(wanted)
+            if key not in api_names():
+                raise ValueError(f"--list-examples: no API has key {key}")
+            wanted = _squash(api_names()[key])
+        chosen = [b for b in by_api if _squash(b) == wanted] or [
+            b for b in by_api if wanted in _squash(b)
+        ]
+        if not chosen:
+            raise ValueError(
+                f"--list-examples: no API is called {printable(repr(api))} or has it in its "
+                "name (--list-examples alone lists them)"
+            )
+        return [name for b in chosen for name in by_api[b]]
+    width = max(map(len, by_api))
+    lines = [f"{'API':<{width}}  REQUESTS  RESPONSES"]
+    for base, names in sorted(by_api.items()):
+        ranges = []
+        for responses in (False, True):
+            v = [
+                int(re.search(r"-v(\d+)", n).group(1))
+                for n in names
+                if n.endswith("-response") == responses
+            ]
+            ranges.append(
+                ("-" if not v else f"v{min(v)}" if min(v) == max(v) else f"v{min(v)}-v{max(v)}")
+            )
+        lines.append(f"{base:<{width}}  {ranges[0]:<8}  {ranges[1]}")
+    lines.append(
+        f"{len(by_api)} APIs, {sum(map(len, by_api.values()))} examples: --example NAME explains "
+        "one, e.g. --example leave-group-v5 or leave-group-v5-response; --list-examples API "
+        "lists one API's names"
+    )
+    return lines
+
+
 def _read_frame(args, stdin) -> bytes:
     if args.hex and args.file:
         raise ValueError("give the frame once: as hex or with --file, not both")
     if args.hex:
-        frame = _from_hex(" ".join(args.hex))
+        text = " ".join(args.hex)
+        frame = _from_hex(text)
         if frame is None:
-            raise ValueError("the frame on the command line is not hex (use --file for binary)")
+            raise ValueError(
+                f"the frame on the command line: {_not_hex(text)} (use --file for binary)"
+            )
         return frame
     if args.file and args.file != "-":
-        with open(args.file, "rb") as fh:
-            return _parse_input(fh.read())
+        try:
+            with open(args.file, "rb") as fh:
+                raw = fh.read()
+        except OSError as e:
+            raise ValueError(f"--file {os_error_text(e)}") from None
+        return _parse_input(raw, f"--file {args.file!r}")
     if args.file == "-" or not stdin.isatty():
-        return _parse_input(stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read())
+        raw = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
+        return _parse_input(raw, "stdin")
     raise ValueError("give the frame as hex, with --file, or on stdin")
 
 
@@ -734,6 +823,13 @@ def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
     """Runs `fastkwire explain`; 0 on success, 1 for a malformed frame, 2 for bad usage."""
     stdout, stderr, stdin = stdout or sys.stdout, stderr or sys.stderr, stdin or sys.stdin
     doc_width = None if args.full else DOC_WIDTH
+    if getattr(args, "list_examples", None) is not None:
+        try:
+            _write_lines(stdout, _example_list(args.list_examples))
+        except ValueError as err:
+            _write(stderr, f"fastkwire explain: {err}\n")
+            return 2
+        return 0
     if getattr(args, "capture", None):
         return run_explain_capture(args, stdout, stderr)
     try:
@@ -816,8 +912,7 @@ def build_parser(prog="fastkwire"):
         "--version",
         action=_Version,
         version=f"fastkwire {__version__} ({core})",
-        help="print the release and which implementation runs (compiled or pure Python), "
-        "then exit",
+        help="print the release and which implementation runs (compiled or pure Python), then exit",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS.values():
