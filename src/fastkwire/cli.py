@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from itertools import chain
 
 from ._explain_apis import api_names
@@ -50,6 +51,8 @@ EXIT_OK = 0
 EXIT_MEMBERS_FAILED = 1
 EXIT_USAGE = 2
 EXIT_FAILED = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process SIGINT ended
+EXIT_CLOSED_PIPE = 141  # the output's reader went away, as a shell reports SIGPIPE's end
 
 DEFAULT_TIMEOUT = 30.0
 MIN_TIMEOUT = 0.001  # the client counts in milliseconds
@@ -903,6 +906,56 @@ class _Version(argparse._VersionAction):
         parser.exit()
 
 
+_ANY_COMMAND = (
+    f"  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)\n"
+    f"  {EXIT_CLOSED_PIPE}  the output's reader went away (a closed pipe: `| head`)"
+)
+_GROUP_CODES = (
+    "  2  bad usage: a flag, a value, a file named by a flag\n"
+    "  3  the request failed as a whole: connection, TLS, SASL, timeout, old broker, "
+    "authorization, group state\n"
+)
+EXIT_CODES = {
+    "explain": "  0  shown\n"
+    "  1  a malformed frame (shown up to the error), or a capture with frames that do not "
+    "decode\n"
+    "  2  bad usage: a flag, a frame that is not hex, a file or capture that cannot be read\n",
+    "describe-group": "  0  described\n" + _GROUP_CODES,
+    "remove-members": "  0  every member removed; or, with --dry-run, the plan printed\n"
+    "  1  the request went through but some member was not removed\n" + _GROUP_CODES,
+    "proxy": "  0  stopped by Ctrl-C or SIGTERM (the summary is printed)\n"
+    "  2  bad usage: a flag, a rule, a rules file, an output file that cannot be written\n"
+    "  3  the proxy could not listen\n",
+    "stats": "  0  summed up\n  2  bad usage, or a capture that cannot be read\n",
+}
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps an epilog's "CODE  meaning" lines each on its own, under their meaning."""
+
+    def _fill_text(self, text, width, indent):
+        lines = []
+        for line in text.splitlines():
+            m = re.fullmatch(r"\s+(\d+)\s+(.*)", line)
+            if m is None:
+                lines.append(textwrap.fill(line, width, initial_indent=indent))
+            else:
+                lines.append(
+                    textwrap.fill(
+                        m.group(2),
+                        width,
+                        initial_indent=f"{indent}  {m.group(1):<5}",
+                        subsequent_indent=indent + " " * 7,
+                    )
+                )
+        return "\n".join(lines)
+
+
+def _exit_codes(parser, command):
+    parser.formatter_class = _Formatter
+    parser.epilog = "exit codes:\n" + EXIT_CODES[command] + _ANY_COMMAND
+
+
 def build_parser(prog="fastkwire"):
     from . import __version__, _why, implementation
 
@@ -917,7 +970,46 @@ def build_parser(prog="fastkwire"):
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS.values():
         add(subparsers)
+    for command, sub in subparsers.choices.items():
+        if command in EXIT_CODES:
+            _exit_codes(sub, command)
     return parser
+
+
+class _ClosedPipe(Exception):
+    """The reader of the output went away. Not an OSError: a command's own `except
+    OSError` (for a file it cannot read) must not take it for a usage error."""
+
+
+class _PipeGuard:
+    """sys.stdout or sys.stderr, turning a closed pipe into _ClosedPipe for _run."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise _ClosedPipe from None
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise _ClosedPipe from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _quiet_after_closed_pipe():
+    # What is still buffered would fail again at exit: send it nowhere instead.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        except (OSError, ValueError):  # not a file descriptor (an embedding, a test)
+            pass
 
 
 def _run(parser, argv):
@@ -927,15 +1019,18 @@ def _run(parser, argv):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     args.prog = parser.prog + (f" {args.command}" if getattr(args, "command", None) else "")
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _PipeGuard(out), _PipeGuard(err)
     try:
         return run(args)
+    except (_ClosedPipe, BrokenPipeError):
+        # The reader went away (`| head`): stop at once and quietly, as Unix tools do.
+        sys.stdout, sys.stderr = out, err
+        _quiet_after_closed_pipe()
+        return EXIT_CLOSED_PIPE
     except KeyboardInterrupt:
         print(f"{args.prog}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, as other command-line tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_FAILED
+        return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - a command line prints errors, not tracebacks
         if os.environ.get("FASTKWIRE_DEBUG"):
             raise
@@ -945,6 +1040,8 @@ def _run(parser, argv):
             file=sys.stderr,
         )
         return EXIT_FAILED
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 def main(argv=None):
@@ -961,6 +1058,7 @@ def invoke_consumer_rebalance(argv=None):
         "rebalances at once (the same as `fastkwire remove-members`).",
     )
     _remove_members_arguments(parser)
+    _exit_codes(parser, "remove-members")
     return _run(parser, argv)
 
 
