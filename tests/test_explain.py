@@ -1243,7 +1243,7 @@ def test_cli_bad_input():
     code, out, err = cli("zz")
     assert (code, out) == (2, "") and "not hex" in err
     code, out, err = cli("000")  # an odd number of digits
-    assert (code, out) == (2, "") and "not hex" in err
+    assert (code, out) == (2, "") and "odd number of hex digits (3)" in err
     code, _, err = cli("--file", "/nonexistent/frame.bin")
     assert code == 2 and "fastkwire explain:" in err
 
