@@ -484,7 +484,7 @@ def _fail(args, exc, code, out, err):
     message = (
         exc.render(getattr(args, "option_names", FLAGS))
         if isinstance(exc, OptionError)
-        else str(exc)
+        else _advice_in_flags(str(exc))
     )
     if args.json:
         error = getattr(exc, "error", None)
@@ -505,6 +505,15 @@ def _fail(args, exc, code, out, err):
         )
     print(f"{args.prog}: error: {printable(message)}", file=err)
     return code
+
+
+# The library's advice names its parameters ("use security_protocol SSL or SASL_SSL");
+# the command line's names the flags.
+_ADVICE = re.compile(r"\buse (" + "|".join(o for o in FLAGS if "_" in o) + r")\b")
+
+
+def _advice_in_flags(message):
+    return _ADVICE.sub(lambda m: f"use {FLAGS[m.group(1)]}", message)
 
 
 def _print_table(result, out):
