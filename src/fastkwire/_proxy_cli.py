@@ -67,6 +67,21 @@ def _address(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT") from None
 
 
+def _broker(text):
+    """One broker by --bootstrap-server's rule: HOST:PORT, HOST (port 9092), [IPV6]:PORT."""
+    from .admin import parse_servers
+
+    try:
+        servers = parse_servers(text)
+    except ValueError:
+        servers = []
+    if len(servers) != 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one broker: HOST:PORT, or HOST for port 9092"
+        )
+    return servers[0]
+
+
 def _count(text):
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"not a positive count: {text!r}")
@@ -110,10 +125,10 @@ def add_proxy(subparsers):
     )
     parser.add_argument(
         "--upstream",
-        type=_address,
+        type=_broker,
         required=True,
         metavar="HOST:PORT",
-        help="the broker to forward to",
+        help="the broker to forward to (HOST alone: port 9092, as --bootstrap-server)",
     )
     out = parser.add_argument_group("output")
     out.add_argument(
