@@ -102,3 +102,20 @@ def test_a_missing_file_is_named_without_errno(tmp_path):
     assert err == f"fastkwire explain: --file '{missing}': no such file or directory\n"
     code, out, err = cli("--capture", str(missing))
     assert code == 2 and "Errno" not in err and "no such file or directory" in err
+
+
+def test_a_capture_filter_that_matches_nothing_says_what_the_capture_holds(tmp_path):
+    from test_cli_pipes import write_capture
+
+    capture = write_capture(tmp_path / "traffic.jsonl", 3)
+    code, out, err = cli("--capture", str(capture), "--version", "99")
+    assert (code, out) == (0, "")
+    assert err == (
+        "0 exchanges\n"
+        "fastkwire explain: warning: none of the capture's 3 exchanges matched --version 99; "
+        "it holds LeaveGroup v5 (3)\n"
+    )
+    code, _, err = cli("--capture", str(capture), "--api", "Metadata", "--client-id", "x")
+    assert "matched --api Metadata --client-id 'x'" in err
+    code, out, err = cli("--capture", str(capture), "--version", "5")
+    assert code == 0 and err == "3 exchanges\n" and out.count("=== ") == 3

@@ -483,6 +483,12 @@ def add_capture_arguments(parser):
     )
 
 
+def _api_name(key):
+    from ._explain_apis import api_names
+
+    return None if key is None else api_names().get(key, key)
+
+
 def run_explain_capture(args, out, err):
     """0 when every frame decoded, 1 when some did not (shown with their errors), 2 for a
     capture that cannot be read."""
@@ -490,8 +496,10 @@ def run_explain_capture(args, out, err):
         print("fastkwire explain: --capture takes no frame, --file or --example", file=err)
         return EXIT_USAGE
     failed = count = 0
+    held = {}  # "API vN" -> exchanges, of what the filters left out
     try:
         for ex in read_capture(args.capture, args.port):
+            held[f"{ex.api} v{ex.api_version}"] = held.get(f"{ex.api} v{ex.api_version}", 0) + 1
             if args.api is not None and ex.api_key != args.api:
                 continue
             if args.version is not None and ex.api_version != args.version:
@@ -517,4 +525,17 @@ def run_explain_capture(args, out, err):
         + (f", {failed} frame{'s' if failed != 1 else ''} that do not decode" if failed else ""),
         file=err,
     )
+    if not count and held:
+        given = [
+            f"{flag} {value}"
+            for flag, value in (("--api", _api_name(args.api)), ("--version", args.version))
+            if value is not None
+        ] + [f"--client-id {c!r}" for c in args.client_id]
+        shown = ", ".join(f"{k} ({n})" for k, n in sorted(held.items())[:10])
+        more = f" and {len(held) - 10} more" if len(held) > 10 else ""
+        print(
+            f"fastkwire explain: warning: none of the capture's {sum(held.values())} exchanges "
+            f"matched {' '.join(given)}; it holds {printable(shown)}{more}",
+            file=err,
+        )
     return EXIT_UNDECODED if failed else EXIT_OK
