@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete: this entry point completes)
 """The `fastkwire` command line.
 
     fastkwire explain HEX | --file FILE | --example NAME [--api API --version V] [--json]
@@ -1053,9 +1054,23 @@ def _run(parser, argv):
         sys.stdout, sys.stderr = out, err
 
 
+def _complete(parser):
+    """Shell completion, when the shell asks (argcomplete sets _ARGCOMPLETE) and the
+    optional argcomplete is installed: `eval "$(register-python-argcomplete fastkwire)"`."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)  # prints the completions and exits
+
+
 def main(argv=None):
     """Entry point of the `fastkwire` console script; returns the exit code."""
-    return _run(build_parser(), argv)
+    parser = build_parser()
+    _complete(parser)
+    return _run(parser, argv)
 
 
 def invoke_consumer_rebalance(argv=None):
@@ -1068,6 +1083,7 @@ def invoke_consumer_rebalance(argv=None):
     )
     _remove_members_arguments(parser)
     _exit_codes(parser, "remove-members")
+    _complete(parser)
     return _run(parser, argv)
 
 
