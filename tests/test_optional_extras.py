@@ -101,3 +101,12 @@ def test_a_pcap_without_dpkt_names_the_extra(tmp_path):
         f"list(read_capture({str(pcap)!r}))",
     )
     assert got[0] == "ImportError" and "fastkwire[pcap]" in got[1]
+
+
+def test_task_offset_columns_without_numpy_names_the_extra():
+    got = missing(
+        ["numpy"],
+        "from fastkwire import TaskOffsetColumns\n",
+        "TaskOffsetColumns(['a'], [1], [2])",
+    )
+    assert got == ["ImportError", "TaskOffsetColumns needs numpy: pip install 'fastkwire[numpy]'"]
