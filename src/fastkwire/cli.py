@@ -3,6 +3,7 @@
 
     fastkwire explain HEX | --file FILE | --example NAME [--api API --version V] [--json]
     fastkwire explain --capture FILE [--port P] [--api API] [--client-id ID]
+    fastkwire explain --list-examples [API]
     fastkwire proxy --listen HOST:PORT --upstream HOST:PORT [--json] [--record FILE] [...]
     fastkwire stats FILE [--json]
     fastkwire describe-group --bootstrap-server HOST:PORT --group G [--json]
@@ -16,7 +17,9 @@ FASTKWIRE_SSL_PASSWORD) and `--command-config FILE` (Java client properties), fl
 Exit codes: 0 done (every member removed; a dry run that could list what it would do);
 1 the request went through but some member was not removed; 2 bad usage; 3 the request
 failed as a whole (connection, TLS, SASL, timeout, old broker, authorization, group state).
-`fastkwire explain`: 0 shown, 1 a malformed frame, 2 bad usage.
+`fastkwire explain`: 0 shown, 1 a malformed frame, 2 bad usage. Every command: 130
+interrupted, 141 the output's reader went away (a closed pipe). EXIT_CODES has each
+subcommand's, for its --help.
 """
 
 import argparse
