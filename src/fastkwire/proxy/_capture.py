@@ -185,11 +185,13 @@ def _exchange_of(d, where):
                 f"{where}: the request is too short for a header, and {str(e)[len(where) + 2 :]}"
             ) from None
     response = _frame(d, "response", where)
-    latency = _number(
-        d, "latency_ms", where, MAX_LATENCY_MS, None if response is None else _MISSING
-    )
+    latency = _number(d, "latency_ms", where, MAX_LATENCY_MS, None)
     if response is not None and latency is None:
-        raise CaptureError(f"{where}: latency_ms: null, but the exchange has a response")
+        raise CaptureError(
+            f"{where}: latency_ms: "
+            + ("null" if "latency_ms" in d else "missing")
+            + ", but the exchange has a response"
+        )
     return Exchange.restore(
         _int(d, "conn", where, 0, 2**63, 0),
         _text(d, "client", where, "?"),

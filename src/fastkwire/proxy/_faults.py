@@ -333,10 +333,14 @@ def error_answer(exchange, code):
             )
         else:
             msg = cls(error_code=code, node_id=-1, host="", port=-1)
-    elif any(name == "error_code" for name, _, _ in cls._FIELDS):
+    elif _has_top_level_error(cls, version):
         msg = cls(error_code=code)
+    elif cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+        raise ValueError(
+            f"{cls.__name__} v{version} cannot carry the error: it has no top-level error_code"
+        )
     else:
-        raise ValueError(f"{cls.__name__} has no top-level error_code to answer with")
+        raise ValueError(f"{cls.__name__} has no version {version} to answer with")
     try:
         return encode_response(msg, version, exchange.correlation_id)
     except (EncodeError, UnsupportedVersionError, DecodeError) as e:
