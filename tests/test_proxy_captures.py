@@ -39,7 +39,7 @@ from fastkwire.proxy._frames import request_header
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import differential as D  # noqa: E402
 
-CHILD_TIMEOUT = 60.0
+CHILD_TIMEOUT = 30.0
 UPSTREAM = ("127.0.0.1", 29092)
 
 
@@ -115,11 +115,11 @@ def handshake(c_isn, s_isn):
 
 
 def test_pairing_is_by_correlation_id_not_a_scan(tmp_path):
-    """20,000 requests answered in reverse order: a scan of the pending requests per
-    response (the old pairing) takes minutes; a dict takes well under a second. Run in a
-    child with a timeout, as a hang guard."""
+    """40,000 requests answered in reverse order: a scan of the pending requests per
+    response takes minutes; a dict, a second or two. Run in a child with a timeout, as a
+    hang guard."""
     pytest.importorskip("dpkt")
-    n = 20_000
+    n = 40_000
     reqs = b"".join(api_versions_pair(i)[0] for i in range(n))
     resps = b"".join(api_versions_pair(i)[1] for i in reversed(range(n)))
     chunk = 60_000
@@ -210,7 +210,10 @@ def test_a_pcap_cut_inside_a_record_reads_what_is_whole(tmp_path):
     pytest.importorskip("dpkt")
     path = written_pcap(tmp_path / "t.pcap", [exchange(i) for i in range(20)])
     whole = path.read_bytes()
-    for tail, where in ((b"\x00" * 7, "inside a record header"), (whole[24:40] + b"ab", "inside a record")):
+    for tail, where in (
+        (b"\x00" * 7, "inside a record header"),
+        (whole[24:40] + b"ab", "inside a record"),
+    ):
         cut = tmp_path / "cut.pcap"
         cut.write_bytes(whole + tail)
         got, warned = collect_warnings(read_capture, cut, UPSTREAM[1])
@@ -300,7 +303,9 @@ def test_unpaired_frames_are_recorded_and_reported_on_reading(tmp_path):
     pytest.importorskip("dpkt")
     stray = api_versions_pair(77)[1]
     event = ProxyEvent(ProxyEvent.ERROR, 1, "127.0.0.1:40001", "answers no request", stray, False)
-    short = ProxyEvent(ProxyEvent.ERROR, 1, "127.0.0.1:40001", "too short", b"\x00\x00\x00\x02ab", True)
+    short = ProxyEvent(
+        ProxyEvent.ERROR, 1, "127.0.0.1:40001", "too short", b"\x00\x00\x00\x02ab", True
+    )
     jsonl, pcap = tmp_path / "t.jsonl", tmp_path / "t.pcap"
     with CaptureWriter(jsonl) as w:
         w.write(exchange(1))
@@ -466,14 +471,16 @@ def test_fetch_error_rules_answer_from_v7():
 
 
 def test_error_codes_read_from_bytes_agree_with_the_decoded_message():
-    """Every response and version, with varied values (the fuzzers' strategies): the codes
-    read from the bytes are the decoded message's; and cut frames never raise."""
+    """Every response and version with every field set, and the latest versions with varied
+    values (the fuzzers' strategies): the codes read from the bytes are the decoded
+    message's; and cut frames never raise."""
     checked = 0
     for name, version in D.message_versions():
         cls = getattr(fk, name)
         if cls.KIND != "response":
             continue
-        for d in [D.full_dict(name, version)] + D.sampled_dicts(name, version, 3):
+        varied = D.sampled_dicts(name, version, 2) if version == cls.MAX_VERSION else []
+        for d in [D.full_dict(name, version)] + varied:
             frame = fk.encode_response(cls.from_dict(d), version, 9)
             _, msg = fk.decode_response(frame, cls.API_KEY, version)
             got = response_error_codes(frame, cls.API_KEY, version)
@@ -482,7 +489,7 @@ def test_error_codes_read_from_bytes_agree_with_the_decoded_message():
             checked += 1
             for cut in range(8, len(frame), max(1, len(frame) // 7)):
                 response_error_codes(frame[:cut], cls.API_KEY, version)
-    assert checked > 1000
+    assert checked > 500
 
 
 def test_error_codes_of_a_huge_answer_cost_a_bounded_walk():

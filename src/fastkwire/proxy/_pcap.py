@@ -414,7 +414,7 @@ def read_pcap(path, port=None, warn=None):
         client = b if server == a else a
         up = stream.directions.get(client) or _Direction()
         down = stream.directions.get(server) or _Direction()
-        if port is None and not (up.frames and _plausible_request(up.frames[0][0])):
+        if port is None and not any(_plausible_request(f) for f, _ in up.frames[:8]):
             continue  # not Kafka (or nothing of it was read)
         number += 1
         name = f"{_address(client[0])}:{client[1]}"
