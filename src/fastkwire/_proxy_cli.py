@@ -46,6 +46,8 @@ LINE_ENCODER = json.JSONEncoder(
     ensure_ascii=True, default=JSON_ENCODER.default
 )  # explain's, on one line
 CLOSE_TIMEOUT = 30.0  # seconds the output may take to write what is queued at the end
+TERMINAL_QUEUE_BYTES = 16 * 1024 * 1024
+CAPTURE_QUEUE_BYTES = 128 * 1024 * 1024
 # Library parameter -> flag, for errors the library raises about its parameters.
 PROXY_FLAGS = {
     "upstream": "--upstream",
@@ -257,9 +259,15 @@ class _Output:
         self.apis = {_api_key_or_fail(a) for a in args.api}
         self.client_ids = set(args.client_id)
         self.writers = list(writers)
-        self.terminal = QueuedSink(self._show, self._flush_terminal, name="output")
+        # What waits for the terminal holds its frames (for their error codes): a stuck
+        # terminal drops lines past 16 MiB of them; capture files may fall further behind.
+        self.terminal = QueuedSink(
+            self._show, self._flush_terminal, max_bytes=TERMINAL_QUEUE_BYTES, name="output"
+        )
         self.capture = (
-            QueuedSink(self._record, self._flush_capture, name="capture") if self.writers else None
+            QueuedSink(self._record, self._flush_capture, max_bytes=CAPTURE_QUEUE_BYTES, name="capture")
+            if self.writers
+            else None
         )
 
     def shown(self, ex):

@@ -41,8 +41,9 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_MAX_BUFFERED_BYTES = 1024 * MIB  # frames held for all connections together
 INSPECT_QUEUE = 10_000  # exchanges waiting for their error codes to be read
-INSPECT_QUEUE_BYTES = 256 * MIB  # and their responses' bytes
+INSPECT_QUEUE_BYTES = 64 * MIB  # and their responses' bytes
 READ_SIZE = 256 * 1024
+WRITE_PIECE = 1 * MIB  # a larger frame is written in pieces of this size
 WATCH_INTERVAL_MAX = 1.0
 
 
@@ -586,10 +587,19 @@ class Proxy:
         return True
 
     async def _forward(self, writer, out, done):
-        """Writes `out` in one go, then tells the observers of `done`; waits while the
-        writer's buffer is full."""
+        """Writes `out` in one go (a large frame in pieces, each after the one before has
+        gone, so that asyncio never copies it whole), then tells the observers of `done`;
+        waits while the writer's buffer is full."""
         if out:
-            writer.writelines(out) if len(out) > 1 else writer.write(out[0])
+            if sum(map(len, out)) <= WRITE_PIECE:
+                writer.writelines(out) if len(out) > 1 else writer.write(out[0])
+            else:
+                for frame in out:
+                    view = memoryview(frame)
+                    for i in range(0, len(view), WRITE_PIECE):
+                        writer.write(view[i : i + WRITE_PIECE])
+                        if len(view) > WRITE_PIECE:
+                            await writer.drain()
             now = time.monotonic()
             for ex in done:
                 if ex.finished is None:
