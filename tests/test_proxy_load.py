@@ -8,13 +8,12 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 from proxy_load import LoadBroker, Templates, compare, run_client, run_load, run_paced_client
-from test_proxy_cli import child_env
+from test_proxy_cli import ChildStreams, child_env, listening_address
 
 CONNECTIONS = 50
 STOP_TIMEOUT = 60.0
@@ -22,10 +21,8 @@ START_TIMEOUT = 20.0
 
 
 def start_proxy(upstream_port, out, *extra):
-    """The proxy as a child whose stdout is `out`; (process, port, stderr lines so far). Its
-    stderr is read by a thread into that list (so the child never blocks on it), and the
-    port comes from the "listening on" line, waited for with a timeout; other lines (a
-    warning of the interpreter) are kept, not taken for it."""
+    """The proxy as a child whose stdout is `out` (a file, or a pipe read only at the end);
+    (process, port, its ChildStreams)."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -45,33 +42,20 @@ def start_proxy(upstream_port, out, *extra):
         text=True,
         env=child_env(),
     )
-    lines, listening = [], threading.Event()
-
-    def drain():
-        for line in proc.stderr:
-            lines.append(line)
-            if "listening on" in line:
-                listening.set()
-
-    threading.Thread(target=drain, daemon=True).start()
-    if not listening.wait(START_TIMEOUT):
-        proc.kill()
-        raise AssertionError(f"the proxy did not listen within {START_TIMEOUT} s: {''.join(lines)}")
-    line = next(line for line in lines if "listening on" in line)
-    return proc, int(line.split("listening on ", 1)[1].split(",", 1)[0].rsplit(":", 1)[1]), lines
-
-
-def stop_proxy(proc, lines):
-    """SIGINT, then the child's exit code and all of its stderr (bounded waits)."""
-    proc.send_signal(signal.SIGINT)
+    streams = ChildStreams(proc, read_stdout=False)
     try:
-        proc.communicate(timeout=STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
+        _, port = listening_address(streams)
+    except AssertionError:
         proc.kill()
-        proc.communicate()
-        raise AssertionError(f"the proxy did not stop on SIGINT: {''.join(lines)}") from None
-    time.sleep(0.05)  # the stderr thread's last lines
-    return proc.returncode, "".join(lines)
+        raise
+    return proc, port, streams
+
+
+def stop_proxy(proc, streams):
+    """SIGINT, then the child's exit code and its stderr (bounded waits)."""
+    proc.send_signal(signal.SIGINT)
+    code, _, err = streams.finish(STOP_TIMEOUT)
+    return code, err
 
 
 def run(seconds, tmp_path):
@@ -80,12 +64,12 @@ def run(seconds, tmp_path):
     async def main():
         broker = await LoadBroker(Templates([1024, 65536, 262144])).start()
         with open(log, "w") as out:
-            proc, port, lines = start_proxy(broker.port, out)
+            proc, port, streams = start_proxy(broker.port, out)
             try:
                 clients = await run_load("127.0.0.1", port, CONNECTIONS, seconds)
             finally:
                 code, err = await asyncio.get_running_loop().run_in_executor(
-                    None, stop_proxy, proc, lines
+                    None, stop_proxy, proc, streams
                 )
         await broker.close()
         return clients, broker.sides, code, err
@@ -139,7 +123,7 @@ def big_answer_run(answer_bytes, seconds=3.0, connections=CONNECTIONS):
         templates = Templates([1024, 16384])
         answer_bytes_exact = templates.add_list_groups(answer_bytes)
         broker = await LoadBroker(templates).start()
-        proc, port, lines = start_proxy(broker.port, subprocess.PIPE)
+        proc, port, streams = start_proxy(broker.port, subprocess.PIPE)
         try:
             # Warm up, then the baseline: the proxy's resident set before the big answer.
             await asyncio.wait_for(  # client ids of their own: the broker keeps a Side per id
@@ -169,7 +153,7 @@ def big_answer_run(answer_bytes, seconds=3.0, connections=CONNECTIONS):
             peak = rss_kib(proc.pid, "VmHWM")
         finally:
             code, err = await asyncio.get_running_loop().run_in_executor(
-                None, stop_proxy, proc, lines
+                None, stop_proxy, proc, streams
             )
         await broker.close()
         return (

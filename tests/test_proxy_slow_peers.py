@@ -22,7 +22,7 @@ from fastkwire.proxy import BackgroundProxy, Rule
 from fastkwire.proxy._rewrite import rewrite_advertised
 from fastkwire.proxy._server import PeerClock
 
-from test_proxy_cli import child_env
+from test_proxy_cli import ChildStreams, child_env, listening_address
 from test_proxy_hostile import FakeBroker, closed_by_peer, read_frame, request, wait_for_event
 
 TIMEOUT = 10.0
@@ -111,8 +111,9 @@ def test_a_stdout_nobody_reads_holds_no_exchange_back(broker):
         stderr=subprocess.PIPE,
         env=child_env(),
     )
+    streams = ChildStreams(proc, read_stdout=False)
     try:
-        port = listening_port(proc)
+        _, port = listening_address(streams)
         socks = [socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) for _ in range(3)]
         for sock in socks:
             sock.sendall(b"".join(request("good", i) for i in range(1000)))
@@ -125,11 +126,11 @@ def test_a_stdout_nobody_reads_holds_no_exchange_back(broker):
             assert SIZE.unpack_from(read_frame(late), 4)[0] == 7
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    lines = [json.loads(line) for line in out.decode().splitlines()]
+        code, out, err = streams.finish(60)
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
     # The queue had room for every line: written once stdout was read, nothing lost.
-    assert len([d for d in lines if "api" in d]) == 3001 and b"not shown" not in err
+    assert len([d for d in lines if "api" in d]) == 3001 and "not shown" not in err
     assert lines[-1]["summary"]["apis"][0]["count"] == 3001
 
 
@@ -162,26 +163,6 @@ def test_a_full_output_queue_drops_and_counts_lines():
     assert [sink.offer(*x) for x in (("a", 600), ("b", 600), ("c", 300))] == [True, False, True]
     gate.set()
     assert sink.close(TIMEOUT) and written == ["stuck", "a", "c"] and sink.dropped == 1
-
-
-def listening_port(proc, timeout=TIMEOUT):
-    """The port from the proxy's "listening on" line on stderr; other lines (a warning of the
-    interpreter) are skipped. Bounded: a proxy that never says it is an assertion."""
-    lines, found = [], []
-
-    def read():
-        for raw in proc.stderr:
-            line = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
-            lines.append(line)
-            if "listening on " in line:
-                found.append(line)
-                return
-
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert found, f"the proxy did not say it listens within {timeout} s: {''.join(lines)}"
-    return int(found[0].split("listening on ", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
 
 
 # ---------------------------------------------------------------- a response too large to decode
@@ -346,8 +327,9 @@ def test_unpaired_frames_are_in_the_capture_files(broker, tmp_path):
         stderr=subprocess.PIPE,
         env=child_env(),
     )
+    streams = ChildStreams(proc)
     try:
-        port = listening_port(proc)
+        _, port = listening_address(streams)
         with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
             sock.sendall(request("stray", 5))  # answered with correlation id 1005
             stray = read_frame(sock)
@@ -355,7 +337,7 @@ def test_unpaired_frames_are_in_the_capture_files(broker, tmp_path):
             assert SIZE.unpack_from(read_frame(sock), 4)[0] == 6
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+        streams.finish(60)
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     unpaired = [(d["unpaired"], bytes.fromhex(d["frame"])) for d in lines if "unpaired" in d]
     assert sorted(unpaired) == [("request", b"\x00\x00\x00\x03abc"), ("response", stray)]
