@@ -265,7 +265,9 @@ class _Output:
             self._show, self._flush_terminal, max_bytes=TERMINAL_QUEUE_BYTES, name="output"
         )
         self.capture = (
-            QueuedSink(self._record, self._flush_capture, max_bytes=CAPTURE_QUEUE_BYTES, name="capture")
+            QueuedSink(
+                self._record, self._flush_capture, max_bytes=CAPTURE_QUEUE_BYTES, name="capture"
+            )
             if self.writers
             else None
         )
