@@ -325,15 +325,19 @@ class _Output:
         unwritten = {name: not sink.close(timeout) for name, sink in sinks}
         for w in self.writers:
             w.close()
-        if self.terminal.dropped or unwritten["output"]:
+        lost = self.terminal.dropped + (self.terminal.pending if unwritten["output"] else 0)
+        if lost:
             self.err.write(
-                f"fastkwire proxy: {self.terminal.dropped} lines not shown: the output did not "
-                "keep up (a paused terminal, or a pipe nobody reads)\n"
+                f"fastkwire proxy: {lost} lines not shown: the output did not keep up (a "
+                "paused terminal, or a pipe nobody reads)\n"
             )
-        if self.capture is not None and (self.capture.dropped or unwritten["capture"]):
+        lost = 0 if self.capture is None else self.capture.dropped
+        if self.capture is not None and unwritten["capture"]:
+            lost += self.capture.pending
+        if lost:
             self.err.write(
-                f"fastkwire proxy: {self.capture.dropped} exchanges not recorded: the capture "
-                "files did not keep up\n"
+                f"fastkwire proxy: {lost} exchanges not recorded: the capture files did not "
+                "keep up\n"
             )
         for _, sink in sinks:
             for e in sink.errors[:3]:
