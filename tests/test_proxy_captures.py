@@ -581,3 +581,13 @@ def test_mutated_captures_read_or_fail_cleanly(tmp_path, kind):
             outcomes["error"] += 1
         outcomes["warned"] += bool(warned)
     assert outcomes["read"] and outcomes["error"] and outcomes["warned"], outcomes
+
+
+def test_read_pcap_of_a_file_that_is_no_pcap(tmp_path):
+    pytest.importorskip("dpkt")
+    from fastkwire.proxy import read_pcap
+
+    path = tmp_path / "x.pcap"
+    path.write_bytes(b"GIF89a" + b"\x00" * 40)
+    with pytest.raises(CaptureError, match="not a pcap or pcapng file"):
+        read_pcap(path)

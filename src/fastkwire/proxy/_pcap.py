@@ -44,6 +44,8 @@ MAX_GAP_SEGMENTS = 10_000  # out-of-order segments held per direction before giv
 MAX_GAP_BYTES = 64 * 1024 * 1024  # and their bytes
 MAX_RECORD = 16 * 1024 * 1024  # a pcap record claiming more is not one (snaplens are <= 256 KiB)
 MAX_WARNINGS = 20
+# pcap's magic numbers: microseconds and nanoseconds, little- and big-endian.
+_PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
 _SERVER_ISN, _CLIENT_ISN = 1_000_000, 2_000_000
 
 
@@ -302,6 +304,8 @@ def _records(f, path, warn):
     head = f.read(24)
     if len(head) < 24:
         raise CaptureError(f"{path}: not a readable pcap file: its header is cut short")
+    if head[:4] not in _PCAP_MAGICS:
+        raise CaptureError(f"{path}: not a pcap or pcapng file (it starts {head[:4].hex()})")
     endian = "<" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
     divisor = 1e9 if head[:4] in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d") else 1e6
     link = struct.unpack(endian + "I", head[20:24])[0]
