@@ -212,19 +212,30 @@ class _Scan:
             self.end = outer
 
 
+@lru_cache(maxsize=4096)
+def _root(api_key, version):
+    """(walk of the response's body, whether its header has tagged fields), or None when
+    the codec does not know the API or version, or its response has no error code."""
+    cls = RESPONSE_CLASSES.get(api_key)
+    if cls is None or version is None or not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+        return None
+    walk = _walk(cls._LAYOUTS.root(version))
+    if not walk.has_errors:
+        return None
+    return walk, response_header_version(cls, version) >= 1
+
+
 def response_error_codes(frame, api_key, version):
     """The distinct non-zero error codes of a response frame (size prefix included), in the
     order found, within MAX_STEPS values; [] for an API or version the codec does not know."""
-    cls = RESPONSE_CLASSES.get(api_key)
-    if cls is None or version is None or not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+    root = _root(api_key, version)
+    if root is None:
         return []
-    walk = _walk(cls._LAYOUTS.root(version))
-    if not walk.has_errors:
-        return []
+    walk, header_tags = root
     scan = _Scan(frame, len(frame))
     try:
         pos = 8  # size prefix and correlation id
-        if response_header_version(cls, version) >= 1:
+        if header_tags:
             count, pos = scan.uvarint(pos)
             for _ in range(count):
                 scan.tick()
