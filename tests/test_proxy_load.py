@@ -114,7 +114,7 @@ def rss_kib(pid, field):
     raise AssertionError(f"no {field} for {pid}")
 
 
-def big_answer_run(answer_bytes, seconds=3.0, connections=CONNECTIONS):
+def big_answer_run(answer_bytes, seconds=3.0, connections=CONNECTIONS, flags=()):
     """The proxy (`--json`, its stdout a pipe nobody reads) between `connections` clients at
     full speed and one client that asks ListGroups and gets an answer of `answer_bytes`
     (groups of 4 bytes each: the costliest kind to decode). Returns the measures."""
@@ -123,7 +123,7 @@ def big_answer_run(answer_bytes, seconds=3.0, connections=CONNECTIONS):
         templates = Templates([1024, 16384])
         answer_bytes_exact = templates.add_list_groups(answer_bytes)
         broker = await LoadBroker(templates).start()
-        proc, port, streams = start_proxy(broker.port, subprocess.PIPE)
+        proc, port, streams = start_proxy(broker.port, subprocess.PIPE, *flags)
         try:
             # Warm up, then the baseline: the proxy's resident set before the big answer.
             await asyncio.wait_for(  # client ids of their own: the broker keeps a Side per id
@@ -247,6 +247,13 @@ def test_a_large_answer_among_fifty_connections_with_stdout_unread():
 
 
 @pytest.mark.slow
-def test_a_30_mb_answer_among_fifty_connections_with_stdout_unread():
+@pytest.mark.parametrize("record", [False, True], ids=["lines", "and-record"])
+def test_a_30_mb_answer_among_fifty_connections_with_stdout_unread(tmp_path, record):
+    """The same with a 30 MB answer, and with the exchanges also recorded (--record: the
+    frames as hex, written in pieces)."""
     size = 30 * 1000 * 1000
-    check_big_answer(big_answer_run(size, seconds=6.0), size)
+    flags = ("--record", str(tmp_path / "t.jsonl")) if record else ()
+    check_big_answer(big_answer_run(size, seconds=6.0, flags=flags), size)
+    if record:
+        big = [json.loads(line) for line in (tmp_path / "t.jsonl").open() if '"ListGroups"' in line]
+        assert len(big) == 1 and len(big[0]["response"]) == 2 * size
