@@ -321,7 +321,8 @@ class _Output:
 
     def close(self, timeout=CLOSE_TIMEOUT):
         """Writes what is queued, then lines on stderr for what was dropped or not written."""
-        sinks = [("output", self.terminal)] + ([("capture", self.capture)] if self.capture else [])
+        # The files first: a terminal that never drains must not keep them waiting.
+        sinks = ([("capture", self.capture)] if self.capture else []) + [("output", self.terminal)]
         unwritten = {name: not sink.close(timeout) for name, sink in sinks}
         for w in self.writers:
             w.close()
