@@ -360,7 +360,7 @@ def _packets(path, warn):
                 yield link, float(ts), buf
         except (ValueError, dpkt.UnpackError, struct.error) as e:
             warn(
-                f"{path}: cannot read past block {count + 1} ({e or 'cut short'}): the {count} whole "
+                f"{path}: cannot read past block {count + 1} ({str(e) or 'cut short'}): the {count} whole "
                 f"packet{'s' if count != 1 else ''} before it were read"
             )
 
