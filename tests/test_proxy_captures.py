@@ -551,7 +551,17 @@ def mutations(data, rng, n):
 @pytest.mark.parametrize("kind", ["pcap", "pcapng", "jsonl"])
 def test_mutated_captures_read_or_fail_cleanly(tmp_path, kind):
     """Mutated captures: each reads (with warnings, maybe) or is a CaptureError; never
-    another exception. 300 per kind here; the reviewers' runs were 54,000."""
+    another exception. 300 per kind here, 20,000 with --run-slow."""
+    mutated_captures(tmp_path, kind, 300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pcap", "pcapng", "jsonl"])
+def test_mutated_captures_long(tmp_path, kind):
+    mutated_captures(tmp_path, kind, 20_000)
+
+
+def mutated_captures(tmp_path, kind, count):
     dpkt = pytest.importorskip("dpkt")
     exchanges = [exchange(i) for i in range(10)]
     path = tmp_path / f"seed.{kind}"
@@ -571,7 +581,7 @@ def test_mutated_captures_read_or_fail_cleanly(tmp_path, kind):
     rng = random.Random(kind)
     target = tmp_path / f"mutated.{kind}"
     outcomes = {"read": 0, "error": 0, "warned": 0}
-    for data in mutations(seed, rng, 300):
+    for data in mutations(seed, rng, count):
         target.write_bytes(data)
         warned = []
         try:
