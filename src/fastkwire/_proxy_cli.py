@@ -20,10 +20,13 @@ from .proxy import (
     CaptureError,
     CaptureWriter,
     PcapWriter,
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_PENDING_BYTES,
     Proxy,
     ProxyEvent,
+    QueuedSink,
     Rule,
     RuleError,
     Summary,
@@ -42,7 +45,9 @@ EXIT_OK, EXIT_UNDECODED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 LINE_ENCODER = json.JSONEncoder(
     ensure_ascii=True, default=JSON_ENCODER.default
 )  # explain's, on one line
-FLUSH_INTERVAL = 0.1  # seconds between flushes of piped output: lines appear as they happen
+CLOSE_TIMEOUT = 30.0  # seconds the output may take to write what is queued at the end
+TERMINAL_QUEUE_BYTES = 16 * 1024 * 1024
+CAPTURE_QUEUE_BYTES = 128 * 1024 * 1024
 # Library parameter -> flag, for errors the library raises about its parameters.
 PROXY_FLAGS = {
     "upstream": "--upstream",
@@ -51,6 +56,8 @@ PROXY_FLAGS = {
     "max_frame_bytes": "--max-frame-bytes",
     "max_pending_bytes": "--max-pending-bytes",
     "frame_timeout": "--frame-timeout",
+    "max_connections": "--max-connections",
+    "max_buffered_bytes": "--max-buffered-bytes",
 }
 
 
@@ -86,6 +93,19 @@ def _count(text):
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"not a positive count: {text!r}")
     return int(text)
+
+
+def _port(text):
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port (1-65535): {text!r}")
+    return int(text)
+
+
+def _warner(prog, err):
+    def warn(text):
+        err.write(f"{prog}: warning: {printable(text)}\n")
+
+    return warn
 
 
 def _seconds(text):
@@ -196,7 +216,7 @@ def add_proxy(subparsers):
         type=int,
         help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
     )
-    limits = parser.add_argument_group("limits (per connection)")
+    limits = parser.add_argument_group("limits")
     limits.add_argument(
         "--max-frame-bytes",
         type=_count,
@@ -220,48 +240,124 @@ def add_proxy(subparsers):
         help="a frame that has not arrived whole this long after it began ends the connection "
         f"(default {DEFAULT_FRAME_TIMEOUT:g})",
     )
+    limits.add_argument(
+        "--max-connections",
+        type=_count,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help=f"client connections open at once; one more is refused (default {DEFAULT_MAX_CONNECTIONS})",
+    )
+    limits.add_argument(
+        "--max-buffered-bytes",
+        type=_count,
+        default=DEFAULT_MAX_BUFFERED_BYTES,
+        metavar="N",
+        help="bytes of frames held for all connections together; the connection whose frame "
+        f"crosses it is ended (default {DEFAULT_MAX_BUFFERED_BYTES})",
+    )
     parser.set_defaults(run=run_proxy)
     return parser
 
 
-class _Output:
-    """Writes exchanges and events to the streams; piped output is flushed every
-    FLUSH_INTERVAL seconds rather than per line."""
+def _frames_size(ex):
+    return len(ex.request) + (ex.response_size or 0)
 
-    def __init__(self, args, out, err):
+
+class _Output:
+    """Shows exchanges and events, and hands them to the capture writers. The event loop only
+    queues them (`exchange`, `event`); a thread per sink (the terminal's, the capture
+    files') formats and writes, so a stdout nobody reads never holds forwarding back.
+    What a full queue cannot take is dropped and counted (`report`)."""
+
+    def __init__(self, args, out, err, writers=()):
         self.args, self.out, self.err = args, out, err
         self.apis = {_api_key_or_fail(a) for a in args.api}
         self.client_ids = set(args.client_id)
-        self.dirty = False
-        self.undecoded = 0
+        self.writers = list(writers)
+        # What waits for the terminal holds its frames (for their error codes): a stuck
+        # terminal drops lines past 16 MiB of them; capture files may fall further behind.
+        self.terminal = QueuedSink(
+            self._show, self._flush_terminal, max_bytes=TERMINAL_QUEUE_BYTES, name="output"
+        )
+        self.capture = (
+            QueuedSink(
+                self._record, self._flush_capture, max_bytes=CAPTURE_QUEUE_BYTES, name="capture"
+            )
+            if self.writers
+            else None
+        )
 
     def shown(self, ex):
         return (not self.apis or ex.api_key in self.apis) and (
             not self.client_ids or ex.client_id in self.client_ids
         )
 
+    # ---- on the event loop: queue only
+
     def exchange(self, ex):
-        if self.args.quiet or not self.shown(ex):
-            return
-        self.out.write((exchange_json(ex) if self.args.json else exchange_line(ex)) + "\n")
-        if self.args.explain:
-            _explain_exchange(ex, self.out, self.err)
-        self.dirty = True
+        if self.capture is not None:
+            self.capture.offer(ex, _frames_size(ex))
+        if not self.args.quiet and self.shown(ex):
+            self.terminal.offer(ex, _frames_size(ex))
 
     def event(self, event):
-        if event.kind != ProxyEvent.ERROR and not self.args.connections:
-            return
-        if self.args.json:
-            self.out.write(event_json(event) + "\n")
-        else:
-            self.err.write(event_line(event) + "\n")
-        self.dirty = True
+        if self.capture is not None and event.frame is not None:
+            self.capture.offer(event, len(event.frame))
+        if event.kind == ProxyEvent.ERROR or self.args.connections:
+            self.terminal.offer(event, 0 if event.frame is None else len(event.frame))
 
-    def flush(self):
-        if self.dirty:
-            self.dirty = False
-            self.out.flush()
-            self.err.flush()
+    # ---- on the sinks' threads
+
+    def _show(self, item):
+        if isinstance(item, ProxyEvent):
+            if self.args.json:
+                self.out.write(event_json(item) + "\n")
+            else:
+                self.err.write(event_line(item) + "\n")
+            return
+        self.out.write((exchange_json(item) if self.args.json else exchange_line(item)) + "\n")
+        if self.args.explain:
+            _explain_exchange(item, self.out, self.err)
+
+    def _flush_terminal(self):
+        self.out.flush()
+        self.err.flush()
+
+    def _record(self, item):
+        for w in self.writers:
+            if isinstance(item, ProxyEvent):
+                w.write_unpaired(item)
+            else:
+                w.write(item)
+
+    def _flush_capture(self):
+        for w in self.writers:
+            w.flush()
+
+    def close(self, timeout=CLOSE_TIMEOUT):
+        """Writes what is queued, then lines on stderr for what was dropped or not written."""
+        # The files first: a terminal that never drains must not keep them waiting.
+        sinks = ([("capture", self.capture)] if self.capture else []) + [("output", self.terminal)]
+        unwritten = {name: not sink.close(timeout) for name, sink in sinks}
+        for w in self.writers:
+            w.close()
+        lost = self.terminal.dropped + (self.terminal.pending if unwritten["output"] else 0)
+        if lost:
+            self.err.write(
+                f"fastkwire proxy: {lost} lines not shown: the output did not keep up (a "
+                "paused terminal, or a pipe nobody reads)\n"
+            )
+        lost = 0 if self.capture is None else self.capture.dropped
+        if self.capture is not None and unwritten["capture"]:
+            lost += self.capture.pending
+        if lost:
+            self.err.write(
+                f"fastkwire proxy: {lost} exchanges not recorded: the capture files did not "
+                "keep up\n"
+            )
+        for _, sink in sinks:
+            for e in sink.errors[:3]:
+                self.err.write(f"fastkwire proxy: writing failed: {printable(e)}\n")
 
 
 def _api_key_or_fail(text):
@@ -284,7 +380,8 @@ def run_proxy(args, out=None, err=None):
             from_file, file_seed = read_rules_file(args.rules)
             rules += from_file
             seed = file_seed if seed is None else seed
-        output = _Output(args, out, err)
+        for a in args.api:
+            _api_key_or_fail(a)
         writers = []
         if args.record:
             writers.append(CaptureWriter(args.record))
@@ -297,16 +394,12 @@ def run_proxy(args, out=None, err=None):
         )
         return EXIT_USAGE
 
-    def on_exchange(ex):
-        for w in writers:
-            w.write(ex)
-        output.exchange(ex)
-
+    output = _Output(args, out, err, writers)
     try:
         proxy = Proxy(
             args.upstream,
             args.listen,
-            on_exchange=on_exchange,
+            on_exchange=output.exchange,
             on_event=output.event,
             rules=rules,
             seed=seed,
@@ -315,24 +408,26 @@ def run_proxy(args, out=None, err=None):
             max_frame_bytes=args.max_frame_bytes,
             max_pending_bytes=args.max_pending_bytes,
             frame_timeout=args.frame_timeout,
+            max_connections=args.max_connections,
+            max_buffered_bytes=args.max_buffered_bytes,
         )
     except ValueError as e:
+        output.close()
         print(f"{args.prog}: error: {_flagged(str(e))}", file=err)
         return EXIT_USAGE
     try:
-        code = asyncio.run(_serve(proxy, output, writers, args, err))
+        code = asyncio.run(_serve(proxy, args, err))
     except KeyboardInterrupt:  # where the loop could not take the signal itself
         code = EXIT_OK
     finally:
-        for w in writers:
-            w.close()
+        output.close()
     if code == EXIT_OK:
         _print_summary(proxy.summary, args.json, out)
     out.flush()
     return code
 
 
-async def _serve(proxy, output, writers, args, err):
+async def _serve(proxy, args, err):
     try:
         await proxy.start()
     except OSError as e:
@@ -357,17 +452,9 @@ async def _serve(proxy, output, writers, args, err):
         except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
             pass
     try:
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), FLUSH_INTERVAL)
-            except asyncio.TimeoutError:
-                pass
-            output.flush()
-            for w in writers:
-                w.flush()
+        await stop.wait()
     finally:
         await proxy.close()
-        output.flush()
     return EXIT_OK
 
 
@@ -433,7 +520,10 @@ def add_stats(subparsers):
     )
     parser.add_argument("capture", metavar="FILE")
     parser.add_argument(
-        "--port", type=int, default=9092, help="for a pcap: the broker's port (default 9092)"
+        "--port",
+        type=_port,
+        help="for a pcap: the broker's TCP port (default: every stream that speaks Kafka, "
+        "the broker's end told by the handshake)",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(run=run_stats)
@@ -444,7 +534,7 @@ def run_stats(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     summary = Summary()
     try:
-        for ex in read_capture(args.capture, args.port):
+        for ex in read_capture(args.capture, args.port, _warner(args.prog, err)):
             summary.add_exchange(ex)
     except (CaptureError, OSError, ImportError) as e:
         print(
@@ -470,9 +560,9 @@ def add_capture_arguments(parser):
     )
     parser.add_argument(
         "--port",
-        type=int,
-        default=9092,
-        help="with --capture of a pcap: the broker's TCP port (default 9092)",
+        type=_port,
+        help="with --capture of a pcap: the broker's TCP port (default: every stream that "
+        "speaks Kafka)",
     )
     parser.add_argument(
         "--client-id",
@@ -498,7 +588,7 @@ def run_explain_capture(args, out, err):
     failed = count = 0
     held = {}  # "API vN" -> exchanges, of what the filters left out
     try:
-        for ex in read_capture(args.capture, args.port):
+        for ex in read_capture(args.capture, args.port, _warner("fastkwire explain", err)):
             held[f"{ex.api} v{ex.api_version}"] = held.get(f"{ex.api} v{ex.api_version}", 0) + 1
             if args.api is not None and ex.api_key != args.api:
                 continue

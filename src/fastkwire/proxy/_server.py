@@ -12,11 +12,16 @@ after the frames were written, so decoding for display never holds forwarding ba
 Memory per connection is bounded by two frames being read (one each way, at most
 `max_frame_bytes` each), the pending requests' frames (`max_pending_bytes`, plus the one
 frame that crossed it), and asyncio's buffers (READ_SIZE per read, 64 KiB write buffers
-before `drain` waits).
+before `drain` waits); across connections by `max_connections` and `max_buffered_bytes`.
+
+Nothing slow runs on the event loop: the summary counts an exchange there, and its error
+codes are read from the response's bytes by the inspector's thread (`_inspect`), through
+a bounded queue; what does not fit in it is counted, not waited for.
 """
 
 import asyncio
 import collections
+import queue
 import threading
 import time
 
@@ -33,7 +38,12 @@ DEFAULT_MAX_PENDING_BYTES = 64 * MIB
 DEFAULT_MAX_IN_FLIGHT = 1024  # clients keep about 5 in flight per connection
 DEFAULT_FRAME_TIMEOUT = 30.0  # seconds a started frame may take to arrive whole
 DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_MAX_BUFFERED_BYTES = 1024 * MIB  # frames held for all connections together
+INSPECT_QUEUE = 10_000  # exchanges waiting for their error codes to be read
+INSPECT_QUEUE_BYTES = 64 * MIB  # and their responses' bytes
 READ_SIZE = 256 * 1024
+WRITE_PIECE = 1 * MIB  # a larger frame is written in pieces of this size
 WATCH_INTERVAL_MAX = 1.0
 
 
@@ -69,6 +79,38 @@ def _positive(value, param, kind=int):
     return value
 
 
+class PeerClock:
+    """How long the frame being read has waited on its sender: only the time spent in a read
+    while part of the frame was held counts, never the proxy's own waits (a delay rule,
+    the other side's drain, a full pending queue). Plain state, driven by `_frames`."""
+
+    __slots__ = ("partial", "waited", "since")
+
+    def __init__(self):
+        self.partial = False  # part of a frame is held
+        self.waited = 0.0  # seconds waited on the peer for it, reads before this one
+        self.since = None  # when the read now under way began, if one is
+
+    def reading(self, now):
+        if self.partial:
+            self.since = now
+
+    def read(self, now, completed, partial):
+        """A read returned: `completed` frames ended in it, and part of one is held or not."""
+        if self.since is not None:
+            self.waited += now - self.since
+            self.since = None
+        if completed or not partial:  # the frame held now (if any) began in this read
+            self.waited = 0.0
+        self.partial = partial
+
+    def overdue(self, now, timeout):
+        if not self.partial:
+            return False
+        current = 0.0 if self.since is None else now - self.since
+        return self.waited + current > timeout
+
+
 class _Conn:
     __slots__ = (
         "number",
@@ -80,7 +122,8 @@ class _Conn:
         "pending",
         "pending_bytes",
         "room",
-        "partial_since",
+        "clocks",
+        "held",
         "broken",
         "task",
     )
@@ -94,7 +137,8 @@ class _Conn:
         self.pending_bytes = 0
         self.room = asyncio.Event()
         self.room.set()
-        self.partial_since = [None, None]  # (requests, responses): when a partial frame began
+        self.clocks = (PeerClock(), PeerClock())  # (requests, responses): a partial frame's wait
+        self.held = [0, 0]  # bytes of a partial frame held, by side
         self.broken = None  # why the watchdog ended it
         self.task = None
 
@@ -106,6 +150,11 @@ class _Conn:
                 return ex
         return None
 
+    def add(self, ex):
+        self.pending.append(ex)
+        self.pending_bytes += len(ex.request)
+        return len(ex.request)
+
     def remove(self, ex):
         if self.pending and self.pending[0] is ex:
             self.pending.popleft()
@@ -113,6 +162,7 @@ class _Conn:
             self.pending.remove(ex)
         self.pending_bytes -= len(ex.request)
         self.room.set()
+        return len(ex.request)
 
     def abort(self):
         for w in (self.cwriter, self.uwriter):
@@ -151,6 +201,8 @@ class Proxy:
         max_in_flight=DEFAULT_MAX_IN_FLIGHT,
         frame_timeout=DEFAULT_FRAME_TIMEOUT,
         connect_timeout=DEFAULT_CONNECT_TIMEOUT,
+        max_connections=DEFAULT_MAX_CONNECTIONS,
+        max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES,
     ):
         self.upstream = parse_address(upstream, "upstream")
         self.listen = parse_address(listen, "listen")
@@ -168,6 +220,8 @@ class Proxy:
         self.max_in_flight = _positive(max_in_flight, "max_in_flight")
         self.frame_timeout = _positive(frame_timeout, "frame_timeout", float)
         self.connect_timeout = _positive(connect_timeout, "connect_timeout", float)
+        self.max_connections = _positive(max_connections, "max_connections")
+        self.max_buffered_bytes = _positive(max_buffered_bytes, "max_buffered_bytes")
         for name, f in (("on_exchange", on_exchange), ("on_event", on_event)):
             if f is not None and not callable(f):
                 raise ValueError(f"{name}: not callable: {f!r}")
@@ -180,6 +234,10 @@ class Proxy:
         self._conns = set()
         self._count = 0
         self._watchdog = None
+        self.buffered = 0  # bytes of frames held for all connections (partial and pending)
+        self._inspect_queue = queue.Queue()
+        self._inspect_bytes = 0
+        self._inspector = None
 
     # ------------------------------------------------------------ life cycle
 
@@ -191,6 +249,10 @@ class Proxy:
         if self.rewrite and self.advertised is None:
             self.advertised = (self.listen[0], self.address[1])
         self._watchdog = asyncio.create_task(self._watch())
+        self._inspector = threading.Thread(
+            target=self._inspect, name="fastkwire-proxy-inspector", daemon=True
+        )
+        self._inspector.start()
         return self
 
     async def close(self):
@@ -206,6 +268,10 @@ class Proxy:
             self._watchdog.cancel()
         if self._server is not None:
             await self._server.wait_closed()
+        if self._inspector is not None:  # the summary is complete once it has caught up
+            self._inspect_queue.put(None)
+            await asyncio.get_running_loop().run_in_executor(None, self._inspector.join, 10)
+            self._inspector = None
 
     async def serve_forever(self):
         if self._server is None:
@@ -226,18 +292,52 @@ class Proxy:
     # ------------------------------------------------------------ observers
 
     def _emit(self, ex):
+        self.summary.add(ex.api, ex.request_size, ex.response_size, ex.latency_ms, (), ex.fault)
+        self._to_inspect(ex)
         try:
-            self.summary.add_exchange(ex)
             if self.on_exchange is not None:
                 self.on_exchange(ex)
         except Exception as e:  # noqa: BLE001 - an observer's bug must not end the connection
             self._observer_failed(e)
 
-    def _event(self, kind, conn, text):
+    def _to_inspect(self, ex):
+        """Hands the response to the inspector's thread for its error codes, unless the
+        queue is full (then the summary counts it as not inspected)."""
+        size = ex.response_size or 0
+        if not size:
+            return
+        if (
+            self._inspector is None
+            or self._inspect_queue.qsize() >= INSPECT_QUEUE
+            or self._inspect_bytes + size > INSPECT_QUEUE_BYTES
+        ):
+            self.summary.not_inspected(ex.api)
+            return
+        with self.summary.lock:
+            self._inspect_bytes += size
+        self._inspect_queue.put(ex)
+
+    def _inspect(self):
+        """The inspector's thread: the error codes of each response, for the summary."""
+        while True:
+            ex = self._inspect_queue.get()
+            if ex is None:
+                return
+            try:
+                names = ex.error_codes()
+            except Exception as e:  # noqa: BLE001 - a bug here must not stop the summary
+                names = []
+                self._observer_failed(e)
+            with self.summary.lock:
+                self._inspect_bytes -= ex.response_size or 0
+            if names:
+                self.summary.add_errors(ex.api, names)
+
+    def _event(self, kind, conn, text, frame=None, from_client=None):
         if self.on_event is None:
             return
         try:
-            self.on_event(ProxyEvent(kind, conn.number, conn.client, text))
+            self.on_event(ProxyEvent(kind, conn.number, conn.client, text, frame, from_client))
         except Exception as e:  # noqa: BLE001
             self._observer_failed(e)
 
@@ -252,6 +352,15 @@ class Proxy:
         peer = cwriter.get_extra_info("peername") or ("?", 0)
         conn = _Conn(self._count, f"{peer[0]}:{peer[1]}", creader, cwriter)
         conn.task = asyncio.current_task()
+        if len(self._conns) >= self.max_connections:
+            cwriter.transport.abort()
+            self._event(
+                ProxyEvent.ERROR,
+                conn,
+                f"refused: {len(self._conns)} connections open "
+                f"(limit {self.max_connections}: max_connections)",
+            )
+            return
         self._conns.add(conn)
         self._event(ProxyEvent.OPEN, conn, "connected")
         why, kind = "closed", ProxyEvent.CLOSE
@@ -298,6 +407,8 @@ class Proxy:
         finally:
             unanswered = list(conn.pending)
             conn.pending.clear()
+            self.buffered -= conn.pending_bytes + conn.held[0] + conn.held[1]
+            conn.pending_bytes = conn.held[0] = conn.held[1] = 0
             if unanswered:
                 why += (
                     f"; {len(unanswered)} request{'s' if len(unanswered) != 1 else ''} unanswered"
@@ -321,7 +432,9 @@ class Proxy:
         buf = bytearray()
         consumed = 0  # stream offset of buf[0], for error messages
         limit = self.max_frame_bytes
+        clock = conn.clocks[side]
         while True:
+            clock.reading(time.monotonic())
             data = await reader.read(READ_SIZE)
             if not data:
                 if buf:
@@ -336,6 +449,7 @@ class Proxy:
                     )
                 return
             buf += data
+            self._held(conn, side, len(buf))
             start = 0
             n = len(buf)
             frames = []
@@ -357,19 +471,28 @@ class Proxy:
                     start = end
             finally:
                 view.release()
+            # Before the frames are handed on: what the proxy does with them is not a wait.
+            clock.read(time.monotonic(), bool(frames), n > start)
+            if start == n:  # a fresh buffer: a large frame's storage is not kept
+                buf = bytearray()
+            elif start:
+                del buf[:start]
+            consumed += start
+            self._held(conn, side, len(buf))
             if frames:
                 yield frames
             if bad is not None:
                 raise bad
-            if start:
-                del buf[:start]
-                consumed += start
-            # When the frame now being read began: at this read if frames completed in it (a
-            # busy connection always has one under way, each of them new), else earlier.
-            if not buf:
-                conn.partial_since[side] = None
-            elif frames or conn.partial_since[side] is None:
-                conn.partial_since[side] = time.monotonic()
+            if self.buffered > self.max_buffered_bytes:
+                raise _Broken(
+                    f"the proxy holds {self.buffered} bytes of frames for its connections "
+                    f"(limit {self.max_buffered_bytes}: max_buffered_bytes): closing the "
+                    f"connection whose {what} crossed it"
+                )
+
+    def _held(self, conn, side, size):
+        self.buffered += size - conn.held[side]
+        conn.held[side] = size
 
     async def _requests(self, conn):
         upstream = conn.uwriter
@@ -397,6 +520,8 @@ class Proxy:
                         conn,
                         f"request frame of {len(frame)} bytes is too short for "
                         "a request header (12 bytes): forwarded as it is",
+                        frame,
+                        True,
                     )
                     out.append(frame)
                     continue
@@ -417,8 +542,7 @@ class Proxy:
                         continue
                     ex.delay_ms = rule.delay_ms
                 if ex.expects_response:
-                    conn.pending.append(ex)
-                    conn.pending_bytes += len(frame)
+                    self.buffered += conn.add(ex)
                 else:
                     sent.append(ex)
                 out.append(frame)
@@ -455,8 +579,7 @@ class Proxy:
         ex.local = True
         ex.response = answer
         if conn.pending:  # answered in its turn, after the requests before it
-            conn.pending.append(ex)
-            conn.pending_bytes += len(ex.request)
+            self.buffered += conn.add(ex)
         else:
             conn.cwriter.write(answer)
             ex.finished = time.monotonic()
@@ -464,10 +587,19 @@ class Proxy:
         return True
 
     async def _forward(self, writer, out, done):
-        """Writes `out` in one go, then tells the observers of `done`; waits while the
-        writer's buffer is full."""
+        """Writes `out` in one go (a large frame in pieces, each after the one before has
+        gone, so that asyncio never copies it whole), then tells the observers of `done`;
+        waits while the writer's buffer is full."""
         if out:
-            writer.writelines(out) if len(out) > 1 else writer.write(out[0])
+            if sum(map(len, out)) <= WRITE_PIECE:
+                writer.writelines(out) if len(out) > 1 else writer.write(out[0])
+            else:
+                for frame in out:
+                    view = memoryview(frame)
+                    for i in range(0, len(view), WRITE_PIECE):
+                        writer.write(view[i : i + WRITE_PIECE])
+                        if len(view) > WRITE_PIECE:
+                            await writer.drain()
             now = time.monotonic()
             for ex in done:
                 if ex.finished is None:
@@ -482,15 +614,19 @@ class Proxy:
         async for frames in self._frames(conn.ureader, conn, 1):
             out, done = [], []
             for frame in frames:
-                ex = conn.match(response_correlation_id(frame))
+                cid = response_correlation_id(frame)
+                ex = conn.match(cid)
                 if ex is None:
                     out.append(frame)
                     self._event(
                         ProxyEvent.ERROR,
                         conn,
-                        f"response with correlation id "
-                        f"{response_correlation_id(frame)} answers no request "
+                        f"response frame of {len(frame)} bytes is too short for a correlation id"
+                        if cid is None
+                        else f"response with correlation id {cid} answers no request "
                         "in flight: forwarded as it is",
+                        frame,
+                        False,
                     )
                     continue
                 if ex.delay_ms:  # a delay rule holds the broker's answer (and those after it)
@@ -513,11 +649,11 @@ class Proxy:
                             ex.upstream_response, frame = frame, new
                 out.append(frame)
                 ex.response = frame
-                conn.remove(ex)
+                self.buffered -= conn.remove(ex)
                 done.append(ex)
                 while conn.pending and conn.pending[0].local:  # local answers whose turn has come
                     lx = conn.pending[0]
-                    conn.remove(lx)
+                    self.buffered -= conn.remove(lx)
                     out.append(lx.response)
                     done.append(lx)
             await self._forward(client, out, done)
@@ -530,12 +666,8 @@ class Proxy:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for conn in list(self._conns):
-                for side, since in enumerate(conn.partial_since):
-                    if (
-                        since is not None
-                        and now - since > self.frame_timeout
-                        and conn.broken is None
-                    ):
+                for side, clock in enumerate(conn.clocks):
+                    if conn.broken is None and clock.overdue(now, self.frame_timeout):
                         name = ("client", "upstream")[side]
                         conn.broken = (
                             f"{name} sent part of a frame and did not finish it within "
