@@ -61,6 +61,20 @@ __all__ = [
 ]
 
 DEFAULT_BLOCK_SIZE = 16 << 20
+# The connection layer's security options (fastkwire.connection.Security), kafka-python's names.
+SECURITY_OPTIONS = (
+    "security_protocol",
+    "ssl_context",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_password",
+    "ssl_check_hostname",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password",
+    "sasl_oauth_token_provider",
+)
 FETCH_MAX_WAIT_MS = 500
 MAX_LEADER_RETRIES = 10
 MAX_BROKER_RETRIES = 1  # a broker that fails is tried once more after a metadata refresh
@@ -158,6 +172,12 @@ class ClientOptions:
     ):
         if not bootstrap_servers:
             raise ValueError("bootstrap_servers is empty: give HOST:PORT, or a list of them")
+        unknown = sorted(set(security) - set(SECURITY_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"unknown option {', '.join(unknown)} (the security options are "
+                f"{', '.join(SECURITY_OPTIONS)}; also client_id, request_timeout_ms)"
+            )
         self.servers = parse_servers(bootstrap_servers)
         self.bootstrap_servers = bootstrap_servers
         self.client_id = client_id
