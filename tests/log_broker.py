@@ -102,9 +102,17 @@ class LogBroker:
         self.nodes[node_id] = self.port
         threading.Thread(target=self._accept, daemon=True).start()
 
+    def stop_listening(self):
+        """Refuse new connections from now on (a broker that went away)."""
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        except OSError:
+            pass
+        self.listener.close()
+
     def close(self):
         self._stop.set()
-        self.listener.close()
+        self.stop_listening()
         for s in list(self._socks):
             try:
                 s.shutdown(socket.SHUT_RDWR)
@@ -229,7 +237,9 @@ class LogBroker:
                         partition_index=p.partition_index, error_code=error, offset=offset
                     )
                 )
-            topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+            topics.append(
+                ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts)
+            )
         return ListOffsetsResponse(topics=topics)
 
     def _fetch(self, request):
@@ -308,12 +318,8 @@ def synthetic_logs(topic, partitions, records, value_size, per_batch=1000, compr
                 ),
                 HeaderColumns(
                     np.zeros(n + 1, dtype=np.int32),
-                    BinaryColumn(
-                        np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(0, bool)
-                    ),
-                    BinaryColumn(
-                        np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(0, bool)
-                    ),
+                    BinaryColumn(np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(0, bool)),
+                    BinaryColumn(np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(0, bool)),
                 ),
             )
             batches.append(rec.write_batch(cols, base_offset=base, compression=compression))
