@@ -231,7 +231,7 @@ import resource, sys
 import fastkwire, pyarrow
 bootstrap, block = sys.argv[1], int(sys.argv[2])
 # Warm up: imports, a connection, the converter's first call.
-for b in fastkwire.iter_kafka("bench", bootstrap_servers=bootstrap, end_offset=10, partitions=[0]):
+for b in fastkwire.iter_kafka("bench", bootstrap_servers=bootstrap, end_offset=10, block_size=4096):
     pass
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 rows = 0

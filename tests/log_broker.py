@@ -150,7 +150,7 @@ class LogBroker:
                 body = self._recv(conn, struct.unpack(">i", head)[0])
                 if body is None:
                     return
-                header, request = decode_request(bytes(head + body))
+                header, request = decode_request(bytes(head + body), trailing="keep")[:2]
                 key, version = header.request_api_key, header.request_api_version
                 self.requests[key] = self.requests.get(key, 0) + 1
                 answer = self.fault(key, version, request) if self.fault else None
