@@ -168,7 +168,7 @@ class LogBroker:
     def leader(self, key):
         return self.leaders.get(key, self.node_id)
 
-    def _answer(self, key, version, request):
+    def _answer(self, key, version, request):  # noqa: C901 - one branch per API
         if key == ApiVersionsRequest.API_KEY:
             return ApiVersionsResponse(
                 api_keys=[
@@ -182,6 +182,7 @@ class LogBroker:
             return self._list_offsets(request)
         if key == FetchRequest.API_KEY:
             return self._fetch(request)
+        print(f"log_broker: no answer for API key {key} v{version}", file=sys.stderr, flush=True)
         raise AssertionError(f"no answer for API {key}")
 
     def _metadata(self, request):
