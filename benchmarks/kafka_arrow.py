@@ -211,19 +211,32 @@ def row_ray(args, broker):
 
 
 MEMORY_CHILD = """
-import resource, sys
+import os, sys, threading, time
 import fastkwire, pyarrow
 bootstrap, block = sys.argv[1], int(sys.argv[2])
+page = os.sysconf("SC_PAGE_SIZE")
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * page
 # Warm up: imports, a connection, the converter's first call.
 for b in fastkwire.iter_kafka("bench", bootstrap_servers=bootstrap, end_offset=10, block_size=4096):
     pass
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = rss()
+peak = [before]
+done = threading.Event()
+def sample():  # the resident size every millisecond (ru_maxrss keeps the start-up's peak)
+    while not done.is_set():
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.001)
+t = threading.Thread(target=sample)
+t.start()
 rows = 0
 for b in fastkwire.iter_kafka("bench", bootstrap_servers=bootstrap, block_size=block):
     rows += b.num_rows
     del b
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(rows, before, peak)
+done.set()
+t.join()
+print(rows, before, peak[0])
 """
 
 

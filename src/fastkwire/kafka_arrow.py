@@ -17,8 +17,8 @@ How a read goes:
    the Ray and Dask readers).
 2. `read_ranges(ranges, ...)` fetches them: one thread and connection per leader, every
    leader at once, each sending its next Fetch as soon as the last one is in (while the
-   previous answer is converted), through a queue of at most one answer per leader, so
-   memory is bounded by `block_size` (the most one Fetch answer may hold) per leader.
+   previous answer is converted), handing over one answer per leader at a time, so
+   memory is bounded by `block_size` per leader (each answer holds a quarter of it).
    NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH and the like refresh the metadata and send
    the partition to its new leader; OFFSET_OUT_OF_RANGE is a `KafkaReadError` naming the
    partition and the offsets it holds; a broker that goes away is retried once after a
@@ -76,6 +76,7 @@ SECURITY_OPTIONS = (
     "sasl_oauth_token_provider",
 )
 FETCH_MAX_WAIT_MS = 500
+ANSWER_SHARE = 4  # a Fetch answer holds at most block_size / ANSWER_SHARE bytes
 MAX_LEADER_RETRIES = 10
 MAX_BROKER_RETRIES = 1  # a broker that fails is tried once more after a metadata refresh
 RETRY_BACKOFF = 0.2
@@ -611,7 +612,9 @@ class _Leader(threading.Thread):
     def _loop(self, conn):
         reader = self.reader
         active = self.active
-        per_partition = reader.block_size
+        # What one answer may hold: a share of block_size, since an answer is held twice
+        # while it is decoded (the frame and its records) and the next one is in flight.
+        per_partition = answer_bytes = max(reader.block_size // ANSWER_SHARE, 1024)
         empty = 0
         while not self.stop.is_set():
             while True:
@@ -626,7 +629,7 @@ class _Leader(threading.Thread):
                 continue
             epochs = {k: reader.cluster.leaders.get(k, (None, -1))[1] for k in active}
             wanted = {k: (o, per_partition) for k, (o, _) in active.items()}
-            answer = _fetch(conn, wanted, reader.isolation, epochs, max_bytes=reader.block_size)
+            answer = _fetch(conn, wanted, reader.isolation, epochs, max_bytes=answer_bytes)
             parts, moved, done = [], [], []
             for t in answer.responses:
                 for p in t.partitions:
@@ -838,8 +841,8 @@ def iter_kafka(
     **client,
 ):
     """pyarrow.RecordBatches of SCHEMA for the records of `topics` from `start_offset` to
-    `end_offset` (exclusive), for topics larger than memory: each Fetch answer holds at
-    most `block_size` bytes. Arguments as `read_kafka`'s."""
+    `end_offset` (exclusive), for topics larger than memory: about `block_size` bytes
+    per leader are held at a time (each Fetch answer holds a quarter of it). Arguments as `read_kafka`'s."""
     _check_block(block_size)
     options = ClientOptions(bootstrap_servers, **client)
     ranges = plan(
@@ -880,7 +883,7 @@ def read_kafka(
     {topic: {partition: offset}} (others take "earliest" / "latest"). partitions: the
     partition numbers to read (default all). isolation_level: "read_uncommitted" or
     "read_committed" (aborted transactions dropped, the end at the last stable offset).
-    block_size: the most bytes one Fetch answer may hold. Security options as kafka-python
+    block_size: the memory budget per leader (a Fetch answer holds a quarter of it). Security options as kafka-python
     names them (security_protocol, ssl_cafile, sasl_mechanism, ...), client_id,
     request_timeout_ms. Rows of a partition are in offset order; partitions follow one
     another as their answers came."""
