@@ -213,7 +213,7 @@ def batches_to_arrow(
             pa.array(offsets, type=pa.int64()),
             cols.key.to_arrow(pa.binary()),
             cols.value.to_arrow(pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
+            _repeated(topic, n),
             pa.array(np.full(n, partition, dtype=np.int32)),
             pa.array(cols.timestamp, type=pa.int64()),
             pa.array(ts_type),
@@ -224,6 +224,18 @@ def batches_to_arrow(
     if keep is not None:
         table = _select(table, keep)
     return table, next_offset, tail
+
+
+def _repeated(text, n):
+    """A string column of `text` n times, from its buffers (pyarrow.repeat's first call
+    loads pyarrow's compute functions: about a second, in every worker process)."""
+    raw = text.encode()
+    if len(raw) * n > 0x7FFFFFFF:  # past int32 offsets: pyarrow's own way
+        return pa.repeat(pa.scalar(text, pa.string()), n)
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)]
+    )
 
 
 def _select(table, keep):
