@@ -55,6 +55,8 @@ __all__ = list(_messages.__all__) + [
     "UnsupportedVersionError",
     "TaskOffsetColumns",
     "explain",
+    "read_kafka",
+    "iter_kafka",
     "implementation",
     "__version__",
 ]
@@ -66,6 +68,11 @@ def __getattr__(name):
 
         globals()["explain"] = explain  # the import bound the submodule under this name
         return explain
+    if name in ("read_kafka", "iter_kafka"):  # imported on first use: they need pyarrow
+        from . import kafka_arrow
+
+        value = globals()[name] = getattr(kafka_arrow, name)
+        return value
     if name.startswith("__"):
         raise AttributeError(name)
     value = getattr(_messages, name)

@@ -44,6 +44,29 @@ def _tail(seen, data, pos):
     return bytes(data[pos:])
 
 
+def _size_hints(data):
+    """(records, bytes past their least) of the whole magic 2 batches in `data`, from their
+    headers alone: the columns' first arrays are made that large, not doubled batch after
+    batch (a compressed batch may still grow them). (0, 0) for what does not read."""
+    try:
+        view = memoryview(data).cast("B")
+    except (TypeError, ValueError):
+        return 0, 0
+    n, pos, rows, free = len(view), 0, 0, 0
+    with view:
+        while n - pos >= HEADER_SIZE:
+            (size,) = struct.unpack_from(">i", view, pos + 8)
+            if size < MIN_BATCH_LENGTH or size > n - pos - 12 or view[pos + 16] != 2:
+                break
+            (count,) = struct.unpack_from(">i", view, pos + 57)
+            body = size - MIN_BATCH_LENGTH
+            if 0 < count <= body // _wire.MIN_RECORD:  # as ColumnsBuilder.add measures it
+                rows += count
+                free += body - _wire.MIN_RECORD * count
+            pos += 12 + size
+    return rows, free
+
+
 class Codec:
     """read_batches, read_columns and write_batch over one kernel."""
 
@@ -63,7 +86,7 @@ class Codec:
         """Every record of the whole batches in `data` as one RecordColumns (control
         batches included, as their raw keys and values); `.tail` as for read_batches."""
         require_numpy("records.read_columns")  # the columns are numpy arrays
-        builder = self.kernel.ColumnsBuilder()
+        builder = self.kernel.ColumnsBuilder(*_size_hints(data))
         tail = self._walk(
             data, check_crc, max_decompressed, builder.add, builder.add_records, objects=False
         )
