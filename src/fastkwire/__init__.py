@@ -43,6 +43,8 @@ __all__ = list(_messages.__all__) + [
     "UnsupportedVersionError",
     "TaskOffsetColumns",
     "explain",
+    "read_segments",
+    "iter_segments",
     "implementation",
     "__version__",
 ]
@@ -54,6 +56,11 @@ def __getattr__(name):
 
         globals()["explain"] = explain  # the import bound the submodule under this name
         return explain
+    if name in ("read_segments", "iter_segments"):  # Kafka's log files; needs pyarrow
+        from . import segments
+
+        globals()[name] = value = getattr(segments, name)
+        return value
     if name.startswith("__"):
         raise AttributeError(name)
     value = getattr(_messages, name)
