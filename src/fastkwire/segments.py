@@ -31,6 +31,7 @@ headers of the partition's segments.
 """
 
 import os
+import re
 import struct
 from datetime import datetime, timezone
 
@@ -61,6 +62,7 @@ _BATCH_START = struct.Struct(">qi")  # base offset, batch length
 _V2_HEAD = struct.Struct(">qiibIhiqqq")
 _V2_HEAD_SIZE = _V2_HEAD.size + 6  # + producer epoch, base sequence: 57 bytes
 _TRANSACTIONAL, _CONTROL = 0x10, 0x20
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
 _CONTROL_ABORT = 0
 
 
@@ -126,7 +128,7 @@ def _task(fields):
 def partition_of(name):
     """(topic, partition) of a partition directory's name, or None when it is not one."""
     topic, dash, number = name.rpartition("-")
-    if not dash or not topic or not (number.isascii() and number.isdigit()):
+    if not (dash and _TOPIC.fullmatch(topic) and number.isascii() and number.isdigit()):
         return None
     return topic, int(number)
 
@@ -168,17 +170,24 @@ def find_segments(paths, *, filesystem=None):
     where = {}  # (topic, partition) -> the directory it was found in
     seen = set()
 
-    def add(fs, info, topic, partition, directory):
+    def claim(topic, partition, directory):
         key = (topic, partition)
         if where.setdefault(key, directory) != directory:
             raise ValueError(
                 f"partition {topic}-{partition} is in both {where[key]} and {directory} "
                 "(two replicas of one partition?): give one of them"
             )
-        if info.path in seen:
-            return
-        seen.add(info.path)
-        found.setdefault(key, []).append((fs, info.path, _base_offset(info.base_name), info.size))
+        found.setdefault(key, [])
+
+    def add(fs, info, topic, partition):
+        if info.path not in seen:
+            seen.add(info.path)
+            found[topic, partition].append((fs, info.path, _base_offset(info.base_name), info.size))
+
+    def add_directory(fs, directory, topic, partition):
+        claim(topic, partition, directory)
+        for f in _partition_files(fs, directory):
+            add(fs, f, topic, partition)
 
     for given in paths:
         fs, path = _resolve(given, filesystem)
@@ -195,12 +204,12 @@ def find_segments(paths, *, filesystem=None):
                 )
             if not info.base_name.endswith(".log"):
                 raise ValueError(f"{given} is not a log segment (a .log file)")
-            add(fs, info, *tp, directory)
+            claim(*tp, directory)
+            add(fs, info, *tp)
             continue
         tp = partition_of(_basename(info.path))
         if tp is not None:
-            for f in _partition_files(fs, info.path):
-                add(fs, f, *tp, info.path)
+            add_directory(fs, info.path, *tp)
             continue
         partitions = 0
         for sub in fs.get_file_info(pafs.FileSelector(info.path)):
@@ -210,8 +219,7 @@ def find_segments(paths, *, filesystem=None):
             if tp[0].startswith(SKIPPED_PREFIX):
                 continue
             partitions += 1
-            for f in _partition_files(fs, sub.path):
-                add(fs, f, *tp, sub.path)
+            add_directory(fs, sub.path, *tp)
         if not partitions:
             raise ValueError(
                 f"{given} holds no partition directories (named topic-partition, such as "
@@ -231,7 +239,7 @@ def _batch_heads(file, size, name):
     messages: attributes 0, producer -1, last offset their offset)."""
     pos = 0
     while size - pos >= 12:
-        head = file.read_at(min(_V2_HEAD_SIZE, size - pos), pos).to_pybytes()
+        head = bytes(file.read_at(min(_V2_HEAD_SIZE, size - pos), pos))
         base, length = _BATCH_START.unpack_from(head)
         if length < 5 or length > size - pos - 12:
             return  # the row pass reports what is wrong (or cut off) here
@@ -340,8 +348,7 @@ def plan_segments(
     file that can hold rows in the range, in partition and offset order."""
     if isolation_level not in ISOLATION_LEVELS:
         raise ValueError(
-            f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, "
-            f"not {isolation_level!r}"
+            f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation_level!r}"
         )
     if truncated not in TRUNCATED:
         raise ValueError(f"truncated must be one of {', '.join(TRUNCATED)}, not {truncated!r}")
@@ -403,8 +410,7 @@ def _cut_off(task, pos, have, need):
     where = "the partition's last segment" if task.last else "a segment that is not the last"
     hint = ' (pass truncated="skip" to read up to it)' if task.last else ""
     raise SegmentError(
-        f"a batch cut off at the end of {where}: {have} of its {need} bytes are in the file"
-        + hint,
+        f"a batch cut off at the end of {where}: {have} of its {need} bytes are in the file" + hint,
         pos,
         task.path,
     )
@@ -427,7 +433,11 @@ def read_task(task):
             if task.read_committed:
                 # Only the transactions not yet ended by a marker before this block: an
                 # earlier abort of the same producer would otherwise drop a later one.
-                aborted = [(p, first) for p, first, marker in task.aborted if resume is None or marker >= resume]
+                aborted = [
+                    (p, first)
+                    for p, first, marker in task.aborted
+                    if resume is None or marker >= resume
+                ]
             try:
                 batch, next_offset, tail = _arrow_rows.batches_to_arrow(
                     data,
