@@ -43,6 +43,8 @@ __all__ = list(_messages.__all__) + [
     "UnsupportedVersionError",
     "TaskOffsetColumns",
     "explain",
+    "read_kafka",
+    "iter_kafka",
     "read_segments",
     "iter_segments",
     "implementation",
@@ -56,10 +58,15 @@ def __getattr__(name):
 
         globals()["explain"] = explain  # the import bound the submodule under this name
         return explain
+    if name in ("read_kafka", "iter_kafka"):  # imported on first use: they need pyarrow
+        from . import kafka_arrow
+
+        value = globals()[name] = getattr(kafka_arrow, name)
+        return value
     if name in ("read_segments", "iter_segments"):  # Kafka's log files; needs pyarrow
         from . import segments
 
-        globals()[name] = value = getattr(segments, name)
+        value = globals()[name] = getattr(segments, name)
         return value
     if name.startswith("__"):
         raise AttributeError(name)
