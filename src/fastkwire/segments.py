@@ -426,7 +426,8 @@ def read_task(task):
         resume = task.base_offset  # the offset the next block starts at, when known
         while pos < size:
             n = min(block, size - pos)
-            data = f.read_at(n, pos)
+            f.seek(pos)
+            data = f.read_buffer(n)  # from Arrow's pool (read_at would make a new bytes)
             if len(data) != n:
                 raise SegmentError(f"the file ended after {len(data)} of {n} bytes", pos, task.path)
             aborted = ()
