@@ -513,3 +513,40 @@ def test_partition_directory_names():
         "my topic-0",
     ):
         assert of(name) is None, name
+
+
+def test_every_flipped_byte_and_every_cut(kernel, tmp_path):
+    # Bad bytes anywhere: rows, or a SegmentError naming the file; never another error,
+    # a hang or a partial table. Cut anywhere: rows up to the cut with truncated="skip".
+    d = tmp_path / "t-0"
+    d.mkdir()
+    recs = [Record(None, T0 + i, key(i), value(i), headers(i)) for i in range(8)]
+    data = b"".join(kernel.write_batch(recs[i : i + 4], base_offset=i) for i in (0, 4))
+    path = d / "00000000000000000000.log"
+    path.write_bytes(data)
+    whole = fastkwire.read_segments(d)
+    assert whole.num_rows == 8
+    ends = [0]
+    while ends[-1] < len(data):
+        ends.append(ends[-1] + 12 + struct.unpack_from(">i", data, ends[-1] + 8)[0])
+    (task,) = segments.plan_segments(d, block_size=100)
+    (skipping,) = segments.plan_segments(d, block_size=100, truncated="skip")
+
+    def read(t):
+        return pa.Table.from_batches(list(segments.read_task(t)), schema=_arrow_rows.SCHEMA)
+
+    for i in range(len(data)):
+        bad = bytearray(data)
+        bad[i] ^= 0x41
+        path.write_bytes(bad)
+        try:
+            read(task)
+        except SegmentError as e:
+            assert e.file == str(path) and 0 <= e.offset <= len(data)
+    for cut in range(len(data)):
+        path.write_bytes(data[:cut])
+        kept = max(e for e in ends if e <= cut)
+        assert read(skipping).equals(whole.slice(0, 4 * ends.index(kept)))
+        if cut != kept:
+            with pytest.raises(SegmentError, match="cut off"):
+                read(task)
