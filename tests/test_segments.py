@@ -20,6 +20,7 @@ from fastkwire import DecodeError, FetchResponse, _arrow_rows, records, segments
 from fastkwire.records import Record  # noqa: E402
 from fastkwire.segments import SegmentError  # noqa: E402
 
+from broker import tansu_broker  # noqa: E402, F401 - a fixture
 from record_peers import needs_aiokafka, needs_kafka_python  # noqa: E402
 
 CODEC_ID = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -550,3 +551,65 @@ def test_every_flipped_byte_and_every_cut(kernel, tmp_path):
         if cut != kept:
             with pytest.raises(SegmentError, match="cut off"):
                 read(task)
+
+
+@pytest.mark.broker
+@needs_kafka_python
+def test_a_tansu_partitions_batches_as_a_segment_read_as_read_kafka(tansu_broker, tmp_path):  # noqa: F811
+    # The batches a real broker stored (Fetch answers' records, as a broker lays them out
+    # in its .log files) read from a segment file give what read_kafka gives.
+    import kafka
+
+    from fastkwire import FetchRequest, kafka_arrow
+
+    topic = f"segments-{os.getpid()}"
+    for codec in (None, "gzip"):
+        producer = kafka.KafkaProducer(
+            bootstrap_servers=tansu_broker.bootstrap, linger_ms=5, compression_type=codec
+        )
+        for i in range(100):
+            producer.send(
+                topic,
+                key=key(i),
+                value=value(i) or b"v",
+                headers=[(k, v or b"") for k, v in headers(i)],
+                partition=0,
+                timestamp_ms=T0 + i,
+            )
+        producer.flush(30)
+        producer.close(30)
+    expected = fastkwire.read_kafka(topic, bootstrap_servers=tansu_broker.bootstrap)
+    assert expected.num_rows == 200
+    conn = kafka_arrow.ClientOptions(tansu_broker.bootstrap).bootstrap()
+    log, offset = b"", 0
+    try:
+        while offset < 200:
+            answer = conn.request(
+                FetchRequest(
+                    replica_id=-1,
+                    max_wait_ms=100,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                    topics=[
+                        FetchRequest.FetchTopic(
+                            topic=topic,
+                            partitions=[
+                                FetchRequest.FetchPartition(
+                                    partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+                                )
+                            ],
+                        )
+                    ],
+                ),
+                min(conn.version_for(FetchRequest, lowest=4), 12),
+            )
+            data = answer.responses[0].partitions[0].records
+            whole = records.read_batches(data)
+            assert whole, "the broker answered no whole batch"
+            log += data[: len(data) - len(whole.tail)]
+            offset = whole[-1].base_offset + whole[-1].last_offset_delta + 1
+    finally:
+        conn.close()
+    (tmp_path / f"{topic}-0").mkdir()
+    (tmp_path / f"{topic}-0" / "00000000000000000000.log").write_bytes(log)
+    assert fastkwire.read_segments(tmp_path).equals(expected)
