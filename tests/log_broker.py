@@ -229,7 +229,9 @@ class LogBroker:
                         partition_index=p.partition_index, error_code=error, offset=offset
                     )
                 )
-            topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+            topics.append(
+                ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts)
+            )
         return ListOffsetsResponse(topics=topics)
 
     def _fetch(self, request):
@@ -308,12 +310,8 @@ def synthetic_logs(topic, partitions, records, value_size, per_batch=1000, compr
                 ),
                 HeaderColumns(
                     np.zeros(n + 1, dtype=np.int32),
-                    BinaryColumn(
-                        np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(0, bool)
-                    ),
-                    BinaryColumn(
-                        np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(0, bool)
-                    ),
+                    BinaryColumn(np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(0, bool)),
+                    BinaryColumn(np.zeros(0, np.uint8), np.zeros(1, np.int32), np.zeros(0, bool)),
                 ),
             )
             batches.append(rec.write_batch(cols, base_offset=base, compression=compression))

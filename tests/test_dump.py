@@ -152,6 +152,10 @@ def test_a_bad_segment_fails_whole(log, tmp_path, capsys):
         ),
         (["--segments", "{log}/nope", "--to", "x.parquet"], "no such segment file or directory"),
         (["--segments", "{log}", "--to", "x.parquet", "--timeout", "0"], "--timeout 0"),
+        (
+            ["--segments", "{log}", "--to", "x.parquet", "--start", "9", "--end", "3"],
+            "--start 9 is after --end 3",
+        ),
     ],
 )
 def test_usage_errors_name_flags(log, tmp_path, capsys, monkeypatch, argv, message):

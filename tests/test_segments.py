@@ -415,6 +415,13 @@ def test_path_errors(tmp_path):
         (dict(start_offset=-1), "start_offset"),
         (dict(end_offset="latest"), "end_offset"),
         (dict(block_size=0), "block_size"),
+        (dict(start_offset=5, end_offset=3), "start_offset 5 is after end_offset 3"),
+        (
+            dict(
+                start_offset=datetime.datetime(2026, 2, 1), end_offset=datetime.datetime(2026, 1, 1)
+            ),
+            "is after end_offset",
+        ),
     ):
         with pytest.raises(ValueError, match=match):
             fastkwire.read_segments(tmp_path / "t-0", **bad)

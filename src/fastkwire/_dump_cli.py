@@ -18,6 +18,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -40,12 +41,10 @@ PROGRESS_INTERVAL = 0.2  # seconds between redraws of the progress line
 DUMP_FLAGS = {
     "start_offset": "--start",
     "end_offset": "--end",
-    "partitions": "--partition",
     "isolation_level": "--isolation-level",
     "bootstrap_servers": "--bootstrap-server",
-    "topics": "--topic",
-    "truncated": "--truncated",
 }
+_PARAMETER = re.compile(r"\b(" + "|".join(DUMP_FLAGS) + r")\b")
 
 
 class UsageError(ValueError):
@@ -185,9 +184,8 @@ def _check(args):
 
 
 def _flagged(message):
-    for name, flag in DUMP_FLAGS.items():
-        message = message.replace(name, flag)
-    return message
+    """A reader's error with its parameter names as the flags the user typed."""
+    return _PARAMETER.sub(lambda m: DUMP_FLAGS[m.group(1)], message)
 
 
 def _batches(args, security, warn):

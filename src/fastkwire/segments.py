@@ -313,6 +313,10 @@ def _offset_for_time(files, when):
     return after
 
 
+def _comparable(value):
+    return _millis(value) if isinstance(value, datetime) else value
+
+
 def _millis(when):
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
@@ -354,6 +358,13 @@ def plan_segments(
         raise ValueError(f"truncated must be one of {', '.join(TRUNCATED)}, not {truncated!r}")
     _check_offset(start_offset, "start_offset")
     _check_offset(end_offset, "end_offset")
+    if (
+        start_offset is not None
+        and end_offset is not None
+        and isinstance(start_offset, datetime) == isinstance(end_offset, datetime)
+        and _comparable(start_offset) > _comparable(end_offset)
+    ):
+        raise ValueError(f"start_offset {start_offset} is after end_offset {end_offset}")
     if not isinstance(block_size, int) or block_size < 64:
         raise ValueError(f"block_size must be an int of at least 64 bytes, not {block_size!r}")
     if partitions is not None:
