@@ -491,6 +491,13 @@ def test_read_committed_from_the_markers(kernel, tmp_path, block_size):
     assert committed.column("offset").to_pylist() == [*range(4, 9), *range(11, 20)]
     task = segments.plan_segments(tmp_path / "t-0", isolation_level="read_committed")[0]
     assert task.aborted == ((7, 0, 10),) and task.end_offset == 21
+    # Files whose names are not their base offsets (copies renamed in order): the same.
+    for i, f in enumerate(files):
+        os.rename(f, tmp_path / "t-0" / f"copy-{i}.log")
+    renamed = fastkwire.read_segments(
+        tmp_path / "t-0", isolation_level="read_committed", block_size=block_size
+    )
+    assert renamed.equals(committed)
     assert pickle.loads(pickle.dumps(task)).aborted == task.aborted
 
 

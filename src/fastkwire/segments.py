@@ -233,7 +233,7 @@ def find_segments(paths, *, filesystem=None):
 # ---------------------------------------------------------------- the first pass
 
 
-def _batch_heads(file, size, name):
+def _batch_heads(file, size):
     """(position, base offset, length, magic, attributes, last offset, producer id, max
     timestamp) of each whole batch of a segment file, reading headers only (legacy
     messages: attributes 0, producer -1, last offset their offset)."""
@@ -252,13 +252,13 @@ def _batch_heads(file, size, name):
         pos += 12 + length
 
 
-def _control_type(file, pos, length, name):
+def _control_type(file, pos, length, name, check_crc):
     """The type of a control batch's first marker (0 abort, 1 commit), or None."""
     from .records import read_batches
 
     data = file.read_at(12 + length, pos)
     try:
-        batches = read_batches(data)
+        batches = read_batches(data, check_crc=check_crc)
     except DecodeError as e:
         raise SegmentError(e.reason, pos + e.offset, name) from None
     records = batches[0].records if batches else []
@@ -268,7 +268,7 @@ def _control_type(file, pos, length, name):
     return 0 if t == "abort" else 1 if t == "commit" else None
 
 
-def _transactions(files):
+def _transactions(files, check_crc):
     """The partition's aborted transactions as (producer_id, first_offset, marker_offset),
     and its last stable offset (the first offset of a transaction with no marker yet, or
     None)."""
@@ -276,13 +276,13 @@ def _transactions(files):
     aborted = []
     for fs, path, _, size in files:
         with fs.open_input_file(path) as f:
-            for pos, base, length, _, attrs, last, producer, _ in _batch_heads(f, size, path):
+            for pos, base, length, _, attrs, last, producer, _ in _batch_heads(f, size):
                 if not attrs & _TRANSACTIONAL:
                     continue
                 if not attrs & _CONTROL:
                     open_since.setdefault(producer, base)
                     continue
-                kind = _control_type(f, pos, length, path)
+                kind = _control_type(f, pos, length, path, check_crc)
                 first = open_since.pop(producer, None)
                 if kind == _CONTROL_ABORT and first is not None:
                     aborted.append((producer, first, base))
@@ -297,7 +297,7 @@ def _offset_for_time(files, when):
     after = None
     for fs, path, _, size in files:
         with fs.open_input_file(path) as f:
-            for pos, base, length, magic, attrs, last, _, max_ts in _batch_heads(f, size, path):
+            for pos, base, length, magic, attrs, last, _, max_ts in _batch_heads(f, size):
                 after = last + 1
                 if attrs & _CONTROL:
                     continue
@@ -381,7 +381,7 @@ def plan_segments(
             end = _offset_for_time(files, _millis(end))
         aborted = ()
         if read_committed:
-            aborted, stable = _transactions(files)
+            aborted, stable = _transactions(files, check_crc)
             if stable is not None:
                 end = stable if end is None else min(end, stable)
         for i, (fs, path, base, size) in enumerate(files):
@@ -434,7 +434,11 @@ def read_task(task):
         size = f.size()
         pos = 0
         block = task.block_size
-        resume = task.base_offset  # the offset the next block starts at, when known
+        # The offset the next block starts at: the file's name says the first one, or else
+        # its first batch does.
+        resume = task.base_offset
+        if resume is None and size >= 8:
+            resume = struct.unpack(">q", f.read_at(8, 0))[0]
         while pos < size:
             n = min(block, size - pos)
             f.seek(pos)
