@@ -102,9 +102,17 @@ class LogBroker:
         self.nodes[node_id] = self.port
         threading.Thread(target=self._accept, daemon=True).start()
 
+    def stop_listening(self):
+        """Refuse new connections from now on (a broker that went away)."""
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        except OSError:
+            pass
+        self.listener.close()
+
     def close(self):
         self._stop.set()
-        self.listener.close()
+        self.stop_listening()
         for s in list(self._socks):
             try:
                 s.shutdown(socket.SHUT_RDWR)

@@ -569,6 +569,8 @@ class _Leader(threading.Thread):
         self.active = {}  # key -> [next offset, end]
         self.credit = threading.Semaphore(1)
         self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.dead = False
 
     def run(self):
         conn = None
@@ -576,18 +578,28 @@ class _Leader(threading.Thread):
             conn = self.reader.cluster.connect(self.node)
             self._loop(conn)
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
-            left = [(k, o, e) for k, (o, e) in self.active.items()]
-            while True:
-                try:
-                    item = self.inbox.get_nowait()
-                except queue.Empty:
-                    break
-                if item[0] is not None:
-                    left.append(item)
+            with self.lock:  # from now on the reader gives its partitions to a new thread
+                self.dead = True
+                left = [(k, o, e) for k, (o, e) in self.active.items()]
+                while True:
+                    try:
+                        item = self.inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item[0] is not None:
+                        left.append(item)
             self.reader.out.put(("gone", self.node, exc, left))
         finally:
             if conn is not None:
                 conn.close()
+
+    def take(self, key, offset, end):
+        """Queue a partition for this thread; False once it has failed."""
+        with self.lock:
+            if self.dead:
+                return False
+            self.inbox.put((key, offset, end))
+            return True
 
     def _hand_over(self, item):
         while not self.credit.acquire(timeout=0.1):
@@ -695,10 +707,10 @@ class _Reader:
     def _assign(self, key, offset, end):
         node, _ = self.cluster.leader(*key)
         leader = self.leaders.get(node)
-        if leader is None or not leader.is_alive():
+        if leader is None or not leader.take(key, offset, end):
             leader = self.leaders[node] = _Leader(self, node)
+            leader.take(key, offset, end)
             leader.start()
-        leader.inbox.put((key, offset, end))
 
     def close(self):
         for leader in self.leaders.values():
@@ -735,7 +747,15 @@ class _Reader:
     def batches(self):
         """RecordBatches in the order the answers come (in offset order per partition)."""
         while self.pending:
-            item = self.out.get()
+            try:
+                item = self.out.get(timeout=1.0)
+            except queue.Empty:
+                # Never wait for answers no thread will give (a defect here, not the broker's).
+                if not any(leader.is_alive() for leader in self.leaders.values()):
+                    raise RuntimeError(
+                        f"fastkwire's reader lost track of {self.pending} partitions"
+                    ) from None
+                continue
             if item[0] == "answer":
                 _, leader, parts, moved, done = item
                 try:
@@ -751,7 +771,8 @@ class _Reader:
                     self._assign(key, offset, end)
                 continue
             _, node, exc, left = item  # "gone": the leader's thread ended on an error
-            self.leaders.pop(node, None)
+            if self.leaders.get(node) is not None and self.leaders[node].dead:
+                del self.leaders[node]
             if isinstance(exc, (KafkaReadError, KafkaSecurityError)) or not isinstance(
                 exc, KafkaClientError
             ):
@@ -759,13 +780,17 @@ class _Reader:
             host, port = self.cluster.brokers.get(node, ("?", 0))
             what = f"broker {node} ({format_address(host, port)}) failed: {exc}"
             for key, offset, end in left:
+                failed = f"{_name(*key)} could not be read from offset {offset} to {end}: {what}"
+                n = self.retries[("gone", key)] = self.retries.get(("gone", key), 0) + 1
+                if n > MAX_BROKER_RETRIES:
+                    raise KafkaReadError(failed, getattr(exc, "error", None), *key) from exc
+                time.sleep(RETRY_BACKOFF)
                 try:
-                    self._retry(key, what, MAX_BROKER_RETRIES)
+                    self.cluster.refresh([key[0]])
                     self._assign(key, offset, end)
                 except KafkaClientError as again:
                     raise KafkaReadError(
-                        f"{_name(*key)} could not be read from offset {offset} to {end}: "
-                        f"{what}; then: {again}",
+                        f"{failed}; then the metadata refresh failed: {again}",
                         getattr(exc, "error", None),
                         *key,
                     ) from exc
