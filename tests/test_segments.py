@@ -637,3 +637,39 @@ def test_a_tansu_partitions_batches_as_a_segment_read_as_read_kafka(tansu_broker
     (tmp_path / f"{topic}-0").mkdir()
     (tmp_path / f"{topic}-0" / "00000000000000000000.log").write_bytes(log)
     assert fastkwire.read_segments(tmp_path).equals(expected)
+
+
+@needs_kafka_python
+def test_the_offset_index_is_a_checked_hint(kernel, tmp_path):
+    d = tmp_path / "t-0"
+    lay_out(d, kafka_python_batches(400, batch_size=500), segment_bytes=1 << 20)
+    index = d / "00000000000000000000.index"
+    whole = fastkwire.read_segments(d)
+    (task,) = segments.plan_segments(d, start_offset=300)
+    with task.filesystem.open_input_file(task.path) as f:
+        at, first = segments._start_position(task, f, task.size)
+    assert at > 0 and first <= 300  # a later batch, which starts at or before 300
+    assert fastkwire.read_segments(d, start_offset=300).equals(whole.slice(300))
+    entries = index.read_bytes()
+    # A broker's active index: zeros after the entries it has written.
+    index.write_bytes(entries + bytes(800))
+    assert segments._start_position(task, _native(task), task.size)[0] == at
+    assert fastkwire.read_segments(d, start_offset=300).equals(whole.slice(300))
+    # Wrong indexes: a position inside a batch, an offset smaller than the batch there
+    # claims, a position past the file. Each is read from the start, rows unchanged.
+    rel, pos = struct.unpack_from(">ii", entries, len(entries) - 8)
+    for bad in (
+        struct.pack(">ii", rel, pos + 3),
+        struct.pack(">ii", 1, pos),
+        struct.pack(">ii", rel, 1 << 30),
+    ):
+        index.write_bytes(bad)
+        assert segments._start_position(task, _native(task), task.size) == (0, None)
+        assert fastkwire.read_segments(d, start_offset=300).equals(whole.slice(300))
+    index.unlink()
+    assert segments._start_position(task, _native(task), task.size) == (0, None)
+    assert fastkwire.read_segments(d, start_offset=300).equals(whole.slice(300))
+
+
+def _native(task):
+    return task.filesystem.open_input_file(task.path)

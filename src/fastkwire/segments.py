@@ -427,16 +427,52 @@ def _cut_off(task, pos, have, need):
     )
 
 
+def _start_position(task, f, size):
+    """(position, offset of the batch there) to start reading task.start_offset from, by
+    the offset index beside the segment (`.index`: entries of int32 offset relative to the
+    segment's base and int32 position; the offset is the last of the batches appended at
+    that position, so every batch before the position ends before it). An index is a hint:
+    the batch header it points at must be a magic 2 batch whose base offset lies between
+    the segment's base and the entry's offset, else the segment is read from its start.
+    (0, None) when there is no index, or nothing to skip."""
+    base, start = task.base_offset, task.start_offset
+    if start is None or base is None or start <= base:
+        return 0, None
+    try:
+        with task.filesystem.open_input_file(task.path[: -len(".log")] + ".index") as index:
+            raw = index.read()
+    except (OSError, ValueError):
+        return 0, None
+    import numpy as np
+
+    entries = np.frombuffer(raw, dtype=">i4", count=len(raw) // 8 * 2).reshape(-1, 2)
+    rel, position = entries[:, 0].astype(np.int64), entries[:, 1].astype(np.int64)
+    # The entries that ascend (a broker's active index is zeros past its last entry).
+    bad = np.flatnonzero((np.diff(rel) <= 0) | (np.diff(position) <= 0))
+    used = bad[0] + 1 if bad.size else len(rel)
+    i = int(np.searchsorted(rel[:used], start - base, side="right")) - 1
+    if i < 0:
+        return 0, None
+    at, claimed = int(position[i]), base + int(rel[i])
+    if not 0 < at <= size - _V2_HEAD_SIZE:
+        return 0, None
+    head = bytes(f.read_at(_V2_HEAD_SIZE, at))
+    first, length = _BATCH_START.unpack_from(head)
+    if head[16] != 2 or not base <= first <= claimed or length > size - at - 12:
+        return 0, None
+    return at, first
+
+
 def read_task(task):
     """The rows of one segment file (a SegmentTask), a block at a time, as
     pyarrow.RecordBatches of read_kafka's schema (blocks without rows are not yielded)."""
     with task.filesystem.open_input_file(task.path) as f:
         size = f.size()
-        pos = 0
+        pos, first = _start_position(task, f, size)
         block = task.block_size
         # The offset the next block starts at: the file's name says the first one, or else
         # its first batch does.
-        resume = task.base_offset
+        resume = task.base_offset if first is None else first
         if resume is None and size >= 8:
             resume = struct.unpack(">q", f.read_at(8, 0))[0]
         while pos < size:
