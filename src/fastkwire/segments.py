@@ -7,8 +7,8 @@
 
 A `.log` file is a partition's record batches as the broker stored them, back to back (magic
 2; logs written before Kafka 0.11 may hold magic 0/1 message sets). Its name is its base
-offset (20 digits); `.index`, `.timeindex`, `.txnindex` and `.snapshot` files beside it are
-not read. The topic and partition come from the directory name, `topic-N` (topic names
+offset (20 digits); of the files beside it only the offset index (`.index`) is read, as a
+checked hint of where a start offset is (`.timeindex`, `.txnindex`, `.snapshot` are not). The topic and partition come from the directory name, `topic-N` (topic names
 may contain "-": the partition is after the last one).
 
 Each path is a segment file, a partition directory, or a broker's log directory (every
