@@ -57,6 +57,8 @@ __all__ = list(_messages.__all__) + [
     "explain",
     "read_kafka",
     "iter_kafka",
+    "read_segments",
+    "iter_segments",
     "implementation",
     "__version__",
 ]
@@ -72,6 +74,11 @@ def __getattr__(name):
         from . import kafka_arrow
 
         value = globals()[name] = getattr(kafka_arrow, name)
+        return value
+    if name in ("read_segments", "iter_segments"):  # Kafka's log files; needs pyarrow
+        from . import segments
+
+        value = globals()[name] = getattr(segments, name)
         return value
     if name.startswith("__"):
         raise AttributeError(name)

@@ -6,6 +6,7 @@
     fastkwire explain --list-examples [API]
     fastkwire proxy --listen HOST:PORT --upstream HOST:PORT [--json] [--record FILE] [...]
     fastkwire stats FILE [--json]
+    fastkwire dump --bootstrap-server HOST:PORT --topic T | --segments PATH --to FILE [...]
     fastkwire describe-group --bootstrap-server HOST:PORT --group G [--json]
     fastkwire remove-members --bootstrap-server HOST:PORT --group G --instance-id ID [...]
     fastkwire remove-members ... --member-id ID | --all [--dry-run]
@@ -30,6 +31,7 @@ import sys
 import textwrap
 from itertools import chain
 
+from ._dump_cli import add_dump as _add_dump
 from ._explain_apis import api_names
 from ._explain_examples import example, example_names
 from ._explain_text import DOC_WIDTH, HEX_ROWS, JSON_ENCODER, message_value, render_lines
@@ -154,6 +156,10 @@ def _connection_arguments(parser):
         help="refuse a group description listing more members than this, before decoding it "
         f"(default {DEFAULT_MAX_GROUP_MEMBERS})",
     )
+    _security_arguments(parser)
+
+
+def _security_arguments(parser):
     security = parser.add_argument_group(
         "security (flags win over the environment and --command-config)"
     )
@@ -898,6 +904,14 @@ def explain_main(argv=None):
     )
 
 
+# ---------------------------------------------------------------- dump
+
+
+def add_dump(subparsers):
+    """`fastkwire dump` (_dump_cli.py), with the admin commands' security flags."""
+    _security_arguments(_add_dump(subparsers, security=_security, flags=FLAGS))
+
+
 # ---------------------------------------------------------------- dispatch
 
 # Subcommand name -> how to add it: a function(subparsers) that adds its parser and sets
@@ -908,6 +922,7 @@ SUBCOMMANDS = {
     "remove-members": add_remove_members,
     "proxy": add_proxy,
     "stats": add_stats,
+    "dump": add_dump,
 }
 
 

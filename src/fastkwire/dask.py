@@ -13,9 +13,9 @@ Dask: `pip install "fastkwire[dask]"`.
 import dask.dataframe as dd
 import pandas as pd
 
-from . import kafka_arrow
+from . import kafka_arrow, segments
 
-__all__ = ["read_kafka", "DEFAULT_RECORDS_PER_PARTITION", "meta"]
+__all__ = ["read_kafka", "DEFAULT_RECORDS_PER_PARTITION", "meta", "read_segments"]
 
 DEFAULT_RECORDS_PER_PARTITION = 1_000_000
 
@@ -84,5 +84,31 @@ def read_kafka(
         ranges,
         meta=meta(),
         label="fastkwire-read-kafka",
+        enforce_metadata=False,
+    )
+
+
+# ---------------------------------------------------------------- log segments
+
+
+def _read_segment(task):
+    """One segment file (a fastkwire.segments.SegmentTask) to a pandas DataFrame."""
+    import pyarrow as pa
+
+    batches = list(segments.read_task(task))
+    return _frame(pa.Table.from_batches(batches, schema=kafka_arrow.SCHEMA))
+
+
+def read_segments(paths, **options):
+    """A dask.dataframe.DataFrame of Kafka log segments, one piece per segment file;
+    arguments as fastkwire.read_segments'."""
+    tasks = segments.plan_segments(paths, **options)
+    if not tasks:
+        return dd.from_pandas(meta(), npartitions=1)
+    return dd.from_map(
+        _read_segment,
+        tasks,
+        meta=meta(),
+        label="fastkwire-read-segments",
         enforce_metadata=False,
     )

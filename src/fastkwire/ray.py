@@ -20,9 +20,15 @@ import ray.data
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from . import kafka_arrow
+from . import kafka_arrow, segments
 
-__all__ = ["read_kafka", "KafkaDatasource", "DEFAULT_RECORDS_PER_TASK"]
+__all__ = [
+    "read_kafka",
+    "KafkaDatasource",
+    "DEFAULT_RECORDS_PER_TASK",
+    "read_segments",
+    "SegmentDatasource",
+]
 
 DEFAULT_RECORDS_PER_TASK = 1_000_000
 
@@ -204,6 +210,82 @@ def read_kafka(
         block_size=block_size,
         check_crc=check_crc,
         **client,
+    )
+    return ray.data.read_datasource(
+        source,
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        memory=memory,
+        override_num_blocks=override_num_blocks,
+        **ray_remote_args,
+    )
+
+
+# ---------------------------------------------------------------- log segments
+
+
+def _read_segment(task):
+    import pyarrow as pa
+
+    for batch in segments.read_task(task):
+        yield pa.Table.from_batches([batch])
+
+
+class SegmentDatasource(Datasource):
+    """Kafka log segments (fastkwire.segments), one ReadTask per segment file."""
+
+    def __init__(self, paths, **options):
+        self.tasks = segments.plan_segments(paths, **options)
+
+    def estimate_inmemory_data_size(self):
+        return sum(t.size for t in self.tasks)  # about the bytes on disk (uncompressed)
+
+    def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+        return [
+            ReadTask(
+                lambda task=task: _read_segment(task),
+                BlockMetadata(
+                    num_rows=None,
+                    size_bytes=task.size,
+                    exec_stats=None,
+                    input_files=(task.path,),
+                ),
+                schema=kafka_arrow.SCHEMA,
+                per_task_row_limit=per_task_row_limit,
+            )
+            for task in self.tasks
+        ]
+
+
+def read_segments(
+    paths,
+    *,
+    filesystem=None,
+    partitions=None,
+    start_offset=None,
+    end_offset=None,
+    isolation_level="read_uncommitted",
+    check_crc=True,
+    truncated="error",
+    block_size=segments.DEFAULT_BLOCK_SIZE,
+    num_cpus=None,
+    num_gpus=None,
+    memory=None,
+    override_num_blocks=None,
+    **ray_remote_args,
+):
+    """A ray.data.Dataset of Kafka log segments, one read task per segment file; the
+    arguments are fastkwire.read_segments', plus Ray's resources and remote args."""
+    source = SegmentDatasource(
+        paths,
+        filesystem=filesystem,
+        partitions=partitions,
+        start_offset=start_offset,
+        end_offset=end_offset,
+        isolation_level=isolation_level,
+        check_crc=check_crc,
+        truncated=truncated,
+        block_size=block_size,
     )
     return ray.data.read_datasource(
         source,
