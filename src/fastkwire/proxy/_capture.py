@@ -1,6 +1,7 @@
 """The proxy's JSON-lines captures (`--record`), written and read back.
 
-One line per exchange: time (Unix seconds), conn, client, client_id, api, api_key, version,
+One line per exchange: time (Unix seconds), conn, client, client_id, broker (the upstream
+broker's host:port), api, api_key, version,
 correlation_id, latency_ms, fault, local_answer, and both frames as hex (`request`,
 `response`: null when none came; `upstream_response` too when the proxy rewrote it).
 """
@@ -32,6 +33,7 @@ def record_of(ex, frames=True):
         "conn": ex.conn,
         "client": ex.client,
         "client_id": ex.client_id,
+        "broker": ex.broker,
         "api": ex.api,
         "api_key": ex.api_key,
         "version": ex.api_version,
@@ -204,6 +206,7 @@ def _exchange_of(d, where):
         upstream_response=_frame(d, "upstream_response", where),
         expects_response=bool(d.get("expects_response", True)),
         local=bool(d.get("local_answer", False)),
+        broker=_text(d, "broker", where),
     )
 
 
