@@ -32,6 +32,7 @@ class Cluster:
         self.produced = {node: set() for node in NODES}  # node -> {(topic, partition)}
         self.fetched = {node: set() for node in NODES}
         self.errors = []
+        self.topic_names = {}  # topic id -> name, from Metadata answers (Fetch v13+ uses ids)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scripted-cluster", daemon=True)
@@ -96,7 +97,8 @@ class Cluster:
                 self.produced[node].update((t.name, p.index) for p in t.partition_data)
         else:
             for t in msg.topics:
-                self.fetched[node].update((t.topic, p.partition) for p in t.partitions)
+                name = t.topic or self.topic_names.get(t.topic_id, t.topic_id)
+                self.fetched[node].update((name, p.partition) for p in t.partitions)
 
     async def _responses(self, up_reader, writer, asked):
         try:
@@ -127,6 +129,8 @@ class Cluster:
             if api_key == METADATA:
                 msg.controller_id = NODES[0]
                 for t in msg.topics or ():
+                    if getattr(t, "topic_id", None) is not None:
+                        self.topic_names[t.topic_id] = t.name
                     for p in t.partitions or ():
                         p.leader_id = leader_of(p.partition_index)
                         p.replica_nodes = p.isr_nodes = [p.leader_id]

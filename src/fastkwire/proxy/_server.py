@@ -616,6 +616,13 @@ class Proxy:
                 )
                 why, kind = f"upstream {upstream[0]}:{upstream[1]}: {reason}", ProxyEvent.ERROR
                 return
+            local = conn.uwriter.get_extra_info("sockname") or ("?", 0)
+            self._event(
+                ProxyEvent.OPEN,
+                conn,
+                f"upstream {upstream[0]}:{upstream[1]} connected from {local[0]}:{local[1]}"
+                + (" over TLS" if self.upstream_tls else ""),
+            )
             pumps = [
                 asyncio.create_task(self._requests(conn)),
                 asyncio.create_task(self._responses(conn)),
