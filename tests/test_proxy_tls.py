@@ -3,9 +3,7 @@ to a TLS listener (the suite's gateway, which also answers SASL in Tansu's place
 end to end with SASL passed through untouched, a wrong upstream certificate refused with a
 line that says so, and the raw tokens after a v0 SaslHandshake forwarded unpaired."""
 
-import asyncio
 import socket
-import ssl
 import struct
 import threading
 import time
