@@ -492,6 +492,16 @@ async def _serve(proxy, args, err):
     print(
         f"{args.prog}: listening on {host}:{port}, forwarding to {args.upstream[0]}:{args.upstream[1]}"
         + (f", advertising {proxy.advertised[0]}:{proxy.advertised[1]}" if proxy.rewrite else "")
+        + (
+            f", a listener per broker ({', '.join(f'{b[0]}:{b[1]}' for b in proxy.broker_map)}"
+            + (" fixed; " if proxy.broker_map and proxy.broker_ports else "")
+            + (f"ports {proxy.broker_ports[0]}-{proxy.broker_ports[1]}" if proxy.broker_ports else "")
+            + ")"
+            if proxy.mapped
+            else ""
+        )
+        + (", TLS for clients" if proxy.tls else "")
+        + (", TLS to brokers" if proxy.upstream_tls else "")
         + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""),
         file=err,
         flush=True,
