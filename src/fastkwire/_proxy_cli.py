@@ -495,7 +495,11 @@ async def _serve(proxy, args, err):
         + (
             f", a listener per broker ({', '.join(f'{b[0]}:{b[1]}' for b in proxy.broker_map)}"
             + (" fixed; " if proxy.broker_map and proxy.broker_ports else "")
-            + (f"ports {proxy.broker_ports[0]}-{proxy.broker_ports[1]}" if proxy.broker_ports else "")
+            + (
+                f"ports {proxy.broker_ports[0]}-{proxy.broker_ports[1]}"
+                if proxy.broker_ports
+                else ""
+            )
             + ")"
             if proxy.mapped
             else ""

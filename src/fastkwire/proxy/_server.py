@@ -32,6 +32,7 @@ from ._faults import Faults, error_answer
 from ._frames import SIZE, produce_acks, request_header, response_correlation_id
 from ._rewrite import FULL_LISTS, names_brokers, rewrite_addresses
 from .. import REQUEST_CLASSES
+from ._sink import drain_queue
 from ._stats import Summary
 from ..errors import DecodeError
 
@@ -45,6 +46,7 @@ DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_MAX_BUFFERED_BYTES = 1024 * MIB  # frames held for all connections together
 INSPECT_QUEUE = 10_000  # exchanges waiting for their error codes to be read
 INSPECT_QUEUE_BYTES = 64 * MIB  # and their responses' bytes
+INSPECT_BATCH_DELAY = 0.02  # seconds exchanges gather before the inspector reads them
 READ_SIZE = 256 * 1024
 WRITE_PIECE = 1 * MIB  # a larger frame is written in pieces of this size
 WATCH_INTERVAL_MAX = 1.0
@@ -325,7 +327,7 @@ class Proxy:
         self._count = 0
         self._watchdog = None
         self.buffered = 0  # bytes of frames held for all connections (partial and pending)
-        self._inspect_queue = queue.Queue()
+        self._inspect_queue = queue.SimpleQueue()
         self._inspect_bytes = 0
         self._inspector = None
 
@@ -549,18 +551,21 @@ class Proxy:
     def _inspect(self):
         """The inspector's thread: the error codes of each response, for the summary."""
         while True:
-            ex = self._inspect_queue.get()
-            if ex is None:
-                return
-            try:
-                names = ex.error_codes()
-            except Exception as e:  # noqa: BLE001 - a bug here must not stop the summary
-                names = []
-                self._observer_failed(e)
-            with self.summary.lock:
-                self._inspect_bytes -= ex.response_size or 0
-            if names:
-                self.summary.add_errors(ex.api, names)
+            batch = [self._inspect_queue.get()]
+            time.sleep(INSPECT_BATCH_DELAY)  # one wake-up per batch, not per exchange
+            batch += drain_queue(self._inspect_queue)
+            for ex in batch:
+                if ex is None:
+                    return
+                try:
+                    names = ex.error_codes()
+                except Exception as e:  # noqa: BLE001 - a bug here must not stop the summary
+                    names = []
+                    self._observer_failed(e)
+                with self.summary.lock:
+                    self._inspect_bytes -= ex.response_size or 0
+                if names:
+                    self.summary.add_errors(ex.api, names)
 
     def _event(self, kind, conn, text, frame=None, from_client=None):
         if self.on_event is None:
