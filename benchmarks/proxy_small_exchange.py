@@ -36,20 +36,26 @@ async def drive(port, requests):
 
 
 def profile_table(raw, top=18):
-    """(function, self share, inclusive share) from py-spy's collapsed stacks."""
+    """(function, self share, inclusive share) from py-spy's collapsed stacks (with
+    --threads: each stack starts with its thread), and the samples of each thread."""
     own, inside, total = collections.Counter(), collections.Counter(), 0
+    threads = collections.Counter()
     for line in Path(raw).read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not count.isdigit():
             continue
         n = int(count)
-        frames = [f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")") for f in stack.split(";")]
+        thread, *stack = stack.split(";")
+        threads[thread] += n
+        if not stack:
+            continue
+        frames = [f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")") for f in stack]
         total += n
         own[frames[-1]] += n
         for f in set(frames):
             inside[f] += n
     rows = sorted(own, key=own.get, reverse=True)[:top]
-    return [(f, own[f] / total, inside[f] / total) for f in rows], total
+    return [(f, own[f] / total, inside[f] / total) for f in rows], total, threads
 
 
 async def main(args):
@@ -61,7 +67,7 @@ async def main(args):
         if args.profile:
             raw = f"{tmp}/profile.txt"
             spy = subprocess.Popen(
-                ["py-spy", "record", "-r", "500", "-f", "raw", "-o", raw, "-p", str(proc.pid)],
+                ["py-spy", "record", "-r", "500", "--gil", "--threads", "-f", "raw", "-o", raw, "-p", str(proc.pid)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -79,8 +85,9 @@ async def main(args):
             f"{n / took:.0f} exchanges/s, {took / n * 1e6:.0f} µs per round trip"
         )
         if spy is not None:
-            rows, samples = profile_table(raw)
-            print(f"\n{samples} samples\n\n| function | self | inside |\n|---|---:|---:|")
+            rows, samples, threads = profile_table(raw)
+            print(f"\n{samples} samples: " + ", ".join(f"{t} {n}" for t, n in threads.most_common()))
+            print("\n| function | self | inside |\n|---|---:|---:|")
             for f, s, i in rows:
                 print(f"| `{f}` | {s:.1%} | {i:.1%} |")
     await broker.close()

@@ -51,6 +51,7 @@ def record_of(ex, frames=True):
     return d
 
 
+_ENCODE = json.JSONEncoder(check_circular=False).encode
 HEX_CHUNK = 1 << 20  # frame bytes turned into hex at a time: a large frame is not copied whole
 
 
@@ -82,17 +83,20 @@ class CaptureWriter:
         frames = [("request", ex.request), ("response", ex.response)]
         if ex.upstream_response is not None:
             frames.append(("upstream_response", ex.upstream_response))
-        self._file.write(json.dumps(d)[:-1])
+        parts = [_ENCODE(d)[:-1]]  # the line in one write when its frames are small
         for key, frame in frames:
             if frame is None:
-                self._file.write(f', "{key}": null')
-                continue
-            self._file.write(f', "{key}": "')
-            view = memoryview(frame)
-            for i in range(0, len(view), HEX_CHUNK):
-                self._file.write(view[i : i + HEX_CHUNK].hex())
-            self._file.write('"')
-        self._file.write("}\n")
+                parts.append(f', "{key}": null')
+            elif len(frame) <= HEX_CHUNK:
+                parts.append(f', "{key}": "{frame.hex()}"')
+            else:
+                self._file.write("".join(parts) + f', "{key}": "')
+                view = memoryview(frame)
+                for i in range(0, len(view), HEX_CHUNK):
+                    self._file.write(view[i : i + HEX_CHUNK].hex())
+                parts = ['"']
+        parts.append("}\n")
+        self._file.write("".join(parts))
         self.count += 1
 
     def write_unpaired(self, event):
