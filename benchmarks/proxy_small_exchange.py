@@ -67,7 +67,20 @@ async def main(args):
         if args.profile:
             raw = f"{tmp}/profile.txt"
             spy = subprocess.Popen(
-                ["py-spy", "record", "-r", "500", "--gil", "--threads", "-f", "raw", "-o", raw, "-p", str(proc.pid)],
+                [
+                    "py-spy",
+                    "record",
+                    "-r",
+                    "500",
+                    "--gil",
+                    "--threads",
+                    "-f",
+                    "raw",
+                    "-o",
+                    raw,
+                    "-p",
+                    str(proc.pid),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -86,7 +99,9 @@ async def main(args):
         )
         if spy is not None:
             rows, samples, threads = profile_table(raw)
-            print(f"\n{samples} samples: " + ", ".join(f"{t} {n}" for t, n in threads.most_common()))
+            print(
+                f"\n{samples} samples: " + ", ".join(f"{t} {n}" for t, n in threads.most_common())
+            )
             print("\n| function | self | inside |\n|---|---:|---:|")
             for f, s, i in rows:
                 print(f"| `{f}` | {s:.1%} | {i:.1%} |")

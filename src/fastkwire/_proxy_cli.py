@@ -296,8 +296,9 @@ def add_proxy(subparsers):
         type=_count,
         default=DEFAULT_MAX_BUFFERED_BYTES,
         metavar="N",
-        help="bytes of frames held for all connections together; the connection whose frame "
-        f"crosses it is ended (default {DEFAULT_MAX_BUFFERED_BYTES})",
+        help="bytes of frames held for all connections together; past it, clients are not "
+        "read until answers drain (a frame under way may finish; one that takes the total "
+        f"past twice this ends its connection) (default {DEFAULT_MAX_BUFFERED_BYTES})",
     )
     parser.set_defaults(run=run_proxy)
     return parser

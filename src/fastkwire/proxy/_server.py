@@ -50,6 +50,7 @@ INSPECT_BATCH_DELAY = 0.02  # seconds exchanges gather before the inspector read
 READ_SIZE = 256 * 1024
 WRITE_PIECE = 1 * MIB  # a larger frame is written in pieces of this size
 WATCH_INTERVAL_MAX = 1.0
+ROOM_POLL = 0.005  # seconds between looks at the bytes held, while clients wait for room
 
 
 SASL_HANDSHAKE = 17
@@ -327,6 +328,7 @@ class Proxy:
         self._count = 0
         self._watchdog = None
         self.buffered = 0  # bytes of frames held for all connections (partial and pending)
+        self._holding = False  # clients' reads held back past max_buffered_bytes
         self._inspect_queue = queue.SimpleQueue()
         self._inspect_bytes = 0
         self._inspector = None
@@ -737,11 +739,32 @@ class Proxy:
             if bad is not None:
                 raise bad
             if self.buffered > self.max_buffered_bytes:
-                raise _Broken(
-                    f"the proxy holds {self.buffered} bytes of frames for its connections "
-                    f"(limit {self.max_buffered_bytes}: max_buffered_bytes): closing the "
-                    f"connection whose {what} crossed it"
-                )
+                # A frame under way may finish (waiting, it would never drain), up to twice
+                # the limit; between frames, a client is not read until answers drain.
+                if conn.held[side] and self.buffered > 2 * self.max_buffered_bytes:
+                    raise _Broken(
+                        f"the proxy holds {self.buffered} bytes of frames for its connections "
+                        f"(twice the limit {self.max_buffered_bytes}: max_buffered_bytes): "
+                        f"closing the connection whose {what} crossed it"
+                    )
+                if side == 0 and not conn.held[side]:
+                    await self._wait_for_room(conn)
+
+    async def _wait_for_room(self, conn):
+        """Holds this client's reads while the frames held for all connections are past
+        max_buffered_bytes (answers drain them); a line when the wait begins."""
+        if not self._holding:
+            self._holding = True
+            self._event(
+                ProxyEvent.ERROR,
+                conn,
+                f"the proxy holds {self.buffered} bytes of frames for its connections "
+                f"(limit {self.max_buffered_bytes}: max_buffered_bytes): clients are not read "
+                "until answers drain",
+            )
+        while self.buffered > self.max_buffered_bytes:
+            await asyncio.sleep(ROOM_POLL)
+        self._holding = False
 
     def _held(self, conn, side, size):
         self.buffered += size - conn.held[side]
