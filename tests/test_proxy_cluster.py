@@ -158,8 +158,10 @@ def test_without_the_mapping_clients_go_around_the_proxy(cluster):
     """The check above can fail: with the proxy only forwarding, the cluster's own
     addresses reach the client, which connects to the brokers directly."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+
     with BackgroundProxy(cluster.bootstrap) as proxy:
-        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": proxy.bootstrap})
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
         admin.list_topics(timeout=TIMEOUT)
         producer = confluent_kafka.Producer({"bootstrap.servers": proxy.bootstrap})
         producer.list_topics(timeout=TIMEOUT)

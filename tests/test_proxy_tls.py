@@ -114,11 +114,13 @@ def test_sasl_ssl_end_to_end_tls_on_both_sides(secured, tmp_path):
         }
         topic = f"tls-both-{time.monotonic_ns()}"
         assert produce_and_consume(proxy.bootstrap, config, topic) == [f"v{i}" for i in range(5)]
+        wanted = {"SaslHandshake", "SaslAuthenticate", "Produce", "Fetch"}
+        deadline = time.monotonic() + TIMEOUT  # the last exchange is told just after its bytes
+        while not wanted <= {e.api for e in proxy.exchanges()} and time.monotonic() < deadline:
+            time.sleep(0.02)
         exchanges = proxy.exchanges()
+        assert wanted <= {e.api for e in exchanges}, sorted({e.api for e in exchanges})
         assert all(e.broker == f"127.0.0.1:{secured.gateway.port}" for e in exchanges)
-        assert {"SaslHandshake", "SaslAuthenticate", "Produce", "Fetch"} <= {
-            e.api for e in exchanges
-        }
         assert any("over TLS" in e.text for e in proxy.events())
     writer.close()
     # The capture holds the decrypted frames, SASL's included, as they went.

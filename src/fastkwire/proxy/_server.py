@@ -324,6 +324,7 @@ class Proxy:
         self._brokers = {}  # upstream (host, port) -> _Listener
         self._next_port = None if self.broker_ports is None else self.broker_ports[0]
         self._servers = set()  # asyncio servers of the broker listeners
+        self._starting = set()  # their start_server tasks, until done
         self._conns = set()
         self._count = 0
         self._watchdog = None
@@ -361,6 +362,10 @@ class Proxy:
         """Stops listening and ends every connection."""
         if self._server is not None:
             self._server.close()
+        for task in list(self._starting):
+            task.cancel()
+        for lst in self._brokers.values():
+            lst.server = None  # a listener still starting closes itself
         for server in list(self._servers):
             server.close()
         for conn in list(self._conns):
@@ -431,7 +436,9 @@ class Proxy:
         lst.advertised = (host, port)
         self._brokers[broker] = lst
         lst.server = True  # listening; the asyncio server follows
-        asyncio.get_running_loop().create_task(self._serve_listener(lst, sock))
+        task = asyncio.get_running_loop().create_task(self._serve_listener(lst, sock))
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
         self._event_text(f"broker {broker[0]}:{broker[1]} mapped to {host}:{port}")
         return lst.advertised
 
@@ -480,9 +487,13 @@ class Proxy:
             yield port
 
     async def _serve_listener(self, lst, sock):
-        server = await asyncio.start_server(
-            lambda r, w: self._handle(r, w, lst), sock=sock, limit=READ_SIZE, ssl=self.tls
-        )
+        try:
+            server = await asyncio.start_server(
+                lambda r, w: self._handle(r, w, lst), sock=sock, limit=READ_SIZE, ssl=self.tls
+            )
+        except BaseException:
+            sock.close()
+            raise
         if lst.server is True:
             lst.server = server
             self._servers.add(server)
