@@ -288,7 +288,7 @@ def test_usage_errors_name_the_flag(tmp_path, capsys):
             code = e.code
         return code, capsys.readouterr().err
 
-    code, err = run("--upstream", "nowhere")
+    code, err = run("--upstream", "nowhere:port")
     assert code == 2 and "--upstream" in err and "HOST:PORT" in err
     code, err = run("--upstream", "127.0.0.1:9", "--fault", "api=Heartbeat,error=NO_SUCH_ERROR")
     assert code == 2 and "--fault" in err and "NO_SUCH_ERROR" in err

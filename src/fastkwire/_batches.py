@@ -17,6 +17,7 @@ import time
 from . import _compression, _legacy_records, _wire
 from .errors import DecodeError, EncodeError
 from ._records_model import Batches, RecordBatch, as_control
+from ._rules import require_numpy
 
 HEADER_FIELDS = _wire.BATCH_HEADER
 HEADER = struct.Struct(">" + "".join(fmt for _, fmt in HEADER_FIELDS))
@@ -61,6 +62,7 @@ class Codec:
     def read_columns(self, data, *, check_crc=True, max_decompressed=None):
         """Every record of the whole batches in `data` as one RecordColumns (control
         batches included, as their raw keys and values); `.tail` as for read_batches."""
+        require_numpy("records.read_columns")  # the columns are numpy arrays
         builder = self.kernel.ColumnsBuilder()
         tail = self._walk(
             data, check_crc, max_decompressed, builder.add, builder.add_records, objects=False

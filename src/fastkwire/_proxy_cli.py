@@ -13,7 +13,7 @@ import signal
 import sys
 
 from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
-from ._printable import printable
+from ._printable import os_error_text, printable
 from .connection import make_tls_context
 from .connection_errors import OptionError
 from .errors import DecodeError
@@ -79,6 +79,21 @@ def _address(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT") from None
 
 
+def _broker(text):
+    """One broker by --bootstrap-server's rule: HOST:PORT, HOST (port 9092), [IPV6]:PORT."""
+    from .admin import parse_servers
+
+    try:
+        servers = parse_servers(text)
+    except ValueError:
+        servers = []
+    if len(servers) != 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one broker: HOST:PORT, or HOST for port 9092"
+        )
+    return servers[0]
+
+
 def _count(text):
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"not a positive count: {text!r}")
@@ -142,10 +157,10 @@ def add_proxy(subparsers):
     )
     parser.add_argument(
         "--upstream",
-        type=_address,
+        type=_broker,
         required=True,
         metavar="HOST:PORT",
-        help="the broker to forward to",
+        help="the broker to forward to (HOST alone: port 9092, as --bootstrap-server)",
     )
     out = parser.add_argument_group("output")
     out.add_argument(
@@ -438,7 +453,7 @@ def run_proxy(args, out=None, err=None):
         return EXIT_USAGE
     except (RuleError, ValueError, OSError) as e:
         print(
-            f"{args.prog}: error: {printable(_flagged(str(e)) if not isinstance(e, OSError) else e)}",
+            f"{args.prog}: error: {os_error_text(e) if isinstance(e, OSError) else printable(_flagged(str(e)))}",
             file=err,
         )
         return EXIT_USAGE
@@ -657,7 +672,10 @@ def run_stats(args, out=None, err=None):
         for ex in read_capture(args.capture, args.port, _warner(args.prog, err)):
             summary.add_exchange(ex)
     except (CaptureError, OSError, ImportError) as e:
-        print(f"{args.prog}: error: {printable(e)}", file=err)
+        print(
+            f"{args.prog}: error: {os_error_text(e) if isinstance(e, OSError) else printable(e)}",
+            file=err,
+        )
         return EXIT_USAGE
     _print_summary(summary, args.json, out)
     return EXIT_OK
@@ -690,6 +708,12 @@ def add_capture_arguments(parser):
     )
 
 
+def _api_name(key):
+    from ._explain_apis import api_names
+
+    return None if key is None else api_names().get(key, key)
+
+
 def run_explain_capture(args, out, err):
     """0 when every frame decoded, 1 when some did not (shown with their errors), 2 for a
     capture that cannot be read."""
@@ -697,8 +721,10 @@ def run_explain_capture(args, out, err):
         print("fastkwire explain: --capture takes no frame, --file or --example", file=err)
         return EXIT_USAGE
     failed = count = 0
+    held = {}  # "API vN" -> exchanges, of what the filters left out
     try:
         for ex in read_capture(args.capture, args.port, _warner("fastkwire explain", err)):
+            held[f"{ex.api} v{ex.api_version}"] = held.get(f"{ex.api} v{ex.api_version}", 0) + 1
             if args.api is not None and ex.api_key != args.api:
                 continue
             if args.version is not None and ex.api_version != args.version:
@@ -714,11 +740,27 @@ def run_explain_capture(args, out, err):
                 out.write(f"=== {exchange_line(ex)}\n")
                 failed += _explain_exchange(ex, out, err, None if args.full else DOC_WIDTH)
     except (CaptureError, OSError, ImportError) as e:
-        print(f"fastkwire explain: {printable(e)}", file=err)
+        print(
+            f"fastkwire explain: {os_error_text(e) if isinstance(e, OSError) else printable(e)}",
+            file=err,
+        )
         return EXIT_USAGE
     print(
         f"{count} exchange{'s' if count != 1 else ''}"
         + (f", {failed} frame{'s' if failed != 1 else ''} that do not decode" if failed else ""),
         file=err,
     )
+    if not count and held:
+        given = [
+            f"{flag} {value}"
+            for flag, value in (("--api", _api_name(args.api)), ("--version", args.version))
+            if value is not None
+        ] + [f"--client-id {c!r}" for c in args.client_id]
+        shown = ", ".join(f"{k} ({n})" for k, n in sorted(held.items())[:10])
+        more = f" and {len(held) - 10} more" if len(held) > 10 else ""
+        print(
+            f"fastkwire explain: warning: none of the capture's {sum(held.values())} exchanges "
+            f"matched {' '.join(given)}; it holds {printable(shown)}{more}",
+            file=err,
+        )
     return EXIT_UNDECODED if failed else EXIT_OK
