@@ -304,3 +304,66 @@ def test_usage_errors_name_the_flag(tmp_path, capsys):
         port = taken.getsockname()[1]
         code, err = run("--upstream", "127.0.0.1:9", "--listen", f"127.0.0.1:{port}")
     assert code == 3 and f"--listen 127.0.0.1:{port}" in err
+
+
+def test_a_listener_per_broker_from_the_flags(tansu_broker, tmp_path):
+    from cluster import NODES, Cluster
+
+    from test_proxy_cluster import _free_range
+
+    cluster = Cluster(tansu_broker.port)
+    ports = _free_range(3)
+    start = int(ports.split("-")[0])
+    fixed = socket.socket()
+    fixed.bind(("127.0.0.1", 0))
+    fixed_port = fixed.getsockname()[1]
+    fixed.close()
+    record = tmp_path / "cluster.jsonl"
+    proxy = ProxyProcess(
+        "--upstream",
+        cluster.bootstrap,
+        "--broker-ports",
+        ports,
+        "--map",
+        f"127.0.0.1:{cluster.ports[3]}=127.0.0.1:{fixed_port}",
+        "--record",
+        str(record),
+        "--connections",
+    )
+    try:
+        assert f"a listener per broker (127.0.0.1:{cluster.ports[3]} fixed; ports {ports})" in (
+            proxy.banner
+        )
+        produce_and_consume(proxy.bootstrap, "cli-cluster", count=2)
+    finally:
+        code, out, err = proxy.stop(signal.SIGTERM)
+        cluster.close()
+    assert code == 0, err
+    assert f"broker 127.0.0.1:{cluster.ports[3]} mapped to 127.0.0.1:{fixed_port}" in err
+    assert f"broker 127.0.0.1:{cluster.ports[1]} mapped to 127.0.0.1:{start}" in err
+    produce = [line for line in out.splitlines() if " Produce v" in line]
+    # cli-cluster's one partition is led by node 1.
+    assert produce and all(f"-> 127.0.0.1:{cluster.ports[1]}" in line for line in produce)
+    brokers = {json.loads(line).get("broker") for line in record.read_text().splitlines()}
+    assert {f"127.0.0.1:{cluster.ports[n]}" for n in NODES} & brokers
+    assert all(not b.endswith(f":{tansu_broker.port}") for b in brokers)
+
+
+def test_mapping_flags_refuse_what_does_not_fit(capsys):
+    def run(*args):
+        try:
+            code = main(["proxy", *args])
+        except SystemExit as e:
+            code = e.code
+        return code, capsys.readouterr().err
+
+    code, err = run("--upstream", "127.0.0.1:9", "--broker-ports", "9-5")
+    assert code == 2 and "--broker-ports: '9-5' is not two ports" in err
+    code, err = run("--upstream", "127.0.0.1:9", "--map", "127.0.0.1:9")
+    assert code == 2 and "--map" in err and "BROKER-HOST:PORT=LOCAL-HOST:PORT" in err
+    code, err = run(
+        "--upstream", "127.0.0.1:9", "--broker-ports", "30000-30001", "--rewrite-advertised"
+    )
+    assert code == 2 and "--rewrite-advertised: one address for every broker" in err
+    code, err = run("--upstream", "127.0.0.1:9", "--tls-cert", "x.pem")
+    assert code == 2 and "--tls-cert and --tls-key go together" in err

@@ -261,3 +261,57 @@ def test_a_30_mb_answer_among_fifty_connections_with_stdout_unread(tmp_path, rec
     if record:
         big = [json.loads(line) for line in (tmp_path / "t.jsonl").open() if '"ListGroups"' in line]
         assert len(big) == 1 and len(big[0]["response"]) == 2 * size
+
+
+def test_fifty_connections_over_three_mapped_brokers(tmp_path):
+    """The same load spread over three brokers, each behind its own listener (--map): every
+    byte of every connection reaches its own broker and comes back, and every exchange's
+    line names that broker."""
+    import socket
+
+    log = tmp_path / "proxy.jsonl"
+
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    async def main():
+        brokers = [await LoadBroker(Templates([1024, 65536])).start() for _ in range(3)]
+        local = [free_port() for _ in brokers]
+        maps = []
+        for b, port in zip(brokers, local):
+            maps += ["--map", f"127.0.0.1:{b.port}=127.0.0.1:{port}"]
+        with open(log, "w") as out:
+            proc, _, streams = start_proxy(brokers[0].port, out, *maps)
+            try:
+                results = await asyncio.gather(
+                    *(
+                        run_client("127.0.0.1", local[i % 3], i, 3, 4, (512, 16384))
+                        for i in range(CONNECTIONS)
+                    )
+                )
+            finally:
+                code, err = await asyncio.get_running_loop().run_in_executor(
+                    None, stop_proxy, proc, streams
+                )
+        for b in brokers:
+            await b.close()
+        return dict(results), brokers, code, err
+
+    clients, brokers, code, err = asyncio.run(main())
+    assert code == 0, err
+    assert len(clients) == CONNECTIONS
+    for client_id in clients:
+        own = brokers[int(client_id.split("-")[-1]) % 3]
+        assert not compare({client_id: clients[client_id]}, own.sides), client_id
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    exchanges = [d for d in lines if "api" in d]
+    assert len(exchanges) == sum(c.frames for c in clients.values())
+    by_broker = {}
+    for d in exchanges:
+        by_broker.setdefault(d["broker"], set()).add(d["client_id"])
+    assert by_broker == {
+        f"127.0.0.1:{b.port}": {c for c in clients if int(c.split("-")[-1]) % 3 == n}
+        for n, b in enumerate(brokers)
+    }

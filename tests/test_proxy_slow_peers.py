@@ -422,13 +422,48 @@ def test_connections_past_max_connections_are_refused(broker):
         b.close()
 
 
-def test_bytes_held_past_max_buffered_bytes_end_the_connection_that_crossed_it(broker):
+def test_a_frame_past_twice_max_buffered_bytes_ends_the_connection_that_crossed_it(broker):
     with BackgroundProxy(f"127.0.0.1:{broker.port}", max_buffered_bytes=200_000) as proxy:
         with socket.create_connection(proxy.address, timeout=TIMEOUT) as good:
             with socket.create_connection(proxy.address, timeout=TIMEOUT) as hog:
-                hog.sendall(SIZE.pack(1_000_000) + b"\x00" * 300_000)  # a frame under way
+                hog.sendall(SIZE.pack(1_000_000) + b"\x00" * 500_000)  # a frame under way
                 assert closed_by_peer(hog)
-            wait_for_event(proxy, "(limit 200000: max_buffered_bytes)")
+            wait_for_event(proxy, "(twice the limit 200000: max_buffered_bytes)")
             good.sendall(request("good", 9))
             assert SIZE.unpack_from(read_frame(good), 4)[0] == 9
         assert proxy.call(lambda: proxy.proxy.buffered) == 0
+
+
+def test_past_max_buffered_bytes_clients_are_not_read_until_answers_drain():
+    """Whole requests awaiting answers past the limit: the client is not read (the broker
+    sees no more requests) until answers drain; then everything is answered, in order,
+    and no connection is ended."""
+    release = threading.Event()
+    seen = []
+
+    def answer(sock, frames):
+        seen.extend(frames)
+        release.wait(TIMEOUT)
+        for f in frames:
+            sock.sendall(answer_to(f))
+
+    upstream = ScriptedUpstream(answer)
+    try:
+        with BackgroundProxy(f"127.0.0.1:{upstream.port}", max_buffered_bytes=150_000) as proxy:
+            with socket.create_connection(proxy.address, timeout=TIMEOUT) as sock:
+                for i in range(8):  # 8 requests of 50 KB, one at a time: whole frames
+                    sock.sendall(padded(request("good", i), 50_000))
+                    time.sleep(0.05)
+                wait_for_event(proxy, "clients are not read until answers drain")
+                time.sleep(0.3)
+                # Read and forwarded: up to the one request that crossed 150 KB, no more.
+                pending = proxy.call(lambda: [len(c.pending) for c in proxy.proxy._conns])
+                assert pending == [3]  # 3 x 50 KB and their headers cross 150 KB
+                release.set()
+                for i in range(8):
+                    assert SIZE.unpack_from(read_frame(sock), 4)[0] == i
+            assert len(seen) == 8
+            assert not [e for e in proxy.events() if "closing" in e.text]
+    finally:
+        release.set()
+        upstream.close()

@@ -14,6 +14,8 @@ import sys
 
 from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
 from ._printable import os_error_text, printable
+from .connection import make_tls_context
+from .connection_errors import OptionError
 from .errors import DecodeError
 from .proxy import (
     DEFAULT_FRAME_TIMEOUT,
@@ -58,6 +60,9 @@ PROXY_FLAGS = {
     "frame_timeout": "--frame-timeout",
     "max_connections": "--max-connections",
     "max_buffered_bytes": "--max-buffered-bytes",
+    "broker_ports": "--broker-ports",
+    "broker_map": "--map",
+    "rewrite_advertised": "--rewrite-advertised",
 }
 
 
@@ -116,6 +121,13 @@ def _seconds(text):
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 86400 seconds")
     return value
+
+
+def _mapping(text):
+    broker, sep, local = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not BROKER-HOST:PORT=LOCAL-HOST:PORT")
+    return _address(broker), _address(local)
 
 
 def _rule(text):
@@ -199,6 +211,22 @@ def add_proxy(subparsers):
         help="the address --rewrite-advertised puts in (default: --listen)",
     )
     change.add_argument(
+        "--broker-ports",
+        metavar="START-END",
+        help="a listener per broker the cluster names (Metadata, FindCoordinator, "
+        "DescribeCluster), on the next free port of this range, and its address put into "
+        "the answers: clients of a cluster reach every broker through the proxy",
+    )
+    change.add_argument(
+        "--map",
+        type=_mapping,
+        action="append",
+        default=[],
+        metavar="BROKER-HOST:PORT=LOCAL-HOST:PORT",
+        help="this broker's listener at a fixed address (repeat for more; with or without "
+        "--broker-ports)",
+    )
+    change.add_argument(
         "--fault",
         type=_rule,
         action="append",
@@ -215,6 +243,37 @@ def add_proxy(subparsers):
         "--seed",
         type=int,
         help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
+    )
+    tls = parser.add_argument_group(
+        "TLS (each side on its own; SASL passes through untouched either way)"
+    )
+    tls.add_argument("--tls-cert", metavar="PEM", help="clients connect to the proxy over TLS")
+    tls.add_argument("--tls-key", metavar="PEM", help="the --tls-cert certificate's key")
+    tls.add_argument(
+        "--upstream-tls", action="store_true", help="the proxy connects to brokers over TLS"
+    )
+    tls.add_argument(
+        "--ssl-cafile",
+        metavar="PEM",
+        help="with --upstream-tls: CA certificates to trust the brokers with",
+    )
+    tls.add_argument(
+        "--ssl-certfile",
+        metavar="PEM",
+        help="with --upstream-tls: client certificate (for brokers that ask)",
+    )
+    tls.add_argument(
+        "--ssl-keyfile", metavar="PEM", help="with --upstream-tls: the client certificate's key"
+    )
+    tls.add_argument(
+        "--ssl-password",
+        metavar="TEXT",
+        help="the key's password (better: FASTKWIRE_SSL_PASSWORD in the environment)",
+    )
+    tls.add_argument(
+        "--no-ssl-check-hostname",
+        action="store_true",
+        help="with --upstream-tls: do not check a broker's host name against its certificate",
     )
     limits = parser.add_argument_group("limits")
     limits.add_argument(
@@ -252,8 +311,9 @@ def add_proxy(subparsers):
         type=_count,
         default=DEFAULT_MAX_BUFFERED_BYTES,
         metavar="N",
-        help="bytes of frames held for all connections together; the connection whose frame "
-        f"crosses it is ended (default {DEFAULT_MAX_BUFFERED_BYTES})",
+        help="bytes of frames held for all connections together; past it, clients are not "
+        "read until answers drain (a frame under way may finish; one that takes the total "
+        f"past twice this ends its connection) (default {DEFAULT_MAX_BUFFERED_BYTES})",
     )
     parser.set_defaults(run=run_proxy)
     return parser
@@ -382,11 +442,15 @@ def run_proxy(args, out=None, err=None):
             seed = file_seed if seed is None else seed
         for a in args.api:
             _api_key_or_fail(a)
+        tls, upstream_tls = _tls_contexts(args)
         writers = []
         if args.record:
             writers.append(CaptureWriter(args.record))
         if args.pcap:
             writers.append(PcapWriter(args.pcap, upstream=args.upstream))
+    except OptionError as e:
+        print(f"{args.prog}: error: {printable(e.render(TLS_FLAGS))}", file=err)
+        return EXIT_USAGE
     except (RuleError, ValueError, OSError) as e:
         print(
             f"{args.prog}: error: {os_error_text(e) if isinstance(e, OSError) else printable(_flagged(str(e)))}",
@@ -410,6 +474,10 @@ def run_proxy(args, out=None, err=None):
             frame_timeout=args.frame_timeout,
             max_connections=args.max_connections,
             max_buffered_bytes=args.max_buffered_bytes,
+            broker_ports=args.broker_ports,
+            broker_map=dict(args.map),
+            tls=tls,
+            upstream_tls=upstream_tls,
         )
     except ValueError as e:
         output.close()
@@ -440,6 +508,20 @@ async def _serve(proxy, args, err):
     print(
         f"{args.prog}: listening on {host}:{port}, forwarding to {args.upstream[0]}:{args.upstream[1]}"
         + (f", advertising {proxy.advertised[0]}:{proxy.advertised[1]}" if proxy.rewrite else "")
+        + (
+            f", a listener per broker ({', '.join(f'{b[0]}:{b[1]}' for b in proxy.broker_map)}"
+            + (" fixed; " if proxy.broker_map and proxy.broker_ports else "")
+            + (
+                f"ports {proxy.broker_ports[0]}-{proxy.broker_ports[1]}"
+                if proxy.broker_ports
+                else ""
+            )
+            + ")"
+            if proxy.mapped
+            else ""
+        )
+        + (", TLS for clients" if proxy.tls else "")
+        + (", TLS to brokers" if proxy.upstream_tls else "")
         + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""),
         file=err,
         flush=True,
@@ -456,6 +538,59 @@ async def _serve(proxy, args, err):
     finally:
         await proxy.close()
     return EXIT_OK
+
+
+TLS_FLAGS = {
+    "ssl_cafile": "--ssl-cafile",
+    "ssl_certfile": "--ssl-certfile",
+    "ssl_keyfile": "--ssl-keyfile",
+    "ssl_password": "--ssl-password",
+}
+
+
+def _tls_contexts(args):
+    """(server context for clients, client context for brokers), each None without TLS on
+    that side. The upstream one is the admin commands' (the same files, the same errors)."""
+    import os
+    import ssl
+
+    server = None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if args.tls_cert:
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            server.load_cert_chain(args.tls_cert, args.tls_key)
+        except (ssl.SSLError, OSError) as e:
+            reason = getattr(e, "reason", None) or e.strerror or type(e).__name__
+            raise ValueError(
+                f"--tls-cert/--tls-key: cannot load {args.tls_cert!r} and {args.tls_key!r}: "
+                f"{reason} (PEM files expected)"
+            ) from None
+    given = [
+        flag
+        for flag, value in (
+            ("--ssl-cafile", args.ssl_cafile),
+            ("--ssl-certfile", args.ssl_certfile),
+            ("--ssl-keyfile", args.ssl_keyfile),
+            ("--ssl-password", args.ssl_password),
+            ("--no-ssl-check-hostname", args.no_ssl_check_hostname),
+        )
+        if value
+    ]
+    if not args.upstream_tls:
+        if given:
+            raise ValueError(f"{', '.join(given)} without --upstream-tls")
+        return server, None
+    password = args.ssl_password or os.environ.get("FASTKWIRE_SSL_PASSWORD")
+    upstream = make_tls_context(
+        args.ssl_cafile,
+        args.ssl_certfile,
+        args.ssl_keyfile,
+        password,
+        not args.no_ssl_check_hostname,
+    )
+    return server, upstream
 
 
 def _print_summary(summary, as_json, out):

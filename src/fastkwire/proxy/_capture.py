@@ -1,6 +1,7 @@
 """The proxy's JSON-lines captures (`--record`), written and read back.
 
-One line per exchange: time (Unix seconds), conn, client, client_id, api, api_key, version,
+One line per exchange: time (Unix seconds), conn, client, client_id, broker (the upstream
+broker's host:port), api, api_key, version,
 correlation_id, latency_ms, fault, local_answer, and both frames as hex (`request`,
 `response`: null when none came; `upstream_response` too when the proxy rewrote it).
 """
@@ -32,6 +33,7 @@ def record_of(ex, frames=True):
         "conn": ex.conn,
         "client": ex.client,
         "client_id": ex.client_id,
+        "broker": ex.broker,
         "api": ex.api,
         "api_key": ex.api_key,
         "version": ex.api_version,
@@ -49,6 +51,7 @@ def record_of(ex, frames=True):
     return d
 
 
+_ENCODE = json.JSONEncoder(check_circular=False).encode
 HEX_CHUNK = 1 << 20  # frame bytes turned into hex at a time: a large frame is not copied whole
 
 
@@ -80,17 +83,20 @@ class CaptureWriter:
         frames = [("request", ex.request), ("response", ex.response)]
         if ex.upstream_response is not None:
             frames.append(("upstream_response", ex.upstream_response))
-        self._file.write(json.dumps(d)[:-1])
+        parts = [_ENCODE(d)[:-1]]  # the line in one write when its frames are small
         for key, frame in frames:
             if frame is None:
-                self._file.write(f', "{key}": null')
-                continue
-            self._file.write(f', "{key}": "')
-            view = memoryview(frame)
-            for i in range(0, len(view), HEX_CHUNK):
-                self._file.write(view[i : i + HEX_CHUNK].hex())
-            self._file.write('"')
-        self._file.write("}\n")
+                parts.append(f', "{key}": null')
+            elif len(frame) <= HEX_CHUNK:
+                parts.append(f', "{key}": "{frame.hex()}"')
+            else:
+                self._file.write("".join(parts) + f', "{key}": "')
+                view = memoryview(frame)
+                for i in range(0, len(view), HEX_CHUNK):
+                    self._file.write(view[i : i + HEX_CHUNK].hex())
+                parts = ['"']
+        parts.append("}\n")
+        self._file.write("".join(parts))
         self.count += 1
 
     def write_unpaired(self, event):
@@ -204,6 +210,7 @@ def _exchange_of(d, where):
         upstream_response=_frame(d, "upstream_response", where),
         expects_response=bool(d.get("expects_response", True)),
         local=bool(d.get("local_answer", False)),
+        broker=_text(d, "broker", where),
     )
 
 

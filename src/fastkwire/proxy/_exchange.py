@@ -30,6 +30,7 @@ class Exchange:
         "conn",
         "client",
         "client_id",
+        "broker",
         "api_key",
         "api_version",
         "correlation_id",
@@ -47,9 +48,10 @@ class Exchange:
         "_errors",
     )
 
-    def __init__(self, conn, client, header, request, expects_response=True):
+    def __init__(self, conn, client, header, request, expects_response=True, broker=None):
         self.conn = conn  # the proxy's number for the client connection
         self.client = client  # "host:port" of the client
+        self.broker = broker  # "host:port" of the upstream broker it went to
         self.client_id = header.client_id
         self.api_key = header.api_key
         self.api_version = header.api_version
@@ -81,9 +83,10 @@ class Exchange:
         upstream_response=None,
         expects_response=True,
         local=False,
+        broker=None,
     ):
         """An exchange read back from a capture."""
-        ex = cls(conn, client, header, request, expects_response)
+        ex = cls(conn, client, header, request, expects_response, broker)
         ex.response = response
         ex.upstream_response = upstream_response
         ex.time = when
@@ -221,6 +224,7 @@ class ProxyEvent:
     __slots__ = ("kind", "conn", "client", "text", "time", "frame", "from_client")
 
     OPEN, CLOSE, ERROR = "open", "close", "error"
+    TOKEN = "token"  # a raw SASL token (after a v0 SaslHandshake): forwarded, not paired
 
     def __init__(self, kind, conn, client, text, frame=None, from_client=None):
         self.kind = kind

@@ -36,9 +36,12 @@ def exchange_line(ex):
         answer = f"{ex.request_size}B -> (no response)"
     else:
         answer = f"{ex.request_size}B -> (acks=0, none expected)"
+    client = printable(ex.client, CLIENT_ID_LIMIT)
+    if ex.broker is not None:
+        client += f" -> {printable(ex.broker, CLIENT_ID_LIMIT)}"
     parts = [
         _clock(ex.time),
-        printable(ex.client, CLIENT_ID_LIMIT),
+        client,
         cid,
         f"{ex.api} v{ex.api_version}",
         f"#{ex.correlation_id}",
@@ -66,6 +69,7 @@ def exchange_dict(ex):
         "conn": ex.conn,
         "client": ex.client,
         "client_id": ex.client_id,
+        "broker": ex.broker,
         "api": ex.api,
         "api_key": ex.api_key,
         "version": ex.api_version,

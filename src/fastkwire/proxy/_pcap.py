@@ -71,15 +71,22 @@ class _Stream:
         self.opened = False
 
 
+def _server_address(upstream):
+    if isinstance(upstream, str):
+        host, _, port = upstream.rpartition(":")
+        upstream = (host.strip("[]"), int(port) if port.isdigit() else 0)
+    try:
+        return (ipaddress.ip_address(upstream[0]), upstream[1])
+    except ValueError:  # a host name: the capture shows a documentation address instead
+        return (ipaddress.ip_address("192.0.2.1"), upstream[1])
+
+
 class PcapWriter:
     """Writes exchanges as TCP packets between each client and `upstream` ((host, port))."""
 
     def __init__(self, path, upstream):
         _need_dpkt()
-        try:
-            self.server = (ipaddress.ip_address(upstream[0]), upstream[1])
-        except ValueError:  # a host name: the capture shows a documentation address instead
-            self.server = (ipaddress.ip_address("192.0.2.1"), upstream[1])
+        self.server = _server_address(upstream)
         self._file = open(path, "wb")
         self._pcap = dpkt.pcap.Writer(
             self._file, snaplen=SNAPLEN, linktype=dpkt.pcap.DLT_EN10MB, nano=True
@@ -128,7 +135,10 @@ class PcapWriter:
                 client = _split(ex.client)
             except ValueError:
                 client = (ipaddress.ip_address("192.0.2.2"), 40000 + ex.conn % 20000)
-            stream = self._streams[ex.conn] = _Stream(client, self.server)
+            # Each broker's stream goes to that broker's address (the proxy maps several).
+            broker = getattr(ex, "broker", None)
+            server = self.server if broker is None else _server_address(broker)
+            stream = self._streams[ex.conn] = _Stream(client, server)
             t = dpkt.tcp
             self._packet(stream, True, t.TH_SYN, b"", ts)
             self._packet(stream, False, t.TH_SYN | t.TH_ACK, b"", ts)
