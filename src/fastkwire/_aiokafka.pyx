@@ -1,0 +1,267 @@
+# cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled half of fastkwire.aiokafka: aiokafka's partitioner hash and its fetcher's
+per-record loop, producing aiokafka's own objects.
+
+The records themselves are still read by aiokafka's own batch classes (its C reader, its
+decompression, its CorruptRecordException messages); what runs here instead of Python is
+the loop around them: the offset check, the deserializers, the ConsumerRecord. Nothing
+here is called before bind() has given it aiokafka's classes.
+"""
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.object cimport PyObject_IsTrue
+from libc.stdint cimport uint32_t
+
+cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
+
+
+cdef extern from "_murmur2.h":
+    uint32_t murmur2_hash "fk_murmur2"(const unsigned char* p, Py_ssize_t n) nogil
+
+
+# aiokafka's objects, given by bind() (fastkwire.aiokafka.install).
+cdef object stock_murmur2 = None
+cdef object stock_unpack_records = None
+cdef object stock_consumer_record = None
+cdef object PartitionRecords = None
+cdef object ConsumerRecord = None
+cdef object fetcher_module = None
+cdef object READ_COMMITTED = None
+cdef Py_ssize_t fast_iterators = 0  # loops taken by the compiled path (tests ask)
+
+
+def bind(**kw):
+    """Take aiokafka's classes and stock functions (install() calls this)."""
+    global stock_murmur2, stock_unpack_records, stock_consumer_record, PartitionRecords
+    global ConsumerRecord, fetcher_module, READ_COMMITTED
+    stock_murmur2 = kw["stock_murmur2"]
+    stock_unpack_records = kw["stock_unpack_records"]
+    stock_consumer_record = kw["stock_consumer_record"]
+    PartitionRecords = kw["PartitionRecords"]
+    ConsumerRecord = kw["ConsumerRecord"]
+    fetcher_module = kw["fetcher_module"]
+    READ_COMMITTED = kw["READ_COMMITTED"]
+
+
+def fast_loops():
+    """How many PartitionRecords loops the compiled path has run (not stock's)."""
+    return fast_iterators
+
+
+# ---- the partitioner -----------------------------------------------------------------
+
+def murmur2(data):
+    """aiokafka.partitioner.murmur2 (Java's Utils.murmur2) for bytes and bytearray;
+    anything else goes to aiokafka's own function."""
+    if type(data) is bytes:
+        return murmur2_hash(<const unsigned char*><bytes>data, len(<bytes>data))
+    if type(data) is bytearray:
+        return murmur2_hash(<const unsigned char*>PyByteArray_AS_STRING(data),
+                            PyByteArray_GET_SIZE(data))
+    return stock_murmur2(data)
+
+
+# ---- the fetcher's loop ----------------------------------------------------------------
+
+def unpack_records(self):
+    """PartitionRecords._unpack_records: an iterator doing what stock's generator does.
+
+    Taken while the record maker stock's loop calls is stock's (_consumer_record on the
+    class, ConsumerRecord in the fetcher module): otherwise it is stock's generator."""
+    global fast_iterators
+    if (getattr(type(self), "_consumer_record", None) is not stock_consumer_record
+            or "_consumer_record" in getattr(self, "__dict__", ())
+            or getattr(fetcher_module, "ConsumerRecord", None) is not ConsumerRecord):
+        return stock_unpack_records(self)
+    fast_iterators += 1
+    return RecordsLoop(self)
+
+
+def partition_records_next(self):
+    """PartitionRecords.__next__: the next record of its loop; at the end the loop is
+    dropped (stock breaks the reference cycle so) and StopIteration raised."""
+    record = next_record(self)
+    if record is END:
+        raise StopIteration
+    return record
+
+
+cdef object builtin_next = next
+cdef object END = object()  # next_record's "no more records"
+
+
+cdef object next_record(object records):
+    """partition_records_next's record, or END where it raises StopIteration."""
+    it = records._records_iterator
+    if type(it) is RecordsLoop:
+        record = (<RecordsLoop>it).take()
+        if record is None:
+            records._records_iterator = None
+            return END
+        return record
+    try:
+        return builtin_next(it)  # its errors word for word (None: not an iterator)
+    except StopIteration:
+        records._records_iterator = None
+        return END
+
+
+def fetch_result_getall(self, max_records=None):
+    """FetchResult.getall: stock's steps, its loop over the PartitionRecords in C."""
+    cdef list taken = []
+    cdef Py_ssize_t limit = -1
+    tp = self._topic_partition
+    if not self.check_assignment(tp) or not self.has_more():
+        return []
+    if type(max_records) is int and max_records >= 0:
+        limit = max_records if max_records <= PY_SSIZE_T_MAX else PY_SSIZE_T_MAX
+    records = self._partition_records
+    it = iter(records)
+    fast = it is records and type(records) is PartitionRecords and (
+        type(records).__next__ is partition_records_next)
+    while True:
+        if fast:
+            msg = next_record(records)
+            if msg is END:
+                break
+        else:
+            try:
+                msg = next(it)
+            except StopIteration:
+                break
+        taken.append(msg)
+        if limit >= 0:
+            if len(taken) >= limit:
+                self._update_position()
+                return taken
+        elif max_records is not None and len(taken) >= max_records:
+            self._update_position()
+            return taken
+    self._update_position()
+    self._partition_records = None
+    return taken
+
+
+cdef class RecordsLoop:
+    """Stock's _unpack_records generator as an iterator: the same batches asked for in
+    the same order, the same attributes of the PartitionRecords set at the same points,
+    the deserializers called one record at a time as the records are taken. Like a
+    generator it is finished once it has raised, and refuses to be re-entered."""
+
+    cdef object owner  # the PartitionRecords
+    cdef object topic, partition
+    cdef object batch  # the batch whose records are being taken, or None
+    cdef object batch_records  # iter(batch): the batch itself, or a generator (v0/v1)
+    cdef bint done, running
+
+    def __cinit__(self, owner):
+        self.owner = owner
+        tp = owner._tp
+        self.topic = tp.topic
+        self.partition = tp.partition
+        self.batch = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        record = self.take()
+        if record is None:
+            raise StopIteration
+        return record
+
+    cdef object take(self):
+        """The next ConsumerRecord, or None when there are no more."""
+        if self.done:
+            return None
+        if self.running:
+            raise ValueError("generator already executing")
+        self.running = True
+        try:
+            record = self.step()
+        except BaseException:
+            self.done = True
+            self.batch = self.batch_records = None
+            raise
+        finally:
+            self.running = False
+        if record is None:
+            self.done = True
+        return record
+
+    def close(self):
+        """As a generator's close(): nothing more is taken."""
+        self.done = True
+        self.batch = self.batch_records = None
+
+    cdef object step(self):
+        """The next ConsumerRecord, or None when the records are done."""
+        cdef object owner = self.owner
+        cdef object batch, record, offset, key, value, deserialize
+        while True:
+            if self.batch is None:
+                batch = self.next_batch()
+                if batch is None:
+                    return None
+                self.batch_records = iter(batch)
+                self.batch = batch
+            try:
+                record = next(self.batch_records)
+            except StopIteration:
+                # Message format v2 keeps the last offset even when compaction removed
+                # the last record: the next fetch starts after the whole batch.
+                batch = self.batch
+                self.batch = self.batch_records = None
+                owner.next_fetch_offset = batch.next_offset
+                continue
+            offset = record.offset
+            # Past the wanted offset only (a compressed message set may start before it).
+            if offset < owner.next_fetch_offset:
+                continue
+            key = record.key
+            value = record.value
+            key_size = len(key) if key is not None else -1
+            value_size = len(value) if value is not None else -1
+            deserialize = owner._key_deserializer
+            if PyObject_IsTrue(deserialize):
+                key = deserialize(key)
+            deserialize = owner._value_deserializer
+            if PyObject_IsTrue(deserialize):
+                value = deserialize(value)
+            consumer_record = ConsumerRecord(
+                self.topic, self.partition, offset, record.timestamp,
+                record.timestamp_type, key, value, record.checksum, key_size, value_size,
+                tuple(record.headers))
+            owner.next_fetch_offset = offset + 1
+            return consumer_record
+
+    cdef object next_batch(self):
+        """The next batch whose records are to be taken; None at the end.
+        Stock's checks, in its order: CRC, aborted transactions, control batches."""
+        cdef object owner = self.owner
+        records = owner._records
+        while records.has_next():
+            batch = records.next_batch()
+            if owner._check_crcs and not batch.validate_crc():
+                raise fetcher_module.Errors.CorruptRecordException(
+                    f"Invalid CRC - {owner._tp}")
+            if owner._isolation_level == READ_COMMITTED and batch.producer_id is not None:
+                owner._consume_aborted_up_to(batch.base_offset)
+                if batch.is_control_batch and owner._contains_abort_marker(batch):
+                    owner._aborted_producers.discard(batch.producer_id)
+                if batch.is_transactional and batch.producer_id in owner._aborted_producers:
+                    fetcher_module.log.debug(
+                        "Skipping aborted record batch from partition %s with"
+                        " producer_id %s and offsets %s to %s",
+                        owner._tp,
+                        batch.producer_id,
+                        batch.base_offset,
+                        batch.next_offset - 1,
+                    )
+                    owner.next_fetch_offset = batch.next_offset
+                    continue
+            if batch.is_control_batch:  # skipped at every isolation level
+                owner.next_fetch_offset = batch.next_offset
+                continue
+            return batch
+        return None
