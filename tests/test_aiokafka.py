@@ -246,6 +246,9 @@ def test_fetcher_takes_the_compiled_loop_and_gives_aiokafkas_records(accel):
     before = _aiokafka.fast_loops()
     stock, fast = accel(consumer_records(BATCHES["v2 codec 0"]))
     assert _aiokafka.fast_loops() == before + 1
+    # aiokafka's C records are read through their getters, its Python ones by name
+    assert _aiokafka.record_class() is adr.DefaultRecord
+    assert adr.DefaultRecord.__module__ == "aiokafka.record._crecords.default_records"
     records = fast[0][0][0]
     assert [type(r) for r in records] == [ConsumerRecord] * 40
     assert [vars(r) for r in records] == [vars(r) for r in stock[0][0][0]]

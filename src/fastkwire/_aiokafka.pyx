@@ -15,6 +15,11 @@ cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
 
 
+cdef extern from "_aiokafka.h":
+    object getter_value "fka_get"(object descr, object obj)
+    bint is_getter "fka_is_getter"(object descr)
+
+
 cdef extern from "_murmur2.h":
     uint32_t murmur2_hash "fk_murmur2"(const unsigned char* p, Py_ssize_t n) nogil
 
@@ -27,6 +32,10 @@ cdef object PartitionRecords = None
 cdef object ConsumerRecord = None
 cdef object fetcher_module = None
 cdef object READ_COMMITTED = None
+# aiokafka's C record class and its fields' getset descriptors, read without the
+# attribute lookup (None where its records are another class: its Python ones)
+cdef object CRecord = None
+cdef object get_offset, get_timestamp, get_timestamp_type, get_key, get_value, get_headers
 cdef Py_ssize_t fast_iterators = 0  # loops taken by the compiled path (tests ask)
 
 
@@ -41,6 +50,40 @@ def bind(**kw):
     ConsumerRecord = kw["ConsumerRecord"]
     fetcher_module = kw["fetcher_module"]
     READ_COMMITTED = kw["READ_COMMITTED"]
+    bind_record_class(kw["CRecord"])
+
+
+cdef bind_record_class(cls):
+    """Take aiokafka's C DefaultRecord's getters when they are what its attributes are:
+    a type whose attributes cannot be set, without instance dicts, the fields getset
+    descriptors and checksum the class's None."""
+    global CRecord, get_offset, get_timestamp, get_timestamp_type, get_key, get_value
+    global get_headers
+    CRecord = None
+    if cls is None or not isinstance(cls, type) or cls.__dictoffset__ != 0:
+        return
+    try:
+        cls.__fastkwire_probe__ = 1  # an immutable type refuses: a test's mock cannot land
+    except TypeError:
+        pass
+    else:
+        del cls.__fastkwire_probe__
+        return
+    names = ("offset", "timestamp", "timestamp_type", "key", "value", "headers")
+    descrs = [vars(cls).get(name) for name in names]
+    if not all(d is not None and is_getter(d) for d in descrs):
+        return
+    if "checksum" not in vars(cls) or vars(cls)["checksum"] is not None:
+        return
+    if any(name in vars(base) for base in cls.__mro__[1:] for name in names):
+        return
+    get_offset, get_timestamp, get_timestamp_type, get_key, get_value, get_headers = descrs
+    CRecord = cls
+
+
+def record_class():
+    """The record class whose fields the loop reads through their getters, or None."""
+    return CRecord
 
 
 def fast_loops():
@@ -198,6 +241,7 @@ cdef class RecordsLoop:
         """The next ConsumerRecord, or None when the records are done."""
         cdef object owner = self.owner
         cdef object batch, record, offset, key, value, deserialize
+        cdef bint c_record
         while True:
             if self.batch is None:
                 batch = self.next_batch()
@@ -214,12 +258,17 @@ cdef class RecordsLoop:
                 self.batch = self.batch_records = None
                 owner.next_fetch_offset = batch.next_offset
                 continue
-            offset = record.offset
+            c_record = type(record) is CRecord
+            offset = getter_value(get_offset, record) if c_record else record.offset
             # Past the wanted offset only (a compressed message set may start before it).
             if offset < owner.next_fetch_offset:
                 continue
-            key = record.key
-            value = record.value
+            if c_record:
+                key = getter_value(get_key, record)
+                value = getter_value(get_value, record)
+            else:
+                key = record.key
+                value = record.value
             key_size = len(key) if key is not None else -1
             value_size = len(value) if value is not None else -1
             deserialize = owner._key_deserializer
@@ -228,10 +277,16 @@ cdef class RecordsLoop:
             deserialize = owner._value_deserializer
             if PyObject_IsTrue(deserialize):
                 value = deserialize(value)
-            consumer_record = ConsumerRecord(
-                self.topic, self.partition, offset, record.timestamp,
-                record.timestamp_type, key, value, record.checksum, key_size, value_size,
-                tuple(record.headers))
+            if c_record:
+                consumer_record = ConsumerRecord(
+                    self.topic, self.partition, offset, getter_value(get_timestamp, record),
+                    getter_value(get_timestamp_type, record), key, value, None, key_size,
+                    value_size, tuple(getter_value(get_headers, record)))
+            else:
+                consumer_record = ConsumerRecord(
+                    self.topic, self.partition, offset, record.timestamp,
+                    record.timestamp_type, key, value, record.checksum, key_size, value_size,
+                    tuple(record.headers))
             owner.next_fetch_offset = offset + 1
             return consumer_record
 

@@ -49,6 +49,15 @@ def _stock(value, module, where):
     return value
 
 
+def _c_record_class():
+    """aiokafka's compiled DefaultRecord, or None (AIOKAFKA_NO_EXTENSIONS, no build)."""
+    try:
+        from aiokafka.record._crecords import default_records
+    except ImportError:
+        return None
+    return getattr(default_records, "DefaultRecord", None)
+
+
 def build_patches():
     """Every seam found, or LookupError naming the first one that is not there."""
     from fastkwire import _aiokafka
@@ -83,5 +92,6 @@ def build_patches():
         ConsumerRecord=fetcher.ConsumerRecord,
         fetcher_module=fetcher,
         READ_COMMITTED=fetcher.READ_COMMITTED,
+        CRecord=_c_record_class(),
     )
     return Table(tuple(patches), bindings)
