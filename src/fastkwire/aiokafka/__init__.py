@@ -93,6 +93,7 @@ def install(strict=True):
     from fastkwire import _aiokafka
 
     _aiokafka.bind(**table.bindings)
+    _aiokafka.bind_protocol(**table.protocol)
     for patch in table.patches:  # plain setattr: nothing here can fail half-way
         setattr(patch.owner, patch.attribute, patch.replacement)
         _applied.append(patch)

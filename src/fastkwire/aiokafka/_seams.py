@@ -17,7 +17,10 @@ SEAMS = (
     ("aiokafka.consumer.fetcher", "PartitionRecords", "_unpack_records", "unpack_records"),
     ("aiokafka.consumer.fetcher", "PartitionRecords", "__next__", "partition_records_next"),
     ("aiokafka.consumer.fetcher", "FetchResult", "getall", "fetch_result_getall"),
+    ("aiokafka.protocol.struct", "Struct", "decode", "struct_decode"),
 )
+
+_classmethods = {}  # replacement function -> the one classmethod wrapping it
 
 
 class Patch(NamedTuple):
@@ -33,6 +36,7 @@ class Patch(NamedTuple):
 class Table(NamedTuple):
     patches: tuple
     bindings: dict  # aiokafka's objects the compiled helper needs (its bind())
+    protocol: dict  # and those its Struct.decode needs (bind_protocol())
 
 
 def _owner(module, path):
@@ -73,7 +77,10 @@ def build_patches():
         if attribute not in vars(owner):
             raise LookupError(f"seam {where} not found")
         original = _stock(vars(owner)[attribute], module, where)
-        patches.append(Patch(owner, attribute, original, getattr(_aiokafka, replacement)))
+        function = getattr(_aiokafka, replacement)
+        if isinstance(original, classmethod):  # a classmethod is replaced by one (made once)
+            function = _classmethods.setdefault(function, classmethod(function))
+        patches.append(Patch(owner, attribute, original, function))
 
     from aiokafka import partitioner
     from aiokafka.consumer import fetcher
@@ -94,4 +101,13 @@ def build_patches():
         READ_COMMITTED=fetcher.READ_COMMITTED,
         CRecord=_c_record_class(),
     )
-    return Table(tuple(patches), bindings)
+    import io
+
+    from aiokafka.protocol import struct, types
+
+    protocol = dict(
+        stock_struct_decode=first[(struct.Struct, "decode")].__func__,
+        types_module=types,
+        BytesIO=io.BytesIO,
+    )
+    return Table(tuple(patches), bindings, protocol)
