@@ -890,3 +890,39 @@ def test_struct_decode_edge_counts_and_strings(accel):
 
     stock, fast = accel(run)
     assert stock == fast
+
+
+@needs_accel
+def test_struct_decode_of_empty_schemas(accel):
+    """Schemas without fields (the shared empty tuple) at the top and inside arrays."""
+    import gc
+
+    from aiokafka.protocol.struct import Struct
+    from aiokafka.protocol.types import Array, Int8, Schema
+
+    class Empty(Struct):
+        SCHEMA = Schema()
+
+    class Holder(Struct):
+        SCHEMA = Schema(
+            ("items", Array(Schema())), ("tail", Int8), ("nested", Array(Array(Schema())))
+        )
+
+    body = struct.pack(">i", 3) + b"\x05" + struct.pack(">ii", 1, 2)
+
+    def run(got):
+        for cls, data in ((Empty, b""), (Empty, b"\x01"), (Holder, body), (Holder, body[:-1])):
+            for as_bytesio in (False, True):
+                got.append(decode_outcome(cls, data, as_bytesio))
+        gc.collect()
+
+    stock, fast = accel(run)
+    assert stock == fast
+    assert stock[0][4][0].items == [(), (), ()]
+    from fastkwire import _aiokafka
+
+    fka.install()
+    try:
+        assert _aiokafka.plan_for(Holder) is not None and _aiokafka.plan_for(Empty) == ()
+    finally:
+        fka.uninstall()

@@ -522,7 +522,10 @@ cdef tuple read_schema(tuple plans_, Cursor* c):
     and tuple read into it are out of the collector's sight until track_tree() (no
     collection walks a half-read tree, nor the same objects again and again)."""
     cdef Py_ssize_t i, n = len(plans_)
-    cdef tuple values = PyTuple_New(n)
+    cdef tuple values
+    if n == 0:
+        return ()  # the shared empty tuple: never tracked, so track_tree leaves it
+    values = PyTuple_New(n)
     PyObject_GC_UnTrack(values)
     for i in range(n):
         value = read_value(<tuple>plans_[i], c)
@@ -537,6 +540,8 @@ cdef void track_tree(object plan, object value) noexcept:
     cdef int kind = (<tuple>plan)[0]
     cdef Py_ssize_t i
     if kind == K_SCHEMA:
+        if len(<tuple>value) == 0:
+            return
         plans_ = <tuple>(<tuple>plan)[1]
         for i in range(len(<tuple>value)):
             track_tree((<tuple>plans_)[i], (<tuple>value)[i])
