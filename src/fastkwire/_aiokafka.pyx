@@ -1,11 +1,11 @@
 # cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled half of fastkwire.aiokafka: aiokafka's partitioner hash and its fetcher's
-per-record loop, producing aiokafka's own objects.
+"""The compiled half of fastkwire.aiokafka: aiokafka's partitioner hash, its fetcher's
+per-record loop and its protocol Struct.decode, producing aiokafka's own objects.
 
 The records themselves are still read by aiokafka's own batch classes (its C reader, its
 decompression, its CorruptRecordException messages); what runs here instead of Python is
 the loop around them: the offset check, the deserializers, the ConsumerRecord. Nothing
-here is called before bind() has given it aiokafka's classes.
+here is called before bind() and bind_protocol() have given it aiokafka's classes.
 """
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize
