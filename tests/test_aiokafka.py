@@ -926,3 +926,29 @@ def test_struct_decode_of_empty_schemas(accel):
         assert _aiokafka.plan_for(Holder) is not None and _aiokafka.plan_for(Empty) == ()
     finally:
         fka.uninstall()
+
+
+@needs_accel
+def test_fetcher_calls_a_replaced_consumer_record_init(accel, monkeypatch):
+    """The loop calls ConsumerRecord's own __init__ directly; one replaced after install()
+    (a test's spy) is what gets called, as calling the class would."""
+    from aiokafka.structs import ConsumerRecord
+
+    calls = []
+    original = ConsumerRecord.__init__
+
+    def spy(self, *args, **kwargs):
+        calls.append(args[2])
+        original(self, *args, **kwargs)
+
+    def run(got):
+        calls.clear()
+        with monkeypatch.context() as m:
+            m.setattr(ConsumerRecord, "__init__", spy)
+            try:
+                consumer_records(BATCHES["several batches"], chunk=9)(got)
+            finally:
+                got.append(list(calls))
+
+    stock, fast = accel(run)
+    assert stock == fast and stock[0][-1] == list(range(38))

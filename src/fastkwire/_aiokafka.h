@@ -16,4 +16,14 @@ static inline int fka_is_getter(PyObject *descr) {
     return Py_IS_TYPE(descr, &PyGetSetDescr_Type) &&
            ((PyGetSetDescrObject *)descr)->d_getset->get != NULL;
 }
+/* object.__new__(type): what calling type does before its __init__, where type's
+ * __new__ is object's (checked by the caller). */
+static inline PyObject *fka_new(PyObject *type) {
+    PyObject *args = PyTuple_New(0), *o;
+    if (args == NULL)
+        return NULL;
+    o = PyBaseObject_Type.tp_new((PyTypeObject *)type, args, NULL);
+    Py_DECREF(args);
+    return o;
+}
 #endif

@@ -14,6 +14,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+from types import FunctionType
 
 cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
@@ -25,6 +26,7 @@ cdef extern from "Python.h":
 cdef extern from "_aiokafka.h":
     object getter_value "fka_get"(object descr, object obj)
     bint is_getter "fka_is_getter"(object descr)
+    object new_object "fka_new"(object type)
 
 
 cdef extern from "_murmur2.h":
@@ -39,6 +41,9 @@ cdef object PartitionRecords = None
 cdef object ConsumerRecord = None
 cdef object fetcher_module = None
 cdef object READ_COMMITTED = None
+# ConsumerRecord's own __init__ (a dataclass's), called on object.__new__'s instance as
+# calling the class would; None where the class is not that plain (then it is called)
+cdef object record_init = None
 # aiokafka's C record class and its fields' getset descriptors, read without the
 # attribute lookup (None where its records are another class: its Python ones)
 cdef object CRecord = None
@@ -58,6 +63,10 @@ def bind(**kw):
     fetcher_module = kw["fetcher_module"]
     READ_COMMITTED = kw["READ_COMMITTED"]
     bind_record_class(kw["CRecord"])
+    global record_init
+    init = vars(ConsumerRecord).get("__init__") if type(ConsumerRecord) is type else None
+    plain = ConsumerRecord.__new__ is object.__new__ and type(init) is FunctionType
+    record_init = init if plain else None
 
 
 cdef bind_record_class(cls):
@@ -202,6 +211,7 @@ cdef class RecordsLoop:
     cdef object topic, partition
     cdef object batch  # the batch whose records are being taken, or None
     cdef object batch_records  # iter(batch): the batch itself, or a generator (v0/v1)
+    cdef object init  # record_init while it is still the class's __init__, else None
     cdef bint done, running
 
     def __cinit__(self, owner):
@@ -210,6 +220,10 @@ cdef class RecordsLoop:
         self.topic = tp.topic
         self.partition = tp.partition
         self.batch = None
+        init = record_init
+        if init is not None and vars(ConsumerRecord).get("__init__") is not init:
+            init = None
+        self.init = init
 
     def __iter__(self):
         return self
@@ -284,7 +298,17 @@ cdef class RecordsLoop:
             deserialize = owner._value_deserializer
             if PyObject_IsTrue(deserialize):
                 value = deserialize(value)
-            if c_record:
+            if c_record and self.init is not None:
+                consumer_record = new_object(ConsumerRecord)
+                returned = self.init(
+                    consumer_record, self.topic, self.partition, offset,
+                    getter_value(get_timestamp, record), getter_value(get_timestamp_type, record),
+                    key, value, None, key_size, value_size,
+                    tuple(getter_value(get_headers, record)))
+                if returned is not None:
+                    raise TypeError(
+                        f"__init__() should return None, not '{type(returned).__name__}'")
+            elif c_record:
                 consumer_record = ConsumerRecord(
                     self.topic, self.partition, offset, getter_value(get_timestamp, record),
                     getter_value(get_timestamp_type, record), key, value, None, key_size,
