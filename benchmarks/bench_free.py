@@ -1,5 +1,5 @@
 """Freeing a decoded message: what a 1- and a 10,000-member LeaveGroup v5 request costs
-to drop (issue 24's last row: no slower than msgspec's gc=False Structs freeing the same)."""
+to drop (the target: no slower than msgspec's gc=False Structs freeing the same)."""
 
 import gc
 import os

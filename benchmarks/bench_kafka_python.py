@@ -1,5 +1,5 @@
 """kafka-python 3 stock against kafka-python 3 with fastkwire.kafka_python installed, in
-one process (issue 20):
+one process:
 
 - kp_fetch_take: `Fetcher.PartitionRecords(0, tp, MemoryRecords(batch)).take()` over one
   uncompressed batch of 10,000 records (12-byte keys, 100-byte values, one header each),

@@ -1,7 +1,7 @@
 """Encoding a 1,000,000-element []int32 field from numpy arrays of several dtypes and
-layouts (issue 4), against numpy's own conversion to big-endian bytes.
+layouts, against numpy's own conversion to big-endian bytes.
 
-bench_streams_heartbeat.py measures the issue's targets (the large heartbeat against kio,
+bench_streams_heartbeat.py measures the numpy targets (the large heartbeat against kio,
 decoding against frombuffer+astype); this file shows what the array's form costs on the
 way in: native int32 (a byte swap), big-endian int32 (a copy), int64 (range-checked),
 strided int32 (read in place). Not part of compare.py's tables.

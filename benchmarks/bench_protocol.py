@@ -1,4 +1,5 @@
-"""Messages beyond the seed APIs: a large Metadata v12 response, an OffsetCommit v9
+"""Messages beyond the first four APIs (ApiVersions, FindCoordinator, LeaveGroup,
+StreamsGroupHeartbeat): a large Metadata v12 response, an OffsetCommit v9
 request and a Fetch v16 response carrying record bytes."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Record batches (issue 14): one batch of 10,000 records (12-byte keys, 100-byte values,
+"""Record batches: one batch of 10,000 records (12-byte keys, 100-byte values,
 one header each: 1.27 MB), uncompressed, lz4 and zstd, against aiokafka (its Cython
 DefaultRecordBatch and DefaultRecordBatchBuilder) and kafka-python 3.
 

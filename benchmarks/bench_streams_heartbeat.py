@@ -1,5 +1,5 @@
-"""StreamsGroupHeartbeat v0 request: the seed example and a large one; and, for numpy
-arrays (issue 4), the large one and a single 1,000,000-element []int32 field.
+"""StreamsGroupHeartbeat v0 request: a small example and a large one; and, for numpy
+arrays, the large one and a single 1,000,000-element []int32 field.
 
 The numpy contestants skip, saying why, until Cls.decode(..., arrays="numpy") works."""
 

@@ -57,10 +57,12 @@ def start_proxy(upstream_port, out, *flags):
         text=True,
         env=env,
     )
-    line = proc.stderr.readline()
-    if "listening on" not in line:
-        raise RuntimeError(line + proc.stderr.read())
-    return proc, int(line.split("listening on ", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
+    seen = []
+    for line in proc.stderr:  # other lines (an interpreter's warning) may come first
+        seen.append(line)
+        if "listening on" in line:
+            return proc, int(line.split("listening on ", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
+    raise RuntimeError("the proxy ended without listening: " + "".join(seen))
 
 
 def cpu_seconds(pid):
@@ -105,7 +107,7 @@ async def latency(port, requests):
     while len(lat) < requests:  # run_client stops at a deadline: short rounds until enough
         got = []
         await run_client("127.0.0.1", port, 1, 0.5, 1, (512,), got)  # index 1: Produce
-        lat += got
+        lat += [took for _, took in got]
     lat = sorted(lat[:requests])
     return lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
 

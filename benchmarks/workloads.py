@@ -78,7 +78,7 @@ def _topic_info(name):
 
 
 def heartbeat_small():
-    """The StreamsGroupHeartbeat v0 example of the seed document, field for field."""
+    """A small StreamsGroupHeartbeat v0 request: every field set, one element per list."""
     offsets = [{"subtopology_id": "abc-123", "partition": 0, "offset": 284729}]
     return {
         "group_id": "order-processors",
@@ -121,7 +121,7 @@ def heartbeat_small():
 
 
 def heartbeat_large(subtopologies=20, partitions=5000, offsets=1000):
-    """The seed example with big task lists: active and standby tasks of 20 subtopologies
+    """The small example with big task lists: active and standby tasks of 20 subtopologies
     with 5000 partitions each, and 1000 task offsets."""
     content = heartbeat_small()
     content["active_tasks"] = [
@@ -335,7 +335,7 @@ WORKLOADS = {
         ),
         Workload(
             "sgh_small",
-            "StreamsGroupHeartbeat v0 request, seed example",
+            "StreamsGroupHeartbeat v0 request, small example",
             "StreamsGroupHeartbeatRequest",
             0,
             heartbeat_small,
@@ -938,7 +938,7 @@ def _frombuffer_astype(np, data, count, offset):
 # ---- the table of contestants ---------------------------------------------------------------
 
 CONTESTANTS = ["cython", "pure", "kafka-python", "kio", "msgspec"]
-# Extra contestants for issue 4 (numpy arrays) on the heartbeat workloads.
+# Extra contestants for numpy arrays on the heartbeat workloads.
 NUMPY_CONTESTANTS = ["cython-numpy", "pure-numpy"]
 # Extra contestants for workloads with records fields: decode(..., records="view").
 VIEW_CONTESTANTS = ["cython-views", "pure-views"]

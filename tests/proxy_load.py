@@ -21,7 +21,7 @@ import time
 
 from fastkwire import FetchResponse, ProduceResponse, encode_response
 
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, LIST_GROUPS = 0, 1, 16
 POOL = os.urandom(1 << 20)  # request payloads are slices of this
 SIZE = struct.Struct(">i")
 
@@ -59,7 +59,26 @@ class Templates:
         self.produce = _produce_answer()
         self.fetch = [_fetch_answer(POOL[:n]) for n in fetch_sizes]
 
+    def add_list_groups(self, size):
+        """A ListGroups v4 answer of about `size` bytes: empty-named groups, 4 bytes each,
+        built as bytes (a message of millions of groups would take the test gigabytes)."""
+        groups = (size - 20) // 4
+        n, count = groups + 1, bytearray()
+        while True:
+            count.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                break
+        body = b"\x00" * 6 + bytes(count) + b"\x01\x01\x01\x00" * groups + b"\x00"
+        header = SIZE.pack(0) + b"\x00"  # correlation id (patched per answer), no tags
+        self.list_groups = SIZE.pack(len(header) + len(body)) + header + body
+        return len(self.list_groups)
+
     def answer(self, api_key, correlation_id, pick):
+        if api_key == LIST_GROUPS:  # built for correlation id 0: no copy of it per answer
+            if correlation_id:
+                raise ValueError("ask ListGroups with correlation id 0")
+            return self.list_groups
         frame = bytearray(
             self.produce if api_key == PRODUCE else self.fetch[pick % len(self.fetch)]
         )
@@ -145,8 +164,10 @@ class LoadBroker:
                 side.frames += 1
                 answer = self.templates.answer(api_key, correlation_id, correlation_id)
                 side.send(answer)
-                writer.write(answer)
-                await writer.drain()
+                view = memoryview(answer)  # a large answer in pieces: asyncio copies no more
+                for i in range(0, len(view), 1 << 20):
+                    writer.write(view[i : i + (1 << 20)])
+                    await writer.drain()
         except ConnectionError:
             return
         finally:
@@ -155,7 +176,8 @@ class LoadBroker:
 
 
 async def run_client(host, port, index, seconds, window, produce_sizes, latencies=None):
-    """One connection at full speed for `seconds`; its Side, and the latencies (s) if asked."""
+    """One connection at full speed for `seconds`; its Side, and in `latencies` (if given)
+    each exchange's (time sent, seconds to its answer)."""
     client_id = f"load-{index}"
     api_key = PRODUCE if index % 2 else FETCH
     rng = random.Random(index)
@@ -187,10 +209,44 @@ async def run_client(host, port, index, seconds, window, produce_sizes, latencie
                 raise AssertionError(
                     f"{client_id}: answer to correlation id {got} where {want} was next"
                 )
-            if latencies is not None:
-                latencies.append(time.monotonic() - sent_at[got])
+            if latencies is not None:  # (when sent, how long the answer took)
+                latencies.append((sent_at[got], time.monotonic() - sent_at[got]))
             del sent_at[got]
             side.receive(answer)
+    finally:
+        writer.close()
+    return client_id, side
+
+
+async def run_paced_client(host, port, index, seconds, interval, stamps):
+    """One connection asking one small request every `interval` seconds (answered before the
+    next), for `seconds`: (client id, Side); each exchange's (time sent, seconds to its
+    answer) in `stamps`. Unlike run_client it leaves the proxy idle between requests, so a
+    latency measures what delays an exchange, not a queue of them."""
+    client_id = f"paced-{index}"
+    api_key = PRODUCE if index % 2 else FETCH
+    side = Side()
+    reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+    deadline = time.monotonic() + seconds
+    next_at = time.monotonic() + interval * random.Random(index).random()
+    correlation_id = 0
+    try:
+        while True:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if time.monotonic() >= deadline:
+                break
+            correlation_id += 1
+            frame = request(api_key, correlation_id, client_id, POOL[:256])
+            side.send(frame)
+            side.frames += 1
+            sent = time.monotonic()
+            writer.write(frame)
+            answer = await _read_frame(reader)
+            stamps.append((sent, time.monotonic() - sent))
+            if SIZE.unpack_from(answer, 4)[0] != correlation_id:
+                raise AssertionError(f"{client_id}: answer to the wrong request")
+            side.receive(answer)
+            next_at = sent + interval
     finally:
         writer.close()
     return client_id, side

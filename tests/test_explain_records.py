@@ -124,3 +124,30 @@ def test_the_frame_bytes_are_tiled_by_the_shown_nodes(compression):
     assert field.children[0].name == "length" and field.children[0].value == len(data) + 7
     compressed = [n for n in root.walk() if n.type == "compressed"]
     assert len(compressed) == (compression != "none")
+
+
+def test_printable_keys_and_values_show_as_text_with_their_hex():
+    data = records.write_batch(
+        [
+            records.Record(key=b"k0", value=b"hello world", headers=[("h", b"x\x00")]),
+            records.Record(key="é".encode(), value=bytes(range(250, 256))),
+        ],
+        base_offset=0,
+    )
+    field = _records_node(explain(_fetch_frame(data), codec.FetchResponse.API_KEY, 16))
+    text = render_tree(field)
+    assert '+-- key = "k0" (hex 6b30) [' in text
+    assert '+-- value = "hello world" (hex 68656c6c6f20776f726c64) [' in text
+    assert '+-- key = "é" (hex c3a9) [' in text  # UTF-8 text is text
+    assert "+-- value = fafbfcfdfeff [" in text  # not UTF-8: hex alone
+    assert "+-- value = 7800 [" in text  # a control character: hex alone
+    assert '+-- key = "h" [' in text  # header keys are strings
+
+
+@pytest.mark.parametrize("count, shown", [(1, "1 record"), (2, "2 records")])
+def test_record_counts_agree_in_number(count, shown):
+    data = records.write_batch([records.Record(value=b"v")] * count, base_offset=0)
+    field = _records_node(explain(_fetch_frame(data), codec.FetchResponse.API_KEY, 16))
+    (batch,) = _batches(field)
+    assert batch.value == f"magic 2, {shown}, none"
+    assert next(c for c in batch.children if c.name == "records").value == shown

@@ -128,6 +128,15 @@ def test_sdist_without_a_working_compiler_installs_pure_python_and_says_so(
     implementation, where = installed(venv_without_cython, tmp_path)
     assert implementation == "python"
     assert (tmp_path / "venv") in where.parents
+    # and importing it says so, once, naming the way to silence it
+    warned = run([venv_without_cython, "-c", "import fastkwire"], cwd=tmp_path).stderr
+    assert warned.count("the compiled core did not import") == 1 and "FASTKWIRE_PURE=1" in warned
+    quiet = run(
+        [venv_without_cython, "-c", "import fastkwire"],
+        cwd=tmp_path,
+        env=clean_env(FASTKWIRE_PURE="1"),
+    ).stderr
+    assert quiet == ""
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -33,6 +34,72 @@ def child_env():
     return env
 
 
+class ChildStreams:
+    """A child's stderr (and stdout, unless `read_stdout` is false: then it is read only at
+    `finish`) read by threads into lists, so the child never blocks on them and every wait
+    has a timeout. `line_with(text)` waits for a stderr line holding `text`; lines before it
+    (an interpreter's warning, say) are kept, never taken for it."""
+
+    def __init__(self, proc, read_stdout=True):
+        self.proc = proc
+        self.err, self.out = [], []
+        self._got_line = threading.Condition()
+        self._threads = [
+            threading.Thread(target=self._drain, args=(proc.stderr, self.err), daemon=True)
+        ]
+        if read_stdout and proc.stdout is not None:
+            self._threads.append(
+                threading.Thread(target=self._drain, args=(proc.stdout, self.out), daemon=True)
+            )
+        for t in self._threads:
+            t.start()
+
+    def _drain(self, stream, into):
+        for line in stream:
+            with self._got_line:
+                into.append(line.decode(errors="replace") if isinstance(line, bytes) else line)
+                self._got_line.notify_all()
+
+    def line_with(self, text, timeout=START_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        with self._got_line:
+            while True:
+                for line in self.err:
+                    if text in line:
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None and not self._threads[0].is_alive():
+                    raise AssertionError(
+                        f"no stderr line with {text!r} within {timeout} s: {''.join(self.err)}"
+                    )
+                self._got_line.wait(min(left, 0.1))
+
+    def finish(self, timeout=STOP_TIMEOUT):
+        """Waits for the child to end (killing it after `timeout`): (exit code, stdout, stderr),
+        or AssertionError when it had to be killed."""
+        if len(self._threads) == 1 and self.proc.stdout is not None:
+            t = threading.Thread(target=self._drain, args=(self.proc.stdout, self.out), daemon=True)
+            self._threads.append(t)
+            t.start()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout)
+            raise AssertionError(f"the child did not end within {timeout} s: {''.join(self.err)}")
+        finally:
+            for t in self._threads:
+                t.join(timeout)
+        return self.proc.returncode, "".join(self.out), "".join(self.err)
+
+
+def listening_address(streams):
+    """(host, port) from the proxy's "...: listening on HOST:PORT, forwarding to ..." line."""
+    line = streams.line_with("listening on ")
+    host, _, port = line.split("listening on ", 1)[1].split(",", 1)[0].strip().rpartition(":")
+    return host, int(port)
+
+
 class ProxyProcess:
     """`fastkwire proxy ARGS` on a free port; `.bootstrap` once it listens."""
 
@@ -44,20 +111,21 @@ class ProxyProcess:
             text=True,
             env=child_env(),
         )
-        line = self.proc.stderr.readline()  # "...: listening on 127.0.0.1:PORT, forwarding to ..."
-        assert "listening on" in line, line + self.proc.stderr.read()
-        self.banner = line
-        self.bootstrap = line.split("listening on ", 1)[1].split(",", 1)[0]
+        self.streams = ChildStreams(self.proc)
+        try:
+            self.banner = self.streams.line_with("listening on ")
+        except AssertionError:
+            self.proc.kill()
+            raise
+        host, port = listening_address(self.streams)
+        self.bootstrap = f"{host}:{port}"
 
     def stop(self, sig=signal.SIGINT):
         self.proc.send_signal(sig)
         try:
-            out, err = self.proc.communicate(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, err = self.proc.communicate()
-            pytest.fail(f"the proxy did not stop on {sig!r}: {err}")
-        return self.proc.returncode, out, err
+            return self.streams.finish(STOP_TIMEOUT)
+        except AssertionError as e:
+            pytest.fail(f"the proxy did not stop on {sig!r}: {e}")
 
 
 def produce_and_consume(bootstrap, topic, count=5):
@@ -220,7 +288,7 @@ def test_usage_errors_name_the_flag(tmp_path, capsys):
             code = e.code
         return code, capsys.readouterr().err
 
-    code, err = run("--upstream", "nowhere")
+    code, err = run("--upstream", "nowhere:port")
     assert code == 2 and "--upstream" in err and "HOST:PORT" in err
     code, err = run("--upstream", "127.0.0.1:9", "--fault", "api=Heartbeat,error=NO_SUCH_ERROR")
     assert code == 2 and "--fault" in err and "NO_SUCH_ERROR" in err
@@ -236,3 +304,66 @@ def test_usage_errors_name_the_flag(tmp_path, capsys):
         port = taken.getsockname()[1]
         code, err = run("--upstream", "127.0.0.1:9", "--listen", f"127.0.0.1:{port}")
     assert code == 3 and f"--listen 127.0.0.1:{port}" in err
+
+
+def test_a_listener_per_broker_from_the_flags(tansu_broker, tmp_path):
+    from cluster import NODES, Cluster
+
+    from test_proxy_cluster import _free_range
+
+    cluster = Cluster(tansu_broker.port)
+    ports = _free_range(3)
+    start = int(ports.split("-")[0])
+    fixed = socket.socket()
+    fixed.bind(("127.0.0.1", 0))
+    fixed_port = fixed.getsockname()[1]
+    fixed.close()
+    record = tmp_path / "cluster.jsonl"
+    proxy = ProxyProcess(
+        "--upstream",
+        cluster.bootstrap,
+        "--broker-ports",
+        ports,
+        "--map",
+        f"127.0.0.1:{cluster.ports[3]}=127.0.0.1:{fixed_port}",
+        "--record",
+        str(record),
+        "--connections",
+    )
+    try:
+        assert f"a listener per broker (127.0.0.1:{cluster.ports[3]} fixed; ports {ports})" in (
+            proxy.banner
+        )
+        produce_and_consume(proxy.bootstrap, "cli-cluster", count=2)
+    finally:
+        code, out, err = proxy.stop(signal.SIGTERM)
+        cluster.close()
+    assert code == 0, err
+    assert f"broker 127.0.0.1:{cluster.ports[3]} mapped to 127.0.0.1:{fixed_port}" in err
+    assert f"broker 127.0.0.1:{cluster.ports[1]} mapped to 127.0.0.1:{start}" in err
+    produce = [line for line in out.splitlines() if " Produce v" in line]
+    # cli-cluster's one partition is led by node 1.
+    assert produce and all(f"-> 127.0.0.1:{cluster.ports[1]}" in line for line in produce)
+    brokers = {json.loads(line).get("broker") for line in record.read_text().splitlines()}
+    assert {f"127.0.0.1:{cluster.ports[n]}" for n in NODES} & brokers
+    assert all(not b.endswith(f":{tansu_broker.port}") for b in brokers)
+
+
+def test_mapping_flags_refuse_what_does_not_fit(capsys):
+    def run(*args):
+        try:
+            code = main(["proxy", *args])
+        except SystemExit as e:
+            code = e.code
+        return code, capsys.readouterr().err
+
+    code, err = run("--upstream", "127.0.0.1:9", "--broker-ports", "9-5")
+    assert code == 2 and "--broker-ports: '9-5' is not two ports" in err
+    code, err = run("--upstream", "127.0.0.1:9", "--map", "127.0.0.1:9")
+    assert code == 2 and "--map" in err and "BROKER-HOST:PORT=LOCAL-HOST:PORT" in err
+    code, err = run(
+        "--upstream", "127.0.0.1:9", "--broker-ports", "30000-30001", "--rewrite-advertised"
+    )
+    assert code == 2 and "--rewrite-advertised: one address for every broker" in err
+    code, err = run("--upstream", "127.0.0.1:9", "--tls-cert", "x.pem")
+    assert code == 2 and "--tls-cert and --tls-key go together" in err

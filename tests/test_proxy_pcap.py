@@ -142,6 +142,7 @@ def test_tcpdump_capture_of_real_clients(tansu_broker, tmp_path, capsys):
             tcpdump.wait(10)
         seen = proxy.exchanges()
     back = list(read_capture(pcap, port=proxy.port))
+    assert pairs(read_capture(pcap)) == pairs(back)  # the broker's end told by the handshakes
     answered = [e for e in seen if e.response is not None]
     # Everything the proxy answered is in the capture, paired by correlation id.
     got = pairs(back)

@@ -9,19 +9,31 @@ import os as _os
 
 from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
+# Why this implementation runs, for `fastkwire --version`.
 if _os.environ.get("FASTKWIRE_PURE", "") not in ("", "0"):
     from . import _messages_python as _messages
 
-    implementation = "python"
+    implementation, _why = "python", "FASTKWIRE_PURE is set"
 else:
     try:
         from . import _messages_cython as _messages
 
-        implementation = "cython"
-    except ImportError:
+        implementation, _why = "cython", "compiled"
+    except ImportError as _missing:
         from . import _messages_python as _messages
 
-        implementation = "python"
+        implementation, _why = "python", f"the compiled core did not import: {_missing}"
+        # A build without a compiler installs anyway: say so where the user looks.
+        import warnings as _warnings
+
+        _warnings.warn(
+            f"fastkwire: the compiled core did not import ({_missing}), so the pure-Python "
+            "implementation runs, several times slower. Reinstall with a C compiler for the "
+            "compiled core, or set FASTKWIRE_PURE=1 to choose pure Python without this warning.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        del _missing
 
 REQUEST_CLASSES = _messages.REQUEST_CLASSES
 RESPONSE_CLASSES = _messages.RESPONSE_CLASSES
@@ -43,6 +55,10 @@ __all__ = list(_messages.__all__) + [
     "UnsupportedVersionError",
     "TaskOffsetColumns",
     "explain",
+    "read_kafka",
+    "iter_kafka",
+    "read_segments",
+    "iter_segments",
     "implementation",
     "__version__",
 ]
@@ -54,6 +70,16 @@ def __getattr__(name):
 
         globals()["explain"] = explain  # the import bound the submodule under this name
         return explain
+    if name in ("read_kafka", "iter_kafka"):  # imported on first use: they need pyarrow
+        from . import kafka_arrow
+
+        value = globals()[name] = getattr(kafka_arrow, name)
+        return value
+    if name in ("read_segments", "iter_segments"):  # Kafka's log files; needs pyarrow
+        from . import segments
+
+        value = globals()[name] = getattr(segments, name)
+        return value
     if name.startswith("__"):
         raise AttributeError(name)
     value = getattr(_messages, name)

@@ -17,6 +17,7 @@ import time
 from . import _compression, _legacy_records, _wire
 from .errors import DecodeError, EncodeError
 from ._records_model import Batches, RecordBatch, as_control
+from ._rules import require_numpy
 
 HEADER_FIELDS = _wire.BATCH_HEADER
 HEADER = struct.Struct(">" + "".join(fmt for _, fmt in HEADER_FIELDS))
@@ -43,6 +44,29 @@ def _tail(seen, data, pos):
     return bytes(data[pos:])
 
 
+def _size_hints(data):
+    """(records, bytes past their least) of the whole magic 2 batches in `data`, from their
+    headers alone: the columns' first arrays are made that large, not doubled batch after
+    batch (a compressed batch may still grow them). (0, 0) for what does not read."""
+    try:
+        view = memoryview(data).cast("B")
+    except (TypeError, ValueError):
+        return 0, 0
+    n, pos, rows, free = len(view), 0, 0, 0
+    with view:
+        while n - pos >= HEADER_SIZE:
+            (size,) = struct.unpack_from(">i", view, pos + 8)
+            if size < MIN_BATCH_LENGTH or size > n - pos - 12 or view[pos + 16] != 2:
+                break
+            (count,) = struct.unpack_from(">i", view, pos + 57)
+            body = size - MIN_BATCH_LENGTH
+            if 0 < count <= body // _wire.MIN_RECORD:  # as ColumnsBuilder.add measures it
+                rows += count
+                free += body - _wire.MIN_RECORD * count
+            pos += 12 + size
+    return rows, free
+
+
 class Codec:
     """read_batches, read_columns and write_batch over one kernel."""
 
@@ -61,7 +85,8 @@ class Codec:
     def read_columns(self, data, *, check_crc=True, max_decompressed=None):
         """Every record of the whole batches in `data` as one RecordColumns (control
         batches included, as their raw keys and values); `.tail` as for read_batches."""
-        builder = self.kernel.ColumnsBuilder()
+        require_numpy("records.read_columns")  # the columns are numpy arrays
+        builder = self.kernel.ColumnsBuilder(*_size_hints(data))
         tail = self._walk(
             data, check_crc, max_decompressed, builder.add, builder.add_records, objects=False
         )

@@ -9,10 +9,27 @@ encode/decode. Nothing here runs per encoded or decoded message.
 
 from __future__ import annotations
 
+import difflib
+import inspect
+
 from . import _model
 from ._rules import unknown_tags
 
-_DEFAULT = object()  # marks 'argument not given' for list defaults
+
+class _Fresh:
+    """The default of an argument whose value is made anew for each instance (a list, a
+    struct); its repr says what an instance gets, for help() and signatures."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+_DEFAULT = _Fresh("[]")  # marks 'argument not given' for list defaults
 
 
 class StructBase:
@@ -71,8 +88,9 @@ def _make_init(struct, module: str, classes: dict):
         kind = default_kind(f)
         if kind == _wire.D_NEW:
             env[f"_s{i}"] = classes[f.struct.name]
-            params.append(f"{name}=_DEFAULT")
-            body.append(f"    self.{name} = _s{i}() if {name} is _DEFAULT else {name}")
+            env[f"_n{i}"] = _Fresh(f"{f.struct.name}()")
+            params.append(f"{name}=_n{i}")
+            body.append(f"    self.{name} = _s{i}() if {name} is _n{i} else {name}")
         elif kind == _wire.D_LIST:
             params.append(f"{name}=_DEFAULT")
             body.append(f"    self.{name} = [] if {name} is _DEFAULT else {name}")
@@ -82,9 +100,53 @@ def _make_init(struct, module: str, classes: dict):
             body.append(f"    self.{name} = {name}")
     params.append("unknown_tagged_fields=None")
     body.append("    self._unknown = _check(unknown_tagged_fields)")
+    # A wrong keyword is told with the class and its fields, not Python's bare TypeError;
+    # the signature shown (help(), inspect) is the one without the catch-all.
+    shown = f"def __init__({', '.join(params)}): pass\n"
+    params.append("**_wrong")
+    body.insert(0, "    if _wrong: _refuse(self, _wrong)")
+    env["_refuse"] = _wrong_keywords
     src = f"def __init__({', '.join(params)}):\n" + "\n".join(body) + "\n"
     exec(compile(src, f"<{module}.{struct.name}.__init__>", "exec"), env)  # noqa: S102
-    return env["__init__"]
+    init = env["__init__"]
+    exec(compile(shown, "<signature>", "exec"), env)  # noqa: S102
+    init.__signature__ = inspect.signature(env["__init__"])
+    return init
+
+
+def _wrong_keywords(obj, wrong):
+    cls = type(obj)
+    fields = [name for name, _, _ in cls._FIELDS] + ["unknown_tagged_fields"]
+    name = next(iter(wrong))
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.5)
+    raise TypeError(
+        f"{cls.__qualname__} has no field {name!r}"
+        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + f"; its fields: {', '.join(fields)}"
+    )
+
+
+def _plain_doc(m, struct, root):
+    """A docstring for a struct whose definition gives none: what it is, from the schema."""
+    from ._layout import version_text
+
+    fields = ", ".join(f.py_name for f in struct.fields) or "none"
+    if root and m.api_key is None:
+        return f"{m.name}, versions {version_text(m.versions)}. Fields: {fields}."
+    if root:
+        api = m.name[: -len(m.kind)] if m.name.lower().endswith(m.kind) else m.name
+        return (
+            f"The {m.kind} of Kafka's {api} API (key {m.api_key}), versions "
+            f"{version_text(m.versions)}. Fields: {fields}."
+        )
+    holders = [
+        f"{s.name}.{f.py_name}"
+        for s in (*m.structs, m.root)
+        for f in s.fields
+        if f.is_struct and f.struct is struct
+    ]
+    where = f" ({' or '.join(holders)})" if holders else ""
+    return f"Part of {m.name}{where}. Fields: {fields}."
 
 
 def make_message_class(
@@ -106,7 +168,7 @@ def make_message_class(
             "__slots__": tuple(f.py_name for f in struct.fields) + ("_unknown",),
             "__module__": module,
             "__qualname__": name if root else f"{name}.{struct.name}",
-            "__doc__": struct.doc or None,
+            "__doc__": struct.doc or _plain_doc(m, struct, root),
             "__init__": _make_init(struct, module, by_struct),
             "_NAME": struct.name,
             "_FIELDS": tuple(

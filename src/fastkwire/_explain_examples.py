@@ -61,8 +61,8 @@ def example(name: str) -> tuple[bytes, int | None, int | None]:
     m = re.fullmatch(r"([a-z-]+)-v(\d+)(-response)?", name)
     if m is None or name not in example_names():
         raise ValueError(
-            f"unknown example {name!r}; try leave-group-v5, "
-            "leave-group-v5-response or streams-group-heartbeat-v0"
+            f"unknown example {name!r}: --list-examples lists them (e.g. leave-group-v5, "
+            "leave-group-v5-response)"
         )
     version, is_response = int(m.group(2)), bool(m.group(3))
     key = next(k for k, n in api_names().items() if _kebab(n) == m.group(1))

@@ -61,7 +61,7 @@ def _tree_lines(root, doc_width):
 
 
 def render_tree(root, doc_width: int | None = DOC_WIDTH) -> str:
-    """The object tree, one node a line, in the `+--` / `|` style of the seed page."""
+    """The object tree, one node a line, in the `+--` / `|` style."""
     return "\n".join(_tree_lines(root, doc_width))
 
 

@@ -8,7 +8,7 @@ zero-width spaces, line and paragraph separators, unusual spaces) the way `repr`
 ESC becomes the four characters `\\x1b`, U+202E `\\u202e`.
 """
 
-__all__ = ["printable"]
+__all__ = ["os_error_text", "printable"]
 
 ELLIPSIS = "..."
 
@@ -23,3 +23,11 @@ def printable(text, limit=None):
     if not text.isprintable():
         text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return f"{text}{ELLIPSIS} ({cut} more characters)" if cut else text
+
+
+def os_error_text(error):
+    """An OSError as a user reads it: `'traffic.pcap': no such file or directory`, not
+    `[Errno 2] No such file or directory: 'traffic.pcap'`."""
+    what = error.strerror or str(error)
+    what = what[:1].lower() + what[1:]
+    return f"{printable(repr(error.filename))}: {what}" if error.filename is not None else what

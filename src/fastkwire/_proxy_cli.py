@@ -13,17 +13,22 @@ import signal
 import sys
 
 from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
-from ._printable import printable
+from ._printable import os_error_text, printable
+from .connection import make_tls_context
+from .connection_errors import OptionError
 from .errors import DecodeError
 from .proxy import (
     DEFAULT_FRAME_TIMEOUT,
     CaptureError,
     CaptureWriter,
     PcapWriter,
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_PENDING_BYTES,
     Proxy,
     ProxyEvent,
+    QueuedSink,
     Rule,
     RuleError,
     Summary,
@@ -42,7 +47,9 @@ EXIT_OK, EXIT_UNDECODED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 LINE_ENCODER = json.JSONEncoder(
     ensure_ascii=True, default=JSON_ENCODER.default
 )  # explain's, on one line
-FLUSH_INTERVAL = 0.1  # seconds between flushes of piped output: lines appear as they happen
+CLOSE_TIMEOUT = 30.0  # seconds the output may take to write what is queued at the end
+TERMINAL_QUEUE_BYTES = 16 * 1024 * 1024
+CAPTURE_QUEUE_BYTES = 128 * 1024 * 1024
 # Library parameter -> flag, for errors the library raises about its parameters.
 PROXY_FLAGS = {
     "upstream": "--upstream",
@@ -51,6 +58,11 @@ PROXY_FLAGS = {
     "max_frame_bytes": "--max-frame-bytes",
     "max_pending_bytes": "--max-pending-bytes",
     "frame_timeout": "--frame-timeout",
+    "max_connections": "--max-connections",
+    "max_buffered_bytes": "--max-buffered-bytes",
+    "broker_ports": "--broker-ports",
+    "broker_map": "--map",
+    "rewrite_advertised": "--rewrite-advertised",
 }
 
 
@@ -67,10 +79,38 @@ def _address(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT") from None
 
 
+def _broker(text):
+    """One broker by --bootstrap-server's rule: HOST:PORT, HOST (port 9092), [IPV6]:PORT."""
+    from .admin import parse_servers
+
+    try:
+        servers = parse_servers(text)
+    except ValueError:
+        servers = []
+    if len(servers) != 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one broker: HOST:PORT, or HOST for port 9092"
+        )
+    return servers[0]
+
+
 def _count(text):
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"not a positive count: {text!r}")
     return int(text)
+
+
+def _port(text):
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port (1-65535): {text!r}")
+    return int(text)
+
+
+def _warner(prog, err):
+    def warn(text):
+        err.write(f"{prog}: warning: {printable(text)}\n")
+
+    return warn
 
 
 def _seconds(text):
@@ -81,6 +121,13 @@ def _seconds(text):
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 86400 seconds")
     return value
+
+
+def _mapping(text):
+    broker, sep, local = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not BROKER-HOST:PORT=LOCAL-HOST:PORT")
+    return _address(broker), _address(local)
 
 
 def _rule(text):
@@ -110,10 +157,10 @@ def add_proxy(subparsers):
     )
     parser.add_argument(
         "--upstream",
-        type=_address,
+        type=_broker,
         required=True,
         metavar="HOST:PORT",
-        help="the broker to forward to",
+        help="the broker to forward to (HOST alone: port 9092, as --bootstrap-server)",
     )
     out = parser.add_argument_group("output")
     out.add_argument(
@@ -164,6 +211,22 @@ def add_proxy(subparsers):
         help="the address --rewrite-advertised puts in (default: --listen)",
     )
     change.add_argument(
+        "--broker-ports",
+        metavar="START-END",
+        help="a listener per broker the cluster names (Metadata, FindCoordinator, "
+        "DescribeCluster), on the next free port of this range, and its address put into "
+        "the answers: clients of a cluster reach every broker through the proxy",
+    )
+    change.add_argument(
+        "--map",
+        type=_mapping,
+        action="append",
+        default=[],
+        metavar="BROKER-HOST:PORT=LOCAL-HOST:PORT",
+        help="this broker's listener at a fixed address (repeat for more; with or without "
+        "--broker-ports)",
+    )
+    change.add_argument(
         "--fault",
         type=_rule,
         action="append",
@@ -181,7 +244,38 @@ def add_proxy(subparsers):
         type=int,
         help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
     )
-    limits = parser.add_argument_group("limits (per connection)")
+    tls = parser.add_argument_group(
+        "TLS (each side on its own; SASL passes through untouched either way)"
+    )
+    tls.add_argument("--tls-cert", metavar="PEM", help="clients connect to the proxy over TLS")
+    tls.add_argument("--tls-key", metavar="PEM", help="the --tls-cert certificate's key")
+    tls.add_argument(
+        "--upstream-tls", action="store_true", help="the proxy connects to brokers over TLS"
+    )
+    tls.add_argument(
+        "--ssl-cafile",
+        metavar="PEM",
+        help="with --upstream-tls: CA certificates to trust the brokers with",
+    )
+    tls.add_argument(
+        "--ssl-certfile",
+        metavar="PEM",
+        help="with --upstream-tls: client certificate (for brokers that ask)",
+    )
+    tls.add_argument(
+        "--ssl-keyfile", metavar="PEM", help="with --upstream-tls: the client certificate's key"
+    )
+    tls.add_argument(
+        "--ssl-password",
+        metavar="TEXT",
+        help="the key's password (better: FASTKWIRE_SSL_PASSWORD in the environment)",
+    )
+    tls.add_argument(
+        "--no-ssl-check-hostname",
+        action="store_true",
+        help="with --upstream-tls: do not check a broker's host name against its certificate",
+    )
+    limits = parser.add_argument_group("limits")
     limits.add_argument(
         "--max-frame-bytes",
         type=_count,
@@ -205,48 +299,125 @@ def add_proxy(subparsers):
         help="a frame that has not arrived whole this long after it began ends the connection "
         f"(default {DEFAULT_FRAME_TIMEOUT:g})",
     )
+    limits.add_argument(
+        "--max-connections",
+        type=_count,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help=f"client connections open at once; one more is refused (default {DEFAULT_MAX_CONNECTIONS})",
+    )
+    limits.add_argument(
+        "--max-buffered-bytes",
+        type=_count,
+        default=DEFAULT_MAX_BUFFERED_BYTES,
+        metavar="N",
+        help="bytes of frames held for all connections together; past it, clients are not "
+        "read until answers drain (a frame under way may finish; one that takes the total "
+        f"past twice this ends its connection) (default {DEFAULT_MAX_BUFFERED_BYTES})",
+    )
     parser.set_defaults(run=run_proxy)
     return parser
 
 
-class _Output:
-    """Writes exchanges and events to the streams; piped output is flushed every
-    FLUSH_INTERVAL seconds rather than per line."""
+def _frames_size(ex):
+    return len(ex.request) + (ex.response_size or 0)
 
-    def __init__(self, args, out, err):
+
+class _Output:
+    """Shows exchanges and events, and hands them to the capture writers. The event loop only
+    queues them (`exchange`, `event`); a thread per sink (the terminal's, the capture
+    files') formats and writes, so a stdout nobody reads never holds forwarding back.
+    What a full queue cannot take is dropped and counted (`report`)."""
+
+    def __init__(self, args, out, err, writers=()):
         self.args, self.out, self.err = args, out, err
         self.apis = {_api_key_or_fail(a) for a in args.api}
         self.client_ids = set(args.client_id)
-        self.dirty = False
-        self.undecoded = 0
+        self.writers = list(writers)
+        # What waits for the terminal holds its frames (for their error codes): a stuck
+        # terminal drops lines past 16 MiB of them; capture files may fall further behind.
+        self.terminal = QueuedSink(
+            self._show, self._flush_terminal, max_bytes=TERMINAL_QUEUE_BYTES, name="output"
+        )
+        self.capture = (
+            QueuedSink(
+                self._record, self._flush_capture, max_bytes=CAPTURE_QUEUE_BYTES, name="capture"
+            )
+            if self.writers
+            else None
+        )
 
     def shown(self, ex):
         return (not self.apis or ex.api_key in self.apis) and (
             not self.client_ids or ex.client_id in self.client_ids
         )
 
+    # ---- on the event loop: queue only
+
     def exchange(self, ex):
-        if self.args.quiet or not self.shown(ex):
-            return
-        self.out.write((exchange_json(ex) if self.args.json else exchange_line(ex)) + "\n")
-        if self.args.explain:
-            _explain_exchange(ex, self.out, self.err)
-        self.dirty = True
+        if self.capture is not None:
+            self.capture.offer(ex, _frames_size(ex))
+        if not self.args.quiet and self.shown(ex):
+            self.terminal.offer(ex, _frames_size(ex))
 
     def event(self, event):
-        if event.kind != ProxyEvent.ERROR and not self.args.connections:
-            return
-        if self.args.json:
-            self.out.write(event_json(event) + "\n")
-        else:
-            self.err.write(event_line(event) + "\n")
-        self.dirty = True
+        if self.capture is not None and event.frame is not None:
+            self.capture.offer(event, len(event.frame))
+        if event.kind == ProxyEvent.ERROR or self.args.connections:
+            self.terminal.offer(event, 0 if event.frame is None else len(event.frame))
 
-    def flush(self):
-        if self.dirty:
-            self.dirty = False
-            self.out.flush()
-            self.err.flush()
+    # ---- on the sinks' threads
+
+    def _show(self, item):
+        if isinstance(item, ProxyEvent):
+            if self.args.json:
+                self.out.write(event_json(item) + "\n")
+            else:
+                self.err.write(event_line(item) + "\n")
+            return
+        self.out.write((exchange_json(item) if self.args.json else exchange_line(item)) + "\n")
+        if self.args.explain:
+            _explain_exchange(item, self.out, self.err)
+
+    def _flush_terminal(self):
+        self.out.flush()
+        self.err.flush()
+
+    def _record(self, item):
+        for w in self.writers:
+            if isinstance(item, ProxyEvent):
+                w.write_unpaired(item)
+            else:
+                w.write(item)
+
+    def _flush_capture(self):
+        for w in self.writers:
+            w.flush()
+
+    def close(self, timeout=CLOSE_TIMEOUT):
+        """Writes what is queued, then lines on stderr for what was dropped or not written."""
+        # The files first: a terminal that never drains must not keep them waiting.
+        sinks = ([("capture", self.capture)] if self.capture else []) + [("output", self.terminal)]
+        unwritten = {name: not sink.close(timeout) for name, sink in sinks}
+        for w in self.writers:
+            w.close()
+        lost = self.terminal.dropped + (self.terminal.pending if unwritten["output"] else 0)
+        if lost:
+            self.err.write(
+                f"fastkwire proxy: {lost} lines not shown: the output did not keep up (a "
+                "paused terminal, or a pipe nobody reads)\n"
+            )
+        lost = 0 if self.capture is None else self.capture.dropped
+        if self.capture is not None and unwritten["capture"]:
+            lost += self.capture.pending
+        if lost:
+            self.err.write(
+                f"fastkwire proxy: {lost} exchanges not recorded: the capture files did not "
+                "keep up\n"
+            )
+        for _, sink in sinks:
+            for e in sink.errors[:3]:
+                self.err.write(f"fastkwire proxy: writing failed: {printable(e)}\n")
 
 
 def _api_key_or_fail(text):
@@ -269,29 +440,30 @@ def run_proxy(args, out=None, err=None):
             from_file, file_seed = read_rules_file(args.rules)
             rules += from_file
             seed = file_seed if seed is None else seed
-        output = _Output(args, out, err)
+        for a in args.api:
+            _api_key_or_fail(a)
+        tls, upstream_tls = _tls_contexts(args)
         writers = []
         if args.record:
             writers.append(CaptureWriter(args.record))
         if args.pcap:
             writers.append(PcapWriter(args.pcap, upstream=args.upstream))
+    except OptionError as e:
+        print(f"{args.prog}: error: {printable(e.render(TLS_FLAGS))}", file=err)
+        return EXIT_USAGE
     except (RuleError, ValueError, OSError) as e:
         print(
-            f"{args.prog}: error: {printable(_flagged(str(e)) if not isinstance(e, OSError) else e)}",
+            f"{args.prog}: error: {os_error_text(e) if isinstance(e, OSError) else printable(_flagged(str(e)))}",
             file=err,
         )
         return EXIT_USAGE
 
-    def on_exchange(ex):
-        for w in writers:
-            w.write(ex)
-        output.exchange(ex)
-
+    output = _Output(args, out, err, writers)
     try:
         proxy = Proxy(
             args.upstream,
             args.listen,
-            on_exchange=on_exchange,
+            on_exchange=output.exchange,
             on_event=output.event,
             rules=rules,
             seed=seed,
@@ -300,24 +472,30 @@ def run_proxy(args, out=None, err=None):
             max_frame_bytes=args.max_frame_bytes,
             max_pending_bytes=args.max_pending_bytes,
             frame_timeout=args.frame_timeout,
+            max_connections=args.max_connections,
+            max_buffered_bytes=args.max_buffered_bytes,
+            broker_ports=args.broker_ports,
+            broker_map=dict(args.map),
+            tls=tls,
+            upstream_tls=upstream_tls,
         )
     except ValueError as e:
+        output.close()
         print(f"{args.prog}: error: {_flagged(str(e))}", file=err)
         return EXIT_USAGE
     try:
-        code = asyncio.run(_serve(proxy, output, writers, args, err))
+        code = asyncio.run(_serve(proxy, args, err))
     except KeyboardInterrupt:  # where the loop could not take the signal itself
         code = EXIT_OK
     finally:
-        for w in writers:
-            w.close()
+        output.close()
     if code == EXIT_OK:
         _print_summary(proxy.summary, args.json, out)
     out.flush()
     return code
 
 
-async def _serve(proxy, output, writers, args, err):
+async def _serve(proxy, args, err):
     try:
         await proxy.start()
     except OSError as e:
@@ -330,6 +508,20 @@ async def _serve(proxy, output, writers, args, err):
     print(
         f"{args.prog}: listening on {host}:{port}, forwarding to {args.upstream[0]}:{args.upstream[1]}"
         + (f", advertising {proxy.advertised[0]}:{proxy.advertised[1]}" if proxy.rewrite else "")
+        + (
+            f", a listener per broker ({', '.join(f'{b[0]}:{b[1]}' for b in proxy.broker_map)}"
+            + (" fixed; " if proxy.broker_map and proxy.broker_ports else "")
+            + (
+                f"ports {proxy.broker_ports[0]}-{proxy.broker_ports[1]}"
+                if proxy.broker_ports
+                else ""
+            )
+            + ")"
+            if proxy.mapped
+            else ""
+        )
+        + (", TLS for clients" if proxy.tls else "")
+        + (", TLS to brokers" if proxy.upstream_tls else "")
         + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""),
         file=err,
         flush=True,
@@ -342,18 +534,63 @@ async def _serve(proxy, output, writers, args, err):
         except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
             pass
     try:
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), FLUSH_INTERVAL)
-            except asyncio.TimeoutError:
-                pass
-            output.flush()
-            for w in writers:
-                w.flush()
+        await stop.wait()
     finally:
         await proxy.close()
-        output.flush()
     return EXIT_OK
+
+
+TLS_FLAGS = {
+    "ssl_cafile": "--ssl-cafile",
+    "ssl_certfile": "--ssl-certfile",
+    "ssl_keyfile": "--ssl-keyfile",
+    "ssl_password": "--ssl-password",
+}
+
+
+def _tls_contexts(args):
+    """(server context for clients, client context for brokers), each None without TLS on
+    that side. The upstream one is the admin commands' (the same files, the same errors)."""
+    import os
+    import ssl
+
+    server = None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if args.tls_cert:
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            server.load_cert_chain(args.tls_cert, args.tls_key)
+        except (ssl.SSLError, OSError) as e:
+            reason = getattr(e, "reason", None) or e.strerror or type(e).__name__
+            raise ValueError(
+                f"--tls-cert/--tls-key: cannot load {args.tls_cert!r} and {args.tls_key!r}: "
+                f"{reason} (PEM files expected)"
+            ) from None
+    given = [
+        flag
+        for flag, value in (
+            ("--ssl-cafile", args.ssl_cafile),
+            ("--ssl-certfile", args.ssl_certfile),
+            ("--ssl-keyfile", args.ssl_keyfile),
+            ("--ssl-password", args.ssl_password),
+            ("--no-ssl-check-hostname", args.no_ssl_check_hostname),
+        )
+        if value
+    ]
+    if not args.upstream_tls:
+        if given:
+            raise ValueError(f"{', '.join(given)} without --upstream-tls")
+        return server, None
+    password = args.ssl_password or os.environ.get("FASTKWIRE_SSL_PASSWORD")
+    upstream = make_tls_context(
+        args.ssl_cafile,
+        args.ssl_certfile,
+        args.ssl_keyfile,
+        password,
+        not args.no_ssl_check_hostname,
+    )
+    return server, upstream
 
 
 def _print_summary(summary, as_json, out):
@@ -418,7 +655,10 @@ def add_stats(subparsers):
     )
     parser.add_argument("capture", metavar="FILE")
     parser.add_argument(
-        "--port", type=int, default=9092, help="for a pcap: the broker's port (default 9092)"
+        "--port",
+        type=_port,
+        help="for a pcap: the broker's TCP port (default: every stream that speaks Kafka, "
+        "the broker's end told by the handshake)",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(run=run_stats)
@@ -429,10 +669,13 @@ def run_stats(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     summary = Summary()
     try:
-        for ex in read_capture(args.capture, args.port):
+        for ex in read_capture(args.capture, args.port, _warner(args.prog, err)):
             summary.add_exchange(ex)
     except (CaptureError, OSError, ImportError) as e:
-        print(f"{args.prog}: error: {printable(e)}", file=err)
+        print(
+            f"{args.prog}: error: {os_error_text(e) if isinstance(e, OSError) else printable(e)}",
+            file=err,
+        )
         return EXIT_USAGE
     _print_summary(summary, args.json, out)
     return EXIT_OK
@@ -452,9 +695,9 @@ def add_capture_arguments(parser):
     )
     parser.add_argument(
         "--port",
-        type=int,
-        default=9092,
-        help="with --capture of a pcap: the broker's TCP port (default 9092)",
+        type=_port,
+        help="with --capture of a pcap: the broker's TCP port (default: every stream that "
+        "speaks Kafka)",
     )
     parser.add_argument(
         "--client-id",
@@ -465,6 +708,12 @@ def add_capture_arguments(parser):
     )
 
 
+def _api_name(key):
+    from ._explain_apis import api_names
+
+    return None if key is None else api_names().get(key, key)
+
+
 def run_explain_capture(args, out, err):
     """0 when every frame decoded, 1 when some did not (shown with their errors), 2 for a
     capture that cannot be read."""
@@ -472,8 +721,10 @@ def run_explain_capture(args, out, err):
         print("fastkwire explain: --capture takes no frame, --file or --example", file=err)
         return EXIT_USAGE
     failed = count = 0
+    held = {}  # "API vN" -> exchanges, of what the filters left out
     try:
-        for ex in read_capture(args.capture, args.port):
+        for ex in read_capture(args.capture, args.port, _warner("fastkwire explain", err)):
+            held[f"{ex.api} v{ex.api_version}"] = held.get(f"{ex.api} v{ex.api_version}", 0) + 1
             if args.api is not None and ex.api_key != args.api:
                 continue
             if args.version is not None and ex.api_version != args.version:
@@ -489,11 +740,27 @@ def run_explain_capture(args, out, err):
                 out.write(f"=== {exchange_line(ex)}\n")
                 failed += _explain_exchange(ex, out, err, None if args.full else DOC_WIDTH)
     except (CaptureError, OSError, ImportError) as e:
-        print(f"fastkwire explain: {printable(e)}", file=err)
+        print(
+            f"fastkwire explain: {os_error_text(e) if isinstance(e, OSError) else printable(e)}",
+            file=err,
+        )
         return EXIT_USAGE
     print(
         f"{count} exchange{'s' if count != 1 else ''}"
         + (f", {failed} frame{'s' if failed != 1 else ''} that do not decode" if failed else ""),
         file=err,
     )
+    if not count and held:
+        given = [
+            f"{flag} {value}"
+            for flag, value in (("--api", _api_name(args.api)), ("--version", args.version))
+            if value is not None
+        ] + [f"--client-id {c!r}" for c in args.client_id]
+        shown = ", ".join(f"{k} ({n})" for k, n in sorted(held.items())[:10])
+        more = f" and {len(held) - 10} more" if len(held) > 10 else ""
+        print(
+            f"fastkwire explain: warning: none of the capture's {sum(held.values())} exchanges "
+            f"matched {' '.join(given)}; it holds {printable(shown)}{more}",
+            file=err,
+        )
     return EXIT_UNDECODED if failed else EXIT_OK

@@ -156,8 +156,12 @@ cdef class ColumnsBuilder:
     cdef Cols cols
     cdef Py_ssize_t rows, row_cap, hrow_cap
     cdef Py_ssize_t data_cap[4]
+    cdef Py_ssize_t rows_hint, bytes_hint
 
-    def __cinit__(self):
+    def __cinit__(self, Py_ssize_t rows_hint=0, Py_ssize_t bytes_hint=0):
+        """rows_hint / bytes_hint: the records and the bytes past their least that every
+        batch to come holds together, if known: the first arrays are made that large, so
+        that the batches after the first do not copy them as they grow."""
         global _np, _DTYPES
         cdef int i
         if _np is None:
@@ -172,6 +176,7 @@ cdef class ColumnsBuilder:
         self.data_cap[0] = self.data_cap[1] = self.data_cap[2] = self.data_cap[3] = -1
         self.cols.key.used = self.cols.value.used = self.cols.hkey.used = self.cols.hvalue.used = 0
         self.cols.hrows = 0
+        self.rows_hint, self.bytes_hint = max(rows_hint, 0), max(bytes_hint, 0)
 
     cdef int _grow(self, Py_ssize_t rows, Py_ssize_t hrows) except -1:
         """Make room for `rows` records and `hrows` header rows (all their arrays)."""
@@ -310,7 +315,9 @@ cdef class ColumnsBuilder:
         cdef int64_t fixed = log_append_time if log_append_time is not None else 0
         hrows, hbytes = header_room(count, free)
         if self.arrays[A_OFFSET] is None:
-            self._first(count, free, hrows, hbytes)
+            first_rows, first_free = max(count, self.rows_hint), max(free, self.bytes_hint)
+            first_hrows, first_hbytes = header_room(first_rows, first_free)
+            self._first(first_rows, first_free, max(hrows, first_hrows), max(hbytes, first_hbytes))
         # Room for the most the keys and values can take, and header_room's guess for
         # the headers, which the fast path checks as it fills. (Room for the most
         # headers, one row per 2 bytes, is mostly never touched, yet so large that

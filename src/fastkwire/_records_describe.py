@@ -68,10 +68,10 @@ class SpanRecorder:
         if name == "records":
             count = next(n.value for n in self.stack[-1][2] if n.name == "record_count")
             if note is None:
-                return f"{count} records"
+                return _records(count)
             codec, size = note
             return (
-                f"{codec}: {count} records in {size} decompressed bytes "
+                f"{codec}: {_records(count)} in {size} decompressed bytes "
                 "(offsets below count from their start)"
             )
         if name == "batch":
@@ -79,7 +79,7 @@ class SpanRecorder:
             codec = CODECS[fields["attributes"] & 7]
             crc_ok = self.crc32c(self.data[offset + 21 : end]) == fields["crc"]
             return (
-                f"magic 2, {fields['record_count']} records, {codec}"
+                f"magic 2, {_records(fields['record_count'])}, {codec}"
                 f"{'' if crc_ok else ', CRC mismatch'}"
             )
         if name == "message":
@@ -91,6 +91,10 @@ class SpanRecorder:
                 "(offsets below count from their start)"
             )
         return None
+
+
+def _records(n):
+    return f"{n} record" if n == 1 else f"{n} records"
 
 
 def describe(data, *, max_decompressed=None, max_records=None, crc32c=_records_python.crc32c):

@@ -202,7 +202,7 @@ def check_column_sizes(sizes, pos):
 class ColumnsBuilder:
     """Columns filled batch after batch (read_columns): records first, columns at the end."""
 
-    def __init__(self):
+    def __init__(self, rows_hint=0, bytes_hint=0):  # the hints size the compiled kernel's arrays
         self.records = []
         self.sizes = [0] * len(COLUMN_NAMES)
 

@@ -11,11 +11,12 @@ from ._wire import MAX_MESSAGE, MAX_TAG, MAX_VERSION, NUMPY_ARRAYS, RANGE, RECOR
 from .errors import EncodeError, UnsupportedVersionError
 
 
-def require_numpy():
+def require_numpy(what='arrays="numpy"'):
+    """An ImportError that names the extra when numpy is missing (`what` needs it)."""
     try:
         import numpy  # noqa: F401
     except ImportError:
-        raise ImportError('arrays="numpy" needs numpy: pip install fastkwire[numpy]') from None
+        raise ImportError(f"{what} needs numpy: pip install 'fastkwire[numpy]'") from None
 
 
 def index(v):

@@ -1,9 +1,12 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete: this entry point completes)
 """The `fastkwire` command line.
 
     fastkwire explain HEX | --file FILE | --example NAME [--api API --version V] [--json]
     fastkwire explain --capture FILE [--port P] [--api API] [--client-id ID]
+    fastkwire explain --list-examples [API]
     fastkwire proxy --listen HOST:PORT --upstream HOST:PORT [--json] [--record FILE] [...]
     fastkwire stats FILE [--json]
+    fastkwire dump --bootstrap-server HOST:PORT --topic T | --segments PATH --to FILE [...]
     fastkwire describe-group --bootstrap-server HOST:PORT --group G [--json]
     fastkwire remove-members --bootstrap-server HOST:PORT --group G --instance-id ID [...]
     fastkwire remove-members ... --member-id ID | --all [--dry-run]
@@ -15,7 +18,9 @@ FASTKWIRE_SSL_PASSWORD) and `--command-config FILE` (Java client properties), fl
 Exit codes: 0 done (every member removed; a dry run that could list what it would do);
 1 the request went through but some member was not removed; 2 bad usage; 3 the request
 failed as a whole (connection, TLS, SASL, timeout, old broker, authorization, group state).
-`fastkwire explain`: 0 shown, 1 a malformed frame, 2 bad usage.
+`fastkwire explain`: 0 shown, 1 a malformed frame, 2 bad usage. Every command: 130
+interrupted, 141 the output's reader went away (a closed pipe). EXIT_CODES has each
+subcommand's, for its --help.
 """
 
 import argparse
@@ -23,12 +28,14 @@ import json
 import os
 import re
 import sys
+import textwrap
 from itertools import chain
 
+from ._dump_cli import add_dump as _add_dump
 from ._explain_apis import api_names
-from ._explain_examples import example
+from ._explain_examples import example, example_names
 from ._explain_text import DOC_WIDTH, HEX_ROWS, JSON_ENCODER, message_value, render_lines
-from ._printable import printable
+from ._printable import os_error_text, printable
 from ._proxy_cli import add_capture_arguments, add_proxy, add_stats, run_explain_capture
 from .admin import (
     DEFAULT_MAX_GROUP_MEMBERS,
@@ -50,6 +57,8 @@ EXIT_OK = 0
 EXIT_MEMBERS_FAILED = 1
 EXIT_USAGE = 2
 EXIT_FAILED = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process SIGINT ended
+EXIT_CLOSED_PIPE = 141  # the output's reader went away, as a shell reports SIGPIPE's end
 
 DEFAULT_TIMEOUT = 30.0
 MIN_TIMEOUT = 0.001  # the client counts in milliseconds
@@ -147,6 +156,10 @@ def _connection_arguments(parser):
         help="refuse a group description listing more members than this, before decoding it "
         f"(default {DEFAULT_MAX_GROUP_MEMBERS})",
     )
+    _security_arguments(parser)
+
+
+def _security_arguments(parser):
     security = parser.add_argument_group(
         "security (flags win over the environment and --command-config)"
     )
@@ -481,7 +494,7 @@ def _fail(args, exc, code, out, err):
     message = (
         exc.render(getattr(args, "option_names", FLAGS))
         if isinstance(exc, OptionError)
-        else str(exc)
+        else _advice_in_flags(str(exc))
     )
     if args.json:
         error = getattr(exc, "error", None)
@@ -502,6 +515,15 @@ def _fail(args, exc, code, out, err):
         )
     print(f"{args.prog}: error: {printable(message)}", file=err)
     return code
+
+
+# The library's advice names its parameters ("use security_protocol SSL or SASL_SSL");
+# the command line's names the flags.
+_ADVICE = re.compile(r"\buse (" + "|".join(o for o in FLAGS if "_" in o) + r")\b")
+
+
+def _advice_in_flags(message):
+    return _ADVICE.sub(lambda m: f"use {FLAGS[m.group(1)]}", message)
 
 
 def _print_table(result, out):
@@ -590,21 +612,44 @@ def _api_key(text: str) -> int:
     )
 
 
+def _hex_digits(text: str) -> str:
+    """Hex text without the whitespace, colons and 0x prefixes it may have."""
+    return re.sub(r"0x|[\s:]", "", text)
+
+
 def _from_hex(text: str) -> bytes | None:
     """Hex text (whitespace, colons and 0x prefixes allowed) as bytes, else None."""
-    cleaned = re.sub(r"0x|[\s:]", "", text)
+    cleaned = _hex_digits(text)
     if cleaned and re.fullmatch(r"[0-9a-fA-F]+", cleaned) and len(cleaned) % 2 == 0:
         return bytes.fromhex(cleaned)
     return None
 
 
-def _parse_input(raw: bytes) -> bytes:
-    """A file's or stdin's content: hex text if it reads as such, else the raw bytes."""
+def _not_hex(text: str) -> str:
+    """Why text that should be hex is not."""
+    cleaned = _hex_digits(text)
+    if not cleaned:
+        return "no hex digits"
+    bad = re.search(r"[^0-9a-fA-F]", cleaned)
+    if bad:
+        return f"not hex: {printable(repr(bad.group()))} is not a hex digit"
+    return f"odd number of hex digits ({len(cleaned)}): each byte is two"
+
+
+def _parse_input(raw: bytes, name: str) -> bytes:
+    """A file's or stdin's content: hex text if it reads as such, else the raw bytes.
+    Hex digits alone but an odd number of them is a mistake, not binary."""
     try:
-        parsed = _from_hex(raw.decode("ascii"))
+        text = raw.decode("ascii")
     except UnicodeDecodeError:
         return raw
-    return raw if parsed is None else parsed
+    parsed = _from_hex(text)
+    if parsed is not None:
+        return parsed
+    cleaned = _hex_digits(text)
+    if cleaned and re.fullmatch(r"[0-9a-fA-F]+", cleaned):
+        raise ValueError(f"{name} holds hex text with an {_not_hex(text)}")
+    return raw
 
 
 def _limit(text: str) -> int | None:
@@ -633,8 +678,17 @@ def configure_explain(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument(
         "--example",
         metavar="NAME",
-        help="explain a built-in smallest message instead: leave-group-v5, "
-        "leave-group-v5-response, streams-group-heartbeat-v0, ...",
+        help="explain a built-in example instead (the smallest message of an API version): "
+        "leave-group-v5, leave-group-v5-response; --list-examples lists them all",
+    )
+    parser.add_argument(
+        "--list-examples",
+        nargs="?",
+        const="",
+        metavar="API",
+        help="list the built-in examples and exit: without API, one line per API with its "
+        "versions; with API (a name such as LeaveGroup or leave-group, part of one such as "
+        "group, or a key), every example's name",
     )
     parser.add_argument(
         "--json",
@@ -663,19 +717,76 @@ def configure_explain(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     return parser
 
 
+def _squash(name: str) -> str:
+    return re.sub(r"[-_ ]", "", name).lower()
+
+
+def _example_list(api: str) -> list[str]:
+    """--list-examples: one line per API with its versions, or, for the APIs `api` names
+    (exactly, else every one whose name contains it), each example's name."""
+    by_api: dict[str, list[str]] = {}
+    for name in example_names():
+        base = re.sub(r"-v\d+(-response)?$", "", name)
+        by_api.setdefault(base, []).append(name)
+    if api:
+        wanted = _squash(api)
+        if wanted.isdigit():
+            key = int(wanted)
+            if key not in api_names():
+                raise ValueError(f"--list-examples: no API has key {key}")
+            wanted = _squash(api_names()[key])
+        chosen = [b for b in by_api if _squash(b) == wanted] or [
+            b for b in by_api if wanted in _squash(b)
+        ]
+        if not chosen:
+            raise ValueError(
+                f"--list-examples: no API is called {printable(repr(api))} or has it in its "
+                "name (--list-examples alone lists them)"
+            )
+        return [name for b in chosen for name in by_api[b]]
+    width = max(map(len, by_api))
+    lines = [f"{'API':<{width}}  REQUESTS  RESPONSES"]
+    for base, names in sorted(by_api.items()):
+        ranges = []
+        for responses in (False, True):
+            v = [
+                int(re.search(r"-v(\d+)", n).group(1))
+                for n in names
+                if n.endswith("-response") == responses
+            ]
+            ranges.append(
+                ("-" if not v else f"v{min(v)}" if min(v) == max(v) else f"v{min(v)}-v{max(v)}")
+            )
+        lines.append(f"{base:<{width}}  {ranges[0]:<8}  {ranges[1]}")
+    lines.append(
+        f"{len(by_api)} APIs, {sum(map(len, by_api.values()))} examples: --example NAME explains "
+        "one, e.g. --example leave-group-v5 or leave-group-v5-response; --list-examples API "
+        "lists one API's names"
+    )
+    return lines
+
+
 def _read_frame(args, stdin) -> bytes:
     if args.hex and args.file:
         raise ValueError("give the frame once: as hex or with --file, not both")
     if args.hex:
-        frame = _from_hex(" ".join(args.hex))
+        text = " ".join(args.hex)
+        frame = _from_hex(text)
         if frame is None:
-            raise ValueError("the frame on the command line is not hex (use --file for binary)")
+            raise ValueError(
+                f"the frame on the command line: {_not_hex(text)} (use --file for binary)"
+            )
         return frame
     if args.file and args.file != "-":
-        with open(args.file, "rb") as fh:
-            return _parse_input(fh.read())
+        try:
+            with open(args.file, "rb") as fh:
+                raw = fh.read()
+        except OSError as e:
+            raise ValueError(f"--file {os_error_text(e)}") from None
+        return _parse_input(raw, f"--file {args.file!r}")
     if args.file == "-" or not stdin.isatty():
-        return _parse_input(stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read())
+        raw = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
+        return _parse_input(raw, "stdin")
     raise ValueError("give the frame as hex, with --file, or on stdin")
 
 
@@ -734,6 +845,13 @@ def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
     """Runs `fastkwire explain`; 0 on success, 1 for a malformed frame, 2 for bad usage."""
     stdout, stderr, stdin = stdout or sys.stdout, stderr or sys.stderr, stdin or sys.stdin
     doc_width = None if args.full else DOC_WIDTH
+    if getattr(args, "list_examples", None) is not None:
+        try:
+            _write_lines(stdout, _example_list(args.list_examples))
+        except ValueError as err:
+            _write(stderr, f"fastkwire explain: {err}\n")
+            return 2
+        return 0
     if getattr(args, "capture", None):
         return run_explain_capture(args, stdout, stderr)
     try:
@@ -786,6 +904,14 @@ def explain_main(argv=None):
     )
 
 
+# ---------------------------------------------------------------- dump
+
+
+def add_dump(subparsers):
+    """`fastkwire dump` (_dump_cli.py), with the admin commands' security flags."""
+    _security_arguments(_add_dump(subparsers, security=_security, flags=FLAGS))
+
+
 # ---------------------------------------------------------------- dispatch
 
 # Subcommand name -> how to add it: a function(subparsers) that adds its parser and sets
@@ -796,20 +922,122 @@ SUBCOMMANDS = {
     "remove-members": add_remove_members,
     "proxy": add_proxy,
     "stats": add_stats,
+    "dump": add_dump,
 }
 
 
-def build_parser(prog="fastkwire"):
-    from . import __version__, implementation
+class _Version(argparse._VersionAction):
+    """--version printed on one line as it is (argparse's own wraps it to the terminal)."""
 
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(self.version)
+        parser.exit()
+
+
+_ANY_COMMAND = (
+    f"  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)\n"
+    f"  {EXIT_CLOSED_PIPE}  the output's reader went away (a closed pipe: `| head`)"
+)
+_GROUP_CODES = (
+    "  2  bad usage: a flag, a value, a file named by a flag\n"
+    "  3  the request failed as a whole: connection, TLS, SASL, timeout, old broker, "
+    "authorization, group state\n"
+)
+EXIT_CODES = {
+    "explain": "  0  shown\n"
+    "  1  a malformed frame (shown up to the error), or a capture with frames that do not "
+    "decode\n"
+    "  2  bad usage: a flag, a frame that is not hex, a file or capture that cannot be read\n",
+    "describe-group": "  0  described\n" + _GROUP_CODES,
+    "remove-members": "  0  every member removed; or, with --dry-run, the plan printed\n"
+    "  1  the request went through but some member was not removed\n" + _GROUP_CODES,
+    "proxy": "  0  stopped by Ctrl-C or SIGTERM (the summary is printed)\n"
+    "  2  bad usage: a flag, a rule, a rules file, an output file that cannot be written\n"
+    "  3  the proxy could not listen\n",
+    "stats": "  0  summed up\n  2  bad usage, or a capture that cannot be read\n",
+}
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps an epilog's "CODE  meaning" lines each on its own, under their meaning."""
+
+    def _fill_text(self, text, width, indent):
+        lines = []
+        for line in text.splitlines():
+            m = re.fullmatch(r"\s+(\d+)\s+(.*)", line)
+            if m is None:
+                lines.append(textwrap.fill(line, width, initial_indent=indent))
+            else:
+                lines.append(
+                    textwrap.fill(
+                        m.group(2),
+                        width,
+                        initial_indent=f"{indent}  {m.group(1):<5}",
+                        subsequent_indent=indent + " " * 7,
+                    )
+                )
+        return "\n".join(lines)
+
+
+def _exit_codes(parser, command):
+    parser.formatter_class = _Formatter
+    parser.epilog = "exit codes:\n" + EXIT_CODES[command] + _ANY_COMMAND
+
+
+def build_parser(prog="fastkwire"):
+    from . import __version__, _why, implementation
+
+    core = "compiled core" if implementation == "cython" else f"pure-Python core: {_why}"
     parser = _Parser(prog=prog, description="fastkwire: Kafka wire-protocol tools")
     parser.add_argument(
-        "--version", action="version", version=f"fastkwire {__version__} ({implementation} core)"
+        "--version",
+        action=_Version,
+        version=f"fastkwire {__version__} ({core})",
+        help="print the release and which implementation runs (compiled or pure Python), then exit",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS.values():
         add(subparsers)
+    for command, sub in subparsers.choices.items():
+        if command in EXIT_CODES:
+            _exit_codes(sub, command)
     return parser
+
+
+class _ClosedPipe(Exception):
+    """The reader of the output went away. Not an OSError: a command's own `except
+    OSError` (for a file it cannot read) must not take it for a usage error."""
+
+
+class _PipeGuard:
+    """sys.stdout or sys.stderr, turning a closed pipe into _ClosedPipe for _run."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise _ClosedPipe from None
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise _ClosedPipe from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _quiet_after_closed_pipe():
+    # What is still buffered would fail again at exit: send it nowhere instead.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        except (OSError, ValueError):  # not a file descriptor (an embedding, a test)
+            pass
 
 
 def _run(parser, argv):
@@ -819,15 +1047,18 @@ def _run(parser, argv):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     args.prog = parser.prog + (f" {args.command}" if getattr(args, "command", None) else "")
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _PipeGuard(out), _PipeGuard(err)
     try:
         return run(args)
+    except (_ClosedPipe, BrokenPipeError):
+        # The reader went away (`| head`): stop at once and quietly, as Unix tools do.
+        sys.stdout, sys.stderr = out, err
+        _quiet_after_closed_pipe()
+        return EXIT_CLOSED_PIPE
     except KeyboardInterrupt:
         print(f"{args.prog}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, as other command-line tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_FAILED
+        return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - a command line prints errors, not tracebacks
         if os.environ.get("FASTKWIRE_DEBUG"):
             raise
@@ -837,11 +1068,27 @@ def _run(parser, argv):
             file=sys.stderr,
         )
         return EXIT_FAILED
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _complete(parser):
+    """Shell completion, when the shell asks (argcomplete sets _ARGCOMPLETE) and the
+    optional argcomplete is installed: `eval "$(register-python-argcomplete fastkwire)"`."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)  # prints the completions and exits
 
 
 def main(argv=None):
     """Entry point of the `fastkwire` console script; returns the exit code."""
-    return _run(build_parser(), argv)
+    parser = build_parser()
+    _complete(parser)
+    return _run(parser, argv)
 
 
 def invoke_consumer_rebalance(argv=None):
@@ -853,6 +1100,8 @@ def invoke_consumer_rebalance(argv=None):
         "rebalances at once (the same as `fastkwire remove-members`).",
     )
     _remove_members_arguments(parser)
+    _exit_codes(parser, "remove-members")
+    _complete(parser)
     return _run(parser, argv)
 
 

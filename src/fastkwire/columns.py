@@ -7,6 +7,7 @@ column is built.
 """
 
 from . import _bulk
+from ._rules import require_numpy
 from .errors import EncodeError
 
 
@@ -24,6 +25,7 @@ class TaskOffsetColumns:
     __slots__ = ("subtopology_id", "partition", "offset", "unknown_tagged_fields", "_item")
 
     def __init__(self, subtopology_id=(), partition=(), offset=(), unknown_tagged_fields=None):
+        require_numpy("TaskOffsetColumns")  # its columns are numpy arrays
         self.subtopology_id = _as_list(subtopology_id)
         self.partition = _bulk.column(partition, "int32", "partition")
         self.offset = _bulk.column(offset, "int64", "offset")

@@ -336,6 +336,9 @@ def _make_context(cafile, certfile, keyfile, password, check_hostname):
     raise error
 
 
+make_tls_context = _make_context  # the proxy's connections to brokers: the same files and errors
+
+
 def _placeholders(options):
     return ", ".join("{%s}" % o for o in options)
 

@@ -210,7 +210,14 @@ def _show_record_value(value):
     if value is None:
         return None
     if isinstance(value, (bytes, bytearray)):
-        return _hex(value) if value else "empty"
+        if not value:
+            return "empty"
+        try:
+            text = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return _hex(value)
+        # Printable text (most keys and values are) reads as text, its bytes beside it.
+        return f"{_quote(text)} (hex {_hex(value)})" if text.isprintable() else _hex(value)
     if isinstance(value, str):
         return _quote(value, 120)
     return str(value)

@@ -17,7 +17,7 @@ Captures: `CaptureWriter` (JSON lines), `PcapWriter` (needs dpkt, the pcap extra
 the command line over this library; docs/proxy.md has the details.
 """
 
-from ._capture import CaptureError, CaptureWriter, read_jsonl
+from ._capture import CaptureError, CaptureWarning, CaptureWriter, read_jsonl
 from ._exchange import Exchange, ProxyEvent
 from ._faults import Faults, Rule, RuleError, load_rules, read_rules_file
 from ._pcap import PcapWriter, read_pcap
@@ -29,10 +29,13 @@ from ._server import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PENDING_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_BUFFERED_BYTES,
     BackgroundProxy,
     Proxy,
     parse_address,
 )
+from ._sink import QueuedSink
 from ._stats import Summary
 
 __all__ = [
@@ -46,8 +49,10 @@ __all__ = [
     "load_rules",
     "read_rules_file",
     "Summary",
+    "QueuedSink",
     "CaptureWriter",
     "CaptureError",
+    "CaptureWarning",
     "PcapWriter",
     "read_capture",
     "read_jsonl",
@@ -64,4 +69,6 @@ __all__ = [
     "DEFAULT_MAX_PENDING_BYTES",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_FRAME_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_BUFFERED_BYTES",
 ]

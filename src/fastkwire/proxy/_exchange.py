@@ -9,8 +9,12 @@ from .._explain_apis import api_names
 from .._model import STRUCT, STRUCTS
 from ..error_codes import error_name
 from ..errors import DecodeError
+from ._error_scan import response_error_codes
 
 MAX_ERROR_WALK = 200_000  # structs visited when collecting error codes: bounded for huge answers
+# Larger responses are not decoded for display (a decoded answer costs many times its
+# bytes): their lines show the error codes read from the bytes, and no decode error.
+DISPLAY_DECODE_LIMIT = 1024 * 1024
 
 
 def api_name(api_key):
@@ -26,6 +30,7 @@ class Exchange:
         "conn",
         "client",
         "client_id",
+        "broker",
         "api_key",
         "api_version",
         "correlation_id",
@@ -43,9 +48,10 @@ class Exchange:
         "_errors",
     )
 
-    def __init__(self, conn, client, header, request, expects_response=True):
+    def __init__(self, conn, client, header, request, expects_response=True, broker=None):
         self.conn = conn  # the proxy's number for the client connection
         self.client = client  # "host:port" of the client
+        self.broker = broker  # "host:port" of the upstream broker it went to
         self.client_id = header.client_id
         self.api_key = header.api_key
         self.api_version = header.api_version
@@ -77,9 +83,10 @@ class Exchange:
         upstream_response=None,
         expects_response=True,
         local=False,
+        broker=None,
     ):
         """An exchange read back from a capture."""
-        ex = cls(conn, client, header, request, expects_response)
+        ex = cls(conn, client, header, request, expects_response, broker)
         ex.response = response
         ex.upstream_response = upstream_response
         ex.time = when
@@ -121,8 +128,10 @@ class Exchange:
         return self._decoded
 
     def decode_error(self):
-        """Why the response (or, failing that, the request) does not decode, as text with its
-        offset in the frame; None if both decode."""
+        """Why the response does not decode, as text with its offset in the frame; None if
+        it decodes, or is larger than DISPLAY_DECODE_LIMIT (not decoded for display)."""
+        if self.response is None or len(self.response) > DISPLAY_DECODE_LIMIT:
+            return None
         got = self.decoded_response()
         if isinstance(got, DecodeError):
             return f"response: {describe_error(got)}"
@@ -137,22 +146,28 @@ class Exchange:
         return None
 
     def trailing_bytes(self):
-        """How many bytes follow the end of the response's message (0 when it does not decode)."""
+        """How many bytes follow the end of the response's message (0 when it does not
+        decode, or is larger than DISPLAY_DECODE_LIMIT)."""
+        if self.response is None or len(self.response) > DISPLAY_DECODE_LIMIT:
+            return 0
         got = self.decoded_response()
         return len(got[2]) if isinstance(got, tuple) else 0
 
     def error_codes(self):
         """The names of the non-zero error codes in the response, in the order found, each
-        once (empty when it does not decode)."""
-        if self._errors is None or self.response is not self._errors[0]:
-            got = self.decoded_response()
-            names = (
+        once. They are read from the frame's bytes, without decoding it into objects, up to
+        the first error_scan.MAX_STEPS values; a frame that does not fit its layout gives
+        those found before the misfit."""
+        errors = self._errors  # one read: another thread may set it meanwhile
+        if errors is None or self.response is not errors[0]:
+            response = self.response
+            codes = (
                 []
-                if got is None or isinstance(got, DecodeError)
-                else [error_name(c) for c in collect_error_codes(got[1])]
+                if response is None
+                else response_error_codes(response, self.api_key, self.api_version)
             )
-            self._errors = (self.response, names)
-        return self._errors[1]
+            errors = self._errors = (response, [error_name(c) for c in codes])
+        return errors[1]
 
 
 def describe_error(err):
@@ -201,18 +216,24 @@ def collect_error_codes(msg):
 
 
 class ProxyEvent:
-    """Something other than an exchange: a connection opened or closed, or went wrong."""
+    """Something other than an exchange: a connection opened or closed, or went wrong. A
+    frame forwarded without being paired (a request too short for a header, a response that
+    answers no request in flight) is an error event that carries it: `frame`, and
+    `from_client` (True for a request)."""
 
-    __slots__ = ("kind", "conn", "client", "text", "time")
+    __slots__ = ("kind", "conn", "client", "text", "time", "frame", "from_client")
 
     OPEN, CLOSE, ERROR = "open", "close", "error"
+    TOKEN = "token"  # a raw SASL token (after a v0 SaslHandshake): forwarded, not paired
 
-    def __init__(self, kind, conn, client, text):
+    def __init__(self, kind, conn, client, text, frame=None, from_client=None):
         self.kind = kind
         self.conn = conn
         self.client = client
         self.text = text
         self.time = time.time()
+        self.frame = frame
+        self.from_client = from_client
 
     def __repr__(self):
         return f"ProxyEvent({self.kind!r}, conn={self.conn}, {self.text!r})"

@@ -12,7 +12,7 @@ import fnmatch
 import json
 import random
 
-from .. import RESPONSE_CLASSES, decode_request, encode_response
+from .. import REQUEST_CLASSES, RESPONSE_CLASSES, decode_request, encode_response
 from .._explain_apis import api_names
 from ..error_codes import ERRORS, by_name
 from ..errors import DecodeError, EncodeError, UnsupportedVersionError
@@ -31,6 +31,7 @@ KEYS = (
     "times",
 )
 MAX_DELAY_MS = 3_600_000  # an hour: beyond it a test has hung, not waited
+MAX_VERSION = 0x7FFF  # an API version is an int16
 
 
 class RuleError(ValueError):
@@ -56,23 +57,32 @@ def _api_key(value):
 
 
 def _versions(value):
-    """An int, or text "3", "3+", "0-2": (low, high)."""
+    """An int, or text "3", "3+", "0-2": (low, high), each an int16 version, low <= high."""
     if isinstance(value, bool):
         raise RuleError(f"version: not a version: {value!r}")
+    got = None
     if isinstance(value, int):
-        return value, value
-    if isinstance(value, str):
+        got = value, value
+    elif isinstance(value, str):
         text = value.strip()
         try:
             if text.endswith("+"):
-                return int(text[:-1]), 32767
-            if "-" in text:
+                got = int(text[:-1]), MAX_VERSION
+            elif "-" in text[1:]:
                 low, high = text.split("-", 1)
-                return int(low), int(high)
-            return int(text), int(text)
+                got = int(low), int(high)
+            else:
+                got = int(text), int(text)
         except ValueError:
             pass
-    raise RuleError(f"version: not a version or range (3, 3+, 0-2): {value!r}")
+    if got is None:
+        raise RuleError(f"version: not a version or range (3, 3+, 0-2): {value!r}")
+    low, high = got
+    if not (0 <= low <= MAX_VERSION and 0 <= high <= MAX_VERSION):
+        raise RuleError(f"version: {value!r}: a version is from 0 to {MAX_VERSION}")
+    if low > high:
+        raise RuleError(f"version: {value!r}: the range is empty ({low} > {high}), nothing matches")
+    return got
 
 
 def _error_code(value):
@@ -97,13 +107,23 @@ def _number(key, value, low, high, kind=float):
         raise RuleError(f"{key}: not a number: {value!r}")
     try:
         number = kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
         raise RuleError(f"{key}: not a number: {value!r}") from None
     if kind is int and isinstance(value, float) and value != number:
         raise RuleError(f"{key}: not a whole number: {value!r}")
     if not low <= number <= high:  # also refuses nan
         raise RuleError(f"{key}: {value!r} is not between {low} and {high}")
     return number
+
+
+def _has_top_level_error(cls, version):
+    """The response carries a top-level error code at this version (FindCoordinator v4+:
+    one per coordinator)."""
+    ops = cls._LAYOUTS.root(version).plain
+    names = {op.name for op in ops}
+    if cls.API_KEY == FIND_COORDINATOR:
+        return "error_code" in names or "coordinators" in names
+    return "error_code" in names
 
 
 class Rule:
@@ -130,6 +150,14 @@ class Rule:
     ):
         self.api_key = None if api is None else _api_key(api)
         self.versions = None if version is None else _versions(version)
+        if self.versions is not None and self.api_key is not None:
+            request = REQUEST_CLASSES[self.api_key]
+            low, high = request.MIN_VERSION, request.MAX_VERSION
+            if self.versions[1] < low or self.versions[0] > high:
+                raise RuleError(
+                    f"version: {version!r}: {api_names()[self.api_key]} has versions "
+                    f"{low}-{high}, so the rule could never match"
+                )
         if client_id is not None and not isinstance(client_id, str):
             raise RuleError(f"client_id: not text: {client_id!r}")
         self.client_id = client_id
@@ -152,10 +180,15 @@ class Rule:
             if self.api_key is None:
                 raise RuleError("error: an error answer needs the api it answers")
             cls = RESPONSE_CLASSES[self.api_key]
-            if self.api_key != FIND_COORDINATOR and "error_code" not in {f[0] for f in cls._FIELDS}:
+            low, high = cls.MIN_VERSION, cls.MAX_VERSION
+            if self.versions is not None:
+                low, high = max(low, self.versions[0]), min(high, self.versions[1])
+            answerable = [v for v in range(low, high + 1) if _has_top_level_error(cls, v)]
+            if not answerable:
                 raise RuleError(
-                    f"error: {cls.__name__} has no top-level error_code to answer with "
-                    "(its errors are per topic or partition)"
+                    f"error: {cls.__name__} has no top-level error_code to answer with"
+                    + (f" in versions {low}-{high}" if self.versions is not None else "")
+                    + " (its errors are per topic or partition)"
                 )
         self.probability = _number("probability", probability, 0.0, 1.0)
         self.times = None if times is None else _number("times", times, 0, 2**62, int)
@@ -243,6 +276,10 @@ class Faults:
         return None
 
 
+def _not_a_number(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def load_rules(path):
     """The rules of a JSON file: `{"rules": [...], "seed": N}` or a bare list; errors name
     the file and the rule's position."""
@@ -252,9 +289,11 @@ def load_rules(path):
 def read_rules_file(path):
     """(rules, seed or None) of a rules file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(), parse_constant=_not_a_number)
+    except RecursionError:
+        raise RuleError(f"{path}: not JSON: nested too deep") from None
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise RuleError(f"{path}: not JSON: {e}") from None
     seed = None
     if isinstance(data, dict):
@@ -294,10 +333,14 @@ def error_answer(exchange, code):
             )
         else:
             msg = cls(error_code=code, node_id=-1, host="", port=-1)
-    elif any(name == "error_code" for name, _, _ in cls._FIELDS):
+    elif _has_top_level_error(cls, version):
         msg = cls(error_code=code)
+    elif cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+        raise ValueError(
+            f"{cls.__name__} v{version} cannot carry the error: it has no top-level error_code"
+        )
     else:
-        raise ValueError(f"{cls.__name__} has no top-level error_code to answer with")
+        raise ValueError(f"{cls.__name__} has no version {version} to answer with")
     try:
         return encode_response(msg, version, exchange.correlation_id)
     except (EncodeError, UnsupportedVersionError, DecodeError) as e:

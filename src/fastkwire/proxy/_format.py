@@ -1,4 +1,9 @@
-"""How an exchange or an event is shown: one text line, or one JSON object."""
+"""How an exchange or an event is shown: one text line, or one JSON object.
+
+Every text field can come from a peer or a capture file (a client id, a client address
+read back from a capture, a fault's name, a broker's error text), so each is escaped for
+the terminal (`printable`: C0/C1 controls, bidi and other format characters), and JSON is
+written ASCII-only (`\\u` escapes), so neither form can carry a control character raw."""
 
 import json
 import time
@@ -31,9 +36,12 @@ def exchange_line(ex):
         answer = f"{ex.request_size}B -> (no response)"
     else:
         answer = f"{ex.request_size}B -> (acks=0, none expected)"
+    client = printable(ex.client, CLIENT_ID_LIMIT)
+    if ex.broker is not None:
+        client += f" -> {printable(ex.broker, CLIENT_ID_LIMIT)}"
     parts = [
         _clock(ex.time),
-        ex.client,
+        client,
         cid,
         f"{ex.api} v{ex.api_version}",
         f"#{ex.correlation_id}",
@@ -43,7 +51,7 @@ def exchange_line(ex):
     if errors:
         parts.append(" ".join(errors))
     if ex.fault:
-        parts.append(f"[fault: {ex.fault}]")
+        parts.append(f"[fault: {printable(ex.fault)}]")
     if ex.upstream_response is not None:
         parts.append("[advertised address rewritten]")
     problem = ex.decode_error()
@@ -61,6 +69,7 @@ def exchange_dict(ex):
         "conn": ex.conn,
         "client": ex.client,
         "client_id": ex.client_id,
+        "broker": ex.broker,
         "api": ex.api,
         "api_key": ex.api_key,
         "version": ex.api_version,
@@ -78,11 +87,14 @@ def exchange_dict(ex):
 
 
 def exchange_json(ex):
-    return json.dumps(exchange_dict(ex), ensure_ascii=False)
+    return json.dumps(exchange_dict(ex))
 
 
 def event_line(event):
-    return f"{_clock(event.time)}  {event.client}  conn {event.conn} {event.kind}: {printable(event.text)}"
+    return (
+        f"{_clock(event.time)}  {printable(event.client, CLIENT_ID_LIMIT)}  "
+        f"conn {event.conn} {event.kind}: {printable(event.text)}"
+    )
 
 
 def event_json(event):
@@ -93,6 +105,5 @@ def event_json(event):
             "conn": event.conn,
             "client": event.client,
             "text": event.text,
-        },
-        ensure_ascii=False,
+        }
     )

@@ -52,7 +52,7 @@ def response_correlation_id(frame):
     return SIZE.unpack_from(frame, 4)[0]
 
 
-def _uvarint(frame, pos):
+def uvarint(frame, pos):
     value, shift = 0, 0
     while shift < 35:
         if pos >= len(frame):
@@ -75,12 +75,12 @@ def produce_acks(frame, header):
     pos = header.end
     try:
         if version >= _PRODUCE_FLEXIBLE:
-            count, pos = _uvarint(frame, pos)  # the header's tagged fields
+            count, pos = uvarint(frame, pos)  # the header's tagged fields
             for _ in range(min(count, 64)):
-                _, pos = _uvarint(frame, pos)
-                size, pos = _uvarint(frame, pos)
+                _, pos = uvarint(frame, pos)
+                size, pos = uvarint(frame, pos)
                 pos += size
-            n, pos = _uvarint(frame, pos)  # compact nullable transactional id
+            n, pos = uvarint(frame, pos)  # compact nullable transactional id
             pos += max(n - 1, 0)
         elif version >= 3:
             n = _INT16.unpack_from(frame, pos)[0]

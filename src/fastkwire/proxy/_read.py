@@ -29,9 +29,11 @@ def capture_kind(path):
     )
 
 
-def read_capture(path, port=9092):
+def read_capture(path, port=None, warn=None):
     """The exchanges of a capture: our JSON lines, or a pcap/pcapng file whose TCP streams to
-    or from `port` are reassembled and paired by correlation id."""
+    or from `port` (None: the streams that speak Kafka) are reassembled and paired by
+    correlation id. What cannot be read of a damaged capture goes to `warn(text)` (by
+    default a CaptureWarning) after what can."""
     if capture_kind(path) == "pcap":
-        return read_pcap(path, port)  # raises ImportError naming the extra without dpkt
-    return read_jsonl(path)
+        return read_pcap(path, port, warn)  # raises ImportError naming the extra without dpkt
+    return read_jsonl(path, warn)

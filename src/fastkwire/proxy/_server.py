@@ -12,18 +12,27 @@ after the frames were written, so decoding for display never holds forwarding ba
 Memory per connection is bounded by two frames being read (one each way, at most
 `max_frame_bytes` each), the pending requests' frames (`max_pending_bytes`, plus the one
 frame that crossed it), and asyncio's buffers (READ_SIZE per read, 64 KiB write buffers
-before `drain` waits).
+before `drain` waits); across connections by `max_connections` and `max_buffered_bytes`.
+
+Nothing slow runs on the event loop: the summary counts an exchange there, and its error
+codes are read from the response's bytes by the inspector's thread (`_inspect`), through
+a bounded queue; what does not fit in it is counted, not waited for.
 """
 
 import asyncio
 import collections
+import queue
+import socket
+import ssl
 import threading
 import time
 
 from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
 from ._frames import SIZE, produce_acks, request_header, response_correlation_id
-from ._rewrite import REWRITTEN, rewrite_advertised
+from ._rewrite import FULL_LISTS, names_brokers, rewrite_addresses
+from .. import REQUEST_CLASSES
+from ._sink import drain_queue
 from ._stats import Summary
 from ..errors import DecodeError
 
@@ -33,8 +42,18 @@ DEFAULT_MAX_PENDING_BYTES = 64 * MIB
 DEFAULT_MAX_IN_FLIGHT = 1024  # clients keep about 5 in flight per connection
 DEFAULT_FRAME_TIMEOUT = 30.0  # seconds a started frame may take to arrive whole
 DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_MAX_BUFFERED_BYTES = 1024 * MIB  # frames held for all connections together
+INSPECT_QUEUE = 10_000  # exchanges waiting for their error codes to be read
+INSPECT_QUEUE_BYTES = 64 * MIB  # and their responses' bytes
+INSPECT_BATCH_DELAY = 0.02  # seconds exchanges gather before the inspector reads them
 READ_SIZE = 256 * 1024
+WRITE_PIECE = 1 * MIB  # a larger frame is written in pieces of this size
 WATCH_INTERVAL_MAX = 1.0
+ROOM_POLL = 0.005  # seconds between looks at the bytes held, while clients wait for room
+
+
+SASL_HANDSHAKE = 17
 
 
 class _Broken(Exception):
@@ -69,6 +88,38 @@ def _positive(value, param, kind=int):
     return value
 
 
+class PeerClock:
+    """How long the frame being read has waited on its sender: only the time spent in a read
+    while part of the frame was held counts, never the proxy's own waits (a delay rule,
+    the other side's drain, a full pending queue). Plain state, driven by `_frames`."""
+
+    __slots__ = ("partial", "waited", "since")
+
+    def __init__(self):
+        self.partial = False  # part of a frame is held
+        self.waited = 0.0  # seconds waited on the peer for it, reads before this one
+        self.since = None  # when the read now under way began, if one is
+
+    def reading(self, now):
+        if self.partial:
+            self.since = now
+
+    def read(self, now, completed, partial):
+        """A read returned: `completed` frames ended in it, and part of one is held or not."""
+        if self.since is not None:
+            self.waited += now - self.since
+            self.since = None
+        if completed or not partial:  # the frame held now (if any) began in this read
+            self.waited = 0.0
+        self.partial = partial
+
+    def overdue(self, now, timeout):
+        if not self.partial:
+            return False
+        current = 0.0 if self.since is None else now - self.since
+        return self.waited + current > timeout
+
+
 class _Conn:
     __slots__ = (
         "number",
@@ -80,21 +131,29 @@ class _Conn:
         "pending",
         "pending_bytes",
         "room",
-        "partial_since",
+        "clocks",
+        "held",
         "broken",
         "task",
+        "listener",
+        "broker",
+        "raw_sasl",
     )
 
-    def __init__(self, number, client, creader, cwriter):
+    def __init__(self, number, client, creader, cwriter, listener):
         self.number = number
         self.client = client
+        self.listener = listener  # the proxy's listener it came in on
+        self.broker = f"{listener.upstream[0]}:{listener.upstream[1]}"
+        self.raw_sasl = False  # after a v0 SaslHandshake: raw tokens until a request
         self.creader, self.cwriter = creader, cwriter
         self.ureader = self.uwriter = None
         self.pending = collections.deque()  # Exchanges awaiting their response, in order
         self.pending_bytes = 0
         self.room = asyncio.Event()
         self.room.set()
-        self.partial_since = [None, None]  # (requests, responses): when a partial frame began
+        self.clocks = (PeerClock(), PeerClock())  # (requests, responses): a partial frame's wait
+        self.held = [0, 0]  # bytes of a partial frame held, by side
         self.broken = None  # why the watchdog ended it
         self.task = None
 
@@ -106,6 +165,11 @@ class _Conn:
                 return ex
         return None
 
+    def add(self, ex):
+        self.pending.append(ex)
+        self.pending_bytes += len(ex.request)
+        return len(ex.request)
+
     def remove(self, ex):
         if self.pending and self.pending[0] is ex:
             self.pending.popleft()
@@ -113,11 +177,53 @@ class _Conn:
             self.pending.remove(ex)
         self.pending_bytes -= len(ex.request)
         self.room.set()
+        return len(ex.request)
 
     def abort(self):
         for w in (self.cwriter, self.uwriter):
             if w is not None:
                 w.transport.abort()
+
+
+class _Listener:
+    """One of the proxy's listening sockets and the broker its connections go to."""
+
+    __slots__ = ("upstream", "bind", "advertised", "server", "conns", "leaving")
+
+    def __init__(self, upstream, bind, advertised):
+        self.upstream = upstream  # (host, port) of the broker
+        self.bind = bind  # (host, port) listened on; the port is kept once chosen
+        self.advertised = advertised  # (host, port) told to clients
+        self.server = None
+        self.conns = 0
+        self.leaving = False  # not in the cluster's last full list of brokers
+
+
+def parse_port_range(value, param="broker_ports"):
+    """(start, end) from "START-END" or a pair; ValueError naming `param`."""
+    given = value
+    if isinstance(value, str):
+        start, sep, end = value.partition("-")
+        if not sep or not start.isdigit() or not end.isdigit():
+            raise ValueError(f"{param}: {value!r} is not START-END")
+        value = (int(start), int(end))
+    try:
+        start, end = value
+    except (TypeError, ValueError):
+        raise ValueError(f"{param}: {value!r} is not START-END") from None
+    if not (isinstance(start, int) and isinstance(end, int) and 0 < start <= end <= 65535):
+        raise ValueError(f"{param}: {given!r} is not two ports with START <= END")
+    return start, end
+
+
+def _tls_reason(e):
+    """A TLS failure in words, for a connection's line."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return (
+            f"TLS: the broker's certificate was refused: {e.verify_message or e.reason} "
+            "(check the upstream CA file, and that the host name is in the certificate)"
+        )
+    return f"TLS: {e.reason or e}"
 
 
 class Proxy:
@@ -130,6 +236,16 @@ class Proxy:
     `advertised`, by default the listening address, into Metadata and FindCoordinator
     answers) change what goes through; nothing else is ever changed. `summary` counts every
     exchange by API.
+
+    Several brokers: `broker_ports` ((start, end) or "START-END") and `broker_map`
+    ({"broker-host:port": "local-host:port"}) give each broker the cluster names (in
+    Metadata, FindCoordinator, DescribeCluster, and KIP-951 node endpoints) a listener of
+    its own, forwarding to that broker, and put the listeners' addresses into those answers.
+    A broker the cluster stops listing keeps its listener until its connections close.
+
+    TLS: `tls` (an ssl.SSLContext for the server side) for clients, `upstream_tls` (a client
+    SSLContext; its host name check applies) for the connections to brokers. Frames are
+    seen decrypted; SASL passes through as it is.
 
     Use it in a running event loop (`async with Proxy(...) as p:`, then `p.address`), or
     from threads with `BackgroundProxy`.
@@ -151,12 +267,37 @@ class Proxy:
         max_in_flight=DEFAULT_MAX_IN_FLIGHT,
         frame_timeout=DEFAULT_FRAME_TIMEOUT,
         connect_timeout=DEFAULT_CONNECT_TIMEOUT,
+        max_connections=DEFAULT_MAX_CONNECTIONS,
+        max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES,
+        broker_ports=None,
+        broker_map=None,
+        tls=None,
+        upstream_tls=None,
     ):
         self.upstream = parse_address(upstream, "upstream")
         self.listen = parse_address(listen, "listen")
         self.advertised = None if advertised is None else parse_address(advertised, "advertised")
         self.rewrite = bool(rewrite_advertised)
-        if self.rewrite and self.advertised is None and self.listen[0] in ("", "0.0.0.0", "::"):
+        self.broker_ports = None if broker_ports is None else parse_port_range(broker_ports)
+        self.broker_map = {
+            parse_address(b, "broker_map"): parse_address(local, "broker_map")
+            for b, local in dict(broker_map or {}).items()
+        }
+        self.mapped = self.broker_ports is not None or bool(self.broker_map)
+        if self.mapped and self.rewrite:
+            raise ValueError(
+                "rewrite_advertised: one address for every broker, or a listener per broker "
+                "(broker_ports, broker_map): not both"
+            )
+        for name, ctx in (("tls", tls), ("upstream_tls", upstream_tls)):
+            if ctx is not None and not isinstance(ctx, ssl.SSLContext):
+                raise ValueError(f"{name}: not an ssl.SSLContext: {ctx!r}")
+        self.tls, self.upstream_tls = tls, upstream_tls
+        if (
+            (self.rewrite or self.broker_ports)
+            and self.advertised is None
+            and self.listen[0] in ("", "0.0.0.0", "::")
+        ):
             raise ValueError(
                 f"advertised: listening on {self.listen[0] or 'every address'}, the proxy "
                 "cannot tell clients which address to use: give advertised"
@@ -168,6 +309,8 @@ class Proxy:
         self.max_in_flight = _positive(max_in_flight, "max_in_flight")
         self.frame_timeout = _positive(frame_timeout, "frame_timeout", float)
         self.connect_timeout = _positive(connect_timeout, "connect_timeout", float)
+        self.max_connections = _positive(max_connections, "max_connections")
+        self.max_buffered_bytes = _positive(max_buffered_bytes, "max_buffered_bytes")
         for name, f in (("on_exchange", on_exchange), ("on_event", on_event)):
             if f is not None and not callable(f):
                 raise ValueError(f"{name}: not callable: {f!r}")
@@ -177,26 +320,54 @@ class Proxy:
         self.address = None
         self.callback_errors = []  # the first few exceptions observers raised
         self._server = None
+        self._bootstrap = None
+        self._brokers = {}  # upstream (host, port) -> _Listener
+        self._next_port = None if self.broker_ports is None else self.broker_ports[0]
+        self._servers = set()  # asyncio servers of the broker listeners
+        self._starting = set()  # their start_server tasks, until done
         self._conns = set()
         self._count = 0
         self._watchdog = None
+        self.buffered = 0  # bytes of frames held for all connections (partial and pending)
+        self._holding = False  # clients' reads held back past max_buffered_bytes
+        self._inspect_queue = queue.SimpleQueue()
+        self._inspect_bytes = 0
+        self._inspector = None
 
     # ------------------------------------------------------------ life cycle
 
     async def start(self):
+        self._bootstrap = _Listener(self.upstream, self.listen, None)
         self._server = await asyncio.start_server(
-            self._handle, self.listen[0], self.listen[1], limit=READ_SIZE
+            lambda r, w: self._handle(r, w, self._bootstrap),
+            self.listen[0],
+            self.listen[1],
+            limit=READ_SIZE,
+            ssl=self.tls,
         )
         self.address = self._server.sockets[0].getsockname()[:2]
+        self._bootstrap.server = self._server
         if self.rewrite and self.advertised is None:
             self.advertised = (self.listen[0], self.address[1])
+        for broker, local in self.broker_map.items():  # fixed ports listen from the start
+            self._listener_for(broker)
         self._watchdog = asyncio.create_task(self._watch())
+        self._inspector = threading.Thread(
+            target=self._inspect, name="fastkwire-proxy-inspector", daemon=True
+        )
+        self._inspector.start()
         return self
 
     async def close(self):
         """Stops listening and ends every connection."""
         if self._server is not None:
             self._server.close()
+        for task in list(self._starting):
+            task.cancel()
+        for lst in self._brokers.values():
+            lst.server = None  # a listener still starting closes itself
+        for server in list(self._servers):
+            server.close()
         for conn in list(self._conns):
             conn.abort()
         tasks = [c.task for c in self._conns if c.task is not None]
@@ -206,6 +377,13 @@ class Proxy:
             self._watchdog.cancel()
         if self._server is not None:
             await self._server.wait_closed()
+        for server in list(self._servers):
+            await server.wait_closed()
+        self._servers.clear()
+        if self._inspector is not None:  # the summary is complete once it has caught up
+            self._inspect_queue.put(None)
+            await asyncio.get_running_loop().run_in_executor(None, self._inspector.join, 10)
+            self._inspector = None
 
     async def serve_forever(self):
         if self._server is None:
@@ -223,21 +401,190 @@ class Proxy:
         """Client connections open now."""
         return len(self._conns)
 
+    @property
+    def brokers(self):
+        """{broker "host:port": the "host:port" clients are told} for every mapped broker
+        listening now."""
+        return {
+            f"{b[0]}:{b[1]}": f"{lst.advertised[0]}:{lst.advertised[1]}"
+            for b, lst in self._brokers.items()
+            if lst.server is not None
+        }
+
+    # ------------------------------------------------------------ brokers' listeners
+
+    def _listener_for(self, broker):
+        """The advertised address of `broker`'s listener, opening it if needed (the socket
+        listens at once; connections wait in its backlog until the server takes them), or
+        None when it has no port (a line says why)."""
+        lst = self._brokers.get(broker)
+        if lst is not None and lst.server is not None:
+            lst.leaving = False
+            return lst.advertised
+        if lst is None:
+            local = self.broker_map.get(broker)
+            lst = _Listener(broker, local, None)
+        lst.leaving = False
+        sock = self._bind(lst)
+        if sock is None:
+            return None
+        port = sock.getsockname()[1]
+        lst.bind = (lst.bind[0], port)
+        host = lst.bind[0] if broker in self.broker_map else (self.advertised or self.listen)[0]
+        if host in ("", "0.0.0.0", "::"):
+            host = (self.advertised or ("127.0.0.1",))[0]
+        lst.advertised = (host, port)
+        self._brokers[broker] = lst
+        lst.server = True  # listening; the asyncio server follows
+        task = asyncio.get_running_loop().create_task(self._serve_listener(lst, sock))
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+        self._event_text(f"broker {broker[0]}:{broker[1]} mapped to {host}:{port}")
+        return lst.advertised
+
+    def _bind(self, lst):
+        tried = []
+        candidates = (
+            [lst.bind]
+            if lst.bind is not None
+            else ((self.listen[0], p) for p in self._free_ports())  # lazily: one at a time
+        )
+        for bind in candidates:
+            sock = socket.socket(socket.AF_INET6 if ":" in bind[0] else socket.AF_INET)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(bind)
+                sock.listen(128)
+                sock.setblocking(False)
+            except OSError as e:
+                sock.close()
+                tried.append(f"{bind[0]}:{bind[1]}: {e.strerror or e}")
+                if lst.bind is not None:
+                    break
+                continue
+            lst.bind = bind
+            return sock
+        where = (
+            f"--map {lst.bind[0]}:{lst.bind[1]} ({tried[-1] if tried else 'cannot listen'})"
+            if lst.bind is not None
+            else f"no free port left in broker_ports {self.broker_ports[0]}-{self.broker_ports[1]}"
+            if self.broker_ports
+            else "not in broker_map, and no broker_ports"
+        )
+        self._event_text(
+            f"broker {lst.upstream[0]}:{lst.upstream[1]} has no listener: {where}; "
+            "its address is passed on unchanged",
+            ProxyEvent.ERROR,
+        )
+        return None
+
+    def _free_ports(self):
+        if self.broker_ports is None:
+            return
+        while self._next_port <= self.broker_ports[1]:
+            port = self._next_port
+            self._next_port += 1
+            yield port
+
+    async def _serve_listener(self, lst, sock):
+        try:
+            server = await asyncio.start_server(
+                lambda r, w: self._handle(r, w, lst), sock=sock, limit=READ_SIZE, ssl=self.tls
+            )
+        except BaseException:
+            sock.close()
+            raise
+        if lst.server is True:
+            lst.server = server
+            self._servers.add(server)
+        else:  # closed before it started
+            server.close()
+
+    def _brokers_listed(self, named):
+        """A full list of the cluster's brokers came: those no longer in it are leaving, and
+        close their listener once their last connection has."""
+        named = set(named)
+        for broker, lst in self._brokers.items():
+            if broker not in named and broker not in self.broker_map and lst.server is not None:
+                lst.leaving = True
+                if not lst.conns:
+                    self._close_listener(lst)
+
+    def _close_listener(self, lst):
+        server, lst.server = lst.server, None
+        if server is not True and server is not None:
+            server.close()
+            self._servers.discard(server)
+        b, a = lst.upstream, lst.advertised
+        self._event_text(
+            f"broker {b[0]}:{b[1]} left the cluster: listener {a[0]}:{a[1]} closed "
+            "(the port is kept for it)"
+        )
+
+    def _map(self, address):
+        return self._listener_for(address)
+
+    def _event_text(self, text, kind=ProxyEvent.OPEN):
+        """An event of the proxy itself (conn 0), for the connection lines."""
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(ProxyEvent(kind, 0, "proxy", text))
+        except Exception as e:  # noqa: BLE001
+            self._observer_failed(e)
+
     # ------------------------------------------------------------ observers
 
     def _emit(self, ex):
+        self.summary.add(ex.api, ex.request_size, ex.response_size, ex.latency_ms, (), ex.fault)
+        self._to_inspect(ex)
         try:
-            self.summary.add_exchange(ex)
             if self.on_exchange is not None:
                 self.on_exchange(ex)
         except Exception as e:  # noqa: BLE001 - an observer's bug must not end the connection
             self._observer_failed(e)
 
-    def _event(self, kind, conn, text):
+    def _to_inspect(self, ex):
+        """Hands the response to the inspector's thread for its error codes, unless the
+        queue is full (then the summary counts it as not inspected)."""
+        size = ex.response_size or 0
+        if not size:
+            return
+        if (
+            self._inspector is None
+            or self._inspect_queue.qsize() >= INSPECT_QUEUE
+            or self._inspect_bytes + size > INSPECT_QUEUE_BYTES
+        ):
+            self.summary.not_inspected(ex.api)
+            return
+        with self.summary.lock:
+            self._inspect_bytes += size
+        self._inspect_queue.put(ex)
+
+    def _inspect(self):
+        """The inspector's thread: the error codes of each response, for the summary."""
+        while True:
+            batch = [self._inspect_queue.get()]
+            time.sleep(INSPECT_BATCH_DELAY)  # one wake-up per batch, not per exchange
+            batch += drain_queue(self._inspect_queue)
+            for ex in batch:
+                if ex is None:
+                    return
+                try:
+                    names = ex.error_codes()
+                except Exception as e:  # noqa: BLE001 - a bug here must not stop the summary
+                    names = []
+                    self._observer_failed(e)
+                with self.summary.lock:
+                    self._inspect_bytes -= ex.response_size or 0
+                if names:
+                    self.summary.add_errors(ex.api, names)
+
+    def _event(self, kind, conn, text, frame=None, from_client=None):
         if self.on_event is None:
             return
         try:
-            self.on_event(ProxyEvent(kind, conn.number, conn.client, text))
+            self.on_event(ProxyEvent(kind, conn.number, conn.client, text, frame, from_client))
         except Exception as e:  # noqa: BLE001
             self._observer_failed(e)
 
@@ -247,28 +594,53 @@ class Proxy:
 
     # ------------------------------------------------------------ connections
 
-    async def _handle(self, creader, cwriter):
+    async def _handle(self, creader, cwriter, listener):
         self._count += 1
         peer = cwriter.get_extra_info("peername") or ("?", 0)
-        conn = _Conn(self._count, f"{peer[0]}:{peer[1]}", creader, cwriter)
+        conn = _Conn(self._count, f"{peer[0]}:{peer[1]}", creader, cwriter, listener)
         conn.task = asyncio.current_task()
+        if len(self._conns) >= self.max_connections:
+            cwriter.transport.abort()
+            self._event(
+                ProxyEvent.ERROR,
+                conn,
+                f"refused: {len(self._conns)} connections open "
+                f"(limit {self.max_connections}: max_connections)",
+            )
+            return
         self._conns.add(conn)
-        self._event(ProxyEvent.OPEN, conn, "connected")
+        listener.conns += 1
+        self._event(ProxyEvent.OPEN, conn, f"connected, for {conn.broker}")
         why, kind = "closed", ProxyEvent.CLOSE
+        upstream = listener.upstream
         try:
             try:
                 conn.ureader, conn.uwriter = await asyncio.wait_for(
-                    asyncio.open_connection(*self.upstream, limit=READ_SIZE), self.connect_timeout
+                    asyncio.open_connection(
+                        *upstream,
+                        limit=READ_SIZE,
+                        ssl=self.upstream_tls,
+                        server_hostname=upstream[0] if self.upstream_tls else None,
+                    ),
+                    self.connect_timeout,
                 )
             except (OSError, asyncio.TimeoutError) as e:
-                why, kind = (
-                    (
-                        f"upstream {self.upstream[0]}:{self.upstream[1]}: "
-                        f"{e.strerror or e if isinstance(e, OSError) else 'connect timed out'}"
-                    ),
-                    ProxyEvent.ERROR,
+                reason = (
+                    _tls_reason(e)
+                    if isinstance(e, ssl.SSLError)
+                    else e.strerror or e
+                    if isinstance(e, OSError)
+                    else "connect timed out"
                 )
+                why, kind = f"upstream {upstream[0]}:{upstream[1]}: {reason}", ProxyEvent.ERROR
                 return
+            local = conn.uwriter.get_extra_info("sockname") or ("?", 0)
+            self._event(
+                ProxyEvent.OPEN,
+                conn,
+                f"upstream {upstream[0]}:{upstream[1]} connected from {local[0]}:{local[1]}"
+                + (" over TLS" if self.upstream_tls else ""),
+            )
             pumps = [
                 asyncio.create_task(self._requests(conn)),
                 asyncio.create_task(self._responses(conn)),
@@ -298,6 +670,8 @@ class Proxy:
         finally:
             unanswered = list(conn.pending)
             conn.pending.clear()
+            self.buffered -= conn.pending_bytes + conn.held[0] + conn.held[1]
+            conn.pending_bytes = conn.held[0] = conn.held[1] = 0
             if unanswered:
                 why += (
                     f"; {len(unanswered)} request{'s' if len(unanswered) != 1 else ''} unanswered"
@@ -311,6 +685,9 @@ class Proxy:
                     if w is not None:
                         w.close()
             self._conns.discard(conn)
+            listener.conns -= 1
+            if listener.leaving and not listener.conns and listener.server is not None:
+                self._close_listener(listener)
             self._event(kind, conn, why)
 
     async def _frames(self, reader, conn, side):
@@ -321,7 +698,9 @@ class Proxy:
         buf = bytearray()
         consumed = 0  # stream offset of buf[0], for error messages
         limit = self.max_frame_bytes
+        clock = conn.clocks[side]
         while True:
+            clock.reading(time.monotonic())
             data = await reader.read(READ_SIZE)
             if not data:
                 if buf:
@@ -336,6 +715,7 @@ class Proxy:
                     )
                 return
             buf += data
+            self._held(conn, side, len(buf))
             start = 0
             n = len(buf)
             frames = []
@@ -357,19 +737,49 @@ class Proxy:
                     start = end
             finally:
                 view.release()
+            # Before the frames are handed on: what the proxy does with them is not a wait.
+            clock.read(time.monotonic(), bool(frames), n > start)
+            if start == n:  # a fresh buffer: a large frame's storage is not kept
+                buf = bytearray()
+            elif start:
+                del buf[:start]
+            consumed += start
+            self._held(conn, side, len(buf))
             if frames:
                 yield frames
             if bad is not None:
                 raise bad
-            if start:
-                del buf[:start]
-                consumed += start
-            # When the frame now being read began: at this read if frames completed in it (a
-            # busy connection always has one under way, each of them new), else earlier.
-            if not buf:
-                conn.partial_since[side] = None
-            elif frames or conn.partial_since[side] is None:
-                conn.partial_since[side] = time.monotonic()
+            if self.buffered > self.max_buffered_bytes:
+                # A frame under way may finish (waiting, it would never drain), up to twice
+                # the limit; between frames, a client is not read until answers drain.
+                if conn.held[side] and self.buffered > 2 * self.max_buffered_bytes:
+                    raise _Broken(
+                        f"the proxy holds {self.buffered} bytes of frames for its connections "
+                        f"(twice the limit {self.max_buffered_bytes}: max_buffered_bytes): "
+                        f"closing the connection whose {what} crossed it"
+                    )
+                if side == 0 and not conn.held[side]:
+                    await self._wait_for_room(conn)
+
+    async def _wait_for_room(self, conn):
+        """Holds this client's reads while the frames held for all connections are past
+        max_buffered_bytes (answers drain them); a line when the wait begins."""
+        if not self._holding:
+            self._holding = True
+            self._event(
+                ProxyEvent.ERROR,
+                conn,
+                f"the proxy holds {self.buffered} bytes of frames for its connections "
+                f"(limit {self.max_buffered_bytes}: max_buffered_bytes): clients are not read "
+                "until answers drain",
+            )
+        while self.buffered > self.max_buffered_bytes:
+            await asyncio.sleep(ROOM_POLL)
+        self._holding = False
+
+    def _held(self, conn, side, size):
+        self.buffered += size - conn.held[side]
+        conn.held[side] = size
 
     async def _requests(self, conn):
         upstream = conn.uwriter
@@ -391,17 +801,30 @@ class Proxy:
                         conn.room.clear()
                         await conn.room.wait()
                 header = request_header(frame)
+                if conn.raw_sasl and not _looks_like_request(header):
+                    # A raw SASL token after a v0 handshake: forwarded as it is, not paired.
+                    self._event(ProxyEvent.TOKEN, conn, "SASL token", frame, True)
+                    out.append(frame)
+                    continue
+                conn.raw_sasl = False
                 if header is None:
                     self._event(
                         ProxyEvent.ERROR,
                         conn,
                         f"request frame of {len(frame)} bytes is too short for "
                         "a request header (12 bytes): forwarded as it is",
+                        frame,
+                        True,
                     )
                     out.append(frame)
                     continue
                 ex = Exchange(
-                    conn.number, conn.client, header, frame, produce_acks(frame, header) != 0
+                    conn.number,
+                    conn.client,
+                    header,
+                    frame,
+                    produce_acks(frame, header) != 0,
+                    conn.broker,
                 )
                 rule = self.faults.pick(header) if self.faults else None
                 if rule is not None:
@@ -417,8 +840,7 @@ class Proxy:
                         continue
                     ex.delay_ms = rule.delay_ms
                 if ex.expects_response:
-                    conn.pending.append(ex)
-                    conn.pending_bytes += len(frame)
+                    self.buffered += conn.add(ex)
                 else:
                     sent.append(ex)
                 out.append(frame)
@@ -455,8 +877,7 @@ class Proxy:
         ex.local = True
         ex.response = answer
         if conn.pending:  # answered in its turn, after the requests before it
-            conn.pending.append(ex)
-            conn.pending_bytes += len(ex.request)
+            self.buffered += conn.add(ex)
         else:
             conn.cwriter.write(answer)
             ex.finished = time.monotonic()
@@ -464,10 +885,19 @@ class Proxy:
         return True
 
     async def _forward(self, writer, out, done):
-        """Writes `out` in one go, then tells the observers of `done`; waits while the
-        writer's buffer is full."""
+        """Writes `out` in one go (a large frame in pieces, each after the one before has
+        gone, so that asyncio never copies it whole), then tells the observers of `done`;
+        waits while the writer's buffer is full."""
         if out:
-            writer.writelines(out) if len(out) > 1 else writer.write(out[0])
+            if sum(map(len, out)) <= WRITE_PIECE:
+                writer.writelines(out) if len(out) > 1 else writer.write(out[0])
+            else:
+                for frame in out:
+                    view = memoryview(frame)
+                    for i in range(0, len(view), WRITE_PIECE):
+                        writer.write(view[i : i + WRITE_PIECE])
+                        if len(view) > WRITE_PIECE:
+                            await writer.drain()
             now = time.monotonic()
             for ex in done:
                 if ex.finished is None:
@@ -482,25 +912,40 @@ class Proxy:
         async for frames in self._frames(conn.ureader, conn, 1):
             out, done = [], []
             for frame in frames:
-                ex = conn.match(response_correlation_id(frame))
+                cid = response_correlation_id(frame)
+                ex = conn.match(cid)
+                if ex is None and conn.raw_sasl:
+                    self._event(ProxyEvent.TOKEN, conn, "SASL token", frame, False)
+                    out.append(frame)
+                    continue
                 if ex is None:
                     out.append(frame)
                     self._event(
                         ProxyEvent.ERROR,
                         conn,
-                        f"response with correlation id "
-                        f"{response_correlation_id(frame)} answers no request "
+                        f"response frame of {len(frame)} bytes is too short for a correlation id"
+                        if cid is None
+                        else f"response with correlation id {cid} answers no request "
                         "in flight: forwarded as it is",
+                        frame,
+                        False,
                     )
                     continue
                 if ex.delay_ms:  # a delay rule holds the broker's answer (and those after it)
                     await self._forward(client, out, done)
                     await asyncio.sleep(ex.delay_ms / 1000)
-                if self.rewrite and ex.api_key in REWRITTEN:
+                if ex.api_key == SASL_HANDSHAKE and ex.api_version == 0 and _no_error(frame):
+                    conn.raw_sasl = True  # the tokens follow without Kafka headers
+                if (self.rewrite or self.mapped) and names_brokers(ex.api_key, ex.api_version):
                     try:
-                        new = rewrite_advertised(
-                            frame, ex.api_key, ex.api_version, *self.advertised
+                        new, named = rewrite_addresses(
+                            frame,
+                            ex.api_key,
+                            ex.api_version,
+                            self._map if self.mapped else self._advertise,
                         )
+                        if self.mapped and ex.api_key in FULL_LISTS:
+                            self._brokers_listed(named)
                     except (DecodeError, ValueError) as e:
                         self._event(
                             ProxyEvent.ERROR,
@@ -513,15 +958,18 @@ class Proxy:
                             ex.upstream_response, frame = frame, new
                 out.append(frame)
                 ex.response = frame
-                conn.remove(ex)
+                self.buffered -= conn.remove(ex)
                 done.append(ex)
                 while conn.pending and conn.pending[0].local:  # local answers whose turn has come
                     lx = conn.pending[0]
-                    conn.remove(lx)
+                    self.buffered -= conn.remove(lx)
                     out.append(lx.response)
                     done.append(lx)
             await self._forward(client, out, done)
         return "upstream closed"
+
+    def _advertise(self, _address):
+        return self.advertised
 
     async def _watch(self):
         """Ends connections on which a frame has been arriving for longer than frame_timeout."""
@@ -530,18 +978,28 @@ class Proxy:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for conn in list(self._conns):
-                for side, since in enumerate(conn.partial_since):
-                    if (
-                        since is not None
-                        and now - since > self.frame_timeout
-                        and conn.broken is None
-                    ):
+                for side, clock in enumerate(conn.clocks):
+                    if conn.broken is None and clock.overdue(now, self.frame_timeout):
                         name = ("client", "upstream")[side]
                         conn.broken = (
                             f"{name} sent part of a frame and did not finish it within "
                             f"{self.frame_timeout:g} s (frame_timeout): closing"
                         )
                         conn.abort()
+
+
+def _looks_like_request(header):
+    """Whether a frame's first bytes read as a request header of a known API and version
+    (what ends the raw SASL tokens of a v0 handshake)."""
+    if header is None:
+        return False
+    cls = REQUEST_CLASSES.get(header.api_key)
+    return cls is not None and cls.MIN_VERSION <= header.api_version <= cls.MAX_VERSION
+
+
+def _no_error(frame):
+    """A SaslHandshake answer's error code is 0 (its first field, after the header)."""
+    return len(frame) >= 10 and frame[8:10] == b"\0\0"
 
 
 class BackgroundProxy:

@@ -5,6 +5,7 @@ is bounded however many exchanges it counts; a percentile is within 2% of the tr
 """
 
 import math
+import threading
 
 _RATIO = math.log(1.02)
 _FLOOR_MS = 0.001  # latencies below a microsecond share the first bucket
@@ -20,6 +21,7 @@ class ApiStats:
         "max_ms",
         "errors",
         "faults",
+        "uninspected",
         "_buckets",
     )
 
@@ -32,6 +34,7 @@ class ApiStats:
         self.max_ms = None
         self.errors = {}  # error name -> responses that carried it
         self.faults = 0
+        self.uninspected = 0  # responses whose error codes were not read (the proxy was busy)
         self._buckets = {}
 
     def add(self, request_size, response_size, latency_ms, errors, fault):
@@ -46,6 +49,9 @@ class ApiStats:
             self.max_ms = latency_ms if self.max_ms is None else max(self.max_ms, latency_ms)
             b = int(math.log(max(latency_ms, _FLOOR_MS) / _FLOOR_MS) / _RATIO)
             self._buckets[b] = self._buckets.get(b, 0) + 1
+        self.add_errors(errors)
+
+    def add_errors(self, errors):
         for name in errors:
             self.errors[name] = self.errors.get(name, 0) + 1
 
@@ -76,14 +82,17 @@ class ApiStats:
             "max_ms": self.max_ms,
             "errors": dict(self.errors),
             "faults": self.faults,
+            **({"not_inspected": self.uninspected} if self.uninspected else {}),
         }
 
 
 class Summary:
-    """Counts exchanges by API name."""
+    """Counts exchanges by API name. Safe to use from several threads (the proxy counts an
+    exchange on its event loop, and adds its error codes from the inspector's thread)."""
 
     def __init__(self):
         self.apis = {}
+        self.lock = threading.RLock()
 
     def add_exchange(self, exchange):
         self.add(
@@ -95,27 +104,48 @@ class Summary:
             exchange.fault,
         )
 
-    def add(self, api, request_size, response_size, latency_ms, errors=(), fault=None):
+    def _stats(self, api):
         stats = self.apis.get(api)
         if stats is None:
             stats = self.apis[api] = ApiStats(api)
-        stats.add(request_size, response_size, latency_ms, errors, fault)
+        return stats
+
+    def add(self, api, request_size, response_size, latency_ms, errors=(), fault=None):
+        with self.lock:
+            self._stats(api).add(request_size, response_size, latency_ms, errors, fault)
+
+    def add_errors(self, api, errors):
+        """The error codes of one response of `api` counted already."""
+        with self.lock:
+            self._stats(api).add_errors(errors)
+
+    def not_inspected(self, api):
+        with self.lock:
+            self._stats(api).uninspected += 1
 
     @property
     def count(self):
-        return sum(s.count for s in self.apis.values())
+        with self.lock:
+            return sum(s.count for s in self.apis.values())
 
     def to_dict(self):
-        return {"apis": [self.apis[k].to_dict() for k in sorted(self.apis)]}
+        with self.lock:
+            return {"apis": [self.apis[k].to_dict() for k in sorted(self.apis)]}
 
     def table(self):
         """The summary as lines of text, one row per API, and a total."""
+        with self.lock:
+            return self._table()
+
+    def _table(self):
         rows = [("API", "COUNT", "REQ BYTES", "RESP BYTES", "P50 MS", "P99 MS", "MAX MS", "ERRORS")]
         for name in sorted(self.apis):
             s = self.apis[name]
             errors = " ".join(f"{e}:{n}" for e, n in sorted(s.errors.items(), key=lambda x: -x[1]))
             if s.faults:
                 errors = (errors + f" faults:{s.faults}").strip()
+            if s.uninspected:
+                errors = (errors + f" not-inspected:{s.uninspected}").strip()
             rows.append(
                 (
                     name,
@@ -138,6 +168,12 @@ class Summary:
             for r in rows
         ]
         lines.append(f"{total} exchange{'s' if total != 1 else ''}")
+        uninspected = sum(s.uninspected for s in self.apis.values())
+        if uninspected:
+            lines.append(
+                f"{uninspected} response{'s' if uninspected != 1 else ''} not inspected for "
+                "error codes: the proxy was busier than its inspector"
+            )
         return lines
 
 

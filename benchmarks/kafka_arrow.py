@@ -1,0 +1,369 @@
+"""Kafka to Arrow: fastkwire's readers against Ray Data's read_kafka and a kafka-python
+consume loop, on one topic served by a broker of our own in another process
+(tests/log_broker.py: prebuilt Fetch answers, so the reader is what is measured).
+
+    python benchmarks/kafka_arrow.py                 # every row, 1M records, 4 partitions
+    python benchmarks/kafka_arrow.py --records 200000 --rows floor read
+    python benchmarks/kafka_arrow.py --against-tansu # also time the real broker (Tansu)
+
+Rows:
+- floor: Fetch records already in memory to Arrow (`_arrow_rows.batches_to_arrow`) vs
+  `records.read_columns` on the same batches, one core, the best of several runs each,
+  taken in turn;
+- read: the topic into one pyarrow.Table by `fastkwire.read_kafka`, by Ray Data's own
+  `KafkaDatasource` read tasks (run in this process, one after another: one core), and by
+  a kafka-python 3 consume loop with `fastkwire.kafka_python.install()` appending to
+  column lists; client CPU seconds (`time.process_time()`, every thread of this process;
+  the broker is another process) and records per CPU second;
+- ray: `fastkwire.ray.read_kafka(...).materialize()` wall time with 1 and 2 Ray workers;
+- memory: the peak resident memory `iter_kafka` adds over a topic 10x its block size.
+Prints a Markdown table. The suite asserts none of this.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+TOPIC = "bench"
+
+
+class Broker:
+    """tests/log_broker.py in a child process."""
+
+    def __init__(self, records, partitions, value_size, per_batch=1000):
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "tests" / "log_broker.py"),
+                "--topic",
+                TOPIC,
+                "--records",
+                str(records),
+                "--partitions",
+                str(partitions),
+                "--value-size",
+                str(value_size),
+                "--per-batch",
+                str(per_batch),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.port = int(self.proc.stdout.readline())
+        self.bootstrap = f"127.0.0.1:{self.port}"
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def timed(fn):
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def row_floor(args):
+    import log_broker
+
+    from fastkwire import _arrow_rows, records
+
+    logs = log_broker.synthetic_logs(TOPIC, 1, args.records, args.value_size)
+    data = bytes(logs[(TOPIC, 0)].data)
+    fns = {
+        "batches_to_arrow": lambda: _arrow_rows.batches_to_arrow(data, topic=TOPIC, partition=0),
+        "read_columns": lambda: records.read_columns(data),
+    }
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(args.rounds):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t)
+    n = args.records
+    rate = n / best["batches_to_arrow"]
+    return [
+        (
+            "decode floor: Fetch records in memory to Arrow, one core",
+            f"{rate / 1e6:.1f}M records/s ({len(data) / best['batches_to_arrow'] / 1e9:.2f} GB/s)",
+            f"read_columns {n / best['read_columns'] / 1e6:.1f}M records/s: "
+            f"{best['batches_to_arrow'] / best['read_columns']:.2f}x its time",
+            ">= 10M records/s; within 2x of read_columns",
+        )
+    ]
+
+
+def read_fastkwire(bootstrap):
+    import fastkwire
+
+    return fastkwire.read_kafka(TOPIC, bootstrap_servers=bootstrap).num_rows
+
+
+def read_kafka_python(bootstrap, n):
+    import fastkwire.kafka_python
+    import pyarrow as pa
+    from kafka import KafkaConsumer, TopicPartition
+
+    fastkwire.kafka_python.install()
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            max_partition_fetch_bytes=16 << 20,
+            fetch_max_bytes=64 << 20,
+        )
+        parts = [TopicPartition(TOPIC, p) for p in sorted(consumer.partitions_for_topic(TOPIC))]
+        consumer.assign(parts)
+        consumer.seek_to_beginning()
+        cols = {k: [] for k in ("offset", "key", "value", "partition", "timestamp", "headers")}
+        got = 0
+        while got < n:
+            for tp, msgs in consumer.poll(timeout_ms=1000).items():
+                for m in msgs:
+                    cols["offset"].append(m.offset)
+                    cols["key"].append(m.key)
+                    cols["value"].append(m.value)
+                    cols["partition"].append(m.partition)
+                    cols["timestamp"].append(m.timestamp)
+                    cols["headers"].append(m.headers)
+                got += len(msgs)
+        consumer.close()
+        return pa.table({k: v for k, v in cols.items() if k != "headers"}).num_rows
+    finally:
+        fastkwire.kafka_python.uninstall()
+
+
+def row_read(args, broker):
+    rows = []
+    n, fk_wall, fk_cpu = timed(lambda: read_fastkwire(broker.bootstrap))
+    assert n == args.records, n
+    results = {"fastkwire.read_kafka": (fk_wall, fk_cpu)}
+    # Ray Data's reader (librdkafka) gets Metadata and offsets from the broker of our own
+    # but no records (its tasks time out with none): it is timed on Tansu (--against-tansu).
+    n, wall, cpu = timed(lambda: read_kafka_python(broker.bootstrap, args.records))
+    assert n == args.records, n
+    results["kafka-python 3 consume loop (accelerated) to Arrow"] = (wall, cpu)
+    for name, r in results.items():
+        if isinstance(r, Exception):
+            rows.append((name, f"failed: {r!r}"[:120], "", ""))
+            continue
+        wall, cpu = r
+        rows.append(
+            (
+                f"{args.records:,} records, {args.partitions} partitions: {name}",
+                f"{args.records / cpu / 1e6:.2f}M records per CPU second ({cpu:.2f} s CPU, {wall:.2f} s wall)",
+                "" if name.startswith("fastkwire") else f"fastkwire: {cpu / fk_cpu:.1f}x less CPU",
+                "ray >= 10x, kafka-python >= 5x" if name.startswith("fastkwire") else "",
+            )
+        )
+    return rows
+
+
+RAY_CHILD = """
+import sys, time, ray
+workers, bootstrap = int(sys.argv[1]), sys.argv[2]
+ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+import fastkwire.ray
+def run():
+    ds = fastkwire.ray.read_kafka("bench", bootstrap_servers=bootstrap, records_per_task=%d)
+    return ds.materialize().count()
+run()  # the workers started and warm
+t = time.perf_counter()
+n = run()
+print(n, time.perf_counter() - t)
+"""
+
+
+def row_ray(args, broker):
+    times = {}
+    for workers in (1, 2):
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                RAY_CHILD % args.records_per_task,
+                str(workers),
+                broker.bootstrap,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        n, seconds = out.stdout.split()[-2:]
+        assert int(n) == args.records, out.stdout + out.stderr
+        times[workers] = float(seconds)
+    return [
+        (
+            f"fastkwire.ray.read_kafka, {args.partitions} partitions: 2 workers vs 1",
+            f"{times[1] / times[2]:.2f}x faster",
+            f"1 worker {times[1]:.2f} s, 2 workers {times[2]:.2f} s (wall)",
+            ">= 1.7x",
+        )
+    ]
+
+
+MEMORY_CHILD = """
+import os, sys, threading, time
+import fastkwire, pyarrow
+bootstrap, block = sys.argv[1], int(sys.argv[2])
+page = os.sysconf("SC_PAGE_SIZE")
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * page
+# Warm up: imports, a connection, the converter's first call.
+for b in fastkwire.iter_kafka("bench", bootstrap_servers=bootstrap, end_offset=10, block_size=4096):
+    pass
+before = rss()
+peak = [before]
+done = threading.Event()
+def sample():  # the resident size every millisecond (ru_maxrss keeps the start-up's peak)
+    while not done.is_set():
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.001)
+t = threading.Thread(target=sample)
+t.start()
+rows = 0
+for b in fastkwire.iter_kafka("bench", bootstrap_servers=bootstrap, block_size=block):
+    rows += b.num_rows
+    del b
+done.set()
+t.join()
+print(rows, before, peak[0])
+"""
+
+
+def row_memory(args):
+    block = args.block_size
+    per_record = 12 + args.value_size + 16
+    records = 10 * block // per_record + 1
+    broker = Broker(records, 1, args.value_size)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", MEMORY_CHILD, broker.bootstrap, str(block)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        rows, before, peak = map(int, out.stdout.split()[-3:])
+    finally:
+        broker.close()
+    grown = peak - before
+    return [
+        (
+            f"iter_kafka peak memory, {records:,} records ({records * per_record / block:.0f}x the block size)",
+            f"{grown / block:.2f}x the block size",
+            f"{grown / 2**20:.0f} MiB over {block / 2**20:.0f} MiB blocks",
+            "<= 3x",
+        )
+    ]
+
+
+def row_tansu(args):
+    """The real broker's own speed: confluent-kafka producing, read_kafka reading."""
+    from broker import running_tansu
+    from confluent_kafka import Producer
+
+    import fastkwire
+
+    gen = running_tansu()
+    tansu = next(gen)
+    try:
+        n = args.tansu_records
+        p = Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 50})
+        t = time.perf_counter()
+        for i in range(n):
+            p.produce("tansu-bench", value=b"v" * args.value_size, partition=i % args.partitions)
+            p.poll(0)
+        p.flush(120)
+        produce = time.perf_counter() - t
+        got, wall, cpu = timed(
+            lambda: fastkwire.read_kafka("tansu-bench", bootstrap_servers=tansu.bootstrap).num_rows
+        )
+        assert got == n, got
+        theirs = ray_on(tansu.bootstrap, "tansu-bench")
+    finally:
+        next(gen, None)
+    rows = [
+        (
+            f"Tansu: {n:,} records produced (confluent-kafka), then read_kafka",
+            f"read {n / wall:,.0f} records/s wall ({n / cpu:,.0f} per client CPU second)",
+            f"produced at {n / produce:,.0f} records/s",
+            "the broker bounds it",
+        )
+    ]
+    if isinstance(theirs, Exception):
+        rows.append(("ray.data.read_kafka on Tansu", f"failed: {theirs!r}"[:120], "", ""))
+    else:
+        got_ray, wall_ray, cpu_ray = theirs
+        rows.append(
+            (
+                f"the same topic: ray.data.read_kafka's read tasks (one core); it read {got_ray:,}"
+                f" of {n:,} (Tansu's ListOffsets latest stops it a batch short per partition)",
+                f"{got_ray / cpu_ray:,.0f} records per CPU second ({wall_ray:.1f} s wall)",
+                f"fastkwire: {(got_ray / cpu_ray) and (n / cpu) / (got_ray / cpu_ray):.1f}x the records per CPU second",
+                ">= 10x",
+            )
+        )
+    return rows
+
+
+def ray_on(bootstrap, topic):
+    """Ray Data's own KafkaDatasource read tasks, run here one after another."""
+    try:
+        from ray.data._internal.datasource.kafka_datasource import KafkaDatasource
+
+        source = KafkaDatasource(topic, bootstrap, "earliest", "latest", timeout_ms=120_000)
+
+        def run():
+            return sum(b.num_rows for task in source.get_read_tasks(1) for b in task())
+
+        return timed(run)
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return exc
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--records-per-task", type=int, default=250_000)
+    ap.add_argument("--block-size", type=int, default=16 << 20)
+    ap.add_argument("--rows", nargs="+", default=["floor", "read", "ray", "memory"])
+    ap.add_argument("--against-tansu", action="store_true")
+    ap.add_argument("--tansu-records", type=int, default=5000)
+    args = ap.parse_args()
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    table = []
+    if "floor" in args.rows:
+        table += row_floor(args)
+    if {"read", "ray"} & set(args.rows):
+        broker = Broker(args.records, args.partitions, args.value_size)
+        try:
+            if "read" in args.rows:
+                table += row_read(args, broker)
+            if "ray" in args.rows:
+                table += row_ray(args, broker)
+        finally:
+            broker.close()
+    if "memory" in args.rows:
+        table += row_memory(args)
+    if args.against_tansu:
+        table += row_tansu(args)
+    print("| workload | fastkwire | compared | target |")
+    print("|---|---|---|---|")
+    for r in table:
+        print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    main()

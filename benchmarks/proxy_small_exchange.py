@@ -1,0 +1,115 @@
+"""The proxy's CPU per small exchange: sequential 512-byte Produce requests (small answers)
+over one connection through `fastkwire proxy --quiet --record FILE`, the proxy process's
+CPU time divided by the exchanges; with `--profile`, py-spy samples the proxy meanwhile and
+prints the functions it spent its time in (self time, and time inside, as shares of the
+samples).
+
+    python benchmarks/proxy_small_exchange.py [--requests 20000] [--profile]
+
+Not a pytest-benchmark file: a number and a table for docs/proxy.md.
+"""
+
+import argparse
+import asyncio
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from proxy_cost import cpu_seconds, start_proxy, stop  # noqa: E402
+from proxy_load import LoadBroker, Templates, run_client  # noqa: E402
+
+
+async def drive(port, requests):
+    done = 0
+    while done < requests:
+        got = []
+        await run_client("127.0.0.1", port, 1, 0.5, 1, (512,), got)  # index 1: Produce
+        done += len(got)
+    return done
+
+
+def profile_table(raw, top=18):
+    """(function, self share, inclusive share) from py-spy's collapsed stacks (with
+    --threads: each stack starts with its thread), and the samples of each thread."""
+    own, inside, total = collections.Counter(), collections.Counter(), 0
+    threads = collections.Counter()
+    for line in Path(raw).read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        thread, *stack = stack.split(";")
+        threads[thread] += n
+        if not stack:
+            continue
+        frames = [f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")") for f in stack]
+        total += n
+        own[frames[-1]] += n
+        for f in set(frames):
+            inside[f] += n
+    rows = sorted(own, key=own.get, reverse=True)[:top]
+    return [(f, own[f] / total, inside[f] / total) for f in rows], total, threads
+
+
+async def main(args):
+    broker = await LoadBroker(Templates([256])).start()
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.devnull, "w") as out:
+            proc, port = start_proxy(broker.port, out, "--quiet", "--record", f"{tmp}/r.jsonl")
+        spy = None
+        if args.profile:
+            raw = f"{tmp}/profile.txt"
+            spy = subprocess.Popen(
+                [
+                    "py-spy",
+                    "record",
+                    "-r",
+                    "500",
+                    "--gil",
+                    "--threads",
+                    "-f",
+                    "raw",
+                    "-o",
+                    raw,
+                    "-p",
+                    str(proc.pid),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            await asyncio.sleep(1.0)  # py-spy attached
+        await drive(port, 200)  # warm
+        cpu, started = cpu_seconds(proc.pid), time.monotonic()
+        n = await drive(port, args.requests)
+        used, took = cpu_seconds(proc.pid) - cpu, time.monotonic() - started
+        if spy is not None:
+            spy.send_signal(2)
+            spy.wait(60)
+        stop(proc)
+        print(
+            f"{n} sequential exchanges: proxy CPU {used / n * 1e6:.1f} µs per exchange, "
+            f"{n / took:.0f} exchanges/s, {took / n * 1e6:.0f} µs per round trip"
+        )
+        if spy is not None:
+            rows, samples, threads = profile_table(raw)
+            print(
+                f"\n{samples} samples: " + ", ".join(f"{t} {n}" for t, n in threads.most_common())
+            )
+            print("\n| function | self | inside |\n|---|---:|---:|")
+            for f, s, i in rows:
+                print(f"| `{f}` | {s:.1%} | {i:.1%} |")
+    await broker.close()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=20000)
+    p.add_argument("--profile", action="store_true")
+    asyncio.run(main(p.parse_args()))

@@ -1,0 +1,575 @@
+"""Kafka's log segments (the broker's `.log` files) read into Arrow rows.
+
+    read_segments(paths, ...) -> pyarrow.Table         (the schema of read_kafka)
+    iter_segments(paths, ...) -> iterator of pyarrow.RecordBatch, a block at a time
+    plan_segments(paths, ...) -> [SegmentTask]          one per segment file, picklable
+    read_task(task)           -> iterator of pyarrow.RecordBatch (what a worker runs)
+
+A `.log` file is a partition's record batches as the broker stored them, back to back (magic
+2; logs written before Kafka 0.11 may hold magic 0/1 message sets). Its name is its base
+offset (20 digits); of the files beside it only the offset index (`.index`) is read, as a
+checked hint of where a start offset is (`.timeindex`, `.txnindex`, `.snapshot` are not). The topic and partition come from the directory name, `topic-N` (topic names
+may contain "-": the partition is after the last one).
+
+Each path is a segment file, a partition directory, or a broker's log directory (every
+partition directory in it: not `-delete`/`-future`/`-stray` ones, which are not live
+partitions, nor topics whose names start with "__": `__cluster_metadata` is KRaft's own
+log and `__consumer_offsets`/`__transaction_state` the broker's internal topics; name their
+partition directory to read them). A path is local, a URI that pyarrow.fs knows
+(`file://`, `s3://`, `gs://`, `hdfs://`, ...), or a path inside `filesystem=`.
+
+Every batch's CRC is checked; a bad batch raises SegmentError (a DecodeError) naming the
+file and the byte offset in it. A batch cut off at the end of a partition's last segment
+is what a broker leaves while it writes (or after a crash, before its recovery): an error
+by default, skipped with truncated="skip"; cut off anywhere else, it is always an error.
+
+isolation_level="read_committed" reads a partition as Kafka's read_committed consumer
+does: the batches of a transaction its producer aborted are dropped (the ABORT markers in
+the log say which), and the rows stop at the first offset of a transaction that is still
+open (no marker yet: the last stable offset). This costs a first pass over the batch
+headers of the partition's segments.
+"""
+
+import os
+import re
+import struct
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from . import _arrow_rows
+from .errors import DecodeError
+
+__all__ = [
+    "read_segments",
+    "iter_segments",
+    "plan_segments",
+    "read_task",
+    "SegmentTask",
+    "SegmentError",
+    "DEFAULT_BLOCK_SIZE",
+]
+
+DEFAULT_BLOCK_SIZE = 16 << 20  # bytes of a segment read and converted at a time
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+TRUNCATED = ("error", "skip")
+SKIPPED_PREFIX = "__"  # internal topics (and KRaft's log) are not read from a log directory
+
+_BATCH_START = struct.Struct(">qi")  # base offset, batch length
+# base offset, length, epoch, magic, crc, attributes, last offset delta, base timestamp,
+# max timestamp, producer id: the header fields the first pass reads.
+_V2_HEAD = struct.Struct(">qiibIhiqqq")
+_V2_HEAD_SIZE = _V2_HEAD.size + 6  # + producer epoch, base sequence: 57 bytes
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
+_CONTROL_ABORT = 0
+
+
+class SegmentError(DecodeError):
+    """Bad bytes in a segment file: `.file` is the file, `.offset` the byte offset in it."""
+
+    def __init__(self, reason, offset, file):
+        self.file = file
+        DecodeError.__init__(self, reason, offset)
+        ValueError.__init__(self, f"{file}: {reason} at byte offset {offset}")
+
+    def __reduce__(self):
+        return (SegmentError, (self.reason, self.offset, self.file))
+
+
+class SegmentTask:
+    """One segment file to read: where it is, its partition, and what a reader needs to
+    know of the rest of the partition (picklable: a distributed reader's unit of work).
+
+    `aborted` lists the partition's aborted transactions as (producer_id, first_offset,
+    marker_offset) under read_committed; `end_offset` is already bounded by the last stable
+    offset there. `last` says the segment is the partition's last (the one a broker writes)."""
+
+    __slots__ = (
+        "filesystem",
+        "path",
+        "topic",
+        "partition",
+        "base_offset",
+        "size",
+        "last",
+        "start_offset",
+        "end_offset",
+        "read_committed",
+        "aborted",
+        "check_crc",
+        "truncated",
+        "block_size",
+        "max_decompressed",
+    )
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.get(name))
+
+    def __reduce__(self):
+        return (_task, ({n: getattr(self, n) for n in self.__slots__},))
+
+    def __repr__(self):
+        return (
+            f"SegmentTask({self.topic}-{self.partition} {self.path!r}, {self.size} bytes, "
+            f"offsets [{self.start_offset}, {self.end_offset}))"
+        )
+
+
+def _task(fields):
+    return SegmentTask(**fields)
+
+
+# ---------------------------------------------------------------- finding the segments
+
+
+def partition_of(name):
+    """(topic, partition) of a partition directory's name, or None when it is not one."""
+    topic, dash, number = name.rpartition("-")
+    if not (dash and _TOPIC.fullmatch(topic) and number.isascii() and number.isdigit()):
+        return None
+    return topic, int(number)
+
+
+def _base_offset(name):
+    stem = name[: -len(".log")]
+    return int(stem) if stem.isascii() and stem.isdigit() else None
+
+
+def _resolve(path, filesystem):
+    """(filesystem, path inside it) of a user's path or URI."""
+    path = os.fspath(path)
+    if filesystem is not None:
+        return filesystem, path
+    if "://" in path:
+        return pafs.FileSystem.from_uri(path)
+    return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+def _basename(path):
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _parent(path):
+    return path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else ""
+
+
+def _partition_files(fs, directory):
+    infos = fs.get_file_info(pafs.FileSelector(directory))
+    return [i for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(".log")]
+
+
+def find_segments(paths, *, filesystem=None):
+    """{(topic, partition): [(filesystem, path, base_offset or None, size)]} of `paths`, each
+    partition's segments in offset order."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found = {}
+    where = {}  # (topic, partition) -> the directory it was found in
+    seen = set()
+
+    def claim(topic, partition, directory):
+        key = (topic, partition)
+        if where.setdefault(key, directory) != directory:
+            raise ValueError(
+                f"partition {topic}-{partition} is in both {where[key]} and {directory} "
+                "(two replicas of one partition?): give one of them"
+            )
+        found.setdefault(key, [])
+
+    def add(fs, info, topic, partition):
+        if info.path not in seen:
+            seen.add(info.path)
+            found[topic, partition].append((fs, info.path, _base_offset(info.base_name), info.size))
+
+    def add_directory(fs, directory, topic, partition):
+        claim(topic, partition, directory)
+        for f in _partition_files(fs, directory):
+            add(fs, f, topic, partition)
+
+    for given in paths:
+        fs, path = _resolve(given, filesystem)
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(f"no such segment file or directory: {given}")
+        if info.type == pafs.FileType.File:
+            directory = _parent(info.path)
+            tp = partition_of(_basename(directory))
+            if tp is None:
+                raise ValueError(
+                    f"cannot tell the topic and partition of {given}: a segment file sits in "
+                    "its partition's directory, named topic-partition (such as orders-0)"
+                )
+            if not info.base_name.endswith(".log"):
+                raise ValueError(f"{given} is not a log segment (a .log file)")
+            claim(*tp, directory)
+            add(fs, info, *tp)
+            continue
+        tp = partition_of(_basename(info.path))
+        if tp is not None:
+            add_directory(fs, info.path, *tp)
+            continue
+        partitions = 0
+        for sub in fs.get_file_info(pafs.FileSelector(info.path)):
+            tp = partition_of(sub.base_name)
+            if sub.type != pafs.FileType.Directory or tp is None:
+                continue
+            if tp[0].startswith(SKIPPED_PREFIX):
+                continue
+            partitions += 1
+            add_directory(fs, sub.path, *tp)
+        if not partitions:
+            raise ValueError(
+                f"{given} holds no partition directories (named topic-partition, such as "
+                "orders-0): is it a broker's log directory?"
+            )
+    for key, files in found.items():
+        files.sort(key=lambda f: (f[2] is None, f[2] or 0, f[1]))
+    return dict(sorted(found.items()))
+
+
+# ---------------------------------------------------------------- the first pass
+
+
+def _batch_heads(file, size):
+    """(position, base offset, length, magic, attributes, last offset, producer id, max
+    timestamp) of each whole batch of a segment file, reading headers only (legacy
+    messages: attributes 0, producer -1, last offset their offset)."""
+    pos = 0
+    while size - pos >= 12:
+        head = bytes(file.read_at(min(_V2_HEAD_SIZE, size - pos), pos))
+        base, length = _BATCH_START.unpack_from(head)
+        if length < 5 or length > size - pos - 12:
+            return  # the row pass reports what is wrong (or cut off) here
+        magic = head[16]
+        if magic == 2 and len(head) >= _V2_HEAD.size:
+            _, _, _, _, _, attrs, delta, _, max_ts, producer = _V2_HEAD.unpack_from(head)
+            yield pos, base, length, magic, attrs, base + delta, producer, max_ts
+        else:
+            yield pos, base, length, magic, 0, base, -1, -1
+        pos += 12 + length
+
+
+def _control_type(file, pos, length, name, check_crc):
+    """The type of a control batch's first marker (0 abort, 1 commit), or None."""
+    from .records import read_batches
+
+    data = file.read_at(12 + length, pos)
+    try:
+        batches = read_batches(data, check_crc=check_crc)
+    except DecodeError as e:
+        raise SegmentError(e.reason, pos + e.offset, name) from None
+    records = batches[0].records if batches else []
+    if not records:
+        return None
+    t = records[0].control_type
+    return 0 if t == "abort" else 1 if t == "commit" else None
+
+
+def _transactions(files, check_crc):
+    """The partition's aborted transactions as (producer_id, first_offset, marker_offset),
+    and its last stable offset (the first offset of a transaction with no marker yet, or
+    None)."""
+    open_since = {}  # producer id -> the first offset of its open transaction
+    aborted = []
+    for fs, path, _, size in files:
+        with fs.open_input_file(path) as f:
+            for pos, base, length, _, attrs, last, producer, _ in _batch_heads(f, size):
+                if not attrs & _TRANSACTIONAL:
+                    continue
+                if not attrs & _CONTROL:
+                    open_since.setdefault(producer, base)
+                    continue
+                kind = _control_type(f, pos, length, path, check_crc)
+                first = open_since.pop(producer, None)
+                if kind == _CONTROL_ABORT and first is not None:
+                    aborted.append((producer, first, base))
+    return aborted, min(open_since.values(), default=None)
+
+
+def _offset_for_time(files, when):
+    """Kafka's ListOffsets by timestamp over segment files: the first offset whose record's
+    timestamp is at or after `when` (ms), or the offset after the last batch."""
+    from .records import read_columns
+
+    after = None
+    for fs, path, _, size in files:
+        with fs.open_input_file(path) as f:
+            for pos, base, length, magic, attrs, last, _, max_ts in _batch_heads(f, size):
+                after = last + 1
+                if attrs & _CONTROL:
+                    continue
+                if magic == 2 and max_ts < when:
+                    continue
+                try:
+                    cols = read_columns(f.read_at(12 + length, pos))
+                except DecodeError as e:
+                    raise SegmentError(e.reason, pos + e.offset, path) from None
+                hits = (cols.timestamp >= when).nonzero()[0]
+                if hits.size:
+                    return int(cols.offset[hits[0]])
+    return after
+
+
+def _comparable(value):
+    return _millis(value) if isinstance(value, datetime) else value
+
+
+def _millis(when):
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+# ---------------------------------------------------------------- planning
+
+
+def _check_offset(value, name):
+    if value is None or isinstance(value, datetime):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"{name} must be an offset (an int >= 0), a datetime or None, not {value!r}"
+        )
+
+
+def plan_segments(
+    paths,
+    *,
+    filesystem=None,
+    partitions=None,
+    start_offset=None,
+    end_offset=None,
+    isolation_level="read_uncommitted",
+    check_crc=True,
+    truncated="error",
+    block_size=DEFAULT_BLOCK_SIZE,
+    max_decompressed=None,
+):
+    """The SegmentTasks of `paths` (see read_segments for the parameters), one per segment
+    file that can hold rows in the range, in partition and offset order."""
+    if isolation_level not in ISOLATION_LEVELS:
+        raise ValueError(
+            f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation_level!r}"
+        )
+    if truncated not in TRUNCATED:
+        raise ValueError(f"truncated must be one of {', '.join(TRUNCATED)}, not {truncated!r}")
+    _check_offset(start_offset, "start_offset")
+    _check_offset(end_offset, "end_offset")
+    if (
+        start_offset is not None
+        and end_offset is not None
+        and isinstance(start_offset, datetime) == isinstance(end_offset, datetime)
+        and _comparable(start_offset) > _comparable(end_offset)
+    ):
+        raise ValueError(f"start_offset {start_offset} is after end_offset {end_offset}")
+    if not isinstance(block_size, int) or block_size < 64:
+        raise ValueError(f"block_size must be an int of at least 64 bytes, not {block_size!r}")
+    if partitions is not None:
+        partitions = set(partitions)
+    read_committed = isolation_level == "read_committed"
+    tasks = []
+    for (topic, partition), files in find_segments(paths, filesystem=filesystem).items():
+        if partitions is not None and partition not in partitions:
+            continue
+        start, end = start_offset, end_offset
+        if isinstance(start, datetime):
+            start = _offset_for_time(files, _millis(start))
+        if isinstance(end, datetime):
+            end = _offset_for_time(files, _millis(end))
+        aborted = ()
+        if read_committed:
+            aborted, stable = _transactions(files, check_crc)
+            if stable is not None:
+                end = stable if end is None else min(end, stable)
+        for i, (fs, path, base, size) in enumerate(files):
+            following = files[i + 1][2] if i + 1 < len(files) else None
+            if start is not None and following is not None and following <= start:
+                continue  # every offset of this segment is before the start
+            if end is not None and base is not None and base >= end:
+                break
+            tasks.append(
+                SegmentTask(
+                    filesystem=fs,
+                    path=path,
+                    topic=topic,
+                    partition=partition,
+                    base_offset=base,
+                    size=size,
+                    last=i + 1 == len(files),
+                    start_offset=start,
+                    end_offset=end,
+                    read_committed=read_committed,
+                    aborted=tuple(aborted),
+                    check_crc=check_crc,
+                    truncated=truncated,
+                    block_size=block_size,
+                    max_decompressed=max_decompressed,
+                )
+            )
+    return tasks
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _cut_off(task, pos, have, need):
+    if task.last and task.truncated == "skip":
+        return
+    where = "the partition's last segment" if task.last else "a segment that is not the last"
+    hint = ' (pass truncated="skip" to read up to it)' if task.last else ""
+    raise SegmentError(
+        f"a batch cut off at the end of {where}: {have} of its {need} bytes are in the file" + hint,
+        pos,
+        task.path,
+    )
+
+
+def _start_position(task, f, size):
+    """(position, offset of the batch there) to start reading task.start_offset from, by
+    the offset index beside the segment (`.index`: entries of int32 offset relative to the
+    segment's base and int32 position; the offset is the last of the batches appended at
+    that position, so every batch before the position ends before it). An index is a hint:
+    the batch header it points at must be a magic 2 batch whose base offset lies between
+    the segment's base and the entry's offset, else the segment is read from its start.
+    (0, None) when there is no index, or nothing to skip."""
+    base, start = task.base_offset, task.start_offset
+    if start is None or base is None or start <= base:
+        return 0, None
+    try:
+        with task.filesystem.open_input_file(task.path[: -len(".log")] + ".index") as index:
+            raw = index.read()
+    except (OSError, ValueError):
+        return 0, None
+    import numpy as np
+
+    entries = np.frombuffer(raw, dtype=">i4", count=len(raw) // 8 * 2).reshape(-1, 2)
+    rel, position = entries[:, 0].astype(np.int64), entries[:, 1].astype(np.int64)
+    # The entries that ascend (a broker's active index is zeros past its last entry).
+    bad = np.flatnonzero((np.diff(rel) <= 0) | (np.diff(position) <= 0))
+    used = bad[0] + 1 if bad.size else len(rel)
+    i = int(np.searchsorted(rel[:used], start - base, side="right")) - 1
+    if i < 0:
+        return 0, None
+    at, claimed = int(position[i]), base + int(rel[i])
+    if not 0 < at <= size - _V2_HEAD_SIZE:
+        return 0, None
+    head = bytes(f.read_at(_V2_HEAD_SIZE, at))
+    first, length = _BATCH_START.unpack_from(head)
+    if head[16] != 2 or not base <= first <= claimed or length > size - at - 12:
+        return 0, None
+    return at, first
+
+
+def read_task(task):
+    """The rows of one segment file (a SegmentTask), a block at a time, as
+    pyarrow.RecordBatches of read_kafka's schema (blocks without rows are not yielded)."""
+    with task.filesystem.open_input_file(task.path) as f:
+        size = f.size()
+        pos, first = _start_position(task, f, size)
+        block = task.block_size
+        # The offset the next block starts at: the file's name says the first one, or else
+        # its first batch does.
+        resume = task.base_offset if first is None else first
+        if resume is None and size >= 8:
+            resume = struct.unpack(">q", f.read_at(8, 0))[0]
+        while pos < size:
+            n = min(block, size - pos)
+            f.seek(pos)
+            data = f.read_buffer(n)  # from Arrow's pool (read_at would make a new bytes)
+            if len(data) != n:
+                raise SegmentError(f"the file ended after {len(data)} of {n} bytes", pos, task.path)
+            aborted = ()
+            if task.read_committed:
+                # Only the transactions not yet ended by a marker before this block: an
+                # earlier abort of the same producer would otherwise drop a later one.
+                aborted = [
+                    (p, first)
+                    for p, first, marker in task.aborted
+                    if resume is None or marker >= resume
+                ]
+            try:
+                batch, next_offset, tail = _arrow_rows.batches_to_arrow(
+                    data,
+                    topic=task.topic,
+                    partition=task.partition,
+                    read_committed=task.read_committed,
+                    aborted_transactions=aborted,
+                    check_crc=task.check_crc,
+                    start_offset=task.start_offset,
+                    end_offset=task.end_offset,
+                    max_decompressed=task.max_decompressed,
+                )
+            except DecodeError as e:
+                raise SegmentError(e.reason, pos + e.offset, task.path) from None
+            used = n - len(tail)
+            if batch.num_rows:
+                yield batch
+            if used:
+                pos += used
+                resume = next_offset
+                block = task.block_size
+                continue
+            # No whole batch in the block: one larger than the block, or cut off at the end.
+            need = 12 + _BATCH_START.unpack_from(tail)[1] if len(tail) >= 12 else 12
+            if pos + need > size:
+                _cut_off(task, pos, size - pos, need)
+                return
+            block = need
+
+
+def iter_segments(paths, **options):
+    """The rows of `paths` (read_segments' parameters) as pyarrow.RecordBatches, a block
+    at a time: memory stays about a block (block_size bytes of segment) however large the
+    segments are."""
+    for task in plan_segments(paths, **options):
+        yield from read_task(task)
+
+
+def read_segments(
+    paths,
+    *,
+    filesystem=None,
+    partitions=None,
+    start_offset=None,
+    end_offset=None,
+    isolation_level="read_uncommitted",
+    check_crc=True,
+    truncated="error",
+    block_size=DEFAULT_BLOCK_SIZE,
+    max_decompressed=None,
+):
+    """Kafka log segments into one pyarrow.Table with read_kafka's schema (offset, key,
+    value, topic, partition, timestamp, timestamp_type, headers), partitions in (topic,
+    partition) order, each in offset order.
+
+    - `paths`: a path or URI, or a list of them: segment files (`.log`), partition
+      directories (`topic-N`), or broker log directories; `filesystem`: a pyarrow.fs
+      FileSystem the paths are in (default: local paths, or the URI's own).
+    - `partitions`: the partition numbers to read (None: all).
+    - `start_offset`/`end_offset`: the range [start, end) as offsets, or datetimes (the
+      first offset whose timestamp is at or after it, as ListOffsets finds it); None: the
+      whole log.
+    - `isolation_level`: "read_uncommitted" (every data batch) or "read_committed"
+      (aborted transactions dropped, stopping at the last stable offset).
+    - `check_crc`: check each batch's CRC (default True).
+    - `truncated`: "error" or "skip": what to do with a batch cut off at the end of a
+      partition's last segment.
+    """
+    batches = list(
+        iter_segments(
+            paths,
+            filesystem=filesystem,
+            partitions=partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            isolation_level=isolation_level,
+            check_crc=check_crc,
+            truncated=truncated,
+            block_size=block_size,
+            max_decompressed=max_decompressed,
+        )
+    )
+    return pa.Table.from_batches(batches, schema=_arrow_rows.SCHEMA)

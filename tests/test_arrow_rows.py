@@ -1,0 +1,239 @@
+"""The record-batch to Arrow converter (fastkwire._arrow_rows) on both record kernels:
+rows against the kernel's own objects and kafka-python's reader, control batches,
+aborted transactions, offset ranges, cut-off tails and bad bytes."""
+
+import struct
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("numpy")
+
+from fastkwire import DecodeError  # noqa: E402
+from fastkwire import _arrow_rows  # noqa: E402
+from fastkwire.records import Record, crc32c  # noqa: E402
+
+from record_peers import needs_cramjam  # noqa: E402
+
+RECORDS = [
+    Record(
+        None,
+        1_700_000_000_000 + i,
+        None if i % 4 == 0 else b"k%d" % i,
+        None if i % 5 == 0 else b"v" * (i % 7),
+        [("h%d" % (i % 3), None if i % 2 else b"x")] * (i % 3),
+    )
+    for i in range(20)
+]
+
+
+@pytest.fixture
+def codec(records_codec, monkeypatch):
+    """The converter over one kernel's read_columns; the codec writes the test's batches."""
+    monkeypatch.setattr(_arrow_rows, "read_columns", records_codec.read_columns)
+    return records_codec
+
+
+def rows(batch):
+    """The rows as plain tuples, headers as lists of pairs."""
+    return list(
+        zip(
+            batch.column("offset").to_pylist(),
+            batch.column("key").to_pylist(),
+            batch.column("value").to_pylist(),
+            batch.column("timestamp").to_pylist(),
+            batch.column("headers").to_pylist(),
+        )
+    )
+
+
+def expected(codec, data):
+    return [
+        (r.offset, r.key, r.value, r.timestamp, list(r.headers))
+        for b in codec.read_batches(data)
+        if not b.is_control
+        for r in b.records
+    ]
+
+
+def control_batch(codec, offset, producer_id, abort):
+    """A transaction marker, as a broker writes it: a control batch of one record."""
+    data = bytearray(
+        codec.write_batch(
+            [
+                Record(
+                    key=struct.pack(">hh", 0, 0 if abort else 1), value=b"\x00\x00\x00\x00\x00\x05"
+                )
+            ],
+            base_offset=offset,
+            producer_id=producer_id,
+            producer_epoch=0,
+            is_transactional=True,
+        )
+    )
+    attrs = struct.unpack_from(">h", data, 21)[0] | 0x20
+    struct.pack_into(">h", data, 21, attrs)
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def test_schema_is_rays():
+    assert [(f.name, str(f.type)) for f in _arrow_rows.SCHEMA] == [
+        ("offset", "int64"),
+        ("key", "binary"),
+        ("value", "binary"),
+        ("topic", "string"),
+        ("partition", "int32"),
+        ("timestamp", "int64"),
+        ("timestamp_type", "int32"),
+        ("headers", "map<string, binary>"),
+    ]
+    assert _arrow_rows.empty_batch().schema == _arrow_rows.SCHEMA
+    assert _arrow_rows.empty_batch().num_rows == 0
+
+
+def test_rows_match_the_kernels_objects(codec):
+    data = codec.write_batch(RECORDS[:7], base_offset=10) + codec.write_batch(
+        RECORDS[7:], base_offset=17, timestamp_type=1
+    )
+    batch, next_offset, tail = _arrow_rows.batches_to_arrow(data, topic="t", partition=3)
+    assert batch.schema == _arrow_rows.SCHEMA
+    assert rows(batch) == expected(codec, data)
+    assert batch.column("topic").to_pylist() == ["t"] * 20
+    assert batch.column("partition").to_pylist() == [3] * 20
+    assert batch.column("timestamp_type").to_pylist() == [1] * 7 + [2] * 13
+    assert next_offset == 30 and tail == b""
+    # Null keys and values stay null, empty ones stay empty.
+    assert batch.column("key").null_count == 5
+    assert batch.column("value").to_pylist()[7] == b""
+
+
+def test_rows_match_kafka_pythons_reader(codec):
+    pytest.importorskip("kafka")
+    from kafka.record import MemoryRecords
+
+    data = codec.write_batch(RECORDS, base_offset=5)
+    theirs = []
+    recs = MemoryRecords(data)
+    while recs.has_next():
+        for r in recs.next_batch():
+            theirs.append((r.offset, r.key, r.value, r.timestamp, [tuple(h) for h in r.headers]))
+    batch, _, _ = _arrow_rows.batches_to_arrow(data, topic="t", partition=0)
+    assert rows(batch) == theirs
+
+
+@needs_cramjam
+@pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed(codec, compression):
+    data = codec.write_batch(RECORDS, base_offset=0, compression=compression)
+    batch, next_offset, _ = _arrow_rows.batches_to_arrow(data, topic="t", partition=0)
+    assert rows(batch) == expected(codec, data) and next_offset == 20
+
+
+def test_control_records_are_never_rows(codec):
+    data = codec.write_batch(
+        RECORDS[:3], base_offset=0, producer_id=7, is_transactional=True
+    ) + control_batch(codec, 3, 7, abort=False)
+    batch, next_offset, _ = _arrow_rows.batches_to_arrow(data, topic="t", partition=0)
+    assert batch.column("offset").to_pylist() == [0, 1, 2] and next_offset == 4
+
+
+def _transactions(codec):
+    """Producer 7 aborts offsets 0-2 (marker at 3); producer 8 commits 4-5 (marker at 6);
+    producer 7's next transaction, 7-8, commits (marker at 9)."""
+    return b"".join(
+        [
+            codec.write_batch(RECORDS[:3], base_offset=0, producer_id=7, is_transactional=True),
+            control_batch(codec, 3, 7, abort=True),
+            codec.write_batch(RECORDS[3:5], base_offset=4, producer_id=8, is_transactional=True),
+            control_batch(codec, 6, 8, abort=False),
+            codec.write_batch(RECORDS[5:7], base_offset=7, producer_id=7, is_transactional=True),
+            control_batch(codec, 9, 7, abort=False),
+        ]
+    )
+
+
+def test_aborted_transactions_dropped_under_read_committed(codec):
+    data = _transactions(codec)
+    read = _arrow_rows.batches_to_arrow
+    uncommitted, _, _ = read(data, topic="t", partition=0, aborted_transactions=[(7, 0)])
+    assert uncommitted.column("offset").to_pylist() == [0, 1, 2, 4, 5, 7, 8]
+    committed, next_offset, _ = read(
+        data, topic="t", partition=0, read_committed=True, aborted_transactions=[(7, 0)]
+    )
+    assert committed.column("offset").to_pylist() == [4, 5, 7, 8] and next_offset == 10
+    # A Fetch answer's AbortedTransaction objects are taken as they come.
+    from fastkwire import FetchResponse
+
+    aborted = FetchResponse.AbortedTransaction(producer_id=7, first_offset=0)
+    same, _, _ = read(
+        data, topic="t", partition=0, read_committed=True, aborted_transactions=[aborted]
+    )
+    assert same.column("offset").to_pylist() == [4, 5, 7, 8]
+    # Without an aborted transaction listed, every data batch is committed.
+    nothing, _, _ = read(data, topic="t", partition=0, read_committed=True)
+    assert nothing.column("offset").to_pylist() == [0, 1, 2, 4, 5, 7, 8]
+
+
+def test_offset_range(codec):
+    data = codec.write_batch(RECORDS, base_offset=100)
+    read = _arrow_rows.batches_to_arrow
+    batch, next_offset, _ = read(data, topic="t", partition=0, start_offset=105, end_offset=112)
+    assert batch.column("offset").to_pylist() == list(range(105, 112)) and next_offset == 120
+    batch, _, _ = read(data, topic="t", partition=0, start_offset=500)
+    assert batch.num_rows == 0 and batch.schema == _arrow_rows.SCHEMA
+
+
+def test_range_and_control_gaps_together(codec):
+    data = _transactions(codec)
+    batch, _, _ = _arrow_rows.batches_to_arrow(
+        data, topic="t", partition=0, start_offset=1, end_offset=8
+    )
+    assert batch.column("offset").to_pylist() == [1, 2, 4, 5, 7]
+
+
+def test_compacted_gaps(codec):
+    # A compacted batch keeps its offset range but not every offset in it.
+    kept = [Record(offset=o, timestamp=1, key=b"k", value=b"v") for o in (50, 53, 59)]
+    data = codec.write_batch(kept, base_offset=50)
+    batch, next_offset, _ = _arrow_rows.batches_to_arrow(data, topic="t", partition=0)
+    assert batch.column("offset").to_pylist() == [50, 53, 59] and next_offset == 60
+
+
+def test_cut_off_batch_is_the_tail(codec):
+    first = codec.write_batch(RECORDS[:5], base_offset=0)
+    second = codec.write_batch(RECORDS[5:], base_offset=5)
+    cut = first + second[:40]
+    batch, next_offset, tail = _arrow_rows.batches_to_arrow(cut, topic="t", partition=0)
+    assert batch.num_rows == 5 and next_offset == 5 and tail == second[:40]
+    batch, next_offset, tail = _arrow_rows.batches_to_arrow(second[:40], topic="t", partition=0)
+    assert batch.num_rows == 0 and next_offset is None and tail == second[:40]
+    # A view of a larger buffer reads the same.
+    batch, _, _ = _arrow_rows.batches_to_arrow(memoryview(cut), topic="t", partition=0)
+    assert batch.num_rows == 5
+
+
+def test_legacy_message_sets(codec):
+    pytest.importorskip("kafka")
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    for magic, ts_type in ((0, 0), (1, 1)):
+        builder = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=1 << 20)
+        for i in range(3):
+            builder.append(
+                i, timestamp=None if magic == 0 else 1000 + i, key=None, value=b"v%d" % i
+            )
+        data = bytes(builder.build())
+        batch, next_offset, _ = _arrow_rows.batches_to_arrow(data, topic="t", partition=0)
+        assert batch.column("value").to_pylist() == [b"v0", b"v1", b"v2"]
+        assert batch.column("timestamp_type").to_pylist() == [ts_type] * 3
+        assert next_offset == 3
+
+
+def test_corrupt_batch_names_the_offset(codec):
+    first = codec.write_batch(RECORDS[:3])
+    data = bytearray(first + codec.write_batch(RECORDS[3:], base_offset=3))
+    data[len(first) + 70] ^= 0xFF  # inside the second batch's records
+    with pytest.raises(DecodeError) as info:
+        _arrow_rows.batches_to_arrow(bytes(data), topic="t", partition=0)
+    assert "CRC32C" in str(info.value) and info.value.offset == len(first) + 17

@@ -1,0 +1,330 @@
+"""The proxy's TLS, each side on its own: clients over TLS to the proxy, the proxy over TLS
+to a TLS listener (the suite's gateway, which also answers SASL in Tansu's place), SASL_SSL
+end to end with SASL passed through untouched, a wrong upstream certificate refused with a
+line that says so, and the raw tokens after a v0 SaslHandshake forwarded unpaired."""
+
+import socket
+import struct
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+import fastkwire as fk
+from fastkwire.connection import make_tls_context
+from fastkwire.proxy import BackgroundProxy, CaptureWriter, ProxyEvent, read_capture
+
+from broker import running_tansu, tansu_broker  # noqa: F401 - tansu_broker is a fixture
+from certs import server_context, tls_files  # noqa: F401 - tls_files is a fixture
+from gateway import Gateway
+from sasl_server import SaslServer
+
+SIZE = struct.Struct(">i")
+TIMEOUT = 30
+PASSWORD = "proxy-Pass-31c"
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+
+
+def _free_range(count):
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            start = s.getsockname()[1]
+        if start + count > 65535:
+            continue
+        try:
+            held = [socket.create_server(("127.0.0.1", start + i)) for i in range(count)]
+        except OSError:
+            continue
+        for h in held:
+            h.close()
+        return f"{start}-{start + count - 1}"
+    pytest.skip("no run of free ports")
+
+
+@pytest.fixture(scope="module")
+def secured(tls_files):  # noqa: F811
+    server = SaslServer({"app": PASSWORD}, mechanisms=["PLAIN", "SCRAM-SHA-512"])
+    gateway = Gateway(server_context(tls_files), server)
+    try:
+        for tansu in running_tansu(advertised_port=gateway.port):
+            gateway.upstream_port = tansu.port
+            yield SimpleNamespace(gateway=gateway, tansu=tansu, files=tls_files)
+    finally:
+        gateway.close()
+    assert not gateway.errors, gateway.errors
+
+
+def upstream_context(files, ca=None):
+    return make_tls_context(ca or files.ca, None, None, None, True)
+
+
+def produce_and_consume(bootstrap, config, topic, count=5):
+    """confluent-kafka: `count` records produced to partition 0 and read back (assigned, no
+    group join)."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **config})
+    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        f.result(TIMEOUT)
+    producer = ck.Producer({"bootstrap.servers": bootstrap, **config})
+    for i in range(count):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0)
+    assert producer.flush(TIMEOUT) == 0
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            **config,
+        }
+    )
+    got = []
+    try:
+        consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value().decode())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_sasl_ssl_end_to_end_tls_on_both_sides(secured, tmp_path):
+    files = secured.files
+    captured = tmp_path / "tls.jsonl"
+    writer = CaptureWriter(str(captured))
+    with BackgroundProxy(
+        f"127.0.0.1:{secured.gateway.port}",
+        broker_ports=_free_range(2),
+        tls=server_context(files),
+        upstream_tls=upstream_context(files),
+        on_exchange=writer.write,
+    ) as proxy:
+        config = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "app",
+            "sasl.password": PASSWORD,
+            "ssl.ca.location": files.ca,
+        }
+        topic = f"tls-both-{time.monotonic_ns()}"
+        assert produce_and_consume(proxy.bootstrap, config, topic) == [f"v{i}" for i in range(5)]
+        wanted = {"SaslHandshake", "SaslAuthenticate", "Produce", "Fetch"}
+        deadline = time.monotonic() + TIMEOUT  # the last exchange is told just after its bytes
+        while not wanted <= {e.api for e in proxy.exchanges()} and time.monotonic() < deadline:
+            time.sleep(0.02)
+        exchanges = proxy.exchanges()
+        assert wanted <= {e.api for e in exchanges}, sorted({e.api for e in exchanges})
+        assert all(e.broker == f"127.0.0.1:{secured.gateway.port}" for e in exchanges)
+        assert any("over TLS" in e.text for e in proxy.events())
+    writer.close()
+    # The capture holds the decrypted frames, SASL's included, as they went.
+    back = list(read_capture(str(captured)))
+    sasl = [e for e in back if e.api_key == SASL_AUTHENTICATE]
+    assert sasl and all(e.error_codes() == [] for e in sasl)
+    assert any(e.api == "Produce" and e.response is not None for e in back)
+
+
+def test_a_client_over_tls_to_a_plaintext_broker(tansu_broker, tls_files):  # noqa: F811
+    with BackgroundProxy(
+        tansu_broker.bootstrap, broker_ports=_free_range(2), tls=server_context(tls_files)
+    ) as proxy:
+        config = {"security.protocol": "SSL", "ssl.ca.location": tls_files.ca}
+        topic = f"tls-client-{time.monotonic_ns()}"
+        assert produce_and_consume(proxy.bootstrap, config, topic, 3) == ["v0", "v1", "v2"]
+        # A plaintext client cannot talk to the TLS listener.
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            s.sendall(fk.encode_request(fk.ApiVersionsRequest(), 0, 1, "plain"))
+            s.settimeout(5)
+            try:
+                data = s.recv(4096)
+            except (ConnectionError, socket.timeout):
+                data = b""
+            assert not data.startswith(b"\x00\x00")  # no Kafka answer
+
+
+def test_sasl_plaintext_client_through_a_tls_upstream(secured):
+    """A plaintext client, the proxy originating TLS: SASL (PLAIN) passes through as it is."""
+    with BackgroundProxy(
+        f"127.0.0.1:{secured.gateway.port}",
+        broker_ports=_free_range(2),
+        upstream_tls=upstream_context(secured.files),
+    ) as proxy:
+        config = {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "PLAIN",
+            "sasl.username": "app",
+            "sasl.password": PASSWORD,
+        }
+        topic = f"tls-upstream-{time.monotonic_ns()}"
+        assert produce_and_consume(proxy.bootstrap, config, topic, 2) == ["v0", "v1"]
+        handshakes = [e for e in proxy.exchanges() if e.api_key == SASL_HANDSHAKE]
+        assert handshakes and all(e.upstream_response is None for e in handshakes)
+
+
+def test_kafka_python_sasl_ssl_through_the_proxy(secured):
+    kafka = pytest.importorskip("kafka")
+    files = secured.files
+    with BackgroundProxy(
+        f"127.0.0.1:{secured.gateway.port}",
+        broker_ports=_free_range(2),
+        tls=server_context(files),
+        upstream_tls=upstream_context(files),
+    ) as proxy:
+        config = dict(
+            bootstrap_servers=proxy.bootstrap,
+            security_protocol="SASL_SSL",
+            ssl_cafile=files.ca,
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_plain_username="app",
+            sasl_plain_password=PASSWORD,
+        )
+        topic = f"tls-kafka-python-{time.monotonic_ns()}"
+        producer = kafka.KafkaProducer(**config)
+        try:
+            producer.send(topic, b"one", partition=0).get(TIMEOUT)
+        finally:
+            producer.close(TIMEOUT)
+        consumer = kafka.KafkaConsumer(**config, enable_auto_commit=False)
+        try:
+            tp = kafka.TopicPartition(topic, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            got = []
+            deadline = time.monotonic() + TIMEOUT
+            while not got and time.monotonic() < deadline:
+                for records in consumer.poll(500).values():
+                    got += [r.value for r in records]
+        finally:
+            consumer.close()
+        assert got == [b"one"]
+
+
+def test_a_wrong_upstream_certificate_is_refused_with_a_clear_line(secured):
+    with BackgroundProxy(
+        f"127.0.0.1:{secured.gateway.port}",
+        upstream_tls=upstream_context(secured.files, secured.files.other_ca),
+    ) as proxy:
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            s.settimeout(TIMEOUT)
+            assert s.recv(10) == b""  # closed: no upstream
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            errors = [e.text for e in proxy.events() if e.kind == ProxyEvent.ERROR]
+            if errors:
+                break
+            time.sleep(0.05)
+        assert errors, proxy.events()
+        assert errors[0].startswith(f"upstream 127.0.0.1:{secured.gateway.port}: TLS: ")
+        assert "certificate was refused" in errors[0]
+        assert "upstream CA" in errors[0]
+
+
+def test_the_cli_names_its_tls_files(tmp_path, tls_files):  # noqa: F811
+    from fastkwire.cli import main
+
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        code = main(
+            [
+                "proxy",
+                "--upstream",
+                "127.0.0.1:1",
+                "--upstream-tls",
+                "--ssl-cafile",
+                str(tmp_path / "none.pem"),
+            ]
+        )
+        raise SystemExit(code)
+    assert exit_.value.code == 2
+    assert "--ssl-cafile" in err.getvalue() and "no such file" in err.getvalue()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        raise SystemExit(main(["proxy", "--upstream", "127.0.0.1:1", "--ssl-cafile", tls_files.ca]))
+    assert exit_.value.code == 2
+    assert "--ssl-cafile without --upstream-tls" in err.getvalue()
+
+
+# ---------------------------------------------------------------- v0 SaslHandshake: raw tokens
+
+
+class LegacySasl:
+    """A broker that takes SaslHandshake v0, then one raw PLAIN token (no Kafka header),
+    answers it with an empty raw token, then answers ApiVersions."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.tokens = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.settimeout(TIMEOUT)
+            frame = _frame(conn)
+            header, _ = fk.decode_request(frame)
+            conn.sendall(
+                fk.encode_response(
+                    fk.SaslHandshakeResponse(error_code=0, mechanisms=["PLAIN"]),
+                    0,
+                    header.correlation_id,
+                )
+            )
+            self.tokens.append(_frame(conn))
+            conn.sendall(SIZE.pack(0))  # the empty token: authenticated
+            frame = _frame(conn)
+            header, _ = fk.decode_request(frame)
+            conn.sendall(fk.encode_response(fk.ApiVersionsResponse(), 0, header.correlation_id))
+            time.sleep(0.5)
+
+
+def _frame(conn):
+    head = _read(conn, 4)
+    return head + _read(conn, SIZE.unpack(head)[0])
+
+
+def _read(conn, n):
+    out = b""
+    while len(out) < n:
+        chunk = conn.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def test_raw_tokens_after_a_v0_handshake_are_forwarded_and_recorded_unpaired():
+    broker = LegacySasl()
+    token = b"\x00app\x00" + PASSWORD.encode()
+    with BackgroundProxy(f"127.0.0.1:{broker.port}") as proxy:
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            s.settimeout(TIMEOUT)
+            s.sendall(fk.encode_request(fk.SaslHandshakeRequest(mechanism="PLAIN"), 0, 1, "legacy"))
+            _frame(s)
+            s.sendall(SIZE.pack(len(token)) + token)
+            assert _frame(s) == SIZE.pack(0)
+            s.sendall(fk.encode_request(fk.ApiVersionsRequest(), 0, 2, "legacy"))
+            _, answer = fk.decode_response(_frame(s), 18, 0)
+            assert answer.error_code == 0
+        broker.thread.join(TIMEOUT)
+        assert broker.tokens == [SIZE.pack(len(token)) + token]  # byte for byte
+        deadline = time.monotonic() + TIMEOUT
+        while len(proxy.exchanges()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [e.api for e in proxy.exchanges()] == ["SaslHandshake", "ApiVersions"]
+        tokens = [e for e in proxy.events() if e.kind == ProxyEvent.TOKEN]
+        assert [(e.from_client, e.frame) for e in tokens] == [
+            (True, SIZE.pack(len(token)) + token),
+            (False, SIZE.pack(0)),
+        ]
+        assert not [e for e in proxy.events() if e.kind == ProxyEvent.ERROR]
