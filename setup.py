@@ -13,7 +13,13 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.sdist import sdist
 
-MODULES = ["fastkwire._core", "fastkwire._engine", "fastkwire._records", "fastkwire._kafka_python"]
+MODULES = [
+    "fastkwire._core",
+    "fastkwire._engine",
+    "fastkwire._records",
+    "fastkwire._kafka_python",
+    "fastkwire._aiokafka",
+]
 # Every sdist has PKG-INFO at its top; the repository never does.
 FROM_SDIST = os.path.exists("PKG-INFO")
 REQUIRE = bool(os.environ.get("FASTKWIRE_REQUIRE_EXTENSION"))

@@ -1,0 +1,113 @@
+"""The seams: where in aiokafka each replacement goes.
+
+A class is patched at its own attributes, so every module that bound the class sees the
+change. A function is patched at the module whose global its callers look up
+(DefaultPartitioner calls `murmur2` from its own module's globals).
+"""
+
+import importlib
+from typing import Any, NamedTuple
+
+# Tested against these releases (their partitioner and fetcher code).
+SUPPORTED = ("0.14.0",)
+
+# (module, owner in it ("" for the module itself), attribute, name in _aiokafka)
+SEAMS = (
+    ("aiokafka.partitioner", "", "murmur2", "murmur2"),
+    ("aiokafka.consumer.fetcher", "PartitionRecords", "_unpack_records", "unpack_records"),
+    ("aiokafka.consumer.fetcher", "PartitionRecords", "__next__", "partition_records_next"),
+    ("aiokafka.consumer.fetcher", "FetchResult", "getall", "fetch_result_getall"),
+    ("aiokafka.protocol.struct", "Struct", "decode", "struct_decode"),
+)
+
+_classmethods = {}  # replacement function -> the one classmethod wrapping it
+
+
+class Patch(NamedTuple):
+    """One binding site: install() sets owner.attribute = replacement, uninstall() puts
+    original back."""
+
+    owner: Any
+    attribute: str
+    original: Any
+    replacement: Any
+
+
+class Table(NamedTuple):
+    patches: tuple
+    bindings: dict  # aiokafka's objects the compiled helper needs (its bind())
+    protocol: dict  # and those its Struct.decode needs (bind_protocol())
+
+
+def _owner(module, path):
+    obj = importlib.import_module(module)
+    for name in filter(None, path.split(".")):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _stock(value, module, where):
+    """value when aiokafka's own code defined it (not a mock left in place)."""
+    if getattr(value, "__module__", None) != module:
+        raise LookupError(f"{where} is not aiokafka's own ({value!r})")
+    return value
+
+
+def _c_record_class():
+    """aiokafka's compiled DefaultRecord, or None (AIOKAFKA_NO_EXTENSIONS, no build)."""
+    try:
+        from aiokafka.record._crecords import default_records
+    except ImportError:
+        return None
+    return getattr(default_records, "DefaultRecord", None)
+
+
+def build_patches():
+    """Every seam found, or LookupError naming the first one that is not there."""
+    from fastkwire import _aiokafka
+
+    patches = []
+    for module, path, attribute, replacement in SEAMS:
+        where = f"{module}:{path + '.' if path else ''}{attribute}"
+        try:
+            owner = _owner(module, path)
+        except (ImportError, AttributeError):
+            raise LookupError(f"seam {where} not found") from None
+        # Its own attribute, not an inherited one: setattr and restore must be exact.
+        if attribute not in vars(owner):
+            raise LookupError(f"seam {where} not found")
+        original = _stock(vars(owner)[attribute], module, where)
+        function = getattr(_aiokafka, replacement)
+        if isinstance(original, classmethod):  # a classmethod is replaced by one (made once)
+            function = _classmethods.setdefault(function, classmethod(function))
+        patches.append(Patch(owner, attribute, original, function))
+
+    from aiokafka import partitioner
+    from aiokafka.consumer import fetcher
+
+    first = {(p.owner, p.attribute): p.original for p in patches}
+    records = fetcher.PartitionRecords
+    bindings = dict(
+        stock_murmur2=first[(partitioner, "murmur2")],
+        stock_unpack_records=first[(records, "_unpack_records")],
+        stock_consumer_record=_stock(
+            vars(records).get("_consumer_record"),
+            fetcher.__name__,
+            "PartitionRecords._consumer_record",
+        ),
+        PartitionRecords=records,
+        ConsumerRecord=fetcher.ConsumerRecord,
+        fetcher_module=fetcher,
+        READ_COMMITTED=fetcher.READ_COMMITTED,
+        CRecord=_c_record_class(),
+    )
+    import io
+
+    from aiokafka.protocol import struct, types
+
+    protocol = dict(
+        stock_struct_decode=first[(struct.Struct, "decode")].__func__,
+        types_module=types,
+        BytesIO=io.BytesIO,
+    )
+    return Table(tuple(patches), bindings, protocol)

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# aiokafka's own test suite, run stock and then with fastkwire.aiokafka installed
+# (`-p fastkwire.aiokafka`); exits non-zero when the counts differ.
+#
+#   tools/aiokafka_suite.sh [TARBALL]
+#
+# TARBALL holds aiokafka's pyproject.toml and tests/ tree under one folder named
+# aiokafka-VERSION (default: ../shared/aiokafka-0.14.0-tests.tar.gz beside the checkout).
+# It is unpacked into a temporary folder with a fresh venv: aiokafka==VERSION, the test
+# requirements of its CI that run without Docker (pytest, pytest-asyncio, pytest-mock,
+# docker, async-timeout, cramjam at its CI's versions), and fastkwire built from this
+# checkout. The tests that need a Kafka in Docker skip in both runs. Tests that fail in
+# one run only are run again in both modes: a test failing in both reruns of one mode
+# only is a difference, anything else is reported as flaky.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tarball="$(realpath "${1:-$root/../shared/aiokafka-0.14.0-tests.tar.gz}")"
+started=$SECONDS
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+tar xzf "$tarball" -C "$work"
+suite="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'aiokafka-*' -print -quit)"
+[ -n "$suite" ] && [ -d "$suite/tests" ] || { echo "no aiokafka-VERSION/tests in $tarball" >&2; exit 2; }
+version="${AIOKAFKA_VERSION:-${suite##*/aiokafka-}}"
+
+python3 -m venv "$work/venv"
+# shellcheck disable=SC1091
+. "$work/venv/bin/activate"
+python -m pip install -q --upgrade pip
+python -m pip install -q "aiokafka==$version" pytest==9.0.2 pytest-asyncio==1.3.0 \
+    pytest-mock==3.15.1 docker==7.1.0 async-timeout==5.0.1 cramjam==2.11.0
+FASTKWIRE_REQUIRE_EXTENSION=1 python -m pip install -q "$root"
+python -c "import aiokafka, fastkwire; print('aiokafka', aiokafka.__version__, '| fastkwire', fastkwire.implementation)"
+echo "setup: $((SECONDS - started)) s"
+
+# run LABEL [pytest args...]: the summary line's counts go to $work/LABEL.counts and the
+# failed test ids to $work/LABEL.failed. From the suite's folder, so its pyproject's pytest
+# settings apply and `tests` is the package its imports name.
+run() {
+    local label="$1"; shift
+    local t0=$SECONDS
+    (cd "$suite" && python -m pytest -q -p no:cacheprovider -rfE "$@" tests) >"$work/$label.log" 2>&1 || true
+    local summary
+    summary="$(grep -E '^=* ?[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$work/$label.log" | tail -1)"
+    [ -n "$summary" ] || { tail -20 "$work/$label.log"; echo "$label: no pytest summary line" >&2; exit 1; }
+    grep -oE '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' <<<"$summary" \
+        | sort -k2 >"$work/$label.counts"
+    grep -E '^(FAILED|ERROR) ' "$work/$label.log" | awk '{print $2}' | sort -u >"$work/$label.failed" || true
+    echo "$label: $summary [$((SECONDS - t0)) s]"
+}
+
+# The plugin raises at configure time where it declines; check first that it installs here.
+python -c "import fastkwire.aiokafka as a; a.install(); assert a.installed(); print('patches:', len(a.patches()))"
+
+run stock
+run plugin -p fastkwire.aiokafka
+# and that the plugin's run had it installed (its report header; -q above hides it)
+(cd "$suite" && python -m pytest -p no:cacheprovider -p fastkwire.aiokafka --co tests/test_partitioner.py) \
+    | grep "fastkwire.aiokafka: installed=True" \
+    || { echo "with -p fastkwire.aiokafka the accelerator was not installed" >&2; exit 1; }
+
+status=0
+if ! cmp -s "$work/stock.counts" "$work/plugin.counts"; then
+    echo "counts differ: stock [$(tr '\n' ' ' <"$work/stock.counts")] plugin [$(tr '\n' ' ' <"$work/plugin.counts")]"
+    mapfile -t ids < <(sort -u "$work/stock.failed" "$work/plugin.failed")
+    [ "${#ids[@]}" -gt 0 ] || { echo "and no failed test to rerun" >&2; exit 1; }
+    for id in "${ids[@]}"; do
+        fails=""
+        for mode in stock plugin; do
+            n=0
+            for _ in 1 2; do
+                args=(); [ "$mode" = plugin ] && args=(-p fastkwire.aiokafka)
+                (cd "$suite" && python -m pytest -q -p no:cacheprovider "${args[@]}" "$id") >/dev/null 2>&1 || n=$((n + 1))
+            done
+            fails="$fails $mode=$n/2"
+        done
+        case "$fails" in
+            *" stock=0/2 plugin=2/2") echo "DIFFERENCE: $id fails with the plugin only"; status=1 ;;
+            *" stock=2/2 plugin=0/2") echo "DIFFERENCE: $id fails stock only"; status=1 ;;
+            *) echo "flaky (failed in reruns:$fails): $id" ;;
+        esac
+    done
+else
+    echo "same counts: $(tr '\n' ' ' <"$work/stock.counts")"
+fi
+echo "aiokafka suite, stock and with the plugin: $((SECONDS - started)) s"
+exit $status
