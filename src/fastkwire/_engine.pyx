@@ -17,6 +17,7 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_FromUnsignedLong
 from fastkwire._core cimport *
 
+import gc as _gc
 import threading as _threading
 
 from fastkwire import _wire
@@ -33,6 +34,7 @@ cdef extern from "_plain_types.h":
 
 cdef extern from "Python.h":
     int PyObject_IS_GC(PyObject* o)
+    int PyType_IsSubtype(PyTypeObject* a, PyTypeObject* b)
 
 
 # Wire kinds of a field (the wire table's K_ numbers: checked below).
@@ -116,13 +118,6 @@ cdef class Plan:
 cdef object _lock = _threading.RLock()
 cdef dict _roots = {}   # message class -> list of Plan or None, indexed by version
 cdef dict _subs = {}    # message class -> {Layout: Plan}
-
-
-cdef Py_ssize_t slot_offset(object cls, str name) except -1:
-    cdef Py_ssize_t offset = member_offset(cls.__dict__[name])
-    if offset == 0:
-        raise TypeError(f"{cls.__name__}.{name} is not a slot")
-    return offset
 
 
 cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep) except -1:
@@ -227,6 +222,12 @@ cdef Plan build_plan(object cls, int version):
         if p is None:
             memo = _subs.setdefault(cls, {})
             p = compile_layout(cls, cls._LAYOUTS.root(version), memo)
+            # encode writes from self at the plan's offsets: they must be self's class's
+            # (a subclass whose _CLASSES or _LAYOUTS name another root class is refused)
+            made = (<Plan>p).cls
+            if not PyType_IsSubtype(<PyTypeObject*><PyObject*>cls, <PyTypeObject*><PyObject*>made):
+                raise TypeError(f"{cls.__name__}: its layout is of {made.__name__}, "
+                                "not of a base of it")
             plans[version] = p  # published last: readers without the lock see a whole plan
     return p
 
@@ -398,16 +399,52 @@ cdef inline object new_object(object cls):
     return r
 
 
-def plain_type(cls):
-    """Make a message or struct class's instances plain objects, as msgspec's gc=False
-    Structs (_plain_types.h): no collector header, never tracked, freed by our own
-    deallocator. Only before the class has instances, and only for a layout of object
-    slots from its base's size to its own (checked here from its slot descriptors)."""
-    start, end = cls.__base__.__basicsize__, cls.__basicsize__
-    offsets = sorted(slot_offset(cls, name) for name in cls.__dict__["__slots__"])
-    if offsets != list(range(start, end, sizeof(PyObject*))):
-        raise TypeError(f"{cls.__name__}: its slots are not its whole layout")
-    fk_make_plain(cls)
+def plain_class(name, bases, ns):
+    """type(name, bases, ns) for a message or struct class whose instances are plain
+    objects, as msgspec's gc=False Structs (_plain_types.h): no collector header, never
+    tracked, freed by our own deallocator.
+
+    Turning a class plain is sound only before it has instances (they would be freed
+    without their collector header), so the class is made and turned here, with no
+    Python code able to run in between: bases whose metaclass is `type` and that have
+    no __init_subclass__ of their own, a first namespace of strings only (nothing with a
+    __set_name__), and no collection (whose callbacks could find the new class). The
+    rest of the namespace is set on the plain class after. Its layout must be its object
+    slots, from its base's size to its own (checked from its slot descriptors)."""
+    cdef Py_ssize_t start, end
+    if type(name) is not str or type(bases) is not tuple or type(ns) is not dict:
+        raise TypeError("plain_class(name: str, bases: tuple, ns: dict)")
+    slots = ns.get("__slots__")
+    if type(slots) is not tuple or any(type(n) is not str for n in slots):
+        raise TypeError(f"{name}: __slots__ must be a tuple of str")
+    for base in bases:
+        if type(base) is not type:
+            raise TypeError(f"{name}: a base whose metaclass is not type")
+        for k in base.__mro__:
+            if k is not object and "__init_subclass__" in k.__dict__:
+                raise TypeError(f"{name}: a base with an __init_subclass__")
+    first = {"__slots__": slots}
+    for key in ("__module__", "__qualname__", "__doc__"):
+        value = ns.get(key)
+        if value is not None and type(value) is not str:
+            raise TypeError(f"{name}: {key} must be a str")
+        if key in ns:
+            first[key] = value
+    collecting = _gc.isenabled()
+    _gc.disable()
+    try:
+        cls = type(name, bases, first)
+        start, end = cls.__base__.__basicsize__, cls.__basicsize__
+        offsets = sorted([slot_offset(cls, n) for n in slots])
+        if offsets != list(range(start, end, sizeof(PyObject*))):
+            raise TypeError(f"{name}: its slots are not its whole layout")
+        fk_make_plain(cls)
+    finally:
+        if collecting:
+            _gc.enable()
+    for key, value in ns.items():
+        if key not in first:
+            setattr(cls, key, value)
     return cls
 
 
