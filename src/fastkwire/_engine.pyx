@@ -7,6 +7,7 @@ field in the object, the nested plan). Encoding and decoding walk that array; ob
 are allocated with tp_alloc and their slots read and written at their offsets, as
 msgspec does for its structs. The code does not grow with the number of messages.
 """
+cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.buffer cimport PyBuffer_Release
@@ -87,8 +88,15 @@ cdef struct Field:
     int conv               # target plans: how the target class holds the value (C_ below)
 
 
+@cython.no_gc
 cdef class Plan:
-    """One struct at one version, compiled."""
+    """One struct at one version, compiled.
+
+    Its Fields point at objects without references of their own; `keep` holds them. So
+    nothing a user reaches may be `keep`: the class is no collector type (a plan is
+    never in a cycle: plans point down to sub-plans and values, which never point back),
+    so gc.get_referents(plan) is empty, and `keep` is untracked from its creation
+    (keep_list), so neither gc.get_objects() nor gc.get_referrers() finds it."""
     cdef Field* plain
     cdef Field* tagged     # sorted by tag
     cdef Field* absent
@@ -101,6 +109,7 @@ cdef class Plan:
     cdef Py_ssize_t min_size
     cdef Py_ssize_t size_hint   # the last encoded size: the next buffer's first guess
     cdef list keep
+    cdef object root_cls        # a message's root plan: the class it was compiled for
     # Target plans only (_engine_target.pxi): objects of a class the engine did not make.
     cdef bint target
     cdef bint single            # one untagged field: array items may be bare values
@@ -114,6 +123,12 @@ cdef class Plan:
 
 
 # ---------------------------------------------------------------- compiling plans
+
+cdef list keep_list(list items):
+    """A Plan's `keep`: a list the collector never sees (see Plan)."""
+    PyObject_GC_UnTrack(<PyObject*>items)
+    return items
+
 
 cdef object _lock = _threading.RLock()
 cdef dict _roots = {}   # message class -> list of Plan or None, indexed by version
@@ -191,7 +206,7 @@ cdef Plan compile_layout(object root, object lay, dict memo):
     if p is not None:
         return p
     p = Plan.__new__(Plan)
-    p.keep = []
+    p.keep = keep_list([])
     p.cls = root._CLASSES[lay.struct.name]
     p.struct_name = lay.struct.name
     p.message_name = lay.message.name
@@ -215,11 +230,11 @@ cdef Plan build_plan(object cls, int version):
         raise _e.bad_version(cls._NAME, version, cls._VERSIONS)
     with _lock:
         plans = _roots.get(cls)
-        if plans is None:
+        if type(plans) is not list or len(plans) != cls.MAX_VERSION + 1:
             plans = [None] * (cls.MAX_VERSION + 1)
             _roots[cls] = plans
         p = plans[version]
-        if p is None:
+        if type(p) is not Plan or (<Plan>p).root_cls is not cls:
             memo = _subs.setdefault(cls, {})
             p = compile_layout(cls, cls._LAYOUTS.root(version), memo)
             # encode writes from self at the plan's offsets: they must be self's class's
@@ -228,6 +243,7 @@ cdef Plan build_plan(object cls, int version):
             if not PyType_IsSubtype(<PyTypeObject*><PyObject*>cls, <PyTypeObject*><PyObject*>made):
                 raise TypeError(f"{cls.__name__}: its layout is of {made.__name__}, "
                                 "not of a base of it")
+            (<Plan>p).root_cls = cls
             plans[version] = p  # published last: readers without the lock see a whole plan
     return p
 
@@ -260,10 +276,11 @@ cdef inline Plan plan_of(object cls, int version):
     cdef Plan p = _last_plan
     if p is not None and p.cls is cls and _last_version == version:
         return p
+    # (_roots is a module global, so a user may reach it: what it holds is checked)
     cdef PyObject* plans = PyDict_GetItem(_roots, cls)
-    if plans != NULL and version < len(<list>plans):
+    if plans != NULL and type(<object>plans) is list and version < PyList_GET_SIZE(<object>plans):
         found = (<list>plans)[version]
-        if found is not None:
+        if type(found) is Plan and (<Plan>found).root_cls is cls:
             p = <Plan>found
             _last_plan = p
             _last_version = version

@@ -92,7 +92,7 @@ cdef Field* target_fields(list pairs, object cls, list keep) except NULL:
 cdef Plan compile_target(object lay, object spec):
     cdef Plan p = Plan.__new__(Plan)
     cls = spec.cls
-    p.keep = [spec]
+    p.keep = keep_list([spec])
     p.target = True
     p.cls = cls
     p.struct_name = lay.struct.name
