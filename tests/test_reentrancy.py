@@ -59,7 +59,7 @@ def test_the_shared_int_table_is_not_a_container_a_user_reaches():
                     holder.reverse()
                     holder.clear()
         print(first, values())
-    """
+    """,
     )
     assert got == "[5, 12345, 16000, 1] [5, 12345, 16000, 1]"
 
@@ -105,7 +105,7 @@ def test_kafka_python_reader_holds_the_bytearray_it_reads():
         gc.set_threshold(700)
         gc.callbacks.remove(move)
         print(got == expect, refused[0] > 0)
-    """
+    """,
     )
     assert got == "True True"
 
@@ -133,7 +133,7 @@ def test_batch_next_reads_the_state_a_users_ge_left():
         accelerated = attempt()
         fkp.uninstall()
         print(accelerated == attempt(), accelerated)
-    """
+    """,
     )
     assert got.startswith("True "), got
 
@@ -172,7 +172,7 @@ def test_an_attribute_that_is_another_classes_slot_is_refused():
             "member_id": property(lambda self: 1)})
         print(attempt(Prop))
         print(attempt(type("Empty", (), {"__slots__": ()})))
-    """
+    """,
     )
     lines = got.splitlines()
     assert lines[0] == (
@@ -196,7 +196,7 @@ def test_a_root_class_of_another_layout_is_refused():
             Sub(group_id="g").encode(5)
         except TypeError as e:
             print("TypeError:", e)
-    """
+    """,
     )
     first, second = got.splitlines()
     assert first.startswith("TypeError: ") and second.startswith("TypeError: ")
@@ -225,8 +225,9 @@ def test_a_uuid_class_with_a_foreign_slot_makes_uuids_by_its_constructor():
         from fastkwire import _core
         raw = bytes(range(16))
         try:
-            print(_core.decode("uuid", raw))
-        except TypeError as e:
+            _core.decode("uuid", raw)  # wrote its int at Other's offset 39, past the UUID
+            print("decoded")
+        except TypeError as e:  # UUID's own constructor meets the foreign slot
             print("TypeError:", e)
     """)
     assert got.startswith("TypeError: descriptor 's39' for 'Other' objects")
