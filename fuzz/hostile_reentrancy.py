@@ -15,7 +15,8 @@ picks one compiled entry point and runs it with, at once:
   overwritten or resized. At every collection it walks every young container (tuple(),
   items(), get_referents()), so a half-built one is seen;
 - hostile arguments: ints whose __index__, __eq__, __ge__, __len__ mutate the same
-  victims (and a batch's state replaced by them).
+  victims (a batch's state replaced by them, and its buffer by None or another);
+- now and then, every list holding a small int (gc.get_referrers) is a victim too.
 
 The entry points: the engine's decode and decode_from (bytearray, memoryview, numpy
 inputs; arrays="numpy", records="view") and encode and encode_into (fuzz/hostile.py's
@@ -50,9 +51,22 @@ from fastkwire._batches import Codec  # noqa: E402
 from fastkwire.records import Record  # noqa: E402
 
 RECORDS = Codec(importlib.import_module("fastkwire._records"))
-SEEDS = D.seeds(per_message=1)
-RECORD_SEEDS = [data for target, data in SEEDS if target == ("records",)]
-MESSAGE_SEEDS = [(t, data) for t, data in SEEDS if t != ("records",)]
+RECORD_SEEDS = [data for _, data in D.record_seeds()]
+VERSIONS = list(D.message_versions())
+_SEEDS = {}
+
+
+def message_seed(rng):
+    """(target, bytes): every field set, a frame or a bare body of a random message and
+    version (made on first use: making them all takes seconds, more under ASan)."""
+    name, v = rng.choice(VERSIONS)
+    if (name, v) not in _SEEDS:
+        d = D.full_dict(name, v)
+        _SEEDS[name, v] = (
+            D.frame_of(D.PY, name, v, d),
+            (("body", name, v), getattr(D.PY, name).from_dict(d).encode(v)),
+        )
+    return rng.choice(_SEEDS[name, v])
 
 
 class Victims:
@@ -66,7 +80,9 @@ class Victims:
 
     def add(self, *objs):
         for o in objs:
-            if type(o) in (bytearray, list, np.ndarray):
+            if hasattr(o, "_buffer") and hasattr(o, "_next_record_index"):  # a batch
+                self.objects.append(o)
+            elif type(o) in (bytearray, list, np.ndarray):
                 self.objects.append(o)
                 if type(o) is list:  # and what the list holds, one level down
                     self.objects.extend(x for x in o if type(x) in (bytearray, list))
@@ -89,7 +105,9 @@ def mutate(o, rng):
     the object is exported, ...) is the routine holding it, as it should."""
     k = rng.randrange(6)
     try:
-        if type(o) is bytearray:
+        if hasattr(o, "_next_record_index"):  # a kafka-python batch: its buffer replaced
+            o._buffer = rng.choice([None, bytearray(8), b"", bytearray(o._buffer or b"")])
+        elif type(o) is bytearray:
             if k == 0 and o:  # same bytes, new storage: the old block is freed
                 first = o[:1]
                 del o[:1]
@@ -195,7 +213,7 @@ def as_input(data, rng, victims):
 
 
 def engine_decode(rng, victims):
-    target, data = rng.choice(MESSAGE_SEEDS)
+    target, data = message_seed(rng)
     data = D.mutate(bytearray(data), rng) if rng.random() < 0.3 else data
     arg = as_input(bytes(data), rng, victims)
     if target[0] == "request":
@@ -307,7 +325,7 @@ def kafka_python(rng, victims):
         if batch is None:
             return None
         iter(batch)
-        victims.add(batch._buffer)
+        victims.add(batch._buffer, batch)
         for name in ("_next_record_index", "_num_records", "_pos"):
             if rng.random() < 0.2:
                 setattr(batch, name, Hostile(getattr(batch, name)))
@@ -349,6 +367,10 @@ def check(seed):
         if phase == "start":
             victims.strike(walk_young())
 
+    if rng.random() < 0.03:
+        # what holds a small int: a table the decoder reads must not be among them
+        for holder in gc.get_referrers(rng.randrange(257, 16384)):
+            victims.add(holder)
     threshold = gc.get_threshold()
     Hostile.victims = victims
     gc.callbacks.append(callback)

@@ -72,18 +72,19 @@ fi
 status=0
 echo "== test suite under ASan"
 (cd "$root" && asan_run -m pytest -q -p no:cacheprovider "${@:-tests/}") || status=1
-# The two fuzz loops side by side (each is one process); their output after each other.
-echo "== fuzz loops under ASan: $fuzz_inputs decode and $encode_inputs encode inputs"
+# The three fuzz loops side by side (each is one process); their output after each other.
+echo "== fuzz loops under ASan: $fuzz_inputs decode, $encode_inputs encode and $reentrancy_inputs reentrancy inputs"
 (cd "$work" && asan_run "$root/fuzz/fuzz_decode.py" --loop "$fuzz_inputs" --seed 8) \
     >"$work/fuzz_decode.log" 2>&1 &
 decode_pid=$!
+(cd "$work" && asan_run "$root/fuzz/hostile_reentrancy.py" --loop "$reentrancy_inputs" --seed 8) \
+    >"$work/fuzz_reentrancy.log" 2>&1 &
+reentrancy_pid=$!
 (cd "$work" && asan_run "$root/fuzz/fuzz_encode.py" --loop "$encode_inputs" --seed 8) \
     >"$work/fuzz_encode.log" 2>&1 || status=1
 wait "$decode_pid" || status=1
-cat "$work/fuzz_decode.log" "$work/fuzz_encode.log"
-echo "== reentrancy fuzz under ASan: $reentrancy_inputs inputs"
-(cd "$work" && asan_run "$root/fuzz/hostile_reentrancy.py" --loop "$reentrancy_inputs" --seed 8) \
-    2>&1 | tail -5 || status=1
+wait "$reentrancy_pid" || status=1
+cat "$work/fuzz_decode.log" "$work/fuzz_encode.log" "$work/fuzz_reentrancy.log"
 
 if compgen -G "$work/asan.*" >/dev/null; then
     echo "== AddressSanitizer reports:" >&2
