@@ -264,7 +264,8 @@ cdef inline int version_of(object version) except -1:
 
 # The plan used last, and its version: a call for the same message and version (the
 # common case) skips the table. Both are set with no Python code between them, and the
-# engine runs under the GIL (see _plain_types.h), so no reader sees one without the other.
+# engine runs under the GIL (no module declares free-threading compatibility:
+# docs/robustness.md), so no reader sees one without the other.
 cdef Plan _last_plan = None
 cdef int _last_version = -1
 
@@ -274,7 +275,7 @@ cdef inline Plan plan_of(object cls, int version):
     the version checked against the class's range) on first use."""
     global _last_plan, _last_version
     cdef Plan p = _last_plan
-    if p is not None and p.cls is cls and _last_version == version:
+    if p is not None and p.root_cls is cls and _last_version == version:
         return p
     # (_roots is a module global, so a user may reach it: what it holds is checked)
     cdef PyObject* plans = PyDict_GetItem(_roots, cls)
@@ -410,7 +411,7 @@ cdef inline object new_object(object cls):
     o = <PyObject*>r
     # Like msgspec's gc=False structs: nothing these objects hold can make a cycle
     # through them unless a user builds one, so the collector need not walk them. The
-    # message classes are plain types (plain_type below): no collector header at all.
+    # message classes are plain types (plain_class below): no collector header at all.
     if PyObject_IS_GC(o):
         PyObject_GC_UnTrack(o)
     return r
