@@ -150,12 +150,11 @@ def _plain_doc(m, struct, root):
 
 
 def make_message_class(
-    name: str, module: str, mixin: type, struct_base: type = StructBase, finish=None
+    name: str, module: str, mixin: type, struct_base: type = StructBase, make=type
 ) -> type:
     """The class of one message (its struct classes as attributes), for one engine's
-    `mixin`; `module` is where the classes say they live; `finish(cls)`, if given, is
-    called on each class before it has instances (the compiled engine makes them plain
-    types there)."""
+    `mixin`; `module` is where the classes say they live; `make(name, bases, ns)` makes
+    each class (`type`, or the compiled engine's plain_class)."""
     # Not at import: `import fastkwire` reads no schema (the engines import _layout late too).
     from . import _schema
     from ._layout import layouts, version_text
@@ -193,8 +192,7 @@ def make_message_class(
             bases = (struct_base, mixin)
         else:
             bases = (struct_base,)
-        made = type(struct.name, bases, ns)
-        by_struct[struct.name] = finish(made) if finish is not None else made
+        by_struct[struct.name] = make(struct.name, bases, ns)
     cls = by_struct[m.root.name]
     for struct in m.structs:
         setattr(cls, struct.name, by_struct[struct.name])

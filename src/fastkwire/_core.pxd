@@ -17,6 +17,11 @@ from libc.string cimport memcpy
 cdef extern from "_untracked_list.h":
     PyObject* fk_untracked_list(Py_ssize_t n)
 
+cdef extern from "_slots.h":
+    # The offset of a writable object slot `name` in instances of cls, checked (the one
+    # helper every offset the compiled code writes at comes from); else TypeError.
+    Py_ssize_t slot_offset "fk_slot_offset"(object cls, object name) except -1
+
 cdef extern from "Python.h":
     PyObject* _decode_utf8 "PyUnicode_DecodeUTF8"(const char* s, Py_ssize_t size, const char* errors)
     PyObject* _new_str "PyUnicode_New"(Py_ssize_t size, Py_UCS4 maxchar)
@@ -31,12 +36,6 @@ cdef extern from "Python.h":
         PyObject** ob_item
     ctypedef struct PyTypeObject:
         PyObject* (*tp_alloc)(PyTypeObject*, Py_ssize_t)
-    ctypedef struct PyMemberDef:
-        Py_ssize_t offset
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-    PyTypeObject PyMemberDescr_Type
-    bint Py_IS_TYPE(object o, PyTypeObject* t)
 
 
 cdef struct Cursor:
@@ -152,14 +151,6 @@ cdef inline void store64(unsigned char* p, uint64_t v) noexcept nogil:
 
 
 # ---- objects of a class, slot by slot
-
-cdef inline Py_ssize_t member_offset(object descr) noexcept:
-    """The instance offset of a slot's member descriptor, or 0 for anything else (no
-    slot lies at 0: the object header does)."""
-    if descr is None or not Py_IS_TYPE(descr, &PyMemberDescr_Type):
-        return 0
-    return (<PyMemberDescrObject*><PyObject*>descr).d_member.offset
-
 
 cdef inline object alloc_instance(object cls):
     """A new instance of cls from its tp_alloc: every slot NULL, no __init__ run."""

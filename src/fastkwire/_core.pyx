@@ -18,6 +18,7 @@ from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport INT64_MAX, uint8_t
 from libc.string cimport memcpy
+from cpython.mem cimport PyMem_RawMalloc
 
 from fastkwire import _bulk, _rules, _wire
 from fastkwire import columns as _columns
@@ -230,6 +231,7 @@ cdef object rd_float64(Cursor* c):
     return d
 
 cdef extern from "Python.h":
+    PyObject* PyLong_FromSsize_t(Py_ssize_t v)
     object _PyLong_FromByteArray(const unsigned char* b, size_t n, int little_endian, int signed)
 
 
@@ -237,10 +239,17 @@ cdef object _UUID = _uuid.UUID
 cdef object _UUID_UNKNOWN = _uuid.SafeUUID.unknown
 
 
+cdef Py_ssize_t _uuid_slot(str name):
+    try:
+        return slot_offset(_UUID, name)
+    except TypeError:
+        return 0
+
+
 # The offsets of uuid.UUID's slots, or 0 when UUID is not the slotted class this module
 # knows (then UUIDs are made by calling it).
-cdef Py_ssize_t _UUID_INT = member_offset(_UUID.__dict__.get("int"))
-cdef Py_ssize_t _UUID_SAFE = member_offset(_UUID.__dict__.get("is_safe"))
+cdef Py_ssize_t _UUID_INT = _uuid_slot("int")
+cdef Py_ssize_t _UUID_SAFE = _uuid_slot("is_safe")
 if _UUID.__new__ is not object.__new__:
     _UUID_INT = 0  # a UUID with a __new__ of its own: only its constructor makes one
 
@@ -380,9 +389,17 @@ cdef object wire_array(const unsigned char* p, Py_ssize_t n, int width):
 
 # Partition numbers and broker ids are small: sharing one int object per value (ints are
 # immutable) saves an allocation per element decoded. Built at import (about half a
-# millisecond), so readers need no check or lock.
-cdef list _small_ints = list(range(SMALL_INTS))
-cdef PyObject** _small = &(<PyListObject*>_small_ints).ob_item[0]
+# millisecond), so readers need no check or lock. The table is C memory holding its own
+# reference to each int, never freed: no Python object is its storage, so nothing a user
+# reaches (gc.get_referrers of a decoded int) can reorder or free what decode reads.
+cdef PyObject** _small = <PyObject**>PyMem_RawMalloc(SMALL_INTS * sizeof(PyObject*))
+if _small == NULL:
+    raise MemoryError()
+cdef Py_ssize_t _i
+for _i in range(SMALL_INTS):
+    _small[_i] = <PyObject*>PyLong_FromSsize_t(_i)  # the new reference is the table's
+    if _small[_i] == NULL:
+        raise MemoryError()
 
 
 cdef PyObject** small_int_table() except NULL:

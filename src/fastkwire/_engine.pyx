@@ -7,6 +7,7 @@ field in the object, the nested plan). Encoding and decoding walk that array; ob
 are allocated with tp_alloc and their slots read and written at their offsets, as
 msgspec does for its structs. The code does not grow with the number of messages.
 """
+cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.buffer cimport PyBuffer_Release
@@ -17,6 +18,7 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_FromUnsignedLong
 from fastkwire._core cimport *
 
+import gc as _gc
 import threading as _threading
 
 from fastkwire import _wire
@@ -33,6 +35,7 @@ cdef extern from "_plain_types.h":
 
 cdef extern from "Python.h":
     int PyObject_IS_GC(PyObject* o)
+    int PyType_IsSubtype(PyTypeObject* a, PyTypeObject* b)
 
 
 # Wire kinds of a field (the wire table's K_ numbers: checked below).
@@ -85,8 +88,15 @@ cdef struct Field:
     int conv               # target plans: how the target class holds the value (C_ below)
 
 
+@cython.no_gc
 cdef class Plan:
-    """One struct at one version, compiled."""
+    """One struct at one version, compiled.
+
+    Its Fields point at objects without references of their own; `keep` holds them. So
+    nothing a user reaches may be `keep`: the class is no collector type (a plan is
+    never in a cycle: plans point down to sub-plans and values, which never point back),
+    so gc.get_referents(plan) is empty, and `keep` is untracked from its creation
+    (keep_list), so neither gc.get_objects() nor gc.get_referrers() finds it."""
     cdef Field* plain
     cdef Field* tagged     # sorted by tag
     cdef Field* absent
@@ -99,6 +109,7 @@ cdef class Plan:
     cdef Py_ssize_t min_size
     cdef Py_ssize_t size_hint   # the last encoded size: the next buffer's first guess
     cdef list keep
+    cdef object root_cls        # a message's root plan: the class it was compiled for
     # Target plans only (_engine_target.pxi): objects of a class the engine did not make.
     cdef bint target
     cdef bint single            # one untagged field: array items may be bare values
@@ -113,16 +124,15 @@ cdef class Plan:
 
 # ---------------------------------------------------------------- compiling plans
 
+cdef list keep_list(list items):
+    """A Plan's `keep`: a list the collector never sees (see Plan)."""
+    PyObject_GC_UnTrack(<PyObject*>items)
+    return items
+
+
 cdef object _lock = _threading.RLock()
 cdef dict _roots = {}   # message class -> list of Plan or None, indexed by version
 cdef dict _subs = {}    # message class -> {Layout: Plan}
-
-
-cdef Py_ssize_t slot_offset(object cls, str name) except -1:
-    cdef Py_ssize_t offset = member_offset(cls.__dict__[name])
-    if offset == 0:
-        raise TypeError(f"{cls.__name__}.{name} is not a slot")
-    return offset
 
 
 cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep) except -1:
@@ -196,7 +206,7 @@ cdef Plan compile_layout(object root, object lay, dict memo):
     if p is not None:
         return p
     p = Plan.__new__(Plan)
-    p.keep = []
+    p.keep = keep_list([])
     p.cls = root._CLASSES[lay.struct.name]
     p.struct_name = lay.struct.name
     p.message_name = lay.message.name
@@ -220,13 +230,20 @@ cdef Plan build_plan(object cls, int version):
         raise _e.bad_version(cls._NAME, version, cls._VERSIONS)
     with _lock:
         plans = _roots.get(cls)
-        if plans is None:
+        if type(plans) is not list or len(plans) != cls.MAX_VERSION + 1:
             plans = [None] * (cls.MAX_VERSION + 1)
             _roots[cls] = plans
         p = plans[version]
-        if p is None:
+        if type(p) is not Plan or (<Plan>p).root_cls is not cls:
             memo = _subs.setdefault(cls, {})
             p = compile_layout(cls, cls._LAYOUTS.root(version), memo)
+            # encode writes from self at the plan's offsets: they must be self's class's
+            # (a subclass whose _CLASSES or _LAYOUTS name another root class is refused)
+            made = (<Plan>p).cls
+            if not PyType_IsSubtype(<PyTypeObject*><PyObject*>cls, <PyTypeObject*><PyObject*>made):
+                raise TypeError(f"{cls.__name__}: its layout is of {made.__name__}, "
+                                "not of a base of it")
+            (<Plan>p).root_cls = cls
             plans[version] = p  # published last: readers without the lock see a whole plan
     return p
 
@@ -247,7 +264,8 @@ cdef inline int version_of(object version) except -1:
 
 # The plan used last, and its version: a call for the same message and version (the
 # common case) skips the table. Both are set with no Python code between them, and the
-# engine runs under the GIL (see _plain_types.h), so no reader sees one without the other.
+# engine runs under the GIL (no module declares free-threading compatibility:
+# docs/robustness.md), so no reader sees one without the other.
 cdef Plan _last_plan = None
 cdef int _last_version = -1
 
@@ -257,12 +275,13 @@ cdef inline Plan plan_of(object cls, int version):
     the version checked against the class's range) on first use."""
     global _last_plan, _last_version
     cdef Plan p = _last_plan
-    if p is not None and p.cls is cls and _last_version == version:
+    if p is not None and p.root_cls is cls and _last_version == version:
         return p
+    # (_roots is a module global, so a user may reach it: what it holds is checked)
     cdef PyObject* plans = PyDict_GetItem(_roots, cls)
-    if plans != NULL and version < len(<list>plans):
+    if plans != NULL and type(<object>plans) is list and version < PyList_GET_SIZE(<object>plans):
         found = (<list>plans)[version]
-        if found is not None:
+        if type(found) is Plan and (<Plan>found).root_cls is cls:
             p = <Plan>found
             _last_plan = p
             _last_version = version
@@ -392,22 +411,58 @@ cdef inline object new_object(object cls):
     o = <PyObject*>r
     # Like msgspec's gc=False structs: nothing these objects hold can make a cycle
     # through them unless a user builds one, so the collector need not walk them. The
-    # message classes are plain types (plain_type below): no collector header at all.
+    # message classes are plain types (plain_class below): no collector header at all.
     if PyObject_IS_GC(o):
         PyObject_GC_UnTrack(o)
     return r
 
 
-def plain_type(cls):
-    """Make a message or struct class's instances plain objects, as msgspec's gc=False
-    Structs (_plain_types.h): no collector header, never tracked, freed by our own
-    deallocator. Only before the class has instances, and only for a layout of object
-    slots from its base's size to its own (checked here from its slot descriptors)."""
-    start, end = cls.__base__.__basicsize__, cls.__basicsize__
-    offsets = sorted(slot_offset(cls, name) for name in cls.__dict__["__slots__"])
-    if offsets != list(range(start, end, sizeof(PyObject*))):
-        raise TypeError(f"{cls.__name__}: its slots are not its whole layout")
-    fk_make_plain(cls)
+def plain_class(name, bases, ns):
+    """type(name, bases, ns) for a message or struct class whose instances are plain
+    objects, as msgspec's gc=False Structs (_plain_types.h): no collector header, never
+    tracked, freed by our own deallocator.
+
+    Turning a class plain is sound only before it has instances (they would be freed
+    without their collector header), so the class is made and turned here, with no
+    Python code able to run in between: bases whose metaclass is `type` and that have
+    no __init_subclass__ of their own, a first namespace of strings only (nothing with a
+    __set_name__), and no collection (whose callbacks could find the new class). The
+    rest of the namespace is set on the plain class after. Its layout must be its object
+    slots, from its base's size to its own (checked from its slot descriptors)."""
+    cdef Py_ssize_t start, end
+    if type(name) is not str or type(bases) is not tuple or type(ns) is not dict:
+        raise TypeError("plain_class(name: str, bases: tuple, ns: dict)")
+    slots = ns.get("__slots__")
+    if type(slots) is not tuple or any(type(n) is not str for n in slots):
+        raise TypeError(f"{name}: __slots__ must be a tuple of str")
+    for base in bases:
+        if type(base) is not type:
+            raise TypeError(f"{name}: a base whose metaclass is not type")
+        for k in base.__mro__:
+            if k is not object and "__init_subclass__" in k.__dict__:
+                raise TypeError(f"{name}: a base with an __init_subclass__")
+    first = {"__slots__": slots}
+    for key in ("__module__", "__qualname__", "__doc__"):
+        value = ns.get(key)
+        if value is not None and type(value) is not str:
+            raise TypeError(f"{name}: {key} must be a str")
+        if key in ns:
+            first[key] = value
+    collecting = _gc.isenabled()
+    _gc.disable()
+    try:
+        cls = type(name, bases, first)
+        start, end = cls.__base__.__basicsize__, cls.__basicsize__
+        offsets = sorted([slot_offset(cls, n) for n in slots])
+        if offsets != list(range(start, end, sizeof(PyObject*))):
+            raise TypeError(f"{name}: its slots are not its whole layout")
+        fk_make_plain(cls)
+    finally:
+        if collecting:
+            _gc.enable()
+    for key, value in ns.items():
+        if key not in first:
+            setattr(cls, key, value)
     return cls
 
 

@@ -46,25 +46,12 @@ cdef int mismatch() except -1:
 
 # ---------------------------------------------------------------- compiling
 
-cdef Py_ssize_t inherited_slot_offset(object cls, str name) except -1:
-    """The offset of slot `name` in instances of cls, from the class that declares it."""
-    cdef Py_ssize_t offset
-    for k in cls.__mro__:
-        descr = k.__dict__.get(name)
-        if descr is not None:
-            offset = member_offset(descr)
-            if offset == 0:
-                raise TypeError(f"{cls.__name__}.{name} is not a slot")
-            return offset
-    raise TypeError(f"{cls.__name__} has no slot {name}")
-
-
 cdef int fill_target(Field* f, object op, object t, object cls, list keep) except -1:
     name = t.name
     default = t.default
     keep.append(name)
     keep.append(default)
-    f.offset = inherited_slot_offset(cls, name)
+    f.offset = slot_offset(cls, name)
     f.name = <PyObject*>name
     f.versions = <PyObject*>name
     f.default = <PyObject*>default
@@ -105,7 +92,7 @@ cdef Field* target_fields(list pairs, object cls, list keep) except NULL:
 cdef Plan compile_target(object lay, object spec):
     cdef Plan p = Plan.__new__(Plan)
     cls = spec.cls
-    p.keep = [spec]
+    p.keep = keep_list([spec])
     p.target = True
     p.cls = cls
     p.struct_name = lay.struct.name
@@ -115,9 +102,9 @@ cdef Plan compile_target(object lay, object spec):
     p.size_hint = 64
     p.single = spec.single
     p.version_obj = spec.version
-    p.version_offset = inherited_slot_offset(cls, "_version")
-    p.tags_offset = inherited_slot_offset(cls, "tags")
-    p.unknown_offset = inherited_slot_offset(cls, "unknown_tags")
+    p.version_offset = slot_offset(cls, "_version")
+    p.tags_offset = slot_offset(cls, "tags")
+    p.unknown_offset = slot_offset(cls, "unknown_tags")
     pairs = list(zip(lay.ops, spec.fields))
     plain = [(op, t) for op, t in pairs if op.mode == "plain"]
     tagged = [(op, t) for op, t in pairs if op.mode == "tagged"]  # as declared: the order they are written

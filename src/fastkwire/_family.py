@@ -26,11 +26,11 @@ ALIASES = {
 class Family:
     """The message classes of one engine, built on first use (thread-safe)."""
 
-    def __init__(self, module: str, mixin: type, struct_base: type = StructBase, finish=None):
+    def __init__(self, module: str, mixin: type, struct_base: type = StructBase, make=type):
         self.module = module
         self.mixin = mixin
         self.struct_base = struct_base
-        self.finish = finish  # called on every class made, before it has instances
+        self.make = make  # makes each class: type(name, bases, ns) or the same signature
         self._lock = threading.RLock()
         self._classes: dict[str, type] = {}
         self._names = None
@@ -51,7 +51,7 @@ class Family:
                     if name not in self.names():
                         raise AttributeError(f"module {self.module!r} has no attribute {name!r}")
                     cls = make_message_class(
-                        name, self.module, self.mixin, self.struct_base, self.finish
+                        name, self.module, self.mixin, self.struct_base, self.make
                     )
                     self._classes[name] = cls
         return cls
@@ -112,10 +112,10 @@ class _LazyRegistry(dict):
         return [(k, self[k]) for k in self.keys()]
 
 
-def install(module_globals, mixin, finish=None):
-    """Turn a module into the home of one engine's message classes (`finish`, if given,
-    is called on each class the engine's family makes)."""
-    family = Family(module_globals["__name__"], mixin, finish=finish)
+def install(module_globals, mixin, make=type):
+    """Turn a module into the home of one engine's message classes (`make`, type's
+    signature, makes each class of the engine's family)."""
+    family = Family(module_globals["__name__"], mixin, make=make)
     requests = family.by_api_key("request")
     responses = family.by_api_key("response")
     encode_request, decode_request, encode_response, decode_response = _framing.bind(

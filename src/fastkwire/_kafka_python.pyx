@@ -8,6 +8,7 @@ record to kafka-python's own code, which then raises or truncates exactly as sto
 Nothing here is called before bind() has given it kafka-python's classes.
 """
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from libc.string cimport memcpy
 from struct import pack_into as struct_pack_into
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -143,9 +144,25 @@ cdef inline object read_bytes(const unsigned char* p, Py_ssize_t n, Py_ssize_t* 
 
 cdef int read_record(Cursor c, bytearray buf) except -1:
     """Read the record at c.pos into c: 1 when read, 0 when kafka-python's own reader
-    must take it (c.pos unchanged then)."""
-    cdef const unsigned char* p = <const unsigned char*>PyByteArray_AS_STRING(buf)
-    cdef Py_ssize_t n = PyByteArray_GET_SIZE(buf)
+    must take it (c.pos unchanged then).
+
+    The read holds an export of the bytearray: what it allocates (the headers list, a
+    tuple per header) can run a collection, and a gc callback that resized the array
+    would free the bytes being read. Resizing meanwhile is a BufferError instead."""
+    cdef Py_buffer view
+    cdef int r
+    if buf is None:
+        return 0
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        r = read_held(c, <const unsigned char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return r
+
+
+cdef int read_held(Cursor c, const unsigned char* p, Py_ssize_t n) except -1:
+    """read_record's reading, of n bytes at p that the caller holds still."""
     cdef Py_ssize_t pos = c.pos, start, i
     cdef int64_t length, attrs, count, size, header_size = 0
     cdef int ok = 1
@@ -226,15 +243,18 @@ cdef object record_timestamp(tuple header, Cursor c):
 def batch_next(self):
     """DefaultRecordBatch.__next__: stock's reading of one record, compiled."""
     cdef Cursor c
+    # stock's order: the index first (a user's __ge__ may run and change the batch),
+    # then the state read, checked and used as these locals, with no Python code between
+    if self._next_record_index >= self._num_records:
+        return stock_batch_next(self)
     header = self._header_data
     buf = self._buffer
     pos = self._pos
-    if (type(buf) is not bytearray or not stock_header(header) or not in_range(pos, len(buf))
-            or self._next_record_index >= self._num_records):
+    if type(buf) is not bytearray or not stock_header(header) or not in_range(pos, len(buf)):
         return stock_batch_next(self)
     c = Cursor()
     c.pos = pos
-    if not read_record(c, self._buffer):
+    if not read_record(c, buf):
         return stock_batch_next(self)
     self._pos = c.pos
     attrs = <int>header[5]

@@ -38,10 +38,6 @@ cdef extern from "_crc32c.h":
 cdef extern from "Python.h":
     ctypedef struct PyTypeObject:
         PyObject* (*tp_alloc)(PyTypeObject*, Py_ssize_t)
-    ctypedef struct PyMemberDef:
-        Py_ssize_t offset
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
     void PyObject_GC_UnTrack(void* o)
     void PyObject_GC_Track(void* o)
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
@@ -59,6 +55,11 @@ cdef extern from "Python.h":
     Py_ssize_t PyBytes_GET_SIZE_P "PyBytes_GET_SIZE"(PyObject* o)
     void PyErr_Clear()
     PyObject* Py_None
+
+
+cdef extern from "_slots.h":
+    # the same checked offsets as the engine's (_core.pxd)
+    Py_ssize_t slot_offset "fk_slot_offset"(object cls, object name) except -1
 
 
 cdef extern from "_records.h":
@@ -103,9 +104,6 @@ include "_records_crc.pxi"
 
 
 # ---------------------------------------------------------------- Record objects
-
-cdef Py_ssize_t slot_offset(object cls, str name) except -1:
-    return (<PyMemberDescrObject*><PyObject*>cls.__dict__[name]).d_member.offset
 
 cdef PyTypeObject* RECORD_TYPE = <PyTypeObject*><PyObject*>Record
 cdef Py_ssize_t S_OFFSET = slot_offset(Record, "offset")

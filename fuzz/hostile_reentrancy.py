@@ -1,0 +1,430 @@
+"""Python code inside the compiled routines, on purpose: every entry point run while a
+collection (and its gc.callbacks) can start at any allocation and rewrite what it finds.
+
+    python3 fuzz/hostile_reentrancy.py --loop 2000 --seed 1
+
+All three hostile reviews found their worst defects in one shape: a C routine checks
+or takes something (a buffer's pointer, a list's size, a type), then allocates or calls
+a dunder, and Python code running there changes what it holds. Each input (a seed)
+picks one compiled entry point and runs it with, at once:
+
+- the collector at threshold 1, and a gc callback that at a collection now and then
+  mutates a bytearray, list or numpy array of the case (its inputs and what they hold)
+  or a young bytearray or array `gc.get_objects(0)` finds: storage moved (same bytes),
+  cut, grown, cleared or overwritten; lists reversed, cleared, grown, emptied; arrays
+  overwritten or resized. At every collection it walks every young container (tuple(),
+  items(), get_referents()), so a half-built one is seen;
+- hostile arguments: ints whose __index__, __eq__, __ge__, __len__ mutate the same
+  victims (a batch's state replaced by them, and its buffer by None or another);
+- now and then, every list holding a small int (gc.get_referrers) is a victim too.
+
+The entry points: the engine's decode and decode_from (bytearray, memoryview, numpy
+inputs; arrays="numpy", records="view") and encode and encode_into (fuzz/hostile.py's
+hostile messages); the record kernel's read_batches, read_columns and write_batch; the
+kafka-python seams (a batch's records, the builder, murmur2) and its target plans
+(kafka-python's messages decoded and encoded through them).
+
+With the callback rewriting inputs midway, results depend on when collections run, so
+the oracle is memory safety, not agreement: any Python exception is an outcome except
+SystemError (a C-API misuse); a crash (under AddressSanitizer, any report) is the
+finding. tools/asan.sh runs REENTRANCY_INPUTS of them (CI's ASan smoke: 1,500).
+"""
+
+import argparse
+import gc
+import importlib
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+
+import differential as D  # noqa: E402
+import hostile  # noqa: E402
+
+CY = importlib.import_module("fastkwire._messages_cython")
+from fastkwire._batches import Codec  # noqa: E402
+from fastkwire.records import Record  # noqa: E402
+
+RECORDS = Codec(importlib.import_module("fastkwire._records"))
+RECORD_SEEDS = [data for _, data in D.record_seeds()]
+VERSIONS = list(D.message_versions())
+_SEEDS = {}
+
+
+def message_seed(rng):
+    """(target, bytes): every field set, a frame or a bare body of a random message and
+    version (made on first use: making them all takes seconds, more under ASan)."""
+    name, v = rng.choice(VERSIONS)
+    if (name, v) not in _SEEDS:
+        d = D.full_dict(name, v)
+        _SEEDS[name, v] = (
+            D.frame_of(D.PY, name, v, d),
+            (("body", name, v), getattr(D.PY, name).from_dict(d).encode(v)),
+        )
+    return rng.choice(_SEEDS[name, v])
+
+
+class Victims:
+    """What the collector callback and the hostile dunders rewrite: the case's mutable
+    objects, and (from the callback) the young buffers the collector sees."""
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.objects = []
+        self.active = False
+
+    def add(self, *objs):
+        for o in objs:
+            if hasattr(o, "_buffer") and hasattr(o, "_next_record_index"):  # a batch
+                self.objects.append(o)
+            elif type(o) in (bytearray, list, np.ndarray):
+                self.objects.append(o)
+                if type(o) is list:  # and what the list holds, one level down
+                    self.objects.extend(x for x in o if type(x) in (bytearray, list))
+        return objs[0] if len(objs) == 1 else objs
+
+    def strike(self, young=()):
+        if not self.active:
+            return
+        self.active = False  # what a mutation allocates must not strike again inside it
+        try:
+            pool = self.objects + [o for o in young if type(o) in (bytearray, np.ndarray)]
+            if pool and self.rng.random() < 0.3:  # one change now and then: deep paths too
+                mutate(self.rng.choice(pool), self.rng)
+        finally:
+            self.active = True
+
+
+def mutate(o, rng):
+    """One change to a bytearray, list or array; whatever it raises (BufferError while
+    the object is exported, ...) is the routine holding it, as it should."""
+    k = rng.randrange(6)
+    try:
+        if hasattr(o, "_next_record_index"):  # a kafka-python batch: its buffer replaced
+            o._buffer = rng.choice([None, bytearray(8), b"", bytearray(o._buffer or b"")])
+        elif type(o) is bytearray:
+            if k == 0 and o:  # same bytes, new storage: the old block is freed
+                first = o[:1]
+                del o[:1]
+                o[0:0] = first
+            elif k == 1:
+                del o[len(o) // 2 :]
+            elif k == 2:
+                o.extend(bytes(rng.choice([1, 4096, 1 << 17])))
+            elif k == 3:
+                o.clear()
+            elif k == 4 and o:
+                o[rng.randrange(len(o))] = rng.randrange(256)
+            else:
+                o[:] = o[: len(o) // 3]
+        elif type(o) is list:
+            if k == 0:
+                o.reverse()
+            elif k == 1:
+                o.clear()
+            elif k == 2:
+                o.extend([None, 1 << 70, "x", b"y"])
+            elif k == 3 and o:
+                o.pop()
+            elif k == 4:
+                o.insert(0, o)
+            else:
+                o[:] = o[: len(o) // 2]
+        elif type(o) is np.ndarray:
+            if k < 3 and o.flags.writeable:
+                o.fill(rng.randrange(-128, 128))
+            else:
+                o.resize(rng.randrange(0, 8), refcheck=True)
+    except Exception:  # noqa: BLE001, S110 - refused changes are the point
+        pass
+
+
+def walk_young():
+    """As a debugger or memory profiler does: read every young container."""
+    young = gc.get_objects(0)
+    for o in young:
+        t = type(o)
+        if t is list or t is tuple:
+            tuple(o)
+        elif t is dict:
+            tuple(o.items())
+        gc.get_referents(o)
+    return young
+
+
+class Hostile(int):
+    """An int whose dunders run the victims' mutations first."""
+
+    victims = None
+
+    def _hit(self):
+        if Hostile.victims is not None:
+            Hostile.victims.strike()
+
+    def __index__(self):
+        self._hit()
+        return int(self)
+
+    def __eq__(self, other):
+        self._hit()
+        return int(self) == other
+
+    def __ge__(self, other):
+        self._hit()
+        return int(self) >= other
+
+    def __lt__(self, other):
+        self._hit()
+        return int(self) < other
+
+    def __len__(self):
+        self._hit()
+        return 2
+
+    __hash__ = int.__hash__
+
+
+class HostileList(list):
+    def __len__(self):
+        if Hostile.victims is not None:
+            Hostile.victims.strike()
+        return super().__len__()
+
+
+def as_input(data, rng, victims):
+    """The bytes as a caller might pass them, registered as victims when mutable."""
+    k = rng.randrange(4)
+    if k == 0:
+        return data
+    buf = victims.add(bytearray(data))
+    if k == 1:
+        return buf
+    if k == 2:
+        return memoryview(buf)
+    return victims.add(np.frombuffer(buf, np.uint8).copy())
+
+
+# ---------------------------------------------------------------- the entry points
+
+
+def engine_decode(rng, victims):
+    target, data = message_seed(rng)
+    data = D.mutate(bytearray(data), rng) if rng.random() < 0.3 else data
+    arg = as_input(bytes(data), rng, victims)
+    if target[0] == "request":
+        return CY.decode_request(arg)
+    if target[0] == "response":
+        return CY.decode_response(arg, target[1], target[2])
+    cls = getattr(CY, target[1])
+    arrays = rng.choice(["list", "numpy"])
+    records = rng.choice(["bytes", "view"])
+    version = Hostile(target[2]) if rng.random() < 0.2 else target[2]
+    if rng.random() < 0.5:
+        return cls.decode(arg, version, arrays=arrays, records=records)
+    offset = Hostile(0) if rng.random() < 0.3 else 0
+    return cls.decode_from(arg, version, offset, arrays=arrays, records=records)
+
+
+def engine_encode(rng, victims):
+    seed = rng.getrandbits(48)
+    _, _, message, version = hostile.build(CY, seed)
+    for name in type(message).__slots__:
+        victims.add(getattr(message, name, None))
+    if rng.random() < 0.5:
+        return message.encode(version)
+    buf = victims.add(bytearray(rng.choice([0, 64, 4096, 1 << 17])))
+    return message.encode_into(buf, Hostile(0) if rng.random() < 0.3 else 0, version)
+
+
+def records_read(rng, victims):
+    data = rng.choice(RECORD_SEEDS)
+    data = D.mutate(bytearray(data), rng) if rng.random() < 0.3 else data
+    arg = as_input(bytes(data), rng, victims)
+    if rng.random() < 0.5:
+        return RECORDS.read_batches(arg, check_crc=rng.random() < 0.5, max_decompressed=1 << 16)
+    return RECORDS.read_columns(arg, check_crc=False, max_decompressed=1 << 16)
+
+
+def records_write(rng, victims):
+    records = []
+    for i in range(rng.randrange(1, 8)):
+        headers = victims.add([("h", victims.add(bytearray(b"x" * rng.randrange(40))))])
+        key = rng.choice([None, b"k", victims.add(bytearray(b"key" * 30))])
+        records.append(Record(i, 1000 + i, key, b"v" * rng.randrange(300), headers))
+    records = victims.add(HostileList(records) if rng.random() < 0.3 else records)
+    if rng.random() < 0.3:
+        return RECORDS.write_batch(records).hex()
+    cols = RECORDS.read_columns(RECORDS.write_batch(list(records)))
+    for name in ("offset", "timestamp"):
+        victims.add(getattr(cols, name))
+    for column in (cols.key, cols.value):
+        victims.add(column.data, column.offsets, column.nulls)
+    return RECORDS.write_batch(cols)
+
+
+_KAFKA = None
+
+
+def kafka_parts():
+    """kafka-python's pieces with the accelerator installed, or None without them."""
+    global _KAFKA
+    if _KAFKA is None:
+        try:
+            from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+            from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+
+            import fastkwire.kafka_python as fkp
+        except ImportError:
+            _KAFKA = False
+            return None
+        if not fkp.install():
+            _KAFKA = False
+            return None
+        b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+        for i in range(40):
+            b.append(timestamp=1, key=b"k%d" % i, value=b"v" * 50, headers=[("h", b"x")] * 2)
+        b.close()
+        body = CY.MetadataResponse(
+            topics=[
+                CY.MetadataResponse.MetadataResponseTopic(
+                    name="t",
+                    partitions=[
+                        CY.MetadataResponse.MetadataResponsePartition(
+                            partition_index=i, replica_nodes=[1, 2]
+                        )
+                        for i in range(5)
+                    ],
+                )
+            ]
+        ).encode(12)
+        _KAFKA = (
+            MemoryRecords,
+            MemoryRecordsBuilder,
+            bytes(b.buffer()),
+            MetadataRequest,
+            MetadataResponse,
+            body,
+        )
+    return _KAFKA or None
+
+
+def kafka_python(rng, victims):
+    parts = kafka_parts()
+    if parts is None:
+        return None
+    MemoryRecords, MemoryRecordsBuilder, batch_bytes, _, MetadataResponse, body = parts
+    k = rng.randrange(4)
+    if k == 0:  # a batch's records, its state replaced by hostile ints at random
+        data = D.mutate(bytearray(batch_bytes), rng) if rng.random() < 0.3 else batch_bytes
+        batch = MemoryRecords(bytes(data)).next_batch()
+        if batch is None:
+            return None
+        iter(batch)
+        victims.add(batch._buffer, batch)
+        for name in ("_next_record_index", "_num_records", "_pos"):
+            if rng.random() < 0.2:
+                setattr(batch, name, Hostile(getattr(batch, name)))
+        return [(r.offset, r.key, r.headers) for r in batch]
+    if k == 1:  # the builder, with headers and values that change while appended
+        b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
+        for i in range(rng.randrange(1, 20)):
+            headers = victims.add([("h", b"x" * rng.randrange(30))])
+            b.append(
+                timestamp=Hostile(5) if rng.random() < 0.1 else 5,
+                key=b"k",
+                value=b"v" * rng.randrange(100),
+                headers=headers,
+            )
+        b.close()
+        return bytes(b.buffer())
+    if k == 2:
+        from kafka.partitioner import default
+
+        return default.murmur2(victims.add(bytearray(rng.randbytes(rng.randrange(64)))))
+    data = D.mutate(bytearray(body), rng) if rng.random() < 0.5 else body
+    got = MetadataResponse.decode(as_input(bytes(data), rng, victims), version=12)
+    got._header = None
+    for topic in got.topics or ():
+        victims.add(topic.partitions)
+    return got.encode(version=12)
+
+
+ENTRY_POINTS = (engine_decode, engine_encode, records_read, records_write, kafka_python)
+
+
+def check(seed):
+    """One input: an entry point, run under the mutating collector."""
+    rng = random.Random(seed)
+    entry = ENTRY_POINTS[seed % len(ENTRY_POINTS)]
+    victims = Victims(random.Random(seed ^ 0xBAD))
+
+    def callback(phase, info):
+        if phase == "start":
+            victims.strike(walk_young())
+
+    if rng.random() < 0.03:
+        # what holds a small int: a table the decoder reads must not be among them
+        for holder in gc.get_referrers(rng.randrange(257, 16384)):
+            victims.add(holder)
+    threshold = gc.get_threshold()
+    Hostile.victims = victims
+    gc.callbacks.append(callback)
+    gc.set_threshold(1)
+    victims.active = True
+    try:
+        entry(rng, victims)
+        return entry.__name__, "ok"
+    except SystemError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any exception but SystemError is an outcome
+        return entry.__name__, type(e).__name__
+    finally:
+        victims.active = False
+        gc.callbacks.remove(callback)
+        gc.set_threshold(*threshold)
+        Hostile.victims = None
+
+
+def run_loop(count, seed):
+    rng = random.Random(seed)
+    findings = 0
+    outcomes = {}
+    started = time.monotonic()
+    for i in range(1, count + 1):
+        case = rng.getrandbits(48)
+        try:
+            name, result = check(case)
+            outcomes[name, result] = outcomes.get((name, result), 0) + 1
+        except Exception:  # noqa: BLE001 - a finding
+            findings += 1
+            print(f"finding {findings} at input {i}: seed {case}", file=sys.stderr)
+            traceback.print_exc()
+        if i % 500 == 0:
+            print(f"#{i} inputs, {findings} findings", file=sys.stderr)
+    elapsed = time.monotonic() - started
+    shown = ", ".join(f"{n}:{r} {c}" for (n, r), c in sorted(outcomes.items()))
+    print(
+        f"done: {count} inputs in {elapsed:.0f} s, {findings} findings ({shown})", file=sys.stderr
+    )
+    return findings
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--loop", type=int, default=2000, help="inputs to run")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--replay", type=int, help="check one input (a seed a finding printed)")
+    args = parser.parse_args()
+    if args.replay is not None:
+        print(check(args.replay))
+        return
+    sys.exit(1 if run_loop(args.loop, args.seed) else 0)
+
+
+if __name__ == "__main__":
+    main()
