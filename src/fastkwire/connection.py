@@ -369,7 +369,7 @@ _NAME_MISMATCH = {62, 64}  # host name, IP address
 _STRICT_ONLY = {78, *range(80, 95)}
 
 
-def verify_advice(code, strict):
+def _verify_advice(code, strict):
     """What to check for a certificate the verifier refused with OpenSSL's `code`, as a
     parenthesis to append (empty where there is nothing more to say)."""
     if code in _UNKNOWN_ISSUER:
@@ -383,8 +383,8 @@ def verify_advice(code, strict):
         return " (check the certificate's validity dates and this machine's clock)"
     if strict and code in _STRICT_ONLY:
         return (
-            " (strict X.509 verification refused it, the interpreter's default from Python "
-            "3.13 on: have the certificate reissued with what RFC 5280 requires, or set "
+            " (strict X.509 verification refused it, Python's default from 3.13 on: have "
+            "the certificate reissued with what RFC 5280 requires, or set "
             "ssl_strict_x509=False to accept it)"
         )
     return ""
@@ -808,7 +808,7 @@ class _Base:
             return TlsVerifyError(
                 f"the TLS certificate of {self.address} could not be verified: "
                 f"{printable(exc.verify_message or exc.reason, MAX_BROKER_TEXT)}"
-                f"{verify_advice(exc.verify_code, strict)}"
+                f"{_verify_advice(exc.verify_code, strict)}"
             )
         if isinstance(exc, ssl.SSLError):
             reason = exc.reason or type(exc).__name__
