@@ -192,7 +192,7 @@ def test_headers_lists_never_seen_half_built(pure, monkeypatch):
             "Python 3.12+ collects only where Python code runs; the compiled reader runs none"
         )
     out = run_isolated("""
-        import gc
+        import gc, sys
         from fastkwire import records
         from fastkwire.records import Record
         b = records.write_batch([Record(i, 0, b"k", b"v", [("a%d" % j, b"x") for j in range(50)])
@@ -201,9 +201,14 @@ def test_headers_lists_never_seen_half_built(pure, monkeypatch):
         def walk(phase, info):
             if phase == "start":
                 seen.append(sum(len(list(o)) for o in gc.get_objects(0) if type(o) is list))
+        def profile(frame, event, arg):  # collections forced where allocations start none
+            if event == "call":
+                gc.collect(0)
         gc.callbacks.append(walk)
         gc.set_threshold(1)
+        sys.setprofile(profile)
         n = sum(len(r.headers) for r in records.read_batches(b)[0].records)
+        sys.setprofile(None)
         gc.callbacks.remove(walk)
         print(n, len(seen) > 10)
     """)
