@@ -1,6 +1,11 @@
 """Certificates made for the tests (the `cryptography` package): a CA, a server certificate
 for 127.0.0.1 and localhost, a client certificate, and a second CA that signed neither.
 
+They meet RFC 5280's profile, which a strict verifier (VERIFY_X509_STRICT, Python 3.13's
+default) checks: key identifiers, a critical basicConstraints, keyUsage. `lax_ca` and
+`lax_server_cert` are a pair made as older tools made them (no key identifiers, no
+keyUsage), which only a verifier that is not strict accepts.
+
 `tls_files` (session fixture) writes them as PEM files and returns their paths;
 `server_context(files)` is an ssl context for a TLS listener with them.
 """
@@ -28,9 +33,10 @@ def _name(common_name):
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _certificate(subject, key, issuer, issuer_key, ca=False, names=(), ips=()):
+def _certificate(subject, key, issuer, issuer_key, ca=False, names=(), ips=(), lax=False):
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID
 
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
@@ -43,6 +49,32 @@ def _certificate(subject, key, issuer, issuer_key, ca=False, names=(), ips=()):
         .not_valid_after(now + datetime.timedelta(days=2))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
+    if not lax:
+        usage = dict.fromkeys(
+            ("content_commitment", "key_encipherment", "data_encipherment", "key_agreement")
+            + ("key_cert_sign", "crl_sign", "digital_signature", "encipher_only", "decipher_only"),
+            False,
+        )
+        usage.update(
+            {"key_cert_sign": True, "crl_sign": True} if ca else {"digital_signature": True}
+        )
+        builder = (
+            builder.add_extension(x509.KeyUsage(**usage), critical=True)
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+                critical=False,
+            )
+        )
+        if not ca:
+            builder = builder.add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                ),
+                critical=False,
+            )
     if names or ips:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
@@ -89,6 +121,11 @@ def tls_files(tmp_path_factory):
         "broker", server_key, "fastkwire test CA", ca_key, names=["elsewhere.example"]
     )
     client = _certificate("ops", client_key, "fastkwire test CA", ca_key)
+    lax_ca_key = _key()
+    lax_ca = _certificate("old-tools CA", lax_ca_key, "old-tools CA", lax_ca_key, ca=True, lax=True)
+    lax_server = _certificate(
+        "broker", server_key, "old-tools CA", lax_ca_key, ips=["127.0.0.1"], lax=True
+    )
     return SimpleNamespace(
         dir=str(d),
         ca=_write(d / "ca.pem", ca),
@@ -102,6 +139,8 @@ def tls_files(tmp_path_factory):
             d / "client-bundle.pem", client, client_key
         ),  # cert and key in one file
         key_password=KEY_PASSWORD,
+        lax_ca=_write(d / "lax-ca.pem", lax_ca),
+        lax_server_cert=_write(d / "lax-server.pem", lax_server),
     )
 
 

@@ -496,6 +496,10 @@ def test_cli_sasl_without_a_sasl_protocol_is_a_usage_error(capsys):
             r"\(--ssl-cafile 'ca.pem', --no-ssl-check-hostname\)",
         ),
         (
+            ["--no-ssl-strict-x509"],
+            r"\(--no-ssl-strict-x509\), but --security-protocol PLAINTEXT",
+        ),
+        (
             [
                 "--no-ssl-check-hostname",
                 "--security-protocol",

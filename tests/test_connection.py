@@ -324,6 +324,23 @@ def test_tls_options_that_would_be_ignored_are_refused(options, words):
         Security(**options)
 
 
+def test_strict_x509_is_the_interpreters_default_unless_asked():
+    default = ssl.create_default_context().verify_flags & ssl.VERIFY_X509_STRICT
+    assert Security("SSL").ssl_context.verify_flags & ssl.VERIFY_X509_STRICT == default
+    assert Security("SSL", ssl_strict_x509=True).ssl_context.verify_flags & ssl.VERIFY_X509_STRICT
+    relaxed = Security("SSL", ssl_strict_x509=False).ssl_context.verify_flags
+    assert not relaxed & ssl.VERIFY_X509_STRICT
+    # Only that flag changes (the partial-chain and other defaults stay).
+    assert relaxed | default == ssl.create_default_context().verify_flags
+    for value in (0, "no", 1):
+        with pytest.raises(TypeError, match="ssl_strict_x509 must be True, False or None"):
+            Security("SSL", ssl_strict_x509=value)
+    with pytest.raises(ValueError, match=r"\(ssl_strict_x509\).*PLAINTEXT uses no TLS"):
+        Security(ssl_strict_x509=False)
+    with pytest.raises(ValueError, match="ssl_context replaces ssl_strict_x509"):
+        Security("SSL", ssl_context=ssl.create_default_context(), ssl_strict_x509=False)
+
+
 def test_only_an_explicit_false_turns_the_host_name_check_off():
     assert Security("SSL").ssl_context.check_hostname is True
     assert Security("SSL", ssl_check_hostname=None).ssl_context.check_hostname is True

@@ -866,6 +866,10 @@ def _encode_outcome(impl, version, change):
     msg = F(responses=[F.FetchableTopicResponse(partitions=[part])])
     try:
         return msg.encode(version)
+    except AttributeError as exc:
+        # The interpreter words this one (3.13 names the type with its module): compare
+        # the attribute it names, not the text.
+        return "AttributeError", re.search(r"attribute '(\w+)'", str(exc)).group(1)
     except Exception as exc:  # noqa: BLE001 - the outcome compared is the error itself
         return type(exc).__name__, re.sub(r"0x[0-9a-f]+", "0x", str(exc))
 
@@ -886,7 +890,7 @@ def test_struct_defaults_give_the_same_outcome_in_both_engines(version):
     assert outcomes["a fresh default"] == outcomes["changed back"] == base
     assert outcomes["changed"] != base and outcomes["unknown tags"] != base
     assert outcomes["a numpy int"] == base  # a numpy scalar compares as its number
-    assert outcomes["an unset field"][0] == "AttributeError"
+    assert outcomes["an unset field"] == ("AttributeError", "leader_id")
     if version == 11:
         assert outcomes["changed"][0] == "UnsupportedVersionError"
         assert "current_leader" in outcomes["changed"][1]

@@ -1,6 +1,7 @@
 """The package's import structure: the compiled modules, which import-linter does not
 parse, import the shared rules and the wire table and never the pure twin, and no
-module imports another that imports it back (function-level imports included)."""
+module imports another that imports it back (function-level imports included, and the
+type stubs' imports: a type checker follows those)."""
 
 import ast
 import re
@@ -56,7 +57,14 @@ def test_no_import_cycles():
     for path in PKG.rglob("*.py"):
         name = path.relative_to(PKG.parent).with_suffix("").as_posix().replace("/", ".")
         files[name.removesuffix(".__init__")] = path
-    graph = {name: python_imports(path, set(files)) - {name} for name, path in files.items()}
+    stubs = {}
+    for path in PKG.rglob("*.pyi"):
+        name = path.relative_to(PKG.parent).with_suffix("").as_posix().replace("/", ".")
+        stubs[name.removesuffix(".__init__")] = path
+    modules = set(files) | set(stubs)
+    graph = {name: python_imports(path, modules) - {name} for name, path in files.items()}
+    for name, path in stubs.items():
+        graph.setdefault(name, set()).update(python_imports(path, modules) - {name})
     for path in CYTHON:
         name = "fastkwire." + ("_records" if path.suffix == ".pxi" else path.stem)
         graph.setdefault(name, set()).update(f"fastkwire.{m}" for m in cython_imports(path))

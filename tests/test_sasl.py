@@ -435,6 +435,67 @@ def test_certificate_for_another_host(scripted, call, tls_files):  # noqa: F811
     )[API_VERSIONS] == (0, 4)
 
 
+def test_the_test_certificates_pass_strict_x509(scripted, call, tls_files):  # noqa: F811
+    # VERIFY_X509_STRICT asked for explicitly, so every interpreter checks RFC 5280's profile.
+    broker = tls_broker(scripted, tls_files)
+    assert call(
+        broker,
+        "api_versions",
+        security_protocol="SSL",
+        ssl_cafile=tls_files.ca,
+        ssl_strict_x509=True,
+    )[API_VERSIONS] == (0, 4)
+
+
+def test_strict_x509_refuses_certificates_without_key_identifiers(
+    scripted,
+    call,
+    tls_files,  # noqa: F811
+):
+    broker = tls_broker(scripted, tls_files, cert=tls_files.lax_server_cert)
+    with pytest.raises(TlsCertificateError) as info:
+        call(
+            broker,
+            "api_versions",
+            security_protocol="SSL",
+            ssl_cafile=tls_files.lax_ca,
+            ssl_strict_x509=True,
+        )
+    message = str(info.value)
+    # OpenSSL's reason, and advice for that reason only.
+    assert "Key Identifier" in message and "ssl_strict_x509=False" in message, message
+    assert "ssl_check_hostname" not in message and "ssl_cafile" not in message, message
+    # Relaxed, the same certificates pass: the chain and the host name are still checked.
+    assert call(
+        broker,
+        "api_versions",
+        security_protocol="SSL",
+        ssl_cafile=tls_files.lax_ca,
+        ssl_strict_x509=False,
+    )[API_VERSIONS] == (0, 4)
+    with pytest.raises(TlsCertificateError, match="check ssl_cafile"):
+        call(
+            broker,
+            "api_versions",
+            security_protocol="SSL",
+            ssl_cafile=tls_files.ca,
+            ssl_strict_x509=False,
+        )
+
+
+def test_advice_names_only_the_check_that_failed(scripted, call, tls_files):  # noqa: F811
+    broker = tls_broker(scripted, tls_files)
+    with pytest.raises(TlsCertificateError) as info:
+        call(broker, "api_versions", security_protocol="SSL", ssl_cafile=tls_files.other_ca)
+    assert "ssl_check_hostname" not in str(info.value)
+    assert "ssl_strict_x509" not in str(info.value)
+    wrong_name = tls_broker(scripted, tls_files, cert=tls_files.wrong_name_cert)
+    with pytest.raises(TlsCertificateError) as info:
+        call(wrong_name, "api_versions", security_protocol="SSL", ssl_cafile=tls_files.ca)
+    assert "ssl_check_hostname=False" in str(info.value)
+    assert "ssl_cafile" not in str(info.value) and "ssl_strict_x509" not in str(info.value)
+
+
 def test_missing_client_certificate(scripted, call, tls_files):  # noqa: F811
     broker = tls_broker(scripted, tls_files, require_client_cert=True)
     # TLS 1.3: the broker's alert, or its hanging up, comes with the first request.

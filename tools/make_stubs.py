@@ -1,9 +1,13 @@
 """Write the type stubs of the message classes (made at run time) from the schema definitions.
 
-    python tools/make_stubs.py           write src/fastkwire/_messages_{python,cython}.pyi
+    python tools/make_stubs.py           write src/fastkwire/_message_types.pyi and the
+                                         two message modules' stubs that re-export it
     python tools/make_stubs.py --check   exit 1 if the committed stubs differ (drift)
 
-Both message modules have the same API, so the two stubs differ only in their docstring.
+Both message modules (_messages_python, _messages_cython) have the same API: the classes
+are declared once, in a stub-only module (like typeshed's `_typeshed`, it exists for the
+type checker alone), which each module's stub re-exports. It imports no message module, so
+a stub that names a message class (columns.pyi) adds no edge back into the engines.
 """
 
 from __future__ import annotations
@@ -121,12 +125,14 @@ def message_lines(m) -> list[str]:
     return lines
 
 
-def stub(messages, compiled) -> str:
+def stub(messages) -> str:
     requests = [m.name for m in messages if m.kind == "request"]
     responses = [m.name for m in messages if m.kind == "response"]
     out = [
         HEADER.rstrip("\n"),
-        f'"""Types of the {"compiled" if compiled else "pure-Python"} message classes.',
+        '"""Types of the message classes, which both message modules (pure-Python and',
+        "compiled) define at run time. A stub-only module: it is not importable, the",
+        "classes are imported from `fastkwire`.",
         "",
         'With `arrays="numpy"`, decode returns number arrays as numpy arrays, not lists;',
         'with `records="view"`, records fields are read-only memoryviews of the input.',
@@ -194,12 +200,22 @@ def stub(messages, compiled) -> str:
     return "\n".join(out) + "\n"
 
 
+def reexport(compiled) -> str:
+    return (
+        HEADER
+        + f'"""Types of the {"compiled" if compiled else "pure-Python"} message classes: '
+        + 'those of `_message_types`."""\n'
+        + "from ._message_types import *\n"
+        + "from ._message_types import __all__ as __all__\n"
+    )
+
+
 def stubs() -> dict[Path, str]:
-    # One stub each, not a re-export: each module's classes are its own (for stubtest too).
     messages = S.all_messages()
     return {
-        PKG / "_messages_python.pyi": stub(messages, compiled=False),
-        PKG / "_messages_cython.pyi": stub(messages, compiled=True),
+        PKG / "_message_types.pyi": stub(messages),
+        PKG / "_messages_python.pyi": reexport(compiled=False),
+        PKG / "_messages_cython.pyi": reexport(compiled=True),
     }
 
 

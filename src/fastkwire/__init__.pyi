@@ -1,7 +1,7 @@
 """Types of fastkwire's public API (both implementations share it)."""
 from typing import Literal
 
-from ._messages_python import *
+from ._message_types import *
 from .columns import TaskOffsetColumns as TaskOffsetColumns
 from .errors import DecodeError as DecodeError
 from .errors import EncodeError as EncodeError

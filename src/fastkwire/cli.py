@@ -83,6 +83,7 @@ FLAGS = {
     "ssl_keyfile": "--ssl-keyfile",
     "ssl_password": "--ssl-password",
     "ssl_check_hostname": "--no-ssl-check-hostname",
+    "ssl_strict_x509": "--no-ssl-strict-x509",
     "sasl_mechanism": "--sasl-mechanism",
     "sasl_plain_username": "--sasl-username",
     "sasl_plain_password": "--sasl-password",
@@ -188,6 +189,12 @@ def _security_arguments(parser):
         help="do not check the broker's host name against its certificate",
     )
     security.add_argument(
+        "--no-ssl-strict-x509",
+        action="store_true",
+        help="accept certificates that lack what RFC 5280 requires (key identifiers, a "
+        "critical basicConstraints), which Python 3.13 and later refuse by default",
+    )
+    security.add_argument(
         "--sasl-mechanism",
         choices=MECHANISMS,
         type=str.upper,
@@ -237,6 +244,9 @@ def _security(args, warn):
     if args.no_ssl_check_hostname:
         options["ssl_check_hostname"] = False
         names["ssl_check_hostname"] = FLAGS["ssl_check_hostname"]
+    if args.no_ssl_strict_x509:
+        options["ssl_strict_x509"] = False
+        names["ssl_strict_x509"] = FLAGS["ssl_strict_x509"]
     if options.get("sasl_mechanism") == "OAUTHBEARER":
         token = os.environ.get(TOKEN_ENV)
         if not token:

@@ -4,7 +4,7 @@ from typing import Any, ClassVar
 
 from typing_extensions import Self
 
-from ._messages_python import StreamsGroupHeartbeatRequest as _Heartbeat
+from ._message_types import StreamsGroupHeartbeatRequest as _Heartbeat
 
 _TaskOffset = _Heartbeat.TaskOffset
 

@@ -185,6 +185,11 @@ class Security:
     TLS options with a protocol that has no TLS are refused (they would be ignored, and the
     session would be plaintext), as is `ssl_context` with the TLS files it replaces. Only an
     explicit `ssl_check_hostname=False` turns the host name check off (None means the default).
+
+    `ssl_strict_x509`: None keeps the interpreter's default (strict RFC 5280 checks of the
+    certificates, VERIFY_X509_STRICT, from CPython 3.13 on), True asks for them on every
+    interpreter, False accepts certificates that lack what they require (a key identifier,
+    a critical basicConstraints, a CA's keyUsage), as older tools made them.
     """
 
     def __init__(
@@ -196,6 +201,7 @@ class Security:
         ssl_keyfile=None,
         ssl_password=None,
         ssl_check_hostname=True,
+        ssl_strict_x509=None,
         sasl_mechanism="PLAIN",
         sasl_plain_username=None,
         sasl_plain_password=None,
@@ -224,6 +230,10 @@ class Security:
             raise TypeError(
                 f"ssl_check_hostname must be True or False, not {type(ssl_check_hostname).__name__}"
             )
+        if ssl_strict_x509 is not None and not isinstance(ssl_strict_x509, bool):
+            raise TypeError(
+                f"ssl_strict_x509 must be True, False or None, not {type(ssl_strict_x509).__name__}"
+            )
         tls = [
             name
             for name, value in (
@@ -231,6 +241,7 @@ class Security:
                 ("ssl_certfile", ssl_certfile),
                 ("ssl_keyfile", ssl_keyfile),
                 ("ssl_password", ssl_password),
+                ("ssl_strict_x509", ssl_strict_x509),
             )
             if value is not None
         ] + ([] if ssl_check_hostname else ["ssl_check_hostname=False"])
@@ -278,7 +289,12 @@ class Security:
         self.ssl_context = None
         if self.ssl:
             self.ssl_context = ssl_context or _make_context(
-                ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password, ssl_check_hostname
+                ssl_cafile,
+                ssl_certfile,
+                ssl_keyfile,
+                ssl_password,
+                ssl_check_hostname,
+                ssl_strict_x509,
             )
 
     def __repr__(self):
@@ -306,7 +322,7 @@ class Security:
         raise SaslAuthError(f"the OAUTHBEARER token provider failed ({failed})")
 
 
-def _make_context(cafile, certfile, keyfile, password, check_hostname):
+def _make_context(cafile, certfile, keyfile, password, check_hostname, strict_x509=None):
     # Errors name the options, not the paths (a properties line joined to a path by a
     # trailing backslash can hold a secret; a caller that knows where a path came from can
     # show it with OptionError.render), and are raised outside the handlers, so that no
@@ -315,6 +331,12 @@ def _make_context(cafile, certfile, keyfile, password, check_hostname):
     try:
         context = ssl.create_default_context(cafile=cafile)
         context.check_hostname = check_hostname
+        if strict_x509 is not None:
+            context.verify_flags = (
+                context.verify_flags | ssl.VERIFY_X509_STRICT
+                if strict_x509
+                else context.verify_flags & ~ssl.VERIFY_X509_STRICT
+            )
         if certfile:
             loading = {"ssl_certfile": certfile, **({"ssl_keyfile": keyfile} if keyfile else {})}
             context.load_cert_chain(certfile, keyfile, password)
@@ -334,6 +356,38 @@ def _make_context(cafile, certfile, keyfile, password, check_hostname):
             reason=printable(reason, 100),
         )
     raise error
+
+
+# OpenSSL's X509_V_ERR_* codes (x509_vfy.h), as SSLCertVerificationError.verify_code gives
+# them: advice for the reason the verifier gave, and only for it.
+_UNKNOWN_ISSUER = {2, 18, 19, 20, 21, 27}
+_NOT_YET_VALID, _EXPIRED = 9, 10
+_NAME_MISMATCH = {62, 64}  # host name, IP address
+# The RFC 5280 profile checks that OpenSSL makes only with X509_V_FLAG_X509_STRICT: from
+# SIGNATURE_ALGORITHM_INCONSISTENCY (78) and PATHLEN_INVALID_FOR_NON_CA (80) to
+# EC_KEY_EXPLICIT_PARAMS (94), e.g. 85, a missing Authority Key Identifier.
+_STRICT_ONLY = {78, *range(80, 95)}
+
+
+def _verify_advice(code, strict):
+    """What to check for a certificate the verifier refused with OpenSSL's `code`, as a
+    parenthesis to append (empty where there is nothing more to say)."""
+    if code in _UNKNOWN_ISSUER:
+        return " (check ssl_cafile: it must hold the CA that signed the broker's certificate)"
+    if code in _NAME_MISMATCH:
+        return (
+            " (connect with a name the certificate lists; ssl_check_hostname=False skips "
+            "the host name check)"
+        )
+    if code in (_NOT_YET_VALID, _EXPIRED):
+        return " (check the certificate's validity dates and this machine's clock)"
+    if strict and code in _STRICT_ONLY:
+        return (
+            " (strict X.509 verification refused it, Python's default from 3.13 on: have "
+            "the certificate reissued with what RFC 5280 requires, or set "
+            "ssl_strict_x509=False to accept it)"
+        )
+    return ""
 
 
 make_tls_context = _make_context  # the proxy's connections to brokers: the same files and errors
@@ -753,10 +807,11 @@ class _Base:
                 f"could not connect to {self.address} within {deadline.seconds:g} s"
             )
         if isinstance(exc, ssl.SSLCertVerificationError):
+            strict = bool(self.security.ssl_context.verify_flags & ssl.VERIFY_X509_STRICT)
             return TlsVerifyError(
                 f"the TLS certificate of {self.address} could not be verified: "
-                f"{printable(exc.verify_message or exc.reason, MAX_BROKER_TEXT)} (check ssl_cafile, and that the "
-                "host name is in the certificate, or set ssl_check_hostname=False)"
+                f"{printable(exc.verify_message or exc.reason, MAX_BROKER_TEXT)}"
+                f"{_verify_advice(exc.verify_code, strict)}"
             )
         if isinstance(exc, ssl.SSLError):
             reason = exc.reason or type(exc).__name__
