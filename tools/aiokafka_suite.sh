@@ -30,7 +30,8 @@ python3 -m venv "$work/venv"
 python -m pip install -q --upgrade pip
 python -m pip install -q "aiokafka==$version" pytest==9.0.2 pytest-asyncio==1.3.0 \
     pytest-mock==3.15.1 docker==7.1.0 async-timeout==5.0.1 cramjam==2.11.0
-FASTKWIRE_REQUIRE_EXTENSION=1 python -m pip install -q "$root"
+# FASTKWIRE_WHEEL: a wheel already built from this checkout (.ci/run's), else a build here
+FASTKWIRE_REQUIRE_EXTENSION=1 python -m pip install -q "${FASTKWIRE_WHEEL:-$root}"
 python -c "import aiokafka, fastkwire; print('aiokafka', aiokafka.__version__, '| fastkwire', fastkwire.implementation)"
 echo "setup: $((SECONDS - started)) s"
 

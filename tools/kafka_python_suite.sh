@@ -29,7 +29,8 @@ python3 -m venv "$work/venv"
 python -m pip install -q --upgrade pip
 python -m pip install -q "kafka-python==$version" crc32c lz4 python-snappy zstandard xxhash \
     pytest pytest-mock pytest-timeout
-FASTKWIRE_REQUIRE_EXTENSION=1 python -m pip install -q "$root"
+# FASTKWIRE_WHEEL: a wheel already built from this checkout (.ci/run's), else a build here
+FASTKWIRE_REQUIRE_EXTENSION=1 python -m pip install -q "${FASTKWIRE_WHEEL:-$root}"
 python -c "import kafka, fastkwire; print('kafka-python', kafka.__version__, '| fastkwire', fastkwire.implementation)"
 echo "setup: $((SECONDS - started)) s"
 
