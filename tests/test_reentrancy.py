@@ -107,7 +107,12 @@ def test_kafka_python_reader_holds_the_bytearray_it_reads():
         print(got == expect, refused[0] > 0)
     """,
     )
-    assert got == "True True"
+    if sys.version_info >= (3, 12):
+        # 3.12+ collects only where Python code runs (the eval breaker), and the reader
+        # runs none inside the call: no collection reaches it there, so none is refused.
+        assert got.split()[0] == "True"
+    else:
+        assert got == "True True"
 
 
 def test_batch_next_reads_the_state_a_users_ge_left():
