@@ -5,6 +5,7 @@ every exchange has its JSON line. 3 seconds by default; 30 with --run-slow."""
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,13 @@ def start_proxy(upstream_port, out, *extra):
     return proc, port, streams
 
 
+def lines_not_shown(err):
+    """How many lines the proxy said it dropped (its output queue full: the writer thread
+    fell behind 50 connections at full speed), from its closing words on stderr."""
+    m = re.search(r"(\d+) lines not shown: the output did not keep up", err)
+    return int(m.group(1)) if m else 0
+
+
 def stop_proxy(proc, streams):
     """SIGINT, then the child's exit code and its stderr (bounded waits)."""
     proc.send_signal(signal.SIGINT)
@@ -83,7 +91,8 @@ def run(seconds, tmp_path):
     events = [d for d in lines if "event" in d]
     assert not [e for e in events if e["event"] == "error"], events
     frames = sum(c.frames for c in clients.values())
-    assert len(exchanges) == frames  # every request answered and logged
+    # every request answered, and logged or counted as dropped (display never holds forwarding)
+    assert len(exchanges) + lines_not_shown(err) == frames
     assert all(d["response_bytes"] and d["decode_error"] is None for d in exchanges)
     summary = lines[-1]["summary"]
     assert sum(a["count"] for a in summary["apis"]) == frames
@@ -307,11 +316,16 @@ def test_fifty_connections_over_three_mapped_brokers(tmp_path):
         assert not compare({client_id: clients[client_id]}, own.sides), client_id
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     exchanges = [d for d in lines if "api" in d]
-    assert len(exchanges) == sum(c.frames for c in clients.values())
+    assert len(exchanges) + lines_not_shown(err) == sum(c.frames for c in clients.values())
     by_broker = {}
     for d in exchanges:
         by_broker.setdefault(d["broker"], set()).add(d["client_id"])
-    assert by_broker == {
+    expected = {
         f"127.0.0.1:{b.port}": {c for c in clients if int(c.split("-")[-1]) % 3 == n}
         for n, b in enumerate(brokers)
     }
+    if lines_not_shown(err):  # a client's every line may be among the dropped ones
+        assert set(by_broker) <= set(expected)
+        assert all(ids <= expected[broker] for broker, ids in by_broker.items())
+    else:
+        assert by_broker == expected
