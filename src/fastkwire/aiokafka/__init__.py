@@ -15,9 +15,7 @@ The module is also a pytest plugin: `python -m pytest -p fastkwire.aiokafka` run
 with the accelerator installed.
 """
 
-import os
-import warnings
-
+from .._accelerator import Accelerator
 from ._seams import SUPPORTED, Patch, build_patches
 
 __all__ = [
@@ -35,109 +33,29 @@ class UnsupportedAiokafka(RuntimeError):
     """install() declined: aiokafka, or fastkwire's build, is not one it supports."""
 
 
-_applied = []  # the Patches set by install(), in order; empty when not installed
-
-
-def _decline_reason():
-    """Why install() must not patch, or None."""
-    if os.environ.get("FASTKWIRE_PURE", "") not in ("", "0"):
-        return "FASTKWIRE_PURE is set: the accelerator needs fastkwire's compiled core"
-    import fastkwire
-
-    if fastkwire.implementation != "cython":
-        return "fastkwire's compiled core is not built: the accelerator needs it"
-    try:
-        from fastkwire import _aiokafka  # noqa: F401
-    except ImportError as exc:
-        return f"fastkwire's compiled aiokafka helper is missing ({exc})"
-    try:
-        import aiokafka
-    except ImportError:
-        return "aiokafka is not installed"
-    version = getattr(aiokafka, "__version__", "unknown")
-    if version not in SUPPORTED:
-        return (
-            f"aiokafka {version} is not a version fastkwire.aiokafka was "
-            f"tested with (supported: {', '.join(SUPPORTED)})"
-        )
-    return None
-
-
-def _table():
-    """The seams, or the reason install() must decline."""
-    reason = _decline_reason()
-    if reason is not None:
-        return None, reason
-    try:
-        return build_patches(), None  # finds every seam, or raises naming the missing one
-    except LookupError as exc:
-        import aiokafka
-
-        return None, f"aiokafka {aiokafka.__version__}: {exc}"
-
-
-def install(strict=True):
-    """Patch aiokafka; True when installed (already installed counts).
-
-    Declines, changing nothing, on an untested aiokafka, under FASTKWIRE_PURE=1 or
-    without the compiled core: raises UnsupportedAiokafka, or with strict=False warns
-    (RuntimeWarning) and returns False."""
-    if _applied:
-        return True
-    table, reason = _table()
-    if reason is not None:
-        if strict:
-            raise UnsupportedAiokafka(reason)
-        warnings.warn(f"fastkwire.aiokafka not installed: {reason}", RuntimeWarning, stacklevel=2)
-        return False
+def _bind(table):
     from fastkwire import _aiokafka
 
     _aiokafka.bind(**table.bindings)
     _aiokafka.bind_protocol(**table.protocol)
-    for patch in table.patches:  # plain setattr: nothing here can fail half-way
-        setattr(patch.owner, patch.attribute, patch.replacement)
-        _applied.append(patch)
-    return True
 
 
-def uninstall():
-    """Put back every original install() replaced (no-op when not installed)."""
-    while _applied:
-        patch = _applied.pop()
-        setattr(patch.owner, patch.attribute, patch.original)
+_accelerator = Accelerator(
+    package=__name__,
+    library="aiokafka",
+    module="aiokafka",
+    helper="_aiokafka",
+    supported=SUPPORTED,
+    build_patches=build_patches,
+    bind=_bind,
+    error=UnsupportedAiokafka,
+)
+install = _accelerator.install
+uninstall = _accelerator.uninstall
+installed = _accelerator.installed
+patches = _accelerator.patches
 
-
-def installed():
-    """True while install()'s patches are in place."""
-    return bool(_applied)
-
-
-def patches():
-    """The table install() applies: Patch(owner, attribute, original, replacement) per
-    binding site. Raises UnsupportedAiokafka where install() would decline."""
-    if _applied:
-        return list(_applied)
-    table, reason = _table()
-    if reason is not None:
-        raise UnsupportedAiokafka(reason)
-    return list(table.patches)
-
-
-# ---- pytest plugin: `python -m pytest -p fastkwire.aiokafka` -------------------------
-
-
-def pytest_configure(config):
-    install()
-
-
-def pytest_unconfigure(config):
-    uninstall()
-
-
-def pytest_report_header(config):
-    import aiokafka
-
-    return (
-        f"fastkwire.aiokafka: installed={installed()} (aiokafka "
-        f"{aiokafka.__version__}, {len(_applied)} patches)"
-    )
+# pytest plugin: `python -m pytest -p fastkwire.aiokafka`
+pytest_configure = _accelerator.pytest_configure
+pytest_unconfigure = _accelerator.pytest_unconfigure
+pytest_report_header = _accelerator.pytest_report_header

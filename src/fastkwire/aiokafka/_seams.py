@@ -6,7 +6,9 @@ change. A function is patched at the module whose global its callers look up
 """
 
 import importlib
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from .._accelerator import Patch
 
 # Tested against these releases (their partitioner and fetcher code).
 SUPPORTED = ("0.14.0",)
@@ -21,16 +23,6 @@ SEAMS = (
 )
 
 _classmethods = {}  # replacement function -> the one classmethod wrapping it
-
-
-class Patch(NamedTuple):
-    """One binding site: install() sets owner.attribute = replacement, uninstall() puts
-    original back."""
-
-    owner: Any
-    attribute: str
-    original: Any
-    replacement: Any
 
 
 class Table(NamedTuple):

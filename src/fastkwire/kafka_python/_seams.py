@@ -7,7 +7,9 @@ user's) sees the change. A function is patched at every module that bound its na
 
 import importlib
 import inspect
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from .._accelerator import Patch
 
 # Tested against these releases (their record, fetcher and partitioner code is the same).
 SUPPORTED = ("3.0.11", "3.0.12")
@@ -53,16 +55,6 @@ SEAMS = (
 
 
 _classmethods = {}  # replacement function -> the one classmethod wrapping it
-
-
-class Patch(NamedTuple):
-    """One binding site: install() sets owner.attribute = replacement, uninstall() puts
-    original back."""
-
-    owner: Any
-    attribute: str
-    original: Any
-    replacement: Any
 
 
 class Table(NamedTuple):
