@@ -16,6 +16,8 @@ Where a new test goes, by what it is about:
   test_admin_scripted.py, test_admin_hostile.py; against a real broker: test_admin_tansu.py,
   test_admin_gateway.py; real clients' traffic: test_real_traffic*.py;
 - the proxy (fastkwire.proxy): test_proxy*.py; trailing="keep": test_trailing.py;
+- the accelerators: test_kafka_python*.py, test_aiokafka*.py (stock against accelerated:
+  accelerated.py);
 - what pip installs: test_packaging.py; the workflows: test_workflows.py.
 A test that needs an optional peer (kio, kafka-python, aiokafka, cramjam) skips without it:
 no module imports one at its top unguarded. Long runs carry @pytest.mark.slow (--run-slow).

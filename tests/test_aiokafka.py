@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from accelerated import accel_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,32 +61,7 @@ CODECS = [0] + [
 STOCK_MURMUR2 = apartitioner.murmur2
 
 
-@pytest.fixture
-def accel():
-    """Runs `fn` stock and accelerated: accel(fn) -> (stock result, accelerated result)."""
-    assert not fka.installed()
-
-    def both(fn):
-        stock = outcome(fn)
-        fka.install()
-        try:
-            fast = outcome(fn)
-        finally:
-            fka.uninstall()
-        return stock, fast
-
-    yield both
-    fka.uninstall()
-
-
-def outcome(fn):
-    """fn()'s value, or its exception as (type, args) with what it gave before raising."""
-    got = []
-    try:
-        fn(got)
-    except Exception as exc:  # noqa: BLE001 - the type is what is compared
-        return got, (type(exc), exc.args)
-    return got, None
+accel = accel_fixture(fka)  # accel(fn): (stock outcome, accelerated outcome)
 
 
 # ---- batches -------------------------------------------------------------------------

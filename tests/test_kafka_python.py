@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from accelerated import accel_fixture, outcome
 
 kafka = pytest.importorskip("kafka")
 if not hasattr(kafka, "__version__") or not kafka.__version__.startswith("3."):
@@ -47,32 +48,7 @@ CODECS = [0, 1] + [
 ]
 
 
-@pytest.fixture
-def accel():
-    """Runs `fn` stock and accelerated: accel(fn) -> (stock result, accelerated result)."""
-    assert not fkp.installed()
-
-    def both(fn):
-        stock = outcome(fn)
-        fkp.install()
-        try:
-            fast = outcome(fn)
-        finally:
-            fkp.uninstall()
-        return stock, fast
-
-    yield both
-    fkp.uninstall()
-
-
-def outcome(fn):
-    """fn()'s value, or its exception as (type, args) with what it gave before raising."""
-    got = []
-    try:
-        fn(got)
-    except Exception as exc:  # noqa: BLE001 - the type is what is compared
-        return got, (type(exc), exc.args)
-    return got, None
+accel = accel_fixture(fkp)  # accel(fn): (stock outcome, accelerated outcome)
 
 
 # ---- batches -------------------------------------------------------------------------
