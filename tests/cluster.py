@@ -10,14 +10,36 @@ to or fetch from) shows whether a client followed the leaders, and through whom.
 """
 
 import asyncio
+import socket
 import struct
 import threading
+
+import pytest
 
 from fastkwire import decode_request, decode_response
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 0, 1, 3, 10, 60
 NODES = (1, 2, 3)
 TANSU_NODE = 111
+
+
+def free_port_range(count):
+    """START-END of `count` consecutive 127.0.0.1 ports free now (bound and released), for
+    --broker-ports; skips the test when no such run is found."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            start = s.getsockname()[1]
+        if start + count > 65535:
+            continue
+        try:
+            held = [socket.create_server(("127.0.0.1", start + i)) for i in range(count)]
+        except OSError:
+            continue
+        for h in held:
+            h.close()
+        return f"{start}-{start + count - 1}"
+    pytest.skip("no run of free ports")
 
 
 def leader_of(partition):

@@ -14,6 +14,8 @@ import fastkwire as fk
 from fastkwire.proxy import BackgroundProxy
 from fastkwire.proxy._rewrite import addresses, rewrite_addresses
 
+from cluster import free_port_range
+
 SIZE = struct.Struct(">i")
 TIMEOUT = 10
 MAPPING = {("b1.example", 9092): ("127.0.0.1", 30001), ("b2.example", 9093): ("127.0.0.1", 30002)}
@@ -188,26 +190,8 @@ def _read(sock, n):
     return out
 
 
-def _free_range(count):
-    """START-END of `count` ports free now (bound and released)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            start = s.getsockname()[1]
-        if start + count > 65535:
-            continue
-        try:
-            held = [socket.create_server(("127.0.0.1", start + i)) for i in range(count)]
-        except OSError:
-            continue
-        for h in held:
-            h.close()
-        return f"{start}-{start + count - 1}"
-    pytest.skip("no run of free ports")
-
-
 def test_each_broker_named_gets_a_listener_that_forwards_to_it(brokers):
-    ports = _free_range(4)
+    ports = free_port_range(4)
     start = int(ports.split("-")[0])
     with BackgroundProxy(f"127.0.0.1:{brokers.ports[0]}", broker_ports=ports) as proxy:
         with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
@@ -227,7 +211,7 @@ def test_each_broker_named_gets_a_listener_that_forwards_to_it(brokers):
 
 
 def test_a_broker_that_leaves_keeps_its_listener_until_its_connections_close(brokers):
-    with BackgroundProxy(f"127.0.0.1:{brokers.ports[0]}", broker_ports=_free_range(4)) as proxy:
+    with BackgroundProxy(f"127.0.0.1:{brokers.ports[0]}", broker_ports=free_port_range(4)) as proxy:
         with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
             told = metadata(s, 1)
         third = socket.create_connection(told[2], timeout=TIMEOUT)
@@ -249,7 +233,7 @@ def test_a_broker_that_leaves_keeps_its_listener_until_its_connections_close(bro
 
 
 def test_fixed_mappings_listen_from_the_start(brokers):
-    ports = _free_range(2)
+    ports = free_port_range(2)
     a, b = (int(p) for p in ports.split("-"))
     mapping = {
         f"127.0.0.1:{brokers.ports[0]}": f"127.0.0.1:{a}",

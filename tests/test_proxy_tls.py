@@ -17,6 +17,7 @@ from fastkwire.proxy import BackgroundProxy, CaptureWriter, ProxyEvent, read_cap
 
 from broker import running_tansu, tansu_broker  # noqa: F401 - tansu_broker is a fixture
 from certs import server_context, tls_files  # noqa: F401 - tls_files is a fixture
+from cluster import free_port_range
 from gateway import Gateway
 from sasl_server import SaslServer
 
@@ -24,23 +25,6 @@ SIZE = struct.Struct(">i")
 TIMEOUT = 30
 PASSWORD = "proxy-Pass-31c"
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-
-
-def _free_range(count):
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            start = s.getsockname()[1]
-        if start + count > 65535:
-            continue
-        try:
-            held = [socket.create_server(("127.0.0.1", start + i)) for i in range(count)]
-        except OSError:
-            continue
-        for h in held:
-            h.close()
-        return f"{start}-{start + count - 1}"
-    pytest.skip("no run of free ports")
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +84,7 @@ def test_sasl_ssl_end_to_end_tls_on_both_sides(secured, tmp_path):
     writer = CaptureWriter(str(captured))
     with BackgroundProxy(
         f"127.0.0.1:{secured.gateway.port}",
-        broker_ports=_free_range(2),
+        broker_ports=free_port_range(2),
         tls=server_context(files),
         upstream_tls=upstream_context(files),
         on_exchange=writer.write,
@@ -132,7 +116,7 @@ def test_sasl_ssl_end_to_end_tls_on_both_sides(secured, tmp_path):
 
 def test_a_client_over_tls_to_a_plaintext_broker(tansu_broker, tls_files):  # noqa: F811
     with BackgroundProxy(
-        tansu_broker.bootstrap, broker_ports=_free_range(2), tls=server_context(tls_files)
+        tansu_broker.bootstrap, broker_ports=free_port_range(2), tls=server_context(tls_files)
     ) as proxy:
         config = {"security.protocol": "SSL", "ssl.ca.location": tls_files.ca}
         topic = f"tls-client-{time.monotonic_ns()}"
@@ -152,7 +136,7 @@ def test_sasl_plaintext_client_through_a_tls_upstream(secured):
     """A plaintext client, the proxy originating TLS: SASL (PLAIN) passes through as it is."""
     with BackgroundProxy(
         f"127.0.0.1:{secured.gateway.port}",
-        broker_ports=_free_range(2),
+        broker_ports=free_port_range(2),
         upstream_tls=upstream_context(secured.files),
     ) as proxy:
         config = {
@@ -172,7 +156,7 @@ def test_kafka_python_sasl_ssl_through_the_proxy(secured):
     files = secured.files
     with BackgroundProxy(
         f"127.0.0.1:{secured.gateway.port}",
-        broker_ports=_free_range(2),
+        broker_ports=free_port_range(2),
         tls=server_context(files),
         upstream_tls=upstream_context(files),
     ) as proxy:
