@@ -35,55 +35,17 @@ FASTKWIRE_REQUIRE_EXTENSION=1 python -m pip install -q "${FASTKWIRE_WHEEL:-$root
 python -c "import aiokafka, fastkwire; print('aiokafka', aiokafka.__version__, '| fastkwire', fastkwire.implementation)"
 echo "setup: $((SECONDS - started)) s"
 
-# run LABEL [pytest args...]: the summary line's counts go to $work/LABEL.counts and the
-# failed test ids to $work/LABEL.failed. From the suite's folder, so its pyproject's pytest
-# settings apply and `tests` is the package its imports name.
-run() {
-    local label="$1"; shift
-    local t0=$SECONDS
-    (cd "$suite" && python -m pytest -q -p no:cacheprovider -rfE "$@" tests) >"$work/$label.log" 2>&1 || true
-    local summary
-    summary="$(grep -E '^=* ?[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$work/$label.log" | tail -1)"
-    [ -n "$summary" ] || { tail -20 "$work/$label.log"; echo "$label: no pytest summary line" >&2; exit 1; }
-    grep -oE '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' <<<"$summary" \
-        | sort -k2 >"$work/$label.counts"
-    grep -E '^(FAILED|ERROR) ' "$work/$label.log" | awk '{print $2}' | sort -u >"$work/$label.failed" || true
-    echo "$label: $summary [$((SECONDS - t0)) s]"
-}
+# shellcheck source=tools/client_suite.sh
+. "$root/tools/client_suite.sh"  # run and compare
 
 # The plugin raises at configure time where it declines; check first that it installs here.
 python -c "import fastkwire.aiokafka as a; a.install(); assert a.installed(); print('patches:', len(a.patches()))"
 
-run stock
-run plugin -p fastkwire.aiokafka
+run stock tests
+run plugin -p fastkwire.aiokafka tests
 # and that the plugin's run had it installed (its report header; -q above hides it)
 (cd "$suite" && python -m pytest -p no:cacheprovider -p fastkwire.aiokafka --co tests/test_partitioner.py) \
     | grep "fastkwire.aiokafka: installed=True" \
     || { echo "with -p fastkwire.aiokafka the accelerator was not installed" >&2; exit 1; }
 
-status=0
-if ! cmp -s "$work/stock.counts" "$work/plugin.counts"; then
-    echo "counts differ: stock [$(tr '\n' ' ' <"$work/stock.counts")] plugin [$(tr '\n' ' ' <"$work/plugin.counts")]"
-    mapfile -t ids < <(sort -u "$work/stock.failed" "$work/plugin.failed")
-    [ "${#ids[@]}" -gt 0 ] || { echo "and no failed test to rerun" >&2; exit 1; }
-    for id in "${ids[@]}"; do
-        fails=""
-        for mode in stock plugin; do
-            n=0
-            for _ in 1 2; do
-                args=(); [ "$mode" = plugin ] && args=(-p fastkwire.aiokafka)
-                (cd "$suite" && python -m pytest -q -p no:cacheprovider "${args[@]}" "$id") >/dev/null 2>&1 || n=$((n + 1))
-            done
-            fails="$fails $mode=$n/2"
-        done
-        case "$fails" in
-            *" stock=0/2 plugin=2/2") echo "DIFFERENCE: $id fails with the plugin only"; status=1 ;;
-            *" stock=2/2 plugin=0/2") echo "DIFFERENCE: $id fails stock only"; status=1 ;;
-            *) echo "flaky (failed in reruns:$fails): $id" ;;
-        esac
-    done
-else
-    echo "same counts: $(tr '\n' ' ' <"$work/stock.counts")"
-fi
-echo "aiokafka suite, stock and with the plugin: $((SECONDS - started)) s"
-exit $status
+compare fastkwire.aiokafka aiokafka
