@@ -3,6 +3,7 @@ rows against the kernel's own objects and kafka-python's reader, control batches
 aborted transactions, offset ranges, cut-off tails and bad bytes."""
 
 import struct
+import zlib
 
 import pytest
 
@@ -31,6 +32,7 @@ RECORDS = [
 def codec(records_codec, monkeypatch):
     """The converter over one kernel's read_columns; the codec writes the test's batches."""
     monkeypatch.setattr(_arrow_rows, "read_columns", records_codec.read_columns)
+    monkeypatch.setattr(_arrow_rows, "_batch_headers", records_codec.kernel.batch_headers)
     return records_codec
 
 
@@ -228,6 +230,72 @@ def test_legacy_message_sets(codec):
         assert batch.column("value").to_pylist() == [b"v0", b"v1", b"v2"]
         assert batch.column("timestamp_type").to_pylist() == [ts_type] * 3
         assert next_offset == 3
+
+
+def test_legacy_timestamp_types(codec):
+    """A magic 1 message's timestamp type is its attributes' bit 3 (the byte after the
+    magic), as kafka-python reads it: create time and log append time, side by side with
+    magic 0 and magic 2 batches in one input."""
+    pytest.importorskip("kafka")
+    from kafka.record import MemoryRecords
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    def legacy(magic, base, log_append):
+        builder = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=1 << 20)
+        for i in range(2):
+            builder.append(
+                base + i, timestamp=None if magic == 0 else 5000 + i, key=None, value=b"v"
+            )
+        data = bytearray(builder.build())
+        if log_append:  # as a broker with message.timestamp.type=LogAppendTime stores it
+            pos = 0
+            while pos < len(data):
+                (size,) = struct.unpack_from(">i", data, pos + 8)
+                data[pos + 17] |= 0x08
+                struct.pack_into(
+                    ">I", data, pos + 12, zlib.crc32(bytes(data[pos + 16 : pos + 12 + size]))
+                )
+                pos += 12 + size
+        return bytes(data)
+
+    data = (
+        legacy(1, 0, False)
+        + legacy(1, 2, True)
+        + legacy(0, 4, False)
+        + codec.write_batch(RECORDS[:2], base_offset=6, timestamp_type=1)
+        + codec.write_batch(RECORDS[:2], base_offset=8)
+    )
+    batch, next_offset, _ = _arrow_rows.batches_to_arrow(data, topic="t", partition=0)
+    assert batch.column("offset").to_pylist() == list(range(10))
+    assert batch.column("timestamp_type").to_pylist() == [1, 1, 2, 2, 0, 0, 2, 2, 1, 1]
+    assert next_offset == 10
+    # kafka-python's own reading of the magic 1 messages agrees.
+    for part, want in ((legacy(1, 0, False), 0), (legacy(1, 2, True), 1)):
+        records = MemoryRecords(part)
+        while (b := records.next_batch()) is not None:
+            assert b.timestamp_type == want
+
+
+def test_batch_headers_agree_and_check_lengths(records_codec):
+    """Both kernels' batch_headers give the same fields, and refuse a length that does
+    not fit (the converter only hands them what read_columns read)."""
+    from fastkwire import _records_python
+
+    data = records_codec.write_batch(
+        RECORDS[:3], base_offset=7, producer_id=9, producer_epoch=0, is_transactional=True
+    ) + control_batch(records_codec, 10, 9, abort=True)
+    got = records_codec.kernel.batch_headers(data, len(data))
+    want = _records_python.batch_headers(data, len(data))
+    assert [a.tolist() for a in got] == [a.tolist() for a in want]
+    at, magic, base, attrs, delta, producer, count = got
+    assert at.tolist() == [0, len(data) - len(control_batch(records_codec, 10, 9, True))]
+    assert magic.tolist() == [2, 2] and base.tolist() == [7, 10] and count.tolist() == [3, 1]
+    assert producer.tolist() == [9, 9] and delta.tolist() == [2, 0]
+    assert (attrs & 0x20).tolist() == [0, 0x20] and (attrs & 0x10).tolist() == [0x10, 0x10]
+    assert [a.tolist() for a in records_codec.kernel.batch_headers(data, 0)] == [[]] * 7
+    for end in (len(data) - 1, 30, len(data) + 1, -1):
+        with pytest.raises(ValueError):
+            records_codec.kernel.batch_headers(data, end)
 
 
 def test_corrupt_batch_names_the_offset(codec):

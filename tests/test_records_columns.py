@@ -184,3 +184,73 @@ def test_columns_past_the_first_guess_of_header_room(records_codec, shape):
         == len(cols.headers.key)
         == sum(len(r.headers) for r in first + recs)
     )
+
+
+@needs_cramjam
+def test_runs_of_plain_batches_and_the_batches_between(records_codec):
+    """The compiled kernel takes runs of plain batches (uncompressed magic 2, CRC right,
+    records the fast path reads) in one call and the walk reads the others between them:
+    a compressed batch, a legacy message, a batch with a non-ASCII header key, a log
+    append time batch. The rows are the objects' rows, in order, in both kernels."""
+    kafka = pytest.importorskip("kafka.record.legacy_records")
+    legacy = kafka.LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    legacy.append(20, timestamp=7, key=b"lk", value=b"lv")
+    parts = [
+        records_codec.write_batch(MANY[:10], base_offset=100),
+        records_codec.write_batch(MANY[10:20], base_offset=110),
+        records_codec.write_batch(MANY[20:30], base_offset=120, compression="gzip"),
+        bytes(legacy.build()),
+        records_codec.write_batch([Record(None, 5, b"k", b"v", [("é", b"x")])], base_offset=21),
+        records_codec.write_batch(MANY[30:40], base_offset=130, timestamp_type=1),
+        records_codec.write_batch(MANY[40:], base_offset=140),
+    ]
+    data = b"".join(parts)
+    want = [r for b in records_codec.read_batches(data) for r in b.records]
+    cols = records_codec.read_columns(data + parts[0][:20])
+    assert cols == want and cols.tail == parts[0][:20]
+    assert [c for p in parts for c in records_codec.read_columns(p)] == want
+    builder = records_codec.kernel.ColumnsBuilder()
+    taken = builder.add_run(data, 0, True)
+    if records_codec.kernel.__name__.endswith("_records_python"):
+        assert taken == 0  # every batch goes through add()
+    else:
+        assert taken == len(parts[0]) + len(parts[1])  # up to the compressed one
+        after_legacy = sum(map(len, parts[:4]))
+        assert builder.add_run(data, after_legacy, True) == after_legacy  # the é key
+        assert builder.add_run(data, after_legacy + len(parts[4]), True) == len(data)
+
+
+def test_a_bad_batch_after_a_run_names_its_offset(records_codec):
+    """A CRC mismatch or a bad record after a run of plain batches: the same error, at
+    the same offset, as when the batch is read alone."""
+    good = records_codec.write_batch(MANY[:10], base_offset=100) * 3
+    bad_crc = bytearray(records_codec.write_batch(MANY[10:20], base_offset=110))
+    bad_crc[70] ^= 1
+    with pytest.raises(DecodeError, match="CRC32C mismatch") as e:
+        records_codec.read_columns(good + bytes(bad_crc))
+    assert e.value.offset == len(good) + 17
+    bad_count = bytearray(records_codec.write_batch(MANY[10:20], base_offset=110))
+    bad_count[60] += 1  # one record more than the batch holds
+    with pytest.raises(DecodeError) as alone:
+        records_codec.read_columns(bytes(bad_count), check_crc=False)
+    with pytest.raises(DecodeError) as after:
+        records_codec.read_columns(good + bytes(bad_count), check_crc=False)
+    assert after.value.reason == alone.value.reason
+    assert after.value.offset == alone.value.offset + len(good)
+
+
+def test_size_hints_agree(records_codec):
+    """Both kernels size the first arrays from the same headers: the records and the bytes
+    past their least of the leading magic 2 batches; (0, 0) for what has none."""
+    from fastkwire import _records_python
+
+    one = records_codec.write_batch(MANY[:10], base_offset=100)
+    two = records_codec.write_batch(MANY[10:], base_offset=110)
+    body = len(one) - 61
+    cases = [b"", b"\x00" * 10, one, one + two, one + two[:-1], bytearray(one), b"junk" * 40]
+    for data in cases:
+        assert records_codec.kernel.size_hints(data) == _records_python.size_hints(data)
+    assert records_codec.kernel.size_hints(one) == (10, body - 7 * 10)
+    strided = memoryview(one + one)[::2]  # not contiguous: no hints
+    assert records_codec.kernel.size_hints(strided) == (0, 0)
+    assert records_codec.kernel.size_hints(12345) == (0, 0)

@@ -38,7 +38,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 
-from .records import read_columns
+from .records import _batch_headers, read_columns
 from ._wire import BATCH_OFFSETS
 
 __all__ = ["SCHEMA", "batches_to_arrow", "empty_batch"]
@@ -60,13 +60,7 @@ SCHEMA = pa.schema(
 TIMESTAMP_NOT_AVAILABLE, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME = 0, 1, 2
 CONTROL_ABORT = 0
 
-_LENGTH = struct.Struct(">i")
-# base_offset, batch_length, then (magic 2) attributes, last_offset_delta, producer_id,
-# record_count at their header offsets.
-_ATTRS = BATCH_OFFSETS["attributes"]
-_LAST_DELTA = BATCH_OFFSETS["last_offset_delta"]
-_PRODUCER = BATCH_OFFSETS["producer_id"]
-_COUNT = BATCH_OFFSETS["record_count"]
+# The magic byte; a legacy message's attributes are the byte after it.
 _MAGIC = BATCH_OFFSETS["magic"]
 
 
@@ -87,57 +81,43 @@ def _aborted_pairs(aborted_transactions):
     return pairs
 
 
-class _Batch:
-    """What the row filter needs of one whole batch: its rows, its offsets, its kind."""
+class _Batches:
+    """What the row filter needs of the whole batches, one item a batch (numpy arrays):
+    their rows, last offsets, timestamp types, whether they are kept, control and
+    transactional flags, producer ids."""
 
     __slots__ = ("rows", "last_offset", "ts_type", "keep", "control", "producer_id", "txn")
-
-    def __init__(self, rows, last_offset, ts_type, keep, control, producer_id, txn):
-        self.rows, self.last_offset, self.ts_type, self.keep = rows, last_offset, ts_type, keep
-        self.control, self.producer_id, self.txn = control, producer_id, txn
 
 
 def _walk(view, end, check_crc, max_decompressed):
     """The whole batches of view[:end] (already read and checked by read_columns)."""
-    out = []
-    pos = 0
-    while pos < end:
-        base = struct.unpack_from(">q", view, pos)[0]
-        (size,) = _LENGTH.unpack_from(view, pos + 8)
-        stop = pos + 12 + size
-        magic = view[pos + _MAGIC]
-        if magic == 2:
-            (attrs,) = struct.unpack_from(">h", view, pos + _ATTRS)
-            (delta,) = _LENGTH.unpack_from(view, pos + _LAST_DELTA)
-            (producer_id,) = struct.unpack_from(">q", view, pos + _PRODUCER)
-            (count,) = _LENGTH.unpack_from(view, pos + _COUNT)
-            control = bool(attrs & 0x20)
-            out.append(
-                _Batch(
-                    count,
-                    base + delta,
-                    TIMESTAMP_LOG_APPEND_TIME if attrs & 0x08 else TIMESTAMP_CREATE_TIME,
-                    not control,
-                    control,
-                    producer_id,
-                    bool(attrs & 0x10),
-                )
-            )
+    at, magic, base, attrs, last_delta, producer_id, count = _batch_headers(view, end)
+    out = _Batches()
+    out.rows = count.astype(np.int64)
+    out.last_offset = base + last_delta
+    out.control = (attrs & 0x20) != 0
+    out.txn = (attrs & 0x10) != 0
+    out.keep = ~out.control
+    out.producer_id = producer_id
+    out.ts_type = np.where(attrs & 0x08, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_CREATE_TIME).astype(
+        np.int32
+    )
+    for i in np.flatnonzero(magic != 2):
+        # A legacy message (or a compressed wrapper of several): read on its own for its
+        # count and last offset. Magic 0 has no timestamps; magic 1's attributes (the
+        # byte after the magic) say log append time in bit 3.
+        pos = int(at[i])
+        stop = pos + 12 + struct.unpack_from(">i", view, pos + 8)[0]
+        cols = read_columns(view[pos:stop], check_crc=False, max_decompressed=max_decompressed)
+        n = len(cols)
+        out.rows[i] = n
+        out.last_offset[i] = int(cols.offset[-1]) if n else base[i]
+        if magic[i] == 0:
+            out.ts_type[i] = TIMESTAMP_NOT_AVAILABLE
+        elif view[pos + _MAGIC + 1] & 0x08:
+            out.ts_type[i] = TIMESTAMP_LOG_APPEND_TIME
         else:
-            # A legacy message (or a compressed wrapper of several): read on its own for
-            # its count and last offset. Magic 0 has no timestamps; magic 1's attribute bit
-            # 3 says log append time.
-            cols = read_columns(view[pos:stop], check_crc=False, max_decompressed=max_decompressed)
-            n = len(cols)
-            attrs = view[pos + 21]
-            ts_type = (
-                TIMESTAMP_NOT_AVAILABLE
-                if magic == 0
-                else (TIMESTAMP_LOG_APPEND_TIME if attrs & 0x08 else TIMESTAMP_CREATE_TIME)
-            )
-            last = int(cols.offset[-1]) if n else base
-            out.append(_Batch(n, last, ts_type, True, False, -1, False))
-        pos = stop
+            out.ts_type[i] = TIMESTAMP_CREATE_TIME
     return out
 
 
@@ -146,19 +126,18 @@ def _drop_aborted(batches, cols, aborted):
     a transaction is aborted from its first offset up to its producer's abort marker)."""
     pending = list(aborted)  # (first_offset, producer_id), sorted
     active = set()
-    row = 0
-    for b in batches:
-        if b.txn:
-            while pending and pending[0][0] <= b.last_offset:
-                active.add(pending.pop(0)[1])
-            if b.control:
-                if b.rows and b.producer_id in active:
-                    key = cols.key[row]
-                    if key is not None and struct.unpack_from(">h", key, 2)[0] == CONTROL_ABORT:
-                        active.discard(b.producer_id)
-            elif b.producer_id in active:
-                b.keep = False
-        row += b.rows
+    first_rows = np.concatenate(([0], np.cumsum(batches.rows)[:-1]))
+    for i in np.flatnonzero(batches.txn):
+        last_offset, producer_id = int(batches.last_offset[i]), int(batches.producer_id[i])
+        while pending and pending[0][0] <= last_offset:
+            active.add(pending.pop(0)[1])
+        if batches.control[i]:
+            if batches.rows[i] and producer_id in active:
+                key = cols.key[int(first_rows[i])]
+                if key is not None and struct.unpack_from(">h", key, 2)[0] == CONTROL_ABORT:
+                    active.discard(producer_id)
+        elif producer_id in active:
+            batches.keep[i] = False
 
 
 def batches_to_arrow(
@@ -179,28 +158,26 @@ def batches_to_arrow(
     tail = cols.tail
     view = data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")
     batches = _walk(view, len(view) - len(tail), check_crc, max_decompressed)
-    next_offset = batches[-1].last_offset + 1 if batches else None
+    next_offset = int(batches.last_offset[-1]) + 1 if len(batches.rows) else None
     n = len(cols)
-    if read_committed and any(b.txn for b in batches):
+    if read_committed and batches.txn.any():
         _drop_aborted(batches, cols, _aborted_pairs(aborted_transactions))
 
-    counts = np.fromiter((b.rows for b in batches), dtype=np.int64, count=len(batches))
+    counts = batches.rows
     offsets = cols.offset
     keep = None
-    if not all(b.keep for b in batches):
-        keep = np.repeat(np.fromiter((b.keep for b in batches), dtype=bool), counts)
+    if not batches.keep.all():
+        keep = np.repeat(batches.keep, counts)
     if start_offset is not None and n and offsets[0] < start_offset:
         keep = (offsets >= start_offset) if keep is None else keep & (offsets >= start_offset)
     if end_offset is not None and n and offsets[-1] >= end_offset:
         keep = (offsets < end_offset) if keep is None else keep & (offsets < end_offset)
 
-    ts_types = set(b.ts_type for b in batches)
-    if len(ts_types) == 1:
-        ts_type = np.full(n, ts_types.pop(), dtype=np.int32)
+    types = batches.ts_type
+    if len(types) and (types == types[0]).all():
+        ts_type = np.full(n, types[0], dtype=np.int32)
     else:
-        ts_type = np.repeat(
-            np.fromiter((b.ts_type for b in batches), dtype=np.int32), counts
-        ).astype(np.int32)
+        ts_type = np.repeat(types, counts).astype(np.int32)
 
     h = cols.headers
     headers = pa.MapArray.from_arrays(

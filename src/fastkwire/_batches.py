@@ -44,29 +44,6 @@ def _tail(seen, data, pos):
     return bytes(data[pos:])
 
 
-def _size_hints(data):
-    """(records, bytes past their least) of the whole magic 2 batches in `data`, from their
-    headers alone: the columns' first arrays are made that large, not doubled batch after
-    batch (a compressed batch may still grow them). (0, 0) for what does not read."""
-    try:
-        view = memoryview(data).cast("B")
-    except (TypeError, ValueError):
-        return 0, 0
-    n, pos, rows, free = len(view), 0, 0, 0
-    with view:
-        while n - pos >= HEADER_SIZE:
-            (size,) = struct.unpack_from(">i", view, pos + 8)
-            if size < MIN_BATCH_LENGTH or size > n - pos - 12 or view[pos + 16] != 2:
-                break
-            (count,) = struct.unpack_from(">i", view, pos + 57)
-            body = size - MIN_BATCH_LENGTH
-            if 0 < count <= body // _wire.MIN_RECORD:  # as ColumnsBuilder.add measures it
-                rows += count
-                free += body - _wire.MIN_RECORD * count
-            pos += 12 + size
-    return rows, free
-
-
 class Codec:
     """read_batches, read_columns and write_batch over one kernel."""
 
@@ -86,16 +63,24 @@ class Codec:
         """Every record of the whole batches in `data` as one RecordColumns (control
         batches included, as their raw keys and values); `.tail` as for read_batches."""
         require_numpy("records.read_columns")  # the columns are numpy arrays
-        builder = self.kernel.ColumnsBuilder(*_size_hints(data))
+        builder = self.kernel.ColumnsBuilder(*self.kernel.size_hints(data))
         tail = self._walk(
-            data, check_crc, max_decompressed, builder.add, builder.add_records, objects=False
+            data,
+            check_crc,
+            max_decompressed,
+            builder.add,
+            builder.add_records,
+            objects=False,
+            run=builder.add_run,
         )
         return builder.finish(tail)
 
-    def _walk(self, data, check_crc, max_decompressed, decode, emit, objects, seen=None):
+    def _walk(self, data, check_crc, max_decompressed, decode, emit, objects, seen=None, run=None):
         """Read each whole batch: magic 2 batches' records through `decode`, then (objects)
         the RecordBatch or (columns) a legacy message's records to `emit`; returns the
-        bytes of the cut-off tail. `seen` observes the reading (records.describe)."""
+        bytes of the cut-off tail. `seen` observes the reading (records.describe).
+        `run(data, pos, check_crc)` (columns) takes the plain batches from pos on in one
+        call, and returns where the walk goes on, batch by batch."""
         if not isinstance(data, (bytes, bytearray)):
             # A view (decode(..., records="view") hands them out) is read in place.
             try:
@@ -107,6 +92,10 @@ class Codec:
         n = len(data)
         pos = 0
         while pos < n:
+            if run is not None:
+                pos = run(data, pos, check_crc)
+                if pos >= n:
+                    break
             left = n - pos
             if left < 12:
                 return _tail(seen, data, pos)

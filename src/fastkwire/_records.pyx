@@ -19,7 +19,7 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
 from libc.string cimport memcmp, memcpy, memmove, memset
 
 from fastkwire import errors as _e

@@ -113,6 +113,17 @@ cdef bint _columns_fast(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, 
 
 cdef object _np = None
 
+cdef inline int32_t be32(const unsigned char* p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+cdef inline int16_t be16(const unsigned char* p) noexcept nogil:
+    return <int16_t>((p[0] << 8) | p[1])
+
+
+cdef inline int64_t be64(const unsigned char* p) noexcept nogil:
+    return <int64_t>((<uint64_t><uint32_t>be32(p) << 32) | <uint32_t>be32(p + 4))
+
 
 cdef inline (Py_ssize_t, Py_ssize_t) header_room(Py_ssize_t rows, Py_ssize_t free):
     """A first guess of the header rows and of the bytes of each header column that a
@@ -147,6 +158,18 @@ cdef tuple _DTYPES = None
 cdef Py_ssize_t ITEM_SIZES[N_ARRAYS]
 
 
+cdef int load_numpy() except -1:
+    global _np, _DTYPES
+    cdef int i
+    if _np is None:
+        import numpy
+        _DTYPES = tuple(numpy.dtype(name) for name in DTYPE_NAMES)
+        for i in range(N_ARRAYS):
+            ITEM_SIZES[i] = _DTYPES[i].itemsize
+        _np = numpy
+    return 0
+
+
 cdef class ColumnsBuilder:
     """Columns filled batch after batch (read_columns): arrays sized for the most the
     bytes of a batch could need, doubled when the next batch needs more, and cut to what
@@ -162,14 +185,7 @@ cdef class ColumnsBuilder:
         """rows_hint / bytes_hint: the records and the bytes past their least that every
         batch to come holds together, if known: the first arrays are made that large, so
         that the batches after the first do not copy them as they grow."""
-        global _np, _DTYPES
-        cdef int i
-        if _np is None:
-            import numpy
-            _DTYPES = tuple(numpy.dtype(name) for name in DTYPE_NAMES)
-            for i in range(N_ARRAYS):
-                ITEM_SIZES[i] = _DTYPES[i].itemsize
-            _np = numpy
+        load_numpy()
         self.arrays = [None] * N_ARRAYS
         memset(self.ptrs, 0, sizeof(self.ptrs))
         self.rows = self.row_cap = self.hrow_cap = 0
@@ -357,6 +373,72 @@ cdef class ColumnsBuilder:
         self.cols.hrows = sub.hrows
         self.rows = r0 + count
 
+    def add_run(self, data, Py_ssize_t pos, bint check_crc):
+        """Take the whole batches from data[pos:] on that need nothing but the fast path:
+        uncompressed magic 2 batches, CRC32C right (when check_crc), records that read
+        on the first try. Return where it stopped: at the first batch it did not take
+        (the batch walk reads that one, and raises its error if it has one), or the end.
+        (The walk's header reads and checks, here in C: they cost as much as a 16 KiB
+        batch's records when made in Python.)"""
+        cdef Py_buffer view
+        cdef const unsigned char* b
+        cdef Py_ssize_t n, size, end, start, free, hrows, hbytes, r0
+        cdef long long count
+        cdef int attrs
+        cdef int64_t base_offset, base_ts, max_ts
+        cdef Cols sub
+        cdef bint appended
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)  # held: the data cannot be resized
+        try:
+            b = <const unsigned char*>view.buf
+            n = view.len
+            while 0 <= pos and n - pos >= HEADER:
+                size = be32(b + pos + AT_LENGTH)
+                if size < HEADER - 12 or size > n - pos - 12 or b[pos + AT_MAGIC] != 2:
+                    break
+                attrs = be16(b + pos + AT_ATTRIBUTES)
+                if attrs & 7:  # compressed
+                    break
+                end = pos + 12 + size
+                start = pos + HEADER
+                count = be32(b + pos + AT_COUNT)
+                if count < 0 or count > (end - start) // MIN_RECORD:
+                    break
+                if check_crc and fkw_crc32c(0, b + pos + AT_CRC + 4, end - pos - AT_CRC - 4) \
+                        != <uint32_t>be32(b + pos + AT_CRC):
+                    break
+                base_offset = be64(b + pos)
+                base_ts = be64(b + pos + AT_BASE_TS)
+                max_ts = be64(b + pos + AT_MAX_TS)
+                free = end - start - MIN_RECORD * count if count else 0
+                hrows, hbytes = header_room(count, free)
+                if self.arrays[A_OFFSET] is None:
+                    first_rows, first_free = max(count, self.rows_hint), max(free, self.bytes_hint)
+                    first_hrows, first_hbytes = header_room(first_rows, first_free)
+                    self._first(first_rows, first_free, max(hrows, first_hrows),
+                                max(hbytes, first_hbytes))
+                r0 = self.rows
+                self._room(count, free, free, hrows, hbytes, hbytes)
+                if self.rows != r0 or r0 + count > self.row_cap:
+                    raise RuntimeError("a ColumnsBuilder was used while it grew")
+                sub = self._batch_cols(r0)
+                if not _columns_fast(b, start, end, count, base_offset, base_ts, attrs & 8,
+                                     max_ts, &sub):
+                    break
+                if max(sub.key.used, sub.value.used, sub.hkey.used, sub.hvalue.used,
+                       sub.hrows) > _records_python.COLUMN_LIMIT:
+                    break  # add() raises the error
+                self.cols.key.used = sub.key.used
+                self.cols.value.used = sub.value.used
+                self.cols.hkey.used = sub.hkey.used
+                self.cols.hvalue.used = sub.hvalue.used
+                self.cols.hrows = sub.hrows
+                self.rows = r0 + count
+                pos = end
+        finally:
+            PyBuffer_Release(&view)
+        return pos
+
     def add_records(self, records, Py_ssize_t pos):
         """Append Record objects of a legacy message (offsets and timestamps any int64,
         keys and values bytes or None, no headers) read at `pos`."""
@@ -395,3 +477,94 @@ cdef class ColumnsBuilder:
                              BinaryColumn(vd, vo, vn),
                              HeaderColumns(hoffs, BinaryColumn(hkd, hko, hkn),
                                            BinaryColumn(hvd, hvo, hvn)), tail)
+
+
+def size_hints(data):
+    """(records, bytes past their least) of the whole magic 2 batches at the start of
+    `data`: _records_python.size_hints, in C."""
+    cdef Py_buffer view
+    cdef const unsigned char* b
+    cdef Py_ssize_t n, pos = 0, size, rows = 0, free = 0, body
+    cdef long long count
+    try:
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    except (TypeError, BufferError, ValueError):
+        return 0, 0
+    b = <const unsigned char*>view.buf
+    n = view.len
+    while n - pos >= HEADER:
+        size = be32(b + pos + AT_LENGTH)
+        if size < HEADER - 12 or size > n - pos - 12 or b[pos + AT_MAGIC] != 2:
+            break
+        count = be32(b + pos + AT_COUNT)
+        body = size - (HEADER - 12)
+        if 0 < count <= body // MIN_RECORD:
+            rows += count
+            free += body - MIN_RECORD * count
+        pos += 12 + size
+    PyBuffer_Release(&view)
+    return rows, free
+
+
+def batch_headers(data, Py_ssize_t end):
+    """The header fields of the whole batches in data[:end] that the Arrow converter reads,
+    as numpy arrays, one item a batch: (position, magic, base offset, attributes (of magic
+    2 batches; 0 else), last offset delta, producer id, record count). `data[:end]` is
+    batches read_columns has read: a length that does not fit raises ValueError."""
+    cdef Py_buffer view
+    cdef const unsigned char* b
+    cdef Py_ssize_t pos, size, k, n = 0
+    cdef int64_t* p_at
+    cdef int8_t* p_magic
+    cdef int64_t* p_base
+    cdef int16_t* p_attrs
+    cdef int32_t* p_delta
+    cdef int64_t* p_producer
+    cdef int32_t* p_count
+    load_numpy()
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if end < 0 or end > view.len:
+            raise ValueError("end outside the data")
+        b = <const unsigned char*>view.buf
+        pos = 0
+        while pos < end:  # count, checking every length
+            if end - pos < 17:
+                raise ValueError(f"no whole batch at {pos}")
+            size = be32(b + pos + AT_LENGTH)
+            if size < 5 or size > end - pos - 12 or (b[pos + AT_MAGIC] == 2 and size < HEADER - 12):
+                raise ValueError(f"no whole batch at {pos}")
+            pos += 12 + size
+            n += 1
+        at = _np.empty(n, _np.int64)
+        magic = _np.empty(n, _np.int8)
+        base = _np.empty(n, _np.int64)
+        attrs = _np.zeros(n, _np.int16)
+        last_delta = _np.zeros(n, _np.int32)
+        producer = _np.full(n, -1, _np.int64)
+        count = _np.zeros(n, _np.int32)
+        p_at = <int64_t*>array_ptr(at)
+        p_magic = <int8_t*>array_ptr(magic)
+        p_base = <int64_t*>array_ptr(base)
+        p_attrs = <int16_t*>array_ptr(attrs)
+        p_delta = <int32_t*>array_ptr(last_delta)
+        p_producer = <int64_t*>array_ptr(producer)
+        p_count = <int32_t*>array_ptr(count)
+        pos = 0
+        for k in range(n):
+            # Checked again: code run by the allocations above could have changed the bytes.
+            size = be32(b + pos + AT_LENGTH)
+            if size < 5 or size > end - pos - 12 or (b[pos + AT_MAGIC] == 2 and size < HEADER - 12):
+                raise_changed()
+            p_at[k] = pos
+            p_magic[k] = <int8_t>b[pos + AT_MAGIC]
+            p_base[k] = be64(b + pos)
+            if b[pos + AT_MAGIC] == 2:
+                p_attrs[k] = be16(b + pos + AT_ATTRIBUTES)
+                p_delta[k] = be32(b + pos + AT_LAST_DELTA)
+                p_producer[k] = be64(b + pos + AT_PRODUCER_ID)
+                p_count[k] = be32(b + pos + AT_COUNT)
+            pos += 12 + size
+    finally:
+        PyBuffer_Release(&view)
+    return at, magic, base, attrs, last_delta, producer, count

@@ -199,6 +199,32 @@ def check_column_sizes(sizes, pos):
             )
 
 
+def size_hints(data):
+    """(records, bytes past their least) of the whole magic 2 batches at the start of
+    `data`, from their headers alone: the columns' first arrays are made that large, not
+    doubled batch after batch (a compressed batch may still grow them). (0, 0) for what
+    does not read."""
+    try:
+        view = memoryview(data).cast("B")
+    except (TypeError, ValueError):
+        return 0, 0
+    n, pos, rows, free = len(view), 0, 0, 0
+    least = _wire.BATCH_HEADER_SIZE - 12
+    at_count = _wire.BATCH_OFFSETS["record_count"]
+    with view:
+        while n - pos >= _wire.BATCH_HEADER_SIZE:
+            (size,) = struct.unpack_from(">i", view, pos + 8)
+            if size < least or size > n - pos - 12 or view[pos + 16] != 2:
+                break
+            (count,) = struct.unpack_from(">i", view, pos + at_count)
+            body = size - least
+            if 0 < count <= body // _wire.MIN_RECORD:  # as ColumnsBuilder.add measures it
+                rows += count
+                free += body - _wire.MIN_RECORD * count
+            pos += 12 + size
+    return rows, free
+
+
 class ColumnsBuilder:
     """Columns filled batch after batch (read_columns): records first, columns at the end."""
 
@@ -211,6 +237,11 @@ class ColumnsBuilder:
         self.add_records(
             decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time), pos
         )
+
+    def add_run(self, data, pos, check_crc):
+        """The compiled kernel's run of plain batches read in one call; here every batch
+        goes through the batch walk and add(), so none is taken: returns pos."""
+        return pos
 
     def add_records(self, records, pos):
         sizes = self.sizes
@@ -424,3 +455,38 @@ def encode_batch(
     out += body
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
     return bytes(out)
+
+
+def batch_headers(data, end):
+    """The compiled kernel's batch_headers (the Arrow converter's batch fields), in Python."""
+    import numpy as np
+
+    view = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
+    if end < 0 or end > len(view):
+        raise ValueError("end outside the data")
+    rows = []
+    pos = 0
+    while pos < end:
+        if end - pos < 17:
+            raise ValueError(f"no whole batch at {pos}")
+        base, size = struct.unpack_from(">qi", view, pos)
+        magic = view[pos + 16]
+        if (
+            size < 5
+            or size > end - pos - 12
+            or (magic == 2 and size < _wire.BATCH_HEADER_SIZE - 12)
+        ):
+            raise ValueError(f"no whole batch at {pos}")
+        if magic == 2:
+            o = _wire.BATCH_OFFSETS
+            (attrs,) = struct.unpack_from(">h", view, pos + o["attributes"])
+            (delta,) = struct.unpack_from(">i", view, pos + o["last_offset_delta"])
+            (producer,) = struct.unpack_from(">q", view, pos + o["producer_id"])
+            (count,) = struct.unpack_from(">i", view, pos + o["record_count"])
+        else:
+            attrs, delta, producer, count = 0, 0, -1, 0
+        rows.append((pos, magic, base, attrs, delta, producer, count))
+        pos += 12 + size
+    types = (np.int64, np.int8, np.int64, np.int16, np.int32, np.int64, np.int32)
+    columns = list(zip(*rows)) if rows else [()] * len(types)
+    return tuple(np.array(c, dtype=t) for c, t in zip(columns, types))

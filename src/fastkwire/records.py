@@ -66,6 +66,7 @@ read_batches = _codec.read_batches
 read_columns = _codec.read_columns
 write_batch = _codec.write_batch
 crc32c = _kernel.crc32c
+_batch_headers = _kernel.batch_headers  # the Arrow converter's batch fields
 
 
 def describe(data, *, max_decompressed=None, max_records=None):
