@@ -68,6 +68,8 @@ _LAST_DELTA = BATCH_OFFSETS["last_offset_delta"]
 _PRODUCER = BATCH_OFFSETS["producer_id"]
 _COUNT = BATCH_OFFSETS["record_count"]
 _MAGIC = BATCH_OFFSETS["magic"]
+# A legacy message: offset int64, size int32, crc uint32, magic int8, then attributes int8.
+_LEGACY_ATTRS = 17
 
 
 def empty_batch():
@@ -129,7 +131,7 @@ def _walk(view, end, check_crc, max_decompressed):
             # 3 says log append time.
             cols = read_columns(view[pos:stop], check_crc=False, max_decompressed=max_decompressed)
             n = len(cols)
-            attrs = view[pos + 21]
+            attrs = view[pos + _LEGACY_ATTRS]
             ts_type = (
                 TIMESTAMP_NOT_AVAILABLE
                 if magic == 0
