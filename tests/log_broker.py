@@ -1,5 +1,7 @@
 """A small broker of our own that serves a prebuilt log: ApiVersions, Metadata,
-ListOffsets and Fetch, answered with fastkwire's codec from record batches held in memory.
+ListOffsets and Fetch, answered with fastkwire's codec from record batches held in memory. It is read-only: every
+Produce is refused (INVALID_REQUEST). Real clients read from it too (confluent-kafka,
+kafka-python, Ray Data's reader: test_kafka_arrow_clients.py).
 
 For the readers' tests (faults a real broker will not make on demand: moved leaders,
 fenced epochs, offsets out of range, corrupt batches, a broker that goes away, aborted
@@ -26,6 +28,8 @@ from fastkwire import (
     ListOffsetsResponse,
     MetadataRequest,
     MetadataResponse,
+    ProduceRequest,
+    ProduceResponse,
     decode_request,
     encode_response,
 )
@@ -35,7 +39,11 @@ SUPPORTED = {
     MetadataRequest.API_KEY: (0, 12),
     ListOffsetsRequest.API_KEY: (0, 7),
     FetchRequest.API_KEY: (4, 12),
+    # Listed only because librdkafka (confluent-kafka, Ray's reader) fetches with Fetch v4+
+    # only from a broker that lists Produce v3+; every Produce is refused (read-only log).
+    ProduceRequest.API_KEY: (3, 9),
 }
+INVALID_REQUEST = 42
 NOT_LEADER_OR_FOLLOWER = 6
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -157,6 +165,8 @@ class LogBroker:
                 if answer is CLOSE:
                     return
                 if answer is None:
+                    if key == ProduceRequest.API_KEY and request.acks == 0:
+                        continue  # acks=0: the producer waits for no answer
                     answer = self._answer(key, version, request)
                 conn.sendall(encode_response(answer, version, header.correlation_id))
         except OSError:
@@ -182,6 +192,8 @@ class LogBroker:
             return self._list_offsets(request)
         if key == FetchRequest.API_KEY:
             return self._fetch(request)
+        if key == ProduceRequest.API_KEY:
+            return self._refuse_produce(request)
         print(f"log_broker: no answer for API key {key} v{version}", file=sys.stderr, flush=True)
         raise AssertionError(f"no answer for API {key}")
 
@@ -242,6 +254,22 @@ class LogBroker:
                 ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts)
             )
         return ListOffsetsResponse(topics=topics)
+
+    def _refuse_produce(self, request):
+        return ProduceResponse(
+            responses=[
+                ProduceResponse.TopicProduceResponse(
+                    name=t.name,
+                    partition_responses=[
+                        ProduceResponse.PartitionProduceResponse(
+                            index=p.index, error_code=INVALID_REQUEST, error_message="read-only"
+                        )
+                        for p in t.partition_data
+                    ],
+                )
+                for t in request.topic_data
+            ]
+        )
 
     def _fetch(self, request):
         left = request.max_bytes

@@ -298,6 +298,79 @@ def test_batch_headers_agree_and_check_lengths(records_codec):
             records_codec.kernel.batch_headers(data, end)
 
 
+APPEND_TIME = 1_700_000_009_999
+
+
+def legacy_message_set(compression_type, log_append_time):
+    """A magic 1 message set by kafka-python's legacy builder, of 3 messages with real
+    (2023) timestamps; with log_append_time, as a broker does, the attributes' bit 3 set on
+    each message (the wrapper, when compressed), its timestamp the append time, and the CRC
+    made again."""
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    builder = LegacyRecordBatchBuilder(
+        magic=1, compression_type=compression_type, batch_size=1 << 20
+    )
+    for i in range(3):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i, value=b"v%d" % i)
+    data = bytearray(builder.build())
+    if log_append_time:
+        pos = 0
+        while pos < len(data):
+            # offset int64, size int32, crc uint32, magic int8, attributes int8, timestamp
+            data[pos + 17] |= 0x08
+            struct.pack_into(">q", data, pos + 18, APPEND_TIME)
+            end = pos + 12 + struct.unpack_from(">i", data, pos + 8)[0]
+            struct.pack_into(">I", data, pos + 12, zlib.crc32(data[pos + 16 : end]))
+            pos = end
+    return bytes(data)
+
+
+def kafka_python_rows(data):
+    """kafka-python's reading: (offset, timestamp, timestamp_type, key, value), its
+    timestamp types (0 create, 1 log append) in confluent-kafka's (and Ray's) numbers."""
+    from kafka.record.memory_records import MemoryRecords
+
+    out, records = [], MemoryRecords(data)
+    while (batch := records.next_batch()) is not None:
+        for r in batch:
+            out.append((r.offset, r.timestamp, r.timestamp_type + 1, r.key, r.value))
+    return out
+
+
+def arrow_rows(table):
+    return list(
+        zip(
+            *(
+                table.column(c).to_pylist()
+                for c in ("offset", "timestamp", "timestamp_type", "key", "value")
+            )
+        )
+    )
+
+
+@pytest.mark.parametrize("compression_type", [0, 1], ids=["uncompressed", "gzip"])
+@pytest.mark.parametrize("log_append_time", [False, True], ids=["create", "log-append"])
+def test_magic_1_timestamp_type_is_the_attributes_bit_3(
+    codec, compression_type, log_append_time, tmp_path
+):
+    pytest.importorskip("kafka")
+    from fastkwire import read_segments
+
+    data = legacy_message_set(compression_type, log_append_time)
+    want = kafka_python_rows(data)
+    assert [r[1:3] for r in want] == (
+        [(APPEND_TIME, 2)] * 3
+        if log_append_time
+        else [(1_700_000_000_000 + i, 1) for i in range(3)]
+    )
+    batch, next_offset, _ = _arrow_rows.batches_to_arrow(data, topic="t", partition=0)
+    assert arrow_rows(batch) == want and next_offset == 3
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(data)
+    assert arrow_rows(read_segments(tmp_path / "t-0")) == want
+
+
 def test_corrupt_batch_names_the_offset(codec):
     first = codec.write_batch(RECORDS[:3])
     data = bytearray(first + codec.write_batch(RECORDS[3:], base_offset=3))

@@ -153,6 +153,35 @@ class OffsetRange:
         ]
 
 
+def spread(ranges, tasks):
+    """The offsets of `ranges`, in order, cut into `tasks` lists of ranges holding about
+    the same number of offsets each (fewer lists when there are fewer offsets); a range is
+    split where a list's share ends, so each offset is in exactly one list. The work of
+    one task per CPU (fastkwire.ray's default)."""
+    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
+        raise ValueError(f"tasks must be a positive int, not {tasks!r}")
+    total = sum(len(r) for r in ranges)
+    out, current, room = [], [], 0
+    done = 0  # offsets handed out to the finished lists and `current`
+    for r in ranges:
+        lo = r.start
+        while lo < r.end:
+            if room == 0:
+                if current:
+                    out.append(current)
+                # the next list's share: what is left over the lists still to make
+                room = -(-(total - done) // (tasks - len(out)))
+                current = []
+            hi = min(r.end, lo + room)
+            current.append(OffsetRange(r.topic, r.partition, lo, hi))
+            room -= hi - lo
+            done += hi - lo
+            lo = hi
+    if current:
+        out.append(current)
+    return out
+
+
 def _name(topic, partition):
     return f"topic {topic!r} partition {partition}"
 

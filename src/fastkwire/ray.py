@@ -4,10 +4,12 @@
     ds = fastkwire.ray.read_kafka("orders", bootstrap_servers="broker:9092")
 
 The same signature as `ray.data.read_kafka` and the same schema, through `KafkaDatasource`,
-a `ray.data.Datasource` whose read tasks are offset ranges of at most `records_per_task`
-offsets, so that one large partition is read by several workers. Each task fetches its
-range with fastkwire's reader (`fastkwire.kafka_arrow`): Fetch answers into Arrow, no
-Python object per record. Needs Ray: `pip install "fastkwire[ray]"`.
+a `ray.data.Datasource` whose read tasks are offset ranges, so that one large partition is
+read by several workers: by default one task per CPU of the Ray cluster, the offsets of
+the read split evenly among them (and as many output blocks asked of Ray); with
+`records_per_task=N`, one task per piece of at most N offsets of a partition. Each task
+fetches its ranges with fastkwire's reader (`fastkwire.kafka_arrow`): Fetch answers into
+Arrow, no Python object per record. Needs Ray: `pip install "fastkwire[ray]"`.
 
 Differences from Ray's reader, all on the side of not losing data silently:
 - `timeout_ms` bounds each request to a broker (a task that cannot finish fails; Ray's
@@ -30,7 +32,7 @@ __all__ = [
     "SegmentDatasource",
 ]
 
-DEFAULT_RECORDS_PER_TASK = 1_000_000
+DEFAULT_RECORDS_PER_TASK = None  # one task per CPU of the cluster
 
 # Ray's KafkaAuthConfig fields that fastkwire's connection layer takes, under the same names.
 AUTH_FIELDS = (
@@ -84,11 +86,18 @@ def _options_from(kafka_auth_config, consumer_config):
     return out
 
 
-def _read_range(offset_range, options, isolation_level, block_size, check_crc):
+def cluster_cpus():
+    """The CPUs the Ray cluster has (Ray started here if it is not yet)."""
+    if not ray.is_initialized():
+        ray.init()
+    return max(int(ray.cluster_resources().get("CPU", 1)), 1)
+
+
+def _read_ranges(ranges, options, isolation_level, block_size, check_crc):
     import pyarrow as pa
 
     for batch in kafka_arrow.read_ranges(
-        [offset_range],
+        ranges,
         options=options,
         isolation_level=isolation_level,
         block_size=block_size,
@@ -98,7 +107,9 @@ def _read_range(offset_range, options, isolation_level, block_size, check_crc):
 
 
 class KafkaDatasource(Datasource):
-    """The offset ranges of a read, each a ReadTask (`fastkwire.kafka_arrow.plan`)."""
+    """The offset ranges of a read (`fastkwire.kafka_arrow.plan`) as ReadTasks: with
+    records_per_task=None, `tasks` lists of ranges (default: one per CPU of the cluster);
+    with an int, one task per range of at most that many offsets."""
 
     def __init__(
         self,
@@ -112,6 +123,7 @@ class KafkaDatasource(Datasource):
         records_per_task=DEFAULT_RECORDS_PER_TASK,
         block_size=kafka_arrow.DEFAULT_BLOCK_SIZE,
         check_crc=True,
+        tasks=None,
         **client,
     ):
         self.options = kafka_arrow.ClientOptions(bootstrap_servers, **client)
@@ -130,22 +142,26 @@ class KafkaDatasource(Datasource):
             records_per_range=records_per_task,
             options=self.options,
         )
+        if records_per_task is None:
+            self.task_ranges = kafka_arrow.spread(self.ranges, tasks or cluster_cpus())
+        else:
+            self.task_ranges = [[r] for r in self.ranges]
 
     def estimate_inmemory_data_size(self):
         return None
 
     def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
         tasks = []
-        for r in self.ranges:
+        for ranges in self.task_ranges:
 
             def read_fn(
-                r=r,
+                ranges=ranges,
                 options=self.options,
                 isolation_level=self.isolation_level,
                 block_size=self.block_size,
                 check_crc=self.check_crc,
             ):
-                return _read_range(r, options, isolation_level, block_size, check_crc)
+                return _read_ranges(ranges, options, isolation_level, block_size, check_crc)
 
             tasks.append(
                 ReadTask(
@@ -154,7 +170,9 @@ class KafkaDatasource(Datasource):
                         num_rows=None,  # compaction and transaction markers leave gaps
                         size_bytes=None,
                         exec_stats=None,
-                        input_files=(f"kafka://{r.topic}/{r.partition}/{r.start}-{r.end}",),
+                        input_files=tuple(
+                            f"kafka://{r.topic}/{r.partition}/{r.start}-{r.end}" for r in ranges
+                        ),
                     ),
                     schema=kafka_arrow.SCHEMA,
                     per_task_row_limit=per_task_row_limit,
@@ -187,7 +205,9 @@ def read_kafka(
     """A ray.data.Dataset of the records of `topics` (Ray's read_kafka's arguments, plus
     records_per_task, partitions, isolation_level, block_size, check_crc and fastkwire's
     security options under kafka-python's names; extra keywords go to Ray as remote args:
-    label_selector, resources, runtime_env, ...)."""
+    label_selector, resources, runtime_env, ...). records_per_task=None (the default):
+    one read task per CPU of the cluster, and as many output blocks asked of Ray
+    (override_num_blocks, unless given)."""
     if trigger != "once":
         raise ValueError(f"only trigger='once' is supported, not {trigger!r}")
     if kafka_auth_config is not None and consumer_config is not None:
@@ -211,6 +231,9 @@ def read_kafka(
         check_crc=check_crc,
         **client,
     )
+    if records_per_task is None and override_num_blocks is None:
+        # Ray splits the tasks' output into more blocks unless asked for this many.
+        override_num_blocks = max(len(source.task_ranges), 1)
     return ray.data.read_datasource(
         source,
         num_cpus=num_cpus,
