@@ -15,7 +15,10 @@ Rows:
   a kafka-python 3 consume loop with `fastkwire.kafka_python.install()` appending to
   column lists; client CPU seconds (`time.process_time()`, every thread of this process;
   the broker is another process) and records per CPU second;
-- ray: `fastkwire.ray.read_kafka(...).materialize()` wall time with 1 and 2 Ray workers;
+- ray: `fastkwire.ray.read_kafka(...)` and `ray.data.read_kafka(...)`, each
+  `.materialize()`d on a Ray of 1 CPU (records per second of wall time on one core), and
+  fastkwire's on 2 CPUs vs 1, each in a fresh Ray, timed after a warm-up read; with the
+  CPU seconds the broker spent, to see whether it is the limit;
 - memory: the peak resident memory `iter_kafka` adds over a topic 10x its block size.
 Prints a Markdown table. The suite asserts none of this.
 """
@@ -141,13 +144,28 @@ def read_kafka_python(bootstrap, n):
         fastkwire.kafka_python.uninstall()
 
 
+def warm_up(bootstrap):
+    """Imports, first connections and first calls of each reader, untimed (10 offsets)."""
+    import fastkwire
+    import fastkwire.kafka_python  # noqa: F401
+    import kafka  # noqa: F401
+
+    fastkwire.read_kafka(TOPIC, bootstrap_servers=bootstrap, end_offset=10)
+    ray_on(bootstrap, TOPIC, end_offset=10)
+
+
 def row_read(args, broker):
     rows = []
+    warm_up(broker.bootstrap)
     n, fk_wall, fk_cpu = timed(lambda: read_fastkwire(broker.bootstrap))
     assert n == args.records, n
     results = {"fastkwire.read_kafka": (fk_wall, fk_cpu)}
-    # Ray Data's reader (librdkafka) gets Metadata and offsets from the broker of our own
-    # but no records (its tasks time out with none): it is timed on Tansu (--against-tansu).
+    theirs = ray_on(broker.bootstrap, TOPIC)
+    if not isinstance(theirs, Exception):
+        n, wall, cpu = theirs
+        assert n == args.records, n
+        theirs = (wall, cpu)
+    results["ray.data.read_kafka's read tasks (one core)"] = theirs
     n, wall, cpu = timed(lambda: read_kafka_python(broker.bootstrap, args.records))
     assert n == args.records, n
     results["kafka-python 3 consume loop (accelerated) to Arrow"] = (wall, cpu)
@@ -160,7 +178,9 @@ def row_read(args, broker):
             (
                 f"{args.records:,} records, {args.partitions} partitions: {name}",
                 f"{args.records / cpu / 1e6:.2f}M records per CPU second ({cpu:.2f} s CPU, {wall:.2f} s wall)",
-                "" if name.startswith("fastkwire") else f"fastkwire: {cpu / fk_cpu:.1f}x less CPU",
+                ""
+                if name.startswith("fastkwire")
+                else f"fastkwire: {cpu / fk_cpu:.1f}x the records per CPU second",
                 "ray >= 10x, kafka-python >= 5x" if name.startswith("fastkwire") else "",
             )
         )
@@ -168,45 +188,117 @@ def row_read(args, broker):
 
 
 RAY_CHILD = """
-import sys, time, ray
-workers, bootstrap = int(sys.argv[1]), sys.argv[2]
+import os, sys, time, ray
+reader, workers, bootstrap, per_task = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
 import fastkwire.ray
 def run():
-    ds = fastkwire.ray.read_kafka("bench", bootstrap_servers=bootstrap, records_per_task=%d)
+    if reader == "fastkwire":
+        per = None if per_task == "None" else int(per_task)
+        ds = fastkwire.ray.read_kafka("bench", bootstrap_servers=bootstrap, records_per_task=per)
+    else:
+        ds = ray.data.read_kafka("bench", bootstrap_servers=bootstrap, timeout_ms=600_000)
     return ds.materialize().count()
+def idle():  # the machine's idle CPU seconds so far (/proc/stat: idle + iowait)
+    with open("/proc/stat") as f:
+        ticks = f.readline().split()[1:]
+    return (int(ticks[3]) + int(ticks[4])) / os.sysconf("SC_CLK_TCK")
+def ray_cpu():  # CPU seconds of this driver and the Ray it started (GCS, raylet, workers)
+    import psutil
+    total = 0.0
+    me = psutil.Process()
+    for p in [me] + me.children(recursive=True):
+        try:
+            c = p.cpu_times()
+            total += c.user + c.system
+        except psutil.Error:
+            pass
+    return total
 run()  # the workers started and warm
-t = time.perf_counter()
+print("timing", flush=True)
+t, i, c = time.perf_counter(), idle(), ray_cpu()
 n = run()
-print(n, time.perf_counter() - t)
+seconds = time.perf_counter() - t
+# then: cores the machine left idle, CPU seconds of Ray's processes
+print(n, seconds, (idle() - i) / seconds, ray_cpu() - c, flush=True)
 """
 
 
+def cpu_seconds(pid):
+    """utime + stime of a process (Linux /proc), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ray_run(args, broker, reader, workers):
+    """(seconds of the timed read, cores the machine left idle meanwhile, CPU seconds of
+    the Ray processes meanwhile), in a fresh Ray."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            RAY_CHILD,
+            reader,
+            str(workers),
+            broker.bootstrap,
+            str(args.records_per_task),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        out, _ = child.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate(timeout=60)
+        raise
+    lines = out.split("\n")
+    n, seconds, free, cpu = lines[lines.index("timing") + 1].split()
+    assert int(n) == args.records, out
+    return float(seconds), float(free), float(cpu)
+
+
+def broker_cpu_during(broker, fn):
+    before = cpu_seconds(broker.proc.pid)
+    out = fn()
+    return out, cpu_seconds(broker.proc.pid) - before
+
+
 def row_ray(args, broker):
-    times = {}
-    for workers in (1, 2):
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                RAY_CHILD % args.records_per_task,
-                str(workers),
-                broker.bootstrap,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        n, seconds = out.stdout.split()[-2:]
-        assert int(n) == args.records, out.stdout + out.stderr
-        times[workers] = float(seconds)
+    # the broker's CPU seconds cover the warm-up read too: each figure is for two reads
+    (ours, ours_idle, ours_cpu), ours_broker = broker_cpu_during(
+        broker, lambda: ray_run(args, broker, "fastkwire", 1)
+    )
+    (theirs, _, theirs_cpu), theirs_broker = broker_cpu_during(
+        broker, lambda: ray_run(args, broker, "ray", 1)
+    )
+    (two, two_idle, two_cpu), two_broker = broker_cpu_during(
+        broker, lambda: ray_run(args, broker, "fastkwire", 2)
+    )
+    n = args.records
     return [
         (
+            f"fastkwire.ray.read_kafka vs ray.data.read_kafka, {n:,} records, "
+            f"{args.partitions} partitions, Ray on 1 CPU",
+            f"{n / ours / 1e6:.2f}M records/s per core ({ours:.2f} s; Ray's processes"
+            f" {ours_cpu:.2f} CPU s)",
+            f"ray.data.read_kafka {n / theirs / 1e6:.2f}M records/s ({theirs:.2f} s; Ray's"
+            f" processes {theirs_cpu:.2f} CPU s): {theirs / ours:.1f}x the records per"
+            f" second, {theirs_cpu / ours_cpu:.1f}x per CPU second",
+            ">= 10x",
+        ),
+        (
             f"fastkwire.ray.read_kafka, {args.partitions} partitions: 2 workers vs 1",
-            f"{times[1] / times[2]:.2f}x faster",
-            f"1 worker {times[1]:.2f} s, 2 workers {times[2]:.2f} s (wall)",
+            f"{ours / two:.2f}x faster",
+            f"1 worker {ours:.2f} s, 2 workers {two:.2f} s (wall); Ray's processes"
+            f" {ours_cpu:.2f}, {two_cpu:.2f} CPU s; the broker's CPU over the"
+            f" warm-up and the timed read: {ours_broker:.2f} s, {two_broker:.2f} s"
+            f" (for Ray's reader: {theirs_broker:.2f} s); the machine's idle cores during the"
+            f" timed read: {ours_idle:.2f}, {two_idle:.2f} of {os.cpu_count()}",
             ">= 1.7x",
-        )
+        ),
     ]
 
 
@@ -315,12 +407,12 @@ def row_tansu(args):
     return rows
 
 
-def ray_on(bootstrap, topic):
+def ray_on(bootstrap, topic, end_offset="latest"):
     """Ray Data's own KafkaDatasource read tasks, run here one after another."""
     try:
         from ray.data._internal.datasource.kafka_datasource import KafkaDatasource
 
-        source = KafkaDatasource(topic, bootstrap, "earliest", "latest", timeout_ms=120_000)
+        source = KafkaDatasource(topic, bootstrap, "earliest", end_offset, timeout_ms=600_000)
 
         def run():
             return sum(b.num_rows for task in source.get_read_tasks(1) for b in task())
@@ -336,7 +428,12 @@ def main():
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--records-per-task", type=int, default=250_000)
+    ap.add_argument(
+        "--records-per-task",
+        type=lambda v: None if v == "None" else int(v),
+        default=None,
+        help="fastkwire.ray's records_per_task (default None: one task per CPU)",
+    )
     ap.add_argument("--block-size", type=int, default=16 << 20)
     ap.add_argument("--rows", nargs="+", default=["floor", "read", "ray", "memory"])
     ap.add_argument("--against-tansu", action="store_true")
