@@ -1,4 +1,4 @@
-# cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True, freethreading_compatible=True
 """The compiled half of fastkwire.aiokafka: aiokafka's partitioner hash, its fetcher's
 per-record loop and its protocol Struct.decode, producing aiokafka's own objects.
 
@@ -7,7 +7,9 @@ decompression, its CorruptRecordException messages); what runs here instead of P
 the loop around them: the offset check, the deserializers, the ConsumerRecord. Nothing
 here is called before bind() and bind_protocol() have given it aiokafka's classes.
 """
+cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.object cimport PyObject_IsTrue
 from cpython.ref cimport Py_INCREF
@@ -27,6 +29,10 @@ cdef extern from "_aiokafka.h":
     object getter_value "fka_get"(object descr, object obj)
     bint is_getter "fka_is_getter"(object descr)
     object new_object "fka_new"(object type)
+
+
+cdef extern from "_ft.h":
+    bint FREE_THREADED "FK_FREE_THREADED"
 
 
 cdef extern from "_murmur2.h":
@@ -114,10 +120,19 @@ def murmur2(data):
     anything else goes to aiokafka's own function."""
     if type(data) is bytes:
         return murmur2_hash(<const unsigned char*><bytes>data, len(<bytes>data))
-    if type(data) is bytearray:
+    cdef Py_buffer view
+    if type(data) is not bytearray:
+        return stock_murmur2(data)
+    if not FREE_THREADED:  # nothing can resize it while the hash runs
         return murmur2_hash(<const unsigned char*>PyByteArray_AS_STRING(data),
                             PyByteArray_GET_SIZE(data))
-    return stock_murmur2(data)
+    # Without the GIL another thread may resize it meanwhile: hold it still (that
+    # thread's resize is a BufferError then).
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        return murmur2_hash(<const unsigned char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
 
 
 # ---- the fetcher's loop ----------------------------------------------------------------
@@ -236,11 +251,17 @@ cdef class RecordsLoop:
 
     cdef object take(self):
         """The next ConsumerRecord, or None when there are no more."""
-        if self.done:
+        cdef int state
+        # Tested and set as one step: without the GIL two threads may call next() on the
+        # same loop at once, and only one may step it (as a generator refuses the other).
+        with cython.critical_section(self):
+            state = 1 if self.done else 2 if self.running else 0
+            if state == 0:
+                self.running = True
+        if state == 1:
             return None
-        if self.running:
+        if state == 2:
             raise ValueError("generator already executing")
-        self.running = True
         try:
             record = self.step()
         except BaseException:
@@ -255,7 +276,14 @@ cdef class RecordsLoop:
 
     def close(self):
         """As a generator's close(): nothing more is taken."""
-        self.done = True
+        cdef bint running
+        with cython.critical_section(self):
+            running = self.running
+            self.done = True
+        if FREE_THREADED and running:
+            # another thread is stepping it (or a callback of its own step closes it):
+            # its fields are that step's until it ends, which sees `done`
+            raise ValueError("generator already executing")
         self.batch = self.batch_records = None
 
     cdef object step(self):

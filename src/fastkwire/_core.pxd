@@ -17,6 +17,19 @@ from libc.string cimport memcpy
 cdef extern from "_untracked_list.h":
     PyObject* fk_untracked_list(Py_ssize_t n)
 
+cdef extern from "_ft.h":
+    # Reads of what another thread may change meanwhile (see _ft.h): the GIL build's
+    # plain loads, and on a free-threaded build the ones CPython makes safe.
+    bint FREE_THREADED "FK_FREE_THREADED"
+    object fk_steal(PyObject* o)                        # hands over a new reference
+    PyObject* fk_slot_ref(object o, Py_ssize_t offset)  # new reference or NULL
+    PyObject* fk_list_item(object items, Py_ssize_t i, Py_ssize_t n)  # new reference or NULL
+    PyObject* fk_dict_get_ref(object d, object key)     # new reference or NULL
+    int64_t fk_plain_int(object items, Py_ssize_t i, Py_ssize_t n, int width)
+    void fk_read_slots(object o, const Py_ssize_t* offs, int n, PyObject** out)
+    void fk_release_slots(PyObject** v, int n)
+    PyObject* fk_list_now(object items) except NULL
+
 cdef extern from "_slots.h":
     # The offset of a writable object slot `name` in instances of cls, checked (the one
     # helper every offset the compiled code writes at comes from); else TypeError.
@@ -532,10 +545,12 @@ cdef inline Py_ssize_t wr_array_len(Buf* b, object items, int compact, int nulla
 cdef inline object item_at(object items, Py_ssize_t i, Py_ssize_t n):
     """Element i of a list or tuple whose count n is already written; a list must not
     have changed size since (a callback during encoding can change it)."""
+    cdef PyObject* v
     if PyList_Check(items):
-        if PyList_GET_SIZE(items) != n:
+        v = fk_list_item(items, i, n)  # NULL: its size changed
+        if v == NULL:
             raise_changed()
-        return <object>PyList_GET_ITEM(items, i)
+        return fk_steal(v)
     if PyTuple_Check(items):
         return <object>PyTuple_GET_ITEM(items, i)  # immutable: its size is n
     raise_not_list(items)

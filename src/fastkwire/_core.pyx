@@ -1,4 +1,4 @@
-# cython: language_level=3, wraparound=False
+# cython: language_level=3, wraparound=False, freethreading_compatible=True
 """Compiled wire primitives: the twin of _pure.py.
 
 The inline hot paths are in _core.pxd; this module holds the cold paths (errors,
@@ -747,7 +747,7 @@ cdef int wr_int_array(Buf* b, object items, int width, int compact, int nullable
     p = room(b, mul_size(n, width))
     try:
         for i in range(n):
-            x = _plain_int(items, i, n, width)
+            x = fk_plain_int(items, i, n, width)  # _ft.h
             if x == INT64_MIN:  # not an exact int in range: the careful conversion
                 item = item_at(items, i, n)
                 x = as_i32(item) if width == 4 else as_i16(item) if width == 2 else as_i64(item)
@@ -761,30 +761,6 @@ cdef int wr_int_array(Buf* b, object items, int width, int compact, int nullable
         raise err.with_prefix(f"[{i}]") from None
     b.p = p + n * width
     return 0
-
-
-cdef extern from "Python.h":
-    PyObject* _list_item "PyList_GET_ITEM"(object items, Py_ssize_t i)
-    long long _as_long_long "PyLong_AsLongLongAndOverflow"(PyObject* o, int* overflow)
-    bint _is_exact_int "PyLong_CheckExact"(PyObject* o)
-
-cdef inline int64_t _plain_int(object items, Py_ssize_t i, Py_ssize_t n, int width) noexcept:
-    """Item i of a list, without reference counting, when it is an exact int that fits;
-    else INT64_MIN (as is INT64_MIN itself, which then merely takes the careful way)."""
-    cdef PyObject* it
-    cdef int overflow = 0
-    cdef long long x
-    if not PyList_Check(items) or PyList_GET_SIZE(items) != n:
-        return INT64_MIN
-    it = _list_item(items, i)
-    if not _is_exact_int(it):
-        return INT64_MIN
-    x = _as_long_long(it, &overflow)
-    if overflow or x == INT64_MIN:
-        return INT64_MIN
-    if (width == 4 and not -2147483648 <= x <= 2147483647) or (width == 2 and not -32768 <= x <= 32767):
-        return INT64_MIN
-    return x
 
 
 cdef int _wr_int_buffer(Buf* b, object items, int width, int compact) except -1:

@@ -1,4 +1,4 @@
-# cython: language_level=3, wraparound=False, boundscheck=False
+# cython: language_level=3, wraparound=False, boundscheck=False, freethreading_compatible=True
 """The compiled engine: one loop that reads and writes any struct from a compact plan.
 
 The first time a message class meets a version, its wire layout (`_layout`) is compiled
@@ -66,6 +66,7 @@ if ((K_BOOL, K_I8, K_I16, K_I32, K_I64, K_U16, K_U32, K_F64, K_UUID, K_STRING, K
     raise ImportError("fastkwire._engine was built for another wire table (_wire.py)")
 
 cdef PyObject** _small_ints = small_int_table()  # shared int objects, see int_of
+cdef object _UNSET = object()  # slot_value's answer for an empty slot, where None is a value
 cdef dict _WIDTHS = {p.kind: p.width for p in _wire.PRIMITIVES.values() if p.width is not None}
 
 
@@ -133,6 +134,7 @@ cdef list keep_list(list items):
 cdef object _lock = _threading.RLock()
 cdef dict _roots = {}   # message class -> list of Plan or None, indexed by version
 cdef dict _subs = {}    # message class -> {Layout: Plan}
+cdef list _published = keep_list([])  # every plan put in _roots, never dropped
 
 
 cdef int fill(Field* f, object op, object cls, object root, dict memo, list keep) except -1:
@@ -244,6 +246,7 @@ cdef Plan build_plan(object cls, int version):
                 raise TypeError(f"{cls.__name__}: its layout is of {made.__name__}, "
                                 "not of a base of it")
             (<Plan>p).root_cls = cls
+            _published.append(p)  # for as long as the module: plan_of's cache borrows it
             plans[version] = p  # published last: readers without the lock see a whole plan
     return p
 
@@ -262,30 +265,29 @@ cdef inline int version_of(object version) except -1:
     raise AssertionError(f"check_version passed {version!r}")
 
 
-# The plan used last, and its version: a call for the same message and version (the
-# common case) skips the table. Both are set with no Python code between them, and the
-# engine runs under the GIL (no module declares free-threading compatibility:
-# docs/robustness.md), so no reader sees one without the other.
-cdef Plan _last_plan = None
-cdef int _last_version = -1
+cdef extern from "_ft.h":
+    PyObject* fk_cached_plan(int version)  # the last plan if of this version, borrowed
+    void fk_cache_plan(PyObject* p, int version)
 
 
 cdef inline Plan plan_of(object cls, int version):
-    """The plan of a version that version_of returned: from the table, or compiled (and
-    the version checked against the class's range) on first use."""
-    global _last_plan, _last_version
-    cdef Plan p = _last_plan
-    if p is not None and p.root_cls is cls and _last_version == version:
-        return p
-    # (_roots is a module global, so a user may reach it: what it holds is checked)
-    cdef PyObject* plans = PyDict_GetItem(_roots, cls)
-    if plans != NULL and type(<object>plans) is list and version < PyList_GET_SIZE(<object>plans):
-        found = (<list>plans)[version]
+    """The plan of a version that version_of returned: the one used last (per thread on
+    a free-threaded build, _ft.h), from the table, or compiled (and the version checked
+    against the class's range) on first use."""
+    cdef PyObject* last = fk_cached_plan(version)
+    if last != NULL and (<Plan>last).root_cls is cls:
+        return <Plan>last
+    # (_roots is a module global, so a user may reach it: what it holds is checked; read
+    # with references of our own, since another thread may be publishing a plan)
+    cdef PyObject* raw = fk_dict_get_ref(_roots, cls)
+    plans = None if raw == NULL else fk_steal(raw)
+    if type(plans) is list:
+        raw = fk_list_item(plans, version, PyList_GET_SIZE(plans)) \
+            if version < PyList_GET_SIZE(plans) else NULL
+        found = None if raw == NULL else fk_steal(raw)
         if type(found) is Plan and (<Plan>found).root_cls is cls:
-            p = <Plan>found
-            _last_plan = p
-            _last_version = version
-            return p
+            fk_cache_plan(<PyObject*>found, version)  # kept alive by _published
+            return <Plan>found
     return build_plan(cls, version)
 
 
@@ -301,15 +303,24 @@ cdef inline void put(object o, Py_ssize_t offset, object v) noexcept:
 cdef int raise_unset(Field* f) except -1:
     raise EncodeError(f"{<object>f.name} is not set")
 
-cdef inline PyObject* slot(object o, Py_ssize_t offset) noexcept:
+cdef inline PyObject* fresh_slot(object o, Py_ssize_t offset) noexcept:
+    """The slot of an object this call made and has not handed out (borrowed)."""
     return (<PyObject**>(<char*><PyObject*>o + offset))[0]
+
+cdef inline object slot_value(object o, Py_ssize_t offset, object unset):
+    """What the slot holds, or `unset`; a reference of our own, read safely against
+    another thread assigning the attribute meanwhile (_ft.h)."""
+    cdef PyObject* v = fk_slot_ref(o, offset)
+    if v == NULL:
+        return unset
+    return fk_steal(v)
 
 cdef inline object take(object o, Field* f):
     """The field's value (a new reference), or EncodeError when it is unset."""
-    cdef PyObject* v = slot(o, f.offset)
+    cdef PyObject* v = fk_slot_ref(o, f.offset)
     if v == NULL:
         raise_unset(f)
-    return <object>v
+    return fk_steal(v)
 
 cdef object default_of(Field* f):
     if f.dflt == D_LIST:
@@ -365,7 +376,6 @@ cdef int struct_is_default(Plan p, object v) except -2:
     """v == p.cls() (a struct of defaults) without making one: 1, 0, or -1 when only
     Python's == can tell (a subclass, an unset slot, a value field_is_default leaves)."""
     cdef Py_ssize_t i
-    cdef PyObject* raw
     cdef Field* groups[3]
     cdef Py_ssize_t counts[3]
     cdef int g, r
@@ -375,19 +385,19 @@ cdef int struct_is_default(Plan p, object v) except -2:
     counts[0], counts[1], counts[2] = p.nplain, p.ntagged, p.nabsent
     for g in range(3):
         for i in range(counts[g]):
-            raw = slot(v, groups[g][i].offset)
-            if raw == NULL:
+            x = slot_value(v, groups[g][i].offset, _UNSET)
+            if x is _UNSET:
                 return -1
-            r = field_is_default(&groups[g][i], <object>raw)
+            r = field_is_default(&groups[g][i], x)
             if r != 1:
                 return r
-    raw = slot(v, p.unknown_offset)
-    if raw == NULL:
+    x = slot_value(v, p.unknown_offset, _UNSET)
+    if x is _UNSET:
         return -1
-    if <object>raw is None:
+    if x is None:
         return 1
-    if type(<object>raw) is dict or type(<object>raw) is list:
-        return 0 if <object>raw else 1  # struct_eq: (a._unknown or None) == None
+    if type(x) is dict or type(x) is list:
+        return 0 if x else 1  # struct_eq: (a._unknown or None) == None
     return -1
 
 
@@ -448,18 +458,23 @@ def plain_class(name, bases, ns):
             raise TypeError(f"{name}: {key} must be a str")
         if key in ns:
             first[key] = value
-    collecting = _gc.isenabled()
-    _gc.disable()
-    try:
-        cls = type(name, bases, first)
-        start, end = cls.__base__.__basicsize__, cls.__basicsize__
-        offsets = sorted([slot_offset(cls, n) for n in slots])
-        if offsets != list(range(start, end, sizeof(PyObject*))):
-            raise TypeError(f"{name}: its slots are not its whole layout")
-        fk_make_plain(cls)
-    finally:
-        if collecting:
-            _gc.enable()
+    # Under the GIL, no collection means no Python code at all. On a free-threaded build
+    # another thread's gc.collect() is not stopped by gc.disable(), but there an instance
+    # made before the class is plain is freed safely (_plain_types.h, fk_free). The lock
+    # keeps two threads making classes from re-enabling the collector under each other.
+    with _lock:
+        collecting = _gc.isenabled()
+        _gc.disable()
+        try:
+            cls = type(name, bases, first)
+            start, end = cls.__base__.__basicsize__, cls.__basicsize__
+            offsets = sorted([slot_offset(cls, n) for n in slots])
+            if offsets != list(range(start, end, sizeof(PyObject*))):
+                raise TypeError(f"{name}: its slots are not its whole layout")
+            fk_make_plain(cls)
+        finally:
+            if collecting:
+                _gc.enable()
     for key, value in ns.items():
         if key not in first:
             setattr(cls, key, value)
@@ -772,8 +787,7 @@ cdef int wr_tagged(Plan p, object o, Buf* b, Field** where, int version) except 
     cdef Py_ssize_t i, j
     cdef Field* f
     cdef list known = None
-    cdef PyObject* raw = slot(o, p.unknown_offset)
-    unknown = None if raw == NULL else <object>raw
+    unknown = slot_value(o, p.unknown_offset, None)
     for i in range(p.ntagged):
         f = &p.tagged[i]
         where[0] = f
@@ -795,7 +809,6 @@ cdef int wr_tagged(Plan p, object o, Buf* b, Field** where, int version) except 
 cdef int wr_struct(Plan p, object o, Buf* b, int version) except -1:
     cdef Py_ssize_t i
     cdef Field* where = NULL
-    cdef PyObject* raw
     for i in range(p.nabsent):
         where = &p.absent[i]
         if not where.ignorable and not is_default(where, take(o, where)):
@@ -809,8 +822,7 @@ cdef int wr_struct(Plan p, object o, Buf* b, int version) except -1:
             if p.ntagged:
                 wr_tagged(p, o, b, &where, version)
             else:
-                raw = slot(o, p.unknown_offset)
-                wr_tags(b, None, None if raw == NULL else <object>raw)
+                wr_tags(b, None, slot_value(o, p.unknown_offset, None))
     except EncodeError as x:
         raise x.with_prefix(<object>where.name if where != NULL else "") from None
     return 0

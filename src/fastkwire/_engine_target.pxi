@@ -136,7 +136,7 @@ cdef void track_tree(Plan p, object o) noexcept:
         f = &p.plain[j] if j < p.nplain else &p.tagged[j - p.nplain]
         if f.kind <= K_BYTES:
             continue
-        v = slot(o, f.offset)
+        v = fresh_slot(o, f.offset)
         if v == NULL or <object>v is None:
             continue
         if f.kind == K_STRUCT:
@@ -309,9 +309,9 @@ cdef enum:
 
 
 cdef inline object slot_or_default(object o, Field* f):
-    cdef PyObject* v = slot(o, f.offset)
+    cdef PyObject* v = fk_slot_ref(o, f.offset)
     if v != NULL:
-        return <object>v
+        return fk_steal(v)
     if <object>f.default is NO_DEFAULT:
         mismatch()
     return <object>f.default

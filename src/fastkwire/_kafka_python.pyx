@@ -1,4 +1,4 @@
-# cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True, freethreading_compatible=True
 """The compiled half of fastkwire.kafka_python: kafka-python's record reading and its
 fetcher's per-record loop, producing kafka-python's own objects.
 
@@ -20,6 +20,10 @@ cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
     void PyErr_Clear()
+
+
+cdef extern from "_ft.h":
+    bint FREE_THREADED "FK_FREE_THREADED"
 
 
 cdef extern from "_kafka_python.h":
@@ -498,17 +502,26 @@ cdef object record_to_consumer_record(self, tp, cr, record, key_deserializer,
 def murmur2(data):
     """kafka.partitioner.default.murmur2 (Java's Utils.murmur2) for bytes and bytearray;
     anything else goes to kafka-python's own function."""
-    cdef const unsigned char* p
-    cdef Py_ssize_t n, i, n4
-    cdef uint32_t m = 0x5bd1e995, h, k
+    cdef Py_buffer view
     if type(data) is bytes:
-        p = <const unsigned char*><bytes>data
-        n = len(<bytes>data)
-    elif type(data) is bytearray:
-        p = <const unsigned char*>PyByteArray_AS_STRING(data)
-        n = PyByteArray_GET_SIZE(data)
-    else:
+        return murmur2_of(<const unsigned char*><bytes>data, len(<bytes>data))
+    if type(data) is not bytearray:
         return stock_murmur2(data)
+    if not FREE_THREADED:  # nothing can resize it while the hash runs
+        return murmur2_of(<const unsigned char*>PyByteArray_AS_STRING(data),
+                          PyByteArray_GET_SIZE(data))
+    # Without the GIL another thread may resize it meanwhile: hold it still (that
+    # thread's resize is a BufferError then).
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        return murmur2_of(<const unsigned char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef uint32_t murmur2_of(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i, n4
+    cdef uint32_t m = 0x5bd1e995, h, k
     h = <uint32_t>0x9747b28c ^ <uint32_t>n
     n4 = n // 4
     for i in range(n4):
@@ -613,9 +626,9 @@ def builder_append(self, offset, timestamp, key, value, headers, encode_varint=N
     arguments are stock's (its cached globals): given any, stock's code runs."""
     cdef int64_t off, ts, first, ts_delta
     cdef Py_ssize_t size, message_len, required, old, klen
-    cdef unsigned char* o
     cdef const char* k
     cdef tuple hs
+    cdef Py_buffer view
     if (encode_varint is not NOARG or size_of_varint is not NOARG or get_type is not NOARG
             or type_int is not NOARG or time_time is not NOARG or byte_like is not NOARG
             or bytearray_type is not NOARG or len_func is not NOARG or zero_len_varint is not NOARG):
@@ -674,7 +687,27 @@ def builder_append(self, offset, timestamp, key, value, headers, encode_varint=N
     self._last_offset = offset
     old = len(<bytearray>buf)
     PyByteArray_Resize(buf, old + required)
-    o = <unsigned char*>PyByteArray_AS_STRING(buf) + old
+    if FREE_THREADED:
+        # Another thread may resize the buffer meanwhile: write under an export, which
+        # holds it still, and only where the bytes are still this record's room.
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            if view.len != old + required:
+                raise RuntimeError("the batch buffer was resized while a record was appended")
+            put_record(<unsigned char*>view.buf + old, message_len, ts_delta, off, key, value, hs)
+        finally:
+            PyBuffer_Release(&view)
+    else:
+        put_record(<unsigned char*>PyByteArray_AS_STRING(buf) + old, message_len, ts_delta,
+                   off, key, value, hs)
+    return record_metadata(offset, required, timestamp)
+
+
+cdef inline void put_record(unsigned char* o, Py_ssize_t message_len, int64_t ts_delta, int64_t off,
+                     object key, object value, tuple hs) noexcept:
+    """builder_append's record bytes at o (its room measured by the caller)."""
+    cdef Py_ssize_t klen
+    cdef const char* k
     o = put_zigzag(o, message_len)
     o[0] = 0  # attributes
     o = put_zigzag(o + 1, ts_delta)
@@ -687,7 +720,6 @@ def builder_append(self, offset, timestamp, key, value, headers, encode_varint=N
         o = put_zigzag(o, klen)
         memcpy(o, k, klen)
         o = put_bytes(o + klen, (<tuple>h)[1])
-    return record_metadata(offset, required, timestamp)
 
 
 cdef object record_metadata(offset, size, timestamp):

@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, freethreading_compatible=True
 """The compiled kernel of fastkwire.records, the twin of _records_python.py: the records
 inside one batch read (as objects or columns) and written, and CRC32C.
 
@@ -21,6 +21,8 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
 from libc.string cimport memcmp, memcpy, memmove, memset
+
+import threading as _threading
 
 from fastkwire import errors as _e
 from fastkwire._records_model import BinaryColumn, HeaderColumns, Record, RecordColumns
@@ -60,6 +62,14 @@ cdef extern from "Python.h":
 cdef extern from "_slots.h":
     # the same checked offsets as the engine's (_core.pxd)
     Py_ssize_t slot_offset "fk_slot_offset"(object cls, object name) except -1
+
+
+cdef extern from "_ft.h":
+    # Reads of what another thread may change meanwhile (see _ft.h)
+    bint FREE_THREADED "FK_FREE_THREADED"
+    void fk_read_slots(object o, const Py_ssize_t* offs, int n, PyObject** out)
+    void fk_release_slots(PyObject** v, int n)
+    PyObject* fk_list_now(object items) except NULL
 
 
 cdef extern from "_records.h":
@@ -111,6 +121,12 @@ cdef Py_ssize_t S_TIMESTAMP = slot_offset(Record, "timestamp")
 cdef Py_ssize_t S_KEY = slot_offset(Record, "key")
 cdef Py_ssize_t S_VALUE = slot_offset(Record, "value")
 cdef Py_ssize_t S_HEADERS = slot_offset(Record, "headers")
+# The slots the writer reads of a Record, at once (fk_read_slots), in this order; then the
+# headers list's items as they are now (fk_list_now).
+cdef enum:
+    R_TIMESTAMP, R_OFFSET, R_KEY, R_VALUE, R_HEADERS, R_HEADER_ITEMS, R_HELD
+cdef Py_ssize_t RECORD_SLOTS[5]
+RECORD_SLOTS[:] = [S_TIMESTAMP, S_OFFSET, S_KEY, S_VALUE, S_HEADERS]
 
 cdef inline void put(PyObject* o, Py_ssize_t offset, object v) noexcept:
     # A fresh object: its slots are NULL.

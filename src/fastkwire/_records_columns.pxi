@@ -158,15 +158,20 @@ cdef tuple _DTYPES = None
 cdef Py_ssize_t ITEM_SIZES[N_ARRAYS]
 
 
+cdef object _np_lock = _threading.Lock()
+
+
 cdef int load_numpy() except -1:
     global _np, _DTYPES
     cdef int i
     if _np is None:
-        import numpy
-        _DTYPES = tuple(numpy.dtype(name) for name in DTYPE_NAMES)
-        for i in range(N_ARRAYS):
-            ITEM_SIZES[i] = _DTYPES[i].itemsize
-        _np = numpy
+        with _np_lock:  # set once: a replaced global could be freed under a reader
+            if _np is None:
+                import numpy
+                _DTYPES = tuple(numpy.dtype(name) for name in DTYPE_NAMES)
+                for i in range(N_ARRAYS):
+                    ITEM_SIZES[i] = _DTYPES[i].itemsize
+                _np = numpy
     return 0
 
 

@@ -398,6 +398,9 @@ def encode_records(records, base_offset, now):
             raise EncodeError(
                 f"expected a list of (str, bytes), got {type(headers).__name__}", f"{path}.headers"
             )
+        if type(headers) is list:
+            headers = tuple(headers)  # one read: its count and items agree, whatever
+            # another thread does to the list meanwhile
         _zigzag(rec, len(headers))
         for j, h in enumerate(headers):
             hpath = f"{path}.headers[{j}]"

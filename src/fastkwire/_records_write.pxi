@@ -150,18 +150,28 @@ cdef inline bint sub_ok(int64_t a, int64_t b, int64_t* out) noexcept:
     return True
 
 
-cdef inline PyObject* slot_of(object o, Py_ssize_t offset) noexcept:
-    return (<PyObject**>(<char*><PyObject*>o + offset))[0]
-
-
 cdef object _encode_objects(object records, int64_t base_offset, int64_t now, W* w):
     """Write the records after w.used -> (count, last offset delta, first and max
-    timestamp), or None for the pure writer to do."""
+    timestamp), or None for the pure writer to do. A list is read as it is now: under the
+    GIL no Python code runs while it is written; on a free-threaded build, where another
+    thread may shrink it meanwhile, from a copy made under its lock (_ft.h)."""
+    cdef PyObject* items
+    if type(records) is not list:
+        return _encode_items(records, base_offset, now, w)
+    items = fk_list_now(records)
+    try:
+        return _encode_items(<object>items, base_offset, now, w)
+    finally:
+        fk_release_slots(&items, 1)
+
+
+cdef object _encode_items(object records, int64_t base_offset, int64_t now, W* w):
     cdef Py_ssize_t n = len(records), i, j, hn, klen, start
     cdef int64_t ts, first = 0, top = 0, delta = 0, ts_delta
     cdef PyObject* v
     cdef PyObject* h
     cdef PyObject* item
+    cdef PyObject* held[R_HELD]  # a record's slots and its headers' items (fk_read_slots)
     cdef const char* k
     cdef int guess = 2
     if n == 0:
@@ -172,59 +182,65 @@ cdef object _encode_objects(object records, int64_t base_offset, int64_t now, W*
     for i in range(n):
         r = records[i]
         # Record itself: a subclass may hide a slot behind a property, which only the
-        # pure writer reads. (No Python code runs in this loop, so neither the list nor
-        # a record can change under the borrowed references it holds.)
+        # pure writer reads. (No Python code runs in this loop; what another thread may
+        # change meanwhile on a free-threaded build is read with references of our own.)
         if type(r) is not Record:
             return None
-        v = slot_of(r, S_TIMESTAMP)
-        if v == NULL:
-            return None
-        if v == Py_None:
-            ts = now
-        elif not as_i64(v, &ts):
-            return None
-        if i == 0:
-            first = top = ts
-        elif ts > top:
-            top = ts
-        v = slot_of(r, S_OFFSET)
-        if v == NULL:
-            return None
-        if v == Py_None:
-            delta = i
-        elif not as_i64(v, &delta) or not sub_ok(delta, base_offset, &delta):
-            return None
-        if delta < -0x80000000 or delta > 0x7FFFFFFF or not sub_ok(ts, first, &ts_delta):
-            return None
-        start = w.used
-        begin_record(w, ts_delta, delta, guess)
-        v = slot_of(r, S_KEY)
-        if v == NULL or not w_obj(w, v):
-            return None
-        v = slot_of(r, S_VALUE)
-        if v == NULL or not w_obj(w, v):
-            return None
-        h = slot_of(r, S_HEADERS)
-        if h == NULL or not PyList_CheckExact(h):
-            return None
-        hn = PyList_GET_SIZE(<object>h)
-        w_room(w, 5)
-        w_uvarint(w, zz(hn))
-        for j in range(hn):
-            item = PyList_GET_ITEM(<object>h, j)
-            if not PyTuple_CheckExact(item) or PyTuple_GET_SIZE(<object>item) != 2:
+        fk_read_slots(r, RECORD_SLOTS, R_HEADER_ITEMS, held)
+        held[R_HEADER_ITEMS] = NULL
+        try:
+            v = held[R_TIMESTAMP]
+            if v == NULL:
                 return None
-            v = PyTuple_GET_ITEM(<object>item, 0)
-            if not PyUnicode_CheckExact(v):
+            if v == Py_None:
+                ts = now
+            elif not as_i64(v, &ts):
                 return None
-            k = PyUnicode_AsUTF8AndSize(v, &klen)
-            if k == NULL:  # a lone surrogate: the pure writer says so
-                PyErr_Clear()
+            if i == 0:
+                first = top = ts
+            elif ts > top:
+                top = ts
+            v = held[R_OFFSET]
+            if v == NULL:
                 return None
-            w_blob(w, k, klen)
-            if not w_obj(w, PyTuple_GET_ITEM(<object>item, 1)):
+            if v == Py_None:
+                delta = i
+            elif not as_i64(v, &delta) or not sub_ok(delta, base_offset, &delta):
                 return None
-        guess = end_record(w, start, guess)
+            if delta < -0x80000000 or delta > 0x7FFFFFFF or not sub_ok(ts, first, &ts_delta):
+                return None
+            start = w.used
+            begin_record(w, ts_delta, delta, guess)
+            v = held[R_KEY]
+            if v == NULL or not w_obj(w, v):
+                return None
+            v = held[R_VALUE]
+            if v == NULL or not w_obj(w, v):
+                return None
+            h = held[R_HEADERS]
+            if h == NULL or not PyList_CheckExact(h):
+                return None
+            h = held[R_HEADER_ITEMS] = fk_list_now(<object>h)
+            hn = PyList_GET_SIZE(<object>h)
+            w_room(w, 5)
+            w_uvarint(w, zz(hn))
+            for j in range(hn):
+                item = PyList_GET_ITEM(<object>h, j)
+                if not PyTuple_CheckExact(item) or PyTuple_GET_SIZE(<object>item) != 2:
+                    return None
+                v = PyTuple_GET_ITEM(<object>item, 0)
+                if not PyUnicode_CheckExact(v):
+                    return None
+                k = PyUnicode_AsUTF8AndSize(v, &klen)
+                if k == NULL:  # a lone surrogate: the pure writer says so
+                    PyErr_Clear()
+                    return None
+                w_blob(w, k, klen)
+                if not w_obj(w, PyTuple_GET_ITEM(<object>item, 1)):
+                    return None
+            guess = end_record(w, start, guess)
+        finally:
+            fk_release_slots(held, R_HELD)
     if len(records) != n:
         return None  # changed while written: let the pure writer see what is there now
     return n, delta, first, top
@@ -238,15 +254,18 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
 
     Every array is taken (a fixed view of an exact ndarray) before any is checked: an
     attribute read can run user code, which could rewrite an array already checked.
-    From the first check to the last byte written no Python code runs."""
+    From the first check to the last byte written no Python code runs. On a free-threaded
+    build another thread may still write into the arrays meanwhile: there every array the
+    sizes and bounds come from (all but the bytes and the null flags) is read from a copy
+    of our own (`private`), so the values checked are the values written."""
     cdef const int64_t[::1] offset
     cdef const int64_t[::1] timestamp
     cdef const int32_t[::1] hoffs_view
     try:
         headers = cols.headers
-        offset = exact_array(cols.offset, DT_INT64)
-        timestamp = exact_array(cols.timestamp, DT_INT64)
-        hoffs_view = exact_array(headers.offsets, DT_INT32)
+        offset = private(exact_array(cols.offset, DT_INT64))
+        timestamp = private(exact_array(cols.timestamp, DT_INT64))
+        hoffs_view = private(exact_array(headers.offsets, DT_INT32))
         key = _Bin(cols.key)
         value = _Bin(cols.value)
         hkey = _Bin(headers.key)
@@ -346,18 +365,31 @@ cdef object _ndarray = None
 cdef int DTYPE_NUMS[4]
 
 
+cdef object _ndarray_lock = _threading.Lock()
+
+
 cdef object exact_array(object a, int dtype):
     """`a` itself when it is an ndarray (not a subclass: no hook of a user's runs when it
     is viewed) of that native dtype; TypeError otherwise (the pure writer then decides)."""
     global _ndarray
     cdef int i
     if _ndarray is None:
-        import numpy
-        for i, name in enumerate(("uint8", "int32", "int64", "bool")):
-            DTYPE_NUMS[i] = numpy.dtype(name).num
-        _ndarray = numpy.ndarray
+        with _ndarray_lock:  # set once: a replaced global could be freed under a reader
+            if _ndarray is None:
+                import numpy
+                for i, name in enumerate(("uint8", "int32", "int64", "bool")):
+                    DTYPE_NUMS[i] = numpy.dtype(name).num
+                _ndarray = numpy.ndarray
     if type(a) is not _ndarray or a.dtype.num != DTYPE_NUMS[dtype] or not a.dtype.isnative:
         raise TypeError("not an ndarray of the kernel's dtype")
+    return a
+
+
+cdef inline object private(object a):
+    """An exact ndarray the columns writer sizes or bounds its writes by: itself under
+    the GIL, a copy on a free-threaded build (see _encode_columns)."""
+    if FREE_THREADED:
+        return a.copy()
     return a
 
 
@@ -376,7 +408,7 @@ cdef class _Bin:
         # Taken only: _encode_columns checks once every column is taken.
         data, offs, nulls = col.data, col.offsets, col.nulls
         self.data = exact_array(data, DT_UINT8)
-        self.offs = exact_array(offs, DT_INT32)
+        self.offs = private(exact_array(offs, DT_INT32))
         self.nulls = exact_array(nulls, DT_BOOL)  # bools are one byte, 0 or 1
         self.n = self.nulls.shape[0]
         self.size = self.data.shape[0]

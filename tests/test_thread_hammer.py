@@ -1,0 +1,362 @@
+"""Threads that decode, encode and free messages and record batches while other threads
+change what they read: assign fields, grow and shrink lists, rewrite bytearrays and the
+arrays of record columns, resize buffers.
+
+Without the GIL (a free-threaded build, where the compiled modules declare they need none)
+this is what the codecs must survive; with it, the threads still interleave at every
+switch interval (cut to a microsecond here). Every outcome is checked: what an encoder
+wrote reads back as one of the states the changing threads set, a decoder reads what was
+in the buffer (each byte as one of the two versions the rewriting thread alternates), or
+the call fails cleanly with the codec's own error. A crash fails the whole run.
+"""
+
+import random
+import sys
+import threading
+
+import pytest
+
+from fastkwire.errors import DecodeError, EncodeError
+
+ROUNDS = 300  # calls per working thread
+WORKERS = 2  # threads per working role
+CHANGED = "a value changed while it was being encoded"
+
+
+def hammer(workers, changers):
+    """Run each worker ROUNDS times in WORKERS threads and each changer in one thread until
+    the workers are done, all started together; re-raise the first failure of any."""
+    stop = threading.Event()
+    failures = []
+    threads = len(workers) * WORKERS + len(changers)
+    barrier = threading.Barrier(threads)
+
+    def work(fn, seed):
+        rng = random.Random(seed)
+        try:
+            barrier.wait()
+            for _ in range(ROUNDS):
+                fn(rng)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            failures.append(e)
+
+    def change(fn, seed):
+        rng = random.Random(seed)
+        try:
+            barrier.wait()
+            while not stop.is_set():
+                fn(rng)
+        except BaseException as e:  # noqa: BLE001
+            failures.append(e)
+
+    started = [
+        threading.Thread(target=work, args=(fn, i * 10 + k))
+        for i, fn in enumerate(workers)
+        for k in range(WORKERS)
+    ]
+    changing = [
+        threading.Thread(target=change, args=(fn, 1000 + i)) for i, fn in enumerate(changers)
+    ]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in started + changing:
+            t.start()
+        for t in started:
+            t.join()
+        stop.set()
+        for t in changing:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    if failures:
+        raise failures[0]
+
+
+# ---------------------------------------------------------------- messages
+
+
+def _members(cls, tag, n):
+    return [
+        cls.MemberIdentity(
+            member_id=f"{tag}{i}", group_instance_id=None if i % 2 else f"i{i}", reason="r"
+        )
+        for i in range(n)
+    ]
+
+
+def _allowed_member(d):
+    """A member any changing thread below may have put in: m<i>, n<i> or x, as _members makes."""
+    mid = d["member_id"]
+    if mid == "x":
+        return d["group_instance_id"] is None and d["reason"] == "r"
+    if mid[:1] not in ("m", "n") or not mid[1:].isdigit():
+        return False
+    i = int(mid[1:])
+    return d["group_instance_id"] == (None if i % 2 else f"i{i}") and d["reason"] == "r"
+
+
+def _check_leave_group(cls, d):
+    assert d["group_id"] in ("g", "h"), d
+    assert all(_allowed_member(m) for m in d["members"]), d
+
+
+def _leave_group_changers(cls, shared):
+    """Threads that assign fields and change the members list of shared[0] in place."""
+
+    def assign(rng):
+        m = shared[0]
+        m.members = _members(cls, rng.choice("mn"), rng.randrange(6))  # frees the old list
+        m.group_id = rng.choice("gh")
+
+    def in_place(rng):
+        members = shared[0].members
+        op = rng.randrange(4)
+        try:
+            if op == 0:
+                members.append(cls.MemberIdentity(member_id="x", reason="r"))
+            elif op == 1:
+                members.pop()
+            elif op == 2:
+                members[rng.randrange(len(members))] = cls.MemberIdentity(member_id="x", reason="r")
+            else:
+                members[0].member_id = "x"
+                members[0].group_instance_id = None
+        except (IndexError, ValueError):  # emptied meanwhile
+            pass
+
+    return [assign, in_place]
+
+
+def test_encoding_a_message_other_threads_change(impl):
+    """Encoders of one LeaveGroup whose fields and members list other threads replace,
+    grow, shrink and rewrite: bytes that read back as members some thread put in, or the
+    EncodeError for a list that changed size while it was written."""
+    cls = impl.LeaveGroupRequest
+    shared = [cls(group_id="g", members=_members(cls, "m", 3))]
+
+    def encode(rng):
+        try:
+            data = shared[0].encode(5)
+        except EncodeError as e:
+            assert e.reason == CHANGED, e
+            return
+        _check_leave_group(cls, cls.decode(data, 5).to_dict())
+
+    hammer([encode], _leave_group_changers(cls, shared))
+
+
+def test_decoding_converting_and_freeing_shared_messages(impl):
+    """The mix that crashed LeaveGroup: threads decode a message and publish it (freeing
+    the one before), read the published one with to_dict and encode, while others assign
+    its fields and change its lists."""
+    cls = impl.LeaveGroupRequest
+    bodies = [
+        cls(group_id=g, members=_members(cls, t, k)).encode(5)
+        for g, t, k in (("g", "m", 3), ("h", "n", 5), ("g", "n", 0))
+    ]
+    expected = {b: cls.decode(b, 5).to_dict() for b in bodies}
+    shared = [cls.decode(bodies[0], 5)]
+
+    def decode_and_publish(rng):
+        body = rng.choice(bodies)
+        m = cls.decode(bytearray(body) if rng.random() < 0.5 else body, 5)
+        assert m.to_dict() == expected[body]
+        shared[0] = m  # the previous message is freed here, or by the last reader
+
+    def read_shared(rng):
+        m = shared[0]
+        _check_leave_group(cls, m.to_dict())
+        try:
+            data = m.encode(5)
+        except EncodeError as e:
+            assert e.reason == CHANGED, e
+            return
+        _check_leave_group(cls, cls.decode(data, 5).to_dict())
+
+    hammer([decode_and_publish, read_shared], _leave_group_changers(cls, shared))
+
+
+def _metadata(cls, leader):
+    topic = cls.MetadataResponseTopic(
+        name="t",
+        partitions=[
+            cls.MetadataResponsePartition(
+                partition_index=p,
+                leader_id=leader + p,
+                replica_nodes=[leader, leader + 1, p],
+                isr_nodes=[leader],
+                offline_replicas=[],
+            )
+            for p in range(8)
+        ],
+    )
+    return cls(
+        brokers=[cls.MetadataResponseBroker(node_id=leader, host="h", port=9092)], topics=[topic]
+    )
+
+
+def test_decoding_a_bytearray_another_thread_rewrites(impl):
+    """Decoders of one bytearray that another thread rewrites in place between two
+    encodings of the same size, and tries to resize: each decode reads every byte as one
+    of the two (its re-encoding shows which), or is a DecodeError."""
+    cls = impl.MetadataResponse
+    a, b = (_metadata(cls, leader).encode(12) for leader in (1, 3))
+    assert len(a) == len(b) and a != b
+    buf = bytearray(a)
+
+    def decode(rng):
+        view = memoryview(buf) if rng.random() < 0.5 else buf
+        try:
+            m = cls.decode(view, 12)
+        except DecodeError:
+            return
+        out = m.encode(12)
+        assert len(out) == len(a)
+        assert all(x in (y, z) for x, y, z in zip(out, a, b)), out
+
+    def rewrite(rng):
+        try:
+            with memoryview(buf) as m:  # in place, while decoders hold it too
+                m[: len(a)] = rng.choice((a, b))
+        except (BufferError, ValueError):  # grown meanwhile (the resizer) or
+            pass  # being resized by it
+
+    def resize(rng):
+        try:
+            if len(buf) > len(a):
+                del buf[-1]
+            else:
+                buf.extend(b"\0")
+        except BufferError:  # a decoder holds it: resizing waits for none
+            pass
+
+    hammer([decode], [rewrite, resize])
+
+
+# ---------------------------------------------------------------- record batches
+
+
+def _record(Record, rng):
+    return Record(
+        key=rng.choice((None, b"k")),
+        value=rng.choice((b"v1", b"v22", None)),
+        headers=[("h", rng.choice((b"x", None)))] * rng.randrange(3),
+    )
+
+
+def _check_records(batches):
+    for batch in batches:
+        for r in batch.records:
+            assert r.key in (None, b"k") and r.value in (b"v1", b"v22", b"v333", None), r
+            assert all(h in (("h", b"x"), ("h", None), ("h2", b"y")) for h in r.headers), r
+
+
+def test_writing_records_other_threads_change(records_codec):
+    """write_batch over one list of Records that other threads grow, shrink and rewrite,
+    assigning the records' values and header lists and changing those lists in place:
+    batches that read back as records some thread put in, never an IndexError or a crash."""
+    from fastkwire.records import Record
+
+    rng0 = random.Random(0)
+    records = [_record(Record, rng0) for _ in range(6)]
+
+    def write(rng):
+        _check_records(records_codec.read_batches(records_codec.write_batch(records)))
+
+    def change_list(rng):
+        op = rng.randrange(3)
+        try:
+            if op == 0 and len(records) < 12:
+                records.append(_record(Record, rng))
+            elif op == 1 and len(records) > 1:
+                records.pop(rng.randrange(len(records)))
+            else:
+                records[rng.randrange(len(records))] = _record(Record, rng)
+        except (IndexError, ValueError):
+            pass
+
+    def change_records(rng):
+        try:
+            r = records[rng.randrange(len(records))]
+        except (IndexError, ValueError):
+            return
+        op = rng.randrange(4)
+        if op == 0:
+            r.value = rng.choice((b"v1", b"v333", None))
+        elif op == 1:
+            r.headers = [("h2", b"y")] * rng.randrange(4)  # frees the old list
+        elif op == 2:
+            r.headers.append(("h", b"x"))
+        else:
+            try:
+                r.headers.pop()
+            except IndexError:
+                pass
+
+    hammer([write], [change_list, change_records])
+
+
+def test_writing_columns_another_thread_rewrites(records_codec):
+    """write_batch over RecordColumns whose offsets, timestamps and value offsets another
+    thread rewrites in place between two valid states (any element of either): batches
+    that read back with each value a slice one of the states makes, never past the data."""
+    np = pytest.importorskip("numpy")
+    from fastkwire.records import Record, RecordColumns
+
+    cols = RecordColumns.from_records(
+        [
+            Record(offset=i, timestamp=1000 + i, key=None, value=v, headers=[("h", b"x")] * (i % 2))
+            for i, v in enumerate((b"aa", b"bbbb", b"cc", b"dddddd"))
+        ]
+    )
+    data = bytes(cols.value.data)
+    states = [np.array([0, 2, 6, 8, 14], np.int32), np.array([0, 1, 7, 8, 14], np.int32)]
+    stamps = [np.array([1000, 1001, 1002, 1003]), np.array([5, 2**40, -7, 0])]
+    allowed = {data[x:y] for s in states for t in states for x, y in zip(s[:-1], t[1:]) if x <= y}
+
+    def write(rng):
+        try:
+            out = records_codec.write_batch(cols)
+        except EncodeError:  # offsets caught descending between two rewrites
+            return
+        for batch in records_codec.read_batches(out):
+            assert len(batch.records) == 4
+            for r in batch.records:
+                assert r.value in allowed, r
+
+    def rewrite(rng):
+        cols.value.offsets[:] = rng.choice(states)
+        cols.timestamp[:] = rng.choice(stamps)
+        cols.headers.offsets[:] = rng.choice(
+            (np.array([0, 0, 1, 1, 2], np.int32), np.array([0, 1, 1, 2, 2], np.int32))
+        )
+
+    hammer([write], [rewrite])
+
+
+# ---------------------------------------------------------------- the accelerators' seams
+
+
+@pytest.mark.parametrize("module", ["fastkwire._kafka_python", "fastkwire._aiokafka"])
+def test_murmur2_of_a_bytearray_another_thread_resizes(module):
+    """The partitioners' murmur2 over a bytearray another thread grows and cuts: the hash
+    of one of its two states (the resize waits for none: a BufferError in the resizer)."""
+    seam = pytest.importorskip(module)
+    buf = bytearray(b"partition key " * 40)
+    short, long_ = bytes(buf), bytes(buf) + b"more"
+    expected = {seam.murmur2(short), seam.murmur2(long_)}
+
+    def hash_it(rng):
+        assert seam.murmur2(buf) in expected
+
+    def resize(rng):
+        try:
+            if len(buf) > len(short):
+                del buf[-4:]
+            else:
+                buf.extend(b"more")
+        except BufferError:  # a hash holds it: resizing waits for none
+            pass
+
+    hammer([hash_it], [resize])
