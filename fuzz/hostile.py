@@ -756,17 +756,29 @@ def check_primitive(seed):
 # ---------------------------------------------------------------- the collector
 
 
+# Set (a count) by a caller while it is in a call into the compiled code: gc_stress then
+# forces a collection wherever that call runs fastkwire's Python code (an error
+# constructor, a rule), the only place CPython 3.12+ may collect inside it. (A profile
+# function sees no c_call event for Cython's methods, so the caller says so.)
+COMPILED_CALLS = [0]
+
+
 def gc_stress():
     """Collect at (nearly) every allocation of a tracked object and, as each collection
     starts, walk the young objects as a debugger or a memory profiler does: iterate
     every list, tuple and dict and ask every object for its referents. A container the
     compiled core lets the collector see before it is whole (a list with NULL items)
     crashes the walk. Returns a function that undoes it and returns how many collections
-    ran (CPython 3.12 and later collect only where Python code runs, never inside an
-    allocation: a compiled call that runs no Python code sees none)."""
+    ran and how many of them ran inside a call into fastkwire's compiled code.
+
+    CPython 3.12 and later (and free-threaded builds) collect only where Python code
+    runs, never inside an allocation; so wherever the compiled code calls back into
+    Python (the error constructors of a failing decode, a user's __index__ or property),
+    a collection is forced there, while its containers may be half built."""
     import gc
 
     collections = [0]
+    inside = [0]
 
     def walk(phase, info):
         if phase != "start":
@@ -784,10 +796,16 @@ def gc_stress():
     calls = [0]
 
     def profile(frame, event, arg):
-        # Where allocations no longer start collections (3.12+ collect at the eval loop's
-        # checks; free-threaded builds once the young objects are a quarter of the heap),
-        # force one at every 20th call that the code under test makes from Python.
         if event == "call":
+            if COMPILED_CALLS[0] and frame.f_globals.get("__name__", "").startswith("fastkwire."):
+                # fastkwire's Python code run by a compiled call (see COMPILED_CALLS):
+                # collect right there
+                inside[0] += 1
+                gc.collect(0)
+                return
+            # Elsewhere, where allocations no longer start collections (3.12+ collect at
+            # the eval loop's checks; free-threaded builds once the young objects are a
+            # quarter of the heap), one at every 20th call.
             calls[0] += 1
             if calls[0] % 20 == 0:
                 gc.collect(0)
@@ -801,6 +819,6 @@ def gc_stress():
         sys.setprofile(None)
         gc.set_threshold(*threshold)
         gc.callbacks.remove(walk)
-        return collections[0]
+        return collections[0], inside[0]
 
     return undo

@@ -2,7 +2,6 @@
 taken, the collector looking at half-built lists, columns past 2 GiB, legacy sets at the
 int64 edges, and argument forms the two kernels must take or refuse alike."""
 
-import importlib.util
 import os
 import struct
 import subprocess
@@ -184,35 +183,38 @@ def test_headers_lists_never_seen_half_built(pure, monkeypatch):
     """A gc callback walking gc.get_objects() during read_batches meets no list with
     NULL items (the reproducer crashed the interpreter)."""
     monkeypatch.setenv("FASTKWIRE_PURE", pure)
-    compiled = pure == "0" and importlib.util.find_spec("fastkwire._records") is not None
-    if compiled and sys.version_info >= (3, 12):
-        # The collector runs only where Python code runs from 3.12 on, and the compiled
-        # reader runs none inside the call: there is no collection to catch a list in.
-        pytest.skip(
-            "Python 3.12+ collects only where Python code runs; the compiled reader runs none"
-        )
     out = run_isolated("""
         import gc, sys
         from fastkwire import records
+        from fastkwire.errors import DecodeError
         from fastkwire.records import Record
         b = records.write_batch([Record(i, 0, b"k", b"v", [("a%d" % j, b"x") for j in range(50)])
                                  for i in range(50)])
-        seen = []
+        # The same batch claiming one record more: the reader fails past the 50th, its
+        # records list half built, making the DecodeError (Python code: where CPython
+        # 3.12+ can collect inside the call, so a collection is forced there).
+        bad = b[:57] + (51).to_bytes(4, "big") + b[61:]
+        seen, inside = [], [0]
         def walk(phase, info):
             if phase == "start":
                 seen.append(sum(len(list(o)) for o in gc.get_objects(0) if type(o) is list))
         def profile(frame, event, arg):  # collections forced where allocations start none
             if event == "call":
+                inside[0] += frame.f_globals.get("__name__") == "fastkwire.errors"
                 gc.collect(0)
         gc.callbacks.append(walk)
         gc.set_threshold(1)
         sys.setprofile(profile)
         n = sum(len(r.headers) for r in records.read_batches(b)[0].records)
+        try:
+            records.read_batches(bad, check_crc=False)
+        except DecodeError as e:
+            failed = e.reason
         sys.setprofile(None)
         gc.callbacks.remove(walk)
-        print(n, len(seen) > 10)
+        print(n, len(seen) > 10, inside[0] > 0, failed.startswith("truncated"))
     """)
-    assert out.split() == ["2500", "True"]
+    assert out.split() == ["2500", "True", "True", "True"]
 
 
 # ---------------------------------------------------------------- 2 GiB of values

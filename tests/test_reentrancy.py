@@ -110,9 +110,56 @@ def test_kafka_python_reader_holds_the_bytearray_it_reads():
     if sys.version_info >= (3, 12):
         # 3.12+ collects only where Python code runs (the eval breaker), and the reader
         # runs none inside the call: no collection reaches it there, so none is refused.
+        # Another thread can, without the GIL: test_kafka_python_reader_holds_the_...
+        # _another_thread_moves below.
         assert got.split()[0] == "True"
     else:
         assert got == "True True"
+
+
+@pytest.mark.skipif(
+    getattr(sys, "_is_gil_enabled", lambda: True)(),
+    reason="another thread runs inside the reader only without the GIL",
+)
+def test_kafka_python_reader_holds_the_bytearray_another_thread_moves():
+    pytest.importorskip("kafka")
+    # The same attack from a thread, which (without the GIL) runs at any point of the
+    # reader: its resizes while a record is read must be refused, and every row right.
+    got = run(
+        KAFKA_BATCH,
+        """
+        import threading
+        batch = MemoryRecords(raw).next_batch()
+        refused, stop = [0], threading.Event()
+        def move():
+            # grow (new storage, the bytes kept) and cut back: only past the records
+            while not stop.is_set():
+                buf = batch._buffer
+                if type(buf) is not bytearray:
+                    continue
+                try:
+                    buf.extend(bytes(1 << 16))
+                except BufferError:
+                    refused[0] += 1
+                    continue
+                while True:
+                    try:
+                        del buf[-(1 << 16):]
+                        break
+                    except BufferError:
+                        refused[0] += 1
+        mover = threading.Thread(target=move)
+        mover.start()
+        got = []
+        for _ in range(30):
+            batch = MemoryRecords(raw).next_batch()
+            got.append(rows(batch) == expect)
+        stop.set()
+        mover.join()
+        print(all(got), refused[0] > 0)
+    """,
+    )
+    assert got == "True True"
 
 
 def test_batch_next_reads_the_state_a_users_ge_left():

@@ -259,7 +259,7 @@ def test_writing_records_other_threads_change(records_codec):
     from fastkwire.records import Record
 
     rng0 = random.Random(0)
-    records = [_record(Record, rng0) for _ in range(6)]
+    records = [_record(Record, rng0) for _ in range(100)]
 
     def write(rng):
         _check_records(records_codec.read_batches(records_codec.write_batch(records)))
@@ -267,10 +267,10 @@ def test_writing_records_other_threads_change(records_codec):
     def change_list(rng):
         op = rng.randrange(3)
         try:
-            if op == 0 and len(records) < 12:
-                records.append(_record(Record, rng))
-            elif op == 1 and len(records) > 1:
-                records.pop(rng.randrange(len(records)))
+            if op == 0 and len(records) < 200:
+                records.extend(_record(Record, rng) for _ in range(rng.randrange(1, 50)))
+            elif op == 1 and len(records) > 50:
+                del records[rng.randrange(1, len(records)) :]  # the writer may be past it
             else:
                 records[rng.randrange(len(records))] = _record(Record, rng)
         except (IndexError, ValueError):
@@ -298,39 +298,51 @@ def test_writing_records_other_threads_change(records_codec):
 
 
 def test_writing_columns_another_thread_rewrites(records_codec):
-    """write_batch over RecordColumns whose offsets, timestamps and value offsets another
-    thread rewrites in place between two valid states (any element of either): batches
-    that read back with each value a slice one of the states makes, never past the data."""
+    """write_batch over RecordColumns whose value offsets, timestamps and header offsets
+    another thread rewrites in place: between two valid states (any element of either is
+    valid too) and one whose last offset is far past the data. Batches that read back
+    with each value a slice of the data one of the states makes, or an EncodeError; never
+    bytes read past the data (what checking one state and writing another would do)."""
     np = pytest.importorskip("numpy")
     from fastkwire.records import Record, RecordColumns
 
+    groups = 500  # records of 2, 4, 2 and 6 bytes, 14 bytes a group
     cols = RecordColumns.from_records(
         [
             Record(offset=i, timestamp=1000 + i, key=None, value=v, headers=[("h", b"x")] * (i % 2))
-            for i, v in enumerate((b"aa", b"bbbb", b"cc", b"dddddd"))
+            for i in range(4 * groups)
+            for v in [(b"aa", b"bbbb", b"cc", b"dddddd")[i % 4]]
         ]
     )
     data = bytes(cols.value.data)
-    states = [np.array([0, 2, 6, 8, 14], np.int32), np.array([0, 1, 7, 8, 14], np.int32)]
-    stamps = [np.array([1000, 1001, 1002, 1003]), np.array([5, 2**40, -7, 0])]
-    allowed = {data[x:y] for s in states for t in states for x, y in zip(s[:-1], t[1:]) if x <= y}
+    base = np.repeat(np.arange(groups, dtype=np.int32) * 14, 4)
+    a = np.append(base + np.tile(np.array([0, 2, 6, 8], np.int32), groups), 14 * groups)
+    b = np.append(base + np.tile(np.array([0, 1, 7, 8], np.int32), groups), 14 * groups)
+    far = a.copy()
+    far[-1] = 1 << 30  # past the data: refused when checked
+    stamps = [np.arange(1000, 1000 + 4 * groups), np.arange(4 * groups)[::-1] * 2**30]
+    rows = np.arange(4 * groups + 1, dtype=np.int32)
+    hoffs = [(rows + 1) // 2, rows // 2]  # a header on every odd record, or every even one
+    # each value: data[x:y] from either valid state, or to the end of the data (a writer
+    # that read the far state's last offset, clamped by numpy)
+    starts = set(a[:-1].tolist()) | set(b[:-1].tolist())
+    allowed = {data[x:y] for s in (a, b) for t in (a, b) for x, y in zip(s[:-1], t[1:]) if x <= y}
+    allowed |= {data[x:] for x in starts}
 
     def write(rng):
         try:
             out = records_codec.write_batch(cols)
-        except EncodeError:  # offsets caught descending between two rewrites
+        except EncodeError:
             return
         for batch in records_codec.read_batches(out):
-            assert len(batch.records) == 4
+            assert len(batch.records) == 4 * groups
             for r in batch.records:
-                assert r.value in allowed, r
+                assert r.value in allowed, (r.offset, len(r.value))
 
     def rewrite(rng):
-        cols.value.offsets[:] = rng.choice(states)
+        cols.value.offsets[:] = rng.choice((a, b, far))
         cols.timestamp[:] = rng.choice(stamps)
-        cols.headers.offsets[:] = rng.choice(
-            (np.array([0, 0, 1, 1, 2], np.int32), np.array([0, 1, 1, 2, 2], np.int32))
-        )
+        cols.headers.offsets[:] = rng.choice(hoffs)
 
     hammer([write], [rewrite])
 
@@ -343,7 +355,7 @@ def test_murmur2_of_a_bytearray_another_thread_resizes(module):
     """The partitioners' murmur2 over a bytearray another thread grows and cuts: the hash
     of one of its two states (the resize waits for none: a BufferError in the resizer)."""
     seam = pytest.importorskip(module)
-    buf = bytearray(b"partition key " * 40)
+    buf = bytearray(b"partition key " * 40_000)  # its own mapping: freed, it is unmapped
     short, long_ = bytes(buf), bytes(buf) + b"more"
     expected = {seam.murmur2(short), seam.murmur2(long_)}
 
@@ -355,7 +367,7 @@ def test_murmur2_of_a_bytearray_another_thread_resizes(module):
             if len(buf) > len(short):
                 del buf[-4:]
             else:
-                buf.extend(b"more")
+                buf.extend(b"more")  # new storage: the old one is freed
         except BufferError:  # a hash holds it: resizing waits for none
             pass
 
