@@ -763,6 +763,10 @@ def check_primitive(seed):
 COMPILED_CALLS = [0]
 
 
+def _fastkwire(frame):
+    return frame.f_globals.get("__name__", "").startswith("fastkwire.")
+
+
 def gc_stress():
     """Collect at (nearly) every allocation of a tracked object and, as each collection
     starts, walk the young objects as a debugger or a memory profiler does: iterate
@@ -797,11 +801,12 @@ def gc_stress():
 
     def profile(frame, event, arg):
         if event == "call":
-            if COMPILED_CALLS[0] and frame.f_globals.get("__name__", "").startswith("fastkwire."):
+            if COMPILED_CALLS[0] and _fastkwire(frame):
                 # fastkwire's Python code run by a compiled call (see COMPILED_CALLS):
-                # collect right there
-                inside[0] += 1
-                gc.collect(0)
+                # collect right there, as it is entered
+                if frame.f_back is None or not _fastkwire(frame.f_back):
+                    inside[0] += 1
+                    gc.collect(0)
                 return
             # Elsewhere, where allocations no longer start collections (3.12+ collect at
             # the eval loop's checks; free-threaded builds once the young objects are a

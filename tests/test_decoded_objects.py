@@ -430,13 +430,14 @@ assert gc.is_tracked(calls[0]()[0]) and gc.is_tracked(calls[1]()[0])
     "every-message": """
 import differential as D, scope
 calls, cut = [], []
-for name, v in scope.pairs(D.message_versions()):
+for i, (name, v) in enumerate(scope.pairs(D.message_versions())):
     cls = getattr(mod, name)
     body = getattr(D.PY, name).from_dict(D.full_dict(name, v)).encode(v)
     for arrays in D.ARRAYS:
         calls.append(lambda cls=cls, body=body, v=v, a=arrays: cls.decode(body, v, arrays=a))
     calls.append(lambda cls=cls, body=body, v=v: cls.decode(body, v, records="view").encode(v))
-    cut.append((lambda b, cls=cls, v=v: cls.decode(b, v), body))
+    if i % 10 == 0:  # one message in ten also cut short
+        cut.append((lambda b, cls=cls, v=v: cls.decode(b, v), body))
 """,
 }
 

@@ -10,9 +10,12 @@ in the buffer (each byte as one of the two versions the rewriting thread alterna
 the call fails cleanly with the codec's own error. A crash fails the whole run.
 """
 
+import os
 import random
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -372,3 +375,36 @@ def test_murmur2_of_a_bytearray_another_thread_resizes(module):
             pass
 
     hammer([hash_it], [resize])
+
+
+# ---------------------------------------------------------------- the fuzzers, threaded
+
+FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
+
+
+@pytest.mark.parametrize("fuzzer, inputs", [("hostile_records", 800), ("hostile_reentrancy", 400)])
+def test_fuzzers_on_threads(fuzzer, inputs):
+    """fuzz/threaded.py: the columns fuzzer (compiled writer against pure on every seed)
+    and the reentrancy fuzzer (every compiled entry point, the kafka-python target plans
+    among them, under a collector that rewrites inputs) on four threads at once, in a
+    child process (a crash fails the test, not the suite)."""
+    pytest.importorskip("fastkwire._records")
+    pytest.importorskip("numpy")
+    if os.environ.get("FASTKWIRE_PURE"):
+        pytest.skip("the compiled core is not in use")
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(FUZZ / "threaded.py"),
+            fuzzer,
+            "--threads",
+            "4",
+            "--inputs",
+            str(inputs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, f"exit {out.returncode}\n{out.stderr[-3000:]}"
+    assert f"{inputs} inputs on 4 threads" in out.stderr and " 0 findings" in out.stderr

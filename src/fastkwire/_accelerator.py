@@ -8,6 +8,7 @@ Each accelerator package makes one Accelerator and exports its bound methods; th
 
 import importlib
 import os
+import threading
 import warnings
 from typing import Any, NamedTuple
 
@@ -53,6 +54,10 @@ class Accelerator:
         self._build_patches, self._bind = build_patches, bind
         self._error, self._forget = error, forget
         self._applied = []  # the Patches set by install(), in order; empty when not installed
+        # install() and uninstall() one thread at a time: two installs at once would each
+        # find the library unpatched, and the second would take the first's replacements
+        # for the originals (a seam then calling itself)
+        self._lock = threading.RLock()
 
     def _decline_reason(self):
         """Why install() must not patch, or None."""
@@ -97,27 +102,31 @@ class Accelerator:
         Declines, changing nothing, on an untested version, under FASTKWIRE_PURE=1 or
         without the compiled core: raises the accelerator's Unsupported error, or with
         strict=False warns (RuntimeWarning) and returns False."""
-        if self._applied:
+        with self._lock:
+            if self._applied:
+                return True
+            table, reason = self._table()
+            if reason is not None:
+                if strict:
+                    raise self._error(reason)
+                warnings.warn(
+                    f"{self.package} not installed: {reason}", RuntimeWarning, stacklevel=2
+                )
+                return False
+            self._bind(table)
+            for patch in table.patches:  # plain setattr: nothing here can fail half-way
+                setattr(patch.owner, patch.attribute, patch.replacement)
+                self._applied.append(patch)
             return True
-        table, reason = self._table()
-        if reason is not None:
-            if strict:
-                raise self._error(reason)
-            warnings.warn(f"{self.package} not installed: {reason}", RuntimeWarning, stacklevel=2)
-            return False
-        self._bind(table)
-        for patch in table.patches:  # plain setattr: nothing here can fail half-way
-            setattr(patch.owner, patch.attribute, patch.replacement)
-            self._applied.append(patch)
-        return True
 
     def uninstall(self):
         """Put back every original install() replaced (no-op when not installed)."""
-        while self._applied:
-            patch = self._applied.pop()
-            setattr(patch.owner, patch.attribute, patch.original)
-        if self._forget is not None:
-            self._forget()
+        with self._lock:
+            while self._applied:
+                patch = self._applied.pop()
+                setattr(patch.owner, patch.attribute, patch.original)
+            if self._forget is not None:
+                self._forget()
 
     def installed(self):
         """True while install()'s patches are in place."""
