@@ -257,21 +257,33 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
     From the first check to the last byte written no Python code runs. On a free-threaded
     build another thread may still write into the arrays meanwhile: there every array the
     sizes and bounds come from (all but the bytes and the null flags) is read from a copy
-    of our own (`private`), so the values checked are the values written."""
+    of our own, made once every getter has run, so the values checked are the values
+    written."""
     cdef const int64_t[::1] offset
     cdef const int64_t[::1] timestamp
     cdef const int32_t[::1] hoffs_view
     try:
         headers = cols.headers
-        offset = private(exact_array(cols.offset, DT_INT64))
-        timestamp = private(exact_array(cols.timestamp, DT_INT64))
-        hoffs_view = private(exact_array(headers.offsets, DT_INT32))
+        offset_a = exact_array(cols.offset, DT_INT64)
+        offset = offset_a
+        timestamp_a = exact_array(cols.timestamp, DT_INT64)
+        timestamp = timestamp_a
+        hoffs_a = exact_array(headers.offsets, DT_INT32)
+        hoffs_view = hoffs_a
         key = _Bin(cols.key)
         value = _Bin(cols.value)
         hkey = _Bin(headers.key)
         hvalue = _Bin(headers.value)
     except (ValueError, TypeError, AttributeError, BufferError):
         return None  # not arrays of these types: the pure writer converts or refuses them
+    if FREE_THREADED:  # every getter has run: copies of what sizes and bounds come from
+        offset = offset_a.copy()
+        timestamp = timestamp_a.copy()
+        hoffs_view = hoffs_a.copy()
+        key.own()
+        value.own()
+        hkey.own()
+        hvalue.own()
     key.check()
     value.check()
     hkey.check()
@@ -385,20 +397,13 @@ cdef object exact_array(object a, int dtype):
     return a
 
 
-cdef inline object private(object a):
-    """An exact ndarray the columns writer sizes or bounds its writes by: itself under
-    the GIL, a copy on a free-threaded build (see _encode_columns)."""
-    if FREE_THREADED:
-        return a.copy()
-    return a
-
-
 @cython.final
 cdef class _Bin:
     """A BinaryColumn's arrays, checked once: offsets ascending within the data."""
     cdef const uint8_t[::1] data
     cdef const int32_t[::1] offs
     cdef const uint8_t[::1] nulls
+    cdef object offs_a     # the offsets array itself (own() copies it)
     cdef Py_ssize_t n
     cdef Py_ssize_t size
     cdef Py_ssize_t longest  # the longest value's bytes
@@ -408,11 +413,17 @@ cdef class _Bin:
         # Taken only: _encode_columns checks once every column is taken.
         data, offs, nulls = col.data, col.offsets, col.nulls
         self.data = exact_array(data, DT_UINT8)
-        self.offs = private(exact_array(offs, DT_INT32))
+        self.offs_a = exact_array(offs, DT_INT32)
+        self.offs = self.offs_a
         self.nulls = exact_array(nulls, DT_BOOL)  # bools are one byte, 0 or 1
         self.n = self.nulls.shape[0]
         self.size = self.data.shape[0]
         self.ok = False
+
+    cdef int own(self) except -1:
+        """Read the offsets from a copy of our own from now on (see _encode_columns)."""
+        self.offs = self.offs_a.copy()
+        return 0
 
     cdef void check(self) noexcept:
         """Offsets ascending within the data; the longest value's bytes."""
