@@ -69,6 +69,13 @@ def decoder(name):
     return lambda: cls.decode(data, version)
 
 
+def control():
+    x = 0
+    for i in range(1000):
+        x += i
+    return x
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -101,6 +108,17 @@ def main(argv=None):
             f"| {name} | {rate1:,.0f} | {rate_n:,.0f} | {rate_n / rate1:.2f}x | "
             f"{many[1] / one[1]:.2f} |"
         )
+    # the control: a loop of plain Python, which shares nothing between the threads; its
+    # scaling is what the machine gives two threads at this moment
+    fn = control
+    calls = calls_for(fn, args.seconds)
+    one = min(timed(fn, calls, 1) for _ in range(args.repeat))
+    many = min(timed(fn, calls, args.threads) for _ in range(args.repeat))
+    rate1, rate_n = calls / one[0], args.threads * calls / many[0]
+    print(
+        f"| control: a Python loop | {rate1:,.0f} | {rate_n:,.0f} | {rate_n / rate1:.2f}x | "
+        f"{many[1] / one[1]:.2f} |"
+    )
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -118,8 +118,9 @@ def test_kafka_python_reader_holds_the_bytearray_it_reads():
 
 
 @pytest.mark.skipif(
-    getattr(sys, "_is_gil_enabled", lambda: True)(),
-    reason="another thread runs inside the reader only without the GIL",
+    getattr(sys, "_is_gil_enabled", lambda: True)() or sys.version_info < (3, 14),
+    reason="another thread runs inside the reader only without the GIL, and 3.13t's "
+    "bytearray is not itself safe to resize while another thread reads it",
 )
 def test_kafka_python_reader_holds_the_bytearray_another_thread_moves():
     pytest.importorskip("kafka")

@@ -132,6 +132,7 @@ cdef list keep_list(list items):
 
 
 cdef object _lock = _threading.RLock()
+cdef object _class_lock = _threading.Lock()  # plain_class's
 cdef dict _roots = {}   # message class -> list of Plan or None, indexed by version
 cdef dict _subs = {}    # message class -> {Layout: Plan}
 cdef list _published = keep_list([])  # every plan put in _roots, never dropped
@@ -461,8 +462,10 @@ def plain_class(name, bases, ns):
     # Under the GIL, no collection means no Python code at all. On a free-threaded build
     # another thread's gc.collect() is not stopped by gc.disable(), but there an instance
     # made before the class is plain is freed safely (_plain_types.h, fk_free). The lock
-    # keeps two threads making classes from re-enabling the collector under each other.
-    with _lock:
+    # keeps two threads making classes from re-enabling the collector under each other;
+    # a lock of its own, taken with no other held here (plans are built under _lock while
+    # they make classes, which another thread may be making under its own lock).
+    with _class_lock:
         collecting = _gc.isenabled()
         _gc.disable()
         try:

@@ -438,7 +438,10 @@ def item_at(items, i, n):
     and tuple are read as they store, like seq_len."""
     t = type(items)
     if (t is list or t is tuple) and len(items) == n:
-        return items[i]
+        try:
+            return items[i]
+        except IndexError:  # shrunk since by another thread: _stored_item says so
+            pass
     return _stored_item(items, i, n)
 
 
@@ -447,7 +450,10 @@ def _stored_item(items, i, n):
     base = list if isinstance(items, list) else tuple
     if base.__len__(items) != n:
         raise _e.changed_during_encode()
-    return base.__getitem__(items, i)
+    try:
+        return base.__getitem__(items, i)
+    except IndexError:  # shrunk meanwhile by another thread
+        raise _e.changed_during_encode() from None
 
 
 def w_array(out, items, write_item, compact, nullable):
