@@ -477,14 +477,17 @@ def producer_partition(self, *args, **kwargs):
         return stock_partition(self, *args)
     # list(set(d.keys())): set() of a keys view fills the set in the dict's order one key
     # at a time (no presizing), which is what fixes the list's order
-    all_partitions = list(set((<dict>by_id).keys()))
+    cdef list all_partitions = list(set((<dict>by_id).keys()))
+    cdef Py_ssize_t count = len(all_partitions)
     cdef uint32_t h
+    if count == 0:  # not after a non-empty dict, but the modulo below must never see 0
+        return stock_partition(self, *args)
     if type(key) is bytes:
         h = murmur2_hash(<const unsigned char*><bytes>key, len(<bytes>key))
     else:
         h = murmur2_hash(<const unsigned char*>PyByteArray_AS_STRING(key),
                          PyByteArray_GET_SIZE(key))
-    return all_partitions[(h & 0x7FFFFFFF) % len(all_partitions)]
+    return all_partitions[<Py_ssize_t>((h & 0x7FFFFFFF) % <uint64_t>count)]
 
 
 # ---- the protocol: Struct.decode -------------------------------------------------------
