@@ -35,7 +35,7 @@ from aiokafka.record import legacy_records as alr  # noqa: E402
 from aiokafka.record import memory_records as amr  # noqa: E402
 from aiokafka.record.util import calc_crc32c  # noqa: E402
 from aiokafka.consumer.subscription_state import SubscriptionState  # noqa: E402
-from aiokafka.structs import TopicPartition  # noqa: E402
+from aiokafka.structs import PartitionMetadata, TopicPartition  # noqa: E402
 
 import fastkwire  # noqa: E402
 import fastkwire.aiokafka as fka  # noqa: E402
@@ -462,6 +462,197 @@ def test_partitioner_picks_the_same_partitions(accel):
         fka.uninstall()
 
 
+# ---- the producer's partition choice: AIOKafkaProducer._partition ----------------------
+
+
+def producer_with_partitions(by_topic, loop):
+    """An unstarted AIOKafkaProducer whose cluster metadata lists by_topic's partitions
+    ({topic: [(partition, leader), ...]}, inserted in that order)."""
+
+    async def make():
+        return aiokafka.AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
+
+    producer = loop.run_until_complete(make())
+    producer._metadata._partitions = {
+        topic: {
+            p: PartitionMetadata(topic, p, leader, [leader], [leader], None) for p, leader in parts
+        }
+        for topic, parts in by_topic.items()
+    }
+    return producer
+
+
+def partition_calls(calls, setup=None):
+    """fn(got): each call's AIOKafkaProducer._partition outcome (its value or exception),
+    random seeded the same way (unkeyed records pick at random)."""
+
+    def fn(got):
+        rng = random.Random(5)
+        order = list(range(40)) + [1000, 77, 4096, 513]
+        rng.shuffle(order)
+        by_topic = {
+            "t": [(p, -1 if p % 3 == 0 else 1) for p in order],
+            "one": [(0, 1)],
+            "empty": [],
+            "leaderless": [(0, -1), (1, -1)],
+        }
+        loop = asyncio.new_event_loop()
+        try:
+            producer = producer_with_partitions(by_topic, loop)
+            if setup is not None:
+                setup(producer)
+            random.seed(11)
+            for call in calls:
+                try:
+                    got.append(producer._partition(*call))
+                except Exception as exc:  # noqa: BLE001 - compared with stock's
+                    got.append((type(exc), exc.args))
+        finally:
+            loop.run_until_complete(producer.stop())
+            loop.close()
+
+    return fn
+
+
+def keyed_calls():
+    rng = random.Random(9)
+    calls = []
+    for topic, count in (("t", 120), ("one", 3), ("leaderless", 10)):
+        for n in [rng.choice((0, 1, 3, 12, 40)) for _ in range(count)]:
+            key = rng.randbytes(n)
+            calls.append((topic, None, key, b"v", key, b"v"))
+            calls.append((topic, None, key, b"v", bytearray(key), b"v"))
+    return calls
+
+
+ODD_CALLS = [
+    ("t", None, None, b"v", None, b"v"),  # unkeyed: random among the available
+    ("leaderless", None, None, b"v", None, b"v"),
+    ("t", 5, b"k", b"v", b"k", b"v"),  # an explicit partition
+    ("t", 9999, b"k", b"v", b"k", b"v"),  # AssertionError: not one of the topic's
+    ("t", None, "k", b"v", "k", b"v"),  # a str key: stock's murmur2
+    ("t", None, memoryview(b"key"), b"v", memoryview(b"key"), b"v"),
+    ("missing", None, b"k", b"v", b"k", b"v"),  # TypeError: no partitions known
+    ("empty", None, b"k", b"v", b"k", b"v"),  # ZeroDivisionError
+    (["unhashable"], None, b"k", b"v", b"k", b"v"),
+]
+
+
+@needs_accel
+def test_producer_partition_as_stock(accel):
+    stock, fast = accel(partition_calls(keyed_calls() + ODD_CALLS))
+    assert stock == fast
+    values = stock[0]
+    assert len(set(map(repr, values[: len(keyed_calls())]))) > 10  # many partitions hit
+
+
+@needs_accel
+def test_producer_partition_runs_no_python_for_keyed_records(accel):
+    """The keyed choice is made in C: no Python function runs (stock runs _partition,
+    ClusterMetadata's two partition lists and DefaultPartitioner.__call__)."""
+
+    def fn(got):
+        loop = asyncio.new_event_loop()
+        try:
+            producer = producer_with_partitions({"t": [(p, 1) for p in range(8)]}, loop)
+            called = []
+            sys.setprofile(
+                lambda frame, event, arg: event == "call" and called.append(frame.f_code.co_name)
+            )
+            try:
+                got.append(producer._partition("t", None, b"key", b"v", b"key", b"v"))
+            finally:
+                sys.setprofile(None)
+            got.append(sorted(set(called)))
+        finally:
+            loop.run_until_complete(producer.stop())
+            loop.close()
+
+    (stock, _), (fast, _) = accel(fn)
+    assert stock[0] == fast[0]
+    assert "partitions_for_topic" in stock[1] and "__call__" in stock[1]
+    assert fast[1] == []
+
+
+class OtherPartitioner:
+    def __call__(self, key, all_partitions, available):
+        return all_partitions[-1], tuple(available)
+
+
+@needs_accel
+@pytest.mark.parametrize(
+    "setup",
+    [
+        lambda p: setattr(p, "_partitioner", OtherPartitioner()),
+        lambda p: setattr(p, "_partitioner", type("Sub", (apartitioner.DefaultPartitioner,), {})()),
+        lambda p: setattr(
+            p._metadata, "partitions_for_topic", lambda topic: {3, 1} if topic == "t" else None
+        ),
+        lambda p: setattr(p._metadata, "available_partitions_for_topic", lambda topic: {7}),
+    ],
+    ids=["other partitioner", "a subclass", "partitions replaced", "available replaced"],
+)
+def test_producer_partition_other_parts_run_as_stock(accel, setup):
+    stock, fast = accel(partition_calls(keyed_calls() + ODD_CALLS, setup))
+    assert stock == fast
+
+
+# ---- the consumer's fetch context: SubscriptionState.fetch_context -----------------------
+
+
+def fetch_context_steps(fn_body):
+    """fn(got): fn_body(subscriptions, got) on a fresh SubscriptionState; then its count."""
+
+    async def run(got):
+        subscriptions = SubscriptionState()
+        before = subscriptions._last_fetch_ended
+        try:
+            fn_body(subscriptions, got)
+        finally:
+            got.append(("count", subscriptions._fetch_count))
+            got.append(("ended moved", subscriptions._last_fetch_ended != before))
+
+    def fn(got):
+        asyncio.run(run(got))
+
+    return fn
+
+
+def nested(s, got):
+    with s.fetch_context():
+        got.append(s._fetch_count)
+        with s.fetch_context():
+            got.append(s._fetch_count)
+        got.append(s._fetch_count)
+    got.append(s._fetch_count)
+
+
+def raising(s, got):
+    for exc in (ValueError("x"), StopIteration(), KeyboardInterrupt()):
+        try:
+            with s.fetch_context():
+                raise exc
+        except BaseException as caught:  # noqa: BLE001 - what leaves the block is compared
+            got.append((type(caught), caught is exc, s._fetch_count))
+
+
+def reentered(s, got):
+    manager = s.fetch_context()
+    got.append(manager.__enter__())
+    manager.__enter__()
+
+
+def misused(s, got):
+    s.fetch_context(1)
+
+
+@needs_accel
+@pytest.mark.parametrize("body", [nested, raising, reentered, misused])
+def test_fetch_context_as_stock(accel, body):
+    stock, fast = accel(fetch_context_steps(body))
+    assert stock == fast
+
+
 # ---- install and uninstall -----------------------------------------------------------
 
 
@@ -473,6 +664,8 @@ def snapshot():
         "aiokafka.consumer.fetcher",
         "aiokafka.producer.producer",
         "aiokafka.protocol.struct",
+        "aiokafka.consumer.subscription_state",
+        "aiokafka.cluster",
     ):
         module = importlib.import_module(name)
         for attr, value in list(vars(module).items()):
@@ -493,6 +686,8 @@ def test_install_patches_every_seam_and_uninstall_restores_identity():
     table = fka.patches()
     assert {(getattr(p.owner, "__qualname__", p.owner.__name__), p.attribute) for p in table} == {
         ("aiokafka.partitioner", "murmur2"),
+        ("AIOKafkaProducer", "_partition"),
+        ("SubscriptionState", "fetch_context"),
         ("PartitionRecords", "_unpack_records"),
         ("PartitionRecords", "__next__"),
         ("FetchResult", "getall"),

@@ -1,6 +1,7 @@
 # cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled half of fastkwire.aiokafka: aiokafka's partitioner hash, its fetcher's
-per-record loop and its protocol Struct.decode, producing aiokafka's own objects.
+"""The compiled half of fastkwire.aiokafka: aiokafka's partitioner hash and its
+producer's partition choice, its fetcher's per-record loop, its consumer's fetch context
+and its protocol Struct.decode, producing aiokafka's own objects.
 
 The records themselves are still read by aiokafka's own batch classes (its C reader, its
 decompression, its CorruptRecordException messages); what runs here instead of Python is
@@ -9,7 +10,7 @@ here is called before bind() and bind_protocol() have given it aiokafka's classe
 """
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.object cimport PyObject_IsTrue
+from cpython.object cimport PyObject, PyObject_IsTrue
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
@@ -21,6 +22,9 @@ cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
     void PyObject_GC_UnTrack(object o)
     void PyObject_GC_Track(object o)
+    bint PyMethod_Check(object o)
+    PyObject* PyMethod_GET_FUNCTION(object o)
+    PyObject* PyMethod_GET_SELF(object o)
 
 
 cdef extern from "_aiokafka.h":
@@ -67,6 +71,20 @@ def bind(**kw):
     init = vars(ConsumerRecord).get("__init__") if type(ConsumerRecord) is type else None
     plain = ConsumerRecord.__new__ is object.__new__ and type(init) is FunctionType
     record_init = init if plain else None
+    global stock_fetch_context, subscription_module, stock_partition, DefaultPartitioner
+    global stock_partitioner_call, partitioner_module, ClusterMetadata
+    global stock_partitions_for_topic, stock_available_partitions
+    stock_fetch_context = kw["stock_fetch_context"]
+    subscription_module = kw["subscription_module"]
+    global reentry_error_args
+    reentry_error_args = reentry_error()
+    stock_partition = kw["stock_partition"]
+    DefaultPartitioner = kw["DefaultPartitioner"]
+    stock_partitioner_call = vars(DefaultPartitioner)["__call__"]
+    partitioner_module = kw["partitioner_module"]
+    ClusterMetadata = kw["ClusterMetadata"]
+    stock_partitions_for_topic = vars(ClusterMetadata)["partitions_for_topic"]
+    stock_available_partitions = vars(ClusterMetadata)["available_partitions_for_topic"]
 
 
 cdef bind_record_class(cls):
@@ -351,6 +369,125 @@ cdef class RecordsLoop:
                 continue
             return batch
         return None
+
+
+# ---- the consumer's fetch context ------------------------------------------------------
+
+cdef object stock_fetch_context = None  # SubscriptionState.fetch_context (a contextmanager)
+cdef object subscription_module = None  # aiokafka.consumer.subscription_state
+cdef tuple reentry_error_args = ()  # the AttributeError's args stock's gives on re-entry
+
+
+cdef tuple reentry_error():
+    """The args of the AttributeError a contextlib context manager raises when entered
+    twice (it deletes its arguments on entry; the wording is the Python version's)."""
+    import contextlib
+
+    manager = contextlib._GeneratorContextManager.__new__(contextlib._GeneratorContextManager)
+    try:
+        del manager.args
+    except AttributeError as exc:
+        return exc.args
+    return ("args",)
+
+
+def fetch_context(self, *args, **kwargs):
+    """SubscriptionState.fetch_context(): getone() and getmany() enter it once a call.
+    Stock's is a generator made a context manager; this is the same steps without the
+    generator. Other call shapes go to stock's."""
+    if args or kwargs:
+        return stock_fetch_context(self, *args, **kwargs)
+    return FetchContext(self)
+
+
+cdef class FetchContext:
+    """What stock's fetch_context generator does around its yield: the count of running
+    fetches up on entry, down on a clean exit, and the time the last one ended. As with
+    the generator, an exception out of the block leaves the count as it is (the generator
+    is closed before its decrement) and is not suppressed."""
+
+    cdef object state
+    cdef bint entered
+
+    def __cinit__(self, state):
+        self.state = state
+
+    def __enter__(self):
+        if self.entered:  # as stock's: its arguments are gone after the first entry
+            raise AttributeError(*reentry_error_args)
+        self.entered = True
+        self.state._fetch_count += 1
+        return None
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            state = self.state
+            state._fetch_count -= 1
+            if state._fetch_count == 0:
+                state._last_fetch_ended = subscription_module.time.monotonic()
+        return False
+
+
+# ---- the producer's partition choice ---------------------------------------------------
+
+cdef object stock_partition = None  # AIOKafkaProducer._partition
+cdef object DefaultPartitioner = None, stock_partitioner_call = None
+cdef object partitioner_module = None
+cdef object ClusterMetadata = None
+cdef object stock_partitions_for_topic = None, stock_available_partitions = None
+
+
+cdef inline bint is_method_of(object bound, object owner, object function):
+    """bound is function bound to owner: what owner.name gives where the name is still
+    its class's own method (not an instance's attribute, a subclass's or a mock)."""
+    return (PyMethod_Check(bound) and PyMethod_GET_FUNCTION(bound) == <PyObject*>function
+            and PyMethod_GET_SELF(bound) == <PyObject*>owner)
+
+
+def producer_partition(self, *args, **kwargs):
+    """AIOKafkaProducer._partition(topic, partition, key, value, serialized_key,
+    serialized_value): a keyed record without a partition, aiokafka's DefaultPartitioner
+    and its ClusterMetadata get the partition stock's steps give (the same list of all
+    partitions, made as stock makes it, indexed by murmur2), without its Python frames.
+    The list of available partitions, which the keyed choice does not read, is not made
+    (its making reads the partitions' metadata and nothing else). Everything else goes
+    to stock's."""
+    if len(args) != 6 or kwargs or args[1] is not None:
+        return stock_partition(self, *args, **kwargs)
+    topic = args[0]
+    key = args[4]
+    if type(key) is not bytes and type(key) is not bytearray:
+        return stock_partition(self, *args)
+    partitioner = self._partitioner
+    metadata = self._metadata
+    if (type(partitioner) is not DefaultPartitioner
+            or vars(DefaultPartitioner).get("__call__") is not stock_partitioner_call
+            or partitioner_module.__dict__.get("murmur2") is not murmur2
+            or type(metadata) is not ClusterMetadata
+            or not is_method_of(metadata.partitions_for_topic, metadata,
+                                stock_partitions_for_topic)
+            or not is_method_of(metadata.available_partitions_for_topic, metadata,
+                                stock_available_partitions)):
+        return stock_partition(self, *args)
+    partitions = metadata._partitions
+    if type(partitions) is not dict or type(topic) is not str:
+        return stock_partition(self, *args)
+    by_id = (<dict>partitions).get(topic)
+    if type(by_id) is not dict or not by_id:
+        return stock_partition(self, *args)
+    # list(set(d.keys())): set() of a keys view fills the set in the dict's order one key
+    # at a time (no presizing), which is what fixes the list's order
+    cdef list all_partitions = list(set((<dict>by_id).keys()))
+    cdef Py_ssize_t count = len(all_partitions)
+    cdef uint32_t h
+    if count == 0:  # not after a non-empty dict, but the modulo below must never see 0
+        return stock_partition(self, *args)
+    if type(key) is bytes:
+        h = murmur2_hash(<const unsigned char*><bytes>key, len(<bytes>key))
+    else:
+        h = murmur2_hash(<const unsigned char*>PyByteArray_AS_STRING(key),
+                         PyByteArray_GET_SIZE(key))
+    return all_partitions[<Py_ssize_t>((h & 0x7FFFFFFF) % <uint64_t>count)]
 
 
 # ---- the protocol: Struct.decode -------------------------------------------------------
