@@ -63,6 +63,7 @@ async def main(args):
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.devnull, "w") as out:
             proc, port = start_proxy(broker.port, out, "--quiet", "--record", f"{tmp}/r.jsonl")
+        await drive(port, 200)  # warm: the first exchanges load the schemas
         spy = None
         if args.profile:
             raw = f"{tmp}/profile.txt"
@@ -85,7 +86,6 @@ async def main(args):
                 stderr=subprocess.DEVNULL,
             )
             await asyncio.sleep(1.0)  # py-spy attached
-        await drive(port, 200)  # warm
         cpu, started = cpu_seconds(proc.pid), time.monotonic()
         n = await drive(port, args.requests)
         used, took = cpu_seconds(proc.pid) - cpu, time.monotonic() - started
