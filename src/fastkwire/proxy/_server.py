@@ -594,7 +594,7 @@ class Proxy:
         self._brokers = {}  # upstream (host, port) -> _Listener
         self._next_port = None if self.broker_ports is None else self.broker_ports[0]
         self._servers = set()  # asyncio servers of the broker listeners
-        self._starting = set()  # their start_server tasks, until done
+        self._starting = set()  # their create_server tasks, until done
         self._conns = set()
         self._count = 0
         self._watchdog = None
