@@ -4,7 +4,11 @@ CPU time divided by the exchanges; with `--profile`, py-spy samples the proxy me
 prints the functions it spent its time in (self time, and time inside, as shares of the
 samples).
 
-    python benchmarks/proxy_small_exchange.py [--requests 20000] [--profile]
+    python benchmarks/proxy_small_exchange.py [--requests 20000] [--profile] [--floor]
+
+`--floor`: the same exchanges through the least an asyncio proxy can do instead (a bare
+protocol per side that writes what it reads to the other side: no framing, no pairing, no
+capture), run in the same way: what asyncio and the system calls cost by themselves.
 
 Not a pytest-benchmark file: a number and a table for docs/proxy.md.
 """
@@ -58,11 +62,61 @@ def profile_table(raw, top=18):
     return [(f, own[f] / total, inside[f] / total) for f in rows], total, threads
 
 
+class _Pipe(asyncio.Protocol):
+    """--floor's forwarder: one side of a connection, writing what it reads to the other."""
+
+    def __init__(self, upstream_port=None, peer=None):
+        self.upstream_port, self.peer, self.transport = upstream_port, peer, None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        if self.peer is None:  # a client: reads wait until the upstream is connected
+            transport.pause_reading()
+            asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self):
+        loop = asyncio.get_running_loop()
+        _, self.peer = await loop.create_connection(
+            lambda: _Pipe(peer=self), "127.0.0.1", self.upstream_port
+        )
+        self.transport.resume_reading()
+
+    def data_received(self, data):
+        self.peer.transport.write(data)
+
+    def connection_lost(self, exc):
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+
+async def forward(upstream_port):
+    server = await asyncio.get_running_loop().create_server(
+        lambda: _Pipe(upstream_port), "127.0.0.1", 0
+    )
+    port = server.sockets[0].getsockname()[1]
+    print(f"listening on 127.0.0.1:{port}, forwarding", file=sys.stderr, flush=True)
+    await server.serve_forever()
+
+
+def start_floor(upstream_port):
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--forward", str(upstream_port)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stderr.readline()
+    return proc, int(line.split("listening on ", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
+
+
 async def main(args):
     broker = await LoadBroker(Templates([256])).start()
     with tempfile.TemporaryDirectory() as tmp:
-        with open(os.devnull, "w") as out:
-            proc, port = start_proxy(broker.port, out, "--quiet", "--record", f"{tmp}/r.jsonl")
+        if args.floor:
+            proc, port = start_floor(broker.port)
+        else:
+            with open(os.devnull, "w") as out:
+                proc, port = start_proxy(broker.port, out, "--quiet", "--record", f"{tmp}/r.jsonl")
+        await drive(port, 200)  # warm: the first exchanges load the schemas
         spy = None
         if args.profile:
             raw = f"{tmp}/profile.txt"
@@ -85,7 +139,6 @@ async def main(args):
                 stderr=subprocess.DEVNULL,
             )
             await asyncio.sleep(1.0)  # py-spy attached
-        await drive(port, 200)  # warm
         cpu, started = cpu_seconds(proc.pid), time.monotonic()
         n = await drive(port, args.requests)
         used, took = cpu_seconds(proc.pid) - cpu, time.monotonic() - started
@@ -94,7 +147,8 @@ async def main(args):
             spy.wait(60)
         stop(proc)
         print(
-            f"{n} sequential exchanges: proxy CPU {used / n * 1e6:.1f} µs per exchange, "
+            f"{n} sequential exchanges{' (floor: a bare forwarder)' if args.floor else ''}: "
+            f"proxy CPU {used / n * 1e6:.1f} µs per exchange, "
             f"{n / took:.0f} exchanges/s, {took / n * 1e6:.0f} µs per round trip"
         )
         if spy is not None:
@@ -112,4 +166,13 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=20000)
     p.add_argument("--profile", action="store_true")
-    asyncio.run(main(p.parse_args()))
+    p.add_argument("--floor", action="store_true", help="a bare forwarder instead of the proxy")
+    p.add_argument("--forward", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.forward:
+        try:
+            asyncio.run(forward(args.forward))
+        except KeyboardInterrupt:
+            pass
+    else:
+        asyncio.run(main(args))
