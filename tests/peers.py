@@ -576,7 +576,7 @@ def kp_decode(name: str, version: int, data: bytes) -> dict:
 # --- what each peer has ---------------------------------------------------------------
 
 PEER_VERSIONS = {
-    "kio": {n: r for n in MESSAGE_NAMES if (r := _kio_versions(n)) is not None},
+    "kio": {n: r for n in MESSAGE_NAMES if kio and (r := _kio_versions(n)) is not None},
     "kafka-python": {n: r for n in MESSAGE_NAMES if (r := _kp_versions(n)) is not None},
 }
 
@@ -590,7 +590,7 @@ ENCODE = {"kio": kio_encode, "kafka-python": kp_encode}
 DECODE = {"kio": kio_decode, "kafka-python": kp_decode}
 
 PEER_RELEASES = {
-    "kio": f"kio {importlib.metadata.version('kio')}",
+    "kio": f"kio {importlib.metadata.version('kio')}" if kio else "kio (not installed)",
     "kafka-python": f"kafka-python {importlib.metadata.version('kafka-python')}",
 }
 
