@@ -70,6 +70,15 @@ def _c_record_class():
     return getattr(default_records, "DefaultRecord", None)
 
 
+def _c_class(module, name):
+    """aiokafka's compiled record class module.name, or None."""
+    try:
+        compiled = importlib.import_module(f"aiokafka.record._crecords.{module}")
+    except ImportError:
+        return None
+    return getattr(compiled, name, None)
+
+
 def build_patches():
     """Every seam found, or LookupError naming the first one that is not there."""
     from fastkwire import _aiokafka
@@ -109,6 +118,8 @@ def build_patches():
         fetcher_module=fetcher,
         READ_COMMITTED=fetcher.READ_COMMITTED,
         CRecord=_c_record_class(),
+        CMemoryRecords=_c_class("memory_records", "MemoryRecords"),
+        CRecordBatch=_c_class("default_records", "DefaultRecordBatch"),
         stock_fetch_context=first[(subscription_state.SubscriptionState, "fetch_context")],
         subscription_module=subscription_state,
         stock_partition=first[(producer.AIOKafkaProducer, "_partition")],
