@@ -263,6 +263,16 @@ def fetch_result_getall(self, max_records=None):
     fast = it is records and type(records) is PartitionRecords and (
         type(records).__next__ is partition_records_next)
     while True:
+        if fast and (max_records is None or limit >= 0):
+            loop = records._records_iterator
+            if type(loop) is RecordsLoop:
+                if (<RecordsLoop>loop).drain(taken, limit):
+                    records._records_iterator = None
+                    break
+                if limit >= 0 and len(taken) >= limit:
+                    self._update_position()
+                    return taken
+                continue
         if fast:
             msg = next_record(records)
             if msg is END:
@@ -308,6 +318,12 @@ cdef class RecordsLoop:
     cdef int64_t r_offset, r_timestamp
     cdef Py_ssize_t r_key_size, r_value_size
     cdef object r_key, r_value, r_headers
+    # drain(): while quiet, no Python code but ours and the dataclass __init__ has run
+    # since the PartitionRecords' attributes were last read (its deserializers were
+    # both unset), so next_fetch is its next_fetch_offset, written back (flush) before
+    # anything else can look at it
+    cdef bint draining, quiet
+    cdef object next_fetch
 
     def __cinit__(self, owner):
         self.owner = owner
@@ -347,6 +363,48 @@ cdef class RecordsLoop:
         if record is None:
             self.done = True
         return record
+
+    cdef int drain(self, list taken, Py_ssize_t limit) except -1:
+        """Append records to taken as FetchResult.getall's loop does, until limit
+        (len(taken) >= limit, where limit >= 0) or until a deserializer has run (the
+        caller then reads the PartitionRecords' iterator again, as stock does a record).
+        1 when the records are done (stock's StopIteration), else 0."""
+        cdef int ended = 0
+        if self.done:
+            return 1
+        if self.running:
+            raise ValueError("generator already executing")
+        self.running = True
+        self.draining = True
+        try:
+            while True:
+                record = self.step()
+                if record is None:
+                    ended = 1
+                    break
+                taken.append(record)
+                if (limit >= 0 and len(taken) >= limit) or not self.quiet:
+                    break
+        except BaseException:
+            self.done = True
+            self.batch = self.batch_records = self.raw = None
+            raise
+        finally:
+            self.draining = False
+            try:
+                self.flush()
+            finally:
+                self.running = False
+        if ended:
+            self.done = True
+        return ended
+
+    cdef flush(self):
+        """Give the PartitionRecords the next_fetch_offset a quiet stretch kept."""
+        if self.quiet:
+            self.quiet = False
+            next_fetch, self.next_fetch = self.next_fetch, None
+            self.owner.next_fetch_offset = next_fetch
 
     def close(self):
         """As a generator's close(): nothing more is taken."""
@@ -451,6 +509,7 @@ cdef class RecordsLoop:
         cdef Py_ssize_t skip
         while True:
             if self.batch is None:
+                self.flush()  # aiokafka's methods run in next_batch()
                 batch = self.next_batch()
                 if batch is None:
                     return None
@@ -461,26 +520,38 @@ cdef class RecordsLoop:
                 status = self.read_raw()
                 if status == 1:
                     offset = PyLong_FromLongLong(self.r_offset)
-                    if offset < owner.next_fetch_offset:
+                    if offset < (self.next_fetch if self.quiet else owner.next_fetch_offset):
                         continue
                     key = self.r_key
                     value = self.r_value
                     self.r_key = self.r_value = None
-                    deserialize = owner._key_deserializer
-                    if PyObject_IsTrue(deserialize):
-                        key = deserialize(key)
-                    deserialize = owner._value_deserializer
-                    if PyObject_IsTrue(deserialize):
-                        value = deserialize(value)
+                    if not self.quiet:
+                        ran = False
+                        deserialize = owner._key_deserializer
+                        if PyObject_IsTrue(deserialize):
+                            ran = True
+                            key = deserialize(key)
+                        deserialize = owner._value_deserializer
+                        if PyObject_IsTrue(deserialize):
+                            ran = True
+                            value = deserialize(value)
+                        self.quiet = self.draining and not ran
                     consumer_record = self.raw_consumer_record(offset, key, value)
-                    owner.next_fetch_offset = offset + 1
+                    if self.quiet:
+                        self.next_fetch = offset + 1
+                    else:
+                        owner.next_fetch_offset = offset + 1
                     return consumer_record
                 self.raw = self.r_key = self.r_value = self.r_headers = None
                 if status == 0:
                     batch = self.batch
                     self.batch = self.batch_records = None
-                    owner.next_fetch_offset = batch.next_offset
+                    if self.quiet:
+                        self.next_fetch = batch.next_offset
+                    else:
+                        owner.next_fetch_offset = batch.next_offset
                     continue
+                self.flush()
                 # What the bytes path does not read as stock: aiokafka's iterator reads
                 # the batch again, past the records already taken, and goes on from there.
                 self.batch_records = iter(self.batch)
