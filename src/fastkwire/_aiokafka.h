@@ -2,6 +2,7 @@
 #ifndef FASTKWIRE_AIOKAFKA_H
 #define FASTKWIRE_AIOKAFKA_H
 #include <Python.h>
+#include <stdint.h>
 
 /* The getset descriptor's getter for obj: what obj.name gives where the descriptor is
  * the attribute of obj's type (an immutable type without instance dicts, checked by the
@@ -55,8 +56,11 @@ static inline Py_ssize_t fka_records_pos(PyObject *records) {
     return ((fka_memory_records *)records)->pos;
 }
 
-/* a + b and a - b in int64 without overflow: 0 where the result does not fit. */
+/* *out = a + b: 0 where the sum does not fit in int64 (nothing written). */
 static inline int fka_add64(int64_t a, int64_t b, int64_t *out) {
-    return !__builtin_add_overflow(a, b, out);
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+        return 0;
+    *out = a + b;
+    return 1;
 }
 #endif
