@@ -3,9 +3,11 @@
 producer's partition choice, its fetcher's per-record loop, its consumer's fetch context
 and its protocol Struct.decode, producing aiokafka's own objects.
 
-The records themselves are still read by aiokafka's own batch classes (its C reader, its
-decompression, its CorruptRecordException messages); what runs here instead of Python is
-the loop around them: the offset check, the deserializers, the ConsumerRecord. Nothing
+Batches come from aiokafka's own MemoryRecords. An uncompressed v2 batch's records are
+read here from its bytes as aiokafka's C reader reads them; every other batch, and any
+record that reader would read otherwise or refuse, goes through aiokafka's own batch
+classes (its C reader, its decompression, its CorruptRecordException messages). Around
+them runs the loop: the offset check, the deserializers, the ConsumerRecord. Nothing
 here is called before bind() and bind_protocol() have given it aiokafka's classes.
 """
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
