@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from accelerated import accel_fixture
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 aiokafka = pytest.importorskip("aiokafka")
@@ -478,6 +478,79 @@ def test_hostile_bytes_read_from_the_bytes_same_outcome(accel, name):
         calls = [("all", 5), ("all",)]
         stock, fast = accel(fetch_results(data, calls, check_crcs=False))
         assert stock == fast, data.hex()
+
+
+def varint(n):
+    """A zigzag varint as Kafka writes one."""
+    n = (n << 1) ^ (n >> 63)
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def sized(data):
+    """Kafka's nullable bytes in a v2 record: a varint size, then the bytes."""
+    return varint(-1) if data is None else varint(len(data)) + data
+
+
+@st.composite
+def v2_record(draw):
+    """A v2 record's bytes: mostly well formed, with a length that may be off by one,
+    header keys that may not be UTF-8, timestamps and offsets at int64's edges."""
+    edge = st.sampled_from([0, 1, -1, 2**62, -(2**63), 2**63 - 1])
+    nullable = st.one_of(st.none(), st.binary(max_size=6))
+    header_key = st.one_of(*[st.text(max_size=3).map(str.encode)] * 4, st.binary(max_size=3))
+    headers = draw(st.lists(st.tuples(header_key, nullable), max_size=3))
+    body = b"".join(
+        (
+            varint(draw(st.integers(-1, 3))),
+            varint(draw(st.one_of(st.integers(-5, 5), edge))),
+            varint(draw(st.one_of(st.integers(-2, 5), edge))),
+            sized(draw(nullable)),
+            sized(draw(nullable)),
+            varint(draw(st.sampled_from([len(headers)] * 4 + [-1, len(headers) + 1]))),
+            *(sized(key) + sized(value) for key, value in headers),
+        )
+    )
+    return varint(len(body) + draw(st.sampled_from([0, 0, 0, 0, 1, -1]))) + body
+
+
+# What a v2 batch's record region is made of: records, and now and then other bytes.
+record_parts = st.lists(
+    st.one_of(
+        v2_record(),
+        v2_record(),
+        st.sampled_from([varint(-(2**63)), b"\xff" * 11, b"\x80", b""]),
+        st.binary(max_size=4),
+    ),
+    max_size=6,
+)
+
+
+@needs_accel
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    record_parts,
+    st.sampled_from([0, 0, 0, 1, -1]),
+    st.booleans(),
+    st.sampled_from([0, 0, 5, -1, 2**63 - 3, -(2**63)]),
+)
+def test_any_record_bytes_same_outcome(accel, parts, count_off, log_append, base_offset):
+    """Whatever bytes follow a v2 batch's header: stock's records or stock's exception."""
+    header = bytearray(HEADER_BATCHES["headers"][:61])
+    body = b"".join(parts)
+    struct.pack_into(">qi", header, 0, base_offset, 49 + len(body))
+    struct.pack_into(">h", header, 21, 0x08 if log_append else 0)
+    struct.pack_into(">i", header, 57, len(parts) + count_off)
+    data = bytes(header) + body
+    stock, fast = accel(consumer_records(data, check_crcs=False, chunk=2))
+    assert stock == fast
 
 
 @needs_accel
