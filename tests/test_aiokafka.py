@@ -554,6 +554,29 @@ def test_any_record_bytes_same_outcome(accel, parts, count_off, log_append, base
 
 
 @needs_accel
+@pytest.mark.parametrize(
+    "records_class",
+    [amr._MemoryRecordsPy, bytes, adr.DefaultRecordBatch],  # mutable; other layouts
+)
+def test_records_layout_not_as_checked_reads_through_aiokafka(accel, monkeypatch, records_class):
+    """Where the class install() is given for the C MemoryRecords is not laid out as
+    checked, no batch is read from the bytes, and the records are still stock's."""
+    from fastkwire import _aiokafka
+    from fastkwire.aiokafka import _seams
+
+    c_class = _seams._c_class
+    monkeypatch.setattr(
+        _seams,
+        "_c_class",
+        lambda module, name: records_class if name == "MemoryRecords" else c_class(module, name),
+    )
+    before = _aiokafka.raw_batch_count()
+    stock, fast = accel(consumer_records(HEADER_BATCHES["headers"]))
+    assert stock == fast and stock[0][0][0]
+    assert _aiokafka.raw_batch_count() == before
+
+
+@needs_accel
 @pytest.mark.parametrize("fail_at", [None, 0, 7, 29])
 def test_getall_with_a_deserializer_sees_each_step_as_stock(accel, fail_at):
     """A deserializer that looks at the PartitionRecords each call sees the same
