@@ -61,17 +61,9 @@ def _own(module, name, *members):
     return cls
 
 
-def _c_record_class():
-    """aiokafka's compiled DefaultRecord, or None (AIOKAFKA_NO_EXTENSIONS, no build)."""
-    try:
-        from aiokafka.record._crecords import default_records
-    except ImportError:
-        return None
-    return getattr(default_records, "DefaultRecord", None)
-
-
 def _c_class(module, name):
-    """aiokafka's compiled record class module.name, or None."""
+    """aiokafka's compiled record class module.name, or None (AIOKAFKA_NO_EXTENSIONS, no
+    build)."""
     try:
         compiled = importlib.import_module(f"aiokafka.record._crecords.{module}")
     except ImportError:
@@ -117,7 +109,7 @@ def build_patches():
         ConsumerRecord=fetcher.ConsumerRecord,
         fetcher_module=fetcher,
         READ_COMMITTED=fetcher.READ_COMMITTED,
-        CRecord=_c_record_class(),
+        CRecord=_c_class("default_records", "DefaultRecord"),
         CMemoryRecords=_c_class("memory_records", "MemoryRecords"),
         CRecordBatch=_c_class("default_records", "DefaultRecordBatch"),
         stock_fetch_context=first[(subscription_state.SubscriptionState, "fetch_context")],
