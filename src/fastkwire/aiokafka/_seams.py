@@ -61,13 +61,14 @@ def _own(module, name, *members):
     return cls
 
 
-def _c_record_class():
-    """aiokafka's compiled DefaultRecord, or None (AIOKAFKA_NO_EXTENSIONS, no build)."""
+def _c_class(module, name):
+    """aiokafka's compiled record class module.name, or None (AIOKAFKA_NO_EXTENSIONS, no
+    build)."""
     try:
-        from aiokafka.record._crecords import default_records
+        compiled = importlib.import_module(f"aiokafka.record._crecords.{module}")
     except ImportError:
         return None
-    return getattr(default_records, "DefaultRecord", None)
+    return getattr(compiled, name, None)
 
 
 def build_patches():
@@ -108,7 +109,9 @@ def build_patches():
         ConsumerRecord=fetcher.ConsumerRecord,
         fetcher_module=fetcher,
         READ_COMMITTED=fetcher.READ_COMMITTED,
-        CRecord=_c_record_class(),
+        CRecord=_c_class("default_records", "DefaultRecord"),
+        CMemoryRecords=_c_class("memory_records", "MemoryRecords"),
+        CRecordBatch=_c_class("default_records", "DefaultRecordBatch"),
         stock_fetch_context=first[(subscription_state.SubscriptionState, "fetch_context")],
         subscription_module=subscription_state,
         stock_partition=first[(producer.AIOKafkaProducer, "_partition")],
