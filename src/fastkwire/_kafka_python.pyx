@@ -7,13 +7,15 @@ end, a varint past 64 bits, a bad header key, a size that does not add up) it ha
 record to kafka-python's own code, which then raises or truncates exactly as stock does.
 Nothing here is called before bind() has given it kafka-python's classes.
 """
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytearray cimport (PyByteArray_AS_STRING, PyByteArray_FromStringAndSize,
+                                 PyByteArray_GET_SIZE, PyByteArray_Resize)
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from libc.string cimport memcpy
-from struct import pack_into as struct_pack_into
+from types import FunctionType, MemberDescriptorType
+from struct import pack_into as struct_pack_into, unpack_from as struct_unpack_from
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 
 cdef extern from "Python.h":
@@ -26,6 +28,23 @@ cdef extern from "_kafka_python.h":
     PyObject* type_attr "fkp_type_attr"(object type, object name) except? NULL
     object new_object "fkp_new"(object type)
     object tuple_of "fkp_tuple_of"(PyObject* tp, PyObject** items, Py_ssize_t n)
+    void set_slot "fkp_set_slot"(object o, Py_ssize_t offset, object value)
+    unsigned int version_tag "fkp_version_tag"(object type)
+    unsigned int assign_version_tag "fkp_assign_version_tag"(object type)
+    object batch_header "fkp_batch_header"(const unsigned char* p)
+    object atomic_pair "fkp_atomic_pair"(object a, object b)
+
+
+cdef extern from "_slots.h":
+    Py_ssize_t slot_offset "fk_slot_offset"(object cls, object name) except -1
+
+
+cdef extern from "_crc32c.h":
+    void fkw_crc32c_setup()
+    uint32_t fkw_crc32c(uint32_t crc, const unsigned char* p, size_t n) nogil
+
+
+fkw_crc32c_setup()
 
 
 # kafka-python's objects, given by bind() (fastkwire.kafka_python.install).
@@ -45,6 +64,17 @@ cdef object stock_batch_iter = None
 cdef object ConsumerRecord = None
 cdef object fetcher_module = None
 cdef Py_ssize_t fast_batch_count = 0  # batches the fetcher's fast loop read (tests ask)
+# MemoryRecords, the module whose names its next_batch reads, and its stock method
+cdef object MemoryRecords = None
+cdef dict memory_records_names = None
+cdef object stock_next_batch = None
+# Whether kafka-python's classes are still as install() left them (see ClassGuard)
+cdef ClassGuard memory_records_guard = None
+cdef ClassGuard batch_guard = None
+cdef ClassGuard record_guard = None
+# Offsets of DefaultRecordBatch's slots (set on the batches made here)
+cdef Py_ssize_t at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
+cdef Py_ssize_t at_decompressed
 
 
 def fast_batches():
@@ -52,11 +82,16 @@ def fast_batches():
     return fast_batch_count
 
 
-def bind(**kw):
-    """Take kafka-python's classes and stock functions (install() calls this)."""
+def bind(patches=(), **kw):
+    """Take kafka-python's classes and stock functions (install() calls this, before it
+    sets `patches`, the Patch rows of the seam table)."""
     global DefaultRecordBatch, DefaultRecord, ControlRecord, CorruptRecordError
     global stock_batch_next, stock_murmur2, crc32c, record_seams, PartitionRecords
     global stock_deserialize, stock_batch_iter, ConsumerRecord, fetcher_module
+    global MemoryRecords, memory_records_names, stock_next_batch
+    global memory_records_guard, batch_guard, record_guard
+    global at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
+    global at_decompressed
     DefaultRecordBatch = kw["DefaultRecordBatch"]
     DefaultRecord = kw["DefaultRecord"]
     ControlRecord = kw["ControlRecord"]
@@ -80,6 +115,84 @@ def bind(**kw):
                      and cr.__module__ == "kafka.consumer.fetcher"
                      and len(getattr(cr, "_fields", ())) == 13)
     ConsumerRecord = cr if is_namedtuple else object()
+    MemoryRecords = kw["MemoryRecords"]
+    memory_records_names = vars(kw["memory_records_module"])
+    stock_next_batch = kw["stock_next_batch"]
+    installed = {(p.owner, p.attribute): p.replacement for p in patches}
+    memory_records_guard = ClassGuard(MemoryRecords, installed)
+    batch_guard = ClassGuard(DefaultRecordBatch, installed)
+    record_guard = ClassGuard(DefaultRecord, installed)
+    at_buffer = slot_offset(DefaultRecordBatch, "_buffer")
+    at_header_data = slot_offset(DefaultRecordBatch, "_header_data")
+    at_pos = slot_offset(DefaultRecordBatch, "_pos")
+    at_num_records = slot_offset(DefaultRecordBatch, "_num_records")
+    at_next_record_index = slot_offset(DefaultRecordBatch, "_next_record_index")
+    at_decompressed = slot_offset(DefaultRecordBatch, "_decompressed")
+
+
+cdef object MISSING = object()
+cdef object NOARG = object()  # stand-in for stock's cached defaults (builder_append, memory_next_batch)
+
+
+cdef bint kafka_pythons_own(value, str module):
+    """value, found in a class of `module`, is what kafka-python defined there: its own
+    function, property or class/static method, or plain data (a constant, a slot)."""
+    if isinstance(value, (classmethod, staticmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        return all(f is None or kafka_pythons_own(f, module)
+                   for f in (value.fget, value.fset, value.fdel))
+    if type(value) is FunctionType:
+        return value.__module__ == module
+    return not callable(value) and not hasattr(type(value), "__get__") or type(value) is MemberDescriptorType
+
+
+cdef class ClassGuard:
+    """Whether a kafka-python class, with every class on its MRO, still holds what
+    install() left there: the fast paths that skip its methods (its properties, the
+    records it would make) are taken only then.
+
+    The first check, and any after a change, compares every attribute of every class on
+    the MRO with the snapshot by identity; then the class's version tag is remembered.
+    CPython changes that tag whenever an attribute of the class or of a base is set or
+    deleted, so until then one integer comparison is the check."""
+    cdef object cls
+    cdef tuple mro
+    cdef list snapshot  # (class, {name: value}) along the MRO
+    cdef unsigned int tag
+
+    cdef bint replaced  # something not kafka-python's was in place at install (a mock)
+
+    def __init__(self, cls, installed):
+        self.cls = cls
+        self.mro = cls.__mro__
+        self.snapshot = [
+            (k, {name: installed.get((k, name), value) for name, value in vars(k).items()})
+            for k in self.mro]
+        self.replaced = not all(
+            (k, name) in installed or kafka_pythons_own(value, k.__module__)
+            for k in self.mro if k.__module__.startswith("kafka.")
+            for name, value in vars(k).items())
+        self.tag = 0
+
+    cdef inline bint ok(self):
+        if self.tag != 0 and version_tag(self.cls) == self.tag:
+            return True
+        return self.recheck()
+
+    cdef bint recheck(self):
+        self.tag = 0
+        if self.replaced or self.cls.__mro__ != self.mro:
+            return False
+        for k, names in self.snapshot:
+            d = vars(k)
+            if len(d) != len(<dict>names):
+                return False
+            for name, value in (<dict>names).items():
+                if d.get(name, MISSING) is not value:
+                    return False
+        self.tag = assign_version_tag(self.cls)
+        return True
 
 
 cdef object genuine(value):
@@ -198,7 +311,7 @@ cdef int read_held(Cursor c, const unsigned char* p, Py_ssize_t n) except -1:
             return 0
         if h_value is not None:
             header_size += len(<bytes>h_value)
-        headers.append((h_key, h_value))
+        headers.append(atomic_pair(h_key, h_value))  # untracked: a str and bytes or None
     if pos - start != length:
         return 0
     c.pos = pos
@@ -273,10 +386,170 @@ def batch_validate_crc(self):
     """DefaultRecordBatch.validate_crc with fastkwire's CRC32C (the CPU's instruction)."""
     assert self._decompressed is False, \
         "Validate should be called before iteration"
+    if type(self) is DefaultRecordBatch and batch_guard.ok():
+        header = self._header_data
+        buf = self._buffer
+        if stock_header(header) and type(buf) is bytearray:
+            return header[4] == bytearray_crc(buf)
     return self.crc == crc32c(memoryview(self._buffer)[21:])  # from ATTRIBUTES_OFFSET
 
 
+cdef object bytearray_crc(bytearray buf):
+    """CRC32C of buf[21:] (from the batch's attributes on), as an int; a buffer export
+    held while reading (a bytearray shorter than that: the CRC of nothing, as stock's
+    empty slice)."""
+    cdef Py_buffer view
+    cdef uint32_t c = 0
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    if view.len > 21:
+        c = fkw_crc32c(0, <const unsigned char*>view.buf + 21, <size_t>(view.len - 21))
+    PyBuffer_Release(&view)
+    return c
+
+
+# ---- MemoryRecords: the walk from batch to batch -----------------------------------
+
+cdef int cache_next(self) except -1:
+    """MemoryRecords._cache_next, for a bytes, bytearray or flat byte memoryview buffer
+    and an int position inside it; 0 where stock's own code must do it (other buffers, a
+    negative batch length, which stock slices in its own way)."""
+    cdef Py_buffer view
+    cdef Py_ssize_t pos, n, slice_end
+    cdef int32_t length
+    cdef const unsigned char* p
+    buffer = self._buffer
+    pos_o = self._pos
+    t = type(buffer)
+    if type(pos_o) is not int or not (t is bytes or t is bytearray or t is memoryview):
+        return 0
+    if t is memoryview and not flat_bytes(buffer):
+        return 0
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        n = view.len
+        if not 0 <= pos_o <= n:
+            return 0
+        pos = pos_o
+        if n - pos < 12:  # LOG_OVERHEAD
+            slice_end = -1
+        else:
+            p = <const unsigned char*>view.buf + pos + 8  # LENGTH_OFFSET
+            length = <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16)
+                               | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
+            if length < 0:
+                return 0
+            slice_end = pos + 12 + length
+            if slice_end > n:
+                slice_end = -1
+    finally:
+        PyBuffer_Release(&view)
+    if slice_end < 0:
+        self._remaining_bytes = n - pos
+        self._next_slice = None
+        return 1
+    self._next_slice = memoryview(buffer)[pos:slice_end]
+    self._pos = slice_end
+    return 1
+
+
+cdef extern from "Python.h":
+    Py_buffer* PyMemoryView_GET_BUFFER(object mv)
+
+
+cdef inline bint flat_bytes(mv):
+    """A memoryview whose items are its bytes, in one run (len() counts its bytes)."""
+    cdef Py_buffer* b = PyMemoryView_GET_BUFFER(mv)
+    return b.ndim == 1 and b.itemsize == 1 and (b.strides == NULL or b.strides[0] == 1)
+
+
+def memory_next_batch(self, _min_slice=NOARG, _magic_offset=NOARG):
+    """MemoryRecords.next_batch: the same steps, the slice taken in C and a v2 batch's
+    DefaultRecordBatch made without its __init__ (the same slots, the same values).
+    Its cached defaults given, or a class changed, and it is stock's own code."""
+    if (_min_slice is not NOARG or _magic_offset is not NOARG
+            or type(self) is not MemoryRecords or not memory_records_guard.ok()):
+        kw = {name: v for name, v in (("_min_slice", _min_slice), ("_magic_offset", _magic_offset))
+              if v is not NOARG}
+        return stock_next_batch(self, **kw)
+    return next_batch(self)
+
+
+cdef object next_batch_of(records):
+    """records.next_batch(), without the call where it is ours on a MemoryRecords."""
+    if type(records) is MemoryRecords and memory_records_guard.ok():
+        return next_batch(records)
+    return records.next_batch()
+
+
+cdef object next_batch(self):
+    """next_batch's body for a MemoryRecords whose class is as install() left it."""
+    cdef Py_buffer view
+    cdef signed char magic
+    next_slice = self._next_slice
+    if next_slice is None:
+        return None
+    # stock's defaults are MIN_SLICE 26 and MAGIC_OFFSET 16 (checked by install())
+    if type(next_slice) is not memoryview or not flat_bytes(next_slice) or len(next_slice) < 26:
+        return stock_next_batch(self)  # its error for a short slice, its steps for others
+    if not cache_next(self):
+        self._cache_next()
+    try:
+        PyObject_GetBuffer(next_slice, &view, PyBUF_SIMPLE)
+    except ValueError:  # released meanwhile: stock's read of the magic fails the same way
+        return stock_batch_of(next_slice)
+    try:
+        if view.len < 26:  # never for a slice that had 26 bytes; checked all the same
+            magic = 2
+            batch_bytes = None
+        else:
+            magic = (<const signed char*>view.buf)[16]
+            batch_bytes = None
+            if magic > 1 and view.len >= 61:
+                batch_bytes = PyByteArray_FromStringAndSize(<const char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    if batch_bytes is None:
+        return stock_batch_of(next_slice)
+    cls = memory_records_names.get("DefaultRecordBatch")
+    if cls is not DefaultRecordBatch or not batch_guard.ok():
+        return cls(next_slice)
+    return new_batch(batch_bytes)
+
+
+cdef object stock_batch_of(next_slice):
+    """The end of stock's next_batch: the magic read and the batch class called."""
+    magic, = struct_unpack_from(">b", next_slice, 16)
+    if magic <= 1:
+        return memory_records_names["LegacyRecordBatch"](next_slice, magic)
+    return memory_records_names["DefaultRecordBatch"](next_slice)
+
+
+cdef object new_batch(bytearray buf):
+    """DefaultRecordBatch(buf) for a bytearray of 61 bytes at least that nothing else
+    holds: what its __init__ sets, set in its slots."""
+    header = batch_header(<const unsigned char*>PyByteArray_AS_STRING(buf))
+    batch = new_object(DefaultRecordBatch)
+    set_slot(batch, at_buffer, buf)
+    set_slot(batch, at_header_data, header)
+    set_slot(batch, at_pos, 61)  # HEADER_STRUCT.size
+    set_slot(batch, at_num_records, (<tuple>header)[12])
+    set_slot(batch, at_next_record_index, 0)
+    set_slot(batch, at_decompressed, False)
+    return batch
+
+
 # ---- the fetcher's loop ------------------------------------------------------------
+
+cdef bint batch_crc_ok(batch, tuple header) except -1:
+    """batch.validate_crc() for a stock batch (header: its _header_data), its assertion
+    included."""
+    assert batch._decompressed is False, \
+        "Validate should be called before iteration"
+    buf = batch._buffer
+    if type(buf) is not bytearray:
+        return batch.validate_crc()
+    return header[4] == bytearray_crc(buf)
+
 
 cdef bint records_are_stock(batch):
     """True when the fast loop does what iterating `batch` would: a stock v2 data batch
@@ -322,19 +595,28 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
     log = fetcher_module.log
     cr = fetcher_module.ConsumerRecord
     try:
-        batch = records.next_batch()
+        batch = next_batch_of(records)
         last_batch = None
         while batch is not None:
             last_batch = batch
+            # A DefaultRecordBatch as install() left its class: its header read here, not
+            # through its properties (the same values, as the properties compute them).
+            stock_batch = type(batch) is DefaultRecordBatch and batch_guard.ok()
+            header = None
+            if stock_batch:
+                header = batch._header_data
+                stock_batch = stock_header(header)
 
-            if self.check_crcs and not batch.validate_crc():
+            if self.check_crcs and not (batch_crc_ok(batch, header) if stock_batch
+                                        else batch.validate_crc()):
                 raise Errors.CorruptRecordError(
                         "Record batch for partition %s at offset %s failed crc check" % (
                             self.topic_partition, batch.base_offset))
 
-            if batch.magic == 2:
-                self.leader_epoch = batch.leader_epoch
-                if self.isolation_level == IsolationLevel.READ_COMMITTED and batch.has_producer_id():
+            if (header[3] if stock_batch else batch.magic) == 2:
+                self.leader_epoch = header[2] if stock_batch else batch.leader_epoch
+                if (self.isolation_level == IsolationLevel.READ_COMMITTED
+                        and (header[9] > -1 if stock_batch else batch.has_producer_id())):
                     self._consume_aborted_transactions_up_to(batch.last_offset)
 
                     producer_id = batch.producer_id
@@ -348,29 +630,37 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                                   " offsets %s to %s",
                                   self.topic_partition, producer_id, batch.base_offset, batch.last_offset)
                         self.next_fetch_offset = batch.next_offset
-                        batch = records.next_batch()
+                        batch = next_batch_of(records)
                         continue
 
-                if batch.is_control_batch:
-                    self.next_fetch_offset = batch.next_offset
-                    batch = records.next_batch()
+                if (header[5] & 0x20 if stock_batch else batch.is_control_batch):
+                    self.next_fetch_offset = (header[0] + header[6] + 1 if stock_batch
+                                              else batch.next_offset)
+                    batch = next_batch_of(records)
                     continue
 
-            if not records_are_stock(batch):
+            if stock_batch:
+                # what records_are_stock asks, from the header and the class guards
+                stock_batch = (header[3] == 2 and not header[5] & 0x20 and record_guard.ok()
+                               and batch._header_data is header)
+            if not (stock_batch or records_are_stock(batch)):
                 for record in batch:
                     yield record_to_consumer_record(
                         self, tp, cr, record, key_deserializer, value_deserializer)
-                batch = records.next_batch()
+                batch = next_batch_of(records)
                 continue
 
             # The stock loop, record by record, without the DefaultRecord in between.
-            iter(batch)  # decompresses, as `for record in batch` does
+            if stock_batch and not header[5] & 0x07:
+                batch._decompressed = True  # what iter(batch) does without compression
+            else:
+                iter(batch)  # decompresses, as `for record in batch` does
             header = batch._header_data
             if not stock_header(header):  # replaced while decompressing: stock's records
                 for record in batch:
                     yield record_to_consumer_record(
                         self, tp, cr, record, key_deserializer, value_deserializer)
-                batch = records.next_batch()
+                batch = next_batch_of(records)
                 continue
             fast_batch_count += 1
             # With no deserializers stock's _deserialize returns its data: skipped.
@@ -394,11 +684,12 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                 for record in batch:  # state stock's batch would never have: stock's records
                     yield record_to_consumer_record(
                         self, tp, cr, record, key_deserializer, value_deserializer)
-                batch = records.next_batch()
+                batch = next_batch_of(records)
                 continue
             c.pos = batch._pos
             idx = batch._next_record_index
-            count = batch._num_records
+            count_o = batch._num_records
+            count = count_o
             if idx < count:
                 topic = tp.topic
                 partition = tp.partition
@@ -457,8 +748,13 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                              key_size, value_size, c.header_size)
             batch._pos = c.pos
             batch._next_record_index = idx
-            next(batch, None)  # the end of the batch: raises on bytes left over, as stock
-            batch = records.next_batch()
+            # The end of the batch: stock's __next__ raises on bytes left over. Asked only
+            # where it might (its class changed, or its state).
+            if not (stock_batch and batch_guard.ok() and batch._buffer is buf
+                    and type(buf) is bytearray and c.pos == len(<bytearray>buf)
+                    and batch._num_records is count_o):
+                next(batch, None)
+            batch = next_batch_of(records)
         else:
             if last_batch and last_batch.magic == 2:
                 self.next_fetch_offset = last_batch.next_offset
@@ -601,7 +897,6 @@ cdef inline Py_ssize_t bytes_size(object b) noexcept:
     return zigzag_size(len(<bytes>b)) + len(<bytes>b)
 
 
-cdef object NOARG = object()  # builder_append's stand-in for stock's cached defaults
 
 
 def builder_append(self, offset, timestamp, key, value, headers, encode_varint=NOARG,

@@ -42,6 +42,7 @@ SEAMS = (
         "builder_write_header",
     ),
     ("kafka.record.memory_records", "MemoryRecordsBuilder", "append", "memory_builder_append"),
+    ("kafka.record.memory_records", "MemoryRecords", "next_batch", "memory_next_batch"),
     ("kafka.record.default_records", "DefaultRecordBatchBuilder", "size_of", "size_of"),
     (
         "kafka.record.default_records",
@@ -105,6 +106,7 @@ def build_patches():
     from kafka.consumer import fetcher
     from kafka.partitioner import default
     from kafka.record import default_records as dr
+    from kafka.record import memory_records as mr
 
     first = {(p.owner, p.attribute): p.original for p in patches}
     if first[(dr.DefaultRecordBatch, "__next__")] is not first[(dr.DefaultRecordBatch, "next")]:
@@ -119,7 +121,20 @@ def build_patches():
         crc32c=_records.crc32c,
         PartitionRecords=fetcher.Fetcher.PartitionRecords,
         fetcher_module=fetcher,
+        MemoryRecords=mr.MemoryRecords,
+        memory_records_module=mr,
+        stock_next_batch=first[(mr.MemoryRecords, "next_batch")],
+        patches=tuple(patches),
     )
+    # The compiled walk reads batches at these offsets, as stock's code does.
+    if first[(mr.MemoryRecords, "next_batch")].__defaults__ != (26, 16):
+        raise LookupError(
+            "MemoryRecords.next_batch's defaults are not (MIN_SLICE 26, MAGIC_OFFSET 16)"
+        )
+    if getattr(dr.DefaultRecordBatch, "HEADER_STRUCT", None) is None or (
+        dr.DefaultRecordBatch.HEADER_STRUCT.format != ">qiibIhiqqqhii"
+    ):
+        raise LookupError("DefaultRecordBatch.HEADER_STRUCT is not the v2 header")
     stock_append = first[(dr.DefaultRecordBatchBuilder, "append")]
     try:
         stock_time = inspect.signature(stock_append).parameters["time_time"].default
