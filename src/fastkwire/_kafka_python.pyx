@@ -55,12 +55,8 @@ cdef object CorruptRecordError = None
 cdef object stock_batch_next = None
 cdef object stock_murmur2 = None
 cdef object crc32c = None
-# (class, attribute, stock value): the fetcher's fast path skips these, so it is taken
-# only while each is still in place (a test may mock one).
-cdef tuple record_seams = ()
 cdef object PartitionRecords = None
 cdef object stock_deserialize = None
-cdef object stock_batch_iter = None
 cdef object ConsumerRecord = None
 cdef object fetcher_module = None
 cdef Py_ssize_t fast_batch_count = 0  # batches the fetcher's fast loop read (tests ask)
@@ -86,8 +82,8 @@ def bind(patches=(), **kw):
     """Take kafka-python's classes and stock functions (install() calls this, before it
     sets `patches`, the Patch rows of the seam table)."""
     global DefaultRecordBatch, DefaultRecord, ControlRecord, CorruptRecordError
-    global stock_batch_next, stock_murmur2, crc32c, record_seams, PartitionRecords
-    global stock_deserialize, stock_batch_iter, ConsumerRecord, fetcher_module
+    global stock_batch_next, stock_murmur2, crc32c, PartitionRecords
+    global stock_deserialize, ConsumerRecord, fetcher_module
     global MemoryRecords, memory_records_names, stock_next_batch
     global memory_records_guard, batch_guard, record_guard
     global at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
@@ -97,13 +93,8 @@ def bind(patches=(), **kw):
     ControlRecord = kw["ControlRecord"]
     CorruptRecordError = kw["CorruptRecordError"]
     stock_batch_next = kw["stock_batch_next"]
-    stock_batch_iter = genuine(DefaultRecordBatch.__dict__["__iter__"])
     stock_murmur2 = kw["stock_murmur2"]
     crc32c = kw["crc32c"]
-    record_seams = tuple(
-        (DefaultRecord, name, genuine(DefaultRecord.__dict__[name]))
-        for name in ("__init__", "validate_crc", "key", "value", "headers", "offset",
-                     "timestamp", "timestamp_type", "checksum", "size_in_bytes"))
     PartitionRecords = kw["PartitionRecords"]
     stock_deserialize = genuine(PartitionRecords.__dict__["_deserialize"])
     fetcher_module = kw["fetcher_module"]
@@ -551,22 +542,6 @@ cdef bint batch_crc_ok(batch, tuple header) except -1:
     return header[4] == bytearray_crc(buf)
 
 
-cdef bint records_are_stock(batch):
-    """True when the fast loop does what iterating `batch` would: a stock v2 data batch
-    read by our batch_next, whose records' attributes nobody has replaced."""
-    if type(batch) is not DefaultRecordBatch:
-        return False
-    d = DefaultRecordBatch.__dict__
-    if d.get("__next__") is not batch_next or d.get("__iter__") is not stock_batch_iter:
-        return False
-    if not stock_header(batch._header_data) or batch.magic != 2 or batch.is_control_batch:
-        return False
-    for cls, name, value in record_seams:
-        if cls.__dict__.get(name) is not value:
-            return False
-    return True
-
-
 cdef object consumer_record(object cr, tuple fields):
     if cr is ConsumerRecord:
         return tuple.__new__(cr, fields)
@@ -640,10 +615,10 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                     continue
 
             if stock_batch:
-                # what records_are_stock asks, from the header and the class guards
+                # a v2 data batch whose records are DefaultRecords as install() left them
                 stock_batch = (header[3] == 2 and not header[5] & 0x20 and record_guard.ok()
                                and batch._header_data is header)
-            if not (stock_batch or records_are_stock(batch)):
+            if not stock_batch:
                 for record in batch:
                     yield record_to_consumer_record(
                         self, tp, cr, record, key_deserializer, value_deserializer)
