@@ -71,6 +71,9 @@ cdef ClassGuard record_guard = None
 # Offsets of DefaultRecordBatch's slots (set on the batches made here)
 cdef Py_ssize_t at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
 cdef Py_ssize_t at_decompressed
+# and of DefaultRecord's
+cdef Py_ssize_t at_size_in_bytes, at_offset, at_timestamp, at_timestamp_type, at_key, at_value
+cdef Py_ssize_t at_headers
 
 
 def fast_batches():
@@ -87,7 +90,8 @@ def bind(patches=(), **kw):
     global MemoryRecords, memory_records_names, stock_next_batch
     global memory_records_guard, batch_guard, record_guard
     global at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
-    global at_decompressed
+    global at_decompressed, at_size_in_bytes, at_offset, at_timestamp, at_timestamp_type
+    global at_key, at_value, at_headers
     DefaultRecordBatch = kw["DefaultRecordBatch"]
     DefaultRecord = kw["DefaultRecord"]
     ControlRecord = kw["ControlRecord"]
@@ -119,6 +123,13 @@ def bind(patches=(), **kw):
     at_num_records = slot_offset(DefaultRecordBatch, "_num_records")
     at_next_record_index = slot_offset(DefaultRecordBatch, "_next_record_index")
     at_decompressed = slot_offset(DefaultRecordBatch, "_decompressed")
+    at_size_in_bytes = slot_offset(DefaultRecord, "_size_in_bytes")
+    at_offset = slot_offset(DefaultRecord, "_offset")
+    at_timestamp = slot_offset(DefaultRecord, "_timestamp")
+    at_timestamp_type = slot_offset(DefaultRecord, "_timestamp_type")
+    at_key = slot_offset(DefaultRecord, "_key")
+    at_value = slot_offset(DefaultRecord, "_value")
+    at_headers = slot_offset(DefaultRecord, "_headers")
 
 
 cdef object MISSING = object()
@@ -347,6 +358,8 @@ cdef object record_timestamp(tuple header, Cursor c):
 def batch_next(self):
     """DefaultRecordBatch.__next__: stock's reading of one record, compiled."""
     cdef Cursor c
+    if type(self) is not DefaultRecordBatch or not batch_guard.ok():
+        return stock_batch_next(self)  # a subclass, or a class someone changed: stock's reads
     # stock's order: the index first (a user's __ge__ may run and change the batch),
     # then the state read, checked and used as these locals, with no Python code between
     if self._next_record_index >= self._num_records:
@@ -362,13 +375,24 @@ def batch_next(self):
         return stock_batch_next(self)
     self._pos = c.pos
     attrs = <int>header[5]
-    cls = ControlRecord if attrs & 0x20 else DefaultRecord
-    try:
-        msg = cls(c.length, offset_of(<int64_t>header[0], c.offset_delta),
-                  record_timestamp(header, c), 1 if attrs & 0x08 else 0,
-                  c.key, c.value, c.headers)
-    except (ValueError, IndexError) as err:
-        raise CorruptRecordError("Found invalid record structure: {!r}".format(err))
+    offset = offset_of(<int64_t>header[0], c.offset_delta)
+    timestamp = record_timestamp(header, c)
+    timestamp_type = 1 if attrs & 0x08 else 0
+    if not attrs & 0x20 and record_guard.ok():
+        msg = new_object(DefaultRecord)  # what its __init__ sets, set in its slots
+        set_slot(msg, at_size_in_bytes, c.length)
+        set_slot(msg, at_offset, offset)
+        set_slot(msg, at_timestamp, timestamp)
+        set_slot(msg, at_timestamp_type, timestamp_type)
+        set_slot(msg, at_key, c.key)
+        set_slot(msg, at_value, c.value)
+        set_slot(msg, at_headers, c.headers)
+    else:
+        cls = ControlRecord if attrs & 0x20 else DefaultRecord
+        try:
+            msg = cls(c.length, offset, timestamp, timestamp_type, c.key, c.value, c.headers)
+        except (ValueError, IndexError) as err:
+            raise CorruptRecordError("Found invalid record structure: {!r}".format(err))
     self._next_record_index += 1
     return msg
 
@@ -563,7 +587,8 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
     cdef Py_ssize_t idx, count
     cdef PyObject* items[13]  # a ConsumerRecord's fields, borrowed from the objects below
     cdef object timestamp, timestamp_type, key_size_o, value_size_o, header_size_o
-    cdef int64_t base_offset
+    cdef int64_t base_offset, off_v, next_v, next_off = 0
+    cdef bint have_next = False
     cdef bint fast_deserialize
     Errors = fetcher_module.Errors
     IsolationLevel = fetcher_module.IsolationLevel
@@ -681,7 +706,18 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                         self, tp, cr, record, key_deserializer, value_deserializer)
                     continue
                 idx += 1
-                offset = offset_of(base_offset, c.offset_delta)
+                # The record after the last is usually at the offset stored as the next
+                # fetch offset: that int is reused (one int made per record, not two).
+                if (__builtin_add_overflow(base_offset, c.offset_delta, &off_v)
+                        or __builtin_add_overflow(off_v, 1, &next_v)):
+                    offset = offset_of(base_offset, c.offset_delta)  # past int64
+                    next_o = offset + 1
+                    have_next = False
+                else:
+                    offset = next_o if have_next and off_v == next_off else off_v
+                    next_o = next_v
+                    next_off = next_v
+                    have_next = True
                 key = c.key
                 value = c.value
                 headers = c.headers
@@ -693,11 +729,11 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                 if attrs is not None:
                     add_to(attrs, "records_read", 1)
                     add_to(attrs, "bytes_read", c.length)
-                    attrs["next_fetch_offset"] = offset + 1
+                    attrs["next_fetch_offset"] = next_o
                 else:
                     self.records_read += 1
                     self.bytes_read += c.length
-                    self.next_fetch_offset = offset + 1
+                    self.next_fetch_offset = next_o
                 if cr is ConsumerRecord:
                     items[0] = <PyObject*>topic
                     items[1] = <PyObject*>partition
