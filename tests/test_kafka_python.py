@@ -588,6 +588,90 @@ def test_murmur2_matches_kafka_python():
         fkp.uninstall()
 
 
+def a_cluster(partitions=8, topics=("t", "u"), internal=("__consumer_offsets",)):
+    """kafka-python's own ClusterMetadata, its table filled as a metadata response does."""
+    from kafka.cluster import ClusterMetadata
+
+    partition = collections.namedtuple("Partition", "leader_id")  # what the cluster reads
+    cluster = ClusterMetadata()
+    for topic in (*topics, *internal):
+        cluster._partitions[topic] = {
+            p: partition(-1 if p % 3 == 2 else 0) for p in reversed(range(partitions))
+        }
+    cluster.internal_topics = set(internal)
+    return cluster
+
+
+@needs_accel
+@pytest.mark.parametrize(
+    "case",
+    [
+        "keyed",
+        "keyless",
+        "unknown topic",
+        "internal topic",
+        "no partitions",
+        "bytearray key",
+        "str key",
+        "murmur2 replaced",
+        "cluster subclass",
+        "cluster method replaced",
+        "table replaced",
+    ],
+)
+def test_default_partitioner_answers_as_stock(accel, monkeypatch, case):
+    """DefaultPartitioner.partition: the same partitions, the same exceptions, and for
+    keyless records the same random draws."""
+    from kafka.cluster import ClusterMetadata
+    from kafka.partitioner import DefaultPartitioner
+
+    rng = random.Random(case)
+    keys = [rng.randbytes(rng.randrange(0, 40)) for _ in range(200)]
+    topic, partitions = "t", 8
+    cluster = a_cluster()
+    if case == "keyless":
+        keys = [None] * 50
+    elif case == "unknown topic":
+        topic = "nope"
+    elif case == "internal topic":
+        topic = "__consumer_offsets"
+    elif case == "no partitions":
+        cluster = a_cluster(partitions=0)
+    elif case == "bytearray key":
+        keys = [bytearray(k) for k in keys]
+    elif case == "str key":
+        keys = ["k"]
+    elif case == "cluster subclass":
+
+        class Cluster(ClusterMetadata):
+            def topics(self, exclude_internal_topics=True):
+                return {"t"}
+
+        cluster = Cluster()
+        cluster._partitions = a_cluster()._partitions
+    elif case == "cluster method replaced":
+        monkeypatch.setattr(ClusterMetadata, "partitions_for_topic", lambda self, t: {0, 5})
+    elif case == "table replaced":
+        cluster._partitions = collections.OrderedDict(cluster._partitions)
+
+    def fn(got):
+        random.seed(5)
+        murmur2 = kpartitioner.murmur2
+        if case == "murmur2 replaced":  # after install(): the module's name is what is called
+            kpartitioner.murmur2 = lambda data: len(data) * 7
+        try:
+            partitioner = DefaultPartitioner()
+            for key in keys:
+                got.append(partitioner.partition(topic, b"key", key, b"value", b"value", cluster))
+        finally:
+            kpartitioner.murmur2 = murmur2
+
+    stock, fast = accel(fn)
+    assert stock == fast
+    if case == "keyed":
+        assert stock[1] is None and set(stock[0]) == set(range(partitions))
+
+
 # ---- the producer's builder ----------------------------------------------------------
 
 

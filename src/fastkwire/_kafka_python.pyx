@@ -840,6 +840,51 @@ def murmur2(data):
     return h
 
 
+# ---- the default partitioner -------------------------------------------------------
+
+cdef object ClusterMetadata = None
+cdef ClassGuard cluster_guard = None
+cdef dict partitioner_names = None  # kafka.partitioner.default's globals (its murmur2)
+cdef object stock_partition = None
+
+
+def bind_partitioner(patches, ClusterMetadata_cls, partitioner_module, stock_partition_fn):
+    """Take kafka-python's cluster class and partitioner (install() calls this)."""
+    global ClusterMetadata, cluster_guard, partitioner_names, stock_partition
+    ClusterMetadata = ClusterMetadata_cls
+    cluster_guard = ClassGuard(ClusterMetadata, {(p.owner, p.attribute): p.replacement
+                                                 for p in patches})
+    partitioner_names = vars(partitioner_module)
+    stock_partition = stock_partition_fn
+
+
+def default_partition(self, topic, key, serialized_key, value, serialized_value, cluster):
+    """DefaultPartitioner.partition for a keyed record on kafka-python's own
+    ClusterMetadata: the same answer and the same ValueError, from the cluster's topic
+    table without the sets stock builds to ask it (topics(), partitions_for_topic(),
+    and available_partitions_for_topic(), whose answer a keyed record does not use).
+    Keyless records (random.choice over the available partitions) and anything else
+    are stock's."""
+    if serialized_key is None or type(cluster) is not ClusterMetadata or not cluster_guard.ok():
+        return stock_partition(self, topic, key, serialized_key, value, serialized_value, cluster)
+    partitions = cluster._partitions
+    internal = cluster.internal_topics
+    if type(partitions) is not dict or type(internal) is not set:
+        return stock_partition(self, topic, key, serialized_key, value, serialized_value, cluster)
+    # topic in topics(): in the table and not internal
+    if topic not in <dict>partitions or topic in <set>internal:
+        raise ValueError("Topic %s not found in ClusterMetadata" % (topic,))
+    by_partition = (<dict>partitions)[topic]
+    if type(by_partition) is not dict:
+        return stock_partition(self, topic, key, serialized_key, value, serialized_value, cluster)
+    all_partitions = sorted(<dict>by_partition)  # sorted(set(keys)): the keys are distinct
+    hash_fn = partitioner_names.get("murmur2")
+    idx = murmur2(serialized_key) if hash_fn is murmur2 else hash_fn(serialized_key)
+    idx &= 0x7fffffff
+    idx %= len(all_partitions)
+    return all_partitions[idx]
+
+
 # ---- the producer's v2 batch builder -----------------------------------------------
 
 cdef object DefaultRecordBatchBuilder = None

@@ -50,6 +50,7 @@ SEAMS = (
         "estimate_size_in_bytes",
         "estimate_size_in_bytes",
     ),
+    ("kafka.partitioner.default", "DefaultPartitioner", "partition", "default_partition"),
     ("kafka.partitioner.default", "", "murmur2", "murmur2"),
     ("kafka.partitioner", "", "murmur2", "murmur2"),
 )
@@ -65,6 +66,7 @@ class Table(NamedTuple):
     protocol: dict  # kafka-python's own compiled-codec makers (_protocol.bind())
     parser: dict  # and what the receive path names (_parser.bind())
     sizes: dict  # stock's size estimates (bind_sizes())
+    partitioner: dict  # the cluster class and stock's partition (bind_partitioner())
 
 
 def _owner(module, path):
@@ -171,4 +173,12 @@ def build_patches():
         api_message=ApiMessage,
         stock_process=parser.KafkaProtocol.__dict__["_process_response"],
     )
-    return Table(tuple(patches), bindings, builder, protocol, parser_names, sizes)
+    from kafka import cluster
+
+    partitioner = dict(
+        patches=tuple(patches),
+        ClusterMetadata_cls=cluster.ClusterMetadata,
+        partitioner_module=default,
+        stock_partition_fn=first[(default.DefaultPartitioner, "partition")],
+    )
+    return Table(tuple(patches), bindings, builder, protocol, parser_names, sizes, partitioner)
