@@ -616,6 +616,7 @@ def a_cluster(partitions=8, topics=("t", "u"), internal=("__consumer_offsets",))
         "murmur2 replaced",
         "cluster subclass",
         "cluster method replaced",
+        "instance method replaced",
         "table replaced",
     ],
 )
@@ -653,9 +654,19 @@ def test_default_partitioner_answers_as_stock(accel, monkeypatch, case):
         monkeypatch.setattr(ClusterMetadata, "partitions_for_topic", lambda self, t: {0, 5})
     elif case == "table replaced":
         cluster._partitions = collections.OrderedDict(cluster._partitions)
+    elif case == "instance method replaced":
+        cluster.partitions_for_topic = lambda t: {1, 2, 3}
 
     def fn(got):
         random.seed(5)
+        cluster_calls = []
+        sys.setprofile(
+            lambda frame, event, arg: (
+                event == "call"
+                and frame.f_code.co_filename.endswith("cluster.py")
+                and cluster_calls.append(frame.f_code.co_name)
+            )
+        )
         murmur2 = kpartitioner.murmur2
         if case == "murmur2 replaced":  # after install(): the module's name is what is called
             kpartitioner.murmur2 = lambda data: len(data) * 7
@@ -664,7 +675,11 @@ def test_default_partitioner_answers_as_stock(accel, monkeypatch, case):
             for key in keys:
                 got.append(partitioner.partition(topic, b"key", key, b"value", b"value", cluster))
         finally:
+            sys.setprofile(None)
             kpartitioner.murmur2 = murmur2
+        if case == "keyed":  # stock asks the cluster three times a record; the fast path never
+            methods = [name for name in cluster_calls if not name.startswith("<")]
+            assert len(methods) == (0 if fkp.installed() else 3 * len(keys))
 
     stock, fast = accel(fn)
     assert stock == fast
@@ -950,16 +965,32 @@ def test_next_batch_walks_the_same(accel, name, wrap):
 
 @needs_accel
 def test_next_batch_makes_batches_without_init():
-    """The batch is made in C (stock's __init__ is not called) with stock's slot values;
-    its header tuple holds ints only, so it is made untracked, as the collector leaves it."""
+    """The batch and its records are made in C (stock's __init__s are not called) with
+    stock's slot values; its header tuple holds ints only, so it is made untracked, as the
+    collector leaves it."""
     import gc
 
     calls = []
     init = kdr.DefaultRecordBatch.__init__
     fkp.install()
     try:
-        batch = MemoryRecords(TWO_BATCHES).next_batch()
+        inits = []
+        memory = MemoryRecords(TWO_BATCHES)
+        sys.setprofile(
+            lambda frame, event, arg: (
+                event == "call"
+                and frame.f_code.co_name == "__init__"
+                and inits.append(frame.f_code.co_filename)
+            )
+        )
+        try:
+            batch = memory.next_batch()
+            records = list(batch)
+        finally:
+            sys.setprofile(None)
+        assert inits == [] and len(records) == 9  # no DefaultRecordBatch, DefaultRecord __init__
         assert type(batch) is kdr.DefaultRecordBatch
+        assert all(type(r) is kdr.DefaultRecord for r in records)
         assert not gc.is_tracked(batch._header_data)
         assert batch._header_data == kdr.DefaultRecordBatch.HEADER_STRUCT.unpack_from(TWO_BATCHES)
         # A changed __init__ (or any attribute of the class) is called as stock calls it.
