@@ -2,7 +2,7 @@
 client process's CPU time per record against a real broker (Tansu on 127.0.0.1).
 
     python benchmarks/kafka_python_clients.py [--records N] [--rounds R] [--linger-ms MS]
-                                              [--batch-bytes B]
+                                              [--batch-bytes B] [--no-gc]
 
 Each measurement runs in a fresh child process (stock, then accelerated, alternating R
 times; the best of each is reported). The producer sends N records (12-byte keys,
@@ -28,9 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 CHILD = r"""
-import json, os, random, sys, time
-mode, role, bootstrap, topic, n, linger_ms, batch_bytes = sys.argv[1:8]
+import gc, json, os, random, sys, time
+mode, role, bootstrap, topic, n, linger_ms, batch_bytes, collector = sys.argv[1:9]
 n = int(n)
+if collector == "off":
+    gc.disable()
 if mode == "accelerated":
     import fastkwire.kafka_python
     fastkwire.kafka_python.install()
@@ -71,7 +73,7 @@ print(json.dumps({"cpu": cpu, "n": n, "batches": batches}))
 """
 
 
-def child(mode, role, bootstrap, topic, n, linger_ms, batch_bytes, per_batch=None):
+def child(mode, role, bootstrap, topic, n, linger_ms, batch_bytes, collector, per_batch=None):
     out = subprocess.run(
         [
             sys.executable,
@@ -84,6 +86,7 @@ def child(mode, role, bootstrap, topic, n, linger_ms, batch_bytes, per_batch=Non
             str(n),
             str(linger_ms),
             str(batch_bytes),
+            collector,
         ],
         capture_output=True,
         text=True,
@@ -109,6 +112,11 @@ def main():
         default=1 << 20,
         help="the producer's batch_size (4500: about 34 records a batch)",
     )
+    ap.add_argument(
+        "--no-gc",
+        action="store_true",
+        help="the cyclic collector off in the clients (to see what it costs; not a workload)",
+    )
     args = ap.parse_args()
     from broker import running_tansu
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -123,7 +131,15 @@ def main():
             for mode in ("stock", "accelerated"):
                 topic = f"bench-{r}-{mode}-{int(time.time())}"
                 admin.create_topics([NewTopic(topic, 8, 1)])
-                run = (broker.bootstrap, topic, args.records, args.linger_ms, args.batch_bytes)
+                collector = "off" if args.no_gc else "on"
+                run = (
+                    broker.bootstrap,
+                    topic,
+                    args.records,
+                    args.linger_ms,
+                    args.batch_bytes,
+                    collector,
+                )
                 produce = child(mode, "produce", *run)
                 consume = child(mode, "consume", *run, per_batch=per_batch)
                 for role, us in (("produce", produce), ("consume", consume)):
@@ -138,7 +154,8 @@ def main():
     print(
         f"\n{args.records:,} records, linger {args.linger_ms} ms, batch_size {args.batch_bytes:,}"
         f" ({sum(per_batch) / max(len(per_batch), 1):.0f} records a batch), best of {args.rounds}"
-        f" (client CPU per record; load {os.getloadavg()[0]:.1f})\n"
+        f" (client CPU per record; load {os.getloadavg()[0]:.1f}"
+        f"{'; the collector off' if args.no_gc else ''})\n"
     )
     print("| client | stock | accelerated | less CPU |")
     print("|---|---|---|---|")
