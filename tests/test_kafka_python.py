@@ -1183,3 +1183,26 @@ def test_header_tuples_are_untracked_and_equal(accel):
 
     stock, fast = accel(fn)
     assert stock[1] is None and stock == fast
+
+
+@needs_accel
+def test_fast_path_stops_while_a_class_is_changed_and_resumes_after():
+    from fastkwire import _kafka_python
+
+    magic = vars(kdr.DefaultRecordBatch)["magic"]
+    fkp.install()
+    try:
+        for changed in (False, True, True, False):
+            if changed:
+                kdr.DefaultRecordBatch.magic = property(lambda self: magic.fget(self))
+            else:
+                kdr.DefaultRecordBatch.magic = magic
+            before = _kafka_python.fast_batches()
+            got = take_all(TWO_BATCHES)
+            out = []
+            got(out)
+            assert len(out[0]) == 27
+            assert _kafka_python.fast_batches() == before + (0 if changed else 3)
+    finally:
+        kdr.DefaultRecordBatch.magic = magic
+        fkp.uninstall()

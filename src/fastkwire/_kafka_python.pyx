@@ -159,13 +159,14 @@ cdef class ClassGuard:
     The first check, and any after a change, compares every attribute of every class on
     the MRO with the snapshot by identity; then the class's version tag is remembered.
     CPython changes that tag whenever an attribute of the class or of a base is set or
-    deleted, so until then one integer comparison is the check."""
+    deleted, so until then one integer comparison is the check. A class found changed
+    has its tag remembered too: it is not compared again until it changes again."""
     cdef object cls
     cdef tuple mro
     cdef list snapshot  # (class, {name: value}) along the MRO
     cdef unsigned int tag
-
     cdef bint replaced  # something not kafka-python's was in place at install (a mock)
+    cdef unsigned int changed_tag  # the tag of a state found changed (0: none)
 
     def __init__(self, cls, installed):
         self.cls = cls
@@ -178,14 +179,26 @@ cdef class ClassGuard:
             for k in self.mro if k.__module__.startswith("kafka.")
             for name, value in vars(k).items())
         self.tag = 0
+        self.changed_tag = 0
 
     cdef inline bint ok(self):
-        if self.tag != 0 and version_tag(self.cls) == self.tag:
-            return True
+        cdef unsigned int tag = version_tag(self.cls)
+        if tag != 0:
+            if tag == self.tag:
+                return True
+            if tag == self.changed_tag:
+                return False
         return self.recheck()
 
     cdef bint recheck(self):
         self.tag = 0
+        if not self.unchanged():
+            self.changed_tag = assign_version_tag(self.cls)  # not compared again until it changes
+            return False
+        self.tag = assign_version_tag(self.cls)
+        return True
+
+    cdef bint unchanged(self):
         if self.replaced or self.cls.__mro__ != self.mro:
             return False
         for k, names in self.snapshot:
@@ -195,7 +208,6 @@ cdef class ClassGuard:
             for name, value in (<dict>names).items():
                 if d.get(name, MISSING) is not value:
                     return False
-        self.tag = assign_version_tag(self.cls)
         return True
 
 
