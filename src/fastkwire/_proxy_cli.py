@@ -17,6 +17,7 @@ from ._printable import os_error_text, printable
 from .connection import make_tls_context
 from .connection_errors import OptionError
 from .errors import DecodeError
+from .proxy._loop import ENV as LOOP_ENV, LOOPS, loop_factory, loop_name, run
 from .proxy import (
     DEFAULT_FRAME_TIMEOUT,
     CaptureError,
@@ -52,6 +53,7 @@ TERMINAL_QUEUE_BYTES = 16 * 1024 * 1024
 CAPTURE_QUEUE_BYTES = 128 * 1024 * 1024
 # Library parameter -> flag, for errors the library raises about its parameters.
 PROXY_FLAGS = {
+    "loop": "--loop",
     "upstream": "--upstream",
     "listen": "--listen",
     "advertised": "--advertise",
@@ -184,6 +186,13 @@ def add_proxy(subparsers):
         default=[],
         metavar="ID",
         help="show only requests of this client id (repeat for more)",
+    )
+    parser.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default=None,
+        help="the event loop: uvloop (faster; pip install 'fastkwire[proxy]'), asyncio's own, "
+        f"or auto: uvloop when installed (default: ${LOOP_ENV}, else auto)",
     )
     out.add_argument(
         "--quiet", action="store_true", help="no line per exchange: errors and the summary only"
@@ -443,6 +452,7 @@ def run_proxy(args, out=None, err=None):
         for a in args.api:
             _api_key_or_fail(a)
         tls, upstream_tls = _tls_contexts(args)
+        loop_factory(args.loop)  # uvloop asked for and not installed: a usage error
         writers = []
         if args.record:
             writers.append(CaptureWriter(args.record))
@@ -484,7 +494,7 @@ def run_proxy(args, out=None, err=None):
         print(f"{args.prog}: error: {_flagged(str(e))}", file=err)
         return EXIT_USAGE
     try:
-        code = asyncio.run(_serve(proxy, args, err))
+        code = run(_serve(proxy, args, err), args.loop)
     except KeyboardInterrupt:  # where the loop could not take the signal itself
         code = EXIT_OK
     finally:
@@ -520,6 +530,7 @@ async def _serve(proxy, args, err):
             if proxy.mapped
             else ""
         )
+        + f", on {loop_name(asyncio.get_running_loop())}"
         + (", TLS for clients" if proxy.tls else "")
         + (", TLS to brokers" if proxy.upstream_tls else "")
         + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""),
