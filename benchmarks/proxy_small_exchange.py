@@ -33,6 +33,20 @@ from fastkwire.proxy._loop import LOOPS, run  # noqa: E402
 from proxy_load import LoadBroker, Templates, run_client  # noqa: E402
 
 
+THREADS = ("event loop", "output", "capture", "inspector")  # the proxy's threads, in start order
+
+
+def thread_seconds(pid):
+    """{thread id: seconds on a CPU} of a process's threads (Linux schedstat: nanoseconds)."""
+    got = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            got[int(task.name)] = int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
+    return got
+
+
 async def drive(port, requests):
     done = 0
     while done < requests:
@@ -150,8 +164,18 @@ async def main(args):
             )
             await asyncio.sleep(1.0)  # py-spy attached
         cpu, started = cpu_seconds(proc.pid), time.monotonic()
+        by_thread = thread_seconds(proc.pid)
         n = await drive(port, args.requests)
         used, took = cpu_seconds(proc.pid) - cpu, time.monotonic() - started
+        after = thread_seconds(proc.pid)
+        # the proxy's threads start in this order; libuv's resolver pool, under uvloop,
+        # starts between the capture writer's and the inspector's (counted as "others")
+        tids = sorted(after)
+        named = dict(zip(tids[:3], THREADS[:3])) | ({tids[-1]: THREADS[3]} if len(tids) > 3 else {})
+        threads = collections.Counter()
+        for tid in tids:
+            threads[named.get(tid, "others")] += (after[tid] - by_thread.get(tid, 0)) / n * 1e6
+        threads = [(name, threads[name]) for name in (*THREADS, "others") if name in threads]
         if spy is not None:
             spy.send_signal(2)
             spy.wait(60)
@@ -160,7 +184,8 @@ async def main(args):
             f"{n} sequential exchanges{' (floor: a bare forwarder)' if args.floor else ''}, "
             f"loop {args.loop}: "
             f"proxy CPU {used / n * 1e6:.1f} µs per exchange, "
-            f"{n / took:.0f} exchanges/s, {took / n * 1e6:.0f} µs per round trip"
+            f"{n / took:.0f} exchanges/s, {took / n * 1e6:.0f} µs per round trip; by thread: "
+            + ", ".join(f"{name} {us:.1f} µs" for name, us in threads)
         )
         if spy is not None:
             rows, samples, threads = profile_table(raw)

@@ -328,10 +328,6 @@ def add_proxy(subparsers):
     return parser
 
 
-def _frames_size(ex):
-    return len(ex.request) + (ex.response_size or 0)
-
-
 class _Output:
     """Shows exchanges and events, and hands them to the capture writers. The event loop only
     queues them (`exchange`, `event`); a thread per sink (the terminal's, the capture
@@ -364,10 +360,14 @@ class _Output:
     # ---- on the event loop: queue only
 
     def exchange(self, ex):
-        if self.capture is not None:
-            self.capture.offer(ex, _frames_size(ex))
-        if not self.args.quiet and self.shown(ex):
-            self.terminal.offer(ex, _frames_size(ex))
+        capture, quiet = self.capture, self.args.quiet
+        if capture is not None or not quiet:
+            response = ex.response
+            size = len(ex.request) + (0 if response is None else len(response))
+            if capture is not None:
+                capture.offer(ex, size)
+            if not quiet and self.shown(ex):
+                self.terminal.offer(ex, size)
 
     def event(self, event):
         if self.capture is not None and event.frame is not None:

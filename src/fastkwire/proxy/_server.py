@@ -818,7 +818,7 @@ class Proxy:
     # ------------------------------------------------------------ observers
 
     def _emit(self, ex):
-        self.summary.add(ex.api, ex.request_size, ex.response_size, ex.latency_ms, (), ex.fault)
+        self.summary.add_forwarded(ex)
         self._to_inspect(ex)
         try:
             if self.on_exchange is not None:
