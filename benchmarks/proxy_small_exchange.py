@@ -8,7 +8,9 @@ samples).
 
 `--floor`: the same exchanges through the least an asyncio proxy can do instead (a bare
 protocol per side that writes what it reads to the other side: no framing, no pairing, no
-capture), run in the same way: what asyncio and the system calls cost by themselves.
+capture), run in the same way: what the event loop and the system calls cost by themselves.
+`--loop asyncio|uvloop|auto` (default auto) picks the event loop of both, as the proxy's
+`--loop` does.
 
 Not a pytest-benchmark file: a number and a table for docs/proxy.md.
 """
@@ -27,7 +29,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from proxy_cost import cpu_seconds, start_proxy, stop  # noqa: E402
+from fastkwire.proxy._loop import LOOPS, run  # noqa: E402
 from proxy_load import LoadBroker, Templates, run_client  # noqa: E402
+
+
+THREADS = ("event loop", "output", "capture", "inspector")  # the proxy's threads, in start order
+
+
+def thread_seconds(pid):
+    """{thread id: seconds on a CPU} of a process's threads (Linux schedstat: nanoseconds)."""
+    got = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            got[int(task.name)] = int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
+    return got
 
 
 async def drive(port, requests):
@@ -67,11 +84,12 @@ class _Pipe(asyncio.Protocol):
 
     def __init__(self, upstream_port=None, peer=None):
         self.upstream_port, self.peer, self.transport = upstream_port, peer, None
+        self.early = []  # what a client sent before its upstream was connected
 
     def connection_made(self, transport):
         self.transport = transport
         if self.peer is None:  # a client: reads wait until the upstream is connected
-            transport.pause_reading()
+            transport.pause_reading()  # (uvloop still reads once: kept in `early`)
             asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self):
@@ -79,10 +97,14 @@ class _Pipe(asyncio.Protocol):
         _, self.peer = await loop.create_connection(
             lambda: _Pipe(peer=self), "127.0.0.1", self.upstream_port
         )
+        self.peer.transport.writelines(self.early)
         self.transport.resume_reading()
 
     def data_received(self, data):
-        self.peer.transport.write(data)
+        if self.peer is None:
+            self.early.append(data)
+        else:
+            self.peer.transport.write(data)
 
     def connection_lost(self, exc):
         if self.peer is not None and self.peer.transport is not None:
@@ -98,9 +120,9 @@ async def forward(upstream_port):
     await server.serve_forever()
 
 
-def start_floor(upstream_port):
+def start_floor(upstream_port, loop):
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--forward", str(upstream_port)],
+        [sys.executable, __file__, "--forward", str(upstream_port), "--loop", loop],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -112,10 +134,12 @@ async def main(args):
     broker = await LoadBroker(Templates([256])).start()
     with tempfile.TemporaryDirectory() as tmp:
         if args.floor:
-            proc, port = start_floor(broker.port)
+            proc, port = start_floor(broker.port, args.loop)
         else:
             with open(os.devnull, "w") as out:
-                proc, port = start_proxy(broker.port, out, "--quiet", "--record", f"{tmp}/r.jsonl")
+                proc, port = start_proxy(
+                    broker.port, out, "--quiet", "--record", f"{tmp}/r.jsonl", "--loop", args.loop
+                )
         await drive(port, 200)  # warm: the first exchanges load the schemas
         spy = None
         if args.profile:
@@ -140,16 +164,28 @@ async def main(args):
             )
             await asyncio.sleep(1.0)  # py-spy attached
         cpu, started = cpu_seconds(proc.pid), time.monotonic()
+        by_thread = thread_seconds(proc.pid)
         n = await drive(port, args.requests)
         used, took = cpu_seconds(proc.pid) - cpu, time.monotonic() - started
+        after = thread_seconds(proc.pid)
+        # the proxy's threads start in this order; libuv's resolver pool, under uvloop,
+        # starts between the capture writer's and the inspector's (counted as "others")
+        tids = sorted(after)
+        named = dict(zip(tids[:3], THREADS[:3])) | ({tids[-1]: THREADS[3]} if len(tids) > 3 else {})
+        threads = collections.Counter()
+        for tid in tids:
+            threads[named.get(tid, "others")] += (after[tid] - by_thread.get(tid, 0)) / n * 1e6
+        threads = [(name, threads[name]) for name in (*THREADS, "others") if name in threads]
         if spy is not None:
             spy.send_signal(2)
             spy.wait(60)
         stop(proc)
         print(
-            f"{n} sequential exchanges{' (floor: a bare forwarder)' if args.floor else ''}: "
+            f"{n} sequential exchanges{' (floor: a bare forwarder)' if args.floor else ''}, "
+            f"loop {args.loop}: "
             f"proxy CPU {used / n * 1e6:.1f} µs per exchange, "
-            f"{n / took:.0f} exchanges/s, {took / n * 1e6:.0f} µs per round trip"
+            f"{n / took:.0f} exchanges/s, {took / n * 1e6:.0f} µs per round trip; by thread: "
+            + ", ".join(f"{name} {us:.1f} µs" for name, us in threads)
         )
         if spy is not None:
             rows, samples, threads = profile_table(raw)
@@ -167,11 +203,12 @@ if __name__ == "__main__":
     p.add_argument("--requests", type=int, default=20000)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--floor", action="store_true", help="a bare forwarder instead of the proxy")
+    p.add_argument("--loop", choices=LOOPS, default="auto", help="the event loop (default auto)")
     p.add_argument("--forward", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.forward:
         try:
-            asyncio.run(forward(args.forward))
+            run(forward(args.forward), args.loop)
         except KeyboardInterrupt:
             pass
     else:

@@ -64,18 +64,37 @@ def _json_number(value):
     return "null" if value is None else repr(value)  # JSON's spelling of an int or a float
 
 
+_FIXED = {}  # (conn, client, client_id, broker, api_key, version) -> their JSON
+_FIXED_MAX = 4096  # entries kept before the cache starts again
+
+
+def _fixed(ex):
+    """The JSON of the fields an exchange shares with the others of its connection and API."""
+    key = (ex.conn, ex.client, ex.client_id, ex.broker, ex.api_key, ex.api_version)
+    text = _FIXED.get(key)
+    if text is None:
+        if len(_FIXED) >= _FIXED_MAX:
+            _FIXED.clear()
+        text = _FIXED[key] = (
+            f'"conn": {_json_number(ex.conn)}, '
+            f'"client": {_json_text(ex.client)}, "client_id": {_json_text(ex.client_id)}, '
+            f'"broker": {_json_text(ex.broker)}, "api": {_STR(ex.api)}, '
+            f'"api_key": {_json_number(ex.api_key)}, "version": {_json_number(ex.api_version)}, '
+        )
+    return text
+
+
 def _head(ex):
     """record_of(ex, frames=False) as JSON, without its closing brace: what _ENCODE gives,
     formatted directly (a capture line per exchange, so its cost counts)."""
     latency = ex.latency_ms
+    fault = ex.fault
     return (
-        f'{{"time": {_json_number(ex.time)}, "conn": {_json_number(ex.conn)}, '
-        f'"client": {_json_text(ex.client)}, "client_id": {_json_text(ex.client_id)}, '
-        f'"broker": {_json_text(ex.broker)}, "api": {_STR(ex.api)}, '
-        f'"api_key": {_json_number(ex.api_key)}, "version": {_json_number(ex.api_version)}, '
+        f'{{"time": {_json_number(ex.time)}, {_fixed(ex)}'
         f'"correlation_id": {_json_number(ex.correlation_id)}, '
-        f'"latency_ms": {_json_number(None if latency is None else round(latency, 3))}, '
-        f'"fault": {_json_text(ex.fault)}, "local_answer": {"true" if ex.local else "false"}, '
+        f'"latency_ms": {"null" if latency is None else repr(round(latency, 3))}, '
+        f'"fault": {"null" if fault is None else _STR(fault)}, '
+        f'"local_answer": {"true" if ex.local else "false"}, '
         f'"expects_response": {"true" if ex.expects_response else "false"}'
     )
 

@@ -21,8 +21,9 @@ of them), and asyncio's write buffers (reading the other side pauses past 64 KiB
 connections by `max_connections` and `max_buffered_bytes`.
 
 Nothing slow runs on the event loop: the summary counts an exchange there, and its error
-codes are read from the response's bytes by the inspector's thread (`_inspect`), through
-a bounded queue; what does not fit in it is counted, not waited for.
+codes are read from the response's bytes by the inspector's thread (`_inspect`), handed
+over in batches (one per INSPECT_BATCH_DELAY) through a bounded queue; what does not fit
+in it is counted, not waited for.
 """
 
 import asyncio
@@ -35,10 +36,10 @@ import time
 
 from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
+from ._loop import loop_factory
 from ._frames import PRODUCE, SIZE, produce_acks, request_header, response_correlation_id
 from ._rewrite import FULL_LISTS, names_brokers, rewrite_addresses
 from .. import REQUEST_CLASSES
-from ._sink import drain_queue
 from ._stats import Summary
 from ..errors import DecodeError
 
@@ -188,7 +189,15 @@ class _Side(asyncio.Protocol):
         self.transport = transport
         if self.side == 0:
             self.hold("connect")
+            # uvloop starts reading once connection_made has returned, whatever was asked
+            # there: the pause is made again on the loop's next turn (one read may come
+            # first, at most 256 KiB, queued like any frames that cannot go yet).
+            asyncio.get_running_loop().call_soon(self._hold_again)
             self.proxy._accepted(self)
+
+    def _hold_again(self):
+        if self.holds and not self.transport.is_closing():
+            self.transport.pause_reading()
 
     def data_received(self, data):
         proxy, conn, side = self.proxy, self.conn, self.side
@@ -601,8 +610,10 @@ class Proxy:
         self.buffered = 0  # bytes of frames held for all connections (partial and pending)
         self._holding = False  # clients' reads held back past max_buffered_bytes
         self._waiting_room = set()  # the client sides held for it
-        self._inspect_queue = queue.SimpleQueue()
-        self._inspect_bytes = 0
+        self._inspect_queue = queue.SimpleQueue()  # batches of exchanges, then None
+        self._inspect_batch = []  # exchanges gathering for the next batch
+        self._inspect_in = [0, 0]  # exchanges and response bytes handed over (by the loop)
+        self._inspect_out = [0, 0]  # and read (by the inspector's thread)
         self._inspector = None
 
     # ------------------------------------------------------------ life cycle
@@ -651,6 +662,7 @@ class Proxy:
             await server.wait_closed()
         self._servers.clear()
         if self._inspector is not None:  # the summary is complete once it has caught up
+            self._hand_over()
             self._inspect_queue.put(None)
             await asyncio.get_running_loop().run_in_executor(None, self._inspector.join, 10)
             self._inspector = None
@@ -806,7 +818,7 @@ class Proxy:
     # ------------------------------------------------------------ observers
 
     def _emit(self, ex):
-        self.summary.add(ex.api, ex.request_size, ex.response_size, ex.latency_ms, (), ex.fault)
+        self.summary.add_forwarded(ex)
         self._to_inspect(ex)
         try:
             if self.on_exchange is not None:
@@ -815,40 +827,56 @@ class Proxy:
             self._observer_failed(e)
 
     def _to_inspect(self, ex):
-        """Hands the response to the inspector's thread for its error codes, unless the
-        queue is full (then the summary counts it as not inspected)."""
-        size = ex.response_size or 0
-        if not size:
+        """Keeps the response for the inspector's thread, which reads its error codes: the
+        exchanges of INSPECT_BATCH_DELAY go over together (one wake-up of that thread per
+        batch). Past INSPECT_QUEUE of them, or INSPECT_QUEUE_BYTES of their responses,
+        waiting to be read, the summary counts it as not inspected."""
+        response = ex.response
+        if not response:
             return
+        size = len(response)
         if (
             self._inspector is None
-            or self._inspect_queue.qsize() >= INSPECT_QUEUE
-            or self._inspect_bytes + size > INSPECT_QUEUE_BYTES
+            or self._inspect_in[0] - self._inspect_out[0] >= INSPECT_QUEUE
+            or self._inspect_in[1] - self._inspect_out[1] + size > INSPECT_QUEUE_BYTES
         ):
             self.summary.not_inspected(ex.api)
             return
-        with self.summary.lock:
-            self._inspect_bytes += size
-        self._inspect_queue.put(ex)
+        counts = self._inspect_in  # the loop's counts; the thread keeps its own (_inspect_out)
+        counts[0] += 1
+        counts[1] += size
+        batch = self._inspect_batch
+        if not batch:
+            asyncio.get_running_loop().call_later(INSPECT_BATCH_DELAY, self._hand_over)
+        batch.append(ex)
+
+    def _hand_over(self):
+        if self._inspect_batch:
+            batch, self._inspect_batch = self._inspect_batch, []
+            self._inspect_queue.put(batch)
 
     def _inspect(self):
         """The inspector's thread: the error codes of each response, for the summary."""
         while True:
-            batch = [self._inspect_queue.get()]
-            time.sleep(INSPECT_BATCH_DELAY)  # one wake-up per batch, not per exchange
-            batch += drain_queue(self._inspect_queue)
+            batch = self._inspect_queue.get()
+            if batch is None:
+                return
+            found, size = [], 0
             for ex in batch:
-                if ex is None:
-                    return
                 try:
                     names = ex.error_codes()
                 except Exception as e:  # noqa: BLE001 - a bug here must not stop the summary
                     names = []
                     self._observer_failed(e)
-                with self.summary.lock:
-                    self._inspect_bytes -= ex.response_size or 0
+                size += len(ex.response)
                 if names:
-                    self.summary.add_errors(ex.api, names)
+                    found.append((ex.api, names))
+            with self.summary.lock:
+                for api, names in found:
+                    self.summary.add_errors(api, names)
+            out = self._inspect_out
+            out[0] += len(batch)
+            out[1] += size
 
     def _event(self, kind, conn, text, frame=None, from_client=None):
         if self.on_event is None:
@@ -1357,9 +1385,11 @@ class BackgroundProxy:
             client(bootstrap=f"127.0.0.1:{p.port}")
             p.exchanges()   # every exchange so far (kept up to `keep`, oldest first)
 
-    Keyword arguments go to Proxy; observers given run in the proxy's thread."""
+    Keyword arguments go to Proxy; observers given run in the proxy's thread. `loop`:
+    "auto" (uvloop when installed), "asyncio" or "uvloop"; by default FASTKWIRE_PROXY_LOOP's."""
 
-    def __init__(self, upstream, listen=("127.0.0.1", 0), *, keep=100_000, **kwargs):
+    def __init__(self, upstream, listen=("127.0.0.1", 0), *, keep=100_000, loop=None, **kwargs):
+        self._new_loop = loop_factory(loop)
         self._on_exchange = kwargs.pop("on_exchange", None)
         self._on_event = kwargs.pop("on_event", None)
         self.keep = _positive(keep, "keep")
@@ -1396,7 +1426,7 @@ class BackgroundProxy:
         return self
 
     def _run(self):
-        self._loop = asyncio.new_event_loop()
+        self._loop = self._new_loop()
         try:
             self._loop.run_until_complete(self.proxy.start())
         except BaseException as e:  # noqa: BLE001 - handed to the thread that called start
