@@ -1076,15 +1076,7 @@ class Proxy:
                 or (rewrite and names_brokers(ex.api_key, ex.api_version))
             ):
                 break
-            out.append(frame)
-            ex.response = frame
-            self.buffered -= conn.remove(ex)
-            done.append(ex)
-            while conn.pending and conn.pending[0].local:  # local answers whose turn has come
-                lx = conn.pending[0]
-                self.buffered -= conn.remove(lx)
-                out.append(lx.response)
-                done.append(lx)
+            self._answered(conn, ex, frame, out, done)
             count += 1
         if out:
             transport = conn.cwriter.transport
@@ -1098,6 +1090,19 @@ class Proxy:
                     ex.finished = now
                 self._emit(ex)
         return count
+
+    def _answered(self, conn, ex, frame, out, done):
+        """`frame` answers `ex`: both go out, and after them the local answers whose
+        turn has come (they wait behind the upstream's answers, in order)."""
+        out.append(frame)
+        ex.response = frame
+        self.buffered -= conn.remove(ex)
+        done.append(ex)
+        while conn.pending and conn.pending[0].local:
+            lx = conn.pending[0]
+            self.buffered -= conn.remove(lx)
+            out.append(lx.response)
+            done.append(lx)
 
     def _over_limit(self, side):
         """The frames held for all connections are past max_buffered_bytes after a read on
@@ -1332,15 +1337,7 @@ class Proxy:
                     else:
                         if new is not frame:
                             ex.upstream_response, frame = frame, new
-                out.append(frame)
-                ex.response = frame
-                self.buffered -= conn.remove(ex)
-                done.append(ex)
-                while conn.pending and conn.pending[0].local:  # local answers whose turn has come
-                    lx = conn.pending[0]
-                    self.buffered -= conn.remove(lx)
-                    out.append(lx.response)
-                    done.append(lx)
+                self._answered(conn, ex, frame, out, done)
             await self._forward(client, out, done)
         return "upstream closed"
 
