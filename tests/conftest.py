@@ -83,6 +83,14 @@ def pytest_configure(config):
     import scope
 
     scope.EVERY_VERSION = slow_enabled(config)
+    # FASTKWIRE_PROXY_LOOP=uvloop: every event loop of the run is uvloop's (the proxy's in
+    # asyncio.run, BackgroundProxy's and the command's read the variable themselves).
+    if os.environ.get("FASTKWIRE_PROXY_LOOP") == "uvloop":
+        import asyncio
+
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 def pytest_collection_modifyitems(config, items):

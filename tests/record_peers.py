@@ -33,6 +33,7 @@ __all__ = [
     "aio_codec",
     "needs_aiokafka",
     "needs_cramjam",
+    "HAVE_CRAMJAM",
     "aiokafka",
     "LEGACY",
     "legacy",
@@ -52,8 +53,9 @@ except ImportError:
 
 needs_aiokafka = pytest.mark.skipif(AioBatch is None, reason="aiokafka is not installed")
 needs_kafka_python = pytest.mark.skipif(KpBatch is None, reason="kafka-python is not installed")
+HAVE_CRAMJAM = importlib.util.find_spec("cramjam") is not None
 needs_cramjam = pytest.mark.skipif(
-    importlib.util.find_spec("cramjam") is None,
+    not HAVE_CRAMJAM,
     reason="cramjam (the compression extra) is not installed",
 )
 

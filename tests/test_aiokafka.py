@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from accelerated import accel_fixture
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 aiokafka = pytest.importorskip("aiokafka")
@@ -35,7 +35,7 @@ from aiokafka.record import legacy_records as alr  # noqa: E402
 from aiokafka.record import memory_records as amr  # noqa: E402
 from aiokafka.record.util import calc_crc32c  # noqa: E402
 from aiokafka.consumer.subscription_state import SubscriptionState  # noqa: E402
-from aiokafka.structs import TopicPartition  # noqa: E402
+from aiokafka.structs import PartitionMetadata, TopicPartition  # noqa: E402
 
 import fastkwire  # noqa: E402
 import fastkwire.aiokafka as fka  # noqa: E402
@@ -408,6 +408,199 @@ def test_hostile_bytes_same_outcome(accel, name):
             assert stock == fast, data.hex()
 
 
+def header_batches():
+    """Uncompressed v2 batches with several headers a record (the loop reads these from
+    the bytes), one with a header key that is not UTF-8 and one with LOG_APPEND_TIME."""
+    rng = random.Random(11)
+    records = [
+        (
+            rng.randbytes(3),
+            rng.randbytes(rng.choice((0, 5, 60))),
+            [(f"k{j}", None if j % 2 else rng.randbytes(j)) for j in range(i % 4)],
+        )
+        for i in range(30)
+    ]
+    plain = v2_batch(records, offset=10)
+    not_utf8 = bytearray(plain)
+    at = plain.index(b"k1", 61)
+    not_utf8[at] = 0xFF
+    return {
+        "headers": plain,
+        "header key not UTF-8": with_attributes(bytes(not_utf8), 0),  # its CRC made right
+        "headers, log append time": with_attributes(plain, 0x08),
+    }
+
+
+HEADER_BATCHES = header_batches()
+
+
+@needs_accel
+def test_uncompressed_v2_batches_are_read_from_the_bytes(accel):
+    from fastkwire import _aiokafka
+
+    cases = [("v2 codec 0", amr.MemoryRecords, 1), ("several batches", amr.MemoryRecords, 1)]
+    cases += [("legacy magic 1 codec 0", amr.MemoryRecords, 0)]
+    cases += [("v2 codec 0", amr._MemoryRecordsPy, 0)]  # its Python records: stock's
+    cases += [(f"v2 codec {codec}", amr.MemoryRecords, 0) for codec in CODECS[1:]]
+    for name, reader, raw in cases:
+        before = _aiokafka.raw_batch_count()
+        stock, fast = accel(consumer_records(BATCHES[name], reader))
+        assert stock == fast and stock[0][0][0]
+        assert _aiokafka.raw_batch_count() == before + raw, name
+
+
+@needs_accel
+@pytest.mark.parametrize("name", sorted(HEADER_BATCHES))
+def test_records_read_from_the_bytes_as_stock(accel, name):
+    data = HEADER_BATCHES[name]
+    for chunk in (None, 1, 4):
+        for fetch_offset in (0, 12, 39, 40):
+            stock, fast = accel(consumer_records(data, chunk=chunk, fetch_offset=fetch_offset))
+            assert stock == fast
+    calls = [("all", 3), ("all", 0), ("one",), ("all",)]
+    stock, fast = accel(fetch_results(data, calls))
+    assert stock == fast
+    if name == "header key not UTF-8":  # the record before it is taken, then its error
+        assert stock[1][0] is UnicodeDecodeError
+    else:
+        assert [len(r.headers) for r in stock[0][0][0]] == [0, 1, 2]
+
+
+@needs_accel
+@pytest.mark.parametrize("name", sorted(HEADER_BATCHES))
+def test_hostile_bytes_read_from_the_bytes_same_outcome(accel, name):
+    """Mutated records: what the bytes path cannot read as stock goes to aiokafka's batch
+    iterator, whose records or CorruptRecordException come out the same."""
+    rng = random.Random(name)
+    for data in mutations(HEADER_BATCHES[name], rng, 150):
+        stock, fast = accel(consumer_records(data, check_crcs=False, chunk=3))
+        assert stock == fast, data.hex()
+        calls = [("all", 5), ("all",)]
+        stock, fast = accel(fetch_results(data, calls, check_crcs=False))
+        assert stock == fast, data.hex()
+
+
+def varint(n):
+    """A zigzag varint as Kafka writes one."""
+    n = (n << 1) ^ (n >> 63)
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def sized(data):
+    """Kafka's nullable bytes in a v2 record: a varint size, then the bytes."""
+    return varint(-1) if data is None else varint(len(data)) + data
+
+
+@st.composite
+def v2_record(draw):
+    """A v2 record's bytes: mostly well formed, with a length that may be off by one,
+    header keys that may not be UTF-8, timestamps and offsets at int64's edges."""
+    edge = st.sampled_from([0, 1, -1, 2**62, -(2**63), 2**63 - 1])
+    nullable = st.one_of(st.none(), st.binary(max_size=6))
+    header_key = st.one_of(*[st.text(max_size=3).map(str.encode)] * 4, st.binary(max_size=3))
+    headers = draw(st.lists(st.tuples(header_key, nullable), max_size=3))
+    body = b"".join(
+        (
+            varint(draw(st.integers(-1, 3))),
+            varint(draw(st.one_of(st.integers(-5, 5), edge))),
+            varint(draw(st.one_of(st.integers(-2, 5), edge))),
+            sized(draw(nullable)),
+            sized(draw(nullable)),
+            varint(draw(st.sampled_from([len(headers)] * 4 + [-1, len(headers) + 1]))),
+            *(sized(key) + sized(value) for key, value in headers),
+        )
+    )
+    return varint(len(body) + draw(st.sampled_from([0, 0, 0, 0, 1, -1]))) + body
+
+
+# What a v2 batch's record region is made of: records, and now and then other bytes.
+record_parts = st.lists(
+    st.one_of(
+        v2_record(),
+        v2_record(),
+        st.sampled_from([varint(-(2**63)), b"\xff" * 11, b"\x80", b""]),
+        st.binary(max_size=4),
+    ),
+    max_size=6,
+)
+
+
+@needs_accel
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    record_parts,
+    st.sampled_from([0, 0, 0, 1, -1]),
+    st.booleans(),
+    st.sampled_from([0, 0, 5, -1, 2**63 - 3, -(2**63)]),
+)
+def test_any_record_bytes_same_outcome(accel, parts, count_off, log_append, base_offset):
+    """Whatever bytes follow a v2 batch's header: stock's records or stock's exception."""
+    header = bytearray(HEADER_BATCHES["headers"][:61])
+    body = b"".join(parts)
+    struct.pack_into(">qi", header, 0, base_offset, 49 + len(body))
+    struct.pack_into(">h", header, 21, 0x08 if log_append else 0)
+    struct.pack_into(">i", header, 57, len(parts) + count_off)
+    data = bytes(header) + body
+    stock, fast = accel(consumer_records(data, check_crcs=False, chunk=2))
+    assert stock == fast
+
+
+@needs_accel
+@pytest.mark.parametrize(
+    "records_class",
+    [amr._MemoryRecordsPy, bytes, adr.DefaultRecordBatch],  # mutable; other layouts
+)
+def test_records_layout_not_as_checked_reads_through_aiokafka(accel, monkeypatch, records_class):
+    """Where the class install() is given for the C MemoryRecords is not laid out as
+    checked, no batch is read from the bytes, and the records are still stock's."""
+    from fastkwire import _aiokafka
+    from fastkwire.aiokafka import _seams
+
+    c_class = _seams._c_class
+    monkeypatch.setattr(
+        _seams,
+        "_c_class",
+        lambda module, name: records_class if name == "MemoryRecords" else c_class(module, name),
+    )
+    before = _aiokafka.raw_batch_count()
+    stock, fast = accel(consumer_records(HEADER_BATCHES["headers"]))
+    assert stock == fast and stock[0][0][0]
+    assert _aiokafka.raw_batch_count() == before
+
+
+@needs_accel
+@pytest.mark.parametrize("fail_at", [None, 0, 7, 29])
+def test_getall_with_a_deserializer_sees_each_step_as_stock(accel, fail_at):
+    """A deserializer that looks at the PartitionRecords each call sees the same
+    next_fetch_offset and iterator as under stock's getall."""
+
+    def deserializer(records):
+        seen = []
+
+        def value(b):
+            pr = records()
+            seen.append((b, pr.next_fetch_offset, pr._records_iterator is None))
+            if len(seen) - 1 == fail_at:
+                raise ValueError(f"bad value {len(seen)}")
+            return seen[-1]
+
+        return value
+
+    calls = [("all", 4), ("all",), ("all",)]
+    stock, fast = accel(
+        fetch_results(HEADER_BATCHES["headers"], calls, value_deserializer=deserializer)
+    )
+    assert stock == fast
+
+
 # ---- murmur2 -------------------------------------------------------------------------
 
 
@@ -462,6 +655,197 @@ def test_partitioner_picks_the_same_partitions(accel):
         fka.uninstall()
 
 
+# ---- the producer's partition choice: AIOKafkaProducer._partition ----------------------
+
+
+def producer_with_partitions(by_topic, loop):
+    """An unstarted AIOKafkaProducer whose cluster metadata lists by_topic's partitions
+    ({topic: [(partition, leader), ...]}, inserted in that order)."""
+
+    async def make():
+        return aiokafka.AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
+
+    producer = loop.run_until_complete(make())
+    producer._metadata._partitions = {
+        topic: {
+            p: PartitionMetadata(topic, p, leader, [leader], [leader], None) for p, leader in parts
+        }
+        for topic, parts in by_topic.items()
+    }
+    return producer
+
+
+def partition_calls(calls, setup=None):
+    """fn(got): each call's AIOKafkaProducer._partition outcome (its value or exception),
+    random seeded the same way (unkeyed records pick at random)."""
+
+    def fn(got):
+        rng = random.Random(5)
+        order = list(range(40)) + [1000, 77, 4096, 513]
+        rng.shuffle(order)
+        by_topic = {
+            "t": [(p, -1 if p % 3 == 0 else 1) for p in order],
+            "one": [(0, 1)],
+            "empty": [],
+            "leaderless": [(0, -1), (1, -1)],
+        }
+        loop = asyncio.new_event_loop()
+        try:
+            producer = producer_with_partitions(by_topic, loop)
+            if setup is not None:
+                setup(producer)
+            random.seed(11)
+            for call in calls:
+                try:
+                    got.append(producer._partition(*call))
+                except Exception as exc:  # noqa: BLE001 - compared with stock's
+                    got.append((type(exc), exc.args))
+        finally:
+            loop.run_until_complete(producer.stop())
+            loop.close()
+
+    return fn
+
+
+def keyed_calls():
+    rng = random.Random(9)
+    calls = []
+    for topic, count in (("t", 120), ("one", 3), ("leaderless", 10)):
+        for n in [rng.choice((0, 1, 3, 12, 40)) for _ in range(count)]:
+            key = rng.randbytes(n)
+            calls.append((topic, None, key, b"v", key, b"v"))
+            calls.append((topic, None, key, b"v", bytearray(key), b"v"))
+    return calls
+
+
+ODD_CALLS = [
+    ("t", None, None, b"v", None, b"v"),  # unkeyed: random among the available
+    ("leaderless", None, None, b"v", None, b"v"),
+    ("t", 5, b"k", b"v", b"k", b"v"),  # an explicit partition
+    ("t", 9999, b"k", b"v", b"k", b"v"),  # AssertionError: not one of the topic's
+    ("t", None, "k", b"v", "k", b"v"),  # a str key: stock's murmur2
+    ("t", None, memoryview(b"key"), b"v", memoryview(b"key"), b"v"),
+    ("missing", None, b"k", b"v", b"k", b"v"),  # TypeError: no partitions known
+    ("empty", None, b"k", b"v", b"k", b"v"),  # ZeroDivisionError
+    (["unhashable"], None, b"k", b"v", b"k", b"v"),
+]
+
+
+@needs_accel
+def test_producer_partition_as_stock(accel):
+    stock, fast = accel(partition_calls(keyed_calls() + ODD_CALLS))
+    assert stock == fast
+    values = stock[0]
+    assert len(set(map(repr, values[: len(keyed_calls())]))) > 10  # many partitions hit
+
+
+@needs_accel
+def test_producer_partition_runs_no_python_for_keyed_records(accel):
+    """The keyed choice is made in C: no Python function runs (stock runs _partition,
+    ClusterMetadata's two partition lists and DefaultPartitioner.__call__)."""
+
+    def fn(got):
+        loop = asyncio.new_event_loop()
+        try:
+            producer = producer_with_partitions({"t": [(p, 1) for p in range(8)]}, loop)
+            called = []
+            sys.setprofile(
+                lambda frame, event, arg: event == "call" and called.append(frame.f_code.co_name)
+            )
+            try:
+                got.append(producer._partition("t", None, b"key", b"v", b"key", b"v"))
+            finally:
+                sys.setprofile(None)
+            got.append(sorted(set(called)))
+        finally:
+            loop.run_until_complete(producer.stop())
+            loop.close()
+
+    (stock, _), (fast, _) = accel(fn)
+    assert stock[0] == fast[0]
+    assert "partitions_for_topic" in stock[1] and "__call__" in stock[1]
+    assert fast[1] == []
+
+
+class OtherPartitioner:
+    def __call__(self, key, all_partitions, available):
+        return all_partitions[-1], tuple(available)
+
+
+@needs_accel
+@pytest.mark.parametrize(
+    "setup",
+    [
+        lambda p: setattr(p, "_partitioner", OtherPartitioner()),
+        lambda p: setattr(p, "_partitioner", type("Sub", (apartitioner.DefaultPartitioner,), {})()),
+        lambda p: setattr(
+            p._metadata, "partitions_for_topic", lambda topic: {3, 1} if topic == "t" else None
+        ),
+        lambda p: setattr(p._metadata, "available_partitions_for_topic", lambda topic: {7}),
+    ],
+    ids=["other partitioner", "a subclass", "partitions replaced", "available replaced"],
+)
+def test_producer_partition_other_parts_run_as_stock(accel, setup):
+    stock, fast = accel(partition_calls(keyed_calls() + ODD_CALLS, setup))
+    assert stock == fast
+
+
+# ---- the consumer's fetch context: SubscriptionState.fetch_context -----------------------
+
+
+def fetch_context_steps(fn_body):
+    """fn(got): fn_body(subscriptions, got) on a fresh SubscriptionState; then its count."""
+
+    async def run(got):
+        subscriptions = SubscriptionState()
+        before = subscriptions._last_fetch_ended
+        try:
+            fn_body(subscriptions, got)
+        finally:
+            got.append(("count", subscriptions._fetch_count))
+            got.append(("ended moved", subscriptions._last_fetch_ended != before))
+
+    def fn(got):
+        asyncio.run(run(got))
+
+    return fn
+
+
+def nested(s, got):
+    with s.fetch_context():
+        got.append(s._fetch_count)
+        with s.fetch_context():
+            got.append(s._fetch_count)
+        got.append(s._fetch_count)
+    got.append(s._fetch_count)
+
+
+def raising(s, got):
+    for exc in (ValueError("x"), StopIteration(), KeyboardInterrupt()):
+        try:
+            with s.fetch_context():
+                raise exc
+        except BaseException as caught:  # noqa: BLE001 - what leaves the block is compared
+            got.append((type(caught), caught is exc, s._fetch_count))
+
+
+def reentered(s, got):
+    manager = s.fetch_context()
+    got.append(manager.__enter__())
+    manager.__enter__()
+
+
+def misused(s, got):
+    s.fetch_context(1)
+
+
+@needs_accel
+@pytest.mark.parametrize("body", [nested, raising, reentered, misused])
+def test_fetch_context_as_stock(accel, body):
+    stock, fast = accel(fetch_context_steps(body))
+    assert stock == fast
+
+
 # ---- install and uninstall -----------------------------------------------------------
 
 
@@ -473,6 +857,8 @@ def snapshot():
         "aiokafka.consumer.fetcher",
         "aiokafka.producer.producer",
         "aiokafka.protocol.struct",
+        "aiokafka.consumer.subscription_state",
+        "aiokafka.cluster",
     ):
         module = importlib.import_module(name)
         for attr, value in list(vars(module).items()):
@@ -493,6 +879,8 @@ def test_install_patches_every_seam_and_uninstall_restores_identity():
     table = fka.patches()
     assert {(getattr(p.owner, "__qualname__", p.owner.__name__), p.attribute) for p in table} == {
         ("aiokafka.partitioner", "murmur2"),
+        ("AIOKafkaProducer", "_partition"),
+        ("SubscriptionState", "fetch_context"),
         ("PartitionRecords", "_unpack_records"),
         ("PartitionRecords", "__next__"),
         ("FetchResult", "getall"),
@@ -585,7 +973,9 @@ def test_pytest_plugin_installs_for_the_run(tmp_path):
 # ---- FetchResult: getall and getone over the PartitionRecords ------------------------
 
 
-def fetch_results(data, calls, pause_after=None, seek_after=None):
+def fetch_results(
+    data, calls, pause_after=None, seek_after=None, check_crcs=True, value_deserializer=None
+):
     """fn(got): a FetchResult over data with a real assignment, drained by `calls`
     (("all", max_records) or ("one",)), with the position after each call."""
 
@@ -601,7 +991,14 @@ def fetch_results(data, calls, pause_after=None, seek_after=None):
             subscriptions = loop.run_until_complete(assigned())
             assignment = subscriptions.subscription.assignment
             pr = afetcher.PartitionRecords(
-                TP, amr.MemoryRecords(data), None, 0, None, None, True, afetcher.READ_UNCOMMITTED
+                TP,
+                amr.MemoryRecords(data),
+                None,
+                0,
+                None,
+                value_deserializer and value_deserializer(lambda: pr),
+                check_crcs,
+                afetcher.READ_UNCOMMITTED,
             )
             result = afetcher.FetchResult(
                 TP, assignment=assignment, partition_records=pr, backoff=0

@@ -107,8 +107,8 @@ def test_compiled_classes_are_plain_types_without_a_collector_header(impl):
         __slots__ = tuple(L.__slots__)
 
     assert Ordinary.__flags__ & HAVE_GC
-    # the same slots, without the collector's 16-byte header (a free-threaded build keeps
-    # the collector's state in every object's own header: there the sizes are equal)
+    # the same slots, without the collector's 16-byte header (a free-threaded build has
+    # none: its collector's fields are in every object's own header)
     header = 0 if sysconfig.get_config_var("Py_GIL_DISABLED") else 16
     assert sys.getsizeof(L()) == sys.getsizeof(Ordinary()) - header
 
@@ -447,6 +447,12 @@ for i, (name, v) in enumerate(scope.pairs(D.message_versions())):
 
 @pytest.mark.parametrize("case", sorted(GC_CASES))
 def test_the_collector_never_sees_a_half_built_container(impl, case):
+    if impl.__name__.endswith("_python") and sysconfig.get_config_var("Py_GIL_DISABLED"):
+        # The pure engine's containers are Python's own, whole whenever a collection can
+        # run; it runs here on the GIL builds as the differential baseline. A free-threaded
+        # collector has no young generation and walks the whole heap at each forced
+        # collection: the pure engine's calls take minutes each there.
+        pytest.skip("the pure engine under the collector stress: on the GIL builds only")
     core = "fastkwire._pure" if impl.__name__.endswith("_python") else "fastkwire._core"
     code = GC_SCRIPT.format(
         fuzz=str(FUZZ), tests=str(TESTS), module=impl.__name__, core=core, setup=GC_CASES[case]

@@ -11,13 +11,16 @@ How the documents are read (write new snippets this way):
   `<!-- snippet: broker -->` runs it against the suite's Tansu broker, with
   `127.0.0.1:9092` in the code standing for the broker's address; `<!-- snippet: compiled
   -->` needs the compiled core (skipped under FASTKWIRE_PURE=1); both may be given
-  (`broker compiled`); `<!-- snippet: skip REASON -->` is not run, and the test says why.
+  (`broker compiled`); `needs=MODULE` skips it, saying so, where that optional peer is
+  not installed (a client library with no build for the interpreter under test);
+  `<!-- snippet: skip REASON -->` is not run, and the test says why.
 Other blocks (shell set-up commands, JSON, plain text) are not run here: .ci/run runs
 README's set-up commands.
 """
 
 import contextlib
 import doctest
+import importlib.util
 import io
 import re
 import shlex
@@ -45,6 +48,7 @@ class Block:
     text: str
     flags: frozenset = frozenset()  # of FLAGS
     skip: str = ""  # why it is not run, for a skipped one
+    needs: tuple = ()  # modules it imports that the suite may run without
     output: str | None = None  # for python: the text block that follows
     where: str = field(default="", repr=False)
 
@@ -78,6 +82,8 @@ def read_blocks(path):
                 block.skip = " ".join(words[1:])
                 assert block.skip, f"{where}: a skipped snippet says why"
             else:
+                block.needs = tuple(w[len("needs=") :] for w in words if w.startswith("needs="))
+                words = [w for w in words if not w.startswith("needs=")]
                 assert words and set(words) <= FLAGS, f"{where}: unknown directive {d.group(0)}"
                 block.flags = frozenset(words)
         follows_code = blocks and blocks[-1].kind == "python" and previous.startswith("```")
@@ -163,6 +169,10 @@ def test_every_snippet_runs_and_prints_what_the_document_shows(path, request, ca
         if "compiled" in block.flags and fastkwire.implementation != "cython":
             skipped.append(f"{block.where}: needs the compiled core")
             continue
+        missing = [m for m in block.needs if importlib.util.find_spec(m) is None]
+        if missing:
+            skipped.append(f"{block.where}: needs {', '.join(missing)} (not installed)")
+            continue
         if "broker" in block.flags and broker is None:
             broker = request.getfixturevalue("tansu_broker")
         use = broker if "broker" in block.flags else None
@@ -182,6 +192,7 @@ def test_the_reader_finds_outputs_directives_and_unclosed_fences(tmp_path):
         "Text.\n\n```python\nprint(1)\n```\n\n```text\n1\n```\n\n"
         "<!-- snippet: skip needs a cluster -->\n```python\nboom()\n```\n\n"
         "<!-- snippet: broker -->\n```console\n$ fastkwire --help\nusage: ...\n```\n\n```text\nnot an output\n```\n"
+        "<!-- snippet: compiled needs=aiokafka -->\n```python\nimport aiokafka\n```\n"
     )
     blocks = read_blocks(doc)
     assert [(b.kind, set(b.flags), b.skip, b.output) for b in blocks] == [
@@ -189,7 +200,9 @@ def test_the_reader_finds_outputs_directives_and_unclosed_fences(tmp_path):
         ("python", set(), "needs a cluster", None),
         ("console", {"broker"}, "", None),
         ("text", set(), "", None),
+        ("python", {"compiled"}, "", None),
     ]
+    assert blocks[-1].needs == ("aiokafka",)
     assert console_commands(blocks[2]) == [("fastkwire --help", "usage: ...\n")]
     doc.write_text("```python\nprint(1)\n")
     with pytest.raises(AssertionError, match="never closed"):

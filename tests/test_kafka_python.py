@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from accelerated import accel_fixture, outcome
+from record_peers import HAVE_CRAMJAM
 
 kafka = pytest.importorskip("kafka")
 if not hasattr(kafka, "__version__") or not kafka.__version__.startswith("3."):
@@ -136,7 +137,7 @@ def batch_sets():
             control_batch(9, 1, producer_id=8),
         ]
     )
-    for compression in ("none", "gzip"):
+    for compression in ("none", "gzip") if HAVE_CRAMJAM else ("none",):
         recs = [
             frecords.Record(
                 i,
@@ -588,6 +589,105 @@ def test_murmur2_matches_kafka_python():
         fkp.uninstall()
 
 
+def a_cluster(partitions=8, topics=("t", "u"), internal=("__consumer_offsets",)):
+    """kafka-python's own ClusterMetadata, its table filled as a metadata response does."""
+    from kafka.cluster import ClusterMetadata
+
+    partition = collections.namedtuple("Partition", "leader_id")  # what the cluster reads
+    cluster = ClusterMetadata()
+    for topic in (*topics, *internal):
+        cluster._partitions[topic] = {
+            p: partition(-1 if p % 3 == 2 else 0) for p in reversed(range(partitions))
+        }
+    cluster.internal_topics = set(internal)
+    return cluster
+
+
+@needs_accel
+@pytest.mark.parametrize(
+    "case",
+    [
+        "keyed",
+        "keyless",
+        "unknown topic",
+        "internal topic",
+        "no partitions",
+        "bytearray key",
+        "str key",
+        "murmur2 replaced",
+        "cluster subclass",
+        "cluster method replaced",
+        "instance method replaced",
+        "table replaced",
+    ],
+)
+def test_default_partitioner_answers_as_stock(accel, monkeypatch, case):
+    """DefaultPartitioner.partition: the same partitions, the same exceptions, and for
+    keyless records the same random draws."""
+    from kafka.cluster import ClusterMetadata
+    from kafka.partitioner import DefaultPartitioner
+
+    rng = random.Random(case)
+    keys = [rng.randbytes(rng.randrange(0, 40)) for _ in range(200)]
+    topic, partitions = "t", 8
+    cluster = a_cluster()
+    if case == "keyless":
+        keys = [None] * 50
+    elif case == "unknown topic":
+        topic = "nope"
+    elif case == "internal topic":
+        topic = "__consumer_offsets"
+    elif case == "no partitions":
+        cluster = a_cluster(partitions=0)
+    elif case == "bytearray key":
+        keys = [bytearray(k) for k in keys]
+    elif case == "str key":
+        keys = ["k"]
+    elif case == "cluster subclass":
+
+        class Cluster(ClusterMetadata):
+            def topics(self, exclude_internal_topics=True):
+                return {"t"}
+
+        cluster = Cluster()
+        cluster._partitions = a_cluster()._partitions
+    elif case == "cluster method replaced":
+        monkeypatch.setattr(ClusterMetadata, "partitions_for_topic", lambda self, t: {0, 5})
+    elif case == "table replaced":
+        cluster._partitions = collections.OrderedDict(cluster._partitions)
+    elif case == "instance method replaced":
+        cluster.partitions_for_topic = lambda t: {1, 2, 3}
+
+    def fn(got):
+        random.seed(5)
+        cluster_calls = []
+        sys.setprofile(
+            lambda frame, event, arg: (
+                event == "call"
+                and frame.f_code.co_filename.endswith("cluster.py")
+                and cluster_calls.append(frame.f_code.co_name)
+            )
+        )
+        murmur2 = kpartitioner.murmur2
+        if case == "murmur2 replaced":  # after install(): the module's name is what is called
+            kpartitioner.murmur2 = lambda data: len(data) * 7
+        try:
+            partitioner = DefaultPartitioner()
+            for key in keys:
+                got.append(partitioner.partition(topic, b"key", key, b"value", b"value", cluster))
+        finally:
+            sys.setprofile(None)
+            kpartitioner.murmur2 = murmur2
+        if case == "keyed":  # stock asks the cluster three times a record; the fast path never
+            methods = [name for name in cluster_calls if not name.startswith("<")]
+            assert len(methods) == (0 if fkp.installed() else 3 * len(keys))
+
+    stock, fast = accel(fn)
+    assert stock == fast
+    if case == "keyed":
+        assert stock[1] is None and set(stock[0]) == set(range(partitions))
+
+
 # ---- the producer's builder ----------------------------------------------------------
 
 
@@ -808,3 +908,302 @@ def test_size_estimates_are_stocks_for_every_input(accel):
 
     stock, fast = accel(sizes)
     assert stock == fast and len(stock[0]) == 2 * len(cases)
+
+
+# ---- MemoryRecords.next_batch and the batch it makes ---------------------------------
+
+
+def batch_state(batch):
+    """Everything a batch holds, read from its slots (unset ones as their exception)."""
+    out = [type(batch)]
+    for slot in ("_buffer", "_header_data", "_pos", "_num_records", "_next_record_index"):
+        try:
+            value = getattr(batch, slot)
+        except AttributeError as exc:
+            value = (AttributeError, str(exc))
+        out.append((type(value), bytes(value) if isinstance(value, bytearray) else value))
+    if isinstance(batch, kdr.DefaultRecordBatch):
+        out.append(batch._decompressed)
+    return out
+
+
+def walk(make_records, steps=None):
+    """next_batch() until None (or `steps` calls), with the walk's state after each."""
+
+    def fn(got):
+        records = make_records()
+        for _ in range(steps or 1000):
+            got.append((records.has_next(), records._pos, records._remaining_bytes))
+            next_slice = records._next_slice
+            got.append(None if next_slice is None else bytes(next_slice))
+            batch = records.next_batch()
+            if batch is None:
+                break
+            got.append(batch_state(batch))
+            got.append(records.valid_bytes())
+            if isinstance(batch, kdr.DefaultRecordBatch):
+                got.append(batch.validate_crc())
+                got.append([record_view(r) for r in batch])
+        got.append(("end", records._pos, records._remaining_bytes, records.valid_bytes()))
+
+    return fn
+
+
+TWO_BATCHES = BATCHES["several batches"]
+
+
+@needs_accel
+@pytest.mark.parametrize(
+    "wrap",
+    [bytes, bytearray, memoryview, lambda d: memoryview(bytearray(d))],
+    ids=["bytes", "bytearray", "memoryview", "memoryview of bytearray"],
+)
+@pytest.mark.parametrize("name", sorted(BATCHES))
+def test_next_batch_walks_the_same(accel, name, wrap):
+    stock, fast = accel(walk(lambda: MemoryRecords(wrap(BATCHES[name]))))
+    assert stock[1] is None and stock == fast
+
+
+@needs_accel
+def test_next_batch_makes_batches_without_init():
+    """The batch and its records are made in C (stock's __init__s are not called) with
+    stock's slot values; its header tuple holds ints only, so it is made untracked, as the
+    collector leaves it."""
+    import gc
+
+    calls = []
+    init = kdr.DefaultRecordBatch.__init__
+    fkp.install()
+    try:
+        inits = []
+        memory = MemoryRecords(TWO_BATCHES)
+        sys.setprofile(
+            lambda frame, event, arg: (
+                event == "call"
+                and frame.f_code.co_name == "__init__"
+                and inits.append(frame.f_code.co_filename)
+            )
+        )
+        try:
+            batch = memory.next_batch()
+            records = list(batch)
+        finally:
+            sys.setprofile(None)
+        assert inits == [] and len(records) == 9  # no DefaultRecordBatch, DefaultRecord __init__
+        assert type(batch) is kdr.DefaultRecordBatch
+        assert all(type(r) is kdr.DefaultRecord for r in records)
+        assert not gc.is_tracked(batch._header_data)
+        assert batch._header_data == kdr.DefaultRecordBatch.HEADER_STRUCT.unpack_from(TWO_BATCHES)
+        # A changed __init__ (or any attribute of the class) is called as stock calls it.
+        kdr.DefaultRecordBatch.__init__ = lambda self, b: calls.append(bytes(b)) or init(self, b)
+        try:
+            batch = MemoryRecords(TWO_BATCHES).next_batch()
+        finally:
+            kdr.DefaultRecordBatch.__init__ = init
+        assert len(calls) == 1 and type(batch) is kdr.DefaultRecordBatch
+    finally:
+        fkp.uninstall()
+
+
+def cut_and_bent(data):
+    """Every prefix of data, and data with its batch lengths and magic bytes bent."""
+    out = [data[:n] for n in range(0, len(data) + 1, 7)] + [data[:-1], data + b"\x00" * 11]
+    for length in (-1, -(2**31), 0, 13, 14, 48, 49, 2**31 - 1):
+        out.append(data[:8] + struct.pack(">i", length) + data[12:])
+    for magic in (-128, -1, 0, 1, 3, 127):
+        out.append(data[:16] + struct.pack(">b", magic) + data[17:])
+    for size in (12, 25, 26, 27, 60, 61):
+        out.append(struct.pack(">qi", 0, size - 12) + data[12:size])
+    return out
+
+
+@needs_accel
+def test_next_batch_on_cut_and_bent_input(accel):
+    """Truncated walks, lengths negative or past the end, short batches (stock's
+    CorruptRecordError below 26 bytes, its struct.error below 61), every magic byte."""
+    for data in cut_and_bent(TWO_BATCHES):
+        for wrap in (bytes, bytearray, memoryview):
+            for fn in (
+                walk(lambda: MemoryRecords(wrap(data))),
+                take_all(bytes(data), check_crcs=True),
+            ):
+                stock, fast = accel(fn)
+                assert stock == fast, (data.hex(), wrap)
+
+
+@needs_accel
+def test_bad_crc_and_wrong_magic_give_stocks_exceptions(accel):
+    bad_crc = bytearray(TWO_BATCHES)
+    bad_crc[30] ^= 1
+    magic_3 = bytearray(TWO_BATCHES)
+    magic_3[16] = 3
+    for data in (bytes(bad_crc), bytes(magic_3)):
+        for fn in (walk(lambda: MemoryRecords(data)), take_all(data, check_crcs=True)):
+            stock, fast = accel(fn)
+            assert stock == fast
+    stock, _ = accel(take_all(bytes(bad_crc), check_crcs=True))
+    assert stock[1][0].__name__ == "CorruptRecordError"
+
+
+class Sneaky(int):
+    """An int that runs code where it is compared or used as an index."""
+
+    def __index__(self):
+        self.hits.append("index")
+        return int(self)
+
+    def __lt__(self, other):
+        self.hits.append("lt")
+        return int(self) < other
+
+    def __ge__(self, other):
+        self.hits.append("ge")
+        return int(self) >= other
+
+
+@needs_accel
+@pytest.mark.parametrize(
+    "attr, value",
+    [
+        ("_pos", -3),
+        ("_pos", 10**20),
+        ("_pos", 2.0),
+        ("_pos", "sneaky"),
+        ("_pos", None),
+        ("_buffer", None),
+        ("_buffer", b""),
+        ("_buffer", "text"),
+        ("_buffer", bytearray(b"\x00" * 30)),
+        ("_buffer", memoryview(b"\x00" * 64).cast("B", (8, 8))),
+        ("_buffer", memoryview(TWO_BATCHES)[::2]),
+        ("_next_slice", b"\x00" * 70),
+        ("_next_slice", memoryview(bytearray(TWO_BATCHES))),
+        ("_next_slice", "released"),
+        ("_next_slice", memoryview(TWO_BATCHES[: len(TWO_BATCHES) // 4 * 4]).cast("I")),
+        ("_next_slice", 5),
+        ("_remaining_bytes", 3),
+    ],
+)
+def test_next_batch_on_replaced_state(accel, attr, value):
+    """MemoryRecords state someone replaced: stock's outcome, and no crash."""
+    hits = []
+    Sneaky.hits = hits
+
+    def make():
+        records = MemoryRecords(TWO_BATCHES)
+        v = value
+        if v == "sneaky":
+            v = Sneaky(0)
+        elif v == "released":
+            v = memoryview(TWO_BATCHES)[:100]
+            v.release()
+        setattr(records, attr, v)
+        return records
+
+    stock, fast = accel(walk(make, steps=5))
+    assert stock == fast
+    assert hits[: len(hits) // 2] == hits[len(hits) // 2 :]  # the same calls both ways
+
+
+@needs_accel
+@pytest.mark.parametrize(
+    "owner, attr",
+    [
+        (kdr.DefaultRecordBatch, "magic"),
+        (kdr.DefaultRecordBatch, "is_control_batch"),
+        (kdr.DefaultRecordBatch, "leader_epoch"),
+        (kdr.DefaultRecordBatch, "_maybe_uncompress"),
+        (kdr.DefaultRecordBase, "HEADER_STRUCT"),
+        (kdr.DefaultRecord, "offset"),
+        (MemoryRecords, "_cache_next"),
+    ],
+)
+@pytest.mark.parametrize("when", ["before install", "after install"])
+def test_changed_classes_are_asked_as_stock_asks(accel, monkeypatch, owner, attr, when):
+    """A property, method or constant someone replaced (a test's mock): the fetcher and the
+    walk call it as stock does, whether it was replaced before install() or after."""
+    calls = []
+    original = vars(owner)[attr]
+    if isinstance(original, property):
+        replacement = property(lambda self: calls.append(attr) or original.fget(self))
+    elif callable(original):
+
+        def replacement(self, *a, **kw):
+            calls.append(attr)
+            return original(self, *a, **kw)
+
+    else:
+        replacement = struct.Struct(original.format)
+    data = BATCHES["transactional, aborted and committed"] + TWO_BATCHES
+
+    def fn(got):
+        if when == "after install":
+            monkeypatch.setattr(owner, attr, replacement)
+        try:
+            take_all(data, check_crcs=True, chunk=5)(got)
+            walk(lambda: MemoryRecords(data))(got)
+        finally:
+            if when == "after install":
+                monkeypatch.setattr(owner, attr, original)
+
+    if when == "before install":
+        monkeypatch.setattr(owner, attr, replacement)
+    stock, fast = accel(fn)
+    assert stock[1] is None and stock == fast
+    if not isinstance(replacement, struct.Struct):
+        assert calls and calls[: len(calls) // 2] == calls[len(calls) // 2 :]
+
+
+@needs_accel
+def test_a_replaced_batch_class_in_memory_records_is_called(accel, monkeypatch):
+    """memory_records' own name DefaultRecordBatch is what next_batch calls, as stock."""
+    from kafka.record import memory_records
+
+    class Batch(kdr.DefaultRecordBatch):
+        __slots__ = ()
+
+    monkeypatch.setattr(memory_records, "DefaultRecordBatch", Batch)
+    stock, fast = accel(walk(lambda: MemoryRecords(TWO_BATCHES)))
+    assert stock == fast and fast[0][2][0] is Batch
+
+
+@needs_accel
+def test_header_tuples_are_untracked_and_equal(accel):
+    """Record headers are (str, bytes-or-None) tuples: made untracked (as CPython's
+    collector leaves them), equal to stock's."""
+    import gc
+
+    data = kp_batch([(1, b"k", b"v", [("a", b"1"), ("b", None)])] * 3)
+
+    def fn(got):
+        for record in Fetcher.PartitionRecords(0, TP, MemoryRecords(data)).take():
+            got.append(record.headers)
+            if fkp.installed():
+                assert not any(gc.is_tracked(h) for h in record.headers)
+                assert gc.is_tracked(record) and gc.is_tracked(record.headers)
+
+    stock, fast = accel(fn)
+    assert stock[1] is None and stock == fast
+
+
+@needs_accel
+def test_fast_path_stops_while_a_class_is_changed_and_resumes_after():
+    from fastkwire import _kafka_python
+
+    magic = vars(kdr.DefaultRecordBatch)["magic"]
+    fkp.install()
+    try:
+        for changed in (False, True, True, False):
+            if changed:
+                kdr.DefaultRecordBatch.magic = property(lambda self: magic.fget(self))
+            else:
+                kdr.DefaultRecordBatch.magic = magic
+            before = _kafka_python.fast_batches()
+            got = take_all(TWO_BATCHES)
+            out = []
+            got(out)
+            assert len(out[0]) == 27
+            assert _kafka_python.fast_batches() == before + (0 if changed else 3)
+    finally:
+        kdr.DefaultRecordBatch.magic = magic
+        fkp.uninstall()

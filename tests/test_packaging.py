@@ -182,6 +182,7 @@ def test_manylinux_wheel_installs_and_passes_the_suite(slow, tmp_path):
     assert " passed" in step.stdout  # the last command is the suite
 
 
+@pytest.mark.tooling
 def test_cibuildwheel_builds_cpython_310_to_314_and_314t_on_every_target():
     pytest.importorskip("cibuildwheel", reason="cibuildwheel is not installed")
     expected = {
@@ -215,6 +216,7 @@ def cibuildwheel_config():
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["cibuildwheel"]
 
 
+@pytest.mark.tooling
 def test_cibuildwheel_config_matches_its_schema():
     cibuildwheel = pytest.importorskip("cibuildwheel", reason="cibuildwheel is not installed")
     jsonschema = pytest.importorskip("jsonschema")
@@ -226,6 +228,7 @@ def test_cibuildwheel_config_matches_its_schema():
         jsonschema.validate({**cibuildwheel_config(), "test-comand": "pytest"}, schema)
 
 
+@pytest.mark.tooling
 def test_cibuildwheel_tests_the_installed_compiled_wheel():
     config = cibuildwheel_config()
     commands = config["test-command"]

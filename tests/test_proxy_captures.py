@@ -627,3 +627,30 @@ def test_read_pcap_of_a_file_that_is_no_pcap(tmp_path):
     path.write_bytes(b"GIF89a" + b"\x00" * 40)
     with pytest.raises(CaptureError, match="not a pcap or pcapng file"):
         read_pcap(path)
+
+
+@pytest.mark.parametrize(
+    "client_id, fault, latency, local",
+    [
+        ("producer-1", None, 0.000123456, False),
+        (None, 'quote " and é', None, True),
+        ("\u2603 snow", "delay", 2.5, False),
+    ],
+)
+def test_a_capture_line_is_the_json_of_its_record(tmp_path, client_id, fault, latency, local):
+    # The line is formatted by hand (it is written per exchange): it must be exactly what
+    # json gives for record_of, whatever the strings hold.
+    from fastkwire.proxy._capture import record_of
+
+    req, _ = api_versions_pair(7, client_id)
+    ex = Exchange(2, "127.0.0.1:5000", request_header(req), req, broker="b\u00e9:9092")
+    ex.fault, ex.local = fault, local
+    ex.response = b"\0\0\0\x04\0\0\0\x07"
+    ex.finished = None if latency is None else ex.started + latency
+    path = tmp_path / "c.jsonl"
+    with CaptureWriter(str(path)) as w:
+        w.write(ex)
+    line = path.read_text().rstrip("\n")
+    expected = dict(record_of(ex), request=req.hex(), response=ex.response.hex())
+    assert line == json.dumps(expected)
+    assert json.loads(line)["client_id"] == client_id

@@ -11,7 +11,7 @@ import pytest
 
 from fastkwire.proxy import BackgroundProxy
 
-from broker import tansu_broker  # noqa: F401 - the fixture
+from broker import create_topics, tansu_broker  # noqa: F401 - the fixture
 from cluster import NODES, Cluster, leader_of
 
 PARTITIONS = 6
@@ -74,13 +74,7 @@ def check_leaders_and_peers(cluster, proxy, topic):
 
 
 def create_topic(bootstrap, topic):
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics(
-        [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]
-    ).values():
-        future.result(TIMEOUT)
+    create_topics(bootstrap, [topic], partitions=PARTITIONS, timeout=TIMEOUT)
 
 
 def test_confluent_kafka_reaches_every_leader_through_the_proxy(cluster):

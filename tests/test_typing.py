@@ -42,6 +42,7 @@ def mypy(*args, cache):
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
 
 
+@pytest.mark.tooling
 def test_stubs_pass_mypy_strict(tmp_path):
     stubs = sorted((ROOT / "src" / "fastkwire").glob("*.pyi"))
     assert {p.name for p in stubs} >= {
@@ -57,6 +58,7 @@ def test_stubs_pass_mypy_strict(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.tooling
 def test_typed_example_passes_mypy_strict(tmp_path):
     result = mypy(EXAMPLE, cache=tmp_path / "cache")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -72,6 +74,7 @@ def test_typed_example_runs(pure):
     assert "DecodeError at offset" in result.stdout
 
 
+@pytest.mark.tooling
 def test_every_public_name_has_a_type(tmp_path):
     # Catches a name added to fastkwire.__all__ without a stub (mypy: no attribute).
     import fastkwire
@@ -106,6 +109,7 @@ records.read_batches("text")
 """
 
 
+@pytest.mark.tooling
 def test_mypy_rejects_misuse_on_every_bad_line(tmp_path):
     bad = tmp_path / "misuse.py"
     bad.write_text(MISUSE)
@@ -159,6 +163,7 @@ def stubtest(modules, tmp_path, shared_stub=None):
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
 
 
+@pytest.mark.tooling
 def test_stubs_match_the_runtime_modules(tmp_path):
     # One stubtest run for every module (each run builds the stubs anew: ~25 s apiece).
     modules = ["fastkwire.errors", "fastkwire.columns", "fastkwire.records"]
@@ -181,6 +186,7 @@ def test_the_message_classes_are_declared_once():
         assert "class " not in text and "from ._message_types import *" in text
 
 
+@pytest.mark.tooling
 def test_stubtest_finds_a_wrong_message_stub(tmp_path):
     # ...and the copy stubtest checks is not a vacuous re-export: a wrong signature fails.
     shared = (ROOT / "src" / "fastkwire" / "_message_types.pyi").read_text()

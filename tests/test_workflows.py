@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.tooling
 pytest.importorskip("check_jsonschema", reason="check-jsonschema is not installed")
 from ruamel.yaml import YAML  # noqa: E402 - a dependency of check-jsonschema
 

@@ -2,6 +2,7 @@
 #ifndef FASTKWIRE_AIOKAFKA_H
 #define FASTKWIRE_AIOKAFKA_H
 #include <Python.h>
+#include <stdint.h>
 
 /* The getset descriptor's getter for obj: what obj.name gives where the descriptor is
  * the attribute of obj's type (an immutable type without instance dicts, checked by the
@@ -25,5 +26,41 @@ static inline PyObject *fka_new(PyObject *type) {
     o = PyBaseObject_Type.tp_new((PyTypeObject *)type, args, NULL);
     Py_DECREF(args);
     return o;
+}
+
+/* aiokafka's compiled MemoryRecords (0.14.0: a Cython class with a vtable, then
+ * `bytes _buffer` and `Py_ssize_t _pos`). Its layout is checked once against a live
+ * instance (fka_records_layout_ok) before the loop reads a records object of that
+ * exact type through it. */
+typedef struct {
+    PyObject_HEAD
+    void *vtab;
+    PyObject *buffer;
+    Py_ssize_t pos;
+} fka_memory_records;
+
+static inline Py_ssize_t fka_records_size(void) { return (Py_ssize_t)sizeof(fka_memory_records); }
+
+/* records' buffer, a new reference (NULL where it is not bytes), and its position. */
+static inline PyObject *fka_records_buffer(PyObject *records, Py_ssize_t *pos) {
+    fka_memory_records *r = (fka_memory_records *)records;
+    PyObject *buffer = r->buffer;
+    if (buffer == NULL || !PyBytes_CheckExact(buffer))
+        return NULL;
+    *pos = r->pos;
+    Py_INCREF(buffer);
+    return buffer;
+}
+
+static inline Py_ssize_t fka_records_pos(PyObject *records) {
+    return ((fka_memory_records *)records)->pos;
+}
+
+/* *out = a + b: 0 where the sum does not fit in int64 (nothing written). */
+static inline int fka_add64(int64_t a, int64_t b, int64_t *out) {
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+        return 0;
+    *out = a + b;
+    return 1;
 }
 #endif

@@ -1,18 +1,22 @@
 # cython: language_level=3, binding=True, boundscheck=False, wraparound=False, cdivision=True, freethreading_compatible=True
-"""The compiled half of fastkwire.aiokafka: aiokafka's partitioner hash, its fetcher's
-per-record loop and its protocol Struct.decode, producing aiokafka's own objects.
+"""The compiled half of fastkwire.aiokafka: aiokafka's partitioner hash and its
+producer's partition choice, its fetcher's per-record loop, its consumer's fetch context
+and its protocol Struct.decode, producing aiokafka's own objects.
 
-The records themselves are still read by aiokafka's own batch classes (its C reader, its
-decompression, its CorruptRecordException messages); what runs here instead of Python is
-the loop around them: the offset check, the deserializers, the ConsumerRecord. Nothing
+Batches come from aiokafka's own MemoryRecords. An uncompressed v2 batch's records are
+read here from its bytes as aiokafka's C reader reads them; every other batch, and any
+record that reader would read otherwise or refuse, goes through aiokafka's own batch
+classes (its C reader, its decompression, its CorruptRecordException messages). Around
+them runs the loop: the offset check, the deserializers, the ConsumerRecord. Nothing
 here is called before bind() and bind_protocol() have given it aiokafka's classes.
 """
 cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.object cimport PyObject_IsTrue
-from cpython.ref cimport Py_INCREF
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_FromLongLong
+from cpython.object cimport PyObject, PyObject_IsTrue
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -23,12 +27,19 @@ cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
     void PyObject_GC_UnTrack(object o)
     void PyObject_GC_Track(object o)
+    bint PyMethod_Check(object o)
+    PyObject* PyMethod_GET_FUNCTION(object o)
+    PyObject* PyMethod_GET_SELF(object o)
 
 
 cdef extern from "_aiokafka.h":
     object getter_value "fka_get"(object descr, object obj)
     bint is_getter "fka_is_getter"(object descr)
     object new_object "fka_new"(object type)
+    Py_ssize_t records_struct_size "fka_records_size"()
+    PyObject* records_buffer "fka_records_buffer"(object records, Py_ssize_t* pos)
+    Py_ssize_t records_pos "fka_records_pos"(object records)
+    bint add64 "fka_add64"(int64_t a, int64_t b, int64_t* out)
 
 
 cdef extern from "_ft.h":
@@ -55,6 +66,12 @@ cdef object record_init = None
 cdef object CRecord = None
 cdef object get_offset, get_timestamp, get_timestamp_type, get_key, get_value, get_headers
 cdef Py_ssize_t fast_iterators = 0  # loops taken by the compiled path (tests ask)
+# aiokafka's C MemoryRecords and DefaultRecordBatch where the records object's layout
+# was checked at bind(): the loop then reads uncompressed v2 records from its bytes
+# (None: every record comes from aiokafka's batch objects)
+cdef object CMemoryRecords = None
+cdef object CRecordBatch = None
+cdef Py_ssize_t raw_batches = 0  # batches whose records were read from the bytes (tests ask)
 
 
 def bind(**kw):
@@ -69,10 +86,79 @@ def bind(**kw):
     fetcher_module = kw["fetcher_module"]
     READ_COMMITTED = kw["READ_COMMITTED"]
     bind_record_class(kw["CRecord"])
+    bind_memory_records(kw["CMemoryRecords"], kw["CRecordBatch"])
     global record_init
     init = vars(ConsumerRecord).get("__init__") if type(ConsumerRecord) is type else None
     plain = ConsumerRecord.__new__ is object.__new__ and type(init) is FunctionType
     record_init = init if plain else None
+    global stock_fetch_context, subscription_module, stock_partition, DefaultPartitioner
+    global stock_partitioner_call, partitioner_module, ClusterMetadata
+    global stock_partitions_for_topic, stock_available_partitions
+    stock_fetch_context = kw["stock_fetch_context"]
+    subscription_module = kw["subscription_module"]
+    global reentry_error_args
+    reentry_error_args = reentry_error()
+    stock_partition = kw["stock_partition"]
+    DefaultPartitioner = kw["DefaultPartitioner"]
+    stock_partitioner_call = vars(DefaultPartitioner)["__call__"]
+    partitioner_module = kw["partitioner_module"]
+    ClusterMetadata = kw["ClusterMetadata"]
+    stock_partitions_for_topic = vars(ClusterMetadata)["partitions_for_topic"]
+    stock_available_partitions = vars(ClusterMetadata)["available_partitions_for_topic"]
+
+
+cdef bint immutable_type(cls):
+    """cls is a type whose attributes cannot be set (a test's mock cannot land on it)."""
+    if not isinstance(cls, type):
+        return False
+    try:
+        cls.__fastkwire_probe__ = 1
+    except TypeError:
+        return True
+    del cls.__fastkwire_probe__
+    return False
+
+
+# Two empty v2 batch headers (61 bytes each, length 49, magic 2) and 3 bytes more: what
+# bind_memory_records checks the records layout with.
+cdef bytes EMPTY_BATCHES = (
+    (b"\0" * 8 + (49).to_bytes(4, "big") + b"\0" * 4 + b"\x02" + b"\0" * 44) * 2 + b"\0" * 3)
+
+
+cdef bind_memory_records(records_cls, batch_cls):
+    """Take aiokafka's C MemoryRecords when its instances are laid out as _aiokafka.h's
+    fka_memory_records says: checked on a live instance, its buffer and its position
+    read before and after each of two next_batch() calls."""
+    global CMemoryRecords, CRecordBatch
+    cdef Py_ssize_t pos = -1
+    cdef PyObject* buffer
+    CMemoryRecords = CRecordBatch = None
+    if not (immutable_type(records_cls) and immutable_type(batch_cls)):
+        return
+    if (records_cls.__basicsize__ != records_struct_size() or records_cls.__dictoffset__
+            or records_cls.__weakrefoffset__ or records_cls.__mro__ != (records_cls, object)):
+        return
+    data = bytes(EMPTY_BATCHES)
+    records = records_cls(data)
+    buffer = records_buffer(records, &pos)
+    if buffer == NULL:
+        return
+    same = buffer == <PyObject*>data
+    Py_DECREF(<object>buffer)
+    if not same or pos != 0:
+        return
+    for end in (61, 122):
+        if type(records.next_batch()) is not batch_cls or records_pos(records) != end:
+            return
+    if records.has_next() or records_pos(records) != 122:
+        return
+    CMemoryRecords = records_cls
+    CRecordBatch = batch_cls
+
+
+def raw_batch_count():
+    """How many batches the loop has read from the records' bytes (tests ask)."""
+    return raw_batches
 
 
 cdef bind_record_class(cls):
@@ -194,6 +280,16 @@ def fetch_result_getall(self, max_records=None):
     fast = it is records and type(records) is PartitionRecords and (
         type(records).__next__ is partition_records_next)
     while True:
+        if fast and (max_records is None or limit >= 0):
+            loop = records._records_iterator
+            if type(loop) is RecordsLoop:
+                if (<RecordsLoop>loop).drain(taken, limit):
+                    records._records_iterator = None
+                    break
+                if limit >= 0 and len(taken) >= limit:
+                    self._update_position()
+                    return taken
+                continue
         if fast:
             msg = next_record(records)
             if msg is END:
@@ -228,6 +324,23 @@ cdef class RecordsLoop:
     cdef object batch_records  # iter(batch): the batch itself, or a generator (v0/v1)
     cdef object init  # record_init while it is still the class's __init__, else None
     cdef bint done, running
+    # Reading the current batch's records from the bytes (raw is not None): the
+    # MemoryRecords' buffer (owned), the position in it, the batch's end and header
+    cdef object raw
+    cdef Py_ssize_t raw_pos, raw_end
+    cdef int64_t base_offset, first_timestamp, max_timestamp
+    cdef int32_t num_records, index
+    cdef bint log_append_time
+    # the record read_raw() read last (its offset and timestamp in C)
+    cdef int64_t r_offset, r_timestamp
+    cdef Py_ssize_t r_key_size, r_value_size
+    cdef object r_key, r_value, r_headers
+    # drain(): while quiet, no Python code but ours and the dataclass __init__ has run
+    # since the PartitionRecords' attributes were last read (its deserializers were
+    # both unset), so next_fetch is its next_fetch_offset, written back (flush) before
+    # anything else can look at it
+    cdef bint draining, quiet
+    cdef object next_fetch
 
     def __cinit__(self, owner):
         self.owner = owner
@@ -266,13 +379,55 @@ cdef class RecordsLoop:
             record = self.step()
         except BaseException:
             self.done = True
-            self.batch = self.batch_records = None
+            self.batch = self.batch_records = self.raw = None
             raise
         finally:
             self.running = False
         if record is None:
             self.done = True
         return record
+
+    cdef int drain(self, list taken, Py_ssize_t limit) except -1:
+        """Append records to taken as FetchResult.getall's loop does, until limit
+        (len(taken) >= limit, where limit >= 0) or until a deserializer has run (the
+        caller then reads the PartitionRecords' iterator again, as stock does a record).
+        1 when the records are done (stock's StopIteration), else 0."""
+        cdef int ended = 0
+        if self.done:
+            return 1
+        if self.running:
+            raise ValueError("generator already executing")
+        self.running = True
+        self.draining = True
+        try:
+            while True:
+                record = self.step()
+                if record is None:
+                    ended = 1
+                    break
+                taken.append(record)
+                if (limit >= 0 and len(taken) >= limit) or not self.quiet:
+                    break
+        except BaseException:
+            self.done = True
+            self.batch = self.batch_records = self.raw = None
+            raise
+        finally:
+            self.draining = False
+            try:
+                self.flush()
+            finally:
+                self.running = False
+        if ended:
+            self.done = True
+        return ended
+
+    cdef flush(self):
+        """Give the PartitionRecords the next_fetch_offset a quiet stretch kept."""
+        if self.quiet:
+            self.quiet = False
+            next_fetch, self.next_fetch = self.next_fetch, None
+            self.owner.next_fetch_offset = next_fetch
 
     def close(self):
         """As a generator's close(): nothing more is taken."""
@@ -284,20 +439,154 @@ cdef class RecordsLoop:
             # another thread is stepping it (or a callback of its own step closes it):
             # its fields are that step's until it ends, which sees `done`
             raise ValueError("generator already executing")
-        self.batch = self.batch_records = None
+        self.batch = self.batch_records = self.raw = None
+
+    cdef int read_raw(self) except -2:
+        """The next record of the batch read from the bytes into the r_ fields: 1, or 0
+        at the batch's clean end. -1 where aiokafka's batch would read anything else
+        (bytes out of bounds, a negative count, a header key that is not UTF-8, sizes
+        that disagree, an overflow, bytes left over): its own iterator then reads it,
+        to give what it gives or raise what it raises. Reads only what stock's
+        DefaultRecordBatch._read_msg reads, in its order, with its arithmetic."""
+        cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(self.raw)
+        cdef Py_ssize_t pos = self.raw_pos, end = self.raw_end, start
+        cdef int64_t length, attrs, ts_delta, offset_delta, key_len, value_len, count
+        cdef int64_t offset, timestamp
+        cdef list headers
+        if self.index >= self.num_records:
+            return 0 if pos == end else -1
+        if not read_varint(buf, &pos, end, &length):
+            return -1
+        start = pos
+        if not (read_varint(buf, &pos, end, &attrs) and read_varint(buf, &pos, end, &ts_delta)):
+            return -1
+        if self.log_append_time:
+            timestamp = self.max_timestamp
+        elif not add64(self.first_timestamp, ts_delta, &timestamp):
+            return -1
+        if not read_varint(buf, &pos, end, &offset_delta):
+            return -1
+        if not add64(self.base_offset, offset_delta, &offset):
+            return -1
+        if not read_varint(buf, &pos, end, &key_len):
+            return -1
+        if key_len >= 0:
+            if key_len > end - pos:
+                return -1
+            key = PyBytes_FromStringAndSize(<const char*>buf + pos, <Py_ssize_t>key_len)
+            pos += <Py_ssize_t>key_len
+        else:
+            key = None
+        if not read_varint(buf, &pos, end, &value_len):
+            return -1
+        if value_len >= 0:
+            if value_len > end - pos:
+                return -1
+            value = PyBytes_FromStringAndSize(<const char*>buf + pos, <Py_ssize_t>value_len)
+            pos += <Py_ssize_t>value_len
+        else:
+            value = None
+        if not read_varint(buf, &pos, end, &count) or count < 0:
+            return -1
+        if count == 0:
+            header_tuple = ()
+        else:
+            headers = []
+            while count > 0:
+                h_value = read_header(buf, &pos, end)
+                if h_value is None:
+                    return -1
+                headers.append(h_value)
+                count -= 1
+            header_tuple = tuple(headers)
+        if pos - start != length:
+            return -1
+        self.raw_pos = pos
+        self.index += 1
+        self.r_offset = offset
+        self.r_timestamp = timestamp
+        self.r_key = key
+        self.r_key_size = key_len if key_len >= 0 else -1
+        self.r_value = value
+        self.r_value_size = value_len if value_len >= 0 else -1
+        self.r_headers = header_tuple
+        return 1
+
+    cdef object raw_consumer_record(self, object offset, object key, object value):
+        """The ConsumerRecord of the record read_raw() read, as step() makes one."""
+        cdef object timestamp = PyLong_FromLongLong(self.r_timestamp)
+        cdef object timestamp_type = 1 if self.log_append_time else 0
+        if self.init is not None:
+            consumer_record = new_object(ConsumerRecord)
+            returned = self.init(
+                consumer_record, self.topic, self.partition, offset, timestamp,
+                timestamp_type, key, value, None, self.r_key_size, self.r_value_size,
+                self.r_headers)
+            if returned is not None:
+                raise TypeError(
+                    f"__init__() should return None, not '{type(returned).__name__}'")
+            return consumer_record
+        return ConsumerRecord(
+            self.topic, self.partition, offset, timestamp, timestamp_type, key, value, None,
+            self.r_key_size, self.r_value_size, self.r_headers)
 
     cdef object step(self):
         """The next ConsumerRecord, or None when the records are done."""
         cdef object owner = self.owner
         cdef object batch, record, offset, key, value, deserialize
         cdef bint c_record
+        cdef int status
+        cdef Py_ssize_t skip
         while True:
             if self.batch is None:
+                self.flush()  # aiokafka's methods run in next_batch()
                 batch = self.next_batch()
                 if batch is None:
                     return None
-                self.batch_records = iter(batch)
+                if self.raw is None:
+                    self.batch_records = iter(batch)
                 self.batch = batch
+            if self.raw is not None:
+                status = self.read_raw()
+                if status == 1:
+                    offset = PyLong_FromLongLong(self.r_offset)
+                    if offset < (self.next_fetch if self.quiet else owner.next_fetch_offset):
+                        continue
+                    key = self.r_key
+                    value = self.r_value
+                    self.r_key = self.r_value = None
+                    if not self.quiet:
+                        ran = False
+                        deserialize = owner._key_deserializer
+                        if PyObject_IsTrue(deserialize):
+                            ran = True
+                            key = deserialize(key)
+                        deserialize = owner._value_deserializer
+                        if PyObject_IsTrue(deserialize):
+                            ran = True
+                            value = deserialize(value)
+                        self.quiet = self.draining and not ran
+                    consumer_record = self.raw_consumer_record(offset, key, value)
+                    if self.quiet:
+                        self.next_fetch = offset + 1
+                    else:
+                        owner.next_fetch_offset = offset + 1
+                    return consumer_record
+                self.raw = self.r_key = self.r_value = self.r_headers = None
+                if status == 0:
+                    batch = self.batch
+                    self.batch = self.batch_records = None
+                    if self.quiet:
+                        self.next_fetch = batch.next_offset
+                    else:
+                        owner.next_fetch_offset = batch.next_offset
+                    continue
+                self.flush()
+                # What the bytes path does not read as stock: aiokafka's iterator reads
+                # the batch again, past the records already taken, and goes on from there.
+                self.batch_records = iter(self.batch)
+                for skip in range(self.index):
+                    next(self.batch_records)
             try:
                 record = next(self.batch_records)
             except StopIteration:
@@ -353,9 +642,25 @@ cdef class RecordsLoop:
         """The next batch whose records are to be taken; None at the end.
         Stock's checks, in its order: CRC, aborted transactions, control batches."""
         cdef object owner = self.owner
+        cdef Py_ssize_t start = -1, end = -1, unused
+        cdef PyObject* buffer
+        cdef object raw = None
         records = owner._records
+        cdef bint from_bytes = CMemoryRecords is not None and type(records) is CMemoryRecords
         while records.has_next():
+            if from_bytes:
+                start = records_pos(records)
             batch = records.next_batch()
+            raw = None
+            if from_bytes and type(batch) is CRecordBatch:
+                # read at once, with no Python code between: the batch is buffer[start:end].
+                # Free-threaded, no lock is needed: MemoryRecords sets its buffer once, in
+                # __init__, and begin_raw bounds start and end by the buffer's size.
+                end = records_pos(records)
+                buffer = records_buffer(records, &unused)
+                if buffer != NULL:
+                    raw = <object>buffer
+                    Py_DECREF(raw)  # records_buffer's reference: raw holds one
             if owner._check_crcs and not batch.validate_crc():
                 raise fetcher_module.Errors.CorruptRecordException(
                     f"Invalid CRC - {owner._tp}")
@@ -377,8 +682,215 @@ cdef class RecordsLoop:
             if batch.is_control_batch:  # skipped at every isolation level
                 owner.next_fetch_offset = batch.next_offset
                 continue
+            if raw is not None:
+                self.begin_raw(raw, start, end)
             return batch
         return None
+
+    cdef begin_raw(self, bytes raw, Py_ssize_t start, Py_ssize_t end):
+        """Read the batch raw[start:end] from the bytes where it is an uncompressed v2
+        batch whose header is all there (aiokafka's batch read the same header); any
+        other batch is read by aiokafka's own iterator."""
+        global raw_batches
+        cdef const unsigned char* p
+        if start < 0 or end > PyBytes_GET_SIZE(raw) or end - start < FIRST_RECORD_OFFSET:
+            return
+        p = <const unsigned char*>PyBytes_AS_STRING(raw) + start
+        attributes = be16(p + 21)
+        if attributes & 0x07:  # compressed: aiokafka's codecs
+            return
+        self.raw = raw
+        self.raw_pos = start + FIRST_RECORD_OFFSET
+        self.raw_end = end
+        self.base_offset = be64(p)
+        self.first_timestamp = be64(p + 27)
+        self.max_timestamp = be64(p + 35)
+        self.num_records = be32(p + 57)
+        self.log_append_time = (attributes & 0x08) != 0
+        self.index = 0
+        raw_batches += 1
+
+
+cdef enum:
+    FIRST_RECORD_OFFSET = 61  # a v2 batch's header: its records start here
+
+
+cdef inline int16_t be16(const unsigned char* p) noexcept:
+    return <int16_t>((p[0] << 8) | p[1])
+
+
+cdef inline int64_t be64(const unsigned char* p) noexcept:
+    return <int64_t>((<uint64_t><uint32_t>be32(p) << 32) | <uint32_t>be32(p + 4))
+
+
+cdef inline bint read_varint(const unsigned char* buf, Py_ssize_t* pos, Py_ssize_t end,
+                             int64_t* out) noexcept:
+    """aiokafka's decode_varint64 (zigzag, at most 10 bytes) of buf[pos:end]: False where
+    it would read past end or raise."""
+    cdef int shift = 0
+    cdef uint64_t value = 0
+    cdef unsigned char byte
+    cdef Py_ssize_t p = pos[0]
+    while True:
+        if p >= end:
+            return False
+        byte = buf[p]
+        p += 1
+        if byte & 0x80:
+            value |= <uint64_t>(byte & 0x7f) << shift
+            shift += 7
+            if shift > 63:
+                return False
+        else:
+            value |= <uint64_t>byte << shift
+            break
+    out[0] = <int64_t>(value >> 1) ^ -<int64_t>(value & 1)
+    pos[0] = p
+    return True
+
+
+cdef object read_header(const unsigned char* buf, Py_ssize_t* pos, Py_ssize_t end):
+    """One record header as aiokafka's batch makes it, (key, value), read from
+    buf[pos:end]; None where its batch would read anything else."""
+    cdef int64_t key_len, value_len
+    cdef Py_ssize_t p = pos[0]
+    if not read_varint(buf, &p, end, &key_len) or key_len < 0 or key_len > end - p:
+        return None
+    try:
+        key = PyUnicode_DecodeUTF8(<const char*>buf + p, <Py_ssize_t>key_len, NULL)
+    except UnicodeDecodeError:
+        return None
+    p += <Py_ssize_t>key_len
+    if not read_varint(buf, &p, end, &value_len):
+        return None
+    if value_len >= 0:
+        if value_len > end - p:
+            return None
+        value = PyBytes_FromStringAndSize(<const char*>buf + p, <Py_ssize_t>value_len)
+        p += <Py_ssize_t>value_len
+    else:
+        value = None
+    pos[0] = p
+    return (key, value)
+
+
+# ---- the consumer's fetch context ------------------------------------------------------
+
+cdef object stock_fetch_context = None  # SubscriptionState.fetch_context (a contextmanager)
+cdef object subscription_module = None  # aiokafka.consumer.subscription_state
+cdef tuple reentry_error_args = ()  # the AttributeError's args stock's gives on re-entry
+
+
+cdef tuple reentry_error():
+    """The args of the AttributeError a contextlib context manager raises when entered
+    twice (it deletes its arguments on entry; the wording is the Python version's)."""
+    import contextlib
+
+    manager = contextlib._GeneratorContextManager.__new__(contextlib._GeneratorContextManager)
+    try:
+        del manager.args
+    except AttributeError as exc:
+        return exc.args
+    return ("args",)
+
+
+def fetch_context(self, *args, **kwargs):
+    """SubscriptionState.fetch_context(): getone() and getmany() enter it once a call.
+    Stock's is a generator made a context manager; this is the same steps without the
+    generator. Other call shapes go to stock's."""
+    if args or kwargs:
+        return stock_fetch_context(self, *args, **kwargs)
+    return FetchContext(self)
+
+
+cdef class FetchContext:
+    """What stock's fetch_context generator does around its yield: the count of running
+    fetches up on entry, down on a clean exit, and the time the last one ended. As with
+    the generator, an exception out of the block leaves the count as it is (the generator
+    is closed before its decrement) and is not suppressed."""
+
+    cdef object state
+    cdef bint entered
+
+    def __cinit__(self, state):
+        self.state = state
+
+    def __enter__(self):
+        if self.entered:  # as stock's: its arguments are gone after the first entry
+            raise AttributeError(*reentry_error_args)
+        self.entered = True
+        self.state._fetch_count += 1
+        return None
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            state = self.state
+            state._fetch_count -= 1
+            if state._fetch_count == 0:
+                state._last_fetch_ended = subscription_module.time.monotonic()
+        return False
+
+
+# ---- the producer's partition choice ---------------------------------------------------
+
+cdef object stock_partition = None  # AIOKafkaProducer._partition
+cdef object DefaultPartitioner = None, stock_partitioner_call = None
+cdef object partitioner_module = None
+cdef object ClusterMetadata = None
+cdef object stock_partitions_for_topic = None, stock_available_partitions = None
+
+
+cdef inline bint is_method_of(object bound, object owner, object function):
+    """bound is function bound to owner: what owner.name gives where the name is still
+    its class's own method (not an instance's attribute, a subclass's or a mock)."""
+    return (PyMethod_Check(bound) and PyMethod_GET_FUNCTION(bound) == <PyObject*>function
+            and PyMethod_GET_SELF(bound) == <PyObject*>owner)
+
+
+def producer_partition(self, *args, **kwargs):
+    """AIOKafkaProducer._partition(topic, partition, key, value, serialized_key,
+    serialized_value): a keyed record without a partition, aiokafka's DefaultPartitioner
+    and its ClusterMetadata get the partition stock's steps give (the same list of all
+    partitions, made as stock makes it, indexed by murmur2), without its Python frames.
+    The list of available partitions, which the keyed choice does not read, is not made
+    (its making reads the partitions' metadata and nothing else). Everything else goes
+    to stock's."""
+    if len(args) != 6 or kwargs or args[1] is not None:
+        return stock_partition(self, *args, **kwargs)
+    topic = args[0]
+    key = args[4]
+    if type(key) is not bytes and type(key) is not bytearray:
+        return stock_partition(self, *args)
+    partitioner = self._partitioner
+    metadata = self._metadata
+    if (type(partitioner) is not DefaultPartitioner
+            or vars(DefaultPartitioner).get("__call__") is not stock_partitioner_call
+            or partitioner_module.__dict__.get("murmur2") is not murmur2
+            or type(metadata) is not ClusterMetadata
+            or not is_method_of(metadata.partitions_for_topic, metadata,
+                                stock_partitions_for_topic)
+            or not is_method_of(metadata.available_partitions_for_topic, metadata,
+                                stock_available_partitions)):
+        return stock_partition(self, *args)
+    partitions = metadata._partitions
+    if type(partitions) is not dict or type(topic) is not str:
+        return stock_partition(self, *args)
+    by_id = (<dict>partitions).get(topic)
+    if type(by_id) is not dict or not by_id:
+        return stock_partition(self, *args)
+    # list(set(d.keys())): set() of a keys view fills the set in the dict's order one key
+    # at a time (no presizing), which is what fixes the list's order
+    cdef list all_partitions = list(set((<dict>by_id).keys()))
+    cdef Py_ssize_t count = len(all_partitions)
+    cdef uint32_t h
+    if count == 0:  # not after a non-empty dict, but the modulo below must never see 0
+        return stock_partition(self, *args)
+    if type(key) is bytes:
+        h = murmur2_hash(<const unsigned char*><bytes>key, len(<bytes>key))
+    else:
+        h = murmur2_hash(<const unsigned char*>PyByteArray_AS_STRING(key),
+                         PyByteArray_GET_SIZE(key))
+    return all_partitions[<Py_ssize_t>((h & 0x7FFFFFFF) % <uint64_t>count)]
 
 
 # ---- the protocol: Struct.decode -------------------------------------------------------

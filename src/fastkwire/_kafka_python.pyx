@@ -7,13 +7,15 @@ end, a varint past 64 bits, a bad header key, a size that does not add up) it ha
 record to kafka-python's own code, which then raises or truncates exactly as stock does.
 Nothing here is called before bind() has given it kafka-python's classes.
 """
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytearray cimport (PyByteArray_AS_STRING, PyByteArray_FromStringAndSize,
+                                 PyByteArray_GET_SIZE, PyByteArray_Resize)
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from libc.string cimport memcpy
-from struct import pack_into as struct_pack_into
+from types import FunctionType, GetSetDescriptorType, MemberDescriptorType
+from struct import pack_into as struct_pack_into, unpack_from as struct_unpack_from
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 
 cdef extern from "Python.h":
@@ -30,6 +32,23 @@ cdef extern from "_kafka_python.h":
     PyObject* type_attr "fkp_type_attr"(object type, object name) except? NULL
     object new_object "fkp_new"(object type)
     object tuple_of "fkp_tuple_of"(PyObject* tp, PyObject** items, Py_ssize_t n)
+    void set_slot "fkp_set_slot"(object o, Py_ssize_t offset, object value)
+    unsigned int version_tag "fkp_version_tag"(object type)
+    unsigned int assign_version_tag "fkp_assign_version_tag"(object type)
+    object batch_header "fkp_batch_header"(const unsigned char* p)
+    object atomic_pair "fkp_atomic_pair"(object a, object b)
+
+
+cdef extern from "_slots.h":
+    Py_ssize_t slot_offset "fk_slot_offset"(object cls, object name) except -1
+
+
+cdef extern from "_crc32c.h":
+    void fkw_crc32c_setup()
+    uint32_t fkw_crc32c(uint32_t crc, const unsigned char* p, size_t n) nogil
+
+
+fkw_crc32c_setup()
 
 
 # kafka-python's objects, given by bind() (fastkwire.kafka_python.install).
@@ -40,15 +59,25 @@ cdef object CorruptRecordError = None
 cdef object stock_batch_next = None
 cdef object stock_murmur2 = None
 cdef object crc32c = None
-# (class, attribute, stock value): the fetcher's fast path skips these, so it is taken
-# only while each is still in place (a test may mock one).
-cdef tuple record_seams = ()
 cdef object PartitionRecords = None
 cdef object stock_deserialize = None
-cdef object stock_batch_iter = None
 cdef object ConsumerRecord = None
 cdef object fetcher_module = None
 cdef Py_ssize_t fast_batch_count = 0  # batches the fetcher's fast loop read (tests ask)
+# MemoryRecords, the module whose names its next_batch reads, and its stock method
+cdef object MemoryRecords = None
+cdef dict memory_records_names = None
+cdef object stock_next_batch = None
+# Whether kafka-python's classes are still as install() left them (see ClassGuard)
+cdef ClassGuard memory_records_guard = None
+cdef ClassGuard batch_guard = None
+cdef ClassGuard record_guard = None
+# Offsets of DefaultRecordBatch's slots (set on the batches made here)
+cdef Py_ssize_t at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
+cdef Py_ssize_t at_decompressed
+# and of DefaultRecord's
+cdef Py_ssize_t at_size_in_bytes, at_offset, at_timestamp, at_timestamp_type, at_key, at_value
+cdef Py_ssize_t at_headers
 
 
 def fast_batches():
@@ -56,23 +85,24 @@ def fast_batches():
     return fast_batch_count
 
 
-def bind(**kw):
-    """Take kafka-python's classes and stock functions (install() calls this)."""
+def bind(patches=(), **kw):
+    """Take kafka-python's classes and stock functions (install() calls this, before it
+    sets `patches`, the Patch rows of the seam table)."""
     global DefaultRecordBatch, DefaultRecord, ControlRecord, CorruptRecordError
-    global stock_batch_next, stock_murmur2, crc32c, record_seams, PartitionRecords
-    global stock_deserialize, stock_batch_iter, ConsumerRecord, fetcher_module
+    global stock_batch_next, stock_murmur2, crc32c, PartitionRecords
+    global stock_deserialize, ConsumerRecord, fetcher_module
+    global MemoryRecords, memory_records_names, stock_next_batch
+    global memory_records_guard, batch_guard, record_guard
+    global at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
+    global at_decompressed, at_size_in_bytes, at_offset, at_timestamp, at_timestamp_type
+    global at_key, at_value, at_headers
     DefaultRecordBatch = kw["DefaultRecordBatch"]
     DefaultRecord = kw["DefaultRecord"]
     ControlRecord = kw["ControlRecord"]
     CorruptRecordError = kw["CorruptRecordError"]
     stock_batch_next = kw["stock_batch_next"]
-    stock_batch_iter = genuine(DefaultRecordBatch.__dict__["__iter__"])
     stock_murmur2 = kw["stock_murmur2"]
     crc32c = kw["crc32c"]
-    record_seams = tuple(
-        (DefaultRecord, name, genuine(DefaultRecord.__dict__[name]))
-        for name in ("__init__", "validate_crc", "key", "value", "headers", "offset",
-                     "timestamp", "timestamp_type", "checksum", "size_in_bytes"))
     PartitionRecords = kw["PartitionRecords"]
     stock_deserialize = genuine(PartitionRecords.__dict__["_deserialize"])
     fetcher_module = kw["fetcher_module"]
@@ -84,6 +114,105 @@ def bind(**kw):
                      and cr.__module__ == "kafka.consumer.fetcher"
                      and len(getattr(cr, "_fields", ())) == 13)
     ConsumerRecord = cr if is_namedtuple else object()
+    MemoryRecords = kw["MemoryRecords"]
+    memory_records_names = vars(kw["memory_records_module"])
+    stock_next_batch = kw["stock_next_batch"]
+    installed = {(p.owner, p.attribute): p.replacement for p in patches}
+    memory_records_guard = ClassGuard(MemoryRecords, installed)
+    batch_guard = ClassGuard(DefaultRecordBatch, installed)
+    record_guard = ClassGuard(DefaultRecord, installed)
+    at_buffer = slot_offset(DefaultRecordBatch, "_buffer")
+    at_header_data = slot_offset(DefaultRecordBatch, "_header_data")
+    at_pos = slot_offset(DefaultRecordBatch, "_pos")
+    at_num_records = slot_offset(DefaultRecordBatch, "_num_records")
+    at_next_record_index = slot_offset(DefaultRecordBatch, "_next_record_index")
+    at_decompressed = slot_offset(DefaultRecordBatch, "_decompressed")
+    at_size_in_bytes = slot_offset(DefaultRecord, "_size_in_bytes")
+    at_offset = slot_offset(DefaultRecord, "_offset")
+    at_timestamp = slot_offset(DefaultRecord, "_timestamp")
+    at_timestamp_type = slot_offset(DefaultRecord, "_timestamp_type")
+    at_key = slot_offset(DefaultRecord, "_key")
+    at_value = slot_offset(DefaultRecord, "_value")
+    at_headers = slot_offset(DefaultRecord, "_headers")
+
+
+cdef object MISSING = object()
+cdef object NOARG = object()  # stand-in for stock's cached defaults (builder_append, memory_next_batch)
+
+
+cdef bint kafka_pythons_own(value, str module):
+    """value, found in a class of `module`, is what kafka-python defined there: its own
+    function, property or class/static method, or plain data (a constant, a slot)."""
+    if isinstance(value, (classmethod, staticmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        return all(f is None or kafka_pythons_own(f, module)
+                   for f in (value.fget, value.fset, value.fdel))
+    if type(value) is FunctionType:
+        return value.__module__ == module
+    if type(value) is MemberDescriptorType or type(value) is GetSetDescriptorType:
+        return True  # a slot, or the __dict__ / __weakref__ CPython gives a class
+    return not callable(value) and not hasattr(type(value), "__get__")
+
+
+cdef class ClassGuard:
+    """Whether a kafka-python class, with every class on its MRO, still holds what
+    install() left there: the fast paths that skip its methods (its properties, the
+    records it would make) are taken only then.
+
+    The first check, and any after a change, compares every attribute of every class on
+    the MRO with the snapshot by identity; then the class's version tag is remembered.
+    CPython changes that tag whenever an attribute of the class or of a base is set or
+    deleted, so until then one integer comparison is the check. A class found changed
+    has its tag remembered too: it is not compared again until it changes again."""
+    cdef object cls
+    cdef tuple mro
+    cdef list snapshot  # (class, {name: value}) along the MRO
+    cdef unsigned int tag
+    cdef bint replaced  # something not kafka-python's was in place at install (a mock)
+    cdef unsigned int changed_tag  # the tag of a state found changed (0: none)
+
+    def __init__(self, cls, installed):
+        self.cls = cls
+        self.mro = cls.__mro__
+        self.snapshot = [
+            (k, {name: installed.get((k, name), value) for name, value in vars(k).items()})
+            for k in self.mro]
+        self.replaced = not all(
+            (k, name) in installed or kafka_pythons_own(value, k.__module__)
+            for k in self.mro if k.__module__.startswith("kafka.")
+            for name, value in vars(k).items())
+        self.tag = 0
+        self.changed_tag = 0
+
+    cdef inline bint ok(self):
+        cdef unsigned int tag = version_tag(self.cls)
+        if tag != 0:
+            if tag == self.tag:
+                return True
+            if tag == self.changed_tag:
+                return False
+        return self.recheck()
+
+    cdef bint recheck(self):
+        self.tag = 0
+        if not self.unchanged():
+            self.changed_tag = assign_version_tag(self.cls)  # not compared again until it changes
+            return False
+        self.tag = assign_version_tag(self.cls)
+        return True
+
+    cdef bint unchanged(self):
+        if self.replaced or self.cls.__mro__ != self.mro:
+            return False
+        for k, names in self.snapshot:
+            d = vars(k)
+            if len(d) != len(<dict>names):
+                return False
+            for name, value in (<dict>names).items():
+                if d.get(name, MISSING) is not value:
+                    return False
+        return True
 
 
 cdef object genuine(value):
@@ -202,7 +331,7 @@ cdef int read_held(Cursor c, const unsigned char* p, Py_ssize_t n) except -1:
             return 0
         if h_value is not None:
             header_size += len(<bytes>h_value)
-        headers.append((h_key, h_value))
+        headers.append(atomic_pair(h_key, h_value))  # untracked: a str and bytes or None
     if pos - start != length:
         return 0
     c.pos = pos
@@ -247,6 +376,8 @@ cdef object record_timestamp(tuple header, Cursor c):
 def batch_next(self):
     """DefaultRecordBatch.__next__: stock's reading of one record, compiled."""
     cdef Cursor c
+    if type(self) is not DefaultRecordBatch or not batch_guard.ok():
+        return stock_batch_next(self)  # a subclass, or a class someone changed: stock's reads
     # stock's order: the index first (a user's __ge__ may run and change the batch),
     # then the state read, checked and used as these locals, with no Python code between
     if self._next_record_index >= self._num_records:
@@ -262,13 +393,24 @@ def batch_next(self):
         return stock_batch_next(self)
     self._pos = c.pos
     attrs = <int>header[5]
-    cls = ControlRecord if attrs & 0x20 else DefaultRecord
-    try:
-        msg = cls(c.length, offset_of(<int64_t>header[0], c.offset_delta),
-                  record_timestamp(header, c), 1 if attrs & 0x08 else 0,
-                  c.key, c.value, c.headers)
-    except (ValueError, IndexError) as err:
-        raise CorruptRecordError("Found invalid record structure: {!r}".format(err))
+    offset = offset_of(<int64_t>header[0], c.offset_delta)
+    timestamp = record_timestamp(header, c)
+    timestamp_type = 1 if attrs & 0x08 else 0
+    if not attrs & 0x20 and record_guard.ok():
+        msg = new_object(DefaultRecord)  # what its __init__ sets, set in its slots
+        set_slot(msg, at_size_in_bytes, c.length)
+        set_slot(msg, at_offset, offset)
+        set_slot(msg, at_timestamp, timestamp)
+        set_slot(msg, at_timestamp_type, timestamp_type)
+        set_slot(msg, at_key, c.key)
+        set_slot(msg, at_value, c.value)
+        set_slot(msg, at_headers, c.headers)
+    else:
+        cls = ControlRecord if attrs & 0x20 else DefaultRecord
+        try:
+            msg = cls(c.length, offset, timestamp, timestamp_type, c.key, c.value, c.headers)
+        except (ValueError, IndexError) as err:
+            raise CorruptRecordError("Found invalid record structure: {!r}".format(err))
     self._next_record_index += 1
     return msg
 
@@ -277,25 +419,169 @@ def batch_validate_crc(self):
     """DefaultRecordBatch.validate_crc with fastkwire's CRC32C (the CPU's instruction)."""
     assert self._decompressed is False, \
         "Validate should be called before iteration"
+    if type(self) is DefaultRecordBatch and batch_guard.ok():
+        header = self._header_data
+        buf = self._buffer
+        if stock_header(header) and type(buf) is bytearray:
+            return header[4] == bytearray_crc(buf)
     return self.crc == crc32c(memoryview(self._buffer)[21:])  # from ATTRIBUTES_OFFSET
+
+
+cdef object bytearray_crc(bytearray buf):
+    """CRC32C of buf[21:] (from the batch's attributes on), as an int; a buffer export
+    held while reading (a bytearray shorter than that: the CRC of nothing, as stock's
+    empty slice)."""
+    cdef Py_buffer view
+    cdef uint32_t c = 0
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    if view.len > 21:
+        c = fkw_crc32c(0, <const unsigned char*>view.buf + 21, <size_t>(view.len - 21))
+    PyBuffer_Release(&view)
+    return c
+
+
+# ---- MemoryRecords: the walk from batch to batch -----------------------------------
+
+cdef int cache_next(self) except -1:
+    """MemoryRecords._cache_next, for a bytes, bytearray or flat byte memoryview buffer
+    and an int position inside it; 0 where stock's own code must do it (other buffers, a
+    negative batch length, which stock slices in its own way)."""
+    cdef Py_buffer view
+    cdef Py_ssize_t pos, n, slice_end
+    cdef int32_t length
+    cdef const unsigned char* p
+    buffer = self._buffer
+    pos_o = self._pos
+    t = type(buffer)
+    if type(pos_o) is not int or not (t is bytes or t is bytearray or t is memoryview):
+        return 0
+    if t is memoryview and not flat_bytes(buffer):
+        return 0
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        n = view.len
+        if not 0 <= pos_o <= n:
+            return 0
+        pos = pos_o
+        if n - pos < 12:  # LOG_OVERHEAD
+            slice_end = -1
+        else:
+            p = <const unsigned char*>view.buf + pos + 8  # LENGTH_OFFSET
+            length = <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16)
+                               | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
+            if length < 0:
+                return 0
+            slice_end = pos + 12 + length
+            if slice_end > n:
+                slice_end = -1
+    finally:
+        PyBuffer_Release(&view)
+    if slice_end < 0:
+        self._remaining_bytes = n - pos
+        self._next_slice = None
+        return 1
+    self._next_slice = memoryview(buffer)[pos:slice_end]
+    self._pos = slice_end
+    return 1
+
+
+cdef extern from "Python.h":
+    Py_buffer* PyMemoryView_GET_BUFFER(object mv)
+
+
+cdef inline bint flat_bytes(mv):
+    """A memoryview whose items are its bytes, in one run (len() counts its bytes)."""
+    cdef Py_buffer* b = PyMemoryView_GET_BUFFER(mv)
+    return b.ndim == 1 and b.itemsize == 1 and (b.strides == NULL or b.strides[0] == 1)
+
+
+def memory_next_batch(self, _min_slice=NOARG, _magic_offset=NOARG):
+    """MemoryRecords.next_batch: the same steps, the slice taken in C and a v2 batch's
+    DefaultRecordBatch made without its __init__ (the same slots, the same values).
+    Its cached defaults given, or a class changed, and it is stock's own code."""
+    if (_min_slice is not NOARG or _magic_offset is not NOARG
+            or type(self) is not MemoryRecords or not memory_records_guard.ok()):
+        kw = {name: v for name, v in (("_min_slice", _min_slice), ("_magic_offset", _magic_offset))
+              if v is not NOARG}
+        return stock_next_batch(self, **kw)
+    return next_batch(self)
+
+
+cdef object next_batch_of(records):
+    """records.next_batch(), without the call where it is ours on a MemoryRecords."""
+    if type(records) is MemoryRecords and memory_records_guard.ok():
+        return next_batch(records)
+    return records.next_batch()
+
+
+cdef object next_batch(self):
+    """next_batch's body for a MemoryRecords whose class is as install() left it."""
+    cdef Py_buffer view
+    cdef signed char magic
+    next_slice = self._next_slice
+    if next_slice is None:
+        return None
+    # stock's defaults are MIN_SLICE 26 and MAGIC_OFFSET 16 (checked by install())
+    if type(next_slice) is not memoryview or not flat_bytes(next_slice) or len(next_slice) < 26:
+        return stock_next_batch(self)  # its error for a short slice, its steps for others
+    if not cache_next(self):
+        self._cache_next()
+    try:
+        PyObject_GetBuffer(next_slice, &view, PyBUF_SIMPLE)
+    except ValueError:  # released meanwhile: stock's read of the magic fails the same way
+        return stock_batch_of(next_slice)
+    try:
+        if view.len < 26:  # never for a slice that had 26 bytes; checked all the same
+            magic = 2
+            batch_bytes = None
+        else:
+            magic = (<const signed char*>view.buf)[16]
+            batch_bytes = None
+            if magic > 1 and view.len >= 61:
+                batch_bytes = PyByteArray_FromStringAndSize(<const char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    if batch_bytes is None:
+        return stock_batch_of(next_slice)
+    cls = memory_records_names.get("DefaultRecordBatch")
+    if cls is not DefaultRecordBatch or not batch_guard.ok():
+        return cls(next_slice)
+    return new_batch(batch_bytes)
+
+
+cdef object stock_batch_of(next_slice):
+    """The end of stock's next_batch: the magic read and the batch class called."""
+    magic, = struct_unpack_from(">b", next_slice, 16)
+    if magic <= 1:
+        return memory_records_names["LegacyRecordBatch"](next_slice, magic)
+    return memory_records_names["DefaultRecordBatch"](next_slice)
+
+
+cdef object new_batch(bytearray buf):
+    """DefaultRecordBatch(buf) for a bytearray of 61 bytes at least that nothing else
+    holds: what its __init__ sets, set in its slots."""
+    header = batch_header(<const unsigned char*>PyByteArray_AS_STRING(buf))
+    batch = new_object(DefaultRecordBatch)
+    set_slot(batch, at_buffer, buf)
+    set_slot(batch, at_header_data, header)
+    set_slot(batch, at_pos, 61)  # HEADER_STRUCT.size
+    set_slot(batch, at_num_records, (<tuple>header)[12])
+    set_slot(batch, at_next_record_index, 0)
+    set_slot(batch, at_decompressed, False)
+    return batch
 
 
 # ---- the fetcher's loop ------------------------------------------------------------
 
-cdef bint records_are_stock(batch):
-    """True when the fast loop does what iterating `batch` would: a stock v2 data batch
-    read by our batch_next, whose records' attributes nobody has replaced."""
-    if type(batch) is not DefaultRecordBatch:
-        return False
-    d = DefaultRecordBatch.__dict__
-    if d.get("__next__") is not batch_next or d.get("__iter__") is not stock_batch_iter:
-        return False
-    if not stock_header(batch._header_data) or batch.magic != 2 or batch.is_control_batch:
-        return False
-    for cls, name, value in record_seams:
-        if cls.__dict__.get(name) is not value:
-            return False
-    return True
+cdef bint batch_crc_ok(batch, tuple header) except -1:
+    """batch.validate_crc() for a stock batch (header: its _header_data), its assertion
+    included."""
+    assert batch._decompressed is False, \
+        "Validate should be called before iteration"
+    buf = batch._buffer
+    if type(buf) is not bytearray:
+        return batch.validate_crc()
+    return header[4] == bytearray_crc(buf)
 
 
 cdef object consumer_record(object cr, tuple fields):
@@ -319,26 +605,36 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
     cdef Py_ssize_t idx, count
     cdef PyObject* items[13]  # a ConsumerRecord's fields, borrowed from the objects below
     cdef object timestamp, timestamp_type, key_size_o, value_size_o, header_size_o
-    cdef int64_t base_offset
+    cdef int64_t base_offset, off_v, next_v, next_off = 0
+    cdef bint have_next = False
     cdef bint fast_deserialize
     Errors = fetcher_module.Errors
     IsolationLevel = fetcher_module.IsolationLevel
     log = fetcher_module.log
     cr = fetcher_module.ConsumerRecord
     try:
-        batch = records.next_batch()
+        batch = next_batch_of(records)
         last_batch = None
         while batch is not None:
             last_batch = batch
+            # A DefaultRecordBatch as install() left its class: its header read here, not
+            # through its properties (the same values, as the properties compute them).
+            stock_batch = type(batch) is DefaultRecordBatch and batch_guard.ok()
+            header = None
+            if stock_batch:
+                header = batch._header_data
+                stock_batch = stock_header(header)
 
-            if self.check_crcs and not batch.validate_crc():
+            if self.check_crcs and not (batch_crc_ok(batch, header) if stock_batch
+                                        else batch.validate_crc()):
                 raise Errors.CorruptRecordError(
                         "Record batch for partition %s at offset %s failed crc check" % (
                             self.topic_partition, batch.base_offset))
 
-            if batch.magic == 2:
-                self.leader_epoch = batch.leader_epoch
-                if self.isolation_level == IsolationLevel.READ_COMMITTED and batch.has_producer_id():
+            if (header[3] if stock_batch else batch.magic) == 2:
+                self.leader_epoch = header[2] if stock_batch else batch.leader_epoch
+                if (self.isolation_level == IsolationLevel.READ_COMMITTED
+                        and (header[9] > -1 if stock_batch else batch.has_producer_id())):
                     self._consume_aborted_transactions_up_to(batch.last_offset)
 
                     producer_id = batch.producer_id
@@ -352,29 +648,37 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                                   " offsets %s to %s",
                                   self.topic_partition, producer_id, batch.base_offset, batch.last_offset)
                         self.next_fetch_offset = batch.next_offset
-                        batch = records.next_batch()
+                        batch = next_batch_of(records)
                         continue
 
-                if batch.is_control_batch:
-                    self.next_fetch_offset = batch.next_offset
-                    batch = records.next_batch()
+                if (header[5] & 0x20 if stock_batch else batch.is_control_batch):
+                    self.next_fetch_offset = (header[0] + header[6] + 1 if stock_batch
+                                              else batch.next_offset)
+                    batch = next_batch_of(records)
                     continue
 
-            if not records_are_stock(batch):
+            if stock_batch:
+                # a v2 data batch whose records are DefaultRecords as install() left them
+                stock_batch = (header[3] == 2 and not header[5] & 0x20 and record_guard.ok()
+                               and batch._header_data is header)
+            if not stock_batch:
                 for record in batch:
                     yield record_to_consumer_record(
                         self, tp, cr, record, key_deserializer, value_deserializer)
-                batch = records.next_batch()
+                batch = next_batch_of(records)
                 continue
 
             # The stock loop, record by record, without the DefaultRecord in between.
-            iter(batch)  # decompresses, as `for record in batch` does
+            if stock_batch and not header[5] & 0x07:
+                batch._decompressed = True  # what iter(batch) does without compression
+            else:
+                iter(batch)  # decompresses, as `for record in batch` does
             header = batch._header_data
             if not stock_header(header):  # replaced while decompressing: stock's records
                 for record in batch:
                     yield record_to_consumer_record(
                         self, tp, cr, record, key_deserializer, value_deserializer)
-                batch = records.next_batch()
+                batch = next_batch_of(records)
                 continue
             fast_batch_count += 1
             # With no deserializers stock's _deserialize returns its data: skipped.
@@ -398,11 +702,12 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                 for record in batch:  # state stock's batch would never have: stock's records
                     yield record_to_consumer_record(
                         self, tp, cr, record, key_deserializer, value_deserializer)
-                batch = records.next_batch()
+                batch = next_batch_of(records)
                 continue
             c.pos = batch._pos
             idx = batch._next_record_index
-            count = batch._num_records
+            count_o = batch._num_records
+            count = count_o
             if idx < count:
                 topic = tp.topic
                 partition = tp.partition
@@ -419,7 +724,18 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                         self, tp, cr, record, key_deserializer, value_deserializer)
                     continue
                 idx += 1
-                offset = offset_of(base_offset, c.offset_delta)
+                # The record after the last is usually at the offset stored as the next
+                # fetch offset: that int is reused (one int made per record, not two).
+                if (__builtin_add_overflow(base_offset, c.offset_delta, &off_v)
+                        or __builtin_add_overflow(off_v, 1, &next_v)):
+                    offset = offset_of(base_offset, c.offset_delta)  # past int64
+                    next_o = offset + 1
+                    have_next = False
+                else:
+                    offset = next_o if have_next and off_v == next_off else off_v
+                    next_o = next_v
+                    next_off = next_v
+                    have_next = True
                 key = c.key
                 value = c.value
                 headers = c.headers
@@ -431,11 +747,11 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                 if attrs is not None:
                     add_to(attrs, "records_read", 1)
                     add_to(attrs, "bytes_read", c.length)
-                    attrs["next_fetch_offset"] = offset + 1
+                    attrs["next_fetch_offset"] = next_o
                 else:
                     self.records_read += 1
                     self.bytes_read += c.length
-                    self.next_fetch_offset = offset + 1
+                    self.next_fetch_offset = next_o
                 if cr is ConsumerRecord:
                     items[0] = <PyObject*>topic
                     items[1] = <PyObject*>partition
@@ -461,8 +777,13 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
                              key_size, value_size, c.header_size)
             batch._pos = c.pos
             batch._next_record_index = idx
-            next(batch, None)  # the end of the batch: raises on bytes left over, as stock
-            batch = records.next_batch()
+            # The end of the batch: stock's __next__ raises on bytes left over. Asked only
+            # where it might (its class changed, or its state).
+            if not (stock_batch and batch_guard.ok() and batch._buffer is buf
+                    and type(buf) is bytearray and c.pos == len(<bytearray>buf)
+                    and batch._num_records is count_o):
+                next(batch, None)
+            batch = next_batch_of(records)
         else:
             if last_batch and last_batch.magic == 2:
                 self.next_fetch_offset = last_batch.next_offset
@@ -546,6 +867,53 @@ cdef uint32_t murmur2_of(const unsigned char* p, Py_ssize_t n) noexcept nogil:
     return h
 
 
+# ---- the default partitioner -------------------------------------------------------
+
+cdef object ClusterMetadata = None
+cdef ClassGuard cluster_guard = None
+cdef dict partitioner_names = None  # kafka.partitioner.default's globals (its murmur2)
+cdef object stock_partition = None
+
+
+def bind_partitioner(patches, ClusterMetadata_cls, partitioner_module, stock_partition_fn):
+    """Take kafka-python's cluster class and partitioner (install() calls this)."""
+    global ClusterMetadata, cluster_guard, partitioner_names, stock_partition
+    ClusterMetadata = ClusterMetadata_cls
+    cluster_guard = ClassGuard(ClusterMetadata, {(p.owner, p.attribute): p.replacement
+                                                 for p in patches})
+    partitioner_names = vars(partitioner_module)
+    stock_partition = stock_partition_fn
+
+
+def default_partition(self, topic, key, serialized_key, value, serialized_value, cluster):
+    """DefaultPartitioner.partition for a keyed record on kafka-python's own
+    ClusterMetadata: the same answer and the same ValueError, from the cluster's topic
+    table without the sets stock builds to ask it (topics(), partitions_for_topic(),
+    and available_partitions_for_topic(), whose answer a keyed record does not use).
+    Keyless records (random.choice over the available partitions) and anything else
+    are stock's."""
+    if serialized_key is None or type(cluster) is not ClusterMetadata or not cluster_guard.ok():
+        return stock_partition(self, topic, key, serialized_key, value, serialized_value, cluster)
+    own = cluster.__dict__  # an instance's own topics() (a test's mock) is what stock calls
+    partitions = own.get("_partitions")
+    internal = own.get("internal_topics")
+    if (type(partitions) is not dict or type(internal) is not set or "topics" in own
+            or "partitions_for_topic" in own or "available_partitions_for_topic" in own):
+        return stock_partition(self, topic, key, serialized_key, value, serialized_value, cluster)
+    # topic in topics(): in the table and not internal
+    if topic not in <dict>partitions or topic in <set>internal:
+        raise ValueError("Topic %s not found in ClusterMetadata" % (topic,))
+    by_partition = (<dict>partitions)[topic]
+    if type(by_partition) is not dict:
+        return stock_partition(self, topic, key, serialized_key, value, serialized_value, cluster)
+    all_partitions = sorted(<dict>by_partition)  # sorted(set(keys)): the keys are distinct
+    hash_fn = partitioner_names.get("murmur2")
+    idx = murmur2(serialized_key) if hash_fn is murmur2 else hash_fn(serialized_key)
+    idx &= 0x7fffffff
+    idx %= len(all_partitions)
+    return all_partitions[idx]
+
+
 # ---- the producer's v2 batch builder -----------------------------------------------
 
 cdef object DefaultRecordBatchBuilder = None
@@ -614,7 +982,6 @@ cdef inline Py_ssize_t bytes_size(object b) noexcept:
     return zigzag_size(len(<bytes>b)) + len(<bytes>b)
 
 
-cdef object NOARG = object()  # builder_append's stand-in for stock's cached defaults
 
 
 def builder_append(self, offset, timestamp, key, value, headers, encode_varint=NOARG,

@@ -17,6 +17,7 @@ from ._printable import os_error_text, printable
 from .connection import make_tls_context
 from .connection_errors import OptionError
 from .errors import DecodeError
+from .proxy._loop import ENV as LOOP_ENV, LOOPS, loop_factory, loop_name, run
 from .proxy import (
     DEFAULT_FRAME_TIMEOUT,
     CaptureError,
@@ -52,6 +53,7 @@ TERMINAL_QUEUE_BYTES = 16 * 1024 * 1024
 CAPTURE_QUEUE_BYTES = 128 * 1024 * 1024
 # Library parameter -> flag, for errors the library raises about its parameters.
 PROXY_FLAGS = {
+    "loop": "--loop",
     "upstream": "--upstream",
     "listen": "--listen",
     "advertised": "--advertise",
@@ -184,6 +186,13 @@ def add_proxy(subparsers):
         default=[],
         metavar="ID",
         help="show only requests of this client id (repeat for more)",
+    )
+    parser.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default=None,
+        help="the event loop: uvloop (faster; pip install 'fastkwire[proxy]'), asyncio's own, "
+        f"or auto: uvloop when installed (default: ${LOOP_ENV}, else auto)",
     )
     out.add_argument(
         "--quiet", action="store_true", help="no line per exchange: errors and the summary only"
@@ -319,10 +328,6 @@ def add_proxy(subparsers):
     return parser
 
 
-def _frames_size(ex):
-    return len(ex.request) + (ex.response_size or 0)
-
-
 class _Output:
     """Shows exchanges and events, and hands them to the capture writers. The event loop only
     queues them (`exchange`, `event`); a thread per sink (the terminal's, the capture
@@ -355,10 +360,14 @@ class _Output:
     # ---- on the event loop: queue only
 
     def exchange(self, ex):
-        if self.capture is not None:
-            self.capture.offer(ex, _frames_size(ex))
-        if not self.args.quiet and self.shown(ex):
-            self.terminal.offer(ex, _frames_size(ex))
+        capture, quiet = self.capture, self.args.quiet
+        if capture is not None or not quiet:
+            response = ex.response
+            size = len(ex.request) + (0 if response is None else len(response))
+            if capture is not None:
+                capture.offer(ex, size)
+            if not quiet and self.shown(ex):
+                self.terminal.offer(ex, size)
 
     def event(self, event):
         if self.capture is not None and event.frame is not None:
@@ -443,6 +452,7 @@ def run_proxy(args, out=None, err=None):
         for a in args.api:
             _api_key_or_fail(a)
         tls, upstream_tls = _tls_contexts(args)
+        loop_factory(args.loop)  # uvloop asked for and not installed: a usage error
         writers = []
         if args.record:
             writers.append(CaptureWriter(args.record))
@@ -484,7 +494,7 @@ def run_proxy(args, out=None, err=None):
         print(f"{args.prog}: error: {_flagged(str(e))}", file=err)
         return EXIT_USAGE
     try:
-        code = asyncio.run(_serve(proxy, args, err))
+        code = run(_serve(proxy, args, err), args.loop)
     except KeyboardInterrupt:  # where the loop could not take the signal itself
         code = EXIT_OK
     finally:
@@ -520,6 +530,7 @@ async def _serve(proxy, args, err):
             if proxy.mapped
             else ""
         )
+        + f", on {loop_name(asyncio.get_running_loop())}"
         + (", TLS for clients" if proxy.tls else "")
         + (", TLS to brokers" if proxy.upstream_tls else "")
         + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""),

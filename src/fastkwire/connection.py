@@ -1214,6 +1214,13 @@ class _FrameStream(asyncio.BufferedProtocol):
     def connection_made(self, transport):
         self._transport = transport
         transport.pause_reading()
+        # uvloop starts reading once connection_made has returned, whatever was asked
+        # here: paused again on the loop's next turn, before any answer can arrive.
+        asyncio.get_running_loop().call_soon(self._pause_unless_reading)
+
+    def _pause_unless_reading(self):
+        if self._target is None and not self._lost and not self._transport.is_closing():
+            self._transport.pause_reading()
 
     def get_buffer(self, sizehint):
         if self._target is None:  # a transport that delivers after pause_reading()

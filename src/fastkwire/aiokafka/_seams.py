@@ -16,9 +16,16 @@ SUPPORTED = ("0.14.0",)
 # (module, owner in it ("" for the module itself), attribute, name in _aiokafka)
 SEAMS = (
     ("aiokafka.partitioner", "", "murmur2", "murmur2"),
+    ("aiokafka.producer.producer", "AIOKafkaProducer", "_partition", "producer_partition"),
     ("aiokafka.consumer.fetcher", "PartitionRecords", "_unpack_records", "unpack_records"),
     ("aiokafka.consumer.fetcher", "PartitionRecords", "__next__", "partition_records_next"),
     ("aiokafka.consumer.fetcher", "FetchResult", "getall", "fetch_result_getall"),
+    (
+        "aiokafka.consumer.subscription_state",
+        "SubscriptionState",
+        "fetch_context",
+        "fetch_context",
+    ),
     ("aiokafka.protocol.struct", "Struct", "decode", "struct_decode"),
 )
 
@@ -45,13 +52,23 @@ def _stock(value, module, where):
     return value
 
 
-def _c_record_class():
-    """aiokafka's compiled DefaultRecord, or None (AIOKAFKA_NO_EXTENSIONS, no build)."""
+def _own(module, name, *members):
+    """module's class name, whose members are aiokafka's own (a classmethod's function)."""
+    cls = getattr(module, name, None)
+    for member in members:
+        value = vars(cls).get(member) if isinstance(cls, type) else None
+        _stock(getattr(value, "__func__", value), module.__name__, f"{name}.{member}")
+    return cls
+
+
+def _c_class(module, name):
+    """aiokafka's compiled record class module.name, or None (AIOKAFKA_NO_EXTENSIONS, no
+    build)."""
     try:
-        from aiokafka.record._crecords import default_records
+        compiled = importlib.import_module(f"aiokafka.record._crecords.{module}")
     except ImportError:
         return None
-    return getattr(default_records, "DefaultRecord", None)
+    return getattr(compiled, name, None)
 
 
 def build_patches():
@@ -74,8 +91,9 @@ def build_patches():
             function = _classmethods.setdefault(function, classmethod(function))
         patches.append(Patch(owner, attribute, original, function))
 
-    from aiokafka import partitioner
-    from aiokafka.consumer import fetcher
+    from aiokafka import cluster, partitioner
+    from aiokafka.consumer import fetcher, subscription_state
+    from aiokafka.producer import producer
 
     first = {(p.owner, p.attribute): p.original for p in patches}
     records = fetcher.PartitionRecords
@@ -91,7 +109,17 @@ def build_patches():
         ConsumerRecord=fetcher.ConsumerRecord,
         fetcher_module=fetcher,
         READ_COMMITTED=fetcher.READ_COMMITTED,
-        CRecord=_c_record_class(),
+        CRecord=_c_class("default_records", "DefaultRecord"),
+        CMemoryRecords=_c_class("memory_records", "MemoryRecords"),
+        CRecordBatch=_c_class("default_records", "DefaultRecordBatch"),
+        stock_fetch_context=first[(subscription_state.SubscriptionState, "fetch_context")],
+        subscription_module=subscription_state,
+        stock_partition=first[(producer.AIOKafkaProducer, "_partition")],
+        DefaultPartitioner=_own(partitioner, "DefaultPartitioner", "__call__"),
+        partitioner_module=partitioner,
+        ClusterMetadata=_own(
+            cluster, "ClusterMetadata", "partitions_for_topic", "available_partitions_for_topic"
+        ),
     )
     import io
 

@@ -43,6 +43,7 @@ def _bind(table):
     _kafka_python.bind(**table.bindings)
     _kafka_python.bind_builder(**table.builder)
     _kafka_python.bind_sizes(**table.sizes)
+    _kafka_python.bind_partitioner(**table.partitioner)
     _protocol.bind(**table.protocol)
     _parser.bind(**table.parser)
 

@@ -42,6 +42,7 @@ SEAMS = (
         "builder_write_header",
     ),
     ("kafka.record.memory_records", "MemoryRecordsBuilder", "append", "memory_builder_append"),
+    ("kafka.record.memory_records", "MemoryRecords", "next_batch", "memory_next_batch"),
     ("kafka.record.default_records", "DefaultRecordBatchBuilder", "size_of", "size_of"),
     (
         "kafka.record.default_records",
@@ -49,6 +50,7 @@ SEAMS = (
         "estimate_size_in_bytes",
         "estimate_size_in_bytes",
     ),
+    ("kafka.partitioner.default", "DefaultPartitioner", "partition", "default_partition"),
     ("kafka.partitioner.default", "", "murmur2", "murmur2"),
     ("kafka.partitioner", "", "murmur2", "murmur2"),
 )
@@ -64,6 +66,7 @@ class Table(NamedTuple):
     protocol: dict  # kafka-python's own compiled-codec makers (_protocol.bind())
     parser: dict  # and what the receive path names (_parser.bind())
     sizes: dict  # stock's size estimates (bind_sizes())
+    partitioner: dict  # the cluster class and stock's partition (bind_partitioner())
 
 
 def _owner(module, path):
@@ -105,6 +108,7 @@ def build_patches():
     from kafka.consumer import fetcher
     from kafka.partitioner import default
     from kafka.record import default_records as dr
+    from kafka.record import memory_records as mr
 
     first = {(p.owner, p.attribute): p.original for p in patches}
     if first[(dr.DefaultRecordBatch, "__next__")] is not first[(dr.DefaultRecordBatch, "next")]:
@@ -119,7 +123,20 @@ def build_patches():
         crc32c=_records.crc32c,
         PartitionRecords=fetcher.Fetcher.PartitionRecords,
         fetcher_module=fetcher,
+        MemoryRecords=mr.MemoryRecords,
+        memory_records_module=mr,
+        stock_next_batch=first[(mr.MemoryRecords, "next_batch")],
+        patches=tuple(patches),
     )
+    # The compiled walk reads batches at these offsets, as stock's code does.
+    if first[(mr.MemoryRecords, "next_batch")].__defaults__ != (26, 16):
+        raise LookupError(
+            "MemoryRecords.next_batch's defaults are not (MIN_SLICE 26, MAGIC_OFFSET 16)"
+        )
+    if getattr(dr.DefaultRecordBatch, "HEADER_STRUCT", None) is None or (
+        dr.DefaultRecordBatch.HEADER_STRUCT.format != ">qiibIhiqqqhii"
+    ):
+        raise LookupError("DefaultRecordBatch.HEADER_STRUCT is not the v2 header")
     stock_append = first[(dr.DefaultRecordBatchBuilder, "append")]
     try:
         stock_time = inspect.signature(stock_append).parameters["time_time"].default
@@ -156,4 +173,12 @@ def build_patches():
         api_message=ApiMessage,
         stock_process=parser.KafkaProtocol.__dict__["_process_response"],
     )
-    return Table(tuple(patches), bindings, builder, protocol, parser_names, sizes)
+    from kafka import cluster
+
+    partitioner = dict(
+        patches=tuple(patches),
+        ClusterMetadata_cls=cluster.ClusterMetadata,
+        partitioner_module=default,
+        stock_partition_fn=first[(default.DefaultPartitioner, "partition")],
+    )
+    return Table(tuple(patches), bindings, builder, protocol, parser_names, sizes, partitioner)

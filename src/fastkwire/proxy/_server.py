@@ -1,22 +1,29 @@
 """The asyncio proxy: one upstream connection per client connection, frames forwarded byte
 for byte in order, each response paired with its request by correlation id.
 
-Per connection, each direction is one coroutine that reads whole frames (the int32 size
-prefix, capped by `max_frame_bytes`) and writes them on. Requests wait for their responses
-in `pending` (in the order sent; at most `max_in_flight` of them and `max_pending_bytes` of
-their frames, past which the client is not read until answers come back). A fault rule
-may delay a response, drop the connection, or answer in the broker's place; a local
-answer still goes out in its request's turn. Observers (`on_exchange`, `on_event`) run
-after the frames were written, so decoding for display never holds forwarding back.
+Each side of a connection is an asyncio protocol (`_Side`) that splits frames (the int32
+size prefix, capped by `max_frame_bytes`) in `data_received`. A frame that needs nothing
+but pairing goes straight to the other side's transport there and then (the header's
+fixed fields are read, nothing is decoded); one that needs waiting (a fault rule, a full
+pending queue, an answer whose addresses are rewritten, the SASL bookkeeping), and every
+frame after it, is queued for the side's coroutine (`_requests`, `_responses`), which
+deals with it in order. Requests wait for their responses in `pending` (in the order
+sent; at most `max_in_flight` of them and `max_pending_bytes` of their frames, past which
+the client is not read until answers come back). A fault rule may delay a response, drop
+the connection, or answer in the broker's place; a local answer still goes out in its
+request's turn. Observers (`on_exchange`, `on_event`) run after the frames were written,
+so decoding for display never holds forwarding back.
 
-Memory per connection is bounded by two frames being read (one each way, at most
+Memory per connection is bounded by two partial frames (one each way, at most
 `max_frame_bytes` each), the pending requests' frames (`max_pending_bytes`, plus the one
-frame that crossed it), and asyncio's buffers (READ_SIZE per read, 64 KiB write buffers
-before `drain` waits); across connections by `max_connections` and `max_buffered_bytes`.
+frame that crossed it), the frames queued for a coroutine (reading pauses past READ_SIZE
+of them), and asyncio's write buffers (reading the other side pauses past 64 KiB); across
+connections by `max_connections` and `max_buffered_bytes`.
 
 Nothing slow runs on the event loop: the summary counts an exchange there, and its error
-codes are read from the response's bytes by the inspector's thread (`_inspect`), through
-a bounded queue; what does not fit in it is counted, not waited for.
+codes are read from the response's bytes by the inspector's thread (`_inspect`), handed
+over in batches (one per INSPECT_BATCH_DELAY) through a bounded queue; what does not fit
+in it is counted, not waited for.
 """
 
 import asyncio
@@ -29,10 +36,10 @@ import time
 
 from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
-from ._frames import SIZE, produce_acks, request_header, response_correlation_id
+from ._loop import loop_factory
+from ._frames import PRODUCE, SIZE, produce_acks, request_header, response_correlation_id
 from ._rewrite import FULL_LISTS, names_brokers, rewrite_addresses
 from .. import REQUEST_CLASSES
-from ._sink import drain_queue
 from ._stats import Summary
 from ..errors import DecodeError
 
@@ -91,7 +98,7 @@ def _positive(value, param, kind=int):
 class PeerClock:
     """How long the frame being read has waited on its sender: only the time spent in a read
     while part of the frame was held counts, never the proxy's own waits (a delay rule,
-    the other side's drain, a full pending queue). Plain state, driven by `_frames`."""
+    the other side's drain, a full pending queue). Plain state, driven by `_Side`."""
 
     __slots__ = ("partial", "waited", "since")
 
@@ -113,6 +120,12 @@ class PeerClock:
             self.waited = 0.0
         self.partial = partial
 
+    def pause(self, now):
+        """The proxy stopped reading (its own wait): the time until it reads again does not count."""
+        if self.since is not None:
+            self.waited += now - self.since
+            self.since = None
+
     def overdue(self, now, timeout):
         if not self.partial:
             return False
@@ -120,13 +133,270 @@ class PeerClock:
         return self.waited + current > timeout
 
 
+class _Side(asyncio.Protocol):
+    """One side of a connection (0: the client's, 1: the upstream's). What arrives is split
+    into frames in `data_received` and handed to the proxy there and then
+    (`Proxy._arrived`), which forwards what needs no waiting straight to the other side's
+    transport. Frames that need waiting (a fault rule, a full pending queue, an answer to
+    rewrite) and everything after them go to `queue`, which the side's coroutine
+    (`_requests`, `_responses`) works through in order; the end of the stream or the error
+    that ends it is queued after the frames before it.
+
+    Reading pauses for any of `holds`: the upstream not yet connected, the queue past
+    READ_SIZE, the other side's write buffer full, the bytes held across connections past
+    max_buffered_bytes, a broken stream."""
+
+    __slots__ = (
+        "proxy",
+        "side",
+        "conn",
+        "listener",
+        "transport",
+        "buf",
+        "consumed",
+        "queue",
+        "queued",
+        "busy",
+        "waiter",
+        "holds",
+        "write_paused",
+        "drained",
+        "lost",
+        "ended",
+    )
+
+    def __init__(self, proxy, side, conn=None, listener=None):
+        self.proxy = proxy
+        self.side = side
+        self.conn = conn
+        self.listener = listener  # the client side's: the listener it came in on
+        self.transport = None
+        self.buf = bytearray()  # the start of a frame not yet whole
+        self.consumed = 0  # stream offset of buf[0], for error messages
+        self.queue = collections.deque()  # frames for the coroutine, then None or an error
+        self.queued = 0  # bytes of the frames in it
+        self.busy = False  # the coroutine works on frames: newer ones queue behind them
+        self.waiter = None
+        self.holds = set()
+        self.write_paused = False
+        self.drained = None
+        self.lost = False
+        self.ended = False  # the end (None or an error) is queued
+
+    # ---- asyncio's calls
+
+    def connection_made(self, transport):
+        self.transport = transport
+        if self.side == 0:
+            self.hold("connect")
+            # uvloop starts reading once connection_made has returned, whatever was asked
+            # there: the pause is made again on the loop's next turn (one read may come
+            # first, at most 256 KiB, queued like any frames that cannot go yet).
+            asyncio.get_running_loop().call_soon(self._hold_again)
+            self.proxy._accepted(self)
+
+    def _hold_again(self):
+        if self.holds and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def data_received(self, data):
+        proxy, conn, side = self.proxy, self.conn, self.side
+        if self.buf:
+            self.buf += data
+            data = self.buf
+        n = len(data)
+        start = 0
+        frames = []
+        bad = None
+        limit = proxy.max_frame_bytes
+        whole = type(data) is bytes  # slices are copies already; a bytearray's are views
+        while n - start >= 4:
+            size = int.from_bytes(data[start : start + 4], "big", signed=True)
+            if size < 0 or size > limit:
+                name, what = ("client", "request") if side == 0 else ("upstream", "response")
+                bad = _Broken(
+                    f"{name} sent a {what} size prefix of {size} bytes at stream offset "
+                    f"{self.consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing"
+                )
+                break
+            end = start + 4 + size
+            if end > n:
+                break
+            frames.append(data[start:end] if whole else bytes(memoryview(data)[start:end]))
+            start = end
+        if bad is not None:
+            self.buf = bytearray()
+            self.hold("broken")
+        elif start == n:
+            if self.buf:
+                self.buf = bytearray()  # a fresh buffer: a large frame's storage is not kept
+        elif whole:
+            self.buf = bytearray(data[start:] if start else data)
+        elif start:
+            del self.buf[:start]
+        self.consumed += start
+        partial = bool(self.buf)
+        clock = conn.clocks[side]
+        if partial or clock.partial:
+            now = time.monotonic()
+            clock.read(now, bool(frames), partial)
+            if not self.holds:
+                clock.reading(now)
+        if partial or conn.held[side]:
+            proxy._held(conn, side, len(self.buf))
+        if frames:
+            proxy._arrived(self, frames)
+        if bad is not None:
+            self.end(bad)
+        elif proxy.buffered > proxy.max_buffered_bytes:
+            proxy._over_limit(self)
+
+    def eof_received(self):
+        self.end_of_stream()
+
+    def connection_lost(self, exc):
+        self.lost = True
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_exception(ConnectionResetError("Connection lost"))
+        if exc is None:
+            self.end_of_stream()
+        else:
+            self.end(exc)
+
+    def pause_writing(self):
+        self.write_paused = True
+        self._other().hold("peer")
+
+    def resume_writing(self):
+        self.write_paused = False
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+        self._other().release("peer")
+
+    # ---- the proxy's calls
+
+    def _other(self):
+        return (self.conn.uwriter if self.side == 0 else self.conn.cwriter) or _NO_SIDE
+
+    def hold(self, reason):
+        if not self.holds and self.transport is not None:
+            self.transport.pause_reading()
+            if self.conn is not None:
+                self.conn.clocks[self.side].pause(time.monotonic())
+        self.holds.add(reason)
+
+    def release(self, reason):
+        if reason not in self.holds:
+            return
+        self.holds.discard(reason)
+        if not self.holds and not self.transport.is_closing():
+            self.transport.resume_reading()
+            self.conn.clocks[self.side].reading(time.monotonic())
+
+    def push(self, frame):
+        self.queue.append(frame)
+        self.queued += len(frame)
+        if self.queued > READ_SIZE:
+            self.hold("queue")
+        self._wake()
+
+    def end(self, item):
+        """Queues the end of the stream (None) or the error that ends it, once."""
+        if not self.ended:
+            self.ended = True
+            self.queue.append(item)
+            self._wake()
+
+    def end_of_stream(self):
+        if self.ended or self.conn is None:
+            return
+        if self.buf:
+            name, what = ("client", "request") if self.side == 0 else ("upstream", "response")
+            buf = self.buf
+            need = (
+                f"a {SIZE.unpack_from(buf, 0)[0]}-byte {what}" if len(buf) >= 4 else "a size prefix"
+            )
+            self.end(
+                _Broken(
+                    f"{name} closed mid-{what}: {len(buf)} bytes of {need} "
+                    f"(stream offset {self.consumed})"
+                )
+            )
+        else:
+            self.end(None)
+
+    def _wake(self):
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    async def batches(self):
+        """Lists of the queued frames, in order, each taken once the one before has been
+        dealt with; returns at the end of the stream, raises the error that ended it."""
+        q = self.queue
+        while True:
+            while not q:
+                self.busy = False
+                self.waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self.waiter
+                finally:
+                    self.waiter = None
+            self.busy = True
+            frames = []
+            while q and q[0] is not None and not isinstance(q[0], BaseException):
+                frames.append(q.popleft())
+            if frames:
+                self.queued -= sum(map(len, frames))
+                if self.queued <= READ_SIZE:
+                    self.release("queue")
+                yield frames
+                continue
+            item = q.popleft()
+            if item is None:
+                return
+            raise item
+
+    # ---- what the coroutines write with (a stream writer's calls)
+
+    def write(self, data):
+        self.transport.write(data)
+
+    def writelines(self, data):
+        self.transport.writelines(data)
+
+    async def drain(self):
+        if self.lost:
+            raise ConnectionResetError("Connection lost")
+        if self.write_paused:
+            if self.drained is None or self.drained.done():
+                self.drained = asyncio.get_running_loop().create_future()
+            await self.drained
+
+    def get_extra_info(self, name, default=None):
+        return self.transport.get_extra_info(name, default)
+
+    def close(self):
+        self.transport.close()
+
+
+class _NoSide:
+    """The other side of a client not yet connected upstream: nothing to hold."""
+
+    def hold(self, reason):
+        pass
+
+    def release(self, reason):
+        pass
+
+
+_NO_SIDE = _NoSide()
+
+
 class _Conn:
     __slots__ = (
         "number",
         "client",
-        "creader",
         "cwriter",
-        "ureader",
         "uwriter",
         "pending",
         "pending_bytes",
@@ -138,16 +408,17 @@ class _Conn:
         "listener",
         "broker",
         "raw_sasl",
+        "done",
     )
 
-    def __init__(self, number, client, creader, cwriter, listener):
+    def __init__(self, number, client, cwriter, listener):
         self.number = number
         self.client = client
         self.listener = listener  # the proxy's listener it came in on
         self.broker = f"{listener.upstream[0]}:{listener.upstream[1]}"
         self.raw_sasl = False  # after a v0 SaslHandshake: raw tokens until a request
-        self.creader, self.cwriter = creader, cwriter
-        self.ureader = self.uwriter = None
+        self.cwriter = cwriter  # the client's side (_Side), and the upstream's once connected
+        self.uwriter = None
         self.pending = collections.deque()  # Exchanges awaiting their response, in order
         self.pending_bytes = 0
         self.room = asyncio.Event()
@@ -156,6 +427,14 @@ class _Conn:
         self.held = [0, 0]  # bytes of a partial frame held, by side
         self.broken = None  # why the watchdog ended it
         self.task = None
+        self.done = False  # ending: nothing more is forwarded
+
+    def stop(self):
+        """Nothing more is read or forwarded (a pump ended; the connection is ending)."""
+        self.done = True
+        for w in (self.cwriter, self.uwriter):
+            if w is not None and w.transport is not None:
+                w.hold("done")
 
     def match(self, correlation_id):
         """The pending exchange this response answers (the first forwarded one with its
@@ -181,7 +460,7 @@ class _Conn:
 
     def abort(self):
         for w in (self.cwriter, self.uwriter):
-            if w is not None:
+            if w is not None and w.transport is not None:
                 w.transport.abort()
 
 
@@ -324,25 +603,27 @@ class Proxy:
         self._brokers = {}  # upstream (host, port) -> _Listener
         self._next_port = None if self.broker_ports is None else self.broker_ports[0]
         self._servers = set()  # asyncio servers of the broker listeners
-        self._starting = set()  # their start_server tasks, until done
+        self._starting = set()  # their create_server tasks, until done
         self._conns = set()
         self._count = 0
         self._watchdog = None
         self.buffered = 0  # bytes of frames held for all connections (partial and pending)
         self._holding = False  # clients' reads held back past max_buffered_bytes
-        self._inspect_queue = queue.SimpleQueue()
-        self._inspect_bytes = 0
+        self._waiting_room = set()  # the client sides held for it
+        self._inspect_queue = queue.SimpleQueue()  # batches of exchanges, then None
+        self._inspect_batch = []  # exchanges gathering for the next batch
+        self._inspect_in = [0, 0]  # exchanges and response bytes handed over (by the loop)
+        self._inspect_out = [0, 0]  # and read (by the inspector's thread)
         self._inspector = None
 
     # ------------------------------------------------------------ life cycle
 
     async def start(self):
         self._bootstrap = _Listener(self.upstream, self.listen, None)
-        self._server = await asyncio.start_server(
-            lambda r, w: self._handle(r, w, self._bootstrap),
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Side(self, 0, listener=self._bootstrap),
             self.listen[0],
             self.listen[1],
-            limit=READ_SIZE,
             ssl=self.tls,
         )
         self.address = self._server.sockets[0].getsockname()[:2]
@@ -381,6 +662,7 @@ class Proxy:
             await server.wait_closed()
         self._servers.clear()
         if self._inspector is not None:  # the summary is complete once it has caught up
+            self._hand_over()
             self._inspect_queue.put(None)
             await asyncio.get_running_loop().run_in_executor(None, self._inspector.join, 10)
             self._inspector = None
@@ -488,8 +770,8 @@ class Proxy:
 
     async def _serve_listener(self, lst, sock):
         try:
-            server = await asyncio.start_server(
-                lambda r, w: self._handle(r, w, lst), sock=sock, limit=READ_SIZE, ssl=self.tls
+            server = await asyncio.get_running_loop().create_server(
+                lambda: _Side(self, 0, listener=lst), sock=sock, ssl=self.tls
             )
         except BaseException:
             sock.close()
@@ -536,7 +818,7 @@ class Proxy:
     # ------------------------------------------------------------ observers
 
     def _emit(self, ex):
-        self.summary.add(ex.api, ex.request_size, ex.response_size, ex.latency_ms, (), ex.fault)
+        self.summary.add_forwarded(ex)
         self._to_inspect(ex)
         try:
             if self.on_exchange is not None:
@@ -545,40 +827,56 @@ class Proxy:
             self._observer_failed(e)
 
     def _to_inspect(self, ex):
-        """Hands the response to the inspector's thread for its error codes, unless the
-        queue is full (then the summary counts it as not inspected)."""
-        size = ex.response_size or 0
-        if not size:
+        """Keeps the response for the inspector's thread, which reads its error codes: the
+        exchanges of INSPECT_BATCH_DELAY go over together (one wake-up of that thread per
+        batch). Past INSPECT_QUEUE of them, or INSPECT_QUEUE_BYTES of their responses,
+        waiting to be read, the summary counts it as not inspected."""
+        response = ex.response
+        if not response:
             return
+        size = len(response)
         if (
             self._inspector is None
-            or self._inspect_queue.qsize() >= INSPECT_QUEUE
-            or self._inspect_bytes + size > INSPECT_QUEUE_BYTES
+            or self._inspect_in[0] - self._inspect_out[0] >= INSPECT_QUEUE
+            or self._inspect_in[1] - self._inspect_out[1] + size > INSPECT_QUEUE_BYTES
         ):
             self.summary.not_inspected(ex.api)
             return
-        with self.summary.lock:
-            self._inspect_bytes += size
-        self._inspect_queue.put(ex)
+        counts = self._inspect_in  # the loop's counts; the thread keeps its own (_inspect_out)
+        counts[0] += 1
+        counts[1] += size
+        batch = self._inspect_batch
+        if not batch:
+            asyncio.get_running_loop().call_later(INSPECT_BATCH_DELAY, self._hand_over)
+        batch.append(ex)
+
+    def _hand_over(self):
+        if self._inspect_batch:
+            batch, self._inspect_batch = self._inspect_batch, []
+            self._inspect_queue.put(batch)
 
     def _inspect(self):
         """The inspector's thread: the error codes of each response, for the summary."""
         while True:
-            batch = [self._inspect_queue.get()]
-            time.sleep(INSPECT_BATCH_DELAY)  # one wake-up per batch, not per exchange
-            batch += drain_queue(self._inspect_queue)
+            batch = self._inspect_queue.get()
+            if batch is None:
+                return
+            found, size = [], 0
             for ex in batch:
-                if ex is None:
-                    return
                 try:
                     names = ex.error_codes()
                 except Exception as e:  # noqa: BLE001 - a bug here must not stop the summary
                     names = []
                     self._observer_failed(e)
-                with self.summary.lock:
-                    self._inspect_bytes -= ex.response_size or 0
+                size += len(ex.response)
                 if names:
-                    self.summary.add_errors(ex.api, names)
+                    found.append((ex.api, names))
+            with self.summary.lock:
+                for api, names in found:
+                    self.summary.add_errors(api, names)
+            out = self._inspect_out
+            out[0] += len(batch)
+            out[1] += size
 
     def _event(self, kind, conn, text, frame=None, from_client=None):
         if self.on_event is None:
@@ -594,13 +892,18 @@ class Proxy:
 
     # ------------------------------------------------------------ connections
 
-    async def _handle(self, creader, cwriter, listener):
+    def _accepted(self, side):
+        """A client connected (its side's connection_made): its connection's task starts."""
         self._count += 1
-        peer = cwriter.get_extra_info("peername") or ("?", 0)
-        conn = _Conn(self._count, f"{peer[0]}:{peer[1]}", creader, cwriter, listener)
-        conn.task = asyncio.current_task()
+        peer = side.transport.get_extra_info("peername") or ("?", 0)
+        conn = _Conn(self._count, f"{peer[0]}:{peer[1]}", side, side.listener)
+        side.conn = conn
+        conn.task = asyncio.get_running_loop().create_task(self._handle(conn))
+
+    async def _handle(self, conn):
+        listener = conn.listener
         if len(self._conns) >= self.max_connections:
-            cwriter.transport.abort()
+            conn.cwriter.transport.abort()
             self._event(
                 ProxyEvent.ERROR,
                 conn,
@@ -615,10 +918,10 @@ class Proxy:
         upstream = listener.upstream
         try:
             try:
-                conn.ureader, conn.uwriter = await asyncio.wait_for(
-                    asyncio.open_connection(
+                _, conn.uwriter = await asyncio.wait_for(
+                    asyncio.get_running_loop().create_connection(
+                        lambda: _Side(self, 1, conn),
                         *upstream,
-                        limit=READ_SIZE,
                         ssl=self.upstream_tls,
                         server_hostname=upstream[0] if self.upstream_tls else None,
                     ),
@@ -641,6 +944,7 @@ class Proxy:
                 f"upstream {upstream[0]}:{upstream[1]} connected from {local[0]}:{local[1]}"
                 + (" over TLS" if self.upstream_tls else ""),
             )
+            conn.cwriter.release("connect")
             pumps = [
                 asyncio.create_task(self._requests(conn)),
                 asyncio.create_task(self._responses(conn)),
@@ -682,7 +986,7 @@ class Proxy:
                 conn.abort()
             else:
                 for w in (conn.cwriter, conn.uwriter):
-                    if w is not None:
+                    if w is not None and w.transport is not None:
                         w.close()
             self._conns.discard(conn)
             listener.conns -= 1
@@ -690,80 +994,135 @@ class Proxy:
                 self._close_listener(listener)
             self._event(kind, conn, why)
 
-    async def _frames(self, reader, conn, side):
-        """Lists of the whole frames each read completed; ends at a clean end of stream. A
-        bad size prefix raises after the frames before it were given."""
-        name = ("client", "upstream")[side]
-        what = ("request", "response")[side]
-        buf = bytearray()
-        consumed = 0  # stream offset of buf[0], for error messages
-        limit = self.max_frame_bytes
-        clock = conn.clocks[side]
-        while True:
-            clock.reading(time.monotonic())
-            data = await reader.read(READ_SIZE)
-            if not data:
-                if buf:
-                    need = (
-                        f"a {SIZE.unpack_from(buf, 0)[0]}-byte {what}"
-                        if len(buf) >= 4
-                        else "a size prefix"
-                    )
-                    raise _Broken(
-                        f"{name} closed mid-{what}: {len(buf)} bytes of {need} "
-                        f"(stream offset {consumed})"
-                    )
+    # ------------------------------------------------------------ forwarding
+
+    def _arrived(self, side, frames):
+        """Frames that just arrived on `side`: those that need no waiting are forwarded now,
+        in `data_received`; from the first that does, they queue for the side's coroutine
+        (and so do all while it has some)."""
+        conn = side.conn
+        if conn.done:
+            return
+        if not (side.busy or side.queue):
+            done = (
+                self._fast_requests(conn, frames)
+                if side.side == 0
+                else self._fast_responses(conn, frames)
+            )
+            if done == len(frames):
                 return
-            buf += data
-            self._held(conn, side, len(buf))
-            start = 0
-            n = len(buf)
-            frames = []
-            bad = None
-            view = memoryview(buf)  # frames are copied out once, not sliced then copied
-            try:
-                while n - start >= 4:
-                    size = SIZE.unpack_from(buf, start)[0]
-                    if size < 0 or size > limit:
-                        bad = _Broken(
-                            f"{name} sent a {what} size prefix of {size} bytes at stream offset "
-                            f"{consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing"
-                        )
-                        break
-                    end = start + 4 + size
-                    if end > n:
-                        break
-                    frames.append(bytes(view[start:end]))
-                    start = end
-            finally:
-                view.release()
-            # Before the frames are handed on: what the proxy does with them is not a wait.
-            clock.read(time.monotonic(), bool(frames), n > start)
-            if start == n:  # a fresh buffer: a large frame's storage is not kept
-                buf = bytearray()
-            elif start:
-                del buf[:start]
-            consumed += start
-            self._held(conn, side, len(buf))
-            if frames:
-                yield frames
-            if bad is not None:
-                raise bad
-            if self.buffered > self.max_buffered_bytes:
-                # A frame under way may finish (waiting, it would never drain), up to twice
-                # the limit; between frames, a client is not read until answers drain.
-                if conn.held[side] and self.buffered > 2 * self.max_buffered_bytes:
-                    raise _Broken(
+            frames = frames[done:]
+        for frame in frames:
+            side.push(frame)
+
+    def _fast_requests(self, conn, frames):
+        """Forwards the leading requests that need nothing but pairing (no fault rules, no
+        raw SASL tokens, room in the pending queue, a readable header, small enough to write
+        in one piece); how many."""
+        if self.faults or conn.raw_sasl or conn.uwriter is None:
+            return 0
+        sent = []
+        count = 0
+        for frame in frames:
+            if (
+                conn.pending_bytes > self.max_pending_bytes
+                or len(conn.pending) >= self.max_in_flight
+                or len(frame) > WRITE_PIECE
+            ):
+                break
+            header = request_header(frame)
+            if header is None:
+                break
+            ex = Exchange(
+                conn.number,
+                conn.client,
+                header,
+                frame,
+                header.api_key != PRODUCE or produce_acks(frame, header) != 0,
+                conn.broker,
+            )
+            if ex.expects_response:
+                self.buffered += conn.add(ex)
+            else:
+                sent.append(ex)
+            count += 1
+        if count:
+            transport = conn.uwriter.transport
+            if count == 1:
+                transport.write(frames[0])
+            else:
+                transport.writelines(frames[:count])
+            if sent:
+                now = time.monotonic()
+                for ex in sent:
+                    ex.finished = now
+                    self._emit(ex)
+        return count
+
+    def _fast_responses(self, conn, frames):
+        """Forwards the leading responses that answer a request in flight and need no
+        rule, no rewriting and no SASL bookkeeping; how many."""
+        out, done = [], []
+        count = 0
+        rewrite = self.rewrite or self.mapped
+        for frame in frames:
+            if len(frame) > WRITE_PIECE or len(frame) < 8:
+                break
+            ex = conn.match(int.from_bytes(frame[4:8], "big", signed=True))
+            if (
+                ex is None
+                or ex.delay_ms
+                or ex.api_key == SASL_HANDSHAKE
+                or (rewrite and names_brokers(ex.api_key, ex.api_version))
+            ):
+                break
+            self._answered(conn, ex, frame, out, done)
+            count += 1
+        if out:
+            transport = conn.cwriter.transport
+            if len(out) == 1:
+                transport.write(out[0])
+            else:
+                transport.writelines(out)
+            now = time.monotonic()
+            for ex in done:
+                if ex.finished is None:
+                    ex.finished = now
+                self._emit(ex)
+        return count
+
+    def _answered(self, conn, ex, frame, out, done):
+        """`frame` answers `ex`: both go out, and after them the local answers whose
+        turn has come (they wait behind the upstream's answers, in order)."""
+        out.append(frame)
+        ex.response = frame
+        self.buffered -= conn.remove(ex)
+        done.append(ex)
+        while conn.pending and conn.pending[0].local:
+            lx = conn.pending[0]
+            self.buffered -= conn.remove(lx)
+            out.append(lx.response)
+            done.append(lx)
+
+    def _over_limit(self, side):
+        """The frames held for all connections are past max_buffered_bytes after a read on
+        `side`: a frame under way may finish (waiting, it would never drain), up to twice
+        the limit; between frames, a client is not read until answers drain."""
+        conn = side.conn
+        if conn.held[side.side]:
+            if self.buffered > 2 * self.max_buffered_bytes:
+                what = ("request", "response")[side.side]
+                side.hold("broken")
+                side.end(
+                    _Broken(
                         f"the proxy holds {self.buffered} bytes of frames for its connections "
                         f"(twice the limit {self.max_buffered_bytes}: max_buffered_bytes): "
                         f"closing the connection whose {what} crossed it"
                     )
-                if side == 0 and not conn.held[side]:
-                    await self._wait_for_room(conn)
-
-    async def _wait_for_room(self, conn):
-        """Holds this client's reads while the frames held for all connections are past
-        max_buffered_bytes (answers drain them); a line when the wait begins."""
+                )
+            return
+        if side.side != 0:
+            return
         if not self._holding:
             self._holding = True
             self._event(
@@ -773,17 +1132,39 @@ class Proxy:
                 f"(limit {self.max_buffered_bytes}: max_buffered_bytes): clients are not read "
                 "until answers drain",
             )
-        while self.buffered > self.max_buffered_bytes:
-            await asyncio.sleep(ROOM_POLL)
+            asyncio.get_running_loop().call_later(ROOM_POLL, self._check_room)
+        side.hold("room")
+        self._waiting_room.add(side)
+
+    def _check_room(self):
+        """While clients wait for room: reads them again once answers have drained."""
+        if self.buffered > self.max_buffered_bytes and self._waiting_room:
+            asyncio.get_running_loop().call_later(ROOM_POLL, self._check_room)
+            return
         self._holding = False
+        waiting, self._waiting_room = self._waiting_room, set()
+        for side in waiting:
+            side.release("room")
 
     def _held(self, conn, side, size):
         self.buffered += size - conn.held[side]
         conn.held[side] = size
 
     async def _requests(self, conn):
+        try:
+            return await self._forward_requests(conn)
+        finally:
+            conn.stop()  # at once: no answer may slip through before the connection ends
+
+    async def _responses(self, conn):
+        try:
+            return await self._forward_responses(conn)
+        finally:
+            conn.stop()
+
+    async def _forward_requests(self, conn):
         upstream = conn.uwriter
-        async for frames in self._frames(conn.creader, conn, 0):
+        async for frames in conn.cwriter.batches():
             # Frames that arrived together go out together (one write); a fault that must
             # act in order flushes the ones before it first.
             out, sent = [], []
@@ -907,9 +1288,9 @@ class Proxy:
             done.clear()
         await writer.drain()
 
-    async def _responses(self, conn):
+    async def _forward_responses(self, conn):
         client = conn.cwriter
-        async for frames in self._frames(conn.ureader, conn, 1):
+        async for frames in conn.uwriter.batches():
             out, done = [], []
             for frame in frames:
                 cid = response_correlation_id(frame)
@@ -956,15 +1337,7 @@ class Proxy:
                     else:
                         if new is not frame:
                             ex.upstream_response, frame = frame, new
-                out.append(frame)
-                ex.response = frame
-                self.buffered -= conn.remove(ex)
-                done.append(ex)
-                while conn.pending and conn.pending[0].local:  # local answers whose turn has come
-                    lx = conn.pending[0]
-                    self.buffered -= conn.remove(lx)
-                    out.append(lx.response)
-                    done.append(lx)
+                self._answered(conn, ex, frame, out, done)
             await self._forward(client, out, done)
         return "upstream closed"
 
@@ -1009,9 +1382,11 @@ class BackgroundProxy:
             client(bootstrap=f"127.0.0.1:{p.port}")
             p.exchanges()   # every exchange so far (kept up to `keep`, oldest first)
 
-    Keyword arguments go to Proxy; observers given run in the proxy's thread."""
+    Keyword arguments go to Proxy; observers given run in the proxy's thread. `loop`:
+    "auto" (uvloop when installed), "asyncio" or "uvloop"; by default FASTKWIRE_PROXY_LOOP's."""
 
-    def __init__(self, upstream, listen=("127.0.0.1", 0), *, keep=100_000, **kwargs):
+    def __init__(self, upstream, listen=("127.0.0.1", 0), *, keep=100_000, loop=None, **kwargs):
+        self._new_loop = loop_factory(loop)
         self._on_exchange = kwargs.pop("on_exchange", None)
         self._on_event = kwargs.pop("on_event", None)
         self.keep = _positive(keep, "keep")
@@ -1048,7 +1423,7 @@ class BackgroundProxy:
         return self
 
     def _run(self):
-        self._loop = asyncio.new_event_loop()
+        self._loop = self._new_loop()
         try:
             self._loop.run_until_complete(self.proxy.start())
         except BaseException as e:  # noqa: BLE001 - handed to the thread that called start

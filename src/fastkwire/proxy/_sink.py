@@ -31,23 +31,25 @@ class QueuedSink:
         self._write, self._flush = write, flush
         self.max_items, self.max_bytes = max_items, max_bytes
         self._queue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._items = self._bytes = 0
+        # Counted without a lock: items and bytes offered (by the thread that offers) and
+        # written (by the sink's thread), each list changed by one thread only.
+        self._offered = [0, 0]
+        self._written = [0, 0]
         self.dropped = 0
         self.errors = []  # the first few exceptions write or flush raised
         self._thread = threading.Thread(target=self._run, name=f"fastkwire-{name}", daemon=True)
         self._thread.start()
 
     def offer(self, item, size=0):
-        """Queues `item` (holding `size` bytes); False, and counted, when the queue is full."""
-        with self._lock:
-            if self._items >= self.max_items or (
-                self._items and self._bytes + size > self.max_bytes
-            ):
-                self.dropped += 1
-                return False
-            self._items += 1
-            self._bytes += size
+        """Queues `item` (holding `size` bytes); False, and counted, when the queue is full.
+        Called from one thread (the event loop's)."""
+        offered, written = self._offered, self._written
+        items = offered[0] - written[0]
+        if items >= self.max_items or (items and offered[1] - written[1] + size > self.max_bytes):
+            self.dropped += 1
+            return False
+        offered[0] += 1
+        offered[1] += size
         self._queue.put((item, size))
         return True
 
@@ -59,15 +61,15 @@ class QueuedSink:
             # loop's thread the GIL).
             time.sleep(BATCH_DELAY)
             batch += drain_queue(self._queue)
+            written = self._written
             for got in batch:
                 if got is None:
                     self._call(self._flush)
                     return
                 item, size = got
                 self._call(self._write, item)
-                with self._lock:
-                    self._items -= 1
-                    self._bytes -= size
+                written[0] += 1
+                written[1] += size
             self._call(self._flush)
 
     def _call(self, fn, *args):
@@ -81,8 +83,7 @@ class QueuedSink:
 
     @property
     def pending(self):
-        with self._lock:
-            return self._items
+        return self._offered[0] - self._written[0]
 
     def close(self, timeout=None):
         """Writes what is queued (waiting at most `timeout` seconds), then stops; True when
