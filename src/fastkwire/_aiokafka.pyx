@@ -11,14 +11,14 @@ them runs the loop: the offset check, the deserializers, the ConsumerRecord. Not
 here is called before bind() and bind_protocol() have given it aiokafka's classes.
 """
 cimport cython
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_FromLongLong
 from cpython.object cimport PyObject, PyObject_IsTrue
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
+
+from fastkwire._murmur2 cimport murmur2_of
 from libc.string cimport memcpy
 from types import FunctionType
 
@@ -44,10 +44,6 @@ cdef extern from "_aiokafka.h":
 
 cdef extern from "_ft.h":
     bint FREE_THREADED "FK_FREE_THREADED"
-
-
-cdef extern from "_murmur2.h":
-    uint32_t murmur2_hash "fk_murmur2"(const unsigned char* p, Py_ssize_t n) nogil
 
 
 # aiokafka's objects, given by bind() (fastkwire.aiokafka.install).
@@ -168,14 +164,7 @@ cdef bind_record_class(cls):
     global CRecord, get_offset, get_timestamp, get_timestamp_type, get_key, get_value
     global get_headers
     CRecord = None
-    if cls is None or not isinstance(cls, type) or cls.__dictoffset__ != 0:
-        return
-    try:
-        cls.__fastkwire_probe__ = 1  # an immutable type refuses: a test's mock cannot land
-    except TypeError:
-        pass
-    else:
-        del cls.__fastkwire_probe__
+    if not immutable_type(cls) or cls.__dictoffset__ != 0:
         return
     names = ("offset", "timestamp", "timestamp_type", "key", "value", "headers")
     descrs = [vars(cls).get(name) for name in names]
@@ -204,21 +193,10 @@ def fast_loops():
 def murmur2(data):
     """aiokafka.partitioner.murmur2 (Java's Utils.murmur2) for bytes and bytearray;
     anything else goes to aiokafka's own function."""
-    if type(data) is bytes:
-        return murmur2_hash(<const unsigned char*><bytes>data, len(<bytes>data))
-    cdef Py_buffer view
-    if type(data) is not bytearray:
-        return stock_murmur2(data)
-    if not FREE_THREADED:  # nothing can resize it while the hash runs
-        return murmur2_hash(<const unsigned char*>PyByteArray_AS_STRING(data),
-                            PyByteArray_GET_SIZE(data))
-    # Without the GIL another thread may resize it meanwhile: hold it still (that
-    # thread's resize is a BufferError then).
-    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-    try:
-        return murmur2_hash(<const unsigned char*>view.buf, view.len)
-    finally:
-        PyBuffer_Release(&view)
+    cdef uint32_t h
+    if murmur2_of(data, &h):
+        return h
+    return stock_murmur2(data)
 
 
 # ---- the fetcher's loop ----------------------------------------------------------------
@@ -885,11 +863,7 @@ def producer_partition(self, *args, **kwargs):
     cdef uint32_t h
     if count == 0:  # not after a non-empty dict, but the modulo below must never see 0
         return stock_partition(self, *args)
-    if type(key) is bytes:
-        h = murmur2_hash(<const unsigned char*><bytes>key, len(<bytes>key))
-    else:
-        h = murmur2_hash(<const unsigned char*>PyByteArray_AS_STRING(key),
-                         PyByteArray_GET_SIZE(key))
+    murmur2_of(key, &h)  # bytes or a bytearray, checked above
     return all_partitions[<Py_ssize_t>((h & 0x7FFFFFFF) % <uint64_t>count)]
 
 

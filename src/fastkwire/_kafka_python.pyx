@@ -17,6 +17,8 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
+from fastkwire._murmur2 cimport murmur2_of
+
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
@@ -823,48 +825,10 @@ cdef object record_to_consumer_record(self, tp, cr, record, key_deserializer,
 def murmur2(data):
     """kafka.partitioner.default.murmur2 (Java's Utils.murmur2) for bytes and bytearray;
     anything else goes to kafka-python's own function."""
-    cdef Py_buffer view
-    if type(data) is bytes:
-        return murmur2_of(<const unsigned char*><bytes>data, len(<bytes>data))
-    if type(data) is not bytearray:
-        return stock_murmur2(data)
-    if not FREE_THREADED:  # nothing can resize it while the hash runs
-        return murmur2_of(<const unsigned char*>PyByteArray_AS_STRING(data),
-                          PyByteArray_GET_SIZE(data))
-    # Without the GIL another thread may resize it meanwhile: hold it still (that
-    # thread's resize is a BufferError then).
-    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-    try:
-        return murmur2_of(<const unsigned char*>view.buf, view.len)
-    finally:
-        PyBuffer_Release(&view)
-
-
-cdef uint32_t murmur2_of(const unsigned char* p, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i, n4
-    cdef uint32_t m = 0x5bd1e995, h, k
-    h = <uint32_t>0x9747b28c ^ <uint32_t>n
-    n4 = n // 4
-    for i in range(n4):
-        k = (<uint32_t>p[4 * i] | (<uint32_t>p[4 * i + 1] << 8)
-             | (<uint32_t>p[4 * i + 2] << 16) | (<uint32_t>p[4 * i + 3] << 24))
-        k *= m
-        k ^= k >> 24
-        k *= m
-        h *= m
-        h ^= k
-    i = n & ~3
-    if n % 4 >= 3:
-        h ^= <uint32_t>p[i + 2] << 16
-    if n % 4 >= 2:
-        h ^= <uint32_t>p[i + 1] << 8
-    if n % 4 >= 1:
-        h ^= p[i]
-        h *= m
-    h ^= h >> 13
-    h *= m
-    h ^= h >> 15
-    return h
+    cdef uint32_t h
+    if murmur2_of(data, &h):
+        return h
+    return stock_murmur2(data)
 
 
 # ---- the default partitioner -------------------------------------------------------
