@@ -802,6 +802,154 @@ def test_builder_offsets_past_int64_as_stock(accel):
 
 
 @needs_accel
+def test_producer_batch_try_append_as_stock(accel, frozen_append_clock, monkeypatch):
+    """ProducerBatch.try_append: the same futures (their fields), batch state and bytes,
+    and the same errors, its module's names (time, FutureRecordMetadata) read at each call."""
+    from kafka.producer import producer_batch as kpb
+
+    def run(plan, batch_size=1 << 20, now=None):
+        def fn(got):
+            frozen_append_clock.reset()
+            builder = MemoryRecordsBuilder(2, 0, batch_size)
+            batch = kpb.ProducerBatch(TopicPartition("t", 0), builder, now=5.0)
+            for ts, key, value, headers in plan:
+                future = batch.try_append(ts, key, value, headers, now=now)
+                got.append(None if future is None else (type(future).__name__, future.args))
+                got.append((batch.record_count, batch.max_record_size, batch.last_append))
+            got.append(len(batch._record_futures))
+            builder.close()
+            got.append(bytes(builder.buffer()))
+
+        return fn
+
+    rng = random.Random(11)
+    # (a None header value is stock's TypeError in the header size: among the errors below)
+    plan = [
+        (ts, k, v, [(hk, hv or b"") for hk, hv in hs]) for ts, k, v, hs in sample_records(rng, 60)
+    ]
+    plan.append((7, None, None, [("h", b"1"), ("\u00e9", b"")]))
+    stock, fast = accel(run(plan, now=12.5))
+    assert stock[1] is None and stock == fast
+    with monkeypatch.context() as m:  # stock reads the clock: both runs get the same one
+        m.setattr(kpb.time, "monotonic", lambda: 42.0)
+        stock, fast = accel(run(plan))
+    assert stock[1] is None and stock == fast and stock[0][1][2] == 42.0
+    stock, fast = accel(run(plan * 3, batch_size=600, now=1.0))
+    assert stock == fast and None in stock[0]  # a full batch refuses, as stock's
+    for headers in ([(b"bytes key", b"x")], [("h", None)], [("h", 5)], 7):  # stock's errors
+        stock, fast = accel(run([(1, b"k", b"v", headers)], now=1.0))
+        assert stock == fast and stock[1] is not None, headers
+    # A test's replacement of the module's names is seen, as stock sees it.
+    made = []
+
+    class Recording(kpb.FutureRecordMetadata):
+        def __init__(self, *args):
+            made.append(args[1:])
+            super().__init__(*args)
+
+    monkeypatch.setattr(kpb, "FutureRecordMetadata", Recording)
+    stock, fast = accel(run([(1, b"k", b"v", [])], now=1.0))
+    assert stock == fast and stock[0][0][0] == "Recording" and made[0] == made[1]
+    monkeypatch.delattr(kpb, "FutureRecordMetadata")
+    stock, fast = accel(run([(1, b"k", b"v", [])], now=1.0))
+    assert stock == fast and stock[1][0] is NameError
+
+
+@needs_accel
+def test_record_accumulator_append_as_stock(accel, frozen_append_clock):
+    """RecordAccumulator.append: the same results (futures, full, new batch, abort), the
+    same batches and bytes, the same errors."""
+    from kafka.producer.record_accumulator import RecordAccumulator
+
+    rng = random.Random(5)
+    plan = [
+        (TopicPartition("t", i % 3), ts, k, v, [(hk, hv or b"") for hk, hv in hs])
+        for i, (ts, k, v, hs) in enumerate(sample_records(rng, 120))
+    ]
+
+    def run(batch_size, abort_on_new_batch=False, **config):
+        def fn(got):
+            frozen_append_clock.reset()
+            acc = RecordAccumulator(batch_size=batch_size, **config)
+            for tp, ts, key, value, headers in plan:
+                future, full, new, abort = acc.append(
+                    tp, ts, key, value, headers, now=3.0, abort_on_new_batch=abort_on_new_batch
+                )
+                got.append((None if future is None else future.args, full, new, abort))
+            got.append(acc._appends_in_progress.get())
+            for tp, dq in sorted(acc._batches.items()):
+                for batch in dq:
+                    batch.records.close()
+                    got.append((tp, batch.record_count, bytes(batch.records.buffer())))
+            got.append(len(acc._incomplete.all()))
+
+        return fn
+
+    for batch_size in (16384, 700, 0):
+        stock, fast = accel(run(batch_size))
+        assert stock[1] is None and stock == fast, batch_size
+    stock, fast = accel(run(16384, abort_on_new_batch=True))
+    assert stock == fast and stock[0][0] == (None, False, False, True)
+
+    def misuse(got):
+        acc = RecordAccumulator()
+        for tp in (("t", 0), TopicPartition("t", 0)):
+            try:
+                acc.append(tp, 1, b"k", b"v", [])
+            except Exception as exc:  # noqa: BLE001 - compared with stock's
+                got.append((type(exc), exc.args))
+            acc.close() if hasattr(acc, "close") else setattr(acc, "_closed", True)
+        got.append(acc._appends_in_progress.get())
+
+    stock, fast = accel(misuse)
+    assert stock == fast and len(stock[0]) == 3
+
+
+@needs_accel
+def test_producer_send_refuses_as_stock(accel):
+    """KafkaProducer.send's checks, each refusal the same exception, and a metadata wait
+    that times out the same way (nothing listens where this producer points)."""
+    from kafka import KafkaProducer
+    from kafka.serializer import Serializer
+
+    class IntsAsStr(Serializer):
+        def serialize(self, topic, value):
+            return str(value) if isinstance(value, int) else value
+
+    def fn(got):
+        producer = KafkaProducer(
+            bootstrap_servers="127.0.0.1:9",
+            api_version=(2, 5),
+            max_block_ms=50,
+            key_serializer=IntsAsStr(),
+        )
+        try:
+            for kwargs in (
+                dict(value=None, key=None),
+                dict(value=b"v", headers=("h", b"x")),
+                dict(value=b"v", headers=[("h", "not bytes")]),
+                dict(value=b"v", headers=[("h", b"x", b"extra")]),
+                dict(value="str value"),
+                dict(value=b"v", key=7),  # serialized to a str
+                dict(value=b"v", key=b"k"),  # past the checks: the metadata wait times out
+            ):
+                try:
+                    producer.send("t", **kwargs)
+                except Exception as exc:  # noqa: BLE001 - compared with stock's
+                    got.append((type(exc).__name__, exc.args))
+        finally:
+            producer.close(timeout=1)
+        try:
+            producer.send("t", value=b"v")
+        except Exception as exc:  # noqa: BLE001
+            got.append((type(exc).__name__, exc.args))
+
+    stock, fast = accel(fn)
+    assert stock[1] is None and stock == fast
+    assert len(stock[0]) == 8 and stock[0][-1][0] == "IllegalStateError"
+
+
+@needs_accel
 def test_batches_from_either_builder_read_the_same_through_either_reader(frozen_append_clock):
     rng = random.Random(9)
     plan = sample_records(rng, 120)

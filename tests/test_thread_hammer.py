@@ -94,14 +94,19 @@ def _members(cls, tag, n):
 
 
 def _allowed_member(d):
-    """A member any changing thread below may have put in: m<i>, n<i> or x, as _members makes."""
-    mid = d["member_id"]
+    """A member any changing thread below may have put in: m<i>, n<i> or x, as _members makes.
+    A member's fields are read one at a time while another thread may be between its two
+    assignments of a member (member_id "x", then group_instance_id None), so an x may still
+    show its i<k> and an m<i> or n<i> already its None."""
+    mid, gid = d["member_id"], d["group_instance_id"]
+    if d["reason"] != "r":
+        return False
     if mid == "x":
-        return d["group_instance_id"] is None and d["reason"] == "r"
+        return gid is None or (gid[:1] == "i" and gid[1:].isdigit())
     if mid[:1] not in ("m", "n") or not mid[1:].isdigit():
         return False
     i = int(mid[1:])
-    return d["group_instance_id"] == (None if i % 2 else f"i{i}") and d["reason"] == "r"
+    return gid in (None, None if i % 2 else f"i{i}")
 
 
 def _check_leave_group(cls, d):

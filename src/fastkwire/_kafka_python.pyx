@@ -7,6 +7,7 @@ end, a varint past 64 bits, a bad header key, a size that does not add up) it ha
 record to kafka-python's own code, which then raises or truncates exactly as stock does.
 Nothing here is called before bind() has given it kafka-python's classes.
 """
+cimport cython
 from cpython.bytearray cimport (PyByteArray_AS_STRING, PyByteArray_FromStringAndSize,
                                  PyByteArray_GET_SIZE, PyByteArray_Resize)
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
@@ -890,7 +891,12 @@ cdef object metadata_init = None  # DefaultRecordMetadata.__init__ as install() 
 def bind_builder(**kw):
     """Take kafka-python's builder classes (install() calls this)."""
     global DefaultRecordBatchBuilder, DefaultRecordMetadata, stock_builder_append, stock_time
-    global metadata_init
+    global metadata_init, producer_batch_names, stock_try_append, accumulator_names
+    global producer_names
+    producer_batch_names = vars(kw["producer_batch_module"])
+    accumulator_names = vars(kw["accumulator_module"])
+    producer_names = vars(kw["producer_module"])
+    stock_try_append = kw["stock_try_append"]
     DefaultRecordBatchBuilder = kw["DefaultRecordBatchBuilder"]
     DefaultRecordMetadata = kw["DefaultRecordMetadata"]
     metadata_init = genuine(DefaultRecordMetadata.__dict__["__init__"])
@@ -1080,6 +1086,199 @@ def memory_builder_append(self, timestamp, key, value, headers=None):
 
     self._next_offset += 1
     return metadata
+
+
+cdef dict producer_batch_names = None  # kafka.producer.producer_batch's globals
+cdef object stock_try_append = None
+
+
+def batch_try_append(self, timestamp_ms, key, value, headers, now=None):
+    """ProducerBatch.try_append, compiled: the same steps, in the same order, with the
+    names its module binds (time, FutureRecordMetadata) read from that module at each
+    call, as stock's code reads them."""
+    names = producer_batch_names
+    if "time" not in names or "FutureRecordMetadata" not in names:
+        return stock_try_append(self, timestamp_ms, key, value, headers, now)
+    metadata = self.records.append(timestamp_ms, key, value, headers)
+    if metadata is None:
+        return None
+
+    now = names["time"].monotonic() if now is None else now
+    self.max_record_size = max(self.max_record_size, metadata.size)
+    self.last_append = now
+    future = names["FutureRecordMetadata"](
+        self.produce_future,
+        metadata.offset,
+        metadata.timestamp,
+        metadata.crc,
+        len(key) if key is not None else -1,
+        len(value) if value is not None else -1,
+        sum([len(h_key.encode("utf-8")) + len(h_val) for h_key, h_val in headers])
+        if headers else -1)
+    self._record_futures.append(future)
+    return future
+
+
+cdef dict accumulator_names = None  # kafka.producer.record_accumulator's globals
+
+
+cdef object global_name(dict names, str name):
+    """A module's global as its functions read it (no builtin has these names)."""
+    try:
+        return names[name]
+    except KeyError:
+        raise NameError(f"name '{name}' is not defined") from None
+
+
+@cython.wraparound(True)  # dq[-1], as in Python
+def accumulator_append(self, tp, timestamp_ms, key, value, headers, now=None,
+                       abort_on_new_batch=False):
+    """RecordAccumulator.append, compiled: the same steps, in the same order, its
+    module's names read from that module at each call, as stock's code reads them."""
+    names = accumulator_names
+    if not isinstance(tp, global_name(names, "TopicPartition")):
+        raise TypeError('not TopicPartition')
+    if self._closed:
+        raise global_name(names, "Errors").IllegalStateError('RecordAccumulator is closed')
+    now = global_name(names, "time").monotonic() if now is None else now
+    self._appends_in_progress.increment()
+    try:
+        with self._tp_lock(tp):
+            dq = self._batches[tp]
+            if dq:
+                last = dq[-1]
+                future = last.try_append(timestamp_ms, key, value, headers, now=now)
+                if future is not None:
+                    batch_is_full = len(dq) > 1 or last.records.is_full()
+                    return future, batch_is_full, False, False
+
+        if abort_on_new_batch:
+            return None, False, False, True
+
+        with self._tp_lock(tp):
+            if self._closed:
+                raise global_name(names, "Errors").IllegalStateError(
+                    'RecordAccumulator is closed')
+
+            if dq:
+                last = dq[-1]
+                future = last.try_append(timestamp_ms, key, value, headers, now=now)
+                if future is not None:
+                    batch_is_full = len(dq) > 1 or last.records.is_full()
+                    return future, batch_is_full, False, False
+
+            if self._transaction_manager and self.config['message_version'] < 2:
+                raise global_name(names, "Errors").UnsupportedVersionError(
+                    "Attempting to use idempotence with a broker which"
+                    " does not support the required message format (v2)."
+                    " The broker must be version 0.11 or later.")
+            records = global_name(names, "MemoryRecordsBuilder")(
+                self.config['message_version'],
+                self.config['compression_attrs'],
+                self.config['batch_size']
+            )
+
+            batch = global_name(names, "ProducerBatch")(tp, records, now=now)
+            future = batch.try_append(timestamp_ms, key, value, headers, now=now)
+            if not future:
+                raise Exception()
+
+            dq.append(batch)
+            self._incomplete.add(batch)
+            batch_is_full = len(dq) > 1 or batch.records.is_full()
+            return future, batch_is_full, True, False
+    finally:
+        self._appends_in_progress.decrement()
+
+
+cdef dict producer_names = None  # kafka.producer.kafka's globals
+
+
+def producer_send(self, topic, value=None, key=None, headers=None, partition=None,
+                  timestamp_ms=None):
+    """KafkaProducer.send, compiled: the same steps, in the same order, its module's
+    names read from that module at each call, as stock's code reads them."""
+    names = producer_names
+    if self._closed:
+        raise global_name(names, "Errors").IllegalStateError('KafkaProducer already closed!')
+    if value is None and self.config['api_version'] < (0, 8, 1):
+        raise ValueError('Null messages require kafka >= 0.8.1')
+    if value is None and key is None:
+        raise ValueError('Need at least one: key or value')
+    if headers is None:
+        headers = []
+    if not isinstance(headers, list):
+        raise TypeError('headers must be list-type')
+    if not all(isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+               and isinstance(item[1], bytes) for item in headers):
+        raise TypeError('All headers items must be (str, bytes) tuples')
+
+    key_bytes = self._serialize(
+        self.config['key_serializer'],
+        topic, headers, key)
+    value_bytes = self._serialize(
+        self.config['value_serializer'],
+        topic, headers, value)
+    if type(key_bytes) not in (bytes, bytearray, memoryview, type(None)):
+        raise TypeError("Unsupported type for serialized key: %s" % type(key_bytes))
+    if type(value_bytes) not in (bytes, bytearray, memoryview, type(None)):
+        raise TypeError("Unsupported type for serialized value: %s" % type(value_bytes))
+
+    if self._metadata.partitions_for_topic(topic) is None:
+        try:
+            self._wait_on_metadata(topic, self.config['max_block_ms'])
+        except global_name(names, "Errors").BrokerResponseError as e:
+            global_name(names, "log").error(
+                "%s: Exception occurred waiting for metadata during message send: %s",
+                str(self), e)
+            return global_name(names, "FutureRecordMetadata")(
+                global_name(names, "FutureProduceResult")(
+                    global_name(names, "TopicPartition")(topic, partition)),
+                -1, None, None,
+                len(key_bytes) if key_bytes is not None else -1,
+                len(value_bytes) if value_bytes is not None else -1,
+                sum([len(h_key.encode("utf-8")) + len(h_value) for h_key, h_value in headers])
+                if headers else -1,
+            ).failure(e)
+
+    explicit_partition = partition is not None
+    partition = self._partition(topic, partition, key, value, key_bytes, value_bytes)
+    if partition is None:
+        raise ValueError(f'Partitioner did not assign a partition for topic {topic}!')
+
+    message_size = self._estimate_size_in_bytes(key_bytes, value_bytes, headers)
+    self._ensure_valid_record_size(message_size)
+
+    tp = global_name(names, "TopicPartition")(topic, partition)
+    global_name(names, "log").debug(
+        "%s: Sending (key=%r value=%r headers=%r) to %s", str(self), key, value, headers, tp)
+
+    if self._transaction_manager and self._transaction_manager.is_transactional():
+        self._transaction_manager.maybe_add_partition_to_transaction(tp)
+
+    sticky_eligible = not explicit_partition and key_bytes is None
+    result = self._accumulator.append(tp, timestamp_ms, key_bytes, value_bytes, headers,
+                                      abort_on_new_batch=sticky_eligible)
+    future, batch_is_full, new_batch_created, abort_for_new_batch = result
+    if abort_for_new_batch:
+        prev_partition = partition
+        on_new_batch = getattr(self.config['partitioner'], 'on_new_batch', None)
+        if on_new_batch is not None:
+            on_new_batch(topic, self._metadata, prev_partition)
+        partition = self._partition(topic, None, key, value, key_bytes, value_bytes)
+        tp = global_name(names, "TopicPartition")(topic, partition)
+        if self._transaction_manager and self._transaction_manager.is_transactional():
+            self._transaction_manager.maybe_add_partition_to_transaction(tp)
+        result = self._accumulator.append(tp, timestamp_ms, key_bytes, value_bytes, headers,
+                                          abort_on_new_batch=False)
+        future, batch_is_full, new_batch_created, _ = result
+
+    if batch_is_full or new_batch_created:
+        global_name(names, "log").debug(
+            "%s: Waking up the sender since %s is either full or"
+            " getting a new batch", str(self), tp)
+        self._sender.wakeup()
+    return future
 
 
 def builder_write_header(self, use_compression_type=True):

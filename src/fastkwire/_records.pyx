@@ -66,7 +66,6 @@ cdef extern from "_slots.h":
 
 cdef extern from "_ft.h":
     # Reads of what another thread may change meanwhile (see _ft.h)
-    bint FREE_THREADED "FK_FREE_THREADED"
     void fk_read_slots(object o, const Py_ssize_t* offs, int n, PyObject** out)
     void fk_release_slots(PyObject** v, int n)
     PyObject* fk_list_now(object items) except NULL

@@ -254,11 +254,11 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
 
     Every array is taken (a fixed view of an exact ndarray) before any is checked: an
     attribute read can run user code, which could rewrite an array already checked.
-    From the first check to the last byte written no Python code runs. On a free-threaded
-    build another thread may still write into the arrays meanwhile: there every array the
-    sizes and bounds come from (all but the bytes and the null flags) is read from a copy
-    of our own, made once every getter has run, so the values checked are the values
-    written."""
+    From the first check to the last byte written no Python code runs. Another thread may
+    still write into the arrays meanwhile, on any build: numpy lets go of the GIL while it
+    copies a large array (`cols.value.offsets[:] = other`). So every array the sizes and
+    bounds come from (all but the bytes and the null flags) is read from a copy of our own,
+    made once every getter has run: the values checked are the values written."""
     cdef const int64_t[::1] offset
     cdef const int64_t[::1] timestamp
     cdef const int32_t[::1] hoffs_view
@@ -276,14 +276,14 @@ cdef object _encode_columns(object cols, int64_t base_offset, W* w):
         hvalue = _Bin(headers.value)
     except (ValueError, TypeError, AttributeError, BufferError):
         return None  # not arrays of these types: the pure writer converts or refuses them
-    if FREE_THREADED:  # every getter has run: copies of what sizes and bounds come from
-        offset = offset_a.copy()
-        timestamp = timestamp_a.copy()
-        hoffs_view = hoffs_a.copy()
-        key.own()
-        value.own()
-        hkey.own()
-        hvalue.own()
+    # every getter has run: copies of what sizes and bounds come from
+    offset = offset_a.copy()
+    timestamp = timestamp_a.copy()
+    hoffs_view = hoffs_a.copy()
+    key.own()
+    value.own()
+    hkey.own()
+    hvalue.own()
     key.check()
     value.check()
     hkey.check()

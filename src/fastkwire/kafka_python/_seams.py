@@ -43,6 +43,9 @@ SEAMS = (
     ),
     ("kafka.record.memory_records", "MemoryRecordsBuilder", "append", "memory_builder_append"),
     ("kafka.record.memory_records", "MemoryRecords", "next_batch", "memory_next_batch"),
+    ("kafka.producer.producer_batch", "ProducerBatch", "try_append", "batch_try_append"),
+    ("kafka.producer.record_accumulator", "RecordAccumulator", "append", "accumulator_append"),
+    ("kafka.producer.kafka", "KafkaProducer", "send", "producer_send"),
     ("kafka.record.default_records", "DefaultRecordBatchBuilder", "size_of", "size_of"),
     (
         "kafka.record.default_records",
@@ -142,7 +145,13 @@ def build_patches():
         stock_time = inspect.signature(stock_append).parameters["time_time"].default
     except (KeyError, ValueError, TypeError):
         raise LookupError("DefaultRecordBatchBuilder.append has no time_time default") from None
+    from kafka.producer import kafka as producer, producer_batch, record_accumulator
+
     builder = dict(
+        producer_module=producer,
+        producer_batch_module=producer_batch,
+        accumulator_module=record_accumulator,
+        stock_try_append=first[(producer_batch.ProducerBatch, "try_append")],
         DefaultRecordBatchBuilder=dr.DefaultRecordBatchBuilder,
         DefaultRecordMetadata=dr.DefaultRecordMetadata,
         stock_builder_append=stock_append,
