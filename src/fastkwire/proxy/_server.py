@@ -988,6 +988,11 @@ class Proxy:
                 + (" over TLS" if self.upstream_tls else ""),
             )
             if self._compiled is not None:
+                end = conn.cwriter.queue[-1] if conn.cwriter.ended else None
+                if isinstance(end, BaseException):  # broken before its upstream was connected
+                    why, kind = describe_end(end, "client"), ProxyEvent.ERROR
+                    conn.abort()
+                    return
                 upstream_side, conn.uwriter = conn.uwriter, None
                 why, kind, unanswered = await self._compiled.carry(conn, upstream_side)
                 if unanswered:
@@ -1009,13 +1014,9 @@ class Proxy:
                 exc = first.exception()
                 if exc is None:
                     why = first.result()
-                elif isinstance(exc, _Broken):
-                    why, kind = str(exc), ProxyEvent.ERROR
-                elif isinstance(exc, OSError):
-                    side = "client" if first is pumps[0] else "upstream"
-                    why, kind = f"{side}: {exc.strerror or exc!r}", ProxyEvent.ERROR
-                else:  # a bug here must still end only this connection, with a line
-                    why, kind = f"internal error: {type(exc).__name__}: {exc}", ProxyEvent.ERROR
+                else:
+                    why = describe_end(exc, "client" if first is pumps[0] else "upstream")
+                    kind = ProxyEvent.ERROR
             if conn.broken:
                 why, kind = conn.broken, ProxyEvent.ERROR
         except asyncio.CancelledError:
@@ -1410,6 +1411,15 @@ class Proxy:
                             f"{self.frame_timeout:g} s (frame_timeout): closing"
                         )
                         conn.abort()
+
+
+def describe_end(exc, side):
+    """A connection's line for the exception that ended it on `side`."""
+    if isinstance(exc, _Broken):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{side}: {exc.strerror or exc!r}"
+    return f"internal error: {type(exc).__name__}: {exc}"  # a bug: still one connection only
 
 
 def _looks_like_request(header):
