@@ -109,6 +109,7 @@ typedef struct {
     size_t held;                  /* partial frames and pending requests (the loop's thread) */
     size_t in_flight;             /* requests awaiting answers, all connections (atomic) */
     int holding;                  /* clients held for room (atomic) */
+    int upstreams_held;           /* upstreams held: the queue is past max_buffered (atomic) */
     fw_conn *conns;
     fw_conn *dead;                /* ended this turn: freed at its end (epoll may name them) */
     size_t max_frame, max_pending, max_in_flight, max_buffered;
@@ -178,7 +179,8 @@ static fw_item *fw_take(fw_state *st) {
     for (fw_item *it = items; it; it = it->next)
         bytes += it->req_len + it->resp_len;
     __atomic_sub_fetch(&st->queued, bytes, __ATOMIC_RELAXED);
-    if (bytes && __atomic_load_n(&st->holding, __ATOMIC_RELAXED)) {
+    if (bytes && (__atomic_load_n(&st->holding, __ATOMIC_RELAXED) ||
+                  __atomic_load_n(&st->upstreams_held, __ATOMIC_RELAXED))) {
         uint64_t one = 1;
         ssize_t r = write(st->wake_fd, &one, sizeof one); /* room again, perhaps */
         (void)r;
@@ -428,6 +430,11 @@ static int fw_may_read(fw_state *st, fw_conn *c, int i) {
     fw_side *s = &c->s[i];
     if (s->eof || s->parsed - s->sent >= FW_HIGH_WATER)
         return 0;
+    if (i == 1 && __atomic_load_n(&st->queued, __ATOMIC_RELAXED) > st->max_buffered) {
+        /* answers, stray or not, wait in the socket until the event loop takes the queue */
+        __atomic_store_n(&st->upstreams_held, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
     if (i == 0) {
         if (c->pend_bytes > st->max_pending || c->pend_count >= st->max_in_flight)
             return 0;
@@ -716,11 +723,19 @@ static void *fw_loop(void *arg) {
         }
         if (stop)
             return NULL;
+        int again = 0;
         if (__atomic_load_n(&st->holding, __ATOMIC_RELAXED) && fw_total(st) <= st->max_buffered) {
             __atomic_store_n(&st->holding, 0, __ATOMIC_RELAXED);
+            again = 1;
+        }
+        if (__atomic_load_n(&st->upstreams_held, __ATOMIC_RELAXED) &&
+            __atomic_load_n(&st->queued, __ATOMIC_RELAXED) <= st->max_buffered) {
+            __atomic_store_n(&st->upstreams_held, 0, __ATOMIC_RELAXED);
+            again = 1;
+        }
+        if (again) /* room again: every connection reads what it may */
             for (fw_conn *c = st->conns; c; c = c->next)
                 fw_update(st, c, now);
-        }
         if (now >= next_watch) {
             fw_watch(st, now);
             next_watch = now + interval;
