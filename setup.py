@@ -19,7 +19,10 @@ MODULES = [
     "fastkwire._records",
     "fastkwire._kafka_python",
     "fastkwire._aiokafka",
+    "fastkwire._forward",
 ]
+# C headers whose changes rebuild the extension that includes them.
+DEPENDS = {"fastkwire._forward": ["src/fastkwire/_forward.h"]}
 # Every sdist has PKG-INFO at its top; the repository never does.
 FROM_SDIST = os.path.exists("PKG-INFO")
 REQUIRE = bool(os.environ.get("FASTKWIRE_REQUIRE_EXTENSION"))
@@ -87,7 +90,9 @@ if os.environ.get("FASTKWIRE_PURE"):
     setup()
 else:
     setup(
-        ext_modules=[Extension(m, [path(m, ".c")]) for m in MODULES],
+        ext_modules=[
+            Extension(m, [path(m, ".c")], depends=DEPENDS.get(m, [])) for m in MODULES
+        ],
         cmdclass={"build_ext": BuildExt, "sdist": Sdist},
         # Asked of the build frontend only when the C must still be generated.
         setup_requires=[] if FROM_SDIST else ["Cython>=3.0.10"],

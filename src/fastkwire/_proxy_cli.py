@@ -17,6 +17,7 @@ from ._printable import os_error_text, printable
 from .connection import make_tls_context
 from .connection_errors import OptionError
 from .errors import DecodeError
+from .proxy._compiled import ENV as FORWARD_ENV, FORWARDS, forward_kind
 from .proxy._loop import ENV as LOOP_ENV, LOOPS, loop_factory, loop_name, run
 from .proxy import (
     DEFAULT_FRAME_TIMEOUT,
@@ -54,6 +55,7 @@ CAPTURE_QUEUE_BYTES = 128 * 1024 * 1024
 # Library parameter -> flag, for errors the library raises about its parameters.
 PROXY_FLAGS = {
     "loop": "--loop",
+    "forward": "--forward",
     "upstream": "--upstream",
     "listen": "--listen",
     "advertised": "--advertise",
@@ -193,6 +195,15 @@ def add_proxy(subparsers):
         default=None,
         help="the event loop: uvloop (faster; pip install 'fastkwire[proxy]'), asyncio's own, "
         f"or auto: uvloop when installed (default: ${LOOP_ENV}, else auto)",
+    )
+    parser.add_argument(
+        "--forward",
+        choices=FORWARDS,
+        default=None,
+        help="how bytes move: compiled (a C thread; Linux; no fault rules, address rewriting, "
+        "broker mapping or TLS), python (the event loop), or auto: compiled where it can "
+        f"carry the connections and no line per exchange is shown (default: ${FORWARD_ENV}, "
+        "else auto)",
     )
     out.add_argument(
         "--quiet", action="store_true", help="no line per exchange: errors and the summary only"
@@ -453,6 +464,9 @@ def run_proxy(args, out=None, err=None):
             _api_key_or_fail(a)
         tls, upstream_tls = _tls_contexts(args)
         loop_factory(args.loop)  # uvloop asked for and not installed: a usage error
+        forward = forward_kind(args.forward)
+        if forward == "auto" and not args.quiet:
+            forward = "python"  # a line per exchange: Python's work per exchange anyway
         writers = []
         if args.record:
             writers.append(CaptureWriter(args.record))
@@ -488,6 +502,7 @@ def run_proxy(args, out=None, err=None):
             broker_map=dict(args.map),
             tls=tls,
             upstream_tls=upstream_tls,
+            forward=forward,
         )
     except ValueError as e:
         output.close()
@@ -531,6 +546,7 @@ async def _serve(proxy, args, err):
             else ""
         )
         + f", on {loop_name(asyncio.get_running_loop())}"
+        + (", compiled forwarding" if proxy.compiled else "")
         + (", TLS for clients" if proxy.tls else "")
         + (", TLS to brokers" if proxy.upstream_tls else "")
         + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""),

@@ -34,6 +34,7 @@ import ssl
 import threading
 import time
 
+from ._compiled import CompiledPath, _Early, compiled_forwarder, forward_kind
 from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
 from ._loop import loop_factory
@@ -409,6 +410,8 @@ class _Conn:
         "broker",
         "raw_sasl",
         "done",
+        "forwarder",
+        "ended",
     )
 
     def __init__(self, number, client, cwriter, listener):
@@ -428,6 +431,8 @@ class _Conn:
         self.broken = None  # why the watchdog ended it
         self.task = None
         self.done = False  # ending: nothing more is forwarded
+        self.forwarder = None  # the compiled path's, once it carries the connection
+        self.ended = None  # and its future: (why, kind, unanswered)
 
     def stop(self):
         """Nothing more is read or forwarded (a pump ended; the connection is ending)."""
@@ -459,6 +464,9 @@ class _Conn:
         return len(ex.request)
 
     def abort(self):
+        if self.forwarder is not None:
+            self.forwarder.abort(self.number)
+            return
         for w in (self.cwriter, self.uwriter):
             if w is not None and w.transport is not None:
                 w.transport.abort()
@@ -552,6 +560,7 @@ class Proxy:
         broker_map=None,
         tls=None,
         upstream_tls=None,
+        forward=None,
     ):
         self.upstream = parse_address(upstream, "upstream")
         self.listen = parse_address(listen, "listen")
@@ -595,6 +604,20 @@ class Proxy:
                 raise ValueError(f"{name}: not callable: {f!r}")
         self.on_exchange, self.on_event = on_exchange, on_event
         self.faults = rules if isinstance(rules, Faults) else Faults(rules, seed)
+        self.forward = forward_kind(forward)
+        self._forward_module, why = compiled_forwarder()
+        if self.forward == "compiled" and self._forward_module is None:
+            raise ValueError(f"forward: the compiled forwarding path is not available: {why}")
+        if (
+            self.forward == "python"
+            or self.faults
+            or self.rewrite
+            or self.mapped
+            or self.tls is not None
+            or self.upstream_tls is not None
+        ):
+            self._forward_module = None  # every exchange needs Python: the asyncio path
+        self._compiled = None  # the CompiledPath, once started
         self.summary = Summary()
         self.address = None
         self.callback_errors = []  # the first few exceptions observers raised
@@ -633,6 +656,8 @@ class Proxy:
         for broker, local in self.broker_map.items():  # fixed ports listen from the start
             self._listener_for(broker)
         self._watchdog = asyncio.create_task(self._watch())
+        if self._forward_module is not None:
+            self._compiled = CompiledPath(self, self._forward_module)
         self._inspector = threading.Thread(
             target=self._inspect, name="fastkwire-proxy-inspector", daemon=True
         )
@@ -649,6 +674,8 @@ class Proxy:
             lst.server = None  # a listener still starting closes itself
         for server in list(self._servers):
             server.close()
+        if self._compiled is not None:  # its connections end, and are told, first
+            await self._compiled.close()
         for conn in list(self._conns):
             conn.abort()
         tasks = [c.task for c in self._conns if c.task is not None]
@@ -677,6 +704,22 @@ class Proxy:
 
     async def __aexit__(self, *exc):
         await self.close()
+
+    @property
+    def compiled(self):
+        """Whether connections go through the compiled forwarding path."""
+        return self._forward_module is not None
+
+    def flush(self):
+        """Tells the observers now of what the compiled path has forwarded (on the loop)."""
+        if self._compiled is not None:
+            self._compiled.drain()
+
+    @property
+    def requests_in_flight(self):
+        """Requests forwarded and awaiting their answers, on all connections."""
+        n = sum(len(c.pending) for c in self._conns)
+        return n + (self._compiled.forwarder.in_flight if self._compiled is not None else 0)
 
     @property
     def connections(self):
@@ -920,7 +963,7 @@ class Proxy:
             try:
                 _, conn.uwriter = await asyncio.wait_for(
                     asyncio.get_running_loop().create_connection(
-                        lambda: _Side(self, 1, conn),
+                        _Early if self._compiled is not None else lambda: _Side(self, 1, conn),
                         *upstream,
                         ssl=self.upstream_tls,
                         server_hostname=upstream[0] if self.upstream_tls else None,
@@ -944,6 +987,17 @@ class Proxy:
                 f"upstream {upstream[0]}:{upstream[1]} connected from {local[0]}:{local[1]}"
                 + (" over TLS" if self.upstream_tls else ""),
             )
+            if self._compiled is not None:
+                end = conn.cwriter.queue[-1] if conn.cwriter.ended else None
+                if isinstance(end, BaseException):  # broken before its upstream was connected
+                    why, kind = describe_end(end, "client"), ProxyEvent.ERROR
+                    conn.abort()
+                    return
+                upstream_side, conn.uwriter = conn.uwriter, None
+                why, kind, unanswered = await self._compiled.carry(conn, upstream_side)
+                if unanswered:
+                    why += f"; {unanswered} request{'s' if unanswered != 1 else ''} unanswered"
+                return
             conn.cwriter.release("connect")
             pumps = [
                 asyncio.create_task(self._requests(conn)),
@@ -960,13 +1014,9 @@ class Proxy:
                 exc = first.exception()
                 if exc is None:
                     why = first.result()
-                elif isinstance(exc, _Broken):
-                    why, kind = str(exc), ProxyEvent.ERROR
-                elif isinstance(exc, OSError):
-                    side = "client" if first is pumps[0] else "upstream"
-                    why, kind = f"{side}: {exc.strerror or exc!r}", ProxyEvent.ERROR
-                else:  # a bug here must still end only this connection, with a line
-                    why, kind = f"internal error: {type(exc).__name__}: {exc}", ProxyEvent.ERROR
+                else:
+                    why = describe_end(exc, "client" if first is pumps[0] else "upstream")
+                    kind = ProxyEvent.ERROR
             if conn.broken:
                 why, kind = conn.broken, ProxyEvent.ERROR
         except asyncio.CancelledError:
@@ -982,7 +1032,9 @@ class Proxy:
                 )
             for ex in unanswered:
                 self._emit(ex)
-            if kind == ProxyEvent.ERROR:
+            if conn.forwarder is not None:
+                pass  # the forwarding thread closed both sockets
+            elif kind == ProxyEvent.ERROR:
                 conn.abort()
             else:
                 for w in (conn.cwriter, conn.uwriter):
@@ -1361,6 +1413,15 @@ class Proxy:
                         conn.abort()
 
 
+def describe_end(exc, side):
+    """A connection's line for the exception that ended it on `side`."""
+    if isinstance(exc, _Broken):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{side}: {exc.strerror or exc!r}"
+    return f"internal error: {type(exc).__name__}: {exc}"  # a bug: still one connection only
+
+
 def _looks_like_request(header):
     """Whether a frame's first bytes read as a request header of a known API and version
     (what ends the raw SASL tokens of a v0 handshake)."""
@@ -1463,15 +1524,30 @@ class BackgroundProxy:
 
     @property
     def summary(self):
+        self._flush()
         return self.proxy.summary
 
     def exchanges(self):
+        self._flush()
         with self._lock:
             return list(self._exchanges)
 
     def events(self):
+        self._flush()
         with self._lock:
             return list(self._events)
+
+    def _flush(self):
+        """What the compiled path forwarded so far reaches the observers (and the summary)."""
+        if not self.proxy.compiled or self._loop is None or not self._thread.is_alive():
+            return
+        if threading.current_thread() is self._thread:
+            self.proxy.flush()
+        else:
+            try:
+                self.call(self.proxy.flush)
+            except RuntimeError:  # the loop stopped meanwhile
+                pass
 
     def call(self, fn, *args):
         """Runs fn(*args) in the proxy's thread and returns what it returns."""
