@@ -357,6 +357,21 @@ def kafka_python(rng, victims):
 ENTRY_POINTS = (engine_decode, engine_encode, records_read, records_write, kafka_python)
 
 
+def warm():
+    """Make before any thread runs what the entry points make on first use: the message
+    classes (made by exec) and kafka-python's parts (imports). CPython's compiler and
+    unmarshaller fill lists they have already made while they allocate, so a collection
+    there shows walk_young a list with empty slots, which crashes it: a walker on another
+    thread meeting CPython's own half-built objects, not fastkwire's."""
+    for name in CY.__all__:
+        getattr(CY, name)
+    kafka_parts()
+    try:
+        from kafka.partitioner import default  # noqa: F401
+    except ImportError:
+        pass
+
+
 def check(seed):
     """One input: an entry point, run under the mutating collector."""
     rng = random.Random(seed)

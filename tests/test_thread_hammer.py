@@ -400,8 +400,7 @@ FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
     "fuzzer, inputs",
     [
         ("hostile_records", 800),
-        # slow: now and then a segfault, GIL or not, not yet found (docs/robustness.md)
-        pytest.param("hostile_reentrancy", 400, marks=pytest.mark.slow),
+        ("hostile_reentrancy", 400),
     ],
 )
 def test_fuzzers_on_threads(fuzzer, inputs):
