@@ -2,7 +2,7 @@
 client process's CPU time per record against a real broker (Tansu on 127.0.0.1).
 
     python benchmarks/kafka_python_clients.py [--records N] [--rounds R] [--linger-ms MS]
-                                              [--batch-bytes B] [--no-gc]
+                                              [--batch-bytes B] [--max-records M] [--no-gc]
 
 Each measurement runs in a fresh child process (stock, then accelerated, alternating R
 times; the best of each is reported). The producer sends N records (12-byte keys,
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 CHILD = r"""
 import gc, json, os, random, sys, time
-mode, role, bootstrap, topic, n, linger_ms, batch_bytes, collector = sys.argv[1:9]
+mode, role, bootstrap, topic, n, linger_ms, batch_bytes, collector, max_records = sys.argv[1:10]
 n = int(n)
 if collector == "off":
     gc.disable()
@@ -57,7 +57,7 @@ else:
     t0 = None  # from the first records (the group join and first metadata are not counted)
     deadline = time.monotonic() + 120
     while seen < n and time.monotonic() < deadline:
-        got = sum(len(records) for records in c.poll(timeout_ms=500, max_records=100_000).values())
+        got = sum(len(records) for records in c.poll(timeout_ms=500, max_records=int(max_records)).values())
         if got and t0 is None:
             t0, first = time.process_time(), got
         seen += got
@@ -73,7 +73,9 @@ print(json.dumps({"cpu": cpu, "n": n, "batches": batches}))
 """
 
 
-def child(mode, role, bootstrap, topic, n, linger_ms, batch_bytes, collector, per_batch=None):
+def child(
+    mode, role, bootstrap, topic, n, linger_ms, batch_bytes, collector, max_records, per_batch=None
+):
     out = subprocess.run(
         [
             sys.executable,
@@ -87,6 +89,7 @@ def child(mode, role, bootstrap, topic, n, linger_ms, batch_bytes, collector, pe
             str(linger_ms),
             str(batch_bytes),
             collector,
+            str(max_records),
         ],
         capture_output=True,
         text=True,
@@ -111,6 +114,12 @@ def main():
         type=int,
         default=1 << 20,
         help="the producer's batch_size (4500: about 34 records a batch)",
+    )
+    ap.add_argument(
+        "--max-records",
+        type=int,
+        default=100_000,
+        help="the consumer's poll(max_records=...) (kafka-python's own default is 500)",
     )
     ap.add_argument(
         "--no-gc",
@@ -139,6 +148,7 @@ def main():
                     args.linger_ms,
                     args.batch_bytes,
                     collector,
+                    args.max_records,
                 )
                 produce = child(mode, "produce", *run)
                 consume = child(mode, "consume", *run, per_batch=per_batch)
@@ -153,7 +163,8 @@ def main():
         broker_gen.close()
     print(
         f"\n{args.records:,} records, linger {args.linger_ms} ms, batch_size {args.batch_bytes:,}"
-        f" ({sum(per_batch) / max(len(per_batch), 1):.0f} records a batch), best of {args.rounds}"
+        f" ({sum(per_batch) / max(len(per_batch), 1):.0f} records a batch), polls of up to"
+        f" {args.max_records:,} records, best of {args.rounds}"
         f" (client CPU per record; load {os.getloadavg()[0]:.1f}"
         f"{'; the collector off' if args.no_gc else ''})\n"
     )
