@@ -797,7 +797,7 @@ cdef int wr_scalars(Field* f, Buf* b, object items) except -1:
     return 0
 
 
-cdef inline int wr_field(Field* f, Buf* b, object v, int version) except -1:
+cdef int wr_field(Field* f, Buf* b, object v, int version) except -1:
     if f.kind <= K_BYTES:
         return wr_scalar(f.kind, b, v, f.compact, f.nullable)
     elif f.kind == K_STRUCT:
@@ -859,7 +859,10 @@ cdef int wr_struct(Plan p, object o, Buf* b, int version) except -1:
     try:
         for i in range(p.nplain):
             where = &p.plain[i]
-            wr_field(where, b, take(o, where), version)
+            if where.kind <= K_BYTES:  # the common kinds without wr_field's call
+                wr_scalar(where.kind, b, take(o, where), where.compact, where.nullable)
+            else:
+                wr_field(where, b, take(o, where), version)
         where = NULL
         if p.flexible:
             if p.ntagged:
