@@ -22,6 +22,7 @@ cdef extern from "_ft.h":
     # plain loads, and on a free-threaded build the ones CPython makes safe.
     bint FREE_THREADED "FK_FREE_THREADED"
     object fk_steal(PyObject* o)                        # hands over a new reference
+    list fk_steal_list "fk_steal"(PyObject* o)          # the same, of a list
     PyObject* fk_none()                                 # a new reference to None
     PyObject* fk_slot_ref(object o, Py_ssize_t offset)  # new reference or NULL
     PyObject* fk_list_item(object items, Py_ssize_t i, Py_ssize_t n)  # new reference or NULL
@@ -40,6 +41,8 @@ cdef extern from "Python.h":
     PyObject* _decode_utf8 "PyUnicode_DecodeUTF8"(const char* s, Py_ssize_t size, const char* errors)
     PyObject* _new_str "PyUnicode_New"(Py_ssize_t size, Py_UCS4 maxchar)
     PyObject* _new_long "PyLong_FromLongLong"(long long v)
+    # PyList_SET_ITEM with the item as a new reference, which the list takes
+    void list_set_new "PyList_SET_ITEM"(object items, Py_ssize_t i, PyObject* v)
     ctypedef struct PyASCIIObject:
         pass
     const char* _as_utf8 "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t* size)
@@ -95,6 +98,7 @@ cdef int raise_not_list(object items) except -1
 cdef int raise_too_long(Py_ssize_t n, int compact) except -1
 cdef int raise_too_large() except -1
 cdef long long as_int_slow(object v, int kind) except? -1
+cdef long long rd_uvarint_long(Cursor* c) except -1
 cdef object unknown_tags_slow(object value)
 cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1
 cdef int grow(Buf* b, Py_ssize_t need) except -1
@@ -189,7 +193,7 @@ cdef inline list new_list(Py_ssize_t n):
     cdef PyObject* o = fk_untracked_list(n)
     if o == NULL:
         raise MemoryError()
-    return <list>fk_steal(o)
+    return fk_steal_list(o)
 
 
 cdef inline PyObject* new_int(PyObject** small, long long x) except NULL:
@@ -223,27 +227,12 @@ cdef inline int open_input(Cursor* c, object data, Py_buffer* view) except -1:
     return 1
 
 cdef inline long long rd_uvarint(Cursor* c) except -1:
-    """Unsigned varint of at most 32 bits (5 bytes)."""
-    cdef Py_ssize_t start = c.pos
-    cdef unsigned long long value = 0
-    cdef int shift = 0
-    cdef unsigned char b
+    """Unsigned varint of at most 32 bits (5 bytes): one byte here, longer ones in
+    rd_uvarint_long (this stays small enough to be inlined everywhere)."""
     if c.pos < c.end and c.buf[c.pos] < 0x80:
         c.pos += 1
         return c.buf[c.pos - 1]
-    while True:
-        if c.pos >= c.end:
-            raise_short(start, c.pos - start + 1, c.end)
-        b = c.buf[c.pos]
-        c.pos += 1
-        value |= (<unsigned long long>(b & 0x7F)) << shift
-        if not b & 0x80:
-            if value > 0xFFFFFFFFULL:
-                raise_varint(start, 5)
-            return <long long>value
-        shift += 7
-        if shift >= 35:
-            raise_varint(start, 5)
+    return rd_uvarint_long(c)
 
 cdef inline int8_t rd_i8(Cursor* c) except? -1:
     if c.end - c.pos < 1:

@@ -38,7 +38,6 @@ cdef extern from "Python.h":
     int PyType_IsSubtype(PyTypeObject* a, PyTypeObject* b)
     bint PyType_IS_GC(PyTypeObject* t)
     PyTypeObject* Py_TYPE(PyObject* o)
-    void list_set_new "PyList_SET_ITEM"(object items, Py_ssize_t i, PyObject* v)  # takes v
 
 
 # Wire kinds of a field (the wire table's K_ numbers: checked below).
