@@ -796,7 +796,7 @@ cdef int wr_scalars(Field* f, Buf* b, object items) except -1:
     return 0
 
 
-cdef int wr_field(Field* f, Buf* b, object v, int version) except -1:
+cdef inline int wr_field(Field* f, Buf* b, object v, int version) except -1:
     if f.kind <= K_BYTES:
         return wr_scalar(f.kind, b, v, f.compact, f.nullable)
     elif f.kind == K_STRUCT:
