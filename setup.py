@@ -8,6 +8,7 @@ failed compile an error instead of a fallback (wheel builds must never ship pure
 """
 import os
 import sys
+import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -27,6 +28,11 @@ DEPENDS = {"fastkwire._forward": ["src/fastkwire/_forward.h"]}
 FROM_SDIST = os.path.exists("PKG-INFO")
 REQUIRE = bool(os.environ.get("FASTKWIRE_REQUIRE_EXTENSION"))
 FALLBACK = "installing the pure-Python implementation only"
+# GCC stops inlining in a file once inlining has grown its code by 40% (its default
+# inline-unit-growth). CPython 3.12+'s reference counting is larger inline code, and in
+# the big generated files it reached that limit: hot helpers (as_int, wr_uvarint, wr_field)
+# stayed calls on 3.13 and not on 3.11. Used where the compiler accepts it.
+INLINE_FLAGS = ["--param=inline-unit-growth=100"]
 
 
 def path(module, suffix):
@@ -57,9 +63,33 @@ class BuildExt(build_ext):
 
     def build_extension(self, ext):
         try:
+            if self._accepts(INLINE_FLAGS):
+                ext.extra_compile_args = [*ext.extra_compile_args, *INLINE_FLAGS]
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
             self._fallback(exc)
+
+    def _accepts(self, flags):
+        """Whether the compiler builds an empty file with flags, warnings as errors."""
+        if not hasattr(self, "_accepted"):
+            self._accepted = {}
+        key = tuple(flags)
+        if key not in self._accepted:
+            if self.compiler.compiler_type == "msvc":
+                self._accepted[key] = False
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    src = os.path.join(tmp, "flags.c")
+                    with open(src, "w") as f:
+                        f.write("int main(void) { return 0; }\n")
+                    try:
+                        self.compiler.compile(
+                            [src], output_dir=tmp, extra_postargs=[*flags, "-Werror"]
+                        )
+                        self._accepted[key] = True
+                    except Exception:  # noqa: BLE001 - any failure: build without them
+                        self._accepted[key] = False
+        return self._accepted[key]
 
     def _fallback(self, exc):
         if REQUIRE:

@@ -3,7 +3,7 @@
 # tagged fields, numpy) live in _core.pyx. Every read checks the bytes left first; every
 # write checks the room left. Sizes are measured once, from what is written: a list's or
 # tuple's stored items (never a subclass's own __len__), a buffer's shape.
-from cpython.ref cimport PyObject, Py_DECREF, Py_XDECREF
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_FromLongLong
@@ -22,6 +22,8 @@ cdef extern from "_ft.h":
     # plain loads, and on a free-threaded build the ones CPython makes safe.
     bint FREE_THREADED "FK_FREE_THREADED"
     object fk_steal(PyObject* o)                        # hands over a new reference
+    list fk_steal_list "fk_steal"(PyObject* o)          # the same, of a list
+    PyObject* fk_none()                                 # a new reference to None
     PyObject* fk_slot_ref(object o, Py_ssize_t offset)  # new reference or NULL
     PyObject* fk_list_item(object items, Py_ssize_t i, Py_ssize_t n)  # new reference or NULL
     PyObject* fk_dict_get_ref(object d, object key)     # new reference or NULL
@@ -38,6 +40,11 @@ cdef extern from "_slots.h":
 cdef extern from "Python.h":
     PyObject* _decode_utf8 "PyUnicode_DecodeUTF8"(const char* s, Py_ssize_t size, const char* errors)
     PyObject* _new_str "PyUnicode_New"(Py_ssize_t size, Py_UCS4 maxchar)
+    PyObject* _new_long "PyLong_FromLongLong"(long long v)
+    # PyList_SET_ITEM with the item as a new reference, which the list takes
+    void list_set_new "PyList_SET_ITEM"(object items, Py_ssize_t i, PyObject* v)
+    ctypedef struct PyASCIIObject:
+        pass
     const char* _as_utf8 "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t* size)
     long long PyLong_AsLongLongAndOverflow(object o, int* overflow)
     bint PyUnicode_IS_COMPACT_ASCII(object s)
@@ -91,6 +98,7 @@ cdef int raise_not_list(object items) except -1
 cdef int raise_too_long(Py_ssize_t n, int compact) except -1
 cdef int raise_too_large() except -1
 cdef long long as_int_slow(object v, int kind) except? -1
+cdef long long rd_uvarint_long(Cursor* c) except -1
 cdef object unknown_tags_slow(object value)
 cdef Py_ssize_t start_at(object offset, Py_ssize_t n) except -1
 cdef int grow(Buf* b, Py_ssize_t need) except -1
@@ -170,9 +178,7 @@ cdef inline object alloc_instance(object cls):
     cdef PyObject* o = (<PyTypeObject*><PyObject*>cls).tp_alloc(<PyTypeObject*><PyObject*>cls, 0)
     if o == NULL:
         raise MemoryError()
-    r = <object>o
-    Py_DECREF(r)  # <object> took a reference of its own
-    return r
+    return fk_steal(o)
 
 
 # ---- reading
@@ -187,16 +193,23 @@ cdef inline list new_list(Py_ssize_t n):
     cdef PyObject* o = fk_untracked_list(n)
     if o == NULL:
         raise MemoryError()
-    r = <list>o
-    Py_DECREF(r)  # <list> took a reference of its own
-    return r
+    return fk_steal_list(o)
+
+
+cdef inline PyObject* new_int(PyObject** small, long long x) except NULL:
+    """x as an int object (a new reference): a shared one from small_int_table() when it
+    has it."""
+    cdef PyObject* r
+    if <unsigned long long>x < SMALL_INTS:
+        r = small[x]
+        Py_INCREF(<object>r)
+        return r
+    return _new_long(x)
 
 
 cdef inline object int_of(PyObject** small, long long x):
     """x as an int object: a shared one from small_int_table() when it has it."""
-    if <unsigned long long>x < SMALL_INTS:
-        return <object>small[x]
-    return PyLong_FromLongLong(x)
+    return fk_steal(new_int(small, x))
 
 
 cdef inline int open_input(Cursor* c, object data, Py_buffer* view) except -1:
@@ -214,27 +227,12 @@ cdef inline int open_input(Cursor* c, object data, Py_buffer* view) except -1:
     return 1
 
 cdef inline long long rd_uvarint(Cursor* c) except -1:
-    """Unsigned varint of at most 32 bits (5 bytes)."""
-    cdef Py_ssize_t start = c.pos
-    cdef unsigned long long value = 0
-    cdef int shift = 0
-    cdef unsigned char b
+    """Unsigned varint of at most 32 bits (5 bytes): one byte here, longer ones in
+    rd_uvarint_long (this stays small enough to be inlined everywhere)."""
     if c.pos < c.end and c.buf[c.pos] < 0x80:
         c.pos += 1
         return c.buf[c.pos - 1]
-    while True:
-        if c.pos >= c.end:
-            raise_short(start, c.pos - start + 1, c.end)
-        b = c.buf[c.pos]
-        c.pos += 1
-        value |= (<unsigned long long>(b & 0x7F)) << shift
-        if not b & 0x80:
-            if value > 0xFFFFFFFFULL:
-                raise_varint(start, 5)
-            return <long long>value
-        shift += 7
-        if shift >= 35:
-            raise_varint(start, 5)
+    return rd_uvarint_long(c)
 
 cdef inline int8_t rd_i8(Cursor* c) except? -1:
     if c.end - c.pos < 1:
@@ -296,7 +294,8 @@ cdef inline bint is_ascii(const unsigned char* p, Py_ssize_t n) noexcept nogil:
     return (acc & 0x8080808080808080ULL) == 0
 
 
-cdef inline object take_str(Cursor* c, Py_ssize_t start, long long n):
+cdef inline PyObject* new_str(Cursor* c, Py_ssize_t start, long long n) except NULL:
+    """The n bytes at c as a str (a new reference); start is where their length began."""
     cdef PyObject* r
     if n > 0x7FFF:
         raise_string_too_long(start, n)
@@ -304,33 +303,38 @@ cdef inline object take_str(Cursor* c, Py_ssize_t start, long long n):
         raise_short(start, c.pos - start + n, c.end)
     if is_ascii(c.buf + c.pos, <Py_ssize_t>n):
         # ASCII is its own UTF-8: a compact ASCII str filled directly (Kafka's strings
-        # nearly always are; PyUnicode_DecodeUTF8's set-up costs more than the copy)
+        # nearly always are; PyUnicode_DecodeUTF8's set-up costs more than the copy).
+        # Such a str keeps its characters right after its header (PyUnicode_DATA's
+        # answer for it, without testing its kind).
         r = _new_str(<Py_ssize_t>n, 127)
         if r == NULL:
             raise MemoryError()
-        memcpy(PyUnicode_DATA(<object>r), c.buf + c.pos, <size_t>n)
+        memcpy(<PyASCIIObject*>r + 1, c.buf + c.pos, <size_t>n)
     else:
         r = _decode_utf8(<const char*>c.buf + c.pos, <Py_ssize_t>n, NULL)
-    if r == NULL:
-        raise_utf8(start)
+        if r == NULL:
+            raise_utf8(start)
     c.pos += n
-    s = <object>r
-    Py_DECREF(s)  # <object> took a second reference
-    return s
+    return r
+
+cdef inline object take_str(Cursor* c, Py_ssize_t start, long long n):
+    return fk_steal(new_str(c, start, n))
+
+cdef inline PyObject* new_compact_str(Cursor* c, bint nullable) except NULL:
+    """A compact (nullable) string as a new reference, None for null."""
+    cdef Py_ssize_t start = c.pos
+    cdef long long n = rd_uvarint(c)
+    if n == 0:
+        if not nullable:
+            raise_null(start)
+        return fk_none()
+    return new_str(c, start, n - 1)
 
 cdef inline object rd_compact_string(Cursor* c):
-    cdef Py_ssize_t start = c.pos
-    cdef long long n = rd_uvarint(c)
-    if n == 0:
-        raise_null(start)
-    return take_str(c, start, n - 1)
+    return fk_steal(new_compact_str(c, False))
 
 cdef inline object rd_compact_nullable_string(Cursor* c):
-    cdef Py_ssize_t start = c.pos
-    cdef long long n = rd_uvarint(c)
-    if n == 0:
-        return None
-    return take_str(c, start, n - 1)
+    return fk_steal(new_compact_str(c, True))
 
 cdef inline Py_ssize_t rd_array_len(Cursor* c, int compact, int nullable, Py_ssize_t min_size) except -2:
     """An array count, -1 for null; the count must fit in the bytes left."""
@@ -350,12 +354,18 @@ cdef inline Py_ssize_t rd_array_len(Cursor* c, int compact, int nullable, Py_ssi
         raise_count(start, n, c.end - c.pos)
     return <Py_ssize_t>n
 
-cdef inline object rd_unknown_tags(Cursor* c):
-    """A tagged-field section with no known tags: None, or {tag: raw bytes}."""
+cdef inline PyObject* new_unknown_tags(Cursor* c) except NULL:
+    """A tagged-field section with no known tags: None, or {tag: raw bytes} (a new
+    reference)."""
     cdef long long n = rd_uvarint(c)
     if n == 0:
-        return None
-    return rd_tags_slow(c, n)
+        return fk_none()
+    v = rd_tags_slow(c, n)
+    Py_INCREF(v)
+    return <PyObject*>v
+
+cdef inline object rd_unknown_tags(Cursor* c):
+    return fk_steal(new_unknown_tags(c))
 
 
 # ---- writing: one pass into a buffer that grows on demand (a bytes object being

@@ -14,7 +14,7 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyObject_Chec
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.exc cimport PyErr_Clear, PyErr_ExceptionMatches
-from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.list cimport PyList_GET_ITEM
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport INT64_MAX, uint8_t
 from libc.string cimport memcpy
@@ -83,6 +83,26 @@ cdef int raise_too_long(Py_ssize_t n, int compact) except -1:
 
 cdef int raise_too_large() except -1:
     raise _e.message_too_large()
+
+cdef long long rd_uvarint_long(Cursor* c) except -1:
+    """rd_uvarint past its one-byte case."""
+    cdef Py_ssize_t start = c.pos
+    cdef unsigned long long value = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    while True:
+        if c.pos >= c.end:
+            raise_short(start, c.pos - start + 1, c.end)
+        b = c.buf[c.pos]
+        c.pos += 1
+        value |= (<unsigned long long>(b & 0x7F)) << shift
+        if not b & 0x80:
+            if value > 0xFFFFFFFFULL:
+                raise_varint(start, 5)
+            return <long long>value
+        shift += 7
+        if shift >= 35:
+            raise_varint(start, 5)
 
 cdef long long as_int_slow(object v, int kind) except? -1:
     """The pure codec's rules (`_rules.int_value`): ints and __index__ objects, never bool."""
@@ -414,7 +434,6 @@ cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int ar
     cdef const unsigned char* p
     cdef PyObject** ints = _small
     cdef list out
-    cdef object item
     if n < 0:
         return None
     p = c.buf + c.pos
@@ -425,19 +444,13 @@ cdef object rd_int_array(Cursor* c, int width, int compact, int nullable, int ar
     # One loop per width: the width tested once, not per element.
     if width == 4:
         for i in range(n):
-            item = int_of(ints, <int32_t>load32(p + 4 * i))
-            Py_INCREF(item)
-            PyList_SET_ITEM(out, i, item)  # steals the reference taken above
+            list_set_new(out, i, new_int(ints, <int32_t>load32(p + 4 * i)))
     elif width == 2:
         for i in range(n):
-            item = int_of(ints, <int16_t>load16(p + 2 * i))
-            Py_INCREF(item)
-            PyList_SET_ITEM(out, i, item)  # steals the reference taken above
+            list_set_new(out, i, new_int(ints, <int16_t>load16(p + 2 * i)))
     else:
         for i in range(n):
-            item = int_of(ints, <int64_t>load64(p + 8 * i))
-            Py_INCREF(item)
-            PyList_SET_ITEM(out, i, item)  # steals the reference taken above
+            list_set_new(out, i, new_int(ints, <int64_t>load64(p + 8 * i)))
     return out  # untracked, as the engine keeps the lists it decodes: see _read
 
 

@@ -8,7 +8,7 @@ are allocated with tp_alloc and their slots read and written at their offsets, a
 msgspec does for its structs. The code does not grow with the number of messages.
 """
 cimport cython
-from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.buffer cimport PyBuffer_Release
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -36,6 +36,8 @@ cdef extern from "_plain_types.h":
 cdef extern from "Python.h":
     int PyObject_IS_GC(PyObject* o)
     int PyType_IsSubtype(PyTypeObject* a, PyTypeObject* b)
+    bint PyType_IS_GC(PyTypeObject* t)
+    PyTypeObject* Py_TYPE(PyObject* o)
 
 
 # Wire kinds of a field (the wire table's K_ numbers: checked below).
@@ -333,7 +335,7 @@ cdef object default_of(Field* f):
     return <object>f.default
 
 
-cdef inline void put_defaults(object o, Field* fields, Py_ssize_t n):
+cdef inline int put_defaults(object o, Field* fields, Py_ssize_t n) except -1:
     """Each field's default into the slots of a new object (all NULL)."""
     cdef Py_ssize_t i
     cdef Field* f
@@ -344,11 +346,12 @@ cdef inline void put_defaults(object o, Field* fields, Py_ssize_t n):
             (<PyObject**>(<char*><PyObject*>o + f.offset))[0] = f.default
         else:
             put(o, f.offset, default_of(f))
+    return 0
 
 
 cdef object new_default(Plan p):
     """A struct with every field of its version at its default, as cls() makes it."""
-    o = new_object(p.cls)
+    o = fk_steal(new_object(<PyObject*>p.cls))
     put_defaults(o, p.plain, p.nplain)
     put_defaults(o, p.tagged, p.ntagged)
     put_defaults(o, p.absent, p.nabsent)
@@ -416,16 +419,19 @@ cdef inline bint is_default(Field* f, object v) except -1:
         return v == (<object>f.default)()
     return v == <object>f.default
 
-cdef inline object new_object(object cls):
-    cdef PyObject* o
-    r = alloc_instance(cls)
-    o = <PyObject*>r
+cdef inline PyObject* new_object(PyObject* cls) except NULL:
+    """A new instance of cls from its tp_alloc (a new reference): every slot NULL, no
+    __init__ run, not tracked by the collector."""
+    cdef PyObject* o = (<PyTypeObject*>cls).tp_alloc(<PyTypeObject*>cls, 0)
+    if o == NULL:
+        raise MemoryError()
     # Like msgspec's gc=False structs: nothing these objects hold can make a cycle
     # through them unless a user builds one, so the collector need not walk them. The
     # message classes are plain types (plain_class below): no collector header at all.
-    if PyObject_IS_GC(o):
+    # (A heap type's instances are collector objects exactly when it has the flag.)
+    if PyType_IS_GC(Py_TYPE(o)):
         PyObject_GC_UnTrack(o)
-    return r
+    return o
 
 
 def plain_class(name, bases, ns):
@@ -535,7 +541,7 @@ cdef object read_message(object cls, object data, object version, object offset,
         held = held and whole is None
         c.pos = start_at(offset, c.end)
         p = plan_of(cls, v)
-        o = rd_struct(p, &c, opts)
+        o = fk_steal(rd_struct(p, &c, opts))
         if to_the_end and c.pos != c.end:
             raise _e.trailing(c.pos, c.end - c.pos)
     finally:
@@ -585,9 +591,7 @@ cdef object rd_structs(Field* f, Cursor* c, int arrays):
     items = new_list(n)  # untracked: the struct objects made below can run a collection
     try:
         for i in range(n):
-            it = rd_struct(sub, c, arrays)
-            Py_INCREF(it)
-            PyList_SET_ITEM(items, i, it)
+            list_set_new(items, i, rd_struct(sub, c, arrays))
     except DecodeError as x:
         raise x.with_prefix(f"[{i}]") from None
     return items
@@ -623,7 +627,7 @@ cdef inline object rd_field(Field* f, Cursor* c, int arrays):
     elif f.kind == K_STRUCT:
         if f.nullable and rd_marker(c) < 0:
             return None
-        return rd_struct(<Plan>f.sub, c, arrays)
+        return fk_steal(rd_struct(<Plan>f.sub, c, arrays))
     elif f.kind == K_STRUCTS:
         return rd_structs(f, c, arrays)  # a list made untracked, or columns
     elif f.kind == K_INTS:
@@ -672,25 +676,60 @@ cdef object rd_tagged(Plan p, object o, Cursor* c, int arrays, Field** where):
     return unknown
 
 
-cdef object rd_struct(Plan p, Cursor* c, int arrays):
+cdef int rd_boxed(Field* f, Cursor* c, int arrays, PyObject** slot) except -1:
+    v = rd_field(f, c, arrays)
+    Py_INCREF(v)
+    slot[0] = <PyObject*>v
+    return 0
+
+
+cdef inline int rd_into(Field* f, Cursor* c, int arrays, PyObject** slot) except -1:
+    """Field f's value into an empty slot of a struct being read, which takes the new
+    reference: strings, ints and structs without a Python temporary (whose reference
+    the slot would take and the caller drop), the other kinds through rd_field."""
+    cdef int kind = f.kind
+    if kind == K_STRING and f.compact:
+        slot[0] = new_compact_str(c, f.nullable)
+    elif kind == K_I32:
+        slot[0] = new_int(_small_ints, rd_i32(c))
+    elif kind == K_I16:
+        slot[0] = new_int(_small_ints, rd_i16(c))
+    elif kind == K_STRUCT and not f.nullable:
+        slot[0] = rd_struct(<Plan>f.sub, c, arrays)
+    else:
+        rd_boxed(f, c, arrays, slot)
+    return 0
+
+
+cdef int rd_fields(Plan p, PyObject* o, Cursor* c, int arrays, Field** where) except -1:
+    """The fields of p into the empty slots of o; *where is the field being read."""
     cdef Py_ssize_t i
+    cdef char* base = <char*>o
+    for i in range(p.nplain):
+        where[0] = &p.plain[i]
+        rd_into(where[0], c, arrays, <PyObject**>(base + where[0].offset))
+    where[0] = NULL
+    if not p.flexible:
+        (<PyObject**>(base + p.unknown_offset))[0] = fk_none()
+    elif p.ntagged == 0:
+        (<PyObject**>(base + p.unknown_offset))[0] = new_unknown_tags(c)
+    else:
+        put(<object>o, p.unknown_offset, rd_tagged(p, <object>o, c, arrays, where))
+    return put_defaults(<object>o, p.absent, p.nabsent)
+
+
+cdef PyObject* rd_struct(Plan p, Cursor* c, int arrays) except NULL:
+    """The struct at c, as a new reference (which its caller's container or slot takes
+    over: no pair of reference counts per struct)."""
     cdef Field* where = NULL
-    o = new_object(p.cls)
+    cdef PyObject* o = new_object(<PyObject*>p.cls)
     try:
-        for i in range(p.nplain):
-            where = &p.plain[i]
-            put(o, where.offset, rd_field(where, c, arrays))
-        where = NULL
-        if not p.flexible:
-            unknown = None
-        elif p.ntagged == 0:
-            unknown = rd_unknown_tags(c)
-        else:
-            unknown = rd_tagged(p, o, c, arrays, &where)
-    except DecodeError as x:
-        raise x.with_prefix(<object>where.name if where != NULL else "") from None
-    put(o, p.unknown_offset, unknown)
-    put_defaults(o, p.absent, p.nabsent)
+        rd_fields(p, o, c, arrays, &where)
+    except BaseException as x:
+        Py_DECREF(<object>o)  # freed half-read: its empty slots are NULL
+        if isinstance(x, DecodeError):
+            raise x.with_prefix(<object>where.name if where != NULL else "") from None
+        raise
     return o
 
 
@@ -819,7 +858,10 @@ cdef int wr_struct(Plan p, object o, Buf* b, int version) except -1:
     try:
         for i in range(p.nplain):
             where = &p.plain[i]
-            wr_field(where, b, take(o, where), version)
+            if where.kind <= K_BYTES:  # the common kinds without wr_field's call
+                wr_scalar(where.kind, b, take(o, where), where.compact, where.nullable)
+            else:
+                wr_field(where, b, take(o, where), version)
         where = NULL
         if p.flexible:
             if p.ntagged:

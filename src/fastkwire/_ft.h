@@ -27,6 +27,17 @@ static inline PyObject* fk_steal(PyObject* o)
     return o;
 }
 
+/* A new reference to None. None is immortal from 3.12 on: its count is never changed
+ * (Py_RETURN_NONE there takes no reference), which saves the immortality check. */
+static inline PyObject* fk_none(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return Py_None;
+#else
+    return Py_NewRef(Py_None);
+#endif
+}
+
 /* A new reference to the object in the slot at `offset` of o, or NULL (no error) when
  * the slot is empty. */
 static inline PyObject* fk_slot_ref(PyObject* o, Py_ssize_t offset)
