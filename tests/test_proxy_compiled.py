@@ -28,11 +28,21 @@ needs_compiled = pytest.mark.skipif(
 )
 
 
+HUGE = 3 * 1024 * 1024  # past the size the compiled path moves to its exchange, not copies
+
+
+def answer_to(frame, size):
+    """What ScriptedBroker answers to request `frame` with a body of `size` bytes."""
+    cid = SIZE.unpack_from(frame, 8)[0]
+    body = (frame[::-1] * (size // len(frame) + 1))[:size]
+    return SIZE.pack(4 + len(body)) + SIZE.pack(cid) + body
+
+
 class ScriptedBroker:
     """Answers every request of 12 bytes or more (not an acks=0 Produce, not client id
     "silent") with a frame made from the request (its correlation id, then the request's
-    bytes reversed, as many as the client id's "big" asks for); client id "stray" also gets
-    an answer with another correlation id first."""
+    bytes reversed, as many as client id "big" (200 KB) or "huge" (HUGE) asks for); client
+    id "stray" also gets an answer with another correlation id first."""
 
     def __init__(self):
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -89,7 +99,9 @@ class ScriptedBroker:
             _, message = fk.decode_request(frame)
             if message.acks == 0:
                 return
-        size = 200_000 if client_id.startswith("big") else len(frame)
+        size = (
+            HUGE if client_id == "huge" else 200_000 if client_id.startswith("big") else len(frame)
+        )
         body = (frame[::-1] * (size // len(frame) + 1))[:size]
         if client_id == "stray":
             sock.settimeout(TIMEOUT)
@@ -349,6 +361,33 @@ def test_a_client_that_never_reads_holds_a_bounded_amount(broker):
             served(proxy)
         wait_for_events(proxy, "client closed")
         served(proxy)
+
+
+@needs_compiled
+def test_large_answers_to_a_slow_reader_arrive_whole_and_are_recorded(broker):
+    """3 MiB answers (moved out of the read buffer to their exchange, not copied), each
+    followed at once by a small one, to a client that reads slowly while Python takes the
+    exchanges: every byte arrives in order, and every exchange holds the answer as sent."""
+    with BackgroundProxy(f"127.0.0.1:{broker.port}", forward="compiled") as proxy:
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+            requests = [api_versions(cid, "huge" if cid % 2 else "app") for cid in range(1, 8)]
+            s.sendall(b"".join(requests))
+            expected = [
+                answer_to(r, HUGE if i % 2 == 0 else len(r)) for i, r in enumerate(requests)
+            ]
+            got = bytearray()
+            while len(got) < sum(map(len, expected)):
+                chunk = s.recv(65536)
+                assert chunk, f"closed after {len(got)} bytes"
+                got += chunk
+                time.sleep(0.0005)
+            assert bytes(got) == b"".join(expected)
+        wait_for_events(proxy, "client closed")
+        mine = [ex for ex in proxy.exchanges() if ex.correlation_id in range(1, 8)]
+        assert [ex.response for ex in mine] == expected
+        served(proxy)
+        assert proxy.proxy.requests_in_flight == 0
 
 
 @needs_compiled

@@ -7,7 +7,8 @@
  * queue's items into Python values.
  *
  * Memory, per connection: one buffer per direction holding the whole frames not yet
- * written (reading stops past FW_HIGH_WATER of them) and the frame being read (at most
+ * written (reading stops past FW_HIGH_WATER of them, or while a large answer moved out of
+ * it, shared with its exchange's item, is written) and the frame being read (at most
  * max_frame + 4 bytes: a size prefix is checked before it sizes anything, and a buffer
  * grows only as bytes arrive, never to what a prefix announces); the requests awaiting
  * answers (reading the client stops past max_pending bytes or max_in_flight requests).
@@ -34,6 +35,7 @@
 #define FW_READ_SIZE (256 * 1024)
 #define FW_HIGH_WATER (64 * 1024)
 #define FW_MIN_BUF (64 * 1024)
+#define FW_MOVE_MIN (1024 * 1024) /* a response this large is moved to its item, not copied */
 #define FW_API_KEYS 256
 
 enum { FW_EXCHANGE = 1, FW_UNPAIRED_REQUEST, FW_UNPAIRED_RESPONSE, FW_TOKEN, FW_CLOSED, FW_HOLDING };
@@ -48,6 +50,21 @@ enum {
     FW_ABORTED,
 };
 
+/* A large response's storage, moved out of its side's buffer rather than copied: the side
+ * writes the frame from it while the exchange's item holds it for Python, and whichever
+ * lets go last frees it. */
+typedef struct {
+    int refs; /* atomic */
+    char *mem;
+} fw_block;
+
+static void fw_release(fw_block *b) {
+    if (b && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free(b->mem);
+        free(b);
+    }
+}
+
 typedef struct fw_item {
     struct fw_item *next;
     int kind;
@@ -61,6 +78,7 @@ typedef struct fw_item {
     size_t req_len;
     char *resp;
     size_t resp_len;
+    fw_block *resp_block;    /* resp points into it (a moved frame), or NULL: resp is its own */
     int64_t a, b, c;         /* FW_CLOSED: the reason's numbers; a = reason code in `side`'s */
     int reason;
     int64_t unanswered;
@@ -76,6 +94,9 @@ typedef struct {
     int partial;                   /* the frame-timeout clock (PeerClock in Python) */
     double waited, since;          /* since < 0: not reading */
     size_t held;                   /* bytes of the partial frame counted in `held` */
+    fw_block *out;                 /* a large frame moved out of buf, written before [sent, parsed) */
+    const char *out_data;
+    size_t out_len, out_sent;
 } fw_side;
 
 typedef struct fw_conn {
@@ -145,7 +166,10 @@ static size_t fw_total(fw_state *st) {
 
 static void fw_free_item(fw_item *it) {
     free(it->req);
-    free(it->resp);
+    if (it->resp_block)
+        fw_release(it->resp_block);
+    else
+        free(it->resp);
     free(it);
 }
 
@@ -319,8 +343,9 @@ static int fw_request(fw_state *st, fw_conn *c, const char *f, size_t n, double 
     return 1;
 }
 
-/* A whole response frame arrived from the upstream. 0: out of memory. */
-static int fw_response(fw_state *st, fw_conn *c, const char *f, size_t n, double now) {
+/* A whole response frame arrived from the upstream; `moved`: its storage, shared with the
+ * item rather than copied (fw_move_out). 0: out of memory. */
+static int fw_response(fw_state *st, fw_conn *c, const char *f, size_t n, double now, fw_block *moved) {
     fw_item *it = NULL, *prev = NULL;
     int32_t cid = 0;
     if (n >= 8) {
@@ -331,9 +356,15 @@ static int fw_response(fw_state *st, fw_conn *c, const char *f, size_t n, double
     if (!it)
         return fw_push_frame(st, c, c->raw_sasl ? FW_TOKEN : FW_UNPAIRED_RESPONSE, 1, f, n,
                              n >= 8, cid);
-    if (!(it->resp = malloc(n)))
-        return 0;
-    memcpy(it->resp, f, n);
+    if (moved) {
+        __atomic_add_fetch(&moved->refs, 1, __ATOMIC_RELAXED);
+        it->resp_block = moved;
+        it->resp = (char *)f;
+    } else {
+        if (!(it->resp = malloc(n)))
+            return 0;
+        memcpy(it->resp, f, n);
+    }
     it->resp_len = n;
     if (it->api_key == 17 && it->version == 0 && n >= 10 && f[8] == 0 && f[9] == 0)
         c->raw_sasl = 1; /* a v0 SaslHandshake: raw tokens follow, without Kafka headers */
@@ -378,6 +409,8 @@ static void fw_end(fw_state *st, fw_conn *c, int reason, int side, int64_t a, in
         }
         free(c->s[i].buf);
         c->s[i].buf = NULL;
+        fw_release(c->s[i].out);
+        c->s[i].out = NULL;
     }
     if (c->prev)
         c->prev->next = c->next;
@@ -402,6 +435,23 @@ static void fw_end(fw_state *st, fw_conn *c, int reason, int side, int64_t a, in
 /* Writes side i's whole frames to the other side's socket, as much as it takes. */
 static void fw_flush(fw_state *st, fw_conn *c, int i) {
     fw_side *s = &c->s[i], *o = &c->s[1 - i];
+    while (s->out && s->out_sent < s->out_len) { /* a moved frame goes first */
+        ssize_t w = send(o->fd, s->out_data + s->out_sent, s->out_len - s->out_sent, MSG_NOSIGNAL);
+        if (w > 0) {
+            s->out_sent += (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return;
+        } else {
+            fw_end(st, c, FW_OS_ERROR, 1 - i, w < 0 ? errno : EPIPE, 0, 0);
+            return;
+        }
+    }
+    if (s->out) {
+        fw_release(s->out);
+        s->out = NULL;
+    }
     while (s->sent < s->parsed) {
         ssize_t w = send(o->fd, s->buf + s->sent, s->parsed - s->sent, MSG_NOSIGNAL);
         if (w > 0) {
@@ -428,7 +478,7 @@ static void fw_flush(fw_state *st, fw_conn *c, int i) {
 
 static int fw_may_read(fw_state *st, fw_conn *c, int i) {
     fw_side *s = &c->s[i];
-    if (s->eof || s->parsed - s->sent >= FW_HIGH_WATER)
+    if (s->eof || s->out || s->parsed - s->sent >= FW_HIGH_WATER)
         return 0;
     if (i == 1 && __atomic_load_n(&st->queued, __ATOMIC_RELAXED) > st->max_buffered) {
         /* answers, stray or not, wait in the socket until the event loop takes the queue */
@@ -460,7 +510,7 @@ static void fw_update(fw_state *st, fw_conn *c, double now) {
     for (int i = 0; i < 2; i++) {
         fw_side *s = &c->s[i];
         int reading = fw_may_read(st, c, i);
-        uint32_t ev = (reading ? EPOLLIN : 0) | (c->s[1 - i].parsed > c->s[1 - i].sent ? EPOLLOUT : 0);
+        uint32_t ev = (reading ? EPOLLIN : 0) | (c->s[1 - i].parsed > c->s[1 - i].sent || c->s[1 - i].out ? EPOLLOUT : 0);
         if (reading && s->since < 0)
             s->since = now;
         else if (!reading && s->since >= 0) {
@@ -507,6 +557,33 @@ static int fw_room(fw_state *st, fw_side *s) {
     return 1;
 }
 
+/* Moves the whole frame of n bytes at `parsed` (nothing before it left to write) out of side
+ * s's buffer into a block written from `out`; what follows it goes to a buffer of its own
+ * (at most one read). The block, or NULL without memory (nothing changed). */
+static fw_block *fw_move_out(fw_side *s, size_t n) {
+    size_t tail = s->len - s->parsed - n, cap = tail > FW_MIN_BUF ? tail : FW_MIN_BUF;
+    fw_block *b = malloc(sizeof *b);
+    char *buf = malloc(cap);
+    if (!b || !buf) {
+        free(b);
+        free(buf);
+        return NULL;
+    }
+    memcpy(buf, s->buf + s->parsed + n, tail);
+    b->refs = 1;
+    b->mem = s->buf;
+    s->out = b;
+    s->out_data = s->buf + s->parsed;
+    s->out_len = n;
+    s->out_sent = 0;
+    s->offset += (int64_t)(s->parsed + n);
+    s->buf = buf;
+    s->cap = cap;
+    s->len = tail;
+    s->sent = s->parsed = 0;
+    return b;
+}
+
 /* Splits what side i holds into frames, from `parsed` on; 0 when the connection ended. */
 static int fw_split(fw_state *st, fw_conn *c, int i, double now) {
     fw_side *s = &c->s[i];
@@ -525,12 +602,19 @@ static int fw_split(fw_state *st, fw_conn *c, int i, double now) {
         size_t n = (size_t)size + 4;
         if (s->len - s->parsed < n)
             break;
-        const char *f = s->buf + s->parsed;
-        if (!(i == 0 ? fw_request(st, c, f, n, now) : fw_response(st, c, f, n, now))) {
+        /* A large answer with nothing before it left to write leaves the buffer for its
+         * item: held once, not twice (and with a slow client, not a third time while
+         * Python copies it). */
+        fw_block *moved = NULL;
+        if (i == 1 && n >= FW_MOVE_MIN && s->sent == s->parsed && !s->out)
+            moved = fw_move_out(s, n); /* NULL without memory for it: copied instead */
+        const char *f = moved ? s->out_data : s->buf + s->parsed;
+        if (!(i == 0 ? fw_request(st, c, f, n, now) : fw_response(st, c, f, n, now, moved))) {
             fw_end(st, c, FW_OS_ERROR, i, ENOMEM, 0, 0);
             return 0;
         }
-        s->parsed += n;
+        if (!moved)
+            s->parsed += n;
         completed = 1;
     }
     size_t rest = s->len - s->parsed, partial = full ? 0 : rest;
