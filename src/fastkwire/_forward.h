@@ -432,39 +432,36 @@ static void fw_end(fw_state *st, fw_conn *c, int reason, int side, int64_t a, in
     }
 }
 
-/* Writes side i's whole frames to the other side's socket, as much as it takes. */
-static void fw_flush(fw_state *st, fw_conn *c, int i) {
-    fw_side *s = &c->s[i], *o = &c->s[1 - i];
-    while (s->out && s->out_sent < s->out_len) { /* a moved frame goes first */
-        ssize_t w = send(o->fd, s->out_data + s->out_sent, s->out_len - s->out_sent, MSG_NOSIGNAL);
+/* Writes data[*sent, len) to side i's peer, as much as it takes: 1 when all of it went,
+ * 0 when the socket is full or the connection ended. */
+static int fw_send(fw_state *st, fw_conn *c, int i, const char *data, size_t *sent, size_t len) {
+    while (*sent < len) {
+        ssize_t w = send(c->s[1 - i].fd, data + *sent, len - *sent, MSG_NOSIGNAL);
         if (w > 0) {
-            s->out_sent += (size_t)w;
+            *sent += (size_t)w;
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return;
+            return 0;
         } else {
             fw_end(st, c, FW_OS_ERROR, 1 - i, w < 0 ? errno : EPIPE, 0, 0);
-            return;
+            return 0;
         }
     }
-    if (s->out) {
+    return 1;
+}
+
+/* Writes side i's whole frames to the other side's socket, as much as it takes. */
+static void fw_flush(fw_state *st, fw_conn *c, int i) {
+    fw_side *s = &c->s[i];
+    if (s->out) { /* a moved frame goes first */
+        if (!fw_send(st, c, i, s->out_data, &s->out_sent, s->out_len))
+            return;
         fw_release(s->out);
         s->out = NULL;
     }
-    while (s->sent < s->parsed) {
-        ssize_t w = send(o->fd, s->buf + s->sent, s->parsed - s->sent, MSG_NOSIGNAL);
-        if (w > 0) {
-            s->sent += (size_t)w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return;
-        } else {
-            fw_end(st, c, FW_OS_ERROR, 1 - i, w < 0 ? errno : EPIPE, 0, 0);
-            return;
-        }
-    }
+    if (!fw_send(st, c, i, s->buf, &s->sent, s->parsed))
+        return;
     if (s->sent == s->len) { /* nothing held: start at the buffer's beginning again */
         s->offset += (int64_t)s->len;
         s->sent = s->parsed = s->len = 0;
