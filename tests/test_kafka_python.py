@@ -856,6 +856,70 @@ def test_producer_batch_try_append_as_stock(accel, frozen_append_clock, monkeypa
 
 
 @needs_accel
+def test_record_futures_as_stock(accel, frozen_append_clock, monkeypatch):
+    """The futures try_append makes (compiled, without FutureRecordMetadata's and Future's
+    __init__ frames): the same slots, registered on the batch's future the same way, and
+    resolved to the same metadata or error; a Future.__init__ replaced is run, as stock's
+    class call runs it."""
+    import kafka.future
+    from kafka.producer import producer_batch as kpb
+
+    def run(resolve):
+        def fn(got):
+            frozen_append_clock.reset()
+            builder = MemoryRecordsBuilder(2, 0, 1 << 20)
+            batch = kpb.ProducerBatch(TopicPartition("t", 3), builder, now=5.0)
+            futures = [
+                batch.try_append(ts, b"k" * ts, b"v", [("h", b"x")] * (ts % 2), now=1.0)
+                for ts in range(1, 5)
+            ]
+            pf = batch.produce_future
+            for f in futures:
+                got.append(
+                    (
+                        type(f),
+                        f.is_done,
+                        f.value,
+                        f.exception,
+                        f._callbacks,
+                        f._errbacks,
+                        type(f._lock),
+                        f._produce_future is pf,
+                        f.args,
+                    )
+                )
+            got.append(
+                [(cb.__self__ is f, cb.__func__.__name__) for f, cb in zip(futures, pf._callbacks)]
+            )
+            got.append(
+                [(eb.__self__ is f, eb.__func__.__name__) for f, eb in zip(futures, pf._errbacks)]
+            )
+            if resolve == "success":
+                pf.success((100, 77, None))
+                got.append([f.get(0) for f in futures])
+            else:
+                pf.failure(KeyError("gone"))
+                got.append([(type(f.exception), f.exception.args) for f in futures])
+
+        return fn
+
+    for resolve in ("success", "failure"):
+        stock, fast = accel(run(resolve))
+        assert stock[1] is None and stock == fast, resolve
+    assert stock[0][0][-1] == (0, 1, None, 1, 1, 2)  # batch index, timestamp, crc, sizes
+    made = []
+    stock_init = kafka.future.Future.__init__
+
+    def counting_init(self):
+        made.append(type(self).__name__)
+        stock_init(self)
+
+    monkeypatch.setattr(kafka.future.Future, "__init__", counting_init)
+    stock, fast = accel(run("success"))
+    assert stock == fast and made.count("FutureRecordMetadata") == 8
+
+
+@needs_accel
 def test_record_accumulator_append_as_stock(accel, frozen_append_clock):
     """RecordAccumulator.append: the same results (futures, full, new batch, abort), the
     same batches and bytes, the same errors."""

@@ -892,7 +892,20 @@ def bind_builder(**kw):
     """Take kafka-python's builder classes (install() calls this)."""
     global DefaultRecordBatchBuilder, DefaultRecordMetadata, stock_builder_append, stock_time
     global metadata_init, producer_batch_names, stock_try_append, accumulator_names
-    global producer_names
+    global producer_names, FutureRecordMetadata, record_future_guard, future_names
+    global at_is_done, at_value, at_exception, at_callbacks, at_errbacks, at_lock
+    global at_produce_future, at_args
+    FutureRecordMetadata = kw["FutureRecordMetadata"]
+    record_future_guard = ClassGuard(FutureRecordMetadata, {})
+    future_names = vars(kw["future_module"])
+    at_is_done = slot_offset(FutureRecordMetadata, "is_done")
+    at_value = slot_offset(FutureRecordMetadata, "value")
+    at_exception = slot_offset(FutureRecordMetadata, "exception")
+    at_callbacks = slot_offset(FutureRecordMetadata, "_callbacks")
+    at_errbacks = slot_offset(FutureRecordMetadata, "_errbacks")
+    at_lock = slot_offset(FutureRecordMetadata, "_lock")
+    at_produce_future = slot_offset(FutureRecordMetadata, "_produce_future")
+    at_args = slot_offset(FutureRecordMetadata, "args")
     producer_batch_names = vars(kw["producer_batch_module"])
     accumulator_names = vars(kw["accumulator_module"])
     producer_names = vars(kw["producer_module"])
@@ -1090,6 +1103,32 @@ def memory_builder_append(self, timestamp, key, value, headers=None):
 
 cdef dict producer_batch_names = None  # kafka.producer.producer_batch's globals
 cdef object stock_try_append = None
+cdef object FutureRecordMetadata = None  # kafka.producer.future's, as install() found it
+cdef ClassGuard record_future_guard = None
+cdef dict future_names = None  # kafka.future's globals (its Future.__init__ reads threading)
+cdef Py_ssize_t at_is_done, at_value, at_exception, at_callbacks, at_errbacks, at_lock
+cdef Py_ssize_t at_produce_future, at_args
+
+
+cdef object record_future(object produce_future, tuple args):
+    """FutureRecordMetadata(produce_future, *args) while the class and Future hold what
+    install() found: their two __init__s' steps without their frames (the slots set in
+    the same order, then the same _add_cb_eb call). Its inputs are made before the
+    instance, so no Python code runs while it is part filled."""
+    callbacks = []
+    errbacks = []
+    lock = global_name(future_names, "threading").Lock()
+    future = object.__new__(FutureRecordMetadata)
+    set_slot(future, at_is_done, False)
+    set_slot(future, at_value, None)
+    set_slot(future, at_exception, None)
+    set_slot(future, at_callbacks, callbacks)
+    set_slot(future, at_errbacks, errbacks)
+    set_slot(future, at_lock, lock)
+    set_slot(future, at_produce_future, produce_future)
+    set_slot(future, at_args, args)
+    produce_future._add_cb_eb(future._produce_success, future.failure)
+    return future
 
 
 def batch_try_append(self, timestamp_ms, key, value, headers, now=None):
@@ -1106,8 +1145,9 @@ def batch_try_append(self, timestamp_ms, key, value, headers, now=None):
     now = names["time"].monotonic() if now is None else now
     self.max_record_size = max(self.max_record_size, metadata.size)
     self.last_append = now
-    future = names["FutureRecordMetadata"](
-        self.produce_future,
+    future_class = names["FutureRecordMetadata"]
+    produce_future = self.produce_future
+    args = (
         metadata.offset,
         metadata.timestamp,
         metadata.crc,
@@ -1115,6 +1155,10 @@ def batch_try_append(self, timestamp_ms, key, value, headers, now=None):
         len(value) if value is not None else -1,
         sum([len(h_key.encode("utf-8")) + len(h_val) for h_key, h_val in headers])
         if headers else -1)
+    if future_class is FutureRecordMetadata and record_future_guard.ok():
+        future = record_future(produce_future, args)
+    else:
+        future = future_class(produce_future, *args)
     self._record_futures.append(future)
     return future
 

@@ -145,9 +145,13 @@ def build_patches():
         stock_time = inspect.signature(stock_append).parameters["time_time"].default
     except (KeyError, ValueError, TypeError):
         raise LookupError("DefaultRecordBatchBuilder.append has no time_time default") from None
+    from kafka import future
+    from kafka.producer import future as producer_future
     from kafka.producer import kafka as producer, producer_batch, record_accumulator
 
     builder = dict(
+        future_module=future,
+        FutureRecordMetadata=producer_future.FutureRecordMetadata,
         producer_module=producer,
         producer_batch_module=producer_batch,
         accumulator_module=record_accumulator,
