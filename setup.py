@@ -67,7 +67,7 @@ class BuildExt(build_ext):
                 ext.extra_compile_args = [*ext.extra_compile_args, *INLINE_FLAGS]
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
-            self._fallback(exc)
+            self._fallback(exc, [ext])
 
     def _accepts(self, flags):
         """Whether the compiler builds an empty file with flags, warnings as errors."""
@@ -91,9 +91,15 @@ class BuildExt(build_ext):
                         self._accepted[key] = False
         return self._accepted[key]
 
-    def _fallback(self, exc):
+    def _fallback(self, exc, extensions=None):
         if REQUIRE:
             raise exc
+        # A module an earlier build left in build/ would be installed as if built now:
+        # stale code, under a warning that says pure Python.
+        for ext in self.extensions if extensions is None else extensions:
+            stale = self.get_ext_fullpath(ext.name)
+            if os.path.exists(stale):
+                os.remove(stale)
         if not getattr(self, "_warned", False):
             self._warned = True
             print(

@@ -907,6 +907,28 @@ def test_record_futures_as_stock(accel, frozen_append_clock, monkeypatch):
         stock, fast = accel(run(resolve))
         assert stock[1] is None and stock == fast, resolve
     assert stock[0][0][-1] == (0, 1, None, 1, 1, 2)  # batch index, timestamp, crc, sizes
+
+    def init_frames(fn):  # the two __init__s' Python frames while fn runs
+        frames = []
+
+        def profile(frame, event, arg):
+            code = frame.f_code
+            if event == "call" and code.co_name == "__init__" and "future" in code.co_filename:
+                frames.append(frame.f_locals.get("self").__class__.__name__)
+
+        def counted(got):
+            sys.setprofile(profile)
+            try:
+                fn(got)
+            finally:
+                sys.setprofile(None)
+
+        return counted, frames
+
+    counted, frames = init_frames(run("success"))
+    accel(counted)
+    # stock: FutureProduceResult's two, then each record's two; accelerated: the batch's two
+    assert frames.count("FutureRecordMetadata") == 8 and frames.count("FutureProduceResult") == 4
     made = []
     stock_init = kafka.future.Future.__init__
 

@@ -893,19 +893,19 @@ def bind_builder(**kw):
     global DefaultRecordBatchBuilder, DefaultRecordMetadata, stock_builder_append, stock_time
     global metadata_init, producer_batch_names, stock_try_append, accumulator_names
     global producer_names, FutureRecordMetadata, record_future_guard, future_names
-    global at_is_done, at_value, at_exception, at_callbacks, at_errbacks, at_lock
-    global at_produce_future, at_args
+    global fut_is_done, fut_value, fut_exception, fut_callbacks, fut_errbacks, fut_lock
+    global fut_produce_future, fut_args
     FutureRecordMetadata = kw["FutureRecordMetadata"]
     record_future_guard = ClassGuard(FutureRecordMetadata, {})
     future_names = vars(kw["future_module"])
-    at_is_done = slot_offset(FutureRecordMetadata, "is_done")
-    at_value = slot_offset(FutureRecordMetadata, "value")
-    at_exception = slot_offset(FutureRecordMetadata, "exception")
-    at_callbacks = slot_offset(FutureRecordMetadata, "_callbacks")
-    at_errbacks = slot_offset(FutureRecordMetadata, "_errbacks")
-    at_lock = slot_offset(FutureRecordMetadata, "_lock")
-    at_produce_future = slot_offset(FutureRecordMetadata, "_produce_future")
-    at_args = slot_offset(FutureRecordMetadata, "args")
+    fut_is_done = slot_offset(FutureRecordMetadata, "is_done")
+    fut_value = slot_offset(FutureRecordMetadata, "value")
+    fut_exception = slot_offset(FutureRecordMetadata, "exception")
+    fut_callbacks = slot_offset(FutureRecordMetadata, "_callbacks")
+    fut_errbacks = slot_offset(FutureRecordMetadata, "_errbacks")
+    fut_lock = slot_offset(FutureRecordMetadata, "_lock")
+    fut_produce_future = slot_offset(FutureRecordMetadata, "_produce_future")
+    fut_args = slot_offset(FutureRecordMetadata, "args")
     producer_batch_names = vars(kw["producer_batch_module"])
     accumulator_names = vars(kw["accumulator_module"])
     producer_names = vars(kw["producer_module"])
@@ -1106,8 +1106,9 @@ cdef object stock_try_append = None
 cdef object FutureRecordMetadata = None  # kafka.producer.future's, as install() found it
 cdef ClassGuard record_future_guard = None
 cdef dict future_names = None  # kafka.future's globals (its Future.__init__ reads threading)
-cdef Py_ssize_t at_is_done, at_value, at_exception, at_callbacks, at_errbacks, at_lock
-cdef Py_ssize_t at_produce_future, at_args
+# Offsets of FutureRecordMetadata's slots (Future's and its own)
+cdef Py_ssize_t fut_is_done, fut_value, fut_exception, fut_callbacks, fut_errbacks, fut_lock
+cdef Py_ssize_t fut_produce_future, fut_args
 
 
 cdef object record_future(object produce_future, tuple args):
@@ -1119,14 +1120,14 @@ cdef object record_future(object produce_future, tuple args):
     errbacks = []
     lock = global_name(future_names, "threading").Lock()
     future = object.__new__(FutureRecordMetadata)
-    set_slot(future, at_is_done, False)
-    set_slot(future, at_value, None)
-    set_slot(future, at_exception, None)
-    set_slot(future, at_callbacks, callbacks)
-    set_slot(future, at_errbacks, errbacks)
-    set_slot(future, at_lock, lock)
-    set_slot(future, at_produce_future, produce_future)
-    set_slot(future, at_args, args)
+    set_slot(future, fut_is_done, False)
+    set_slot(future, fut_value, None)
+    set_slot(future, fut_exception, None)
+    set_slot(future, fut_callbacks, callbacks)
+    set_slot(future, fut_errbacks, errbacks)
+    set_slot(future, fut_lock, lock)
+    set_slot(future, fut_produce_future, produce_future)
+    set_slot(future, fut_args, args)
     produce_future._add_cb_eb(future._produce_success, future.failure)
     return future
 
