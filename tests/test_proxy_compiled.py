@@ -102,12 +102,12 @@ class ScriptedBroker:
         size = (
             HUGE if client_id == "huge" else 200_000 if client_id.startswith("big") else len(frame)
         )
-        body = (frame[::-1] * (size // len(frame) + 1))[:size]
+        answer = answer_to(frame, size)
         if client_id == "stray":
             sock.settimeout(TIMEOUT)
-            sock.sendall(SIZE.pack(4 + len(body)) + SIZE.pack(cid + 1000) + body)
+            sock.sendall(answer[:4] + SIZE.pack(cid + 1000) + answer[8:])
         sock.settimeout(None)
-        sock.sendall(SIZE.pack(4 + len(body)) + SIZE.pack(cid) + body)
+        sock.sendall(answer)
         sock.settimeout(0.2)
         self.sent += 1
 
