@@ -220,7 +220,7 @@ def big_answer_run(answer_bytes, seconds=3.0, connections=CONNECTIONS, flags=())
     }
 
 
-async def ask_list_groups(host, port, least_seconds=0.1):
+async def ask_list_groups(host, port, least_seconds=0.05):
     """Asks for the big answer and reads it, taking at least `least_seconds` (so that the
     paced exchanges, 1,000 a second, overlap it however fast the machine is)."""
     from fastkwire import ListGroupsRequest, encode_request
