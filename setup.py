@@ -33,6 +33,10 @@ FALLBACK = "installing the pure-Python implementation only"
 # the big generated files it reached that limit: hot helpers (as_int, wr_uvarint, wr_field)
 # stayed calls on 3.13 and not on 3.11. Used where the compiler accepts it.
 INLINE_FLAGS = ["--param=inline-unit-growth=100"]
+# CPython's own CFLAGS carry -g: the debug sections were 11 of the wheel's 13 MB of
+# extension modules. Builds without -g in the CFLAGS they are given (tools/asan.sh gives
+# it) compile with -g0; symbol names stay, so profilers still name functions.
+NO_DEBUG_FLAGS = [] if "-g" in os.environ.get("CFLAGS", "").split() else ["-g0"]
 
 
 def path(module, suffix):
@@ -63,8 +67,9 @@ class BuildExt(build_ext):
 
     def build_extension(self, ext):
         try:
-            if self._accepts(INLINE_FLAGS):
-                ext.extra_compile_args = [*ext.extra_compile_args, *INLINE_FLAGS]
+            for flags in (INLINE_FLAGS, NO_DEBUG_FLAGS):
+                if flags and self._accepts(flags):
+                    ext.extra_compile_args = [*ext.extra_compile_args, *flags]
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
             self._fallback(exc, [ext])

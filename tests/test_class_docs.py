@@ -53,3 +53,34 @@ def test_a_wrong_keyword_names_the_class_its_fields_and_the_one_meant(impl):
     assert impl.LeaveGroupRequest(group_id="orders").group_id == "orders"
     with pytest.raises(TypeError):
         impl.LeaveGroupRequest("orders")
+
+
+def test_positional_fields_are_refused_with_the_keyword_form(impl):
+    with pytest.raises(TypeError) as err:
+        impl.LeaveGroupRequest("orders", "m-1")
+    assert str(err.value) == (
+        "LeaveGroupRequest() takes its fields as keywords only (2 positional arguments "
+        "given): LeaveGroupRequest(group_id=..., member_id=...)"
+    )
+    nested = impl.LeaveGroupRequest.MemberIdentity
+    with pytest.raises(
+        TypeError,
+        match=r"1 positional argument given\): LeaveGroupRequest.MemberIdentity\(member_id=",
+    ):
+        nested("m-1")
+
+
+def test_a_missing_attribute_is_named_in_the_package_with_what_was_meant():
+    import fastkwire
+
+    with pytest.raises(AttributeError) as err:
+        fastkwire.LeaveGroupRequestt
+    assert str(err.value) == (
+        "module 'fastkwire' has no attribute 'LeaveGroupRequestt'; "
+        "did you mean 'LeaveGroupRequest'?"
+    )
+    assert err.value.name == "LeaveGroupRequestt" and err.value.obj is fastkwire
+    # (called directly: once imported, the submodule is an attribute like any other)
+    with pytest.raises(AttributeError, match=r"fastkwire.records is a module; import it first"):
+        fastkwire.__getattr__("records")
+    assert not hasattr(fastkwire, "nothing_like_any_name")

@@ -506,7 +506,7 @@ def test_trailing_bytes_after_the_message():
     body = SEED_REQUEST[4:] + b"\x00"
     with pytest.raises(DecodeError) as info:
         explain(len(body).to_bytes(4, "big") + body)
-    assert (info.value.offset, info.value.reason) == (22, "1 trailing bytes after the message")
+    assert (info.value.offset, info.value.reason) == (22, "1 trailing byte after the message")
     # A complete frame followed by other bytes: its size is wrong, as decode_request says
     # (explain once said "2 trailing bytes"), and the tree shows the whole message.
     with pytest.raises(DecodeError) as info:
@@ -1023,7 +1023,7 @@ def test_cli_response_needs_api_and_version():
     assert cli("--api", "leave-group", "--version", "5", SEED_RESPONSE.hex())[1] == out
     assert cli("--api", "13", "--version", "5", SEED_RESPONSE.hex())[1] == out
     code, out, err = cli("--api", "13", SEED_RESPONSE.hex())
-    assert code == 2 and out == "" and "--api and --version" in err
+    assert code == 2 and out == "" and "--api and --api-version" in err
     with pytest.raises(SystemExit):
         cli("--api", "NoSuchApi", "--version", "1", SEED_RESPONSE.hex())
 
@@ -1096,7 +1096,7 @@ def test_cli_reads_a_response_file_without_api():
     assert 'member_id string = "consumer-1-abc"' in out
     assert err == (
         "fastkwire explain: read as a response (its reading: line says why); "
-        "--api and --version choose another reading\n"
+        "--api and --api-version choose another reading\n"
     )
     code, out, _ = cli("--json", stdin=leave_group_v5_response().hex().encode())
     d = json.loads(out)
@@ -1111,16 +1111,16 @@ def test_cli_says_responses_need_api_and_version():
     assert first.startswith("DecodeError: topic_data: ")
     assert hint.startswith("fastkwire explain: if this is a response, it reads exactly as ")
     assert "LeaveGroupResponse v4-v5" in hint and hint.endswith(
-        ": give --api and --version to say which"
+        ": give --api and --api-version to say which"
     )
     code, _, err = cli("00000004000d0063")  # LeaveGroup v99: no such version
     assert code == 2 and err.splitlines() == [
         "fastkwire explain: LeaveGroupRequest has versions 0-5, not 99",
-        "fastkwire explain: if this is a response, give --api and --version: a response header "
+        "fastkwire explain: if this is a response, give --api and --api-version: a response header "
         "does not say which API it answers (and no response of any API and version reads "
         "these bytes exactly)",
     ]
-    # Given --api and --version (or an example), no other reading is tried.
+    # Given --api and --api-version (or an example), no other reading is tried.
     code, _, err = cli("--api", "13", "--version", "5", SEED_REQUEST.hex())
     assert code == 1 and err.count("\n") == 1
 
@@ -1173,7 +1173,7 @@ def test_cli_malformed_frame_prints_partial_tree_then_error():
     )
     assert err.startswith(
         f"DecodeError: members[0].reason: truncated: needs 4 bytes, 2 left at offset {at}\n"
-        "fastkwire explain: if this is a response, give --api and --version"
+        "fastkwire explain: if this is a response, give --api and --api-version"
     )
     # Cut without its size: decode_request's error (the size), the tree where reading stopped.
     code, out, err = cli(full[: at + 2].hex())
@@ -1355,3 +1355,25 @@ def test_explain_and_decode_agree_on_mutated_frames(impl, name):
             theirs = failure(lambda: impl.decode_response(bad, api_key, version))
         assert failure(lambda: explain(bad, api_key, version)) == theirs, bad.hex()
         assert failure(lambda: explain(bad, api_key, version, max_items=0)) == theirs, bad.hex()
+
+
+def test_cli_a_cut_request_gets_no_response_hint():
+    # LeaveGroup v5 whose size prefix says 18 bytes follow, with 16 given: no response of
+    # any API reads a cut frame either, so only the request's error is shown
+    code, out, err = cli("00000012000d0005000000000000000102010101")
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        "DecodeError: frame size 18 does not match the 16 bytes that follow at offset 0"
+    )
+    assert "if this is a response" not in err
+
+
+def test_cli_api_version_and_a_bare_version():
+    frame = SEED_RESPONSE.hex()
+    assert cli("--api", "13", "--api-version", "5", frame) == cli(
+        "--api", "13", "--version", "5", frame
+    )
+    assert cli("--api", "13", "--api-version", "5", frame)[0] == 0
+    with pytest.raises(SystemExit) as done:
+        cli("--version")
+    assert done.value.code == 0

@@ -82,3 +82,32 @@ def test_no_import_cycles():
 
     cycles = [name for name in graph if reaches(name, name, set())]
     assert not cycles, cycles
+
+
+# What `import fastkwire` may not pull in: each was a measurable share of the import
+# (uuid brings platform and re; inspect brings ast, dis and tokenize). They are imported
+# where a call needs them: the first UUID decoded or encoded, an error's suggestion.
+HEAVY = ("uuid", "platform", "re", "inspect", "ast", "dis", "typing", "threading", "difflib")
+
+
+def test_importing_fastkwire_leaves_the_heavy_modules_for_first_use():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; import fastkwire; print(fastkwire.implementation); "
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    for pure in ("", "1"):
+        env = {**__import__("os").environ, "FASTKWIRE_PURE": pure, "PYTHONWARNINGS": "ignore"}
+        out = subprocess.run(
+            [sys.executable, "-S", "-c", f"import site; site.main(); {probe}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert out.returncode == 0, out.stderr
+        implementation, pulled = out.stdout.splitlines()
+        if implementation == "cython" or pure:
+            assert pulled == "[]", (implementation, pulled)

@@ -97,7 +97,13 @@ def hostile_fields(name, version):
 def trailing(name, version):
     for target, data in _valid(name, version):
         if target[0] == "body":
-            yield "body + 1 byte", target, data + b"\x00", len(data), re.compile("1 trailing bytes")
+            yield (
+                "body + 1 byte",
+                target,
+                data + b"\x00",
+                len(data),
+                re.compile("1 trailing byte after"),
+            )
         else:
             extra = D.fix_size(data + b"\x00\x00")
             yield "frame + 2 bytes", target, extra, len(data), re.compile("2 trailing bytes")

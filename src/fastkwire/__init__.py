@@ -6,6 +6,7 @@ implementation. `fastkwire.implementation` says which one is running. Message cl
 """
 
 import os as _os
+import sys as _sys
 
 from .errors import DecodeError, EncodeError, UnsupportedVersionError
 
@@ -82,9 +83,27 @@ def __getattr__(name):
         return value
     if name.startswith("__"):
         raise AttributeError(name)
-    value = getattr(_messages, name)
+    try:
+        value = getattr(_messages, name)
+    except AttributeError:
+        raise AttributeError(_no_attribute(name), name=name, obj=_sys.modules[__name__]) from None
     globals()[name] = value  # later lookups are plain attribute reads
     return value
+
+
+def _no_attribute(name):
+    """The error for fastkwire.<name>, in the package's own name, with what was meant."""
+    import importlib.util
+    import difflib
+
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return (
+            f"module 'fastkwire' has no attribute {name!r}: fastkwire.{name} is a module; "
+            f"import it first (import fastkwire.{name})"
+        )
+    close = difflib.get_close_matches(name, __dir__(), n=1, cutoff=0.8)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"module 'fastkwire' has no attribute {name!r}{hint}"
 
 
 def __dir__():

@@ -9,8 +9,6 @@ encode/decode. Nothing here runs per encoded or decoded message.
 
 from __future__ import annotations
 
-import difflib
-import inspect
 
 from . import _model
 from ._rules import unknown_tags
@@ -81,7 +79,7 @@ def _make_init(struct, module: str, classes: dict):
     from . import _wire
     from ._layout import default_kind, default_value
 
-    params, body, env = ["self", "*"], [], {"_DEFAULT": _DEFAULT, "_check": unknown_tags}
+    params, body, env = ["self", "*_positional"], [], {"_DEFAULT": _DEFAULT, "_check": unknown_tags}
     for i, f in enumerate(struct.fields):
         d = default_value(f)
         name = f.py_name
@@ -102,22 +100,39 @@ def _make_init(struct, module: str, classes: dict):
     body.append("    self._unknown = _check(unknown_tagged_fields)")
     # A wrong keyword is told with the class and its fields, not Python's bare TypeError;
     # the signature shown (help(), inspect) is the one without the catch-all.
-    shown = f"def __init__({', '.join(params)}): pass\n"
+    shown = f"def __init__({', '.join(['self', '*', *params[2:]])}): pass\n"
     params.append("**_wrong")
     body.insert(0, "    if _wrong: _refuse(self, _wrong)")
+    body.insert(0, "    if _positional: _positional_refused(self, _positional)")
     env["_refuse"] = _wrong_keywords
+    env["_positional_refused"] = _positional_arguments
     src = f"def __init__({', '.join(params)}):\n" + "\n".join(body) + "\n"
     exec(compile(src, f"<{module}.{struct.name}.__init__>", "exec"), env)  # noqa: S102
     init = env["__init__"]
     exec(compile(shown, "<signature>", "exec"), env)  # noqa: S102
-    init.__signature__ = inspect.signature(env["__init__"])
+    # inspect.signature (help(), IDEs) follows __wrapped__ to the shown signature; setting
+    # __signature__ would need inspect at import.
+    init.__wrapped__ = env["__init__"]
     return init
+
+
+def _positional_arguments(obj, args):
+    cls = type(obj)
+    fields = [name for name, _, _ in cls._FIELDS]
+    example = ", ".join(f"{name}=..." for name in fields[: len(args)]) or "..."
+    raise TypeError(
+        f"{cls.__qualname__}() takes its fields as keywords only "
+        f"({len(args)} positional argument{'s' if len(args) != 1 else ''} given): "
+        f"{cls.__qualname__}({example})"
+    )
 
 
 def _wrong_keywords(obj, wrong):
     cls = type(obj)
     fields = [name for name, _, _ in cls._FIELDS] + ["unknown_tagged_fields"]
     name = next(iter(wrong))
+    import difflib  # only on this error path
+
     close = difflib.get_close_matches(name, fields, n=1, cutoff=0.5)
     raise TypeError(
         f"{cls.__qualname__} has no field {name!r}"

@@ -5,8 +5,7 @@ The inline hot paths are in _core.pxd; this module holds the cold paths (errors,
 tagged fields, numpy) and the Python-level `encode(type, value)` / `decode(type, data)`
 that the primitive test vectors exercise.
 """
-import threading as _threading
-import uuid as _uuid
+import _thread  # threading's own locks, without importing threading
 
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyObject_CheckBuffer,
                              PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_RECORDS_RO, PyBUF_READ,
@@ -255,36 +254,50 @@ cdef extern from "Python.h":
     object _PyLong_FromByteArray(const unsigned char* b, size_t n, int little_endian, int signed)
 
 
-cdef object _UUID = _uuid.UUID
-cdef object _UUID_UNKNOWN = _uuid.SafeUUID.unknown
+# uuid is imported by the first UUID decoded, not by `import fastkwire` (it pulls platform
+# and re: a third of the import's cost). The offsets of uuid.UUID's slots stay 0 when UUID
+# is not the slotted class this module knows (then UUIDs are made by calling it); the class
+# is published last, so a reader that sees it also sees the offsets and is_safe's value.
+cdef object _UUID = None
+cdef object _UUID_UNKNOWN = None
+cdef Py_ssize_t _UUID_INT = 0
+cdef Py_ssize_t _UUID_SAFE = 0
 
 
-cdef Py_ssize_t _uuid_slot(str name):
+cdef Py_ssize_t _uuid_slot(object cls, str name):
     try:
-        return slot_offset(_UUID, name)
+        return slot_offset(cls, name)
     except TypeError:
         return 0
 
 
-# The offsets of uuid.UUID's slots, or 0 when UUID is not the slotted class this module
-# knows (then UUIDs are made by calling it).
-cdef Py_ssize_t _UUID_INT = _uuid_slot("int")
-cdef Py_ssize_t _UUID_SAFE = _uuid_slot("is_safe")
-if _UUID.__new__ is not object.__new__:
-    _UUID_INT = 0  # a UUID with a __new__ of its own: only its constructor makes one
+cdef object uuid_class():
+    global _UUID, _UUID_UNKNOWN, _UUID_INT, _UUID_SAFE
+    if _UUID is None:
+        with _init_lock:  # set once: a replaced global could be freed under a reader
+            if _UUID is None:
+                import uuid
+                cls = uuid.UUID
+                _UUID_UNKNOWN = uuid.SafeUUID.unknown
+                if cls.__new__ is object.__new__:  # else only its constructor makes one
+                    _UUID_INT = _uuid_slot(cls, "int")
+                    _UUID_SAFE = _uuid_slot(cls, "is_safe")
+                _UUID = cls
+    return _UUID
 
 
 cdef object rd_uuid(Cursor* c):
     if c.end - c.pos < 16:
         raise_short(c.pos, 16, c.end)
     c.pos += 16
+    cls = uuid_class()
     if _UUID_INT == 0 or _UUID_SAFE == 0:
-        return _UUID(bytes=rd_raw_at(c, c.pos - 16, 16))
+        return cls(bytes=rd_raw_at(c, c.pos - 16, 16))
     # What UUID(bytes=...) makes (its int, is_safe unknown), without its Python __init__
     # (1-2 us a UUID: most of a Metadata topic's decode). Both values exist before the
     # object does, so no Python code runs while its slots are empty.
     value = _PyLong_FromByteArray(c.buf + c.pos - 16, 16, 0, 0)
-    u = alloc_instance(_UUID)
+    u = alloc_instance(cls)
     Py_INCREF(value)
     (<PyObject**>(<char*><PyObject*>u + _UUID_INT))[0] = <PyObject*>value
     Py_INCREF(_UUID_UNKNOWN)
@@ -366,7 +379,7 @@ cdef object rd_compact_nullable_bytes(Cursor* c):
 # first use and arrays are filled through the buffer protocol.
 
 # Tables built on first use, once, under this lock.
-cdef object _init_lock = _threading.Lock()
+cdef object _init_lock = _thread.allocate_lock()
 cdef object _numpy = None
 cdef tuple _native = None  # int16, int32, int64 in native order
 cdef tuple _big_endian = None    # the same, big-endian

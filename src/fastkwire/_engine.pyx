@@ -19,7 +19,7 @@ from cpython.long cimport PyLong_FromUnsignedLong
 from fastkwire._core cimport *
 
 import gc as _gc
-import threading as _threading
+import _thread  # threading's own locks, without importing threading
 
 from fastkwire import _wire
 from fastkwire import errors as _e
@@ -133,8 +133,8 @@ cdef list keep_list(list items):
     return items
 
 
-cdef object _lock = _threading.RLock()
-cdef object _class_lock = _threading.Lock()  # plain_class's
+cdef object _lock = _thread.RLock()
+cdef object _class_lock = _thread.allocate_lock()  # plain_class's
 cdef dict _roots = {}   # message class -> list of Plan or None, indexed by version
 cdef dict _subs = {}    # message class -> {Layout: Plan}
 cdef list _published = keep_list([])  # every plan put in _roots, never dropped

@@ -16,7 +16,6 @@
 from cpython.object cimport PyObject_RichCompareBool, Py_NE
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
-import uuid as _uuid_mod
 
 cdef extern from "Python.h":
     int PyObject_GC_IsTracked(object o)

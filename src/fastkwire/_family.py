@@ -5,7 +5,7 @@ and `install()`, which makes a module its home (REQUEST_CLASSES/RESPONSE_CLASSES
 from __future__ import annotations
 
 import os
-import threading
+import _thread  # threading's own RLock, without importing threading
 
 from . import _framing
 from ._classes import StructBase, make_message_class
@@ -31,7 +31,7 @@ class Family:
         self.mixin = mixin
         self.struct_base = struct_base
         self.make = make  # makes each class: type(name, bases, ns) or the same signature
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()
         self._classes: dict[str, type] = {}
         self._names = None
 

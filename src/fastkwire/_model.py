@@ -5,10 +5,7 @@ VALUE, STRUCT (a nested struct or None) or STRUCTS (a list of structs or None). 
 helpers are not on the encode/decode path.
 """
 
-import uuid
-
 VALUE, STRUCT, STRUCTS = 0, 1, 2
-_PLAIN = (int, str, bytes, float, uuid.UUID)
 
 
 def struct_eq(a, b):
@@ -48,6 +45,9 @@ def struct_repr(o):
 
 
 def to_dict(o):
+    from uuid import UUID  # here, not at import: uuid pulls platform and re
+
+    plain = (int, str, bytes, float, UUID)
     d = {}
     for name, kind, _ in o._FIELDS:
         v = getattr(o, name)
@@ -59,7 +59,7 @@ def to_dict(o):
             d[name] = [to_dict(x) for x in v]
         elif isinstance(v, (list, tuple)) or _is_array(v):
             # numpy integers become ints; strings, uuids and the like stay as they are
-            d[name] = [x if isinstance(x, _PLAIN) else int(x) for x in v]
+            d[name] = [x if isinstance(x, plain) else int(x) for x in v]
         else:
             d[name] = v
     if o._unknown:

@@ -6,7 +6,6 @@ path; the struct writers add it). Readers take (data, pos, end), return
 """
 
 import struct
-import uuid as _uuid
 
 from . import _bulk, _wire
 from . import errors as _e
@@ -265,7 +264,9 @@ def r_bool(data, pos, end):
 def r_uuid(data, pos, end):
     if end - pos < 16:
         raise short(pos, 16, end)
-    return _uuid.UUID(bytes=bytes(data[pos : pos + 16])), pos + 16
+    from uuid import UUID  # here: uuid pulls platform and re into `import fastkwire`
+
+    return UUID(bytes=bytes(data[pos : pos + 16])), pos + 16
 
 
 def _text(data, start, pos, n, end):

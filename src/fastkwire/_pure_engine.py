@@ -19,7 +19,7 @@ read (see `read_observed`).
 from __future__ import annotations
 
 import struct
-import threading
+import _thread  # threading's own RLock, without importing threading
 
 from . import _pure, _wire
 from . import errors as _e
@@ -71,7 +71,7 @@ def _runs(ops):
     return [r[0] if isinstance(r, list) and len(r) == 1 else r for r in out]
 
 
-_lock = threading.RLock()
+_lock = _thread.RLock()
 L = None  # the _layout module, once a layout is compiled
 
 

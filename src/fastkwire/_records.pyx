@@ -22,7 +22,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN
 from libc.string cimport memcmp, memcpy, memmove, memset
 
-import threading as _threading
+import _thread  # threading's own locks, without importing threading
 
 from fastkwire import errors as _e
 from fastkwire._records_model import BinaryColumn, HeaderColumns, Record, RecordColumns

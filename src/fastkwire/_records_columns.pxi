@@ -158,7 +158,7 @@ cdef tuple _DTYPES = None
 cdef Py_ssize_t ITEM_SIZES[N_ARRAYS]
 
 
-cdef object _np_lock = _threading.Lock()
+cdef object _np_lock = _thread.allocate_lock()
 
 
 cdef int load_numpy() except -1:

@@ -377,7 +377,7 @@ cdef object _ndarray = None
 cdef int DTYPE_NUMS[4]
 
 
-cdef object _ndarray_lock = _threading.Lock()
+cdef object _ndarray_lock = _thread.allocate_lock()
 
 
 cdef object exact_array(object a, int dtype):

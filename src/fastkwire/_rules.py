@@ -4,8 +4,6 @@ be. The pure readers and writers (_pure), the compiled core (_core, _engine) and
 message classes import them from here; none of them repeats one.
 """
 
-import uuid as _uuid
-
 from . import errors as _e
 from ._wire import MAX_MESSAGE, MAX_TAG, MAX_VERSION, NUMPY_ARRAYS, RANGE, RECORD_VIEWS
 from .errors import EncodeError, UnsupportedVersionError
@@ -51,9 +49,15 @@ def float_value(v):
         raise _e.out_of_range("float64", v) from None
 
 
+_UUID = None
+
+
 def uuid_bytes(v):
     """The 16 bytes of a UUID (a subclass could make .bytes anything)."""
-    if not isinstance(v, _uuid.UUID):
+    global _UUID
+    if _UUID is None:  # uuid on first use: it pulls platform and re into `import fastkwire`
+        from uuid import UUID as _UUID
+    if not isinstance(v, _UUID):
         raise _e.wrong_type("uuid.UUID", v)
     raw = v.bytes
     if type(raw) is not bytes or len(raw) != 16:

@@ -6,7 +6,7 @@ the compiled modules check at import that their enums say the same (a mismatch i
 ImportError, never a silent disagreement).
 """
 
-from typing import NamedTuple
+from collections import namedtuple
 
 # ---------------------------------------------------------------- field kinds
 # How the engines read and write a field. The compiled engine's enum (_engine.pyx)
@@ -37,13 +37,10 @@ D_LIST = 2  # a new empty list; "default" means empty
 D_NEW = 3  # a new struct of defaults (never-null struct fields); compared with ==
 
 
-class Primitive(NamedTuple):
-    """A primitive type of the schemas."""
-
-    kind: int
-    width: int | None  # bytes on the wire, when fixed
-    range: tuple | None  # (lowest, highest) of an integer type
-    fmt: str | None  # its struct format (big-endian), when fixed
+# A primitive type of the schemas: its kind, its width on the wire when fixed, the
+# (lowest, highest) of an integer type, and its struct format (big-endian) when fixed.
+# (collections, not typing: `import fastkwire` does not pay for typing.)
+Primitive = namedtuple("Primitive", "kind width range fmt")
 
 
 PRIMITIVES = {

@@ -1,7 +1,7 @@
 # PYTHON_ARGCOMPLETE_OK (argcomplete: this entry point completes)
 """The `fastkwire` command line.
 
-    fastkwire explain HEX | --file FILE | --example NAME [--api API --version V] [--json]
+    fastkwire explain HEX | --file FILE | --example NAME [--api API --api-version V] [--json]
     fastkwire explain --capture FILE [--port P] [--api API] [--client-id ID]
     fastkwire explain --list-examples [API]
     fastkwire proxy --listen HOST:PORT --upstream HOST:PORT [--json] [--record FILE] [...]
@@ -684,7 +684,17 @@ def configure_explain(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument(
         "--api", type=_api_key, help="for a response: its API, by name (LeaveGroup) or key (13)"
     )
-    parser.add_argument("--version", type=int, help="for a response: its API version")
+    parser.add_argument(
+        "--api-version",
+        "--version",
+        dest="version",
+        type=int,
+        nargs="?",
+        action=_ApiVersion,
+        metavar="N",
+        help="for a response: its API version (--version alone prints fastkwire's release, "
+        "as `fastkwire --version` does)",
+    )
     parser.add_argument(
         "--example",
         metavar="NAME",
@@ -841,13 +851,13 @@ def _response_hint(err) -> str:
         return ""
     if not readings:
         return (
-            "fastkwire explain: if this is a response, give --api and --version: a response "
+            "fastkwire explain: if this is a response, give --api and --api-version: a response "
             "header does not say which API it answers (and no response of any API and "
             "version reads these bytes exactly)\n"
         )
     return (
         f"fastkwire explain: if this is a response, it reads exactly as "
-        f"{reading_names(readings)}: give --api and --version to say which\n"
+        f"{reading_names(readings)}: give --api and --api-version to say which\n"
     )
 
 
@@ -871,7 +881,7 @@ def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
             frame, api_key, version = example(args.example)
         else:
             if (args.api is None) != (args.version is None):
-                raise ValueError("a response needs both --api and --version")
+                raise ValueError("a response needs both --api and --api-version")
             frame, api_key, version = _read_frame(args, stdin), args.api, args.version
         root = explain(
             frame,
@@ -892,7 +902,7 @@ def run_explain(args, stdout=None, stderr=None, stdin=None) -> int:
         _write(
             stderr,
             "fastkwire explain: read as a response (its reading: line says why); "
-            "--api and --version choose another reading\n",
+            "--api and --api-version choose another reading\n",
         )
     if args.json:
         _write_json(stdout, message_value(frame, root))
@@ -942,6 +952,18 @@ class _Version(argparse._VersionAction):
     def __call__(self, parser, namespace, values, option_string=None):
         print(self.version)
         parser.exit()
+
+
+class _ApiVersion(argparse.Action):
+    """explain's --api-version N; a bare --version prints the release, as the top level's."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values is None:
+            if option_string != "--version":
+                parser.error(f"argument {option_string}: expected a version number")
+            print(_release())
+            parser.exit()
+        setattr(namespace, self.dest, values)
 
 
 _ANY_COMMAND = (
@@ -997,15 +1019,19 @@ def _exit_codes(parser, command):
     parser.epilog = "exit codes:\n" + EXIT_CODES[command] + _ANY_COMMAND
 
 
-def build_parser(prog="fastkwire"):
+def _release() -> str:
     from . import __version__, _why, implementation
 
     core = "compiled core" if implementation == "cython" else f"pure-Python core: {_why}"
+    return f"fastkwire {__version__} ({core})"
+
+
+def build_parser(prog="fastkwire"):
     parser = _Parser(prog=prog, description="fastkwire: Kafka wire-protocol tools")
     parser.add_argument(
         "--version",
         action=_Version,
-        version=f"fastkwire {__version__} ({core})",
+        version=_release(),
         help="print the release and which implementation runs (compiled or pure Python), then exit",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -89,8 +89,12 @@ def string_too_long(offset, length):
     return DecodeError(f"string length {length} exceeds 32767", offset)
 
 
+def _s(n):
+    return "" if n == 1 else "s"
+
+
 def trailing(offset, extra):
-    return DecodeError(f"{extra} trailing bytes after the message", offset)
+    return DecodeError(f"{extra} trailing byte{_s(extra)} after the message", offset)
 
 
 def tags_out_of_order(offset, tag):

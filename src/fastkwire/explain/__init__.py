@@ -636,7 +636,7 @@ def explain(
     except DecodeError as err:
         _close_open_nodes(root, err)
         err.partial_tree = root
-        if try_responses and api_key is None:
+        if try_responses and api_key is None and _whole_frame(data):
             return _as_response(data, err, max_items)
         raise
     except UnsupportedVersionError as err:  # a request header's version out of range
@@ -644,6 +644,12 @@ def explain(
             return _as_response(data, err, max_items)
         raise
     return root
+
+
+def _whole_frame(data) -> bool:
+    """Whether the size prefix counts exactly the bytes that follow: a cut (or overlong)
+    frame reads as no response either, so trying them would only mislead."""
+    return len(data) >= 4 and int.from_bytes(data[:4], "big", signed=True) == len(data) - 4
 
 
 def response_readings(frame) -> list[tuple[int, int]]:
