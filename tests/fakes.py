@@ -251,13 +251,16 @@ class ScriptedBroker:
             if request.mechanism not in offered:
                 conn.sendall(
                     encode_response(
-                        SaslHandshakeResponse(error_code=33, mechanisms=offered), version, cid
+                        SaslHandshakeResponse(error_code=33, mechanisms=self.sasl.listed),
+                        version,
+                        cid,
                     )
                 )
                 return True
             session["sasl"] = self.sasl.session(request.mechanism)
             session["raw"] = version == 0
-            conn.sendall(encode_response(SaslHandshakeResponse(mechanisms=offered), version, cid))
+            answer = SaslHandshakeResponse(mechanisms=self.sasl.listed)
+            conn.sendall(encode_response(answer, version, cid))
             return True
         try:
             reply, done = session["sasl"].step(request.auth_bytes)

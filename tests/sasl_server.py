@@ -30,10 +30,13 @@ class SaslServer:
         iterations=4096,
         bad_signature=False,
         nonce=None,
+        listed=None,
     ):
         self.users = dict(users or {})
         self.tokens = set(tokens)
         self.mechanisms = list(mechanisms)
+        # what the handshake's answer lists (a broker may list one it then refuses)
+        self.listed = self.mechanisms if listed is None else list(listed)
         self.iterations = iterations
         self.bad_signature = bad_signature
         self.nonce = nonce

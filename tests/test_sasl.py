@@ -232,6 +232,17 @@ def test_mechanism_not_offered(scripted, call):
     assert broker.sasl_events == ["handshake SCRAM-SHA-256"]
 
 
+def test_a_broker_refusing_a_mechanism_it_lists_is_named_as_contradicting_itself(scripted, call):
+    # Tansu answers UNSUPPORTED_SASL_MECHANISM for PLAIN while listing PLAIN
+    broker = sasl_broker(scripted, SaslServer(USERS, mechanisms=[], listed=["PLAIN"]))
+    with pytest.raises(UnsupportedSaslMechanismError) as err:
+        call(broker, "api_versions", **scram("PLAIN"))
+    assert "refused SASL mechanism PLAIN as unsupported, yet lists it among those it " in str(
+        err.value
+    )
+    assert "(it enables" not in str(err.value) and "sasl_mechanism" not in str(err.value)
+
+
 def test_broker_without_sasl(scripted, call):
     broker = scripted()  # no SaslHandshake in its ApiVersions
     with pytest.raises(

@@ -579,9 +579,16 @@ def _authenticate(address, versions, security, mechanism):
     response = yield Request(None, SaslHandshakeRequest(mechanism=name), handshake if framed else 0)
     if response.error_code == UNSUPPORTED_SASL_MECHANISM:
         enabled = ", ".join(printable(m, 40) for m in response.mechanisms[:20]) or "none"
+        if name in response.mechanisms:  # seen from Tansu: a listener without SASL set up
+            raise SaslMechanismError(
+                f"{address} refused SASL mechanism {name} as unsupported, yet lists it among "
+                f"those it enables ({enabled}): the broker contradicts itself, so its SASL "
+                "set-up for this listener is incomplete; check the broker's configuration",
+                lookup(response.error_code),
+            )
         raise SaslMechanismError(
-            f"{address} does not enable SASL mechanism {name} (it enables: {enabled}): set sasl_mechanism "
-            "to one it enables",
+            f"{address} does not enable SASL mechanism {name} (it enables: {enabled}): "
+            "use sasl_mechanism to choose one it enables",
             lookup(response.error_code),
         )
     if response.error_code != NONE:
