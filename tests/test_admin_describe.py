@@ -407,6 +407,29 @@ def test_cli_dry_run(scripted, capsys):
     assert broker.seen(LEAVE_GROUP) == [] and list(group.static) == ["a", "b"]
 
 
+def test_cli_says_when_the_broker_reports_no_instance_ids(scripted, capsys):
+    # As Tansu 0.6 does for consumers started with group_instance_id: every member is
+    # described without one, and a removal by one is UNKNOWN_MEMBER_ID.
+    broker, group = group_broker(scripted, static=(), dynamic=("d1", "d2"))
+    argv = ["remove-members", "--bootstrap-server", broker.address, "--group", "orders"]
+    code, out, err = run_main(capsys, argv + ["--instance-id", "host-0", "--dry-run"])
+    assert code == 0 and err == ""
+    assert "Not in the group: group.instance.id 'host-0'" in out
+    assert (
+        "The broker reports no group.instance.id for any of the group's 2 members: if the "
+        "consumers were started with one" in " ".join(out.split())
+    )
+    assert "static membership (KIP-345)" in out and "--member-id" in out
+    code, out, err = run_main(capsys, argv + ["--instance-id", "host-0"])
+    assert code != 0 and "UNKNOWN_MEMBER_ID" in out
+    assert "The broker knows none of these group.instance.ids" in out
+    # a group whose members do carry instance ids gets neither line for a real typo
+    broker, group = group_broker(scripted, static=("a", "b"))
+    argv = ["remove-members", "--bootstrap-server", broker.address, "--group", "orders"]
+    code, out, _ = run_main(capsys, argv + ["--instance-id", "ghost", "--dry-run"])
+    assert "Not in the group" in out and "reports no group.instance.id" not in out
+
+
 @pytest.mark.parametrize(
     "argv_tail, words",
     [

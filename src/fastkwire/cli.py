@@ -578,6 +578,16 @@ def _print_table(result, out):
             file=out,
         )
     print(f"{len(result.removed)} of {len(result.members)} members removed.", file=out)
+    unknown = [
+        m for m in result.members if not m.by_member_id and m.error_name == "UNKNOWN_MEMBER_ID"
+    ]
+    if unknown and len(unknown) == len(result.members):
+        print(
+            "The broker knows none of these group.instance.ids: `fastkwire describe-group` "
+            "lists the ones it holds (a broker without static membership, KIP-345, lists "
+            "none).",
+            file=out,
+        )
 
 
 def _print_plan(plan, out):
@@ -605,6 +615,23 @@ def _print_plan(plan, out):
         print(f"Not in the group: group.instance.id {printable(repr(instance_id))}", file=out)
     for member_id in plan.missing_member_ids:
         print(f"Not in the group: member id {printable(repr(member_id))}", file=out)
+    if (
+        plan.missing_instance_ids
+        and g.members
+        and all(m.group_instance_id is None for m in g.members)
+    ):
+        print(_NO_STATIC_MEMBERS.format(n=_members(len(g.members))), file=out)
+
+
+# A broker that does not keep KIP-345 static membership (Tansu 0.6 among them) describes
+# every member without its group.instance.id, and answers a removal by one with
+# UNKNOWN_MEMBER_ID, whatever the consumers were started with.
+_NO_STATIC_MEMBERS = (
+    "The broker reports no group.instance.id for any of the group's {n}: if the consumers "
+    "were started with one (group.instance.id, group_instance_id), this broker does not keep "
+    "static membership (KIP-345) and cannot remove members by it. Remove them by member id "
+    "(--member-id), or use a broker that keeps it (Apache Kafka 2.4+, `fastkwire broker`)."
+)
 
 
 # ---------------------------------------------------------------- explain
