@@ -332,6 +332,9 @@ def run_suite(json_path, quick, pytest_args):
         "-p",
         "no:cacheprovider",
         "-q",
+        # pytest-benchmark's own table (hundreds of lines) would come before the summary;
+        # the file -o writes and --tables hold every number.
+        "--benchmark-quiet",
         *rounds,
         *pytest_args,
     ]

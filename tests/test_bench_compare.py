@@ -121,3 +121,19 @@ def test_without_the_bench_extra_it_says_what_to_install(compare, monkeypatch, c
     monkeypatch.setattr(compare, "missing_tools", lambda: ["pytest_benchmark"])
     assert compare.main(["--quick"]) == 2
     assert 'pip install ".[bench]"' in capsys.readouterr().err
+
+
+def test_a_quick_run_prints_the_summary_not_pytest_benchmarks_table(tmp_path):
+    pytest.importorskip("pytest_benchmark")
+    done = subprocess.run(
+        [sys.executable, str(COMPARE), "--quick", "--json", str(tmp_path / "b.json")]
+        + ["-o", str(tmp_path / "b.md"), "--", "-k", "test_free and cython and not 10000"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Name (time in" not in done.stdout  # pytest-benchmark's table
+    assert "Every median, ratio and target: --tables" in done.stdout
+    assert "| workload |" in (tmp_path / "b.md").read_text()  # the tables went to -o
