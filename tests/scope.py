@@ -6,6 +6,7 @@ every version of everything.
 """
 
 import os
+from pathlib import Path
 
 SEED_MESSAGES = frozenset(
     [
@@ -32,3 +33,18 @@ def pairs(names_and_versions):
     for name, v in names_and_versions:
         by_name.setdefault(name, []).append(v)
     return [(n, v) for n, vs in by_name.items() for v in versions(n, vs)]
+
+
+# Apache Kafka's own message definitions (the JSON files under
+# clients/src/main/resources/common/message/ of apache/kafka), which the converter's and
+# the all-APIs tests read: FASTKWIRE_KAFKA_SCHEMAS, else a folder kafka-schemas in a
+# folder shared beside the checkout.
+KAFKA_SCHEMAS = Path(
+    os.environ.get("FASTKWIRE_KAFKA_SCHEMAS")
+    or Path(__file__).resolve().parents[2] / "shared" / "kafka-schemas"
+)
+NO_KAFKA_SCHEMAS = (
+    f"Kafka's message definitions are not at {KAFKA_SCHEMAS}: set FASTKWIRE_KAFKA_SCHEMAS to a "
+    "folder of them (clients/src/main/resources/common/message/*.json of an apache/kafka "
+    "checkout) to run these"
+)

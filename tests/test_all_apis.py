@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KAFKA = ROOT.parent / "shared" / "kafka-schemas"
+from scope import KAFKA_SCHEMAS as KAFKA, NO_KAFKA_SCHEMAS  # noqa: E402
 sys.path.insert(0, str(ROOT / "fuzz"))
 import differential as D  # noqa: E402
 
@@ -47,7 +47,7 @@ def test_defaults_follow_the_schema(impl):
 
 
 @pytest.mark.skipif(
-    not KAFKA.is_dir(), reason="Kafka's message definitions are not beside the checkout"
+    not KAFKA.is_dir(), reason=NO_KAFKA_SCHEMAS
 )
 def test_shipped_definitions_are_what_the_converter_makes():
     # the default conversion reads the snapshot, kafka-python 3's newer Kafka files and kio

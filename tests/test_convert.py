@@ -18,7 +18,7 @@ import test_schemas
 from fastkwire import _schema
 
 ROOT = Path(__file__).resolve().parents[1]
-KAFKA = Path(__file__).resolve().parents[2] / "shared" / "kafka-schemas"
+from scope import KAFKA_SCHEMAS as KAFKA, NO_KAFKA_SCHEMAS  # noqa: E402
 SCHEMAS = ROOT / "src" / "fastkwire" / "schemas"
 HAND_WRITTEN = (
     "LeaveGroupRequest",
@@ -31,7 +31,7 @@ HAND_WRITTEN = (
     "ResponseHeader",
 )
 
-pytestmark = pytest.mark.skipif(not KAFKA.is_dir(), reason="Kafka's message definitions not found")
+pytestmark = pytest.mark.skipif(not KAFKA.is_dir(), reason=NO_KAFKA_SCHEMAS)
 
 
 def _load_tool():
