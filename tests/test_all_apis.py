@@ -9,6 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 from scope import KAFKA_SCHEMAS as KAFKA, NO_KAFKA_SCHEMAS  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "fuzz"))
 import differential as D  # noqa: E402
 
@@ -46,9 +47,7 @@ def test_defaults_follow_the_schema(impl):
     assert str(produce.topic_id) == "00000000-0000-0000-0000-000000000000"
 
 
-@pytest.mark.skipif(
-    not KAFKA.is_dir(), reason=NO_KAFKA_SCHEMAS
-)
+@pytest.mark.skipif(not KAFKA.is_dir(), reason=NO_KAFKA_SCHEMAS)
 def test_shipped_definitions_are_what_the_converter_makes():
     # the default conversion reads the snapshot, kafka-python 3's newer Kafka files and kio
     pytest.importorskip("kio")

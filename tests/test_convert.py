@@ -19,6 +19,7 @@ from fastkwire import _schema
 
 ROOT = Path(__file__).resolve().parents[1]
 from scope import KAFKA_SCHEMAS as KAFKA, NO_KAFKA_SCHEMAS  # noqa: E402
+
 SCHEMAS = ROOT / "src" / "fastkwire" / "schemas"
 HAND_WRITTEN = (
     "LeaveGroupRequest",

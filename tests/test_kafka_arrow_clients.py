@@ -18,6 +18,7 @@ from fastkwire import ProduceRequest, ProduceResponse, records  # noqa: E402
 from fastkwire.records import Record  # noqa: E402
 
 from log_broker import INVALID_REQUEST, LogBroker, PartitionLog  # noqa: E402
+from local_ray import local_ray  # noqa: E402
 from record_peers import HAVE_CRAMJAM  # noqa: E402
 
 TOPIC = "clients"
@@ -127,18 +128,13 @@ def test_kafka_python_reads_what_read_kafka_gives(broker, expected):
 
 
 def test_ray_datas_own_reader_reads_what_read_kafka_gives(broker, expected):
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
+    with local_ray() as ray:
         # timeout_ms bounds each of Ray's read tasks (it then returns what it had: the
         # comparison below would fail, not hang).
         ds = ray.data.read_kafka(
             TOPIC, bootstrap_servers=broker.bootstrap, timeout_ms=DEADLINE_S * 1000
         )
         table = pa.concat_tables(ray.get(ds.to_arrow_refs()))
-    finally:
-        ray.shutdown()
     assert table.num_rows == PARTITIONS * PER_PARTITION
     assert set(table.column("timestamp_type").to_pylist()) == {1}
     assert [ray_headers(r) for r in arrow_rows(table)] == [ray_headers(r) for r in expected]

@@ -14,6 +14,7 @@ import fastkwire.ray  # noqa: E402
 from fastkwire.kafka_arrow import SCHEMA, OffsetRange, spread  # noqa: E402
 
 from log_broker import LogBroker, PartitionLog  # noqa: E402
+from local_ray import local_ray  # noqa: E402
 from test_kafka_arrow import keyed_log  # noqa: E402
 
 PARTITIONS, PER_PARTITION, CPUS = 3, 95, 2
@@ -28,9 +29,8 @@ def broker():
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray.init(num_cpus=CPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+    with local_ray(CPUS):
+        yield
 
 
 def key_rows(table):

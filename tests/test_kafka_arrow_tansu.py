@@ -13,6 +13,7 @@ import fastkwire  # noqa: E402
 from fastkwire.kafka_arrow import SCHEMA, KafkaReadError  # noqa: E402
 
 from broker import tansu_broker  # noqa: E402, F401
+from local_ray import local_ray  # noqa: E402
 
 pytestmark = pytest.mark.broker
 
@@ -207,11 +208,8 @@ def test_bad_input_on_the_real_broker(loaded):
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
+    with local_ray() as ray:
+        yield ray
 
 
 def test_ray_reader_gives_what_kafka_python_consumes(loaded, ray_local):

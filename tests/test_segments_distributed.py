@@ -8,6 +8,7 @@ pytest.importorskip("numpy")
 
 from fastkwire import records, segments  # noqa: E402
 from fastkwire.records import Record  # noqa: E402
+from local_ray import local_ray  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +38,9 @@ def sorted_rows(table):
 
 
 def test_ray(log):
-    ray = pytest.importorskip("ray")
-    import fastkwire.ray
+    with local_ray():
+        import fastkwire.ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
         ds = fastkwire.ray.read_segments(log)
         source = fastkwire.ray.SegmentDatasource(log)
         assert len(source.get_read_tasks(1)) == 6  # one per segment file
@@ -50,8 +49,6 @@ def test_ray(log):
         assert table.num_rows == 240
         ranged = fastkwire.ray.read_segments(log, start_offset=85, partitions=[1])
         assert sorted(ranged.to_pandas()["offset"]) == list(range(85, 120))
-    finally:
-        ray.shutdown()
 
 
 def test_dask(log):
