@@ -182,21 +182,63 @@ def test_matching_by_version_and_client_id():
         ("api=Heartbeat,error=0", "error"),
         (
             "api=Produce,error=NOT_LEADER_OR_FOLLOWER",
-            "error: ProduceResponse has no top-level error_code",
+            "rule key 'error': ProduceResponse has no top-level error_code",
         ),
-        ("error=27", "error: an error answer needs the api"),
+        ("error=27", "rule key 'error': an error answer needs the api"),
         ("api=Fetch,delay_ms=-1", "delay_ms"),
         ("api=Fetch,delay_ms=5,probability=2", "probability"),
         ("api=Fetch,delay_ms=5,times=1.5", "times"),
         ("api=Fetch,disconnect=during", "disconnect"),
         ("api=Fetch,delay_ms=5,version=x", "version"),
-        ("api=Fetch,delay_ms=5,colour=red", "colour: not a rule key"),
+        ("api=Fetch,delay_ms=5,colour=red", "'colour': not a rule key"),
         ("Fetch,delay_ms=5", "key=value"),
     ],
 )
 def test_bad_rules_name_the_key(spec, key):
     with pytest.raises(RuleError, match=key):
         Rule.parse(spec)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("api=Fetc,delay_ms=1", "rule key 'api': unknown API 'Fetc' (did you mean 'Fetch'?)"),
+        ("api=Fetch,disconect=before", "'disconect': not a rule key (did you mean 'disconnect'?)"),
+        (
+            "api=Fetch,disconnect=befor",
+            "rule key 'disconnect': 'befor' is not 'before' or 'after' (did you mean 'before'?)",
+        ),
+        (
+            "api=Heartbeat,error=not_coordinatr",
+            "rule key 'error': unknown error name 'not_coordinatr' (did you mean 'NOT_COORDINATOR'?)",
+        ),
+        (
+            "api=Fetch,disconnect=sideways",
+            "rule key 'disconnect': 'sideways' is not 'before' or 'after'",
+        ),
+    ],
+)
+def test_a_near_miss_in_a_rule_says_what_was_meant(spec, message):
+    with pytest.raises(RuleError) as err:
+        Rule.parse(spec)
+    assert str(err.value).startswith(message)
+
+
+def test_the_command_line_says_error_once_for_a_bad_error_rule():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fastkwire", "proxy", "--listen", "127.0.0.1:0", "--upstream"]
+        + ["127.0.0.1:9", "--fault", "api=Heartbeat,error=NOPE"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "fastkwire proxy: error: argument --fault: rule key 'error': unknown error name 'NOPE'"
+    )
 
 
 def test_rules_file(tmp_path):

@@ -38,12 +38,26 @@ class RuleError(ValueError):
     """A rule that cannot work; the message names the key."""
 
 
+def _meant(given, known):
+    """'; did you mean X?' for a near miss among known, else ''."""
+    import difflib
+
+    if not isinstance(given, str):
+        return ""
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _error_names():
+    return [e.name for e in ERRORS.values() if e.code != 0]  # NONE is no error to answer with
+
+
 def _api_key(value):
     if isinstance(value, bool):
-        raise RuleError(f"api: not an API: {value!r}")
+        raise RuleError(f"rule key 'api': not an API: {value!r}")
     if isinstance(value, int):
         if value not in api_names():
-            raise RuleError(f"api: unknown API key {value}")
+            raise RuleError(f"rule key 'api': unknown API key {value}")
         return value
     if isinstance(value, str):
         if value.isdigit():
@@ -52,14 +66,15 @@ def _api_key(value):
         for key, name in api_names().items():
             if name.lower() == wanted:
                 return key
-        raise RuleError(f"api: unknown API {value!r}")
-    raise RuleError(f"api: not an API name or key: {value!r}")
+        meant = _meant(value, api_names().values())
+        raise RuleError(f"rule key 'api': unknown API {value!r}{meant}")
+    raise RuleError(f"rule key 'api': not an API name or key: {value!r}")
 
 
 def _versions(value):
     """An int, or text "3", "3+", "0-2": (low, high), each an int16 version, low <= high."""
     if isinstance(value, bool):
-        raise RuleError(f"version: not a version: {value!r}")
+        raise RuleError(f"rule key 'version': not a version: {value!r}")
     got = None
     if isinstance(value, int):
         got = value, value
@@ -76,43 +91,46 @@ def _versions(value):
         except ValueError:
             pass
     if got is None:
-        raise RuleError(f"version: not a version or range (3, 3+, 0-2): {value!r}")
+        raise RuleError(f"rule key 'version': not a version or range (3, 3+, 0-2): {value!r}")
     low, high = got
     if not (0 <= low <= MAX_VERSION and 0 <= high <= MAX_VERSION):
-        raise RuleError(f"version: {value!r}: a version is from 0 to {MAX_VERSION}")
+        raise RuleError(f"rule key 'version': {value!r}: a version is from 0 to {MAX_VERSION}")
     if low > high:
-        raise RuleError(f"version: {value!r}: the range is empty ({low} > {high}), nothing matches")
+        raise RuleError(
+            f"rule key 'version': {value!r}: the range is empty ({low} > {high}), nothing matches"
+        )
     return got
 
 
 def _error_code(value):
     if isinstance(value, bool):
-        raise RuleError(f"error: not an error code: {value!r}")
+        raise RuleError(f"rule key 'error': not an error code: {value!r}")
     if isinstance(value, str) and not value.lstrip("-").isdigit():
         try:
             return by_name(value.upper()).code
         except (KeyError, ValueError):
-            raise RuleError(f"error: unknown error name {value!r}") from None
+            meant = _meant(value.upper(), _error_names())
+            raise RuleError(f"rule key 'error': unknown error name {value!r}{meant}") from None
     try:
         code = int(value)
     except (TypeError, ValueError):
-        raise RuleError(f"error: not an error code: {value!r}") from None
+        raise RuleError(f"rule key 'error': not an error code: {value!r}") from None
     if not -32768 <= code <= 32767 or code == 0:
-        raise RuleError(f"error: {code} is not a non-zero int16 error code")
+        raise RuleError(f"rule key 'error': {code} is not a non-zero int16 error code")
     return code
 
 
 def _number(key, value, low, high, kind=float):
     if isinstance(value, bool):
-        raise RuleError(f"{key}: not a number: {value!r}")
+        raise RuleError(f"rule key '{key}': not a number: {value!r}")
     try:
         number = kind(value)
     except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
-        raise RuleError(f"{key}: not a number: {value!r}") from None
+        raise RuleError(f"rule key '{key}': not a number: {value!r}") from None
     if kind is int and isinstance(value, float) and value != number:
-        raise RuleError(f"{key}: not a whole number: {value!r}")
+        raise RuleError(f"rule key '{key}': not a whole number: {value!r}")
     if not low <= number <= high:  # also refuses nan
-        raise RuleError(f"{key}: {value!r} is not between {low} and {high}")
+        raise RuleError(f"rule key '{key}': {value!r} is not between {low} and {high}")
     return number
 
 
@@ -159,7 +177,7 @@ class Rule:
                     f"{low}-{high}, so the rule could never match"
                 )
         if client_id is not None and not isinstance(client_id, str):
-            raise RuleError(f"client_id: not text: {client_id!r}")
+            raise RuleError(f"rule key 'client_id': not text: {client_id!r}")
         self.client_id = client_id
         actions = [
             k
@@ -173,12 +191,15 @@ class Rule:
             )
         self.delay_ms = None if delay_ms is None else _number("delay_ms", delay_ms, 0, MAX_DELAY_MS)
         if disconnect is not None and disconnect not in DISCONNECT_WHEN:
-            raise RuleError(f"disconnect: {disconnect!r} is not 'before' or 'after'")
+            raise RuleError(
+                f"rule key 'disconnect': {disconnect!r} is not 'before' or 'after'"
+                + _meant(disconnect, DISCONNECT_WHEN)
+            )
         self.disconnect = disconnect
         self.error_code = None if error is None else _error_code(error)
         if self.error_code is not None:
             if self.api_key is None:
-                raise RuleError("error: an error answer needs the api it answers")
+                raise RuleError("rule key 'error': an error answer needs the api it answers")
             cls = RESPONSE_CLASSES[self.api_key]
             low, high = cls.MIN_VERSION, cls.MAX_VERSION
             if self.versions is not None:
@@ -186,7 +207,7 @@ class Rule:
             answerable = [v for v in range(low, high + 1) if _has_top_level_error(cls, v)]
             if not answerable:
                 raise RuleError(
-                    f"error: {cls.__name__} has no top-level error_code to answer with"
+                    f"rule key 'error': {cls.__name__} has no top-level error_code to answer with"
                     + (f" in versions {low}-{high}" if self.versions is not None else "")
                     + " (its errors are per topic or partition)"
                 )
@@ -202,7 +223,10 @@ class Rule:
             raise RuleError(f"a rule is an object of {', '.join(KEYS)}, not {d!r}")
         unknown = sorted(set(d) - set(KEYS))
         if unknown:
-            raise RuleError(f"{unknown[0]}: not a rule key (known: {', '.join(KEYS)})")
+            raise RuleError(
+                f"{unknown[0]!r}: not a rule key{_meant(unknown[0], KEYS)} "
+                f"(known: {', '.join(KEYS)})"
+            )
         return cls(**d)
 
     @classmethod
