@@ -521,6 +521,16 @@ def run_proxy(args, out=None, err=None):
 
 
 async def _serve(proxy, args, err):
+    # The handlers go in before anything is announced: a process that inherited SIGINT as
+    # ignored (a background job) and is sent it right after "listening on" must stop.
+    # add_signal_handler replaces whatever disposition was inherited, SIG_IGN included.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+            pass
     try:
         await proxy.start()
     except OSError as e:
@@ -553,13 +563,6 @@ async def _serve(proxy, args, err):
         file=err,
         flush=True,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
-            pass
     try:
         await stop.wait()
     finally:
