@@ -329,3 +329,20 @@ def test_library_errors_name_the_parameter(kwargs, name):
         Proxy("127.0.0.1:9092", **kwargs)
     with pytest.raises(ValueError, match="upstream"):
         Proxy("no port here")
+
+
+def test_an_upstream_connect_that_times_out_says_so():
+    from test_proxy_loop import unanswered_listener
+
+    lsock, fillers = unanswered_listener()
+    port = lsock.getsockname()[1]
+    try:
+        with BackgroundProxy(lsock.getsockname(), connect_timeout=0.5) as proxy:
+            with connect(proxy) as sock:
+                assert closed_by_peer(sock)
+            event = wait_for_event(proxy, "upstream")
+    finally:
+        lsock.close()
+        for s in fillers:
+            s.close()
+    assert event.text == f"upstream 127.0.0.1:{port}: timed out after 0.5 s (connect_timeout)"

@@ -118,7 +118,7 @@ def test_a_sigint_right_after_the_banner_stops_the_proxy_even_if_inherited_as_ig
     assert proc.returncode == 0, err
 
 
-def _unanswered_listener():
+def unanswered_listener():
     """A listener whose backlog is full: a connection to it stays unconnected (SYN_SENT)."""
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
@@ -138,7 +138,7 @@ def test_a_client_is_not_read_before_its_upstream_is_connected(kind):
     """A client is held unread until its upstream connects. uvloop makes one read after
     connection_made whatever it asked (what hung a bare forwarder that wrote to an upstream
     not yet there): at most that read's 256 KiB is held, queued for the upstream."""
-    lsock, fillers = _unanswered_listener()
+    lsock, fillers = unanswered_listener()
     try:
         with BackgroundProxy(lsock.getsockname(), loop=kind, connect_timeout=5) as proxy:
             assert proxy.call(lambda: loop_name(asyncio.get_running_loop())) == kind

@@ -34,7 +34,7 @@ import ssl
 import threading
 import time
 
-from ._compiled import CompiledPath, _Early, compiled_forwarder, forward_kind
+from ._compiled import CompiledPath, _Early, _detach, compiled_forwarder, forward_kind
 from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
 from ._loop import loop_factory
@@ -393,6 +393,18 @@ class _NoSide:
 _NO_SIDE = _NoSide()
 
 
+class _TlsAccept(asyncio.Protocol):
+    """A TLS listener's protocol at accept: the client is counted in max_connections from
+    here, and its socket goes to the handshake (`Proxy._tls_accepted`). Taken in
+    connection_made, before any read (uvloop reads once after it returns otherwise)."""
+
+    def __init__(self, proxy, listener):
+        self.proxy, self.listener = proxy, listener
+
+    def connection_made(self, transport):
+        self.proxy._tls_accepted(transport, self.listener)
+
+
 class _Conn:
     __slots__ = (
         "number",
@@ -628,6 +640,7 @@ class Proxy:
         self._servers = set()  # asyncio servers of the broker listeners
         self._starting = set()  # their create_server tasks, until done
         self._conns = set()
+        self._handshakes = set()  # the tasks of TLS handshakes with clients under way
         self._count = 0
         self._watchdog = None
         self.buffered = 0  # bytes of frames held for all connections (partial and pending)
@@ -644,10 +657,7 @@ class Proxy:
     async def start(self):
         self._bootstrap = _Listener(self.upstream, self.listen, None)
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Side(self, 0, listener=self._bootstrap),
-            self.listen[0],
-            self.listen[1],
-            ssl=self.tls,
+            self._protocol(self._bootstrap), self.listen[0], self.listen[1]
         )
         self.address = self._server.sockets[0].getsockname()[:2]
         self._bootstrap.server = self._server
@@ -668,7 +678,7 @@ class Proxy:
         """Stops listening and ends every connection."""
         if self._server is not None:
             self._server.close()
-        for task in list(self._starting):
+        for task in list(self._starting) + list(self._handshakes):
             task.cancel()
         for lst in self._brokers.values():
             lst.server = None  # a listener still starting closes itself
@@ -813,9 +823,7 @@ class Proxy:
 
     async def _serve_listener(self, lst, sock):
         try:
-            server = await asyncio.get_running_loop().create_server(
-                lambda: _Side(self, 0, listener=lst), sock=sock, ssl=self.tls
-            )
+            server = await asyncio.get_running_loop().create_server(self._protocol(lst), sock=sock)
         except BaseException:
             sock.close()
             raise
@@ -935,6 +943,52 @@ class Proxy:
 
     # ------------------------------------------------------------ connections
 
+    def _protocol(self, listener):
+        """The protocol factory of a listener's server."""
+        if self.tls is not None:
+            return lambda: _TlsAccept(self, listener)
+        return lambda: _Side(self, 0, listener=listener)
+
+    def _tls_accepted(self, transport, listener):
+        """A client of a TLS listener was accepted: refused past max_connections (its
+        handshake counts), else its handshake starts, bounded by connect_timeout."""
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        if len(self._conns) + len(self._handshakes) >= self.max_connections:
+            transport.abort()
+            self._count += 1
+            self._event_text(
+                f"refused {peer[0]}:{peer[1]}: {len(self._conns) + len(self._handshakes)} "
+                f"connections open (limit {self.max_connections}: max_connections)",
+                ProxyEvent.ERROR,
+            )
+            return
+        fd = _detach(transport)
+        task = asyncio.get_running_loop().create_task(self._tls_handshake(fd, listener, peer))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _tls_handshake(self, fd, listener, peer):
+        sock = socket.socket(fileno=fd)
+        try:
+            await asyncio.wait_for(
+                asyncio.get_running_loop().connect_accepted_socket(
+                    lambda: _Side(self, 0, listener=listener),
+                    sock,
+                    ssl=self.tls,
+                    ssl_handshake_timeout=self.connect_timeout + 1,  # wait_for's comes first
+                ),
+                self.connect_timeout,
+            )
+        except asyncio.CancelledError:
+            sock.close()  # the proxy is closing
+            raise
+        except (OSError, asyncio.TimeoutError) as e:
+            sock.close()
+            self._event_text(
+                f"client {peer[0]}:{peer[1]}: TLS handshake: {self._connect_failure(e)}",
+                ProxyEvent.ERROR,
+            )
+
     def _accepted(self, side):
         """A client connected (its side's connection_made): its connection's task starts."""
         self._count += 1
@@ -971,13 +1025,7 @@ class Proxy:
                     self.connect_timeout,
                 )
             except (OSError, asyncio.TimeoutError) as e:
-                reason = (
-                    _tls_reason(e)
-                    if isinstance(e, ssl.SSLError)
-                    else e.strerror or e
-                    if isinstance(e, OSError)
-                    else "connect timed out"
-                )
+                reason = self._connect_failure(e)
                 why, kind = f"upstream {upstream[0]}:{upstream[1]}: {reason}", ProxyEvent.ERROR
                 return
             local = conn.uwriter.get_extra_info("sockname") or ("?", 0)
@@ -1045,6 +1093,17 @@ class Proxy:
             if listener.leaving and not listener.conns and listener.server is not None:
                 self._close_listener(listener)
             self._event(kind, conn, why)
+
+    def _connect_failure(self, e):
+        """Why a connection to a broker failed, in words. wait_for's TimeoutError is an
+        OSError on 3.11+ but has no strerror: it is the proxy's own connect_timeout."""
+        if isinstance(e, ssl.SSLError):
+            return _tls_reason(e)
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+        if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
+            return f"timed out after {self.connect_timeout:g} s (connect_timeout)"
+        return str(e) or type(e).__name__
 
     # ------------------------------------------------------------ forwarding
 
