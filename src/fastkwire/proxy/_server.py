@@ -28,6 +28,7 @@ in it is counted, not waited for.
 
 import asyncio
 import collections
+import ipaddress
 import queue
 import socket
 import ssl
@@ -52,6 +53,10 @@ DEFAULT_FRAME_TIMEOUT = 30.0  # seconds a started frame may take to arrive whole
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_MAX_BUFFERED_BYTES = 1024 * MIB  # frames held for all connections together
+DEFAULT_MAX_BROKERS = 256  # brokers given a listener (or a port kept for them) at once
+DEFAULT_BROKER_PORT_HOLD = 60.0  # seconds a broker that left keeps its port before reuse
+CLOSED_PORT = 0  # told in place of a broker with no listener: nothing ever listens there
+MAX_WARNED = 1024  # brokers without a listener named one by one in warnings
 INSPECT_QUEUE = 10_000  # exchanges waiting for their error codes to be read
 INSPECT_QUEUE_BYTES = 64 * MIB  # and their responses' bytes
 INSPECT_BATCH_DELAY = 0.02  # seconds exchanges gather before the inspector reads them
@@ -487,15 +492,65 @@ class _Conn:
 class _Listener:
     """One of the proxy's listening sockets and the broker its connections go to."""
 
-    __slots__ = ("upstream", "bind", "advertised", "server", "conns", "leaving")
+    __slots__ = (
+        "upstream",
+        "bind",
+        "bound",
+        "advertised",
+        "server",
+        "conns",
+        "leaving",
+        "left",
+        "refused",
+    )
 
     def __init__(self, upstream, bind, advertised):
         self.upstream = upstream  # (host, port) of the broker
         self.bind = bind  # (host, port) listened on; the port is kept once chosen
+        self.bound = None  # the (ip, port) its socket is bound to
         self.advertised = advertised  # (host, port) told to clients
         self.server = None
         self.conns = 0
         self.leaving = False  # not in the cluster's last full list of brokers
+        self.left = None  # when its listener closed after it left: its port is kept a while
+        self.refused = None  # why it may have no listener (it is one of the proxy's own)
+
+
+def _ips(host):
+    """The addresses `host` names without a lookup: an IP literal, or localhost's; empty for
+    any other name (the connection's own check catches those)."""
+    if host == "localhost":
+        return (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+    try:
+        ip = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return ()
+    return (getattr(ip, "ipv4_mapped", None) or ip,)
+
+
+def _is_local(ip):
+    """Whether `ip` is an address of this machine (the wildcard reaches it too)."""
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    with socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET) as s:
+        try:
+            s.bind((str(ip), 0))
+        except OSError:
+            return False
+    return True
+
+
+def _names(address, bound):
+    """Whether a connection to `address` (host, port) would reach the socket bound to
+    `bound` (ip, port): the same port, and its IP, or any local one for a wildcard bind."""
+    if address[1] != bound[1]:
+        return False
+    ours = _ips(bound[0])
+    if not ours:
+        return False
+    if ours[0].is_unspecified:
+        return any(_is_local(ip) for ip in _ips(address[0]))
+    return any(ip == ours[0] for ip in _ips(address[0]))
 
 
 def parse_port_range(value, param="broker_ports"):
@@ -573,6 +628,8 @@ class Proxy:
         tls=None,
         upstream_tls=None,
         forward=None,
+        max_brokers=DEFAULT_MAX_BROKERS,
+        broker_port_hold=DEFAULT_BROKER_PORT_HOLD,
     ):
         self.upstream = parse_address(upstream, "upstream")
         self.listen = parse_address(listen, "listen")
@@ -611,6 +668,8 @@ class Proxy:
         self.connect_timeout = _positive(connect_timeout, "connect_timeout", float)
         self.max_connections = _positive(max_connections, "max_connections")
         self.max_buffered_bytes = _positive(max_buffered_bytes, "max_buffered_bytes")
+        self.max_brokers = _positive(max_brokers, "max_brokers")
+        self.broker_port_hold = _positive(broker_port_hold, "broker_port_hold", float)
         for name, f in (("on_exchange", on_exchange), ("on_event", on_event)):
             if f is not None and not callable(f):
                 raise ValueError(f"{name}: not callable: {f!r}")
@@ -635,8 +694,8 @@ class Proxy:
         self.callback_errors = []  # the first few exceptions observers raised
         self._server = None
         self._bootstrap = None
-        self._brokers = {}  # upstream (host, port) -> _Listener
-        self._next_port = None if self.broker_ports is None else self.broker_ports[0]
+        self._brokers = {}  # upstream (host, port) -> _Listener (listening, or its port kept)
+        self._warned = set()  # brokers warned about as having no listener, until they get one
         self._servers = set()  # asyncio servers of the broker listeners
         self._starting = set()  # their create_server tasks, until done
         self._conns = set()
@@ -663,6 +722,17 @@ class Proxy:
         self._bootstrap.server = self._server
         if self.rewrite and self.advertised is None:
             self.advertised = (self.listen[0], self.address[1])
+        own = [*self._listening(), *self.broker_map.values()]
+        for param, address in [("upstream", self.upstream)] + [
+            ("broker_map", b) for b in self.broker_map
+        ]:
+            loop = next((a for a in own if _names(address, a)), None)
+            if loop is not None:
+                self._server.close()
+                raise ValueError(
+                    f"{param}: {address[0]}:{address[1]} is the proxy's own listening address "
+                    f"{loop[0]}:{loop[1]}: it would forward to itself"
+                )
         for broker, local in self.broker_map.items():  # fixed ports listen from the start
             self._listener_for(broker)
         self._watchdog = asyncio.create_task(self._watch())
@@ -748,43 +818,111 @@ class Proxy:
 
     # ------------------------------------------------------------ brokers' listeners
 
+    def _listening(self):
+        """The (ip, port) of every socket the proxy listens on."""
+        found = [sock.getsockname()[:2] for sock in self._server.sockets]
+        return found + [lst.bound for lst in self._brokers.values() if lst.server is not None]
+
+    def _own_address(self, address):
+        """The proxy's listening address that `address` reaches, or None."""
+        return next((a for a in self._listening() if _names(address, a)), None)
+
     def _listener_for(self, broker):
         """The advertised address of `broker`'s listener, opening it if needed (the socket
-        listens at once; connections wait in its backlog until the server takes them), or
-        None when it has no port (a line says why)."""
+        listens at once; connections wait in its backlog until the server takes them), or,
+        when it can have none, an address where nothing listens (a warning says why)."""
         lst = self._brokers.get(broker)
         if lst is not None and lst.server is not None:
             lst.leaving = False
             return lst.advertised
+        if lst is not None and lst.refused:
+            return self._closed_door(broker, lst.refused)
+        own = self._own_address(broker)
+        if own is not None:
+            return self._closed_door(
+                broker,
+                f"it is the proxy's own listener {own[0]}:{own[1]}, and no listener forwards "
+                "to another of its own",
+            )
+        if self.broker_ports and self.broker_ports[0] <= broker[1] <= self.broker_ports[1]:
+            if _names(broker, (self.listen[0], broker[1])):
+                return self._closed_door(
+                    broker,
+                    f"it would be the proxy's own listener {self.listen[0]}:{broker[1]}, and no "
+                    "listener forwards to another of its own",
+                )
         if lst is None:
-            local = self.broker_map.get(broker)
-            lst = _Listener(broker, local, None)
-        lst.leaving = False
+            if len(self._brokers) >= self.max_brokers:
+                self._reclaim(self.max_brokers - 1)
+            if len(self._brokers) >= self.max_brokers:
+                return self._closed_door(
+                    broker,
+                    f"the proxy already has {len(self._brokers)} brokers' listeners or kept "
+                    f"ports (limit {self.max_brokers}: max_brokers)",
+                )
+            lst = _Listener(broker, self.broker_map.get(broker), None)
+            self._brokers[broker] = lst
+        lst.leaving, lst.left = False, None
         sock = self._bind(lst)
-        if sock is None:
-            return None
+        if isinstance(sock, str) and broker not in self.broker_map and lst.bind is not None:
+            lst.bind = None  # the port it had is taken meanwhile: another one
+            sock = self._bind(lst)
+        if isinstance(sock, str):
+            if lst.bind is None:
+                del self._brokers[broker]
+            return self._closed_door(broker, sock)
         port = sock.getsockname()[1]
+        lst.bound = sock.getsockname()[:2]
         lst.bind = (lst.bind[0], port)
         host = lst.bind[0] if broker in self.broker_map else (self.advertised or self.listen)[0]
         if host in ("", "0.0.0.0", "::"):
             host = (self.advertised or ("127.0.0.1",))[0]
         lst.advertised = (host, port)
-        self._brokers[broker] = lst
         lst.server = True  # listening; the asyncio server follows
         task = asyncio.get_running_loop().create_task(self._serve_listener(lst, sock))
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
+        self._warned.discard(broker)
         self._event_text(f"broker {broker[0]}:{broker[1]} mapped to {host}:{port}")
         return lst.advertised
 
+    def _closed_door(self, broker, why):
+        """What clients are told in place of a broker with no listener: the proxy's host and
+        a port nothing listens on, so that no client ever goes around the proxy. One warning
+        per broker (until it gets a listener), counted in the summary."""
+        host = (self.advertised or self.listen)[0]
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        if broker not in self._warned and len(self._warned) < MAX_WARNED:
+            self._warned.add(broker)
+            self.summary.add_note("brokers withheld from clients (no listener)")
+            self._event_text(
+                f"broker {broker[0]}:{broker[1]} has no listener: {why}; clients are told "
+                f"{host}:{CLOSED_PORT} in its place, where nothing listens (the proxy fails "
+                "closed: no client is told a broker's own address)"
+                + (
+                    "; further brokers without a listener are not named one by one"
+                    if len(self._warned) == MAX_WARNED
+                    else ""
+                ),
+                ProxyEvent.ERROR,
+            )
+        return host, CLOSED_PORT
+
     def _bind(self, lst):
+        """A listening socket for `lst`, or why there is none (text)."""
         tried = []
         candidates = (
             [lst.bind]
             if lst.bind is not None
-            else ((self.listen[0], p) for p in self._free_ports())  # lazily: one at a time
+            else ((self.listen[0], p) for p in self._free_ports())
         )
+        named = {}  # port -> the brokers' addresses with that port
+        for b in self._brokers:
+            named.setdefault(b[1], []).append(b)
         for bind in candidates:
+            if lst.bind is None and any(_names(b, bind) for b in named.get(bind[1], ())):
+                continue  # a broker's own address: its listener would forward to itself
             sock = socket.socket(socket.AF_INET6 if ":" in bind[0] else socket.AF_INET)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -799,27 +937,46 @@ class Proxy:
                 continue
             lst.bind = bind
             return sock
-        where = (
-            f"--map {lst.bind[0]}:{lst.bind[1]} ({tried[-1] if tried else 'cannot listen'})"
-            if lst.bind is not None
-            else f"no free port left in broker_ports {self.broker_ports[0]}-{self.broker_ports[1]}"
-            if self.broker_ports
-            else "not in broker_map, and no broker_ports"
-        )
-        self._event_text(
-            f"broker {lst.upstream[0]}:{lst.upstream[1]} has no listener: {where}; "
-            "its address is passed on unchanged",
-            ProxyEvent.ERROR,
-        )
-        return None
+        if lst.bind is not None:
+            return f"--map {lst.bind[0]}:{lst.bind[1]} ({tried[-1] if tried else 'cannot listen'})"
+        if self.broker_ports:
+            return (
+                f"no free port left in broker_ports {self.broker_ports[0]}-{self.broker_ports[1]}"
+            )
+        return "not in broker_map, and no broker_ports"
 
     def _free_ports(self):
+        """The ports of broker_ports no broker has, lowest first; then those of brokers that
+        left at least broker_port_hold ago, the longest gone first (they lose them)."""
         if self.broker_ports is None:
             return
-        while self._next_port <= self.broker_ports[1]:
-            port = self._next_port
-            self._next_port += 1
-            yield port
+        taken = {lst.bind[1] for lst in self._brokers.values() if lst.bind is not None}
+        for port in range(self.broker_ports[0], self.broker_ports[1] + 1):
+            if port not in taken:
+                yield port
+        for lst in self._reclaimable():
+            if lst.bind is not None and self.broker_ports[0] <= lst.bind[1] <= self.broker_ports[1]:
+                del self._brokers[lst.upstream]
+                yield lst.bind[1]
+
+    def _reclaimable(self):
+        """Brokers that left at least broker_port_hold ago, the longest gone first."""
+        now = time.monotonic()
+        gone = [
+            lst
+            for lst in self._brokers.values()
+            if lst.server is None
+            and lst.left is not None
+            and now - lst.left >= self.broker_port_hold
+        ]
+        return sorted(gone, key=lambda lst: lst.left)
+
+    def _reclaim(self, keep):
+        """Forgets brokers that left long enough ago until at most `keep` are known."""
+        for lst in self._reclaimable():
+            if len(self._brokers) <= keep:
+                return
+            del self._brokers[lst.upstream]
 
     async def _serve_listener(self, lst, sock):
         try:
@@ -843,15 +1000,21 @@ class Proxy:
                 if not lst.conns:
                     self._close_listener(lst)
 
-    def _close_listener(self, lst):
+    def _close_listener(self, lst, why=None):
         server, lst.server = lst.server, None
+        lst.left = time.monotonic()
         if server is not True and server is not None:
             server.close()
             self._servers.discard(server)
         b, a = lst.upstream, lst.advertised
+        if why is not None:
+            self._event_text(
+                f"broker {b[0]}:{b[1]}: listener {a[0]}:{a[1]} closed: {why}", ProxyEvent.ERROR
+            )
+            return
         self._event_text(
-            f"broker {b[0]}:{b[1]} left the cluster: listener {a[0]}:{a[1]} closed "
-            "(the port is kept for it)"
+            f"broker {b[0]}:{b[1]} left the cluster: listener {a[0]}:{a[1]} closed (the port "
+            f"is kept for it {self.broker_port_hold:g} s: broker_port_hold)"
         )
 
     def _map(self, address):
@@ -1027,6 +1190,20 @@ class Proxy:
             except (OSError, asyncio.TimeoutError) as e:
                 reason = self._connect_failure(e)
                 why, kind = f"upstream {upstream[0]}:{upstream[1]}: {reason}", ProxyEvent.ERROR
+                return
+            peer = conn.uwriter.get_extra_info("peername")
+            own = None if peer is None else self._own_address(peer[:2])
+            if own is not None:
+                # A name that resolved to one of the proxy's own listeners: a loop.
+                why = (
+                    f"upstream {upstream[0]}:{upstream[1]} is the proxy's own listener "
+                    f"{own[0]}:{own[1]}: refused, no listener forwards to another of its own"
+                )
+                kind = ProxyEvent.ERROR
+                self.summary.add_note("connections refused: their upstream is the proxy itself")
+                if listener is not self._bootstrap and listener.server is not None:
+                    listener.refused = f"it reached the proxy's own listener {own[0]}:{own[1]}"
+                    self._close_listener(listener, listener.refused)
                 return
             local = conn.uwriter.get_extra_info("sockname") or ("?", 0)
             self._event(
