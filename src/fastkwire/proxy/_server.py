@@ -700,6 +700,8 @@ class Proxy:
         self._starting = set()  # their create_server tasks, until done
         self._conns = set()
         self._handshakes = set()  # the tasks of TLS handshakes with clients under way
+        self._tasks = set()  # every connection's task, from accept until it has ended
+        self._closing = False  # close() began: a connection still starting forwards nothing
         self._count = 0
         self._watchdog = None
         self.buffered = 0  # bytes of frames held for all connections (partial and pending)
@@ -746,6 +748,7 @@ class Proxy:
 
     async def close(self):
         """Stops listening and ends every connection."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
         for task in list(self._starting) + list(self._handshakes):
@@ -758,7 +761,9 @@ class Proxy:
             await self._compiled.close()
         for conn in list(self._conns):
             conn.abort()
-        tasks = [c.task for c in self._conns if c.task is not None]
+        # Every connection's task, those accepted but not yet started included: each one
+        # tells its observers of its last exchanges before the loop is gone.
+        tasks = list(self._tasks)
         if tasks:
             await asyncio.wait(tasks, timeout=5)
         if self._watchdog is not None:
@@ -1159,9 +1164,14 @@ class Proxy:
         conn = _Conn(self._count, f"{peer[0]}:{peer[1]}", side, side.listener)
         side.conn = conn
         conn.task = asyncio.get_running_loop().create_task(self._handle(conn))
+        self._tasks.add(conn.task)
+        conn.task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, conn):
         listener = conn.listener
+        if self._closing:  # accepted as the proxy began to close
+            conn.cwriter.transport.abort()
+            return
         if len(self._conns) >= self.max_connections:
             conn.cwriter.transport.abort()
             self._event(
@@ -1190,6 +1200,9 @@ class Proxy:
             except (OSError, asyncio.TimeoutError) as e:
                 reason = self._connect_failure(e)
                 why, kind = f"upstream {upstream[0]}:{upstream[1]}: {reason}", ProxyEvent.ERROR
+                return
+            if self._closing:  # nothing is forwarded once close() has begun
+                why = "proxy closing"
                 return
             peer = conn.uwriter.get_extra_info("peername")
             own = None if peer is None else self._own_address(peer[:2])
@@ -1239,6 +1252,13 @@ class Proxy:
                 exc = first.exception()
                 if exc is None:
                     why = first.result()
+                elif first is pumps[0] and isinstance(exc, ConnectionResetError):
+                    # How many clients close (with an answer still unread): not an error,
+                    # unless a request was cut short by it.
+                    why = "client reset the connection"
+                    if conn.held[0]:
+                        why += f" mid-request ({conn.held[0]} bytes of it received)"
+                        kind = ProxyEvent.ERROR
                 else:
                     why = describe_end(exc, "client" if first is pumps[0] else "upstream")
                     kind = ProxyEvent.ERROR
