@@ -367,3 +367,15 @@ def test_mapping_flags_refuse_what_does_not_fit(capsys):
     assert code == 2 and "--rewrite-advertised: one address for every broker" in err
     code, err = run("--upstream", "127.0.0.1:9", "--tls-cert", "x.pem")
     assert code == 2 and "--tls-cert and --tls-key go together" in err
+
+
+def test_an_upstream_that_is_the_proxys_own_address_is_a_usage_error(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    assert main(["proxy", "--listen", address, "--upstream", address]) == 2
+    assert capsys.readouterr().err == (
+        f"fastkwire proxy: error: --upstream: {address} is the proxy's own listening address "
+        f"{address}: it would forward to itself\n"
+    )

@@ -1123,7 +1123,6 @@ class Proxy:
         peer = transport.get_extra_info("peername") or ("?", 0)
         if len(self._conns) + len(self._handshakes) >= self.max_connections:
             transport.abort()
-            self._count += 1
             self._event_text(
                 f"refused {peer[0]}:{peer[1]}: {len(self._conns) + len(self._handshakes)} "
                 f"connections open (limit {self.max_connections}: max_connections)",
