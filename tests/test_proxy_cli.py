@@ -367,3 +367,28 @@ def test_mapping_flags_refuse_what_does_not_fit(capsys):
     assert code == 2 and "--rewrite-advertised: one address for every broker" in err
     code, err = run("--upstream", "127.0.0.1:9", "--tls-cert", "x.pem")
     assert code == 2 and "--tls-cert and --tls-key go together" in err
+
+
+def test_an_upstream_that_is_the_proxys_own_address_is_a_usage_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastkwire", "proxy", "--listen", address, "--upstream", address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        _, err = proc.communicate(timeout=START_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the proxy started, forwarding to itself")
+    assert proc.returncode == 2, err
+    assert err == (
+        f"fastkwire proxy: error: --upstream: {address} is the proxy's own listening address "
+        f"{address}: it would forward to itself\n"
+    )

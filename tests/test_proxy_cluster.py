@@ -164,3 +164,53 @@ def test_without_the_mapping_clients_go_around_the_proxy(cluster):
         peers = upstream_peers(proxy)
         bypass = [p for n in NODES for p in cluster.peers[n] if p not in peers]
         assert bypass
+
+
+def test_a_broker_without_a_port_is_reached_by_no_client(cluster):
+    """Three brokers behind two ports: the third is told as a port where nothing listens.
+    confluent-kafka and kafka-python produce to the two others' partitions through the
+    proxy, fail only the third one's, and never connect to the third broker."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    kafka = pytest.importorskip("kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"cluster-closed-{time.monotonic_ns()}"
+    with BackgroundProxy(cluster.bootstrap, broker_ports=_free_range(2)) as proxy:
+        # librdkafka's admin client: kafka-python's gives up when the node it picks at
+        # random cannot be reached, as it would with any broker that is down.
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(TIMEOUT)
+        delivered = {}
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": proxy.bootstrap, "message.timeout.ms": 5000}
+        )
+        for p in range(3):  # partitions 0, 1, 2 are led by nodes 1, 2, 3
+            producer.produce(
+                topic,
+                value=b"c",
+                partition=p,
+                on_delivery=lambda err, msg: delivered.setdefault(msg.partition(), err),
+            )
+        producer.flush(TIMEOUT)
+        assert delivered[0] is None and delivered[1] is None, delivered
+        assert delivered[2] is not None  # timed out: its leader cannot be reached
+        kp = kafka.KafkaProducer(
+            bootstrap_servers=proxy.bootstrap, delivery_timeout_ms=4000, request_timeout_ms=3000
+        )
+        try:
+            kp.send(topic, b"k", partition=0).get(TIMEOUT)
+            kp.send(topic, b"k", partition=1).get(TIMEOUT)
+            with pytest.raises(kafka.errors.KafkaTimeoutError):
+                kp.send(topic, b"k", partition=2).get(TIMEOUT)  # expires after 4 s
+            kp.send(topic, b"k", partition=0).get(TIMEOUT)  # still working
+        finally:
+            kp.close(TIMEOUT)
+        assert (topic, 2) not in cluster.produced[3]
+        peers = upstream_peers(proxy)
+        assert all(p in peers for p in cluster.peers[3]), "a client reached node 3 directly"
+        third = f"127.0.0.1:{cluster.ports[3]}"
+        assert any(
+            e.text.startswith(f"broker {third} has no listener: no free port left")
+            for e in proxy.events()
+        )
+        assert third not in proxy.proxy.brokers

@@ -5,6 +5,8 @@ too; conftest.py makes every loop of that run uvloop's)."""
 import asyncio
 import importlib.util
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -13,7 +15,7 @@ from fastkwire.proxy import BackgroundProxy
 from fastkwire.proxy._loop import loop_factory, loop_name
 from fastkwire.proxy._server import READ_SIZE
 
-from test_proxy_cli import ProxyProcess
+from test_proxy_cli import STOP_TIMEOUT, ProxyProcess, child_env
 
 HAVE_UVLOOP = importlib.util.find_spec("uvloop") is not None
 LOOPS = [
@@ -67,7 +69,56 @@ def test_the_command_says_which_loop_it_runs_on(kind):
     assert code == 0, err
 
 
-def _unanswered_listener():
+# A proxy that inherited SIGINT as ignored (a background job, as CI may run the suite) and
+# is sent it the moment it says "listening on": its handler must be in place by then.
+SIGINT_AT_THE_BANNER = """
+import os, signal, sys
+from fastkwire.cli import main
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Stderr:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        n = self.stream.write(text)
+        if "listening on" in text:
+            self.stream.flush()
+            os.kill(os.getpid(), signal.SIGINT)
+        return n
+
+    def flush(self):
+        self.stream.flush()
+
+
+sys.stderr = Stderr(sys.stderr)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_a_sigint_right_after_the_banner_stops_the_proxy_even_if_inherited_as_ignored(kind):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGINT_AT_THE_BANNER, "proxy", "--listen", "127.0.0.1:0"]
+        + ["--upstream", "127.0.0.1:9", "--loop", kind],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        out, err = proc.communicate(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the proxy went on after a SIGINT right after its banner: {err}")
+    assert "listening on 127.0.0.1:" in err
+    assert proc.returncode == 0, err
+
+
+def unanswered_listener():
     """A listener whose backlog is full: a connection to it stays unconnected (SYN_SENT)."""
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
@@ -87,7 +138,7 @@ def test_a_client_is_not_read_before_its_upstream_is_connected(kind):
     """A client is held unread until its upstream connects. uvloop makes one read after
     connection_made whatever it asked (what hung a bare forwarder that wrote to an upstream
     not yet there): at most that read's 256 KiB is held, queued for the upstream."""
-    lsock, fillers = _unanswered_listener()
+    lsock, fillers = unanswered_listener()
     try:
         with BackgroundProxy(lsock.getsockname(), loop=kind, connect_timeout=5) as proxy:
             assert proxy.call(lambda: loop_name(asyncio.get_running_loop())) == kind

@@ -7,6 +7,7 @@ cluster are in test_proxy_cluster.py."""
 import asyncio
 import socket
 import struct
+import time
 
 import pytest
 
@@ -113,8 +114,8 @@ def test_an_answer_without_brokers_or_an_unmapped_one_is_the_same_frame(impl):
 
 
 class Brokers:
-    """Plain listeners that answer Metadata v9 naming `self.named` (a list of their own
-    ports) and count their connections."""
+    """Plain listeners that answer Metadata v9 naming `self.named` (their own ports, or any
+    (host, port)) and count their connections."""
 
     def __init__(self, count):
         self.socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
@@ -147,8 +148,10 @@ class Brokers:
                 header, _ = fk.decode_request(frame)
                 msg = M(
                     brokers=[
-                        M.MetadataResponseBroker(node_id=n, host="127.0.0.1", port=p)
-                        for n, p in enumerate(self.named)
+                        M.MetadataResponseBroker(node_id=n, host=h, port=p)
+                        for n, (h, p) in enumerate(
+                            b if isinstance(b, tuple) else ("127.0.0.1", b) for b in self.named
+                        )
                     ],
                     topics=[],
                 )
@@ -242,9 +245,155 @@ def test_fixed_mappings_listen_from_the_start(brokers):
     with BackgroundProxy(f"127.0.0.1:{brokers.ports[0]}", broker_map=mapping) as proxy:
         with socket.create_connection(("127.0.0.1", b), timeout=TIMEOUT) as s:
             told = metadata(s, 1)
-        # The third broker has no mapping and no range: passed on as it is, with a line.
-        assert told == [("127.0.0.1", a), ("127.0.0.1", b), ("127.0.0.1", brokers.ports[2])]
-        assert any("has no listener" in e.text for e in proxy.events())
+        # The third broker has no mapping and no range: clients are told a port where
+        # nothing listens, never its own address, and a warning says so.
+        assert told == [("127.0.0.1", a), ("127.0.0.1", b), CLOSED]
+        assert warnings(proxy) == [
+            f"broker 127.0.0.1:{brokers.ports[2]} has no listener: not in broker_map, and no "
+            "broker_ports; clients are told 127.0.0.1:0 in its place, where nothing listens "
+            "(the proxy fails closed: no client is told a broker's own address)"
+        ]
+
+
+CLOSED = ("127.0.0.1", 0)  # what a broker without a listener is told as
+
+
+def warnings(proxy):
+    return [e.text for e in proxy.events() if e.kind == "error" and "has no listener" in e.text]
+
+
+def withheld(proxy):
+    return (
+        proxy.summary.to_dict()
+        .get("notes", {})
+        .get("brokers withheld from clients (no listener)", 0)
+    )
+
+
+def test_three_brokers_behind_two_ports_tell_no_client_the_third_ones_address(brokers):
+    ports = free_port_range(2)
+    start = int(ports.split("-")[0])
+    with BackgroundProxy(f"127.0.0.1:{brokers.ports[0]}", broker_ports=ports) as proxy:
+        for cid in (1, 2):  # asked twice: still no port, and one warning
+            with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+                assert metadata(s, cid) == [("127.0.0.1", start), ("127.0.0.1", start + 1), CLOSED]
+        assert warnings(proxy) == [
+            f"broker 127.0.0.1:{brokers.ports[2]} has no listener: no free port left in "
+            f"broker_ports {ports}; clients are told 127.0.0.1:0 in its place, where nothing "
+            "listens (the proxy fails closed: no client is told a broker's own address)"
+        ]
+        assert withheld(proxy) == 1
+        assert "brokers withheld from clients (no listener): 1" in proxy.summary.table()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(CLOSED, timeout=TIMEOUT).close()
+
+
+def test_a_port_freed_by_a_broker_that_left_is_reused_after_the_hold(brokers):
+    ports = free_port_range(2)
+    start = int(ports.split("-")[0])
+    b0, b1, b2 = brokers.ports
+    with BackgroundProxy(f"127.0.0.1:{b0}", broker_ports=ports, broker_port_hold=0.5) as proxy:
+        brokers.named = [b0, b1]
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            assert metadata(s, 1) == [("127.0.0.1", start), ("127.0.0.1", start + 1)]
+            # b1 leaves and b2 comes (a broker rescheduled at a new address): b1's port
+            # is kept for it a while, and b2 is told no real address meanwhile.
+            brokers.named = [b0, b2]
+            assert metadata(s, 2) == [("127.0.0.1", start), CLOSED]
+            time.sleep(0.6)
+            assert metadata(s, 3) == [("127.0.0.1", start), ("127.0.0.1", start + 1)]
+            # b1 back now: its port went to b2, and no other is free.
+            brokers.named = [b0, b1, b2]
+            assert metadata(s, 4) == [("127.0.0.1", start), CLOSED, ("127.0.0.1", start + 1)]
+        before = list(brokers.accepted)
+        with socket.create_connection(("127.0.0.1", start + 1), timeout=TIMEOUT) as s:
+            metadata(s, 5)
+        assert brokers.accepted[2] == before[2] + 1  # the port now reaches b2
+
+
+def test_the_brokers_one_answer_can_map_are_capped(brokers):
+    """A hostile Metadata naming 40 brokers opens at most max_brokers listeners."""
+    ports = free_port_range(45)
+    start = int(ports.split("-")[0])
+    with BackgroundProxy(
+        f"127.0.0.1:{brokers.ports[0]}", broker_ports=ports, max_brokers=5
+    ) as proxy:
+        brokers.named = [("127.0.0.1", 1000 + i) for i in range(40)]
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            told = metadata(s, 1)
+        assert told == [("127.0.0.1", start + i) for i in range(5)] + [CLOSED] * 35
+        assert len(proxy.proxy.brokers) == 5
+        assert len(warnings(proxy)) == 35 and withheld(proxy) == 35
+        assert all("(limit 5: max_brokers)" in w for w in warnings(proxy))
+
+
+def test_no_listener_forwards_to_one_of_the_proxys_own(brokers):
+    """Metadata naming the proxy's own addresses (a port of its range, its bootstrap
+    listener): those brokers get no listener, and one client connection is one upstream
+    connection (a listener forwarding to itself made 1,858 of them)."""
+    ports = free_port_range(3)
+    start = int(ports.split("-")[0])
+    with BackgroundProxy(
+        f"127.0.0.1:{brokers.ports[0]}", broker_ports=ports, max_connections=20
+    ) as proxy:
+        brokers.named = [("127.0.0.1", start), ("127.0.0.1", proxy.port), brokers.ports[1]]
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            told = metadata(s, 1)
+        # The real broker takes the free port; the client connections reach it, once each.
+        assert told == [CLOSED, CLOSED, ("127.0.0.1", start)]
+        with socket.create_connection(told[2], timeout=TIMEOUT) as s:
+            assert metadata(s, 2) == told
+        assert brokers.accepted[1] == 1
+        assert proxy.call(lambda: proxy.proxy._count) == 2
+        assert [w.split(" has no listener: ")[1].split(";")[0] for w in warnings(proxy)] == [
+            f"it would be the proxy's own listener 127.0.0.1:{start}, and no listener forwards "
+            "to another of its own",
+            f"it is the proxy's own listener 127.0.0.1:{proxy.port}, and no listener forwards "
+            "to another of its own",
+        ]
+
+
+def test_a_name_that_resolves_to_the_proxy_itself_is_refused_when_connecting(brokers):
+    """A host name the proxy does not look up when mapping (only IP literals and localhost)
+    is checked on connecting: the connection reaching one of its own listeners is refused,
+    and that broker's listener closes, so no loop forms."""
+    name = socket.gethostname()
+    try:
+        resolved = {a[4][0] for a in socket.getaddrinfo(name, 1, socket.AF_INET)}
+    except OSError:
+        resolved = set()
+    if not resolved or not all(ip.startswith("127.") for ip in resolved) or name == "localhost":
+        pytest.skip(f"the host name {name!r} does not resolve to a loopback address only")
+    ports = free_port_range(3)
+    start = int(ports.split("-")[0])
+    with BackgroundProxy(
+        f"127.0.0.1:{brokers.ports[0]}", broker_ports=ports, max_connections=20
+    ) as proxy:
+        brokers.named = [(name, proxy.port), brokers.ports[1]]
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            told = metadata(s, 1)
+        assert told == [("127.0.0.1", start), ("127.0.0.1", start + 1)]
+        with socket.create_connection(told[0], timeout=TIMEOUT) as s:
+            with pytest.raises(ConnectionError):
+                metadata(s, 2)
+        _wait(lambda: f"{name}:{proxy.port}" not in proxy.proxy.brokers)
+        refused = [e.text for e in proxy.events() if "no listener forwards" in e.text]
+        assert refused[0] == (
+            f"upstream {name}:{proxy.port} is the proxy's own listener 127.0.0.1:{proxy.port}: "
+            "refused, no listener forwards to another of its own"
+        )
+        # Two connections: the client's, and the proxy's one to itself.
+        assert proxy.call(lambda: proxy.proxy._count) <= 3
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            assert metadata(s, 3) == [CLOSED, ("127.0.0.1", start + 1)]
+
+
+def test_an_upstream_that_is_the_proxys_own_address_is_refused():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ValueError, match=rf"^upstream: 127.0.0.1:{port} is the proxy's own"):
+        BackgroundProxy(f"127.0.0.1:{port}", listen=("127.0.0.1", port)).start()
 
 
 def test_mapping_and_one_address_for_all_are_refused_together():

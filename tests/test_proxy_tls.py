@@ -312,3 +312,47 @@ def test_raw_tokens_after_a_v0_handshake_are_forwarded_and_recorded_unpaired():
             (False, SIZE.pack(0)),
         ]
         assert not [e for e in proxy.events() if e.kind == ProxyEvent.ERROR]
+
+
+def test_tls_clients_count_from_accept_and_a_handshake_is_bounded(tls_files):  # noqa: F811
+    """max_connections counts a client from the moment it is accepted, its TLS handshake
+    included, and a handshake takes at most connect_timeout: of 20 connections that never
+    start one, under a limit of 5, 15 are refused at once and 5 time out; then a client
+    that does its handshake is served."""
+    from test_proxy_hostile import FakeBroker, request
+
+    broker = FakeBroker()
+    try:
+        with BackgroundProxy(
+            f"127.0.0.1:{broker.port}",
+            tls=server_context(tls_files),
+            max_connections=5,
+            connect_timeout=1.0,
+        ) as proxy:
+            silent = [socket.create_connection(proxy.address, timeout=TIMEOUT) for _ in range(20)]
+            deadline = time.monotonic() + 15
+            for s in silent:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
+                    assert s.recv(1) == b"", "the proxy sent something before a handshake"
+                except ConnectionResetError:
+                    pass
+                except socket.timeout:
+                    pytest.fail("a client that never started its TLS handshake is still open")
+                s.close()
+            while True:  # each connection's line follows its closing
+                errors = [e.text for e in proxy.events() if e.kind == ProxyEvent.ERROR]
+                if len(errors) >= 20 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            refused = [t for t in errors if "(limit 5: max_connections)" in t]
+            timed_out = [t for t in errors if "TLS handshake: timed out after 1 s" in t]
+            assert (len(refused), len(timed_out)) == (15, 5), errors
+            client = make_tls_context(tls_files.ca, None, None, None, True)
+            raw = socket.create_connection(proxy.address, timeout=TIMEOUT)
+            with client.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(request("good", 7))
+                answer = _frame(s)
+            assert struct.unpack_from(">i", answer, 4)[0] == 7
+    finally:
+        broker.close()

@@ -24,6 +24,8 @@ from .proxy import (
     CaptureError,
     CaptureWriter,
     PcapWriter,
+    DEFAULT_BROKER_PORT_HOLD,
+    DEFAULT_MAX_BROKERS,
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_FRAME_BYTES,
@@ -66,6 +68,8 @@ PROXY_FLAGS = {
     "max_buffered_bytes": "--max-buffered-bytes",
     "broker_ports": "--broker-ports",
     "broker_map": "--map",
+    "max_brokers": "--max-brokers",
+    "broker_port_hold": "--broker-port-hold",
     "rewrite_advertised": "--rewrite-advertised",
 }
 
@@ -247,6 +251,14 @@ def add_proxy(subparsers):
         "--broker-ports)",
     )
     change.add_argument(
+        "--broker-port-hold",
+        type=_seconds,
+        default=DEFAULT_BROKER_PORT_HOLD,
+        metavar="SECONDS",
+        help="how long a broker that left the cluster keeps its --broker-ports port before "
+        f"another broker may have it (default {DEFAULT_BROKER_PORT_HOLD:g})",
+    )
+    change.add_argument(
         "--fault",
         type=_rule,
         action="append",
@@ -325,6 +337,14 @@ def add_proxy(subparsers):
         default=DEFAULT_MAX_CONNECTIONS,
         metavar="N",
         help=f"client connections open at once; one more is refused (default {DEFAULT_MAX_CONNECTIONS})",
+    )
+    limits.add_argument(
+        "--max-brokers",
+        type=_count,
+        default=DEFAULT_MAX_BROKERS,
+        metavar="N",
+        help="brokers given a listener (or a port kept for them) at once; one more is told an "
+        f"address where nothing listens, with a warning (default {DEFAULT_MAX_BROKERS})",
     )
     limits.add_argument(
         "--max-buffered-bytes",
@@ -500,6 +520,8 @@ def run_proxy(args, out=None, err=None):
             max_buffered_bytes=args.max_buffered_bytes,
             broker_ports=args.broker_ports,
             broker_map=dict(args.map),
+            max_brokers=args.max_brokers,
+            broker_port_hold=args.broker_port_hold,
             tls=tls,
             upstream_tls=upstream_tls,
             forward=forward,
@@ -521,6 +543,16 @@ def run_proxy(args, out=None, err=None):
 
 
 async def _serve(proxy, args, err):
+    # The handlers go in before anything is announced: a process that inherited SIGINT as
+    # ignored (a background job) and is sent it right after "listening on" must stop.
+    # add_signal_handler replaces whatever disposition was inherited, SIG_IGN included.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+            pass
     try:
         await proxy.start()
     except OSError as e:
@@ -529,6 +561,9 @@ async def _serve(proxy, args, err):
             file=err,
         )
         return EXIT_FAILED
+    except ValueError as e:  # an --upstream or --map that is the proxy's own address
+        print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=err)
+        return EXIT_USAGE
     host, port = proxy.address
     print(
         f"{args.prog}: listening on {host}:{port}, forwarding to {args.upstream[0]}:{args.upstream[1]}"
@@ -553,13 +588,6 @@ async def _serve(proxy, args, err):
         file=err,
         flush=True,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
-            pass
     try:
         await stop.wait()
     finally:

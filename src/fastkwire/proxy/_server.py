@@ -28,13 +28,14 @@ in it is counted, not waited for.
 
 import asyncio
 import collections
+import ipaddress
 import queue
 import socket
 import ssl
 import threading
 import time
 
-from ._compiled import CompiledPath, _Early, compiled_forwarder, forward_kind
+from ._compiled import CompiledPath, _Early, _detach, compiled_forwarder, forward_kind
 from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
 from ._loop import loop_factory
@@ -52,6 +53,10 @@ DEFAULT_FRAME_TIMEOUT = 30.0  # seconds a started frame may take to arrive whole
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_MAX_BUFFERED_BYTES = 1024 * MIB  # frames held for all connections together
+DEFAULT_MAX_BROKERS = 256  # brokers given a listener (or a port kept for them) at once
+DEFAULT_BROKER_PORT_HOLD = 60.0  # seconds a broker that left keeps its port before reuse
+CLOSED_PORT = 0  # told in place of a broker with no listener: nothing ever listens there
+MAX_WARNED = 1024  # brokers without a listener named one by one in warnings
 INSPECT_QUEUE = 10_000  # exchanges waiting for their error codes to be read
 INSPECT_QUEUE_BYTES = 64 * MIB  # and their responses' bytes
 INSPECT_BATCH_DELAY = 0.02  # seconds exchanges gather before the inspector reads them
@@ -393,6 +398,18 @@ class _NoSide:
 _NO_SIDE = _NoSide()
 
 
+class _TlsAccept(asyncio.Protocol):
+    """A TLS listener's protocol at accept: the client is counted in max_connections from
+    here, and its socket goes to the handshake (`Proxy._tls_accepted`). Taken in
+    connection_made, before any read (uvloop reads once after it returns otherwise)."""
+
+    def __init__(self, proxy, listener):
+        self.proxy, self.listener = proxy, listener
+
+    def connection_made(self, transport):
+        self.proxy._tls_accepted(transport, self.listener)
+
+
 class _Conn:
     __slots__ = (
         "number",
@@ -475,15 +492,65 @@ class _Conn:
 class _Listener:
     """One of the proxy's listening sockets and the broker its connections go to."""
 
-    __slots__ = ("upstream", "bind", "advertised", "server", "conns", "leaving")
+    __slots__ = (
+        "upstream",
+        "bind",
+        "bound",
+        "advertised",
+        "server",
+        "conns",
+        "leaving",
+        "left",
+        "refused",
+    )
 
     def __init__(self, upstream, bind, advertised):
         self.upstream = upstream  # (host, port) of the broker
         self.bind = bind  # (host, port) listened on; the port is kept once chosen
+        self.bound = None  # the (ip, port) its socket is bound to
         self.advertised = advertised  # (host, port) told to clients
         self.server = None
         self.conns = 0
         self.leaving = False  # not in the cluster's last full list of brokers
+        self.left = None  # when its listener closed after it left: its port is kept a while
+        self.refused = None  # why it may have no listener (it is one of the proxy's own)
+
+
+def _ips(host):
+    """The addresses `host` names without a lookup: an IP literal, or localhost's; empty for
+    any other name (the connection's own check catches those)."""
+    if host == "localhost":
+        return (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+    try:
+        ip = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return ()
+    return (getattr(ip, "ipv4_mapped", None) or ip,)
+
+
+def _is_local(ip):
+    """Whether `ip` is an address of this machine (the wildcard reaches it too)."""
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    with socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET) as s:
+        try:
+            s.bind((str(ip), 0))
+        except OSError:
+            return False
+    return True
+
+
+def _names(address, bound):
+    """Whether a connection to `address` (host, port) would reach the socket bound to
+    `bound` (ip, port): the same port, and its IP, or any local one for a wildcard bind."""
+    if address[1] != bound[1]:
+        return False
+    ours = _ips(bound[0])
+    if not ours:
+        return False
+    if ours[0].is_unspecified:
+        return any(_is_local(ip) for ip in _ips(address[0]))
+    return any(ip == ours[0] for ip in _ips(address[0]))
 
 
 def parse_port_range(value, param="broker_ports"):
@@ -561,6 +628,8 @@ class Proxy:
         tls=None,
         upstream_tls=None,
         forward=None,
+        max_brokers=DEFAULT_MAX_BROKERS,
+        broker_port_hold=DEFAULT_BROKER_PORT_HOLD,
     ):
         self.upstream = parse_address(upstream, "upstream")
         self.listen = parse_address(listen, "listen")
@@ -599,6 +668,8 @@ class Proxy:
         self.connect_timeout = _positive(connect_timeout, "connect_timeout", float)
         self.max_connections = _positive(max_connections, "max_connections")
         self.max_buffered_bytes = _positive(max_buffered_bytes, "max_buffered_bytes")
+        self.max_brokers = _positive(max_brokers, "max_brokers")
+        self.broker_port_hold = _positive(broker_port_hold, "broker_port_hold", float)
         for name, f in (("on_exchange", on_exchange), ("on_event", on_event)):
             if f is not None and not callable(f):
                 raise ValueError(f"{name}: not callable: {f!r}")
@@ -623,11 +694,14 @@ class Proxy:
         self.callback_errors = []  # the first few exceptions observers raised
         self._server = None
         self._bootstrap = None
-        self._brokers = {}  # upstream (host, port) -> _Listener
-        self._next_port = None if self.broker_ports is None else self.broker_ports[0]
+        self._brokers = {}  # upstream (host, port) -> _Listener (listening, or its port kept)
+        self._warned = set()  # brokers warned about as having no listener, until they get one
         self._servers = set()  # asyncio servers of the broker listeners
         self._starting = set()  # their create_server tasks, until done
         self._conns = set()
+        self._handshakes = set()  # the tasks of TLS handshakes with clients under way
+        self._tasks = set()  # every connection's task, from accept until it has ended
+        self._closing = False  # close() began: a connection still starting forwards nothing
         self._count = 0
         self._watchdog = None
         self.buffered = 0  # bytes of frames held for all connections (partial and pending)
@@ -644,15 +718,23 @@ class Proxy:
     async def start(self):
         self._bootstrap = _Listener(self.upstream, self.listen, None)
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Side(self, 0, listener=self._bootstrap),
-            self.listen[0],
-            self.listen[1],
-            ssl=self.tls,
+            self._protocol(self._bootstrap), self.listen[0], self.listen[1]
         )
         self.address = self._server.sockets[0].getsockname()[:2]
         self._bootstrap.server = self._server
         if self.rewrite and self.advertised is None:
             self.advertised = (self.listen[0], self.address[1])
+        own = [*self._listening(), *self.broker_map.values()]
+        for param, address in [("upstream", self.upstream)] + [
+            ("broker_map", b) for b in self.broker_map
+        ]:
+            loop = next((a for a in own if _names(address, a)), None)
+            if loop is not None:
+                self._server.close()
+                raise ValueError(
+                    f"{param}: {address[0]}:{address[1]} is the proxy's own listening address "
+                    f"{loop[0]}:{loop[1]}: it would forward to itself"
+                )
         for broker, local in self.broker_map.items():  # fixed ports listen from the start
             self._listener_for(broker)
         self._watchdog = asyncio.create_task(self._watch())
@@ -666,9 +748,10 @@ class Proxy:
 
     async def close(self):
         """Stops listening and ends every connection."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
-        for task in list(self._starting):
+        for task in list(self._starting) + list(self._handshakes):
             task.cancel()
         for lst in self._brokers.values():
             lst.server = None  # a listener still starting closes itself
@@ -678,7 +761,9 @@ class Proxy:
             await self._compiled.close()
         for conn in list(self._conns):
             conn.abort()
-        tasks = [c.task for c in self._conns if c.task is not None]
+        # Every connection's task, those accepted but not yet started included: each one
+        # tells its observers of its last exchanges before the loop is gone.
+        tasks = list(self._tasks)
         if tasks:
             await asyncio.wait(tasks, timeout=5)
         if self._watchdog is not None:
@@ -738,43 +823,111 @@ class Proxy:
 
     # ------------------------------------------------------------ brokers' listeners
 
+    def _listening(self):
+        """The (ip, port) of every socket the proxy listens on."""
+        found = [sock.getsockname()[:2] for sock in self._server.sockets]
+        return found + [lst.bound for lst in self._brokers.values() if lst.server is not None]
+
+    def _own_address(self, address):
+        """The proxy's listening address that `address` reaches, or None."""
+        return next((a for a in self._listening() if _names(address, a)), None)
+
     def _listener_for(self, broker):
         """The advertised address of `broker`'s listener, opening it if needed (the socket
-        listens at once; connections wait in its backlog until the server takes them), or
-        None when it has no port (a line says why)."""
+        listens at once; connections wait in its backlog until the server takes them), or,
+        when it can have none, an address where nothing listens (a warning says why)."""
         lst = self._brokers.get(broker)
         if lst is not None and lst.server is not None:
             lst.leaving = False
             return lst.advertised
+        if lst is not None and lst.refused:
+            return self._closed_door(broker, lst.refused)
+        own = self._own_address(broker)
+        if own is not None:
+            return self._closed_door(
+                broker,
+                f"it is the proxy's own listener {own[0]}:{own[1]}, and no listener forwards "
+                "to another of its own",
+            )
+        if self.broker_ports and self.broker_ports[0] <= broker[1] <= self.broker_ports[1]:
+            if _names(broker, (self.listen[0], broker[1])):
+                return self._closed_door(
+                    broker,
+                    f"it would be the proxy's own listener {self.listen[0]}:{broker[1]}, and no "
+                    "listener forwards to another of its own",
+                )
         if lst is None:
-            local = self.broker_map.get(broker)
-            lst = _Listener(broker, local, None)
-        lst.leaving = False
+            if len(self._brokers) >= self.max_brokers:
+                self._reclaim(self.max_brokers - 1)
+            if len(self._brokers) >= self.max_brokers:
+                return self._closed_door(
+                    broker,
+                    f"the proxy already has {len(self._brokers)} brokers' listeners or kept "
+                    f"ports (limit {self.max_brokers}: max_brokers)",
+                )
+            lst = _Listener(broker, self.broker_map.get(broker), None)
+            self._brokers[broker] = lst
+        lst.leaving, lst.left = False, None
         sock = self._bind(lst)
-        if sock is None:
-            return None
+        if isinstance(sock, str) and broker not in self.broker_map and lst.bind is not None:
+            lst.bind = None  # the port it had is taken meanwhile: another one
+            sock = self._bind(lst)
+        if isinstance(sock, str):
+            if lst.bind is None:
+                del self._brokers[broker]
+            return self._closed_door(broker, sock)
         port = sock.getsockname()[1]
+        lst.bound = sock.getsockname()[:2]
         lst.bind = (lst.bind[0], port)
         host = lst.bind[0] if broker in self.broker_map else (self.advertised or self.listen)[0]
         if host in ("", "0.0.0.0", "::"):
             host = (self.advertised or ("127.0.0.1",))[0]
         lst.advertised = (host, port)
-        self._brokers[broker] = lst
         lst.server = True  # listening; the asyncio server follows
         task = asyncio.get_running_loop().create_task(self._serve_listener(lst, sock))
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
+        self._warned.discard(broker)
         self._event_text(f"broker {broker[0]}:{broker[1]} mapped to {host}:{port}")
         return lst.advertised
 
+    def _closed_door(self, broker, why):
+        """What clients are told in place of a broker with no listener: the proxy's host and
+        a port nothing listens on, so that no client ever goes around the proxy. One warning
+        per broker (until it gets a listener), counted in the summary."""
+        host = (self.advertised or self.listen)[0]
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        if broker not in self._warned and len(self._warned) < MAX_WARNED:
+            self._warned.add(broker)
+            self.summary.add_note("brokers withheld from clients (no listener)")
+            self._event_text(
+                f"broker {broker[0]}:{broker[1]} has no listener: {why}; clients are told "
+                f"{host}:{CLOSED_PORT} in its place, where nothing listens (the proxy fails "
+                "closed: no client is told a broker's own address)"
+                + (
+                    "; further brokers without a listener are not named one by one"
+                    if len(self._warned) == MAX_WARNED
+                    else ""
+                ),
+                ProxyEvent.ERROR,
+            )
+        return host, CLOSED_PORT
+
     def _bind(self, lst):
+        """A listening socket for `lst`, or why there is none (text)."""
         tried = []
         candidates = (
             [lst.bind]
             if lst.bind is not None
-            else ((self.listen[0], p) for p in self._free_ports())  # lazily: one at a time
+            else ((self.listen[0], p) for p in self._free_ports())
         )
+        named = {}  # port -> the brokers' addresses with that port
+        for b in self._brokers:
+            named.setdefault(b[1], []).append(b)
         for bind in candidates:
+            if lst.bind is None and any(_names(b, bind) for b in named.get(bind[1], ())):
+                continue  # a broker's own address: its listener would forward to itself
             sock = socket.socket(socket.AF_INET6 if ":" in bind[0] else socket.AF_INET)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -789,33 +942,50 @@ class Proxy:
                 continue
             lst.bind = bind
             return sock
-        where = (
-            f"--map {lst.bind[0]}:{lst.bind[1]} ({tried[-1] if tried else 'cannot listen'})"
-            if lst.bind is not None
-            else f"no free port left in broker_ports {self.broker_ports[0]}-{self.broker_ports[1]}"
-            if self.broker_ports
-            else "not in broker_map, and no broker_ports"
-        )
-        self._event_text(
-            f"broker {lst.upstream[0]}:{lst.upstream[1]} has no listener: {where}; "
-            "its address is passed on unchanged",
-            ProxyEvent.ERROR,
-        )
-        return None
+        if lst.bind is not None:
+            return f"--map {lst.bind[0]}:{lst.bind[1]} ({tried[-1] if tried else 'cannot listen'})"
+        if self.broker_ports:
+            return (
+                f"no free port left in broker_ports {self.broker_ports[0]}-{self.broker_ports[1]}"
+            )
+        return "not in broker_map, and no broker_ports"
 
     def _free_ports(self):
+        """The ports of broker_ports no broker has, lowest first; then those of brokers that
+        left at least broker_port_hold ago, the longest gone first (they lose them)."""
         if self.broker_ports is None:
             return
-        while self._next_port <= self.broker_ports[1]:
-            port = self._next_port
-            self._next_port += 1
-            yield port
+        taken = {lst.bind[1] for lst in self._brokers.values() if lst.bind is not None}
+        for port in range(self.broker_ports[0], self.broker_ports[1] + 1):
+            if port not in taken:
+                yield port
+        for lst in self._reclaimable():
+            if lst.bind is not None and self.broker_ports[0] <= lst.bind[1] <= self.broker_ports[1]:
+                del self._brokers[lst.upstream]
+                yield lst.bind[1]
+
+    def _reclaimable(self):
+        """Brokers that left at least broker_port_hold ago, the longest gone first."""
+        now = time.monotonic()
+        gone = [
+            lst
+            for lst in self._brokers.values()
+            if lst.server is None
+            and lst.left is not None
+            and now - lst.left >= self.broker_port_hold
+        ]
+        return sorted(gone, key=lambda lst: lst.left)
+
+    def _reclaim(self, keep):
+        """Forgets brokers that left long enough ago until at most `keep` are known."""
+        for lst in self._reclaimable():
+            if len(self._brokers) <= keep:
+                return
+            del self._brokers[lst.upstream]
 
     async def _serve_listener(self, lst, sock):
         try:
-            server = await asyncio.get_running_loop().create_server(
-                lambda: _Side(self, 0, listener=lst), sock=sock, ssl=self.tls
-            )
+            server = await asyncio.get_running_loop().create_server(self._protocol(lst), sock=sock)
         except BaseException:
             sock.close()
             raise
@@ -835,15 +1005,21 @@ class Proxy:
                 if not lst.conns:
                     self._close_listener(lst)
 
-    def _close_listener(self, lst):
+    def _close_listener(self, lst, why=None):
         server, lst.server = lst.server, None
+        lst.left = time.monotonic()
         if server is not True and server is not None:
             server.close()
             self._servers.discard(server)
         b, a = lst.upstream, lst.advertised
+        if why is not None:
+            self._event_text(
+                f"broker {b[0]}:{b[1]}: listener {a[0]}:{a[1]} closed: {why}", ProxyEvent.ERROR
+            )
+            return
         self._event_text(
-            f"broker {b[0]}:{b[1]} left the cluster: listener {a[0]}:{a[1]} closed "
-            "(the port is kept for it)"
+            f"broker {b[0]}:{b[1]} left the cluster: listener {a[0]}:{a[1]} closed (the port "
+            f"is kept for it {self.broker_port_hold:g} s: broker_port_hold)"
         )
 
     def _map(self, address):
@@ -935,6 +1111,51 @@ class Proxy:
 
     # ------------------------------------------------------------ connections
 
+    def _protocol(self, listener):
+        """The protocol factory of a listener's server."""
+        if self.tls is not None:
+            return lambda: _TlsAccept(self, listener)
+        return lambda: _Side(self, 0, listener=listener)
+
+    def _tls_accepted(self, transport, listener):
+        """A client of a TLS listener was accepted: refused past max_connections (its
+        handshake counts), else its handshake starts, bounded by connect_timeout."""
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        if len(self._conns) + len(self._handshakes) >= self.max_connections:
+            transport.abort()
+            self._event_text(
+                f"refused {peer[0]}:{peer[1]}: {len(self._conns) + len(self._handshakes)} "
+                f"connections open (limit {self.max_connections}: max_connections)",
+                ProxyEvent.ERROR,
+            )
+            return
+        fd = _detach(transport)
+        task = asyncio.get_running_loop().create_task(self._tls_handshake(fd, listener, peer))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _tls_handshake(self, fd, listener, peer):
+        sock = socket.socket(fileno=fd)
+        try:
+            await asyncio.wait_for(
+                asyncio.get_running_loop().connect_accepted_socket(
+                    lambda: _Side(self, 0, listener=listener),
+                    sock,
+                    ssl=self.tls,
+                    ssl_handshake_timeout=self.connect_timeout + 1,  # wait_for's comes first
+                ),
+                self.connect_timeout,
+            )
+        except asyncio.CancelledError:
+            sock.close()  # the proxy is closing
+            raise
+        except (OSError, asyncio.TimeoutError) as e:
+            sock.close()
+            self._event_text(
+                f"client {peer[0]}:{peer[1]}: TLS handshake: {self._connect_failure(e)}",
+                ProxyEvent.ERROR,
+            )
+
     def _accepted(self, side):
         """A client connected (its side's connection_made): its connection's task starts."""
         self._count += 1
@@ -942,9 +1163,14 @@ class Proxy:
         conn = _Conn(self._count, f"{peer[0]}:{peer[1]}", side, side.listener)
         side.conn = conn
         conn.task = asyncio.get_running_loop().create_task(self._handle(conn))
+        self._tasks.add(conn.task)
+        conn.task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, conn):
         listener = conn.listener
+        if self._closing:  # accepted as the proxy began to close
+            conn.cwriter.transport.abort()
+            return
         if len(self._conns) >= self.max_connections:
             conn.cwriter.transport.abort()
             self._event(
@@ -971,14 +1197,25 @@ class Proxy:
                     self.connect_timeout,
                 )
             except (OSError, asyncio.TimeoutError) as e:
-                reason = (
-                    _tls_reason(e)
-                    if isinstance(e, ssl.SSLError)
-                    else e.strerror or e
-                    if isinstance(e, OSError)
-                    else "connect timed out"
-                )
+                reason = self._connect_failure(e)
                 why, kind = f"upstream {upstream[0]}:{upstream[1]}: {reason}", ProxyEvent.ERROR
+                return
+            if self._closing:  # nothing is forwarded once close() has begun
+                why = "proxy closing"
+                return
+            peer = conn.uwriter.get_extra_info("peername")
+            own = None if peer is None else self._own_address(peer[:2])
+            if own is not None:
+                # A name that resolved to one of the proxy's own listeners: a loop.
+                why = (
+                    f"upstream {upstream[0]}:{upstream[1]} is the proxy's own listener "
+                    f"{own[0]}:{own[1]}: refused, no listener forwards to another of its own"
+                )
+                kind = ProxyEvent.ERROR
+                self.summary.add_note("connections refused: their upstream is the proxy itself")
+                if listener is not self._bootstrap and listener.server is not None:
+                    listener.refused = f"it reached the proxy's own listener {own[0]}:{own[1]}"
+                    self._close_listener(listener, listener.refused)
                 return
             local = conn.uwriter.get_extra_info("sockname") or ("?", 0)
             self._event(
@@ -1014,6 +1251,13 @@ class Proxy:
                 exc = first.exception()
                 if exc is None:
                     why = first.result()
+                elif first is pumps[0] and isinstance(exc, ConnectionResetError):
+                    # How many clients close (with an answer still unread): not an error,
+                    # unless a request was cut short by it.
+                    why = "client reset the connection"
+                    if conn.held[0]:
+                        why += f" mid-request ({conn.held[0]} bytes of it received)"
+                        kind = ProxyEvent.ERROR
                 else:
                     why = describe_end(exc, "client" if first is pumps[0] else "upstream")
                     kind = ProxyEvent.ERROR
@@ -1045,6 +1289,17 @@ class Proxy:
             if listener.leaving and not listener.conns and listener.server is not None:
                 self._close_listener(listener)
             self._event(kind, conn, why)
+
+    def _connect_failure(self, e):
+        """Why a connection to a broker failed, in words. wait_for's TimeoutError is an
+        OSError on 3.11+ but has no strerror: it is the proxy's own connect_timeout."""
+        if isinstance(e, ssl.SSLError):
+            return _tls_reason(e)
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+        if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
+            return f"timed out after {self.connect_timeout:g} s (connect_timeout)"
+        return str(e) or type(e).__name__
 
     # ------------------------------------------------------------ forwarding
 

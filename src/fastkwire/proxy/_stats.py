@@ -95,6 +95,7 @@ class Summary:
         self.apis = {}
         self.lock = threading.RLock()
         self._by_key = {}  # api key -> its ApiStats, for add_forwarded
+        self.notes = {}  # what the proxy itself did, by name -> how many times
 
     def add_forwarded(self, ex):
         """Counts an exchange the proxy forwarded (its error codes come later: add_errors):
@@ -139,6 +140,11 @@ class Summary:
         with self.lock:
             self._stats(api).add_errors(errors)
 
+    def add_note(self, name, n=1):
+        """Counts something the proxy did on its own (a broker withheld from clients)."""
+        with self.lock:
+            self.notes[name] = self.notes.get(name, 0) + n
+
     def not_inspected(self, api):
         with self.lock:
             self._stats(api).uninspected += 1
@@ -150,7 +156,10 @@ class Summary:
 
     def to_dict(self):
         with self.lock:
-            return {"apis": [self.apis[k].to_dict() for k in sorted(self.apis)]}
+            d = {"apis": [self.apis[k].to_dict() for k in sorted(self.apis)]}
+            if self.notes:
+                d["notes"] = dict(self.notes)
+            return d
 
     def table(self):
         """The summary as lines of text, one row per API, and a total."""
@@ -194,6 +203,7 @@ class Summary:
                 f"{uninspected} response{'s' if uninspected != 1 else ''} not inspected for "
                 "error codes: the proxy was busier than its inspector"
             )
+        lines += [f"{name}: {n}" for name, n in sorted(self.notes.items())]
         return lines
 
 
