@@ -38,7 +38,7 @@ import threading
 import time
 import warnings
 
-from . import FetchRequest, ListOffsetsRequest, MetadataRequest
+from . import DecodeError, FetchRequest, ListOffsetsRequest, MetadataRequest
 
 try:
     from ._arrow_rows import SCHEMA, batches_to_arrow, empty_batch
@@ -166,11 +166,18 @@ class OffsetRange:
         return split_ranges([self], size)
 
 
+def check_piece_size(size, name="records_per_range"):
+    """`size` (offsets a piece): None or a positive int, else a ValueError naming `name`."""
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"{name} must be a positive int, not {size!r}")
+    return size
+
+
 def split_ranges(ranges, size, *, name="records_per_range", cap=MAX_RANGES):
     """`ranges` cut into pieces of at most `size` offsets (None: as they are). Never more
     than `cap` pieces plus one a range: when `size` would make more, the pieces are made
     larger and a RuntimeWarning (naming the parameter `name`) says so. O(pieces)."""
-    if size is None:
+    if check_piece_size(size, name) is None:
         return list(ranges)
     total = sum(len(r) for r in ranges)
     pieces = sum(-(-len(r) // size) for r in ranges)
@@ -621,12 +628,7 @@ def plan(
                         f"{name} names topic {topic!r}, which this read does not read "
                         f"(topics: {', '.join(map(repr, topics))})"
                     )
-    if records_per_range is not None and (
-        isinstance(records_per_range, bool)
-        or not isinstance(records_per_range, int)
-        or records_per_range < 1
-    ):
-        raise ValueError(f"records_per_range must be a positive int, not {records_per_range!r}")
+    check_piece_size(records_per_range)
     options = options or ClientOptions(bootstrap_servers, **client)
     cluster = Cluster(options)
     try:
@@ -1075,9 +1077,10 @@ class _Reader:
         if self.load[node] > 0 or not self.waiting:
             return
         leader = self.leaders.pop(node, None)
-        if leader is not None:
+        if leader is not None:  # it has nothing to fetch: it ends at once
             leader.stop.set()
             leader.inbox.put((None, 0, 0))
+            leader.join(1.0)
             self.finished.append(leader)
         while self.waiting and len(self.leaders) < MAX_LEADER_THREADS:
             other, items = next(iter(self.waiting.items()))
@@ -1138,18 +1141,32 @@ class _Reader:
         if not self.unplaced:
             self.rounds = 0
 
-    def _convert(self, key, offset, end, records, aborted):
-        batch, _, _ = batches_to_arrow(
-            records,
-            topic=key[0],
-            partition=key[1],
-            read_committed=bool(self.isolation),
-            aborted_transactions=aborted or (),
-            check_crc=self.check_crc,
-            start_offset=offset,
-            end_offset=end,
-            max_decompressed=max(self.block_size // ANSWER_LIMIT_SHARE, 1024),
-        )
+    def _convert(self, node, key, offset, end, records, aborted):
+        most = max(self.block_size // ANSWER_LIMIT_SHARE, 1024)
+        try:
+            batch, _, _ = batches_to_arrow(
+                records,
+                topic=key[0],
+                partition=key[1],
+                read_committed=bool(self.isolation),
+                aborted_transactions=aborted or (),
+                check_crc=self.check_crc,
+                start_offset=offset,
+                end_offset=end,
+                max_decompressed=most,  # a share of the block, as the answer itself
+            )
+        except DecodeError as exc:
+            if "max_decompressed" not in str(exc):
+                # The same error, saying whose bytes: the partition, the offset, the broker.
+                where = f"{_name(*key)} from offset {offset} ({self.cluster.address(node)})"
+                raise DecodeError(exc.reason, exc.offset, f"{where} records") from exc
+            raise KafkaReadError(
+                f"{_name(*key)} from offset {offset}: a batch from {self.cluster.address(node)} "
+                f"decompresses to more than {most} bytes, what block_size={self.block_size} "
+                f"allows ({exc}; raise block_size if the batch is real)",
+                topic=key[0],
+                partition=key[1],
+            ) from exc
         return batch
 
     def _stuck(self):
@@ -1183,7 +1200,7 @@ class _Reader:
                 _, leader, parts, moved, done = item
                 try:
                     for key, offset, end, records, aborted in parts:
-                        batch = self._convert(key, offset, end, records, aborted)
+                        batch = self._convert(leader.node, key, offset, end, records, aborted)
                         if batch.num_rows:
                             yield batch
                 finally:

@@ -18,9 +18,16 @@ Differences from Ray's reader, all on the side of not losing data silently:
 - options fastkwire's connections cannot honour are refused by name, not ignored.
 """
 
-import ray.data
-from ray.data.block import BlockMetadata
-from ray.data.datasource import Datasource, ReadTask
+try:
+    import ray.data
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a child process
+    if (_missing.name or "").split(".")[0] not in ("ray", "pyarrow", "numpy", "pandas"):
+        raise
+    raise ImportError(
+        f"fastkwire.ray needs Ray Data ({_missing.name} is missing): pip install 'fastkwire[ray]'"
+    ) from _missing
 
 from . import kafka_arrow, segments
 
@@ -126,6 +133,7 @@ class KafkaDatasource(Datasource):
         tasks=None,
         **client,
     ):
+        kafka_arrow.check_piece_size(records_per_task, "records_per_task")
         self.options = kafka_arrow.ClientOptions(bootstrap_servers, **client)
         self.isolation_level, self.block_size, self.check_crc = (
             isolation_level,
@@ -139,9 +147,12 @@ class KafkaDatasource(Datasource):
             end_offset=end_offset,
             partitions=partitions,
             isolation_level=isolation_level,
-            records_per_range=records_per_task,
             options=self.options,
         )
+        if records_per_task is not None:
+            self.ranges = kafka_arrow.split_ranges(
+                self.ranges, records_per_task, name="records_per_task"
+            )
         if records_per_task is None:
             self.task_ranges = kafka_arrow.spread(self.ranges, tasks or cluster_cpus())
         else:
