@@ -823,8 +823,11 @@ def _resolve_on(conn, cluster, group, start_offset, end_offset, isolation):
 
 
 def _batch_ends(data):
-    """The offset after the last whole batch in `data` (None: no whole batch), read from
-    the batch headers alone (the records are converted later, off this thread)."""
+    """(the offset after the last whole batch in `data`, or None when there is none; the
+    bytes those batches take), read from the batch headers alone (the records are
+    converted later, off this thread). The batches end at the first one that does not
+    start after the one before: an answer that goes backwards is read up to there, and the
+    rest fetched again from where it stopped, so no offset comes twice."""
     n = len(data)
     pos = 0
     last = None
@@ -833,13 +836,17 @@ def _batch_ends(data):
         if size < 0 or size > n - pos - 12:
             break
         if size >= 49 and data[pos + 16] == 2:
-            base = struct.unpack_from(">q", data, pos)[0]
+            first = struct.unpack_from(">q", data, pos)[0]
             (delta,) = _LENGTH.unpack_from(data, pos + 23)
-            last = base + delta + 1
+            after = first + delta + 1
         else:  # a legacy message: its offset is the last of what it holds
-            last = struct.unpack_from(">q", data, pos)[0] + 1
+            after = first = struct.unpack_from(">q", data, pos)[0] + 1
+            first -= 1
+        if last is not None and first < last or after <= first:
+            break
+        last = after
         pos += 12 + size
-    return last
+    return last, pos
 
 
 class _Leader(threading.Thread):
@@ -956,7 +963,9 @@ class _Leader(threading.Thread):
                             *key,
                         )
                     records = p.records or b""
-                    after = _batch_ends(records) if records else None
+                    after, whole = _batch_ends(records)
+                    if after is not None and whole < len(records):
+                        records = records[:whole]  # up to where it goes backwards
                     if after is None or after <= state[0]:
                         if records and len(records) >= per_partition:
                             # A batch larger than the limit was cut: ask for more, up to the
