@@ -95,7 +95,8 @@ def test_an_explicit_records_per_task_is_one_task_per_piece(broker, ray_local):
     keys, rows = key_rows(read(ds))
     assert keys == [(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)]
     assert rows == key_rows(fastkwire.read_kafka("t", bootstrap_servers=broker.bootstrap))[1]
-    with pytest.raises(ValueError, match="records_per_range must be a positive int"):
+    # named as the caller named it
+    with pytest.raises(ValueError, match="records_per_task must be a positive int"):
         fastkwire.ray.read_kafka("t", bootstrap_servers=broker.bootstrap, records_per_task=0)
 
 

@@ -849,6 +849,22 @@ def _batch_ends(data):
     return last, pos
 
 
+def _compressed_spans(data):
+    """(start, stop, 1 if compressed else 0) of each whole batch in `data`, from headers."""
+    spans, n, pos = [], len(data), 0
+    while n - pos >= 22:
+        (size,) = _LENGTH.unpack_from(data, pos + 8)
+        if size < 5 or size > n - pos - 12:
+            break
+        if data[pos + 16] == 2:
+            codec = data[pos + 22] & 7  # the low byte of the attributes
+        else:
+            codec = data[pos + 17] & 7  # a legacy message's attributes
+        spans.append((pos, pos + 12 + size, 1 if codec else 0))
+        pos += 12 + size
+    return spans or [(0, n, 0)]
+
+
 class _Leader(threading.Thread):
     """Fetches its partitions from one broker and hands each answer to the reader. It
     sends the next Fetch as soon as an answer is in, but hands that one over only once the
@@ -1151,10 +1167,22 @@ class _Reader:
             self.rounds = 0
 
     def _convert(self, node, key, offset, end, records, aborted):
+        """The rows of one partition's answer, as RecordBatches. Its compressed batches
+        may decompress to half of block_size in all: each to its share of it, and when
+        one would take more, the answer is converted in halves (each half's batches
+        then have a larger share), down to one batch that may take it all."""
         most = max(self.block_size // ANSWER_LIMIT_SHARE, 1024)
+        spans = _compressed_spans(records)
+        if aborted and self.isolation:  # a transaction's state runs over the whole answer
+            spans = [(0, len(records), 1)]
+        yield from self._convert_spans(node, key, offset, end, records, aborted, spans, most)
+
+    def _convert_spans(self, node, key, offset, end, records, aborted, spans, most):
+        compressed = sum(c for _, _, c in spans)
+        lo, hi = spans[0][0], spans[-1][1]
         try:
             batch, _, _ = batches_to_arrow(
-                records,
+                records if (lo, hi) == (0, len(records)) else memoryview(records)[lo:hi],
                 topic=key[0],
                 partition=key[1],
                 read_committed=bool(self.isolation),
@@ -1162,13 +1190,20 @@ class _Reader:
                 check_crc=self.check_crc,
                 start_offset=offset,
                 end_offset=end,
-                max_decompressed=most,  # a share of the block, as the answer itself
+                max_decompressed=max(most // max(compressed, 1), 1024),
             )
         except DecodeError as exc:
             if "max_decompressed" not in str(exc):
                 # The same error, saying whose bytes: the partition, the offset, the broker.
                 where = f"{_name(*key)} from offset {offset} ({self.cluster.address(node)})"
-                raise DecodeError(exc.reason, exc.offset, f"{where} records") from exc
+                raise DecodeError(exc.reason, exc.offset + lo, f"{where} records") from exc
+            if len(spans) > 1 and compressed > 1:
+                half = len(spans) // 2
+                for part in (spans[:half], spans[half:]):
+                    yield from self._convert_spans(
+                        node, key, offset, end, records, aborted, part, most
+                    )
+                return
             raise KafkaReadError(
                 f"{_name(*key)} from offset {offset}: a batch from {self.cluster.address(node)} "
                 f"decompresses to more than {most} bytes, what block_size={self.block_size} "
@@ -1176,7 +1211,8 @@ class _Reader:
                 topic=key[0],
                 partition=key[1],
             ) from exc
-        return batch
+        if batch.num_rows:
+            yield batch
 
     def _stuck(self):
         names = ", ".join(_name(*k) for k in sorted(self.reading))
@@ -1209,9 +1245,7 @@ class _Reader:
                 _, leader, parts, moved, done = item
                 try:
                     for key, offset, end, records, aborted in parts:
-                        batch = self._convert(leader.node, key, offset, end, records, aborted)
-                        if batch.num_rows:
-                            yield batch
+                        yield from self._convert(leader.node, key, offset, end, records, aborted)
                 finally:
                     leader.credit.release()
                 for key, offset, end, error in moved:
