@@ -589,3 +589,15 @@ def test_compressed_batches_share_the_block():
         )
     finally:
         b.close()
+
+
+def test_dask_reads_a_partition_asked_twice_once(broker):
+    pytest.importorskip("dask.dataframe")
+    import dask
+
+    import fastkwire.dask
+
+    frame = fastkwire.dask.read_kafka("t", bootstrap_servers=broker.bootstrap, partitions=[0, 0])
+    with dask.config.set(scheduler="synchronous"):
+        got = frame.compute()
+    assert sorted(got["offset"].tolist()) == list(range(95))

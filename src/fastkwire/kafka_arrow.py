@@ -48,7 +48,6 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a chi
     raise ImportError(
         f"fastkwire.read_kafka needs {_missing.name}: pip install 'fastkwire[arrow]'"
     ) from _missing
-from .admin.flows import parse_servers
 from .connection import Connection, Security, format_address
 from .connection_errors import (
     KafkaClientError,
@@ -253,6 +252,10 @@ class ClientOptions:
                 f"unknown option {', '.join(unknown)} (the security options are "
                 f"{', '.join(SECURITY_OPTIONS)}; also client_id, request_timeout_ms)"
             )
+        # Imported here: the admin package is a third of what importing this module (and
+        # fastkwire.ray, in every Ray worker) would cost, and only the planning side needs it.
+        from .admin.flows import parse_servers
+
         self.servers = parse_servers(bootstrap_servers)
         self.bootstrap_servers = bootstrap_servers
         self.client_id = client_id
