@@ -1083,8 +1083,12 @@ class _Reader:
         if not spans:
             return False
         start, end = spans.pop()
-        node, _ = self.cluster.leader(*key)
-        self._give(node, key, start, end)
+        try:
+            node, _ = self.cluster.leader(*key)
+        except KafkaReadError as exc:  # waits for a leader, within the deadline
+            self._unplace(key, start, end, str(exc), "moved", MAX_LEADER_RETRIES)
+        else:
+            self._give(node, key, start, end)
         return True
 
     def _give(self, node, key, offset, end):

@@ -217,7 +217,8 @@ def read_kafka(
     records_per_task, partitions, isolation_level, block_size, check_crc and fastkwire's
     security options under kafka-python's names; extra keywords go to Ray as remote args:
     label_selector, resources, runtime_env, ...). records_per_task=None (the default):
-    one read task per CPU of the cluster, and as many output blocks asked of Ray
+    one read task per CPU of the cluster; an int: one task per piece of at most that many
+    offsets. Either way, as many output blocks as tasks are asked of Ray
     (override_num_blocks, unless given)."""
     if trigger != "once":
         raise ValueError(f"only trigger='once' is supported, not {trigger!r}")
@@ -242,8 +243,9 @@ def read_kafka(
         check_crc=check_crc,
         **client,
     )
-    if records_per_task is None and override_num_blocks is None:
-        # Ray splits the tasks' output into more blocks unless asked for this many.
+    if override_num_blocks is None:
+        # Ray splits the tasks' output into more blocks unless asked for this many: with
+        # records_per_task too (it cost 4 tasks twice the CPU per record of one).
         override_num_blocks = max(len(source.task_ranges), 1)
     return ray.data.read_datasource(
         source,
