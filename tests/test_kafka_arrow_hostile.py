@@ -602,3 +602,33 @@ def test_dask_reads_a_partition_asked_twice_once(broker):
     with dask.config.set(scheduler="synchronous"):
         got = frame.compute()
     assert sorted(got["offset"].tolist()) == list(range(95))
+
+
+def test_a_leader_gone_from_metadata_while_planning_is_asked_of_the_new_one(broker):
+    """Found by the fuzzer: partitions planned on nodes 100-102, the first Fetch's
+    connection dropped, and the refreshed Metadata names node 1 alone: the partitions of
+    nodes 101 and 102 go to node 1 too, never a KeyError."""
+    state = {"metadata": 0, "closed": False}
+
+    def leaders_then_one(key, version, request):
+        if key == METADATA:
+            state["metadata"] += 1
+            if state["metadata"] == 1:
+                answer = broker._metadata(request)
+                answer.brokers = [
+                    MetadataResponse.MetadataResponseBroker(
+                        node_id=n, host="127.0.0.1", port=broker.port
+                    )
+                    for n in (100, 101, 102)
+                ]
+                for t in answer.topics:
+                    for p in t.partitions:
+                        p.leader_id = 100 + p.partition_index
+                return answer
+        if key == FETCH and not state["closed"]:
+            state["closed"] = True
+            return CLOSE
+        return None
+
+    broker.fault = leaders_then_one
+    assert values(read(broker)) == expect(range(3), 0, 95)

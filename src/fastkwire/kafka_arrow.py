@@ -457,8 +457,12 @@ class Cluster:
         return f"broker {node} ({format_address(host, port)})"
 
     def connect(self, node):
-        host, port = self.brokers[node]
-        return self.options.connect(host, port)
+        address = self.brokers.get(node)
+        if address is None:  # gone from the Metadata answer since it was named a leader
+            raise KafkaConnectionError(
+                f"broker {node} is not in the latest Metadata answer of {self.conn.address}"
+            )
+        return self.options.connect(*address)
 
 
 def _by_leader(cluster, keys):
