@@ -14,16 +14,20 @@ How a read goes:
    ListOffsets "latest" with the base offset of the last batch, not the log end. It
    returns one `OffsetRange(topic, partition, start, end)` per partition (end exclusive),
    split into pieces of at most `records_per_range` offsets when asked (the unit of work of
-   the Ray and Dask readers).
-2. `read_ranges(ranges, ...)` fetches them: one thread and connection per leader, every
-   leader at once, each sending its next Fetch as soon as the last one is in (while the
-   previous answer is converted), handing over one answer per leader at a time, so
-   memory is bounded by `block_size` per leader (each answer holds a quarter of it).
-   NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH and the like refresh the metadata and send
-   the partition to its new leader; OFFSET_OUT_OF_RANGE is a `KafkaReadError` naming the
-   partition and the offsets it holds; a broker that goes away is retried once after a
-   metadata refresh, then an error naming it and the partitions it was serving.
-A read that fails raises: no partial table is returned as if whole.
+   the Ray and Dask readers; at most MAX_RANGES pieces, `split_ranges`).
+2. `read_ranges(ranges, ...)` fetches them: one thread and connection per leader (at most
+   MAX_LEADER_THREADS at once), each sending its next Fetch as soon as the last one is in
+   (while the previous answer is converted), handing over one answer per leader at a
+   time, so memory is bounded by `block_size` per leader (a Fetch asks for a quarter of
+   it; an answer over half of it is refused unread; its batches decompress to half of
+   it at a time). Partitions whose leader moved (NOT_LEADER_OR_FOLLOWER,
+   FENCED_LEADER_EPOCH and the like) wait together for one metadata refresh, within one
+   deadline (request_timeout_ms); OFFSET_OUT_OF_RANGE is a `KafkaReadError` naming the
+   partition and the offsets it holds; a broker that goes away (planning included) is
+   retried once after a metadata refresh, then an error naming it and the partitions.
+A read that fails raises: no partial table is returned as if whole. No wait is longer
+than the request timeout allows, whatever a broker answers (docs/arrow.md, "Against a
+hostile broker", says what is promised and how fuzz/hostile_broker.py checks it).
 
 The security options are the connection layer's (`fastkwire.connection.Security`), named as
 kafka-python names them: security_protocol, ssl_context, ssl_cafile, ssl_certfile,
