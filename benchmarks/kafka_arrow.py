@@ -19,6 +19,13 @@ Rows:
   `.materialize()`d on a Ray of 1 CPU (records per second of wall time on one core), and
   fastkwire's on 2 CPUs vs 1, each in a fresh Ray, timed after a warm-up read; with the
   CPU seconds the broker spent, to see whether it is the limit;
+- tasks: `fastkwire.ray.read_kafka` as 1, 4 and 16 read tasks on a Ray of 1 CPU (so they
+  run one after another): the CPU seconds of Ray's processes per record, each against
+  one task's (the target: within 10%);
+- plan: `fastkwire.ray.KafkaDatasource` (the driver's planning: Metadata, ListOffsets, the
+  log ends, the offsets spread over the tasks) for 10 to 1,000 partitions and 1 to 10,000
+  tasks, against the broker in this process: microseconds per partition + task, which
+  stays flat when planning is O(partitions + tasks);
 - memory: the peak resident memory `iter_kafka` adds over a topic 10x its block size.
 Prints a Markdown table. The suite asserts none of this.
 """
@@ -302,6 +309,70 @@ def row_ray(args, broker):
     ]
 
 
+def row_tasks(args, broker):
+    """CPU per record of N read tasks against one, on a Ray of 1 CPU."""
+    import copy
+
+    each = args.records // args.partitions
+    cpu = {}
+    for tasks, per_task in ((1, None), (args.partitions, each), (4 * args.partitions, each // 4)):
+        run_args = copy.copy(args)
+        run_args.records_per_task = "None" if per_task is None else per_task
+        _, _, cpu[tasks] = ray_run(run_args, broker, "fastkwire", 1)
+    one = cpu[1] / args.records
+    return [
+        (
+            f"fastkwire.ray.read_kafka, {args.records:,} records as {n} read tasks vs 1"
+            " (Ray on 1 CPU)",
+            f"{cpu[n] / args.records * 1e6:.2f} CPU us per record ({cpu[n]:.2f} CPU s of"
+            " Ray's processes)",
+            f"1 task: {one * 1e6:.2f} us per record; {cpu[n] / args.records / one:.2f}x",
+            "<= 1.10x",
+        )
+        for n in sorted(cpu)
+        if n != 1
+    ]
+
+
+def row_plan(args):
+    """The driver's planning for many partitions and tasks (a broker in this process):
+    its cost per partition and per task from the small cases, and the largest case
+    against what those predict (1.0x when planning is O(partitions + tasks))."""
+    import fastkwire.ray
+    from log_broker import LogBroker, PartitionLog, synthetic_logs
+
+    log = synthetic_logs("plan", 1, 10_000, 10, per_batch=10_000)[("plan", 0)]
+    took = {}
+    for partitions, tasks in ((10, 1), (10, 10_000), (1000, 1), (1000, 10_000)):
+        broker = LogBroker({("plan", p): PartitionLog([log.data]) for p in range(partitions)})
+        try:
+            best = float("inf")
+            for _ in range(4):  # the best of 4: the first connects and warms up
+                t = time.perf_counter()
+                source = fastkwire.ray.KafkaDatasource(
+                    "plan", bootstrap_servers=broker.bootstrap, tasks=tasks
+                )
+                source.get_read_tasks(tasks)
+                best = min(best, time.perf_counter() - t)
+        finally:
+            broker.close()
+        assert len(source.task_ranges) == tasks
+        took[(partitions, tasks)] = best
+    per_partition = (took[(1000, 1)] - took[(10, 1)]) / 990
+    per_task = (took[(10, 10_000)] - took[(10, 1)]) / 9999
+    predicted = took[(1000, 1)] + per_task * 9999
+    return [
+        (
+            "planning (KafkaDatasource and its ReadTasks): 10 or 1,000 partitions of 10,000"
+            " records, 1 or 10,000 tasks",
+            ", ".join(f"{p}/{t:,}: {s * 1e3:.1f} ms" for (p, t), s in took.items()),
+            f"{per_partition * 1e6:.0f} us a partition, {per_task * 1e6:.1f} us a task; "
+            f"1,000 x 10,000 took {took[(1000, 10_000)] / predicted:.2f}x what that predicts",
+            "O(partitions + tasks): about 1.0x",
+        )
+    ]
+
+
 MEMORY_CHILD = """
 import os, sys, threading, time
 import fastkwire, pyarrow
@@ -443,13 +514,17 @@ def main():
     table = []
     if "floor" in args.rows:
         table += row_floor(args)
-    if {"read", "ray"} & set(args.rows):
+    if "plan" in args.rows:
+        table += row_plan(args)
+    if {"read", "ray", "tasks"} & set(args.rows):
         broker = Broker(args.records, args.partitions, args.value_size)
         try:
             if "read" in args.rows:
                 table += row_read(args, broker)
             if "ray" in args.rows:
                 table += row_ray(args, broker)
+            if "tasks" in args.rows:
+                table += row_tasks(args, broker)
         finally:
             broker.close()
     if "memory" in args.rows:

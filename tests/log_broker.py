@@ -80,10 +80,13 @@ class PartitionLog:
         return memoryview(self.data)[start : self.starts[j]]
 
     def offset_for_time(self, ms):
+        """(offset, timestamp) as ListOffsets answers a time: the first batch whose records
+        reach it (its max timestamp stands for the record's); (-1, -1) when none does."""
         for i, ts in enumerate(self.max_ts):
             if ts >= ms:
-                return max(self.log_start, self.last_offsets[i - 1] + 1 if i else self.log_start)
-        return -1
+                offset = max(self.log_start, self.last_offsets[i - 1] + 1 if i else self.log_start)
+                return offset, ts
+        return -1, -1
 
 
 class LogBroker:
@@ -234,7 +237,7 @@ class LogBroker:
             parts = []
             for p in t.partitions:
                 log = self.logs.get((t.name, p.partition_index))
-                error, offset = 0, -1
+                error, offset, stamp = 0, -1, -1
                 if log is None:
                     error = UNKNOWN_TOPIC_OR_PARTITION
                 elif self.leader((t.name, p.partition_index)) != self.node_id:
@@ -244,10 +247,13 @@ class LogBroker:
                 elif p.timestamp == -1:
                     offset = log.end
                 else:
-                    offset = log.offset_for_time(p.timestamp)
+                    offset, stamp = log.offset_for_time(p.timestamp)
                 parts.append(
                     ListOffsetsResponse.ListOffsetsPartitionResponse(
-                        partition_index=p.partition_index, error_code=error, offset=offset
+                        partition_index=p.partition_index,
+                        error_code=error,
+                        offset=offset,
+                        timestamp=stamp,
                     )
                 )
             topics.append(

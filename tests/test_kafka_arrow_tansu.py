@@ -3,6 +3,8 @@ read_kafka, fastkwire.ray.read_kafka (Ray in local mode) and fastkwire.dask.read
 distributed.LocalCluster of 2 workers) give exactly the rows kafka-python's own consumer
 reads, row for row. Topics are small: Tansu stores about a thousand records a second."""
 
+import datetime as dt
+
 import pytest
 
 pytest.importorskip("pyarrow")
@@ -249,3 +251,23 @@ def test_dask_reader_gives_what_kafka_python_consumes(loaded):
         frame = df.compute()
     table = pa.Table.from_pandas(frame, preserve_index=False)
     assert as_rows(table.cast(SCHEMA)) == consumed(loaded, "arrow-mixed")
+
+
+def test_a_newcomers_offsets_on_the_real_broker(loaded):
+    """What a first afternoon on Tansu met: a time after the last record (Tansu answers
+    offset 0 with timestamp -1) reads nothing; one int start offset past a short partition
+    (arrow-tx holds 3 records) reads nothing there and the rest elsewhere; an offset past
+    the end given for that partition, or offsets naming nothing, are refused by name."""
+    read = fastkwire.read_kafka
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+    assert read("arrow-mixed", bootstrap_servers=loaded, start_offset=later).num_rows == 0
+    everything = as_rows(read("arrow-mixed", bootstrap_servers=loaded))
+    both = read(["arrow-mixed", "arrow-tx"], bootstrap_servers=loaded, start_offset=20)
+    assert as_rows(both) == [r for r in everything if r[1] >= 20]
+    with pytest.raises(
+        KafkaReadError,
+        match=r"start_offset 20 is after the end of topic 'arrow-tx' partition 0: 127\.0\.0\.1:\d+ holds offsets 0 to \d+$",
+    ):
+        read("arrow-tx", bootstrap_servers=loaded, start_offset={"arrow-tx": {0: 20}})
+    with pytest.raises(ValueError, match="start_offset names topic 'orders'"):
+        read("arrow-tx", bootstrap_servers=loaded, start_offset={"orders": {0: 1}})

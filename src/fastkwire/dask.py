@@ -10,8 +10,16 @@ piece is fetched by fastkwire's reader (`fastkwire.kafka_arrow`) where Dask runs
 Dask: `pip install "fastkwire[dask]"`.
 """
 
-import dask.dataframe as dd
-import pandas as pd
+try:
+    import dask.dataframe as dd
+    import pandas as pd
+except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a child process
+    if (_missing.name or "").split(".")[0] not in ("dask", "pandas", "pyarrow", "numpy"):
+        raise
+    raise ImportError(
+        f"fastkwire.dask needs Dask's DataFrame ({_missing.name} is missing): "
+        "pip install 'fastkwire[dask]'"
+    ) from _missing
 
 from . import kafka_arrow, segments
 
@@ -66,6 +74,7 @@ def read_kafka(
 ):
     """A dask.dataframe.DataFrame of the records of `topics`; arguments as
     fastkwire.read_kafka's, plus records_per_partition (offsets per piece)."""
+    kafka_arrow.check_piece_size(records_per_partition, "records_per_partition")
     options = kafka_arrow.ClientOptions(bootstrap_servers, **client)
     ranges = kafka_arrow.plan(
         topics,
@@ -74,9 +83,9 @@ def read_kafka(
         end_offset=end_offset,
         partitions=partitions,
         isolation_level=isolation_level,
-        records_per_range=records_per_partition,
         options=options,
     )
+    ranges = kafka_arrow.split_ranges(ranges, records_per_partition, name="records_per_partition")
     if not ranges:
         return dd.from_pandas(meta(), npartitions=1)
     return dd.from_map(

@@ -14,16 +14,20 @@ How a read goes:
    ListOffsets "latest" with the base offset of the last batch, not the log end. It
    returns one `OffsetRange(topic, partition, start, end)` per partition (end exclusive),
    split into pieces of at most `records_per_range` offsets when asked (the unit of work of
-   the Ray and Dask readers).
-2. `read_ranges(ranges, ...)` fetches them: one thread and connection per leader, every
-   leader at once, each sending its next Fetch as soon as the last one is in (while the
-   previous answer is converted), handing over one answer per leader at a time, so
-   memory is bounded by `block_size` per leader (each answer holds a quarter of it).
-   NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH and the like refresh the metadata and send
-   the partition to its new leader; OFFSET_OUT_OF_RANGE is a `KafkaReadError` naming the
-   partition and the offsets it holds; a broker that goes away is retried once after a
-   metadata refresh, then an error naming it and the partitions it was serving.
-A read that fails raises: no partial table is returned as if whole.
+   the Ray and Dask readers; at most MAX_RANGES pieces, `split_ranges`).
+2. `read_ranges(ranges, ...)` fetches them: one thread and connection per leader (at most
+   MAX_LEADER_THREADS at once), each sending its next Fetch as soon as the last one is in
+   (while the previous answer is converted), handing over one answer per leader at a
+   time, so memory is bounded by `block_size` per leader (a Fetch asks for a quarter of
+   it; an answer over half of it is refused unread; its batches decompress to half of
+   it at a time). Partitions whose leader moved (NOT_LEADER_OR_FOLLOWER,
+   FENCED_LEADER_EPOCH and the like) wait together for one metadata refresh, within one
+   deadline (request_timeout_ms); OFFSET_OUT_OF_RANGE is a `KafkaReadError` naming the
+   partition and the offsets it holds; a broker that goes away (planning included) is
+   retried once after a metadata refresh, then an error naming it and the partitions.
+A read that fails raises: no partial table is returned as if whole. No wait is longer
+than the request timeout allows, whatever a broker answers (docs/arrow.md, "Against a
+hostile broker", says what is promised and how fuzz/hostile_broker.py checks it).
 
 The security options are the connection layer's (`fastkwire.connection.Security`), named as
 kafka-python names them: security_protocol, ssl_context, ssl_cafile, ssl_certfile,
@@ -36,10 +40,18 @@ import queue
 import struct
 import threading
 import time
+import warnings
 
-from . import FetchRequest, ListOffsetsRequest, MetadataRequest
-from ._arrow_rows import SCHEMA, batches_to_arrow, empty_batch
-from .admin.flows import parse_servers
+from . import DecodeError, FetchRequest, ListOffsetsRequest, MetadataRequest
+
+try:
+    from ._arrow_rows import SCHEMA, batches_to_arrow, empty_batch
+except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a child process
+    if _missing.name not in ("numpy", "pyarrow"):
+        raise
+    raise ImportError(
+        f"fastkwire.read_kafka needs {_missing.name}: pip install 'fastkwire[arrow]'"
+    ) from _missing
 from .connection import Connection, Security, format_address
 from .connection_errors import (
     KafkaClientError,
@@ -77,10 +89,18 @@ SECURITY_OPTIONS = (
 )
 FETCH_MAX_WAIT_MS = 500
 ANSWER_SHARE = 4  # a Fetch answer holds at most block_size / ANSWER_SHARE bytes
+ANSWER_LIMIT_SHARE = 2  # an answer may be block_size / 2: room for one batch over max_bytes
 MAX_LEADER_RETRIES = 10
 MAX_BROKER_RETRIES = 1  # a broker that fails is tried once more after a metadata refresh
 RETRY_BACKOFF = 0.2
 MAX_EMPTY_FETCHES = 20  # answers in a row without a batch below the range's end
+# At most this many pieces from splitting a plan (records_per_range and the like): above it
+# the pieces are made larger, with a warning, so planning stays O(partitions + pieces).
+MAX_RANGES = 10_000
+# At most this many leaders fetched from at once (a thread and a connection each); the
+# partitions of other leaders wait for one to finish. A Metadata answer decides how many
+# leaders there are: a hostile one must not make a thread per partition.
+MAX_LEADER_THREADS = 32
 EARLIEST, LATEST = -2, -1
 READ_COMMITTED = {"read_uncommitted": 0, "read_committed": 1}
 
@@ -144,13 +164,41 @@ class OffsetRange:
         return (OffsetRange, self._key())
 
     def split(self, size):
-        """Pieces of at most `size` offsets (compacted gaps make some hold fewer records)."""
-        if size is None or len(self) <= size:
-            return [self]
-        return [
-            OffsetRange(self.topic, self.partition, lo, min(lo + size, self.end))
-            for lo in range(self.start, self.end, size)
-        ]
+        """Pieces of at most `size` offsets (compacted gaps make some hold fewer records);
+        at most MAX_RANGES of them (`split_ranges` says when it makes them larger)."""
+        return split_ranges([self], size)
+
+
+def check_piece_size(size, name="records_per_range"):
+    """`size` (offsets a piece): None or a positive int, else a ValueError naming `name`."""
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"{name} must be a positive int, not {size!r}")
+    return size
+
+
+def split_ranges(ranges, size, *, name="records_per_range", cap=MAX_RANGES):
+    """`ranges` cut into pieces of at most `size` offsets (None: as they are). Never more
+    than `cap` pieces plus one a range: when `size` would make more, the pieces are made
+    larger and a RuntimeWarning (naming the parameter `name`) says so. O(pieces)."""
+    if check_piece_size(size, name) is None:
+        return list(ranges)
+    total = sum(len(r) for r in ranges)
+    pieces = sum(-(-len(r) // size) for r in ranges)
+    if pieces > cap:
+        wider = -(-total // cap)
+        warnings.warn(
+            f"{name}={size} would cut these {total} offsets into {pieces} pieces; "
+            f"made pieces of {wider} offsets instead (at most {cap} pieces: "
+            "fastkwire.kafka_arrow.MAX_RANGES)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        size = wider
+    out = []
+    for r in ranges:
+        for lo in range(r.start, r.end, size):
+            out.append(OffsetRange(r.topic, r.partition, lo, min(lo + size, r.end)))
+    return out
 
 
 def spread(ranges, tasks):
@@ -208,6 +256,10 @@ class ClientOptions:
                 f"unknown option {', '.join(unknown)} (the security options are "
                 f"{', '.join(SECURITY_OPTIONS)}; also client_id, request_timeout_ms)"
             )
+        # Imported here: the admin package is a third of what importing this module (and
+        # fastkwire.ray, in every Ray worker) would cost, and only the planning side needs it.
+        from .admin.flows import parse_servers
+
         self.servers = parse_servers(bootstrap_servers)
         self.bootstrap_servers = bootstrap_servers
         self.client_id = client_id
@@ -259,6 +311,8 @@ def _check_offset(value, name, word):
             if not isinstance(parts, dict):
                 raise TypeError(f"{name}[{topic!r}] must map partitions to offsets")
             for p, v in parts.items():
+                if isinstance(p, bool) or not isinstance(p, int):
+                    raise TypeError(f"{name}[{topic!r}] has {p!r} for a partition: give ints")
                 _check_offset(v, f"{name}[{topic!r}][{p!r}]", word)
         return
     if isinstance(value, bool) or not (isinstance(value, (int, _dt.datetime)) or value == word):
@@ -267,16 +321,64 @@ def _check_offset(value, name, word):
         raise ValueError(f"{name} must be >= 0, not {value}")
 
 
+def _check_topics(topics):
+    """`topics` (a name or names) as a list of distinct names, in the order given."""
+    if isinstance(topics, str):
+        topics = [topics]
+    try:
+        topics = list(topics)
+    except TypeError:
+        raise TypeError(
+            f"topics must be a topic name or a list of names, not {type(topics).__name__} "
+            f"{topics!r}"
+        ) from None
+    for t in topics:
+        if not isinstance(t, str) or not t:
+            raise TypeError(f"topics must hold topic names (non-empty str), not {t!r}")
+    if not topics:
+        raise ValueError("topics is empty: name at least one topic")
+    return list(dict.fromkeys(topics))  # a topic named twice is read once
+
+
+def _check_partitions(partitions):
+    if partitions is None:
+        return None
+    try:
+        partitions = list(partitions)
+    except TypeError:
+        raise TypeError(
+            f"partitions must be a list of partition numbers, not {partitions!r}"
+        ) from None
+    for p in partitions:
+        if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+            raise ValueError(f"partitions must hold partition numbers (ints >= 0), not {p!r}")
+    return list(dict.fromkeys(partitions))  # a partition named twice is read once
+
+
 def _for(value, topic, partition, word):
     if isinstance(value, dict):
         return value.get(topic, {}).get(partition, word)
     return value
 
 
+def _named(value, topic, partition):
+    """Whether a {topic: {partition: offset}} gives this partition its own offset."""
+    return isinstance(value, dict) and partition in value.get(topic, {})
+
+
 def _millis(when):
     if when.tzinfo is None:  # as Ray does: naive datetimes are UTC
         when = when.replace(tzinfo=_dt.timezone.utc)
     return int(when.timestamp() * 1000)
+
+
+def _holds(low, high):
+    """What a partition with log start `low` and end `high` (exclusive) holds, in words."""
+    if low < 0 or high < low:  # what a broker said that no log is
+        return f"a log starting at offset {low} and ending at {high} (it says)"
+    if high == low:
+        return f"no records (its log starts and ends at offset {high})"
+    return f"offsets {low} to {high - 1}"
 
 
 # ---------------------------------------------------------------- metadata and offsets
@@ -310,6 +412,8 @@ class Cluster:
         self.brokers = {b.node_id: (b.host, b.port) for b in answer.brokers}
         found = {}
         for t in answer.topics:
+            if t.name not in topics:
+                continue  # not asked: nothing of it is read
             if t.error_code == UNKNOWN_TOPIC_OR_PARTITION or (
                 t.error_code == NONE and not t.partitions
             ):
@@ -320,13 +424,17 @@ class Cluster:
                 )
             if t.error_code != NONE:
                 raise KafkaReadError(
-                    f"Metadata for topic {t.name!r} failed: {lookup(t.error_code)}",
+                    f"Metadata for topic {t.name!r} failed on {self.conn.address}: "
+                    f"{lookup(t.error_code)}",
                     lookup(t.error_code),
                     topic=t.name,
                 )
             for p in t.partitions:
                 self.leaders[(t.name, p.partition_index)] = (p.leader_id, p.leader_epoch)
-            found[t.name] = sorted(p.partition_index for p in t.partitions)
+            # A partition (or topic) listed twice is one partition.
+            found[t.name] = sorted(
+                set(found.get(t.name, ())) | {p.partition_index for p in t.partitions}
+            )
         for t in topics:
             if t not in found:
                 raise KafkaReadError(
@@ -335,19 +443,30 @@ class Cluster:
         return found
 
     def leader(self, topic, partition):
-        node, epoch = self.leaders[(topic, partition)]
+        node, epoch = self.leaders.get((topic, partition), (-1, -1))
         if node < 0 or node not in self.brokers:
             raise KafkaReadError(
-                f"{_name(topic, partition)} has no leader now (node {node})",
+                f"{_name(topic, partition)} has no leader now (the Metadata answer of "
+                f"{self.conn.address} names node {node}"
+                + ("" if node < 0 else ", a broker it does not list")
+                + ")",
                 lookup(by_name("LEADER_NOT_AVAILABLE").code),
                 topic,
                 partition,
             )
         return node, epoch
 
+    def address(self, node):
+        host, port = self.brokers.get(node, ("?", 0))
+        return f"broker {node} ({format_address(host, port)})"
+
     def connect(self, node):
-        host, port = self.brokers[node]
-        return self.options.connect(host, port)
+        address = self.brokers.get(node)
+        if address is None:  # gone from the Metadata answer since it was named a leader
+            raise KafkaConnectionError(
+                f"broker {node} is not in the latest Metadata answer of {self.conn.address}"
+            )
+        return self.options.connect(*address)
 
 
 def _by_leader(cluster, keys):
@@ -358,8 +477,33 @@ def _by_leader(cluster, keys):
     return groups
 
 
+def _answered(conn, api, keys, entries):
+    """{key: entry} of an answer's per-partition `entries` ((key, entry) pairs): every key
+    asked must be there, once; others are ignored. An error names the broker."""
+    out = {}
+    for key, entry in entries:
+        if key not in keys:
+            continue
+        if key in out:
+            raise KafkaReadError(
+                f"{conn.address} answered {api} for {_name(*key)} twice",
+                topic=key[0],
+                partition=key[1],
+            )
+        out[key] = entry
+    for key in keys:
+        if key not in out:
+            raise KafkaReadError(
+                f"{conn.address}'s {api} answer leaves out {_name(*key)}, which was asked",
+                topic=key[0],
+                partition=key[1],
+            )
+    return out
+
+
 def _list_offsets(conn, keys, timestamp_of, isolation):
-    """{(topic, partition): offset} of ListOffsets for each key's timestamp (-2, -1 or ms)."""
+    """{(topic, partition): (offset, timestamp)} of ListOffsets for each key's timestamp
+    (-2, -1 or ms)."""
     version = conn.version_for(ListOffsetsRequest, lowest=1)
     topics = {}
     for topic, partition in keys:
@@ -379,43 +523,68 @@ def _list_offsets(conn, keys, timestamp_of, isolation):
         ),
         version,
     )
+    parts = _answered(
+        conn,
+        "ListOffsets",
+        set(keys),
+        (((t.name, p.partition_index), p) for t in answer.topics for p in t.partitions),
+    )
     out = {}
-    for t in answer.topics:
-        for p in t.partitions:
-            if p.error_code != NONE:
-                raise KafkaReadError(
-                    f"ListOffsets for {_name(t.name, p.partition_index)} failed on "
-                    f"{conn.address}: {lookup(p.error_code)}",
-                    lookup(p.error_code),
-                    t.name,
-                    p.partition_index,
-                )
-            out[(t.name, p.partition_index)] = p.offset
+    for key, p in parts.items():
+        if p.error_code != NONE:
+            raise KafkaReadError(
+                f"ListOffsets for {_name(*key)} failed on {conn.address}: {lookup(p.error_code)}",
+                lookup(p.error_code),
+                *key,
+            )
+        out[key] = (p.offset, p.timestamp)
     return out
 
 
 def _log_ends(conn, at, isolation, epochs):
-    """{key: (high watermark or last stable offset, log start)} from one Fetch at `at`."""
-    answer = _fetch(conn, {k: (o, 1) for k, o in at.items()}, isolation, epochs, min_bytes=0)
+    """{key: high watermark (or last stable offset)} from one Fetch at `at`."""
+    answer = _fetch(
+        conn,
+        {k: (o, 1) for k, o in at.items()},
+        isolation,
+        epochs,
+        min_bytes=0,
+        answer_limit=DEFAULT_BLOCK_SIZE,
+    )
+    parts = _answered(
+        conn,
+        "Fetch",
+        set(at),
+        (((t.topic, p.partition_index), p) for t in answer.responses for p in t.partitions),
+    )
     out = {}
-    for t in answer.responses:
-        for p in t.partitions:
-            key = (t.topic, p.partition_index)
-            if p.error_code not in (NONE, OFFSET_OUT_OF_RANGE):
-                raise KafkaReadError(
-                    f"Fetch for {_name(*key)} failed on {conn.address}: {lookup(p.error_code)}",
-                    lookup(p.error_code),
-                    *key,
-                )
-            end = p.high_watermark
-            if isolation and p.last_stable_offset >= 0:
-                end = p.last_stable_offset
-            out[key] = end
+    for key, p in parts.items():
+        if p.error_code not in (NONE, OFFSET_OUT_OF_RANGE):
+            raise KafkaReadError(
+                f"Fetch for {_name(*key)} failed on {conn.address}: {lookup(p.error_code)}",
+                lookup(p.error_code),
+                *key,
+            )
+        end = p.high_watermark
+        if isolation and p.last_stable_offset >= 0:
+            end = p.last_stable_offset
+        out[key] = end
     return out
 
 
-def _fetch(conn, wanted, isolation, epochs, *, max_bytes=DEFAULT_BLOCK_SIZE, min_bytes=1):
-    """One Fetch of {key: (offset, partition max bytes)}."""
+def _fetch(
+    conn,
+    wanted,
+    isolation,
+    epochs,
+    *,
+    max_bytes=DEFAULT_BLOCK_SIZE,
+    min_bytes=1,
+    answer_limit=None,
+    deadline=None,
+):
+    """One Fetch of {key: (offset, partition max bytes)}; an answer over `answer_limit`
+    bytes is refused before it is read."""
     version = min(conn.version_for(FetchRequest, lowest=4), 12)
     topics = {}
     for (topic, partition), (offset, most) in wanted.items():
@@ -437,6 +606,8 @@ def _fetch(conn, wanted, isolation, epochs, *, max_bytes=DEFAULT_BLOCK_SIZE, min
             topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
         ),
         version,
+        max_answer_bytes=answer_limit,
+        deadline=deadline,
     )
 
 
@@ -453,21 +624,22 @@ def plan(
     **client,
 ):
     """The OffsetRanges a read of `topics` covers (see the module's docstring); ranges
-    that are empty are left out. `records_per_range` splits each into pieces."""
-    if isinstance(topics, str):
-        topics = [topics]
-    topics = list(topics)
-    if not topics:
-        raise ValueError("topics is empty: name at least one topic")
+    that are empty are left out. `records_per_range` splits each into pieces (at most
+    MAX_RANGES of them: see `split_ranges`)."""
+    topics = _check_topics(topics)
+    partitions = _check_partitions(partitions)
     isolation = _isolation(isolation_level)
     _check_offset(start_offset, "start_offset", "earliest")
     _check_offset(end_offset, "end_offset", "latest")
-    if records_per_range is not None and (
-        isinstance(records_per_range, bool)
-        or not isinstance(records_per_range, int)
-        or records_per_range < 1
-    ):
-        raise ValueError(f"records_per_range must be a positive int, not {records_per_range!r}")
+    for name, value in (("start_offset", start_offset), ("end_offset", end_offset)):
+        if isinstance(value, dict):
+            for topic in value:
+                if topic not in topics:
+                    raise ValueError(
+                        f"{name} names topic {topic!r}, which this read does not read "
+                        f"(topics: {', '.join(map(repr, topics))})"
+                    )
+    check_piece_size(records_per_range)
     options = options or ClientOptions(bootstrap_servers, **client)
     cluster = Cluster(options)
     try:
@@ -475,7 +647,7 @@ def plan(
         keys = []
         for topic in topics:
             have = found[topic]
-            wanted = have if partitions is None else list(partitions)
+            wanted = have if partitions is None else partitions
             missing = sorted(set(wanted) - set(have))
             if missing:
                 raise KafkaReadError(
@@ -486,29 +658,72 @@ def plan(
                     missing[0],
                 )
             keys += [(topic, p) for p in wanted]
+        _check_named(keys, start_offset, end_offset)
         bounds = _resolve(cluster, keys, start_offset, end_offset, isolation)
     finally:
         cluster.close()
     ranges = []
     for key in keys:
-        start, end, low, high = bounds[key]
-        if start > end:
-            raise ValueError(
-                f"start_offset {start} is after end_offset {end} for {_name(*key)} "
-                f"(it holds offsets {low} to {high})"
-            )
-        if start < low or end > high:
+        start, end = _range_of(key, bounds[key], start_offset, end_offset)
+        if end > start:
+            ranges.append(OffsetRange(key[0], key[1], start, end))
+    return split_ranges(ranges, records_per_range)
+
+
+def _check_named(keys, start_offset, end_offset):
+    """Offsets given per partition name partitions being read; start <= end where both are
+    the caller's ints."""
+    reading = set(keys)
+    for name, value in (("start_offset", start_offset), ("end_offset", end_offset)):
+        if not isinstance(value, dict):
+            continue
+        for topic, parts in value.items():
+            for p in parts:
+                if (topic, p) not in reading:
+                    read = sorted(q for t, q in keys if t == topic)
+                    raise ValueError(
+                        f"{name} names topic {topic!r} partition {p}, which this read does "
+                        f"not read (it reads partitions {_spans(read)} of {topic!r})"
+                    )
+    for key in keys:
+        start = _for(start_offset, *key, "earliest")
+        end = _for(end_offset, *key, "latest")
+        if type(start) is int and type(end) is int and start > end:
+            raise ValueError(f"start_offset {start} is after end_offset {end} for {_name(*key)}")
+
+
+def _range_of(key, bound, start_offset, end_offset):
+    """[start, end) of `key` from what its broker answered (`bound`), by the rules of the
+    arguments: an error names the broker and what it answered."""
+    start, end, low, high, at = bound
+    holds = f"{at} holds {_holds(low, high)}"
+    if end > high:
+        raise KafkaReadError(
+            f"end_offset {end} is after the end of {_name(*key)}: {holds}",
+            lookup(OFFSET_OUT_OF_RANGE),
+            *key,
+        )
+    if start < low:
+        raise KafkaReadError(
+            f"start_offset {start} is before the start of {_name(*key)}: {holds} "
+            "(deleted by retention?)",
+            lookup(OFFSET_OUT_OF_RANGE),
+            *key,
+        )
+    if start > high:
+        if _named(start_offset, *key):
             raise KafkaReadError(
-                f"offsets {start} to {end} are outside what {_name(*key)} holds ({low} to {high})",
+                f"start_offset {start} is after the end of {_name(*key)}: {holds}",
                 lookup(OFFSET_OUT_OF_RANGE),
                 *key,
             )
-        if end > start:
-            ranges += OffsetRange(key[0], key[1], start, end).split(records_per_range)
-    return ranges
+        return high, high  # an offset (or time) for every partition: this one ends before it
+    return start, max(start, end)
 
 
 def _spans(numbers):
+    if not numbers:
+        return "none"
     return (
         f"{numbers[0]}-{numbers[-1]}"
         if numbers == list(range(numbers[0], numbers[-1] + 1))
@@ -517,50 +732,101 @@ def _spans(numbers):
 
 
 def _resolve(cluster, keys, start_offset, end_offset, isolation):
-    """{key: (start, end, log start, log end)}: every offset asked, as ints."""
+    """{key: (start, end, log start, log end, broker)}: every offset asked, as ints. A
+    broker that fails is asked again once, after a metadata refresh."""
     out = {}
-    for node, group in _by_leader(cluster, keys).items():
-        conn = cluster.connect(node)
+    work = [(group, 0) for group in _by_leader(cluster, keys).items()]
+    while work:
+        (node, group), attempt = work.pop()
         try:
-            epochs = {k: cluster.leader(*k)[1] for k in group}
-            earliest = _list_offsets(conn, group, dict.fromkeys(group, EARLIEST), isolation)
-            listed = _list_offsets(conn, group, dict.fromkeys(group, LATEST), isolation)
-            # The log end as the Fetch answer states it (see the module's docstring).
-            ends = _log_ends(conn, listed, isolation, epochs)
-            latest = {k: max(ends[k], listed[k]) if ends[k] >= 0 else listed[k] for k in group}
-            asked = {}
-            for which, value, word in (
-                ("start", start_offset, "earliest"),
-                ("end", end_offset, "latest"),
-            ):
-                for k in group:
-                    v = _for(value, *k, word)
-                    if isinstance(v, _dt.datetime):
-                        asked[(which, k)] = _millis(v)
-            by_time = {}
-            for which in ("start", "end"):
-                stamps = {k: ms for (w, k), ms in asked.items() if w == which}
-                if stamps:
-                    by_time[which] = _list_offsets(conn, list(stamps), stamps, isolation)
-            for k in group:
-                bound = []
-                for which, value, word in (
-                    ("start", start_offset, "earliest"),
-                    ("end", end_offset, "latest"),
-                ):
-                    v = _for(value, *k, word)
-                    if v == "earliest":
-                        v = earliest[k]
-                    elif v == "latest":
-                        v = latest[k]
-                    elif isinstance(v, _dt.datetime):
-                        # No record at or after that time: the log end (an empty range).
-                        v = by_time[which][k]
-                        v = latest[k] if v < 0 else v
-                    bound.append(v)
-                out[k] = (bound[0], bound[1], earliest[k], latest[k])
-        finally:
-            conn.close()
+            conn = cluster.connect(node)
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            failure = exc
+        else:
+            try:
+                out.update(_resolve_on(conn, cluster, group, start_offset, end_offset, isolation))
+                continue
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                failure = exc
+            finally:
+                conn.close()
+        what = f"{cluster.address(node)} failed while planning: {failure}"
+        names = ", ".join(_name(*k) for k in group)
+        if attempt >= MAX_BROKER_RETRIES:
+            raise KafkaReadError(
+                f"could not find the offsets of {names}: {what}", None, *group[0]
+            ) from failure
+        time.sleep(RETRY_BACKOFF)
+        try:
+            cluster.refresh(sorted({t for t, _ in group}))
+            regrouped = _by_leader(cluster, group)
+        except KafkaClientError as again:
+            raise KafkaReadError(
+                f"could not find the offsets of {names}: {what}; then the metadata refresh "
+                f"failed: {again}",
+                None,
+                *group[0],
+            ) from failure
+        work += [(g, attempt + 1) for g in regrouped.items()]
+    return out
+
+
+def _resolve_on(conn, cluster, group, start_offset, end_offset, isolation):
+    """_resolve's answers from one leader (`conn`) for its partitions (`group`)."""
+    epochs = {k: cluster.leader(*k)[1] for k in group}
+    earliest = _list_offsets(conn, group, dict.fromkeys(group, EARLIEST), isolation)
+    listed = _list_offsets(conn, group, dict.fromkeys(group, LATEST), isolation)
+    # The log end as the Fetch answer states it (see the module's docstring).
+    ends = _log_ends(conn, {k: o for k, (o, _) in listed.items()}, isolation, epochs)
+    low, high = {}, {}
+    for k in group:
+        low[k], listed_end = earliest[k][0], listed[k][0]
+        high[k] = max(ends[k], listed_end) if ends[k] >= 0 else listed_end
+        if low[k] < 0 or high[k] < low[k]:
+            raise KafkaReadError(
+                f"{conn.address} answered that {_name(*k)} starts at offset {low[k]} "
+                f"(ListOffsets earliest) and ends at {high[k]} (ListOffsets latest "
+                f"{listed_end}, Fetch high watermark {ends[k]}): no log is so",
+                None,
+                *k,
+            )
+    asked = {}
+    for which, value, word in (("start", start_offset, "earliest"), ("end", end_offset, "latest")):
+        for k in group:
+            v = _for(value, *k, word)
+            if isinstance(v, _dt.datetime):
+                asked.setdefault(which, {})[k] = _millis(v)
+    by_time = {w: _list_offsets(conn, list(s), s, isolation) for w, s in asked.items()}
+    out = {}
+    for k in group:
+        bound = []
+        for which, value, word in (
+            ("start", start_offset, "earliest"),
+            ("end", end_offset, "latest"),
+        ):
+            v = _for(value, *k, word)
+            if v == "earliest":
+                v = low[k]
+            elif v == "latest":
+                v = high[k]
+            elif isinstance(v, _dt.datetime):
+                offset, stamp = by_time[which][k]
+                if offset < 0 or stamp < 0:
+                    # No record at or after that time ("none", timestamp -1): the log end,
+                    # so a start there reads nothing.
+                    v = high[k]
+                elif not low[k] <= offset <= high[k]:
+                    raise KafkaReadError(
+                        f"{conn.address} answered ListOffsets for {_name(*k)} at "
+                        f"{value if not isinstance(value, dict) else v} with offset {offset}, "
+                        f"outside the offsets {low[k]} to {high[k]} it says the log has",
+                        None,
+                        *k,
+                    )
+                else:
+                    v = offset
+            bound.append(v)
+        out[k] = (bound[0], bound[1], low[k], high[k], conn.address)
     return out
 
 
@@ -568,8 +834,11 @@ def _resolve(cluster, keys, start_offset, end_offset, isolation):
 
 
 def _batch_ends(data):
-    """The offset after the last whole batch in `data` (None: no whole batch), read from
-    the batch headers alone (the records are converted later, off this thread)."""
+    """(the offset after the last whole batch in `data`, or None when there is none; the
+    bytes those batches take), read from the batch headers alone (the records are
+    converted later, off this thread). The batches end at the first one that does not
+    start after the one before: an answer that goes backwards is read up to there, and the
+    rest fetched again from where it stopped, so no offset comes twice."""
     n = len(data)
     pos = 0
     last = None
@@ -578,13 +847,33 @@ def _batch_ends(data):
         if size < 0 or size > n - pos - 12:
             break
         if size >= 49 and data[pos + 16] == 2:
-            base = struct.unpack_from(">q", data, pos)[0]
+            first = struct.unpack_from(">q", data, pos)[0]
             (delta,) = _LENGTH.unpack_from(data, pos + 23)
-            last = base + delta + 1
+            after = first + delta + 1
         else:  # a legacy message: its offset is the last of what it holds
-            last = struct.unpack_from(">q", data, pos)[0] + 1
+            after = first = struct.unpack_from(">q", data, pos)[0] + 1
+            first -= 1
+        if last is not None and first < last or after <= first:
+            break
+        last = after
         pos += 12 + size
-    return last
+    return last, pos
+
+
+def _compressed_spans(data):
+    """(start, stop, 1 if compressed else 0) of each whole batch in `data`, from headers."""
+    spans, n, pos = [], len(data), 0
+    while n - pos >= 22:
+        (size,) = _LENGTH.unpack_from(data, pos + 8)
+        if size < 5 or size > n - pos - 12:
+            break
+        if data[pos + 16] == 2:
+            codec = data[pos + 22] & 7  # the low byte of the attributes
+        else:
+            codec = data[pos + 17] & 7  # a legacy message's attributes
+        spans.append((pos, pos + 12 + size, 1 if codec else 0))
+        pos += 12 + size
+    return spans or [(0, n, 0)]
 
 
 class _Leader(threading.Thread):
@@ -618,7 +907,7 @@ class _Leader(threading.Thread):
                         break
                     if item[0] is not None:
                         left.append(item)
-            self.reader.out.put(("gone", self.node, exc, left))
+            self.reader.out.put(("gone", self, exc, left))
         finally:
             if conn is not None:
                 conn.close()
@@ -644,7 +933,10 @@ class _Leader(threading.Thread):
         # What one answer may hold: a share of block_size, since an answer is held twice
         # while it is decoded (the frame and its records) and the next one is in flight.
         per_partition = answer_bytes = max(reader.block_size // ANSWER_SHARE, 1024)
-        empty = 0
+        # What an answer may be before it is refused unread: room for one batch larger
+        # than max_bytes (a broker sends the first batch whole, KIP-74), never more.
+        most = max(reader.block_size // ANSWER_LIMIT_SHARE, answer_bytes)
+        empty, since = 0, time.monotonic()
         while not self.stop.is_set():
             while True:
                 try:
@@ -655,26 +947,38 @@ class _Leader(threading.Thread):
                     return
                 active[key] = [offset, end]
             if not active:
+                since = time.monotonic()
                 continue
             epochs = {k: reader.cluster.leaders.get(k, (None, -1))[1] for k in active}
             wanted = {k: (o, per_partition) for k, (o, _) in active.items()}
-            answer = _fetch(conn, wanted, reader.isolation, epochs, max_bytes=answer_bytes)
+            answer = _fetch(
+                conn,
+                wanted,
+                reader.isolation,
+                epochs,
+                max_bytes=answer_bytes,
+                # the partitions' headers, and their aborted transactions (16 bytes each)
+                answer_limit=most + 4096 + 256 * len(wanted),
+            )
             parts, moved, done = [], [], []
+            seen = set()
             for t in answer.responses:
                 for p in t.partitions:
                     key = (t.topic, p.partition_index)
                     state = active.get(key)
-                    if state is None:
-                        continue
+                    if state is None or key in seen:
+                        continue  # not asked, or answered twice: the first answer counts
+                    seen.add(key)
                     if p.error_code in LEADER_MOVED:
-                        moved.append((key, state[0], state[1]))
+                        moved.append((key, state[0], state[1], lookup(p.error_code)))
                         del active[key]
                         continue
                     if p.error_code == OFFSET_OUT_OF_RANGE:
                         raise KafkaReadError(
                             f"offset {state[0]} is out of range for {_name(*key)}: "
-                            f"{conn.address} holds offsets {p.log_start_offset} to "
-                            f"{p.high_watermark} now (deleted or truncated while reading?)",
+                            f"{conn.address} holds "
+                            f"{_holds(p.log_start_offset, p.high_watermark)} now "
+                            "(deleted or truncated while reading?)",
                             lookup(OFFSET_OUT_OF_RANGE),
                             *key,
                         )
@@ -686,11 +990,23 @@ class _Leader(threading.Thread):
                             *key,
                         )
                     records = p.records or b""
-                    after = _batch_ends(records) if records else None
+                    after, whole = _batch_ends(records)
+                    if after is not None and whole < len(records):
+                        records = records[:whole]  # up to where it goes backwards
                     if after is None or after <= state[0]:
                         if records and len(records) >= per_partition:
-                            # An old broker cut a batch larger than the limit: ask for more.
-                            per_partition = min(per_partition * 2, 1 << 30)
+                            # A batch larger than the limit was cut: ask for more, up to the
+                            # most an answer may be.
+                            if per_partition >= most:
+                                raise KafkaReadError(
+                                    f"{conn.address} sent no whole batch of {_name(*key)} at "
+                                    f"offset {state[0]} in {len(records)} bytes, the most "
+                                    f"block_size={reader.block_size} allows: a batch larger "
+                                    "than block_size / 2? (raise block_size)",
+                                    topic=key[0],
+                                    partition=key[1],
+                                )
+                            per_partition = min(per_partition * 2, most)
                         elif p.high_watermark <= state[0]:
                             raise KafkaReadError(
                                 f"{_name(*key)} ends at offset {p.high_watermark} on "
@@ -706,10 +1022,18 @@ class _Leader(threading.Thread):
                         done.append(key)
                     else:
                         state[0] = after
-            empty = 0 if parts else empty + 1
-            if empty > MAX_EMPTY_FETCHES:
+            if parts:
+                empty, since = 0, time.monotonic()
+            else:
+                empty += 1
+            if active and (
+                empty > MAX_EMPTY_FETCHES or time.monotonic() - since > reader.stall_seconds
+            ):
                 names = ", ".join(f"{_name(*k)} at offset {s[0]}" for k, s in active.items())
-                raise KafkaTimeoutError(f"{conn.address} sent no records for {names}")
+                raise KafkaTimeoutError(
+                    f"{conn.address} sent no records for {names} in {empty} answers "
+                    f"({time.monotonic() - since:.1f} s)"
+                )
             if (parts or moved or done) and not self._hand_over(
                 ("answer", self, parts, moved, done)
             ):
@@ -718,114 +1042,256 @@ class _Leader(threading.Thread):
 
 class _Reader:
     """The coordinator: leaders' threads, their answers converted in order per partition,
-    and the metadata refresh when a partition moves or its broker goes away."""
+    and the metadata refresh when partitions move or their broker goes away: one refresh
+    for every partition waiting for a leader, all within one deadline. Every wait is
+    bounded by the request timeout, whatever the bookkeeping says."""
 
     def __init__(self, ranges, options, isolation, block_size, check_crc):
         self.options, self.isolation, self.block_size = options, isolation, block_size
         self.check_crc = check_crc
-        self.ranges = ranges
+        # Each partition's ranges, in offset order, read one after the other.
+        self.queued = {}
+        for r in sorted(ranges, key=lambda r: (r.topic, r.partition, r.start)):
+            key = (r.topic, r.partition)
+            before = self.queued.setdefault(key, [])
+            if before and r.start < before[-1][1]:
+                raise ValueError(
+                    f"ranges overlap: {_name(*key)} offsets {before[-1][0]} to {before[-1][1]} "
+                    f"and {r.start} to {r.end} (each offset is read once)"
+                )
+            before.append((r.start, r.end))
+        for key, spans in self.queued.items():
+            spans.reverse()  # popped from the end: the lowest first
+        timeout = options.request_timeout_ms / 1000
+        # No records for this long is a stall (the leader raises), and the reader waits
+        # for an answer at most a request more: nothing waits forever.
+        self.stall_seconds = max(timeout, MAX_EMPTY_FETCHES * FETCH_MAX_WAIT_MS / 1000)
+        self.patience = self.stall_seconds + timeout + 1.0
+        self.move_deadline = timeout  # partitions without a leader wait at most this
         self.cluster = Cluster(options)
         self.out = queue.Queue()  # bounded by the leaders' credit: one answer each
-        self.leaders = {}
+        self.leaders = {}  # node -> its running _Leader
+        self.finished = []  # leaders stopped to make room (joined at close)
+        self.load = {}  # node -> partitions given to it and not finished
+        self.waiting = {}  # node -> [(key, offset, end)] until a thread is free
+        self.unplaced = {}  # key -> (offset, end, why, since): waiting for a leader
+        self.rounds = 0  # metadata refreshes since every partition last had a leader
         self.retries = {}
-        self.pending = 0  # partitions not done yet
+        self.reading = set(self.queued)  # partitions not done yet
+        self.pending = len(self.reading)
 
     def start(self):
-        self.cluster.refresh(sorted({r.topic for r in self.ranges}))
-        for r in self.ranges:
-            self.pending += 1
-            self._assign((r.topic, r.partition), r.start, r.end)
+        self.cluster.refresh(sorted({key[0] for key in self.queued}))
+        for key in list(self.queued):
+            self._next(key)
 
-    def _assign(self, key, offset, end):
-        node, _ = self.cluster.leader(*key)
+    def _next(self, key):
+        """Give `key`'s next range to its leader; False when it has none left."""
+        spans = self.queued[key]
+        if not spans:
+            return False
+        start, end = spans.pop()
+        try:
+            node, _ = self.cluster.leader(*key)
+        except KafkaReadError as exc:  # waits for a leader, within the deadline
+            self._unplace(key, start, end, str(exc), "moved", MAX_LEADER_RETRIES)
+        else:
+            self._give(node, key, start, end)
+        return True
+
+    def _give(self, node, key, offset, end):
         leader = self.leaders.get(node)
+        if leader is None and len(self.leaders) >= MAX_LEADER_THREADS:
+            self.waiting.setdefault(node, []).append((key, offset, end))
+            return
         if leader is None or not leader.take(key, offset, end):
             leader = self.leaders[node] = _Leader(self, node)
             leader.take(key, offset, end)
             leader.start()
+        self.load[node] = self.load.get(node, 0) + 1
 
-    def close(self):
-        for leader in self.leaders.values():
+    def _finished(self, node, n):
+        """`n` partitions of `node` are done or gone from it; a leader left with nothing
+        makes room for a waiting one."""
+        self.load[node] = self.load.get(node, 0) - n
+        if self.load[node] > 0 or not self.waiting:
+            return
+        leader = self.leaders.pop(node, None)
+        if leader is not None:  # it has nothing to fetch: it ends at once
             leader.stop.set()
             leader.inbox.put((None, 0, 0))
-        for leader in self.leaders.values():
+            leader.join(1.0)
+            self.finished.append(leader)
+        while self.waiting and len(self.leaders) < MAX_LEADER_THREADS:
+            other, items = next(iter(self.waiting.items()))
+            del self.waiting[other]
+            for item in items:
+                self._give(other, *item)
+
+    def close(self):
+        every = list(self.leaders.values()) + self.finished
+        for leader in every:
+            leader.stop.set()
+            leader.inbox.put((None, 0, 0))
+        for leader in every:
             leader.join(5)
         self.cluster.close()
 
-    def _retry(self, key, what, limit):
-        n = self.retries[(limit, key)] = self.retries.get((limit, key), 0) + 1
+    def _unplace(self, key, offset, end, why, kind, limit):
+        n = self.retries[(kind, key)] = self.retries.get((kind, key), 0) + 1
         if n > limit:
             raise KafkaReadError(
-                f"{_name(*key)} could not be read: {what} (after {limit} metadata refreshes)",
+                f"{_name(*key)} could not be read from offset {offset} to {end}: {why} "
+                f"(after {limit} metadata refreshes)",
                 topic=key[0],
                 partition=key[1],
             )
-        time.sleep(min(RETRY_BACKOFF * n, 2.0))
-        self.cluster.refresh([key[0]])
+        self.unplaced[key] = (offset, end, why, time.monotonic())
 
-    def _convert(self, key, offset, end, records, aborted):
-        batch, _, _ = batches_to_arrow(
-            records,
-            topic=key[0],
-            partition=key[1],
-            read_committed=bool(self.isolation),
-            aborted_transactions=aborted or (),
-            check_crc=self.check_crc,
-            start_offset=offset,
-            end_offset=end,
+    def _place(self):
+        """One metadata refresh for every partition waiting for a leader, each sent to its
+        leader; past the deadline, an error naming them and why."""
+        self.rounds += 1
+        oldest = min(since for _, _, _, since in self.unplaced.values())
+        left = self.move_deadline - (time.monotonic() - oldest)
+        time.sleep(max(min(RETRY_BACKOFF * self.rounds, 1.0, left), 0))
+        problem = None
+        try:
+            self.cluster.refresh(sorted({key[0] for key in self.unplaced}))
+        except KafkaClientError as exc:
+            problem = f"then the metadata refresh failed: {exc}"
+        for key, (offset, end, why, since) in list(self.unplaced.items()):
+            if problem is None:
+                try:
+                    node, _ = self.cluster.leader(*key)
+                except KafkaReadError as exc:
+                    problem = f"then {exc}"
+                else:
+                    del self.unplaced[key]
+                    self._give(node, key, offset, end)
+                    continue
+            if time.monotonic() - since >= self.move_deadline:
+                raise KafkaReadError(
+                    f"{_name(*key)} could not be read from offset {offset} to {end}: {why}; "
+                    f"{problem} ({self.rounds} metadata refreshes in "
+                    f"{time.monotonic() - since:.1f} s)",
+                    topic=key[0],
+                    partition=key[1],
+                )
+        if not self.unplaced:
+            self.rounds = 0
+
+    def _convert(self, node, key, offset, end, records, aborted):
+        """The rows of one partition's answer, as RecordBatches. Its compressed batches
+        may decompress to half of block_size in all: each to its share of it, and when
+        one would take more, the answer is converted in halves (each half's batches
+        then have a larger share), down to one batch that may take it all."""
+        most = max(self.block_size // ANSWER_LIMIT_SHARE, 1024)
+        spans = _compressed_spans(records)
+        if aborted and self.isolation:  # a transaction's state runs over the whole answer
+            spans = [(0, len(records), 1)]
+        yield from self._convert_spans(node, key, offset, end, records, aborted, spans, most)
+
+    def _convert_spans(self, node, key, offset, end, records, aborted, spans, most):
+        compressed = sum(c for _, _, c in spans)
+        lo, hi = spans[0][0], spans[-1][1]
+        try:
+            batch, _, _ = batches_to_arrow(
+                records if (lo, hi) == (0, len(records)) else memoryview(records)[lo:hi],
+                topic=key[0],
+                partition=key[1],
+                read_committed=bool(self.isolation),
+                aborted_transactions=aborted or (),
+                check_crc=self.check_crc,
+                start_offset=offset,
+                end_offset=end,
+                max_decompressed=max(most // max(compressed, 1), 1024),
+            )
+        except DecodeError as exc:
+            if "max_decompressed" not in str(exc):
+                # The same error, saying whose bytes: the partition, the offset, the broker.
+                where = f"{_name(*key)} from offset {offset} ({self.cluster.address(node)})"
+                raise DecodeError(exc.reason, exc.offset + lo, f"{where} records") from exc
+            if len(spans) > 1 and compressed > 1:
+                half = len(spans) // 2
+                for part in (spans[:half], spans[half:]):
+                    yield from self._convert_spans(
+                        node, key, offset, end, records, aborted, part, most
+                    )
+                return
+            raise KafkaReadError(
+                f"{_name(*key)} from offset {offset}: a batch from {self.cluster.address(node)} "
+                f"decompresses to more than {most} bytes, what block_size={self.block_size} "
+                f"allows ({exc}; raise block_size if the batch is real)",
+                topic=key[0],
+                partition=key[1],
+            ) from exc
+        if batch.num_rows:
+            yield batch
+
+    def _stuck(self):
+        names = ", ".join(_name(*k) for k in sorted(self.reading))
+        return KafkaTimeoutError(
+            f"no answer from the leaders ({', '.join(map(self.cluster.address, self.leaders))}) "
+            f"in {self.patience:.1f} s while reading {names}"
         )
-        return batch
 
     def batches(self):
         """RecordBatches in the order the answers come (in offset order per partition)."""
+        heard = time.monotonic()
         while self.pending:
+            if self.unplaced and self.out.empty():
+                self._place()
             try:
-                item = self.out.get(timeout=1.0)
+                item = self.out.get(timeout=0.1 if self.unplaced else 1.0)
             except queue.Empty:
+                if self.unplaced:
+                    continue
                 # Never wait for answers no thread will give (a defect here, not the broker's).
                 if not any(leader.is_alive() for leader in self.leaders.values()):
                     raise RuntimeError(
                         f"fastkwire's reader lost track of {self.pending} partitions"
                     ) from None
+                if time.monotonic() - heard > self.patience:
+                    raise self._stuck() from None
                 continue
+            heard = time.monotonic()
             if item[0] == "answer":
                 _, leader, parts, moved, done = item
                 try:
                     for key, offset, end, records, aborted in parts:
-                        batch = self._convert(key, offset, end, records, aborted)
-                        if batch.num_rows:
-                            yield batch
+                        yield from self._convert(leader.node, key, offset, end, records, aborted)
                 finally:
                     leader.credit.release()
-                self.pending -= len(done)
-                for key, offset, end in moved:
-                    self._retry(key, "its leader moved", MAX_LEADER_RETRIES)
-                    self._assign(key, offset, end)
+                for key, offset, end, error in moved:
+                    self._unplace(
+                        key, offset, end, f"its leader moved ({error})", "moved", MAX_LEADER_RETRIES
+                    )
+                for key in done:
+                    if not self._next(key):
+                        self.pending -= 1
+                        self.reading.discard(key)
+                if moved or done:
+                    self._finished(leader.node, len(moved) + len(done))
                 continue
-            _, node, exc, left = item  # "gone": the leader's thread ended on an error
-            if self.leaders.get(node) is not None and self.leaders[node].dead:
-                del self.leaders[node]
+            _, leader, exc, left = item  # "gone": the leader's thread ended on an error
+            if self.leaders.get(leader.node) is leader:
+                del self.leaders[leader.node]
             if isinstance(exc, (KafkaReadError, KafkaSecurityError)) or not isinstance(
                 exc, KafkaClientError
             ):
                 raise exc
-            host, port = self.cluster.brokers.get(node, ("?", 0))
-            what = f"broker {node} ({format_address(host, port)}) failed: {exc}"
+            what = f"{self.cluster.address(leader.node)} failed: {exc}"
             for key, offset, end in left:
-                failed = f"{_name(*key)} could not be read from offset {offset} to {end}: {what}"
-                n = self.retries[("gone", key)] = self.retries.get(("gone", key), 0) + 1
-                if n > MAX_BROKER_RETRIES:
-                    raise KafkaReadError(failed, getattr(exc, "error", None), *key) from exc
-                time.sleep(RETRY_BACKOFF)
                 try:
-                    self.cluster.refresh([key[0]])
-                    self._assign(key, offset, end)
-                except KafkaClientError as again:
+                    self._unplace(key, offset, end, what, "gone", MAX_BROKER_RETRIES)
+                except KafkaReadError as failed:
                     raise KafkaReadError(
-                        f"{failed}; then the metadata refresh failed: {again}",
+                        str(failed).replace(" (after 1 metadata refreshes)", ""),
                         getattr(exc, "error", None),
                         *key,
                     ) from exc
+            self._finished(leader.node, len(left))
 
 
 def read_ranges(
@@ -837,7 +1303,8 @@ def read_ranges(
     check_crc=True,
 ):
     """RecordBatches (SCHEMA) of the rows in `ranges` (from `plan`), fetched from every
-    leader at once; rows of one partition come in offset order."""
+    leader at once; rows of one partition come in offset order. Ranges of one partition
+    are read one after the other; ranges that overlap are refused (ValueError)."""
     isolation = _isolation(isolation_level)
     block_size = _check_block(block_size)
     ranges = [r for r in ranges if len(r)]

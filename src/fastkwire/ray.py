@@ -18,9 +18,16 @@ Differences from Ray's reader, all on the side of not losing data silently:
 - options fastkwire's connections cannot honour are refused by name, not ignored.
 """
 
-import ray.data
-from ray.data.block import BlockMetadata
-from ray.data.datasource import Datasource, ReadTask
+try:
+    import ray.data
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a child process
+    if (_missing.name or "").split(".")[0] not in ("ray", "pyarrow", "numpy", "pandas"):
+        raise
+    raise ImportError(
+        f"fastkwire.ray needs Ray Data ({_missing.name} is missing): pip install 'fastkwire[ray]'"
+    ) from _missing
 
 from . import kafka_arrow, segments
 
@@ -126,6 +133,7 @@ class KafkaDatasource(Datasource):
         tasks=None,
         **client,
     ):
+        kafka_arrow.check_piece_size(records_per_task, "records_per_task")
         self.options = kafka_arrow.ClientOptions(bootstrap_servers, **client)
         self.isolation_level, self.block_size, self.check_crc = (
             isolation_level,
@@ -139,9 +147,12 @@ class KafkaDatasource(Datasource):
             end_offset=end_offset,
             partitions=partitions,
             isolation_level=isolation_level,
-            records_per_range=records_per_task,
             options=self.options,
         )
+        if records_per_task is not None:
+            self.ranges = kafka_arrow.split_ranges(
+                self.ranges, records_per_task, name="records_per_task"
+            )
         if records_per_task is None:
             self.task_ranges = kafka_arrow.spread(self.ranges, tasks or cluster_cpus())
         else:
@@ -206,7 +217,8 @@ def read_kafka(
     records_per_task, partitions, isolation_level, block_size, check_crc and fastkwire's
     security options under kafka-python's names; extra keywords go to Ray as remote args:
     label_selector, resources, runtime_env, ...). records_per_task=None (the default):
-    one read task per CPU of the cluster, and as many output blocks asked of Ray
+    one read task per CPU of the cluster; an int: one task per piece of at most that many
+    offsets. Either way, as many output blocks as tasks are asked of Ray
     (override_num_blocks, unless given)."""
     if trigger != "once":
         raise ValueError(f"only trigger='once' is supported, not {trigger!r}")
@@ -231,8 +243,9 @@ def read_kafka(
         check_crc=check_crc,
         **client,
     )
-    if records_per_task is None and override_num_blocks is None:
-        # Ray splits the tasks' output into more blocks unless asked for this many.
+    if override_num_blocks is None:
+        # Ray splits the tasks' output into more blocks unless asked for this many: with
+        # records_per_task too (it cost 4 tasks twice the CPU per record of one).
         override_num_blocks = max(len(source.task_ranges), 1)
     return ray.data.read_datasource(
         source,

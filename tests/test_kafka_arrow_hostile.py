@@ -1,0 +1,634 @@
+"""The Kafka readers' contract against a broker that lies (tests/log_broker.py with faults):
+exactly the rows asked for, or an error naming the partition, the offsets and the broker;
+never a hang, a duplicate, a row outside the range, or memory beyond the block. Each test
+is one way a broker's answer (or a caller's arguments) broke it before; the fuzzer
+(fuzz/hostile_broker.py) mixes them at random."""
+
+import datetime as dt
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("numpy")
+
+import fastkwire  # noqa: E402
+from fastkwire import (  # noqa: E402
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    records,
+)
+from fastkwire import kafka_arrow  # noqa: E402
+from fastkwire.kafka_arrow import KafkaReadError, OffsetRange, plan, read_ranges  # noqa: E402
+from fastkwire.records import Record  # noqa: E402
+
+from log_broker import CLOSE, LogBroker, PartitionLog  # noqa: E402
+from test_kafka_arrow import expect, keyed_log, values  # noqa: E402
+
+FETCH = fastkwire.FetchRequest.API_KEY
+METADATA = MetadataRequest.API_KEY
+LIST_OFFSETS = ListOffsetsRequest.API_KEY
+
+
+def within(seconds, call):
+    """call()'s result (or its exception), failing the test if it has not ended in
+    `seconds`: a hang is a failure here, not a stuck suite."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@pytest.fixture
+def broker():
+    b = LogBroker({("t", p): PartitionLog(keyed_log(p, 95)) for p in range(3)})
+    yield b
+    b.close()
+
+
+def read(broker, **kw):
+    kw.setdefault("request_timeout_ms", 3000)
+    topics = kw.pop("topics", "t")
+    return within(
+        20, lambda: fastkwire.read_kafka(topics, bootstrap_servers=broker.bootstrap, **kw)
+    )
+
+
+def offsets(table):
+    return sorted(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
+
+
+# ---------------------------------------------------------------- item 1: asked twice
+
+
+def test_a_partition_or_topic_asked_twice_is_read_once(broker):
+    assert values(read(broker, partitions=[0, 0])) == expect([0], 0, 95)
+    assert values(read(broker, topics=["t", "t"], partitions=[1])) == expect([1], 0, 95)
+    assert plan("t", bootstrap_servers=broker.bootstrap, partitions=[2, 2]) == [
+        OffsetRange("t", 2, 0, 95)
+    ]
+
+
+def test_a_metadata_answer_listing_a_partition_twice(broker):
+    def twice(key, version, request):
+        if key == METADATA:
+            answer = broker._metadata(request)
+            for t in answer.topics:
+                t.partitions = t.partitions + t.partitions
+            return answer
+        return None
+
+    broker.fault = twice
+    assert values(read(broker)) == expect(range(3), 0, 95)
+
+
+def test_ranges_of_one_partition_are_read_one_after_the_other(broker):
+    options = kafka_arrow.ClientOptions(broker.bootstrap, request_timeout_ms=3000)
+    ranges = [OffsetRange("t", 0, 50, 60), OffsetRange("t", 0, 10, 20)]
+    got = within(20, lambda: pa.Table.from_batches(list(read_ranges(ranges, options=options))))
+    assert got.column("offset").to_pylist() == list(range(10, 20)) + list(range(50, 60))
+    with pytest.raises(ValueError, match="ranges overlap: topic 't' partition 0"):
+        within(
+            20, lambda: list(read_ranges(ranges + [OffsetRange("t", 0, 55, 70)], options=options))
+        )
+
+
+def test_no_wait_outlives_the_request_timeout(broker, monkeypatch):
+    """Whatever the bookkeeping says: a leader that never hands an answer over (here one
+    that loses its partitions) ends the read with an error naming them."""
+    monkeypatch.setattr(kafka_arrow._Leader, "_hand_over", lambda self, item: True)
+    monkeypatch.setattr(kafka_arrow, "MAX_EMPTY_FETCHES", 2)  # a stall: 1 s, not 10
+    started = time.monotonic()
+    with pytest.raises(fastkwire.connection_errors.KafkaTimeoutError) as info:
+        read(broker, partitions=[1], request_timeout_ms=1000)
+    assert "while reading topic 't' partition 1" in str(info.value)
+    assert time.monotonic() - started < 6  # a stall (1 s) + a request (1 s) + 1 s at most
+
+
+def test_an_answer_going_backwards_gives_no_row_twice(broker):
+    """An earlier batch after the asked ones (the hostile review's 5-6, 0-4, 7-9): the
+    answer is read up to where it goes back, the rest fetched again."""
+    log = broker.logs[("t", 0)]
+
+    def overlap(key, version, request):
+        if key != FETCH:
+            return None
+        answer = broker._fetch(request)
+        for t in answer.responses:
+            for p in t.partitions:
+                if p.records:
+                    p.records = bytes(p.records) + bytes(log.read(0, 1))
+        return answer
+
+    broker.fault = overlap
+    table = read(broker, partitions=[0], start_offset=5)
+    assert table.column("offset").to_pylist() == list(range(5, 95))
+
+
+# ---------------------------------------------------------------- item 3: planning
+
+
+@pytest.mark.parametrize("end", [200_000, 2**62])
+def test_planning_caps_its_pieces_and_says_so(broker, end):
+    def huge(key, version, request):
+        if key == FETCH:
+            answer = broker._fetch(request)
+            for t in answer.responses:
+                for p in t.partitions:
+                    p.high_watermark = p.last_stable_offset = end
+            return answer
+        return None
+
+    broker.fault = huge
+    with pytest.warns(RuntimeWarning, match=r"records_per_range=1 would cut .* pieces"):
+        ranges = within(
+            20,
+            lambda: plan(
+                "t", bootstrap_servers=broker.bootstrap, partitions=[0, 1], records_per_range=1
+            ),
+        )
+    assert len(ranges) <= kafka_arrow.MAX_RANGES + 2
+    covered = sorted((r.partition, r.start, r.end) for r in ranges)
+    for p in (0, 1):  # every offset once, in order
+        mine = [(s, e) for q, s, e in covered if q == p]
+        assert mine[0][0] == 0 and mine[-1][1] == end
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
+
+
+def test_split_ranges_without_a_cap_keeps_the_size():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = kafka_arrow.split_ranges([OffsetRange("t", 0, 0, 95)], 40)
+    assert got == [
+        OffsetRange("t", 0, 0, 40),
+        OffsetRange("t", 0, 40, 80),
+        OffsetRange("t", 0, 80, 95),
+    ]
+    with pytest.raises(ValueError, match="records_per_task must be a positive int"):
+        kafka_arrow.split_ranges([], 0, name="records_per_task")
+
+
+# ---------------------------------------------------------------- item 4: leader moves
+
+
+def test_partitions_moving_together_are_placed_after_one_refresh():
+    n = 40
+    logs = {("t", p): PartitionLog(keyed_log(p, 30)) for p in range(n)}
+    brokers = [LogBroker(logs, node_id=i) for i in (1, 2)]
+    for b in brokers:
+        b.nodes = {1: brokers[0].port, 2: brokers[1].port}
+    first, second = brokers
+    state = {"moved": False, "metadata_after": 0}
+
+    def move_all(key, version, request):
+        if key == METADATA and state["moved"]:
+            state["metadata_after"] += 1
+        if (
+            key == FETCH
+            and not state["moved"]
+            and request.topics[0].partitions[0].partition_max_bytes > 1
+        ):
+            for b in brokers:
+                b.leaders = {k: 2 for k in logs}
+            state["moved"] = True
+            answer = first._fetch(request)
+            for t in answer.responses:
+                for p in t.partitions:
+                    p.error_code, p.records = 6, b""  # NOT_LEADER_OR_FOLLOWER, all at once
+            return answer
+        return None
+
+    first.fault = move_all
+    try:
+        table = within(30, lambda: fastkwire.read_kafka("t", bootstrap_servers=first.bootstrap))
+        assert values(table) == expect(range(n), 0, 30)
+        assert state["moved"] and second.requests.get(FETCH, 0) >= 1
+        # One refresh placed them all (each moved partition refreshing alone made 40).
+        assert first.requests.get(METADATA, 0) - 2 <= 2, first.requests
+    finally:
+        for b in brokers:
+            b.close()
+
+
+def test_a_partition_with_no_leader_fails_within_the_request_timeout(broker):
+    state = {"fetched": False}
+
+    def leaderless(key, version, request):
+        if key == FETCH and request.topics[0].partitions[0].partition_max_bytes > 1:
+            state["fetched"] = True
+            answer = broker._fetch(request)
+            for t in answer.responses:
+                for p in t.partitions:
+                    p.error_code, p.records = 5, b""  # LEADER_NOT_AVAILABLE
+            return answer
+        if key == METADATA and state["fetched"]:
+            answer = broker._metadata(request)
+            for t in answer.topics:
+                for p in t.partitions:
+                    p.leader_id = -1
+            return answer
+        return None
+
+    broker.fault = leaderless
+    started = time.monotonic()
+    with pytest.raises(KafkaReadError) as info:
+        read(broker, partitions=[0], request_timeout_ms=1000)
+    text = str(info.value)
+    assert "topic 't' partition 0 could not be read from offset 0 to 95" in text
+    assert "LEADER_NOT_AVAILABLE" in text and "has no leader now" in text
+    # one deadline (1 s) for the moves, not 10 refreshes with pauses up to 2 s (11 s)
+    assert time.monotonic() - started < 6
+
+
+# ---------------------------------------------------------------- the "Also": threads
+
+
+def test_leaders_are_fetched_from_by_a_capped_number_of_threads(monkeypatch):
+    monkeypatch.setattr(kafka_arrow, "MAX_LEADER_THREADS", 3)
+    n = 12
+    b = LogBroker({("t", p): PartitionLog(keyed_log(p, 20)) for p in range(n)})
+    seen = []
+
+    def every_partition_its_own_leader(key, version, request):
+        if key == METADATA:
+            answer = b._metadata(request)
+            answer.brokers = [
+                MetadataResponse.MetadataResponseBroker(node_id=i, host="127.0.0.1", port=b.port)
+                for i in range(100, 100 + n)
+            ]
+            for t in answer.topics:
+                for p in t.partitions:
+                    p.leader_id = 100 + p.partition_index
+            return answer
+        if key == FETCH:
+            seen.append(sum(t.name.startswith("fastkwire-fetch-") for t in threading.enumerate()))
+        return None
+
+    b.fault = every_partition_its_own_leader
+    try:
+        table = within(30, lambda: fastkwire.read_kafka("t", bootstrap_servers=b.bootstrap))
+        assert values(table) == expect(range(n), 0, 20)
+        assert max(seen) <= 3, seen
+    finally:
+        b.close()
+
+
+# ---------------------------------------------------------------- item 6: the block
+
+
+def test_the_broker_is_asked_for_no_more_than_the_block():
+    big = [records.write_batch([Record(value=b"v" * 200_000)], base_offset=0)]
+    big += keyed_log(0, 40)[1:]  # offsets 10 on
+    b = LogBroker(
+        {
+            ("t", 0): PartitionLog(
+                [big[0]]
+                + [
+                    records.write_batch([Record(value=b"x")] * 10, base_offset=o)
+                    for o in range(1, 41, 10)
+                ]
+            )
+        }
+    )
+    asked = []
+
+    def cut(key, version, request):
+        if key != FETCH:
+            return None
+        asked.append(max(p.partition_max_bytes for t in request.topics for p in t.partitions))
+        answer = b._fetch(request)
+        for t in answer.responses:
+            for p in t.partitions:
+                most = request.topics[0].partitions[0].partition_max_bytes
+                p.records = bytes(p.records[:most])  # as an old broker: cut at the limit
+        return answer
+
+    b.fault = cut
+    block = 64 * 1024
+    try:
+        with pytest.raises(KafkaReadError) as info:
+            within(
+                20,
+                lambda: fastkwire.read_kafka("t", bootstrap_servers=b.bootstrap, block_size=block),
+            )
+        assert "topic 't' partition 0" in str(info.value) and "raise block_size" in str(info.value)
+        assert max(asked) <= block // 2, asked
+    finally:
+        b.close()
+
+
+def test_an_answer_larger_than_the_block_is_refused_unread():
+    b = LogBroker({("t", 0): PartitionLog(keyed_log(0, 3000, per_batch=100))})
+
+    def ignore_max_bytes(key, version, request):
+        if key == FETCH:
+            for t in request.topics:
+                for p in t.partitions:
+                    p.partition_max_bytes = 1 << 30
+            request.max_bytes = 1 << 30
+        return None
+
+    b.fault = ignore_max_bytes
+    try:
+        with pytest.raises(KafkaReadError) as info:
+            within(
+                20,
+                lambda: fastkwire.read_kafka(
+                    "t", bootstrap_servers=b.bootstrap, block_size=8192, request_timeout_ms=3000
+                ),
+            )
+        text = str(info.value)
+        assert "topic 't' partition 0" in text and b.bootstrap in text
+        assert "more than the" in text  # the connection's refusal: announced too large
+    finally:
+        b.close()
+
+
+def test_a_decompression_bomb_is_bounded_by_the_block():
+    pytest.importorskip("cramjam")
+    bomb = records.write_batch([Record(value=bytes(600_000))], base_offset=0, compression="gzip")
+    b = LogBroker({("t", 0): PartitionLog([bomb])})
+    try:
+        with pytest.raises(KafkaReadError) as info:
+            within(
+                20,
+                lambda: fastkwire.read_kafka("t", bootstrap_servers=b.bootstrap, block_size=65536),
+            )
+        text = str(info.value)
+        assert "topic 't' partition 0 from offset 0" in text and b.bootstrap in text
+        assert "decompresses to more than 32768 bytes" in text
+    finally:
+        b.close()
+
+
+# ---------------------------------------------------------------- item 7: omitted, contradicting
+
+
+def _drop_partition(answer_topics, field, partition):
+    for t in answer_topics:
+        setattr(t, field, [p for p in getattr(t, field) if p.partition_index != partition])
+
+
+def test_a_list_offsets_answer_leaving_out_a_partition_names_the_broker(broker):
+    def omit(key, version, request):
+        if key == LIST_OFFSETS:
+            answer = broker._list_offsets(request)
+            _drop_partition(answer.topics, "partitions", 1)
+            return answer
+        return None
+
+    broker.fault = omit
+    with pytest.raises(KafkaReadError) as info:
+        read(broker)
+    assert str(info.value) == (
+        f"{broker.bootstrap}'s ListOffsets answer leaves out topic 't' partition 1, which was asked"
+    )
+
+
+def test_a_first_fetch_answer_leaving_out_a_partition_names_the_broker(broker):
+    def omit(key, version, request):
+        if key == FETCH:
+            answer = broker._fetch(request)
+            _drop_partition(answer.responses, "partitions", 2)
+            return answer
+        return None
+
+    broker.fault = omit
+    with pytest.raises(KafkaReadError, match=r"'s Fetch answer leaves out topic 't' partition 2"):
+        read(broker)
+
+
+def test_offsets_that_contradict_name_the_broker_and_what_it_said(broker):
+    def contradict(key, version, request):
+        if key == LIST_OFFSETS:
+            answer = broker._list_offsets(request)
+            for t in answer.topics:
+                for p in t.partitions:
+                    p.offset = 100 if request.topics[0].partitions[0].timestamp == -2 else 50
+            return answer
+        if key == FETCH:
+            answer = broker._fetch(request)
+            for t in answer.responses:
+                for p in t.partitions:
+                    p.high_watermark = p.last_stable_offset = 50
+            return answer
+        return None
+
+    broker.fault = contradict
+    with pytest.raises(KafkaReadError) as info:
+        read(broker, partitions=[0])
+    text = str(info.value)
+    assert text.startswith(f"{broker.bootstrap} answered that topic 't' partition 0 starts at")
+    assert "offset 100 (ListOffsets earliest) and ends at 50" in text
+    assert "start_offset" not in text  # never arguments the caller did not give
+
+
+# ---------------------------------------------------------------- item 9: first Fetch dropped
+
+
+def test_a_connection_dropped_on_the_first_fetch_is_retried(broker):
+    dropped = []
+
+    def drop_first(key, version, request):
+        if key == FETCH and not dropped:
+            dropped.append(1)
+            return CLOSE
+        return None
+
+    broker.fault = drop_first
+    assert values(read(broker, partitions=[0])) == expect([0], 0, 95)
+    assert dropped and broker.requests[METADATA] >= 2  # refreshed before the retry
+
+
+def test_a_broker_that_keeps_dropping_the_first_fetch_is_named(broker):
+    broker.fault = lambda key, version, request: CLOSE if key == FETCH else None
+    with pytest.raises(KafkaReadError) as info:
+        read(broker, partitions=[0])
+    text = str(info.value)
+    assert text.startswith("could not find the offsets of topic 't' partition 0: broker 1")
+    assert broker.bootstrap in text and info.value.partition == 0
+
+
+# ---------------------------------------------------------------- item 10: a time with no record
+
+
+def test_a_time_without_a_record_is_an_empty_range(broker):
+    def tansu_like(key, version, request):
+        if key == LIST_OFFSETS and request.topics[0].partitions[0].timestamp >= 0:
+            return ListOffsetsResponse(  # Tansu's answer: offset 0, timestamp -1 ("none")
+                topics=[
+                    ListOffsetsResponse.ListOffsetsTopicResponse(
+                        name=t.name,
+                        partitions=[
+                            ListOffsetsResponse.ListOffsetsPartitionResponse(
+                                partition_index=p.partition_index, offset=0, timestamp=-1
+                            )
+                            for p in t.partitions
+                        ],
+                    )
+                    for t in request.topics
+                ]
+            )
+        return None
+
+    broker.fault = tansu_like
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+    assert read(broker, start_offset=later).num_rows == 0
+    assert values(read(broker, end_offset=later, partitions=[1])) == expect([1], 0, 95)
+
+
+# ---------------------------------------------------------------- items 11, 12: offsets
+
+
+def test_an_int_start_past_a_short_partition_reads_nothing_there():
+    logs = {("orders", p): PartitionLog(keyed_log(p, n)) for p, n in enumerate((22, 39, 40))}
+    b = LogBroker(logs)
+    try:
+        table = read(b, topics="orders", start_offset=30)
+        assert offsets(table) == [(1, o) for o in range(30, 39)] + [(2, o) for o in range(30, 40)]
+        # An offset given for that partition itself stays an error, in words that add up.
+        with pytest.raises(KafkaReadError) as info:
+            read(b, topics="orders", start_offset={"orders": {0: 30}})
+        assert str(info.value) == (
+            f"start_offset 30 is after the end of topic 'orders' partition 0: "
+            f"{b.bootstrap} holds offsets 0 to 21"
+        )
+        # The same kind of error for a start and an end past the log.
+        with pytest.raises(KafkaReadError, match="end_offset 30 is after the end"):
+            read(b, topics="orders", end_offset=30, partitions=[0])
+    finally:
+        b.close()
+
+
+def test_offsets_naming_what_is_not_read_are_refused(broker):
+    with pytest.raises(ValueError) as info:
+        read(broker, start_offset={"other": {0: 1}})
+    assert (
+        str(info.value)
+        == "start_offset names topic 'other', which this read does not read (topics: 't')"
+    )
+    with pytest.raises(ValueError) as info:
+        read(broker, end_offset={"t": {9: 1}})
+    assert str(info.value) == (
+        "end_offset names topic 't' partition 9, which this read does not read "
+        "(it reads partitions 0-2 of 't')"
+    )
+    with pytest.raises(ValueError, match="partition 2, which this read does not read"):
+        read(broker, start_offset={"t": {2: 1}}, partitions=[0, 1])
+
+
+# ---------------------------------------------------------------- arguments, in their names
+
+
+def test_arguments_are_named(broker):
+    with pytest.raises(TypeError) as info:
+        fastkwire.read_kafka(5, bootstrap_servers=broker.bootstrap)
+    assert str(info.value) == "topics must be a topic name or a list of names, not int 5"
+    with pytest.raises(TypeError, match=r"topics must hold topic names \(non-empty str\), not 5"):
+        fastkwire.read_kafka(["t", 5], bootstrap_servers=broker.bootstrap)
+    with pytest.raises(TypeError, match="partitions must be a list of partition numbers, not 3"):
+        fastkwire.read_kafka("t", bootstrap_servers=broker.bootstrap, partitions=3)
+
+
+# ---------------------------------------------------------------- the fuzzer, briefly
+
+
+def test_hostile_broker_seeds():
+    """A short run of fuzz/hostile_broker.py: every case ends in time, within memory, with
+    exactly the rows (or rows that are the broker's word, inside the range, each once) or
+    an error naming what was wrong; both endings are seen."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    try:
+        import hostile_broker
+    finally:
+        sys.path.pop(0)
+    endings = [hostile_broker.check(seed) for seed in range(1, 151)]
+    assert endings.count("rows") > 30 and endings.count("error") > 30
+
+
+def test_compressed_batches_share_the_block():
+    """40 batches of 16 KiB each, gzip-compressed to a few hundred bytes: an answer's
+    batches decompress to half of block_size in all, so the answer is converted in pieces;
+    the rows are all there, once, in order."""
+    pytest.importorskip("cramjam")
+    batches = [
+        records.write_batch([Record(value=bytes([i]) * 16_000)], base_offset=i, compression="gzip")
+        for i in range(40)
+    ]
+    b = LogBroker({("t", 0): PartitionLog(batches)})
+    try:
+        got = within(
+            30,
+            lambda: list(
+                fastkwire.iter_kafka("t", bootstrap_servers=b.bootstrap, block_size=64 * 1024)
+            ),
+        )
+        offsets = [o for batch in got for o in batch.column("offset").to_pylist()]
+        assert offsets == list(range(40))
+        assert len(got) >= 20  # at most two such batches a piece: 32 KiB
+        assert all(
+            v == bytes([o]) * 16_000
+            for batch in got
+            for o, v in zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist())
+        )
+    finally:
+        b.close()
+
+
+def test_dask_reads_a_partition_asked_twice_once(broker):
+    pytest.importorskip("dask.dataframe")
+    import dask
+
+    import fastkwire.dask
+
+    frame = fastkwire.dask.read_kafka("t", bootstrap_servers=broker.bootstrap, partitions=[0, 0])
+    with dask.config.set(scheduler="synchronous"):
+        got = frame.compute()
+    assert sorted(got["offset"].tolist()) == list(range(95))
+
+
+def test_a_leader_gone_from_metadata_while_planning_is_asked_of_the_new_one(broker):
+    """Found by the fuzzer: partitions planned on nodes 100-102, the first Fetch's
+    connection dropped, and the refreshed Metadata names node 1 alone: the partitions of
+    nodes 101 and 102 go to node 1 too, never a KeyError."""
+    state = {"metadata": 0, "closed": False}
+
+    def leaders_then_one(key, version, request):
+        if key == METADATA:
+            state["metadata"] += 1
+            if state["metadata"] == 1:
+                answer = broker._metadata(request)
+                answer.brokers = [
+                    MetadataResponse.MetadataResponseBroker(
+                        node_id=n, host="127.0.0.1", port=broker.port
+                    )
+                    for n in (100, 101, 102)
+                ]
+                for t in answer.topics:
+                    for p in t.partitions:
+                        p.leader_id = 100 + p.partition_index
+                return answer
+        if key == FETCH and not state["closed"]:
+            state["closed"] = True
+            return CLOSE
+        return None
+
+    broker.fault = leaders_then_one
+    assert values(read(broker)) == expect(range(3), 0, 95)
