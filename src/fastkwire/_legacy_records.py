@@ -87,6 +87,7 @@ def read_message(data, pos, check_crc, limit_of, inner=False, seen=None):
             raise DecodeError("compressed message without a value", pos + 17)
         name = _compression.CODECS[codec]
         raw = bytes(_compression.decompress(name, value, limit_of(len(value)), end - len(value)))
+        limit_of.took(len(raw))
         if seen is not None:
             seen.leaf("value_length", value_start, 4, len(value))
             seen.open("value", value_start + 4)

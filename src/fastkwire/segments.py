@@ -35,11 +35,17 @@ import re
 import struct
 from datetime import datetime, timezone
 
-import pyarrow as pa
-import pyarrow.fs as pafs
+try:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+except ImportError as e:  # the extra names both
+    raise ImportError(
+        f"fastkwire.segments needs pyarrow and numpy (no {e.name}): pip install 'fastkwire[arrow]'"
+    ) from None
 
-from . import _arrow_rows
-from .errors import DecodeError
+from . import _arrow_rows  # noqa: E402 - after the extra's check
+from .errors import DecodeError  # noqa: E402
 
 __all__ = [
     "read_segments",
@@ -82,9 +88,11 @@ class SegmentTask:
     """One segment file to read: where it is, its partition, and what a reader needs to
     know of the rest of the partition (picklable: a distributed reader's unit of work).
 
-    `aborted` lists the partition's aborted transactions as (producer_id, first_offset,
-    marker_offset) under read_committed; `end_offset` is already bounded by the last stable
-    offset there. `last` says the segment is the partition's last (the one a broker writes)."""
+    `aborted` lists the partition's aborted transactions that reach into this segment, as
+    (producer_id, first_offset, marker_offset), under read_committed; `end_offset` is
+    already bounded by the last stable offset there. `last` says the segment is the
+    partition's last (the one a broker writes); `next_base_offset` is the next segment's
+    base offset (its file name): this segment's offsets lie in [base_offset, it)."""
 
     __slots__ = (
         "filesystem",
@@ -92,6 +100,7 @@ class SegmentTask:
         "topic",
         "partition",
         "base_offset",
+        "next_base_offset",
         "size",
         "last",
         "start_offset",
@@ -269,8 +278,8 @@ def _control_type(file, pos, length, name, check_crc):
 
 
 def _transactions(files, check_crc):
-    """The partition's aborted transactions as (producer_id, first_offset, marker_offset),
-    and its last stable offset (the first offset of a transaction with no marker yet, or
+    """The partition's aborted transactions as rows of an array (producer_id, first_offset,
+    marker_offset), and its last stable offset (the first offset of a transaction with no marker yet, or
     None)."""
     open_since = {}  # producer id -> the first offset of its open transaction
     aborted = []
@@ -286,6 +295,7 @@ def _transactions(files, check_crc):
                 first = open_since.pop(producer, None)
                 if kind == _CONTROL_ABORT and first is not None:
                     aborted.append((producer, first, base))
+    aborted = np.array(aborted, dtype=np.int64).reshape(-1, 3)
     return aborted, min(open_since.values(), default=None)
 
 
@@ -321,6 +331,20 @@ def _millis(when):
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return int(when.timestamp() * 1000)
+
+
+def _reaching(aborted, base, following):
+    """The aborted transactions (an array of producer id, first offset, marker offset
+    rows) that reach into the offsets [base, following) of one segment, as tuples: each
+    segment's task carries what it needs, not the partition's whole list."""
+    if aborted is None or not len(aborted):
+        return ()
+    keep = np.ones(len(aborted), dtype=bool)
+    if base is not None:
+        keep &= aborted[:, 2] >= base
+    if following is not None:
+        keep &= aborted[:, 1] < following
+    return tuple(map(tuple, aborted[keep].tolist()))
 
 
 # ---------------------------------------------------------------- planning
@@ -379,7 +403,7 @@ def plan_segments(
             start = _offset_for_time(files, _millis(start))
         if isinstance(end, datetime):
             end = _offset_for_time(files, _millis(end))
-        aborted = ()
+        aborted = None
         if read_committed:
             aborted, stable = _transactions(files, check_crc)
             if stable is not None:
@@ -397,12 +421,13 @@ def plan_segments(
                     topic=topic,
                     partition=partition,
                     base_offset=base,
+                    next_base_offset=following,
                     size=size,
                     last=i + 1 == len(files),
                     start_offset=start,
                     end_offset=end,
                     read_committed=read_committed,
-                    aborted=tuple(aborted),
+                    aborted=_reaching(aborted, base, following),
                     check_crc=check_crc,
                     truncated=truncated,
                     block_size=block_size,
@@ -415,16 +440,50 @@ def plan_segments(
 # ---------------------------------------------------------------- reading
 
 
+TRUNCATED_HINT = ' (pass truncated="skip" to read up to it)'
+
+
 def _cut_off(task, pos, have, need):
     if task.last and task.truncated == "skip":
         return
     where = "the partition's last segment" if task.last else "a segment that is not the last"
-    hint = ' (pass truncated="skip" to read up to it)' if task.last else ""
+    hint = TRUNCATED_HINT if task.last else ""
     raise SegmentError(
         f"a batch cut off at the end of {where}: {have} of its {need} bytes are in the file" + hint,
         pos,
         task.path,
     )
+
+
+def _zeros_to_the_end(f, at, size, chunk):
+    """Whether the file's bytes from `at` to its end are all zero (read a chunk at a time)."""
+    while at < size:
+        n = min(chunk, size - at)
+        if np.frombuffer(f.read_at(n, at), dtype=np.uint8).any():
+            return False
+        at += n
+    return True
+
+
+def _walk_lengths(data):
+    """Where the batch lengths in `data` stop making sense: the position of the first
+    batch header that is cut off or says less than a batch holds."""
+    pos, n = 0, len(data)
+    while n - pos >= 12:
+        length = _BATCH_START.unpack_from(data, pos)[1]
+        if length < 5 or length > n - pos - 12:
+            break
+        pos += 12 + length
+    return pos
+
+
+def _zero_filled(task, f, size, pos, data):
+    """The file position where the segment turns to zeros up to its end (a broker's
+    preallocated file, log.preallocate, or one left by a crash), or None."""
+    at = pos + _walk_lengths(data)
+    if at < size and _zeros_to_the_end(f, at, size, max(task.block_size, 1 << 16)):
+        return at
+    return None
 
 
 def _start_position(task, f, size):
@@ -443,8 +502,6 @@ def _start_position(task, f, size):
             raw = index.read()
     except (OSError, ValueError):
         return 0, None
-    import numpy as np
-
     entries = np.frombuffer(raw, dtype=">i4", count=len(raw) // 8 * 2).reshape(-1, 2)
     rel, position = entries[:, 0].astype(np.int64), entries[:, 1].astype(np.int64)
     # The entries that ascend (a broker's active index is zeros past its last entry).
@@ -465,51 +522,52 @@ def _start_position(task, f, size):
 
 def read_task(task):
     """The rows of one segment file (a SegmentTask), a block at a time, as
-    pyarrow.RecordBatches of read_kafka's schema (blocks without rows are not yielded)."""
+    pyarrow.RecordBatches of read_kafka's schema (blocks without rows are not yielded).
+    A block is block_size bytes of the file, and the records decompressed from it stop
+    after the batch that takes them to block_size bytes (the rest is the next block's)."""
     with task.filesystem.open_input_file(task.path) as f:
         size = f.size()
         pos, first = _start_position(task, f, size)
         block = task.block_size
-        # The offset the next block starts at: the file's name says the first one, or else
-        # its first batch does.
+        # The offset the reading starts at: the file's name says it, or the batch the
+        # index pointed at does; the offsets must go forward from there.
         resume = task.base_offset if first is None else first
-        if resume is None and size >= 8:
+        if resume is None and size >= 8:  # a file not named by its offset: its first batch's
             resume = struct.unpack(">q", f.read_at(8, 0))[0]
+        previous = None if resume is None else resume - 1
+        aborted = ()
+        if task.read_committed:
+            # Only the transactions not yet ended by a marker before the start; the state
+            # then goes from block to block.
+            aborted = _arrow_rows.AbortedTransactions(
+                [
+                    (p, begin)
+                    for p, begin, marker in task.aborted
+                    if resume is None or marker >= resume
+                ]
+            )
+        zeros_from = file_size = None  # where the file turns to zeros up to its end
         while pos < size:
             n = min(block, size - pos)
             f.seek(pos)
             data = f.read_buffer(n)  # from Arrow's pool (read_at would make a new bytes)
             if len(data) != n:
                 raise SegmentError(f"the file ended after {len(data)} of {n} bytes", pos, task.path)
-            aborted = ()
-            if task.read_committed:
-                # Only the transactions not yet ended by a marker before this block: an
-                # earlier abort of the same producer would otherwise drop a later one.
-                aborted = [
-                    (p, first)
-                    for p, first, marker in task.aborted
-                    if resume is None or marker >= resume
-                ]
             try:
-                batch, next_offset, tail = _arrow_rows.batches_to_arrow(
-                    data,
-                    topic=task.topic,
-                    partition=task.partition,
-                    read_committed=task.read_committed,
-                    aborted_transactions=aborted,
-                    check_crc=task.check_crc,
-                    start_offset=task.start_offset,
-                    end_offset=task.end_offset,
-                    max_decompressed=task.max_decompressed,
-                )
+                batch, next_offset, tail = _convert(task, data, aborted, previous)
             except DecodeError as e:
-                raise SegmentError(e.reason, pos + e.offset, task.path) from None
+                at = None if zeros_from is not None else _zero_filled(task, f, size, pos, data)
+                if at is None:
+                    raise SegmentError(e.reason, pos + e.offset, task.path) from None
+                # Kafka's recovery cuts the segment there: read up to it, then decide.
+                zeros_from, file_size, size = at, size, at
+                continue
             used = n - len(tail)
             if batch.num_rows:
                 yield batch
             if used:
                 pos += used
-                resume = next_offset
+                previous = next_offset - 1
                 block = task.block_size
                 continue
             # No whole batch in the block: one larger than the block, or cut off at the end.
@@ -518,6 +576,39 @@ def read_task(task):
                 _cut_off(task, pos, size - pos, need)
                 return
             block = need
+        if zeros_from is not None:
+            _zeros(task, zeros_from, file_size)
+
+
+def _convert(task, data, aborted, previous):
+    return _arrow_rows.batches_to_arrow(
+        data,
+        topic=task.topic,
+        partition=task.partition,
+        read_committed=task.read_committed,
+        aborted_transactions=aborted,
+        check_crc=task.check_crc,
+        start_offset=task.start_offset,
+        end_offset=task.end_offset,
+        max_decompressed=task.max_decompressed,
+        decompressed_budget=task.block_size,
+        previous_offset=previous,
+        next_segment=task.next_base_offset,
+    )
+
+
+def _zeros(task, at, size):
+    """A segment that is zeros from `at` to its end: the end of the partition's last one
+    under truncated="skip" (as Kafka's recovery truncates it there), else an error."""
+    if task.last and task.truncated == "skip":
+        return
+    where = "the partition's last segment" if task.last else "a segment that is not the last"
+    raise SegmentError(
+        f"{where} is zeros from here to its end ({size - at} bytes: a preallocated file, or "
+        "one a crash left before the broker's recovery)" + (TRUNCATED_HINT if task.last else ""),
+        at,
+        task.path,
+    )
 
 
 def iter_segments(paths, **options):
