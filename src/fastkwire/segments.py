@@ -477,6 +477,11 @@ def _walk_lengths(data):
     return pos
 
 
+def _whole_batch(data):
+    """Whether `data` starts with a whole batch (as its length says)."""
+    return len(data) >= 12 and 12 + _BATCH_START.unpack_from(data)[1] <= len(data)
+
+
 def _zero_filled(task, f, size, pos, data):
     """The file position where the segment turns to zeros up to its end (a broker's
     preallocated file, log.preallocate, or one left by a crash), or None."""
@@ -547,12 +552,16 @@ def read_task(task):
                 ]
             )
         zeros_from = file_size = None  # where the file turns to zeros up to its end
+        data = None  # the block being read, from pos on
         while pos < size:
-            n = min(block, size - pos)
-            f.seek(pos)
-            data = f.read_buffer(n)  # from Arrow's pool (read_at would make a new bytes)
-            if len(data) != n:
-                raise SegmentError(f"the file ended after {len(data)} of {n} bytes", pos, task.path)
+            if data is None:
+                n = min(block, size - pos)
+                f.seek(pos)
+                data = f.read_buffer(n)  # from Arrow's pool (read_at would make a new bytes)
+                if len(data) != n:
+                    raise SegmentError(
+                        f"the file ended after {len(data)} of {n} bytes", pos, task.path
+                    )
             try:
                 batch, next_offset, tail = _convert(task, data, aborted, previous)
             except DecodeError as e:
@@ -560,22 +569,25 @@ def read_task(task):
                 if at is None:
                     raise SegmentError(e.reason, pos + e.offset, task.path) from None
                 # Kafka's recovery cuts the segment there: read up to it, then decide.
-                zeros_from, file_size, size = at, size, at
+                zeros_from, file_size, size, data = at, size, at, None
                 continue
-            used = n - len(tail)
+            used = len(data) - len(tail)
             if batch.num_rows:
                 yield batch
             if used:
                 pos += used
                 previous = next_offset - 1
                 block = task.block_size
+                # The decompressed budget stopped the read before the block's end: the
+                # rest of the block is read next, without reading it from the file again.
+                data = data.slice(used) if _whole_batch(tail) else None
                 continue
             # No whole batch in the block: one larger than the block, or cut off at the end.
             need = 12 + _BATCH_START.unpack_from(tail)[1] if len(tail) >= 12 else 12
             if pos + need > size:
                 _cut_off(task, pos, size - pos, need)
                 return
-            block = need
+            block, data = need, None
         if zeros_from is not None:
             _zeros(task, zeros_from, file_size)
 
