@@ -743,6 +743,21 @@ def test_zero_filled_tail_ends_the_last_segment_under_skip(kernel, tmp_path):
             assert e.value.offset == len(data) and e.value.file == str(path)
             if zeros >= 12:
                 assert "zeros from here to its end" in str(e.value)
+    # A batch being written when the crash came: its first bytes, then zeros.
+    first = _plain(0, 5)
+    for written in (12, 30, len(data) - len(first) - 1):
+        path.write_bytes(data[: len(first) + written] + bytes(4096))
+        got = fastkwire.read_segments(d, truncated="skip", block_size=100)
+        assert got.equals(whole.slice(0, 5)), written
+        with pytest.raises(SegmentError, match="holds a batch that does not read") as e:
+            fastkwire.read_segments(d)
+        assert e.value.offset == len(first)
+    # A damaged last batch with no zeros after it is damage, not a torn write.
+    bad = bytearray(data)
+    bad[-3] ^= 1
+    path.write_bytes(bytes(bad))
+    with pytest.raises(SegmentError, match="CRC32C"):
+        fastkwire.read_segments(d, truncated="skip")
     # Zeros with a batch after them are damage, not a tail.
     path.write_bytes(data + bytes(100) + _plain(10, 2))
     with pytest.raises(SegmentError, match="batch length 0"):

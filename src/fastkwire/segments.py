@@ -455,26 +455,17 @@ def _cut_off(task, pos, have, need):
     )
 
 
-def _zeros_to_the_end(f, at, size, chunk):
-    """Whether the file's bytes from `at` to its end are all zero (read a chunk at a time)."""
-    while at < size:
-        n = min(chunk, size - at)
-        if np.frombuffer(f.read_at(n, at), dtype=np.uint8).any():
-            return False
-        at += n
-    return True
-
-
-def _walk_lengths(data):
-    """Where the batch lengths in `data` stop making sense: the position of the first
-    batch header that is cut off or says less than a batch holds."""
-    pos, n = 0, len(data)
-    while n - pos >= 12:
-        length = _BATCH_START.unpack_from(data, pos)[1]
-        if length < 5 or length > n - pos - 12:
-            break
-        pos += 12 + length
-    return pos
+def _last_nonzero(f, start, size, chunk):
+    """The position of the file's last byte that is not zero, at or after `start` (None:
+    all zeros), reading backwards a chunk at a time."""
+    end = size
+    while end > start:
+        n = min(chunk, end - start)
+        found = np.flatnonzero(np.frombuffer(f.read_at(n, end - n), dtype=np.uint8))
+        if found.size:
+            return end - n + int(found[-1])
+        end -= n
+    return None
 
 
 def _whole_batch(data):
@@ -482,12 +473,31 @@ def _whole_batch(data):
     return len(data) >= 12 and 12 + _BATCH_START.unpack_from(data)[1] <= len(data)
 
 
-def _zero_filled(task, f, size, pos, data):
-    """The file position where the segment turns to zeros up to its end (a broker's
-    preallocated file, log.preallocate, or one left by a crash), or None."""
-    at = pos + _walk_lengths(data)
-    if at < size and _zeros_to_the_end(f, at, size, max(task.block_size, 1 << 16)):
-        return at
+def _batch_holding(data, at):
+    """(start, end) in `data` of the batch that holds byte `at`, as the lengths before it
+    say; a header whose length cannot be right ends 12 bytes after its start."""
+    pos, n = 0, len(data)
+    while n - pos >= 12:
+        length = _BATCH_START.unpack_from(data, pos)[1]
+        end = pos + 12 + length if 5 <= length <= n - pos - 12 else pos + 12
+        if at < end or end == pos + 12:
+            return pos, end
+        pos = end
+    return pos, pos + 12
+
+
+def _torn_tail(task, f, size, pos, data, error_at):
+    """Where a segment's written bytes end, when the batch that does not read (the one
+    holding byte `error_at` of `data`, read at file position `pos`) is followed by
+    nothing but zeros: a broker's preallocated file (log.preallocate), or one a crash
+    left, which Kafka's recovery truncates at that batch. None when it is not so."""
+    start, end = _batch_holding(data, error_at)
+    start, end = pos + start, pos + end
+    last = _last_nonzero(f, start, size, max(task.block_size, 1 << 16))
+    # Zeros from the batch's start, or from inside it on past its end (a batch can end
+    # in zero bytes of its own: zeros that stop where it ends say nothing).
+    if last is None or (last < end < size):
+        return start, last is None
     return None
 
 
@@ -551,7 +561,7 @@ def read_task(task):
                     if resume is None or marker >= resume
                 ]
             )
-        zeros_from = file_size = None  # where the file turns to zeros up to its end
+        torn = None  # (where, all zeros, why, the file's size) of a tail of zeros
         data = None  # the block being read, from pos on
         while pos < size:
             if data is None:
@@ -565,11 +575,12 @@ def read_task(task):
             try:
                 batch, next_offset, tail = _convert(task, data, aborted, previous)
             except DecodeError as e:
-                at = None if zeros_from is not None else _zero_filled(task, f, size, pos, data)
-                if at is None:
+                torn = None if torn is not None else _torn_tail(task, f, size, pos, data, e.offset)
+                if torn is None:
                     raise SegmentError(e.reason, pos + e.offset, task.path) from None
                 # Kafka's recovery cuts the segment there: read up to it, then decide.
-                zeros_from, file_size, size, data = at, size, at, None
+                torn = (*torn, e.reason, size)
+                size, data = torn[0], None
                 continue
             used = len(data) - len(tail)
             if batch.num_rows:
@@ -588,8 +599,8 @@ def read_task(task):
                 _cut_off(task, pos, size - pos, need)
                 return
             block, data = need, None
-        if zeros_from is not None:
-            _zeros(task, zeros_from, file_size)
+        if torn is not None:
+            _torn(task, *torn)
 
 
 def _convert(task, data, aborted, previous):
@@ -609,15 +620,19 @@ def _convert(task, data, aborted, previous):
     )
 
 
-def _zeros(task, at, size):
-    """A segment that is zeros from `at` to its end: the end of the partition's last one
-    under truncated="skip" (as Kafka's recovery truncates it there), else an error."""
+def _torn(task, at, zeros, why, size):
+    """A segment whose bytes from `at` on are zeros, or a batch that does not read and then
+    zeros: the end of the partition's last segment under truncated="skip" (as Kafka's
+    recovery truncates it there), else an error."""
     if task.last and task.truncated == "skip":
         return
     where = "the partition's last segment" if task.last else "a segment that is not the last"
+    what = (
+        "is zeros from here" if zeros else f"holds a batch that does not read ({why}), then zeros"
+    )
     raise SegmentError(
-        f"{where} is zeros from here to its end ({size - at} bytes: a preallocated file, or "
-        "one a crash left before the broker's recovery)" + (TRUNCATED_HINT if task.last else ""),
+        f"{where} {what} to its end ({size - at} bytes: a preallocated file, or one a crash "
+        "left before the broker's recovery)" + (TRUNCATED_HINT if task.last else ""),
         at,
         task.path,
     )
