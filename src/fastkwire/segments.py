@@ -60,6 +60,7 @@ __all__ = [
 DEFAULT_BLOCK_SIZE = 16 << 20  # bytes of a segment read and converted at a time
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 TRUNCATED = ("error", "skip")
+TRUNCATED_HINT = ' (pass truncated="skip" to read up to it)'
 SKIPPED_PREFIX = "__"  # internal topics (and KRaft's log) are not read from a log directory
 
 _BATCH_START = struct.Struct(">qi")  # base offset, batch length
@@ -277,24 +278,44 @@ def _control_type(file, pos, length, name, check_crc):
     return 0 if t == "abort" else 1 if t == "commit" else None
 
 
-def _transactions(files, check_crc):
+def _transactions(files, check_crc, truncated):
     """The partition's aborted transactions as rows of an array (producer_id, first_offset,
-    marker_offset), and its last stable offset (the first offset of a transaction with no marker yet, or
-    None)."""
+    marker_offset), and its last stable offset (the first offset of a transaction with no
+    marker yet, or None). Every marker counts, so every segment is walked to its end: one
+    whose headers stop before it (cut off, zeros, damage) is an error, but for the last
+    one under truncated="skip", which ends there (a marker that does not read included)."""
     open_since = {}  # producer id -> the first offset of its open transaction
     aborted = []
-    for fs, path, _, size in files:
+    for i, (fs, path, _, size) in enumerate(files):
+        skip = truncated == "skip" and i + 1 == len(files)
         with fs.open_input_file(path) as f:
+            end = 0
             for pos, base, length, _, attrs, last, producer, _ in _batch_heads(f, size):
+                end = pos + 12 + length
                 if not attrs & _TRANSACTIONAL:
                     continue
                 if not attrs & _CONTROL:
                     open_since.setdefault(producer, base)
                     continue
-                kind = _control_type(f, pos, length, path, check_crc)
+                try:
+                    kind = _control_type(f, pos, length, path, check_crc)
+                except SegmentError:
+                    if not skip:
+                        raise
+                    end = size  # a torn marker: the end of the log, as Kafka's recovery has it
+                    break
                 first = open_since.pop(producer, None)
                 if kind == _CONTROL_ABORT and first is not None:
                     aborted.append((producer, first, base))
+            if end < size and not skip:
+                where = "the partition's last segment" if i + 1 == len(files) else "a segment"
+                raise SegmentError(
+                    f"{where}'s batches stop making sense here (a batch cut off, zeros, or "
+                    "damage), and read_committed needs every transaction marker of the "
+                    "partition" + (TRUNCATED_HINT if i + 1 == len(files) else ""),
+                    end,
+                    path,
+                )
     aborted = np.array(aborted, dtype=np.int64).reshape(-1, 3)
     return aborted, min(open_since.values(), default=None)
 
@@ -405,7 +426,7 @@ def plan_segments(
             end = _offset_for_time(files, _millis(end))
         aborted = None
         if read_committed:
-            aborted, stable = _transactions(files, check_crc)
+            aborted, stable = _transactions(files, check_crc, truncated)
             if stable is not None:
                 end = stable if end is None else min(end, stable)
         for i, (fs, path, base, size) in enumerate(files):
@@ -438,9 +459,6 @@ def plan_segments(
 
 
 # ---------------------------------------------------------------- reading
-
-
-TRUNCATED_HINT = ' (pass truncated="skip" to read up to it)'
 
 
 def _cut_off(task, pos, have, need):
