@@ -835,3 +835,24 @@ def test_without_pyarrow_read_segments_names_the_extra(tmp_path):
         "ImportError",
         "fastkwire.segments needs pyarrow and numpy (no pyarrow): pip install 'fastkwire[arrow]'",
     ]
+
+
+def test_read_committed_needs_every_marker_so_a_cut_anywhere_counts(kernel, tmp_path):
+    # Producer 7's transaction (2-3) is committed by a marker in the last segment, which a
+    # crash cut off. read_committed sees it open, so the rows stop at 2, before that
+    # segment: the cut must still be an error unless truncated="skip" says otherwise.
+    d = tmp_path / "t-0"
+    d.mkdir()
+    txn = bytearray(_plain(2, 2))
+    struct.pack_into(">h", txn, 21, 0x10)  # transactional, producer 7
+    struct.pack_into(">q", txn, 43, 7)
+    struct.pack_into(">I", txn, 17, records.crc32c(bytes(txn[21:])))
+    (d / "00000000000000000000.log").write_bytes(_plain(0, 2) + bytes(txn))
+    commit = bytearray(marker(7, abort=False))
+    struct.pack_into(">q", commit, 0, 4)
+    (d / "00000000000000000004.log").write_bytes(bytes(commit) + _plain(5, 3)[:-9])
+    with pytest.raises(SegmentError, match="read_committed needs every transaction marker") as e:
+        fastkwire.read_segments(d, isolation_level="read_committed")
+    assert e.value.file == str(d / "00000000000000000004.log")
+    got = fastkwire.read_segments(d, isolation_level="read_committed", truncated="skip")
+    assert got.column("offset").to_pylist() == [0, 1, 2, 3]
