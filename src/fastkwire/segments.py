@@ -21,7 +21,13 @@ partition directory to read them). A path is local, a URI that pyarrow.fs knows
 Every batch's CRC is checked; a bad batch raises SegmentError (a DecodeError) naming the
 file and the byte offset in it. A batch cut off at the end of a partition's last segment
 is what a broker leaves while it writes (or after a crash, before its recovery): an error
-by default, skipped with truncated="skip"; cut off anywhere else, it is always an error.
+by default, skipped with truncated="skip"; cut off anywhere else, it is always an error. So
+is a last segment that turns to zeros up to its end (log.preallocate, or a batch a crash
+tore): Kafka's recovery cuts it there, and truncated="skip" ends there. Offsets must go
+forward, batch after batch, and stay within the segment's name and the next one's: a log
+that breaks this is refused (a SegmentError naming the partition and the offsets), never
+read as rows out of order, twice or outside the range. A block's compressed batches stop
+after the one whose records take it to block_size decompressed bytes (docs/segments.md).
 
 isolation_level="read_committed" reads a partition as Kafka's read_committed consumer
 does: the batches of a transaction its producer aborted are dropped (the ABORT markers in
