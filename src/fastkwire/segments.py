@@ -74,6 +74,7 @@ _BATCH_START = struct.Struct(">qi")  # base offset, batch length
 # max timestamp, producer id: the header fields the first pass reads.
 _V2_HEAD = struct.Struct(">qiibIhiqqq")
 _V2_HEAD_SIZE = _V2_HEAD.size + 6  # + producer epoch, base sequence: 57 bytes
+HEADS_CHUNK = 1 << 20  # bytes the first pass reads at a time for the batch headers
 _TRANSACTIONAL, _CONTROL = 0x10, 0x20
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
 _CONTROL_ABORT = 0
@@ -252,16 +253,20 @@ def find_segments(paths, *, filesystem=None):
 def _batch_heads(file, size):
     """(position, base offset, length, magic, attributes, last offset, producer id, max
     timestamp) of each whole batch of a segment file, reading headers only (legacy
-    messages: attributes 0, producer -1, last offset their offset)."""
-    pos = 0
+    messages: attributes 0, producer -1, last offset their offset). The file is read
+    HEADS_CHUNK bytes at a time, not a read a header."""
+    pos, chunk, at = 0, b"", 0  # chunk: the file's bytes from `at`
     while size - pos >= 12:
-        head = bytes(file.read_at(min(_V2_HEAD_SIZE, size - pos), pos))
-        base, length = _BATCH_START.unpack_from(head)
+        want = min(_V2_HEAD_SIZE, size - pos)
+        if not at <= pos <= at + len(chunk) - want:
+            at, chunk = pos, bytes(file.read_at(min(HEADS_CHUNK, size - pos), pos))
+        base, length = _BATCH_START.unpack_from(chunk, pos - at)
         if length < 5 or length > size - pos - 12:
             return  # the row pass reports what is wrong (or cut off) here
-        magic = head[16]
-        if magic == 2 and len(head) >= _V2_HEAD.size:
-            _, _, _, _, _, attrs, delta, _, max_ts, producer = _V2_HEAD.unpack_from(head)
+        magic = chunk[pos - at + 16]
+        if magic == 2 and want >= _V2_HEAD.size:
+            head = _V2_HEAD.unpack_from(chunk, pos - at)
+            attrs, delta, max_ts, producer = head[5], head[6], head[8], head[9]
             yield pos, base, length, magic, attrs, base + delta, producer, max_ts
         else:
             yield pos, base, length, magic, 0, base, -1, -1
