@@ -669,8 +669,9 @@ def _torn(task, at, zeros, why, size):
 
 def iter_segments(paths, **options):
     """The rows of `paths` (read_segments' parameters) as pyarrow.RecordBatches, a block
-    at a time: memory stays about a block (block_size bytes of segment) however large the
-    segments are."""
+    at a time: memory stays a few blocks however large the segments are (a block is
+    block_size bytes of segment, and its compressed batches stop after the one that takes
+    their records to block_size bytes; a batch larger than that is read whole)."""
     for task in plan_segments(paths, **options):
         yield from read_task(task)
 
@@ -703,7 +704,11 @@ def read_segments(
       (aborted transactions dropped, stopping at the last stable offset).
     - `check_crc`: check each batch's CRC (default True).
     - `truncated`: "error" or "skip": what to do with a batch cut off at the end of a
-      partition's last segment.
+      partition's last segment, or a last segment that turns to zeros up to its end.
+    - `block_size`: bytes of segment read at a time, and the most a block's compressed
+      batches decompress to before the block ends (plus the batch that crosses it).
+    - `max_decompressed`: the most one compressed batch may decompress to (default: 64
+      times its compressed size, at least 1 MiB, at most 256 MiB); past it, an error.
     """
     batches = list(
         iter_segments(
