@@ -1,6 +1,6 @@
 """Hostile Kafka log segments against the segment readers' contract.
 
-    python fuzz/hostile_log.py --loop 300 --seed 1     # the short run (CI)
+    python fuzz/hostile_log.py --loop 300 --seed 1     # the short run (CI, about 20 s)
     python fuzz/hostile_log.py --long --seed 7          # 20,000 logs
 
 Each seed builds a partition directory the way a broker lays one out (segments named by
@@ -25,12 +25,14 @@ distributed readers run), and checks the contract as invariants:
 - where the damage leaves the log's meaning known (no damage, a garbage index, or a tail
   cut, zero-filled or torn), the rows are exactly the ones asked for: what a model of
   Kafka's read_committed/read_uncommitted consumer gives on the batches that survive;
-  a damaged tail under truncated="error" must be an error, not fewer rows.
+  a damaged tail under truncated="error" must be an error, not fewer rows;
+- the whole run's peak RSS stays under MAX_RSS (every log is a few MB at most).
 """
 
 import argparse
 import os
 import random
+import resource
 import shutil
 import signal
 import struct
@@ -54,6 +56,7 @@ else:
 DEADLINE = 20.0  # seconds a log may take to read
 MEMORY_FACTOR = 8  # Python's peak allocations per (block + largest batch), and SLACK
 SLACK = 8 << 20
+MAX_RSS = 1 << 30  # the whole run's peak resident memory
 BLOCK_SIZES = (64, 200, 1000, 4096, 65536, 1 << 20)
 TOPIC, PARTITION = "orders", 3
 
@@ -461,10 +464,14 @@ def main():
     n = 20_000 if args.long else args.loop
     began = time.monotonic()
     counts, slowest, fullest = run(range(args.seed, args.seed + n))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10  # KiB on Linux
     print(
         f"hostile logs: {n} seeds from {args.seed}: {counts}; slowest {slowest:.2f} s, "
-        f"memory peak {fullest:.0%} of its bound; {time.monotonic() - began:.1f} s"
+        f"memory peak {fullest:.0%} of its bound, the process's peak RSS {rss >> 20} MiB; "
+        f"{time.monotonic() - began:.1f} s"
     )
+    if rss > MAX_RSS:  # every log holds at most a few MB: a leak or a bomb shows here
+        raise Finding(f"the process's peak RSS reached {rss >> 20} MiB, over {MAX_RSS >> 20}")
 
 
 if __name__ == "__main__":
