@@ -382,3 +382,116 @@ def test_corrupt_batch_names_the_offset(codec):
     with pytest.raises(DecodeError) as info:
         _arrow_rows.batches_to_arrow(bytes(data), topic="t", partition=0)
     assert "CRC32C" in str(info.value) and info.value.offset == len(first) + 17
+
+
+# ---------------------------------------------------------------- offsets that go backwards
+
+
+def batch_of(codec, offsets, base=None):
+    """One batch of records at these offsets (deltas from `base`, its first by default)."""
+    recs = [Record(offset=o, timestamp=1, key=b"k", value=b"%d" % o) for o in offsets]
+    return codec.write_batch(recs, base_offset=offsets[0] if base is None else base)
+
+
+def offsets_read(data, **bounds):
+    batch, _, _ = _arrow_rows.batches_to_arrow(data, topic="t", partition=3, **bounds)
+    return batch.column("offset").to_pylist()
+
+
+def test_batches_out_of_order_or_overlapping_are_refused(codec):
+    # The hostile review's answers: rows outside [0, 10) or given twice, out of order.
+    b0_4, b5_9 = batch_of(codec, range(5)), batch_of(codec, range(5, 10))
+    far = batch_of(codec, [1000, 1001])
+    with pytest.raises(
+        DecodeError, match="t-3: a batch of offsets 5 to 9 comes after offset 1001"
+    ) as e:
+        offsets_read(b0_4 + far + b5_9, start_offset=0, end_offset=10)
+    assert e.value.offset == len(b0_4 + far)
+    b5_6, b7_9 = batch_of(codec, [5, 6]), batch_of(codec, [7, 8, 9])
+    with pytest.raises(DecodeError, match="offsets 0 to 4 comes after offset 6") as e:
+        offsets_read(b5_6 + b0_4 + b7_9, start_offset=5, end_offset=10)
+    assert e.value.offset == len(b5_6)
+    # Overlapping by one offset, and the same batch twice.
+    with pytest.raises(DecodeError, match="offsets 4 to 9 comes after offset 4"):
+        offsets_read(b0_4 + batch_of(codec, range(4, 10)))
+    with pytest.raises(DecodeError, match="out of order or overlapping"):
+        offsets_read(b0_4 + b0_4, end_offset=3)
+    # In order, the range is exactly the rows asked for, whatever the batches' ends.
+    data = b0_4 + b5_9 + far
+    assert offsets_read(data, start_offset=3, end_offset=8) == [3, 4, 5, 6, 7]
+    assert offsets_read(data, start_offset=6, end_offset=1001) == [6, 7, 8, 9, 1000]
+
+
+def test_records_must_go_forward_inside_their_batch(codec):
+    with pytest.raises(DecodeError, match="t-3: record offset 3 comes after 5 in the batch of"):
+        offsets_read(batch_of(codec, [0, 5, 3, 6]), start_offset=0, end_offset=10)
+    with pytest.raises(DecodeError, match="record offset 2 comes after 2"):
+        offsets_read(batch_of(codec, [0, 2, 2, 3]))
+    # A record past its batch's last offset would be read again from the next offset on.
+    data = bytearray(batch_of(codec, [0, 1, 2, 3]))
+    struct.pack_into(">i", data, 23, 1)  # last offset delta: 1
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    with pytest.raises(DecodeError, match="a record of the batch of offsets 0 to 1 lies outside"):
+        offsets_read(bytes(data))
+    struct.pack_into(">i", data, 23, -1)  # the batch's last offset before its first
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    with pytest.raises(DecodeError, match="run from 0 back to -1"):
+        offsets_read(bytes(data))
+
+
+def test_previous_offset_and_next_segment_bound_the_batches(codec):
+    data = batch_of(codec, range(10, 15))
+    assert offsets_read(data, previous_offset=9, next_segment=15) == list(range(10, 15))
+    with pytest.raises(DecodeError, match="offsets 10 to 14 comes after offset 12"):
+        offsets_read(data, previous_offset=12)
+    with pytest.raises(DecodeError, match="reaches the next segment, which starts at offset 13"):
+        offsets_read(data, next_segment=13)
+    # Bounds past int64 (a segment file's name may say anything) do not overflow.
+    assert offsets_read(data, previous_offset=-(2**70), next_segment=2**70) == list(range(10, 15))
+
+
+def test_aborted_transactions_state_carries_across_calls(codec):
+    # A segment read a block at a time hands one AbortedTransactions to every block: the
+    # transaction that starts in one block and ends in a later one is dropped throughout,
+    # and the producer's next transaction, after its abort marker, is kept.
+    def txn(offset, producer_id=7):
+        data = bytearray(batch_of(codec, [offset]))
+        struct.pack_into(">h", data, 21, 0x10)  # transactional
+        struct.pack_into(">q", data, 43, producer_id)
+        struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+        return bytes(data)
+
+    blocks = [txn(0) + txn(1), txn(2) + control_batch(codec, 3, 7, abort=True), txn(4)]
+    state = _arrow_rows.AbortedTransactions([(7, 0)])
+    kept = []
+    for block in blocks:
+        batch, _, _ = _arrow_rows.batches_to_arrow(
+            block, topic="t", partition=0, read_committed=True, aborted_transactions=state
+        )
+        kept += batch.column("offset").to_pylist()
+    assert kept == [4]
+    # Per call without the state, the later blocks would not know of the abort.
+    assert state.next == 1 and state.active == set()
+
+
+@needs_cramjam
+def test_a_decompressed_budget_stops_the_read_after_the_batch_that_reaches_it(codec):
+    # Every batch decompresses to 300 kB; a budget of 500 kB stops after the second.
+    batches = [
+        codec.write_batch(
+            [Record(offset=i, timestamp=1, key=None, value=bytes(300_000))],
+            base_offset=i,
+            compression="zstd",
+        )
+        for i in range(5)
+    ]
+    data = b"".join(batches)
+    read = _arrow_rows.batches_to_arrow
+    batch, next_offset, tail = read(data, topic="t", partition=0, decompressed_budget=500_000)
+    assert batch.column("offset").to_pylist() == [0, 1] and next_offset == 2
+    assert bytes(tail) == b"".join(batches[2:])
+    batch, next_offset, tail = read(tail, topic="t", partition=0, decompressed_budget=500_000)
+    assert batch.column("offset").to_pylist() == [2, 3] and bytes(tail) == batches[4]
+    # Without a budget, everything (each batch within its own limit).
+    batch, next_offset, tail = read(data, topic="t", partition=0)
+    assert batch.num_rows == 5 and next_offset == 5 and tail == b""

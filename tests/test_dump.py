@@ -365,3 +365,75 @@ def test_broker_errors_name_what(tansu_broker, tmp_path, capsys):  # noqa: F811
         == 2
     )
     assert "--security-protocol SASL_SSL" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- pipes, folders, extras
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_closed_pipe_ends_dump_quietly_with_141(tmp_path, fmt):
+    # `fastkwire dump ... --to - | head -1` printed "error: [Errno 32] Broken pipe" and
+    # exited 3; its help promises 141, as every other command's does.
+    import subprocess
+    import sys
+
+    from fastkwire.cli import EXIT_CLOSED_PIPE
+
+    d = tmp_path / "big-0"
+    d.mkdir()
+    data = b"".join(
+        records.write_batch(
+            [Record(None, T0, b"k", os.urandom(100).hex().encode(), []) for _ in range(1000)],
+            base_offset=b * 1000,
+        )
+        for b in range(10)
+    )  # 2 MB of values that do not compress: far more than a pipe holds, in any format
+    (d / "00000000000000000000.log").write_bytes(data)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastkwire", "dump", "--segments", d, "--to", "-", "--format", fmt],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    first = proc.stdout.read(100)  # then the reader goes away, as `| head -c 100` does
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert len(first) == 100 and (proc.wait(timeout=60), err) == (EXIT_CLOSED_PIPE, "")
+
+
+def test_an_output_folder_that_is_not_there_is_bad_usage(log, tmp_path, capsys):
+    missing = tmp_path / "nonexistent"
+    assert dump("--segments", log, "--to", missing / "x.parquet") == 2
+    err = capsys.readouterr().err
+    assert f"--to {missing / 'x.parquet'}: there is no folder {missing}" in err
+    assert ".partial" not in err and not missing.exists()
+    # A folder that cannot be written in names the folder too.
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root writes anywhere
+            pytest.skip("this user can write in any folder")
+        assert dump("--segments", log, "--to", locked / "x.parquet") == 2
+        err = capsys.readouterr().err
+        assert f"cannot write in the folder {locked}" in err and ".partial" not in err
+    finally:
+        locked.chmod(0o700)
+
+
+def test_dump_without_pyarrow_names_the_extra(log, tmp_path):
+    from test_optional_extras import BLOCK
+
+    code = (
+        BLOCK.format(blocked={"pyarrow"})
+        + "import sys\nfrom fastkwire.cli import main\n"
+        + f"sys.exit(main(['dump', '--segments', {str(log)!r}, '--to', {str(tmp_path / 'o.csv')!r}]))\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "fastkwire dump: error: fastkwire.segments needs pyarrow and numpy (no pyarrow): "
+        "pip install 'fastkwire[arrow]'\n"
+    )

@@ -442,8 +442,12 @@ def test_column_errors_name_row_and_column(impl):
 def test_column_constructor_validates():
     with pytest.raises(EncodeError, match=r"\[1\]\.offset"):
         TaskOffsetColumns(["a", "b"], [1, 2], [0, 2**63])
-    with pytest.raises(EncodeError, match="differ in length"):
+    with pytest.raises(EncodeError) as e:
         TaskOffsetColumns(["a"], [1, 2], [1, 2])
+    assert str(e.value) == (
+        "TaskOffsetColumns: columns differ in length: subtopology_id 1, partition 2, offset 2 "
+        "(a task_offsets or task_end_offsets value has one of each a row)"
+    )
     with pytest.raises(EncodeError, match="dtype bool"):
         TaskOffsetColumns(["a"], np.array([True]), [1])
 

@@ -326,7 +326,7 @@ def test_crc_mismatch(records_codec):
         (raw_record(length=3), 1, "invalid record length 3"),
         (raw_record(length=-5), 1, "invalid record length -5"),
         (raw_record(extra=b"\x00"), 1, "record length .* does not match"),
-        (raw_record() + b"\x00", 1, "1 bytes after the batch's 1 records"),
+        (raw_record() + b"\x00", 1, "1 byte after the batch's 1 record"),
         (raw_record(), 2, "count 2 exceeds"),
         (raw_record(), 10**9, "count 1000000000 exceeds"),
         (raw_record(), -1, "count -1 exceeds"),

@@ -678,3 +678,181 @@ def test_the_offset_index_is_a_checked_hint(kernel, tmp_path):
 
 def _native(task):
     return task.filesystem.open_input_file(task.path)
+
+
+# ---------------------------------------------------------------- hostile logs
+
+
+def _plain(base, n, kernel=records):
+    return kernel.write_batch(
+        [Record(None, T0 + base + i, b"k", b"v%d" % (base + i), []) for i in range(n)],
+        base_offset=base,
+    )
+
+
+def test_overlapping_batches_and_segments_are_refused(kernel, tmp_path):
+    # One file whose batches go back (0-4, 1000-1001, 5-9): rows outside the range and out
+    # of order, before; now an error naming the partition, the offsets and the file.
+    d = tmp_path / "t-0"
+    d.mkdir()
+    path = d / "00000000000000000000.log"
+    path.write_bytes(_plain(0, 5) + _plain(1000, 2) + _plain(5, 5))
+    for block_size in (64, segments.DEFAULT_BLOCK_SIZE):
+        with pytest.raises(
+            SegmentError, match="t-0: a batch of offsets 5 to 9 comes after offset 1001"
+        ) as e:
+            fastkwire.read_segments(d, start_offset=2, end_offset=8, block_size=block_size)
+        assert e.value.file == str(path) and e.value.offset == len(_plain(0, 5) + _plain(1000, 2))
+    # Two segments that overlap (0-9, and one named 5 holding 5-14): rows 5-9 twice, before.
+    path.write_bytes(_plain(0, 10))
+    (d / "00000000000000000005.log").write_bytes(_plain(5, 10))
+    with pytest.raises(
+        SegmentError, match="reaches the next segment, which starts at offset 5"
+    ) as e:
+        fastkwire.read_segments(d, start_offset=2, end_offset=12)
+    assert e.value.file == str(path)
+    # A segment holding offsets before its own name.
+    path.write_bytes(_plain(0, 5))
+    (d / "00000000000000000005.log").write_bytes(_plain(3, 10))
+    with pytest.raises(SegmentError, match="offsets 3 to 12 comes after offset 4") as e:
+        fastkwire.read_segments(d)
+    assert e.value.file == str(d / "00000000000000000005.log")
+    # Each segment's task is checked on its own (a distributed reader reads them apart).
+    tasks = segments.plan_segments(d)
+    assert [t.next_base_offset for t in tasks] == [5, None]
+    with pytest.raises(SegmentError):
+        list(segments.read_task(tasks[1]))
+
+
+def test_zero_filled_tail_ends_the_last_segment_under_skip(kernel, tmp_path):
+    # log.preallocate (or a crash) leaves the active segment zeros past its last batch:
+    # Kafka's recovery cuts it there, and so does truncated="skip".
+    d = tmp_path / "t-0"
+    d.mkdir()
+    data = _plain(0, 5) + _plain(5, 5)
+    path = d / "00000000000000000000.log"
+    path.write_bytes(data)
+    whole = fastkwire.read_segments(d)
+    for zeros in (5, 12, 61, 4096):
+        path.write_bytes(data + bytes(zeros))
+        for block_size in (64, 100, segments.DEFAULT_BLOCK_SIZE):
+            got = fastkwire.read_segments(d, truncated="skip", block_size=block_size)
+            assert got.equals(whole), (zeros, block_size)
+            with pytest.raises(SegmentError, match='truncated="skip"') as e:
+                fastkwire.read_segments(d, block_size=block_size)
+            assert e.value.offset == len(data) and e.value.file == str(path)
+            if zeros >= 12:
+                assert "zeros from here to its end" in str(e.value)
+    # A batch being written when the crash came: its first bytes, then zeros.
+    first = _plain(0, 5)
+    for written in (12, 30, len(data) - len(first) - 2):  # (its last byte is a zero)
+        path.write_bytes(data[: len(first) + written] + bytes(4096))
+        got = fastkwire.read_segments(d, truncated="skip", block_size=100)
+        assert got.equals(whole.slice(0, 5)), written
+        with pytest.raises(SegmentError, match="holds a batch that does not read") as e:
+            fastkwire.read_segments(d)
+        assert e.value.offset == len(first)
+    # A damaged last batch with no zeros after it is damage, not a torn write.
+    bad = bytearray(data)
+    bad[-3] ^= 1
+    path.write_bytes(bytes(bad))
+    with pytest.raises(SegmentError, match="CRC32C"):
+        fastkwire.read_segments(d, truncated="skip")
+    # Zeros with a batch after them are damage, not a tail.
+    path.write_bytes(data + bytes(100) + _plain(10, 2))
+    with pytest.raises(SegmentError, match="batch length 0"):
+        fastkwire.read_segments(d, truncated="skip")
+    # A zero-filled segment that is not the last is damage whatever `truncated` says.
+    path.write_bytes(data + bytes(100))
+    (d / "00000000000000000010.log").write_bytes(_plain(10, 2))
+    with pytest.raises(SegmentError, match="not the last is zeros") as e:
+        fastkwire.read_segments(d, truncated="skip")
+    assert e.value.offset == len(data)
+
+
+@needs_cramjam
+def test_a_block_decompresses_to_about_a_block(kernel, tmp_path, monkeypatch):
+    # 300 batches of 1 MB of zeros, zstd: a 35 kB segment that decompresses to 300 MB.
+    # Read with 2 MiB blocks, no block may decompress past the block and one batch.
+    d = tmp_path / "t-0"
+    d.mkdir()
+    one = kernel.write_batch([Record(None, T0, None, bytes(1_000_000), [])], compression="zstd")
+    (d / "00000000000000000000.log").write_bytes(
+        b"".join(struct.pack(">q", i) + one[8:] for i in range(300))
+    )
+    from fastkwire import _compression
+
+    decompress = _compression.decompress
+    spent = [0]
+    per_block = []
+
+    def counted(*args):
+        out = decompress(*args)
+        spent[0] += len(out)
+        return out
+
+    convert = _arrow_rows.batches_to_arrow
+
+    def one_block(*args, **kwargs):
+        spent[0] = 0
+        try:
+            return convert(*args, **kwargs)
+        finally:
+            per_block.append(spent[0])
+
+    monkeypatch.setattr(_compression, "decompress", counted)
+    monkeypatch.setattr(_arrow_rows, "batches_to_arrow", one_block)
+    block = 2 << 20
+    rows = 0
+    for batch in fastkwire.iter_segments(d, block_size=block):
+        rows += batch.num_rows
+        assert batch.nbytes < block + 2_000_000
+    assert rows == 300
+    each = sum(per_block) // 300  # a batch's records, decompressed (1 MB and their framing)
+    assert sum(per_block) == 300 * each and 1_000_000 < each < 1_000_100
+    assert max(per_block) <= block + each
+
+
+def test_cut_off_advice_names_the_flag_in_dump(tmp_path, capsys):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    data = _plain(0, 5) + _plain(5, 5)
+    (d / "00000000000000000000.log").write_bytes(data[:-7])
+    from fastkwire.cli import main
+
+    assert main(["dump", "--segments", str(d), "--to", str(tmp_path / "o.jsonl")]) == 3
+    err = capsys.readouterr().err
+    assert "(pass --truncated skip to read up to it)" in err and "truncated=" not in err
+    with pytest.raises(SegmentError, match=r'\(pass truncated="skip" to read up to it\)'):
+        fastkwire.read_segments(d)
+
+
+def test_without_pyarrow_read_segments_names_the_extra(tmp_path):
+    from test_optional_extras import missing
+
+    got = missing(["pyarrow"], "import fastkwire\n", f"fastkwire.read_segments({str(tmp_path)!r})")
+    assert got == [
+        "ImportError",
+        "fastkwire.segments needs pyarrow and numpy (no pyarrow): pip install 'fastkwire[arrow]'",
+    ]
+
+
+def test_read_committed_needs_every_marker_so_a_cut_anywhere_counts(kernel, tmp_path):
+    # Producer 7's transaction (2-3) is committed by a marker in the last segment, which a
+    # crash cut off. read_committed sees it open, so the rows stop at 2, before that
+    # segment: the cut must still be an error unless truncated="skip" says otherwise.
+    d = tmp_path / "t-0"
+    d.mkdir()
+    txn = bytearray(_plain(2, 2))
+    struct.pack_into(">h", txn, 21, 0x10)  # transactional, producer 7
+    struct.pack_into(">q", txn, 43, 7)
+    struct.pack_into(">I", txn, 17, records.crc32c(bytes(txn[21:])))
+    (d / "00000000000000000000.log").write_bytes(_plain(0, 2) + bytes(txn))
+    commit = bytearray(marker(7, abort=False))
+    struct.pack_into(">q", commit, 0, 4)
+    (d / "00000000000000000004.log").write_bytes(bytes(commit) + _plain(5, 3)[:-9])
+    with pytest.raises(SegmentError, match="read_committed needs every transaction marker") as e:
+        fastkwire.read_segments(d, isolation_level="read_committed")
+    assert e.value.file == str(d / "00000000000000000004.log")
+    got = fastkwire.read_segments(d, isolation_level="read_committed", truncated="skip")
+    assert got.column("offset").to_pylist() == [0, 1, 2, 3]

@@ -7,21 +7,34 @@ reader (segment files): both hand it a partition's record-batch bytes.
     empty_batch()          a RecordBatch of SCHEMA with no rows
     batches_to_arrow(data, *, topic, partition, read_committed=False,
                      aborted_transactions=(), check_crc=True, start_offset=None,
-                     end_offset=None, max_decompressed=None)
+                     end_offset=None, max_decompressed=None, decompressed_budget=None,
+                     previous_offset=None, next_segment=None)
         -> (pyarrow.RecordBatch, next_offset, tail)
+    AbortedTransactions(pairs)  read_committed's state, carried from call to call
 
 `data` is bytes-like: record batches back to back (a Fetch partition's `records`, or a
 region of a `.log` segment). Every whole batch is read by `records.read_columns` (CRC32C
 checked unless `check_crc=False`; every codec; magic 0 and 1 message sets too), then:
+- the offsets must go forward: each batch starts after the one before it ended (and after
+  `previous_offset`, the last offset read before `data`, when given), and ends before
+  `next_segment` (when given); each record's offset lies in its batch's offsets, above
+  the record's before it. A log never breaks this: a broker refuses such an append, so
+  bytes that do are refused (DecodeError naming the partition and the offsets), not read
+  as rows that would be out of order, doubled or outside the range;
 - control batches (transaction markers) are never rows;
 - with `read_committed`, the batches of aborted transactions are dropped: an aborted
   transaction is a (producer_id, first_offset) pair, or an object with those attributes
   (a Fetch answer's AbortedTransaction); a producer's transactional batches from its
-  first_offset on are dropped until its abort marker, as Kafka's consumer does;
+  first_offset on are dropped until its abort marker, as Kafka's consumer does. An
+  AbortedTransactions given instead carries that state across calls (a segment read a
+  block at a time);
 - rows whose offset is outside [start_offset, end_offset) are dropped (None: no bound).
-`next_offset` is the offset after the last whole batch (control batches and compacted-away
-records included): where the next read of this partition starts; None when `data` holds no
-whole batch. `tail` is the bytes of a batch cut off at the end (b"" when none).
+`next_offset` is the offset after the last whole batch read (control batches and
+compacted-away records included): where the next read of this partition starts; None when
+`data` holds no whole batch. `tail` is the bytes not read: a batch cut off at the end (b""
+when none), or, once the records decompressed in this call reach `decompressed_budget`
+bytes, every batch after the one that took it there (the read stops there, so that a
+block of compressed batches cannot decompress past about the budget plus one batch).
 Bad bytes raise `fastkwire.DecodeError` with the byte offset in `data`.
 
 The columns (Ray Data's names, types and order):
@@ -38,10 +51,11 @@ import struct
 import numpy as np
 import pyarrow as pa
 
+from .errors import DecodeError
 from .records import _batch_headers, read_columns
 from ._wire import BATCH_OFFSETS
 
-__all__ = ["SCHEMA", "batches_to_arrow", "empty_batch"]
+__all__ = ["SCHEMA", "AbortedTransactions", "batches_to_arrow", "empty_batch"]
 
 SCHEMA = pa.schema(
     [
@@ -69,16 +83,45 @@ def empty_batch():
     return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in SCHEMA], schema=SCHEMA)
 
 
-def _aborted_pairs(aborted_transactions):
-    pairs = []
-    for t in aborted_transactions or ():
-        if isinstance(t, tuple):
-            producer_id, first_offset = t
-        else:
-            producer_id, first_offset = t.producer_id, t.first_offset
-        pairs.append((first_offset, producer_id))
-    pairs.sort()
-    return pairs
+class AbortedTransactions:
+    """read_committed's state over a partition's batches, in offset order (Kafka's
+    consumer's rule): an aborted transaction (producer_id, first_offset) starts when a
+    batch reaches its first offset and ends at its producer's abort marker; a producer's
+    transactional batches are dropped while one of its transactions is aborted. Each
+    transaction is taken once, by an index into the sorted list: linear in their number."""
+
+    __slots__ = ("pending", "next", "active")
+
+    def __init__(self, aborted_transactions=()):
+        pairs = []
+        for t in aborted_transactions or ():
+            if isinstance(t, tuple):
+                producer_id, first_offset = t
+            else:
+                producer_id, first_offset = t.producer_id, t.first_offset
+            pairs.append((first_offset, producer_id))
+        pairs.sort()
+        self.pending = pairs  # (first_offset, producer_id), sorted
+        self.next = 0  # pending[next:] have not started yet
+        self.active = set()  # producers whose aborted transaction is under way
+
+    def drop(self, batches, cols):
+        """Unmark the kept batches of aborted transactions."""
+        pending, active, i = self.pending, self.active, self.next
+        first_rows = np.concatenate(([0], np.cumsum(batches.rows)[:-1]))
+        for b in np.flatnonzero(batches.txn):
+            last_offset, producer_id = int(batches.last_offset[b]), int(batches.producer_id[b])
+            while i < len(pending) and pending[i][0] <= last_offset:
+                active.add(pending[i][1])
+                i += 1
+            if batches.control[b]:
+                if batches.rows[b] and producer_id in active:
+                    key = cols.key[int(first_rows[b])]
+                    if key is not None and struct.unpack_from(">h", key, 2)[0] == CONTROL_ABORT:
+                        active.discard(producer_id)
+            elif producer_id in active:
+                batches.keep[b] = False
+        self.next = i
 
 
 class _Batches:
@@ -86,14 +129,26 @@ class _Batches:
     their rows, last offsets, timestamp types, whether they are kept, control and
     transactional flags, producer ids."""
 
-    __slots__ = ("rows", "last_offset", "ts_type", "keep", "control", "producer_id", "txn")
+    __slots__ = (
+        "at",
+        "rows",
+        "first_offset",
+        "last_offset",
+        "ts_type",
+        "keep",
+        "control",
+        "producer_id",
+        "txn",
+    )
 
 
 def _walk(view, end, check_crc, max_decompressed):
     """The whole batches of view[:end] (already read and checked by read_columns)."""
     at, magic, base, attrs, last_delta, producer_id, count = _batch_headers(view, end)
     out = _Batches()
+    out.at = at
     out.rows = count.astype(np.int64)
+    out.first_offset = base.copy()
     out.last_offset = base + last_delta
     out.control = (attrs & 0x20) != 0
     out.txn = (attrs & 0x10) != 0
@@ -111,7 +166,8 @@ def _walk(view, end, check_crc, max_decompressed):
         cols = read_columns(view[pos:stop], check_crc=False, max_decompressed=max_decompressed)
         n = len(cols)
         out.rows[i] = n
-        out.last_offset[i] = int(cols.offset[-1]) if n else base[i]
+        if n:  # a legacy wrapper's own offset is its last message's
+            out.first_offset[i], out.last_offset[i] = int(cols.offset[0]), int(cols.offset[-1])
         if magic[i] == 0:
             out.ts_type[i] = TIMESTAMP_NOT_AVAILABLE
         elif view[pos + _MAGIC + 1] & 0x08:
@@ -121,23 +177,67 @@ def _walk(view, end, check_crc, max_decompressed):
     return out
 
 
-def _drop_aborted(batches, cols, aborted):
-    """read_committed: unmark the batches of aborted transactions (Kafka's consumer's rule:
-    a transaction is aborted from its first offset up to its producer's abort marker)."""
-    pending = list(aborted)  # (first_offset, producer_id), sorted
-    active = set()
-    first_rows = np.concatenate(([0], np.cumsum(batches.rows)[:-1]))
-    for i in np.flatnonzero(batches.txn):
-        last_offset, producer_id = int(batches.last_offset[i]), int(batches.producer_id[i])
-        while pending and pending[0][0] <= last_offset:
-            active.add(pending.pop(0)[1])
-        if batches.control[i]:
-            if batches.rows[i] and producer_id in active:
-                key = cols.key[int(first_rows[i])]
-                if key is not None and struct.unpack_from(">h", key, 2)[0] == CONTROL_ABORT:
-                    active.discard(producer_id)
-        elif producer_id in active:
-            batches.keep[i] = False
+def _refuse(reason, at, topic, partition):
+    raise DecodeError(f"{topic}-{partition}: {reason}", int(at))
+
+
+def _check_order(batches, offsets, topic, partition, previous_offset, next_segment):
+    """Offsets that go forward, batch by batch and record by record (see the module's
+    docstring), or a DecodeError at the first batch that does not."""
+    first, last, at = batches.first_offset, batches.last_offset, batches.at
+    if not len(first):
+        return
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max  # (a file's name may say more)
+    before = np.empty_like(last)  # the last offset before each batch
+    before[0] = lo if previous_offset is None else min(max(previous_offset, lo), hi)
+    if next_segment is not None and next_segment > hi:
+        next_segment = None
+    before[1:] = last[:-1]
+    bad = np.flatnonzero((first <= before) | (last < first))
+    if bad.size:
+        i = bad[0]
+        if last[i] < first[i]:
+            what = f"the batch says its offsets run from {first[i]} back to {last[i]}"
+        else:
+            what = (
+                f"a batch of offsets {first[i]} to {last[i]} comes after offset {before[i]}: "
+                "batches out of order or overlapping"
+            )
+        _refuse(what, at[i], topic, partition)
+    if next_segment is not None and last[-1] >= next_segment:
+        i = int(np.argmax(last >= next_segment))
+        _refuse(
+            f"a batch of offsets {first[i]} to {last[i]} reaches the next segment, which "
+            f"starts at offset {next_segment}",
+            at[i],
+            topic,
+            partition,
+        )
+    if not len(offsets):
+        return
+    ends = np.cumsum(batches.rows)
+    full = np.flatnonzero(batches.rows)
+    starts = ends - batches.rows
+    outside = (offsets[starts[full]] < first[full]) | (offsets[ends[full] - 1] > last[full])
+    backwards = offsets[1:] <= offsets[:-1]
+    if outside.any() or backwards.any():
+        row = int(np.flatnonzero(backwards)[0]) + 1 if backwards.any() else None
+        i = int(np.searchsorted(ends, row, side="right")) if row is not None else None
+        j = int(full[np.flatnonzero(outside)[0]]) if outside.any() else None
+        if i is None or (j is not None and j <= i):
+            _refuse(
+                f"a record of the batch of offsets {first[j]} to {last[j]} lies outside them",
+                at[j],
+                topic,
+                partition,
+            )
+        _refuse(
+            f"record offset {offsets[row]} comes after {offsets[row - 1]} in the batch of "
+            f"offsets {first[i]} to {last[i]}",
+            at[i],
+            topic,
+            partition,
+        )
 
 
 def batches_to_arrow(
@@ -151,17 +251,28 @@ def batches_to_arrow(
     start_offset=None,
     end_offset=None,
     max_decompressed=None,
+    decompressed_budget=None,
+    previous_offset=None,
+    next_segment=None,
 ):
     """The rows of the whole record batches in `data`: (pyarrow.RecordBatch of SCHEMA,
     next_offset, tail). See the module's docstring."""
-    cols = read_columns(data, check_crc=check_crc, max_decompressed=max_decompressed)
+    cols = read_columns(
+        data,
+        check_crc=check_crc,
+        max_decompressed=max_decompressed,
+        decompressed_budget=decompressed_budget,
+    )
     tail = cols.tail
     view = data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")
     batches = _walk(view, len(view) - len(tail), check_crc, max_decompressed)
     next_offset = int(batches.last_offset[-1]) + 1 if len(batches.rows) else None
     n = len(cols)
+    _check_order(batches, cols.offset, topic, partition, previous_offset, next_segment)
     if read_committed and batches.txn.any():
-        _drop_aborted(batches, cols, _aborted_pairs(aborted_transactions))
+        if not isinstance(aborted_transactions, AbortedTransactions):
+            aborted_transactions = AbortedTransactions(aborted_transactions)
+        aborted_transactions.drop(batches, cols)
 
     counts = batches.rows
     offsets = cols.offset

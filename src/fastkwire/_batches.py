@@ -38,6 +38,24 @@ def default_limit(compressed_size):
     return min(max(DEFAULT_RATIO * compressed_size, DEFAULT_FLOOR), DEFAULT_CEILING)
 
 
+class Allowance:
+    """What the compressed batches of one read may decompress to: each at most
+    `max_decompressed` (None: default_limit of its compressed size); `spent` counts what
+    they did decompress to, for a read that stops after a budget."""
+
+    __slots__ = ("max_decompressed", "spent")
+
+    def __init__(self, max_decompressed):
+        self.max_decompressed = max_decompressed
+        self.spent = 0
+
+    def __call__(self, compressed_size):
+        return self.max_decompressed or default_limit(compressed_size)
+
+    def took(self, size):
+        self.spent += size
+
+
 def _tail(seen, data, pos):
     if seen is not None:
         seen.leaf("tail", pos, len(data) - pos, "a cut-off batch")
@@ -59,9 +77,14 @@ class Codec:
         )
         return out
 
-    def read_columns(self, data, *, check_crc=True, max_decompressed=None):
+    def read_columns(
+        self, data, *, check_crc=True, max_decompressed=None, decompressed_budget=None
+    ):
         """Every record of the whole batches in `data` as one RecordColumns (control
-        batches included, as their raw keys and values); `.tail` as for read_batches."""
+        batches included, as their raw keys and values); `.tail` as for read_batches.
+        With `decompressed_budget` (bytes), the read stops after the batch that takes the
+        records decompressed so far to it: the batches after that one are not read, and
+        `.tail` is their bytes (whole batches, then any cut-off one)."""
         require_numpy("records.read_columns")  # the columns are numpy arrays
         builder = self.kernel.ColumnsBuilder(*self.kernel.size_hints(data))
         tail = self._walk(
@@ -72,15 +95,29 @@ class Codec:
             builder.add_records,
             objects=False,
             run=builder.add_run,
+            budget=decompressed_budget,
         )
         return builder.finish(tail)
 
-    def _walk(self, data, check_crc, max_decompressed, decode, emit, objects, seen=None, run=None):
+    def _walk(
+        self,
+        data,
+        check_crc,
+        max_decompressed,
+        decode,
+        emit,
+        objects,
+        seen=None,
+        run=None,
+        budget=None,
+    ):
         """Read each whole batch: magic 2 batches' records through `decode`, then (objects)
         the RecordBatch or (columns) a legacy message's records to `emit`; returns the
         bytes of the cut-off tail. `seen` observes the reading (records.describe).
         `run(data, pos, check_crc)` (columns) takes the plain batches from pos on in one
-        call, and returns where the walk goes on, batch by batch."""
+        call, and returns where the walk goes on, batch by batch. With `budget`, the walk
+        stops after the batch whose records take what was decompressed to it, and returns
+        the rest of `data` (a view) as the tail."""
         if not isinstance(data, (bytes, bytearray)):
             # A view (decode(..., records="view") hands them out) is read in place.
             try:
@@ -91,6 +128,7 @@ class Codec:
                 data = view.cast("B") if view.c_contiguous else view.tobytes()
         n = len(data)
         pos = 0
+        limit_of = Allowance(max_decompressed)
         while pos < n:
             if run is not None:
                 pos = run(data, pos, check_crc)
@@ -109,7 +147,6 @@ class Codec:
                     f"batch length {size} is too short to hold the magic byte", pos + 8
                 )
             magic = data[pos + 16]
-            limit_of = (lambda _: max_decompressed) if max_decompressed else default_limit
             if magic == 2:
                 batch = self._v2(data, pos, size, check_crc, limit_of, decode, objects, seen)
             elif magic in (0, 1):
@@ -123,6 +160,8 @@ class Codec:
             elif magic != 2:  # columns: add() has taken a magic 2 batch's records
                 emit(batch, pos)
             pos += 12 + size
+            if budget is not None and limit_of.spent >= budget and pos < n:
+                return memoryview(data)[pos:]  # not read: the caller reads on from here
         return b""
 
     def _v2(self, data, pos, size, check_crc, limit_of, decode, objects, seen):
@@ -179,6 +218,7 @@ class Codec:
             raw = _compression.decompress(
                 _compression.CODECS[codec], memoryview(data)[start:end], limit, start
             )
+            limit_of.took(len(raw))
             if seen is not None:
                 seen.decompressed(_compression.CODECS[codec], len(raw))
             try:

@@ -11,7 +11,9 @@ says (text: UTF-8, a value that is not is an error naming it; base64; hex), head
 is ""). The output is written beside its name and moved into place when the dump is
 whole: a failed dump leaves no file that looks complete.
 
-Exit codes: 0 written, 2 bad usage, 3 the read failed (broker, bad segment, bad bytes).
+Exit codes: 0 written, 2 bad usage (a flag, an output folder that is not there, a missing
+extra), 3 the read failed (broker, bad segment, bad bytes); 141 when the reader of `--to -`
+goes away (`| head`), quietly, as cli's other commands.
 """
 
 import argparse
@@ -24,7 +26,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-from ._printable import printable
+from ._printable import os_error_text, printable
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 3
 FORMATS = {
@@ -45,6 +47,8 @@ DUMP_FLAGS = {
     "bootstrap_servers": "--bootstrap-server",
 }
 _PARAMETER = re.compile(r"\b(" + "|".join(DUMP_FLAGS) + r")\b")
+# The readers' advice in the library's words -> in the command line's.
+DUMP_ADVICE = {'truncated="skip"': "--truncated skip"}
 
 
 class UsageError(ValueError):
@@ -185,7 +189,34 @@ def _check(args):
 
 def _flagged(message):
     """A reader's error with its parameter names as the flags the user typed."""
+    for library, flag in DUMP_ADVICE.items():
+        message = message.replace(library, flag)
     return _PARAMETER.sub(lambda m: DUMP_FLAGS[m.group(1)], message)
+
+
+def _missing_extra(error):
+    """What to install for a library a reader could not import."""
+    text = str(error)
+    if "pip install" in text:  # the reader's own words name the extra
+        return text
+    return f"dump needs {error.name or 'pyarrow'}: pip install 'fastkwire[arrow]'"
+
+
+def _output(to):
+    """A temporary file beside `to` (binary, open) and its path: the dump is moved into
+    place when whole. A folder that is not there, or not writable, is a usage error."""
+    directory = os.path.dirname(os.path.abspath(to))
+    if not os.path.isdir(directory):
+        raise UsageError(f"--to {to}: there is no folder {directory}")
+    try:
+        fd, tmp = tempfile.mkstemp(
+            prefix=os.path.basename(to) + ".", suffix=".partial", dir=directory
+        )
+    except OSError as e:
+        raise UsageError(
+            f"--to {to}: cannot write in the folder {directory}: {os_error_text(e)}"
+        ) from None
+    return os.fdopen(fd, "wb"), tmp
 
 
 def _batches(args, security, warn):
@@ -428,11 +459,7 @@ def run_dump(args, *, security, flags, stdout=None, stderr=None):
         if args.to == "-":
             out = stdout.buffer if hasattr(stdout, "buffer") else stdout
         else:
-            directory = os.path.dirname(os.path.abspath(args.to))
-            fd, tmp = tempfile.mkstemp(
-                prefix=os.path.basename(args.to) + ".", suffix=".partial", dir=directory
-            )
-            out = os.fdopen(fd, "wb")
+            out, tmp = _output(args.to)
         encode = _encoder(args.bytes_as)
         writer = (
             _Parquet(out, SCHEMA)
@@ -464,6 +491,11 @@ def run_dump(args, *, security, flags, stdout=None, stderr=None):
         names = {**DUMP_FLAGS, **args.option_names}
         print(f"{args.prog}: error: {printable(e.render(names))}", file=stderr)
         return EXIT_USAGE
+    except ImportError as e:
+        print(f"{args.prog}: error: {printable(_missing_extra(e))}", file=stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        raise  # the reader of --to - went away: the command line ends quietly (141)
     except (KafkaClientError, DecodeError, OSError) as e:
         print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=stderr)
         return EXIT_FAILED

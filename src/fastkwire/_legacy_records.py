@@ -11,6 +11,7 @@ import struct
 import zlib
 
 from . import _compression, _wire
+from . import errors as _e
 from .errors import DecodeError
 from ._records_model import Record, RecordBatch
 
@@ -74,7 +75,7 @@ def read_message(data, pos, check_crc, limit_of, inner=False, seen=None):
     value_start = p
     value, p = _bytes(data, p, end, seen if codec == 0 or codec > 3 else None, "value")
     if p != end:
-        raise DecodeError(f"{end - p} bytes after the message's value", p)
+        raise DecodeError(f"{_e.count(end - p, 'byte')} after the message's value", p)
     ts_type = (attrs >> 3) & 1 if magic == 1 else 0
     if codec > 3:
         raise DecodeError(f"unknown compression {codec} for magic {magic}", pos + 17)
@@ -87,6 +88,7 @@ def read_message(data, pos, check_crc, limit_of, inner=False, seen=None):
             raise DecodeError("compressed message without a value", pos + 17)
         name = _compression.CODECS[codec]
         raw = bytes(_compression.decompress(name, value, limit_of(len(value)), end - len(value)))
+        limit_of.took(len(raw))
         if seen is not None:
             seen.leaf("value_length", value_start, 4, len(value))
             seen.open("value", value_start + 4)

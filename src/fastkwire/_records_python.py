@@ -5,6 +5,7 @@ checks in the same order, so both raise the same errors on the same bytes."""
 import struct
 
 from . import _wire
+from . import errors as _e
 
 from .errors import (
     DecodeError,
@@ -175,7 +176,9 @@ def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append
             seen.close(pos, (offset, timestamp))
         append(Record(offset, timestamp, key, value, headers))
     if pos != end:
-        raise DecodeError(f"{end - pos} bytes after the batch's {count} records", pos)
+        raise DecodeError(
+            f"{_e.count(end - pos, 'byte')} after the batch's {_e.count(count, 'record')}", pos
+        )
     return out
 
 

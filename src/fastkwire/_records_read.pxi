@@ -314,7 +314,9 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
         Py_INCREF(r)
         PyList_SET_ITEM(out, i, r)
     if c.pos != end:
-        raise_reason(f"{end - c.pos} bytes after the batch's {count} records", c.pos)
+        raise_reason(
+            f"{_e.count(end - c.pos, 'byte')} after the batch's {_e.count(count, 'record')}", c.pos
+        )
     if out is not None:
         PyObject_GC_Track(<PyObject*>out)
     return out

@@ -1015,7 +1015,8 @@ EXIT_CODES = {
     "  3  the proxy could not listen\n",
     "stats": "  0  summed up\n  2  bad usage, or a capture that cannot be read\n",
     "dump": "  0  written (the output file appears only then)\n"
-    "  2  bad usage: a flag, a range, a value that --bytes text cannot write\n"
+    "  2  bad usage: a flag, a range, a value that --bytes text cannot write, a --to folder "
+    "that is not there, a missing extra\n"
     "  3  the read failed: a broker, a connection, a corrupt batch or segment\n",
 }
 

@@ -123,8 +123,9 @@ def check_lengths(cols):
     n = len(cols.subtopology_id)
     if len(cols.partition) != n or len(cols.offset) != n:
         raise EncodeError(
-            f"columns differ in length: subtopology_id {n}, "
-            f"partition {len(cols.partition)}, offset {len(cols.offset)}"
+            f"TaskOffsetColumns: columns differ in length: subtopology_id {n}, "
+            f"partition {len(cols.partition)}, offset {len(cols.offset)} (a task_offsets or "
+            "task_end_offsets value has one of each a row)"
         )
 
 

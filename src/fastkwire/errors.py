@@ -93,6 +93,11 @@ def _s(n):
     return "" if n == 1 else "s"
 
 
+def count(n, noun):
+    """A count and its noun: "1 byte", "2 bytes"."""
+    return f"{n} {noun}{_s(n)}"
+
+
 def trailing(offset, extra):
     return DecodeError(f"{extra} trailing byte{_s(extra)} after the message", offset)
 

@@ -126,7 +126,13 @@ class _Span(NamedTuple):
     decompressed: bool = ...
 
 def read_batches(data: Buffer, *, check_crc: bool = ..., max_decompressed: int | None = ...) -> Batches: ...
-def read_columns(data: Buffer, *, check_crc: bool = ..., max_decompressed: int | None = ...) -> RecordColumns: ...
+def read_columns(
+    data: Buffer,
+    *,
+    check_crc: bool = ...,
+    max_decompressed: int | None = ...,
+    decompressed_budget: int | None = ...,
+) -> RecordColumns: ...
 def write_batch(
     records: Sequence[Record] | RecordColumns,
     *,

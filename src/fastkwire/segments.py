@@ -21,7 +21,13 @@ partition directory to read them). A path is local, a URI that pyarrow.fs knows
 Every batch's CRC is checked; a bad batch raises SegmentError (a DecodeError) naming the
 file and the byte offset in it. A batch cut off at the end of a partition's last segment
 is what a broker leaves while it writes (or after a crash, before its recovery): an error
-by default, skipped with truncated="skip"; cut off anywhere else, it is always an error.
+by default, skipped with truncated="skip"; cut off anywhere else, it is always an error. So
+is a last segment that turns to zeros up to its end (log.preallocate, or a batch a crash
+tore): Kafka's recovery cuts it there, and truncated="skip" ends there. Offsets must go
+forward, batch after batch, and stay within the segment's name and the next one's: a log
+that breaks this is refused (a SegmentError naming the partition and the offsets), never
+read as rows out of order, twice or outside the range. A block's compressed batches stop
+after the one whose records take it to block_size decompressed bytes (docs/segments.md).
 
 isolation_level="read_committed" reads a partition as Kafka's read_committed consumer
 does: the batches of a transaction its producer aborted are dropped (the ABORT markers in
@@ -35,11 +41,17 @@ import re
 import struct
 from datetime import datetime, timezone
 
-import pyarrow as pa
-import pyarrow.fs as pafs
+try:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+except ImportError as e:  # the extra names both
+    raise ImportError(
+        f"fastkwire.segments needs pyarrow and numpy (no {e.name}): pip install 'fastkwire[arrow]'"
+    ) from None
 
-from . import _arrow_rows
-from .errors import DecodeError
+from . import _arrow_rows  # noqa: E402 - after the extra's check
+from .errors import DecodeError  # noqa: E402
 
 __all__ = [
     "read_segments",
@@ -54,6 +66,7 @@ __all__ = [
 DEFAULT_BLOCK_SIZE = 16 << 20  # bytes of a segment read and converted at a time
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 TRUNCATED = ("error", "skip")
+TRUNCATED_HINT = ' (pass truncated="skip" to read up to it)'
 SKIPPED_PREFIX = "__"  # internal topics (and KRaft's log) are not read from a log directory
 
 _BATCH_START = struct.Struct(">qi")  # base offset, batch length
@@ -61,6 +74,7 @@ _BATCH_START = struct.Struct(">qi")  # base offset, batch length
 # max timestamp, producer id: the header fields the first pass reads.
 _V2_HEAD = struct.Struct(">qiibIhiqqq")
 _V2_HEAD_SIZE = _V2_HEAD.size + 6  # + producer epoch, base sequence: 57 bytes
+HEADS_CHUNK = 1 << 20  # bytes the first pass reads at a time for the batch headers
 _TRANSACTIONAL, _CONTROL = 0x10, 0x20
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
 _CONTROL_ABORT = 0
@@ -82,9 +96,11 @@ class SegmentTask:
     """One segment file to read: where it is, its partition, and what a reader needs to
     know of the rest of the partition (picklable: a distributed reader's unit of work).
 
-    `aborted` lists the partition's aborted transactions as (producer_id, first_offset,
-    marker_offset) under read_committed; `end_offset` is already bounded by the last stable
-    offset there. `last` says the segment is the partition's last (the one a broker writes)."""
+    `aborted` lists the partition's aborted transactions that reach into this segment, as
+    (producer_id, first_offset, marker_offset), under read_committed; `end_offset` is
+    already bounded by the last stable offset there. `last` says the segment is the
+    partition's last (the one a broker writes); `next_base_offset` is the next segment's
+    base offset (its file name): this segment's offsets lie in [base_offset, it)."""
 
     __slots__ = (
         "filesystem",
@@ -92,6 +108,7 @@ class SegmentTask:
         "topic",
         "partition",
         "base_offset",
+        "next_base_offset",
         "size",
         "last",
         "start_offset",
@@ -236,16 +253,20 @@ def find_segments(paths, *, filesystem=None):
 def _batch_heads(file, size):
     """(position, base offset, length, magic, attributes, last offset, producer id, max
     timestamp) of each whole batch of a segment file, reading headers only (legacy
-    messages: attributes 0, producer -1, last offset their offset)."""
-    pos = 0
+    messages: attributes 0, producer -1, last offset their offset). The file is read
+    HEADS_CHUNK bytes at a time, not a read a header."""
+    pos, chunk, at = 0, b"", 0  # chunk: the file's bytes from `at`
     while size - pos >= 12:
-        head = bytes(file.read_at(min(_V2_HEAD_SIZE, size - pos), pos))
-        base, length = _BATCH_START.unpack_from(head)
+        want = min(_V2_HEAD_SIZE, size - pos)
+        if not at <= pos <= at + len(chunk) - want:
+            at, chunk = pos, bytes(file.read_at(min(HEADS_CHUNK, size - pos), pos))
+        base, length = _BATCH_START.unpack_from(chunk, pos - at)
         if length < 5 or length > size - pos - 12:
             return  # the row pass reports what is wrong (or cut off) here
-        magic = head[16]
-        if magic == 2 and len(head) >= _V2_HEAD.size:
-            _, _, _, _, _, attrs, delta, _, max_ts, producer = _V2_HEAD.unpack_from(head)
+        magic = chunk[pos - at + 16]
+        if magic == 2 and want >= _V2_HEAD.size:
+            head = _V2_HEAD.unpack_from(chunk, pos - at)
+            attrs, delta, max_ts, producer = head[5], head[6], head[8], head[9]
             yield pos, base, length, magic, attrs, base + delta, producer, max_ts
         else:
             yield pos, base, length, magic, 0, base, -1, -1
@@ -268,24 +289,45 @@ def _control_type(file, pos, length, name, check_crc):
     return 0 if t == "abort" else 1 if t == "commit" else None
 
 
-def _transactions(files, check_crc):
-    """The partition's aborted transactions as (producer_id, first_offset, marker_offset),
-    and its last stable offset (the first offset of a transaction with no marker yet, or
-    None)."""
+def _transactions(files, check_crc, truncated):
+    """The partition's aborted transactions as rows of an array (producer_id, first_offset,
+    marker_offset), and its last stable offset (the first offset of a transaction with no
+    marker yet, or None). Every marker counts, so every segment is walked to its end: one
+    whose headers stop before it (cut off, zeros, damage) is an error, but for the last
+    one under truncated="skip", which ends there (a marker that does not read included)."""
     open_since = {}  # producer id -> the first offset of its open transaction
     aborted = []
-    for fs, path, _, size in files:
+    for i, (fs, path, _, size) in enumerate(files):
+        skip = truncated == "skip" and i + 1 == len(files)
         with fs.open_input_file(path) as f:
+            end = 0
             for pos, base, length, _, attrs, last, producer, _ in _batch_heads(f, size):
+                end = pos + 12 + length
                 if not attrs & _TRANSACTIONAL:
                     continue
                 if not attrs & _CONTROL:
                     open_since.setdefault(producer, base)
                     continue
-                kind = _control_type(f, pos, length, path, check_crc)
+                try:
+                    kind = _control_type(f, pos, length, path, check_crc)
+                except SegmentError:
+                    if not skip:
+                        raise
+                    end = size  # a torn marker: the end of the log, as Kafka's recovery has it
+                    break
                 first = open_since.pop(producer, None)
                 if kind == _CONTROL_ABORT and first is not None:
                     aborted.append((producer, first, base))
+            if end < size and not skip:
+                where = "the partition's last segment" if i + 1 == len(files) else "a segment"
+                raise SegmentError(
+                    f"{where}'s batches stop making sense here (a batch cut off, zeros, or "
+                    "damage), and read_committed needs every transaction marker of the "
+                    "partition" + (TRUNCATED_HINT if i + 1 == len(files) else ""),
+                    end,
+                    path,
+                )
+    aborted = np.array(aborted, dtype=np.int64).reshape(-1, 3)
     return aborted, min(open_since.values(), default=None)
 
 
@@ -321,6 +363,20 @@ def _millis(when):
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return int(when.timestamp() * 1000)
+
+
+def _reaching(aborted, base, following):
+    """The aborted transactions (an array of producer id, first offset, marker offset
+    rows) that reach into the offsets [base, following) of one segment, as tuples: each
+    segment's task carries what it needs, not the partition's whole list."""
+    if aborted is None or not len(aborted):
+        return ()
+    keep = np.ones(len(aborted), dtype=bool)
+    if base is not None:
+        keep &= aborted[:, 2] >= base
+    if following is not None:
+        keep &= aborted[:, 1] < following
+    return tuple(map(tuple, aborted[keep].tolist()))
 
 
 # ---------------------------------------------------------------- planning
@@ -379,9 +435,9 @@ def plan_segments(
             start = _offset_for_time(files, _millis(start))
         if isinstance(end, datetime):
             end = _offset_for_time(files, _millis(end))
-        aborted = ()
+        aborted = None
         if read_committed:
-            aborted, stable = _transactions(files, check_crc)
+            aborted, stable = _transactions(files, check_crc, truncated)
             if stable is not None:
                 end = stable if end is None else min(end, stable)
         for i, (fs, path, base, size) in enumerate(files):
@@ -397,12 +453,13 @@ def plan_segments(
                     topic=topic,
                     partition=partition,
                     base_offset=base,
+                    next_base_offset=following,
                     size=size,
                     last=i + 1 == len(files),
                     start_offset=start,
                     end_offset=end,
                     read_committed=read_committed,
-                    aborted=tuple(aborted),
+                    aborted=_reaching(aborted, base, following),
                     check_crc=check_crc,
                     truncated=truncated,
                     block_size=block_size,
@@ -419,12 +476,58 @@ def _cut_off(task, pos, have, need):
     if task.last and task.truncated == "skip":
         return
     where = "the partition's last segment" if task.last else "a segment that is not the last"
-    hint = ' (pass truncated="skip" to read up to it)' if task.last else ""
+    hint = TRUNCATED_HINT if task.last else ""
     raise SegmentError(
         f"a batch cut off at the end of {where}: {have} of its {need} bytes are in the file" + hint,
         pos,
         task.path,
     )
+
+
+def _last_nonzero(f, start, size, chunk):
+    """The position of the file's last byte that is not zero, at or after `start` (None:
+    all zeros), reading backwards a chunk at a time."""
+    end = size
+    while end > start:
+        n = min(chunk, end - start)
+        found = np.flatnonzero(np.frombuffer(f.read_at(n, end - n), dtype=np.uint8))
+        if found.size:
+            return end - n + int(found[-1])
+        end -= n
+    return None
+
+
+def _whole_batch(data):
+    """Whether `data` starts with a whole batch (as its length says)."""
+    return len(data) >= 12 and 12 + _BATCH_START.unpack_from(data)[1] <= len(data)
+
+
+def _batch_holding(data, at):
+    """(start, end) in `data` of the batch that holds byte `at`, as the lengths before it
+    say; a header whose length cannot be right ends 12 bytes after its start."""
+    pos, n = 0, len(data)
+    while n - pos >= 12:
+        length = _BATCH_START.unpack_from(data, pos)[1]
+        end = pos + 12 + length if 5 <= length <= n - pos - 12 else pos + 12
+        if at < end or end == pos + 12:
+            return pos, end
+        pos = end
+    return pos, pos + 12
+
+
+def _torn_tail(task, f, size, pos, data, error_at):
+    """Where a segment's written bytes end, when the batch that does not read (the one
+    holding byte `error_at` of `data`, read at file position `pos`) is followed by
+    nothing but zeros: a broker's preallocated file (log.preallocate), or one a crash
+    left, which Kafka's recovery truncates at that batch. None when it is not so."""
+    start, end = _batch_holding(data, error_at)
+    start, end = pos + start, pos + end
+    last = _last_nonzero(f, start, size, max(task.block_size, 1 << 16))
+    # Zeros from the batch's start, or from inside it on past its end (a batch can end
+    # in zero bytes of its own: zeros that stop where it ends say nothing).
+    if last is None or (last < end < size):
+        return start, last is None
+    return None
 
 
 def _start_position(task, f, size):
@@ -443,8 +546,6 @@ def _start_position(task, f, size):
             raw = index.read()
     except (OSError, ValueError):
         return 0, None
-    import numpy as np
-
     entries = np.frombuffer(raw, dtype=">i4", count=len(raw) // 8 * 2).reshape(-1, 2)
     rel, position = entries[:, 0].astype(np.int64), entries[:, 1].astype(np.int64)
     # The entries that ascend (a broker's active index is zeros past its last entry).
@@ -465,65 +566,112 @@ def _start_position(task, f, size):
 
 def read_task(task):
     """The rows of one segment file (a SegmentTask), a block at a time, as
-    pyarrow.RecordBatches of read_kafka's schema (blocks without rows are not yielded)."""
+    pyarrow.RecordBatches of read_kafka's schema (blocks without rows are not yielded).
+    A block is block_size bytes of the file, and the records decompressed from it stop
+    after the batch that takes them to block_size bytes (the rest is the next block's)."""
     with task.filesystem.open_input_file(task.path) as f:
         size = f.size()
         pos, first = _start_position(task, f, size)
         block = task.block_size
-        # The offset the next block starts at: the file's name says the first one, or else
-        # its first batch does.
+        # The offset the reading starts at: the file's name says it, or the batch the
+        # index pointed at does; the offsets must go forward from there.
         resume = task.base_offset if first is None else first
-        if resume is None and size >= 8:
+        if resume is None and size >= 8:  # a file not named by its offset: its first batch's
             resume = struct.unpack(">q", f.read_at(8, 0))[0]
-        while pos < size:
-            n = min(block, size - pos)
-            f.seek(pos)
-            data = f.read_buffer(n)  # from Arrow's pool (read_at would make a new bytes)
-            if len(data) != n:
-                raise SegmentError(f"the file ended after {len(data)} of {n} bytes", pos, task.path)
-            aborted = ()
-            if task.read_committed:
-                # Only the transactions not yet ended by a marker before this block: an
-                # earlier abort of the same producer would otherwise drop a later one.
-                aborted = [
-                    (p, first)
-                    for p, first, marker in task.aborted
+        previous = None if resume is None else resume - 1
+        aborted = ()
+        if task.read_committed:
+            # Only the transactions not yet ended by a marker before the start; the state
+            # then goes from block to block.
+            aborted = _arrow_rows.AbortedTransactions(
+                [
+                    (p, begin)
+                    for p, begin, marker in task.aborted
                     if resume is None or marker >= resume
                 ]
+            )
+        torn = None  # (where, all zeros, why, the file's size) of a tail of zeros
+        data = None  # the block being read, from pos on
+        while pos < size:
+            if data is None:
+                n = min(block, size - pos)
+                f.seek(pos)
+                data = f.read_buffer(n)  # from Arrow's pool (read_at would make a new bytes)
+                if len(data) != n:
+                    raise SegmentError(
+                        f"the file ended after {len(data)} of {n} bytes", pos, task.path
+                    )
             try:
-                batch, next_offset, tail = _arrow_rows.batches_to_arrow(
-                    data,
-                    topic=task.topic,
-                    partition=task.partition,
-                    read_committed=task.read_committed,
-                    aborted_transactions=aborted,
-                    check_crc=task.check_crc,
-                    start_offset=task.start_offset,
-                    end_offset=task.end_offset,
-                    max_decompressed=task.max_decompressed,
-                )
+                batch, next_offset, tail = _convert(task, data, aborted, previous)
             except DecodeError as e:
-                raise SegmentError(e.reason, pos + e.offset, task.path) from None
-            used = n - len(tail)
+                torn = None if torn is not None else _torn_tail(task, f, size, pos, data, e.offset)
+                if torn is None:
+                    raise SegmentError(e.reason, pos + e.offset, task.path) from None
+                # Kafka's recovery cuts the segment there: read up to it, then decide.
+                torn = (*torn, e.reason, size)
+                size, data = torn[0], None
+                continue
+            used = len(data) - len(tail)
             if batch.num_rows:
                 yield batch
             if used:
                 pos += used
-                resume = next_offset
+                previous = next_offset - 1
                 block = task.block_size
+                # The decompressed budget stopped the read before the block's end: the
+                # rest of the block is read next, without reading it from the file again.
+                data = data.slice(used) if _whole_batch(tail) else None
                 continue
             # No whole batch in the block: one larger than the block, or cut off at the end.
             need = 12 + _BATCH_START.unpack_from(tail)[1] if len(tail) >= 12 else 12
             if pos + need > size:
                 _cut_off(task, pos, size - pos, need)
                 return
-            block = need
+            block, data = need, None
+        if torn is not None:
+            _torn(task, *torn)
+
+
+def _convert(task, data, aborted, previous):
+    return _arrow_rows.batches_to_arrow(
+        data,
+        topic=task.topic,
+        partition=task.partition,
+        read_committed=task.read_committed,
+        aborted_transactions=aborted,
+        check_crc=task.check_crc,
+        start_offset=task.start_offset,
+        end_offset=task.end_offset,
+        max_decompressed=task.max_decompressed,
+        decompressed_budget=task.block_size,
+        previous_offset=previous,
+        next_segment=task.next_base_offset,
+    )
+
+
+def _torn(task, at, zeros, why, size):
+    """A segment whose bytes from `at` on are zeros, or a batch that does not read and then
+    zeros: the end of the partition's last segment under truncated="skip" (as Kafka's
+    recovery truncates it there), else an error."""
+    if task.last and task.truncated == "skip":
+        return
+    where = "the partition's last segment" if task.last else "a segment that is not the last"
+    what = (
+        "is zeros from here" if zeros else f"holds a batch that does not read ({why}), then zeros"
+    )
+    raise SegmentError(
+        f"{where} {what} to its end ({size - at} bytes: a preallocated file, or one a crash "
+        "left before the broker's recovery)" + (TRUNCATED_HINT if task.last else ""),
+        at,
+        task.path,
+    )
 
 
 def iter_segments(paths, **options):
     """The rows of `paths` (read_segments' parameters) as pyarrow.RecordBatches, a block
-    at a time: memory stays about a block (block_size bytes of segment) however large the
-    segments are."""
+    at a time: memory stays a few blocks however large the segments are (a block is
+    block_size bytes of segment, and its compressed batches stop after the one that takes
+    their records to block_size bytes; a batch larger than that is read whole)."""
     for task in plan_segments(paths, **options):
         yield from read_task(task)
 
@@ -556,7 +704,11 @@ def read_segments(
       (aborted transactions dropped, stopping at the last stable offset).
     - `check_crc`: check each batch's CRC (default True).
     - `truncated`: "error" or "skip": what to do with a batch cut off at the end of a
-      partition's last segment.
+      partition's last segment, or a last segment that turns to zeros up to its end.
+    - `block_size`: bytes of segment read at a time, and the most a block's compressed
+      batches decompress to before the block ends (plus the batch that crosses it).
+    - `max_decompressed`: the most one compressed batch may decompress to (default: 64
+      times its compressed size, at least 1 MiB, at most 256 MiB); past it, an error.
     """
     batches = list(
         iter_segments(

@@ -22,6 +22,7 @@ class SegmentTask:
     topic: str
     partition: int
     base_offset: int | None
+    next_base_offset: int | None
     size: int
     last: bool
     start_offset: int | None
