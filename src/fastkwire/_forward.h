@@ -146,7 +146,8 @@ typedef struct {
                                      (the loop's thread) */
     size_t in_flight;             /* requests awaiting answers, all connections (atomic) */
     int holding;                  /* clients held for room (atomic) */
-    int upstreams_held;           /* upstreams held: the queue is past max_buffered (atomic) */
+    int queue_held;               /* upstreams not read, or frames not split, until the out
+                                     queue drains below its limits (atomic) */
     fw_conn *conns;
     fw_conn *dead;                /* ended this turn: freed at its end (epoll may name them) */
     size_t max_frame, max_pending, max_in_flight, max_buffered;
@@ -230,7 +231,7 @@ static fw_item *fw_take(fw_state *st) {
     __atomic_sub_fetch(&st->queued, bytes, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&st->queued_items, count, __ATOMIC_RELAXED);
     if (bytes && (__atomic_load_n(&st->holding, __ATOMIC_RELAXED) ||
-                  __atomic_load_n(&st->upstreams_held, __ATOMIC_RELAXED))) {
+                  __atomic_load_n(&st->queue_held, __ATOMIC_RELAXED))) {
         uint64_t one = 1;
         ssize_t r = write(st->wake_fd, &one, sizeof one); /* room again, perhaps */
         (void)r;
@@ -242,10 +243,11 @@ static size_t fw_cost(const fw_item *it) {
     return FW_ITEM_COST + it->req_len + it->resp_len;
 }
 
-/* Whether the out queue has room for side i's next frame: for a request, counting what
- * is held too; for a response, the queue alone (answers free what their requests held). */
-static int fw_queue_room(fw_state *st, int i) {
-    size_t bytes = i == 0 ? fw_total(st) : __atomic_load_n(&st->queued, __ATOMIC_RELAXED);
+/* Whether items may be added to the out queue: it is within max_buffered and MAX_ITEMS.
+ * Only the event loop's taking drains it, so whatever waits for it goes on. With what is
+ * held too (`total`): whether a client may be read between frames. */
+static int fw_queue_room(fw_state *st, int total) {
+    size_t bytes = total ? fw_total(st) : __atomic_load_n(&st->queued, __ATOMIC_RELAXED);
     return bytes <= st->max_buffered &&
            __atomic_load_n(&st->queued_items, __ATOMIC_RELAXED) < FW_MAX_ITEMS;
 }
@@ -517,11 +519,9 @@ static void fw_flush(fw_state *st, fw_conn *c, int i) {
     }
 }
 
-/* Side i waits for the queue to drain: the loop reads and splits again once it has. */
-static void fw_hold(fw_state *st, fw_conn *c, int i) {
-    if (i == 1) {
-        __atomic_store_n(&st->upstreams_held, 1, __ATOMIC_RELAXED);
-    } else if (!__atomic_load_n(&st->holding, __ATOMIC_RELAXED)) {
+/* Clients are not read between frames until what is held drains (answers, the queue). */
+static void fw_hold_clients(fw_state *st, fw_conn *c) {
+    if (!__atomic_load_n(&st->holding, __ATOMIC_RELAXED)) {
         __atomic_store_n(&st->holding, 1, __ATOMIC_RELAXED);
         fw_item *it = fw_new_item(FW_HOLDING, c, 0);
         if (it) {
@@ -537,16 +537,16 @@ static int fw_may_read(fw_state *st, fw_conn *c, int i) {
      * are still read (and dropped) so that the requests it sent before can go out */
     if (c->closing == 1 || s->eof || s->stalled || s->out || s->parsed - s->sent >= FW_HIGH_WATER)
         return 0;
-    if (i == 1 && !fw_queue_room(st, 1)) {
+    if (i == 1 && !fw_queue_room(st, 0)) {
         /* answers, stray or not, wait in the socket until the event loop takes the queue */
-        fw_hold(st, c, 1);
+        __atomic_store_n(&st->queue_held, 1, __ATOMIC_RELAXED);
         return 0;
     }
     if (i == 0) {
         if (c->pend_bytes > st->max_pending || c->pend_count >= st->max_in_flight)
             return 0;
-        if (s->len == s->parsed && !fw_queue_room(st, 0)) {
-            fw_hold(st, c, 0);
+        if (s->len == s->parsed && !fw_queue_room(st, 1)) {
+            fw_hold_clients(st, c);
             return 0;
         }
     }
@@ -661,11 +661,6 @@ static int fw_split(fw_state *st, fw_conn *c, int i, double now) {
             full = 1; /* what was read waits (one read's worth at most) for answers */
             break;
         }
-        if (!fw_queue_room(st, i)) { /* ... or for the event loop to take the queue */
-            fw_hold(st, c, i);
-            full = 1;
-            break;
-        }
         int32_t size = fw_be32(s->buf + s->parsed);
         if (size < 0 || (size_t)size > st->max_frame) {
             fw_flush(st, c, i);
@@ -675,6 +670,11 @@ static int fw_split(fw_state *st, fw_conn *c, int i, double now) {
         size_t n = (size_t)size + 4;
         if (s->len - s->parsed < n)
             break;
+        if (!fw_queue_room(st, 0)) { /* a whole frame waits for the event loop to take the queue */
+            __atomic_store_n(&st->queue_held, 1, __ATOMIC_RELAXED);
+            full = 1;
+            break;
+        }
         /* A large answer with nothing before it left to write leaves the buffer for its
          * item: held once, not twice (and with a slow client, not a third time while
          * Python copies it). */
@@ -914,12 +914,12 @@ static void *fw_loop(void *arg) {
         if (stop)
             return NULL;
         int again = 0;
-        if (__atomic_load_n(&st->holding, __ATOMIC_RELAXED) && fw_queue_room(st, 0)) {
+        if (__atomic_load_n(&st->holding, __ATOMIC_RELAXED) && fw_queue_room(st, 1)) {
             __atomic_store_n(&st->holding, 0, __ATOMIC_RELAXED);
             again = 1;
         }
-        if (__atomic_load_n(&st->upstreams_held, __ATOMIC_RELAXED) && fw_queue_room(st, 1)) {
-            __atomic_store_n(&st->upstreams_held, 0, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&st->queue_held, __ATOMIC_RELAXED) && fw_queue_room(st, 0)) {
+            __atomic_store_n(&st->queue_held, 0, __ATOMIC_RELAXED);
             again = 1;
         }
         if (again) { /* room again: every connection splits what waits, and reads what it may */
