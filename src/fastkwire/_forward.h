@@ -13,8 +13,15 @@
  * grows only as bytes arrive, never to what a prefix announces); the requests awaiting
  * answers (reading the client stops past max_pending bytes or max_in_flight requests).
  * Across connections: the partial frames, pending requests and queued exchanges are
- * `held`; past max_buffered, clients are not read between frames until the queue drains,
- * and one whose frame takes the total past twice the limit ends. */
+ * `held`, each item counted at what it costs (FW_ITEM_COST beyond its frames); past
+ * max_buffered, clients are not read between frames until the queue drains, and one whose
+ * frame takes the total past twice the limit ends. The out queue holds at most
+ * max_buffered and FW_MAX_ITEMS items: past either, whole frames already read wait in
+ * their buffer unsplit and no upstream is read, until Python takes the queue.
+ *
+ * A peer's end of stream closes its socket; the connection ends once the whole frames it
+ * sent before have reached the other side (that side's end or error ends it sooner, and
+ * taking nothing for frame_timeout ends it as FW_UNDELIVERED). */
 #ifndef FASTKWIRE_FORWARD_H
 #define FASTKWIRE_FORWARD_H
 
