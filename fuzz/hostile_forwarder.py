@@ -45,6 +45,7 @@ MAX_BUFFERED = 2 << 20
 MAX_IN_FLIGHT = 64
 FRAME_TIMEOUT = 2.0
 CASE_TIMEOUT = 20.0  # a case's client gives up (a finding if it had to wait for the end)
+END_TIMEOUT = 10.0  # after its client is done, a connection's upstream side must be closed
 ITEM_COST = 256  # more than the forwarder counts for an item beyond its frames
 
 
@@ -85,12 +86,14 @@ class Plan:
         self.requests = rng.randrange(0, 12)
         self.empties = rng.choice([0, 0, 10, 5000, 60000])
         self.huge_request = rng.choice([0, 0, 0, 1 << 20, MAX_FRAME - 100])
-        self.client_end = rng.choice(["stay", "stay", "eof", "close", "reset", "bad", "cut"])
+        self.client_end = rng.choice(
+            ["stay", "stay", "stay", "eof", "close", "reset", "bad", "cut", "gone"]
+        )
         self.cut_at = rng.randrange(1, 40)
         self.reader = rng.choice(["fast", "fast", "slow", "never"])
         self.answers = rng.choice([None, None, 0, 1, 3])  # None: all
         self.tiny = rng.choice([0, 0, 0, 20, 20000])
-        self.huge_answer = rng.random() < 0.15
+        self.huge_answer = rng.random() < 0.3
         self.sizes = [rng.randrange(10, 30000) for _ in range(self.requests + 1)]
         self.upstream_end = rng.choice(["eof", "eof", "cut", "reset", "never"])
         if self.first_hostile and self.client_end == "stay":
@@ -140,7 +143,7 @@ class Upstream:
     def _serve(self, sock):
         try:
             with sock:
-                sock.settimeout(CASE_TIMEOUT)
+                sock.settimeout(3 * CASE_TIMEOUT)  # longer than any wait for it to be closed
                 if self._script(sock) != "reset":
                     # until the proxy closes its side: no reset for what it still sends
                     while sock.recv(1 << 16):
@@ -208,8 +211,17 @@ class Upstream:
 
 def client(address, plan, upstream, limited):
     """Runs the client's side of a case; (bytes received, whether it read to the end)."""
-    sock = socket.create_connection(address, timeout=CASE_TIMEOUT)
+    sock = socket.socket()
+    sock.settimeout(CASE_TIMEOUT)
+    if plan.reader == "slow":  # a small window: the proxy's writes to it back up
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+    sock.connect(address)
     name = "%s:%d" % sock.getsockname()[:2]
+    if plan.client_end == "gone":  # a health check: gone before the upstream is there
+        if not plan.first_hostile:
+            sock.send(request(0, plan.tag))
+        sock.close()
+        return bytearray(), False, name
     frames = [] if plan.first_hostile else [request(0, plan.tag)]
     frames += [request(i, plan.tag) for i in range(1, plan.requests + 1)]
     frames.append(bytes(4 * plan.empties))
@@ -258,7 +270,7 @@ def client(address, plan, upstream, limited):
                 break
             got += chunk
             if plan.reader == "slow":
-                time.sleep(0.001)
+                time.sleep(0.002)
         if not ended and plan.clean and name not in limited:
             raise Finding(f"seed {plan.seed}: the connection did not end in {CASE_TIMEOUT:g} s")
         return got, ended, name
@@ -351,7 +363,7 @@ def run(cases, seed, concurrency, replay=None):
                 t.join(CASE_TIMEOUT * 3)
             findings += errors
             # every connection ends: the upstream sees each one closed
-            deadline = time.monotonic() + CASE_TIMEOUT
+            deadline = time.monotonic() + END_TIMEOUT
             while upstream.open and time.monotonic() < deadline:
                 time.sleep(0.02)
             if upstream.open:
