@@ -26,6 +26,7 @@ A CI smoke is the default (~30 s); FUZZ_LONG=1 (or --cases N) runs longer.
 """
 
 import argparse
+import gc
 import os
 import random
 import socket
@@ -343,6 +344,13 @@ def run(cases, seed, concurrency, replay=None):
         on_event=on_event,
     ) as proxy:
         watch = Watch(proxy.proxy._compiled.forwarder)
+
+        def unhandled(loop, context):  # a task that died ("Task exception was never retrieved")
+            findings.append(
+                f"the proxy's loop: {context.get('message')}: {context.get('exception')!r}"
+            )
+
+        proxy._loop.call_soon_threadsafe(proxy._loop.set_exception_handler, unhandled)
         seeds = [replay] if replay is not None else [seed * 1_000_003 + i for i in range(cases)]
         for start in range(0, len(seeds), concurrency):
             batch = seeds[start : start + concurrency]
@@ -381,6 +389,7 @@ def run(cases, seed, concurrency, replay=None):
         if cost > MAX_BUFFERED + slack * ITEM_COST + concurrency * 2 * MAX_FRAME:
             findings.append(f"the queue held {cost} bytes (max_buffered_bytes {MAX_BUFFERED})")
     upstream.close()
+    gc.collect()  # tasks that died unretrieved are reported as they are collected
     took = time.monotonic() - started
     for f in findings:
         print("finding:", f, file=sys.stderr)
