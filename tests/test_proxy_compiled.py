@@ -6,20 +6,26 @@ wait bounded. The rest of the proxy suite runs on either path with
 FASTKWIRE_PROXY_FORWARD=compiled or =python (the default, auto, takes the compiled path
 wherever it can carry the connections)."""
 
+import asyncio
 import json
+import os
 import random
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
+import types
 
 import pytest
 
 import fastkwire as fk
 from fastkwire.proxy import BackgroundProxy, Proxy, ProxyEvent, Rule
+from fastkwire.cli import main
 from fastkwire.proxy._compiled import compiled_forwarder
 
-from test_proxy_cli import ProxyProcess
+from test_proxy_cli import ProxyProcess, child_env
 
 TIMEOUT = 10.0
 SIZE = struct.Struct(">i")
@@ -49,6 +55,8 @@ class ScriptedBroker:
         self.listener.settimeout(0.2)
         self.port = self.listener.getsockname()[1]
         self.sent = 0  # answers written whole
+        self.open = 0  # connections not yet ended by the proxy
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
@@ -66,6 +74,15 @@ class ScriptedBroker:
             t.start()
 
     def _serve(self, sock):
+        with self._lock:
+            self.open += 1
+        try:
+            self._frames(sock)
+        finally:
+            with self._lock:
+                self.open -= 1
+
+    def _frames(self, sock):
         sock.settimeout(0.2)
         buf = b""
         with sock:
@@ -261,14 +278,21 @@ def test_which_path_a_proxy_takes(monkeypatch):
     available = compiled_forwarder()[0] is not None
     assert Proxy("127.0.0.1:9092").compiled is available
     assert Proxy("127.0.0.1:9092", forward="python").compiled is False
-    # options that need Python per exchange keep the asyncio path, even when asked
-    for kwargs in (
-        {"rules": [Rule(api="Heartbeat", error=27)]},
-        {"rewrite_advertised": True},
-        {"broker_ports": "30000-30009"},
+    # options that need Python per exchange take the asyncio path; asked for the compiled
+    # one, the proxy refuses, naming both parameters (FASTKWIRE_PROXY_FORWARD=compiled is a
+    # preference: the asyncio path, as with auto)
+    for name, kwargs in (
+        ("rules", {"rules": [Rule(api="Heartbeat", error=27)]}),
+        ("rewrite_advertised", {"rewrite_advertised": True}),
+        ("broker_ports", {"broker_ports": "30000-30009"}),
     ):
-        forward = "compiled" if available else "auto"
-        assert Proxy("127.0.0.1:9092", forward=forward, **kwargs).compiled is False
+        assert Proxy("127.0.0.1:9092", forward="auto", **kwargs).compiled is False
+        if available:
+            with pytest.raises(ValueError, match=f"^forward: the compiled .* with {name} "):
+                Proxy("127.0.0.1:9092", forward="compiled", **kwargs)
+            monkeypatch.setenv("FASTKWIRE_PROXY_FORWARD", "compiled")
+            assert Proxy("127.0.0.1:9092", **kwargs).compiled is False
+            monkeypatch.delenv("FASTKWIRE_PROXY_FORWARD")
     with pytest.raises(ValueError, match="^forward: 'fast' is not one of auto, python, compiled"):
         Proxy("127.0.0.1:9092", forward="fast")
     monkeypatch.setenv("FASTKWIRE_PROXY_FORWARD", "c")
@@ -398,3 +422,319 @@ def test_sasl_handshake_v0_tokens_on_the_compiled_path(monkeypatch):
 
     monkeypatch.setenv("FASTKWIRE_PROXY_FORWARD", "compiled")
     legacy_sasl()
+
+
+# ---------------------------------------------------------------- what the forwarder holds to
+
+
+VERSIONS = {k: (c.MIN_VERSION, c.MAX_VERSION) for k, c in fk.REQUEST_CLASSES.items()}
+
+
+def forwarder_pair(fw, conn=1):
+    """(client, upstream): the far ends of two socket pairs joined through `fw`."""
+    client, client_end = socket.socketpair()
+    upstream, upstream_end = socket.socketpair()
+    fw.add(conn, client_end.detach(), upstream_end.detach())
+    for s in (client, upstream):
+        s.settimeout(TIMEOUT)
+    return client, upstream
+
+
+def sasl_v0(client, upstream):
+    """A v0 SaslHandshake through the pair, answered with error 0: raw tokens follow."""
+    client.sendall(request(17, 0, 1, "app", fk.SaslHandshakeRequest(mechanism="PLAIN")))
+    read_frame(upstream)
+    body = SIZE.pack(1) + b"\x00\x00" + SIZE.pack(1) + b"\x00\x05PLAIN"
+    upstream.sendall(SIZE.pack(len(body)) + body)
+    answered(client, 1)
+
+
+@needs_compiled
+@pytest.mark.parametrize("max_buffered", [1 << 20, 1 << 30], ids=["1 MiB", "1 GiB"])
+@pytest.mark.parametrize("tokens", [False, True], ids=["empty frames", "raw SASL tokens"])
+def test_tiny_frames_fill_the_queue_only_to_its_limits(tokens, max_buffered):
+    """Each frame of a client streaming empty frames (or raw SASL tokens) is an item for
+    Python: the forwarder counts what an item costs, not the frame's 4 bytes, and caps the
+    items too. Not taken, the queue stops at max_buffered or MAX_ITEMS, the client is
+    no longer read; taken, everything flows. (It grew by a 150-byte item per 4 bytes.)"""
+    from fastkwire import _forward
+
+    count = 400_000
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 64, max_buffered, 30.0, VERSIONS)
+    try:
+        client, upstream = forwarder_pair(fw)
+        if tokens:
+            sasl_v0(client, upstream)
+            fw.take()
+        received = [0]
+
+        def drain():
+            while received[0] < 4 * count:
+                try:
+                    chunk = upstream.recv(1 << 16)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                received[0] += len(chunk)
+
+        threads = [
+            threading.Thread(target=client.sendall, args=(bytes(4 * count),), daemon=True),
+            threading.Thread(target=drain, daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        last, deadline = -1, time.monotonic() + TIMEOUT
+        while received[0] != last and time.monotonic() < deadline:  # until the upstream starves
+            last = received[0]
+            time.sleep(0.3)
+        cost, items = fw.queued if hasattr(fw, "queued") else (None, None)
+        taken = fw.take()
+        # an item costs more than 150 bytes; MAX_ITEMS: 16384
+        assert len(taken) <= min(max_buffered // 150, 16384) + 2
+        assert received[0] < 4 * count
+        assert items == len(taken) and cost <= max_buffered + 4096
+        assert _forward.MAX_ITEMS == 16384
+        kinds = {item[0] for item in taken}
+        assert kinds <= {_forward.TOKEN if tokens else _forward.UNPAIRED_REQUEST, _forward.HOLDING}
+        while received[0] < 4 * count and time.monotonic() < deadline + TIMEOUT:
+            taken += fw.take()
+            time.sleep(0.005)
+        time.sleep(0.1)
+        taken += fw.take()
+        assert received[0] == 4 * count
+        assert len([item for item in taken if item[0] != _forward.HOLDING]) == count
+    finally:
+        fw.close()
+
+
+LYING_KEY = """
+from fastkwire import _forward
+
+class Liar(int):
+    def __lt__(self, other): return True
+    __le__ = __gt__ = __ge__ = __lt__
+
+for versions in ({Liar(1 << 40): (0, 1)}, {5: (Liar(-70000), 3)}):
+    try:
+        _forward.Forwarder(1 << 20, 1 << 20, 16, 1 << 20, 1.0, versions)
+    except ValueError as e:
+        print("refused:", e)
+"""
+
+
+def test_a_lying_versions_key_is_refused_not_written_out_of_bounds():
+    """An int subclass whose comparisons lie passed the range check in Python and then
+    indexed the C table: a write 2 TiB away (SIGSEGV). Converted once, then checked."""
+    pytest.importorskip("fastkwire._forward")
+    r = subprocess.run(
+        [sys.executable, "-c", LYING_KEY],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    assert r.stdout.splitlines() == [
+        "refused: versions: api key 1099511627776 with versions 0-1: keys are 0-255 and "
+        "versions 0-32767, the first no more than the last",
+        "refused: versions: api key 5 with versions -70000-3: keys are 0-255 and "
+        "versions 0-32767, the first no more than the last",
+    ]
+
+
+@needs_compiled
+def test_limits_at_the_top_of_their_range_mean_no_limit():
+    """max_frame near 2**64 wrapped the buffer's limit to 320 KiB (a 1 MiB frame never
+    fitted: the thread spun); max_buffered of 2**63 wrapped twice the limit to 0 (every
+    frame that arrived in pieces ended its connection)."""
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(2**64 - 1, 2**64 - 1, 2**64 - 1, 2**63, 30.0, VERSIONS)
+    try:
+        client, upstream = forwarder_pair(fw)
+        frame = api_versions(1, "big")
+        frame = SIZE.pack(len(frame) - 4 + (1 << 20)) + frame[4:] + bytes(1 << 20)
+        client.sendall(frame[:5000])
+        time.sleep(0.2)
+        client.sendall(frame[5000:])
+        assert recv_exactly(upstream, len(frame)) == frame
+        assert not [item for item in fw.take() if item[0] == _forward.CLOSED]
+    finally:
+        fw.close()
+    for args, name in (
+        ((0, 1, 1, 1, 1.0), "max_frame"),
+        ((1, 1, 0, 1, 1.0), "max_in_flight"),
+        ((1, 1, 1, 1, float("nan")), "frame_timeout"),
+        ((1, 1, 1, 1, -1.0), "frame_timeout"),
+    ):
+        with pytest.raises(ValueError, match=f"^{name}: must be"):
+            _forward.Forwarder(*args, VERSIONS)
+
+
+@needs_compiled
+def test_add_refuses_one_descriptor_for_both_sides_and_leaves_it_open():
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 16, 1 << 20, 30.0, VERSIONS)
+    a, b = socket.socketpair()
+    try:
+        for fds in ((a.fileno(), a.fileno()), (-1, a.fileno())):
+            with pytest.raises(ValueError, match="^client_fd, upstream_fd: two open descriptors"):
+                fw.add(1, *fds)
+        time.sleep(0.1)
+        a.sendall(b"still open")  # the forwarder never took (nor closed) it
+        assert b.recv(100) == b"still open"
+        assert fw.take() == []
+    finally:
+        fw.close()
+        a.close()
+        b.close()
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "tail, why",
+    [
+        (b"", "upstream closed"),
+        (SIZE.pack(1000) + b"cut", "upstream closed mid-response: 7 bytes of a 1000-byte response"),
+    ],
+    ids=["whole", "cut"],
+)
+def test_an_upstream_that_ends_after_answering_still_reaches_a_slow_client(tail, why):
+    """400 KB of answers, then the upstream's end (after a cut frame, or not), to a client
+    that reads slowly: every whole answer arrives, then the end. (The forwarder flushed
+    once at the upstream's end and closed both sockets: up to 64 KiB of whole answers
+    lost, the client's last frame cut.)"""
+    from fastkwire import _forward
+    from fastkwire.proxy._compiled import _closed
+
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 16, 1 << 20, 30.0, VERSIONS)
+    try:
+        client, client_end = socket.socketpair()
+        upstream, upstream_end = socket.socketpair()
+        client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        answers = b"".join(answer_to(api_versions(cid), 10_000) for cid in range(40))
+        threading.Thread(
+            target=lambda: (upstream.sendall(answers + tail), upstream.shutdown(socket.SHUT_WR)),
+            daemon=True,
+        ).start()
+        got = bytearray()
+        client.settimeout(TIMEOUT)
+        while chunk := client.recv(4096):
+            got += chunk
+            time.sleep(0.0005)
+        assert len(got) == len(answers) and bytes(got) == answers
+        time.sleep(0.1)
+        (item,) = [item for item in fw.take() if item[0] == _forward.CLOSED]
+        proxy = types.SimpleNamespace(frame_timeout=30.0, max_frame_bytes=1 << 20)
+        assert _closed(_forward, proxy, item)[0].startswith(why)
+    finally:
+        fw.close()
+
+
+@needs_compiled
+def test_a_client_that_takes_nothing_after_its_upstream_ended_is_ended_after_frame_timeout():
+    """The upstream's end waits for what it sent to reach the client, but not for ever: a
+    client that takes nothing for frame_timeout is ended, with the bytes it left."""
+    from fastkwire import _forward
+    from fastkwire.proxy._compiled import _closed
+
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 16, 1 << 20, 1.0, VERSIONS)
+    try:
+        client, client_end = socket.socketpair()
+        upstream, upstream_end = socket.socketpair()
+        client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        frame = answer_to(api_versions(1), 4000)
+        upstream.sendall(frame * 10)
+        upstream.shutdown(socket.SHUT_WR)
+        closed, started = [], time.monotonic()
+        while not closed and time.monotonic() < started + TIMEOUT:
+            time.sleep(0.05)
+            closed = [item for item in fw.take() if item[0] == _forward.CLOSED]
+        assert time.monotonic() - started > 0.9  # not at the upstream's end: 1 s later
+        (item,) = closed
+        assert item[2:4] == (0, _forward.UNDELIVERED)
+        left = item[4]
+        assert 0 < left < len(frame) * 10
+        got = bytearray()
+        client.settimeout(TIMEOUT)
+        while chunk := client.recv(65536):
+            got += chunk
+        assert len(got) + left == len(frame) * 10 and bytes(got) == (frame * 10)[: len(got)]
+        proxy = types.SimpleNamespace(frame_timeout=1.0, max_frame_bytes=1 << 20)
+        assert _closed(_forward, proxy, item)[0] == (
+            f"upstream closed; client did not take the last {left} bytes of its answers "
+            "within 1 s (frame_timeout): dropped"
+        )
+    finally:
+        fw.close()
+
+
+@needs_compiled
+def test_clients_closing_before_the_hand_over_leave_no_upstream_open(broker):
+    """Health checks and scanners: 100 clients that connect and close at once, half of
+    them after one request. Each ends as "client closed", its upstream connection closes
+    too, and each request reached the upstream and is recorded. (The hand-over read the
+    socket of a transport already closed: 97 upstream connections were left open and the
+    tasks died with AttributeError.)"""
+    with BackgroundProxy(f"127.0.0.1:{broker.port}", forward="compiled") as proxy:
+        for i in range(100):
+            with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+                if i % 2:
+                    s.sendall(api_versions(1000 + i, "silent"))
+        wait_for_events(proxy, "client closed", 100)
+        deadline = time.monotonic() + TIMEOUT
+        while broker.open and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert broker.open == 0
+        assert not [e for e in proxy.events() if e.kind == ProxyEvent.ERROR]
+        assert set(range(1001, 1100, 2)) <= {ex.correlation_id for ex in proxy.exchanges()}
+        served(proxy)
+
+
+@needs_compiled
+def test_a_hand_over_after_the_forwarder_closed_leaks_nothing(broker):
+    """A connection whose upstream connects while the proxy closes its compiled path:
+    add() refuses, and both duplicated descriptors are closed (they leaked, and the
+    upstream connection with them)."""
+    with BackgroundProxy(f"127.0.0.1:{broker.port}", forward="compiled") as proxy:
+        served(proxy)
+        compiled = proxy.proxy._compiled
+        asyncio.run_coroutine_threadsafe(compiled.close(), proxy._loop).result(TIMEOUT)
+        deadline = time.monotonic() + TIMEOUT
+        while broker.open and time.monotonic() < deadline:
+            time.sleep(0.02)
+        fds = len(os.listdir("/proc/self/fd"))
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+            s.sendall(api_versions(5))
+            try:
+                assert s.recv(100) == b""
+            except ConnectionResetError:
+                pass
+        wait_for_events(proxy, "proxy closing")
+        while broker.open and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert broker.open == 0
+        assert len(os.listdir("/proc/self/fd")) <= fds
+
+
+@needs_compiled
+def test_forward_compiled_with_an_option_that_needs_python_is_a_usage_error(capsys):
+    for flags, named in (
+        (["--broker-ports", "30000-30009"], "--broker-ports"),
+        (["--fault", "api=Heartbeat,error=27"], "--fault/--rules"),
+        (["--rewrite-advertised"], "--rewrite-advertised"),
+    ):
+        try:
+            code = main(["proxy", "--upstream", "127.0.0.1:9", "--forward", "compiled", *flags])
+        except SystemExit as e:
+            code = e.code
+        err = capsys.readouterr().err
+        assert code == 2
+        assert (
+            f"error: --forward: the compiled forwarding path cannot carry connections with "
+            f"{named} (Python's work for every exchange): ask for auto" in err
+        )

@@ -11,7 +11,8 @@
 # fuzz/fuzz_decode.py's loop (hostile bytes), ENCODE_FUZZ_INPUTS (default 100000) of
 # fuzz/fuzz_encode.py's (hostile Python values) and REENTRANCY_INPUTS (default 5000) of
 # fuzz/hostile_reentrancy.py's (gc callbacks and dunders rewriting what a routine
-# holds). Leak detection is off: CPython keeps
+# holds), then FORWARDER_CASES (default 120) cases of fuzz/hostile_forwarder.py (hostile
+# clients and upstreams through the proxy's compiled forwarding thread). Leak detection is off: CPython keeps
 # much of its memory until exit by design; tests/test_memory.py looks for growth instead.
 # Exit status 0 only if every step passed and ASan reported nothing. Takes 5-10 minutes.
 set -euo pipefail
@@ -22,6 +23,7 @@ cc=${CC:-gcc}
 fuzz_inputs=${FUZZ_INPUTS:-100000}
 encode_inputs=${ENCODE_FUZZ_INPUTS:-100000}
 reentrancy_inputs=${REENTRANCY_INPUTS:-5000}
+forwarder_cases=${FORWARDER_CASES:-120}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -85,6 +87,8 @@ reentrancy_pid=$!
 wait "$decode_pid" || status=1
 wait "$reentrancy_pid" || status=1
 cat "$work/fuzz_decode.log" "$work/fuzz_encode.log" "$work/fuzz_reentrancy.log"
+echo "== hostile clients through the compiled forwarder under ASan: $forwarder_cases cases"
+(cd "$work" && asan_run "$root/fuzz/hostile_forwarder.py" --cases "$forwarder_cases") || status=1
 
 if compgen -G "$work/asan.*" >/dev/null; then
     echo "== AddressSanitizer reports:" >&2
@@ -92,6 +96,6 @@ if compgen -G "$work/asan.*" >/dev/null; then
     status=1
 fi
 if [ "$status" -eq 0 ]; then
-    echo "ASan: suite passed, $fuzz_inputs decode, $encode_inputs encode and $reentrancy_inputs reentrancy fuzz inputs, no AddressSanitizer reports"
+    echo "ASan: suite passed, $fuzz_inputs decode, $encode_inputs encode and $reentrancy_inputs reentrancy fuzz inputs, $forwarder_cases forwarder cases, no AddressSanitizer reports"
 fi
 exit "$status"

@@ -13,8 +13,15 @@
  * grows only as bytes arrive, never to what a prefix announces); the requests awaiting
  * answers (reading the client stops past max_pending bytes or max_in_flight requests).
  * Across connections: the partial frames, pending requests and queued exchanges are
- * `held`; past max_buffered, clients are not read between frames until the queue drains,
- * and one whose frame takes the total past twice the limit ends. */
+ * `held`, each item counted at what it costs (FW_ITEM_COST beyond its frames); past
+ * max_buffered, clients are not read between frames until the queue drains, and one whose
+ * frame takes the total past twice the limit ends. The out queue holds at most
+ * max_buffered and FW_MAX_ITEMS items: past either, whole frames already read wait in
+ * their buffer unsplit and no upstream is read, until Python takes the queue.
+ *
+ * A peer's end of stream closes its socket; the connection ends once the whole frames it
+ * sent before have reached the other side (that side's end or error ends it sooner, and
+ * taking nothing for frame_timeout ends it as FW_UNDELIVERED). */
 #ifndef FASTKWIRE_FORWARD_H
 #define FASTKWIRE_FORWARD_H
 
@@ -37,8 +44,16 @@
 #define FW_MIN_BUF (64 * 1024)
 #define FW_MOVE_MIN (1024 * 1024) /* a response this large is moved to its item, not copied */
 #define FW_API_KEYS 256
+/* What one queued or pending item costs beyond its frames: the item and the allocator's
+ * overhead of it and of its copies. An empty frame costs this much, not 4 bytes. */
+#define FW_ITEM_COST (sizeof(fw_item) + 48)
+/* Items queued for Python at most (its batch: a tuple and a bytes object each), whatever
+ * their bytes; past it, as past max_buffered, the loop stops reading and splitting. */
+#define FW_MAX_ITEMS 16384
 
 enum { FW_EXCHANGE = 1, FW_UNPAIRED_REQUEST, FW_UNPAIRED_RESPONSE, FW_TOKEN, FW_CLOSED, FW_HOLDING };
+struct fw_item;
+static size_t fw_cost(const struct fw_item *it);
 enum {
     FW_CLIENT_CLOSED = 1,
     FW_UPSTREAM_CLOSED,
@@ -48,6 +63,7 @@ enum {
     FW_OS_ERROR,     /* a = errno */
     FW_TWICE_LIMIT,  /* a = bytes held */
     FW_ABORTED,
+    FW_UNDELIVERED,  /* a = bytes the side did not take after the other side's end */
 };
 
 /* A large response's storage, moved out of its side's buffer rather than copied: the side
@@ -94,6 +110,7 @@ typedef struct {
     int partial;                   /* the frame-timeout clock (PeerClock in Python) */
     double waited, since;          /* since < 0: not reading */
     size_t held;                   /* bytes of the partial frame counted in `held` */
+    int stalled;                   /* whole frames wait in buf for room (pending, queue) */
     fw_block *out;                 /* a large frame moved out of buf, written before [sent, parsed) */
     const char *out_data;
     size_t out_len, out_sent;
@@ -107,6 +124,10 @@ typedef struct fw_conn {
     size_t pend_count, pend_bytes;
     int raw_sasl;
     int dead;
+    int closing;                   /* -1, or the side whose peer ended: its fd is closed and
+                                      what it sent before goes on to the other side */
+    size_t drain_left;             /* bytes still to deliver at the last watch */
+    double drain_since;            /* when they last went down */
     struct fw_conn *prev, *next;
 } fw_conn;
 
@@ -125,12 +146,15 @@ typedef struct {
     int started;
     pthread_mutex_t lock;
     fw_item *out_head, *out_tail; /* under lock */
-    size_t queued;                /* bytes of frames in the out queue (atomic) */
+    size_t queued;                /* cost of the out queue's items, frames included (atomic) */
+    size_t queued_items;          /* items in the out queue (atomic) */
     fw_cmd *cmd_head, *cmd_tail;  /* under lock */
-    size_t held;                  /* partial frames and pending requests (the loop's thread) */
+    size_t held;                  /* partial frames and pending requests, items' cost included
+                                     (the loop's thread) */
     size_t in_flight;             /* requests awaiting answers, all connections (atomic) */
     int holding;                  /* clients held for room (atomic) */
-    int upstreams_held;           /* upstreams held: the queue is past max_buffered (atomic) */
+    int queue_held;               /* upstreams not read, or frames not split, until the out
+                                     queue drains below its limits (atomic) */
     fw_conn *conns;
     fw_conn *dead;                /* ended this turn: freed at its end (epoll may name them) */
     size_t max_frame, max_pending, max_in_flight, max_buffered;
@@ -158,6 +182,12 @@ static size_t fw_in_flight(fw_state *st) {
     return __atomic_load_n(&st->in_flight, __ATOMIC_RELAXED);
 }
 
+/* The out queue's cost in bytes, and its items in *items. */
+static size_t fw_queued(fw_state *st, size_t *items) {
+    *items = __atomic_load_n(&st->queued_items, __ATOMIC_RELAXED);
+    return __atomic_load_n(&st->queued, __ATOMIC_RELAXED);
+}
+
 static size_t fw_total(fw_state *st) {
     return st->held + __atomic_load_n(&st->queued, __ATOMIC_RELAXED);
 }
@@ -183,7 +213,8 @@ static void fw_push(fw_state *st, fw_item *it) {
     else
         st->out_head = it;
     st->out_tail = it;
-    __atomic_add_fetch(&st->queued, it->req_len + it->resp_len, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&st->queued, fw_cost(it), __ATOMIC_RELAXED);
+    __atomic_add_fetch(&st->queued_items, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&st->lock);
     if (was_empty) {
         uint64_t one = 1;
@@ -195,21 +226,37 @@ static void fw_push(fw_state *st, fw_item *it) {
 /* Every queued item, oldest first; the caller frees them (fw_free_item). Python's thread. */
 static fw_item *fw_take(fw_state *st) {
     fw_item *items;
-    size_t bytes = 0;
+    size_t bytes = 0, count = 0;
     pthread_mutex_lock(&st->lock);
     items = st->out_head;
     st->out_head = st->out_tail = NULL;
     pthread_mutex_unlock(&st->lock);
-    for (fw_item *it = items; it; it = it->next)
-        bytes += it->req_len + it->resp_len;
+    for (fw_item *it = items; it; it = it->next) {
+        bytes += fw_cost(it);
+        count++;
+    }
     __atomic_sub_fetch(&st->queued, bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&st->queued_items, count, __ATOMIC_RELAXED);
     if (bytes && (__atomic_load_n(&st->holding, __ATOMIC_RELAXED) ||
-                  __atomic_load_n(&st->upstreams_held, __ATOMIC_RELAXED))) {
+                  __atomic_load_n(&st->queue_held, __ATOMIC_RELAXED))) {
         uint64_t one = 1;
         ssize_t r = write(st->wake_fd, &one, sizeof one); /* room again, perhaps */
         (void)r;
     }
     return items;
+}
+
+static size_t fw_cost(const fw_item *it) {
+    return FW_ITEM_COST + it->req_len + it->resp_len;
+}
+
+/* Whether items may be added to the out queue: it is within max_buffered and MAX_ITEMS.
+ * Only the event loop's taking drains it, so whatever waits for it goes on. With what is
+ * held too (`total`): whether a client may be read between frames. */
+static int fw_queue_room(fw_state *st, int total) {
+    size_t bytes = total ? fw_total(st) : __atomic_load_n(&st->queued, __ATOMIC_RELAXED);
+    return bytes <= st->max_buffered &&
+           __atomic_load_n(&st->queued_items, __ATOMIC_RELAXED) < FW_MAX_ITEMS;
 }
 
 static fw_item *fw_new_item(int kind, fw_conn *c, int side) {
@@ -335,7 +382,7 @@ static int fw_request(fw_state *st, fw_conn *c, const char *f, size_t n, double 
         c->pend_count++;
         __atomic_add_fetch(&st->in_flight, 1, __ATOMIC_RELAXED);
         c->pend_bytes += n;
-        st->held += n;
+        st->held += FW_ITEM_COST + n;
     } else {
         it->end = now;
         fw_push(st, it);
@@ -377,7 +424,7 @@ static int fw_response(fw_state *st, fw_conn *c, const char *f, size_t n, double
     c->pend_count--;
     __atomic_sub_fetch(&st->in_flight, 1, __ATOMIC_RELAXED);
     c->pend_bytes -= it->req_len;
-    st->held -= it->req_len;
+    st->held -= FW_ITEM_COST + it->req_len;
     it->end = now;
     fw_push(st, it); /* queued before the response is written: the exchange is known first */
     return 1;
@@ -392,7 +439,7 @@ static void fw_end(fw_state *st, fw_conn *c, int reason, int side, int64_t a, in
     int64_t unanswered = 0;
     for (fw_item *it = c->pend_head, *next; it; it = next) {
         next = it->next;
-        st->held -= it->req_len;
+        st->held -= FW_ITEM_COST + it->req_len;
         unanswered++;
         fw_push(st, it); /* no response: the connection ended first */
     }
@@ -454,14 +501,20 @@ static int fw_send(fw_state *st, fw_conn *c, int i, const char *data, size_t *se
 /* Writes side i's whole frames to the other side's socket, as much as it takes. */
 static void fw_flush(fw_state *st, fw_conn *c, int i) {
     fw_side *s = &c->s[i];
-    if (s->out) { /* a moved frame goes first */
-        if (!fw_send(st, c, i, s->out_data, &s->out_sent, s->out_len))
-            return;
+    if (c->s[1 - i].fd < 0) { /* that peer has ended: what was for it is dropped */
         fw_release(s->out);
         s->out = NULL;
+        s->sent = s->parsed;
+    } else {
+        if (s->out) { /* a moved frame goes first */
+            if (!fw_send(st, c, i, s->out_data, &s->out_sent, s->out_len))
+                return;
+            fw_release(s->out);
+            s->out = NULL;
+        }
+        if (!fw_send(st, c, i, s->buf, &s->sent, s->parsed))
+            return;
     }
-    if (!fw_send(st, c, i, s->buf, &s->sent, s->parsed))
-        return;
     if (s->sent == s->len) { /* nothing held: start at the buffer's beginning again */
         s->offset += (int64_t)s->len;
         s->sent = s->parsed = s->len = 0;
@@ -473,39 +526,63 @@ static void fw_flush(fw_state *st, fw_conn *c, int i) {
     }
 }
 
+/* Clients are not read between frames until what is held drains (answers, the queue). */
+static void fw_hold_clients(fw_state *st, fw_conn *c) {
+    if (!__atomic_load_n(&st->holding, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&st->holding, 1, __ATOMIC_RELAXED);
+        fw_item *it = fw_new_item(FW_HOLDING, c, 0);
+        if (it) {
+            it->a = (int64_t)fw_total(st);
+            fw_push(st, it);
+        }
+    }
+}
+
 static int fw_may_read(fw_state *st, fw_conn *c, int i) {
     fw_side *s = &c->s[i];
-    if (s->eof || s->out || s->parsed - s->sent >= FW_HIGH_WATER)
+    /* once the upstream has ended nothing more goes to it; once the client has, answers
+     * are still read (and dropped) so that the requests it sent before can go out */
+    if (c->closing == 1 || s->eof || s->stalled || s->out || s->parsed - s->sent >= FW_HIGH_WATER)
         return 0;
-    if (i == 1 && __atomic_load_n(&st->queued, __ATOMIC_RELAXED) > st->max_buffered) {
+    if (i == 1 && !fw_queue_room(st, 0)) {
         /* answers, stray or not, wait in the socket until the event loop takes the queue */
-        __atomic_store_n(&st->upstreams_held, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&st->queue_held, 1, __ATOMIC_RELAXED);
         return 0;
     }
     if (i == 0) {
         if (c->pend_bytes > st->max_pending || c->pend_count >= st->max_in_flight)
             return 0;
-        if (s->len == s->parsed && fw_total(st) > st->max_buffered) {
-            if (!__atomic_load_n(&st->holding, __ATOMIC_RELAXED)) {
-                __atomic_store_n(&st->holding, 1, __ATOMIC_RELAXED);
-                fw_item *it = fw_new_item(FW_HOLDING, c, 0);
-                if (it) {
-                    it->a = (int64_t)fw_total(st);
-                    fw_push(st, it);
-                }
-            }
+        if (s->len == s->parsed && !fw_queue_room(st, 1)) {
+            fw_hold_clients(st, c);
             return 0;
         }
     }
     return 1;
 }
 
-/* Registers what each socket of `c` waits for now, and runs the frame clocks. */
+static void fw_closed_by(fw_state *st, fw_conn *c, int i);
+
+/* Bytes side i still has to deliver to the other side: whole frames, split or not. */
+static size_t fw_undelivered(fw_side *s) {
+    size_t n = s->parsed - s->sent + (s->out ? s->out_len - s->out_sent : 0);
+    if (s->stalled)
+        n += s->len - s->parsed; /* whole frames first; a partial one at the end is never sent */
+    return n;
+}
+
+/* Registers what each socket of `c` waits for now, and runs the frame clocks; a closing
+ * connection whose ended side has delivered everything it sent ends here. */
 static void fw_update(fw_state *st, fw_conn *c, double now) {
     if (c->dead)
         return;
+    if (c->closing >= 0 && !fw_undelivered(&c->s[c->closing])) {
+        fw_closed_by(st, c, c->closing);
+        return;
+    }
     for (int i = 0; i < 2; i++) {
         fw_side *s = &c->s[i];
+        if (s->fd < 0)
+            continue;
         int reading = fw_may_read(st, c, i);
         uint32_t ev = (reading ? EPOLLIN : 0) | (c->s[1 - i].parsed > c->s[1 - i].sent || c->s[1 - i].out ? EPOLLOUT : 0);
         if (reading && s->since < 0)
@@ -585,6 +662,7 @@ static fw_block *fw_move_out(fw_side *s, size_t n) {
 static int fw_split(fw_state *st, fw_conn *c, int i, double now) {
     fw_side *s = &c->s[i];
     int completed = 0, full = 0;
+    s->stalled = 0;
     while (s->len - s->parsed >= 4) {
         if (i == 0 && (c->pend_bytes > st->max_pending || c->pend_count >= st->max_in_flight)) {
             full = 1; /* what was read waits (one read's worth at most) for answers */
@@ -599,6 +677,11 @@ static int fw_split(fw_state *st, fw_conn *c, int i, double now) {
         size_t n = (size_t)size + 4;
         if (s->len - s->parsed < n)
             break;
+        if (!fw_queue_room(st, 0)) { /* a whole frame waits for the event loop to take the queue */
+            __atomic_store_n(&st->queue_held, 1, __ATOMIC_RELAXED);
+            full = 1;
+            break;
+        }
         /* A large answer with nothing before it left to write leaves the buffer for its
          * item: held once, not twice (and with a slow client, not a third time while
          * Python copies it). */
@@ -614,6 +697,7 @@ static int fw_split(fw_state *st, fw_conn *c, int i, double now) {
             s->parsed += n;
         completed = 1;
     }
+    s->stalled = full;
     size_t rest = s->len - s->parsed, partial = full ? 0 : rest;
     st->held += rest - s->held;
     s->held = rest;
@@ -642,8 +726,32 @@ static void fw_closed_by(fw_state *st, fw_conn *c, int i) {
     }
 }
 
+/* Side i's peer ended its stream: its socket closes, and the connection ends once what it
+ * sent before has reached the other side (fw_update), or that side is gone, or it took
+ * nothing for frame_timeout (fw_watch). */
+static void fw_ended(fw_state *st, fw_conn *c, int i, double now) {
+    fw_side *s = &c->s[i];
+    s->eof = 1;
+    if (c->closing >= 0) { /* the other side had ended first: this one is gone too */
+        fw_end(st, c, i == 0 ? FW_CLIENT_CLOSED : FW_UPSTREAM_CLOSED, i, 0, 0, 0);
+        return;
+    }
+    c->closing = i;
+    epoll_ctl(st->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+    close(s->fd);
+    s->fd = -1;
+    s->events = 0;
+    fw_flush(st, c, i);
+    c->drain_left = fw_undelivered(s);
+    c->drain_since = now;
+}
+
 static void fw_read(fw_state *st, fw_conn *c, int i, double now) {
     fw_side *s = &c->s[i];
+    if (c->closing == 1) { /* the client hung up while the upstream's last frames go out */
+        fw_end(st, c, FW_CLIENT_CLOSED, i, 0, 0, 0);
+        return;
+    }
     if (!fw_room(st, s)) {
         fw_end(st, c, FW_OS_ERROR, i, ENOMEM, 0, 0);
         return;
@@ -661,10 +769,7 @@ static void fw_read(fw_state *st, fw_conn *c, int i, double now) {
         return;
     }
     if (r == 0) {
-        s->eof = 1;
-        fw_flush(st, c, i);
-        if (!c->dead)
-            fw_closed_by(st, c, i);
+        fw_ended(st, c, i, now);
         return;
     }
     s->len += (size_t)r;
@@ -690,6 +795,7 @@ static void fw_add(fw_state *st, fw_cmd *cmd) {
         return;
     }
     c->id = cmd->conn;
+    c->closing = -1;
     c->s[0].fd = cmd->cfd;
     c->s[1].fd = cmd->ufd;
     double now = fw_now(CLOCK_MONOTONIC);
@@ -727,6 +833,16 @@ static void fw_add(fw_state *st, fw_cmd *cmd) {
 static void fw_watch(fw_state *st, double now) {
     for (fw_conn *c = st->conns, *next; c; c = next) {
         next = c->next;
+        if (c->closing >= 0) { /* the other side must take something every frame_timeout */
+            size_t left = fw_undelivered(&c->s[c->closing]);
+            if (left < c->drain_left) {
+                c->drain_left = left;
+                c->drain_since = now;
+            } else if (now - c->drain_since > st->frame_timeout) {
+                fw_end(st, c, FW_UNDELIVERED, 1 - c->closing, (int64_t)left, 0, 0);
+            }
+            continue;
+        }
         for (int i = 0; i < 2 && !c->dead; i++) {
             fw_side *s = &c->s[i];
             double waited = s->waited + (s->since >= 0 ? now - s->since : 0.0);
@@ -805,18 +921,28 @@ static void *fw_loop(void *arg) {
         if (stop)
             return NULL;
         int again = 0;
-        if (__atomic_load_n(&st->holding, __ATOMIC_RELAXED) && fw_total(st) <= st->max_buffered) {
+        if (__atomic_load_n(&st->holding, __ATOMIC_RELAXED) && fw_queue_room(st, 1)) {
             __atomic_store_n(&st->holding, 0, __ATOMIC_RELAXED);
             again = 1;
         }
-        if (__atomic_load_n(&st->upstreams_held, __ATOMIC_RELAXED) &&
-            __atomic_load_n(&st->queued, __ATOMIC_RELAXED) <= st->max_buffered) {
-            __atomic_store_n(&st->upstreams_held, 0, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&st->queue_held, __ATOMIC_RELAXED) && fw_queue_room(st, 0)) {
+            __atomic_store_n(&st->queue_held, 0, __ATOMIC_RELAXED);
             again = 1;
         }
-        if (again) /* room again: every connection reads what it may */
-            for (fw_conn *c = st->conns; c; c = c->next)
+        if (again) { /* room again: every connection splits what waits, and reads what it may */
+            for (fw_conn *c = st->conns, *cn; c; c = cn) {
+                cn = c->next;
+                for (int i = 0; i < 2 && !c->dead; i++)
+                    if (c->s[i].stalled && fw_split(st, c, i, now))
+                        fw_flush(st, c, i);
                 fw_update(st, c, now);
+            }
+            while (st->dead) { /* a split may have ended one */
+                fw_conn *c = st->dead;
+                st->dead = c->next;
+                free(c);
+            }
+        }
         if (now >= next_watch) {
             fw_watch(st, now);
             next_watch = now + interval;
@@ -923,6 +1049,7 @@ static void fw_destroy(fw_state *st) {
 #else /* not Linux: the asyncio path only; these stubs let the module build and refuse */
 #include <stddef.h>
 #define FW_AVAILABLE 0
+#define FW_MAX_ITEMS 0
 typedef struct fw_item {
     struct fw_item *next;
     int kind, side, api_key, version, expects, has_cid, reason;
@@ -949,6 +1076,7 @@ static int fw_run(fw_state *st) { return -1; }
 static void fw_command(fw_state *st, fw_cmd *cmd) {}
 static fw_item *fw_take(fw_state *st) { return NULL; }
 static size_t fw_in_flight(fw_state *st) { return 0; }
+static size_t fw_queued(fw_state *st, size_t *items) { *items = 0; return 0; }
 static void fw_free_item(fw_item *it) {}
 static void fw_destroy(fw_state *st) {}
 #endif

@@ -14,6 +14,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 
 cdef extern from "_forward.h" nogil:
     int FW_AVAILABLE
+    int FW_MAX_ITEMS
     ctypedef struct fw_item:
         fw_item *next
         int kind, side, api_key, version, expects, has_cid, reason
@@ -39,13 +40,19 @@ cdef extern from "_forward.h" nogil:
     void fw_command(fw_state *, fw_cmd *)
     fw_item *fw_take(fw_state *)
     size_t fw_in_flight(fw_state *)
+    size_t fw_queued(fw_state *, size_t *)
     void fw_free_item(fw_item *)
     void fw_destroy(fw_state *)
 
 AVAILABLE = bool(FW_AVAILABLE)
+MAX_ITEMS = FW_MAX_ITEMS  # items queued for `take` at most
 EXCHANGE, UNPAIRED_REQUEST, UNPAIRED_RESPONSE, TOKEN, CLOSED, HOLDING = 1, 2, 3, 4, 5, 6
 (CLIENT_CLOSED, UPSTREAM_CLOSED, BAD_PREFIX, MID_FRAME, TIMEOUT, OS_ERROR, TWICE_LIMIT,
- ABORTED) = 1, 2, 3, 4, 5, 6, 7, 8
+ ABORTED, UNDELIVERED) = 1, 2, 3, 4, 5, 6, 7, 8, 9
+# Limits past these mean no limit: they keep the loop's sums (twice max_buffered, a frame
+# plus a read) far from wrapping. A frame's size is an int32.
+cdef size_t _MAX_FRAME = 0x7FFFFFFF
+cdef size_t _MAX_LIMIT = (<size_t>1) << 60
 
 
 cdef char *_copy(bytes data) except? NULL:
@@ -71,14 +78,43 @@ cdef class Forwarder:
                   size_t max_buffered, double frame_timeout, dict versions):
         if not FW_AVAILABLE:
             raise OSError("the compiled forwarding path needs Linux (epoll)")
+        cdef short low[256]
+        cdef short high[256]
+        cdef long long k, lo, hi
+        for name, value in (("max_frame", max_frame), ("max_pending", max_pending),
+                            ("max_in_flight", max_in_flight), ("max_buffered", max_buffered)):
+            if value == 0:
+                raise ValueError(f"{name}: must be at least 1")
+        if not frame_timeout > 0:
+            raise ValueError(f"frame_timeout: must be more than 0 seconds, not {frame_timeout!r}")
+        max_frame = min(max_frame, _MAX_FRAME)
+        max_pending = min(max_pending, _MAX_LIMIT)
+        max_in_flight = min(max_in_flight, _MAX_LIMIT)
+        max_buffered = min(max_buffered, _MAX_LIMIT)
+        for key in range(256):
+            low[key] = high[key] = -1
+        # Each value becomes a C integer once, then is checked: an int subclass's
+        # comparisons never decide an index.
+        for key, (first, last) in versions.items():
+            try:
+                k, lo, hi = key, first, last
+            except (OverflowError, TypeError):
+                raise ValueError(
+                    f"versions: {key!r}: ({first!r}, {last!r}) is not an api key and two versions"
+                ) from None
+            if not (0 <= k < 256 and 0 <= lo <= hi <= 0x7FFF):
+                raise ValueError(
+                    f"versions: api key {k} with versions {lo}-{hi}: keys are 0-255 and "
+                    "versions 0-32767, the first no more than the last"
+                )
+            low[k] = <short>lo
+            high[k] = <short>hi
         self.lock = threading.Lock()
         self.st = fw_start(max_frame, max_pending, max_in_flight, max_buffered, frame_timeout)
         if self.st == NULL:
             raise MemoryError()
-        for key, (low, high) in versions.items():
-            if 0 <= key < 256 and 0 <= low <= high <= 0x7FFF:
-                self.st.min_version[key] = low
-                self.st.max_version[key] = high
+        memcpy(self.st.min_version, low, sizeof(low))
+        memcpy(self.st.max_version, high, sizeof(high))
         cdef int err = fw_run(self.st)
         if err:
             fw_destroy(self.st)
@@ -98,8 +134,13 @@ cdef class Forwarder:
 
     def add(self, long long conn, int client_fd, int upstream_fd, bytes client_early=b"",
             bytes upstream_early=b""):
-        """Hands a connection pair over: the forwarder owns (and closes) both descriptors,
-        and forwards first what was read from each before (`*_early`)."""
+        """Hands a connection pair over: once this returns, the forwarder owns (and
+        closes) both descriptors, and forwards first what was read from each before
+        (`*_early`). When it raises, both are still the caller's."""
+        if client_fd < 0 or upstream_fd < 0 or client_fd == upstream_fd:
+            raise ValueError(
+                f"client_fd, upstream_fd: two open descriptors, not {client_fd} and {upstream_fd}"
+            )
         cdef fw_cmd *cmd = <fw_cmd *>malloc(sizeof(fw_cmd))
         if cmd == NULL:
             raise MemoryError()
@@ -152,6 +193,15 @@ cdef class Forwarder:
         """Requests awaiting answers, on all its connections."""
         with self.lock:
             return 0 if self.st == NULL else fw_in_flight(self.st)
+
+    @property
+    def queued(self):
+        """(bytes, items) waiting to be taken: what the items cost, frames included."""
+        cdef size_t items = 0, cost = 0
+        with self.lock:
+            if self.st != NULL:
+                cost = fw_queued(self.st, &items)
+        return cost, items
 
     def take(self):
         """What has happened since the last call, oldest first, as tuples:

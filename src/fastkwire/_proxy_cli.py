@@ -71,6 +71,9 @@ PROXY_FLAGS = {
     "max_brokers": "--max-brokers",
     "broker_port_hold": "--broker-port-hold",
     "rewrite_advertised": "--rewrite-advertised",
+    "rules": "--fault/--rules",
+    "tls": "--tls-cert",
+    "upstream_tls": "--upstream-tls",
 }
 
 
@@ -487,6 +490,8 @@ def run_proxy(args, out=None, err=None):
         forward = forward_kind(args.forward)
         if forward == "auto" and not args.quiet:
             forward = "python"  # a line per exchange: Python's work per exchange anyway
+        elif args.forward is None:
+            forward = None  # FASTKWIRE_PROXY_FORWARD's: a preference the proxy applies
         writers = []
         if args.record:
             writers.append(CaptureWriter(args.record))
@@ -528,7 +533,8 @@ def run_proxy(args, out=None, err=None):
         )
     except ValueError as e:
         output.close()
-        print(f"{args.prog}: error: {_flagged(str(e))}", file=err)
+        text = e.render(PROXY_FLAGS) if isinstance(e, OptionError) else _flagged(str(e))
+        print(f"{args.prog}: error: {text}", file=err)
         return EXIT_USAGE
     try:
         code = run(_serve(proxy, args, err), args.loop)

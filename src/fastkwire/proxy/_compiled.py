@@ -11,8 +11,10 @@ side. Observers still see every exchange, at most BATCH_DELAY after it was answe
 
 import asyncio
 import os
+import socket
 import sys
 
+from ..connection_errors import OptionError
 from ._exchange import Exchange, ProxyEvent
 from ._frames import request_header
 
@@ -46,6 +48,35 @@ def compiled_forwarder():
     return _forward, None
 
 
+def needs_python(proxy):
+    """The parameters of `proxy` whose work is Python's, for every exchange: with any of
+    them its connections take the asyncio path."""
+    return [
+        name
+        for name, given in (
+            ("rules", bool(proxy.faults)),
+            ("rewrite_advertised", proxy.rewrite),
+            ("broker_ports", proxy.broker_ports is not None),
+            ("broker_map", bool(proxy.broker_map)),
+            ("tls", proxy.tls is not None),
+            ("upstream_tls", proxy.upstream_tls is not None),
+        )
+        if given
+    ]
+
+
+def compiled_refused(names):
+    """The error for forward="compiled" asked for together with `names` (needs_python)."""
+    return OptionError(
+        "{forward}: the compiled forwarding path cannot carry connections with "
+        + ", ".join("{%s}" % name for name in names)
+        + " (Python's work for every exchange): ask for auto (it takes the Python path "
+        "here) or python",
+        "forward",
+        *names,
+    )
+
+
 class _Early(asyncio.Protocol):
     """The upstream's side until the pair is handed over: keeps what arrives meanwhile."""
 
@@ -70,8 +101,17 @@ class _Gone(asyncio.Protocol):
 
 def _detach(transport):
     """A duplicate of the transport's socket; the transport is closed (the TCP connection
-    stays open through the duplicate)."""
-    fd = os.dup(transport.get_extra_info("socket").fileno())
+    stays open through the duplicate). A transport whose peer ended before the hand-over
+    has no socket left: then one end of a socket pair whose other end is closed, so the
+    forwarding thread forwards what was read before and meets the same end of stream."""
+    sock = transport.get_extra_info("socket")
+    fd = -1 if sock is None else sock.fileno()
+    if fd >= 0:
+        fd = os.dup(fd)
+    else:
+        ended, gone = socket.socketpair()
+        gone.close()
+        fd = ended.detach()
     transport.set_protocol(_Gone())
     transport.abort()
     return fd
@@ -116,8 +156,16 @@ class CompiledPath:
         except BaseException:
             os.close(cfd)
             raise
+        try:
+            self.forwarder.add(conn.number, cfd, ufd, b"".join(early), b"".join(upstream.early))
+        except BaseException as e:  # the descriptors are still ours
+            os.close(cfd)
+            os.close(ufd)
+            if not isinstance(e, ValueError):
+                raise
+            conn.ended.set_result(("proxy closing", ProxyEvent.CLOSE, 0))  # the thread stopped
+            return conn.ended
         self.conns[conn.number] = conn
-        self.forwarder.add(conn.number, cfd, ufd, b"".join(early), b"".join(upstream.early))
         return conn.ended
 
     def _ready(self):
@@ -215,6 +263,12 @@ def _closed(m, proxy, item):
         why = (
             f"{name} sent part of a frame and did not finish it within "
             f"{proxy.frame_timeout:g} s (frame_timeout): closing"
+        )
+    elif reason == m.UNDELIVERED:
+        other, sent = ("upstream", "its answers") if side == 0 else ("client", "its requests")
+        why = (
+            f"{other} closed; {name} did not take the last {a} bytes of {sent} within "
+            f"{proxy.frame_timeout:g} s (frame_timeout): dropped"
         )
     elif reason == m.TWICE_LIMIT:
         why = (

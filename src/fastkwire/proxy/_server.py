@@ -35,7 +35,15 @@ import ssl
 import threading
 import time
 
-from ._compiled import CompiledPath, _Early, _detach, compiled_forwarder, forward_kind
+from ._compiled import (
+    CompiledPath,
+    _detach,
+    _Early,
+    compiled_forwarder,
+    compiled_refused,
+    forward_kind,
+    needs_python,
+)
 from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
 from ._loop import loop_factory
@@ -679,14 +687,10 @@ class Proxy:
         self._forward_module, why = compiled_forwarder()
         if self.forward == "compiled" and self._forward_module is None:
             raise ValueError(f"forward: the compiled forwarding path is not available: {why}")
-        if (
-            self.forward == "python"
-            or self.faults
-            or self.rewrite
-            or self.mapped
-            or self.tls is not None
-            or self.upstream_tls is not None
-        ):
+        python_only = needs_python(self)
+        if forward == "compiled" and python_only:  # asked for, not FASTKWIRE_PROXY_FORWARD's
+            raise compiled_refused(python_only)
+        if self.forward == "python" or python_only:
             self._forward_module = None  # every exchange needs Python: the asyncio path
         self._compiled = None  # the CompiledPath, once started
         self.summary = Summary()
