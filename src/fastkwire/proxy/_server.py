@@ -516,16 +516,25 @@ class _Listener:
         self.refused = None  # why it may have no listener (it is one of the proxy's own)
 
 
+_LOOPBACK = {4: ipaddress.ip_address("127.0.0.1"), 6: ipaddress.ip_address("::1")}
+
+
 def _ips(host):
-    """The addresses `host` names without a lookup: an IP literal, or localhost's; empty for
-    any other name (the connection's own check catches those)."""
-    if host == "localhost":
-        return (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+    """The addresses `host` names without a lookup: an IP in any form the resolver takes
+    for one (2130706433, 127.1, 0x7f.0.0.1, ::ffff:127.0.0.1: numeric only, no query goes
+    out), or localhost's in any case and with a trailing dot; empty for any other name (the
+    connection's own check catches those)."""
+    if host.lower().rstrip(".") == "localhost":
+        return (_LOOPBACK[4], _LOOPBACK[6])
     try:
-        ip = ipaddress.ip_address(host.partition("%")[0])
-    except ValueError:
+        infos = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST)
+    except (OSError, UnicodeError, ValueError):
         return ()
-    return (getattr(ip, "ipv4_mapped", None) or ip,)
+    found = {}
+    for info in infos:
+        ip = ipaddress.ip_address(info[4][0].partition("%")[0])
+        found[getattr(ip, "ipv4_mapped", None) or ip] = None
+    return tuple(found)
 
 
 def _is_local(ip):
@@ -542,15 +551,19 @@ def _is_local(ip):
 
 def _names(address, bound):
     """Whether a connection to `address` (host, port) would reach the socket bound to
-    `bound` (ip, port): the same port, and its IP, or any local one for a wildcard bind."""
+    `bound` (ip, port): the same port, and its IP, or any local one for a wildcard bind.
+    Connecting to the wildcard (0.0.0.0, ::) or to no host at all reaches the loopback."""
     if address[1] != bound[1]:
         return False
-    ours = _ips(bound[0])
+    ours = _ips(bound[0] or "0.0.0.0")
     if not ours:
         return False
+    theirs = [
+        _LOOPBACK[ip.version] if ip.is_unspecified else ip for ip in _ips(address[0] or "localhost")
+    ]
     if ours[0].is_unspecified:
-        return any(_is_local(ip) for ip in _ips(address[0]))
-    return any(ip == ours[0] for ip in _ips(address[0]))
+        return any(_is_local(ip) for ip in theirs)
+    return any(ip in ours for ip in theirs)
 
 
 def parse_port_range(value, param="broker_ports"):
@@ -1606,6 +1619,18 @@ class Proxy:
                     self._event(ProxyEvent.TOKEN, conn, "SASL token", frame, False)
                     out.append(frame)
                     continue
+                if ex is None and (self.rewrite or self.mapped):
+                    # What it names cannot be known without its request: never forwarded
+                    # unread by a proxy that keeps clients on itself (it fails closed).
+                    await self._forward(client, out, done)
+                    raise _Broken(
+                        "upstream sent a response frame of "
+                        f"{len(frame)} bytes, too short for a correlation id"
+                        if cid is None
+                        else f"upstream sent a response with correlation id {cid} that answers "
+                        "no request in flight: the connection ends, as the proxy cannot tell "
+                        "whether it names brokers (it fails closed)"
+                    )
                 if ex is None:
                     out.append(frame)
                     self._event(
@@ -1635,15 +1660,16 @@ class Proxy:
                         if self.mapped and ex.api_key in FULL_LISTS:
                             self._brokers_listed(named)
                     except (DecodeError, ValueError) as e:
-                        self._event(
-                            ProxyEvent.ERROR,
-                            conn,
-                            f"{ex.api} v{ex.api_version} response does not "
-                            f"decode, forwarded unchanged: {describe_error(e)}",
-                        )
-                    else:
-                        if new is not frame:
-                            ex.upstream_response, frame = frame, new
+                        # Its brokers' addresses cannot be replaced: never forwarded as it
+                        # came (a client would be told them; the proxy fails closed).
+                        await self._forward(client, out, done)
+                        raise _Broken(
+                            f"{ex.api} v{ex.api_version} response does not decode: the "
+                            "connection ends, as an answer naming brokers is never forwarded "
+                            f"with their own addresses: {describe_error(e)}"
+                        ) from None
+                    if new is not frame:
+                        ex.upstream_response, frame = frame, new
                 self._answered(conn, ex, frame, out, done)
             await self._forward(client, out, done)
         return "upstream closed"
