@@ -354,3 +354,48 @@ def test_a_coordinator_named_with_an_error_or_no_node_id_is_rewritten_too():
     msg = F(coordinators=[F.Coordinator(key="g", node_id=-1, host="", port=-1, error_code=15)])
     frame = fk.encode_response(msg, 4, 5)
     assert rewrite_addresses(frame, F.API_KEY, 4, mapped) == (frame, [])
+
+
+# ---------------------------------------------------------------- answers naming thousands
+
+
+def test_an_answer_naming_thousands_of_brokers_costs_a_few_steps_each(monkeypatch):
+    """Past max_brokers, a broker gets the closed port without looking at the proxy's
+    listeners: an answer naming 20,000 brokers (430 KB) held the event loop, every client
+    with it, for 1.3-2 s, comparing each broker with every listener (and sorting the
+    brokers that left, once per broker). Counted, not timed: the comparisons made."""
+    from fastkwire.proxy import _server
+
+    calls = [0]
+    names = _server._names
+
+    def counted(address, bound):
+        calls[0] += 1
+        return names(address, bound)
+
+    monkeypatch.setattr(_server, "_names", counted)
+    brokers = [(f"10.0.{i >> 8}.{i & 255}", 9092) for i in range(2000)]
+    M = fk.MetadataResponse
+    msg = M(
+        brokers=[
+            M.MetadataResponseBroker(node_id=i, host=h, port=p) for i, (h, p) in enumerate(brokers)
+        ],
+        topics=[],
+    )
+    frame = fk.encode_response(msg, 9, 1)
+
+    async def run():
+        proxy = _server.Proxy("127.0.0.1:1", broker_ports=free_port_range(20), max_brokers=20)
+        await proxy.start()
+        try:
+            for _ in range(3):
+                new, named = rewrite_addresses(frame, M.API_KEY, 9, proxy._map)
+                proxy._brokers_listed(named)
+            _, got = fk.decode_response(new, M.API_KEY, 9)
+            return [(b.host, b.port) for b in got.brokers], len(proxy.brokers)
+        finally:
+            await proxy.close()
+
+    told_, listening = asyncio.run(run())
+    assert listening == 20 and told_[20:] == [CLOSED] * 1980
+    assert calls[0] <= 3 * 2 * 20, calls[0]  # was 21 per broker per answer: 125,000

@@ -708,6 +708,8 @@ class Proxy:
         self._server = None
         self._bootstrap = None
         self._brokers = {}  # upstream (host, port) -> _Listener (listening, or its port kept)
+        self._by_port = {}  # port -> the (ip, port) of the brokers' listeners on it, listening
+        self._gone = {}  # upstream -> _Listener of brokers whose listener closed, oldest first
         self._warned = set()  # brokers warned about as having no listener, until they get one
         self._servers = set()  # asyncio servers of the broker listeners
         self._starting = set()  # their create_server tasks, until done
@@ -836,14 +838,17 @@ class Proxy:
 
     # ------------------------------------------------------------ brokers' listeners
 
-    def _listening(self):
-        """The (ip, port) of every socket the proxy listens on."""
+    def _listening(self, port=None):
+        """The (ip, port) of every socket the proxy listens on (on `port`, if given)."""
         found = [sock.getsockname()[:2] for sock in self._server.sockets]
-        return found + [lst.bound for lst in self._brokers.values() if lst.server is not None]
+        if port is None:
+            return found + [a for bound in self._by_port.values() for a in bound]
+        return [a for a in found if a[1] == port] + self._by_port.get(port, [])
 
     def _own_address(self, address):
-        """The proxy's listening address that `address` reaches, or None."""
-        return next((a for a in self._listening() if _names(address, a)), None)
+        """The proxy's listening address that `address` reaches, or None (only the sockets
+        on its port are compared: an answer may name thousands of brokers)."""
+        return next((a for a in self._listening(address[1]) if _names(address, a)), None)
 
     def _listener_for(self, broker):
         """The advertised address of `broker`'s listener, opening it if needed (the socket
@@ -855,6 +860,14 @@ class Proxy:
             return lst.advertised
         if lst is not None and lst.refused:
             return self._closed_door(broker, lst.refused)
+        if lst is None and len(self._brokers) >= self.max_brokers:
+            self._reclaim(self.max_brokers - 1)
+            if len(self._brokers) >= self.max_brokers:  # first: a few steps per broker
+                return self._closed_door(
+                    broker,
+                    f"the proxy already has {len(self._brokers)} brokers' listeners or kept "
+                    f"ports (limit {self.max_brokers}: max_brokers)",
+                )
         own = self._own_address(broker)
         if own is not None:
             return self._closed_door(
@@ -870,17 +883,10 @@ class Proxy:
                     "listener forwards to another of its own",
                 )
         if lst is None:
-            if len(self._brokers) >= self.max_brokers:
-                self._reclaim(self.max_brokers - 1)
-            if len(self._brokers) >= self.max_brokers:
-                return self._closed_door(
-                    broker,
-                    f"the proxy already has {len(self._brokers)} brokers' listeners or kept "
-                    f"ports (limit {self.max_brokers}: max_brokers)",
-                )
             lst = _Listener(broker, self.broker_map.get(broker), None)
             self._brokers[broker] = lst
         lst.leaving, lst.left = False, None
+        self._gone.pop(broker, None)
         sock = self._bind(lst)
         if isinstance(sock, str) and broker not in self.broker_map and lst.bind is not None:
             lst.bind = None  # the port it had is taken meanwhile: another one
@@ -891,6 +897,7 @@ class Proxy:
             return self._closed_door(broker, sock)
         port = sock.getsockname()[1]
         lst.bound = sock.getsockname()[:2]
+        self._by_port.setdefault(port, []).append(lst.bound)
         lst.bind = (lst.bind[0], port)
         host = lst.bind[0] if broker in self.broker_map else (self.advertised or self.listen)[0]
         if host in ("", "0.0.0.0", "::"):
@@ -972,29 +979,23 @@ class Proxy:
         for port in range(self.broker_ports[0], self.broker_ports[1] + 1):
             if port not in taken:
                 yield port
-        for lst in self._reclaimable():
+        while (lst := self._forget_oldest_gone()) is not None:
             if lst.bind is not None and self.broker_ports[0] <= lst.bind[1] <= self.broker_ports[1]:
-                del self._brokers[lst.upstream]
                 yield lst.bind[1]
 
-    def _reclaimable(self):
-        """Brokers that left at least broker_port_hold ago, the longest gone first."""
-        now = time.monotonic()
-        gone = [
-            lst
-            for lst in self._brokers.values()
-            if lst.server is None
-            and lst.left is not None
-            and now - lst.left >= self.broker_port_hold
-        ]
-        return sorted(gone, key=lambda lst: lst.left)
+    def _forget_oldest_gone(self):
+        """The broker that left longest ago, forgotten (its port goes to another) if it left
+        at least broker_port_hold ago; else None. The first of `_gone`: a step, not a scan."""
+        lst = next(iter(self._gone.values()), None)
+        if lst is None or time.monotonic() - lst.left < self.broker_port_hold:
+            return None
+        del self._gone[lst.upstream], self._brokers[lst.upstream]
+        return lst
 
     def _reclaim(self, keep):
         """Forgets brokers that left long enough ago until at most `keep` are known."""
-        for lst in self._reclaimable():
-            if len(self._brokers) <= keep:
-                return
-            del self._brokers[lst.upstream]
+        while len(self._brokers) > keep and self._forget_oldest_gone() is not None:
+            pass
 
     async def _serve_listener(self, lst, sock):
         try:
@@ -1021,6 +1022,13 @@ class Proxy:
     def _close_listener(self, lst, why=None):
         server, lst.server = lst.server, None
         lst.left = time.monotonic()
+        self._gone.pop(lst.upstream, None)
+        self._gone[lst.upstream] = lst  # the last to leave, last
+        bound = self._by_port.get(lst.bound[1], [])
+        if lst.bound in bound:
+            bound.remove(lst.bound)
+            if not bound:
+                del self._by_port[lst.bound[1]]
         if server is not True and server is not None:
             server.close()
             self._servers.discard(server)
