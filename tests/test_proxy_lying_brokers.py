@@ -399,3 +399,45 @@ def test_an_answer_naming_thousands_of_brokers_costs_a_few_steps_each(monkeypatc
     told_, listening = asyncio.run(run())
     assert listening == 20 and told_[20:] == [CLOSED] * 1980
     assert calls[0] <= 3 * 2 * 20, calls[0]  # was 21 per broker per answer: 125,000
+
+
+# ---------------------------------------------------------------- flags that combine badly
+
+
+def test_an_advertised_address_that_is_the_upstream_brokers_own_is_refused():
+    """--rewrite-advertised --advertise naming the upstream broker itself told every client
+    the broker's own address (they all went around the proxy)."""
+    broker = LyingBroker(metadata_answer([("127.0.0.1", 1)]))
+    try:
+        for spelling in ("127.0.0.1", "LOCALHOST", "2130706433"):
+            with pytest.raises(ValueError, match=r"^advertised: .* is the upstream broker's own"):
+                BackgroundProxy(
+                    f"127.0.0.1:{broker.port}",
+                    rewrite_advertised=True,
+                    advertised=f"{spelling}:{broker.port}",
+                ).start()
+    finally:
+        broker.close()
+
+
+def test_a_port_whose_advertised_address_is_a_brokers_own_is_not_given_out():
+    """--broker-ports with --advertise naming the brokers' host: a port of the range that is
+    also a broker's port there would tell clients that broker's own address; it is skipped."""
+    ports = free_port_range(3)
+    start = int(ports.split("-")[0])
+    named = []
+    broker = LyingBroker(lambda header, frame: metadata_answer(named)(header))
+    try:
+        with BackgroundProxy(
+            f"127.0.0.1:{broker.port}",
+            listen=("127.0.0.1", 0),
+            broker_ports=ports,
+            advertised="kafka.example:1",
+        ) as proxy:
+            named[:] = [("kafka.example", start), ("127.0.0.1", broker.port)]
+            with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+                got = told(ask_metadata(s, 1))
+            assert ("kafka.example", start) not in got
+            assert got == [("kafka.example", start + 1), ("kafka.example", start + 2)]
+    finally:
+        broker.close()

@@ -561,7 +561,7 @@ async def _serve(proxy, args, err):
             file=err,
         )
         return EXIT_FAILED
-    except ValueError as e:  # an --upstream or --map that is the proxy's own address
+    except ValueError as e:  # an address of the proxy's own, or the broker's, given to it
         print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=err)
         return EXIT_USAGE
     host, port = proxy.address

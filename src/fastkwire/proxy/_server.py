@@ -549,21 +549,33 @@ def _is_local(ip):
     return True
 
 
+def _reached(host):
+    """The addresses a connection to `host` reaches, as far as they are known without a
+    lookup: connecting to the wildcard (0.0.0.0, ::) or to no host reaches the loopback."""
+    return [_LOOPBACK[ip.version] if ip.is_unspecified else ip for ip in _ips(host or "localhost")]
+
+
 def _names(address, bound):
     """Whether a connection to `address` (host, port) would reach the socket bound to
-    `bound` (ip, port): the same port, and its IP, or any local one for a wildcard bind.
-    Connecting to the wildcard (0.0.0.0, ::) or to no host at all reaches the loopback."""
+    `bound` (ip, port): the same port, and its IP, or any local one for a wildcard bind."""
     if address[1] != bound[1]:
         return False
     ours = _ips(bound[0] or "0.0.0.0")
     if not ours:
         return False
-    theirs = [
-        _LOOPBACK[ip.version] if ip.is_unspecified else ip for ip in _ips(address[0] or "localhost")
-    ]
     if ours[0].is_unspecified:
-        return any(_is_local(ip) for ip in theirs)
-    return any(ip in ours for ip in theirs)
+        return any(_is_local(ip) for ip in _reached(address[0]))
+    return any(ip in ours for ip in _reached(address[0]))
+
+
+def _same_place(a, b):
+    """Whether the addresses `a` and `b` (host, port) are one: the same port, and the same
+    host name (in any case, a trailing dot or not) or IPs in common."""
+    if a[1] != b[1]:
+        return False
+    if a[0].lower().rstrip(".") == b[0].lower().rstrip("."):
+        return True
+    return bool(set(_reached(a[0])) & set(_reached(b[0])))
 
 
 def parse_port_range(value, param="broker_ports"):
@@ -739,6 +751,12 @@ class Proxy:
         self._bootstrap.server = self._server
         if self.rewrite and self.advertised is None:
             self.advertised = (self.listen[0], self.address[1])
+        if self.rewrite and _same_place(self.advertised, self.upstream):
+            self._server.close()
+            raise ValueError(
+                f"advertised: {self.advertised[0]}:{self.advertised[1]} is the upstream broker's "
+                "own address: every client would be told it and go around the proxy"
+            )
         own = [*self._listening(), *self.broker_map.values()]
         for param, address in [("upstream", self.upstream)] + [
             ("broker_map", b) for b in self.broker_map
@@ -945,9 +963,14 @@ class Proxy:
         named = {}  # port -> the brokers' addresses with that port
         for b in self._brokers:
             named.setdefault(b[1], []).append(b)
+        told = (self.advertised or self.listen)[0]  # the host clients are told, with the port
         for bind in candidates:
-            if lst.bind is None and any(_names(b, bind) for b in named.get(bind[1], ())):
-                continue  # a broker's own address: its listener would forward to itself
+            if lst.bind is None and any(
+                _names(b, bind) or _same_place(b, (told, bind[1])) for b in named.get(bind[1], ())
+            ):
+                # A broker's own address: its listener would forward to itself, or clients
+                # would be told that broker's own address.
+                continue
             sock = socket.socket(socket.AF_INET6 if ":" in bind[0] else socket.AF_INET)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
