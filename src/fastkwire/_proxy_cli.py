@@ -80,6 +80,16 @@ def _flagged(message):
     return f"{PROXY_FLAGS[name]}: {rest}" if sep and name in PROXY_FLAGS else message
 
 
+def _python_path(proxy):
+    """The banner's words when --forward compiled was asked for and cannot carry what the
+    other flags need: the asyncio path runs, and the banner says so and why."""
+    if proxy.forward != "compiled" or not proxy.needs_python:
+        return ""
+    flags = dict(PROXY_FLAGS, rules="--fault", tls="--tls-cert", upstream_tls="--upstream-tls")
+    why = ", ".join(dict.fromkeys(flags[name] for name in proxy.needs_python))
+    return f", Python forwarding (--forward compiled cannot carry {why})"
+
+
 def _address(text):
     try:
         return parse_address(text, "address")
@@ -581,7 +591,7 @@ async def _serve(proxy, args, err):
             else ""
         )
         + f", on {loop_name(asyncio.get_running_loop())}"
-        + (", compiled forwarding" if proxy.compiled else "")
+        + (", compiled forwarding" if proxy.compiled else _python_path(proxy))
         + (", TLS for clients" if proxy.tls else "")
         + (", TLS to brokers" if proxy.upstream_tls else "")
         + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""),

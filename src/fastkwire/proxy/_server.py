@@ -704,14 +704,21 @@ class Proxy:
         self._forward_module, why = compiled_forwarder()
         if self.forward == "compiled" and self._forward_module is None:
             raise ValueError(f"forward: the compiled forwarding path is not available: {why}")
-        if (
-            self.forward == "python"
-            or self.faults
-            or self.rewrite
-            or self.mapped
-            or self.tls is not None
-            or self.upstream_tls is not None
-        ):
+        # What needs Python per exchange, so that the asyncio path carries every connection
+        # whatever `forward` asked (parameter names, for the CLI's banner to say so).
+        self.needs_python = tuple(
+            name
+            for name, given in (
+                ("rules", self.faults),
+                ("rewrite_advertised", self.rewrite),
+                ("broker_ports", self.broker_ports is not None),
+                ("broker_map", self.broker_map),
+                ("tls", self.tls is not None),
+                ("upstream_tls", self.upstream_tls is not None),
+            )
+            if given
+        )
+        if self.forward == "python" or self.needs_python:
             self._forward_module = None  # every exchange needs Python: the asyncio path
         self._compiled = None  # the CompiledPath, once started
         self.summary = Summary()
