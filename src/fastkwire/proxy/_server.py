@@ -618,8 +618,10 @@ class Proxy:
 
     Several brokers: `broker_ports` ((start, end) or "START-END") and `broker_map`
     ({"broker-host:port": "local-host:port"}) give each broker the cluster names (in
-    Metadata, FindCoordinator, DescribeCluster, and KIP-951 node endpoints) a listener of
-    its own, forwarding to that broker, and put the listeners' addresses into those answers.
+    Metadata, FindCoordinator, DescribeCluster, KIP-951 node endpoints, the KRaft quorum's
+    answers) a listener of its own, forwarding to that broker, and put the listeners'
+    addresses into those answers. An answer naming brokers that cannot be read, or one
+    answering no request, ends its connection: no client is told a broker's own address.
     A broker the cluster stops listing keeps its listener until its connections close.
 
     TLS: `tls` (an ssl.SSLContext for the server side) for clients, `upstream_tls` (a client
