@@ -1182,7 +1182,15 @@ class Proxy:
                 ProxyEvent.ERROR,
             )
             return
-        fd = _detach(transport)
+        try:
+            fd = _detach(transport)
+        except OSError as e:  # out of file descriptors: the client is not left open, uncounted
+            transport.abort()
+            self._event_text(
+                f"client {peer[0]}:{peer[1]}: TLS handshake not started: {e.strerror or e}",
+                ProxyEvent.ERROR,
+            )
+            return
         task = asyncio.get_running_loop().create_task(self._tls_handshake(fd, listener, peer))
         self._handshakes.add(task)
         task.add_done_callback(self._handshakes.discard)
