@@ -441,3 +441,36 @@ def test_a_port_whose_advertised_address_is_a_brokers_own_is_not_given_out():
             assert got == [("kafka.example", start + 1), ("kafka.example", start + 2)]
     finally:
         broker.close()
+
+
+# ---------------------------------------------------------------- versions the proxy can read
+
+
+def test_clients_are_offered_only_versions_whose_answers_the_proxy_can_rewrite(lying_proxy):
+    """A broker offering Metadata and Fetch past the codec's last versions: a client would
+    pick them, and the proxy, which cannot read those answers, would have to end every such
+    connection. ApiVersions is capped for the APIs that name brokers; the others stay."""
+    A = fk.ApiVersionsResponse
+    offered = {
+        fk.MetadataResponse.API_KEY: 99,
+        fk.FetchResponse.API_KEY: 99,
+        12: 99,
+    }  # 12: Heartbeat
+
+    def answer(header, frame):
+        msg = A(
+            api_keys=[
+                A.ApiVersion(api_key=k, min_version=0, max_version=v) for k, v in offered.items()
+            ]
+        )
+        return fk.encode_response(msg, 3, header.correlation_id)
+
+    broker, proxy = lying_proxy(answer)
+    with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+        s.sendall(fk.encode_request(fk.ApiVersionsRequest(), 3, 1, "t"))
+        _, got = fk.decode_response(read_frame(s), A.API_KEY, 3)
+    assert {e.api_key: e.max_version for e in got.api_keys} == {
+        fk.MetadataResponse.API_KEY: fk.MetadataResponse.MAX_VERSION,
+        fk.FetchResponse.API_KEY: fk.FetchResponse.MAX_VERSION,
+        12: 99,
+    }

@@ -46,9 +46,41 @@ REWRITTEN = tuple(FIRST_VERSION)
 FULL_LISTS = (METADATA, DESCRIBE_CLUSTER)
 
 
+API_VERSIONS = 18
+
+
 def names_brokers(api_key, version):
     first = FIRST_VERSION.get(api_key)
     return first is not None and version >= first
+
+
+def rewritten(api_key, version):
+    """Whether a proxy that keeps clients on itself rewrites this answer: those naming
+    brokers, and ApiVersions (see `cap_versions`)."""
+    return api_key == API_VERSIONS or names_brokers(api_key, version)
+
+
+def cap_versions(frame, version):
+    """The ApiVersions answer frame with each API that names brokers offered up to the
+    codec's own last version at most, so that a client never picks one whose answers the
+    proxy cannot read (and would have to refuse: it never forwards them unread); the frame
+    itself when nothing changes, or when it does not decode (it names no broker)."""
+    try:
+        header, msg, extra = decode_response(frame, API_VERSIONS, version, trailing="keep")
+    except ValueError:  # DecodeError is one: a v0 error answer to a newer request, say
+        return frame
+    changed = False
+    for entry in msg.api_keys or ():
+        if entry.api_key in FIRST_VERSION:
+            top = RESPONSE_CLASSES[entry.api_key].MAX_VERSION
+            if entry.max_version > top:
+                entry.max_version = top
+                changed = True
+    if not changed:
+        return frame
+    body = msg.encode(version)
+    head = bytes(frame[4 : header_end(frame, API_VERSIONS, version)])
+    return SIZE.pack(len(head) + len(body) + len(extra)) + head + body + extra
 
 
 def _entries(msg, api_key):

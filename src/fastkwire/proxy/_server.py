@@ -40,7 +40,14 @@ from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
 from ._loop import loop_factory
 from ._frames import PRODUCE, SIZE, produce_acks, request_header, response_correlation_id
-from ._rewrite import FULL_LISTS, names_brokers, rewrite_addresses
+from ._rewrite import (
+    API_VERSIONS,
+    FULL_LISTS,
+    cap_versions,
+    names_brokers,
+    rewrite_addresses,
+    rewritten,
+)
 from .. import REQUEST_CLASSES
 from ._stats import Summary
 from ..errors import DecodeError
@@ -1441,7 +1448,7 @@ class Proxy:
                 ex is None
                 or ex.delay_ms
                 or ex.api_key == SASL_HANDSHAKE
-                or (rewrite and names_brokers(ex.api_key, ex.api_version))
+                or (rewrite and rewritten(ex.api_key, ex.api_version))
             ):
                 break
             self._answered(conn, ex, frame, out, done)
@@ -1697,7 +1704,11 @@ class Proxy:
                     await asyncio.sleep(ex.delay_ms / 1000)
                 if ex.api_key == SASL_HANDSHAKE and ex.api_version == 0 and _no_error(frame):
                     conn.raw_sasl = True  # the tokens follow without Kafka headers
-                if (self.rewrite or self.mapped) and names_brokers(ex.api_key, ex.api_version):
+                if (self.rewrite or self.mapped) and ex.api_key == API_VERSIONS:
+                    new = cap_versions(frame, ex.api_version)
+                    if new is not frame:
+                        ex.upstream_response, frame = frame, new
+                elif (self.rewrite or self.mapped) and names_brokers(ex.api_key, ex.api_version):
                     try:
                         new, named = rewrite_addresses(
                             frame,
