@@ -474,3 +474,14 @@ def test_clients_are_offered_only_versions_whose_answers_the_proxy_can_rewrite(l
         fk.FetchResponse.API_KEY: fk.FetchResponse.MAX_VERSION,
         12: 99,
     }
+
+
+def test_two_brokers_mapped_to_one_address_are_refused():
+    """--map a=L --map b=L: the second broker's listener could never open (a warning at
+    run time, its partitions lost); refused at start, naming both."""
+    mapping = {"10.0.0.1:9092": "127.0.0.1:30001", "10.0.0.2:9092": "localhost:30001"}
+    with pytest.raises(
+        ValueError,
+        match=r"^broker_map: 10.0.0.1:9092 and 10.0.0.2:9092 are both mapped to localhost:30001",
+    ):
+        fk.proxy.Proxy("10.0.0.1:9092", broker_map=mapping)

@@ -674,6 +674,15 @@ class Proxy:
             parse_address(b, "broker_map"): parse_address(local, "broker_map")
             for b, local in dict(broker_map or {}).items()
         }
+        seen = {}
+        for b, local in self.broker_map.items():
+            other = next((o for o in seen if _same_place(o, local)), None)
+            if other is not None:
+                raise ValueError(
+                    f"broker_map: {seen[other][0]}:{seen[other][1]} and {b[0]}:{b[1]} are both "
+                    f"mapped to {local[0]}:{local[1]}: one listener forwards to one broker"
+                )
+            seen[local] = b
         self.mapped = self.broker_ports is not None or bool(self.broker_map)
         if self.mapped and self.rewrite:
             raise ValueError(
