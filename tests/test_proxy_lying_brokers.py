@@ -485,3 +485,20 @@ def test_two_brokers_mapped_to_one_address_are_refused():
         match=r"^broker_map: 10.0.0.1:9092 and 10.0.0.2:9092 are both mapped to localhost:30001",
     ):
         fk.proxy.Proxy("10.0.0.1:9092", broker_map=mapping)
+
+
+def test_lying_broker_fuzzer_seeds():
+    """A short run of fuzz/lying_broker.py: mutated answers naming brokers are rewritten to
+    name the proxy only, or refused (the connection ends); never anything else."""
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fuzz"))
+    try:
+        import lying_broker
+    finally:
+        sys.path.pop(0)
+    outcomes = {}
+    for seed in range(600):
+        outcome = lying_broker.check(seed)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert outcomes.get("rewritten", 0) > 150 and outcomes.get("refused", 0) > 150, outcomes
