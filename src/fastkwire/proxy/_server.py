@@ -1685,16 +1685,22 @@ class Proxy:
                     continue
                 if ex is None and (self.rewrite or self.mapped):
                     # What it names cannot be known without its request: never forwarded
-                    # unread by a proxy that keeps clients on itself (it fails closed).
+                    # unread by a proxy that keeps clients on itself (it fails closed). The
+                    # event carries the frame, for the capture files.
                     await self._forward(client, out, done)
-                    raise _Broken(
-                        "upstream sent a response frame of "
-                        f"{len(frame)} bytes, too short for a correlation id"
+                    what = (
+                        f"response frame of {len(frame)} bytes is too short for a correlation id"
                         if cid is None
-                        else f"upstream sent a response with correlation id {cid} that answers "
-                        "no request in flight: the connection ends, as the proxy cannot tell "
-                        "whether it names brokers (it fails closed)"
+                        else f"response with correlation id {cid} answers no request in flight"
                     )
+                    self._event(
+                        ProxyEvent.ERROR,
+                        conn,
+                        f"{what}: not forwarded, as the proxy cannot tell whether it names brokers",
+                        frame,
+                        False,
+                    )
+                    raise _Broken(f"upstream: {what}: the connection ends (the proxy fails closed)")
                 if ex is None:
                     out.append(frame)
                     self._event(
