@@ -248,7 +248,7 @@ def test_an_answer_to_no_request_is_not_forwarded(lying_proxy):
         assert secret_host.encode() not in first
         _closed_without(s, secret_host.encode())
     # The frame not forwarded is in the event (the capture files record it as unpaired).
-    refused = [e for e in proxy.events() if "answers no request in flight" in e.text]
+    refused = [e for e in proxy.events() if "in flight: not forwarded" in e.text]
     assert [(e.kind, e.from_client, secret_host.encode() in e.frame) for e in refused] == [
         ("error", False, True)
     ], errors(proxy)
