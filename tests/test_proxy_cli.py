@@ -103,13 +103,13 @@ def listening_address(streams):
 class ProxyProcess:
     """`fastkwire proxy ARGS` on a free port; `.bootstrap` once it listens."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fastkwire", "proxy", "--listen", "127.0.0.1:0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=child_env(),
+            env={**child_env(), **(env or {})},
         )
         self.streams = ChildStreams(self.proc)
         try:
@@ -392,3 +392,31 @@ def test_an_upstream_that_is_the_proxys_own_address_is_a_usage_error():
         f"fastkwire proxy: error: --upstream: {address} is the proxy's own listening address "
         f"{address}: it would forward to itself\n"
     )
+
+
+def test_compiled_forwarding_preferred_with_flags_it_cannot_carry_says_python_runs():
+    """FASTKWIRE_PROXY_FORWARD=compiled (a preference; --forward compiled is refused) with
+    --broker-ports and a fault rule: the asyncio path carries the connections (the compiled
+    one cannot rewrite addresses or apply rules), and the banner says so, naming the flags,
+    instead of running it silently."""
+    from fastkwire.proxy._compiled import compiled_forwarder
+
+    if compiled_forwarder()[0] is None:
+        pytest.skip(f"no compiled forwarder: {compiled_forwarder()[1]}")
+    proxy = ProxyProcess(
+        "--upstream",
+        "127.0.0.1:9",
+        "--broker-ports",
+        "40000-40010",
+        "--fault",
+        "api=Heartbeat,error=27",
+        env={"FASTKWIRE_PROXY_FORWARD": "compiled"},
+    )
+    try:
+        assert "compiled forwarding" not in proxy.banner
+        assert (
+            ", Python forwarding (FASTKWIRE_PROXY_FORWARD=compiled cannot carry --fault, "
+            "--broker-ports)" in proxy.banner
+        ), proxy.banner
+    finally:
+        proxy.stop()

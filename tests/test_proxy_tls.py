@@ -356,3 +356,43 @@ def test_tls_clients_count_from_accept_and_a_handshake_is_bounded(tls_files):  #
             assert struct.unpack_from(">i", answer, 4)[0] == 7
     finally:
         broker.close()
+
+
+def test_a_tls_client_the_proxy_cannot_take_is_closed_not_left_open(tls_files, monkeypatch):  # noqa: F811
+    """Out of file descriptors when a TLS client is accepted (its socket is duplicated for the
+    handshake): the client is closed and counted no more, with a line saying why. Before,
+    the error escaped connection_made and the accepted connection stayed open, counted
+    nowhere, as long as the client kept it."""
+    import errno
+
+    from fastkwire.proxy import _server
+    from test_proxy_hostile import FakeBroker
+
+    def no_fd(transport):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(_server, "_detach", no_fd)
+    broker = FakeBroker()
+    try:
+        with BackgroundProxy(
+            f"127.0.0.1:{broker.port}", tls=server_context(tls_files), connect_timeout=1.0
+        ) as proxy:
+            with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+                s.settimeout(5)
+                try:
+                    assert s.recv(1) == b""
+                except ConnectionResetError:
+                    pass
+                except socket.timeout:
+                    pytest.fail("the client the proxy could not take is still open")
+            deadline = time.monotonic() + TIMEOUT
+            while time.monotonic() < deadline:
+                errors = [e.text for e in proxy.events() if e.kind == ProxyEvent.ERROR]
+                if errors:
+                    break
+                time.sleep(0.02)
+            assert len(errors) == 1 and errors[0].endswith(
+                ": TLS handshake not started: Too many open files"
+            ), errors
+    finally:
+        broker.close()

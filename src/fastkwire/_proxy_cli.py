@@ -83,6 +83,17 @@ def _flagged(message):
     return f"{PROXY_FLAGS[name]}: {rest}" if sep and name in PROXY_FLAGS else message
 
 
+def _python_path(proxy):
+    """The banner's words when FASTKWIRE_PROXY_FORWARD=compiled (a preference: --forward
+    compiled itself is refused with such flags) cannot carry what the other flags need:
+    the asyncio path runs, and the banner says so and why."""
+    if proxy.forward != "compiled" or not proxy.needs_python:
+        return ""
+    flags = dict(PROXY_FLAGS, rules="--fault", tls="--tls-cert", upstream_tls="--upstream-tls")
+    why = ", ".join(dict.fromkeys(flags[name] for name in proxy.needs_python))
+    return f", Python forwarding (FASTKWIRE_PROXY_FORWARD=compiled cannot carry {why})"
+
+
 def _address(text):
     try:
         return parse_address(text, "address")
@@ -567,7 +578,7 @@ async def _serve(proxy, args, err):
             file=err,
         )
         return EXIT_FAILED
-    except ValueError as e:  # an --upstream or --map that is the proxy's own address
+    except ValueError as e:  # an address of the proxy's own, or the broker's, given to it
         print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=err)
         return EXIT_USAGE
     host, port = proxy.address
@@ -587,7 +598,7 @@ async def _serve(proxy, args, err):
             else ""
         )
         + f", on {loop_name(asyncio.get_running_loop())}"
-        + (", compiled forwarding" if proxy.compiled else "")
+        + (", compiled forwarding" if proxy.compiled else _python_path(proxy))
         + (", TLS for clients" if proxy.tls else "")
         + (", TLS to brokers" if proxy.upstream_tls else "")
         + (f", {len(proxy.faults.rules)} fault rule(s)" if proxy.faults else ""),

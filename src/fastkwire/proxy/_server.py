@@ -48,7 +48,14 @@ from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
 from ._loop import loop_factory
 from ._frames import PRODUCE, SIZE, produce_acks, request_header, response_correlation_id
-from ._rewrite import FULL_LISTS, names_brokers, rewrite_addresses
+from ._rewrite import (
+    API_VERSIONS,
+    FULL_LISTS,
+    cap_versions,
+    names_brokers,
+    rewrite_addresses,
+    rewritten,
+)
 from .. import REQUEST_CLASSES
 from ._stats import Summary
 from ..errors import DecodeError
@@ -524,16 +531,25 @@ class _Listener:
         self.refused = None  # why it may have no listener (it is one of the proxy's own)
 
 
+_LOOPBACK = {4: ipaddress.ip_address("127.0.0.1"), 6: ipaddress.ip_address("::1")}
+
+
 def _ips(host):
-    """The addresses `host` names without a lookup: an IP literal, or localhost's; empty for
-    any other name (the connection's own check catches those)."""
-    if host == "localhost":
-        return (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+    """The addresses `host` names without a lookup: an IP in any form the resolver takes
+    for one (2130706433, 127.1, 0x7f.0.0.1, ::ffff:127.0.0.1: numeric only, no query goes
+    out), or localhost's in any case and with a trailing dot; empty for any other name (the
+    connection's own check catches those)."""
+    if host.lower().rstrip(".") == "localhost":
+        return (_LOOPBACK[4], _LOOPBACK[6])
     try:
-        ip = ipaddress.ip_address(host.partition("%")[0])
-    except ValueError:
+        infos = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST)
+    except (OSError, UnicodeError, ValueError):
         return ()
-    return (getattr(ip, "ipv4_mapped", None) or ip,)
+    found = {}
+    for info in infos:
+        ip = ipaddress.ip_address(info[4][0].partition("%")[0])
+        found[getattr(ip, "ipv4_mapped", None) or ip] = None
+    return tuple(found)
 
 
 def _is_local(ip):
@@ -548,17 +564,33 @@ def _is_local(ip):
     return True
 
 
+def _reached(host):
+    """The addresses a connection to `host` reaches, as far as they are known without a
+    lookup: connecting to the wildcard (0.0.0.0, ::) or to no host reaches the loopback."""
+    return [_LOOPBACK[ip.version] if ip.is_unspecified else ip for ip in _ips(host or "localhost")]
+
+
 def _names(address, bound):
     """Whether a connection to `address` (host, port) would reach the socket bound to
     `bound` (ip, port): the same port, and its IP, or any local one for a wildcard bind."""
     if address[1] != bound[1]:
         return False
-    ours = _ips(bound[0])
+    ours = _ips(bound[0] or "0.0.0.0")
     if not ours:
         return False
     if ours[0].is_unspecified:
-        return any(_is_local(ip) for ip in _ips(address[0]))
-    return any(ip == ours[0] for ip in _ips(address[0]))
+        return any(_is_local(ip) for ip in _reached(address[0]))
+    return any(ip in ours for ip in _reached(address[0]))
+
+
+def _same_place(a, b):
+    """Whether the addresses `a` and `b` (host, port) are one: the same port, and the same
+    host name (in any case, a trailing dot or not) or IPs in common."""
+    if a[1] != b[1]:
+        return False
+    if a[0].lower().rstrip(".") == b[0].lower().rstrip("."):
+        return True
+    return bool(set(_reached(a[0])) & set(_reached(b[0])))
 
 
 def parse_port_range(value, param="broker_ports"):
@@ -601,8 +633,10 @@ class Proxy:
 
     Several brokers: `broker_ports` ((start, end) or "START-END") and `broker_map`
     ({"broker-host:port": "local-host:port"}) give each broker the cluster names (in
-    Metadata, FindCoordinator, DescribeCluster, and KIP-951 node endpoints) a listener of
-    its own, forwarding to that broker, and put the listeners' addresses into those answers.
+    Metadata, FindCoordinator, DescribeCluster, KIP-951 node endpoints, the KRaft quorum's
+    answers) a listener of its own, forwarding to that broker, and put the listeners'
+    addresses into those answers. An answer naming brokers that cannot be read, or one
+    answering no request, ends its connection: no client is told a broker's own address.
     A broker the cluster stops listing keeps its listener until its connections close.
 
     TLS: `tls` (an ssl.SSLContext for the server side) for clients, `upstream_tls` (a client
@@ -648,6 +682,15 @@ class Proxy:
             parse_address(b, "broker_map"): parse_address(local, "broker_map")
             for b, local in dict(broker_map or {}).items()
         }
+        seen = {}
+        for b, local in self.broker_map.items():
+            other = next((o for o in seen if _same_place(o, local)), None)
+            if other is not None:
+                raise ValueError(
+                    f"broker_map: {seen[other][0]}:{seen[other][1]} and {b[0]}:{b[1]} are both "
+                    f"mapped to {local[0]}:{local[1]}: one listener forwards to one broker"
+                )
+            seen[local] = b
         self.mapped = self.broker_ports is not None or bool(self.broker_map)
         if self.mapped and self.rewrite:
             raise ValueError(
@@ -687,10 +730,12 @@ class Proxy:
         self._forward_module, why = compiled_forwarder()
         if self.forward == "compiled" and self._forward_module is None:
             raise ValueError(f"forward: the compiled forwarding path is not available: {why}")
-        python_only = needs_python(self)
-        if forward == "compiled" and python_only:  # asked for, not FASTKWIRE_PROXY_FORWARD's
-            raise compiled_refused(python_only)
-        if self.forward == "python" or python_only:
+        # What needs Python per exchange: with any of it the asyncio path carries every
+        # connection (parameter names; the CLI's banner says so when compiled was preferred).
+        self.needs_python = tuple(needs_python(self))
+        if forward == "compiled" and self.needs_python:  # asked for, not the variable's
+            raise compiled_refused(self.needs_python)
+        if self.forward == "python" or self.needs_python:
             self._forward_module = None  # every exchange needs Python: the asyncio path
         self._compiled = None  # the CompiledPath, once started
         self.summary = Summary()
@@ -699,6 +744,8 @@ class Proxy:
         self._server = None
         self._bootstrap = None
         self._brokers = {}  # upstream (host, port) -> _Listener (listening, or its port kept)
+        self._by_port = {}  # port -> the (ip, port) of the brokers' listeners on it, listening
+        self._gone = {}  # upstream -> _Listener of brokers whose listener closed, oldest first
         self._warned = set()  # brokers warned about as having no listener, until they get one
         self._servers = set()  # asyncio servers of the broker listeners
         self._starting = set()  # their create_server tasks, until done
@@ -728,6 +775,12 @@ class Proxy:
         self._bootstrap.server = self._server
         if self.rewrite and self.advertised is None:
             self.advertised = (self.listen[0], self.address[1])
+        if self.rewrite and _same_place(self.advertised, self.upstream):
+            self._server.close()
+            raise ValueError(
+                f"advertised: {self.advertised[0]}:{self.advertised[1]} is the upstream broker's "
+                "own address: every client would be told it and go around the proxy"
+            )
         own = [*self._listening(), *self.broker_map.values()]
         for param, address in [("upstream", self.upstream)] + [
             ("broker_map", b) for b in self.broker_map
@@ -827,14 +880,17 @@ class Proxy:
 
     # ------------------------------------------------------------ brokers' listeners
 
-    def _listening(self):
-        """The (ip, port) of every socket the proxy listens on."""
+    def _listening(self, port=None):
+        """The (ip, port) of every socket the proxy listens on (on `port`, if given)."""
         found = [sock.getsockname()[:2] for sock in self._server.sockets]
-        return found + [lst.bound for lst in self._brokers.values() if lst.server is not None]
+        if port is None:
+            return found + [a for bound in self._by_port.values() for a in bound]
+        return [a for a in found if a[1] == port] + self._by_port.get(port, [])
 
     def _own_address(self, address):
-        """The proxy's listening address that `address` reaches, or None."""
-        return next((a for a in self._listening() if _names(address, a)), None)
+        """The proxy's listening address that `address` reaches, or None (only the sockets
+        on its port are compared: an answer may name thousands of brokers)."""
+        return next((a for a in self._listening(address[1]) if _names(address, a)), None)
 
     def _listener_for(self, broker):
         """The advertised address of `broker`'s listener, opening it if needed (the socket
@@ -846,6 +902,14 @@ class Proxy:
             return lst.advertised
         if lst is not None and lst.refused:
             return self._closed_door(broker, lst.refused)
+        if lst is None and len(self._brokers) >= self.max_brokers:
+            self._reclaim(self.max_brokers - 1)
+            if len(self._brokers) >= self.max_brokers:  # first: a few steps per broker
+                return self._closed_door(
+                    broker,
+                    f"the proxy already has {len(self._brokers)} brokers' listeners or kept "
+                    f"ports (limit {self.max_brokers}: max_brokers)",
+                )
         own = self._own_address(broker)
         if own is not None:
             return self._closed_door(
@@ -861,17 +925,10 @@ class Proxy:
                     "listener forwards to another of its own",
                 )
         if lst is None:
-            if len(self._brokers) >= self.max_brokers:
-                self._reclaim(self.max_brokers - 1)
-            if len(self._brokers) >= self.max_brokers:
-                return self._closed_door(
-                    broker,
-                    f"the proxy already has {len(self._brokers)} brokers' listeners or kept "
-                    f"ports (limit {self.max_brokers}: max_brokers)",
-                )
             lst = _Listener(broker, self.broker_map.get(broker), None)
             self._brokers[broker] = lst
         lst.leaving, lst.left = False, None
+        self._gone.pop(broker, None)
         sock = self._bind(lst)
         if isinstance(sock, str) and broker not in self.broker_map and lst.bind is not None:
             lst.bind = None  # the port it had is taken meanwhile: another one
@@ -882,6 +939,7 @@ class Proxy:
             return self._closed_door(broker, sock)
         port = sock.getsockname()[1]
         lst.bound = sock.getsockname()[:2]
+        self._by_port.setdefault(port, []).append(lst.bound)
         lst.bind = (lst.bind[0], port)
         host = lst.bind[0] if broker in self.broker_map else (self.advertised or self.listen)[0]
         if host in ("", "0.0.0.0", "::"):
@@ -929,9 +987,14 @@ class Proxy:
         named = {}  # port -> the brokers' addresses with that port
         for b in self._brokers:
             named.setdefault(b[1], []).append(b)
+        told = (self.advertised or self.listen)[0]  # the host clients are told, with the port
         for bind in candidates:
-            if lst.bind is None and any(_names(b, bind) for b in named.get(bind[1], ())):
-                continue  # a broker's own address: its listener would forward to itself
+            if lst.bind is None and any(
+                _names(b, bind) or _same_place(b, (told, bind[1])) for b in named.get(bind[1], ())
+            ):
+                # A broker's own address: its listener would forward to itself, or clients
+                # would be told that broker's own address.
+                continue
             sock = socket.socket(socket.AF_INET6 if ":" in bind[0] else socket.AF_INET)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -963,29 +1026,23 @@ class Proxy:
         for port in range(self.broker_ports[0], self.broker_ports[1] + 1):
             if port not in taken:
                 yield port
-        for lst in self._reclaimable():
+        while (lst := self._forget_oldest_gone()) is not None:
             if lst.bind is not None and self.broker_ports[0] <= lst.bind[1] <= self.broker_ports[1]:
-                del self._brokers[lst.upstream]
                 yield lst.bind[1]
 
-    def _reclaimable(self):
-        """Brokers that left at least broker_port_hold ago, the longest gone first."""
-        now = time.monotonic()
-        gone = [
-            lst
-            for lst in self._brokers.values()
-            if lst.server is None
-            and lst.left is not None
-            and now - lst.left >= self.broker_port_hold
-        ]
-        return sorted(gone, key=lambda lst: lst.left)
+    def _forget_oldest_gone(self):
+        """The broker that left longest ago, forgotten (its port goes to another) if it left
+        at least broker_port_hold ago; else None. The first of `_gone`: a step, not a scan."""
+        lst = next(iter(self._gone.values()), None)
+        if lst is None or time.monotonic() - lst.left < self.broker_port_hold:
+            return None
+        del self._gone[lst.upstream], self._brokers[lst.upstream]
+        return lst
 
     def _reclaim(self, keep):
         """Forgets brokers that left long enough ago until at most `keep` are known."""
-        for lst in self._reclaimable():
-            if len(self._brokers) <= keep:
-                return
-            del self._brokers[lst.upstream]
+        while len(self._brokers) > keep and self._forget_oldest_gone() is not None:
+            pass
 
     async def _serve_listener(self, lst, sock):
         try:
@@ -1012,6 +1069,13 @@ class Proxy:
     def _close_listener(self, lst, why=None):
         server, lst.server = lst.server, None
         lst.left = time.monotonic()
+        self._gone.pop(lst.upstream, None)
+        self._gone[lst.upstream] = lst  # the last to leave, last
+        bound = self._by_port.get(lst.bound[1], [])
+        if lst.bound in bound:
+            bound.remove(lst.bound)
+            if not bound:
+                del self._by_port[lst.bound[1]]
         if server is not True and server is not None:
             server.close()
             self._servers.discard(server)
@@ -1133,7 +1197,15 @@ class Proxy:
                 ProxyEvent.ERROR,
             )
             return
-        fd = _detach(transport)
+        try:
+            fd = _detach(transport)
+        except OSError as e:  # out of file descriptors: the client is not left open, uncounted
+            transport.abort()
+            self._event_text(
+                f"client {peer[0]}:{peer[1]}: TLS handshake not started: {e.strerror or e}",
+                ProxyEvent.ERROR,
+            )
+            return
         task = asyncio.get_running_loop().create_task(self._tls_handshake(fd, listener, peer))
         self._handshakes.add(task)
         task.add_done_callback(self._handshakes.discard)
@@ -1384,7 +1456,7 @@ class Proxy:
                 ex is None
                 or ex.delay_ms
                 or ex.api_key == SASL_HANDSHAKE
-                or (rewrite and names_brokers(ex.api_key, ex.api_version))
+                or (rewrite and rewritten(ex.api_key, ex.api_version))
             ):
                 break
             self._answered(conn, ex, frame, out, done)
@@ -1610,6 +1682,24 @@ class Proxy:
                     self._event(ProxyEvent.TOKEN, conn, "SASL token", frame, False)
                     out.append(frame)
                     continue
+                if ex is None and (self.rewrite or self.mapped):
+                    # What it names cannot be known without its request: never forwarded
+                    # unread by a proxy that keeps clients on itself (it fails closed). The
+                    # event carries the frame, for the capture files.
+                    await self._forward(client, out, done)
+                    what = (
+                        f"response frame of {len(frame)} bytes is too short for a correlation id"
+                        if cid is None
+                        else f"response with correlation id {cid} answers no request in flight"
+                    )
+                    self._event(
+                        ProxyEvent.ERROR,
+                        conn,
+                        f"{what}: not forwarded, as the proxy cannot tell whether it names brokers",
+                        frame,
+                        False,
+                    )
+                    raise _Broken(f"upstream: {what}: the connection ends (the proxy fails closed)")
                 if ex is None:
                     out.append(frame)
                     self._event(
@@ -1628,7 +1718,11 @@ class Proxy:
                     await asyncio.sleep(ex.delay_ms / 1000)
                 if ex.api_key == SASL_HANDSHAKE and ex.api_version == 0 and _no_error(frame):
                     conn.raw_sasl = True  # the tokens follow without Kafka headers
-                if (self.rewrite or self.mapped) and names_brokers(ex.api_key, ex.api_version):
+                if (self.rewrite or self.mapped) and ex.api_key == API_VERSIONS:
+                    new = cap_versions(frame, ex.api_version)
+                    if new is not frame:
+                        ex.upstream_response, frame = frame, new
+                elif (self.rewrite or self.mapped) and names_brokers(ex.api_key, ex.api_version):
                     try:
                         new, named = rewrite_addresses(
                             frame,
@@ -1639,15 +1733,16 @@ class Proxy:
                         if self.mapped and ex.api_key in FULL_LISTS:
                             self._brokers_listed(named)
                     except (DecodeError, ValueError) as e:
-                        self._event(
-                            ProxyEvent.ERROR,
-                            conn,
-                            f"{ex.api} v{ex.api_version} response does not "
-                            f"decode, forwarded unchanged: {describe_error(e)}",
-                        )
-                    else:
-                        if new is not frame:
-                            ex.upstream_response, frame = frame, new
+                        # Its brokers' addresses cannot be replaced: never forwarded as it
+                        # came (a client would be told them; the proxy fails closed).
+                        await self._forward(client, out, done)
+                        raise _Broken(
+                            f"{ex.api} v{ex.api_version} response does not decode: the "
+                            "connection ends, as an answer naming brokers is never forwarded "
+                            f"with their own addresses: {describe_error(e)}"
+                        ) from None
+                    if new is not frame:
+                        ex.upstream_response, frame = frame, new
                 self._answered(conn, ex, frame, out, done)
             await self._forward(client, out, done)
         return "upstream closed"
