@@ -29,7 +29,7 @@ from fastkwire.kafka_arrow import KafkaReadError, OffsetRange, plan, read_ranges
 from fastkwire.records import Record  # noqa: E402
 
 from log_broker import CLOSE, LogBroker, PartitionLog  # noqa: E402
-from test_kafka_arrow import expect, keyed_log, values  # noqa: E402
+from test_kafka_arrow import control_batch, expect, keyed_log, values  # noqa: E402
 
 FETCH = fastkwire.FetchRequest.API_KEY
 METADATA = MetadataRequest.API_KEY
@@ -632,3 +632,51 @@ def test_a_leader_gone_from_metadata_while_planning_is_asked_of_the_new_one(brok
 
     broker.fault = leaders_then_one
     assert values(read(broker)) == expect(range(3), 0, 95)
+
+
+def test_read_committed_bombs_across_batches_share_the_block():
+    """Under read_committed, an answer listing an aborted transaction (of another
+    producer) once was converted whole with each batch allowed half of block_size: 300
+    gzip batches of 30,000 zero bytes (138 bytes each on the wire) came out as RecordBatches
+    of 3.5 MB under block_size=64 KiB. The transactions' state runs from piece to piece,
+    so each piece stays within half of the block."""
+    pytest.importorskip("cramjam")
+    block = 64 * 1024
+    batches = [
+        records.write_batch(
+            [Record(value=bytes([i % 251]) * 30_000)],
+            base_offset=i,
+            compression="gzip",
+            producer_id=7 if i < 250 else 8,
+            producer_epoch=0,
+            is_transactional=True,
+        )
+        for i in range(300)
+    ]
+    # producer 8's transaction from offset 250 is aborted: its batches are not rows, in
+    # whichever piece of an answer they fall
+    batches.append(control_batch(300, 8, abort=True))
+    b = LogBroker({("t", 0): PartitionLog(batches, aborted=[(8, 250)])})
+    try:
+        got = within(
+            60,
+            lambda: list(
+                fastkwire.iter_kafka(
+                    "t",
+                    bootstrap_servers=b.bootstrap,
+                    block_size=block,
+                    isolation_level="read_committed",
+                    request_timeout_ms=3000,
+                )
+            ),
+        )
+        sizes = [x.column("value").buffers()[2].size for x in got]
+        assert max(sizes) <= block // 2, sizes
+        assert [o for x in got for o in x.column("offset").to_pylist()] == list(range(250))
+        assert all(
+            v == bytes([o % 251]) * 30_000
+            for x in got
+            for o, v in zip(x.column("offset").to_pylist(), x.column("value").to_pylist())
+        )
+    finally:
+        b.close()

@@ -45,7 +45,7 @@ import warnings
 from . import DecodeError, FetchRequest, ListOffsetsRequest, MetadataRequest
 
 try:
-    from ._arrow_rows import SCHEMA, batches_to_arrow, empty_batch
+    from ._arrow_rows import SCHEMA, AbortedTransactions, batches_to_arrow, empty_batch
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a child process
     if _missing.name not in ("numpy", "pyarrow"):
         raise
@@ -1185,11 +1185,12 @@ class _Reader:
         """The rows of one partition's answer, as RecordBatches. Its compressed batches
         may decompress to half of block_size in all: each to its share of it, and when
         one would take more, the answer is converted in halves (each half's batches
-        then have a larger share), down to one batch that may take it all."""
+        then have a larger share), down to one batch that may take it all. Under
+        read_committed the transactions' state runs from piece to piece, in offset order."""
         most = max(self.block_size // ANSWER_LIMIT_SHARE, 1024)
         spans = _compressed_spans(records)
-        if aborted and self.isolation:  # a transaction's state runs over the whole answer
-            spans = [(0, len(records), 1)]
+        if aborted and self.isolation:
+            aborted = AbortedTransactions(aborted)
         yield from self._convert_spans(node, key, offset, end, records, aborted, spans, most)
 
     def _convert_spans(self, node, key, offset, end, records, aborted, spans, most):
