@@ -5,6 +5,7 @@ is one way a broker's answer (or a caller's arguments) broke it before; the fuzz
 (fuzz/hostile_broker.py) mixes them at random."""
 
 import datetime as dt
+import struct
 import sys
 import threading
 import time
@@ -678,5 +679,34 @@ def test_read_committed_bombs_across_batches_share_the_block():
             for x in got
             for o, v in zip(x.column("offset").to_pylist(), x.column("value").to_pylist())
         )
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("block", [64 * 1024, 1 << 20])
+def test_a_legacy_wrapper_reaching_back_is_refused_in_any_piece(block):
+    """A legacy gzip wrapper's messages are only known once it is read: one whose messages
+    reach back under the batch before it (offsets 5-20 after 0-9) is refused when the
+    answer is converted whole (block 1 MiB), and was read, offsets 5-9 twice, when its
+    compressed batches needed the answer converted in pieces (block 64 KiB)."""
+    pytest.importorskip("cramjam")
+    pytest.importorskip("kafka")
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    first = records.write_batch([Record(value=bytes(3000))] * 10, base_offset=0, compression="gzip")
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=1, batch_size=1 << 20)
+    for i in range(16):
+        builder.append(i, timestamp=1_700_000_000_000, key=None, value=b"w%d" % i)
+    wrapper = bytearray(builder.build())
+    struct.pack_into(">q", wrapper, 0, 20)  # inner offsets 5-20 (the offset is not under the CRC)
+    log = PartitionLog([first, bytes(wrapper)])
+    log.last_offsets[-1], log.end = 20, 21  # what PartitionLog reads of a v2 header
+    b = LogBroker({("t", 0): log})
+    try:
+        with pytest.raises(fastkwire.DecodeError) as info:
+            read(b, block_size=block)
+        text = str(info.value)
+        assert "topic 't' partition 0" in text and b.bootstrap in text
+        assert "a batch of offsets 5 to 20 comes after offset 9" in text
     finally:
         b.close()

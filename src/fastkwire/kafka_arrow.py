@@ -1191,13 +1191,18 @@ class _Reader:
         spans = _compressed_spans(records)
         if aborted and self.isolation:
             aborted = AbortedTransactions(aborted)
-        yield from self._convert_spans(node, key, offset, end, records, aborted, spans, most)
+        # The last offset of the pieces converted so far: a piece's batches start after it,
+        # as they must in one piece (a legacy wrapper's messages are only known once read).
+        before = [None]
+        yield from self._convert_spans(
+            node, key, offset, end, records, aborted, spans, most, before
+        )
 
-    def _convert_spans(self, node, key, offset, end, records, aborted, spans, most):
+    def _convert_spans(self, node, key, offset, end, records, aborted, spans, most, before):
         compressed = sum(c for _, _, c in spans)
         lo, hi = spans[0][0], spans[-1][1]
         try:
-            batch, _, _ = batches_to_arrow(
+            batch, after, _ = batches_to_arrow(
                 records if (lo, hi) == (0, len(records)) else memoryview(records)[lo:hi],
                 topic=key[0],
                 partition=key[1],
@@ -1207,6 +1212,7 @@ class _Reader:
                 start_offset=offset,
                 end_offset=end,
                 max_decompressed=max(most // max(compressed, 1), 1024),
+                previous_offset=before[0],
             )
         except DecodeError as exc:
             if "max_decompressed" not in str(exc):
@@ -1217,7 +1223,7 @@ class _Reader:
                 half = len(spans) // 2
                 for part in (spans[:half], spans[half:]):
                     yield from self._convert_spans(
-                        node, key, offset, end, records, aborted, part, most
+                        node, key, offset, end, records, aborted, part, most, before
                     )
                 return
             raise KafkaReadError(
@@ -1227,6 +1233,8 @@ class _Reader:
                 topic=key[0],
                 partition=key[1],
             ) from exc
+        if after is not None:
+            before[0] = after - 1
         if batch.num_rows:
             yield batch
 
