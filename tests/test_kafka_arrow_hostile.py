@@ -710,3 +710,44 @@ def test_a_legacy_wrapper_reaching_back_is_refused_in_any_piece(block):
         assert "a batch of offsets 5 to 20 comes after offset 9" in text
     finally:
         b.close()
+
+
+def test_closing_a_read_waits_for_its_fetch_threads_together():
+    """A reader closed (a caller done early) while its fetch threads wait on slow brokers
+    once waited 5 s for each thread in turn: 7 slow leaders, 35 s. They are waited for
+    together, 5 s in all (the threads are daemons: none outlives the process)."""
+    n, slow = 8, threading.Event()
+    b = LogBroker({("t", p): PartitionLog(keyed_log(p, 20)) for p in range(n)})
+
+    def leaders_of_their_own(key, version, request):
+        if key == METADATA:
+            answer = b._metadata(request)
+            answer.brokers = [
+                MetadataResponse.MetadataResponseBroker(node_id=i, host="127.0.0.1", port=b.port)
+                for i in range(100, 100 + n)
+            ]
+            for t in answer.topics:
+                for p in t.partitions:
+                    p.leader_id = 100 + p.partition_index
+            return answer
+        part = request.topics[0].partitions[0] if key == FETCH else None
+        if part and part.partition != 0 and part.partition_max_bytes > 1:  # not planning's
+            slow.wait(30)  # bounded: the test sets it when done
+        return None
+
+    b.fault = leaders_of_their_own
+
+    def first_then_close():
+        rows = fastkwire.iter_kafka("t", bootstrap_servers=b.bootstrap, request_timeout_ms=30_000)
+        first = next(rows)
+        began = time.monotonic()
+        rows.close()
+        return first, time.monotonic() - began
+
+    try:
+        first, took = within(60, first_then_close)
+        assert first.column("partition").to_pylist()[0] == 0
+        assert took < 8, took
+    finally:
+        slow.set()
+        b.close()

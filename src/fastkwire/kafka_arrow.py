@@ -88,6 +88,7 @@ SECURITY_OPTIONS = (
     "sasl_oauth_token_provider",
 )
 FETCH_MAX_WAIT_MS = 500
+CLOSE_WAIT = 5.0  # seconds close() waits for the fetch threads, all of them together
 ANSWER_SHARE = 4  # a Fetch answer holds at most block_size / ANSWER_SHARE bytes
 ANSWER_LIMIT_SHARE = 2  # an answer may be block_size / 2: room for one batch over max_bytes
 MAX_LEADER_RETRIES = 10
@@ -1133,8 +1134,11 @@ class _Reader:
         for leader in every:
             leader.stop.set()
             leader.inbox.put((None, 0, 0))
+        # Waited for together: a thread in a slow request ends when it is answered (or
+        # times out); the threads are daemons, so none outlives the process.
+        deadline = time.monotonic() + CLOSE_WAIT
         for leader in every:
-            leader.join(5)
+            leader.join(max(deadline - time.monotonic(), 0))
         self.cluster.close()
 
     def _unplace(self, key, offset, end, why, kind, limit):
