@@ -751,3 +751,39 @@ def test_closing_a_read_waits_for_its_fetch_threads_together():
     finally:
         slow.set()
         b.close()
+
+
+def test_planning_asks_the_leaders_together():
+    """Planning asked each leader for its offsets in turn: 8 leaders each slow by 1 s a
+    ListOffsets took 8 x 2 s (earliest and latest) before the first Fetch, and n leaders
+    up to n times the requests' timeouts. They are asked together (at most
+    MAX_LEADER_THREADS at once)."""
+    n = 8
+    b = LogBroker({("t", p): PartitionLog(keyed_log(p, 20)) for p in range(n)})
+    done = threading.Event()
+
+    def slow_leaders(key, version, request):
+        if key == METADATA:
+            answer = b._metadata(request)
+            answer.brokers = [
+                MetadataResponse.MetadataResponseBroker(node_id=i, host="127.0.0.1", port=b.port)
+                for i in range(100, 100 + n)
+            ]
+            for t in answer.topics:
+                for p in t.partitions:
+                    p.leader_id = 100 + p.partition_index
+            return answer
+        if key == LIST_OFFSETS:
+            done.wait(1.0)
+        return None
+
+    b.fault = slow_leaders
+    try:
+        began = time.monotonic()
+        table = within(60, lambda: fastkwire.read_kafka("t", bootstrap_servers=b.bootstrap))
+        took = time.monotonic() - began
+        assert values(table) == expect(range(n), 0, 20)
+        assert took < 8, took
+    finally:
+        done.set()
+        b.close()

@@ -41,6 +41,7 @@ import struct
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 from . import DecodeError, FetchRequest, ListOffsetsRequest, MetadataRequest
 
@@ -733,43 +734,70 @@ def _spans(numbers):
 
 
 def _resolve(cluster, keys, start_offset, end_offset, isolation):
-    """{key: (start, end, log start, log end, broker)}: every offset asked, as ints. A
-    broker that fails is asked again once, after a metadata refresh."""
+    """{key: (start, end, log start, log end, broker)}: every offset asked, as ints. The
+    leaders are asked together (at most MAX_LEADER_THREADS at once), so planning takes
+    about the slowest leader's time, not their sum; those that fail are asked again once,
+    after one metadata refresh for all of them."""
     out = {}
-    work = [(group, 0) for group in _by_leader(cluster, keys).items()]
-    while work:
-        (node, group), attempt = work.pop()
-        try:
-            conn = cluster.connect(node)
-        except (KafkaConnectionError, KafkaTimeoutError) as exc:
-            failure = exc
-        else:
-            try:
-                out.update(_resolve_on(conn, cluster, group, start_offset, end_offset, isolation))
+    work = list(_by_leader(cluster, keys).items())
+    for attempt in range(MAX_BROKER_RETRIES + 1):
+        failed = []
+        for (node, group), result in _ask_leaders(
+            cluster, work, start_offset, end_offset, isolation
+        ):
+            if isinstance(result, dict):
+                out.update(result)
                 continue
-            except (KafkaConnectionError, KafkaTimeoutError) as exc:
-                failure = exc
-            finally:
-                conn.close()
-        what = f"{cluster.address(node)} failed while planning: {failure}"
-        names = ", ".join(_name(*k) for k in group)
-        if attempt >= MAX_BROKER_RETRIES:
-            raise KafkaReadError(
-                f"could not find the offsets of {names}: {what}", None, *group[0]
-            ) from failure
+            what = f"{cluster.address(node)} failed while planning: {result}"
+            names = ", ".join(_name(*k) for k in group)
+            if attempt >= MAX_BROKER_RETRIES:
+                raise KafkaReadError(
+                    f"could not find the offsets of {names}: {what}", None, *group[0]
+                ) from result
+            failed.append((group, names, what, result))
+        if not failed:
+            break
         time.sleep(RETRY_BACKOFF)
+        group = [k for g, _, _, _ in failed for k in g]
         try:
             cluster.refresh(sorted({t for t, _ in group}))
-            regrouped = _by_leader(cluster, group)
+            work = list(_by_leader(cluster, group).items())
         except KafkaClientError as again:
+            _, names, what, failure = failed[0]
             raise KafkaReadError(
                 f"could not find the offsets of {names}: {what}; then the metadata refresh "
                 f"failed: {again}",
                 None,
-                *group[0],
+                *failed[0][0][0],
             ) from failure
-        work += [(g, attempt + 1) for g in regrouped.items()]
     return out
+
+
+def _ask_leaders(cluster, work, start_offset, end_offset, isolation):
+    """((node, group), _resolve_on's answer or the connection error) for each leader of
+    `work`, asked in threads of their own; another error is raised."""
+
+    def ask(node, group):
+        try:
+            conn = cluster.connect(node)
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            return exc
+        try:
+            return _resolve_on(conn, cluster, group, start_offset, end_offset, isolation)
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            return exc
+        finally:
+            conn.close()
+
+    if len(work) == 1:
+        return [(work[0], ask(*work[0]))]
+    pool = ThreadPoolExecutor(min(len(work), MAX_LEADER_THREADS), "fastkwire-plan")
+    try:
+        futures = [(item, pool.submit(ask, *item)) for item in work]
+        return [(item, future.result()) for item, future in futures]
+    finally:
+        # On an error, the requests under way end within their timeout, unwaited for.
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _resolve_on(conn, cluster, group, start_offset, end_offset, isolation):
