@@ -787,3 +787,28 @@ def test_planning_asks_the_leaders_together():
     finally:
         done.set()
         b.close()
+
+
+def test_small_blocks_bound_an_answers_bombs_too():
+    """Each compressed batch of an answer had a share of at least 1024 bytes: under
+    block_size=1024 (an answer may decompress to 1024 bytes) gzip batches of 900 zero bytes
+    came out as RecordBatches of 8,100 (here; 36,797 in fuzz/hostile_broker.py's seed 1460)."""
+    pytest.importorskip("cramjam")
+    batches = [
+        records.write_batch([Record(value=bytes(900))], base_offset=i, compression="gzip")
+        for i in range(40)
+    ]
+    b = LogBroker({("t", 0): PartitionLog(batches)})
+    try:
+        got = within(
+            30,
+            lambda: list(
+                fastkwire.iter_kafka(
+                    "t", bootstrap_servers=b.bootstrap, block_size=1024, request_timeout_ms=3000
+                )
+            ),
+        )
+        assert max(x.column("value").buffers()[2].size for x in got) <= 1024
+        assert [o for x in got for o in x.column("offset").to_pylist()] == list(range(40))
+    finally:
+        b.close()

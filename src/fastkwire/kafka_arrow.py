@@ -1243,7 +1243,7 @@ class _Reader:
                 check_crc=self.check_crc,
                 start_offset=offset,
                 end_offset=end,
-                max_decompressed=max(most // max(compressed, 1), 1024),
+                max_decompressed=max(most // max(compressed, 1), 1),
                 previous_offset=before[0],
             )
         except DecodeError as exc:
