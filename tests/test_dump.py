@@ -477,8 +477,10 @@ def test_to_a_file_being_read_is_bad_usage(log, capsys):
     reading it: the segment was gone."""
     segment = log / "orders.v1-0" / "00000000000000000000.log"
     before = segment.read_bytes()
-    for given in (segment, log):
-        assert dump("--segments", given, "--to", segment, "--format", "csv") == 2
+    index = segment.with_suffix(".index")
+    index.write_bytes(b"")  # the offset index beside it, read too
+    for given, to in ((segment, segment), (log, segment), (segment, index)):
+        assert dump("--segments", given, "--to", to, "--format", "csv") == 2
         err = capsys.readouterr().err
-        assert f"--to {segment}: is a file of --segments {given}" in err
-        assert segment.read_bytes() == before
+        assert f"--to {to}: is a file of --segments {given}" in err
+        assert segment.read_bytes() == before and index.read_bytes() == b""

@@ -218,7 +218,8 @@ def _output(to, segments=()):
             if "://" in str(given):
                 continue
             inside = os.path.realpath(given)
-            if real == inside or real.startswith(inside.rstrip(os.sep) + os.sep):
+            index = inside[: -len(".log")] + ".index" if inside.endswith(".log") else None
+            if real in (inside, index) or real.startswith(inside.rstrip(os.sep) + os.sep):
                 raise UsageError(
                     f"--to {to}: is a file of --segments {given}, which the dump would replace"
                 )
