@@ -6,13 +6,18 @@ from the seed: Metadata answers that repeat, leave out, or lead nowhere (no lead
 unknown node, a leader per partition), ListOffsets answers that leave out, repeat,
 contradict (earliest after latest, negative, 2**62), or say "none" for a time, Fetch
 answers that leave out, repeat, regress, overlap, cut, claim a watermark of 2**62, ignore
-max_bytes, come slowly, close the connection, carry an error code or a decompression bomb.
+max_bytes, come slowly, close the connection, carry an error code, a decompression bomb,
+many batches each just under what an answer may decompress to, or aborted transactions
+(unsorted, repeated, up to 2,000) of producers the log has none of. Half the cases read
+under read_committed.
 Then it reads a random range with a random block_size, and checks the reader's contract
 as invariants:
 - the read ends within its deadline (DEADLINE s, a thread that outlives it is a finding);
 - the process's peak resident memory grows by at most MEMORY_SLACK + 4 block_size;
 - a read that succeeds has every row inside the range asked, each offset once; and when
   the broker's faults kept the records' bytes true, exactly the rows of the log;
+- no RecordBatch it yields holds more key and value bytes than an answer may, or than half
+  of block_size (what an answer's batches may decompress to), read_committed or not;
 - a read that fails raises one of the reader's errors (KafkaClientError and its kinds, or
   DecodeError), whose message names a partition or a broker.
 Anything else is a finding: printed with the seed and the faults, and the run exits 1.
@@ -38,9 +43,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import fastkwire  # noqa: E402
-from fastkwire import kafka_arrow  # noqa: E402, F401 - pyarrow imported before memory is measured
+import pyarrow as pa  # noqa: E402 - imported before memory is measured
+
+from fastkwire import kafka_arrow  # noqa: E402
 from fastkwire import (  # noqa: E402
     FetchRequest,
+    FetchResponse,
     ListOffsetsRequest,
     MetadataRequest,
     MetadataResponse,
@@ -83,6 +91,8 @@ FETCH_FAULTS = [
         "close",
         "error",
         "bomb",
+        "small_bombs",
+        "aborted",
     )
 ]
 # Faults that change what the broker says the log is (its partitions, its offsets, its
@@ -97,7 +107,9 @@ LYING = {
     "offsets:no_time",
     "fetch:enormous",
     "fetch:bomb",
+    "fetch:small_bombs",
 }
+BOMBS = {"fetch:bomb", "fetch:small_bombs"}
 
 
 class Finding(Exception):
@@ -139,8 +151,9 @@ def bomb_batch(base, size):
 class Faults:
     """The fault function for LogBroker: each answer mutated with the case's faults."""
 
-    def __init__(self, rng, broker, chosen, rate):
+    def __init__(self, rng, broker, chosen, rate, block):
         self.rng, self.broker, self.chosen, self.rate = rng, broker, chosen, rate
+        self.most = max(block // 2, 1024)  # what an answer's batches may decompress to
         self.lock = threading.Lock()
 
     def pick(self, kinds):
@@ -251,6 +264,23 @@ class Faults:
                     victim.records = b"".join(
                         bomb_batch(offset + k, 1_000_000) for k in range(1 + int(x * 200))
                     )
+                elif kind == "small_bombs":
+                    # many batches each just under what the answer may decompress to
+                    victim.records = b"".join(
+                        bomb_batch(offset + k, self.most - 64) for k in range(1 + int(x * 200))
+                    )
+                elif kind == "aborted":
+                    # of producers the log has none of: unsorted, repeated, maybe many
+                    n = self.rng.choice([1, 5, 50, 2000])
+                    pairs = [(1000 + self.rng.randrange(5), self.rng.randrange(-5, 200))]
+                    pairs += [
+                        (1000 + self.rng.randrange(5), self.rng.randrange(-5, 200))
+                        for _ in range(n - 1)
+                    ]
+                    victim.aborted_transactions = [
+                        FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first)
+                        for pid, first in pairs
+                    ]
             return answer
         return None
 
@@ -275,20 +305,37 @@ def check(seed, verbose=False):
     if isinstance(start, int) and isinstance(end, int) and start > end:
         start, end = end, start
     asked_twice = rng.random() < 0.2
+    isolation = rng.choice(["read_uncommitted", "read_committed"])
     broker = LogBroker(logs)
-    broker.fault = Faults(random.Random(seed * 7919 + 1), broker, chosen, rate)
-    what = f"seed {seed}: faults {sorted(chosen)} at rate {rate}, block {block}, start {start!r}, end {end!r}"
+    broker.fault = Faults(random.Random(seed * 7919 + 1), broker, chosen, rate, block)
+    what = (
+        f"seed {seed}: faults {sorted(chosen)} at rate {rate}, block {block}, start {start!r}, "
+        f"end {end!r}, {isolation}"
+    )
     box = {}
+    # What one RecordBatch may hold: an answer's records (at most the answer's limit), or
+    # what its batches decompress to (at most half of the block).
+    most = max(block // 2, 1024) + 4096 + 256 * 3
 
     def run():
         try:
-            box["table"] = fastkwire.read_kafka(
-                [TOPIC, TOPIC] if asked_twice else TOPIC,
-                bootstrap_servers=broker.bootstrap,
-                start_offset=start,
-                end_offset=end,
-                block_size=block,
-                request_timeout_ms=1000,
+            pieces = list(
+                fastkwire.iter_kafka(
+                    [TOPIC, TOPIC] if asked_twice else TOPIC,
+                    bootstrap_servers=broker.bootstrap,
+                    start_offset=start,
+                    end_offset=end,
+                    block_size=block,
+                    isolation_level=isolation,
+                    request_timeout_ms=1000,
+                )
+            )
+            box["sizes"] = [
+                sum(b.size for c in ("key", "value") for b in p.column(c).buffers() if b)
+                for p in pieces
+            ]
+            box["table"] = pa.Table.from_batches(
+                pieces or [kafka_arrow.empty_batch()], schema=kafka_arrow.SCHEMA
             )
         except BaseException as exc:  # noqa: BLE001 - judged below
             box["error"] = exc
@@ -314,6 +361,8 @@ def check(seed, verbose=False):
         if verbose:
             print(f"{what}: {type(exc).__name__}: {str(exc)[:160]} ({took:.1f} s)")
         return "error"
+    if max(box["sizes"], default=0) > most:
+        raise Finding(f"{what}: a RecordBatch of {max(box['sizes'])} bytes, over {most}")
     table = box["table"]
     rows = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
     if len(set(rows)) != len(rows):
@@ -327,7 +376,7 @@ def check(seed, verbose=False):
             raise Finding(f"{what}: partition {p} has rows outside [{lo}, {hi})")
         if not lying and mine != list(range(lo, min(hi, n))):
             raise Finding(f"{what}: partition {p} read {len(mine)} rows, not those of [{lo}, {hi})")
-    if "fetch:bomb" not in chosen:
+    if not chosen & BOMBS:
         for value, (p, o) in zip(table.column("value").to_pylist(), rows):
             if value != b"p%d-%d" % (p, o):
                 raise Finding(f"{what}: partition {p} offset {o} has value {value!r}")

@@ -221,8 +221,9 @@ def damage(rng, files, batches):
         return what, batches, False
     if what in ("cut", "torn"):
         cut = rng.randrange(0, len(data))
-        kept = [j for j, end in zip(last_group, ends) if end <= cut]
         tail = bytes(data[:cut]) + (bytes(rng.randrange(1, 5000)) if what == "torn" else b"")
+        # A batch whose cut-off bytes were zeros is whole again under the zeros.
+        kept = [j for j, end in zip(last_group, ends) if tail[:end] == data[:end]]
         _write(last_path, tail)
         torn = cut not in (0, *ends)  # else it ends on a batch boundary
         if what == "torn" and cut == 0:

@@ -152,7 +152,10 @@ class LogBroker:
         return buf
 
     def _serve(self, conn):
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:  # closed by close() before this thread began
+            return
         try:
             while True:
                 head = self._recv(conn, 4)

@@ -437,3 +437,50 @@ def test_dump_without_pyarrow_names_the_extra(log, tmp_path):
         "fastkwire dump: error: fastkwire.segments needs pyarrow and numpy (no pyarrow): "
         "pip install 'fastkwire[arrow]'\n"
     )
+
+
+def test_to_a_folder_is_bad_usage_naming_it(log, tmp_path, capsys):
+    """--to a folder once wrote a .partial beside it, then failed to move it there (exit 3,
+    naming the temporary file)."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    assert dump("--segments", log, "--to", folder, "--format", "csv") == 2
+    err = capsys.readouterr().err
+    assert f"--to {folder}: is a folder" in err and ".partial" not in err
+    assert list(tmp_path.glob("*.partial")) == [] and list(folder.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes")
+def test_to_a_named_pipe_or_device_is_written_to_not_replaced(log, tmp_path):
+    """--to /dev/null (or a named pipe) once had a regular file moved over it: as root,
+    `--to /dev/null` replaced the device. What is not a regular file is written to."""
+    import threading
+
+    pipe = tmp_path / "pipe.jsonl"
+    os.mkfifo(pipe)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    try:
+        assert dump("--segments", log, "--to", pipe, "--partition", "1") == 0
+    finally:
+        if reader.is_alive():  # the dump never opened the pipe: let the reader end
+            with open(pipe, "wb"):
+                pass
+        reader.join(10)
+    assert pipe.is_fifo() and list(tmp_path.glob("*.partial")) == []
+    assert [json.loads(x)["offset"] for x in got[0].splitlines()] == list(range(12))
+
+
+def test_to_a_file_being_read_is_bad_usage(log, capsys):
+    """--to one of the --segments' own files once replaced it with the dump, after
+    reading it: the segment was gone."""
+    segment = log / "orders.v1-0" / "00000000000000000000.log"
+    before = segment.read_bytes()
+    index = segment.with_suffix(".index")
+    index.write_bytes(b"")  # the offset index beside it, read too
+    for given, to in ((segment, segment), (log, segment), (segment, index)):
+        assert dump("--segments", given, "--to", to, "--format", "csv") == 2
+        err = capsys.readouterr().err
+        assert f"--to {to}: is a file of --segments {given}" in err
+        assert segment.read_bytes() == before and index.read_bytes() == b""

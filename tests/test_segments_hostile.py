@@ -44,3 +44,63 @@ def test_the_model_is_kafkas_consumer():
     ]
     assert hostile_log.expected_rows(log, True, None, None) == [(2, b"c"), (4, b"d")]
     assert [o for o, _ in hostile_log.expected_rows(log, False, 1, 7)] == [1, 2, 4, 6]
+
+
+@pytest.mark.parametrize("lookup", ["time", "read_committed"])
+def test_planning_decompresses_within_max_decompressed(tmp_path, monkeypatch, lookup):
+    """Planning reads batches too: the first one at or after a start time, and every
+    transaction marker under read_committed. It once read them with the default cap (64
+    times the compressed size, up to 256 MiB), whatever max_decompressed said; here a 200
+    KB batch under max_decompressed=150,000 is refused, naming the file."""
+    pytest.importorskip("cramjam")
+    import datetime
+    import struct
+
+    from fastkwire import _compression, records
+    from fastkwire.records import Record
+    from fastkwire.segments import SegmentError, plan_segments
+
+    t0 = 1_700_000_000_000
+    big = Record(None, t0, b"\0\0\0\0", bytes(200_000))  # an abort marker's key, for a marker
+    data = bytearray(
+        records.write_batch(
+            [big],
+            base_offset=0 if lookup == "time" else 1,
+            compression="gzip",
+            producer_id=7 if lookup == "read_committed" else -1,
+            producer_epoch=0,
+            is_transactional=lookup == "read_committed",
+        )
+    )
+    if lookup == "read_committed":  # a marker, compressed: the broker never writes one so
+        struct.pack_into(">h", data, 21, struct.unpack_from(">h", data, 21)[0] | 0x20)
+        struct.pack_into(">I", data, 17, records.crc32c(bytes(data[21:])))
+        opened = records.write_batch(
+            [Record(None, t0, None, b"x")],
+            producer_id=7,
+            producer_epoch=0,
+            is_transactional=True,
+        )
+        data = bytearray(opened) + data
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    segment = directory / "00000000000000000000.log"
+    segment.write_bytes(bytes(data))
+
+    limits = []
+    decompress = _compression.decompress
+
+    def spied(codec, raw, limit, *rest):
+        limits.append(limit)
+        return decompress(codec, raw, limit, *rest)
+
+    monkeypatch.setattr(_compression, "decompress", spied)
+    options = {"max_decompressed": 150_000}
+    if lookup == "time":
+        options["start_offset"] = datetime.datetime.fromtimestamp(t0 / 1000, datetime.timezone.utc)
+    else:
+        options["isolation_level"] = "read_committed"
+    with pytest.raises(SegmentError) as info:
+        plan_segments(str(directory), **options)
+    assert info.value.file == str(segment) and "150000" in str(info.value)
+    assert limits and max(limits) <= 150_000, limits

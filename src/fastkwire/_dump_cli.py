@@ -202,9 +202,27 @@ def _missing_extra(error):
     return f"dump needs {error.name or 'pyarrow'}: pip install 'fastkwire[arrow]'"
 
 
-def _output(to):
+def _output(to, segments=()):
     """A temporary file beside `to` (binary, open) and its path: the dump is moved into
-    place when whole. A folder that is not there, or not writable, is a usage error."""
+    place when whole. What is there and not a regular file (/dev/null, a named pipe) is
+    written to, not replaced: (the file, None). A folder that is not there, or not
+    writable, `to` being a folder, or a file of the `segments` being read, is a usage
+    error."""
+    if os.path.isdir(to):
+        raise UsageError(f"--to {to}: is a folder (name a file in it)")
+    if os.path.exists(to):
+        if not os.path.isfile(to):
+            return open(to, "wb"), None
+        real = os.path.realpath(to)
+        for given in segments or ():
+            if "://" in str(given):
+                continue
+            inside = os.path.realpath(given)
+            index = inside[: -len(".log")] + ".index" if inside.endswith(".log") else None
+            if real in (inside, index) or real.startswith(inside.rstrip(os.sep) + os.sep):
+                raise UsageError(
+                    f"--to {to}: is a file of --segments {given}, which the dump would replace"
+                )
     directory = os.path.dirname(os.path.abspath(to))
     if not os.path.isdir(directory):
         raise UsageError(f"--to {to}: there is no folder {directory}")
@@ -459,7 +477,7 @@ def run_dump(args, *, security, flags, stdout=None, stderr=None):
         if args.to == "-":
             out = stdout.buffer if hasattr(stdout, "buffer") else stdout
         else:
-            out, tmp = _output(args.to)
+            out, tmp = _output(args.to, args.segments)
         encode = _encoder(args.bytes_as)
         writer = (
             _Parquet(out, SCHEMA)
@@ -481,6 +499,8 @@ def run_dump(args, *, security, flags, stdout=None, stderr=None):
             os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it
             os.replace(tmp, args.to)
             tmp = None
+        elif args.to != "-":
+            out.close()  # a device or named pipe, written to in place
         else:
             out.flush()
         return EXIT_OK
@@ -503,6 +523,11 @@ def run_dump(args, *, security, flags, stdout=None, stderr=None):
         print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=stderr)
         return EXIT_USAGE
     finally:
+        if tmp is None and out is not None and args.to != "-":
+            try:  # a device or named pipe written to in place
+                out.close()
+            except OSError:
+                pass
         if tmp is not None:  # failed: the partial output goes
             for closing in (writer, out):
                 try:

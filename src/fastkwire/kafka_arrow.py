@@ -41,11 +41,12 @@ import struct
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 from . import DecodeError, FetchRequest, ListOffsetsRequest, MetadataRequest
 
 try:
-    from ._arrow_rows import SCHEMA, batches_to_arrow, empty_batch
+    from ._arrow_rows import SCHEMA, AbortedTransactions, batches_to_arrow, empty_batch
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a child process
     if _missing.name not in ("numpy", "pyarrow"):
         raise
@@ -88,6 +89,7 @@ SECURITY_OPTIONS = (
     "sasl_oauth_token_provider",
 )
 FETCH_MAX_WAIT_MS = 500
+CLOSE_WAIT = 5.0  # seconds close() waits for the fetch threads, all of them together
 ANSWER_SHARE = 4  # a Fetch answer holds at most block_size / ANSWER_SHARE bytes
 ANSWER_LIMIT_SHARE = 2  # an answer may be block_size / 2: room for one batch over max_bytes
 MAX_LEADER_RETRIES = 10
@@ -732,43 +734,70 @@ def _spans(numbers):
 
 
 def _resolve(cluster, keys, start_offset, end_offset, isolation):
-    """{key: (start, end, log start, log end, broker)}: every offset asked, as ints. A
-    broker that fails is asked again once, after a metadata refresh."""
+    """{key: (start, end, log start, log end, broker)}: every offset asked, as ints. The
+    leaders are asked together (at most MAX_LEADER_THREADS at once), so planning takes
+    about the slowest leader's time, not their sum; those that fail are asked again once,
+    after one metadata refresh for all of them."""
     out = {}
-    work = [(group, 0) for group in _by_leader(cluster, keys).items()]
-    while work:
-        (node, group), attempt = work.pop()
-        try:
-            conn = cluster.connect(node)
-        except (KafkaConnectionError, KafkaTimeoutError) as exc:
-            failure = exc
-        else:
-            try:
-                out.update(_resolve_on(conn, cluster, group, start_offset, end_offset, isolation))
+    work = list(_by_leader(cluster, keys).items())
+    for attempt in range(MAX_BROKER_RETRIES + 1):
+        failed = []
+        for (node, group), result in _ask_leaders(
+            cluster, work, start_offset, end_offset, isolation
+        ):
+            if isinstance(result, dict):
+                out.update(result)
                 continue
-            except (KafkaConnectionError, KafkaTimeoutError) as exc:
-                failure = exc
-            finally:
-                conn.close()
-        what = f"{cluster.address(node)} failed while planning: {failure}"
-        names = ", ".join(_name(*k) for k in group)
-        if attempt >= MAX_BROKER_RETRIES:
-            raise KafkaReadError(
-                f"could not find the offsets of {names}: {what}", None, *group[0]
-            ) from failure
+            what = f"{cluster.address(node)} failed while planning: {result}"
+            names = ", ".join(_name(*k) for k in group)
+            if attempt >= MAX_BROKER_RETRIES:
+                raise KafkaReadError(
+                    f"could not find the offsets of {names}: {what}", None, *group[0]
+                ) from result
+            failed.append((group, names, what, result))
+        if not failed:
+            break
         time.sleep(RETRY_BACKOFF)
+        group = [k for g, _, _, _ in failed for k in g]
         try:
             cluster.refresh(sorted({t for t, _ in group}))
-            regrouped = _by_leader(cluster, group)
+            work = list(_by_leader(cluster, group).items())
         except KafkaClientError as again:
+            _, names, what, failure = failed[0]
             raise KafkaReadError(
                 f"could not find the offsets of {names}: {what}; then the metadata refresh "
                 f"failed: {again}",
                 None,
-                *group[0],
+                *failed[0][0][0],
             ) from failure
-        work += [(g, attempt + 1) for g in regrouped.items()]
     return out
+
+
+def _ask_leaders(cluster, work, start_offset, end_offset, isolation):
+    """((node, group), _resolve_on's answer or the connection error) for each leader of
+    `work`, asked in threads of their own; another error is raised."""
+
+    def ask(node, group):
+        try:
+            conn = cluster.connect(node)
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            return exc
+        try:
+            return _resolve_on(conn, cluster, group, start_offset, end_offset, isolation)
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            return exc
+        finally:
+            conn.close()
+
+    if len(work) == 1:
+        return [(work[0], ask(*work[0]))]
+    pool = ThreadPoolExecutor(min(len(work), MAX_LEADER_THREADS), "fastkwire-plan")
+    try:
+        futures = [(item, pool.submit(ask, *item)) for item in work]
+        return [(item, future.result()) for item, future in futures]
+    finally:
+        # On an error, the requests under way end within their timeout, unwaited for.
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _resolve_on(conn, cluster, group, start_offset, end_offset, isolation):
@@ -1133,8 +1162,11 @@ class _Reader:
         for leader in every:
             leader.stop.set()
             leader.inbox.put((None, 0, 0))
+        # Waited for together: a thread in a slow request ends when it is answered (or
+        # times out); the threads are daemons, so none outlives the process.
+        deadline = time.monotonic() + CLOSE_WAIT
         for leader in every:
-            leader.join(5)
+            leader.join(max(deadline - time.monotonic(), 0))
         self.cluster.close()
 
     def _unplace(self, key, offset, end, why, kind, limit):
@@ -1185,18 +1217,24 @@ class _Reader:
         """The rows of one partition's answer, as RecordBatches. Its compressed batches
         may decompress to half of block_size in all: each to its share of it, and when
         one would take more, the answer is converted in halves (each half's batches
-        then have a larger share), down to one batch that may take it all."""
+        then have a larger share), down to one batch that may take it all. Under
+        read_committed the transactions' state runs from piece to piece, in offset order."""
         most = max(self.block_size // ANSWER_LIMIT_SHARE, 1024)
         spans = _compressed_spans(records)
-        if aborted and self.isolation:  # a transaction's state runs over the whole answer
-            spans = [(0, len(records), 1)]
-        yield from self._convert_spans(node, key, offset, end, records, aborted, spans, most)
+        if aborted and self.isolation:
+            aborted = AbortedTransactions(aborted)
+        # The last offset of the pieces converted so far: a piece's batches start after it,
+        # as they must in one piece (a legacy wrapper's messages are only known once read).
+        before = [None]
+        yield from self._convert_spans(
+            node, key, offset, end, records, aborted, spans, most, before
+        )
 
-    def _convert_spans(self, node, key, offset, end, records, aborted, spans, most):
+    def _convert_spans(self, node, key, offset, end, records, aborted, spans, most, before):
         compressed = sum(c for _, _, c in spans)
         lo, hi = spans[0][0], spans[-1][1]
         try:
-            batch, _, _ = batches_to_arrow(
+            batch, after, _ = batches_to_arrow(
                 records if (lo, hi) == (0, len(records)) else memoryview(records)[lo:hi],
                 topic=key[0],
                 partition=key[1],
@@ -1205,7 +1243,8 @@ class _Reader:
                 check_crc=self.check_crc,
                 start_offset=offset,
                 end_offset=end,
-                max_decompressed=max(most // max(compressed, 1), 1024),
+                max_decompressed=max(most // max(compressed, 1), 1),
+                previous_offset=before[0],
             )
         except DecodeError as exc:
             if "max_decompressed" not in str(exc):
@@ -1216,7 +1255,7 @@ class _Reader:
                 half = len(spans) // 2
                 for part in (spans[:half], spans[half:]):
                     yield from self._convert_spans(
-                        node, key, offset, end, records, aborted, part, most
+                        node, key, offset, end, records, aborted, part, most, before
                     )
                 return
             raise KafkaReadError(
@@ -1226,6 +1265,8 @@ class _Reader:
                 topic=key[0],
                 partition=key[1],
             ) from exc
+        if after is not None:
+            before[0] = after - 1
         if batch.num_rows:
             yield batch
 

@@ -273,13 +273,13 @@ def _batch_heads(file, size):
         pos += 12 + length
 
 
-def _control_type(file, pos, length, name, check_crc):
+def _control_type(file, pos, length, name, check_crc, max_decompressed):
     """The type of a control batch's first marker (0 abort, 1 commit), or None."""
     from .records import read_batches
 
     data = file.read_at(12 + length, pos)
     try:
-        batches = read_batches(data, check_crc=check_crc)
+        batches = read_batches(data, check_crc=check_crc, max_decompressed=max_decompressed)
     except DecodeError as e:
         raise SegmentError(e.reason, pos + e.offset, name) from None
     records = batches[0].records if batches else []
@@ -289,7 +289,7 @@ def _control_type(file, pos, length, name, check_crc):
     return 0 if t == "abort" else 1 if t == "commit" else None
 
 
-def _transactions(files, check_crc, truncated):
+def _transactions(files, check_crc, truncated, max_decompressed):
     """The partition's aborted transactions as rows of an array (producer_id, first_offset,
     marker_offset), and its last stable offset (the first offset of a transaction with no
     marker yet, or None). Every marker counts, so every segment is walked to its end: one
@@ -309,7 +309,7 @@ def _transactions(files, check_crc, truncated):
                     open_since.setdefault(producer, base)
                     continue
                 try:
-                    kind = _control_type(f, pos, length, path, check_crc)
+                    kind = _control_type(f, pos, length, path, check_crc, max_decompressed)
                 except SegmentError:
                     if not skip:
                         raise
@@ -331,9 +331,10 @@ def _transactions(files, check_crc, truncated):
     return aborted, min(open_since.values(), default=None)
 
 
-def _offset_for_time(files, when):
+def _offset_for_time(files, when, check_crc, max_decompressed):
     """Kafka's ListOffsets by timestamp over segment files: the first offset whose record's
-    timestamp is at or after `when` (ms), or the offset after the last batch."""
+    timestamp is at or after `when` (ms), or the offset after the last batch. Batches are
+    read as the rows are: one at a time, each within `max_decompressed`."""
     from .records import read_columns
 
     after = None
@@ -346,7 +347,11 @@ def _offset_for_time(files, when):
                 if magic == 2 and max_ts < when:
                     continue
                 try:
-                    cols = read_columns(f.read_at(12 + length, pos))
+                    cols = read_columns(
+                        f.read_at(12 + length, pos),
+                        check_crc=check_crc,
+                        max_decompressed=max_decompressed,
+                    )
                 except DecodeError as e:
                     raise SegmentError(e.reason, pos + e.offset, path) from None
                 hits = (cols.timestamp >= when).nonzero()[0]
@@ -432,12 +437,12 @@ def plan_segments(
             continue
         start, end = start_offset, end_offset
         if isinstance(start, datetime):
-            start = _offset_for_time(files, _millis(start))
+            start = _offset_for_time(files, _millis(start), check_crc, max_decompressed)
         if isinstance(end, datetime):
-            end = _offset_for_time(files, _millis(end))
+            end = _offset_for_time(files, _millis(end), check_crc, max_decompressed)
         aborted = None
         if read_committed:
-            aborted, stable = _transactions(files, check_crc, truncated)
+            aborted, stable = _transactions(files, check_crc, truncated, max_decompressed)
             if stable is not None:
                 end = stable if end is None else min(end, stable)
         for i, (fs, path, base, size) in enumerate(files):
