@@ -51,6 +51,7 @@ from .. import (
     SyncGroupRequest,
 )
 from ..error_codes import by_name
+from ._fit import fit
 from ._cluster import BROKER_SYNONYMS, TOPIC_CONFIGS, ClusterError, check_topic_name
 from ._log import LogError, read_batch_head
 
@@ -94,6 +95,15 @@ class _WaitingFetch:
         self.version = version
         self.ctx = ctx
         self.reply = reply
+
+
+def _fitted(response, version):
+    return response if response is CLOSE or response is NO_ANSWER else fit(response, version)
+
+
+def _fitting(reply, version):
+    """reply() for a later answer (a Fetch that waited), fitting it to `version` first."""
+    return lambda response: reply(_fitted(response, version))
 
 
 class Apis:
@@ -144,9 +154,9 @@ class Apis:
         reply(NO_ANSWER) sends nothing (acks=0)."""
         served = self.served.get(api_key)
         if served is not None:
-            response = served[2](request, version, ctx, reply)
+            response = served[2](request, version, ctx, _fitting(reply, version))
             if response is not None:
-                reply(response)
+                reply(_fitted(response, version))
         elif self.groups is not None and api_key in self.groups.API_KEYS:
             self.groups.handle(api_key, version, request, ctx, reply)
         else:

@@ -5,11 +5,23 @@
     with Broker() as broker:                  # ready in milliseconds, on its own thread
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
 
-As a pytest plugin (`pytest -p fastkwire.testing`, or installed: the `fastkwire` entry point
-of `pytest11`), the `kafka_broker` fixture is a Broker started for the test session.
+As a pytest plugin (`pytest -p fastkwire.testing`, or, once installed, the `fastkwire`
+entry point of `pytest11`), the `kafka_broker` fixture is a Broker started for the test
+session. Loading the plugin imports neither the broker nor the codec until a test asks.
 """
 
-from ._broker import Broker
-from ._plugin import kafka_broker
+import sys
 
-__all__ = ["Broker", "kafka_broker"]
+__all__ = ["Broker"]
+
+if "pytest" in sys.modules:  # loaded as a plugin: the fixtures (pytest is not imported else)
+    from ._plugin import kafka_broker  # noqa: F401
+
+
+def __getattr__(name):
+    if name == "Broker":
+        from ._broker import Broker
+
+        globals()["Broker"] = Broker
+        return Broker
+    raise AttributeError(name)
