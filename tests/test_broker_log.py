@@ -1,0 +1,401 @@
+"""fastkwire.broker's plain objects driven without a socket: the partition log (offsets,
+ListOffsets, DeleteRecords, reads), the producer-state table (sequences, epochs,
+duplicates), and the handlers (a decoded request in, a response object out, encoded at the
+version asked)."""
+
+import pytest
+
+import fastkwire
+from fastkwire import records
+from fastkwire.broker import Apis, Cluster, Context, LogError, PartitionLog, read_batch_head
+from fastkwire.broker._apis import CLOSE, NO_ANSWER
+from fastkwire.error_codes import by_name
+from fastkwire.records import Record
+
+
+def batch(*timestamps, compression=None, pid=-1, epoch=-1, seq=-1, values=None):
+    values = values or [b"v%d" % i for i in range(len(timestamps))]
+    return records.write_batch(
+        [Record(timestamp=ts, key=None, value=v) for ts, v in zip(timestamps, values)],
+        compression=compression,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
+
+
+def append(log, data):
+    return log.append(read_batch_head(data), data)
+
+
+def code(name):
+    return by_name(name).code
+
+
+# ---------------------------------------------------------------- the log
+
+
+def test_offsets_are_assigned_in_the_batches_kept():
+    log = PartitionLog()
+    assert append(log, batch(10, 11, 12)) == 0
+    assert append(log, batch(13, compression="gzip")) == 3
+    assert (log.log_start, log.log_end, log.high_watermark) == (0, 4, 4)
+    read = records.read_batches(log.read(0, 1 << 20))  # the CRC still holds
+    assert [b.base_offset for b in read] == [0, 3]
+    assert [r.offset for b in read for r in b.records] == [0, 1, 2, 3]
+    assert read[1].compression == "gzip"
+
+
+def test_a_read_starts_at_the_batch_holding_the_offset_and_keeps_one_batch_past_the_cap():
+    log = PartitionLog()
+    for _ in range(3):
+        append(log, batch(1, 2))
+    assert [b.base_offset for b in records.read_batches(log.read(3, 1 << 20))] == [2, 4]
+    one = log.read(0, 1)  # smaller than a batch: the first batch all the same (KIP-74)
+    assert [b.base_offset for b in records.read_batches(one)] == [0]
+    assert log.read(0, 1, min_one=False) == b""
+    assert log.read(6, 100) == b""  # the log end: nothing yet, no error
+    with pytest.raises(LogError) as e:
+        log.read(7, 100)
+    assert e.value.error == "OFFSET_OUT_OF_RANGE"
+
+
+@pytest.mark.parametrize("compression", [None, "lz4"])
+def test_list_offsets_by_timestamp_and_the_special_values(compression):
+    log = PartitionLog()
+    assert log.offset_for(-3) == (-1, -1)  # max timestamp of an empty log
+    append(log, batch(100, 300, 200, compression=compression))
+    append(log, batch(250, 260, compression=compression))
+    assert log.offset_for(-2) == (0, -1)  # earliest
+    assert log.offset_for(-1) == (5, -1)  # latest: the log end, not the last batch's base
+    assert log.offset_for(150) == (1, 300)  # the first record at or after it
+    assert log.offset_for(250) == (1, 300)
+    assert log.offset_for(0) == (0, 100)
+    assert log.offset_for(301) == (-1, -1)  # after the last record: none
+    assert log.offset_for(-3) == (1, 300)  # the record with the largest timestamp
+
+
+def test_delete_records_moves_the_log_start():
+    log = PartitionLog()
+    append(log, batch(1, 2))
+    append(log, batch(3, 4))
+    assert log.delete_before(1) == 1
+    assert log.offset_for(-2) == (1, -1)
+    assert log.offset_for(0) == (1, 2)  # records before the log start are not listed
+    with pytest.raises(LogError):
+        log.read(0, 100)
+    assert log.delete_before(3) == 3
+    assert len(log) == 1  # the first batch is wholly before the start: dropped
+    assert log.delete_before(-1) == 4  # -1: the high watermark
+    with pytest.raises(LogError) as e:
+        log.delete_before(5)
+    assert e.value.error == "OFFSET_OUT_OF_RANGE"
+
+
+def test_a_batch_is_checked_before_it_is_kept():
+    good = batch(1, 2)
+    bad_crc = bytearray(good)
+    bad_crc[-1] ^= 1
+    cases = {
+        "CORRUPT_MESSAGE": [bytes(bad_crc), good[:-1], good[:30]],
+        "INVALID_RECORD": [good + good],  # Produce v3+: one batch per partition
+        "MESSAGE_TOO_LARGE": [batch(1, values=[b"x" * 2000])],
+    }
+    for error, datas in cases.items():
+        for data in datas:
+            with pytest.raises(LogError) as e:
+                read_batch_head(data, max_bytes=1000)
+            assert e.value.error == error, data
+    legacy = bytearray(good)
+    legacy[16] = 1  # magic 1: Kafka 4 takes magic 2 batches only
+    with pytest.raises(LogError) as e:
+        read_batch_head(bytes(legacy))
+    assert e.value.error == "INVALID_RECORD"
+
+
+def test_log_append_time_rewrites_the_batch_and_its_crc():
+    log = PartitionLog()
+    data = batch(5, 6)
+    log.append(read_batch_head(data), data, now_ms=12345, log_append_time=True)
+    (read,) = records.read_batches(log.read(0, 100))  # check_crc: the new CRC holds
+    assert read.timestamp_type == 1 and read.max_timestamp == 12345
+    assert log.offset_for(12345) == (0, 12345)
+
+
+# ---------------------------------------------------------------- the handlers
+
+
+@pytest.fixture
+def apis():
+    clock = [0.0]
+    cluster = Cluster({0: ("127.0.0.1", 9092), 1: ("127.0.0.1", 9093)})
+    a = Apis(cluster, clock=lambda: clock[0], wall_clock=lambda: 1000.0)
+    a.fake_clock = clock
+    return a
+
+
+def call(apis, request, version, node=0):
+    """The handler's answer, as the codec encodes it at `version` and decodes it back."""
+    out = []
+    apis.handle(type(request).API_KEY, version, request, Context(node), out.append)
+    assert len(out) == 1
+    return roundtrip(out[0], version)
+
+
+def roundtrip(response, version):
+    frame = fastkwire.encode_response(response, version, 7)
+    _, decoded = fastkwire.decode_response(frame, type(response).API_KEY, version)
+    return decoded
+
+
+def produce(topic, partition, data, acks=-1):
+    P = fastkwire.ProduceRequest
+    return P(
+        acks=acks,
+        timeout_ms=1000,
+        topic_data=[
+            P.TopicProduceData(
+                name=topic, partition_data=[P.PartitionProduceData(index=partition, records=data)]
+            )
+        ],
+    )
+
+
+def fetch(topic_or_id, offset, max_wait_ms=0, min_bytes=1, partition_max_bytes=1 << 20):
+    F = fastkwire.FetchRequest
+    by_id = not isinstance(topic_or_id, str)
+    return F(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=50 << 20,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            F.FetchTopic(
+                topic="" if by_id else topic_or_id,
+                topic_id=topic_or_id if by_id else F.FetchTopic().topic_id,
+                partitions=[
+                    F.FetchPartition(
+                        partition=0, fetch_offset=offset, partition_max_bytes=partition_max_bytes
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def leader_node(apis, topic, partition=0):
+    return apis.cluster.partition(topic, partition).leader
+
+
+@pytest.mark.parametrize("version", [3, 8, 12])
+def test_produce_appends_and_answers_at_each_version(apis, version):
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    r = call(apis, produce("t", 0, batch(1, 2)), version, node)
+    (p,) = r.responses[0].partition_responses
+    assert (p.error_code, p.base_offset) == (0, 0)
+    r = call(apis, produce("t", 0, batch(3)), version, node)
+    assert r.responses[0].partition_responses[0].base_offset == 2
+    other = 1 - node
+    r = call(apis, produce("t", 0, batch(3)), version, other)
+    assert r.responses[0].partition_responses[0].error_code == code("NOT_LEADER_OR_FOLLOWER")
+    r = call(apis, produce("nope", 0, batch(3)), version, node)
+    assert r.responses[0].partition_responses[0].error_code == code("UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_produce_acks_0_gets_no_answer_and_a_failure_closes(apis):
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    out = []
+    apis.handle(0, 9, produce("t", 0, batch(1), acks=0), Context(node), out.append)
+    apis.handle(0, 9, produce("t", 0, b"junk", acks=0), Context(node), out.append)
+    assert out == [NO_ANSWER, CLOSE]
+    assert apis.cluster.partition("t", 0).log.log_end == 1
+    r = call(apis, produce("t", 0, batch(1), acks=2), 9, node)
+    assert r.responses[0].partition_responses[0].error_code == code("INVALID_REQUIRED_ACKS")
+
+
+def test_idempotent_sequences(apis):
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    init = call(apis, fastkwire.InitProducerIdRequest(transactional_id=None), 4, node)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert init.error_code == 0 and pid >= 0 and epoch == 0
+
+    def send(seq, n=2, e=epoch):
+        r = call(apis, produce("t", 0, batch(*range(n), pid=pid, epoch=e, seq=seq)), 9, node)
+        p = r.responses[0].partition_responses[0]
+        return p.error_code, p.base_offset
+
+    assert send(0) == (0, 0)
+    assert send(2) == (0, 2)
+    assert send(2) == (0, 2)  # a retried batch: acknowledged with its first offset
+    assert send(0) == (0, 0)  # one of the last five: still a duplicate
+    assert apis.cluster.partition("t", 0).log.log_end == 4
+    assert send(7)[0] == code("OUT_OF_ORDER_SEQUENCE_NUMBER")  # a gap
+    assert send(4)[0] == 0  # the next in line
+    bumped = call(
+        apis,
+        fastkwire.InitProducerIdRequest(transactional_id=None, producer_id=pid, producer_epoch=0),
+        4,
+        node,
+    )
+    assert (bumped.producer_id, bumped.producer_epoch) == (pid, 1)
+    assert send(6, e=1)[0] == code("OUT_OF_ORDER_SEQUENCE_NUMBER")  # a new epoch starts at 0
+    assert send(0, e=1) == (0, 6)
+    assert send(8, e=0)[0] == code("INVALID_PRODUCER_EPOCH")  # the old epoch is fenced
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 17])
+def test_fetch_reads_by_name_or_topic_id(apis, version):
+    topic = apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    call(apis, produce("t", 0, batch(1, 2)), 9, node)
+    r = call(apis, fetch(topic.id if version >= 13 else "t", 0), version, node)
+    p = r.responses[0].partitions[0]
+    assert (p.error_code, p.high_watermark, p.log_start_offset if version >= 5 else 0) == (0, 2, 0)
+    assert [x.value for b in records.read_batches(p.records) for x in b.records] == [b"v0", b"v1"]
+    r = call(apis, fetch(topic.id if version >= 13 else "t", 5), version, node)
+    assert r.responses[0].partitions[0].error_code == code("OFFSET_OUT_OF_RANGE")
+    missing = "nope" if version < 13 else type(topic.id)(int=5)
+    r = call(apis, fetch(missing, 0), version, node)
+    wanted = "UNKNOWN_TOPIC_OR_PARTITION" if version < 13 else "UNKNOWN_TOPIC_ID"
+    assert r.responses[0].partitions[0].error_code == code(wanted)
+
+
+def test_fetch_waits_for_min_bytes_until_data_or_its_max_wait(apis):
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    out = []
+    apis.handle(1, 12, fetch("t", 0, max_wait_ms=500), Context(node), out.append)
+    assert out == [] and apis.tick() == 0.5
+    call(apis, produce("t", 0, batch(1)), 9, node)  # data arrives: the Fetch is answered
+    assert len(out) == 1 and out[0].responses[0].partitions[0].high_watermark == 1
+    assert apis.tick() is None
+    apis.handle(1, 12, fetch("t", 1, max_wait_ms=500), Context(node), out.append)
+    apis.fake_clock[0] = 0.4
+    assert apis.tick() == 0.5 and len(out) == 1
+    apis.fake_clock[0] = 0.5
+    assert apis.tick() is None  # the wait is over: answered, empty
+    assert len(out) == 2 and roundtrip(out[1], 12).responses[0].partitions[0].records == b""
+
+
+def test_fetch_with_an_unknown_session_is_refused(apis):
+    request = fetch("t", 0)
+    request.session_id = 99
+    assert call(apis, request, 12).error_code == code("FETCH_SESSION_ID_NOT_FOUND")
+
+
+@pytest.mark.parametrize("version", [1, 4, 9, 10])
+def test_list_offsets_answers(apis, version):
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    call(apis, produce("t", 0, batch(100, 200)), 9, node)
+    L = fastkwire.ListOffsetsRequest
+    request = L(
+        replica_id=-1,
+        topics=[
+            L.ListOffsetsTopic(
+                name="t",
+                partitions=[
+                    L.ListOffsetsPartition(partition_index=0, timestamp=ts) for ts in (-1, -2, 150)
+                ],
+            )
+        ],
+    )
+    parts = call(apis, request, version, node).topics[0].partitions
+    assert [(p.error_code, p.offset) for p in parts] == [(0, 2), (0, 0), (0, 1)]
+    assert parts[2].timestamp == 200
+
+
+def test_metadata_creates_topics_on_first_use_and_lists_ids(apis):
+    M = fastkwire.MetadataRequest
+    request = M(topics=[M.MetadataRequestTopic(name="new")], allow_auto_topic_creation=True)
+    r = call(apis, request, 12)
+    (t,) = r.topics
+    assert t.error_code == 0 and t.name == "new" and t.topic_id == apis.cluster.topics["new"].id
+    assert [b.node_id for b in r.brokers] == [0, 1]
+    request = M(topics=[M.MetadataRequestTopic(name="other")], allow_auto_topic_creation=False)
+    assert call(apis, request, 12).topics[0].error_code == code("UNKNOWN_TOPIC_OR_PARTITION")
+    request = M(topics=[M.MetadataRequestTopic(name="bad name!")], allow_auto_topic_creation=True)
+    assert call(apis, request, 12).topics[0].error_code == code("INVALID_TOPIC_EXCEPTION")
+    assert [t.name for t in call(apis, M(topics=None), 12).topics] == ["new"]
+
+
+def test_topics_are_created_grown_described_and_deleted(apis):
+    C = fastkwire.CreateTopicsRequest
+    request = C(
+        topics=[
+            C.CreatableTopic(
+                name="a",
+                num_partitions=3,
+                replication_factor=1,
+                configs=[C.CreatableTopicConfig(name="retention.ms", value="1000")],
+            ),
+            C.CreatableTopic(name="b", num_partitions=1, replication_factor=3),
+        ],
+        timeout_ms=1000,
+    )
+    a, b = call(apis, request, 7).topics
+    assert (a.error_code, a.num_partitions, a.topic_id) == (0, 3, apis.cluster.topics["a"].id)
+    assert b.error_code == code("INVALID_REPLICATION_FACTOR")
+    assert call(apis, request, 7).topics[0].error_code == code("TOPIC_ALREADY_EXISTS")
+
+    P = fastkwire.CreatePartitionsRequest
+    grow = P(topics=[P.CreatePartitionsTopic(name="a", count=5)], timeout_ms=1000)
+    assert call(apis, grow, 3).results[0].error_code == 0
+    assert apis.cluster.partition_count("a") == 5
+    assert call(apis, grow, 3).results[0].error_code == code("INVALID_PARTITIONS")
+
+    D = fastkwire.DescribeConfigsRequest
+    describe = D(
+        resources=[
+            D.DescribeConfigsResource(
+                resource_type=2,
+                resource_name="a",
+                configuration_keys=None,  # null: all
+            )
+        ],
+        include_synonyms=True,
+    )
+    configs = {c.name: c for c in call(apis, describe, 4).results[0].configs}
+    assert configs["retention.ms"].value == "1000" and configs["retention.ms"].config_source == 1
+    assert (
+        configs["cleanup.policy"].value == "delete" and configs["cleanup.policy"].config_source == 5
+    )
+    assert configs["max.message.bytes"].value == "1048588"
+
+    T = fastkwire.DeleteTopicsRequest
+    r = call(apis, T(topics=[T.DeleteTopicState(name="a")], timeout_ms=1000), 6)
+    assert r.responses[0].error_code == 0 and "a" not in apis.cluster.topics
+    r = call(apis, T(topic_names=["a"], timeout_ms=1000), 5)
+    assert r.responses[0].error_code == code("UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_delete_records_and_describe_cluster(apis):
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    call(apis, produce("t", 0, batch(1, 2, 3)), 9, node)
+    R = fastkwire.DeleteRecordsRequest
+    request = R(
+        topics=[
+            R.DeleteRecordsTopic(
+                name="t", partitions=[R.DeleteRecordsPartition(partition_index=0, offset=2)]
+            )
+        ],
+        timeout_ms=1000,
+    )
+    p = call(apis, request, 2, node).topics[0].partitions[0]
+    assert (p.error_code, p.low_watermark) == (0, 2)
+    r = call(apis, fastkwire.DescribeClusterRequest(), 1)
+    assert r.cluster_id == apis.cluster.cluster_id and len(r.brokers) == 2
+
+
+def test_api_versions_lists_kafka_4s_ranges(apis):
+    r = call(apis, fastkwire.ApiVersionsRequest(), 3)
+    served = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
+    assert served[fastkwire.ProduceRequest.API_KEY] == (3, 12)  # KIP-896: v0-2 are gone
+    assert served[fastkwire.FetchRequest.API_KEY] == (4, 17)
+    assert fastkwire.JoinGroupRequest.API_KEY not in served  # no group coordinator given
