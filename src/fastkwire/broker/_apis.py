@@ -52,7 +52,16 @@ from .. import (
 )
 from ..error_codes import by_name
 from ._fit import fit
-from ._cluster import BROKER_SYNONYMS, TOPIC_CONFIGS, ClusterError, check_topic_name
+from ._cluster import (
+    BOOLEAN,
+    BROKER_SYNONYMS,
+    INT,
+    LIST,
+    SHORT,
+    TOPIC_CONFIGS,
+    ClusterError,
+    check_topic_name,
+)
 from ._log import LogError, read_batch_head
 
 # Tell the server to close the connection instead of answering (acks=0 Produce errors: the
@@ -669,7 +678,7 @@ class Apis:
                         f"broker {res.resource_name!r} is not this one ({ctx.node_id})"
                     )
                 else:
-                    result.configs = self._broker_configs(res, version)
+                    result.configs = self._broker_configs(res, ctx)
             else:
                 result.error_code = code("INVALID_REQUEST")
                 result.error_message = f"resource type {res.resource_type} is not served here"
@@ -714,17 +723,13 @@ class Apis:
             )
         return out
 
-    def _broker_configs(self, res, version):
+    def _broker_configs(self, res, ctx):
+        """The node's own configs, as a KRaft broker started from a properties file shows
+        them: static and read-only."""
         R = DescribeConfigsResponse
         cluster = self.cluster
-        table = {
-            "auto.create.topics.enable": (str(cluster.auto_create_topics).lower(), 1),
-            "num.partitions": (str(cluster.num_partitions), 3),
-            "default.replication.factor": ("1", 3),
-            "message.max.bytes": (TOPIC_CONFIGS["max.message.bytes"][0], 3),
-            "log.retention.ms": (TOPIC_CONFIGS["retention.ms"][0], 5),
-            "group.initial.rebalance.delay.ms": ("0", 3),
-        }
+        host, port = cluster.nodes[ctx.node_id]
+        listener = f"PLAINTEXT://{host}:{port}"
         keys = res.configuration_keys
         return [
             R.DescribeConfigsResourceResult(
@@ -738,7 +743,22 @@ class Apis:
                 config_type=kind,
                 documentation=None,
             )
-            for name, (value, kind) in sorted(table.items())
+            for name, (value, kind) in sorted(
+                {
+                    "advertised.listeners": (listener, LIST),
+                    "listeners": (listener, LIST),
+                    "node.id": (str(ctx.node_id), INT),
+                    "broker.id": (str(ctx.node_id), INT),
+                    "process.roles": ("broker,controller", LIST),
+                    "auto.create.topics.enable": (str(cluster.auto_create_topics).lower(), BOOLEAN),
+                    "num.partitions": (str(cluster.num_partitions), INT),
+                    "default.replication.factor": ("1", INT),
+                    "offsets.topic.replication.factor": ("1", SHORT),
+                    "message.max.bytes": (TOPIC_CONFIGS["max.message.bytes"][0], INT),
+                    "log.retention.hours": ("168", INT),
+                    "group.initial.rebalance.delay.ms": ("0", INT),
+                }.items()
+            )
             if keys is None or name in keys
         ]
 
