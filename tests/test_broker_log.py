@@ -399,3 +399,20 @@ def test_api_versions_lists_kafka_4s_ranges(apis):
     assert served[fastkwire.ProduceRequest.API_KEY] == (3, 12)  # KIP-896: v0-2 are gone
     assert served[fastkwire.FetchRequest.API_KEY] == (4, 17)
     assert fastkwire.JoinGroupRequest.API_KEY not in served  # no group coordinator given
+
+
+def test_describe_topic_partitions_pages_by_cursor(apis):
+    apis.cluster.create_topic("a", 3)
+    apis.cluster.create_topic("b", 2)
+    D = fastkwire.DescribeTopicPartitionsRequest
+    r = call(apis, D(topics=[], response_partition_limit=2), 0)
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in r.topics] == [
+        ("a", [0, 1])
+    ]
+    assert (r.next_cursor.topic_name, r.next_cursor.partition_index) == ("a", 2)
+    cursor = D.Cursor(topic_name="a", partition_index=2)
+    r = call(apis, D(topics=[], response_partition_limit=10, cursor=cursor), 0)
+    assert [(t.name, len(t.partitions)) for t in r.topics] == [("a", 1), ("b", 2)]
+    assert r.next_cursor is None
+    r = call(apis, D(topics=[D.TopicRequest(name="nope")]), 0)
+    assert r.topics[0].error_code == code("UNKNOWN_TOPIC_OR_PARTITION")

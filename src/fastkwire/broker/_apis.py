@@ -29,6 +29,8 @@ from .. import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
@@ -142,6 +144,7 @@ class Apis:
                 (DescribeConfigsRequest, 1, 4, self.describe_configs),
                 (CreatePartitionsRequest, 0, 3, self.create_partitions),
                 (DescribeClusterRequest, 0, 1, self.describe_cluster),
+                (DescribeTopicPartitionsRequest, 0, 0, self.describe_topic_partitions),
             )
         }
 
@@ -306,6 +309,63 @@ class Apis:
             controller_id=cluster.controller_id,
             topics=topics,
         )
+
+    # ---- DescribeTopicPartitions (KIP-966): Metadata's topics, paged by a cursor
+
+    def describe_topic_partitions(self, request, version, ctx, reply):
+        R = DescribeTopicPartitionsResponse
+        cluster = self.cluster
+        names = sorted({t.name for t in request.topics} if request.topics else cluster.topics)
+        cursor = request.cursor
+        if cursor is not None:
+            names = [n for n in names if n >= cursor.topic_name]
+        room = max(request.response_partition_limit, 1)
+        topics, next_cursor = [], None
+        for name in names:
+            topic = cluster.topics.get(name)
+            if topic is None:
+                topics.append(
+                    R.DescribeTopicPartitionsResponseTopic(
+                        error_code=code("UNKNOWN_TOPIC_OR_PARTITION"), name=name, partitions=[]
+                    )
+                )
+                continue
+            first = (
+                cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            )
+            parts = topic.partitions[first:]
+            if len(parts) > room:
+                parts = parts[:room]
+                next_cursor = R.Cursor(topic_name=name, partition_index=first + room)
+            topics.append(
+                R.DescribeTopicPartitionsResponseTopic(
+                    error_code=NONE,
+                    name=name,
+                    topic_id=topic.id,
+                    partitions=[
+                        R.DescribeTopicPartitionsResponsePartition(
+                            error_code=NONE,
+                            partition_index=p.index,
+                            leader_id=p.leader,
+                            leader_epoch=p.log.leader_epoch,
+                            replica_nodes=[p.leader],
+                            isr_nodes=[p.leader],
+                            eligible_leader_replicas=[],
+                            last_known_elr=[],
+                            offline_replicas=[],
+                        )
+                        for p in parts
+                    ],
+                )
+            )
+            room -= len(parts)
+            if next_cursor is not None:
+                break
+            if room == 0 and name != names[-1]:
+                following = names[names.index(name) + 1]
+                next_cursor = R.Cursor(topic_name=following, partition_index=0)
+                break
+        return R(topics=topics, next_cursor=next_cursor)
 
     # ---- Produce
 
