@@ -147,6 +147,33 @@ def test_confluent_idempotent_producer_and_assigned_consumer(broker, codec):
     assert (low, high) == (0, N)
 
 
+def test_three_nodes_lead_their_own_partitions():
+    kafka = pytest.importorskip("kafka")
+    with Broker(nodes=3) as b:
+        b.create_topic("spread", partitions=6)
+        leaders = b.call(lambda: [p.leader for p in b.broker.cluster.topics["spread"].partitions])
+        assert sorted(set(leaders)) == [0, 1, 2]
+        producer = kafka.KafkaProducer(bootstrap_servers=b.bootstrap_servers.split(",")[0])
+        for i in range(6):
+            producer.send("spread", b"%d" % i, partition=i)
+        producer.flush(TIMEOUT)
+        producer.close(TIMEOUT)
+        consumer = kafka.KafkaConsumer(
+            bootstrap_servers=b.bootstrap_servers.split(",")[-1],
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=2000,
+        )
+        try:
+            consumer.assign([kafka.TopicPartition("spread", i) for i in range(6)])
+            got = sorted((m.partition, m.value) for m in consumer)
+        finally:
+            consumer.close()
+        assert got == [(i, b"%d" % i) for i in range(6)]
+        # one record each: a write to a node that does not lead is refused NOT_LEADER
+        logs = b.call(lambda: [p.log.log_end for p in b.broker.cluster.topics["spread"].partitions])
+        assert logs == [1] * 6
+
+
 def test_fastkwire_reads_what_was_written(broker):
     kafka = pytest.importorskip("kafka")
     pytest.importorskip("pyarrow")
