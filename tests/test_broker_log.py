@@ -416,3 +416,47 @@ def test_describe_topic_partitions_pages_by_cursor(apis):
     assert r.next_cursor is None
     r = call(apis, D(topics=[D.TopicRequest(name="nope")]), 0)
     assert r.topics[0].error_code == code("UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_one_replica_cluster_apis(apis):
+    apis.cluster.create_topic("t", 2)
+    node = leader_node(apis, "t")
+    E = fastkwire.ElectLeadersRequest
+    r = call(apis, E(topic_partitions=[E.TopicPartitions(topic="t", partitions=[0, 5])]), 2)
+    assert [p.error_code for p in r.replica_election_results[0].partition_result] == [
+        code("ELECTION_NOT_NEEDED"),
+        code("UNKNOWN_TOPIC_OR_PARTITION"),
+    ]
+    call(apis, produce("t", 0, batch(1, 2)), 9, node)
+    r = call(apis, fastkwire.DescribeLogDirsRequest(topics=None), 4, node)
+    (result,) = r.results
+    sizes = {p.partition_index: p.partition_size for t in result.topics for p in t.partitions}
+    assert sizes[0] == apis.cluster.partition("t", 0).log.bytes > 0
+    Q = fastkwire.DescribeQuorumRequest
+    request = Q(
+        topics=[Q.TopicData(topic_name="__cluster_metadata", partitions=[Q.PartitionData()])]
+    )
+    (p,) = call(apis, request, 2).topics[0].partitions
+    assert p.error_code == 0 and [v.replica_id for v in p.current_voters] == [0]
+    A = fastkwire.AlterPartitionReassignmentsRequest
+    move = A(
+        topics=[
+            A.ReassignableTopic(
+                name="t",
+                partitions=[
+                    A.ReassignablePartition(partition_index=0, replicas=[1 - node]),
+                    A.ReassignablePartition(partition_index=1, replicas=[0, 1]),
+                ],
+            )
+        ]
+    )
+    moved, refused = call(apis, move, 0).responses[0].partitions
+    assert (moved.error_code, refused.error_code) == (0, code("INVALID_REPLICA_ASSIGNMENT"))
+    assert leader_node(apis, "t") == 1 - node  # the one replica moved: so did the leader
+    L = fastkwire.ListConfigResourcesRequest
+    r = call(apis, L(resource_types=[]), 1)
+    assert {(c.resource_name, c.resource_type) for c in r.config_resources} == {
+        ("t", 2),
+        ("0", 4),
+        ("1", 4),
+    }

@@ -8,6 +8,7 @@ these handlers know. Behaviour follows Kafka's KafkaApis and ReplicaManager wher
 can tell.
 """
 
+import functools
 import time
 import uuid
 
@@ -65,6 +66,7 @@ from ._cluster import (
     check_topic_name,
 )
 from ._log import LogError, read_batch_head
+from ._replica_apis import HANDLERS as REPLICA_HANDLERS
 
 # Tell the server to close the connection instead of answering (acks=0 Produce errors: the
 # producer gets no answer, so Kafka closes the connection to tell it something went wrong).
@@ -108,6 +110,11 @@ class _WaitingFetch:
         self.reply = reply
 
 
+def _answer_now(handler, apis, request, version, ctx, reply):
+    """A handler of (apis, request, version, ctx) that always answers at once."""
+    return handler(apis, request, version, ctx)
+
+
 def _fitted(response, version):
     return response if response is CLOSE or response is NO_ANSWER else fit(response, version)
 
@@ -145,6 +152,10 @@ class Apis:
                 (CreatePartitionsRequest, 0, 3, self.create_partitions),
                 (DescribeClusterRequest, 0, 1, self.describe_cluster),
                 (DescribeTopicPartitionsRequest, 0, 0, self.describe_topic_partitions),
+                *(
+                    (cls, low, high, functools.partial(_answer_now, handler, self))
+                    for cls, low, high, handler in REPLICA_HANDLERS
+                ),
             )
         }
 
