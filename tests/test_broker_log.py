@@ -460,3 +460,25 @@ def test_one_replica_cluster_apis(apis):
         ("0", 4),
         ("1", 4),
     }
+
+
+def test_acls_are_kept_and_matched_by_kafkas_filter_rules():
+    from fastkwire.broker._acls import Acl, AclError, AclStore
+
+    store = AclStore()
+    topic, group, literal, prefixed, read, write, allow = 2, 3, 3, 4, 3, 4, 3
+    store.add(Acl(topic, "orders", literal, "User:a", "*", read, allow))
+    store.add(Acl(topic, "ord", prefixed, "User:b", "*", write, allow))
+    store.add(Acl(group, "*", literal, "User:a", "*", read, allow))
+    store.add(Acl(topic, "orders", literal, "User:a", "*", read, allow))  # kept once
+    assert len(store.acls) == 3
+    everything = Acl(1, None, 1, None, None, 1, 1)
+    assert len(store.find(everything)) == 3
+    match_orders = Acl(topic, "orders", 2, None, None, 1, 1)  # MATCH: what applies to it
+    assert [a.principal for a in store.find(match_orders)] == ["User:a", "User:b"]
+    assert store.find(Acl(1, "*", 1, None, None, 1, 1))[0].resource_type == group
+    assert store.find(Acl(1, None, 1, "User:a", None, write, 1)) == []
+    with pytest.raises(AclError):
+        store.add(Acl(1, "x", literal, "User:a", "*", read, allow))  # ANY is a filter only
+    assert len(store.remove(Acl(topic, None, 1, None, None, 1, 1))) == 2
+    assert len(store.acls) == 1

@@ -66,6 +66,8 @@ from ._cluster import (
     check_topic_name,
 )
 from ._log import LogError, read_batch_head
+from ._acls import HANDLERS as ACL_HANDLERS
+from ._acls import AclStore
 from ._replica_apis import HANDLERS as REPLICA_HANDLERS
 
 # Tell the server to close the connection instead of answering (acks=0 Produce errors: the
@@ -133,6 +135,7 @@ class Apis:
         self.clock = clock
         self.wall_clock = wall_clock
         self.groups = groups
+        self.acls = AclStore()
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         # API key -> (min version, max version, handler); the handlers' versions.
         self.served = {
@@ -154,7 +157,7 @@ class Apis:
                 (DescribeTopicPartitionsRequest, 0, 0, self.describe_topic_partitions),
                 *(
                     (cls, low, high, functools.partial(_answer_now, handler, self))
-                    for cls, low, high, handler in REPLICA_HANDLERS
+                    for cls, low, high, handler in REPLICA_HANDLERS + ACL_HANDLERS
                 ),
             )
         }
