@@ -343,11 +343,17 @@ def test_topics_are_created_grown_described_and_deleted(apis):
     assert b.error_code == code("INVALID_REPLICATION_FACTOR")
     assert call(apis, request, 7).topics[0].error_code == code("TOPIC_ALREADY_EXISTS")
 
+    huge = C(topics=[C.CreatableTopic(name="huge", num_partitions=2**31 - 1, replication_factor=1)])
+    assert call(apis, huge, 7).topics[0].error_code == code("INVALID_PARTITIONS")  # at once
+
     P = fastkwire.CreatePartitionsRequest
     grow = P(topics=[P.CreatePartitionsTopic(name="a", count=5)], timeout_ms=1000)
     assert call(apis, grow, 3).results[0].error_code == 0
     assert apis.cluster.partition_count("a") == 5
     assert call(apis, grow, 3).results[0].error_code == code("INVALID_PARTITIONS")
+    grow.topics[0].count = 2**31 - 1
+    assert call(apis, grow, 3).results[0].error_code == code("INVALID_PARTITIONS")
+    assert apis.cluster.partitions == 5  # of every topic together
 
     D = fastkwire.DescribeConfigsRequest
     describe = D(

@@ -64,6 +64,9 @@ BROKER_SYNONYMS = {
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249
+# Partitions the whole cluster may hold: a CreateTopics or CreatePartitions asking for
+# more is refused, so that one request cannot make the broker allocate without bound.
+DEFAULT_MAX_PARTITIONS = 100_000
 
 
 class ClusterError(Exception):
@@ -132,10 +135,20 @@ class Cluster:
     """Nodes, topics and producer ids. `nodes` is {node id: (host, port)}; with
     `auto_create_topics`, Metadata and Produce create unknown topics of `num_partitions`."""
 
-    def __init__(self, nodes, *, auto_create_topics=True, num_partitions=1, cluster_id=None):
+    def __init__(
+        self,
+        nodes,
+        *,
+        auto_create_topics=True,
+        num_partitions=1,
+        cluster_id=None,
+        max_partitions=DEFAULT_MAX_PARTITIONS,
+    ):
         if not nodes:
             raise ValueError("nodes: a cluster needs at least one node")
         self.nodes = dict(nodes)
+        self.max_partitions = max_partitions
+        self.partitions = 0  # of every topic together
         self.auto_create_topics = auto_create_topics
         self.num_partitions = num_partitions
         self.cluster_id = cluster_id or _cluster_id()
@@ -176,6 +189,7 @@ class Cluster:
             raise ClusterError(
                 "INVALID_PARTITIONS", f"number of partitions must be at least 1, not {partitions}"
             )
+        self._check_room(partitions)
         factor = 1 if replication_factor == -1 else replication_factor
         if not 1 <= factor <= len(self.nodes):
             raise ClusterError(
@@ -206,7 +220,16 @@ class Cluster:
             topic = self.create_topic(name)
         return topic
 
+    def _check_room(self, more):
+        if self.partitions + more > self.max_partitions:
+            raise ClusterError(
+                "INVALID_PARTITIONS",
+                f"{more} more partitions would pass the cluster's {self.max_partitions} "
+                f"(max_partitions; {self.partitions} exist)",
+            )
+
     def _add_partitions(self, topic, count):
+        self.partitions += count - len(topic.partitions)
         ids = self.node_ids()
         first = zlib.crc32(topic.name.encode("utf-8", "surrogatepass"))
         for index in range(len(topic.partitions), count):
@@ -222,11 +245,13 @@ class Cluster:
                 f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be "
                 f"larger, not {count}",
             )
+        self._check_room(count - len(topic.partitions))
         return topic
 
     def create_partitions(self, name, count):
         self._add_partitions(self.check_partition_count(name, count), count)
 
     def delete_topic(self, topic):
+        self.partitions -= len(topic.partitions)
         del self.topics[topic.name]
         del self.topic_ids[topic.id]

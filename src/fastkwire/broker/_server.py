@@ -14,9 +14,7 @@ the frames behind it). The proxy's caps and their defaults hold here too:
 - `frame_timeout`: seconds a started frame may take to arrive whole, counted only while the
   broker is reading (a slowloris ends, a client the broker paused does not).
 - `max_connections`: more are closed as they arrive.
-A request whose API or version is not served gets Kafka's UNSUPPORTED_VERSION (ApiVersions
-gets its v0 answer listing what is served); a frame that does not decode ends its connection,
-as Kafka closes it.
+What a frame gets (an answer, nothing, or the end of its connection) is _exchange.py's.
 """
 
 import asyncio
@@ -24,13 +22,7 @@ import collections
 import logging
 import socket
 import time
-from types import SimpleNamespace
 
-from .. import ApiVersionsRequest, ApiVersionsResponse, decode_request, encode_response
-from ..error_codes import by_name
-from ..errors import DecodeError, EncodeError, UnsupportedVersionError
-from ..proxy._faults import error_answer
-from ..proxy._frames import request_header
 from ..proxy._server import (
     DEFAULT_FRAME_TIMEOUT,
     DEFAULT_MAX_BUFFERED_BYTES,
@@ -41,13 +33,12 @@ from ..proxy._server import (
     _positive,
     parse_address,
 )
-from ._apis import CLOSE, NO_ANSWER, Apis, Context
-from ._cluster import Cluster
+from ._apis import Apis
+from ._cluster import DEFAULT_MAX_PARTITIONS, Cluster
+from ._exchange import Close, answer_frame
 
 log = logging.getLogger("fastkwire.broker")
 
-API_VERSIONS = ApiVersionsRequest.API_KEY
-UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
 FIRST_NODE_ID = 0
 WATCH_INTERVAL_MAX = 1.0  # seconds between looks for overdue frames, at most
 
@@ -202,92 +193,21 @@ class _Connection(asyncio.Protocol):
             self.broker.room()
 
     def request(self, frame):
-        header = request_header(frame)
-        if header is None:
-            self.end(f"a frame of {len(frame)} bytes is too short for a request header")
-            return
-        broker = self.broker
-        key, version = header.api_key, header.api_version
-        served = broker.apis.versions().get(key)
-        if served is None or not served[0] <= version <= served[1]:
-            self.unsupported(header, frame, served)
-            return
-        try:
-            header, request, _ = decode_request(frame, trailing="keep")
-        except (DecodeError, UnsupportedVersionError) as e:
-            self.end(f"a request that does not decode ({e})")
-            return
-        ctx = Context(self.node_id, header.client_id or "", self.host)
-        replied = []
+        answer_frame(self.broker.apis, frame, self.node_id, self.host, self.answered)
+        self.broker.wake()  # the handlers' next deadline may have changed
 
-        def reply(response):
-            if replied:
-                raise RuntimeError("a request was answered twice")
-            replied.append(True)
-            self.answer(response, key, version, header.correlation_id)
-
-        try:
-            broker.apis.handle(key, version, request, ctx, reply)
-        except Exception:  # noqa: BLE001 - a handler's bug ends this connection only
-            log.exception(
-                "answering %s v%d from %s failed", type(request).__name__, version, self.host
-            )
-            if not replied:
-                self.end(f"answering {type(request).__name__} v{version} failed")
-        broker.wake()
-
-    def unsupported(self, header, frame, served):
-        """Kafka's answer to an API or version it does not serve."""
-        broker = self.broker
-        if header.api_key == API_VERSIONS:
-            # An ApiVersions newer than served: its v0 answer, listing what is served.
-            response = ApiVersionsResponse(
-                error_code=UNSUPPORTED_VERSION,
-                api_keys=[
-                    ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                    for k, (lo, hi) in sorted(broker.apis.versions().items())
-                ],
-            )
-            self.answer(response, API_VERSIONS, 0, header.correlation_id)
-            return
-        request = SimpleNamespace(
-            api_key=header.api_key,
-            api_version=header.api_version,
-            correlation_id=header.correlation_id,
-            request=frame,
-        )
-        try:
-            out = error_answer(request, UNSUPPORTED_VERSION)
-        except (ValueError, DecodeError) as e:
-            what = "not served" if served is None else f"served at versions {served[0]}-{served[1]}"
-            self.end(
-                f"API key {header.api_key} v{header.api_version} ({what}) cannot be answered: {e}"
-            )
-            return
-        self.write(out)
-
-    def answer(self, response, api_key, version, correlation_id):
+    def answered(self, outcome):
+        """The answer's bytes, None (nothing to send) or a Close: the next frame follows."""
         if self.closed:
             return
-        if response is CLOSE:
-            self.end("an acks=0 Produce failed (Kafka closes the connection to say so)")
+        if isinstance(outcome, Close):
+            self.end(outcome.reason)
             return
-        if response is not NO_ANSWER:
-            try:
-                out = encode_response(response, version, correlation_id)
-            except (EncodeError, UnsupportedVersionError) as e:
-                log.error("the answer to API key %d v%d does not encode: %s", api_key, version, e)
-                self.end(f"the answer to API key {api_key} v{version} does not encode")
-                return
-            self.transport.write(out)
+        if outcome is not None:
+            self.transport.write(outcome)
         self.busy = False
-        # Answers may come from another connection's request (a Fetch that waited): take the
-        # next frame on the loop's next turn, not inside that request's handling.
-        asyncio.get_running_loop().call_soon(self.next)
-
-    def write(self, out):
-        self.transport.write(out)
-        self.busy = False
+        # An answer may come from another connection's request (a Fetch that waited): the
+        # next frame is taken on the loop's next turn, not inside that request's handling.
         asyncio.get_running_loop().call_soon(self.next)
 
 
@@ -295,7 +215,8 @@ class Broker:
     """A Kafka broker on asyncio: `listeners` are one (host, port) or "host:port" per node
     (port 0: a free one), node ids counting from `first_node_id`. Keyword arguments:
     `auto_create_topics` (Kafka's auto.create.topics.enable, on by default),
-    `num_partitions` (of an auto-created topic), `groups` (a function(cluster) making the
+    `num_partitions` (of an auto-created topic), `max_partitions` (of all topics together),
+    `groups` (a function(cluster) making the
     group coordinator; None: the group APIs are not served), and the caps above.
 
         broker = Broker([("127.0.0.1", 0)])
@@ -311,6 +232,7 @@ class Broker:
         first_node_id=FIRST_NODE_ID,
         auto_create_topics=True,
         num_partitions=1,
+        max_partitions=DEFAULT_MAX_PARTITIONS,
         groups=None,
         max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
         max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
@@ -328,6 +250,7 @@ class Broker:
         self.first_node_id = first_node_id
         self.auto_create_topics = bool(auto_create_topics)
         self.num_partitions = _positive(num_partitions, "num_partitions")
+        self.max_partitions = _positive(max_partitions, "max_partitions")
         self.groups = groups
         self.max_frame_bytes = _positive(max_frame_bytes, "max_frame_bytes")
         if self.max_frame_bytes > 0x7FFFFFFF:
@@ -375,7 +298,10 @@ class Broker:
             for i, ((host, _), sock) in enumerate(zip(self.listeners, socks))
         }
         self.cluster = Cluster(
-            nodes, auto_create_topics=self.auto_create_topics, num_partitions=self.num_partitions
+            nodes,
+            auto_create_topics=self.auto_create_topics,
+            num_partitions=self.num_partitions,
+            max_partitions=self.max_partitions,
         )
         groups = None if self.groups is None else self.groups(self.cluster)
         self.apis = Apis(self.cluster, groups=groups)
