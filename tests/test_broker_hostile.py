@@ -6,7 +6,9 @@ UNSUPPORTED_VERSION, never a closed connection."""
 
 import socket
 import struct
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +170,13 @@ def test_a_client_that_sends_many_requests_at_once_gets_each_answer_in_order(bro
         header, _ = decode_response(read_frame(s), ApiVersionsRequest.API_KEY, 3)
         assert header.correlation_id == i
     s.close()
+
+
+def test_mutated_frames_keep_the_request_paths_contract():
+    """fuzz/hostile_broker.py's contract over a short run (the long one: its --loop)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_broker
+
+    counts, findings, _ = hostile_broker.run(3000, seed=7)
+    assert findings == 0
+    assert counts["answered"] and counts["closed"] and counts["silent"]
