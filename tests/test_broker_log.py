@@ -488,3 +488,32 @@ def test_acls_are_kept_and_matched_by_kafkas_filter_rules():
         store.add(Acl(1, "x", literal, "User:a", "*", read, allow))  # ANY is a filter only
     assert len(store.remove(Acl(topic, None, 1, None, None, 1, 1))) == 2
     assert len(store.acls) == 1
+
+
+def test_offset_for_leader_epoch(apis):
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    call(apis, produce("t", 0, batch(1, 2, 3)), 9, node)
+    E = fastkwire.OffsetForLeaderEpochRequest
+
+    def ask(epoch, current=-1, partition=0):
+        request = E(
+            replica_id=-1,
+            topics=[
+                E.OffsetForLeaderTopic(
+                    topic="t",
+                    partitions=[
+                        E.OffsetForLeaderPartition(
+                            partition=partition, current_leader_epoch=current, leader_epoch=epoch
+                        )
+                    ],
+                )
+            ],
+        )
+        p = call(apis, request, 4, node).topics[0].partitions[0]
+        return p.error_code, p.leader_epoch, p.end_offset
+
+    assert ask(0) == (0, 0, 3)
+    assert ask(5) == (0, -1, -1)  # an epoch the log never had
+    assert ask(0, current=3)[0] == code("UNKNOWN_LEADER_EPOCH")
+    assert ask(0, partition=4)[0] == code("UNKNOWN_TOPIC_OR_PARTITION")

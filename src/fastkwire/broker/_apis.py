@@ -49,6 +49,8 @@ from .. import (
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
     ProduceRequest,
     ProduceResponse,
     SyncGroupRequest,
@@ -144,6 +146,7 @@ class Apis:
                 (ProduceRequest, 3, 12, self.produce),
                 (FetchRequest, 4, 17, self.fetch),
                 (ListOffsetsRequest, 1, 10, self.list_offsets),
+                (OffsetForLeaderEpochRequest, 2, 4, self.offset_for_leader_epoch),
                 (MetadataRequest, 0, 12, self.metadata),
                 (FindCoordinatorRequest, 0, 6, self.find_coordinator),
                 (ApiVersionsRequest, 0, 4, self.api_versions),
@@ -557,6 +560,34 @@ class Apis:
                     )
                 )
             topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+        return R(topics=topics)
+
+    # ---- OffsetForLeaderEpoch: where a consumer's last seen epoch ends (KIP-320)
+
+    def offset_for_leader_epoch(self, request, version, ctx, reply):
+        R = OffsetForLeaderEpochResponse
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                partition = self.cluster.partition(t.topic, p.partition)
+                epoch, end = -1, -1
+                error = "UNKNOWN_TOPIC_OR_PARTITION" if partition is None else None
+                if error is None:
+                    error = self._leader_check(partition, ctx, p.current_leader_epoch)
+                if error is None and p.leader_epoch <= partition.log.leader_epoch:
+                    # Leaders never change here: every epoch asked for ends at the log end,
+                    # and the largest epoch at or below the one asked for is the current one.
+                    epoch, end = partition.log.leader_epoch, partition.log.log_end
+                parts.append(
+                    R.EpochEndOffset(
+                        error_code=NONE if error is None else code(error),
+                        partition=p.partition,
+                        leader_epoch=epoch,
+                        end_offset=end,
+                    )
+                )
+            topics.append(R.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
         return R(topics=topics)
 
     # ---- FindCoordinator
