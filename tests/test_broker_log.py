@@ -282,6 +282,19 @@ def test_fetch_waits_for_min_bytes_until_data_or_its_max_wait(apis):
     assert len(out) == 2 and roundtrip(out[1], 12).responses[0].partitions[0].records == b""
 
 
+def test_a_closed_connections_waiting_fetch_is_forgotten(apis):
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    out, connection = [], object()
+    ctx = Context(node, connection=connection)
+    apis.handle(1, 12, fetch("t", 0, max_wait_ms=500), ctx, out.append)
+    assert apis.tick() == 0.5
+    apis.forget(connection)
+    assert apis.tick() is None  # nothing waits: no reply ever goes to the closed connection
+    call(apis, produce("t", 0, batch(1)), 9, node)
+    assert out == []
+
+
 def test_fetch_with_an_unknown_session_is_refused(apis):
     request = fetch("t", 0)
     request.session_id = 99

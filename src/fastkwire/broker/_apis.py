@@ -95,12 +95,13 @@ NONE = 0
 class Context:
     """Who sent a request: what handlers and the group coordinator may look at."""
 
-    __slots__ = ("node_id", "client_id", "client_host")
+    __slots__ = ("node_id", "client_id", "client_host", "connection")
 
-    def __init__(self, node_id, client_id="", client_host=""):
+    def __init__(self, node_id, client_id="", client_host="", connection=None):
         self.node_id = node_id
         self.client_id = client_id
         self.client_host = client_host
+        self.connection = connection  # who to forget() when it closes (any object)
 
 
 class _WaitingFetch:
@@ -138,6 +139,7 @@ class Apis:
         self.wall_clock = wall_clock
         self.groups = groups
         self.acls = AclStore()
+        self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         # API key -> (min version, max version, handler); the handlers' versions.
         self.served = {
@@ -169,6 +171,15 @@ class Apis:
 
     def versions(self):
         """{API key: (min, max)} of every API served, the group coordinator's included."""
+        if self._versions is None:
+            self._versions = self._all_versions()
+        return self._versions
+
+    def forget(self, connection):
+        """A connection closed: the Fetches it left waiting are dropped unanswered."""
+        self._waiting = [w for w in self._waiting if w.ctx.connection is not connection]
+
+    def _all_versions(self):
         out = {key: (low, high) for key, (low, high, _) in self.served.items()}
         if self.groups is not None:
             for key in self.groups.API_KEYS:

@@ -2,7 +2,7 @@
 API or version that is not served as Kafka does, decode the request with the codec, hand it
 to `Apis`, encode the answer at the request's version with its correlation id.
 
-`answer_frame(apis, frame, node_id, client_host, done)` calls `done(outcome)` exactly once,
+`answer_frame(apis, frame, node_id, client_host, done, connection)` calls `done(outcome)` exactly once,
 now or later (a Fetch that waits): the answer's bytes, `None` (an acks=0 Produce: nothing is
 sent), or a `Close` saying why the connection ends (a frame that does not decode, an answer
 the version cannot carry). The server writes or closes; fuzz/hostile_broker.py checks these
@@ -37,7 +37,7 @@ class Close:
         return f"Close({self.reason!r})"
 
 
-def answer_frame(apis, frame, node_id, client_host, done):
+def answer_frame(apis, frame, node_id, client_host, done, connection=None):
     header = request_header(frame)
     if header is None:
         done(Close(f"a frame of {len(frame)} bytes is too short for a request header"))
@@ -52,7 +52,7 @@ def answer_frame(apis, frame, node_id, client_host, done):
     except (DecodeError, UnsupportedVersionError) as e:
         done(Close(f"a request that does not decode ({e})"))
         return
-    ctx = Context(node_id, header.client_id or "", client_host)
+    ctx = Context(node_id, header.client_id or "", client_host, connection)
     replied = []
 
     def reply(response):

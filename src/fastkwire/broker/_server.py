@@ -101,7 +101,8 @@ class _Connection(asyncio.Protocol):
             end = start + 4 + size
             if end > n:
                 break
-            frame = bytes(buf[start:end])
+            with memoryview(buf) as view:  # one copy, and no export left behind
+                frame = view[start:end].tobytes()
             self.frames.append(frame)
             self.queued += len(frame)
             completed += 1
@@ -169,6 +170,8 @@ class _Connection(asyncio.Protocol):
     def _release(self):
         if self in self.broker.connections:
             self.broker.connections.discard(self)
+            if self.broker.apis is not None:
+                self.broker.apis.forget(self)
         if not self.closed:
             self.closed = True
         self.broker.buffered -= self.queued + len(self.buf)
@@ -193,7 +196,7 @@ class _Connection(asyncio.Protocol):
             self.broker.room()
 
     def request(self, frame):
-        answer_frame(self.broker.apis, frame, self.node_id, self.host, self.answered)
+        answer_frame(self.broker.apis, frame, self.node_id, self.host, self.answered, self)
         self.broker.wake()  # the handlers' next deadline may have changed
 
     def answered(self, outcome):
