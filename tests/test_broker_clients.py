@@ -25,6 +25,12 @@ def broker():
         yield b
 
 
+def needs_codec(codec):
+    """The broker reads compressed batches (a ListOffsets by time) through cramjam."""
+    if codec not in (None, "none"):
+        pytest.importorskip("cramjam")
+
+
 def values(prefix, n=N):
     return [b"%s-%d" % (prefix.encode(), i) for i in range(n)]
 
@@ -41,8 +47,8 @@ def test_ready_quickly_and_stopped():
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_kafka_python_produces_and_consumes(broker, codec):
+    needs_codec(codec)
     kafka = pytest.importorskip("kafka")
-    pytest.importorskip("cramjam") if codec not in (None, "gzip") else None
     topic = f"kp-{codec}"
     producer = kafka.KafkaProducer(
         bootstrap_servers=broker.bootstrap_servers, compression_type=codec, linger_ms=5
@@ -71,6 +77,7 @@ def test_kafka_python_produces_and_consumes(broker, codec):
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_aiokafka_idempotent_producer_and_consumer(broker, codec):
+    needs_codec(codec)
     aiokafka = pytest.importorskip("aiokafka")
     topic = f"ak-{codec}"
 
@@ -111,6 +118,7 @@ def test_aiokafka_idempotent_producer_and_consumer(broker, codec):
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_confluent_idempotent_producer_and_assigned_consumer(broker, codec):
+    needs_codec(codec)
     ck = pytest.importorskip("confluent_kafka")
     topic = f"ck-{codec}"
     producer = ck.Producer(

@@ -11,6 +11,7 @@ import bisect
 import struct
 
 from .. import records
+from ..errors import DecodeError
 from .._batches import HEADER, HEADER_SIZE
 from .._wire import BATCH_CRC_START, BATCH_OFFSETS
 
@@ -227,7 +228,14 @@ class PartitionLog:
 
     def _timestamps(self, i):
         """(offset, timestamp) of each record of batch i (it is decompressed for this)."""
-        (batch,) = records.read_batches(self._batches[i], check_crc=False)
+        try:
+            (batch,) = records.read_batches(self._batches[i], check_crc=False)
+        except ImportError as e:  # a compressed batch without cramjam installed
+            raise LogError(
+                "UNKNOWN_SERVER_ERROR", f"batch at offset {self._bases[i]}: {e}"
+            ) from None
+        except DecodeError as e:  # its CRC held, but its records do not read
+            raise LogError("CORRUPT_MESSAGE", f"batch at offset {self._bases[i]}: {e}") from None
         if batch.timestamp_type == 1:  # LogAppendTime: every record has the batch's time
             return [(r.offset, batch.max_timestamp) for r in batch.records]
         return [(r.offset, r.timestamp) for r in batch.records]
