@@ -127,7 +127,7 @@ class _Connection(asyncio.Protocol):
             self.pause("room")
             broker.waiting_room.append(self)
         if buf and before == 0:
-            broker.wake()  # a partial frame: the watch looks for it to be overdue
+            broker.wake(partial=True)  # the watch looks for it to be overdue
         self.next()
 
     def eof_received(self):
@@ -270,6 +270,7 @@ class Broker:
         self._servers = []
         self._watch = None
         self._wake = None
+        self._partial_seen = False
 
     @property
     def addresses(self):
@@ -341,7 +342,11 @@ class Broker:
     async def __aexit__(self, *exc):
         await self.close()
 
-    def wake(self):
+    def wake(self, partial=False):
+        """The watch looks again: the handlers' deadlines may have changed, or (`partial`) a
+        connection holds part of a frame."""
+        if partial:
+            self._partial_seen = True
         if self._wake is not None:
             self._wake.set()
 
@@ -352,22 +357,24 @@ class Broker:
 
     async def _watching(self):
         """Fires the handlers' deadlines (Fetch waits, group timers) and ends connections
-        whose frame is overdue."""
+        whose frame is overdue (looked for every `interval`, not at every wake-up)."""
+        interval = min(self.frame_timeout / 4, WATCH_INTERVAL_MAX)
+        next_scan = None  # when to look for overdue frames; None: no partial frame known
         while True:
             deadline = self.apis.tick()
             now = time.monotonic()
-            partial = [c for c in self.connections if c.clock.partial]
-            for conn in partial:
-                if conn.clock.overdue(now, self.frame_timeout):
-                    conn.end(
-                        f"a request frame took over {self.frame_timeout} s to arrive "
-                        "(frame_timeout)"
-                    )
-            waits = []
-            if deadline is not None:
-                waits.append(deadline - now)
-            if partial:
-                waits.append(min(self.frame_timeout / 4, WATCH_INTERVAL_MAX))
+            if self._partial_seen or (next_scan is not None and now >= next_scan):
+                self._partial_seen = False
+                partial = False
+                for conn in [c for c in self.connections if c.clock.partial]:
+                    partial = True
+                    if conn.clock.overdue(now, self.frame_timeout):
+                        conn.end(
+                            f"a request frame took over {self.frame_timeout} s to arrive "
+                            "(frame_timeout)"
+                        )
+                next_scan = now + interval if partial else None
+            waits = [t - now for t in (deadline, next_scan) if t is not None]
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), max(min(waits), 0) if waits else None)
