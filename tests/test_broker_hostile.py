@@ -197,3 +197,33 @@ def test_mutated_frames_keep_the_request_paths_contract():
     counts, findings, _ = hostile_broker.run(3000, seed=7)
     assert findings == 0
     assert counts["answered"] and counts["closed"] and counts["silent"]
+
+
+def test_a_thousand_idle_half_frames_do_not_stop_a_bystander():
+    """1,000 connections each holding half a frame: each is cut off at frame_timeout, and a
+    connection that behaves is answered throughout."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2200:
+        pytest.skip(f"needs 2,200 open files, the limit here is {soft}")
+    with Broker(frame_timeout=1.0) as b:
+        host, port = next(iter(b.addresses.values()))
+        socks = []
+        try:
+            for _ in range(1000):
+                s = socket.create_connection((host, port), timeout=TIMEOUT)
+                s.sendall(struct.pack(">i", 100) + b"\x00\x12\x00")
+                socks.append(s)
+            good = socket.create_connection((host, port), timeout=TIMEOUT)
+            check_still_served(good, 1)
+            deadline = time.monotonic() + 3 * TIMEOUT
+            while time.monotonic() < deadline and not all(closed_now(s) for s in socks):
+                check_still_served(good, 2)
+                time.sleep(0.2)
+            assert all(closed_now(s) for s in socks)
+            check_still_served(good, 3)
+            good.close()
+        finally:
+            for s in socks:
+                s.close()
