@@ -544,3 +544,51 @@ def test_offset_for_leader_epoch(apis):
     assert ask(5) == (0, -1, -1)  # an epoch the log never had
     assert ask(0, current=3)[0] == code("UNKNOWN_LEADER_EPOCH")
     assert ask(0, partition=4)[0] == code("UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_topic_configs_are_altered_whole_or_one_at_a_time(apis):
+    apis.cluster.create_topic("t", configs={"retention.ms": "1000"})
+    A = fastkwire.AlterConfigsRequest
+
+    def alter(*configs, name="t", resource_type=2):
+        request = A(
+            resources=[
+                A.AlterConfigsResource(
+                    resource_type=resource_type,
+                    resource_name=name,
+                    configs=[A.AlterableConfig(name=k, value=v) for k, v in configs],
+                )
+            ]
+        )
+        return call(apis, request, 2).responses[0].error_code
+
+    assert alter(("cleanup.policy", "compact")) == 0
+    assert apis.cluster.topics["t"].configs == {"cleanup.policy": "compact"}  # whole: replaced
+    assert alter(("retention.ms", "soon")) == code("INVALID_CONFIG")
+    assert alter(("cleanup.policy", "shred")) == code("INVALID_CONFIG")
+    assert alter(("no.such.config", "1")) == code("INVALID_CONFIG")
+    assert alter(("retention.ms", "1"), name="nope") == code("UNKNOWN_TOPIC_OR_PARTITION")
+    assert alter(("retention.ms", "1"), name="0", resource_type=4) == code("INVALID_REQUEST")
+    assert apis.cluster.topics["t"].configs == {"cleanup.policy": "compact"}  # refused: kept
+
+    I = fastkwire.IncrementalAlterConfigsRequest  # noqa: E741
+    request = I(
+        resources=[
+            I.AlterConfigsResource(
+                resource_type=2,
+                resource_name="t",
+                configs=[
+                    I.AlterableConfig(name="cleanup.policy", config_operation=2, value="delete"),
+                    I.AlterableConfig(name="retention.ms", config_operation=0, value="5"),
+                ],
+            )
+        ]
+    )
+    assert call(apis, request, 1).responses[0].error_code == 0
+    assert apis.cluster.topics["t"].configs == {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": "5",
+    }
+    request.resources[0].configs = [I.AlterableConfig(name="retention.ms", config_operation=1)]
+    assert call(apis, request, 1).responses[0].error_code == 0
+    assert "retention.ms" not in apis.cluster.topics["t"].configs  # back to the default

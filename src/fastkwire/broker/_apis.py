@@ -14,6 +14,8 @@ import uuid
 
 from .. import (
     REQUEST_CLASSES,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     ApiVersionsRequest,
     ApiVersionsResponse,
     CreatePartitionsRequest,
@@ -36,6 +38,8 @@ from .. import (
     FetchResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     HeartbeatRequest,
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -65,6 +69,7 @@ from ._cluster import (
     SHORT,
     TOPIC_CONFIGS,
     ClusterError,
+    check_config,
     check_topic_name,
 )
 from ._log import LogError, read_batch_head
@@ -157,6 +162,8 @@ class Apis:
                 (DeleteRecordsRequest, 0, 2, self.delete_records),
                 (InitProducerIdRequest, 0, 5, self.init_producer_id),
                 (DescribeConfigsRequest, 1, 4, self.describe_configs),
+                (AlterConfigsRequest, 0, 2, self.alter_configs),
+                (IncrementalAlterConfigsRequest, 0, 1, self.incremental_alter_configs),
                 (CreatePartitionsRequest, 0, 3, self.create_partitions),
                 (DescribeClusterRequest, 0, 1, self.describe_cluster),
                 (DescribeTopicPartitionsRequest, 0, 0, self.describe_topic_partitions),
@@ -801,6 +808,53 @@ class Apis:
             results.append(result)
         return R(results=results)
 
+    def alter_configs(self, request, version, ctx, reply):
+        """AlterConfigs: a topic's configs become exactly those given."""
+        return self._alter(
+            AlterConfigsResponse,
+            request,
+            ctx,
+            lambda old, configs: {c.name: c.value for c in configs},
+        )
+
+    def incremental_alter_configs(self, request, version, ctx, reply):
+        """IncrementalAlterConfigs: SET, DELETE (back to the default), APPEND and SUBTRACT
+        (list configs) one config at a time."""
+        return self._alter(IncrementalAlterConfigsResponse, request, ctx, _apply_operations)
+
+    def _alter(self, R, request, ctx, change):
+        responses = []
+        for res in request.resources:
+            error, message = NONE, None
+            try:
+                if res.resource_type != TOPIC_RESOURCE:
+                    raise ClusterError(
+                        "INVALID_REQUEST",
+                        f"resource type {res.resource_type}: only topic configs can be changed "
+                        "here (a broker's are static)",
+                    )
+                topic = self.cluster.topics.get(res.resource_name)
+                if topic is None:
+                    raise ClusterError(
+                        "UNKNOWN_TOPIC_OR_PARTITION", f"topic {res.resource_name!r} does not exist"
+                    )
+                configs = change(dict(topic.configs), res.configs)
+                for name, value in configs.items():
+                    check_config(name, value)
+                if not request.validate_only:
+                    topic.configs = configs
+            except ClusterError as e:
+                error, message = code(e.error), str(e)
+            responses.append(
+                R.AlterConfigsResourceResponse(
+                    error_code=error,
+                    error_message=message,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                )
+            )
+        return R(responses=responses)
+
     def _topic_configs(self, topic, res, request, version):
         R = DescribeConfigsResponse
         out = []
@@ -901,6 +955,33 @@ class Apis:
                 for node, (host, port) in sorted(cluster.nodes.items())
             ],
         )
+
+
+SET, DELETE, APPEND, SUBTRACT = range(4)  # IncrementalAlterConfigs' operations
+
+
+def _apply_operations(configs, changes):
+    for c in changes:
+        if c.name not in TOPIC_CONFIGS:
+            raise ClusterError("INVALID_CONFIG", f"unknown topic config {c.name!r}")
+        current = configs.get(c.name, TOPIC_CONFIGS[c.name][0])
+        items = [v for v in current.split(",") if v]
+        if c.config_operation == SET:
+            configs[c.name] = c.value
+        elif c.config_operation == DELETE:
+            configs.pop(c.name, None)
+        elif c.config_operation in (APPEND, SUBTRACT):
+            if TOPIC_CONFIGS[c.name][1] != LIST:
+                raise ClusterError("INVALID_CONFIG", f"{c.name} is not a list: only SET or DELETE")
+            given = [v for v in (c.value or "").split(",") if v]
+            if c.config_operation == APPEND:
+                items += [v for v in given if v not in items]
+            else:
+                items = [v for v in items if v not in given]
+            configs[c.name] = ",".join(items)
+        else:
+            raise ClusterError("INVALID_REQUEST", f"config operation {c.config_operation}")
+    return configs
 
 
 # Kafka 4.0's versions of the group APIs (KIP-896), for ApiVersions when a coordinator serves.

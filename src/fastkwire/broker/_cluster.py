@@ -50,6 +50,40 @@ TOPIC_CONFIGS = {
     "segment.ms": ("604800000", LONG),
     "unclean.leader.election.enable": ("false", BOOLEAN),
 }
+# The values a config may take, beside what its type allows.
+CHOICES = {
+    "cleanup.policy": {"delete", "compact"},
+    "compression.type": {"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"},
+    "message.timestamp.type": {"CreateTime", "LogAppendTime"},
+}
+
+
+def check_config(name, value):
+    """ClusterError INVALID_CONFIG unless `value` (a string) suits topic config `name`."""
+    if name not in TOPIC_CONFIGS:
+        raise ClusterError("INVALID_CONFIG", f"unknown topic config {name!r}")
+    if value is None:
+        raise ClusterError("INVALID_CONFIG", f"topic config {name!r} has a null value")
+    kind = TOPIC_CONFIGS[name][1]
+    try:
+        if kind in (INT, SHORT, LONG):
+            int(value)
+        elif kind == DOUBLE:
+            float(value)
+    except ValueError:
+        raise ClusterError("INVALID_CONFIG", f"{name}: {value!r} is not a number") from None
+    if kind == BOOLEAN and value.lower() not in ("true", "false"):
+        raise ClusterError("INVALID_CONFIG", f"{name}: {value!r} is not true or false")
+    allowed = CHOICES.get(name)
+    if allowed is not None:
+        given = [v.strip() for v in value.split(",")] if kind == LIST else [value]
+        wrong = [v for v in given if v not in allowed]
+        if wrong:
+            raise ClusterError(
+                "INVALID_CONFIG", f"{name}: {wrong[0]!r} is not one of {', '.join(sorted(allowed))}"
+            )
+
+
 # The broker configs a topic config falls back to (DescribeConfigs' synonyms).
 BROKER_SYNONYMS = {
     "cleanup.policy": "log.cleanup.policy",
@@ -198,10 +232,7 @@ class Cluster:
                 "node(s) of this cluster",
             )
         for key, value in (configs or {}).items():
-            if key not in TOPIC_CONFIGS:
-                raise ClusterError("INVALID_CONFIG", f"unknown topic config {key!r}")
-            if value is None:
-                raise ClusterError("INVALID_CONFIG", f"topic config {key!r} has a null value")
+            check_config(key, value)
         return partitions, factor
 
     def create_topic(self, name, num_partitions=-1, replication_factor=-1, configs=None):
