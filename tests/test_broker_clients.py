@@ -155,6 +155,88 @@ def test_confluent_idempotent_producer_and_assigned_consumer(broker, codec):
     assert (low, high) == (0, N)
 
 
+def test_kafka_python_transactions_and_read_committed(broker):
+    kafka = pytest.importorskip("kafka")
+    topic = "kp-txn"
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=broker.bootstrap_servers, transactional_id="kp-txn"
+    )
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(3):
+            producer.send(topic, b"committed-%d" % i)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        for i in range(3):
+            producer.send(topic, b"aborted-%d" % i)
+        producer.flush()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"open")
+        producer.flush()
+
+        def read(isolation):
+            consumer = kafka.KafkaConsumer(
+                bootstrap_servers=broker.bootstrap_servers,
+                isolation_level=isolation,
+                auto_offset_reset="earliest",
+                consumer_timeout_ms=1500,
+            )
+            try:
+                tp = kafka.TopicPartition(topic, 0)
+                consumer.assign([tp])
+                return [m.value for m in consumer], consumer.end_offsets([tp])[tp]
+            finally:
+                consumer.close()
+
+        committed = [b"committed-%d" % i for i in range(3)]
+        aborted = [b"aborted-%d" % i for i in range(3)]
+        # 3 records, a marker, 3 aborted, a marker: the open transaction starts at 8
+        assert read("read_committed") == (committed, 8)
+        assert read("read_uncommitted") == (committed + aborted + [b"open"], 9)
+        producer.commit_transaction()
+        assert read("read_committed") == (committed + [b"open"], 10)
+    finally:
+        producer.close(TIMEOUT)
+
+
+def test_confluent_transactions(broker):
+    ck = pytest.importorskip("confluent_kafka")
+    topic = "ck-txn"
+    producer = ck.Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "ck"}
+    )
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, b"c%d" % i)
+    producer.commit_transaction(TIMEOUT)
+    producer.begin_transaction()
+    producer.produce(topic, b"a")
+    producer.flush(TIMEOUT)
+    producer.abort_transaction(TIMEOUT)
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "unused",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    got = []
+    try:
+        consumer.assign([ck.TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        consumer.close()
+    assert got == [b"c0", b"c1", b"c2"]
+
+
 def test_three_nodes_lead_their_own_partitions():
     kafka = pytest.importorskip("kafka")
     with Broker(nodes=3) as b:

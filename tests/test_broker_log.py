@@ -592,3 +592,76 @@ def test_topic_configs_are_altered_whole_or_one_at_a_time(apis):
     request.resources[0].configs = [I.AlterableConfig(name="retention.ms", config_operation=1)]
     assert call(apis, request, 1).responses[0].error_code == 0
     assert "retention.ms" not in apis.cluster.topics["t"].configs  # back to the default
+
+
+def test_transaction_markers_the_last_stable_offset_and_aborted_ranges():
+    log = PartitionLog()
+    append(log, batch(1))  # offset 0: outside any transaction
+    committed = records.write_batch(
+        [Record(timestamp=2, value=b"c")],
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    aborted = records.write_batch(
+        [Record(timestamp=3, value=b"a")],
+        producer_id=8,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    append(log, committed)  # 1
+    append(log, aborted)  # 2
+    assert log.last_stable_offset == 1  # the oldest open transaction starts there
+    read_committed = records.read_batches(log.read(0, 1 << 20, upto=log.last_stable_offset))
+    assert [b.base_offset for b in read_committed] == [0]
+    assert log.write_marker(8, 0, commit=False, now_ms=5) == 3
+    assert log.last_stable_offset == 1  # producer 7's is still open
+    assert log.write_marker(7, 0, commit=True, now_ms=6) == 4
+    assert log.last_stable_offset == log.log_end == 5
+    assert log.aborted_in(0, 5) == [(8, 2)]
+    assert log.aborted_in(4, 5) == []  # the aborted records end at its marker, offset 3
+    markers = [b for b in records.read_batches(log.read(3, 1 << 20)) if b.is_control]
+    assert [(b.producer_id, b.records[0].control_type) for b in markers] == [
+        (8, "abort"),
+        (7, "commit"),
+    ]
+
+
+def test_transactions_through_the_handlers(apis):
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    init = fastkwire.InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=60000)
+    r = call(apis, init, 4, node)
+    pid, epoch = r.producer_id, r.producer_epoch
+    assert r.error_code == 0 and epoch == 0
+    A = fastkwire.AddPartitionsToTxnRequest
+    add = A(
+        v3_and_below_transactional_id="tx",
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[A.AddPartitionsToTxnTopic(name="t", partitions=[0])],
+    )
+    result = call(apis, add, 3, node).results_by_topic_v3_and_below[0].results_by_partition[0]
+    assert result.partition_error_code == 0
+    data = records.write_batch(
+        [Record(timestamp=1, value=b"x")],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    call(apis, produce("t", 0, data), 9, node)
+    log = apis.cluster.partition("t", 0).log
+    assert log.last_stable_offset == 0
+    # A new InitProducerId for the same id fences this producer and aborts its transaction.
+    r = call(apis, init, 4, node)
+    assert (r.producer_id, r.producer_epoch) == (pid, 1)
+    assert log.last_stable_offset == log.log_end == 2 and log.aborted_in(0, 2) == [(pid, 0)]
+    E = fastkwire.EndTxnRequest
+    end = E(transactional_id="tx", producer_id=pid, producer_epoch=0, committed=True)
+    assert call(apis, end, 3, node).error_code == code("PRODUCER_FENCED")
+    F = fastkwire.FindCoordinatorRequest
+    r = call(apis, F(key="tx", key_type=1), 3, node)
+    assert r.error_code == 0 and r.node_id == apis.cluster.coordinator("tx")

@@ -72,10 +72,12 @@ from ._cluster import (
     check_config,
     check_topic_name,
 )
-from ._log import LogError, read_batch_head
+from ._log import LATEST, LogError, read_batch_head
 from ._acls import HANDLERS as ACL_HANDLERS
 from ._acls import AclStore
 from ._replica_apis import HANDLERS as REPLICA_HANDLERS
+from ._transactions import HANDLERS as TRANSACTION_HANDLERS
+from ._transactions import TransactionCoordinator
 
 # Tell the server to close the connection instead of answering (acks=0 Produce errors: the
 # producer gets no answer, so Kafka closes the connection to tell it something went wrong).
@@ -144,6 +146,7 @@ class Apis:
         self.wall_clock = wall_clock
         self.groups = groups
         self.acls = AclStore()
+        self.transactions = TransactionCoordinator(cluster)
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         # API key -> (min version, max version, handler); the handlers' versions.
@@ -169,7 +172,9 @@ class Apis:
                 (DescribeTopicPartitionsRequest, 0, 0, self.describe_topic_partitions),
                 *(
                     (cls, low, high, functools.partial(_answer_now, handler, self))
-                    for cls, low, high, handler in REPLICA_HANDLERS + ACL_HANDLERS
+                    for cls, low, high, handler in REPLICA_HANDLERS
+                    + ACL_HANDLERS
+                    + TRANSACTION_HANDLERS
                 ),
             )
         }
@@ -229,7 +234,7 @@ class Apis:
                 deadlines.append(nxt)
         return min(deadlines) if deadlines else None
 
-    def _appended(self):
+    def data_arrived(self):
         """Data arrived: Fetches waiting for it may now have their min_bytes."""
         if not self._waiting:
             return
@@ -446,7 +451,7 @@ class Apis:
                 )
             responses.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
         if appended:
-            self._appended()
+            self.data_arrived()
         if acks == 0:
             return CLOSE if failed else NO_ANSWER
         return R(responses=responses)
@@ -503,8 +508,14 @@ class Apis:
                 if error is None:
                     log = partition.log
                     limit = min(p.partition_max_bytes, max(budget - total, 0))
+                    stable = log.last_stable_offset
                     try:
-                        data = log.read(p.fetch_offset, limit, min_one=total == 0)
+                        data = log.read(
+                            p.fetch_offset,
+                            limit,
+                            min_one=total == 0,
+                            upto=stable if read_committed else None,
+                        )
                     except LogError as e:
                         error = e.error
                     total += len(data)
@@ -528,9 +539,14 @@ class Apis:
                         partition_index=p.partition,
                         error_code=NONE,
                         high_watermark=log.high_watermark,
-                        last_stable_offset=log.high_watermark,
+                        last_stable_offset=stable,
                         log_start_offset=log.log_start,
-                        aborted_transactions=[] if read_committed else None,
+                        aborted_transactions=[
+                            R.AbortedTransaction(producer_id=pid, first_offset=first)
+                            for pid, first in log.aborted_in(p.fetch_offset, stable)
+                        ]
+                        if read_committed
+                        else None,
                         preferred_read_replica=-1,
                         records=data,
                     )
@@ -550,8 +566,7 @@ class Apis:
 
     def list_offsets(self, request, version, ctx, reply):
         R = ListOffsetsResponse
-        # One replica and no transactions: the last stable offset (read_committed's
-        # "latest") is the log end, as read_uncommitted's is.
+        read_committed = request.isolation_level == READ_COMMITTED
         topics = []
         for t in request.topics:
             parts = []
@@ -564,6 +579,8 @@ class Apis:
                 if error is None:
                     try:
                         offset, ts = partition.log.offset_for(p.timestamp)
+                        if read_committed and p.timestamp == LATEST:
+                            offset = partition.log.last_stable_offset
                     except LogError as e:
                         error = e.error
                     if offset >= 0:
@@ -620,8 +637,6 @@ class Apis:
                 error = "COORDINATOR_NOT_AVAILABLE"
             elif request.key_type not in (GROUP_KEY, TRANSACTION_KEY):
                 error = "INVALID_REQUEST"
-            elif request.key_type == TRANSACTION_KEY:
-                error = "COORDINATOR_NOT_AVAILABLE"  # no transaction coordinator yet
             else:
                 node = self.cluster.coordinator(key)
             host, port = self.cluster.nodes.get(node, ("", -1))
@@ -643,9 +658,19 @@ class Apis:
     def init_producer_id(self, request, version, ctx, reply):
         R = InitProducerIdResponse
         if request.transactional_id is not None:
-            # No transaction coordinator yet: say so instead of handing out an id that the
-            # transaction APIs could not use.
-            return R(error_code=code("UNSUPPORTED_VERSION"), producer_id=-1, producer_epoch=-1)
+            pid, epoch, error = self.transactions.init(
+                request.transactional_id,
+                request.transaction_timeout_ms,
+                request.producer_id if version >= 3 else -1,
+                request.producer_epoch if version >= 3 else -1,
+                int(self.wall_clock() * 1000),
+            )
+            self.data_arrived()  # an abandoned transaction was aborted: the LSO may move
+            return R(
+                error_code=NONE if error is None else code(error),
+                producer_id=pid,
+                producer_epoch=epoch,
+            )
         pid, epoch, error = self.cluster.producer_ids.init(
             request.producer_id if version >= 3 else -1,
             request.producer_epoch if version >= 3 else -1,
@@ -727,7 +752,7 @@ class Apis:
                     error_message=None,
                 )
             )
-        self._appended()  # Fetches waiting on a deleted topic answer with its error now
+        self.data_arrived()  # Fetches waiting on a deleted topic answer with its error now
         return R(responses=results)
 
     def create_partitions(self, request, version, ctx, reply):

@@ -35,6 +35,10 @@ LATEST_TIERED = -5  # KIP-1005: nothing is tiered here
 NO_TIMESTAMP = -1
 
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's max.message.bytes
+# A transaction marker's key (version, type) and value (version, coordinator epoch).
+_MARKER_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+_ABORT, _COMMIT = 0, 1
 
 
 class LogError(Exception):
@@ -125,9 +129,21 @@ def read_batch_head(data, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
 class PartitionLog:
     """The batches of one partition, in offset order."""
 
-    __slots__ = ("log_start", "log_end", "_bases", "_batches", "_max_ts", "bytes", "leader_epoch")
+    __slots__ = (
+        "log_start",
+        "log_end",
+        "_bases",
+        "_batches",
+        "_max_ts",
+        "bytes",
+        "leader_epoch",
+        "ongoing",
+        "aborted",
+    )
 
     def __init__(self, leader_epoch=0):
+        self.ongoing = {}  # producer id -> first offset of its open transaction here
+        self.aborted = []  # (producer id, first offset, marker offset) of aborted ones
         self.log_start = 0
         self.log_end = 0  # the next offset to assign
         self._bases = []  # each batch's base offset
@@ -139,6 +155,11 @@ class PartitionLog:
     @property
     def high_watermark(self):
         return self.log_end  # one replica: everything appended is committed
+
+    @property
+    def last_stable_offset(self):
+        """Where read_committed stops: the first offset of the oldest open transaction."""
+        return min(self.ongoing.values(), default=self.high_watermark)
 
     def __len__(self):
         return len(self._batches)
@@ -163,7 +184,43 @@ class PartitionLog:
         self._max_ts.append(max_ts)
         self.bytes += len(batch)
         self.log_end = base + head.last_offset_delta + 1
+        if head.is_transactional and not head.is_control:
+            self.ongoing.setdefault(head.producer_id, base)
         return base
+
+    def write_marker(self, producer_id, epoch, commit, now_ms, coordinator_epoch=0):
+        """End a transaction here: a control batch (COMMIT or ABORT) of `producer_id`,
+        as the transaction coordinator writes it; returns its offset."""
+        data = bytearray(
+            records.write_batch(
+                [
+                    records.Record(
+                        timestamp=now_ms,
+                        key=_MARKER_KEY.pack(0, _COMMIT if commit else _ABORT),
+                        value=_MARKER_VALUE.pack(0, coordinator_epoch),
+                    )
+                ],
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                base_sequence=-1,
+                is_transactional=True,
+            )
+        )
+        attrs_at = BATCH_CRC_START
+        (attrs,) = struct.unpack_from(">h", data, attrs_at)
+        struct.pack_into(">h", data, attrs_at, attrs | _ATTRS_CONTROL)
+        _CRC.pack_into(data, _CRC_AT, records.crc32c(memoryview(data)[BATCH_CRC_START:]))
+        data = bytes(data)
+        offset = self.append(read_batch_head(data), data)
+        first = self.ongoing.pop(producer_id, None)
+        if first is not None and not commit:
+            self.aborted.append((producer_id, first, offset))
+        return offset
+
+    def aborted_in(self, start, end):
+        """(producer id, first offset) of the aborted transactions with records in
+        [start, end): what a read_committed Fetch of that range must skip."""
+        return [(pid, first) for pid, first, last in self.aborted if first < end and last >= start]
 
     def _first_batch_at(self, offset):
         """Index of the batch holding `offset` (or the first after it)."""
@@ -185,14 +242,17 @@ class PartitionLog:
                 f"offset {offset} is outside the log ({self.log_start} to {self.log_end})",
             )
 
-    def read(self, offset, max_bytes, min_one=True):
+    def read(self, offset, max_bytes, min_one=True, upto=None):
         """The whole batches from the one holding `offset` on, at most `max_bytes` of them,
-        but the first batch whatever its size when `min_one` (Kafka's KIP-74 rule); LogError
+        but the first batch whatever its size when `min_one` (Kafka's KIP-74 rule), and
+        none that starts at or past `upto` (read_committed: the last stable offset); LogError
         OFFSET_OUT_OF_RANGE outside log start to log end."""
         self.check_offset(offset)
         out = []
         size = 0
         for i in range(self._first_batch_at(offset), len(self._batches)):
+            if upto is not None and self._bases[i] >= upto:
+                break
             batch = self._batches[i]
             if size + len(batch) > max_bytes and not (min_one and not out):
                 break
@@ -270,4 +330,5 @@ class PartitionLog:
             if drop and self._last_offset(drop - 1) < offset:
                 self.bytes -= sum(len(b) for b in self._batches[:drop])
                 del self._bases[:drop], self._batches[:drop], self._max_ts[:drop]
+            self.aborted = [a for a in self.aborted if a[2] >= offset]
         return self.log_start

@@ -1,0 +1,235 @@
+"""The transaction coordinator: transactional ids to producer ids and epochs, the partitions
+and groups of the transaction under way, and its end, written as control batches (commit or
+abort markers) into each partition's log, as Kafka's TransactionCoordinator does with one
+replica. Offsets committed in a transaction (TxnOffsetCommit) reach the group coordinator
+when it commits.
+
+Transaction version 1 (KIP-890 part 2's epoch bump per transaction is not served: EndTxn and
+TxnOffsetCommit stop at v4). No transaction timeout aborts a transaction yet.
+Each handler takes (apis, request, version, ctx) and returns a response object.
+"""
+
+from .. import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    OffsetCommitRequest,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+from ..error_codes import by_name
+
+MAX_EPOCH = 32767
+NONE = 0
+
+
+def code(name):
+    return by_name(name).code
+
+
+class Transaction:
+    __slots__ = ("producer_id", "epoch", "ongoing", "partitions", "groups", "offsets", "timeout_ms")
+
+    def __init__(self, producer_id, timeout_ms):
+        self.producer_id = producer_id
+        self.epoch = 0
+        self.ongoing = False
+        self.partitions = set()  # (topic, partition) of the transaction under way
+        self.groups = set()
+        self.offsets = []  # TxnOffsetCommit requests, applied when it commits
+        self.timeout_ms = timeout_ms
+
+
+class TransactionCoordinator:
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.transactions = {}  # transactional id -> Transaction
+
+    def init(self, transactional_id, timeout_ms, producer_id=-1, epoch=-1, now_ms=0):
+        """(producer id, epoch, error name or None) for InitProducerId with an id: a new
+        epoch fences the producers before it, and a transaction they left is aborted."""
+        txn = self.transactions.get(transactional_id)
+        if txn is None:
+            pid, _, _ = self.cluster.producer_ids.init()
+            txn = self.transactions[transactional_id] = Transaction(pid, timeout_ms)
+            return pid, 0, None
+        if producer_id != -1 and (producer_id, epoch) != (txn.producer_id, txn.epoch):
+            if producer_id != txn.producer_id:
+                return -1, -1, "INVALID_PRODUCER_ID_MAPPING"
+            return -1, -1, "PRODUCER_FENCED"
+        if txn.ongoing:
+            self._finish(txn, commit=False, now_ms=now_ms)
+        txn.timeout_ms = timeout_ms
+        if txn.epoch >= MAX_EPOCH - 1:  # the epoch is an int16: a new producer id past it
+            txn.producer_id, _, _ = self.cluster.producer_ids.init()
+            txn.epoch = 0
+        else:
+            txn.epoch += 1
+        return txn.producer_id, txn.epoch, None
+
+    def check(self, transactional_id, producer_id, epoch):
+        """The error name for a request of this producer (None: it may go on)."""
+        txn = self.transactions.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            return "INVALID_PRODUCER_ID_MAPPING"
+        if epoch != txn.epoch:
+            return "PRODUCER_FENCED"
+        return None
+
+    def end(self, transactional_id, producer_id, epoch, commit, apply_offsets, now_ms):
+        error = self.check(transactional_id, producer_id, epoch)
+        if error is not None:
+            return error
+        txn = self.transactions[transactional_id]
+        if not txn.ongoing:
+            return None  # nothing was added: a commit or abort of nothing
+        if commit:
+            for request in txn.offsets:
+                apply_offsets(request)
+        self._finish(txn, commit, now_ms)
+        return None
+
+    def _finish(self, txn, commit, now_ms):
+        for topic, index in sorted(txn.partitions):
+            partition = self.cluster.partition(topic, index)
+            if partition is not None:
+                partition.log.write_marker(txn.producer_id, txn.epoch, commit, now_ms)
+        txn.ongoing = False
+        txn.partitions.clear()
+        txn.groups.clear()
+        txn.offsets.clear()
+
+
+# ---------------------------------------------------------------- the handlers
+
+
+def add_partitions_to_txn(apis, request, version, ctx):
+    R = AddPartitionsToTxnResponse
+    if version >= 4:  # brokers verifying for each other (KIP-890): not a client's request
+        return R(error_code=code("UNSUPPORTED_VERSION"), results_by_transaction=[])
+    txns = apis.transactions
+    tid = request.v3_and_below_transactional_id
+    error = txns.check(tid, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch)
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    unknown = {(t, p) for t, p in wanted if apis.cluster.partition(t, p) is None}
+    if error is None and not unknown:
+        txn = txns.transactions[tid]
+        txn.partitions.update(wanted)
+        txn.ongoing = True
+
+    def result(t, p):
+        if error is not None:
+            return code(error)
+        if unknown:  # all or nothing: the others were not attempted
+            return code(
+                "UNKNOWN_TOPIC_OR_PARTITION" if (t, p) in unknown else "OPERATION_NOT_ATTEMPTED"
+            )
+        return NONE
+
+    return R(
+        results_by_topic_v3_and_below=[
+            R.AddPartitionsToTxnTopicResult(
+                name=t.name,
+                results_by_partition=[
+                    R.AddPartitionsToTxnPartitionResult(
+                        partition_index=p, partition_error_code=result(t.name, p)
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.v3_and_below_topics
+        ]
+    )
+
+
+def add_offsets_to_txn(apis, request, version, ctx):
+    txns = apis.transactions
+    error = txns.check(request.transactional_id, request.producer_id, request.producer_epoch)
+    if error is None:
+        txn = txns.transactions[request.transactional_id]
+        txn.groups.add(request.group_id)
+        txn.ongoing = True
+    return AddOffsetsToTxnResponse(error_code=NONE if error is None else code(error))
+
+
+def txn_offset_commit(apis, request, version, ctx):
+    R = TxnOffsetCommitResponse
+    txns = apis.transactions
+    error = txns.check(request.transactional_id, request.producer_id, request.producer_epoch)
+    if error is None:
+        txn = txns.transactions[request.transactional_id]
+        if request.group_id not in txn.groups:
+            error = "INVALID_TXN_STATE"  # AddOffsetsToTxn comes first
+        elif apis.groups is None:
+            error = "COORDINATOR_NOT_AVAILABLE"
+        else:
+            txn.offsets.append(request)
+    return R(
+        topics=[
+            R.TxnOffsetCommitResponseTopic(
+                name=t.name,
+                partitions=[
+                    R.TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=NONE if error is None else code(error),
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def end_txn(apis, request, version, ctx):
+    error = apis.transactions.end(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        request.committed,
+        lambda pending: _commit_offsets(apis, pending, ctx),
+        int(apis.wall_clock() * 1000),
+    )
+    if error is None:
+        apis.data_arrived()  # the last stable offset moved: read_committed Fetches may go on
+    return EndTxnResponse(error_code=NONE if error is None else code(error))
+
+
+def _commit_offsets(apis, pending, ctx):
+    """A committed transaction's offsets, handed to the group coordinator as the group's
+    member committed them."""
+    C = OffsetCommitRequest
+    request = C(
+        group_id=pending.group_id,
+        generation_id_or_member_epoch=pending.generation_id,
+        member_id=pending.member_id,
+        group_instance_id=pending.group_instance_id,
+        topics=[
+            C.OffsetCommitRequestTopic(
+                name=t.name,
+                partitions=[
+                    C.OffsetCommitRequestPartition(
+                        partition_index=p.partition_index,
+                        committed_offset=p.committed_offset,
+                        committed_leader_epoch=p.committed_leader_epoch,
+                        committed_metadata=p.committed_metadata,
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in pending.topics
+        ],
+    )
+    apis.groups.handle(C.API_KEY, 8, request, ctx, lambda response: None)
+
+
+# (request class, Kafka 4.x's lowest version, highest, handler)
+HANDLERS = (
+    (AddPartitionsToTxnRequest, 0, 3, add_partitions_to_txn),
+    (AddOffsetsToTxnRequest, 0, 4, add_offsets_to_txn),
+    (TxnOffsetCommitRequest, 0, 4, txn_offset_commit),
+    (EndTxnRequest, 0, 4, end_txn),
+)
