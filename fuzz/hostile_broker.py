@@ -14,7 +14,7 @@ contract, checked for each:
 - nothing is only ever the answer to a Produce with acks=0;
 - no handler fails (an error logged by the broker is a finding);
 - the logs stay logs: every partition's batches read back whole with their CRCs, base
-  offsets rising from the log start to the log end;
+  offsets rising from the log start to the log end, the last stable offset between them;
 - the cluster holds at most its max_partitions.
 Anything else is printed with its input (hex) and counted; the exit status is 1 if any.
 """
@@ -143,6 +143,40 @@ def seeds(apis):
     G = fastkwire.CreatePartitionsRequest
     growing = G(topics=[G.CreatePartitionsTopic(name=TOPIC, count=3)], timeout_ms=100)
     out += [fastkwire.encode_request(growing, v, 14, "fuzz") for v in (0, 3)]
+    # a transaction: its producer id is the first the broker hands out (make_broker's fresh)
+    init = fastkwire.InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=1000)
+    out += [fastkwire.encode_request(init, v, 15, "fuzz") for v in (0, 4)]
+    A = fastkwire.AddPartitionsToTxnRequest
+    adding = A(
+        v3_and_below_transactional_id="tx",
+        v3_and_below_producer_id=1000,
+        v3_and_below_producer_epoch=0,
+        v3_and_below_topics=[A.AddPartitionsToTxnTopic(name=TOPIC, partitions=[0, 1])],
+    )
+    out += [fastkwire.encode_request(adding, v, 16, "fuzz") for v in (0, 3)]
+    transactional = records.write_batch(
+        [records.Record(timestamp=9, value=b"t")],
+        producer_id=1000,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    request = P(
+        transactional_id="tx",
+        acks=-1,
+        timeout_ms=100,
+        topic_data=[
+            P.TopicProduceData(
+                name=TOPIC, partition_data=[P.PartitionProduceData(index=1, records=transactional)]
+            )
+        ],
+    )
+    out.append(fastkwire.encode_request(request, 9, 17, "fuzz"))
+    for committed in (True, False):
+        ending = fastkwire.EndTxnRequest(
+            transactional_id="tx", producer_id=1000, producer_epoch=0, committed=committed
+        )
+        out += [fastkwire.encode_request(ending, v, 18, "fuzz") for v in (0, 4)]
     M = fastkwire.MetadataRequest
     meta = M(topics=[M.MetadataRequestTopic(name=TOPIC)], allow_auto_topic_creation=True)
     out += [fastkwire.encode_request(meta, v, 10, "fuzz") for v in (1, 9, 12)]
@@ -194,6 +228,8 @@ def check_state(apis):
                 raise Finding(f"{topic.name}-{p.index}: log start past the log end")
             if log.log_start == log.log_end:
                 continue
+            if not log.log_start <= log.last_stable_offset <= log.log_end:
+                raise Finding(f"{topic.name}-{p.index}: the last stable offset is outside the log")
             batches = records.read_batches(log.read(log.log_start, 1 << 40))
             bases = [b.base_offset for b in batches]
             if bases != sorted(set(bases)) or batches.tail:

@@ -627,6 +627,9 @@ def test_transaction_markers_the_last_stable_offset_and_aborted_ranges():
         (8, "abort"),
         (7, "commit"),
     ]
+    append(log, aborted)  # 5: producer 8 opens another
+    log.delete_before(6)
+    assert log.last_stable_offset == 6  # not before the log start
 
 
 def test_transactions_through_the_handlers(apis):

@@ -158,8 +158,9 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self):
-        """Where read_committed stops: the first offset of the oldest open transaction."""
-        return min(self.ongoing.values(), default=self.high_watermark)
+        """Where read_committed stops: the first offset of the oldest open transaction (not
+        before the log start, which DeleteRecords may have moved past it)."""
+        return max(min(self.ongoing.values(), default=self.high_watermark), self.log_start)
 
     def __len__(self):
         return len(self._batches)
