@@ -665,6 +665,8 @@ def test_transactions_through_the_handlers(apis):
     E = fastkwire.EndTxnRequest
     end = E(transactional_id="tx", producer_id=pid, producer_epoch=0, committed=True)
     assert call(apis, end, 3, node).error_code == code("PRODUCER_FENCED")
+    # KIP-588: a client older than EndTxn v2 knows it as INVALID_PRODUCER_EPOCH
+    assert call(apis, end, 1, node).error_code == code("INVALID_PRODUCER_EPOCH")
     F = fastkwire.FindCoordinatorRequest
     r = call(apis, F(key="tx", key_type=1), 3, node)
     assert r.error_code == 0 and r.node_id == apis.cluster.coordinator("tx")

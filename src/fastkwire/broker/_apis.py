@@ -77,7 +77,7 @@ from ._acls import HANDLERS as ACL_HANDLERS
 from ._acls import AclStore
 from ._replica_apis import HANDLERS as REPLICA_HANDLERS
 from ._transactions import HANDLERS as TRANSACTION_HANDLERS
-from ._transactions import TransactionCoordinator
+from ._transactions import TransactionCoordinator, fenced_for
 
 # Tell the server to close the connection instead of answering (acks=0 Produce errors: the
 # producer gets no answer, so Kafka closes the connection to tell it something went wrong).
@@ -666,6 +666,7 @@ class Apis:
                 int(self.wall_clock() * 1000),
             )
             self.data_arrived()  # an abandoned transaction was aborted: the LSO may move
+            error = fenced_for(error, version, 4)
             return R(
                 error_code=NONE if error is None else code(error),
                 producer_id=pid,

@@ -30,6 +30,14 @@ def code(name):
     return by_name(name).code
 
 
+def fenced_for(error, version, first):
+    """KIP-588: clients older than an API's version `first` know PRODUCER_FENCED as
+    INVALID_PRODUCER_EPOCH, and are told so."""
+    if error == "PRODUCER_FENCED" and version < first:
+        return "INVALID_PRODUCER_EPOCH"
+    return error
+
+
 class Transaction:
     __slots__ = ("producer_id", "epoch", "ongoing", "partitions", "groups", "offsets", "timeout_ms")
 
@@ -113,6 +121,7 @@ def add_partitions_to_txn(apis, request, version, ctx):
     txns = apis.transactions
     tid = request.v3_and_below_transactional_id
     error = txns.check(tid, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch)
+    error = fenced_for(error, version, 2)
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     unknown = {(t, p) for t, p in wanted if apis.cluster.partition(t, p) is None}
     if error is None and not unknown:
@@ -148,6 +157,7 @@ def add_partitions_to_txn(apis, request, version, ctx):
 def add_offsets_to_txn(apis, request, version, ctx):
     txns = apis.transactions
     error = txns.check(request.transactional_id, request.producer_id, request.producer_epoch)
+    error = fenced_for(error, version, 2)
     if error is None:
         txn = txns.transactions[request.transactional_id]
         txn.groups.add(request.group_id)
@@ -159,6 +169,7 @@ def txn_offset_commit(apis, request, version, ctx):
     R = TxnOffsetCommitResponse
     txns = apis.transactions
     error = txns.check(request.transactional_id, request.producer_id, request.producer_epoch)
+    error = fenced_for(error, version, 3)
     if error is None:
         txn = txns.transactions[request.transactional_id]
         if request.group_id not in txn.groups:
@@ -195,6 +206,7 @@ def end_txn(apis, request, version, ctx):
     )
     if error is None:
         apis.data_arrived()  # the last stable offset moved: read_committed Fetches may go on
+    error = fenced_for(error, version, 2)
     return EndTxnResponse(error_code=NONE if error is None else code(error))
 
 
