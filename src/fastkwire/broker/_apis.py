@@ -194,9 +194,11 @@ class Apis:
     def _all_versions(self):
         out = {key: (low, high) for key, (low, high, _) in self.served.items()}
         if self.groups is not None:
+            # The coordinator's own ranges where it says them, else Kafka 4.0's.
+            ranges = getattr(self.groups, "VERSIONS", GROUP_VERSIONS)
             for key in self.groups.API_KEYS:
                 cls = REQUEST_CLASSES[key]
-                low, high = GROUP_VERSIONS.get(key, (cls.MIN_VERSION, cls.MAX_VERSION))
+                low, high = ranges.get(key, (cls.MIN_VERSION, cls.MAX_VERSION))
                 out[key] = (low, min(high, cls.MAX_VERSION))
         return out
 
@@ -210,7 +212,7 @@ class Apis:
             if response is not None:
                 reply(_fitted(response, version))
         elif self.groups is not None and api_key in self.groups.API_KEYS:
-            self.groups.handle(api_key, version, request, ctx, reply)
+            self.groups.handle(api_key, version, request, ctx, _fitting(reply, version))
         else:
             raise KeyError(api_key)
 

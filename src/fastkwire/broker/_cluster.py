@@ -207,6 +207,10 @@ class Cluster:
             return None
         return topic.partitions[index]
 
+    def topic_summary(self):
+        """{name: (topic id, partition count)} of every topic (what KIP-848 groups assign)."""
+        return {name: (t.id, len(t.partitions)) for name, t in self.topics.items()}
+
     def partition_count(self, topic_name):
         topic = self.topics.get(topic_name)
         return None if topic is None else len(topic.partitions)
