@@ -667,6 +667,19 @@ def test_transactions_through_the_handlers(apis):
     assert call(apis, end, 3, node).error_code == code("PRODUCER_FENCED")
     # KIP-588: a client older than EndTxn v2 knows it as INVALID_PRODUCER_EPOCH
     assert call(apis, end, 1, node).error_code == code("INVALID_PRODUCER_EPOCH")
+    # A transaction left open past its timeout is aborted, and its producer fenced.
+    timed = fastkwire.InitProducerIdRequest(transactional_id="slow", transaction_timeout_ms=500)
+    r = call(apis, timed, 4, node)
+    add.v3_and_below_transactional_id = "slow"
+    add.v3_and_below_producer_id, add.v3_and_below_producer_epoch = r.producer_id, 0
+    call(apis, add, 3, node)
+    assert apis.tick() == 0.5
+    apis.fake_clock[0] = 0.5
+    end_at = log.log_end
+    assert apis.tick() is None
+    assert log.log_end == end_at + 1  # its ABORT marker
+    end = E(transactional_id="slow", producer_id=r.producer_id, producer_epoch=0, committed=True)
+    assert call(apis, end, 3, node).error_code == code("PRODUCER_FENCED")
     F = fastkwire.FindCoordinatorRequest
     r = call(apis, F(key="tx", key_type=1), 3, node)
     assert r.error_code == 0 and r.node_id == apis.cluster.coordinator("tx")

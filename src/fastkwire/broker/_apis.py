@@ -146,7 +146,7 @@ class Apis:
         self.wall_clock = wall_clock
         self.groups = groups
         self.acls = AclStore()
-        self.transactions = TransactionCoordinator(cluster)
+        self.transactions = TransactionCoordinator(cluster, clock)
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         # API key -> (min version, max version, handler); the handlers' versions.
@@ -230,6 +230,11 @@ class Apis:
                     still.append(w)
                     deadlines.append(w.deadline)
             self._waiting = still
+        aborted, nxt = self.transactions.expire(int(self.wall_clock() * 1000))
+        if aborted:
+            self.data_arrived()  # the last stable offset moved
+        if nxt is not None:
+            deadlines.append(nxt)
         if self.groups is not None:
             nxt = self.groups.tick()
             if nxt is not None:

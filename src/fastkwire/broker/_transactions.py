@@ -5,7 +5,8 @@ replica. Offsets committed in a transaction (TxnOffsetCommit) reach the group co
 when it commits.
 
 Transaction version 1 (KIP-890 part 2's epoch bump per transaction is not served: EndTxn and
-TxnOffsetCommit stop at v4). No transaction timeout aborts a transaction yet.
+TxnOffsetCommit stop at v4). A transaction still open after its timeout is aborted and its
+producer's epoch bumped, which fences it (`expire`, from the broker's tick).
 Each handler takes (apis, request, version, ctx) and returns a response object.
 """
 
@@ -39,7 +40,16 @@ def fenced_for(error, version, first):
 
 
 class Transaction:
-    __slots__ = ("producer_id", "epoch", "ongoing", "partitions", "groups", "offsets", "timeout_ms")
+    __slots__ = (
+        "producer_id",
+        "epoch",
+        "ongoing",
+        "partitions",
+        "groups",
+        "offsets",
+        "timeout_ms",
+        "deadline",
+    )
 
     def __init__(self, producer_id, timeout_ms):
         self.producer_id = producer_id
@@ -49,11 +59,18 @@ class Transaction:
         self.groups = set()
         self.offsets = []  # TxnOffsetCommit requests, applied when it commits
         self.timeout_ms = timeout_ms
+        self.deadline = None  # on the coordinator's clock, while a transaction is under way
+
+    def begin(self, now):
+        if not self.ongoing:
+            self.ongoing = True
+            self.deadline = now + self.timeout_ms / 1000
 
 
 class TransactionCoordinator:
-    def __init__(self, cluster):
+    def __init__(self, cluster, clock):
         self.cluster = cluster
+        self.clock = clock
         self.transactions = {}  # transactional id -> Transaction
 
     def init(self, transactional_id, timeout_ms, producer_id=-1, epoch=-1, now_ms=0):
@@ -106,9 +123,29 @@ class TransactionCoordinator:
             if partition is not None:
                 partition.log.write_marker(txn.producer_id, txn.epoch, commit, now_ms)
         txn.ongoing = False
+        txn.deadline = None
         txn.partitions.clear()
         txn.groups.clear()
         txn.offsets.clear()
+
+    def expire(self, now_ms):
+        """Abort the transactions past their timeout, bumping their epoch so that their
+        producer is fenced, as Kafka's coordinator does; returns (how many were aborted, the
+        next deadline or None)."""
+        now = self.clock()
+        deadlines = []
+        aborted = 0
+        for txn in self.transactions.values():
+            if txn.deadline is None:
+                continue
+            if txn.deadline <= now:
+                self._finish(txn, commit=False, now_ms=now_ms)
+                aborted += 1
+                if txn.epoch < MAX_EPOCH - 1:
+                    txn.epoch += 1
+            else:
+                deadlines.append(txn.deadline)
+        return aborted, min(deadlines, default=None)
 
 
 # ---------------------------------------------------------------- the handlers
@@ -127,7 +164,7 @@ def add_partitions_to_txn(apis, request, version, ctx):
     if error is None and not unknown:
         txn = txns.transactions[tid]
         txn.partitions.update(wanted)
-        txn.ongoing = True
+        txn.begin(txns.clock())
 
     def result(t, p):
         if error is not None:
@@ -161,7 +198,7 @@ def add_offsets_to_txn(apis, request, version, ctx):
     if error is None:
         txn = txns.transactions[request.transactional_id]
         txn.groups.add(request.group_id)
-        txn.ongoing = True
+        txn.begin(txns.clock())
     return AddOffsetsToTxnResponse(error_code=NONE if error is None else code(error))
 
 
