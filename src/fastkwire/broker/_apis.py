@@ -146,7 +146,7 @@ class Apis:
         self.wall_clock = wall_clock
         self.groups = groups
         self.acls = AclStore()
-        self.transactions = TransactionCoordinator(cluster, clock)
+        self.transactions = TransactionCoordinator(cluster, clock, self._transaction_ended)
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         # API key -> (min version, max version, handler); the handlers' versions.
@@ -240,6 +240,10 @@ class Apis:
             if nxt is not None:
                 deadlines.append(nxt)
         return min(deadlines) if deadlines else None
+
+    def _transaction_ended(self, producer_id, committed):
+        if self.groups is not None and hasattr(self.groups, "end_transaction"):
+            self.groups.end_transaction(producer_id, committed=committed)
 
     def data_arrived(self):
         """Data arrived: Fetches waiting for it may now have their min_bytes."""

@@ -1,8 +1,8 @@
 """The transaction coordinator: transactional ids to producer ids and epochs, the partitions
 and groups of the transaction under way, and its end, written as control batches (commit or
 abort markers) into each partition's log, as Kafka's TransactionCoordinator does with one
-replica. Offsets committed in a transaction (TxnOffsetCommit) reach the group coordinator
-when it commits.
+replica. Offsets committed in a transaction (TxnOffsetCommit, served by the group
+coordinator) land or are dropped when it ends: `on_end(producer id, committed)`.
 
 Transaction version 1 (KIP-890 part 2's epoch bump per transaction is not served: EndTxn and
 TxnOffsetCommit stop at v4). A transaction still open after its timeout is aborted and its
@@ -17,9 +17,6 @@ from .. import (
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
-    OffsetCommitRequest,
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
 )
 from ..error_codes import by_name
 
@@ -46,7 +43,6 @@ class Transaction:
         "ongoing",
         "partitions",
         "groups",
-        "offsets",
         "timeout_ms",
         "deadline",
     )
@@ -56,8 +52,7 @@ class Transaction:
         self.epoch = 0
         self.ongoing = False
         self.partitions = set()  # (topic, partition) of the transaction under way
-        self.groups = set()
-        self.offsets = []  # TxnOffsetCommit requests, applied when it commits
+        self.groups = set()  # of AddOffsetsToTxn: their TxnOffsetCommits wait for the end
         self.timeout_ms = timeout_ms
         self.deadline = None  # on the coordinator's clock, while a transaction is under way
 
@@ -68,9 +63,10 @@ class Transaction:
 
 
 class TransactionCoordinator:
-    def __init__(self, cluster, clock):
+    def __init__(self, cluster, clock, on_end=None):
         self.cluster = cluster
         self.clock = clock
+        self.on_end = on_end  # on_end(producer id, committed): the group coordinator's offsets
         self.transactions = {}  # transactional id -> Transaction
 
     def init(self, transactional_id, timeout_ms, producer_id=-1, epoch=-1, now_ms=0):
@@ -104,16 +100,13 @@ class TransactionCoordinator:
             return "PRODUCER_FENCED"
         return None
 
-    def end(self, transactional_id, producer_id, epoch, commit, apply_offsets, now_ms):
+    def end(self, transactional_id, producer_id, epoch, commit, now_ms):
         error = self.check(transactional_id, producer_id, epoch)
         if error is not None:
             return error
         txn = self.transactions[transactional_id]
         if not txn.ongoing:
             return None  # nothing was added: a commit or abort of nothing
-        if commit:
-            for request in txn.offsets:
-                apply_offsets(request)
         self._finish(txn, commit, now_ms)
         return None
 
@@ -122,11 +115,12 @@ class TransactionCoordinator:
             partition = self.cluster.partition(topic, index)
             if partition is not None:
                 partition.log.write_marker(txn.producer_id, txn.epoch, commit, now_ms)
+        if txn.groups and self.on_end is not None:
+            self.on_end(txn.producer_id, commit)  # its TxnOffsetCommits land or are dropped
         txn.ongoing = False
         txn.deadline = None
         txn.partitions.clear()
         txn.groups.clear()
-        txn.offsets.clear()
 
     def expire(self, now_ms):
         """Abort the transactions past their timeout, bumping their epoch so that their
@@ -202,43 +196,12 @@ def add_offsets_to_txn(apis, request, version, ctx):
     return AddOffsetsToTxnResponse(error_code=NONE if error is None else code(error))
 
 
-def txn_offset_commit(apis, request, version, ctx):
-    R = TxnOffsetCommitResponse
-    txns = apis.transactions
-    error = txns.check(request.transactional_id, request.producer_id, request.producer_epoch)
-    error = fenced_for(error, version, 3)
-    if error is None:
-        txn = txns.transactions[request.transactional_id]
-        if request.group_id not in txn.groups:
-            error = "INVALID_TXN_STATE"  # AddOffsetsToTxn comes first
-        elif apis.groups is None:
-            error = "COORDINATOR_NOT_AVAILABLE"
-        else:
-            txn.offsets.append(request)
-    return R(
-        topics=[
-            R.TxnOffsetCommitResponseTopic(
-                name=t.name,
-                partitions=[
-                    R.TxnOffsetCommitResponsePartition(
-                        partition_index=p.partition_index,
-                        error_code=NONE if error is None else code(error),
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in request.topics
-        ]
-    )
-
-
 def end_txn(apis, request, version, ctx):
     error = apis.transactions.end(
         request.transactional_id,
         request.producer_id,
         request.producer_epoch,
         request.committed,
-        lambda pending: _commit_offsets(apis, pending, ctx),
         int(apis.wall_clock() * 1000),
     )
     if error is None:
@@ -247,38 +210,9 @@ def end_txn(apis, request, version, ctx):
     return EndTxnResponse(error_code=NONE if error is None else code(error))
 
 
-def _commit_offsets(apis, pending, ctx):
-    """A committed transaction's offsets, handed to the group coordinator as the group's
-    member committed them."""
-    C = OffsetCommitRequest
-    request = C(
-        group_id=pending.group_id,
-        generation_id_or_member_epoch=pending.generation_id,
-        member_id=pending.member_id,
-        group_instance_id=pending.group_instance_id,
-        topics=[
-            C.OffsetCommitRequestTopic(
-                name=t.name,
-                partitions=[
-                    C.OffsetCommitRequestPartition(
-                        partition_index=p.partition_index,
-                        committed_offset=p.committed_offset,
-                        committed_leader_epoch=p.committed_leader_epoch,
-                        committed_metadata=p.committed_metadata,
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in pending.topics
-        ],
-    )
-    apis.groups.handle(C.API_KEY, 8, request, ctx, lambda response: None)
-
-
 # (request class, Kafka 4.x's lowest version, highest, handler)
 HANDLERS = (
     (AddPartitionsToTxnRequest, 0, 3, add_partitions_to_txn),
     (AddOffsetsToTxnRequest, 0, 4, add_offsets_to_txn),
-    (TxnOffsetCommitRequest, 0, 4, txn_offset_commit),
     (EndTxnRequest, 0, 4, end_txn),
 )
