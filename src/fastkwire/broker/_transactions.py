@@ -4,8 +4,8 @@ abort markers) into each partition's log, as Kafka's TransactionCoordinator does
 replica. Offsets committed in a transaction (TxnOffsetCommit, served by the group
 coordinator) land or are dropped when it ends: `on_end(producer id, committed)`.
 
-Transaction version 1 (KIP-890 part 2's epoch bump per transaction is not served: EndTxn and
-TxnOffsetCommit stop at v4). A transaction still open after its timeout is aborted and its
+Transaction version 1 (KIP-890 part 2's epoch bump per transaction is not served: EndTxn
+stops at v4, and no transaction.version feature is advertised). A transaction still open after its timeout is aborted and its
 producer's epoch bumped, which fences it (`expire`, from the broker's tick).
 Each handler takes (apis, request, version, ctx) and returns a response object.
 """
