@@ -311,3 +311,25 @@ def test_the_command_prints_its_address_and_stops_on_sigterm():
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_the_pytest_plugin_gives_a_kafka_broker_fixture(tmp_path):
+    (tmp_path / "test_uses_it.py").write_text(
+        "import socket\n"
+        "def test_it(kafka_broker):\n"
+        "    host, port = kafka_broker.bootstrap_servers.split(':')\n"
+        "    socket.create_connection((host, int(port)), timeout=5).close()\n"
+        "def test_same_broker(kafka_broker, request):\n"
+        "    assert kafka_broker is request.getfixturevalue('kafka_broker')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fastkwire.testing"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout

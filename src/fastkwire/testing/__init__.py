@@ -5,8 +5,8 @@
     with Broker() as broker:                  # ready in milliseconds, on its own thread
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
 
-As a pytest plugin (`pytest -p fastkwire.testing`, or, once installed, the `fastkwire`
-entry point of `pytest11`), the `kafka_broker` fixture is a Broker started for the test
+As a pytest plugin (`pytest -p fastkwire.testing`, or, once installed, the `pytest11`
+entry point), the `kafka_broker` fixture is a Broker started for the test
 session. Loading the plugin imports neither the broker nor the codec until a test asks.
 """
 
