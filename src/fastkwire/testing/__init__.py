@@ -7,7 +7,7 @@
 
 As a pytest plugin (`pytest -p fastkwire.testing`, or, once installed, the `pytest11`
 entry point), the `kafka_broker` fixture is a Broker started for the test
-session. Loading the plugin imports neither the broker nor the codec until a test asks.
+session. Loading the plugin imports nothing of the broker until a test asks for it.
 """
 
 import sys
