@@ -1,0 +1,1 @@
+"""fastkwire broker: a Kafka broker for tests, sans-IO at its core."""
