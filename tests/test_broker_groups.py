@@ -929,3 +929,61 @@ def test_admin_describe_and_remove_members_through_the_coordinator():
     assert plan.members == [("", "i-a")] and plan.missing_instance_ids == ["i-b"]
     with pytest.raises(GroupNotFoundError):
         run_admin(b, admin._describe_call("none"))
+
+
+def test_initial_rebalance_delay_waits_for_more_members():
+    """group.initial.rebalance.delay.ms: the first rebalance of an empty group waits the delay,
+    and again while new members keep joining (up to the rebalance timeout), so that members
+    starting together share generation 1."""
+    b = Broker(GroupConfig(group_initial_rebalance_delay_ms=3000))
+    first = join(b, version=3, client="a")
+    assert b.advance(2.0) == pytest.approx(b.now + 1.0)
+    second = join(b, version=3, client="b")
+    b.advance(1.0)
+    assert first == second == []  # a member came during the delay: it is extended
+    b.advance(3.0)
+    assert first[0].generation_id == second[0].generation_id == 1
+    assert len(first[0].members) == 2
+
+
+def test_sync_group_v5_needs_the_protocol_type_and_name():
+    """SyncGroup v5+ without its protocol type or name is INCONSISTENT_GROUP_PROTOCOL, as is
+    one naming another protocol than the group's."""
+    b = Broker()
+    generation, (a,) = stable_group(b, [None])
+    bare = SyncGroupRequest(group_id="g", generation_id=generation, member_id=a, assignments=[])
+    assert b.call(bare, 5).error_code == E["INCONSISTENT_GROUP_PROTOCOL"]
+    assert b.call(bare, 4).error_code == NONE
+    other = SyncGroupRequest(
+        group_id="g",
+        generation_id=generation,
+        member_id=a,
+        protocol_type="consumer",
+        protocol_name="roundrobin",
+        assignments=[],
+    )
+    assert b.call(other, 5).error_code == E["INCONSISTENT_GROUP_PROTOCOL"]
+
+
+def test_a_second_join_from_a_member_answers_the_first():
+    """Every request is answered once: a member whose JoinGroup is parked and that sends
+    another (it gave up on the first) has the first answered REBALANCE_IN_PROGRESS."""
+    b = Broker()
+    generation, (a, c) = stable_group(b, [None, None])
+    first = join(b, member_id=a, protocols=protocols(topics=("audit",)))
+    second = join(b, member_id=a, protocols=protocols(topics=("audit",)))
+    assert first[0].error_code == E["REBALANCE_IN_PROGRESS"] and second == []
+    join(b, member_id=c)
+    assert second[0].generation_id == generation + 1
+
+
+def test_static_member_that_stops_heartbeating_is_removed_at_its_session_timeout():
+    """Static members leave no LeaveGroup behind, but their session still ends: without
+    heartbeats the member is removed after session.timeout.ms and the group rebalances."""
+    b = Broker()
+    generation, (a, c) = stable_group(b, ["survivor", "dies"])
+    b.advance(SESSION_MS / 1000 * 0.6)
+    assert heartbeat(b, a, generation, instance="survivor") == NONE
+    b.advance(SESSION_MS / 1000 * 0.6)
+    assert heartbeat(b, a, generation, instance="survivor") == E["REBALANCE_IN_PROGRESS"]
+    assert [m.group_instance_id for m in describe(b).members] == ["survivor"]

@@ -92,6 +92,7 @@ GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 OPERATIONS_NOT_ASKED = -(2**31)
 JOIN_WITH_MEMBER_ID_MIN = 4  # JoinGroup v4+: an unknown dynamic member gets MEMBER_ID_REQUIRED
 SKIP_ASSIGNMENT_MIN = 9
+SYNC_PROTOCOL_REQUIRED_MIN = 5  # SyncGroup v5+ must name the protocol type and name
 OFFSET_COMMIT_GROUP_NOT_FOUND_MIN = 9  # before: ILLEGAL_GENERATION for a missing group
 DESCRIBE_NOT_FOUND_MIN = 6  # before: a missing group is described as Dead, without an error
 
@@ -702,6 +703,10 @@ class GroupCoordinator:
     # ---------------------------------------------------------------- SyncGroup, Heartbeat
 
     def _sync_group(self, version, request, ctx, reply):
+        if version >= SYNC_PROTOCOL_REQUIRED_MIN and (
+            request.protocol_type is None or request.protocol_name is None
+        ):
+            return _sync_response(INCONSISTENT_GROUP_PROTOCOL)
         if not request.group_id:
             return _sync_response(INVALID_GROUP_ID)
         group = self.groups.get(request.group_id)
