@@ -6,10 +6,13 @@ The Kafka behaviour each test pins is in its docstring.
 """
 
 import itertools
+import uuid
 
 import pytest
 
 from fastkwire import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
@@ -62,12 +65,18 @@ class Ctx:
         self.client_id, self.client_host = client_id, client_host
 
 
+TOPIC_IDS = {name: uuid.UUID(int=n + 1) for n, name in enumerate(sorted(TOPICS))}
+
+
 class Broker:
     """A coordinator on a fake clock, with the codec on both sides of it."""
 
     def __init__(self, config=None, topics=TOPICS):
         self.now = 100.0
-        self.coordinator = GroupCoordinator(config, lambda: self.now, topics.get)
+        self.topics = {name: (TOPIC_IDS.get(name) or uuid.uuid4(), n) for name, n in topics.items()}
+        self.coordinator = GroupCoordinator(
+            config, lambda: self.now, topics.get, topics=lambda: dict(self.topics)
+        )
         self.correlation = itertools.count(1)
 
     def send(self, request, version, client_id="client", host="127.0.0.1"):
@@ -987,3 +996,250 @@ def test_static_member_that_stops_heartbeating_is_removed_at_its_session_timeout
     b.advance(SESSION_MS / 1000 * 0.6)
     assert heartbeat(b, a, generation, instance="survivor") == E["REBALANCE_IN_PROGRESS"]
     assert [m.group_instance_id for m in describe(b).members] == ["survivor"]
+
+
+# ---------------------------------------------------------------- KIP-848 consumer groups
+
+ORDERS = TOPIC_IDS["orders"]
+CG_SESSION_S = 45.0
+
+
+def cg_heartbeat(b, member_id, epoch, owned=(), group="cg", version=1, **kw):
+    """A ConsumerGroupHeartbeat; `owned` is a list of orders partitions (None: not sent).
+    Epoch 0 sends the full request (subscription and rebalance timeout)."""
+    joining = epoch == 0
+    request = ConsumerGroupHeartbeatRequest(
+        group_id=group,
+        member_id=member_id,
+        member_epoch=epoch,
+        instance_id=kw.pop("instance", None),
+        rebalance_timeout_ms=kw.pop("rebalance_ms", REBALANCE_MS if joining else -1),
+        subscribed_topic_names=kw.pop("topics", ["orders"] if joining else None),
+        server_assignor=kw.pop("assignor", None),
+        topic_partitions=None
+        if owned is None
+        else (
+            [ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=ORDERS, partitions=list(owned))]
+            if owned
+            else []
+        ),
+        **({"subscribed_topic_regex": kw.pop("regex")} if "regex" in kw else {}),
+    )
+    assert not kw
+    return b.call(request, version)
+
+
+def partitions(answer, topic_id=ORDERS):
+    """The orders partitions of a heartbeat's assignment; None when it sent none."""
+    if answer.assignment is None:
+        return None
+    return sorted(
+        p
+        for t in answer.assignment.topic_partitions
+        if t.topic_id == topic_id
+        for p in t.partitions
+    )
+
+
+def cg_describe(b, group="cg", version=1):
+    request = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+    return b.call(request, version).groups[0]
+
+
+def test_consumer_group_first_member_gets_every_partition():
+    """ConsumerGroupHeartbeat v1 (KIP-848): a member joins with its own member id at epoch 0;
+    the group epoch becomes 1, the server-side assignor ("uniform" by default) gives it every
+    partition of its subscription, by topic id, with the heartbeat interval; ConsumerGroupDescribe
+    shows the group Stable with the member's assignment and target."""
+    b = Broker()
+    answer = cg_heartbeat(b, "m-a", 0)
+    assert (answer.error_code, answer.member_id, answer.member_epoch) == (NONE, "m-a", 1)
+    assert answer.heartbeat_interval_ms == 5000
+    assert partitions(answer) == [0, 1, 2, 3]
+    again = cg_heartbeat(b, "m-a", 1, owned=[0, 1, 2, 3])
+    assert again.member_epoch == 1 and again.assignment is None  # unchanged: not sent
+    group = cg_describe(b)
+    assert (group.group_state, group.group_epoch, group.assignment_epoch, group.assignor_name) == (
+        "Stable",
+        1,
+        1,
+        "uniform",
+    )
+    (m,) = group.members
+    assert (m.member_id, m.member_epoch, m.subscribed_topic_names) == ("m-a", 1, ["orders"])
+    assert [(t.topic_name, t.partitions) for t in m.assignment.topic_partitions] == [
+        ("orders", [0, 1, 2, 3])
+    ]
+    assert m.target_assignment == m.assignment
+
+
+def test_consumer_group_partitions_move_only_after_revocation():
+    """A second member bumps the group epoch; the new target splits the partitions, sticky
+    for the first member. The newcomer gets nothing while the first still owns its share
+    (unreleased); the first is asked to revoke (it keeps its epoch until it does), and only
+    after its next heartbeat without them are they given to the newcomer."""
+    b = Broker()
+    cg_heartbeat(b, "m-a", 0)
+    joined = cg_heartbeat(b, "m-b", 0)
+    assert (joined.member_epoch, partitions(joined)) == (2, [])
+    assert cg_describe(b).group_state == "Reconciling"
+    revoke = cg_heartbeat(b, "m-a", 1, owned=[0, 1, 2, 3])
+    assert (revoke.member_epoch, partitions(revoke)) == (1, [2, 3])
+    waiting = cg_heartbeat(b, "m-b", 2, owned=[])
+    assert waiting.assignment is None  # still nothing free
+    revoked = cg_heartbeat(b, "m-a", 1, owned=[2, 3])
+    assert revoked.member_epoch == 2
+    moved = cg_heartbeat(b, "m-b", 2, owned=[])
+    assert (moved.member_epoch, partitions(moved)) == (2, [0, 1])
+    assert cg_describe(b).group_state == "Stable"
+
+
+def test_consumer_group_leave_and_session_timeout_free_partitions():
+    """Epoch -1 leaves the group (answered with epoch -1); a member without heartbeats for
+    group.consumer.session.timeout.ms is fenced. Either way the group epoch moves on and the
+    survivor's next heartbeat is given the freed partitions."""
+    b = Broker()
+    cg_heartbeat(b, "m-a", 0)
+    cg_heartbeat(b, "m-b", 0)
+    cg_heartbeat(b, "m-a", 1, owned=[0, 1, 2, 3])
+    cg_heartbeat(b, "m-a", 1, owned=[2, 3])
+    assert partitions(cg_heartbeat(b, "m-b", 2, owned=[])) == [0, 1]
+    left = cg_heartbeat(b, "m-b", -1, owned=None)
+    assert (left.error_code, left.member_epoch) == (NONE, -1)
+    back = cg_heartbeat(b, "m-a", 2, owned=[2, 3])
+    assert (back.member_epoch, partitions(back)) == (3, [0, 1, 2, 3])
+    cg_heartbeat(b, "m-c", 0)
+    b.advance(CG_SESSION_S - 1)
+    cg_heartbeat(b, "m-a", 3, owned=None)
+    b.advance(2)  # m-c's session ended
+    assert [m.member_id for m in cg_describe(b).members] == ["m-a"]
+    assert cg_heartbeat(b, "m-c", 4, owned=None).error_code == E["UNKNOWN_MEMBER_ID"]
+
+
+def test_consumer_group_static_member_comes_back_to_its_partitions():
+    """A static member (instance id) that leaves with epoch -2 keeps its partitions and
+    place; rejoining with a new member id and the same instance id it gets them back without
+    a new group epoch. While the instance id is held by an active member, another joiner
+    with it gets UNRELEASED_INSTANCE_ID; a heartbeat from a replaced member id is
+    FENCED_INSTANCE_ID."""
+    b = Broker()
+    cg_heartbeat(b, "a-1", 0, instance="i-a")
+    cg_heartbeat(b, "b-1", 0, instance="i-b")
+    cg_heartbeat(b, "a-1", 1, owned=[0, 1, 2, 3], instance="i-a")
+    cg_heartbeat(b, "a-1", 1, owned=[2, 3], instance="i-a")
+    assert partitions(cg_heartbeat(b, "b-1", 2, owned=[], instance="i-b")) == [0, 1]
+    taken = cg_heartbeat(b, "b-2", 0, instance="i-b")
+    assert taken.error_code == by_name("UNRELEASED_INSTANCE_ID").code
+    away = cg_heartbeat(b, "b-1", -2, owned=None, instance="i-b")
+    assert (away.error_code, away.member_epoch) == (NONE, -2)
+    epoch = cg_describe(b).group_epoch
+    back = cg_heartbeat(b, "b-2", 0, instance="i-b")
+    assert (back.member_epoch, partitions(back)) == (epoch, [0, 1])
+    assert cg_describe(b).group_epoch == epoch
+    stale = cg_heartbeat(b, "b-1", 2, owned=[0, 1], instance="i-b")
+    assert stale.error_code == E["FENCED_INSTANCE_ID"]
+
+
+def test_consumer_group_rebalance_timeout_fences_a_member_that_does_not_revoke():
+    """A member asked to revoke partitions that still owns them after its rebalance timeout
+    is fenced, and the partitions go to the others."""
+    b = Broker()
+    cg_heartbeat(b, "m-a", 0, rebalance_ms=10_000)
+    cg_heartbeat(b, "m-b", 0)
+    assert partitions(cg_heartbeat(b, "m-a", 1, owned=[0, 1, 2, 3])) == [2, 3]
+    for _ in range(2):  # 8 s: both heartbeat, m-a still owns what it should give up
+        b.advance(4)
+        assert cg_heartbeat(b, "m-b", 2, owned=[]).assignment is None
+        assert cg_heartbeat(b, "m-a", 1, owned=[0, 1, 2, 3]).error_code == NONE
+    b.advance(4)  # past m-a's 10 s rebalance timeout
+    assert [m.member_id for m in cg_describe(b).members] == ["m-b"]
+    taken_over = cg_heartbeat(b, "m-b", 2, owned=[])
+    assert (taken_over.member_epoch, partitions(taken_over)) == (3, [0, 1, 2, 3])
+    assert cg_heartbeat(b, "m-a", 1, owned=[2, 3]).error_code == E["UNKNOWN_MEMBER_ID"]
+
+
+def test_consumer_group_heartbeat_errors():
+    """INVALID_REQUEST (v1 needs a member id; a first heartbeat needs a subscription),
+    UNSUPPORTED_ASSIGNOR, FENCED_MEMBER_EPOCH for an epoch ahead of the coordinator's,
+    UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND for a non-empty classic group of that id, and
+    INVALID_REGULAR_EXPRESSION; v0 makes the member id when the client sends none."""
+    b = Broker()
+    assert cg_heartbeat(b, "", 0).error_code == by_name("INVALID_REQUEST").code
+    assert cg_heartbeat(b, "m", 0, topics=[]).error_code == by_name("INVALID_REQUEST").code
+    assert (
+        cg_heartbeat(b, "m", 0, assignor="sticky").error_code
+        == by_name("UNSUPPORTED_ASSIGNOR").code
+    )
+    assert (
+        cg_heartbeat(b, "m", 0, regex="(").error_code == by_name("INVALID_REGULAR_EXPRESSION").code
+    )
+    made = cg_heartbeat(b, "", 0, version=0)
+    assert made.error_code == NONE and len(made.member_id) == 22
+    assert (
+        cg_heartbeat(b, made.member_id, 5, owned=None).error_code
+        == by_name("FENCED_MEMBER_EPOCH").code
+    )
+    assert cg_heartbeat(b, "stranger", 1, owned=None).error_code == E["UNKNOWN_MEMBER_ID"]
+    stable_group(b, [None])
+    classic = cg_heartbeat(b, "m", 0, group="g")
+    assert classic.error_code == E["GROUP_ID_NOT_FOUND"]
+
+
+def test_consumer_group_range_assignor_and_regex_subscription():
+    """ServerAssignor "range" splits each topic in contiguous ranges by member id; a v1
+    subscription by regular expression takes every topic whose whole name matches."""
+    b = Broker()
+    cg_heartbeat(b, "m-b", 0, assignor="range", topics=[], regex="ord.*|aud.*")
+    cg_heartbeat(b, "m-a", 0, assignor="range", topics=["orders"])
+    group = cg_describe(b)
+    assert group.assignor_name == "range"
+    target = {
+        m.member_id: {t.topic_name: t.partitions for t in m.target_assignment.topic_partitions}
+        for m in group.members
+    }
+    assert target == {"m-a": {"orders": [0, 1]}, "m-b": {"audit": [0], "orders": [2, 3]}}
+    assert group.members[0].subscribed_topic_regex == "ord.*|aud.*"
+
+
+def test_consumer_group_offsets_and_admin_apis():
+    """OffsetCommit v9 from a KIP-848 member carries its member epoch: STALE_MEMBER_EPOCH for
+    another; OffsetFetch v9 with a member id and epoch is checked likewise; ListGroups gives
+    the group type "consumer"; DeleteGroups refuses it while it has members."""
+    b = Broker()
+    cg_heartbeat(b, "m-a", 0)
+    assert commit(b, {("orders", 0): 7}, group="cg", generation=1, member_id="m-a") == {
+        ("orders", 0): NONE
+    }
+    assert (
+        commit(b, {("orders", 0): 8}, group="cg", generation=2, member_id="m-a")[("orders", 0)]
+        == by_name("STALE_MEMBER_EPOCH").code
+    )
+    fetch_as = OffsetFetchRequest(
+        groups=[
+            OffsetFetchRequest.OffsetFetchRequestGroup(
+                group_id="cg", member_id="m-a", member_epoch=0, topics=None
+            )
+        ]
+    )
+    assert b.call(fetch_as, 9).groups[0].error_code == by_name("STALE_MEMBER_EPOCH").code
+    assert fetch(b, {"orders": [0]}, group="cg") == {("orders", 0): (7, "", NONE)}
+    listed = b.call(ListGroupsRequest(states_filter=[], types_filter=["consumer"]), 5).groups
+    assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed] == [
+        ("cg", "consumer", "consumer", "Stable")
+    ]
+    deleted = b.call(DeleteGroupsRequest(groups_names=["cg"]), 2).results[0]
+    assert deleted.error_code == E["NON_EMPTY_GROUP"]
+    cg_heartbeat(b, "m-a", -1, owned=None)
+    assert b.call(DeleteGroupsRequest(groups_names=["cg"]), 2).results[0].error_code == NONE
+
+
+def test_admin_describes_a_consumer_group_through_consumer_group_describe():
+    """fastkwire's describe-group asks ConsumerGroupDescribe first: a KIP-848 group is shown
+    from it (members with their assignments by topic name)."""
+    b = Broker()
+    cg_heartbeat(b, "m-a", 0, instance="i-a")
+    group = run_admin(b, AdminClient("127.0.0.1:9092")._describe_call("cg"))
+    assert (group.state, group.protocol_type, group.protocol) == ("Stable", "consumer", "uniform")
+    assert [(m.member_id, m.group_instance_id, m.assignment) for m in group.members] == [
+        ("m-a", "i-a", {"orders": [0, 1, 2, 3]})
+    ]

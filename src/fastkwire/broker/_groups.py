@@ -13,6 +13,9 @@ import uuid
 from dataclasses import dataclass
 
 from .. import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribeGroupsRequest,
@@ -36,6 +39,7 @@ from .. import (
 )
 from ..consumer_protocol import decode_subscription
 from ..error_codes import by_name
+from ._consumer_groups import ConsumerGroups
 from ._offsets import Committed, OffsetStore
 from ._timers import Timers
 
@@ -76,6 +80,8 @@ VERSIONS = {
     DescribeGroupsRequest.API_KEY: (0, 6),
     DeleteGroupsRequest.API_KEY: (0, 2),
     OffsetDeleteRequest.API_KEY: (0, 0),
+    ConsumerGroupHeartbeatRequest.API_KEY: (0, 1),
+    ConsumerGroupDescribeRequest.API_KEY: (0, 1),
 }
 
 EMPTY, PREPARING, COMPLETING, STABLE = (
@@ -111,6 +117,10 @@ class GroupConfig:
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
+    # KIP-848 consumer groups
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_max_size: int = 2**31 - 1
 
 
 class _Member:
@@ -291,14 +301,16 @@ class GroupCoordinator:
     API_KEYS = frozenset(VERSIONS)
     VERSIONS = VERSIONS
 
-    def __init__(self, config=None, clock=time.monotonic, topic_partitions=None):
+    def __init__(self, config=None, clock=time.monotonic, topic_partitions=None, topics=None):
         self.config = config if config is not None else GroupConfig()
         self.clock = clock
         # topic -> its partition count, or None for no such topic; not given: any topic exists.
         self.topic_partitions = topic_partitions
         self.timers = Timers(clock)
-        self.groups = {}
+        self.groups = {}  # classic groups by id
         self.offsets = OffsetStore()
+        # KIP-848 groups; `topics()` gives every topic as {name: (topic id, partition count)}.
+        self.consumer = ConsumerGroups(self.config, clock, self.timers, topics or dict)
         self._handlers = {
             JoinGroupRequest.API_KEY: self._join_group,
             SyncGroupRequest.API_KEY: self._sync_group,
@@ -310,6 +322,8 @@ class GroupCoordinator:
             DescribeGroupsRequest.API_KEY: self._describe_groups,
             DeleteGroupsRequest.API_KEY: self._delete_groups,
             OffsetDeleteRequest.API_KEY: self._offset_delete,
+            ConsumerGroupHeartbeatRequest.API_KEY: self._consumer_group_heartbeat,
+            ConsumerGroupDescribeRequest.API_KEY: self._consumer_group_describe,
         }
         self.timers.schedule(
             "offsets-expiry", self.config.offsets_retention_check_interval_ms, self._expire_offsets
@@ -386,6 +400,12 @@ class GroupCoordinator:
             <= cfg.group_max_session_timeout_ms
         ):
             return _join_response(version, INVALID_SESSION_TIMEOUT, member_id)
+        modern = self.consumer.groups.get(request.group_id)
+        if modern is not None:
+            if modern.members:
+                # Kafka takes classic members into a consumer group; this coordinator does not.
+                return _join_response(version, INCONSISTENT_GROUP_PROTOCOL, member_id)
+            del self.consumer.groups[request.group_id]  # an empty one gives way (offsets stay)
         group = self.groups.get(request.group_id)
         if group is None:
             if member_id:
@@ -870,6 +890,9 @@ class GroupCoordinator:
 
     def _commit_check(self, version, request, generation):
         """Kafka's validateOffsetCommit: an error code for the whole commit, or None."""
+        modern = self.consumer.groups.get(request.group_id)
+        if modern is not None:
+            return self.consumer.commit_error(modern, request.member_id, generation, version)
         group = self.groups.get(request.group_id)
         if group is None:
             if generation >= 0:
@@ -891,28 +914,7 @@ class GroupCoordinator:
 
     def _offset_fetch(self, version, request, ctx, reply):
         if version >= 8:
-            groups = [
-                OffsetFetchResponse.OffsetFetchResponseGroup(
-                    group_id=g.group_id,
-                    topics=[
-                        OffsetFetchResponse.OffsetFetchResponseTopics(
-                            name=topic,
-                            partitions=[
-                                OffsetFetchResponse.OffsetFetchResponsePartitions(**fields)
-                                for fields in partitions
-                            ],
-                        )
-                        for topic, partitions in self._fetched(
-                            g.group_id,
-                            None
-                            if g.topics is None
-                            else [(t.name, t.partition_indexes) for t in g.topics],
-                        )
-                    ],
-                    error_code=NONE,
-                )
-                for g in request.groups
-            ]
+            groups = [self._fetched_group(version, g) for g in request.groups]
             return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
         asked = (
             None
@@ -930,6 +932,32 @@ class GroupCoordinator:
             for topic, partitions in self._fetched(request.group_id, asked)
         ]
         return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=NONE)
+
+    def _fetched_group(self, version, g):
+        """One group of an OffsetFetch v8+; a KIP-848 member asking (v9+) is checked first."""
+        modern = self.consumer.groups.get(g.group_id)
+        error = None
+        if modern is not None and version >= 9:
+            error = self.consumer.fetch_error(modern, g.member_id, g.member_epoch)
+        if error is not None:
+            return OffsetFetchResponse.OffsetFetchResponseGroup(
+                group_id=g.group_id, topics=[], error_code=error
+            )
+        asked = None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
+        return OffsetFetchResponse.OffsetFetchResponseGroup(
+            group_id=g.group_id,
+            topics=[
+                OffsetFetchResponse.OffsetFetchResponseTopics(
+                    name=topic,
+                    partitions=[
+                        OffsetFetchResponse.OffsetFetchResponsePartitions(**fields)
+                        for fields in partitions
+                    ],
+                )
+                for topic, partitions in self._fetched(g.group_id, asked)
+            ],
+            error_code=NONE,
+        )
 
     def _fetched(self, group_id, asked):
         """[(topic, [partition fields])] for the partitions asked (None: every committed one);
@@ -963,16 +991,21 @@ class GroupCoordinator:
         if not request.group_id:
             return answer(INVALID_GROUP_ID)
         group = self.groups.get(request.group_id)
-        if group is None:
+        modern = self.consumer.groups.get(request.group_id)
+        if modern is not None:
+            subscribed = modern.is_subscribed
+        elif group is None:
             return answer(GROUP_ID_NOT_FOUND)
-        if group.state != EMPTY and group.protocol_type != CONSUMER_PROTOCOL:
+        elif group.state != EMPTY and group.protocol_type != CONSUMER_PROTOCOL:
             return answer(NON_EMPTY_GROUP)
+        else:
+            subscribed = group.is_subscribed if group.state != EMPTY else lambda _: False
         topics = []
         for t in request.topics:
             partitions = []
             for p in t.partitions:
                 error = self._partition_error(t.name, p.partition_index)
-                if error is None and group.state != EMPTY and group.is_subscribed(t.name):
+                if error is None and subscribed(t.name):
                     error = GROUP_SUBSCRIBED_TO_TOPIC
                 if error is None:
                     self.offsets.delete(request.group_id, t.name, p.partition_index)
@@ -1004,6 +1037,16 @@ class GroupCoordinator:
                 self.offsets.expire(
                     group_id, lambda t, c: t in subscribed or now - c.commit_time < retention
                 )
+        for group_id, modern in list(self.consumer.groups.items()):
+            if not modern.members:
+                self.offsets.expire(group_id, lambda _, c: now - c.commit_time < retention)
+                if not self.offsets.has_offsets(group_id):
+                    del self.consumer.groups[group_id]
+            else:
+                self.offsets.expire(
+                    group_id,
+                    lambda t, c: modern.is_subscribed(t) or now - c.commit_time < retention,
+                )
         self.timers.schedule(
             "offsets-expiry", self.config.offsets_retention_check_interval_ms, self._expire_offsets
         )
@@ -1013,15 +1056,19 @@ class GroupCoordinator:
     def _list_groups(self, version, request, ctx, reply):
         states = {s.strip().lower() for s in request.states_filter} if version >= 4 else set()
         types = {t.strip().lower() for t in request.types_filter} if version >= 5 else set()
+        every = [
+            (g.group_id, g.protocol_type or "", g.state, "classic") for g in self.groups.values()
+        ]
+        every += [
+            (g.group_id, CONSUMER_PROTOCOL, g.state, "consumer")
+            for g in self.consumer.groups.values()
+        ]
         listed = [
             ListGroupsResponse.ListedGroup(
-                group_id=g.group_id,
-                protocol_type=g.protocol_type or "",
-                group_state=g.state,
-                group_type="classic",
+                group_id=group_id, protocol_type=protocol_type, group_state=state, group_type=kind
             )
-            for g in self.groups.values()
-            if (not states or g.state.lower() in states) and (not types or "classic" in types)
+            for group_id, protocol_type, state, kind in every
+            if (not states or state.lower() in states) and (not types or kind in types)
         ]
         return ListGroupsResponse(throttle_time_ms=0, error_code=NONE, groups=listed)
 
@@ -1076,8 +1123,14 @@ class GroupCoordinator:
         results = []
         for group_id in request.groups_names:
             group = self.groups.get(group_id)
+            modern = self.consumer.groups.get(group_id)
             if not group_id:
                 error = INVALID_GROUP_ID
+            elif modern is not None:
+                error = NON_EMPTY_GROUP if modern.members else NONE
+                if not modern.members:
+                    del self.consumer.groups[group_id]
+                    self.offsets.delete_group(group_id)
             elif group is None:
                 error = GROUP_ID_NOT_FOUND
             elif group.state != EMPTY:
@@ -1092,3 +1145,17 @@ class GroupCoordinator:
                 DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error)
             )
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)
+
+    # ---------------------------------------------------------------- KIP-848
+
+    def _consumer_group_heartbeat(self, version, request, ctx, reply):
+        return self.consumer.heartbeat(version, request, ctx, self.groups)
+
+    def _consumer_group_describe(self, version, request, ctx, reply):
+        operations = (
+            GROUP_OPERATIONS if request.include_authorized_operations else OPERATIONS_NOT_ASKED
+        )
+        return ConsumerGroupDescribeResponse(
+            throttle_time_ms=0,
+            groups=self.consumer.describe(version, request.group_ids, operations),
+        )
