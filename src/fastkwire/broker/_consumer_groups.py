@@ -9,7 +9,7 @@ which owns the group ids, the timers and the offsets that both protocols share.
 """
 
 import base64
-import re
+import functools
 import uuid
 
 from .. import (
@@ -18,6 +18,11 @@ from .. import (
 )
 from ..error_codes import by_name
 from ._assignors import ASSIGNORS, DEFAULT_ASSIGNOR
+
+try:  # RE2, as Kafka's RE2J: matching in linear time, so no subscription can stall the broker
+    import re2
+except ImportError:  # the broker extra is not installed: regex subscriptions are refused
+    re2 = None
 
 
 def _code(name):
@@ -45,6 +50,26 @@ REGEX_MIN = 1
 STABLE, UNREVOKED, UNRELEASED = "stable", "unrevoked_partitions", "unreleased_partitions"
 G_EMPTY, G_ASSIGNING, G_RECONCILING, G_STABLE = "Empty", "Assigning", "Reconciling", "Stable"
 CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1's MemberType: uses the consumer protocol
+
+
+@functools.lru_cache(maxsize=1024)
+def _pattern(regex):
+    """A subscription's regular expression, compiled (HeartbeatError when it cannot be)."""
+    if re2 is None:
+        raise HeartbeatError(
+            INVALID_REQUEST,
+            "SubscribedTopicRegex is not supported without the google-re2 package "
+            "(pip install 'fastkwire[broker]').",
+        )
+    options = re2.Options()
+    options.log_errors = False  # a bad pattern is the client's error, answered, not logged
+    try:
+        return re2.compile(regex, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args else ""
+        raise HeartbeatError(
+            INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex} is invalid: {reason}"
+        ) from None
 
 
 class HeartbeatError(Exception):
@@ -217,12 +242,7 @@ class ConsumerGroups:
             )
         regex = r.subscribed_topic_regex if version >= REGEX_MIN else None
         if regex:
-            try:
-                re.compile(regex)
-            except re.error as exc:
-                raise HeartbeatError(
-                    INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex} is invalid: {exc}"
-                ) from None
+            _pattern(regex)
 
     def _group(self, group_id, create, classic_groups):
         group = self.groups.get(group_id)
@@ -393,7 +413,7 @@ class ConsumerGroups:
     def _subscription_metadata(self, group):
         topics = self.topics()
         names = group.subscribed_names()
-        patterns = [re.compile(m.regex) for m in group.members.values() if m.regex]
+        patterns = [_pattern(m.regex) for m in group.members.values() if m.regex]
         if patterns:
             names |= {n for n in topics if any(p.fullmatch(n) for p in patterns)}
         return {n: topics[n] for n in sorted(names) if n in topics}
@@ -401,7 +421,7 @@ class ConsumerGroups:
     def _member_topics(self, group, member):
         names = set(member.topic_names)
         if member.regex:
-            pattern = re.compile(member.regex)
+            pattern = _pattern(member.regex)
             names |= {n for n in group.metadata if pattern.fullmatch(n)}
         return {group.metadata[n][0] for n in names if n in group.metadata}
 
