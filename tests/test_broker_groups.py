@@ -1273,3 +1273,19 @@ def test_consumer_group_regex_without_re2_names_the_extra(monkeypatch):
         _consumer_groups._pattern.cache_clear()
     assert answer.error_code == by_name("INVALID_REQUEST").code
     assert "fastkwire[broker]" in answer.error_message
+
+
+def test_zero_rebalance_timeout_does_not_spin_the_timers():
+    """A rebalance nobody rejoins waits for session timeouts; with members whose rebalance
+    timeout is 0 (set by static rejoins, which need no rebalance) the coordinator still asks
+    to be woken no sooner than a second later, not at once again and again (which would
+    busy-loop the broker's event loop)."""
+    b = Broker()
+    generation, (a, c, d) = stable_group(b, ["i-a", "i-b", "i-c"])
+    for instance in ("i-a", "i-b"):
+        assert join(b, instance=instance, rebalance_ms=0)[0].generation_id == generation
+    assert leave(b, [("", "i-c")]).members[0].error_code == NONE  # nobody rejoins
+    assert describe(b).group_state == "PreparingRebalance"
+    deadlines = [b.advance(0.001) for _ in range(3)]
+    assert all(d is not None and d >= b.now + 0.9 for d in deadlines)
+    assert describe(b).group_state == "PreparingRebalance"

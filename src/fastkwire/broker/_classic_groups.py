@@ -43,6 +43,7 @@ CONSUMER_PROTOCOL = "consumer"
 JOIN_WITH_MEMBER_ID_MIN = 4  # JoinGroup v4+: an unknown dynamic member gets MEMBER_ID_REQUIRED
 SKIP_ASSIGNMENT_MIN = 9
 SYNC_PROTOCOL_REQUIRED_MIN = 5  # SyncGroup v5+ must name the protocol type and name
+NOBODY_REJOINED_RETRY_MS = 1000
 
 
 class _Member:
@@ -478,10 +479,10 @@ class ClassicGroups:
             else:
                 self._schedule_join_deadline(group)
 
-    def _schedule_join_deadline(self, group):
+    def _schedule_join_deadline(self, group, at_least_ms=0):
         self.timers.schedule(
             self._join_key(group),
-            group.rebalance_timeout_ms(),
+            max(group.rebalance_timeout_ms(), at_least_ms),
             lambda: self._live(group) and self._complete_join(group),
         )
 
@@ -507,8 +508,9 @@ class ClassicGroups:
                 group.remove(member.member_id)
                 self.timers.cancel(self._heartbeat_key(group, member.member_id))
         if not self._elect_joined_leader(group) and group.members:
-            # Nobody rejoined: wait again, until session timeouts empty the group.
-            self._schedule_join_deadline(group)
+            # Nobody rejoined: wait again, until session timeouts empty the group (at least a
+            # second apart, so that a zero rebalance timeout cannot keep the timers spinning).
+            self._schedule_join_deadline(group, at_least_ms=NOBODY_REJOINED_RETRY_MS)
             return
         group.generation += 1
         if group.members:
