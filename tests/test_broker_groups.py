@@ -25,6 +25,7 @@ from fastkwire import (
     OffsetDeleteRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
     decode_request,
     decode_response,
     encode_request,
@@ -826,8 +827,9 @@ def test_delete_groups():
 
 
 def test_every_version_served_is_encodable():
-    """A full group life (join, sync, heartbeat, commit, fetch, list, describe, leave, delete)
-    at every version this coordinator serves: every answer encodes at its version."""
+    """A full group life (join, sync, heartbeat, commit, transactional commit, fetch, list,
+    describe, leave, delete) at every version this coordinator serves: every answer encodes
+    at its version."""
     assert VERSIONS[JoinGroupRequest.API_KEY] == (0, 9)
     for version in range(0, 10):
         b = Broker()
@@ -847,6 +849,10 @@ def test_every_version_served_is_encodable():
             )
         for v in range(1, 10):
             assert fetch(b, {"orders": [0]}, version=v)[("orders", 0)][0] == 9
+        for v in range(0, 6):
+            assert txn_commit(b, {("orders", 1): v}, producer_id=v, version=v) == {
+                ("orders", 1): NONE
+            }
         for v in range(0, 6):
             assert b.call(ListGroupsRequest(states_filter=[], types_filter=[]), v).groups
         for v in range(0, 7):
@@ -1071,6 +1077,7 @@ def test_consumer_group_first_member_gets_every_partition():
         ("orders", [0, 1, 2, 3])
     ]
     assert m.target_assignment == m.assignment
+    assert cg_describe(b, version=0).members[0].assignment == m.assignment
 
 
 def test_consumer_group_partitions_move_only_after_revocation():
@@ -1289,3 +1296,78 @@ def test_zero_rebalance_timeout_does_not_spin_the_timers():
     deadlines = [b.advance(0.001) for _ in range(3)]
     assert all(d is not None and d >= b.now + 0.9 for d in deadlines)
     assert describe(b).group_state == "PreparingRebalance"
+
+
+def txn_commit(b, offsets, producer_id=7, group="g", generation=-1, member_id="", version=3):
+    request = TxnOffsetCommitRequest(
+        transactional_id="tx",
+        group_id=group,
+        producer_id=producer_id,
+        producer_epoch=0,
+        generation_id=generation,
+        member_id=member_id,
+        topics=[
+            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                name=topic,
+                partitions=[
+                    TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                        partition_index=partition, committed_offset=offset, committed_metadata=""
+                    )
+                ],
+            )
+            for (topic, partition), offset in offsets.items()
+        ],
+    )
+    answer = b.call(request, version)
+    return {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
+
+
+def test_transactional_offsets_wait_for_the_end_of_their_transaction():
+    """TxnOffsetCommit (a transactional producer's sendOffsetsToTransaction): the offsets are
+    invisible until the transaction commits (end_transaction, called by the transaction
+    coordinator on EndTxn) and dropped if it aborts; meanwhile OffsetFetch v7+ asking for
+    stable offsets gets UNSTABLE_OFFSET_COMMIT for those partitions. A member's commit is
+    checked against its generation (ILLEGAL_GENERATION), and unlike OffsetCommit one without
+    a generation is accepted by a group with members."""
+    b = Broker()
+    generation, (a,) = stable_group(b, [None])
+    assert txn_commit(b, {("orders", 0): 5}, generation=generation, member_id=a) == {
+        ("orders", 0): NONE
+    }
+    assert txn_commit(b, {("orders", 1): 6}, producer_id=8) == {("orders", 1): NONE}
+    assert txn_commit(b, {("orders", 2): 6}, generation=generation + 1, member_id=a) == {
+        ("orders", 2): E["ILLEGAL_GENERATION"]
+    }
+    assert txn_commit(b, {("nope", 0): 1}) == {("nope", 0): E["UNKNOWN_TOPIC_OR_PARTITION"]}
+    assert fetch(b, {"orders": [0, 1]}) == {
+        ("orders", 0): (-1, "", NONE),
+        ("orders", 1): (-1, "", NONE),
+    }
+    stable = OffsetFetchRequest(
+        groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id="g", topics=None)],
+        require_stable=True,
+    )
+    assert b.call(stable, 8).groups[0].topics == []  # nothing committed yet
+    asked = OffsetFetchRequest(
+        group_id="g",
+        topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopic(name="orders", partition_indexes=[0, 2])
+        ],
+        require_stable=True,
+    )
+    rows = b.call(asked, 7).topics[0].partitions
+    assert [(r.partition_index, r.committed_offset, r.error_code) for r in rows] == [
+        (0, -1, by_name("UNSTABLE_OFFSET_COMMIT").code),
+        (2, -1, NONE),
+    ]
+    b.coordinator.end_transaction(7, committed=True)
+    b.coordinator.end_transaction(8, committed=False)
+    assert fetch(b, {"orders": [0, 1]}) == {
+        ("orders", 0): (5, "", NONE),
+        ("orders", 1): (-1, "", NONE),
+    }
+    rows = b.call(asked, 7).topics[0].partitions
+    assert [(r.partition_index, r.committed_offset, r.error_code) for r in rows] == [
+        (0, 5, NONE),
+        (2, -1, NONE),
+    ]

@@ -40,6 +40,8 @@ UNKNOWN_MEMBER_ID = _code("UNKNOWN_MEMBER_ID")
 UNRELEASED_INSTANCE_ID = _code("UNRELEASED_INSTANCE_ID")
 UNSUPPORTED_ASSIGNOR = _code("UNSUPPORTED_ASSIGNOR")
 STALE_MEMBER_EPOCH = _code("STALE_MEMBER_EPOCH")
+ILLEGAL_GENERATION = _code("ILLEGAL_GENERATION")
+UNSUPPORTED_VERSION = _code("UNSUPPORTED_VERSION")
 
 LEAVE_EPOCH = -1  # the member leaves the group
 STATIC_LEAVE_EPOCH = -2  # a static member leaves for now, keeping its partitions
@@ -574,16 +576,19 @@ class ConsumerGroups:
 
     # ---------------------------------------------------------------- offsets' checks
 
-    def commit_error(self, group, member_id, member_epoch, version):
-        """Kafka's ConsumerGroup.validateOffsetCommit: an error code, or None."""
+    def commit_error(self, group, member_id, member_epoch, version, transactional=False):
+        """Kafka's ConsumerGroup.validateOffsetCommit: an error code, or None. A transactional
+        commit (TxnOffsetCommit) is told ILLEGAL_GENERATION for a stale epoch."""
         if member_epoch < 0 and not group.members:
             return None
         member = group.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER_ID
-        if version < 9:
-            return by_name("UNSUPPORTED_VERSION").code
-        return None if member_epoch == member.epoch else STALE_MEMBER_EPOCH
+        if not transactional and version < 9:
+            return UNSUPPORTED_VERSION
+        if member_epoch == member.epoch:
+            return None
+        return ILLEGAL_GENERATION if transactional else STALE_MEMBER_EPOCH
 
     def fetch_error(self, group, member_id, member_epoch):
         if member_id is None and member_epoch < 0:
@@ -638,7 +643,7 @@ class ConsumerGroups:
                             target_assignment=_described_assignment(
                                 group.target.get(m.member_id, {}), names
                             ),
-                            member_type=CONSUMER_MEMBER_TYPE,
+                            member_type=CONSUMER_MEMBER_TYPE if version >= 1 else -1,
                         )
                         for m in group.members.values()
                     ],

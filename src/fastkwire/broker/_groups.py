@@ -32,6 +32,8 @@ from .. import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from ..error_codes import by_name
 from ._classic_groups import CONSUMER_PROTOCOL, EMPTY, STABLE, ClassicGroups
@@ -56,6 +58,7 @@ NON_EMPTY_GROUP = _code("NON_EMPTY_GROUP")
 OFFSET_METADATA_TOO_LARGE = _code("OFFSET_METADATA_TOO_LARGE")
 UNKNOWN_MEMBER_ID = _code("UNKNOWN_MEMBER_ID")
 UNKNOWN_TOPIC_OR_PARTITION = _code("UNKNOWN_TOPIC_OR_PARTITION")
+UNSTABLE_OFFSET_COMMIT = _code("UNSTABLE_OFFSET_COMMIT")
 
 # The versions served: what Kafka 4.x serves, within what the schemas know. OffsetCommit and
 # OffsetFetch stop at 9: version 10 names topics by id, which this coordinator does not keep.
@@ -72,6 +75,7 @@ VERSIONS = {
     OffsetDeleteRequest.API_KEY: (0, 0),
     ConsumerGroupHeartbeatRequest.API_KEY: (0, 1),
     ConsumerGroupDescribeRequest.API_KEY: (0, 1),
+    TxnOffsetCommitRequest.API_KEY: (0, 5),
 }
 
 DEAD = "Dead"  # what a group that does not exist is described as
@@ -80,6 +84,7 @@ DEAD = "Dead"  # what a group that does not exist is described as
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 OPERATIONS_NOT_ASKED = -(2**31)
 OFFSET_COMMIT_GROUP_NOT_FOUND_MIN = 9  # before: ILLEGAL_GENERATION for a missing group
+REQUIRE_STABLE_MIN = 7  # OffsetFetch v7+ may ask for no offsets of open transactions
 DESCRIBE_NOT_FOUND_MIN = 6  # before: a missing group is described as Dead, without an error
 
 
@@ -119,6 +124,8 @@ class GroupCoordinator:
         self.topic_partitions = topic_partitions
         self.timers = Timers(clock)
         self.offsets = OffsetStore()
+        # Offsets of transactions not yet ended: producer id -> {(group, topic, partition): ...}
+        self.pending = {}
         self.classic = ClassicGroups(self.config, clock, self.timers)
         self.groups = self.classic.groups  # classic groups by id
         self.consumer = ConsumerGroups(self.config, clock, self.timers, topics or dict)
@@ -135,6 +142,7 @@ class GroupCoordinator:
             OffsetDeleteRequest.API_KEY: self._offset_delete,
             ConsumerGroupHeartbeatRequest.API_KEY: self._consumer_group_heartbeat,
             ConsumerGroupDescribeRequest.API_KEY: self._consumer_group_describe,
+            TxnOffsetCommitRequest.API_KEY: self._txn_offset_commit,
         }
         self.timers.schedule(
             "offsets-expiry", self.config.offsets_retention_check_interval_ms, self._expire_offsets
@@ -186,7 +194,61 @@ class GroupCoordinator:
         return None
 
     def _offset_commit(self, version, request, ctx, reply):
-        generation = request.generation_id_or_member_epoch
+        results = self._commit(
+            version, request, request.generation_id_or_member_epoch, None, version >= 6
+        )
+        return OffsetCommitResponse(
+            throttle_time_ms=0,
+            topics=[
+                OffsetCommitResponse.OffsetCommitResponseTopic(
+                    name=topic,
+                    partitions=[
+                        OffsetCommitResponse.OffsetCommitResponsePartition(
+                            partition_index=p, error_code=e
+                        )
+                        for p, e in partitions
+                    ],
+                )
+                for topic, partitions in results
+            ],
+        )
+
+    def _txn_offset_commit(self, version, request, ctx, reply):
+        """TxnOffsetCommit: the offsets wait, unseen, for `end_transaction`."""
+        generation = request.generation_id if version >= 3 else -1
+        results = self._commit(version, request, generation, request.producer_id, version >= 2)
+        return TxnOffsetCommitResponse(
+            throttle_time_ms=0,
+            topics=[
+                TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(
+                    name=topic,
+                    partitions=[
+                        TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(
+                            partition_index=p, error_code=e
+                        )
+                        for p, e in partitions
+                    ],
+                )
+                for topic, partitions in results
+            ],
+        )
+
+    def end_transaction(self, producer_id, committed):
+        """The transaction coordinator's word that `producer_id`'s transaction ended (EndTxn):
+        its TxnOffsetCommit offsets become the groups' committed offsets, or are dropped."""
+        offsets = self.pending.pop(producer_id, {})
+        if committed:
+            for (group_id, topic, partition), c in offsets.items():
+                self.offsets.commit(group_id, topic, partition, c)
+
+    def _pending_offset(self, group_id, topic, partition):
+        key = (group_id, topic, partition)
+        return any(key in offsets for offsets in self.pending.values())
+
+    def _commit(self, version, request, generation, producer_id, leader_epochs):
+        """An OffsetCommit's or TxnOffsetCommit's checks and writes (into the pending offsets
+        of `producer_id` for a transaction): [(topic, [(partition, error code)])]."""
+        transactional = producer_id is not None
         checks = {
             (t.name, p.partition_index): self._partition_error(t.name, p.partition_index)
             for t in request.topics
@@ -197,10 +259,10 @@ class GroupCoordinator:
         elif all(e is not None for e in checks.values()):
             group_error = None  # nothing reaches the coordinator
         else:
-            group_error = self._commit_check(version, request, generation)
+            group_error = self._commit_check(version, request, generation, transactional)
         now = self.clock()
         limit = self.config.offset_metadata_max_bytes
-        topics = []
+        results = []
         for t in request.topics:
             partitions = []
             for p in t.partitions:
@@ -209,28 +271,28 @@ class GroupCoordinator:
                 if error is None and metadata is not None and len(metadata) > limit:
                     error = OFFSET_METADATA_TOO_LARGE
                 if error is None:
-                    epoch = p.committed_leader_epoch if version >= 6 else -1
+                    epoch = p.committed_leader_epoch if leader_epochs else -1
                     committed = Committed(p.committed_offset, epoch, metadata or "", now)
-                    self.offsets.commit(request.group_id, t.name, p.partition_index, committed)
-                partitions.append(
-                    OffsetCommitResponse.OffsetCommitResponsePartition(
-                        partition_index=p.partition_index, error_code=error or NONE
-                    )
-                )
-            topics.append(
-                OffsetCommitResponse.OffsetCommitResponseTopic(name=t.name, partitions=partitions)
-            )
-        return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
+                    if transactional:
+                        key = (request.group_id, t.name, p.partition_index)
+                        self.pending.setdefault(producer_id, {})[key] = committed
+                    else:
+                        self.offsets.commit(request.group_id, t.name, p.partition_index, committed)
+                partitions.append((p.partition_index, error or NONE))
+            results.append((t.name, partitions))
+        return results
 
-    def _commit_check(self, version, request, generation):
+    def _commit_check(self, version, request, generation, transactional):
         """Kafka's validateOffsetCommit: an error code for the whole commit, or None."""
         modern = self.consumer.groups.get(request.group_id)
         if modern is not None:
-            return self.consumer.commit_error(modern, request.member_id, generation, version)
+            return self.consumer.commit_error(
+                modern, request.member_id, generation, version, transactional
+            )
         group = self.groups.get(request.group_id)
         if group is None:
             if generation >= 0:
-                if version >= OFFSET_COMMIT_GROUP_NOT_FOUND_MIN:
+                if not transactional and version >= OFFSET_COMMIT_GROUP_NOT_FOUND_MIN:
                     return GROUP_ID_NOT_FOUND
                 return ILLEGAL_GENERATION
             # A simple group: offsets committed outside group management.
@@ -244,11 +306,13 @@ class GroupCoordinator:
             if error is None and generation != group.generation:
                 error = ILLEGAL_GENERATION
             return error
-        return None if group.state == EMPTY else UNKNOWN_MEMBER_ID
+        # A commit without member or generation: only to an empty group, unless transactional.
+        return None if group.state == EMPTY or transactional else UNKNOWN_MEMBER_ID
 
     def _offset_fetch(self, version, request, ctx, reply):
+        stable = version >= REQUIRE_STABLE_MIN and request.require_stable
         if version >= 8:
-            groups = [self._fetched_group(version, g) for g in request.groups]
+            groups = [self._fetched_group(version, g, stable) for g in request.groups]
             return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
         asked = (
             None
@@ -263,11 +327,11 @@ class GroupCoordinator:
                     for fields in partitions
                 ],
             )
-            for topic, partitions in self._fetched(request.group_id, asked)
+            for topic, partitions in self._fetched(request.group_id, asked, stable)
         ]
         return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=NONE)
 
-    def _fetched_group(self, version, g):
+    def _fetched_group(self, version, g, stable):
         """One group of an OffsetFetch v8+; a KIP-848 member asking (v9+) is checked first."""
         modern = self.consumer.groups.get(g.group_id)
         error = None
@@ -288,14 +352,15 @@ class GroupCoordinator:
                         for fields in partitions
                     ],
                 )
-                for topic, partitions in self._fetched(g.group_id, asked)
+                for topic, partitions in self._fetched(g.group_id, asked, stable)
             ],
             error_code=NONE,
         )
 
-    def _fetched(self, group_id, asked):
+    def _fetched(self, group_id, asked, stable=False):
         """[(topic, [partition fields])] for the partitions asked (None: every committed one);
-        a partition without a committed offset answers offset -1."""
+        a partition without a committed offset answers offset -1, and when asked for stable
+        offsets (v7+), one with a transaction's offset pending answers UNSTABLE_OFFSET_COMMIT."""
         if asked is None:
             committed = self.offsets.by_topic(group_id)
             asked = [(topic, list(partitions)) for topic, partitions in committed.items()]
@@ -304,13 +369,16 @@ class GroupCoordinator:
             rows = []
             for partition in partitions:
                 c = self.offsets.get(group_id, topic, partition)
+                unstable = stable and self._pending_offset(group_id, topic, partition)
+                if unstable:
+                    c = None
                 rows.append(
                     {
                         "partition_index": partition,
                         "committed_offset": -1 if c is None else c.offset,
                         "committed_leader_epoch": -1 if c is None else c.leader_epoch,
                         "metadata": "" if c is None else c.metadata,
-                        "error_code": NONE,
+                        "error_code": UNSTABLE_OFFSET_COMMIT if unstable else NONE,
                     }
                 )
             out.append((topic, rows))
