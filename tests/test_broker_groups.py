@@ -9,6 +9,8 @@ import itertools
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fastkwire import (
     ConsumerGroupDescribeRequest,
@@ -1371,3 +1373,193 @@ def test_transactional_offsets_wait_for_the_end_of_their_transaction():
         (0, 5, NONE),
         (2, -1, NONE),
     ]
+
+
+# ---------------------------------------------------------------- random sequences
+
+
+def _pick(data, options):
+    return data.draw(st.sampled_from(options))
+
+
+def _random_step(b, data, seen):
+    """One random request (or a step of the clock) from a small world of groups, ids and
+    generations, so that requests meet each other's state; returns the answer list."""
+    group = _pick(data, ["g", "h", ""])
+    member = _pick(data, ["", "bogus", *sorted(seen["members"])[:8]])
+    instance = _pick(data, [None, "i0", "i1"])
+    generation = _pick(data, [-1, 0, 1, *sorted(seen["generations"])[-3:]])
+    kind = _pick(
+        data,
+        [
+            "join",
+            "join",
+            "sync",
+            "heartbeat",
+            "leave",
+            "commit",
+            "txn",
+            "fetch",
+            "admin",
+            "cg",
+            "cg",
+            "advance",
+            "end_txn",
+        ],
+    )
+    if kind == "join":
+        version = _pick(data, [0, 3, 4, 5, 7, 9])
+        return join(
+            b,
+            group=group,
+            member_id=member,
+            instance=instance if version >= 5 else None,
+            version=version,
+            session_ms=_pick(data, [6000, 10_000, 5]),
+            rebalance_ms=_pick(data, [0, 1000, 30_000]),
+            protocols=protocols(names=_pick(data, [("range",), ("roundrobin", "range")])),
+        )
+    if kind == "sync":
+        plan = {member: {"orders": [0]}} if data.draw(st.booleans()) else {}
+        version = _pick(data, [0, 3, 4, 5])
+        return sync(
+            b,
+            member,
+            generation,
+            plan,
+            group=group,
+            instance=instance if version >= 3 else None,
+            version=version,
+        )
+    if kind == "heartbeat":
+        version = _pick(data, [0, 3, 4])
+        request = HeartbeatRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member,
+            group_instance_id=instance if version >= 3 else None,
+        )
+        return b.send(request, version)
+    if kind == "leave":
+        return [leave(b, [(member, instance)], group=group, version=_pick(data, [3, 5]))]
+    if kind == "commit":
+        version = _pick(data, [2, 7, 9])
+        return [
+            commit(
+                b,
+                {("orders", 0): 1, ("nope", 0): 1},
+                group=group,
+                generation=generation,
+                member_id=member,
+                instance=instance if version >= 7 else None,
+                version=version,
+            )
+        ]
+    if kind == "txn":
+        return [
+            txn_commit(
+                b,
+                {("orders", 1): 2},
+                producer_id=_pick(data, [1, 2]),
+                group=group,
+                generation=generation,
+                member_id=member,
+                version=3,
+            )
+        ]
+    if kind == "end_txn":
+        b.coordinator.end_transaction(_pick(data, [1, 2]), data.draw(st.booleans()))
+        return [None]
+    if kind == "fetch":
+        version = _pick(data, [2, 7, 8, 9])
+        return [fetch(b, _pick(data, [None, {"orders": [0, 1]}]), group=group, version=version)]
+    if kind == "admin":
+        request = _pick(
+            data,
+            [
+                ListGroupsRequest(states_filter=[], types_filter=[]),
+                DescribeGroupsRequest(groups=[group, "cg"]),
+                DeleteGroupsRequest(groups_names=[group]),
+                ConsumerGroupDescribeRequest(group_ids=[group, "cg"]),
+            ],
+        )
+        return b.send(request, type(request).MAX_VERSION)
+    if kind == "cg":
+        epoch = _pick(data, [0, 0, 1, 2, -1, -2, 5])
+        owned = _pick(data, [None, (), (0, 1), (2, 3)])
+        return (
+            [
+                cg_heartbeat(
+                    b,
+                    member or "",
+                    epoch,
+                    owned=None if epoch else (),
+                    group=_pick(data, ["cg", group]),
+                    instance=instance,
+                    topics=["orders"] if epoch == 0 else None,
+                    rebalance_ms=REBALANCE_MS if epoch == 0 else -1,
+                    version=1 if member else 0,
+                )
+            ]
+            if epoch or owned is None
+            else [None]
+        )
+    b.advance(_pick(data, [0.0, 0.5, 3.0, 11.0, 46.0]))
+    return [None]
+
+
+def _check_consistent(coordinator):
+    for group in coordinator.groups.values():
+        assert all(group.members[m].instance_id == i for i, m in group.static.items())
+        assert group.leader is None or group.leader in group.members
+        assert group.pending_sync <= set(group.members)
+        assert not group.members or group.protocol_type is not None
+    for group in coordinator.consumer.groups.values():
+        assert all(group.members[m].instance_id == i for i, m in group.static.items())
+        owners = {}
+        for m in group.members.values():
+            for parts in (m.assigned, m.revoking):
+                for tid, ps in parts.items():
+                    for p in ps:
+                        assert (tid, p) not in owners, "a partition owned twice"
+                        owners[(tid, p)] = m.member_id
+
+
+def _random_sequence(data):
+    b = Broker()
+    seen = {"members": set(), "generations": set()}
+    waiting = []
+    for _ in range(data.draw(st.integers(1, 40))):
+        answers = _random_step(b, data, seen)
+        waiting.append(answers)
+        for answers in waiting:
+            for a in answers:
+                seen["members"].update({getattr(a, "member_id", None)} - {None, ""})
+                if getattr(a, "generation_id", -1) > 0:
+                    seen["generations"].add(a.generation_id)
+        _check_consistent(b.coordinator)
+    for _ in range(20):  # every parked request is answered once the timeouts have passed
+        b.advance(400.0)
+    assert all(len(a) == 1 for a in waiting)
+
+
+SEQUENCES = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+SEQUENCES_LONG = settings(max_examples=5000, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@SEQUENCES
+@given(st.data())
+def test_random_request_sequences(data):
+    """Random interleavings of every group API from a handful of ids, generations and
+    versions, with the clock moving: the coordinator never raises, answers each request
+    exactly once with an answer that encodes at its version (the harness checks both), keeps
+    its maps consistent (instance ids, leader, pending syncs; no partition owned by two
+    KIP-848 members), and answers every parked request once the timeouts have passed."""
+    _random_sequence(data)
+
+
+@pytest.mark.slow
+@SEQUENCES_LONG
+@given(st.data())
+def test_random_request_sequences_long(data):
+    _random_sequence(data)
