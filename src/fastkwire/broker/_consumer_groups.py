@@ -199,7 +199,7 @@ class ConsumerGroups:
                 error_code=error.code,
                 error_message=error.message,
                 member_id=None,
-                member_epoch=-1,
+                member_epoch=0,
                 heartbeat_interval_ms=0,
                 assignment=None,
             )
