@@ -277,6 +277,7 @@ class ConsumerGroups:
         assigned_before = {t: set(p) for t, p in member.assigned.items()}
         if r.instance_id is not None:
             member.instance_id = r.instance_id
+            group.static[r.instance_id] = member.member_id
         if r.rack_id is not None:
             member.rack_id = r.rack_id
         if r.rebalance_timeout_ms != -1:
@@ -359,7 +360,13 @@ class ConsumerGroups:
         existing = group.members.get(existing_id) if existing_id is not None else None
         if joining:
             if existing is None:
-                return _Member(member_id), True
+                current = group.members.get(member_id)
+                if current is None:
+                    return _Member(member_id), True
+                # A known member id joining under another instance id: it moves to that one.
+                if group.static.get(current.instance_id) == member_id:
+                    del group.static[current.instance_id]
+                return current, False
             if existing.member_id == member_id:
                 return existing, False
             if existing.epoch != STATIC_LEAVE_EPOCH:
