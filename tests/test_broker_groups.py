@@ -925,7 +925,8 @@ def test_admin_describe_and_remove_members_through_the_coordinator():
     """fastkwire's own admin flows (describe-group, remove-members --instance-id) against the
     coordinator: the description lists both instance ids with their assignments; removal by
     instance id succeeds for the known one and reports UNKNOWN_MEMBER_ID for an unknown one,
-    and the group rebalances at once."""
+    and the group rebalances at once; remove-members --all (each member named by member id
+    and instance id, as Kafka's Admin does) empties the group."""
     b = Broker()
     generation, (a, c) = stable_group(b, ["i-a", "i-b"])
     admin = AdminClient("127.0.0.1:9092")
@@ -946,6 +947,9 @@ def test_admin_describe_and_remove_members_through_the_coordinator():
     assert plan.members == [("", "i-a")] and plan.missing_instance_ids == ["i-b"]
     with pytest.raises(GroupNotFoundError):
         run_admin(b, admin._describe_call("none"))
+    everyone = run_admin(b, admin._remove_call("g", [], [], True, None))
+    assert [(m.group_instance_id, m.error_code) for m in everyone.members] == [("i-a", NONE)]
+    assert run_admin(b, admin._describe_call("g")).members == []
 
 
 def test_initial_rebalance_delay_waits_for_more_members():
