@@ -59,7 +59,7 @@ class Polling:
 
     def _run(self):
         while not self.stop.is_set():
-            got = self.consumer.poll(timeout_ms=100)
+            got = self.consumer.poll(timeout_ms=1000)
             with self.lock:
                 for msgs in got.values():
                     self.values += [m.value for m in msgs]

@@ -36,6 +36,7 @@ from ..proxy._server import (
 from ._apis import Apis
 from ._cluster import DEFAULT_MAX_PARTITIONS, Cluster
 from ._exchange import Close, answer_frame
+from ._groups import GroupConfig, GroupCoordinator
 
 log = logging.getLogger("fastkwire.broker")
 
@@ -214,13 +215,26 @@ class _Connection(asyncio.Protocol):
         asyncio.get_running_loop().call_soon(self.next)
 
 
+def _group_coordinator(groups, cluster):
+    if groups is None or groups is False:
+        return None
+    if callable(groups) and not isinstance(groups, GroupConfig):
+        return groups(cluster)
+    return GroupCoordinator(
+        None if groups is True else groups,
+        topic_partitions=cluster.partition_count,
+        topics=cluster.topic_summary,
+    )
+
+
 class Broker:
     """A Kafka broker on asyncio: `listeners` are one (host, port) or "host:port" per node
     (port 0: a free one), node ids counting from `first_node_id`. Keyword arguments:
     `auto_create_topics` (Kafka's auto.create.topics.enable, on by default),
     `num_partitions` (of an auto-created topic), `max_partitions` (of all topics together),
-    `groups` (a function(cluster) making the
-    group coordinator; None: the group APIs are not served), and the caps above.
+    `groups` (True: the group coordinator with Kafka's defaults, GroupConfig's; a
+    GroupConfig; a function(cluster) making a coordinator; None: the group APIs are not
+    served), and the caps above.
 
         broker = Broker([("127.0.0.1", 0)])
         await broker.start()
@@ -236,7 +250,7 @@ class Broker:
         auto_create_topics=True,
         num_partitions=1,
         max_partitions=DEFAULT_MAX_PARTITIONS,
-        groups=None,
+        groups=True,
         max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
         max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
         max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES,
@@ -307,7 +321,7 @@ class Broker:
             num_partitions=self.num_partitions,
             max_partitions=self.max_partitions,
         )
-        groups = None if self.groups is None else self.groups(self.cluster)
+        groups = _group_coordinator(self.groups, self.cluster)
         self.apis = Apis(self.cluster, groups=groups)
         for node_id, sock in zip(nodes, socks):
             server = await loop.create_server(
