@@ -29,8 +29,9 @@ suite="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'kp-*' -print -quit)
 [ -n "$suite" ] && [ -d "$suite/test/integration" ] || { echo "no kp-VERSION/test/integration in $tarball" >&2; exit 2; }
 mkdir -p "$suite/servers/$kafka_version/kafka-bin"
 
-# Four partitions per auto-created topic, as the suite's own broker fixture configures.
-python -m fastkwire broker --listen 127.0.0.1:0 --partitions 4 >"$work/broker.out" 2>"$work/broker.err" &
+# As the suite's own broker is configured (servers/resources/default/kafka.properties):
+# four partitions per auto-created topic, sessions down to one second.
+python -m fastkwire broker --listen 127.0.0.1:0 --partitions 4 --group-min-session-timeout-ms 1000 >"$work/broker.out" 2>"$work/broker.err" &
 broker_pid=$!
 for _ in $(seq 100); do grep -q '^listening on ' "$work/broker.out" && break; sleep 0.1; done
 address="$(sed -n 's/^listening on //p' "$work/broker.out")"

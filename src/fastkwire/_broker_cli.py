@@ -1,6 +1,7 @@
 """`fastkwire broker`: a Kafka broker in memory, served until Ctrl-C or SIGTERM.
 
     fastkwire broker [--listen HOST:PORT ...] [--partitions N] [--no-auto-create-topics]
+                     [--group-min-session-timeout-ms MS]
 
 Once it listens, it prints one line on stdout: `listening on HOST:PORT[,HOST:PORT...]`
 (the bootstrap servers; a port of 0 is a free one). Exit codes: 0 stopped by Ctrl-C or
@@ -13,7 +14,7 @@ import sys
 
 from ._printable import printable
 from ._proxy_cli import _address, _count
-from .broker import Broker
+from .broker import Broker, GroupConfig
 from .proxy._loop import LOOPS, loop_factory, loop_name, run
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 3
@@ -50,6 +51,14 @@ def add_broker(subparsers):
         help="unknown topics are not created on first use (auto.create.topics.enable=false)",
     )
     parser.add_argument(
+        "--group-min-session-timeout-ms",
+        type=_count,
+        default=None,
+        metavar="MS",
+        help="the shortest session timeout a group member may ask for (Kafka's "
+        "group.min.session.timeout.ms; default 6000)",
+    )
+    parser.add_argument(
         "--loop",
         choices=LOOPS,
         default=None,
@@ -63,10 +72,14 @@ def run_broker(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     try:
         loop_factory(args.loop)
+        groups = GroupConfig()
+        if args.group_min_session_timeout_ms is not None:
+            groups.group_min_session_timeout_ms = args.group_min_session_timeout_ms
         broker = Broker(
             args.listen or [DEFAULT_LISTEN],
             auto_create_topics=args.auto_create_topics,
             num_partitions=args.partitions,
+            groups=groups,
         )
     except ValueError as e:
         print(f"{args.prog}: error: {printable(str(e))}", file=err)
