@@ -16,6 +16,10 @@ Where a new test goes, by what it is about:
   test_admin_scripted.py, test_admin_hostile.py; against a real broker: test_admin_tansu.py,
   test_admin_gateway.py; real clients' traffic: test_real_traffic*.py;
 - the proxy (fastkwire.proxy): test_proxy*.py; trailing="keep": test_trailing.py;
+- the broker (fastkwire.broker, fastkwire.testing): its plain objects and handlers without a
+  socket: test_broker_log.py; real clients against it: test_broker_clients.py, and in
+  groups: test_broker_groups_clients.py; hostile clients and the request path's fuzz
+  smoke: test_broker_hostile.py;
 - the accelerators: test_kafka_python*.py, test_aiokafka*.py (stock against accelerated:
   accelerated.py);
 - what pip installs: test_packaging.py; the workflows: test_workflows.py.

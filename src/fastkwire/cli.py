@@ -6,6 +6,7 @@
     fastkwire explain --list-examples [API]
     fastkwire proxy --listen HOST:PORT --upstream HOST:PORT [--json] [--record FILE] [...]
     fastkwire stats FILE [--json]
+    fastkwire broker [--listen HOST:PORT ...] [--partitions N]
     fastkwire dump --bootstrap-server HOST:PORT --topic T | --segments PATH --to FILE [...]
     fastkwire describe-group --bootstrap-server HOST:PORT --group G [--json]
     fastkwire remove-members --bootstrap-server HOST:PORT --group G --instance-id ID [...]
@@ -31,6 +32,7 @@ import sys
 import textwrap
 from itertools import chain
 
+from ._broker_cli import add_broker
 from ._dump_cli import add_dump as _add_dump
 from ._explain_apis import api_names
 from ._explain_examples import example, example_names
@@ -970,6 +972,7 @@ SUBCOMMANDS = {
     "proxy": add_proxy,
     "stats": add_stats,
     "dump": add_dump,
+    "broker": add_broker,
 }
 
 
@@ -1014,6 +1017,9 @@ EXIT_CODES = {
     "  2  bad usage: a flag, a rule, a rules file, an output file that cannot be written\n"
     "  3  the proxy could not listen\n",
     "stats": "  0  summed up\n  2  bad usage, or a capture that cannot be read\n",
+    "broker": "  0  stopped by Ctrl-C or SIGTERM\n"
+    "  2  bad usage: a flag\n"
+    "  3  the broker could not listen\n",
     "dump": "  0  written (the output file appears only then)\n"
     "  2  bad usage: a flag, a range, a value that --bytes text cannot write, a --to folder "
     "that is not there, a missing extra\n"

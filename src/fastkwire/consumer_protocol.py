@@ -1,4 +1,5 @@
-"""The consumer protocol's assignment bytes (ConsumerProtocolAssignment, versions 0-3).
+"""The consumer protocol's assignment bytes (ConsumerProtocolAssignment, versions 0-3), and
+the topics of a subscription (ConsumerProtocolSubscription).
 
 Classic consumer groups (protocol type "consumer") carry each member's assignment as opaque
 bytes in SyncGroup and DescribeGroups; the layout is Kafka's non-flexible encoding:
@@ -13,7 +14,7 @@ broker, so counts are checked against the bytes left before anything is allocate
 
 import struct
 
-__all__ = ["decode_assignment", "encode_assignment"]
+__all__ = ["decode_assignment", "decode_subscription", "encode_assignment", "encode_subscription"]
 
 
 class _Reader:
@@ -77,6 +78,31 @@ def encode_assignment(topics, version=0, user_data=None):
         name = topic.encode("utf-8")
         out.append(struct.pack(">h", len(name)) + name + struct.pack(">i", len(partitions)))
         out.extend(struct.pack(">i", p) for p in partitions)
+    out.append(
+        struct.pack(">i", -1)
+        if user_data is None
+        else struct.pack(">i", len(user_data)) + user_data
+    )
+    return b"".join(out)
+
+
+def decode_subscription(data):
+    """A subscription's bytes -> its topics, in order; ValueError naming the offset for bad
+    bytes. Every version starts as version 0 does (int16 version, then the topic names), so
+    the rest (user data, owned partitions, generation, rack) is left unread."""
+    r = _Reader(data)
+    version = r.take(">h", "the version")
+    if version < 0:
+        raise ValueError(f"subscription version {version} at offset 0")
+    return [r.string("a topic name") for _ in range(r.count("the topic count", 2))]
+
+
+def encode_subscription(topics, user_data=None):
+    """topics -> version 0 subscription bytes (for tests and tools)."""
+    out = [struct.pack(">hi", 0, len(topics))]
+    for topic in topics:
+        name = topic.encode("utf-8")
+        out.append(struct.pack(">h", len(name)) + name)
     out.append(
         struct.pack(">i", -1)
         if user_data is None

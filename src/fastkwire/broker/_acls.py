@@ -1,0 +1,182 @@
+"""ACLs kept as Kafka's StandardAuthorizer keeps them, and listed and deleted by its filter
+rules (CreateAcls, DescribeAcls, DeleteAcls). They are stored, not enforced: every client
+may do everything, as on a broker without an authorizer. Each handler takes (apis, request,
+version, ctx) and returns a response object."""
+
+from collections import namedtuple
+
+from .. import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+)
+from ..error_codes import by_name
+
+# Kafka's enums (ResourceType, PatternType, AclOperation, AclPermissionType): 0 UNKNOWN, 1 ANY.
+UNKNOWN, ANY = 0, 1
+MATCH, LITERAL, PREFIXED = 2, 3, 4
+WILDCARD = "*"
+NONE = 0
+
+Acl = namedtuple(
+    "Acl", "resource_type resource_name pattern_type principal host operation permission_type"
+)
+
+
+class AclError(Exception):
+    pass
+
+
+def check_new(acl):
+    """AclError unless `acl` names one resource, pattern, operation and permission."""
+    if acl.resource_type in (UNKNOWN, ANY):
+        raise AclError(f"resource type {acl.resource_type} is not one resource type")
+    if acl.pattern_type not in (LITERAL, PREFIXED):
+        raise AclError(f"pattern type {acl.pattern_type}: only LITERAL (3) or PREFIXED (4)")
+    if acl.operation in (UNKNOWN, ANY) or acl.permission_type in (UNKNOWN, ANY):
+        raise AclError("an ACL names one operation and one permission type (not ANY)")
+    if not acl.principal or not acl.host:
+        raise AclError("an ACL names a principal and a host")
+
+
+def matches(f, acl):
+    """Kafka's AclBindingFilter.matches: None or ANY fields match everything."""
+    if f.resource_type != ANY and f.resource_type != acl.resource_type:
+        return False
+    if f.pattern_type == MATCH:
+        name = f.resource_name
+        if name is not None and not (
+            (acl.pattern_type == LITERAL and acl.resource_name in (name, WILDCARD))
+            or (acl.pattern_type == PREFIXED and name.startswith(acl.resource_name))
+        ):
+            return False
+    else:
+        if f.pattern_type != ANY and f.pattern_type != acl.pattern_type:
+            return False
+        if f.resource_name is not None and f.resource_name != acl.resource_name:
+            return False
+    if f.principal is not None and f.principal != acl.principal:
+        return False
+    if f.host is not None and f.host != acl.host:
+        return False
+    if f.operation != ANY and f.operation != acl.operation:
+        return False
+    return f.permission_type == ANY or f.permission_type == acl.permission_type
+
+
+class AclStore:
+    def __init__(self):
+        self.acls = []  # in the order created; no duplicates
+
+    def add(self, acl):
+        check_new(acl)
+        if acl not in self.acls:
+            self.acls.append(acl)
+
+    def find(self, f):
+        return [a for a in self.acls if matches(f, a)]
+
+    def remove(self, f):
+        gone = self.find(f)
+        self.acls = [a for a in self.acls if a not in gone]
+        return gone
+
+
+def _filter(r):
+    return Acl(
+        r.resource_type_filter,
+        r.resource_name_filter,
+        r.pattern_type_filter,
+        r.principal_filter,
+        r.host_filter,
+        r.operation,
+        r.permission_type,
+    )
+
+
+def create_acls(apis, request, version, ctx):
+    R = CreateAclsResponse
+    results = []
+    for c in request.creations:
+        acl = Acl(
+            c.resource_type,
+            c.resource_name,
+            c.resource_pattern_type,
+            c.principal,
+            c.host,
+            c.operation,
+            c.permission_type,
+        )
+        try:
+            apis.acls.add(acl)
+        except AclError as e:
+            results.append(
+                R.AclCreationResult(
+                    error_code=by_name("INVALID_REQUEST").code, error_message=str(e)
+                )
+            )
+        else:
+            results.append(R.AclCreationResult(error_code=NONE, error_message=None))
+    return R(results=results)
+
+
+def describe_acls(apis, request, version, ctx):
+    R = DescribeAclsResponse
+    resources = {}
+    for acl in apis.acls.find(_filter(request)):
+        key = (acl.resource_type, acl.resource_name, acl.pattern_type)
+        resources.setdefault(key, []).append(
+            R.AclDescription(
+                principal=acl.principal,
+                host=acl.host,
+                operation=acl.operation,
+                permission_type=acl.permission_type,
+            )
+        )
+    return R(
+        error_code=NONE,
+        error_message=None,
+        resources=[
+            R.DescribeAclsResource(resource_type=t, resource_name=n, pattern_type=p, acls=acls)
+            for (t, n, p), acls in resources.items()
+        ],
+    )
+
+
+def delete_acls(apis, request, version, ctx):
+    R = DeleteAclsResponse
+    results = []
+    for f in request.filters:
+        gone = apis.acls.remove(_filter(f))
+        results.append(
+            R.DeleteAclsFilterResult(
+                error_code=NONE,
+                error_message=None,
+                matching_acls=[
+                    R.DeleteAclsMatchingAcl(
+                        error_code=NONE,
+                        error_message=None,
+                        resource_type=a.resource_type,
+                        resource_name=a.resource_name,
+                        pattern_type=a.pattern_type,
+                        principal=a.principal,
+                        host=a.host,
+                        operation=a.operation,
+                        permission_type=a.permission_type,
+                    )
+                    for a in gone
+                ],
+            )
+        )
+    return R(filter_results=results)
+
+
+# (request class, Kafka 4.x's lowest version, highest, handler)
+HANDLERS = (
+    (CreateAclsRequest, 1, 3, create_acls),
+    (DescribeAclsRequest, 1, 3, describe_acls),
+    (DeleteAclsRequest, 1, 3, delete_acls),
+)

@@ -1,0 +1,1039 @@
+"""A handler per API: each takes a decoded request (a fastkwire message object) and gives a
+fastkwire response object; the codec does the bytes. `Apis.handle` routes a request to its
+handler, or to the group coordinator for the group APIs, and calls `reply(response)` once:
+at once, or later for a Fetch that waits for data (`tick()` fires those whose wait ended).
+
+The versions served are Kafka 4.0's (KIP-896 removed the oldest), up to what the codec and
+these handlers know. Behaviour follows Kafka's KafkaApis and ReplicaManager where a client
+can tell.
+"""
+
+import functools
+import time
+import uuid
+
+from .. import (
+    REQUEST_CLASSES,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+    FetchRequest,
+    FetchResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    HeartbeatRequest,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+    SyncGroupRequest,
+)
+from ..error_codes import by_name
+from ._fit import fit
+from ._cluster import (
+    BOOLEAN,
+    BROKER_SYNONYMS,
+    INT,
+    LIST,
+    SHORT,
+    TOPIC_CONFIGS,
+    ClusterError,
+    check_config,
+    check_topic_name,
+)
+from ._log import LATEST, LogError, read_batch_head
+from ._acls import HANDLERS as ACL_HANDLERS
+from ._acls import AclStore
+from ._replica_apis import HANDLERS as REPLICA_HANDLERS
+from ._transactions import HANDLERS as TRANSACTION_HANDLERS
+from ._transactions import TransactionCoordinator, fenced_for
+
+# Tell the server to close the connection instead of answering (acks=0 Produce errors: the
+# producer gets no answer, so Kafka closes the connection to tell it something went wrong).
+CLOSE = object()
+# The answer to an acks=0 Produce: nothing is sent.
+NO_ANSWER = object()
+_ZERO_UUID = uuid.UUID(int=0)
+NO_AUTHORIZED_OPERATIONS = -(1 << 31)
+DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG = 5, 1, 4
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+READ_COMMITTED = 1
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+
+
+def code(name):
+    return by_name(name).code
+
+
+NONE = 0
+
+
+class Context:
+    """Who sent a request: what handlers and the group coordinator may look at."""
+
+    __slots__ = ("node_id", "client_id", "client_host", "connection")
+
+    def __init__(self, node_id, client_id="", client_host="", connection=None):
+        self.node_id = node_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.connection = connection  # who to forget() when it closes (any object)
+
+
+class _WaitingFetch:
+    __slots__ = ("deadline", "request", "version", "ctx", "reply")
+
+    def __init__(self, deadline, request, version, ctx, reply):
+        self.deadline = deadline
+        self.request = request
+        self.version = version
+        self.ctx = ctx
+        self.reply = reply
+
+
+def _answer_now(handler, apis, request, version, ctx, reply):
+    """A handler of (apis, request, version, ctx) that always answers at once."""
+    return handler(apis, request, version, ctx)
+
+
+def _fitted(response, version):
+    return response if response is CLOSE or response is NO_ANSWER else fit(response, version)
+
+
+def _fitting(reply, version):
+    """reply() for a later answer (a Fetch that waited), fitting it to `version` first."""
+    return lambda response: reply(_fitted(response, version))
+
+
+class Apis:
+    """The broker's request handling over a Cluster; `groups` (optional) is a group
+    coordinator with API_KEYS, handle() and tick() (see GroupCoordinator)."""
+
+    def __init__(self, cluster, *, clock=time.monotonic, wall_clock=time.time, groups=None):
+        self.cluster = cluster
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.groups = groups
+        self.acls = AclStore()
+        self.transactions = TransactionCoordinator(cluster, clock, self._transaction_ended)
+        self._versions = None
+        self._waiting = []  # Fetches waiting for min_bytes or their max_wait
+        # API key -> (min version, max version, handler); the handlers' versions.
+        self.served = {
+            cls.API_KEY: (low, min(high, cls.MAX_VERSION), handler)
+            for cls, low, high, handler in (
+                (ProduceRequest, 3, 12, self.produce),
+                (FetchRequest, 4, 17, self.fetch),
+                (ListOffsetsRequest, 1, 10, self.list_offsets),
+                (OffsetForLeaderEpochRequest, 2, 4, self.offset_for_leader_epoch),
+                (MetadataRequest, 0, 12, self.metadata),
+                (FindCoordinatorRequest, 0, 6, self.find_coordinator),
+                (ApiVersionsRequest, 0, 4, self.api_versions),
+                (CreateTopicsRequest, 2, 7, self.create_topics),
+                (DeleteTopicsRequest, 1, 6, self.delete_topics),
+                (DeleteRecordsRequest, 0, 2, self.delete_records),
+                (InitProducerIdRequest, 0, 5, self.init_producer_id),
+                (DescribeConfigsRequest, 1, 4, self.describe_configs),
+                (AlterConfigsRequest, 0, 2, self.alter_configs),
+                (IncrementalAlterConfigsRequest, 0, 1, self.incremental_alter_configs),
+                (CreatePartitionsRequest, 0, 3, self.create_partitions),
+                (DescribeClusterRequest, 0, 1, self.describe_cluster),
+                (DescribeTopicPartitionsRequest, 0, 0, self.describe_topic_partitions),
+                *(
+                    (cls, low, high, functools.partial(_answer_now, handler, self))
+                    for cls, low, high, handler in REPLICA_HANDLERS
+                    + ACL_HANDLERS
+                    + TRANSACTION_HANDLERS
+                ),
+            )
+        }
+
+    # ---- routing
+
+    def versions(self):
+        """{API key: (min, max)} of every API served, the group coordinator's included."""
+        if self._versions is None:
+            self._versions = self._all_versions()
+        return self._versions
+
+    def forget(self, connection):
+        """A connection closed: the Fetches it left waiting are dropped unanswered."""
+        self._waiting = [w for w in self._waiting if w.ctx.connection is not connection]
+
+    def _all_versions(self):
+        out = {key: (low, high) for key, (low, high, _) in self.served.items()}
+        if self.groups is not None:
+            # The coordinator's own ranges where it says them, else Kafka 4.0's.
+            ranges = getattr(self.groups, "VERSIONS", GROUP_VERSIONS)
+            for key in self.groups.API_KEYS:
+                cls = REQUEST_CLASSES[key]
+                low, high = ranges.get(key, (cls.MIN_VERSION, cls.MAX_VERSION))
+                out[key] = (low, min(high, cls.MAX_VERSION))
+        return out
+
+    def handle(self, api_key, version, request, ctx, reply):
+        """Answer `request` (decoded at `version`) by calling `reply(response)` once, now or
+        from a later handle() or tick(); reply(CLOSE) asks for the connection to be closed,
+        reply(NO_ANSWER) sends nothing (acks=0)."""
+        served = self.served.get(api_key)
+        if served is not None:
+            response = served[2](request, version, ctx, _fitting(reply, version))
+            if response is not None:
+                reply(_fitted(response, version))
+        elif self.groups is not None and api_key in self.groups.API_KEYS:
+            self.groups.handle(api_key, version, request, ctx, _fitting(reply, version))
+        else:
+            raise KeyError(api_key)
+
+    def tick(self):
+        """Answer the Fetches whose wait is over; returns the next deadline on the clock, or
+        None when nothing waits."""
+        deadlines = []
+        if self._waiting:
+            now = self.clock()
+            still = []
+            for w in self._waiting:
+                if w.deadline <= now:
+                    w.reply(self._fetch_answer(w.request, w.version, w.ctx)[0])
+                else:
+                    still.append(w)
+                    deadlines.append(w.deadline)
+            self._waiting = still
+        aborted, nxt = self.transactions.expire(int(self.wall_clock() * 1000))
+        if aborted:
+            self.data_arrived()  # the last stable offset moved
+        if nxt is not None:
+            deadlines.append(nxt)
+        if self.groups is not None:
+            nxt = self.groups.tick()
+            if nxt is not None:
+                deadlines.append(nxt)
+        return min(deadlines) if deadlines else None
+
+    def _transaction_ended(self, producer_id, committed):
+        if self.groups is not None and hasattr(self.groups, "end_transaction"):
+            self.groups.end_transaction(producer_id, committed=committed)
+
+    def data_arrived(self):
+        """Data arrived: Fetches waiting for it may now have their min_bytes."""
+        if not self._waiting:
+            return
+        still = []
+        for w in self._waiting:
+            response, ready = self._fetch_answer(w.request, w.version, w.ctx)
+            if ready:
+                w.reply(response)
+            else:
+                still.append(w)
+        self._waiting = still
+
+    # ---- helpers
+
+    def _leader_check(self, partition, ctx, current_leader_epoch=-1):
+        """The error name when this node cannot serve `partition` (None: it can)."""
+        if partition.leader != ctx.node_id:
+            return "NOT_LEADER_OR_FOLLOWER"
+        if current_leader_epoch >= 0:
+            if current_leader_epoch > partition.log.leader_epoch:
+                return "UNKNOWN_LEADER_EPOCH"
+            if current_leader_epoch < partition.log.leader_epoch:
+                return "FENCED_LEADER_EPOCH"
+        return None
+
+    def _topic_by(self, name, topic_id, by_id):
+        """(topic or None, error name when it is None)."""
+        if by_id:
+            topic = self.cluster.topic_ids.get(topic_id)
+            return topic, "UNKNOWN_TOPIC_ID"
+        return self.cluster.topics.get(name), "UNKNOWN_TOPIC_OR_PARTITION"
+
+    # ---- ApiVersions
+
+    def api_versions(self, request, version, ctx, reply):
+        R = ApiVersionsResponse
+        return R(
+            error_code=NONE,
+            api_keys=[
+                R.ApiVersion(api_key=key, min_version=low, max_version=high)
+                for key, (low, high) in sorted(self.versions().items())
+            ],
+        )
+
+    # ---- Metadata
+
+    def metadata(self, request, version, ctx, reply):
+        R = MetadataResponse
+        cluster = self.cluster
+        auto = cluster.auto_create_topics and (version < 4 or request.allow_auto_topic_creation)
+        topics = []
+        if request.topics is None or (version == 0 and not request.topics):
+            wanted = [(t, None) for t in cluster.topics.values()]
+        else:
+            wanted = []
+            for t in request.topics:
+                if t.name is None:  # v10+: by topic id
+                    topic = cluster.topic_ids.get(t.topic_id)
+                    wanted.append(
+                        (topic, None if topic else ("UNKNOWN_TOPIC_ID", None, t.topic_id))
+                    )
+                    continue
+                topic = cluster.topics.get(t.name)
+                error = None
+                if topic is None:
+                    try:
+                        check_topic_name(t.name)
+                        topic = cluster.auto_create(t.name) if auto else None
+                        if topic is None:
+                            error = "UNKNOWN_TOPIC_OR_PARTITION"
+                    except ClusterError as e:
+                        error = e.error
+                wanted.append((topic, None if error is None else (error, t.name, None)))
+        for topic, failed in wanted:
+            if failed is not None:
+                error, name, topic_id = failed
+                topics.append(
+                    R.MetadataResponseTopic(
+                        error_code=code(error),
+                        name=name,
+                        topic_id=topic_id or _ZERO_UUID,
+                        partitions=[],
+                    )
+                )
+                continue
+            topics.append(
+                R.MetadataResponseTopic(
+                    error_code=NONE,
+                    name=topic.name,
+                    topic_id=topic.id,
+                    is_internal=False,
+                    partitions=[
+                        R.MetadataResponsePartition(
+                            error_code=NONE,
+                            partition_index=p.index,
+                            leader_id=p.leader,
+                            leader_epoch=p.log.leader_epoch,
+                            replica_nodes=[p.leader],
+                            isr_nodes=[p.leader],
+                            offline_replicas=[],
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+            )
+        return R(
+            brokers=[
+                R.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)
+                for node, (host, port) in sorted(cluster.nodes.items())
+            ],
+            cluster_id=cluster.cluster_id,
+            controller_id=cluster.controller_id,
+            topics=topics,
+        )
+
+    # ---- DescribeTopicPartitions (KIP-966): Metadata's topics, paged by a cursor
+
+    def describe_topic_partitions(self, request, version, ctx, reply):
+        R = DescribeTopicPartitionsResponse
+        cluster = self.cluster
+        names = sorted({t.name for t in request.topics} if request.topics else cluster.topics)
+        cursor = request.cursor
+        if cursor is not None:
+            names = [n for n in names if n >= cursor.topic_name]
+        room = max(request.response_partition_limit, 1)
+        topics, next_cursor = [], None
+        for name in names:
+            topic = cluster.topics.get(name)
+            if topic is None:
+                topics.append(
+                    R.DescribeTopicPartitionsResponseTopic(
+                        error_code=code("UNKNOWN_TOPIC_OR_PARTITION"), name=name, partitions=[]
+                    )
+                )
+                continue
+            first = (
+                cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            )
+            parts = topic.partitions[first:]
+            if len(parts) > room:
+                parts = parts[:room]
+                next_cursor = R.Cursor(topic_name=name, partition_index=first + room)
+            topics.append(
+                R.DescribeTopicPartitionsResponseTopic(
+                    error_code=NONE,
+                    name=name,
+                    topic_id=topic.id,
+                    partitions=[
+                        R.DescribeTopicPartitionsResponsePartition(
+                            error_code=NONE,
+                            partition_index=p.index,
+                            leader_id=p.leader,
+                            leader_epoch=p.log.leader_epoch,
+                            replica_nodes=[p.leader],
+                            isr_nodes=[p.leader],
+                            eligible_leader_replicas=[],
+                            last_known_elr=[],
+                            offline_replicas=[],
+                        )
+                        for p in parts
+                    ],
+                )
+            )
+            room -= len(parts)
+            if next_cursor is not None:
+                break
+            if room == 0 and name != names[-1]:
+                following = names[names.index(name) + 1]
+                next_cursor = R.Cursor(topic_name=following, partition_index=0)
+                break
+        return R(topics=topics, next_cursor=next_cursor)
+
+    # ---- Produce
+
+    def produce(self, request, version, ctx, reply):
+        R = ProduceResponse
+        acks = request.acks
+        now_ms = int(self.wall_clock() * 1000)
+        failed = False
+        appended = False
+        responses = []
+        for t in request.topic_data:
+            topic = self.cluster.topics.get(t.name)
+            parts = []
+            for p in t.partition_data:
+                error, message, base, append_time = None, None, -1, -1
+                log_start = -1
+                partition = None if topic is None else self.cluster.partition(t.name, p.index)
+                if acks not in (0, 1, -1):
+                    error = "INVALID_REQUIRED_ACKS"
+                elif partition is None:
+                    error = "UNKNOWN_TOPIC_OR_PARTITION"
+                else:
+                    error = self._leader_check(partition, ctx)
+                if error is None:
+                    try:
+                        base, append_time = self._append(topic, partition, p.records, now_ms)
+                        appended = True
+                        log_start = partition.log.log_start
+                    except LogError as e:
+                        error, message = e.error, str(e)
+                if error is not None:
+                    failed = True
+                parts.append(
+                    R.PartitionProduceResponse(
+                        index=p.index,
+                        error_code=NONE if error is None else code(error),
+                        base_offset=base,
+                        log_append_time_ms=append_time,
+                        log_start_offset=log_start,
+                        record_errors=[],
+                        error_message=message,
+                    )
+                )
+            responses.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
+        if appended:
+            self.data_arrived()
+        if acks == 0:
+            return CLOSE if failed else NO_ANSWER
+        return R(responses=responses)
+
+    def _append(self, topic, partition, data, now_ms):
+        """(base offset, log append time or -1) of one partition's records, appended unless
+        they repeat a batch the producer already wrote."""
+        if data is None:
+            raise LogError("CORRUPT_MESSAGE", "the partition's records are null")
+        head = read_batch_head(data, topic.max_message_bytes)
+        append_time = now_ms if topic.log_append_time else -1
+        duplicate = partition.producers.check(head)
+        if duplicate is not None:
+            return duplicate, append_time
+        base = partition.log.append(head, data, now_ms, topic.log_append_time)
+        partition.producers.appended(head, base)
+        return base, append_time
+
+    # ---- Fetch
+
+    def fetch(self, request, version, ctx, reply):
+        response, ready = self._fetch_answer(request, version, ctx)
+        if ready or request.max_wait_ms <= 0:
+            return response
+        deadline = self.clock() + request.max_wait_ms / 1000
+        self._waiting.append(_WaitingFetch(deadline, request, version, ctx, reply))
+        return None
+
+    def _fetch_answer(self, request, version, ctx):
+        """(response, ready): ready when it has min_bytes, an error, or nothing to wait for."""
+        R = FetchResponse
+        if version >= 7 and request.session_id != 0:
+            # No fetch sessions are made here (the answers carry session id 0), so none is known.
+            return R(
+                error_code=code("FETCH_SESSION_ID_NOT_FOUND"), session_id=0, responses=[]
+            ), True
+        by_id = version >= 13
+        budget = request.max_bytes
+        total = 0
+        ready = not request.topics
+        read_committed = request.isolation_level == READ_COMMITTED
+        responses = []
+        for t in request.topics:
+            topic, missing = self._topic_by(t.topic, t.topic_id, by_id)
+            parts = []
+            for p in t.partitions:
+                partition = None
+                if topic is not None and 0 <= p.partition < len(topic.partitions):
+                    partition = topic.partitions[p.partition]
+                error = missing if partition is None else None
+                if error is None:
+                    error = self._leader_check(partition, ctx, p.current_leader_epoch)
+                data = b""
+                if error is None:
+                    log = partition.log
+                    limit = min(p.partition_max_bytes, max(budget - total, 0))
+                    stable = log.last_stable_offset
+                    try:
+                        data = log.read(
+                            p.fetch_offset,
+                            limit,
+                            min_one=total == 0,
+                            upto=stable if read_committed else None,
+                        )
+                    except LogError as e:
+                        error = e.error
+                    total += len(data)
+                if error is not None:
+                    ready = True
+                    parts.append(
+                        R.PartitionData(
+                            partition_index=p.partition,
+                            error_code=code(error),
+                            high_watermark=-1,
+                            last_stable_offset=-1,
+                            log_start_offset=-1,
+                            aborted_transactions=None,
+                            preferred_read_replica=-1,
+                            records=b"",
+                        )
+                    )
+                    continue
+                parts.append(
+                    R.PartitionData(
+                        partition_index=p.partition,
+                        error_code=NONE,
+                        high_watermark=log.high_watermark,
+                        last_stable_offset=stable,
+                        log_start_offset=log.log_start,
+                        aborted_transactions=[
+                            R.AbortedTransaction(producer_id=pid, first_offset=first)
+                            for pid, first in log.aborted_in(p.fetch_offset, stable)
+                        ]
+                        if read_committed
+                        else None,
+                        preferred_read_replica=-1,
+                        records=data,
+                    )
+                )
+            responses.append(
+                R.FetchableTopicResponse(
+                    topic=t.topic if topic is None else topic.name,
+                    topic_id=t.topic_id,
+                    partitions=parts,
+                )
+            )
+        if total >= request.min_bytes:
+            ready = True
+        return R(error_code=NONE, session_id=0, responses=responses), ready
+
+    # ---- ListOffsets
+
+    def list_offsets(self, request, version, ctx, reply):
+        R = ListOffsetsResponse
+        read_committed = request.isolation_level == READ_COMMITTED
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                partition = self.cluster.partition(t.name, p.partition_index)
+                offset, ts, epoch = -1, -1, -1
+                error = "UNKNOWN_TOPIC_OR_PARTITION" if partition is None else None
+                if error is None:
+                    error = self._leader_check(partition, ctx, p.current_leader_epoch)
+                if error is None:
+                    try:
+                        offset, ts = partition.log.offset_for(p.timestamp)
+                        if read_committed and p.timestamp == LATEST:
+                            offset = partition.log.last_stable_offset
+                    except LogError as e:
+                        error = e.error
+                    if offset >= 0:
+                        epoch = partition.log.leader_epoch
+                parts.append(
+                    R.ListOffsetsPartitionResponse(
+                        partition_index=p.partition_index,
+                        error_code=NONE if error is None else code(error),
+                        timestamp=ts,
+                        offset=offset,
+                        leader_epoch=epoch,
+                    )
+                )
+            topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+        return R(topics=topics)
+
+    # ---- OffsetForLeaderEpoch: where a consumer's last seen epoch ends (KIP-320)
+
+    def offset_for_leader_epoch(self, request, version, ctx, reply):
+        R = OffsetForLeaderEpochResponse
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                partition = self.cluster.partition(t.topic, p.partition)
+                epoch, end = -1, -1
+                error = "UNKNOWN_TOPIC_OR_PARTITION" if partition is None else None
+                if error is None:
+                    error = self._leader_check(partition, ctx, p.current_leader_epoch)
+                if error is None and p.leader_epoch <= partition.log.leader_epoch:
+                    # Leaders never change here: every epoch asked for ends at the log end,
+                    # and the largest epoch at or below the one asked for is the current one.
+                    epoch, end = partition.log.leader_epoch, partition.log.log_end
+                parts.append(
+                    R.EpochEndOffset(
+                        error_code=NONE if error is None else code(error),
+                        partition=p.partition,
+                        leader_epoch=epoch,
+                        end_offset=end,
+                    )
+                )
+            topics.append(R.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+        return R(topics=topics)
+
+    # ---- FindCoordinator
+
+    def find_coordinator(self, request, version, ctx, reply):
+        R = FindCoordinatorResponse
+        keys = request.coordinator_keys if version >= 4 else [request.key]
+        answers = []
+        for key in keys:
+            error, node = None, -1
+            if request.key_type == GROUP_KEY and self.groups is None:
+                error = "COORDINATOR_NOT_AVAILABLE"
+            elif request.key_type not in (GROUP_KEY, TRANSACTION_KEY):
+                error = "INVALID_REQUEST"
+            else:
+                node = self.cluster.coordinator(key)
+            host, port = self.cluster.nodes.get(node, ("", -1))
+            answers.append((key, NONE if error is None else code(error), node, host, port))
+        if version >= 4:
+            return R(
+                coordinators=[
+                    R.Coordinator(
+                        key=k, node_id=n, host=h, port=p, error_code=e, error_message=None
+                    )
+                    for k, e, n, h, p in answers
+                ]
+            )
+        _, e, n, h, p = answers[0]
+        return R(error_code=e, error_message=None, node_id=n, host=h, port=p)
+
+    # ---- InitProducerId
+
+    def init_producer_id(self, request, version, ctx, reply):
+        R = InitProducerIdResponse
+        if request.transactional_id is not None:
+            pid, epoch, error = self.transactions.init(
+                request.transactional_id,
+                request.transaction_timeout_ms,
+                request.producer_id if version >= 3 else -1,
+                request.producer_epoch if version >= 3 else -1,
+                int(self.wall_clock() * 1000),
+            )
+            self.data_arrived()  # an abandoned transaction was aborted: the LSO may move
+            error = fenced_for(error, version, 4)
+            return R(
+                error_code=NONE if error is None else code(error),
+                producer_id=pid,
+                producer_epoch=epoch,
+            )
+        pid, epoch, error = self.cluster.producer_ids.init(
+            request.producer_id if version >= 3 else -1,
+            request.producer_epoch if version >= 3 else -1,
+        )
+        return R(
+            error_code=NONE if error is None else code(error), producer_id=pid, producer_epoch=epoch
+        )
+
+    # ---- topics
+
+    def create_topics(self, request, version, ctx, reply):
+        R = CreateTopicsResponse
+        results = []
+        names = [t.name for t in request.topics]
+        for t in request.topics:
+            configs = {c.name: c.value for c in t.configs}
+            count, factor = t.num_partitions, t.replication_factor
+            if t.assignments:
+                count = len(t.assignments)
+                factor = len(t.assignments[0].broker_ids)
+            result = R.CreatableTopicResult(name=t.name, error_code=NONE, error_message=None)
+            try:
+                if names.count(t.name) > 1:
+                    raise ClusterError(
+                        "INVALID_REQUEST", f"topic {t.name!r} is named more than once"
+                    )
+                if t.assignments and (t.num_partitions != -1 or t.replication_factor != -1):
+                    raise ClusterError(
+                        "INVALID_REQUEST",
+                        "both replica assignments and a partition count or replication factor",
+                    )
+                if request.validate_only:
+                    count, factor = self.cluster.check_new_topic(t.name, count, factor, configs)
+                    topic_id = _ZERO_UUID
+                else:
+                    topic = self.cluster.create_topic(t.name, count, factor, configs)
+                    count, factor, topic_id = len(topic.partitions), factor, topic.id
+                    factor = topic.replication_factor
+            except ClusterError as e:
+                result.error_code = code(e.error)
+                result.error_message = str(e)
+                result.num_partitions = -1
+                result.replication_factor = -1
+            else:
+                result.topic_id = topic_id
+                result.num_partitions = count
+                result.replication_factor = factor
+                result.configs = [
+                    R.CreatableTopicConfigs(
+                        name=name,
+                        value=configs.get(name, default),
+                        read_only=False,
+                        config_source=DYNAMIC_TOPIC_CONFIG if name in configs else DEFAULT_CONFIG,
+                        is_sensitive=False,
+                    )
+                    for name, (default, _) in sorted(TOPIC_CONFIGS.items())
+                ]
+            results.append(result)
+        return R(topics=results)
+
+    def delete_topics(self, request, version, ctx, reply):
+        R = DeleteTopicsResponse
+        if version >= 6:
+            wanted = [(t.name, t.topic_id) for t in request.topics]
+        else:
+            wanted = [(name, None) for name in request.topic_names]
+        results = []
+        for name, topic_id in wanted:
+            by_id = name is None
+            topic, missing = self._topic_by(name, topic_id, by_id)
+            error = missing if topic is None else None
+            if topic is not None:
+                self.cluster.delete_topic(topic)
+            results.append(
+                R.DeletableTopicResult(
+                    name=topic.name if topic is not None else name,
+                    topic_id=topic.id if topic is not None else (topic_id or _ZERO_UUID),
+                    error_code=NONE if error is None else code(error),
+                    error_message=None,
+                )
+            )
+        self.data_arrived()  # Fetches waiting on a deleted topic answer with its error now
+        return R(responses=results)
+
+    def create_partitions(self, request, version, ctx, reply):
+        R = CreatePartitionsResponse
+        results = []
+        for t in request.topics:
+            error, message = NONE, None
+            try:
+                if request.validate_only:
+                    self.cluster.check_partition_count(t.name, t.count)
+                else:
+                    self.cluster.create_partitions(t.name, t.count)
+            except ClusterError as e:
+                error, message = code(e.error), str(e)
+            results.append(
+                R.CreatePartitionsTopicResult(name=t.name, error_code=error, error_message=message)
+            )
+        return R(results=results)
+
+    def delete_records(self, request, version, ctx, reply):
+        R = DeleteRecordsResponse
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                partition = self.cluster.partition(t.name, p.partition_index)
+                low, error = -1, None
+                if partition is None:
+                    error = "UNKNOWN_TOPIC_OR_PARTITION"
+                else:
+                    error = self._leader_check(partition, ctx)
+                if error is None:
+                    try:
+                        low = partition.log.delete_before(p.offset)
+                    except LogError as e:
+                        error = e.error
+                parts.append(
+                    R.DeleteRecordsPartitionResult(
+                        partition_index=p.partition_index,
+                        low_watermark=low,
+                        error_code=NONE if error is None else code(error),
+                    )
+                )
+            topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+        return R(topics=topics)
+
+    # ---- configs and cluster
+
+    def describe_configs(self, request, version, ctx, reply):
+        R = DescribeConfigsResponse
+        results = []
+        for res in request.resources:
+            result = R.DescribeConfigsResult(
+                error_code=NONE,
+                error_message=None,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+                configs=[],
+            )
+            if res.resource_type == TOPIC_RESOURCE:
+                topic = self.cluster.topics.get(res.resource_name)
+                if topic is None:
+                    result.error_code = code("UNKNOWN_TOPIC_OR_PARTITION")
+                    result.error_message = f"topic {res.resource_name!r} does not exist"
+                else:
+                    result.configs = self._topic_configs(topic, res, request, version)
+            elif res.resource_type == BROKER_RESOURCE:
+                if res.resource_name not in ("", str(ctx.node_id)):
+                    result.error_code = code("INVALID_REQUEST")
+                    result.error_message = (
+                        f"broker {res.resource_name!r} is not this one ({ctx.node_id})"
+                    )
+                else:
+                    result.configs = self._broker_configs(res, ctx)
+            else:
+                result.error_code = code("INVALID_REQUEST")
+                result.error_message = f"resource type {res.resource_type} is not served here"
+            results.append(result)
+        return R(results=results)
+
+    def alter_configs(self, request, version, ctx, reply):
+        """AlterConfigs: a topic's configs become exactly those given."""
+        return self._alter(
+            AlterConfigsResponse,
+            request,
+            ctx,
+            lambda old, configs: {c.name: c.value for c in configs},
+        )
+
+    def incremental_alter_configs(self, request, version, ctx, reply):
+        """IncrementalAlterConfigs: SET, DELETE (back to the default), APPEND and SUBTRACT
+        (list configs) one config at a time."""
+        return self._alter(IncrementalAlterConfigsResponse, request, ctx, _apply_operations)
+
+    def _alter(self, R, request, ctx, change):
+        responses = []
+        for res in request.resources:
+            error, message = NONE, None
+            try:
+                if res.resource_type != TOPIC_RESOURCE:
+                    raise ClusterError(
+                        "INVALID_REQUEST",
+                        f"resource type {res.resource_type}: only topic configs can be changed "
+                        "here (a broker's are static)",
+                    )
+                topic = self.cluster.topics.get(res.resource_name)
+                if topic is None:
+                    raise ClusterError(
+                        "UNKNOWN_TOPIC_OR_PARTITION", f"topic {res.resource_name!r} does not exist"
+                    )
+                configs = change(dict(topic.configs), res.configs)
+                for name, value in configs.items():
+                    check_config(name, value)
+                if not request.validate_only:
+                    topic.configs = configs
+            except ClusterError as e:
+                error, message = code(e.error), str(e)
+            responses.append(
+                R.AlterConfigsResourceResponse(
+                    error_code=error,
+                    error_message=message,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                )
+            )
+        return R(responses=responses)
+
+    def _topic_configs(self, topic, res, request, version):
+        R = DescribeConfigsResponse
+        out = []
+        keys = res.configuration_keys
+        for name, (default, kind) in sorted(TOPIC_CONFIGS.items()):
+            if keys is not None and name not in keys:
+                continue
+            is_set = name in topic.configs
+            synonyms = []
+            if request.include_synonyms:
+                if is_set:
+                    synonyms.append(
+                        R.DescribeConfigsSynonym(
+                            name=name, value=topic.configs[name], source=DYNAMIC_TOPIC_CONFIG
+                        )
+                    )
+                broker_name = BROKER_SYNONYMS.get(name)
+                if broker_name is not None:
+                    synonyms.append(
+                        R.DescribeConfigsSynonym(
+                            name=broker_name, value=default, source=DEFAULT_CONFIG
+                        )
+                    )
+            out.append(
+                R.DescribeConfigsResourceResult(
+                    name=name,
+                    value=topic.configs[name] if is_set else default,
+                    read_only=False,
+                    is_default=not is_set,
+                    config_source=DYNAMIC_TOPIC_CONFIG if is_set else DEFAULT_CONFIG,
+                    is_sensitive=False,
+                    synonyms=synonyms,
+                    config_type=kind,
+                    documentation=None,
+                )
+            )
+        return out
+
+    def _broker_configs(self, res, ctx):
+        """The node's own configs, as a KRaft broker started from a properties file shows
+        them: static and read-only."""
+        R = DescribeConfigsResponse
+        cluster = self.cluster
+        host, port = cluster.nodes[ctx.node_id]
+        listener = f"PLAINTEXT://{host}:{port}"
+        keys = res.configuration_keys
+        return [
+            R.DescribeConfigsResourceResult(
+                name=name,
+                value=value,
+                read_only=True,
+                is_default=False,
+                config_source=STATIC_BROKER_CONFIG,
+                is_sensitive=False,
+                synonyms=[],
+                config_type=kind,
+                documentation=None,
+            )
+            for name, (value, kind) in sorted(
+                {
+                    "advertised.listeners": (listener, LIST),
+                    "listeners": (listener, LIST),
+                    "node.id": (str(ctx.node_id), INT),
+                    "broker.id": (str(ctx.node_id), INT),
+                    "process.roles": ("broker,controller", LIST),
+                    "auto.create.topics.enable": (str(cluster.auto_create_topics).lower(), BOOLEAN),
+                    "num.partitions": (str(cluster.num_partitions), INT),
+                    "default.replication.factor": ("1", INT),
+                    "offsets.topic.replication.factor": ("1", SHORT),
+                    "message.max.bytes": (TOPIC_CONFIGS["max.message.bytes"][0], INT),
+                    "log.retention.hours": ("168", INT),
+                    "group.initial.rebalance.delay.ms": ("0", INT),
+                }.items()
+            )
+            if keys is None or name in keys
+        ]
+
+    def describe_cluster(self, request, version, ctx, reply):
+        R = DescribeClusterResponse
+        if version >= 1 and request.endpoint_type != 1:
+            return R(
+                error_code=code("UNSUPPORTED_ENDPOINT_TYPE"),
+                error_message=f"endpoint type {request.endpoint_type}: only brokers (1) are served",
+                endpoint_type=request.endpoint_type,
+                cluster_id="",
+                controller_id=-1,
+                brokers=[],
+            )
+        cluster = self.cluster
+        return R(
+            error_code=NONE,
+            error_message=None,
+            endpoint_type=1,
+            cluster_id=cluster.cluster_id,
+            controller_id=cluster.controller_id,
+            brokers=[
+                R.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None)
+                for node, (host, port) in sorted(cluster.nodes.items())
+            ],
+        )
+
+
+SET, DELETE, APPEND, SUBTRACT = range(4)  # IncrementalAlterConfigs' operations
+
+
+def _apply_operations(configs, changes):
+    for c in changes:
+        if c.name not in TOPIC_CONFIGS:
+            raise ClusterError("INVALID_CONFIG", f"unknown topic config {c.name!r}")
+        current = configs.get(c.name, TOPIC_CONFIGS[c.name][0])
+        items = [v for v in current.split(",") if v]
+        if c.config_operation == SET:
+            configs[c.name] = c.value
+        elif c.config_operation == DELETE:
+            configs.pop(c.name, None)
+        elif c.config_operation in (APPEND, SUBTRACT):
+            if TOPIC_CONFIGS[c.name][1] != LIST:
+                raise ClusterError("INVALID_CONFIG", f"{c.name} is not a list: only SET or DELETE")
+            given = [v for v in (c.value or "").split(",") if v]
+            if c.config_operation == APPEND:
+                items += [v for v in given if v not in items]
+            else:
+                items = [v for v in items if v not in given]
+            configs[c.name] = ",".join(items)
+        else:
+            raise ClusterError("INVALID_REQUEST", f"config operation {c.config_operation}")
+    return configs
+
+
+# Kafka 4.0's versions of the group APIs (KIP-896), for ApiVersions when a coordinator serves.
+GROUP_VERSIONS = {
+    cls.API_KEY: versions
+    for cls, versions in (
+        (OffsetCommitRequest, (2, 9)),
+        (OffsetFetchRequest, (1, 9)),
+        (JoinGroupRequest, (2, 9)),
+        (HeartbeatRequest, (0, 4)),
+        (LeaveGroupRequest, (0, 5)),
+        (SyncGroupRequest, (0, 5)),
+        (DescribeGroupsRequest, (0, 5)),
+        (ListGroupsRequest, (0, 5)),
+        (DeleteGroupsRequest, (0, 2)),
+        (OffsetDeleteRequest, (0, 0)),
+    )
+}

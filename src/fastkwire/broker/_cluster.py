@@ -1,0 +1,292 @@
+"""What the broker knows: its nodes, its topics (each with an id, partitions and configs) and
+the producer ids it handed out. A plain object; the handlers read and change it.
+
+Leaders are spread over the nodes (partition p of a topic is led by node (first + p) % N), as
+are group coordinators (by a hash of the key, the same on every node).
+"""
+
+import base64
+import re
+import uuid
+import zlib
+
+from ._log import PartitionLog
+from ._producers import PartitionProducers, ProducerIds
+
+# Kafka 4.0's topic configs and their defaults (LogConfig / TopicConfig): name -> (default
+# value as Kafka shows it, DescribeConfigs' config type).
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = range(1, 10)
+LONG_MAX = "9223372036854775807"
+TOPIC_CONFIGS = {
+    "cleanup.policy": ("delete", LIST),
+    "compression.gzip.level": ("-1", INT),
+    "compression.lz4.level": ("9", INT),
+    "compression.type": ("producer", STRING),
+    "compression.zstd.level": ("3", INT),
+    "delete.retention.ms": ("86400000", LONG),
+    "file.delete.delay.ms": ("60000", LONG),
+    "flush.messages": (LONG_MAX, LONG),
+    "flush.ms": (LONG_MAX, LONG),
+    "follower.replication.throttled.replicas": ("", LIST),
+    "index.interval.bytes": ("4096", INT),
+    "leader.replication.throttled.replicas": ("", LIST),
+    "local.retention.bytes": ("-2", LONG),
+    "local.retention.ms": ("-2", LONG),
+    "max.compaction.lag.ms": (LONG_MAX, LONG),
+    "max.message.bytes": ("1048588", INT),
+    "message.timestamp.after.max.ms": ("3600000", LONG),
+    "message.timestamp.before.max.ms": (LONG_MAX, LONG),
+    "message.timestamp.type": ("CreateTime", STRING),
+    "min.cleanable.dirty.ratio": ("0.5", DOUBLE),
+    "min.compaction.lag.ms": ("0", LONG),
+    "min.insync.replicas": ("1", INT),
+    "preallocate": ("false", BOOLEAN),
+    "remote.storage.enable": ("false", BOOLEAN),
+    "retention.bytes": ("-1", LONG),
+    "retention.ms": ("604800000", LONG),
+    "segment.bytes": ("1073741824", INT),
+    "segment.index.bytes": ("10485760", INT),
+    "segment.jitter.ms": ("0", LONG),
+    "segment.ms": ("604800000", LONG),
+    "unclean.leader.election.enable": ("false", BOOLEAN),
+}
+# The values a config may take, beside what its type allows.
+CHOICES = {
+    "cleanup.policy": {"delete", "compact"},
+    "compression.type": {"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"},
+    "message.timestamp.type": {"CreateTime", "LogAppendTime"},
+}
+
+
+def check_config(name, value):
+    """ClusterError INVALID_CONFIG unless `value` (a string) suits topic config `name`."""
+    if name not in TOPIC_CONFIGS:
+        raise ClusterError("INVALID_CONFIG", f"unknown topic config {name!r}")
+    if value is None:
+        raise ClusterError("INVALID_CONFIG", f"topic config {name!r} has a null value")
+    kind = TOPIC_CONFIGS[name][1]
+    try:
+        if kind in (INT, SHORT, LONG):
+            int(value)
+        elif kind == DOUBLE:
+            float(value)
+    except ValueError:
+        raise ClusterError("INVALID_CONFIG", f"{name}: {value!r} is not a number") from None
+    if kind == BOOLEAN and value.lower() not in ("true", "false"):
+        raise ClusterError("INVALID_CONFIG", f"{name}: {value!r} is not true or false")
+    allowed = CHOICES.get(name)
+    if allowed is not None:
+        given = [v.strip() for v in value.split(",")] if kind == LIST else [value]
+        wrong = [v for v in given if v not in allowed]
+        if wrong:
+            raise ClusterError(
+                "INVALID_CONFIG", f"{name}: {wrong[0]!r} is not one of {', '.join(sorted(allowed))}"
+            )
+
+
+# The broker configs a topic config falls back to (DescribeConfigs' synonyms).
+BROKER_SYNONYMS = {
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "retention.bytes": "log.retention.bytes",
+    "retention.ms": "log.retention.ms",
+    "segment.bytes": "log.segment.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+}
+
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_NAME_LENGTH = 249
+# Partitions the whole cluster may hold: a CreateTopics or CreatePartitions asking for
+# more is refused, so that one request cannot make the broker allocate without bound.
+DEFAULT_MAX_PARTITIONS = 100_000
+
+
+class ClusterError(Exception):
+    """A change the cluster refuses; `.error` is Kafka's error name."""
+
+    def __init__(self, error, text):
+        super().__init__(text)
+        self.error = error
+
+
+def check_topic_name(name):
+    """ClusterError INVALID_TOPIC_EXCEPTION unless `name` is a legal Kafka topic name."""
+    if not name or name in (".", ".."):
+        raise ClusterError("INVALID_TOPIC_EXCEPTION", f"topic name {name!r} is not allowed")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ClusterError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"topic name {name[:40]!r}... is {len(name)} characters, at most {MAX_NAME_LENGTH}",
+        )
+    if not _LEGAL_NAME.fullmatch(name):
+        raise ClusterError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"topic name {name!r} holds characters other than ASCII letters, digits, '.', '_', '-'",
+        )
+
+
+class Partition:
+    __slots__ = ("index", "leader", "log", "producers")
+
+    def __init__(self, index, leader):
+        self.index = index
+        self.leader = leader
+        self.log = PartitionLog()
+        self.producers = PartitionProducers()
+
+
+class Topic:
+    __slots__ = ("name", "id", "partitions", "configs", "replication_factor")
+
+    def __init__(self, name, topic_id, configs, replication_factor):
+        self.name = name
+        self.id = topic_id
+        self.partitions = []
+        self.configs = configs  # the configs set on the topic (not the defaults)
+        self.replication_factor = replication_factor
+
+    def config(self, name):
+        value = self.configs.get(name)
+        return TOPIC_CONFIGS[name][0] if value is None else value
+
+    @property
+    def max_message_bytes(self):
+        return int(self.config("max.message.bytes"))
+
+    @property
+    def log_append_time(self):
+        return self.config("message.timestamp.type") == "LogAppendTime"
+
+
+def _cluster_id():
+    """A Kafka-style cluster id: a random UUID in unpadded URL-safe base64 (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class Cluster:
+    """Nodes, topics and producer ids. `nodes` is {node id: (host, port)}; with
+    `auto_create_topics`, Metadata and Produce create unknown topics of `num_partitions`."""
+
+    def __init__(
+        self,
+        nodes,
+        *,
+        auto_create_topics=True,
+        num_partitions=1,
+        cluster_id=None,
+        max_partitions=DEFAULT_MAX_PARTITIONS,
+    ):
+        if not nodes:
+            raise ValueError("nodes: a cluster needs at least one node")
+        self.nodes = dict(nodes)
+        self.max_partitions = max_partitions
+        self.partitions = 0  # of every topic together
+        self.auto_create_topics = auto_create_topics
+        self.num_partitions = num_partitions
+        self.cluster_id = cluster_id or _cluster_id()
+        self.controller_id = min(self.nodes)
+        self.topics = {}  # name -> Topic
+        self.topic_ids = {}  # uuid.UUID -> Topic
+        self.producer_ids = ProducerIds()
+
+    # ---- reads
+
+    def node_ids(self):
+        return sorted(self.nodes)
+
+    def coordinator(self, key):
+        """The node that coordinates group or transactional id `key`."""
+        ids = self.node_ids()
+        return ids[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(ids)]
+
+    def partition(self, topic_name, index):
+        topic = self.topics.get(topic_name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    def topic_summary(self):
+        """{name: (topic id, partition count)} of every topic (what KIP-848 groups assign)."""
+        return {name: (t.id, len(t.partitions)) for name, t in self.topics.items()}
+
+    def partition_count(self, topic_name):
+        topic = self.topics.get(topic_name)
+        return None if topic is None else len(topic.partitions)
+
+    # ---- changes
+
+    def check_new_topic(self, name, num_partitions=-1, replication_factor=-1, configs=None):
+        """(partitions, replication factor) a new topic gets; ClusterError if it cannot be."""
+        check_topic_name(name)
+        if name in self.topics:
+            raise ClusterError("TOPIC_ALREADY_EXISTS", f"topic {name!r} already exists")
+        partitions = self.num_partitions if num_partitions == -1 else num_partitions
+        if partitions < 1:
+            raise ClusterError(
+                "INVALID_PARTITIONS", f"number of partitions must be at least 1, not {partitions}"
+            )
+        self._check_room(partitions)
+        factor = 1 if replication_factor == -1 else replication_factor
+        if not 1 <= factor <= len(self.nodes):
+            raise ClusterError(
+                "INVALID_REPLICATION_FACTOR",
+                f"replication factor {factor} is not between 1 and the {len(self.nodes)} "
+                "node(s) of this cluster",
+            )
+        for key, value in (configs or {}).items():
+            check_config(key, value)
+        return partitions, factor
+
+    def create_topic(self, name, num_partitions=-1, replication_factor=-1, configs=None):
+        partitions, factor = self.check_new_topic(name, num_partitions, replication_factor, configs)
+        topic = Topic(name, uuid.uuid4(), dict(configs or {}), factor)
+        self.topics[name] = topic
+        self.topic_ids[topic.id] = topic
+        self._add_partitions(topic, partitions)
+        return topic
+
+    def auto_create(self, name):
+        """The topic `name`, created if the cluster creates topics on first use; None when it
+        does not exist and is not created."""
+        topic = self.topics.get(name)
+        if topic is None and self.auto_create_topics:
+            topic = self.create_topic(name)
+        return topic
+
+    def _check_room(self, more):
+        if self.partitions + more > self.max_partitions:
+            raise ClusterError(
+                "INVALID_PARTITIONS",
+                f"{more} more partitions would pass the cluster's {self.max_partitions} "
+                f"(max_partitions; {self.partitions} exist)",
+            )
+
+    def _add_partitions(self, topic, count):
+        self.partitions += count - len(topic.partitions)
+        ids = self.node_ids()
+        first = zlib.crc32(topic.name.encode("utf-8", "surrogatepass"))
+        for index in range(len(topic.partitions), count):
+            topic.partitions.append(Partition(index, ids[(first + index) % len(ids)]))
+
+    def check_partition_count(self, name, count):
+        topic = self.topics.get(name)
+        if topic is None:
+            raise ClusterError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+        if count <= len(topic.partitions):
+            raise ClusterError(
+                "INVALID_PARTITIONS",
+                f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be "
+                f"larger, not {count}",
+            )
+        self._check_room(count - len(topic.partitions))
+        return topic
+
+    def create_partitions(self, name, count):
+        self._add_partitions(self.check_partition_count(name, count), count)
+
+    def delete_topic(self, topic):
+        self.partitions -= len(topic.partitions)
+        del self.topics[topic.name]
+        del self.topic_ids[topic.id]

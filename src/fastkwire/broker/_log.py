@@ -1,0 +1,335 @@
+"""One partition's log, in memory: record batches (magic 2) kept as received, with the offsets
+the log assigns written into their base offset field, a log start offset and a log end.
+
+A plain object: `append` takes a Produce request's `records` bytes, `read` gives the bytes a
+Fetch answers with, `offset_for` answers ListOffsets, `delete_before` is DeleteRecords. One
+replica, so the high watermark is the log end. Errors are `LogError`s carrying Kafka's error
+name, which the handlers put in their answers.
+"""
+
+import bisect
+import struct
+
+from .. import records
+from ..errors import DecodeError
+from .._batches import HEADER, HEADER_SIZE
+from .._wire import BATCH_CRC_START, BATCH_OFFSETS
+
+_BASE_OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_EPOCH_AT = BATCH_OFFSETS["partition_leader_epoch"]
+_ATTRS_CONTROL = 0x20
+_ATTRS_TRANSACTIONAL = 0x10
+_ATTRS_LOG_APPEND_TIME = 0x08
+_MAX_TIMESTAMP_AT = BATCH_OFFSETS["max_timestamp"]
+_CRC_AT = BATCH_OFFSETS["crc"]
+_CRC = struct.Struct(">I")
+_INT64 = struct.Struct(">q")
+
+# ListOffsets' special timestamps (Kafka's ListOffsetsRequest).
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4  # KIP-405: without tiered storage, the log start
+LATEST_TIERED = -5  # KIP-1005: nothing is tiered here
+NO_TIMESTAMP = -1
+
+DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's max.message.bytes
+# A transaction marker's key (version, type) and value (version, coordinator epoch).
+_MARKER_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+_ABORT, _COMMIT = 0, 1
+
+
+class LogError(Exception):
+    """An append, read or listing the log refuses; `.error` is Kafka's error name."""
+
+    def __init__(self, error, text):
+        super().__init__(text)
+        self.error = error
+
+
+class BatchHead:
+    """What the log needs of a batch's header, read without decompressing it."""
+
+    __slots__ = (
+        "size",
+        "attributes",
+        "last_offset_delta",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "count",
+    )
+
+    @property
+    def is_transactional(self):
+        return bool(self.attributes & _ATTRS_TRANSACTIONAL)
+
+    @property
+    def is_control(self):
+        return bool(self.attributes & _ATTRS_CONTROL)
+
+    @property
+    def last_sequence(self):
+        # Sequences wrap at int32's maximum (Kafka's DefaultRecordBatch.incrementSequence).
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+
+def read_batch_head(data, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
+    """The BatchHead of `data`, which must be exactly one magic 2 batch whose CRC is right and
+    whose size is at most `max_bytes`; LogError naming what is wrong otherwise."""
+    n = len(data)
+    if n < HEADER_SIZE:
+        raise LogError(
+            "CORRUPT_MESSAGE",
+            f"records of {n} bytes are shorter than a record batch header ({HEADER_SIZE})",
+        )
+    (_, length, _, magic, crc, attrs, last_delta, _, max_ts, pid, epoch, base_seq, count) = (
+        HEADER.unpack_from(data, 0)
+    )
+    if magic != 2:
+        raise LogError("INVALID_RECORD", f"record batches must be magic 2, this one is {magic}")
+    if length + 12 != n:
+        if length + 12 < n:
+            raise LogError(
+                "INVALID_RECORD",
+                "Produce v3+ must carry exactly one record batch per partition "
+                f"(the first ends at byte {length + 12} of {n})",
+            )
+        raise LogError("CORRUPT_MESSAGE", f"the batch length says {length + 12} bytes, {n} arrived")
+    if n > max_bytes:
+        raise LogError(
+            "MESSAGE_TOO_LARGE", f"a batch of {n} bytes is over max.message.bytes ({max_bytes})"
+        )
+    actual = records.crc32c(memoryview(data)[BATCH_CRC_START:])
+    if actual != crc:
+        raise LogError(
+            "CORRUPT_MESSAGE",
+            f"CRC32C mismatch: the batch says {crc:#010x}, its bytes give {actual:#010x}",
+        )
+    if count <= 0 or last_delta < 0 or count - 1 > last_delta:
+        raise LogError(
+            "INVALID_RECORD",
+            f"a batch of {count} records with last offset delta {last_delta} is not valid",
+        )
+    head = BatchHead()
+    head.size = n
+    head.attributes = attrs
+    head.last_offset_delta = last_delta
+    head.max_timestamp = max_ts
+    head.producer_id = pid
+    head.producer_epoch = epoch
+    head.base_sequence = base_seq
+    head.count = count
+    return head
+
+
+class PartitionLog:
+    """The batches of one partition, in offset order."""
+
+    __slots__ = (
+        "log_start",
+        "log_end",
+        "_bases",
+        "_batches",
+        "_max_ts",
+        "bytes",
+        "leader_epoch",
+        "ongoing",
+        "aborted",
+    )
+
+    def __init__(self, leader_epoch=0):
+        self.ongoing = {}  # producer id -> first offset of its open transaction here
+        self.aborted = []  # (producer id, first offset, marker offset) of aborted ones
+        self.log_start = 0
+        self.log_end = 0  # the next offset to assign
+        self._bases = []  # each batch's base offset
+        self._batches = []  # each batch's bytes, base offset written in
+        self._max_ts = []  # each batch's max timestamp
+        self.bytes = 0
+        self.leader_epoch = leader_epoch
+
+    @property
+    def high_watermark(self):
+        return self.log_end  # one replica: everything appended is committed
+
+    @property
+    def last_stable_offset(self):
+        """Where read_committed stops: the first offset of the oldest open transaction (not
+        before the log start, which DeleteRecords may have moved past it)."""
+        return max(min(self.ongoing.values(), default=self.high_watermark), self.log_start)
+
+    def __len__(self):
+        return len(self._batches)
+
+    def append(self, head, data, now_ms=None, log_append_time=False):
+        """Append one batch whose `head` was read by read_batch_head; returns its base offset.
+        With `log_append_time`, the batch's max timestamp becomes `now_ms` and its
+        timestamp type LogAppendTime (the CRC is computed again, as Kafka does)."""
+        base = self.log_end
+        batch = bytearray(data)
+        _BASE_OFFSET.pack_into(batch, 0, base)
+        _EPOCH.pack_into(batch, _EPOCH_AT, self.leader_epoch)
+        max_ts = head.max_timestamp
+        if log_append_time:
+            max_ts = now_ms
+            attrs_at = BATCH_CRC_START
+            struct.pack_into(">h", batch, attrs_at, head.attributes | _ATTRS_LOG_APPEND_TIME)
+            _INT64.pack_into(batch, _MAX_TIMESTAMP_AT, max_ts)
+            _CRC.pack_into(batch, _CRC_AT, records.crc32c(memoryview(batch)[BATCH_CRC_START:]))
+        self._bases.append(base)
+        self._batches.append(bytes(batch))
+        self._max_ts.append(max_ts)
+        self.bytes += len(batch)
+        self.log_end = base + head.last_offset_delta + 1
+        if head.is_transactional and not head.is_control:
+            self.ongoing.setdefault(head.producer_id, base)
+        return base
+
+    def write_marker(self, producer_id, epoch, commit, now_ms, coordinator_epoch=0):
+        """End a transaction here: a control batch (COMMIT or ABORT) of `producer_id`,
+        as the transaction coordinator writes it; returns its offset."""
+        data = bytearray(
+            records.write_batch(
+                [
+                    records.Record(
+                        timestamp=now_ms,
+                        key=_MARKER_KEY.pack(0, _COMMIT if commit else _ABORT),
+                        value=_MARKER_VALUE.pack(0, coordinator_epoch),
+                    )
+                ],
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                base_sequence=-1,
+                is_transactional=True,
+            )
+        )
+        attrs_at = BATCH_CRC_START
+        (attrs,) = struct.unpack_from(">h", data, attrs_at)
+        struct.pack_into(">h", data, attrs_at, attrs | _ATTRS_CONTROL)
+        _CRC.pack_into(data, _CRC_AT, records.crc32c(memoryview(data)[BATCH_CRC_START:]))
+        data = bytes(data)
+        offset = self.append(read_batch_head(data), data)
+        first = self.ongoing.pop(producer_id, None)
+        if first is not None and not commit:
+            self.aborted.append((producer_id, first, offset))
+        return offset
+
+    def aborted_in(self, start, end):
+        """(producer id, first offset) of the aborted transactions with records in
+        [start, end): what a read_committed Fetch of that range must skip."""
+        return [(pid, first) for pid, first, last in self.aborted if first < end and last >= start]
+
+    def _first_batch_at(self, offset):
+        """Index of the batch holding `offset` (or the first after it)."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0:
+            return 0
+        if self._last_offset(i) < offset:
+            return i + 1
+        return i
+
+    def _last_offset(self, i):
+        nxt = self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end
+        return nxt - 1
+
+    def check_offset(self, offset):
+        if not self.log_start <= offset <= self.log_end:
+            raise LogError(
+                "OFFSET_OUT_OF_RANGE",
+                f"offset {offset} is outside the log ({self.log_start} to {self.log_end})",
+            )
+
+    def read(self, offset, max_bytes, min_one=True, upto=None):
+        """The whole batches from the one holding `offset` on, at most `max_bytes` of them,
+        but the first batch whatever its size when `min_one` (Kafka's KIP-74 rule), and
+        none that starts at or past `upto` (read_committed: the last stable offset); LogError
+        OFFSET_OUT_OF_RANGE outside log start to log end."""
+        self.check_offset(offset)
+        out = []
+        size = 0
+        for i in range(self._first_batch_at(offset), len(self._batches)):
+            if upto is not None and self._bases[i] >= upto:
+                break
+            batch = self._batches[i]
+            if size + len(batch) > max_bytes and not (min_one and not out):
+                break
+            out.append(batch)
+            size += len(batch)
+        return b"".join(out)
+
+    def available(self, offset):
+        """Bytes a read from `offset` could return (0 outside the log)."""
+        if not self.log_start <= offset < self.log_end:
+            return 0
+        return sum(len(b) for b in self._batches[self._first_batch_at(offset) :])
+
+    def offset_for(self, timestamp):
+        """ListOffsets: (offset, timestamp) for a timestamp or one of the special values;
+        (-1, -1) when no record has a timestamp at or after it."""
+        if timestamp == LATEST:
+            return self.log_end, NO_TIMESTAMP
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
+            return self.log_start, NO_TIMESTAMP
+        if timestamp == LATEST_TIERED:
+            return -1, NO_TIMESTAMP
+        if timestamp == MAX_TIMESTAMP:
+            return self._max_timestamp()
+        if timestamp < 0:
+            raise LogError("INVALID_REQUEST", f"timestamp {timestamp} is not a valid target")
+        for i in range(self._first_batch_at(self.log_start), len(self._batches)):
+            if self._max_ts[i] >= timestamp:
+                for offset, ts in self._timestamps(i):
+                    if offset >= self.log_start and ts >= timestamp:
+                        return offset, ts
+        return -1, NO_TIMESTAMP
+
+    def _timestamps(self, i):
+        """(offset, timestamp) of each record of batch i (it is decompressed for this)."""
+        try:
+            (batch,) = records.read_batches(self._batches[i], check_crc=False)
+        except ImportError as e:  # a compressed batch without cramjam installed
+            raise LogError(
+                "UNKNOWN_SERVER_ERROR", f"batch at offset {self._bases[i]}: {e}"
+            ) from None
+        except DecodeError as e:  # its CRC held, but its records do not read
+            raise LogError("CORRUPT_MESSAGE", f"batch at offset {self._bases[i]}: {e}") from None
+        if batch.timestamp_type == 1:  # LogAppendTime: every record has the batch's time
+            return [(r.offset, batch.max_timestamp) for r in batch.records]
+        return [(r.offset, r.timestamp) for r in batch.records]
+
+    def _max_timestamp(self):
+        """The record with the largest timestamp (the first such), as Kafka 3.8+ answers."""
+        best, best_i = None, None
+        for i in range(self._first_batch_at(self.log_start), len(self._batches)):
+            if best is None or self._max_ts[i] > best:
+                best, best_i = self._max_ts[i], i
+        if best_i is None:
+            return -1, NO_TIMESTAMP
+        for offset, ts in self._timestamps(best_i):
+            if offset >= self.log_start and ts == best:
+                return offset, ts
+        return self._bases[best_i], best
+
+    def delete_before(self, offset):
+        """DeleteRecords: the log starts at `offset` (-1: the high watermark); returns the new
+        log start. Batches wholly before it are dropped."""
+        if offset == -1:
+            offset = self.high_watermark
+        if not 0 <= offset <= self.high_watermark:
+            raise LogError(
+                "OFFSET_OUT_OF_RANGE",
+                f"cannot delete before offset {offset}: the high watermark is "
+                f"{self.high_watermark}",
+            )
+        if offset > self.log_start:
+            self.log_start = offset
+            drop = self._first_batch_at(offset)
+            if drop and self._last_offset(drop - 1) < offset:
+                self.bytes -= sum(len(b) for b in self._batches[:drop])
+                del self._bases[:drop], self._batches[:drop], self._max_ts[:drop]
+            self.aborted = [a for a in self.aborted if a[2] >= offset]
+        return self.log_start

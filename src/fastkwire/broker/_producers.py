@@ -1,0 +1,103 @@
+"""The producer-state table: producer ids, their epochs, and per partition the sequences of
+the last batches each producer wrote, for the idempotent producer's checks (Kafka's
+ProducerStateManager / ProducerAppendInfo, one replica).
+
+A batch with a producer id is checked before it is appended:
+- an epoch older than the one known is refused (INVALID_PRODUCER_EPOCH);
+- a batch equal to one of the last five written is a duplicate: acknowledged with the offset
+  it got the first time, not appended again;
+- otherwise its first sequence must follow the last one written (0 for a new producer or a
+  new epoch), or it is refused (OUT_OF_ORDER_SEQUENCE_NUMBER).
+"""
+
+import collections
+
+from ._log import LogError
+
+NO_PRODUCER_ID = -1
+CACHED_BATCHES = 5  # Kafka keeps the metadata of a producer's last 5 batches per partition
+_INT31 = 1 << 31
+
+
+class ProducerIds:
+    """Hands out producer ids and bumps epochs (InitProducerId without a transactional id)."""
+
+    def __init__(self):
+        self._next = 1000
+        self.epochs = {}  # producer id -> its current epoch
+
+    def init(self, producer_id=NO_PRODUCER_ID, epoch=-1):
+        """(producer id, epoch, error name or None) for InitProducerId."""
+        if producer_id == NO_PRODUCER_ID:
+            pid = self._next
+            self._next += 1
+            self.epochs[pid] = 0
+            return pid, 0, None
+        known = self.epochs.get(producer_id)
+        if known is None:
+            return -1, -1, "INVALID_PRODUCER_ID_MAPPING"
+        if epoch != known:
+            return -1, -1, "PRODUCER_FENCED"
+        if known >= 32766:  # Kafka's epoch is an int16: a new id past its top
+            return self.init()
+        self.epochs[producer_id] = known + 1
+        return producer_id, known + 1, None
+
+
+class PartitionProducers:
+    """The producers of one partition: their epoch and last batches' (first sequence, last
+    sequence, base offset)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self):
+        self._state = {}  # producer id -> [epoch, deque of (first seq, last seq, base offset)]
+
+    def check(self, head):
+        """Before appending a batch: the base offset of the duplicate it is (nothing is to be
+        appended then), or None to append it; LogError when it is refused."""
+        pid = head.producer_id
+        if pid < 0:
+            return None
+        entry = self._state.get(pid)
+        first, last = head.base_sequence, head.last_sequence
+        if entry is None:
+            if first != 0:
+                raise _out_of_order(pid, first, 0)
+            return None
+        epoch, batches = entry
+        if head.producer_epoch < epoch:
+            raise LogError(
+                "INVALID_PRODUCER_EPOCH",
+                f"producer {pid}'s epoch {head.producer_epoch} is older than {epoch}",
+            )
+        if head.producer_epoch > epoch:
+            if first != 0:
+                raise _out_of_order(pid, first, 0)
+            return None
+        for seen_first, seen_last, base in batches:
+            if seen_first == first and seen_last == last:
+                return base
+        expected = (batches[-1][1] + 1) % _INT31 if batches else 0
+        if first != expected:
+            raise _out_of_order(pid, first, expected)
+        return None
+
+    def appended(self, head, base_offset):
+        pid = head.producer_id
+        if pid < 0:
+            return
+        entry = self._state.get(pid)
+        if entry is None or entry[0] != head.producer_epoch:
+            entry = self._state[pid] = [
+                head.producer_epoch,
+                collections.deque(maxlen=CACHED_BATCHES),
+            ]
+        entry[1].append((head.base_sequence, head.last_sequence, base_offset))
+
+
+def _out_of_order(pid, got, expected):
+    return LogError(
+        "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        f"producer {pid}: sequence {got} arrived where {expected} was expected",
+    )
