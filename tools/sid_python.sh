@@ -4,6 +4,8 @@
 #
 #   bash tools/sid_python.sh ensure              # make (or find) the root; prints its path
 #   bash tools/sid_python.sh run CMD [ARG...]    # run CMD in the root, in this directory
+#   bash tools/sid_python.sh venv 3.15 SDIST     # a venv in the root with fastkwire from
+#                                                # SDIST and the test extra; prints its python
 #
 # `run` works in a private mount namespace (gone when CMD exits): /proc, /dev, and the
 # checkout's parent directory (the checkout and anything beside it) are bind-mounted at
@@ -93,8 +95,9 @@ run() {
         fi
     done < <(pip_paths)
     [ -e /etc/resolv.conf ] && cp -fL /etc/resolv.conf "$root/etc/resolv.conf"
+    # exec: a signal to this script (a timeout's) reaches CMD itself
     # shellcheck disable=SC2016
-    unshare --mount --propagation private bash -euc '
+    exec unshare --mount --propagation private bash -euc '
         root=$1 share=$2 here=$3 ndirs=$4
         shift 4
         mount --rbind /dev "$root/dev"
@@ -111,14 +114,36 @@ run() {
     ' - "$root" "$share" "$here" "${#dirs[@]}" "${dirs[@]}" "$@"
 }
 
+# A fresh venv for python$1 inside the root: fastkwire from the sdist $2 (its C is generated
+# already, so each interpreter compiles it and nothing writes into the checkout), then the
+# test extra's requirements that have a wheel for it (tools/install_extra.py: the tests of
+# the rest skip, saying why).
+venv() {
+    local version=$1 sdist started=$SECONDS
+    sdist="$(realpath "$2")"
+    local venv="/opt/fastkwire-venv-$version" inside="/opt/fastkwire-sdist/${sdist##*/}"
+    rm -rf "${root:?}$venv" "$root/opt/fastkwire-sdist"
+    mkdir -p "$root/opt/fastkwire-sdist" && cp "$sdist" "$root$inside"
+    (run "python$version" -m venv "$venv")
+    (run "$venv/bin/python" -m pip install -q --upgrade pip) >&2
+    (export FASTKWIRE_REQUIRE_EXTENSION=1 && run "$venv/bin/python" -m pip install -q "$inside" "pytest-xdist>=3") >&2
+    (run "$venv/bin/python" tools/install_extra.py test) >&2
+    log "python$version: venv $venv made in $((SECONDS - started)) s"
+    echo "$venv/bin/python"
+}
+
 case "${1:-}" in
 ensure) ensure ;;
+venv)
+    [ $# -eq 3 ] || { echo "usage: $0 venv VERSION SDIST" >&2; exit 2; }
+    venv "$2" "$3"
+    ;;
 run)
     shift
     run "$@"
     ;;
 *)
-    echo "usage: $0 ensure | run CMD [ARG...]" >&2
+    echo "usage: $0 ensure | run CMD [ARG...] | venv VERSION SDIST" >&2
     exit 2
     ;;
 esac
