@@ -64,8 +64,8 @@ def pip(*args):
 paths = set(re.findall(r"^\s+(/\S+), exists: True$", pip("config", "debug"), re.M))
 if os.environ.get("PIP_CONFIG_FILE"):
     paths.add(os.environ["PIP_CONFIG_FILE"])
-values = [v for line in pip("config", "list").splitlines() if "=" in line
-          for v in shlex.split(line.split("=", 1)[1])]
+values = [w for line in pip("config", "list").splitlines() if "=" in line
+          for v in shlex.split(line.split("=", 1)[1]) for w in v.split()]
 values += [v for k, val in os.environ.items() if k.startswith("PIP_") for v in val.split()]
 for v in values:
     v = v.removeprefix("file://")
