@@ -136,5 +136,5 @@ else:
         ],
         cmdclass={"build_ext": BuildExt, "sdist": Sdist},
         # Asked of the build frontend only when the C must still be generated.
-        setup_requires=[] if FROM_SDIST else ["Cython>=3.0.10"],
+        setup_requires=[] if FROM_SDIST else ["Cython>=3.2.5"],
     )

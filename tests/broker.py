@@ -140,6 +140,7 @@ class StaticConsumer:
         self._stop = threading.Event()
         self._polling = threading.Event()
         self._polling.set()
+        self._in_poll = threading.Lock()  # held by the poller for each poll and its check
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -169,21 +170,27 @@ class StaticConsumer:
 
     def _run(self):
         while not self._stop.is_set():
-            if self._polling.is_set():
-                self.consumer.poll(0.1)
-                # memberid() blocks when called from a thread other than the poller
-                member_id = self.consumer.memberid()
-                if member_id and (not self.member_ids or self.member_ids[-1] != member_id):
-                    self.member_ids.append(member_id)
-            else:
+            with self._in_poll:
+                polling = self._polling.is_set()
+                if polling:
+                    self.consumer.poll(0.1)
+                    # memberid() blocks when called from a thread other than the poller
+                    member_id = self.consumer.memberid()
+                    if member_id and (not self.member_ids or self.member_ids[-1] != member_id):
+                        self.member_ids.append(member_id)
+            if not polling:
                 time.sleep(0.1)
 
     def member_id(self):
         return self.member_ids[-1] if self.member_ids else None
 
     def pause_polling(self):
-        """Stop calling poll: the member goes silent, like a crashed process."""
-        self._polling.clear()
+        """Stop calling poll: the member goes silent, like a crashed process. Returns once
+        a poll in progress has ended: librdkafka serves rebalance callbacks inside poll, so
+        a poll still running (a loaded machine can stretch one to seconds) can take a
+        removed member straight back into the group."""
+        with self._in_poll:
+            self._polling.clear()
 
     def revoked_since(self, when):
         with self._lock:

@@ -161,7 +161,9 @@ class ScriptedBroker:
                 chunk = conn.recv(n - len(data))
             except socket.timeout:
                 continue
-            except ConnectionResetError:
+            except ConnectionError:
+                # The client went away: a reset, or (TLS, OpenSSL 3.6) EPIPE from the session
+                # tickets OpenSSL writes during this read.
                 return None
             if not chunk:
                 return None

@@ -34,6 +34,7 @@ __all__ = [
     "needs_aiokafka",
     "needs_cramjam",
     "HAVE_CRAMJAM",
+    "skip_unless_kafka_python_reads",
     "aiokafka",
     "LEGACY",
     "legacy",
@@ -58,6 +59,25 @@ needs_cramjam = pytest.mark.skipif(
     not HAVE_CRAMJAM,
     reason="cramjam (the compression extra) is not installed",
 )
+
+
+# kafka-python decompresses with a library per codec, some without a wheel for every Python
+# (lz4 and zstandard had none for 3.15 when it came out).
+KAFKA_PYTHON_CODEC_LIBRARY = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}
+
+
+def skip_unless_kafka_python_reads(codecs):
+    """Skip the test when kafka-python cannot decompress batches in one of `codecs`."""
+    from kafka import codec
+
+    missing = [
+        c for c in KAFKA_PYTHON_CODEC_LIBRARY if c in codecs and not getattr(codec, f"has_{c}")()
+    ]
+    if missing:
+        libraries = ", ".join(KAFKA_PYTHON_CODEC_LIBRARY[c] for c in missing)
+        pytest.skip(
+            f"kafka-python cannot read {'/'.join(missing)} batches here ({libraries} not installed)"
+        )
 
 
 def aiokafka(value, id):

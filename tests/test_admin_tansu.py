@@ -16,6 +16,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -32,7 +33,12 @@ from fastkwire import (
 from fastkwire import cli
 from fastkwire.admin import AdminClient, UnknownInstanceError
 
-from broker import StaticGroup, tansu_broker  # noqa: F401 - tansu_broker is a fixture
+from broker import (  # noqa: F401 - tansu_broker is a fixture
+    StaticConsumer,
+    StaticGroup,
+    free_port,
+    tansu_broker,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -69,6 +75,39 @@ def static_group(tansu_broker):  # noqa: F811 - pytest fixture injection
 @pytest.fixture
 def admin(tansu_broker):  # noqa: F811
     return AdminClient(tansu_broker.bootstrap, client_id="fastkwire-test", request_timeout_ms=10000)
+
+
+def test_a_paused_member_polls_no_more():
+    """pause_polling() returns once a poll in progress has ended. librdkafka serves rebalance
+    callbacks inside poll, so a poll that outlived the pause took the member removed by
+    test_remove_by_member_id_rebalances_at_once back into the group on a loaded machine."""
+    consumer = StaticConsumer(f"127.0.0.1:{free_port()}", "g", "paused-0", "t", 30000)
+    real = consumer.consumer
+    started = threading.Event()
+    polls = []  # (start, end) of each poll
+
+    class Slow:  # a poll stretched as on a loaded machine
+        def poll(self, timeout):
+            start = time.monotonic()
+            started.set()
+            time.sleep(0.3)
+            polls.append((start, time.monotonic()))
+
+        def memberid(self):
+            return None
+
+        def close(self):
+            real.close()
+
+    consumer.consumer = Slow()
+    try:
+        assert started.wait(10)
+        consumer.pause_polling()
+        paused = time.monotonic()
+        time.sleep(0.5)
+        assert polls and all(end <= paused for _, end in polls), (paused, polls)
+    finally:
+        consumer.close()
 
 
 def exchange(port, request, version, correlation_id):

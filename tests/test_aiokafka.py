@@ -13,6 +13,7 @@ import importlib
 import io
 import os
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -41,10 +42,9 @@ import fastkwire  # noqa: E402
 import fastkwire.aiokafka as fka  # noqa: E402
 
 PURE = os.environ.get("FASTKWIRE_PURE", "") not in ("", "0") or fastkwire.implementation != "cython"
-SUPPORTED_HERE = aiokafka.__version__ in fka.SUPPORTED
+DECLINES_HERE = fka.unsupported_reason()
 needs_accel = pytest.mark.skipif(
-    PURE or not SUPPORTED_HERE,
-    reason="the accelerator declines here (pure fastkwire or untested aiokafka)",
+    DECLINES_HERE is not None, reason=f"the accelerator declines here: {DECLINES_HERE}"
 )
 
 TP = TopicPartition("topic", 3)
@@ -914,6 +914,16 @@ def test_install_declines_on_an_unknown_version(monkeypatch):
     assert not fka.installed() and same(before, snapshot())
     with pytest.raises(fka.UnsupportedAiokafka):
         fka.patches()
+
+
+def test_install_says_why_it_declines_a_version_it_declined(monkeypatch):
+    monkeypatch.setattr(aiokafka, "__version__", "0.15.0rc1")
+    reason = fka.unsupported_reason()
+    if not PURE:
+        assert reason.startswith("aiokafka 0.15.0rc1 is declined: a release candidate")
+    with pytest.raises(fka.UnsupportedAiokafka, match=re.escape(reason)):
+        fka.install()
+    assert not fka.installed()
 
 
 def test_install_declines_under_fastkwire_pure(monkeypatch):

@@ -10,7 +10,6 @@ untouched.
 """
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -19,14 +18,12 @@ import pytest
 
 aiokafka = pytest.importorskip("aiokafka")
 
-import fastkwire  # noqa: E402
 import fastkwire.aiokafka as fka  # noqa: E402
 from broker import tansu_broker  # noqa: E402,F401
 
-PURE = os.environ.get("FASTKWIRE_PURE", "") not in ("", "0") or fastkwire.implementation != "cython"
+DECLINES_HERE = fka.unsupported_reason()
 pytestmark = pytest.mark.skipif(
-    PURE or aiokafka.__version__ not in fka.SUPPORTED,
-    reason="the accelerator declines here (pure fastkwire or untested aiokafka)",
+    DECLINES_HERE is not None, reason=f"the accelerator declines here: {DECLINES_HERE}"
 )
 
 N = 600

@@ -12,7 +12,8 @@ How the documents are read (write new snippets this way):
   `127.0.0.1:9092` in the code standing for the broker's address; `<!-- snippet: compiled
   -->` needs the compiled core (skipped under FASTKWIRE_PURE=1); both may be given
   (`broker compiled`); `needs=MODULE` skips it, saying so, where that optional peer is
-  not installed (a client library with no build for the interpreter under test);
+  not installed (a client library with no build for the interpreter under test), and
+  `needs=fastkwire.aiokafka` (an accelerator) where it declines, with its reason;
   `<!-- snippet: skip REASON -->` is not run, and the test says why.
 Other blocks (shell set-up commands, JSON, plain text) are not run here: .ci/run runs
 README's set-up commands.
@@ -172,6 +173,15 @@ def test_every_snippet_runs_and_prints_what_the_document_shows(path, request, ca
         missing = [m for m in block.needs if importlib.util.find_spec(m) is None]
         if missing:
             skipped.append(f"{block.where}: needs {', '.join(missing)} (not installed)")
+            continue
+        declined = [
+            f"{m} declines here: {why}"
+            for m in block.needs
+            if m.startswith("fastkwire.")
+            and (why := importlib.import_module(m).unsupported_reason()) is not None
+        ]
+        if declined:
+            skipped.append(f"{block.where}: {'; '.join(declined)}")
             continue
         if "broker" in block.flags and broker is None:
             broker = request.getfixturevalue("tansu_broker")

@@ -19,7 +19,7 @@ from fastkwire.records import Record  # noqa: E402
 
 from log_broker import INVALID_REQUEST, LogBroker, PartitionLog  # noqa: E402
 from local_ray import local_ray  # noqa: E402
-from record_peers import HAVE_CRAMJAM  # noqa: E402
+from record_peers import HAVE_CRAMJAM, skip_unless_kafka_python_reads  # noqa: E402
 
 TOPIC = "clients"
 PARTITIONS = 3
@@ -104,6 +104,8 @@ def test_confluent_kafka_reads_what_read_kafka_gives(broker, expected):
 
 def test_kafka_python_reads_what_read_kafka_gives(broker, expected):
     from kafka import KafkaConsumer, TopicPartition
+
+    skip_unless_kafka_python_reads(CODECS)
 
     consumer = KafkaConsumer(
         bootstrap_servers=broker.bootstrap,

@@ -183,7 +183,7 @@ def test_manylinux_wheel_installs_and_passes_the_suite(slow, tmp_path):
 
 
 @pytest.mark.tooling
-def test_cibuildwheel_builds_cpython_310_to_314_and_314t_on_every_target():
+def test_cibuildwheel_builds_cpython_310_to_315_and_314t_315t_on_every_target():
     pytest.importorskip("cibuildwheel", reason="cibuildwheel is not installed")
     expected = {
         "linux": {
@@ -205,8 +205,8 @@ def test_cibuildwheel_builds_cpython_310_to_314_and_314t_on_every_target():
             cwd=ROOT,
         )
         got = set(result.stdout.split())
-        want = {f"cp3{minor}-{t}" for minor in range(10, 15) for t in targets} | {
-            f"cp314t-{t}" for t in targets
+        want = {f"cp3{minor}-{t}" for minor in range(10, 16) for t in targets} | {
+            f"cp3{minor}t-{t}" for minor in (14, 15) for t in targets
         }
         assert got == want, platform
 

@@ -50,7 +50,7 @@ def test_schema_check_rejects_a_broken_workflow(tmp_path):
 def test_tests_cover_every_python_and_both_implementations():
     job = load("tests.yml")["jobs"]["test"]
     matrix = job["strategy"]["matrix"]
-    assert matrix["python-version"] == ["3.10", "3.11", "3.12", "3.13", "3.14"]
+    assert matrix["python-version"] == ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]
     assert sorted(matrix["implementation"]) == ["cython", "python"]
     # Evaluated per matrix cell by GitHub: each variable is "1" in its own half only.
     assert job["env"]["FASTKWIRE_PURE"] == "${{ matrix.implementation == 'python' && '1' || '' }}"

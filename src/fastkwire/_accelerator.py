@@ -30,6 +30,7 @@ class Accelerator:
     - library, module: the accelerated library's name in messages and its import name;
     - helper: the compiled module install() needs ("_aiokafka");
     - supported: the library versions it was tested with;
+    - declined: versions looked at and declined, each with why (said when install() declines);
     - build_patches(): the seam table (with .patches), or LookupError naming a missing seam;
     - bind(table): hands the table's objects to the compiled helpers before patching;
     - error: the exception raised where install() declines;
@@ -47,10 +48,11 @@ class Accelerator:
         build_patches,
         bind,
         error,
+        declined=None,
         forget=None,
     ):
         self.package, self.library, self.module = package, library, module
-        self.helper, self.supported = helper, supported
+        self.helper, self.supported, self.declined = helper, supported, dict(declined or {})
         self._build_patches, self._bind = build_patches, bind
         self._error, self._forget = error, forget
         self._applied = []  # the Patches set by install(), in order; empty when not installed
@@ -76,6 +78,8 @@ class Accelerator:
         except ImportError:
             return f"{self.library} is not installed"
         version = getattr(library, "__version__", "unknown")
+        if version in self.declined:
+            return f"{self.library} {version} is declined: {self.declined[version]}"
         if version not in self.supported:
             return (
                 f"{self.library} {version} is not a version {self.package} was "
@@ -95,6 +99,12 @@ class Accelerator:
 
     def _version(self):
         return importlib.import_module(self.module).__version__
+
+    def unsupported_reason(self):
+        """Why install() would decline here (a sentence), or None where it would install."""
+        if self._applied:
+            return None
+        return self._table()[1]
 
     def install(self, strict=True):
         """Patch the library; True when installed (already installed counts).

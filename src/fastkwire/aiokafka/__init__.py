@@ -5,7 +5,8 @@
     ...
     fastkwire.aiokafka.uninstall()   # aiokafka exactly as it was
 
-install() checks that aiokafka is a version this was tested against (SUPPORTED), that
+install() checks that aiokafka is a version this was tested against (SUPPORTED; DECLINED
+says why some others are not), that
 fastkwire's compiled core is in use and that every seam in the table exists, and only
 then sets every patch at once. Otherwise it changes nothing and raises
 UnsupportedAiokafka naming the reason (install(strict=False) warns and returns False
@@ -16,16 +17,18 @@ with the accelerator installed.
 """
 
 from .._accelerator import Accelerator
-from ._seams import SUPPORTED, Patch, build_patches
+from ._seams import DECLINED, SUPPORTED, Patch, build_patches
 
 __all__ = [
     "SUPPORTED",
+    "DECLINED",
     "Patch",
     "UnsupportedAiokafka",
     "install",
     "uninstall",
     "installed",
     "patches",
+    "unsupported_reason",
 ]
 
 
@@ -46,6 +49,7 @@ _accelerator = Accelerator(
     module="aiokafka",
     helper="_aiokafka",
     supported=SUPPORTED,
+    declined=DECLINED,
     build_patches=build_patches,
     bind=_bind,
     error=UnsupportedAiokafka,
@@ -54,6 +58,7 @@ install = _accelerator.install
 uninstall = _accelerator.uninstall
 installed = _accelerator.installed
 patches = _accelerator.patches
+unsupported_reason = _accelerator.unsupported_reason
 
 # pytest plugin: `python -m pytest -p fastkwire.aiokafka`
 pytest_configure = _accelerator.pytest_configure
