@@ -620,3 +620,33 @@ def test_kafka_python_guards_survive_another_thread_reinstalling():
     """,
     )
     assert got == "True True"
+
+
+def test_kafka_python_messages_survive_a_reinstall_while_their_codecs_are_made():
+    pytest.importorskip("kafka")
+    # The target plans' codecs are made under a lock on a message's first decode; that
+    # allocates, and a gc callback doing uninstall() there took the same lock again to
+    # clear the codecs: the thread deadlocked (found by fuzz/hostile_reentrancy.py).
+    got = run(
+        """
+        import gc
+        import fastkwire.kafka_python as fkp
+        from kafka.protocol.metadata import MetadataRequest
+        fkp.install()
+        body = MetadataRequest(topics=None).encode(version=12)
+        count = [0]
+        def reinstall(phase, info):
+            if phase == "start" and count[0] < 50:
+                count[0] += 1
+                fkp.uninstall()
+                fkp.install()
+        gc.callbacks.append(reinstall)
+        gc.set_threshold(1)
+        got = MetadataRequest.decode(body, version=12)
+        gc.set_threshold(700)
+        gc.callbacks.remove(reinstall)
+        print(got.topics, count[0] > 0)
+    """,
+        timeout=60,
+    )
+    assert got == "None True"
