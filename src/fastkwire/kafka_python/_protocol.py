@@ -17,6 +17,10 @@ import threading
 
 from fastkwire import _engine, _layout, _schema, _wire
 
+# Held only for the table's own reads and writes, never while a codec is made: that runs
+# Python code and allocates, and a gc callback there may uninstall() (clear() takes the
+# lock: on this thread it deadlocked, and against another thread's uninstall(), holding
+# the accelerator's lock, the two waited on each other).
 _lock = threading.Lock()
 _codecs = {}  # (id(struct), version, compact, tagged, data_class) -> (struct, decoder, encoder)
 _originals = {}  # "decode"/"encode" -> kafka-python's own StructField methods (bind())
@@ -142,11 +146,9 @@ def codecs(kp_struct, version, compact, tagged, data_class):
     entry = _codecs.get(key)
     if entry is not None:
         return entry[1], entry[2]
-    with _lock:
-        entry = _codecs.get(key)
-        if entry is None:
-            entry = (kp_struct,) + _make(kp_struct, version, compact, tagged, data_class)
-            _codecs[key] = entry  # the struct kept alive: its id stays its own
+    made = (kp_struct,) + _make(kp_struct, version, compact, tagged, data_class)
+    with _lock:  # two threads may make one: the first published is everyone's
+        entry = _codecs.setdefault(key, made)  # the struct kept alive: its id stays its own
     return entry[1], entry[2]
 
 
