@@ -7,7 +7,16 @@ import pytest
 
 import fastkwire
 from fastkwire import records
-from fastkwire.broker import Apis, Cluster, Context, LogError, PartitionLog, read_batch_head
+from fastkwire.broker import (
+    Apis,
+    Cluster,
+    Context,
+    GroupConfig,
+    GroupCoordinator,
+    LogError,
+    PartitionLog,
+    read_batch_head,
+)
 from fastkwire.broker._apis import CLOSE, NO_ANSWER
 from fastkwire.error_codes import by_name
 from fastkwire.records import Record
@@ -349,6 +358,42 @@ def test_metadata_creates_topics_on_first_use_and_lists_ids(apis):
     request = M(topics=[M.MetadataRequestTopic(name="bad name!")], allow_auto_topic_creation=True)
     assert call(apis, request, 12).topics[0].error_code == code("INVALID_TOPIC_EXCEPTION")
     assert [t.name for t in call(apis, M(topics=None), 12).topics] == ["new"]
+
+
+def test_consumer_offsets_is_made_at_the_first_group_lookup_as_an_internal_topic():
+    cluster = Cluster({0: ("127.0.0.1", 9092)}, max_partitions=3)
+    groups = GroupCoordinator(GroupConfig(), topic_partitions=cluster.partition_count)
+    apis = Apis(cluster, groups=groups)
+    M = fastkwire.MetadataRequest
+    assert call(apis, M(topics=None), 12).topics == []
+    F = fastkwire.FindCoordinatorRequest
+    assert call(apis, F(key_type=1, coordinator_keys=["txn"]), 4).coordinators[0].error_code == 0
+    assert "__consumer_offsets" not in cluster.topics  # a transaction lookup does not make it
+    assert call(apis, F(key_type=0, coordinator_keys=["g"]), 4).coordinators[0].error_code == 0
+    (t,) = call(apis, M(topics=None), 12).topics
+    assert (t.name, t.is_internal, len(t.partitions)) == ("__consumer_offsets", True, 50)
+    # the cap is on what clients ask for: its 50 partitions leave room for 3
+    assert cluster.partitions == 0
+    cluster.create_topic("t", 3)
+    r = call(apis, M(topics=None), 12)
+    assert sorted((t.name, t.is_internal) for t in r.topics) == [
+        ("__consumer_offsets", True),
+        ("t", False),
+    ]
+    r = call(apis, produce("__consumer_offsets", 0, batch(1)), 9)
+    (p,) = r.responses[0].partition_responses
+    assert p.error_code == code("INVALID_TOPIC_EXCEPTION") and p.base_offset == -1
+    assert cluster.partition("__consumer_offsets", 0).log.log_end == 0
+
+
+def test_metadata_naming_consumer_offsets_makes_it_internal_with_its_partition_count():
+    cluster = Cluster({0: ("127.0.0.1", 9092)}, offsets_topic_partitions=4)
+    M = fastkwire.MetadataRequest
+    request = M(topics=[M.MetadataRequestTopic(name="__consumer_offsets")])
+    (t,) = call(Apis(cluster), request, 12).topics
+    assert (t.error_code, t.is_internal, len(t.partitions)) == (0, True, 4)
+    with pytest.raises(ValueError, match="offsets_topic_partitions"):
+        Cluster({0: ("127.0.0.1", 9092)}, offsets_topic_partitions=0)
 
 
 def test_topics_are_created_grown_described_and_deleted(apis):
