@@ -78,7 +78,7 @@ set +e
 timeout 2400 python -m pytest -p no:cacheprovider -q -rfE -o asyncio_default_fixture_loop_scope=function -W ignore::pytest.PytestRemovedIn10Warning \
     --ignore tests/test_sasl.py -k "not ssl" tests >"$work/out.txt" 2>&1
 set -e
-grep -E '^(FAILED|ERROR) ' "$work/out.txt" || true
+grep -E '^(FAILED|ERROR) tests/' "$work/out.txt" || true
 summary="$(tail -n 1 "$work/out.txt")"
 echo "aiokafka $(basename "$suite") tests against fastkwire broker: $summary ($((SECONDS - started)) s)"
 passed="$(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)"
