@@ -3,6 +3,10 @@ ListOffsets, DeleteRecords, reads), the producer-state table (sequences, epochs,
 duplicates), and the handlers (a decoded request in, a response object out, encoded at the
 version asked)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 import fastkwire
@@ -728,3 +732,25 @@ def test_transactions_through_the_handlers(apis):
     F = fastkwire.FindCoordinatorRequest
     r = call(apis, F(key="tx", key_type=1), 3, node)
     assert r.error_code == 0 and r.node_id == apis.cluster.coordinator("tx")
+
+
+def test_the_broker_and_its_command_load_no_pcap_or_capture_reading_code():
+    # fastkwire.proxy's names load on first use: the broker takes its caps and framing only
+    code_ = (
+        "import sys, fastkwire.broker, fastkwire._broker_cli\n"
+        "print(sorted(m for m in ('dpkt', 'fastkwire.proxy._pcap', 'fastkwire.proxy._read',"
+        " 'fastkwire.proxy._lenient') if m in sys.modules))"
+    )
+    src = os.path.dirname(os.path.dirname(fastkwire.__file__))
+    env = dict(os.environ, PYTHONPATH=src)
+    out = subprocess.run(
+        [sys.executable, "-c", code_], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    import fastkwire.proxy as proxy
+
+    assert all(getattr(proxy, name) is not None for name in proxy.__all__)
+    assert set(proxy.__all__) <= set(dir(proxy))
+    with pytest.raises(AttributeError, match="no_such_name"):
+        proxy.no_such_name  # noqa: B018
