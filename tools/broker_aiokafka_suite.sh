@@ -40,7 +40,10 @@ for name in pytest pytest-asyncio pytest-mock docker async-timeout cramjam; do
         python -m pip install -q "$pin"
     fi
 done
+version="${suite##*/aiokafka-}"
 python -c "import aiokafka, fastkwire; print('aiokafka', aiokafka.__version__, '| fastkwire', fastkwire.implementation)"
+python -c "import aiokafka, sys; sys.exit(aiokafka.__version__ != sys.argv[1])" "$version" \
+    || { echo "these are aiokafka $version's tests: install aiokafka==$version" >&2; exit 2; }
 
 # As aiokafka's container is configured: two partitions per auto-created topic. Its tests
 # ask for session timeouts down to 1 s (Kafka's image allows them).
