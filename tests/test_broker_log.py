@@ -14,6 +14,7 @@ from fastkwire import records
 from fastkwire.broker import (
     Apis,
     Cluster,
+    ClusterError,
     Context,
     GroupConfig,
     GroupCoordinator,
@@ -388,6 +389,14 @@ def test_consumer_offsets_is_made_at_the_first_group_lookup_as_an_internal_topic
     (p,) = r.responses[0].partition_responses
     assert p.error_code == code("INVALID_TOPIC_EXCEPTION") and p.base_offset == -1
     assert cluster.partition("__consumer_offsets", 0).log.log_end == 0
+    # growing it is counted: no request makes the broker allocate past the cap
+    with pytest.raises(ClusterError, match="max_partitions"):
+        cluster.create_partitions("__consumer_offsets", 51)
+    cluster.delete_topic(cluster.topics["t"])
+    cluster.create_partitions("__consumer_offsets", 53)
+    assert (cluster.partitions, len(cluster.topics["__consumer_offsets"].partitions)) == (3, 53)
+    cluster.delete_topic(cluster.topics["__consumer_offsets"])
+    assert cluster.partitions == 0
 
 
 def test_metadata_naming_consumer_offsets_makes_it_internal_with_its_partition_count():

@@ -269,14 +269,15 @@ class Cluster:
         return topic
 
     def offsets_topic(self):
-        """__consumer_offsets, made on first call: internal, compacted, not counted in
-        `max_partitions`."""
+        """__consumer_offsets, made on first call: internal, compacted, its first partitions
+        not counted in `max_partitions` (partitions added later are)."""
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
             topic = Topic(OFFSETS_TOPIC, uuid.uuid4(), {"cleanup.policy": "compact"}, 1, True)
             self.topics[OFFSETS_TOPIC] = topic
             self.topic_ids[topic.id] = topic
             self._add_partitions(topic, self.offsets_topic_partitions)
+            self.partitions -= self.offsets_topic_partitions  # only its growth is counted
         return topic
 
     def _check_room(self, more):
@@ -288,8 +289,7 @@ class Cluster:
             )
 
     def _add_partitions(self, topic, count):
-        if not topic.internal:
-            self.partitions += count - len(topic.partitions)
+        self.partitions += count - len(topic.partitions)
         ids = self.node_ids()
         first = zlib.crc32(topic.name.encode("utf-8", "surrogatepass"))
         for index in range(len(topic.partitions), count):
@@ -305,15 +305,15 @@ class Cluster:
                 f"topic {name!r} has {len(topic.partitions)} partitions; a new count must be "
                 f"larger, not {count}",
             )
-        if not topic.internal:
-            self._check_room(count - len(topic.partitions))
+        self._check_room(count - len(topic.partitions))
         return topic
 
     def create_partitions(self, name, count):
         self._add_partitions(self.check_partition_count(name, count), count)
 
     def delete_topic(self, topic):
-        if not topic.internal:
-            self.partitions -= len(topic.partitions)
+        self.partitions -= len(topic.partitions)
+        if topic.internal:
+            self.partitions += self.offsets_topic_partitions
         del self.topics[topic.name]
         del self.topic_ids[topic.id]
