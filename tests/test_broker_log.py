@@ -3,11 +3,25 @@ ListOffsets, DeleteRecords, reads), the producer-state table (sequences, epochs,
 duplicates), and the handlers (a decoded request in, a response object out, encoded at the
 version asked)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 import fastkwire
 from fastkwire import records
-from fastkwire.broker import Apis, Cluster, Context, LogError, PartitionLog, read_batch_head
+from fastkwire.broker import (
+    Apis,
+    Cluster,
+    ClusterError,
+    Context,
+    GroupConfig,
+    GroupCoordinator,
+    LogError,
+    PartitionLog,
+    read_batch_head,
+)
 from fastkwire.broker._apis import CLOSE, NO_ANSWER
 from fastkwire.error_codes import by_name
 from fastkwire.records import Record
@@ -351,6 +365,50 @@ def test_metadata_creates_topics_on_first_use_and_lists_ids(apis):
     assert [t.name for t in call(apis, M(topics=None), 12).topics] == ["new"]
 
 
+def test_consumer_offsets_is_made_at_the_first_group_lookup_as_an_internal_topic():
+    cluster = Cluster({0: ("127.0.0.1", 9092)}, max_partitions=3)
+    groups = GroupCoordinator(GroupConfig(), topic_partitions=cluster.partition_count)
+    apis = Apis(cluster, groups=groups)
+    M = fastkwire.MetadataRequest
+    assert call(apis, M(topics=None), 12).topics == []
+    F = fastkwire.FindCoordinatorRequest
+    assert call(apis, F(key_type=1, coordinator_keys=["txn"]), 4).coordinators[0].error_code == 0
+    assert "__consumer_offsets" not in cluster.topics  # a transaction lookup does not make it
+    assert call(apis, F(key_type=0, coordinator_keys=["g"]), 4).coordinators[0].error_code == 0
+    (t,) = call(apis, M(topics=None), 12).topics
+    assert (t.name, t.is_internal, len(t.partitions)) == ("__consumer_offsets", True, 50)
+    # the cap is on what clients ask for: its 50 partitions leave room for 3
+    assert cluster.partitions == 0
+    cluster.create_topic("t", 3)
+    r = call(apis, M(topics=None), 12)
+    assert sorted((t.name, t.is_internal) for t in r.topics) == [
+        ("__consumer_offsets", True),
+        ("t", False),
+    ]
+    r = call(apis, produce("__consumer_offsets", 0, batch(1)), 9)
+    (p,) = r.responses[0].partition_responses
+    assert p.error_code == code("INVALID_TOPIC_EXCEPTION") and p.base_offset == -1
+    assert cluster.partition("__consumer_offsets", 0).log.log_end == 0
+    # growing it is counted: no request makes the broker allocate past the cap
+    with pytest.raises(ClusterError, match="max_partitions"):
+        cluster.create_partitions("__consumer_offsets", 51)
+    cluster.delete_topic(cluster.topics["t"])
+    cluster.create_partitions("__consumer_offsets", 53)
+    assert (cluster.partitions, len(cluster.topics["__consumer_offsets"].partitions)) == (3, 53)
+    cluster.delete_topic(cluster.topics["__consumer_offsets"])
+    assert cluster.partitions == 0
+
+
+def test_metadata_naming_consumer_offsets_makes_it_internal_with_its_partition_count():
+    cluster = Cluster({0: ("127.0.0.1", 9092)}, offsets_topic_partitions=4)
+    M = fastkwire.MetadataRequest
+    request = M(topics=[M.MetadataRequestTopic(name="__consumer_offsets")])
+    (t,) = call(Apis(cluster), request, 12).topics
+    assert (t.error_code, t.is_internal, len(t.partitions)) == (0, True, 4)
+    with pytest.raises(ValueError, match="offsets_topic_partitions"):
+        Cluster({0: ("127.0.0.1", 9092)}, offsets_topic_partitions=0)
+
+
 def test_topics_are_created_grown_described_and_deleted(apis):
     C = fastkwire.CreateTopicsRequest
     request = C(
@@ -683,3 +741,25 @@ def test_transactions_through_the_handlers(apis):
     F = fastkwire.FindCoordinatorRequest
     r = call(apis, F(key="tx", key_type=1), 3, node)
     assert r.error_code == 0 and r.node_id == apis.cluster.coordinator("tx")
+
+
+def test_the_broker_and_its_command_load_no_pcap_or_capture_reading_code():
+    # fastkwire.proxy's names load on first use: the broker takes its caps and framing only
+    code_ = (
+        "import sys, fastkwire.broker, fastkwire._broker_cli\n"
+        "print(sorted(m for m in ('dpkt', 'fastkwire.proxy._pcap', 'fastkwire.proxy._read',"
+        " 'fastkwire.proxy._lenient') if m in sys.modules))"
+    )
+    src = os.path.dirname(os.path.dirname(fastkwire.__file__))
+    env = dict(os.environ, PYTHONPATH=src)
+    out = subprocess.run(
+        [sys.executable, "-c", code_], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    import fastkwire.proxy as proxy
+
+    assert all(getattr(proxy, name) is not None for name in proxy.__all__)
+    assert set(proxy.__all__) <= set(dir(proxy))
+    with pytest.raises(AttributeError, match="no_such_name"):
+        proxy.no_such_name  # noqa: B018

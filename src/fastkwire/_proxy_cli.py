@@ -19,11 +19,14 @@ from .connection_errors import OptionError
 from .errors import DecodeError
 from .proxy._compiled import ENV as FORWARD_ENV, FORWARDS, forward_kind
 from .proxy._loop import ENV as LOOP_ENV, LOOPS, loop_factory, loop_name, run
+
+# pcap files (dpkt) and frame explanations load on first use: `fastkwire broker` and the
+# proxy without them start sooner
+from . import proxy as proxy_lib
 from .proxy import (
     DEFAULT_FRAME_TIMEOUT,
     CaptureError,
     CaptureWriter,
-    PcapWriter,
     DEFAULT_BROKER_PORT_HOLD,
     DEFAULT_MAX_BROKERS,
     DEFAULT_MAX_BUFFERED_BYTES,
@@ -41,9 +44,7 @@ from .proxy import (
     exchange_dict,
     exchange_json,
     exchange_line,
-    explain_frame,
     parse_address,
-    read_capture,
     read_rules_file,
 )
 
@@ -507,7 +508,7 @@ def run_proxy(args, out=None, err=None):
         if args.record:
             writers.append(CaptureWriter(args.record))
         if args.pcap:
-            writers.append(PcapWriter(args.pcap, upstream=args.upstream))
+            writers.append(proxy_lib.PcapWriter(args.pcap, upstream=args.upstream))
     except OptionError as e:
         print(f"{args.prog}: error: {printable(e.render(TLS_FLAGS))}", file=err)
         return EXIT_USAGE
@@ -681,7 +682,7 @@ def _explain_exchange(ex, out, err, doc_width=DOC_WIDTH):
     for what, frame, key, version in frames:
         out.write(f"--- {what} ({len(frame)} bytes)\n")
         try:
-            root = explain_frame(frame, key, version, trailing="keep")
+            root = proxy_lib.explain_frame(frame, key, version, trailing="keep")
         except DecodeError as e:
             failed += 1
             if e.partial_tree is not None:
@@ -705,7 +706,7 @@ def _exchange_values(ex):
     for what, frame, key, version in frames:
         try:
             d[f"{what}_message"] = message_value(
-                frame, explain_frame(frame, key, version, trailing="keep")
+                frame, proxy_lib.explain_frame(frame, key, version, trailing="keep")
             )
         except (DecodeError, ValueError) as e:
             failed += 1
@@ -741,7 +742,7 @@ def run_stats(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     summary = Summary()
     try:
-        for ex in read_capture(args.capture, args.port, _warner(args.prog, err)):
+        for ex in proxy_lib.read_capture(args.capture, args.port, _warner(args.prog, err)):
             summary.add_exchange(ex)
     except (CaptureError, OSError, ImportError) as e:
         print(
@@ -795,7 +796,9 @@ def run_explain_capture(args, out, err):
     failed = count = 0
     held = {}  # "API vN" -> exchanges, of what the filters left out
     try:
-        for ex in read_capture(args.capture, args.port, _warner("fastkwire explain", err)):
+        for ex in proxy_lib.read_capture(
+            args.capture, args.port, _warner("fastkwire explain", err)
+        ):
             held[f"{ex.api} v{ex.api_version}"] = held.get(f"{ex.api} v{ex.api_version}", 0) + 1
             if args.api is not None and ex.api_key != args.api:
                 continue

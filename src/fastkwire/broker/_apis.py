@@ -336,7 +336,7 @@ class Apis:
                     error_code=NONE,
                     name=topic.name,
                     topic_id=topic.id,
-                    is_internal=False,
+                    is_internal=topic.internal,
                     partitions=[
                         R.MetadataResponsePartition(
                             error_code=NONE,
@@ -438,6 +438,9 @@ class Apis:
                     error = "INVALID_REQUIRED_ACKS"
                 elif partition is None:
                     error = "UNKNOWN_TOPIC_OR_PARTITION"
+                elif topic.internal:  # as Kafka's ReplicaManager refuses clients' appends
+                    error = "INVALID_TOPIC_EXCEPTION"
+                    message = f"Cannot append to internal topic {topic.name}"
                 else:
                     error = self._leader_check(partition, ctx)
                 if error is None:
@@ -650,6 +653,8 @@ class Apis:
                 error = "INVALID_REQUEST"
             else:
                 node = self.cluster.coordinator(key)
+                if request.key_type == GROUP_KEY:
+                    self.cluster.offsets_topic()  # Kafka makes it at the first lookup
             host, port = self.cluster.nodes.get(node, ("", -1))
             answers.append((key, NONE if error is None else code(error), node, host, port))
         if version >= 4:

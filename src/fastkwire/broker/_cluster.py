@@ -101,6 +101,10 @@ MAX_NAME_LENGTH = 249
 # Partitions the whole cluster may hold: a CreateTopics or CreatePartitions asking for
 # more is refused, so that one request cannot make the broker allocate without bound.
 DEFAULT_MAX_PARTITIONS = 100_000
+# Kafka's internal topic of group offsets: made by the broker when a group coordinator is
+# first looked up, with offsets.topic.num.partitions partitions (50 by default).
+OFFSETS_TOPIC = "__consumer_offsets"
+DEFAULT_OFFSETS_TOPIC_PARTITIONS = 50
 
 
 class ClusterError(Exception):
@@ -138,14 +142,15 @@ class Partition:
 
 
 class Topic:
-    __slots__ = ("name", "id", "partitions", "configs", "replication_factor")
+    __slots__ = ("name", "id", "partitions", "configs", "replication_factor", "internal")
 
-    def __init__(self, name, topic_id, configs, replication_factor):
+    def __init__(self, name, topic_id, configs, replication_factor, internal=False):
         self.name = name
         self.id = topic_id
         self.partitions = []
         self.configs = configs  # the configs set on the topic (not the defaults)
         self.replication_factor = replication_factor
+        self.internal = internal  # the broker's own (__consumer_offsets): clients may not write
 
     def config(self, name):
         value = self.configs.get(name)
@@ -167,7 +172,9 @@ def _cluster_id():
 
 class Cluster:
     """Nodes, topics and producer ids. `nodes` is {node id: (host, port)}; with
-    `auto_create_topics`, Metadata and Produce create unknown topics of `num_partitions`."""
+    `auto_create_topics`, Metadata and Produce create unknown topics of `num_partitions`.
+    `offsets_topic_partitions` sizes __consumer_offsets, which is not counted in
+    `max_partitions` (the cap is on what clients ask for)."""
 
     def __init__(
         self,
@@ -177,11 +184,17 @@ class Cluster:
         num_partitions=1,
         cluster_id=None,
         max_partitions=DEFAULT_MAX_PARTITIONS,
+        offsets_topic_partitions=DEFAULT_OFFSETS_TOPIC_PARTITIONS,
     ):
         if not nodes:
             raise ValueError("nodes: a cluster needs at least one node")
         self.nodes = dict(nodes)
         self.max_partitions = max_partitions
+        if offsets_topic_partitions < 1:
+            raise ValueError(
+                f"offsets_topic_partitions: at least 1, not {offsets_topic_partitions}"
+            )
+        self.offsets_topic_partitions = offsets_topic_partitions
         self.partitions = 0  # of every topic together
         self.auto_create_topics = auto_create_topics
         self.num_partitions = num_partitions
@@ -252,7 +265,19 @@ class Cluster:
         does not exist and is not created."""
         topic = self.topics.get(name)
         if topic is None and self.auto_create_topics:
-            topic = self.create_topic(name)
+            topic = self.offsets_topic() if name == OFFSETS_TOPIC else self.create_topic(name)
+        return topic
+
+    def offsets_topic(self):
+        """__consumer_offsets, made on first call: internal, compacted, its first partitions
+        not counted in `max_partitions` (partitions added later are)."""
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            topic = Topic(OFFSETS_TOPIC, uuid.uuid4(), {"cleanup.policy": "compact"}, 1, True)
+            self.topics[OFFSETS_TOPIC] = topic
+            self.topic_ids[topic.id] = topic
+            self._add_partitions(topic, self.offsets_topic_partitions)
+            self.partitions -= self.offsets_topic_partitions  # only its growth is counted
         return topic
 
     def _check_room(self, more):
@@ -288,5 +313,7 @@ class Cluster:
 
     def delete_topic(self, topic):
         self.partitions -= len(topic.partitions)
+        if topic.internal:
+            self.partitions += self.offsets_topic_partitions
         del self.topics[topic.name]
         del self.topic_ids[topic.id]

@@ -34,7 +34,7 @@ from ..proxy._server import (
     parse_address,
 )
 from ._apis import Apis
-from ._cluster import DEFAULT_MAX_PARTITIONS, Cluster
+from ._cluster import DEFAULT_MAX_PARTITIONS, DEFAULT_OFFSETS_TOPIC_PARTITIONS, Cluster
 from ._exchange import Close, answer_frame
 from ._groups import GroupConfig, GroupCoordinator
 
@@ -232,6 +232,7 @@ class Broker:
     (port 0: a free one), node ids counting from `first_node_id`. Keyword arguments:
     `auto_create_topics` (Kafka's auto.create.topics.enable, on by default),
     `num_partitions` (of an auto-created topic), `max_partitions` (of all topics together),
+    `offsets_topic_partitions` (Kafka's offsets.topic.num.partitions: __consumer_offsets'),
     `groups` (True: the group coordinator with Kafka's defaults, GroupConfig's; a
     GroupConfig; a function(cluster) making a coordinator; None: the group APIs are not
     served), and the caps above.
@@ -250,6 +251,7 @@ class Broker:
         auto_create_topics=True,
         num_partitions=1,
         max_partitions=DEFAULT_MAX_PARTITIONS,
+        offsets_topic_partitions=DEFAULT_OFFSETS_TOPIC_PARTITIONS,
         groups=True,
         max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
         max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
@@ -268,6 +270,9 @@ class Broker:
         self.auto_create_topics = bool(auto_create_topics)
         self.num_partitions = _positive(num_partitions, "num_partitions")
         self.max_partitions = _positive(max_partitions, "max_partitions")
+        self.offsets_topic_partitions = _positive(
+            offsets_topic_partitions, "offsets_topic_partitions"
+        )
         self.groups = groups
         self.max_frame_bytes = _positive(max_frame_bytes, "max_frame_bytes")
         if self.max_frame_bytes > 0x7FFFFFFF:
@@ -320,6 +325,7 @@ class Broker:
             auto_create_topics=self.auto_create_topics,
             num_partitions=self.num_partitions,
             max_partitions=self.max_partitions,
+            offsets_topic_partitions=self.offsets_topic_partitions,
         )
         groups = _group_coordinator(self.groups, self.cluster)
         self.apis = Apis(self.cluster, groups=groups)

@@ -17,28 +17,60 @@ Captures: `CaptureWriter` (JSON lines), `PcapWriter` (needs dpkt, the pcap extra
 the command line over this library; docs/proxy.md has the details.
 """
 
-from ._capture import CaptureError, CaptureWarning, CaptureWriter, read_jsonl
-from ._exchange import Exchange, ProxyEvent
-from ._faults import Faults, Rule, RuleError, load_rules, read_rules_file
-from ._pcap import PcapWriter, read_pcap
-from ._read import capture_kind, read_capture
-from ._lenient import explain_frame
-from ._format import event_json, event_line, exchange_dict, exchange_json, exchange_line
-from ._server import (
-    DEFAULT_FRAME_TIMEOUT,
-    DEFAULT_MAX_FRAME_BYTES,
-    DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_PENDING_BYTES,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_BUFFERED_BYTES,
-    DEFAULT_MAX_BROKERS,
-    DEFAULT_BROKER_PORT_HOLD,
-    BackgroundProxy,
-    Proxy,
-    parse_address,
-)
-from ._sink import QueuedSink
-from ._stats import Summary
+import importlib
+
+# Each name's submodule, imported on first use (PEP 562): the broker takes the proxy's caps
+# and frame reading without its captures, pcap files and explanations.
+_SUBMODULES = {
+    "CaptureError": "_capture",
+    "CaptureWarning": "_capture",
+    "CaptureWriter": "_capture",
+    "read_jsonl": "_capture",
+    "Exchange": "_exchange",
+    "ProxyEvent": "_exchange",
+    "Faults": "_faults",
+    "Rule": "_faults",
+    "RuleError": "_faults",
+    "load_rules": "_faults",
+    "read_rules_file": "_faults",
+    "PcapWriter": "_pcap",
+    "read_pcap": "_pcap",
+    "capture_kind": "_read",
+    "read_capture": "_read",
+    "explain_frame": "_lenient",
+    "event_json": "_format",
+    "event_line": "_format",
+    "exchange_dict": "_format",
+    "exchange_json": "_format",
+    "exchange_line": "_format",
+    "DEFAULT_FRAME_TIMEOUT": "_server",
+    "DEFAULT_MAX_FRAME_BYTES": "_server",
+    "DEFAULT_MAX_IN_FLIGHT": "_server",
+    "DEFAULT_MAX_PENDING_BYTES": "_server",
+    "DEFAULT_MAX_CONNECTIONS": "_server",
+    "DEFAULT_MAX_BUFFERED_BYTES": "_server",
+    "DEFAULT_MAX_BROKERS": "_server",
+    "DEFAULT_BROKER_PORT_HOLD": "_server",
+    "BackgroundProxy": "_server",
+    "Proxy": "_server",
+    "parse_address": "_server",
+    "QueuedSink": "_sink",
+    "Summary": "_stats",
+}
+
+
+def __getattr__(name):
+    module = _SUBMODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES))
+
 
 __all__ = [
     "Proxy",

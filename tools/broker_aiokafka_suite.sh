@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# aiokafka's whole test suite against `fastkwire broker`: its conftest starts a Kafka
+# container (kafka_server) and fills each test class from it (setup_test_class); in the
+# temporary copy both are overridden, at the end of its conftest, by fixtures that give
+# the broker this script started. Prints the counts; exits non-zero when fewer than
+# MIN_PASSED tests pass.
+#
+#   tools/broker_aiokafka_suite.sh [TARBALL] [MIN_PASSED]
+#
+# TARBALL holds aiokafka's pyproject.toml, requirements-ci.txt and tests/ tree under one
+# folder named aiokafka-VERSION (default: ../shared/aiokafka-0.14.0-tests.tar.gz beside
+# the checkout). It runs with the python on PATH, which must have aiokafka==VERSION and
+# fastkwire (this checkout's, or PYTHONPATH=src); the suite's test requirements that it
+# lacks (pytest, pytest-asyncio, pytest-mock, docker, async-timeout, cramjam) are
+# installed into it at the versions of aiokafka's CI, and those it has are left alone.
+# Deselected, as out of the broker's scope: tests/test_sasl.py (SASL users, ACLs and
+# Kerberos scripted inside the Kafka container) and the TLS tests (certificates made by
+# the container).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tarball="$(realpath "${1:-$root/../shared/aiokafka-0.14.0-tests.tar.gz}")"
+min_passed="${2:-0}"
+kafka_version="4.0.0"
+started=$SECONDS
+
+work="$(mktemp -d)"
+broker_pid=""
+cleanup() {
+    if [ -n "$broker_pid" ]; then kill -TERM "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+tar xzf "$tarball" -C "$work"
+suite="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'aiokafka-*' -print -quit)"
+[ -n "$suite" ] && [ -d "$suite/tests" ] || { echo "no aiokafka-VERSION/tests in $tarball" >&2; exit 2; }
+
+for name in pytest pytest-asyncio pytest-mock docker async-timeout cramjam; do
+    if ! python -m pip show -q "$name" >/dev/null 2>&1; then
+        pin="$(grep -iE "^$name==" "$suite/requirements-ci.txt" || echo "$name")"
+        python -m pip install -q "$pin"
+    fi
+done
+version="${suite##*/aiokafka-}"
+python -c "import aiokafka, fastkwire; print('aiokafka', aiokafka.__version__, '| fastkwire', fastkwire.implementation)"
+python -c "import aiokafka, sys; sys.exit(aiokafka.__version__ != sys.argv[1])" "$version" \
+    || { echo "these are aiokafka $version's tests: install aiokafka==$version" >&2; exit 2; }
+
+# As aiokafka's container is configured: two partitions per auto-created topic. Its tests
+# ask for session timeouts down to 1 s (Kafka's image allows them).
+python -m fastkwire broker --listen 127.0.0.1:0 --partitions 2 --group-min-session-timeout-ms 1000 >"$work/broker.out" 2>"$work/broker.err" &
+broker_pid=$!
+for _ in $(seq 100); do grep -q '^listening on ' "$work/broker.out" && break; sleep 0.1; done
+address="$(sed -n 's/^listening on //p' "$work/broker.out")"
+[ -n "$address" ] || { echo "fastkwire broker did not start:" >&2; cat "$work/broker.err" >&2; exit 3; }
+echo "fastkwire broker on $address"
+
+# The override: later definitions in a module replace earlier ones of the same name.
+cat >>"$suite/tests/conftest.py" <<EOF
+
+
+# --- appended: an external broker instead of the Kafka container
+@pytest.fixture(scope="session")
+def kafka_server():
+    host, port = "${address%:*}", ${address##*:}
+    yield KafkaServer(host, port, None, None, None, None)
+
+
+@pytest.fixture(scope="class")
+def setup_test_class(request, loop, kafka_server):
+    request.cls.loop = loop
+    request.cls.kafka_host = kafka_server.host
+    request.cls.kafka_port = kafka_server.port
+    request.cls.hosts = kafka_server.hosts
+    request.cls.kafka_version = "$kafka_version"
+EOF
+
+cd "$suite"
+set +e
+# Deprecations of pytest and pytest-asyncio newer than its CI's are errors under the suite's
+# filterwarnings: they are not what is measured here.
+timeout 2400 python -m pytest -p no:cacheprovider -q -rfE -o asyncio_default_fixture_loop_scope=function -W ignore::pytest.PytestRemovedIn10Warning \
+    --ignore tests/test_sasl.py -k "not ssl" tests >"$work/out.txt" 2>&1
+set -e
+grep -E '^(FAILED|ERROR) tests/' "$work/out.txt" || true
+summary="$(tail -n 1 "$work/out.txt")"
+echo "aiokafka $(basename "$suite") tests against fastkwire broker: $summary ($((SECONDS - started)) s)"
+passed="$(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)"
+if [ "$passed" -lt "$min_passed" ]; then
+    echo "fewer than $min_passed passed" >&2
+    exit 1
+fi
