@@ -559,8 +559,10 @@ def test_cli_table_and_json_escape_what_they_print(scripted, capsys):
     code, out, err = run_main(capsys, argv)
     assert code == 1 and err == ""
     lines = out.splitlines()
-    assert len(lines) == 4 and all(line.isprintable() for line in lines)
+    # the table, its count, and the hint for instance ids the broker does not know
+    assert len(lines) == 5 and all(line.isprintable() for line in lines)
     assert lines[2].startswith(r"a\x1b[2J\nb  FAILED  UNKNOWN_MEMBER_ID (25)")
+    assert lines[4].startswith("The broker knows none of these group.instance.ids")
 
     code, out, err = run_main(capsys, argv + ["--json"])
     assert code == 1 and out.isascii() and "\x1b" not in out and "\x7f" not in out
