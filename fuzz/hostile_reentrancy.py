@@ -16,13 +16,22 @@ picks one compiled entry point and runs it with, at once:
   items(), get_referents()), so a half-built one is seen;
 - hostile arguments: ints whose __index__, __eq__, __ge__, __len__ mutate the same
   victims (a batch's state replaced by them, and its buffer by None or another);
-- now and then, every list holding a small int (gc.get_referrers) is a victim too.
+- now and then, every list holding a small int (gc.get_referrers) is a victim too;
+- the other owners of what a routine holds (the fourth review's shape: a loop and its
+  closer, a guard and its replacer): now and then, instead of a mutation, the callback
+  closes the iterator being stepped, replaces or drops an attribute the routine read
+  (a message's or a Record's slot, a PartitionRecords' records, partition, iterator,
+  deserializer, a batch's buffer or header), or uninstalls and reinstalls the
+  accelerator whose guards and bindings the routine is using. fuzz/threaded.py runs
+  the same acts from another thread (`owner_strike`) while the routines run.
 
 The entry points: the engine's decode and decode_from (bytearray, memoryview, numpy
 inputs; arrays="numpy", records="view") and encode and encode_into (fuzz/hostile.py's
 hostile messages); the record kernel's read_batches, read_columns and write_batch; the
-kafka-python seams (a batch's records, the builder, murmur2) and its target plans
-(kafka-python's messages decoded and encoded through them).
+kafka-python seams (a batch's records, the builder, murmur2, the fetcher's loop, the
+partitioner, the producer's try_append) and its target plans (kafka-python's messages
+decoded and encoded through them); the aiokafka seams (the fetcher's record loop through
+next(), getall() and getone(), Struct.decode, murmur2).
 
 With the callback rewriting inputs midway, results depend on when collections run, so
 the oracle is memory safety, not agreement: any Python exception is an outcome except
@@ -33,6 +42,7 @@ finding. tools/asan.sh runs REENTRANCY_INPUTS of them (CI's ASan smoke: 1,500).
 import argparse
 import gc
 import importlib
+import io
 import random
 import sys
 import time
@@ -76,7 +86,20 @@ class Victims:
     def __init__(self, rng):
         self.rng = rng
         self.objects = []
+        self.owners = []  # acts of another owner: close, replace, drop, reinstall
         self.active = False
+
+    def own(self, *acts):
+        """Acts another owner of what the case's routine holds may do meanwhile."""
+        self.owners.extend(acts)
+
+    def act(self, rng):
+        """One owner's act, whatever it raises (a refusal is the routine holding on)."""
+        if self.owners:
+            try:
+                rng.choice(self.owners)(rng)
+            except Exception:  # noqa: BLE001, S110 - refused acts are the point
+                pass
 
     def add(self, *objs):
         for o in objs:
@@ -94,7 +117,10 @@ class Victims:
         self.active = False  # what a mutation allocates must not strike again inside it
         try:
             pool = self.objects + [o for o in young if type(o) in (bytearray, np.ndarray)]
-            if pool and self.rng.random() < 0.3:  # one change now and then: deep paths too
+            roll = self.rng.random()
+            if self.owners and roll < 0.1:
+                self.act(self.rng)
+            elif pool and roll < 0.3:  # one change now and then: deep paths too
                 mutate(self.rng.choice(pool), self.rng)
         finally:
             self.active = True
@@ -235,6 +261,7 @@ def engine_encode(rng, victims):
     _, _, message, version = hostile.build(CY, seed)
     for name in type(message).__slots__:
         victims.add(getattr(message, name, None))
+    victims.own(lambda rng: replace_slot(message, rng))
     if rng.random() < 0.5:
         return message.encode(version)
     buf = victims.add(bytearray(rng.choice([0, 64, 4096, 1 << 17])))
@@ -250,12 +277,32 @@ def records_read(rng, victims):
     return RECORDS.read_columns(arg, check_crc=False, max_decompressed=1 << 16)
 
 
+def replace_slot(obj, rng):
+    """Another owner's assignment to one of obj's slots: the old value dropped (freed
+    where the routine held no reference of its own), a new one of any type."""
+    names = [n for n in type(obj).__slots__ if not n.startswith("__")]
+    if names:
+        setattr(obj, rng.choice(names), rng.choice(REPLACEMENTS)())
+
+
+REPLACEMENTS = (
+    lambda: None,
+    lambda: 0,
+    lambda: b"",
+    lambda: bytearray(b"r" * 300),
+    lambda: [],
+    lambda: [("h", b"x")],
+    lambda: "s" * 40,
+)
+
+
 def records_write(rng, victims):
     records = []
     for i in range(rng.randrange(1, 8)):
         headers = victims.add([("h", victims.add(bytearray(b"x" * rng.randrange(40))))])
         key = rng.choice([None, b"k", victims.add(bytearray(b"key" * 30))])
         records.append(Record(i, 1000 + i, key, b"v" * rng.randrange(300), headers))
+    victims.own(*(lambda rng, r=r: replace_slot(r, rng) for r in records))
     records = victims.add(HostileList(records) if rng.random() < 0.3 else records)
     if rng.random() < 0.3:
         return RECORDS.write_batch(records).hex()
@@ -313,12 +360,27 @@ def kafka_parts():
     return _KAFKA or None
 
 
+def reinstall(accelerator):
+    """Another owner's uninstall(); install(): every guard and binding the routine may
+    be using replaced (the old ones dropped)."""
+
+    def act(rng):
+        accelerator.uninstall()
+        accelerator.install()
+
+    return act
+
+
 def kafka_python(rng, victims):
     parts = kafka_parts()
     if parts is None:
         return None
     MemoryRecords, MemoryRecordsBuilder, batch_bytes, _, MetadataResponse, body = parts
-    k = rng.randrange(4)
+    import fastkwire.kafka_python as fkp
+
+    fkp.install()  # another thread's reinstall may have left it out
+    victims.own(reinstall(fkp))
+    k = rng.randrange(7)
     if k == 0:  # a batch's records, its state replaced by hostile ints at random
         data = D.mutate(bytearray(batch_bytes), rng) if rng.random() < 0.3 else batch_bytes
         batch = MemoryRecords(bytes(data)).next_batch()
@@ -326,6 +388,9 @@ def kafka_python(rng, victims):
             return None
         iter(batch)
         victims.add(batch._buffer, batch)
+        victims.own(
+            lambda rng: setattr(batch, "_header_data", rng.choice([None, (), batch._header_data])),
+        )
         for name in ("_next_record_index", "_num_records", "_pos"):
             if rng.random() < 0.2:
                 setattr(batch, name, Hostile(getattr(batch, name)))
@@ -346,6 +411,48 @@ def kafka_python(rng, victims):
         from kafka.partitioner import default
 
         return default.murmur2(victims.add(bytearray(rng.randbytes(rng.randrange(64)))))
+    if k == 4:  # the fetcher's loop: its MemoryRecords' state replaced, its generator closed
+        from kafka.consumer.fetcher import Fetcher
+        from kafka.structs import TopicPartition
+
+        data = D.mutate(bytearray(batch_bytes), rng) if rng.random() < 0.3 else batch_bytes
+        records = MemoryRecords(bytes(data) * rng.randrange(1, 3))
+        pr = Fetcher.PartitionRecords(0, TopicPartition("t", 0), records)
+        victims.own(
+            lambda rng: pr.record_iterator.close(),
+            lambda rng: setattr(records, "_next_slice", None),
+            lambda rng: setattr(records, "_buffer", rng.choice([b"", bytearray(9), None])),
+        )
+        return [(r.offset, r.key, r.headers) for r in pr.take()]
+    if k == 5:  # the partitioner: the cluster's table replaced and emptied
+        from collections import namedtuple
+
+        from kafka.cluster import ClusterMetadata
+        from kafka.partitioner.default import DefaultPartitioner
+
+        cluster = ClusterMetadata()
+        leader = namedtuple("Partition", "leader_id")
+        cluster._partitions["t"] = {i: leader(0) for i in range(rng.randrange(1, 9))}
+        victims.own(
+            lambda rng: cluster._partitions.clear(),
+            lambda rng: cluster._partitions.__setitem__("t", {}),
+            lambda rng: setattr(cluster, "_partitions", {"t": {1: leader(0)}}),
+        )
+        partitioner = DefaultPartitioner()
+        return [
+            partitioner.partition("t", key, key, None, None, cluster)
+            for key in (b"k%d" % i for i in range(rng.randrange(1, 30)))
+        ]
+    if k == 6:  # the producer's batch: its futures made while the classes are replaced
+        from kafka.producer.producer_batch import ProducerBatch
+        from kafka.structs import TopicPartition
+
+        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
+        batch = ProducerBatch(TopicPartition("t", 0), builder)
+        return [
+            getattr(batch.try_append(1, b"k", b"v" * i, [("h", b"x")]), "args", None)
+            for i in range(rng.randrange(1, 20))
+        ]
     data = D.mutate(bytearray(body), rng) if rng.random() < 0.5 else body
     got = MetadataResponse.decode(as_input(bytes(data), rng, victims), version=12)
     got._header = None
@@ -354,7 +461,137 @@ def kafka_python(rng, victims):
     return got.encode(version=12)
 
 
-ENTRY_POINTS = (engine_decode, engine_encode, records_read, records_write, kafka_python)
+_AIOKAFKA = None
+
+
+def aiokafka_parts():
+    """aiokafka's pieces with the accelerator installed, or None without them."""
+    global _AIOKAFKA
+    if _AIOKAFKA is None:
+        try:
+            from aiokafka.consumer import fetcher
+            from aiokafka.partitioner import murmur2
+            from aiokafka.protocol.metadata import MetadataResponse_v5
+            from aiokafka.record import default_records, memory_records
+            from aiokafka.structs import TopicPartition
+
+            import fastkwire.aiokafka as fka
+            from fastkwire import _aiokafka
+        except ImportError:
+            _AIOKAFKA = False
+            return None
+        if not fka.install():
+            _AIOKAFKA = False
+            return None
+        batches = []
+        for n, compression in enumerate((0, 0, 1)):
+            b = default_records.DefaultRecordBatchBuilder(2, compression, 0, -1, -1, 0, 1 << 20)
+            for i in range(30):
+                b.append(i, timestamp=1, key=b"k%d" % i, value=b"v" * 60, headers=[("h", b"x")] * 2)
+            data = bytearray(b.build())
+            data[:8] = (n * 30).to_bytes(8, "big")
+            batches.append(bytes(data))
+        body = CY.MetadataResponse(
+            brokers=[CY.MetadataResponse.MetadataResponseBroker(node_id=1, host="h", port=9092)],
+            topics=[
+                CY.MetadataResponse.MetadataResponseTopic(
+                    name="t",
+                    partitions=[
+                        CY.MetadataResponse.MetadataResponsePartition(
+                            partition_index=i, replica_nodes=[1, 2], isr_nodes=[1]
+                        )
+                        for i in range(5)
+                    ],
+                )
+            ],
+        ).encode(5)
+        _AIOKAFKA = (
+            fka,
+            _aiokafka,
+            fetcher,
+            memory_records.MemoryRecords,
+            TopicPartition,
+            b"".join(batches),
+            MetadataResponse_v5,
+            body,
+            murmur2,
+        )
+    return _AIOKAFKA or None
+
+
+class Result:
+    """What FetchResult.getall asks of its FetchResult, without its assignment."""
+
+    _partition_records = property(lambda self: self.pr, lambda self, value: None)
+    _topic_partition = None
+
+    def check_assignment(self, tp):
+        return True
+
+    def has_more(self):
+        return True
+
+    def _update_position(self):
+        pass
+
+
+def aiokafka(rng, victims):
+    parts = aiokafka_parts()
+    if parts is None:
+        return None
+    fka, _aiokafka, fetcher, MemoryRecords, TopicPartition, data, Metadata, body, murmur2 = parts
+    fka.install()  # another thread's reinstall may have left it out
+    victims.own(reinstall(fka))
+    k = rng.randrange(5)
+    if k == 0:
+        arg = body if rng.random() < 0.5 else D.mutate(bytearray(body), rng)
+        return Metadata.decode(io.BytesIO(arg) if rng.random() < 0.5 else bytes(arg))
+    if k == 1:
+        return murmur2(victims.add(bytearray(rng.randbytes(rng.randrange(64)))))
+    # the fetcher's loop, and what its PartitionRecords holds closed, replaced, dropped
+    if rng.random() < 0.3:
+        data = bytes(D.mutate(bytearray(data), rng))
+    deserialize = rng.choice([None, lambda b: b])
+    pr = fetcher.PartitionRecords(
+        TopicPartition("t", 0),
+        MemoryRecords(data),
+        None,
+        0,
+        None,
+        deserialize,
+        rng.random() < 0.5,
+        fetcher.READ_UNCOMMITTED,
+    )
+
+    def close(rng):
+        pr._records_iterator.close()
+
+    victims.own(
+        close,
+        lambda rng: setattr(pr, "_records", rng.choice([None, MemoryRecords(b"")])),
+        lambda rng: setattr(pr, "_records_iterator", None),
+        lambda rng: setattr(pr, "_tp", TopicPartition("u", 1)),
+        lambda rng: setattr(pr, "_value_deserializer", rng.choice([None, bytes])),
+        lambda rng: setattr(pr, "next_fetch_offset", rng.randrange(100)),
+    )
+    if k == 2:
+        return [r.offset for r in pr]
+    if k == 3:
+        result = Result()
+        result.pr = pr
+        taken = []
+        for _ in range(100):
+            got = _aiokafka.fetch_result_getall(result, rng.choice([None, 1, 7]))
+            if not got:
+                break
+            taken += got
+        return len(taken)
+    return [getattr(next(pr, None), "offset", None) for _ in range(rng.randrange(1, 100))]
+
+
+ENTRY_POINTS = (engine_decode, engine_encode, records_read, records_write, kafka_python, aiokafka)
+# The cases running now (their Victims): another thread's owner_strike acts on them.
+LIVE = set()
 
 
 def warm():
@@ -366,10 +603,35 @@ def warm():
     for name in CY.__all__:
         getattr(CY, name)
     kafka_parts()
+    aiokafka_parts()
     try:
+        from collections import namedtuple  # noqa: F401
+
+        from kafka.cluster import ClusterMetadata  # noqa: F401
+        from kafka.consumer.fetcher import Fetcher  # noqa: F401
         from kafka.partitioner import default  # noqa: F401
+        from kafka.producer.producer_batch import ProducerBatch  # noqa: F401
     except ImportError:
         pass
+    for seed in range(len(ENTRY_POINTS) * 4):  # every path's first use, imports and all
+        try:
+            check(seed)
+        except Exception:  # noqa: BLE001, S110 - a finding shows again in the run
+            pass
+
+
+def owner_strike(rng):
+    """Another thread's act on a case running now: one of its owners' acts (close,
+    replace, drop, reinstall) or one of its mutations (fuzz/threaded.py calls this in a
+    loop while the threads check their seeds)."""
+    live = list(LIVE)
+    if not live:
+        return
+    victims = rng.choice(live)
+    if victims.owners and rng.random() < 0.5:
+        victims.act(rng)
+    elif victims.objects:
+        mutate(rng.choice(victims.objects), rng)
 
 
 def check(seed):
@@ -391,6 +653,7 @@ def check(seed):
     gc.callbacks.append(callback)
     gc.set_threshold(1)
     victims.active = True
+    LIVE.add(victims)
     try:
         entry(rng, victims)
         return entry.__name__, "ok"
@@ -399,6 +662,7 @@ def check(seed):
     except Exception as e:  # noqa: BLE001 - any exception but SystemError is an outcome
         return entry.__name__, type(e).__name__
     finally:
+        LIVE.discard(victims)
         victims.active = False
         gc.callbacks.remove(callback)
         gc.set_threshold(*threshold)

@@ -8,8 +8,12 @@ hostile_records compares the compiled columns writer with the pure one on every 
 hostile_reentrancy runs every compiled entry point (the engine, the record kernel, the
 kafka-python seams and its target plans) under a collector that rewrites inputs, and now
 the gc callbacks and hostile dunders of one thread's input also strike while the other
-threads' calls run. A finding is what the fuzzer calls one (a disagreement, a
-SystemError), or a crash.
+threads' calls run. With it, one more thread is another owner of what the running
+cases hold (the fuzzer's `owner_strike`): it closes the iterators being stepped, replaces
+and drops the attributes and slots the routines read, and uninstalls and reinstalls the
+accelerators whose guards they are using, in a loop until the checks end (`--no-owner`
+leaves it out). A finding is what the fuzzer calls one (a disagreement, a SystemError),
+or a crash.
 """
 
 import argparse
@@ -39,8 +43,9 @@ def walkers_own(e):
     )
 
 
-def run(module_name, inputs, threads, seed=1, quiet=False):
-    """Findings, as (seed, traceback text), of `inputs` seeds split among the threads."""
+def run(module_name, inputs, threads, seed=1, quiet=False, owner=True):
+    """Findings, as (seed, traceback text), of `inputs` seeds split among the threads
+    (and, where the fuzzer has one and `owner`, its owner_strike looping in one more)."""
     fuzzer = importlib.import_module(module_name)
     check = fuzzer.check
     if hasattr(fuzzer, "warm"):
@@ -48,7 +53,9 @@ def run(module_name, inputs, threads, seed=1, quiet=False):
     rng = random.Random(seed)
     seeds = [rng.getrandbits(48) for _ in range(inputs)]
     findings = []
-    barrier = threading.Barrier(threads)
+    strike = getattr(fuzzer, "owner_strike", None) if owner else None
+    barrier = threading.Barrier(threads + (strike is not None))
+    done = threading.Event()
 
     def work(k):
         barrier.wait()
@@ -66,15 +73,31 @@ def run(module_name, inputs, threads, seed=1, quiet=False):
                 if not quiet:
                     print(f"finding: seed {s}", file=sys.stderr)
 
+    def own():
+        owner_rng = random.Random(seed ^ 0x0DD)
+        barrier.wait()
+        while not done.is_set():
+            try:
+                strike(owner_rng)
+            except SystemError as e:
+                if not walkers_own(e):
+                    findings.append(("owner", e))
+            except Exception as e:  # noqa: BLE001 - a finding
+                findings.append(("owner", e))
+
     pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    owners = [threading.Thread(target=own)] if strike is not None else []
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)
     try:
-        for t in pool:
+        for t in pool + owners:
             t.start()
         for t in pool:
             t.join()
     finally:
+        done.set()
+        for t in owners:
+            t.join()
         sys.setswitchinterval(old)
     return [(s, "".join(traceback.format_exception(e))) for s, e in findings]
 
@@ -85,10 +108,11 @@ def main():
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--inputs", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-owner", action="store_true", help="no owner_strike thread")
     args = ap.parse_args()
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     started = time.monotonic()
-    findings = run(args.fuzzer, args.inputs, args.threads, args.seed)
+    findings = run(args.fuzzer, args.inputs, args.threads, args.seed, owner=not args.no_owner)
     for s, text in findings[:3]:
         print(f"seed {s}:\n{text}", file=sys.stderr)
     print(

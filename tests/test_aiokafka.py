@@ -363,6 +363,74 @@ def test_fetcher_reentry_is_refused_as_stock(accel):
 
 
 @needs_accel
+@pytest.mark.parametrize("via", ["next", "getall"])
+def test_a_loop_closed_inside_its_own_step_is_refused_as_stock(accel, via):
+    """close() from inside a step (here a deserializer; a gc callback likewise) is a
+    generator's ValueError: the step's fields stay its own (the compiled loop used to
+    drop them under it on GIL builds)."""
+
+    def closing(records):
+        def value(b):
+            if b and b.endswith(b"!"):
+                records()._records_iterator.close()
+            return b
+
+        return value
+
+    data = v2_batch([(b"k", b"v%d" % i + (b"!" if i == 5 else b""), []) for i in range(9)])
+
+    def by_next(got):
+        pr = afetcher.PartitionRecords(
+            TP,
+            amr.MemoryRecords(data),
+            None,
+            0,
+            None,
+            closing(lambda: pr),
+            True,
+            afetcher.READ_UNCOMMITTED,
+        )
+        for msg in pr:
+            got.append((msg.offset, msg.value, pr.next_fetch_offset))
+
+    calls = [("all", 3), ("all",), ("all",)]
+    by_getall = fetch_results(data, calls, value_deserializer=closing)
+    stock, fast = accel(by_next if via == "next" else by_getall)
+    assert stock == fast
+    assert stock[1] == (ValueError, ("generator already executing",))
+
+
+@needs_accel
+def test_the_records_and_partition_a_loop_started_with_are_its_own_as_stock(accel):
+    """Stock's generator reads the PartitionRecords' _tp and _records when it starts and
+    holds them: replacing either later changes nothing it yields (the compiled loop read
+    the records at every batch, and the partition when the PartitionRecords was made)."""
+    other = v2_batch([(b"other", b"x", [])] * 3, offset=1000)
+
+    def fn(got):
+        pr = afetcher.PartitionRecords(
+            TP,
+            amr.MemoryRecords(BATCHES["several batches"]),
+            None,
+            0,
+            None,
+            None,
+            True,
+            afetcher.READ_UNCOMMITTED,
+        )
+        pr._tp = TopicPartition("before", 1)  # read at the first next(), as stock's
+        for i, msg in enumerate(pr):
+            got.append((msg.topic, msg.partition, msg.offset, msg.key))
+            if i == 2:
+                pr._records = amr.MemoryRecords(other)
+                pr._tp = TopicPartition("after", 2)
+
+    stock, fast = accel(fn)
+    assert stock == fast
+    assert len(stock[0]) == 38 and {r[:2] for r in stock[0]} == {("before", 1)}
+
+
+@needs_accel
 def test_fetcher_uses_stock_where_its_record_maker_is_replaced(accel, monkeypatch):
     from fastkwire import _aiokafka
 

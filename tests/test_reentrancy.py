@@ -5,7 +5,9 @@ crash), against the compiled core. fuzz/hostile_reentrancy.py attacks the same s
 everywhere at once."""
 
 import gc
+import os
 import subprocess
+import sysconfig
 import sys
 import textwrap
 import weakref
@@ -19,15 +21,16 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def run(*parts, timeout=120):
-    """stdout of the code `parts` make, run by this interpreter; fails with its stderr
-    if it did not exit 0."""
+def run(*parts, timeout=120, env=None):
+    """stdout of the code `parts` make, run by this interpreter (with `env` added to the
+    environment); fails with its stderr if it did not exit 0."""
     code = "\n".join(textwrap.dedent(part) for part in parts)
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     assert out.returncode == 0, f"exit {out.returncode}\n{out.stderr[-3000:]}"
     return out.stdout.strip()
@@ -375,3 +378,285 @@ def test_a_cycle_through_a_decoded_list_is_never_collected():
     del got, marker
     gc.collect()
     assert ref() is not None
+
+
+# ---- two owners of one object: a routine and what closes, replaces or drops it ----------
+#
+# The fourth hostile review's shape: the routine is right about what it holds, but another
+# owner of the same object (a gc callback, another thread) lets go of it meanwhile.
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+AIOKAFKA_RECORDS = """
+    import gc, sys, threading
+    from aiokafka.consumer import fetcher as af
+    from aiokafka.record import default_records as adr
+    from aiokafka.record import memory_records as amr
+    from aiokafka.structs import TopicPartition
+    import fastkwire.aiokafka as fka
+    from fastkwire import _aiokafka
+    def batches(count, per_batch, value_size):
+        out = []
+        for n in range(count):
+            b = adr.DefaultRecordBatchBuilder(2, 0, 0, -1, -1, 0, 1 << 24)
+            for i in range(per_batch):
+                b.append(i, timestamp=1, key=b"k%d" % i, value=b"v" * value_size,
+                         headers=[("h", b"x" * 8)] * 4)
+            data = bytearray(b.build())
+            data[:8] = (n * per_batch).to_bytes(8, "big")  # base offset (not in the CRC)
+            out.append(bytes(data))
+        return b"".join(out)
+    def partition_records(data):
+        # data's only other owner is the MemoryRecords: dropped, the bytes are freed
+        return af.PartitionRecords(TopicPartition("t", 0), amr.MemoryRecords(data), None,
+                                   0, None, None, True, af.READ_UNCOMMITTED)
+    def rows(records):
+        return [(r.offset, r.key, r.headers) for r in records]
+"""
+
+
+def test_aiokafka_loop_refuses_close_while_its_own_step_runs():
+    pytest.importorskip("aiokafka")
+    # A gc callback inside the loop's step (read_raw allocates the headers list, a tuple
+    # per header) closed the loop, which dropped the bytes it was reading, and dropped the
+    # MemoryRecords, the bytes' only other owner (400 KB: returned to the system at once):
+    # SIGSEGV in read_varint <- read_header <- RecordsLoop.read_raw. A generator refuses
+    # that close() ("generator already executing"), and its frame holds the records.
+    # (The first collection after `armed` is set runs in that step: 3.11 collects where
+    # read_raw allocates, 3.12+ where the dataclass __init__ of the record runs.)
+    got = run(
+        AIOKAFKA_RECORDS,
+        """
+        expect = rows(partition_records(batches(1, 400, 1000)))
+        assert fka.install()
+        pr = partition_records(batches(1, 400, 1000))
+        it = pr._records_iterator
+        assert type(it) is _aiokafka.RecordsLoop
+        armed, refused = [False], []
+        def close(phase, info):
+            if phase == "start" and armed[0]:
+                armed[0] = False
+                try:
+                    it.close()
+                except ValueError as e:
+                    refused.append(str(e))
+                pr._records = None
+        got = [next(pr), next(pr)]
+        gc.callbacks.append(close)
+        gc.set_threshold(1)
+        armed[0] = True
+        got.append(next(pr))
+        gc.set_threshold(700)
+        gc.callbacks.remove(close)
+        got += list(pr)
+        print(rows(got) == expect, not armed[0], refused)
+    """,
+    )
+    if sys.version_info < (3, 12):
+        assert got == "True True ['generator already executing']"
+    else:  # a collection may not come at all in that step (3.13t's collector)
+        assert got in ("True True ['generator already executing']", "True False []")
+
+
+@pytest.mark.parametrize(
+    "workload", ["batch", "crc", "memory records", "fetcher", "partitioner", "producer"]
+)
+def test_kafka_python_guard_survives_a_reinstall_inside_its_check(workload):
+    pytest.importorskip("kafka")
+    # Every install() replaced the module's ClassGuards, dropping the old ones, and the
+    # fast paths called a guard's check on the module global without a reference of
+    # their own: a gc callback doing uninstall(); install() inside the check (it
+    # allocates: vars(k)) freed the guard while its recheck() ran (SIGSEGV, SIGBUS, or a
+    # silent write into a reused block). PYTHONMALLOC=malloc: a freed guard goes back to
+    # the C allocator, so a read of it meets its free list, not a pool block left as it was.
+    code = (
+        KAFKA_BATCH,
+        f"""
+        from kafka.cluster import ClusterMetadata
+        from kafka.consumer.fetcher import Fetcher
+        from kafka.partitioner.default import DefaultPartitioner
+        from kafka.producer.producer_batch import ProducerBatch
+        from kafka.structs import TopicPartition
+        from collections import namedtuple
+        count = [0]
+        def reinstall(phase, info):
+            if phase == "start" and count[0] < 300:
+                count[0] += 1
+                fkp.uninstall()
+                fkp.install()
+        cluster = ClusterMetadata()
+        cluster._partitions["t"] = {{
+            i: namedtuple("Partition", "leader_id")(0) for i in range(7)}}
+        def attempt():
+            if "{workload}" == "batch":
+                return rows(MemoryRecords(raw).next_batch())
+            if "{workload}" == "crc":
+                return MemoryRecords(raw).next_batch().validate_crc()
+            if "{workload}" == "memory records":
+                records = MemoryRecords(raw * 3)
+                out = []
+                while (batch := records.next_batch()) is not None:
+                    out.append(batch.base_offset)
+                return out
+            if "{workload}" == "fetcher":
+                pr = Fetcher.PartitionRecords(0, TopicPartition("t", 0), MemoryRecords(raw))
+                return [(r.offset, r.key, r.headers) for r in pr.take()]
+            if "{workload}" == "partitioner":
+                return [DefaultPartitioner().partition("t", k, k, None, None, cluster)
+                        for k in (b"key%d" % i for i in range(20))]
+            builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
+            batch = ProducerBatch(TopicPartition("t", 0), builder)
+            futures = [batch.try_append(1, b"k", b"v", []) for _ in range(5)]
+            return [f.args for f in futures]
+        first = attempt()
+        same = True
+        for _ in range(20):
+            gc.callbacks.append(reinstall)
+            gc.set_threshold(1)
+            try:
+                got = attempt()
+            finally:
+                gc.set_threshold(700)
+                gc.callbacks.remove(reinstall)
+            same = same and got == first
+        print(same, count[0] > 0)
+        """,
+    )
+    # (a free-threaded build has no "malloc": its objects live in mimalloc's heaps)
+    for malloc in ("default",) if FREE_THREADED else ("malloc", "default"):
+        same, fired = run(*code, env={"PYTHONMALLOC": malloc}).split()
+        assert same == "True", malloc
+        # 3.13t's collector does not run at every allocation even at threshold 1
+        assert fired == "True" or FREE_THREADED
+
+
+def test_aiokafka_loop_is_stepped_by_one_thread_at_a_time():
+    pytest.importorskip("aiokafka")
+    # Without the GIL, FetchResult.getall's drain() did not take the test-and-set that
+    # next()'s take() takes: two threads draining one result both stepped the loop
+    # (a spurious CorruptRecordException, a TypeError from step(), fields assigned and
+    # dropped twice). Now one steps and the other is refused, as by a generator: every
+    # record is taken exactly once. (Under the GIL no thread runs inside the check.)
+    got = run(
+        AIOKAFKA_RECORDS,
+        """
+        import time
+        GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
+        assert fka.install()
+        data = batches(8, 25, 10)
+        expect = list(range(200))
+        class Result:  # what getall asks of a FetchResult, without its own races
+            _partition_records = property(lambda self: self.pr, lambda self, v: None)
+            def check_assignment(self, tp):
+                return True
+            def has_more(self):
+                return True
+            def _update_position(self):
+                pass
+        failures, rounds, refused = [], 0, 0
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline and not failures:
+            rounds += 1
+            result = Result()
+            result.pr = partition_records(data)
+            result._topic_partition = result.pr._tp
+            taken = [[], []]
+            barrier = threading.Barrier(2)
+            def drain(k):
+                global refused
+                barrier.wait()
+                while True:
+                    try:
+                        got = _aiokafka.fetch_result_getall(result, k + 1)
+                    except ValueError as e:
+                        if str(e) != "generator already executing":
+                            failures.append(repr(e))
+                            return
+                        refused += 1
+                        continue
+                    except TypeError as e:
+                        # stock's too: the other thread took the last record and
+                        # dropped the PartitionRecords' iterator meanwhile
+                        if result.pr._records_iterator is not None or "an iterator" not in str(e):
+                            failures.append(repr(e))
+                        return
+                    except Exception as e:
+                        failures.append(repr(e))
+                        return
+                    if not got:
+                        return
+                    taken[k] += [r.offset for r in got]
+            threads = [threading.Thread(target=drain, args=(k,)) for k in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if sorted(taken[0] + taken[1]) != expect:
+                failures.append(f"taken {len(taken[0])} + {len(taken[1])}")
+        print(failures[:3], rounds > 0, refused > 0 or GIL)
+    """,
+    )
+    assert got == "[] True True"
+
+
+def test_kafka_python_guards_survive_another_thread_reinstalling():
+    pytest.importorskip("kafka")
+    # Without the GIL, one thread reading DefaultRecordBatches while another looped
+    # uninstall(); install() crashed in ClassGuard.recheck <- batch_next within seconds:
+    # the guard the reader was checking was freed by the other's bind(). Every row must
+    # also be kafka-python's, whichever path (stock's, the compiled one) read it.
+    got = run(
+        KAFKA_BATCH,
+        """
+        import threading, time
+        stop = threading.Event()
+        def reinstall():
+            while not stop.is_set():
+                fkp.uninstall()
+                fkp.install()
+        other = threading.Thread(target=reinstall)
+        other.start()
+        same, reads = True, 0
+        deadline = time.monotonic() + 4
+        try:
+            while time.monotonic() < deadline:
+                same = same and rows(MemoryRecords(raw).next_batch()) == expect
+                reads += 1
+        finally:
+            stop.set()
+            other.join()
+        print(same, reads > 0)
+    """,
+    )
+    assert got == "True True"
+
+
+def test_kafka_python_messages_survive_a_reinstall_while_their_codecs_are_made():
+    pytest.importorskip("kafka")
+    # The target plans' codecs are made under a lock on a message's first decode; that
+    # allocates, and a gc callback doing uninstall() there took the same lock again to
+    # clear the codecs: the thread deadlocked (found by fuzz/hostile_reentrancy.py).
+    got = run(
+        """
+        import gc
+        import fastkwire.kafka_python as fkp
+        from kafka.protocol.metadata import MetadataRequest
+        fkp.install()
+        body = MetadataRequest(topics=None).encode(version=12)
+        count = [0]
+        def reinstall(phase, info):
+            if phase == "start" and count[0] < 50:
+                count[0] += 1
+                fkp.uninstall()
+                fkp.install()
+        gc.callbacks.append(reinstall)
+        gc.set_threshold(1)
+        got = MetadataRequest.decode(body, version=12)
+        gc.set_threshold(700)
+        gc.callbacks.remove(reinstall)
+        print(got.topics, count[0] > 0)
+    """,
+        timeout=60,
+    )
+    # (3.13t's collector does not run at every allocation even at threshold 1)
+    assert got == "None True" or (FREE_THREADED and got == "None False")

@@ -11,8 +11,11 @@
 # fuzz/fuzz_decode.py's loop (hostile bytes), ENCODE_FUZZ_INPUTS (default 100000) of
 # fuzz/fuzz_encode.py's (hostile Python values) and REENTRANCY_INPUTS (default 5000) of
 # fuzz/hostile_reentrancy.py's (gc callbacks and dunders rewriting what a routine
-# holds), then FORWARDER_CASES (default 120) cases of fuzz/hostile_forwarder.py (hostile
-# clients and upstreams through the proxy's compiled forwarding thread). Leak detection is off: CPython keeps
+# holds, and other owners closing, replacing, dropping and reinstalling it),
+# THREADED_INPUTS (default 400) of the same on four threads with an owner thread striking
+# the running cases (fuzz/threaded.py), then FORWARDER_CASES (default 120) cases of
+# fuzz/hostile_forwarder.py (hostile clients and upstreams through the proxy's compiled
+# forwarding thread). Leak detection is off: CPython keeps
 # much of its memory until exit by design; tests/test_memory.py looks for growth instead.
 # Exit status 0 only if every step passed and ASan reported nothing. Takes 5-10 minutes.
 set -euo pipefail
@@ -24,6 +27,7 @@ fuzz_inputs=${FUZZ_INPUTS:-100000}
 encode_inputs=${ENCODE_FUZZ_INPUTS:-100000}
 reentrancy_inputs=${REENTRANCY_INPUTS:-5000}
 forwarder_cases=${FORWARDER_CASES:-120}
+threaded_inputs=${THREADED_INPUTS:-400}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -74,19 +78,23 @@ fi
 status=0
 echo "== test suite under ASan"
 (cd "$root" && asan_run -m pytest -q -p no:cacheprovider "${@:-tests/}") || status=1
-# The three fuzz loops side by side (each is one process); their output after each other.
-echo "== fuzz loops under ASan: $fuzz_inputs decode, $encode_inputs encode and $reentrancy_inputs reentrancy inputs"
+# The fuzz loops side by side (each is one process); their output after each other.
+echo "== fuzz loops under ASan: $fuzz_inputs decode, $encode_inputs encode, $reentrancy_inputs reentrancy and $threaded_inputs threaded reentrancy inputs"
 (cd "$work" && asan_run "$root/fuzz/fuzz_decode.py" --loop "$fuzz_inputs" --seed 8) \
     >"$work/fuzz_decode.log" 2>&1 &
 decode_pid=$!
 (cd "$work" && asan_run "$root/fuzz/hostile_reentrancy.py" --loop "$reentrancy_inputs" --seed 8) \
     >"$work/fuzz_reentrancy.log" 2>&1 &
 reentrancy_pid=$!
+(cd "$work" && asan_run "$root/fuzz/threaded.py" hostile_reentrancy --threads 4 --inputs "$threaded_inputs") \
+    >"$work/fuzz_threaded.log" 2>&1 &
+threaded_pid=$!
 (cd "$work" && asan_run "$root/fuzz/fuzz_encode.py" --loop "$encode_inputs" --seed 8) \
     >"$work/fuzz_encode.log" 2>&1 || status=1
 wait "$decode_pid" || status=1
 wait "$reentrancy_pid" || status=1
-cat "$work/fuzz_decode.log" "$work/fuzz_encode.log" "$work/fuzz_reentrancy.log"
+wait "$threaded_pid" || status=1
+cat "$work/fuzz_decode.log" "$work/fuzz_encode.log" "$work/fuzz_reentrancy.log" "$work/fuzz_threaded.log"
 echo "== hostile clients through the compiled forwarder under ASan: $forwarder_cases cases"
 (cd "$work" && asan_run "$root/fuzz/hostile_forwarder.py" --cases "$forwarder_cases") || status=1
 
@@ -96,6 +104,6 @@ if compgen -G "$work/asan.*" >/dev/null; then
     status=1
 fi
 if [ "$status" -eq 0 ]; then
-    echo "ASan: suite passed, $fuzz_inputs decode, $encode_inputs encode and $reentrancy_inputs reentrancy fuzz inputs, $forwarder_cases forwarder cases, no AddressSanitizer reports"
+    echo "ASan: suite passed, $fuzz_inputs decode, $encode_inputs encode, $reentrancy_inputs reentrancy and $threaded_inputs threaded reentrancy fuzz inputs, $forwarder_cases forwarder cases, no AddressSanitizer reports"
 fi
 exit "$status"

@@ -42,10 +42,6 @@ cdef extern from "_aiokafka.h":
     bint add64 "fka_add64"(int64_t a, int64_t b, int64_t* out)
 
 
-cdef extern from "_ft.h":
-    bint FREE_THREADED "FK_FREE_THREADED"
-
-
 # aiokafka's objects, given by bind() (fastkwire.aiokafka.install).
 cdef object stock_murmur2 = None
 cdef object stock_unpack_records = None
@@ -297,7 +293,11 @@ cdef class RecordsLoop:
     generator it is finished once it has raised, and refuses to be re-entered."""
 
     cdef object owner  # the PartitionRecords
-    cdef object topic, partition
+    # what stock's generator reads from it when it starts (its first next()) and then
+    # holds as its own locals: replacing the PartitionRecords' attributes later changes
+    # nothing here, as nothing there
+    cdef bint started
+    cdef object tp, records, topic, partition
     cdef object batch  # the batch whose records are being taken, or None
     cdef object batch_records  # iter(batch): the batch itself, or a generator (v0/v1)
     cdef object init  # record_init while it is still the class's __init__, else None
@@ -322,9 +322,6 @@ cdef class RecordsLoop:
 
     def __cinit__(self, owner):
         self.owner = owner
-        tp = owner._tp
-        self.topic = tp.topic
-        self.partition = tp.partition
         self.batch = None
         init = record_init
         if init is not None and vars(ConsumerRecord).get("__init__") is not init:
@@ -340,42 +337,50 @@ cdef class RecordsLoop:
             raise StopIteration
         return record
 
-    cdef object take(self):
-        """The next ConsumerRecord, or None when there are no more."""
+    cdef int enter(self) except -1:
+        """Begin a step: 1, or 0 where the loop is done. A step already running (another
+        thread's, or this one's whose callback steps or closes it again) is refused, as a
+        generator refuses it: every build, tested and set as one step."""
         cdef int state
-        # Tested and set as one step: without the GIL two threads may call next() on the
-        # same loop at once, and only one may step it (as a generator refuses the other).
         with cython.critical_section(self):
             state = 1 if self.done else 2 if self.running else 0
             if state == 0:
                 self.running = True
-        if state == 1:
-            return None
         if state == 2:
             raise ValueError("generator already executing")
+        return state == 0
+
+    cdef void leave(self, bint done) noexcept:
+        """End the step enter() began; done: the loop is finished (its end, or an error)."""
+        with cython.critical_section(self):
+            if done:
+                self.done = True
+            self.running = False
+
+    cdef object take(self):
+        """The next ConsumerRecord, or None when there are no more."""
+        if not self.enter():
+            return None
         try:
             record = self.step()
         except BaseException:
-            self.done = True
-            self.batch = self.batch_records = self.raw = None
+            # still running: no other step, and no close(), touches the fields meanwhile
+            self.drop()
+            self.leave(True)
             raise
-        finally:
-            self.running = False
-        if record is None:
-            self.done = True
+        self.leave(record is None)
         return record
 
     cdef int drain(self, list taken, Py_ssize_t limit) except -1:
         """Append records to taken as FetchResult.getall's loop does, until limit
         (len(taken) >= limit, where limit >= 0) or until a deserializer has run (the
         caller then reads the PartitionRecords' iterator again, as stock does a record).
-        1 when the records are done (stock's StopIteration), else 0."""
+        1 when the records are done (stock's StopIteration), else 0. Stepping as take()
+        does: one step of one loop at a time, whichever of the two takes it."""
         cdef int ended = 0
-        if self.done:
+        cdef bint failed = False
+        if not self.enter():
             return 1
-        if self.running:
-            raise ValueError("generator already executing")
-        self.running = True
         self.draining = True
         try:
             while True:
@@ -387,17 +392,15 @@ cdef class RecordsLoop:
                 if (limit >= 0 and len(taken) >= limit) or not self.quiet:
                     break
         except BaseException:
-            self.done = True
-            self.batch = self.batch_records = self.raw = None
+            failed = True
+            self.drop()
             raise
         finally:
             self.draining = False
             try:
                 self.flush()
             finally:
-                self.running = False
-        if ended:
-            self.done = True
+                self.leave(failed or ended)
         return ended
 
     cdef flush(self):
@@ -408,16 +411,24 @@ cdef class RecordsLoop:
             self.owner.next_fetch_offset = next_fetch
 
     def close(self):
-        """As a generator's close(): nothing more is taken."""
-        cdef bint running
+        """As a generator's close(): nothing more is taken. Refused while a step runs
+        (another thread's, or a callback's inside this one's: a collection can run one
+        wherever the step allocates), as a generator refuses it: the step's fields, and
+        the buffer it is reading, stay its own until it ends."""
+        cdef bint running, first
         with cython.critical_section(self):
             running = self.running
-            self.done = True
-        if FREE_THREADED and running:
-            # another thread is stepping it (or a callback of its own step closes it):
-            # its fields are that step's until it ends, which sees `done`
+            first = not running and not self.done
+            if not running:
+                self.done = True
+        if running:
             raise ValueError("generator already executing")
-        self.batch = self.batch_records = self.raw = None
+        if first:  # done from now on: no step starts again, and only one closer clears
+            self.drop()
+
+    cdef drop(self):
+        """What a finished generator's frame lets go of (a step's, or close()'s, only)."""
+        self.batch = self.batch_records = self.raw = self.records = None
 
     cdef int read_raw(self) except -2:
         """The next record of the batch read from the bytes into the r_ fields: 1, or 0
@@ -426,7 +437,8 @@ cdef class RecordsLoop:
         that disagree, an overflow, bytes left over): its own iterator then reads it,
         to give what it gives or raise what it raises. Reads only what stock's
         DefaultRecordBatch._read_msg reads, in its order, with its arithmetic."""
-        cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(self.raw)
+        cdef bytes raw = self.raw  # held while read: what follows allocates
+        cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(raw)
         cdef Py_ssize_t pos = self.raw_pos, end = self.raw_end, start
         cdef int64_t length, attrs, ts_delta, offset_delta, key_len, value_len, count
         cdef int64_t offset, timestamp
@@ -515,6 +527,13 @@ cdef class RecordsLoop:
         cdef bint c_record
         cdef int status
         cdef Py_ssize_t skip
+        if not self.started:  # stock's generator's first lines
+            self.started = True
+            tp = owner._tp
+            self.tp = tp
+            self.records = owner._records
+            self.topic = tp.topic
+            self.partition = tp.partition
         while True:
             if self.batch is None:
                 self.flush()  # aiokafka's methods run in next_batch()
@@ -623,7 +642,7 @@ cdef class RecordsLoop:
         cdef Py_ssize_t start = -1, end = -1, unused
         cdef PyObject* buffer
         cdef object raw = None
-        records = owner._records
+        records = self.records
         cdef bint from_bytes = CMemoryRecords is not None and type(records) is CMemoryRecords
         while records.has_next():
             if from_bytes:
@@ -641,7 +660,7 @@ cdef class RecordsLoop:
                     Py_DECREF(raw)  # records_buffer's reference: raw holds one
             if owner._check_crcs and not batch.validate_crc():
                 raise fetcher_module.Errors.CorruptRecordException(
-                    f"Invalid CRC - {owner._tp}")
+                    f"Invalid CRC - {self.tp}")
             if owner._isolation_level == READ_COMMITTED and batch.producer_id is not None:
                 owner._consume_aborted_up_to(batch.base_offset)
                 if batch.is_control_batch and owner._contains_abort_marker(batch):
@@ -650,7 +669,7 @@ cdef class RecordsLoop:
                     fetcher_module.log.debug(
                         "Skipping aborted record batch from partition %s with"
                         " producer_id %s and offsets %s to %s",
-                        owner._tp,
+                        self.tp,
                         batch.producer_id,
                         batch.base_offset,
                         batch.next_offset - 1,
@@ -863,7 +882,8 @@ def producer_partition(self, *args, **kwargs):
     cdef uint32_t h
     if count == 0:  # not after a non-empty dict, but the modulo below must never see 0
         return stock_partition(self, *args)
-    murmur2_of(key, &h)  # bytes or a bytearray, checked above
+    if not murmur2_of(key, &h):  # never for bytes or a bytearray (checked above)
+        return stock_partition(self, *args)
     return all_partitions[<Py_ssize_t>((h & 0x7FFFFFFF) % <uint64_t>count)]
 
 

@@ -77,6 +77,24 @@ static unsigned int fkp_version_tag(PyObject *type) {
 #endif
 }
 
+/* A ClassGuard's remembered tags: threads sharing one guard read and write them at once
+ * on a free-threaded build (any value read is one some thread stored). */
+static inline unsigned int fkp_load_tag(const unsigned int *p) {
+#ifdef Py_GIL_DISABLED
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+#else
+    return *p;
+#endif
+}
+
+static inline void fkp_store_tag(unsigned int *p, unsigned int v) {
+#ifdef Py_GIL_DISABLED
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#else
+    *p = v;
+#endif
+}
+
 /* Ask CPython to give the class a version tag now (a lookup through its cache does). */
 static unsigned int fkp_assign_version_tag(PyObject *type) {
 #if PY_VERSION_HEX >= 0x030C0000

@@ -38,6 +38,8 @@ cdef extern from "_kafka_python.h":
     void set_slot "fkp_set_slot"(object o, Py_ssize_t offset, object value)
     unsigned int version_tag "fkp_version_tag"(object type)
     unsigned int assign_version_tag "fkp_assign_version_tag"(object type)
+    unsigned int load_tag "fkp_load_tag"(const unsigned int* p)
+    void store_tag "fkp_store_tag"(unsigned int* p, unsigned int v)
     object batch_header "fkp_batch_header"(const unsigned char* p)
     object atomic_pair "fkp_atomic_pair"(object a, object b)
 
@@ -71,10 +73,40 @@ cdef Py_ssize_t fast_batch_count = 0  # batches the fetcher's fast loop read (te
 cdef object MemoryRecords = None
 cdef dict memory_records_names = None
 cdef object stock_next_batch = None
-# Whether kafka-python's classes are still as install() left them (see ClassGuard)
+# Whether kafka-python's classes are still as install() left them (see ClassGuard).
+# Every bind() (every install()) replaces them, dropping the old ones; a gc callback or
+# another thread may do that while a fast path runs a guard's check. So they are read
+# through guard() only, which gives the caller a reference of its own, and published
+# under the same critical section (free-threaded builds; the GIL's atomicity elsewhere).
+cdef object guards_lock = []  # only its critical section is used
 cdef ClassGuard memory_records_guard = None
 cdef ClassGuard batch_guard = None
 cdef ClassGuard record_guard = None
+
+
+cdef enum Guarded:
+    G_MEMORY_RECORDS
+    G_BATCH
+    G_RECORD
+    G_CLUSTER
+    G_RECORD_FUTURE
+
+
+cdef ClassGuard guard(int which):
+    """The guard bind() published last for a class, held for the caller."""
+    cdef ClassGuard g = None
+    with cython.critical_section(guards_lock):
+        if which == G_BATCH:
+            g = batch_guard
+        elif which == G_RECORD:
+            g = record_guard
+        elif which == G_MEMORY_RECORDS:
+            g = memory_records_guard
+        elif which == G_CLUSTER:
+            g = cluster_guard
+        else:
+            g = record_future_guard
+    return g
 # Offsets of DefaultRecordBatch's slots (set on the batches made here)
 cdef Py_ssize_t at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
 cdef Py_ssize_t at_decompressed
@@ -121,9 +153,12 @@ def bind(patches=(), **kw):
     memory_records_names = vars(kw["memory_records_module"])
     stock_next_batch = kw["stock_next_batch"]
     installed = {(p.owner, p.attribute): p.replacement for p in patches}
-    memory_records_guard = ClassGuard(MemoryRecords, installed)
-    batch_guard = ClassGuard(DefaultRecordBatch, installed)
-    record_guard = ClassGuard(DefaultRecord, installed)
+    made = (ClassGuard(MemoryRecords, installed), ClassGuard(DefaultRecordBatch, installed),
+            ClassGuard(DefaultRecord, installed))
+    replaced = (memory_records_guard, batch_guard, record_guard)  # dropped after the swap
+    with cython.critical_section(guards_lock):
+        memory_records_guard, batch_guard, record_guard = made
+    del replaced
     at_buffer = slot_offset(DefaultRecordBatch, "_buffer")
     at_header_data = slot_offset(DefaultRecordBatch, "_header_data")
     at_pos = slot_offset(DefaultRecordBatch, "_pos")
@@ -189,20 +224,26 @@ cdef class ClassGuard:
         self.changed_tag = 0
 
     cdef inline bint ok(self):
+        """Call it on a guard held (guard()): recheck() runs Python code."""
         cdef unsigned int tag = version_tag(self.cls)
         if tag != 0:
-            if tag == self.tag:
+            if tag == load_tag(&self.tag):
                 return True
-            if tag == self.changed_tag:
+            if tag == load_tag(&self.changed_tag):
                 return False
         return self.recheck()
 
     cdef bint recheck(self):
-        self.tag = 0
+        # The tag is taken before the comparison, which allocates (a gc callback may
+        # change the class meanwhile): a class changed during it has another tag by then,
+        # so the one remembered never vouches for a state that was not compared.
+        cdef unsigned int tag
+        store_tag(&self.tag, 0)
+        tag = assign_version_tag(self.cls)
         if not self.unchanged():
-            self.changed_tag = assign_version_tag(self.cls)  # not compared again until it changes
+            store_tag(&self.changed_tag, tag)  # not compared again until it changes
             return False
-        self.tag = assign_version_tag(self.cls)
+        store_tag(&self.tag, tag)
         return True
 
     cdef bint unchanged(self):
@@ -379,7 +420,7 @@ cdef object record_timestamp(tuple header, Cursor c):
 def batch_next(self):
     """DefaultRecordBatch.__next__: stock's reading of one record, compiled."""
     cdef Cursor c
-    if type(self) is not DefaultRecordBatch or not batch_guard.ok():
+    if type(self) is not DefaultRecordBatch or not guard(G_BATCH).ok():
         return stock_batch_next(self)  # a subclass, or a class someone changed: stock's reads
     # stock's order: the index first (a user's __ge__ may run and change the batch),
     # then the state read, checked and used as these locals, with no Python code between
@@ -399,7 +440,7 @@ def batch_next(self):
     offset = offset_of(<int64_t>header[0], c.offset_delta)
     timestamp = record_timestamp(header, c)
     timestamp_type = 1 if attrs & 0x08 else 0
-    if not attrs & 0x20 and record_guard.ok():
+    if not attrs & 0x20 and guard(G_RECORD).ok():
         msg = new_object(DefaultRecord)  # what its __init__ sets, set in its slots
         set_slot(msg, at_size_in_bytes, c.length)
         set_slot(msg, at_offset, offset)
@@ -422,7 +463,7 @@ def batch_validate_crc(self):
     """DefaultRecordBatch.validate_crc with fastkwire's CRC32C (the CPU's instruction)."""
     assert self._decompressed is False, \
         "Validate should be called before iteration"
-    if type(self) is DefaultRecordBatch and batch_guard.ok():
+    if type(self) is DefaultRecordBatch and guard(G_BATCH).ok():
         header = self._header_data
         buf = self._buffer
         if stock_header(header) and type(buf) is bytearray:
@@ -503,7 +544,7 @@ def memory_next_batch(self, _min_slice=NOARG, _magic_offset=NOARG):
     DefaultRecordBatch made without its __init__ (the same slots, the same values).
     Its cached defaults given, or a class changed, and it is stock's own code."""
     if (_min_slice is not NOARG or _magic_offset is not NOARG
-            or type(self) is not MemoryRecords or not memory_records_guard.ok()):
+            or type(self) is not MemoryRecords or not guard(G_MEMORY_RECORDS).ok()):
         kw = {name: v for name, v in (("_min_slice", _min_slice), ("_magic_offset", _magic_offset))
               if v is not NOARG}
         return stock_next_batch(self, **kw)
@@ -512,7 +553,7 @@ def memory_next_batch(self, _min_slice=NOARG, _magic_offset=NOARG):
 
 cdef object next_batch_of(records):
     """records.next_batch(), without the call where it is ours on a MemoryRecords."""
-    if type(records) is MemoryRecords and memory_records_guard.ok():
+    if type(records) is MemoryRecords and guard(G_MEMORY_RECORDS).ok():
         return next_batch(records)
     return records.next_batch()
 
@@ -547,7 +588,7 @@ cdef object next_batch(self):
     if batch_bytes is None:
         return stock_batch_of(next_slice)
     cls = memory_records_names.get("DefaultRecordBatch")
-    if cls is not DefaultRecordBatch or not batch_guard.ok():
+    if cls is not DefaultRecordBatch or not guard(G_BATCH).ok():
         return cls(next_slice)
     return new_batch(batch_bytes)
 
@@ -622,7 +663,7 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
             last_batch = batch
             # A DefaultRecordBatch as install() left its class: its header read here, not
             # through its properties (the same values, as the properties compute them).
-            stock_batch = type(batch) is DefaultRecordBatch and batch_guard.ok()
+            stock_batch = type(batch) is DefaultRecordBatch and guard(G_BATCH).ok()
             header = None
             if stock_batch:
                 header = batch._header_data
@@ -662,7 +703,7 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
 
             if stock_batch:
                 # a v2 data batch whose records are DefaultRecords as install() left them
-                stock_batch = (header[3] == 2 and not header[5] & 0x20 and record_guard.ok()
+                stock_batch = (header[3] == 2 and not header[5] & 0x20 and guard(G_RECORD).ok()
                                and batch._header_data is header)
             if not stock_batch:
                 for record in batch:
@@ -782,7 +823,7 @@ def unpack_records(self, tp, records, key_deserializer, value_deserializer):
             batch._next_record_index = idx
             # The end of the batch: stock's __next__ raises on bytes left over. Asked only
             # where it might (its class changed, or its state).
-            if not (stock_batch and batch_guard.ok() and batch._buffer is buf
+            if not (stock_batch and guard(G_BATCH).ok() and batch._buffer is buf
                     and type(buf) is bytearray and c.pos == len(<bytearray>buf)
                     and batch._num_records is count_o):
                 next(batch, None)
@@ -844,8 +885,11 @@ def bind_partitioner(patches, ClusterMetadata_cls, partitioner_module, stock_par
     """Take kafka-python's cluster class and partitioner (install() calls this)."""
     global ClusterMetadata, cluster_guard, partitioner_names, stock_partition
     ClusterMetadata = ClusterMetadata_cls
-    cluster_guard = ClassGuard(ClusterMetadata, {(p.owner, p.attribute): p.replacement
-                                                 for p in patches})
+    made = ClassGuard(ClusterMetadata, {(p.owner, p.attribute): p.replacement for p in patches})
+    replaced = cluster_guard  # dropped after the swap (see guard())
+    with cython.critical_section(guards_lock):
+        cluster_guard = made
+    del replaced
     partitioner_names = vars(partitioner_module)
     stock_partition = stock_partition_fn
 
@@ -857,7 +901,7 @@ def default_partition(self, topic, key, serialized_key, value, serialized_value,
     and available_partitions_for_topic(), whose answer a keyed record does not use).
     Keyless records (random.choice over the available partitions) and anything else
     are stock's."""
-    if serialized_key is None or type(cluster) is not ClusterMetadata or not cluster_guard.ok():
+    if serialized_key is None or type(cluster) is not ClusterMetadata or not guard(G_CLUSTER).ok():
         return stock_partition(self, topic, key, serialized_key, value, serialized_value, cluster)
     own = cluster.__dict__  # an instance's own topics() (a test's mock) is what stock calls
     partitions = own.get("_partitions")
@@ -896,7 +940,11 @@ def bind_builder(**kw):
     global fut_is_done, fut_value, fut_exception, fut_callbacks, fut_errbacks, fut_lock
     global fut_produce_future, fut_args
     FutureRecordMetadata = kw["FutureRecordMetadata"]
-    record_future_guard = ClassGuard(FutureRecordMetadata, {})
+    made = ClassGuard(FutureRecordMetadata, {})
+    replaced = record_future_guard  # dropped after the swap (see guard())
+    with cython.critical_section(guards_lock):
+        record_future_guard = made
+    del replaced
     future_names = vars(kw["future_module"])
     fut_is_done = slot_offset(FutureRecordMetadata, "is_done")
     fut_value = slot_offset(FutureRecordMetadata, "value")
@@ -1156,7 +1204,7 @@ def batch_try_append(self, timestamp_ms, key, value, headers, now=None):
         len(value) if value is not None else -1,
         sum([len(h_key.encode("utf-8")) + len(h_val) for h_key, h_val in headers])
         if headers else -1)
-    if future_class is FutureRecordMetadata and record_future_guard.ok():
+    if future_class is FutureRecordMetadata and guard(G_RECORD_FUTURE).ok():
         future = record_future(produce_future, args)
     else:
         future = future_class(produce_future, *args)

@@ -17,7 +17,9 @@ import threading
 
 from fastkwire import _engine, _layout, _schema, _wire
 
-_lock = threading.Lock()
+# Reentrant: making a codec runs Python code and allocates, so a gc callback on the same
+# thread may uninstall() meanwhile, whose clear() takes the lock again (a Lock deadlocked).
+_lock = threading.RLock()
 _codecs = {}  # (id(struct), version, compact, tagged, data_class) -> (struct, decoder, encoder)
 _originals = {}  # "decode"/"encode" -> kafka-python's own StructField methods (bind())
 
