@@ -660,3 +660,72 @@ def test_kafka_python_messages_survive_a_reinstall_while_their_codecs_are_made()
     )
     # (3.13t's collector does not run at every allocation even at threshold 1)
     assert got == "None True" or (FREE_THREADED and got == "None False")
+
+
+def test_aiokafka_loop_makes_records_of_the_class_its_init_was_checked_with():
+    pytest.importorskip("aiokafka")
+    # A loop took ConsumerRecord's __init__ when it began and made each record as
+    # object.__new__(ConsumerRecord) plus that __init__, reading the class from the
+    # module global at each record. install() again after the fetcher's ConsumerRecord
+    # was rebound to a dict subclass: object.__new__ skipped dict's own __new__ and the
+    # record was a dict without its table (SIGSEGV on its first .get()). Stock's
+    # generator calls the class, as the loop does now for a class it did not check.
+    got = run(
+        AIOKAFKA_RECORDS,
+        """
+        class Rec(dict):  # a ConsumerRecord that is a dict
+            def __init__(self, topic, partition, offset, timestamp, timestamp_type, key,
+                         value, checksum, key_size, value_size, headers):
+                super().__init__(offset=offset)
+                self.offset, self.key, self.headers = offset, key, headers
+        def take(accelerated):
+            stock = af.ConsumerRecord
+            if accelerated:
+                assert fka.install()
+            pr = partition_records(batches(1, 5, 10))
+            got = [next(pr)]
+            fka.uninstall()
+            af.ConsumerRecord = Rec
+            if accelerated:
+                assert fka.install()
+            try:
+                got += list(pr)
+            finally:
+                fka.uninstall()
+                af.ConsumerRecord = stock
+            return [(type(r).__name__, r.offset, r.get("offset") if isinstance(r, dict)
+                     else None, len(r) if isinstance(r, dict) else None) for r in got]
+        print(take(False) == take(True), take(True)[1])
+    """,
+    )
+    assert got == "True ('Rec', 1, 1, 1)"
+
+
+def test_aiokafka_struct_decode_of_a_deep_or_cyclic_schema_is_stocks():
+    pytest.importorskip("aiokafka")
+    # The decode plan was made (and read) by C recursion over the class's SCHEMA, one C
+    # frame per level with no depth check: a SCHEMA nested 200,000 deep, or one that
+    # holds itself, overflowed the C stack (SIGSEGV) where stock decodes the data it is
+    # given (its recursion follows the data, and Python's limit bounds it).
+    got = run(
+        """
+        import fastkwire.aiokafka as fka
+        from aiokafka.protocol.types import Array, Int32, Schema
+        from aiokafka.protocol.struct import Struct
+        deep = Schema(("a", Int32))
+        for _ in range(200_000):
+            deep = Schema(("x", Array(deep)))
+        cyclic = Schema(("a", Int32), ("x", Array(Int32)))
+        cyclic.fields = (cyclic.fields[0], Array(cyclic))
+        class Deep(Struct):
+            SCHEMA = deep
+        class Cyclic(Struct):
+            SCHEMA = cyclic
+        def decode():
+            return [Deep.decode(b"\\0\\0\\0\\0").x, Cyclic.decode(b"\\0\\0\\0\\7\\0\\0\\0\\0").x]
+        stock = decode()
+        assert fka.install()
+        print(decode() == stock, stock)
+    """,
+    )
+    assert got == "True [[], []]"
