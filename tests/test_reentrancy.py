@@ -729,3 +729,64 @@ def test_aiokafka_struct_decode_of_a_deep_or_cyclic_schema_is_stocks():
     """,
     )
     assert got == "True [[], []]"
+
+
+def test_kafka_python_records_are_filled_at_the_offsets_of_their_own_class():
+    pytest.importorskip("kafka")
+    # batch_next made a DefaultRecord as new_object(DefaultRecord) and then set its slots
+    # at offsets bind() had stored in module globals. A collection inside that allocation
+    # whose callback reinstalled with the module's DefaultRecord rebound to a class
+    # with the same slots further in wrote past the end of the record made (SIGSEGV, or
+    # ASan's heap-buffer-overflow), and left its own slots unset. The class and its
+    # offsets now come from one guard, held by the caller. (MemoryRecords' batches and
+    # the producer's futures were made the same way, and are now too.)
+    got = run(
+        KAFKA_BATCH,
+        """
+        from kafka.record import default_records as dr
+        Stock = dr.DefaultRecord
+        class Wide:  # DefaultRecord's slots, after 200 others (slots are laid out sorted)
+            __slots__ = tuple("_a%03d" % i for i in range(200)) + (
+                "_size_in_bytes", "_offset", "_timestamp", "_timestamp_type", "_key",
+                "_value", "_headers")
+            def __init__(self, size, offset, timestamp, timestamp_type, key, value, headers):
+                self._size_in_bytes, self._offset, self._timestamp = size, offset, timestamp
+                self._timestamp_type, self._key = timestamp_type, key
+                self._value, self._headers = value, headers
+            offset = property(lambda s: s._offset)
+            key = property(lambda s: s._key)
+            value = property(lambda s: s._value)
+            headers = property(lambda s: s._headers)
+        same = fired = 0
+        for threshold in (1, 2, 3):
+            for n in range(1, 5):  # the n-th collection (3.11: one of them in the record's)
+                rows(MemoryRecords(raw).next_batch())  # no collection in the guards' checks
+                left = [n]
+                def swap(phase, info):
+                    if phase == "start" and left[0] > 0:
+                        left[0] -= 1
+                        if left[0] == 0:
+                            fkp.uninstall()
+                            dr.DefaultRecord = Wide
+                            fkp.install()
+                batch = MemoryRecords(raw).next_batch()
+                it = iter(batch)
+                kept = []
+                gc.callbacks.append(swap)
+                gc.set_threshold(threshold)
+                try:
+                    for _ in range(8):
+                        kept.append(next(it))
+                finally:
+                    gc.set_threshold(700)
+                    gc.callbacks.remove(swap)
+                    fkp.uninstall()
+                    dr.DefaultRecord = Stock
+                    fkp.install()
+                same += rows(kept) == expect[:8]
+                fired += left[0] == 0
+        print(same, fired > 0)
+    """,
+    )
+    assert got.split()[0] == "12"
+    assert got.split()[1] == "True" or FREE_THREADED
