@@ -660,3 +660,133 @@ def test_kafka_python_messages_survive_a_reinstall_while_their_codecs_are_made()
     )
     # (3.13t's collector does not run at every allocation even at threshold 1)
     assert got == "None True" or (FREE_THREADED and got == "None False")
+
+
+def test_aiokafka_loop_makes_records_of_the_class_its_init_was_checked_with():
+    pytest.importorskip("aiokafka")
+    # A loop took ConsumerRecord's __init__ when it began and made each record as
+    # object.__new__(ConsumerRecord) plus that __init__, reading the class from the
+    # module global at each record. install() again after the fetcher's ConsumerRecord
+    # was rebound to a dict subclass: object.__new__ skipped dict's own __new__ and the
+    # record was a dict without its table (SIGSEGV on its first .get()). Stock's
+    # generator calls the class, as the loop does now for a class it did not check.
+    got = run(
+        AIOKAFKA_RECORDS,
+        """
+        class Rec(dict):  # a ConsumerRecord that is a dict
+            def __init__(self, topic, partition, offset, timestamp, timestamp_type, key,
+                         value, checksum, key_size, value_size, headers):
+                super().__init__(offset=offset)
+                self.offset, self.key, self.headers = offset, key, headers
+        def take(accelerated):
+            stock = af.ConsumerRecord
+            if accelerated:
+                assert fka.install()
+            pr = partition_records(batches(1, 5, 10))
+            got = [next(pr)]
+            fka.uninstall()
+            af.ConsumerRecord = Rec
+            if accelerated:
+                assert fka.install()
+            try:
+                got += list(pr)
+            finally:
+                fka.uninstall()
+                af.ConsumerRecord = stock
+            return [(type(r).__name__, r.offset, r.get("offset") if isinstance(r, dict)
+                     else None, len(r) if isinstance(r, dict) else None) for r in got]
+        print(take(False) == take(True), take(True)[1])
+    """,
+    )
+    assert got == "True ('Rec', 1, 1, 1)"
+
+
+def test_aiokafka_struct_decode_of_a_deep_or_cyclic_schema_is_stocks():
+    pytest.importorskip("aiokafka")
+    # The decode plan was made (and read) by C recursion over the class's SCHEMA, one C
+    # frame per level with no depth check: a SCHEMA nested 200,000 deep, or one that
+    # holds itself, overflowed the C stack (SIGSEGV) where stock decodes the data it is
+    # given (its recursion follows the data, and Python's limit bounds it).
+    got = run(
+        """
+        import fastkwire.aiokafka as fka
+        from aiokafka.protocol.types import Array, Int32, Schema
+        from aiokafka.protocol.struct import Struct
+        deep = Schema(("a", Int32))
+        for _ in range(200_000):
+            deep = Schema(("x", Array(deep)))
+        cyclic = Schema(("a", Int32), ("x", Array(Int32)))
+        cyclic.fields = (cyclic.fields[0], Array(cyclic))
+        class Deep(Struct):
+            SCHEMA = deep
+        class Cyclic(Struct):
+            SCHEMA = cyclic
+        def decode():
+            return [Deep.decode(b"\\0\\0\\0\\0").x, Cyclic.decode(b"\\0\\0\\0\\7\\0\\0\\0\\0").x]
+        stock = decode()
+        assert fka.install()
+        print(decode() == stock, stock)
+    """,
+    )
+    assert got == "True [[], []]"
+
+
+def test_kafka_python_records_are_filled_at_the_offsets_of_their_own_class():
+    pytest.importorskip("kafka")
+    # batch_next made a DefaultRecord as new_object(DefaultRecord) and then set its slots
+    # at offsets bind() had stored in module globals. A collection inside that allocation
+    # whose callback reinstalled with the module's DefaultRecord rebound to a class
+    # with the same slots further in wrote past the end of the record made (SIGSEGV, or
+    # ASan's heap-buffer-overflow), and left its own slots unset. The class and its
+    # offsets now come from one guard, held by the caller. (MemoryRecords' batches and
+    # the producer's futures were made the same way, and are now too.)
+    got = run(
+        KAFKA_BATCH,
+        """
+        from kafka.record import default_records as dr
+        Stock = dr.DefaultRecord
+        class Wide:  # DefaultRecord's slots, after 200 others (slots are laid out sorted)
+            __slots__ = tuple("_a%03d" % i for i in range(200)) + (
+                "_size_in_bytes", "_offset", "_timestamp", "_timestamp_type", "_key",
+                "_value", "_headers")
+            def __init__(self, size, offset, timestamp, timestamp_type, key, value, headers):
+                self._size_in_bytes, self._offset, self._timestamp = size, offset, timestamp
+                self._timestamp_type, self._key = timestamp_type, key
+                self._value, self._headers = value, headers
+            offset = property(lambda s: s._offset)
+            key = property(lambda s: s._key)
+            value = property(lambda s: s._value)
+            headers = property(lambda s: s._headers)
+        same = fired = 0
+        for threshold in (1, 2, 3):
+            for n in range(1, 5):  # the n-th collection (3.11: one of them in the record's)
+                rows(MemoryRecords(raw).next_batch())  # no collection in the guards' checks
+                left = [n]
+                def swap(phase, info):
+                    if phase == "start" and left[0] > 0:
+                        left[0] -= 1
+                        if left[0] == 0:
+                            fkp.uninstall()
+                            dr.DefaultRecord = Wide
+                            fkp.install()
+                batch = MemoryRecords(raw).next_batch()
+                it = iter(batch)
+                kept = []
+                gc.callbacks.append(swap)
+                gc.set_threshold(threshold)
+                try:
+                    for _ in range(8):
+                        kept.append(next(it))
+                finally:
+                    gc.set_threshold(700)
+                    gc.callbacks.remove(swap)
+                    fkp.uninstall()
+                    dr.DefaultRecord = Stock
+                    fkp.install()
+                same += rows(kept) == expect[:8]
+                fired += left[0] == 0
+        print(same, fired > 0)
+    """,
+    )
+    assert got.split()[0] == "12"
+    assert got.split()[1] == "True" or FREE_THREADED

@@ -300,7 +300,11 @@ cdef class RecordsLoop:
     cdef object tp, records, topic, partition
     cdef object batch  # the batch whose records are being taken, or None
     cdef object batch_records  # iter(batch): the batch itself, or a generator (v0/v1)
-    cdef object init  # record_init while it is still the class's __init__, else None
+    # The class its records are made of without calling it (object.__new__, then init),
+    # taken once with the init checked against it: never a class rebound since (install()
+    # again after the module's ConsumerRecord was replaced) whose __new__ is not object's
+    cdef object record_cls
+    cdef object init  # record_init while it is still record_cls's __init__, else None
     cdef bint done, running
     # Reading the current batch's records from the bytes (raw is not None): the
     # MemoryRecords' buffer (owned), the position in it, the batch's end and header
@@ -323,9 +327,12 @@ cdef class RecordsLoop:
     def __cinit__(self, owner):
         self.owner = owner
         self.batch = None
+        cls = ConsumerRecord
         init = record_init
-        if init is not None and vars(ConsumerRecord).get("__init__") is not init:
+        if init is not None and not (type(cls) is type and cls.__new__ is object.__new__
+                                     and vars(cls).get("__init__") is init):
             init = None
+        self.record_cls = cls
         self.init = init
 
     def __iter__(self):
@@ -506,8 +513,8 @@ cdef class RecordsLoop:
         """The ConsumerRecord of the record read_raw() read, as step() makes one."""
         cdef object timestamp = PyLong_FromLongLong(self.r_timestamp)
         cdef object timestamp_type = 1 if self.log_append_time else 0
-        if self.init is not None:
-            consumer_record = new_object(ConsumerRecord)
+        if self.init is not None and self.record_cls is ConsumerRecord:
+            consumer_record = new_object(self.record_cls)
             returned = self.init(
                 consumer_record, self.topic, self.partition, offset, timestamp,
                 timestamp_type, key, value, None, self.r_key_size, self.r_value_size,
@@ -612,8 +619,8 @@ cdef class RecordsLoop:
             deserialize = owner._value_deserializer
             if PyObject_IsTrue(deserialize):
                 value = deserialize(value)
-            if c_record and self.init is not None:
-                consumer_record = new_object(ConsumerRecord)
+            if c_record and self.init is not None and self.record_cls is ConsumerRecord:
+                consumer_record = new_object(self.record_cls)
                 returned = self.init(
                     consumer_record, self.topic, self.partition, offset,
                     getter_value(get_timestamp, record), getter_value(get_timestamp_type, record),
@@ -947,9 +954,17 @@ cdef bint own_decode(cls):
     return vars(cls).get("decode") is stock_decoders.get(cls, False)
 
 
-cdef object plan_of_value(field):
+# Plans nest no deeper than this: reading (and planning) recurses in C, where a deep or
+# cyclic SCHEMA would overflow the C stack; deeper schemas are stock's to read.
+cdef enum:
+    MAX_PLAN_DEPTH = 64
+
+
+cdef object plan_of_value(field, int depth):
     """The plan of one schema field, or None where the plan would not read it as stock."""
     cdef object kind
+    if depth > MAX_PLAN_DEPTH:
+        return None
     if isinstance(field, type):
         kind = scalar_kinds.get(field)
         if kind is None or not own_decode(field):
@@ -962,24 +977,24 @@ cdef object plan_of_value(field):
     if type(field) is Array:
         if not own_decode(Array) or list(vars(field)) != ["array_of"]:
             return None
-        item = plan_of_value(field.array_of)
+        item = plan_of_value(field.array_of, depth + 1)
         return None if item is None else (K_ARRAY, item)
     if type(field) is Schema:
-        items = plan_of_schema(field)
+        items = plan_of_schema(field, depth + 1)
         return None if items is None else (K_SCHEMA, items)
     return None
 
 
-cdef object plan_of_schema(schema):
+cdef object plan_of_schema(schema, int depth):
     """A tuple of the plans of schema's fields, or None."""
-    if not own_decode(Schema):
+    if depth > MAX_PLAN_DEPTH or not own_decode(Schema):
         return None
     fields = schema.fields
     if type(fields) is not tuple:
         return None
     out = []
     for field in fields:
-        p = plan_of_value(field)
+        p = plan_of_value(field, depth)
         if p is None:
             return None
         out.append(p)
@@ -992,7 +1007,7 @@ cdef object plan_of(cls):
     cached = plans.get(cls)
     if cached is not None and (<tuple>cached)[0] is schema:
         return (<tuple>cached)[1]
-    plan = plan_of_schema(schema) if type(schema) is Schema else None
+    plan = plan_of_schema(schema, 0) if type(schema) is Schema else None
     plans[cls] = (schema, plan)
     return plan
 

@@ -107,12 +107,24 @@ cdef ClassGuard guard(int which):
         else:
             g = record_future_guard
     return g
-# Offsets of DefaultRecordBatch's slots (set on the batches made here)
-cdef Py_ssize_t at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
-cdef Py_ssize_t at_decompressed
-# and of DefaultRecord's
-cdef Py_ssize_t at_size_in_bytes, at_offset, at_timestamp, at_timestamp_type, at_key, at_value
-cdef Py_ssize_t at_headers
+# The slots the fast paths set on the instances they make without __init__, in a guard's
+# `at` (its class's offsets, taken with it: an instance is made of the guard's class and
+# filled at the guard's offsets, never at those of a class a later bind() published)
+cdef tuple BATCH_SLOTS = ("_buffer", "_header_data", "_pos", "_num_records",
+                          "_next_record_index", "_decompressed")
+cdef enum:  # their indices in a guard's `at`
+    AT_BUFFER, AT_HEADER_DATA, AT_POS, AT_NUM_RECORDS, AT_NEXT_RECORD_INDEX, AT_DECOMPRESSED
+cdef tuple RECORD_SLOTS = ("_size_in_bytes", "_offset", "_timestamp", "_timestamp_type", "_key",
+                           "_value", "_headers")
+cdef enum:
+    AT_SIZE_IN_BYTES, AT_OFFSET, AT_TIMESTAMP, AT_TIMESTAMP_TYPE, AT_KEY, AT_VALUE, AT_HEADERS
+cdef tuple FUTURE_SLOTS = ("is_done", "value", "exception", "_callbacks", "_errbacks", "_lock",
+                           "_produce_future", "args")
+cdef enum:
+    FUT_IS_DONE, FUT_VALUE, FUT_EXCEPTION, FUT_CALLBACKS, FUT_ERRBACKS, FUT_LOCK
+    FUT_PRODUCE_FUTURE, FUT_ARGS
+cdef enum:
+    MAX_SLOTS = 8
 
 
 def fast_batches():
@@ -128,9 +140,6 @@ def bind(patches=(), **kw):
     global stock_deserialize, ConsumerRecord, fetcher_module
     global MemoryRecords, memory_records_names, stock_next_batch
     global memory_records_guard, batch_guard, record_guard
-    global at_buffer, at_header_data, at_pos, at_num_records, at_next_record_index
-    global at_decompressed, at_size_in_bytes, at_offset, at_timestamp, at_timestamp_type
-    global at_key, at_value, at_headers
     DefaultRecordBatch = kw["DefaultRecordBatch"]
     DefaultRecord = kw["DefaultRecord"]
     ControlRecord = kw["ControlRecord"]
@@ -153,25 +162,13 @@ def bind(patches=(), **kw):
     memory_records_names = vars(kw["memory_records_module"])
     stock_next_batch = kw["stock_next_batch"]
     installed = {(p.owner, p.attribute): p.replacement for p in patches}
-    made = (ClassGuard(MemoryRecords, installed), ClassGuard(DefaultRecordBatch, installed),
-            ClassGuard(DefaultRecord, installed))
+    made = (ClassGuard(MemoryRecords, installed),
+            ClassGuard(DefaultRecordBatch, installed, BATCH_SLOTS),
+            ClassGuard(DefaultRecord, installed, RECORD_SLOTS))
     replaced = (memory_records_guard, batch_guard, record_guard)  # dropped after the swap
     with cython.critical_section(guards_lock):
         memory_records_guard, batch_guard, record_guard = made
     del replaced
-    at_buffer = slot_offset(DefaultRecordBatch, "_buffer")
-    at_header_data = slot_offset(DefaultRecordBatch, "_header_data")
-    at_pos = slot_offset(DefaultRecordBatch, "_pos")
-    at_num_records = slot_offset(DefaultRecordBatch, "_num_records")
-    at_next_record_index = slot_offset(DefaultRecordBatch, "_next_record_index")
-    at_decompressed = slot_offset(DefaultRecordBatch, "_decompressed")
-    at_size_in_bytes = slot_offset(DefaultRecord, "_size_in_bytes")
-    at_offset = slot_offset(DefaultRecord, "_offset")
-    at_timestamp = slot_offset(DefaultRecord, "_timestamp")
-    at_timestamp_type = slot_offset(DefaultRecord, "_timestamp_type")
-    at_key = slot_offset(DefaultRecord, "_key")
-    at_value = slot_offset(DefaultRecord, "_value")
-    at_headers = slot_offset(DefaultRecord, "_headers")
 
 
 cdef object MISSING = object()
@@ -209,8 +206,14 @@ cdef class ClassGuard:
     cdef unsigned int tag
     cdef bint replaced  # something not kafka-python's was in place at install (a mock)
     cdef unsigned int changed_tag  # the tag of a state found changed (0: none)
+    cdef Py_ssize_t at[MAX_SLOTS]  # the offsets of the slots named at its making, in order
 
-    def __init__(self, cls, installed):
+    def __init__(self, cls, installed, tuple slots=()):
+        cdef Py_ssize_t i
+        if len(slots) > MAX_SLOTS:
+            raise ValueError(f"at most {MAX_SLOTS} slots")
+        for i in range(len(slots)):
+            self.at[i] = slot_offset(cls, slots[i])
         self.cls = cls
         self.mro = cls.__mro__
         self.snapshot = [
@@ -420,6 +423,7 @@ cdef object record_timestamp(tuple header, Cursor c):
 def batch_next(self):
     """DefaultRecordBatch.__next__: stock's reading of one record, compiled."""
     cdef Cursor c
+    cdef ClassGuard g
     if type(self) is not DefaultRecordBatch or not guard(G_BATCH).ok():
         return stock_batch_next(self)  # a subclass, or a class someone changed: stock's reads
     # stock's order: the index first (a user's __ge__ may run and change the batch),
@@ -440,15 +444,16 @@ def batch_next(self):
     offset = offset_of(<int64_t>header[0], c.offset_delta)
     timestamp = record_timestamp(header, c)
     timestamp_type = 1 if attrs & 0x08 else 0
-    if not attrs & 0x20 and guard(G_RECORD).ok():
-        msg = new_object(DefaultRecord)  # what its __init__ sets, set in its slots
-        set_slot(msg, at_size_in_bytes, c.length)
-        set_slot(msg, at_offset, offset)
-        set_slot(msg, at_timestamp, timestamp)
-        set_slot(msg, at_timestamp_type, timestamp_type)
-        set_slot(msg, at_key, c.key)
-        set_slot(msg, at_value, c.value)
-        set_slot(msg, at_headers, c.headers)
+    g = guard(G_RECORD)
+    if not attrs & 0x20 and g.ok():
+        msg = new_object(g.cls)  # what its __init__ sets, set in its slots
+        set_slot(msg, g.at[AT_SIZE_IN_BYTES], c.length)
+        set_slot(msg, g.at[AT_OFFSET], offset)
+        set_slot(msg, g.at[AT_TIMESTAMP], timestamp)
+        set_slot(msg, g.at[AT_TIMESTAMP_TYPE], timestamp_type)
+        set_slot(msg, g.at[AT_KEY], c.key)
+        set_slot(msg, g.at[AT_VALUE], c.value)
+        set_slot(msg, g.at[AT_HEADERS], c.headers)
     else:
         cls = ControlRecord if attrs & 0x20 else DefaultRecord
         try:
@@ -561,6 +566,7 @@ cdef object next_batch_of(records):
 cdef object next_batch(self):
     """next_batch's body for a MemoryRecords whose class is as install() left it."""
     cdef Py_buffer view
+    cdef ClassGuard g
     cdef signed char magic
     next_slice = self._next_slice
     if next_slice is None:
@@ -588,9 +594,10 @@ cdef object next_batch(self):
     if batch_bytes is None:
         return stock_batch_of(next_slice)
     cls = memory_records_names.get("DefaultRecordBatch")
-    if cls is not DefaultRecordBatch or not guard(G_BATCH).ok():
+    g = guard(G_BATCH)
+    if cls is not g.cls or not g.ok():
         return cls(next_slice)
-    return new_batch(batch_bytes)
+    return new_batch(g, batch_bytes)
 
 
 cdef object stock_batch_of(next_slice):
@@ -601,17 +608,17 @@ cdef object stock_batch_of(next_slice):
     return memory_records_names["DefaultRecordBatch"](next_slice)
 
 
-cdef object new_batch(bytearray buf):
-    """DefaultRecordBatch(buf) for a bytearray of 61 bytes at least that nothing else
-    holds: what its __init__ sets, set in its slots."""
+cdef object new_batch(ClassGuard g, bytearray buf):
+    """g.cls(buf) (DefaultRecordBatch, its guard g checked) for a bytearray of 61 bytes at
+    least that nothing else holds: what its __init__ sets, set in its slots."""
     header = batch_header(<const unsigned char*>PyByteArray_AS_STRING(buf))
-    batch = new_object(DefaultRecordBatch)
-    set_slot(batch, at_buffer, buf)
-    set_slot(batch, at_header_data, header)
-    set_slot(batch, at_pos, 61)  # HEADER_STRUCT.size
-    set_slot(batch, at_num_records, (<tuple>header)[12])
-    set_slot(batch, at_next_record_index, 0)
-    set_slot(batch, at_decompressed, False)
+    batch = new_object(g.cls)
+    set_slot(batch, g.at[AT_BUFFER], buf)
+    set_slot(batch, g.at[AT_HEADER_DATA], header)
+    set_slot(batch, g.at[AT_POS], 61)  # HEADER_STRUCT.size
+    set_slot(batch, g.at[AT_NUM_RECORDS], (<tuple>header)[12])
+    set_slot(batch, g.at[AT_NEXT_RECORD_INDEX], 0)
+    set_slot(batch, g.at[AT_DECOMPRESSED], False)
     return batch
 
 
@@ -937,23 +944,13 @@ def bind_builder(**kw):
     global DefaultRecordBatchBuilder, DefaultRecordMetadata, stock_builder_append, stock_time
     global metadata_init, producer_batch_names, stock_try_append, accumulator_names
     global producer_names, FutureRecordMetadata, record_future_guard, future_names
-    global fut_is_done, fut_value, fut_exception, fut_callbacks, fut_errbacks, fut_lock
-    global fut_produce_future, fut_args
     FutureRecordMetadata = kw["FutureRecordMetadata"]
-    made = ClassGuard(FutureRecordMetadata, {})
+    made = ClassGuard(FutureRecordMetadata, {}, FUTURE_SLOTS)
     replaced = record_future_guard  # dropped after the swap (see guard())
     with cython.critical_section(guards_lock):
         record_future_guard = made
     del replaced
     future_names = vars(kw["future_module"])
-    fut_is_done = slot_offset(FutureRecordMetadata, "is_done")
-    fut_value = slot_offset(FutureRecordMetadata, "value")
-    fut_exception = slot_offset(FutureRecordMetadata, "exception")
-    fut_callbacks = slot_offset(FutureRecordMetadata, "_callbacks")
-    fut_errbacks = slot_offset(FutureRecordMetadata, "_errbacks")
-    fut_lock = slot_offset(FutureRecordMetadata, "_lock")
-    fut_produce_future = slot_offset(FutureRecordMetadata, "_produce_future")
-    fut_args = slot_offset(FutureRecordMetadata, "args")
     producer_batch_names = vars(kw["producer_batch_module"])
     accumulator_names = vars(kw["accumulator_module"])
     producer_names = vars(kw["producer_module"])
@@ -1154,28 +1151,25 @@ cdef object stock_try_append = None
 cdef object FutureRecordMetadata = None  # kafka.producer.future's, as install() found it
 cdef ClassGuard record_future_guard = None
 cdef dict future_names = None  # kafka.future's globals (its Future.__init__ reads threading)
-# Offsets of FutureRecordMetadata's slots (Future's and its own)
-cdef Py_ssize_t fut_is_done, fut_value, fut_exception, fut_callbacks, fut_errbacks, fut_lock
-cdef Py_ssize_t fut_produce_future, fut_args
 
 
-cdef object record_future(object produce_future, tuple args):
+cdef object record_future(ClassGuard g, object produce_future, tuple args):
     """FutureRecordMetadata(produce_future, *args) while the class and Future hold what
-    install() found: their two __init__s' steps without their frames (the slots set in
-    the same order, then the same _add_cb_eb call). Its inputs are made before the
-    instance, so no Python code runs while it is part filled."""
+    install() found (g, its guard, checked): their two __init__s' steps without their
+    frames (the slots set in the same order, then the same _add_cb_eb call). Its inputs
+    are made before the instance, so no Python code runs while it is part filled."""
     callbacks = []
     errbacks = []
     lock = global_name(future_names, "threading").Lock()
-    future = object.__new__(FutureRecordMetadata)
-    set_slot(future, fut_is_done, False)
-    set_slot(future, fut_value, None)
-    set_slot(future, fut_exception, None)
-    set_slot(future, fut_callbacks, callbacks)
-    set_slot(future, fut_errbacks, errbacks)
-    set_slot(future, fut_lock, lock)
-    set_slot(future, fut_produce_future, produce_future)
-    set_slot(future, fut_args, args)
+    future = object.__new__(g.cls)
+    set_slot(future, g.at[FUT_IS_DONE], False)
+    set_slot(future, g.at[FUT_VALUE], None)
+    set_slot(future, g.at[FUT_EXCEPTION], None)
+    set_slot(future, g.at[FUT_CALLBACKS], callbacks)
+    set_slot(future, g.at[FUT_ERRBACKS], errbacks)
+    set_slot(future, g.at[FUT_LOCK], lock)
+    set_slot(future, g.at[FUT_PRODUCE_FUTURE], produce_future)
+    set_slot(future, g.at[FUT_ARGS], args)
     produce_future._add_cb_eb(future._produce_success, future.failure)
     return future
 
@@ -1184,6 +1178,7 @@ def batch_try_append(self, timestamp_ms, key, value, headers, now=None):
     """ProducerBatch.try_append, compiled: the same steps, in the same order, with the
     names its module binds (time, FutureRecordMetadata) read from that module at each
     call, as stock's code reads them."""
+    cdef ClassGuard g
     names = producer_batch_names
     if "time" not in names or "FutureRecordMetadata" not in names:
         return stock_try_append(self, timestamp_ms, key, value, headers, now)
@@ -1204,8 +1199,9 @@ def batch_try_append(self, timestamp_ms, key, value, headers, now=None):
         len(value) if value is not None else -1,
         sum([len(h_key.encode("utf-8")) + len(h_val) for h_key, h_val in headers])
         if headers else -1)
-    if future_class is FutureRecordMetadata and guard(G_RECORD_FUTURE).ok():
-        future = record_future(produce_future, args)
+    g = guard(G_RECORD_FUTURE)
+    if future_class is g.cls and g.ok():
+        future = record_future(g, produce_future, args)
     else:
         future = future_class(produce_future, *args)
     self._record_futures.append(future)
