@@ -741,3 +741,83 @@ def test_forward_compiled_with_an_option_that_needs_python_is_a_usage_error(caps
             f"error: --forward: the compiled forwarding path cannot carry connections with "
             f"{named} (Python's work for every exchange): ask for auto" in err
         )
+
+
+def tcp_pair():
+    """(far end, near end) of one TCP connection on 127.0.0.1: a peer's close is a FIN
+    (EPOLLRDHUP), not the hang-up a closed socket pair gives."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        far = socket.create_connection(listener.getsockname(), timeout=TIMEOUT)
+        near, _ = listener.accept()
+    far.settimeout(TIMEOUT)
+    return far, near
+
+
+def closed_items(fw, seconds):
+    """The CLOSED items taken within `seconds` (at the first one)."""
+    from fastkwire import _forward
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        closed = [item for item in fw.take() if item[0] == _forward.CLOSED]
+        if closed:
+            return closed
+        time.sleep(0.05)
+    return []
+
+
+@needs_compiled
+def test_a_client_that_closes_with_its_requests_unanswered_is_seen_to_end():
+    """A client whose requests fill max_in_flight, then closes, to an upstream that never
+    answers: its reading was paused, so its FIN went unseen and the pair stayed open for
+    ever (no timeout runs while requests wait). Its end is seen: the request it sent
+    after the limit still reaches the upstream, then the upstream's connection ends too."""
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 1, 1 << 20, 30.0, VERSIONS)
+    try:
+        client, client_end = tcp_pair()
+        upstream, upstream_end = tcp_pair()
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        first, second = api_versions(1, "silent"), api_versions(2, "silent")
+        client.sendall(first + second)
+        assert recv_exactly(upstream, len(first)) == first
+        time.sleep(0.2)
+        client.close()
+        (item,) = closed_items(fw, 3.0)
+        assert item[2:4] == (0, _forward.CLIENT_CLOSED) and item[7] == 2
+        assert recv_exactly(upstream, len(second)) == second
+        assert upstream.recv(10) == b""
+    finally:
+        fw.close()
+
+
+@needs_compiled
+def test_an_upstream_that_ends_while_its_client_takes_nothing_is_ended_after_frame_timeout():
+    """An upstream sends more than the client takes (its reading pauses past 64 KiB
+    waiting), then ends. Its FIN went unseen while its reading was paused, so neither the
+    end nor frame_timeout ever started: the pair was held for ever by a client that reads
+    nothing. The end is seen, and the client must take something every frame_timeout."""
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 16, 1 << 20, 1.0, VERSIONS)
+    try:
+        client, client_end = tcp_pair()
+        upstream, upstream_end = tcp_pair()
+        client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        answers = b"".join(answer_to(api_versions(cid), 10_000) for cid in range(40))
+        upstream.sendall(answers)
+        time.sleep(0.3)
+        upstream.close()
+        started = time.monotonic()
+        (item,) = closed_items(fw, 5.0)
+        assert time.monotonic() - started > 0.9  # a frame_timeout after the upstream's end
+        assert item[2:4] == (0, _forward.UNDELIVERED)
+        got = bytearray()
+        while chunk := client.recv(65536):
+            got += chunk
+        assert bytes(got) == answers[: len(got)] and len(got) < len(answers)
+    finally:
+        fw.close()
