@@ -821,3 +821,34 @@ def test_an_upstream_that_ends_while_its_client_takes_nothing_is_ended_after_fra
         assert bytes(got) == answers[: len(got)] and len(got) < len(answers)
     finally:
         fw.close()
+
+
+@needs_compiled
+def test_a_half_closed_client_still_gets_every_answer_and_costs_no_cpu_meanwhile():
+    """A client that ends its stream (shutdown for writing) after its upstream ended, while
+    the upstream's last answers wait for it: it still gets them all, and while it waits to
+    read them the forwarding thread does not spin on its end (seen once, then no longer
+    asked for). (A client's end before the upstream's ends the pair: its answers are
+    dropped, as ever.)"""
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 16, 1 << 20, 30.0, VERSIONS)
+    try:
+        client, client_end = socket.socketpair()  # small buffers: the answers wait
+        client.settimeout(TIMEOUT)
+        upstream, upstream_end = tcp_pair()
+        client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        answers = b"".join(answer_to(api_versions(cid), 10_000) for cid in range(6))
+        upstream.sendall(answers)  # under 64 KiB: all read, the upstream's end too
+        upstream.shutdown(socket.SHUT_WR)
+        time.sleep(0.2)
+        client.shutdown(socket.SHUT_WR)
+        time.sleep(0.2)
+        cpu = time.process_time()
+        time.sleep(1.0)
+        assert time.process_time() - cpu < 0.5
+        assert recv_exactly(client, len(answers)) == answers
+        assert client.recv(10) == b""
+    finally:
+        fw.close()

@@ -807,6 +807,8 @@ static void fw_peer_ended(fw_state *st, fw_conn *c, int i, double now) {
     s->hup = 1;
     s->hup_left = fw_undelivered(s);
     s->hup_since = now;
+    if (c->closing >= 0)
+        return; /* the other side's end already runs its clock */
     if (i == 0 && s->stalled && fw_split(st, c, 0, now))
         fw_flush(st, c, 0);
 }
@@ -954,8 +956,8 @@ static void *fw_loop(void *arg) {
             /* a hang-up is reported whatever was asked: read on to the end of the stream */
             if (!c->dead && (((ev & EPOLLIN) && fw_may_read(st, c, i)) || (ev & (EPOLLHUP | EPOLLERR))))
                 fw_read(st, c, i, now);
-            if (!c->dead && (ev & EPOLLRDHUP) && c->closing < 0 && !c->s[i].hup)
-                fw_peer_ended(st, c, i, now);
+            if (!c->dead && (ev & EPOLLRDHUP) && !c->s[i].hup)
+                fw_peer_ended(st, c, i, now); /* once: it is no longer asked for */
             fw_update(st, c, now);
         }
         while (st->dead) {
