@@ -21,7 +21,10 @@
  *
  * A peer's end of stream closes its socket; the connection ends once the whole frames it
  * sent before have reached the other side (that side's end or error ends it sooner, and
- * taking nothing for frame_timeout ends it as FW_UNDELIVERED). */
+ * taking nothing for frame_timeout ends it as FW_UNDELIVERED). An end is seen while the
+ * peer's reading is paused too (EPOLLRDHUP, asked for until seen once): a client's
+ * requests are then read past the pending limits, and whatever that side holds must keep
+ * going to the other side, or the same frame_timeout ends the pair. */
 #ifndef FASTKWIRE_FORWARD_H
 #define FASTKWIRE_FORWARD_H
 
