@@ -852,3 +852,34 @@ def test_a_half_closed_client_still_gets_every_answer_and_costs_no_cpu_meanwhile
         assert client.recv(10) == b""
     finally:
         fw.close()
+
+
+@needs_compiled
+def test_a_client_that_closes_while_clients_are_held_for_max_buffered_is_seen_to_end():
+    """A client whose unanswered request takes the proxy past max_buffered_bytes (every
+    client is then held between frames), then closes, to an upstream that never answers:
+    its end was never read (held like the others), so its request was held for ever, and
+    with it every other client. Its end is read: the pair ends and the hold lifts."""
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(4 << 20, 4 << 20, 64, 1 << 20, 30.0, VERSIONS)
+    try:
+        client, client_end = tcp_pair()
+        upstream, upstream_end = tcp_pair()
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        big = api_versions(1, "silent")
+        big = SIZE.pack(len(big) - 4 + (3 << 19)) + big[4:] + bytes(3 << 19)  # 1.5 MiB
+        sender = threading.Thread(target=client.sendall, args=(big,), daemon=True)
+        sender.start()
+        assert recv_exactly(upstream, len(big)) == big
+        sender.join(TIMEOUT)
+        client.sendall(api_versions(2))  # read only once the hold lifts
+        time.sleep(0.3)
+        assert [item[0] for item in fw.take()] == [_forward.HOLDING]
+        client.close()
+        (item,) = closed_items(fw, 3.0)
+        assert item[2:4] == (0, _forward.CLIENT_CLOSED) and item[7] == 2
+        assert read_frame(upstream) == api_versions(2)
+        assert upstream.recv(10) == b""
+    finally:
+        fw.close()

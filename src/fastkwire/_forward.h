@@ -566,7 +566,7 @@ static int fw_may_read(fw_state *st, fw_conn *c, int i) {
         __atomic_store_n(&st->queue_held, 1, __ATOMIC_RELAXED);
         return 0;
     }
-    if (i == 0) {
+    if (i == 0 && !s->hup) { /* one that ended is read to its end: its FIN frees what it holds */
         if (fw_pending_full(st, c))
             return 0; /* a client that has ended is read to its end: its answers go nowhere */
         if (s->len == s->parsed && !fw_queue_room(st, 1)) {
