@@ -99,10 +99,6 @@ class Plan:
         self.upstream_end = rng.choice(["eof", "eof", "cut", "reset", "never"])
         if self.first_hostile and self.client_end == "stay":
             self.client_end = "eof"  # the upstream never learns the plan: nothing ends it
-        if self.huge_request and self.upstream_end == "never":
-            # a request past max_pending_bytes left unanswered holds its connection's
-            # reading (the client's end is not seen) until its upstream answers or ends
-            self.answers = None
         # the ApiVersions requests the upstream sees once it knows the plan
         self.total = (not self.first_hostile) + self.requests + bool(self.huge_request)
 

@@ -741,3 +741,145 @@ def test_forward_compiled_with_an_option_that_needs_python_is_a_usage_error(caps
             f"error: --forward: the compiled forwarding path cannot carry connections with "
             f"{named} (Python's work for every exchange): ask for auto" in err
         )
+
+
+def tcp_pair():
+    """(far end, near end) of one TCP connection on 127.0.0.1: a peer's close is a FIN
+    (EPOLLRDHUP), not the hang-up a closed socket pair gives."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        far = socket.create_connection(listener.getsockname(), timeout=TIMEOUT)
+        near, _ = listener.accept()
+    far.settimeout(TIMEOUT)
+    return far, near
+
+
+def closed_items(fw, seconds):
+    """The CLOSED items taken within `seconds` (at the first one)."""
+    from fastkwire import _forward
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        closed = [item for item in fw.take() if item[0] == _forward.CLOSED]
+        if closed:
+            return closed
+        time.sleep(0.05)
+    return []
+
+
+@needs_compiled
+def test_a_client_that_closes_with_its_requests_unanswered_is_seen_to_end():
+    """A client whose requests fill max_in_flight, then closes, to an upstream that never
+    answers: its reading was paused, so its FIN went unseen and the pair stayed open for
+    ever (no timeout runs while requests wait). Its end is seen: the request it sent
+    after the limit still reaches the upstream, then the upstream's connection ends too."""
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 1, 1 << 20, 30.0, VERSIONS)
+    try:
+        client, client_end = tcp_pair()
+        upstream, upstream_end = tcp_pair()
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        first, second = api_versions(1, "silent"), api_versions(2, "silent")
+        client.sendall(first + second)
+        assert recv_exactly(upstream, len(first)) == first
+        time.sleep(0.2)
+        client.close()
+        (item,) = closed_items(fw, 3.0)
+        assert item[2:4] == (0, _forward.CLIENT_CLOSED) and item[7] == 2
+        assert recv_exactly(upstream, len(second)) == second
+        assert upstream.recv(10) == b""
+    finally:
+        fw.close()
+
+
+@needs_compiled
+def test_an_upstream_that_ends_while_its_client_takes_nothing_is_ended_after_frame_timeout():
+    """An upstream sends more than the client takes (its reading pauses past 64 KiB
+    waiting), then ends. Its FIN went unseen while its reading was paused, so neither the
+    end nor frame_timeout ever started: the pair was held for ever by a client that reads
+    nothing. The end is seen, and the client must take something every frame_timeout."""
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 16, 1 << 20, 1.0, VERSIONS)
+    try:
+        client, client_end = tcp_pair()
+        upstream, upstream_end = tcp_pair()
+        client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        answers = b"".join(answer_to(api_versions(cid), 10_000) for cid in range(40))
+        upstream.sendall(answers)
+        time.sleep(0.3)
+        upstream.close()
+        started = time.monotonic()
+        (item,) = closed_items(fw, 5.0)
+        assert time.monotonic() - started > 0.9  # a frame_timeout after the upstream's end
+        assert item[2:4] == (0, _forward.UNDELIVERED)
+        got = bytearray()
+        while chunk := client.recv(65536):
+            got += chunk
+        assert bytes(got) == answers[: len(got)] and len(got) < len(answers)
+    finally:
+        fw.close()
+
+
+@needs_compiled
+def test_a_half_closed_client_still_gets_every_answer_and_costs_no_cpu_meanwhile():
+    """A client that ends its stream (shutdown for writing) after its upstream ended, while
+    the upstream's last answers wait for it: it still gets them all, and while it waits to
+    read them the forwarding thread does not spin on its end (seen once, then no longer
+    asked for). (A client's end before the upstream's ends the pair: its answers are
+    dropped, as ever.)"""
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(1 << 20, 1 << 20, 16, 1 << 20, 30.0, VERSIONS)
+    try:
+        client, client_end = socket.socketpair()  # small buffers: the answers wait
+        client.settimeout(TIMEOUT)
+        upstream, upstream_end = tcp_pair()
+        client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        answers = b"".join(answer_to(api_versions(cid), 10_000) for cid in range(6))
+        upstream.sendall(answers)  # under 64 KiB: all read, the upstream's end too
+        upstream.shutdown(socket.SHUT_WR)
+        time.sleep(0.2)
+        client.shutdown(socket.SHUT_WR)
+        time.sleep(0.2)
+        cpu = time.process_time()
+        time.sleep(1.0)
+        assert time.process_time() - cpu < 0.5
+        assert recv_exactly(client, len(answers)) == answers
+        assert client.recv(10) == b""
+    finally:
+        fw.close()
+
+
+@needs_compiled
+def test_a_client_that_closes_while_clients_are_held_for_max_buffered_is_seen_to_end():
+    """A client whose unanswered request takes the proxy past max_buffered_bytes (every
+    client is then held between frames), then closes, to an upstream that never answers:
+    its end was never read (held like the others), so its request was held for ever, and
+    with it every other client. Its end is read: the pair ends and the hold lifts."""
+    from fastkwire import _forward
+
+    fw = _forward.Forwarder(4 << 20, 4 << 20, 64, 1 << 20, 30.0, VERSIONS)
+    try:
+        client, client_end = tcp_pair()
+        upstream, upstream_end = tcp_pair()
+        fw.add(1, client_end.detach(), upstream_end.detach())
+        big = api_versions(1, "silent")
+        big = SIZE.pack(len(big) - 4 + (3 << 19)) + big[4:] + bytes(3 << 19)  # 1.5 MiB
+        sender = threading.Thread(target=client.sendall, args=(big,), daemon=True)
+        sender.start()
+        assert recv_exactly(upstream, len(big)) == big
+        sender.join(TIMEOUT)
+        client.sendall(api_versions(2))  # read only once the hold lifts
+        time.sleep(0.3)
+        assert [item[0] for item in fw.take()] == [_forward.HOLDING]
+        client.close()
+        (item,) = closed_items(fw, 3.0)
+        assert item[2:4] == (0, _forward.CLIENT_CLOSED) and item[7] == 2
+        assert read_frame(upstream) == api_versions(2)
+        assert upstream.recv(10) == b""
+    finally:
+        fw.close()

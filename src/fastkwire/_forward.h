@@ -21,7 +21,10 @@
  *
  * A peer's end of stream closes its socket; the connection ends once the whole frames it
  * sent before have reached the other side (that side's end or error ends it sooner, and
- * taking nothing for frame_timeout ends it as FW_UNDELIVERED). */
+ * taking nothing for frame_timeout ends it as FW_UNDELIVERED). An end is seen while the
+ * peer's reading is paused too (EPOLLRDHUP, asked for until seen once): a client's
+ * requests are then read past the pending limits, and whatever that side holds must keep
+ * going to the other side, or the same frame_timeout ends the pair. */
 #ifndef FASTKWIRE_FORWARD_H
 #define FASTKWIRE_FORWARD_H
 
@@ -114,6 +117,11 @@ typedef struct {
     fw_block *out;                 /* a large frame moved out of buf, written before [sent, parsed) */
     const char *out_data;
     size_t out_len, out_sent;
+    int hup;                       /* its peer's end of stream was seen (EPOLLRDHUP) before it
+                                      was read: while it waits unread, what this side holds
+                                      must go on to the other side (fw_watch) */
+    size_t hup_left;               /* bytes still to deliver at the last watch */
+    double hup_since;              /* when they last went down */
 } fw_side;
 
 typedef struct fw_conn {
@@ -538,6 +546,15 @@ static void fw_hold_clients(fw_state *st, fw_conn *c) {
     }
 }
 
+/* Whether the client's requests wait for answers (max_pending, max_in_flight). Not once
+ * its end is seen: its answers go nowhere, and what it sent before is bounded (by its
+ * socket's buffer). */
+static int fw_pending_full(fw_state *st, fw_conn *c) {
+    if (c->s[0].hup || c->s[0].eof)
+        return 0;
+    return c->pend_bytes > st->max_pending || c->pend_count >= st->max_in_flight;
+}
+
 static int fw_may_read(fw_state *st, fw_conn *c, int i) {
     fw_side *s = &c->s[i];
     /* once the upstream has ended nothing more goes to it; once the client has, answers
@@ -549,9 +566,9 @@ static int fw_may_read(fw_state *st, fw_conn *c, int i) {
         __atomic_store_n(&st->queue_held, 1, __ATOMIC_RELAXED);
         return 0;
     }
-    if (i == 0) {
-        if (c->pend_bytes > st->max_pending || c->pend_count >= st->max_in_flight)
-            return 0;
+    if (i == 0 && !s->hup) { /* one that ended is read to its end: its FIN frees what it holds */
+        if (fw_pending_full(st, c))
+            return 0; /* a client that has ended is read to its end: its answers go nowhere */
         if (s->len == s->parsed && !fw_queue_room(st, 1)) {
             fw_hold_clients(st, c);
             return 0;
@@ -584,7 +601,8 @@ static void fw_update(fw_state *st, fw_conn *c, double now) {
         if (s->fd < 0)
             continue;
         int reading = fw_may_read(st, c, i);
-        uint32_t ev = (reading ? EPOLLIN : 0) | (c->s[1 - i].parsed > c->s[1 - i].sent || c->s[1 - i].out ? EPOLLOUT : 0);
+        uint32_t ev = (reading ? EPOLLIN : 0) | (s->hup ? 0 : EPOLLRDHUP) |
+                      (c->s[1 - i].parsed > c->s[1 - i].sent || c->s[1 - i].out ? EPOLLOUT : 0);
         if (reading && s->since < 0)
             s->since = now;
         else if (!reading && s->since >= 0) {
@@ -664,7 +682,7 @@ static int fw_split(fw_state *st, fw_conn *c, int i, double now) {
     int completed = 0, full = 0;
     s->stalled = 0;
     while (s->len - s->parsed >= 4) {
-        if (i == 0 && (c->pend_bytes > st->max_pending || c->pend_count >= st->max_in_flight)) {
+        if (i == 0 && fw_pending_full(st, c)) {
             full = 1; /* what was read waits (one read's worth at most) for answers */
             break;
         }
@@ -741,6 +759,8 @@ static void fw_ended(fw_state *st, fw_conn *c, int i, double now) {
     close(s->fd);
     s->fd = -1;
     s->events = 0;
+    if (i == 0 && s->stalled && !fw_split(st, c, 0, now))
+        return;
     fw_flush(st, c, i);
     c->drain_left = fw_undelivered(s);
     c->drain_since = now;
@@ -777,6 +797,22 @@ static void fw_read(fw_state *st, fw_conn *c, int i, double now) {
         fw_flush(st, c, i);
     /* answers made room: requests read meanwhile go on */
     if (i == 1 && !c->dead && c->s[0].len > c->s[0].parsed && fw_split(st, c, 0, now))
+        fw_flush(st, c, 0);
+}
+
+/* Side i's peer ended its stream, seen before the end was read (its reading paused): a
+ * client's requests are no longer held by the pending limits (what it sent before its end
+ * is bounded by its socket's buffer, and its answers go nowhere), and from now on what
+ * this side holds must go on to the other side, something every frame_timeout (fw_watch):
+ * otherwise a peer that ended while the other side took nothing held the pair for ever. */
+static void fw_peer_ended(fw_state *st, fw_conn *c, int i, double now) {
+    fw_side *s = &c->s[i];
+    s->hup = 1;
+    s->hup_left = fw_undelivered(s);
+    s->hup_since = now;
+    if (c->closing >= 0)
+        return; /* the other side's end already runs its clock */
+    if (i == 0 && s->stalled && fw_split(st, c, 0, now))
         fw_flush(st, c, 0);
 }
 
@@ -842,6 +878,18 @@ static void fw_watch(fw_state *st, double now) {
                 fw_end(st, c, FW_UNDELIVERED, 1 - c->closing, (int64_t)left, 0, 0);
             }
             continue;
+        }
+        for (int i = 0; i < 2 && !c->dead; i++) {
+            fw_side *s = &c->s[i];
+            if (!s->hup || s->fd < 0)
+                continue;
+            size_t left = fw_undelivered(s);
+            if (left < s->hup_left || !left) {
+                s->hup_left = left;
+                s->hup_since = now;
+            } else if (now - s->hup_since > st->frame_timeout) {
+                fw_end(st, c, FW_UNDELIVERED, 1 - i, (int64_t)left, 0, 0);
+            }
         }
         for (int i = 0; i < 2 && !c->dead; i++) {
             fw_side *s = &c->s[i];
@@ -911,6 +959,8 @@ static void *fw_loop(void *arg) {
             /* a hang-up is reported whatever was asked: read on to the end of the stream */
             if (!c->dead && (((ev & EPOLLIN) && fw_may_read(st, c, i)) || (ev & (EPOLLHUP | EPOLLERR))))
                 fw_read(st, c, i, now);
+            if (!c->dead && (ev & EPOLLRDHUP) && !c->s[i].hup)
+                fw_peer_ended(st, c, i, now); /* once: it is no longer asked for */
             fw_update(st, c, now);
         }
         while (st->dead) {
