@@ -68,9 +68,12 @@ values = [w for line in pip("config", "list").splitlines() if "=" in line
           for v in shlex.split(line.split("=", 1)[1]) for w in v.split()]
 values += [v for k, val in os.environ.items() if k.startswith("PIP_") for v in val.split()]
 for v in values:
+    local_index = v.startswith("file://")
     v = v.removeprefix("file://")
     if os.path.isabs(v) and os.path.exists(v):
-        paths.add(v)
+        # a file:// index's pages may link to its files by relative paths (../files): the
+        # folder holding the index is mounted, not the index alone
+        paths.add(os.path.dirname(v.rstrip("/")) if local_index and os.path.isdir(v) else v)
 for p in sorted(paths):
     if os.path.exists(p):
         print("dir" if os.path.isdir(p) else "file", p)
