@@ -535,7 +535,7 @@ def aiokafka_parts():
         except ImportError:
             _AIOKAFKA = False
             return None
-        if not fka.install():
+        if fka.unsupported_reason() is not None or not fka.install():  # a declined release
             _AIOKAFKA = False
             return None
         batches = []

@@ -415,8 +415,18 @@ AIOKAFKA_RECORDS = """
 """
 
 
-def test_aiokafka_loop_refuses_close_while_its_own_step_runs():
+def needs_the_aiokafka_accelerator():
+    """Skip without aiokafka, or where the accelerator declines the installed release."""
     pytest.importorskip("aiokafka")
+    import fastkwire.aiokafka as fka
+
+    reason = fka.unsupported_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def test_aiokafka_loop_refuses_close_while_its_own_step_runs():
+    needs_the_aiokafka_accelerator()
     # A gc callback inside the loop's step (read_raw allocates the headers list, a tuple
     # per header) closed the loop, which dropped the bytes it was reading, and dropped the
     # MemoryRecords, the bytes' only other owner (400 KB: returned to the system at once):
@@ -531,7 +541,7 @@ def test_kafka_python_guard_survives_a_reinstall_inside_its_check(workload):
 
 
 def test_aiokafka_loop_is_stepped_by_one_thread_at_a_time():
-    pytest.importorskip("aiokafka")
+    needs_the_aiokafka_accelerator()
     # Without the GIL, FetchResult.getall's drain() did not take the test-and-set that
     # next()'s take() takes: two threads draining one result both stepped the loop
     # (a spurious CorruptRecordException, a TypeError from step(), fields assigned and
@@ -663,7 +673,7 @@ def test_kafka_python_messages_survive_a_reinstall_while_their_codecs_are_made()
 
 
 def test_aiokafka_loop_makes_records_of_the_class_its_init_was_checked_with():
-    pytest.importorskip("aiokafka")
+    needs_the_aiokafka_accelerator()
     # A loop took ConsumerRecord's __init__ when it began and made each record as
     # object.__new__(ConsumerRecord) plus that __init__, reading the class from the
     # module global at each record. install() again after the fetcher's ConsumerRecord
@@ -702,7 +712,7 @@ def test_aiokafka_loop_makes_records_of_the_class_its_init_was_checked_with():
 
 
 def test_aiokafka_struct_decode_of_a_deep_or_cyclic_schema_is_stocks():
-    pytest.importorskip("aiokafka")
+    needs_the_aiokafka_accelerator()
     # The decode plan was made (and read) by C recursion over the class's SCHEMA, one C
     # frame per level with no depth check: a SCHEMA nested 200,000 deep, or one that
     # holds itself, overflowed the C stack (SIGSEGV) where stock decodes the data it is
