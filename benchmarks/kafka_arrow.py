@@ -382,7 +382,7 @@ def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * page
 # Warm up: imports, a connection, the converter's first call.
-for b in fastkwire.iter_kafka("bench", bootstrap_servers=bootstrap, end_offset=10, block_size=4096):
+for b in fastkwire.iter_kafka("bench", bootstrap_servers=bootstrap, end_offset=10, block_size=block):
     pass
 before = rss()
 peak = [before]
