@@ -615,7 +615,11 @@ def test_an_upstream_that_ends_after_answering_still_reaches_a_slow_client(tail,
         upstream, upstream_end = socket.socketpair()
         client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         fw.add(1, client_end.detach(), upstream_end.detach())
-        answers = b"".join(answer_to(api_versions(cid), 10_000) for cid in range(40))
+        # 120 KB: past what the client's buffers and FW_HIGH_WATER take, so its reading
+        # pauses, yet within the upstream's receive window with what the forwarder read, so
+        # the upstream's FIN is sent. (400 KB could leave the FIN behind unsent data on a
+        # loaded machine, whose receive buffer had not grown: an end never sent, not unseen.)
+        answers = b"".join(answer_to(api_versions(cid), 10_000) for cid in range(12))
         threading.Thread(
             target=lambda: (upstream.sendall(answers + tail), upstream.shutdown(socket.SHUT_WR)),
             daemon=True,
@@ -807,7 +811,11 @@ def test_an_upstream_that_ends_while_its_client_takes_nothing_is_ended_after_fra
         client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         fw.add(1, client_end.detach(), upstream_end.detach())
-        answers = b"".join(answer_to(api_versions(cid), 10_000) for cid in range(40))
+        # 120 KB: past what the client's buffers and FW_HIGH_WATER take, so its reading
+        # pauses, yet within the upstream's receive window with what the forwarder read, so
+        # the upstream's FIN is sent. (400 KB could leave the FIN behind unsent data on a
+        # loaded machine, whose receive buffer had not grown: an end never sent, not unseen.)
+        answers = b"".join(answer_to(api_versions(cid), 10_000) for cid in range(12))
         upstream.sendall(answers)
         time.sleep(0.3)
         upstream.close()
