@@ -76,6 +76,7 @@ from ._log import LATEST, LogError, read_batch_head
 from ._acls import HANDLERS as ACL_HANDLERS
 from ._acls import AclStore
 from ._replica_apis import HANDLERS as REPLICA_HANDLERS
+from ._sasl_apis import HANDLERS as SASL_HANDLERS
 from ._transactions import HANDLERS as TRANSACTION_HANDLERS
 from ._transactions import TransactionCoordinator, fenced_for
 
@@ -175,6 +176,7 @@ class Apis:
                     for cls, low, high, handler in REPLICA_HANDLERS
                     + ACL_HANDLERS
                     + TRANSACTION_HANDLERS
+                    + SASL_HANDLERS
                 ),
             )
         }
