@@ -1,0 +1,386 @@
+"""The broker's SASL and TLS listeners with real clients: kafka-python, aiokafka and
+confluent-kafka produce and consume over SASL_PLAINTEXT (PLAIN, SCRAM-SHA-512), SSL and
+SASL_SSL (SCRAM-SHA-256), and are refused a wrong password with Kafka's error; fastkwire's
+own admin command logs in to describe a group; `fastkwire broker` takes the same settings as
+flags. Certificates are made for the test (tests/certs.py)."""
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fastkwire import cli
+from fastkwire.testing import Broker
+
+from certs import tls_files  # noqa: F401 - a fixture
+
+USERS = {"alice": "alice-Pass-3c9", "ops": "ops-Pass-81d"}
+TIMEOUT = 20
+CASES = [
+    ("SASL_PLAINTEXT", "PLAIN"),
+    ("SASL_PLAINTEXT", "SCRAM-SHA-512"),
+    ("SSL", None),
+    ("SASL_SSL", "SCRAM-SHA-256"),
+]
+CASE_IDS = [f"{p}-{m}" if m else p for p, m in CASES]
+
+
+@pytest.fixture(scope="module")
+def brokers(tls_files):  # noqa: F811 - the fixture
+    tls = {"tls_cert": tls_files.server_cert, "tls_key": tls_files.server_key}
+    made = {
+        "SASL_PLAINTEXT": Broker(users=USERS),
+        "SSL": Broker(**tls),
+        "SASL_SSL": Broker(users=USERS, **tls),
+    }
+    started = []
+    try:
+        for b in made.values():
+            started.append(b.start())
+        yield made
+    finally:
+        for b in started:
+            b.stop()
+
+
+def kafka_python_config(broker, mechanism, ca, password=None):
+    config = {"bootstrap_servers": broker.bootstrap_servers}
+    config["security_protocol"] = broker.security_protocol
+    if mechanism:
+        config.update(
+            sasl_mechanism=mechanism,
+            sasl_plain_username="alice",
+            sasl_plain_password=password or USERS["alice"],
+        )
+    if "SSL" in broker.security_protocol:
+        config["ssl_cafile"] = ca
+    return config
+
+
+def confluent_config(broker, mechanism, ca, password=None):
+    config = {
+        "bootstrap.servers": broker.bootstrap_servers,
+        "security.protocol": broker.security_protocol,
+    }
+    if mechanism:
+        config.update(
+            {
+                "sasl.mechanisms": mechanism,
+                "sasl.username": "alice",
+                "sasl.password": password or USERS["alice"],
+            }
+        )
+    if "SSL" in broker.security_protocol:
+        config["ssl.ca.location"] = ca
+    return config
+
+
+def values(topic):
+    return [f"{topic}-{i}".encode() for i in range(5)]
+
+
+@pytest.mark.parametrize("protocol, mechanism", CASES, ids=CASE_IDS)
+def test_kafka_python_over_each_protocol(brokers, tls_files, protocol, mechanism):  # noqa: F811
+    kafka = pytest.importorskip("kafka")
+    broker = brokers[protocol]
+    config = kafka_python_config(broker, mechanism, tls_files.ca)
+    topic = f"kp-{protocol}-{mechanism}".lower()
+    producer = kafka.KafkaProducer(**config)
+    try:
+        for v in values(topic):
+            producer.send(topic, v)
+        producer.flush(TIMEOUT)
+    finally:
+        producer.close()
+    consumer = kafka.KafkaConsumer(**config, auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    try:
+        consumer.assign([kafka.TopicPartition(topic, 0)])
+        got = [m.value for _, m in zip(range(5), consumer)]
+    finally:
+        consumer.close()
+    assert got == values(topic)
+
+
+@pytest.mark.parametrize("protocol, mechanism", CASES, ids=CASE_IDS)
+def test_aiokafka_over_each_protocol(brokers, tls_files, protocol, mechanism):  # noqa: F811
+    aiokafka = pytest.importorskip("aiokafka")
+    from aiokafka.helpers import create_ssl_context
+
+    broker = brokers[protocol]
+    topic = f"ak-{protocol}-{mechanism}".lower()
+
+    def config():
+        out = {
+            "bootstrap_servers": broker.bootstrap_servers,
+            "security_protocol": protocol,
+        }
+        if mechanism:
+            out.update(
+                sasl_mechanism=mechanism,
+                sasl_plain_username="alice",
+                sasl_plain_password=USERS["alice"],
+            )
+        if "SSL" in protocol:
+            out["ssl_context"] = create_ssl_context(cafile=tls_files.ca)
+        return out
+
+    async def run():
+        producer = aiokafka.AIOKafkaProducer(**config())
+        await producer.start()
+        try:
+            for v in values(topic):
+                await producer.send_and_wait(topic, v)
+        finally:
+            await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer(**config())
+        await consumer.start()
+        got = []
+        try:
+            tp = aiokafka.TopicPartition(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < 5 and time.monotonic() < deadline:
+                for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                    got += [m.value for m in msgs]
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(asyncio.wait_for(run(), TIMEOUT * 2)) == values(topic)
+
+
+@pytest.mark.parametrize("protocol, mechanism", CASES, ids=CASE_IDS)
+def test_confluent_over_each_protocol(brokers, tls_files, protocol, mechanism):  # noqa: F811
+    ck = pytest.importorskip("confluent_kafka")
+    broker = brokers[protocol]
+    config = confluent_config(broker, mechanism, tls_files.ca)
+    topic = f"ck-{protocol}-{mechanism}".lower()
+    producer = ck.Producer({**config, "enable.idempotence": True})
+    for v in values(topic):
+        producer.produce(topic, v)
+    assert producer.flush(TIMEOUT) == 0
+    consumer = ck.Consumer({**config, "group.id": "unused", "enable.auto.commit": False})
+    got = []
+    try:
+        consumer.assign([ck.TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < 5 and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m.value())
+    finally:
+        consumer.close()
+    assert got == values(topic)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_a_wrong_password_is_refused_with_kafkas_error(brokers, tls_files, mechanism):  # noqa: F811
+    ck = pytest.importorskip("confluent_kafka")
+    broker = brokers["SASL_PLAINTEXT"]
+    errors = []
+    config = confluent_config(broker, mechanism, tls_files.ca, password="wrong")
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**config, "error_cb": errors.append})
+    future = admin.describe_cluster(request_timeout=5)
+    with pytest.raises(ck.KafkaException):
+        future.result()
+    deadline = time.monotonic() + TIMEOUT
+    while not errors and time.monotonic() < deadline:
+        admin.poll(0.2)
+    assert errors and errors[0].code() == ck.KafkaError._AUTHENTICATION, errors
+    expected = (
+        "Invalid username or password"
+        if mechanism == "PLAIN"
+        else f"invalid credentials with SASL mechanism {mechanism}"
+    )
+    assert expected in errors[0].str(), errors[0].str()
+
+
+def test_aiokafka_and_kafka_python_see_the_refusal(brokers, caplog):
+    aiokafka = pytest.importorskip("aiokafka")
+    kafka = pytest.importorskip("kafka")
+    from aiokafka.errors import KafkaConnectionError as AioConnectionError
+    from aiokafka.errors import SaslAuthenticationFailed
+
+    broker = brokers["SASL_PLAINTEXT"]
+
+    async def run():
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap_servers,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_plain_username="alice",
+            sasl_plain_password="wrong",
+        )
+        try:
+            await producer.start()
+        finally:
+            await producer.stop()
+
+    with pytest.raises((SaslAuthenticationFailed, AioConnectionError)):
+        asyncio.run(asyncio.wait_for(run(), TIMEOUT))
+    # aiokafka logs the broker's answer, then says it could not bootstrap
+    assert (
+        "[Error 58] SaslAuthenticationFailed: Authentication failed during authentication "
+        "due to invalid credentials with SASL mechanism SCRAM-SHA-512"
+    ) in caplog.text
+    # kafka-python does not bootstrap, and logs the broker's error 58 and message
+    with pytest.raises(kafka.errors.KafkaError):
+        kafka.KafkaProducer(
+            **kafka_python_config(broker, "PLAIN", None, password="wrong"), max_block_ms=3000
+        )
+    assert "Authentication failed: Invalid username or password" in caplog.text
+
+
+def test_requests_before_the_login_end_the_connection(brokers):
+    """A client that skips the handshake (a PLAINTEXT client on a SASL listener) is closed."""
+    from fastkwire import MetadataRequest, encode_request
+
+    host, port = brokers["SASL_PLAINTEXT"].addresses[0]
+    with socket.create_connection((host, port), timeout=TIMEOUT) as s:
+        s.sendall(encode_request(MetadataRequest(topics=None), 12, 1, "plain"))
+        assert s.recv(100) == b""  # closed, no answer
+
+
+def test_a_plaintext_client_on_a_tls_listener_is_not_served(brokers):
+    host, port = brokers["SSL"].addresses[0]
+    from fastkwire import ApiVersionsRequest, encode_request
+
+    with socket.create_connection((host, port), timeout=TIMEOUT) as s:
+        s.sendall(encode_request(ApiVersionsRequest(), 3, 1, "plain"))
+        data = s.recv(100)
+        assert not data.startswith(b"\x00\x00"), data  # a TLS alert or the end, never an answer
+
+
+def test_fastkwire_describe_group_logs_in(brokers, tls_files, capsys, monkeypatch):  # noqa: F811
+    kafka = pytest.importorskip("kafka")
+    broker = brokers["SASL_SSL"]
+    config = kafka_python_config(broker, "SCRAM-SHA-256", tls_files.ca)
+    consumer = kafka.KafkaConsumer(
+        "secured-topic", **config, group_id="secured", group_instance_id="member-1"
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(200)
+        assert consumer.assignment()
+        monkeypatch.setenv("FASTKWIRE_SASL_PASSWORD", USERS["ops"])
+        argv = [
+            "describe-group",
+            "--bootstrap-server",
+            broker.bootstrap_servers,
+            "--group",
+            "secured",
+            "--json",
+            "--security-protocol",
+            "SASL_SSL",
+            "--sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--sasl-username",
+            "ops",
+            "--ssl-cafile",
+            tls_files.ca,
+            "--timeout",
+            "15",
+        ]
+        code = cli.main(argv)
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        described = json.loads(captured.out)
+        members = described["members"] if "members" in described else described[0]["members"]
+        assert [m.get("group_instance_id") for m in members] == ["member-1"]
+        # a wrong password: the admin command says the broker refused it
+        monkeypatch.setenv("FASTKWIRE_SASL_PASSWORD", "wrong")
+        code = cli.main(argv)
+        captured = capsys.readouterr()
+        assert code != 0 and "invalid credentials" in captured.err, captured.err
+    finally:
+        consumer.close()
+
+
+def test_the_command_takes_users_tls_and_faults_as_flags(tls_files):  # noqa: F811
+    kafka = pytest.importorskip("kafka")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fastkwire",
+            "broker",
+            "--listen",
+            "SASL_SSL://127.0.0.1:0",
+            "--sasl-user",
+            "alice:" + USERS["alice"],
+            "--sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--tls-cert",
+            tls_files.server_cert,
+            "--tls-key",
+            tls_files.server_key,
+            "--fault",
+            "api=ListGroups,error=CLUSTER_AUTHORIZATION_FAILED,times=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on 127.0.0.1:"), line + proc.stderr.read()
+        address = line.split()[-1]
+        admin = kafka.KafkaAdminClient(
+            bootstrap_servers=address,
+            security_protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_plain_username="alice",
+            sasl_plain_password=USERS["alice"],
+            ssl_cafile=tls_files.ca,
+        )
+        try:
+            with pytest.raises(kafka.errors.ClusterAuthorizationFailedError):
+                admin.list_groups()
+            assert not admin.list_groups()  # times=1: the second is answered
+        finally:
+            admin.close()
+        proc.terminate()
+        assert proc.wait(TIMEOUT) == 0
+        assert "SASL_SSL (SCRAM-SHA-512), 1 fault rule(s)" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sasl-user", "alice"], "--sasl-user: not NAME:PASSWORD"),
+        (
+            ["--listen", "SASL_SSL://127.0.0.1:0", "--sasl-user", "a:b"],
+            "--tls-cert: a SASL_SSL listener needs",
+        ),
+        (["--listen", "FTP://127.0.0.1:0"], "is not [PROTOCOL://]HOST:PORT"),
+        (["--sasl-mechanism", "PLAIN"], "--sasl-mechanism: given without --sasl-user"),
+        (["--sasl-user", "a:b", "--scram-iterations", "10"], "--scram-iterations: from 4096"),
+        (["--fault", "api=Fetch"], "a rule needs exactly one action"),
+        (["--rules", "/nonexistent/rules.json"], "--rules"),
+    ],
+)
+def test_the_command_names_the_flag_that_is_wrong(argv, message, capsys):
+    try:
+        code = cli.main(["broker", "--listen", "127.0.0.1:0", *argv])
+    except SystemExit as e:  # argparse's own checks of a flag's form
+        code = e.code
+    assert code == 2
+    assert message in capsys.readouterr().err
