@@ -1,8 +1,8 @@
 """The proxy's fault rules (fastkwire.proxy's `Rule` and `Faults`: one model, the same keys and
 text) applied by the broker to the requests it is sent, before it answers them:
 - `error`: the request is answered with the error code (encoded by the codec, as the proxy
-  does) and not handled; an acks=0 Produce gets no answer, so its connection ends instead,
-  as Kafka ends it when such a Produce fails;
+  does: the top-level error code, or each partition's for Produce) and not handled; where
+  the answer cannot carry it (an acks=0 Produce has none), it is handled as usual;
 - `delay_ms`: the request is handled, its answer held that long (and the connection's next
   requests behind it, as Kafka answers in order);
 - `disconnect`: "before": the connection ends, the request not handled; "after": it is
@@ -14,7 +14,6 @@ from types import SimpleNamespace
 
 from ..errors import DecodeError
 from ..proxy._faults import Faults, Rule, RuleError, error_answer
-from ..proxy._frames import PRODUCE, produce_acks
 from ._exchange import Close
 
 log = logging.getLogger("fastkwire.broker")
@@ -50,8 +49,6 @@ def apply(rule, header, frame, answer, done, loop):
         answer(lambda outcome: done(Close(f"fault {what}: disconnected after answering")))
     elif rule.delay_ms is not None:
         answer(lambda outcome: loop.call_later(rule.delay_ms / 1000, done, outcome))
-    elif header.api_key == PRODUCE and produce_acks(frame, header) == 0:
-        done(Close(f"fault {what}: an acks=0 Produce is not answered, so its connection ends"))
     else:
         exchange = SimpleNamespace(
             api_key=header.api_key,
