@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -189,7 +190,7 @@ def test_a_wrong_password_is_refused_with_kafkas_error(brokers, tls_files, mecha
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({**config, "error_cb": errors.append})
-    future = admin.describe_cluster(request_timeout=5)
+    future = admin.describe_cluster(request_timeout=2)
     with pytest.raises(ck.KafkaException):
         future.result()
     deadline = time.monotonic() + TIMEOUT
@@ -235,7 +236,8 @@ def test_aiokafka_and_kafka_python_see_the_refusal(brokers, caplog):
     # kafka-python does not bootstrap, and logs the broker's error 58 and message
     with pytest.raises(kafka.errors.KafkaError):
         kafka.KafkaProducer(
-            **kafka_python_config(broker, "PLAIN", None, password="wrong"), max_block_ms=3000
+            **kafka_python_config(broker, "PLAIN", None, password="wrong"),
+            bootstrap_timeout_ms=2000,
         )
     assert "Authentication failed: Invalid username or password" in caplog.text
 
@@ -384,3 +386,57 @@ def test_the_command_names_the_flag_that_is_wrong(argv, message, capsys):
         code = e.code
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_frame_larger_than_a_login_needs_ends_the_connection(brokers):
+    """Before the login, a size prefix over Kafka's sasl.server.max.receive.size (512 KiB)
+    ends the connection before any of it is held; ApiVersions is answered meanwhile."""
+    from fastkwire import ApiVersionsRequest, decode_response, encode_request
+
+    host, port = brokers["SASL_PLAINTEXT"].addresses[0]
+    with socket.create_connection((host, port), timeout=TIMEOUT) as s:
+        s.sendall(encode_request(ApiVersionsRequest(), 3, 1, "t"))
+        size = int.from_bytes(s.recv(4), "big")
+        data = b""
+        while len(data) < size:
+            data += s.recv(size - len(data))
+        api_keys = {
+            k.api_key for k in decode_response(size.to_bytes(4, "big") + data, 18, 3)[1].api_keys
+        }
+        assert {17, 36} <= api_keys  # SaslHandshake and SaslAuthenticate are listed
+        s.sendall((524288 + 1).to_bytes(4, "big"))
+        assert s.recv(10) == b""
+
+
+def test_client_certificates_when_a_ca_is_given(tls_files):  # noqa: F811
+    kafka = pytest.importorskip("kafka")
+    with Broker(
+        tls_cert=tls_files.server_cert,
+        tls_key=tls_files.server_key,
+        tls_client_cafile=tls_files.ca,
+    ) as broker:
+        config = {
+            "bootstrap_servers": broker.bootstrap_servers,
+            "security_protocol": "SSL",
+            "ssl_cafile": tls_files.ca,
+        }
+        signed = kafka.KafkaProducer(
+            **config,
+            ssl_certfile=tls_files.client_cert,
+            ssl_keyfile=tls_files.client_key,
+            ssl_password=tls_files.key_password,
+        )
+        try:
+            assert signed.send("mtls", b"v", partition=0).get(timeout=TIMEOUT).offset == 0
+        finally:
+            signed.close()
+        # no client certificate: refused in the handshake (TLS 1.3: at the first read)
+        from fastkwire import ApiVersionsRequest, encode_request
+
+        context = ssl.create_default_context(cafile=tls_files.ca)
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            with socket.create_connection(broker.addresses[0], timeout=TIMEOUT) as raw:
+                with context.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                    s.sendall(encode_request(ApiVersionsRequest(), 3, 1, "t"))
+                    if not s.recv(10):
+                        raise ConnectionError("closed without an answer")
