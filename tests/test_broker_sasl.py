@@ -4,6 +4,8 @@ written here from RFC 5802; and the listener settings' checks (the security prot
 TLS files). Real clients over real listeners: test_broker_security.py."""
 
 import base64
+import sys
+from pathlib import Path
 import hashlib
 import hmac
 
@@ -268,3 +270,13 @@ def test_the_protocol_follows_from_the_settings(tls_files):  # noqa: F811 - the 
     assert Broker(**tls).security_protocol == "SSL"
     assert Broker(users={"a": "b"}, **tls).security_protocol == "SASL_SSL"
     assert Broker("sasl_ssl://127.0.0.1:0", users={"a": "b"}, **tls).listeners == [("127.0.0.1", 0)]
+
+
+def test_hostile_logins_keep_the_sessions_contract():
+    """fuzz/hostile_sasl.py's contract over a short run (the long one: its --loop)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_sasl
+
+    counts, findings, _ = hostile_sasl.run(1500, seed=7)
+    assert findings == 0
+    assert counts["logged in"] and counts["refused"] and counts["closed"]
