@@ -440,3 +440,88 @@ def test_client_certificates_when_a_ca_is_given(tls_files):  # noqa: F811
                     s.sendall(encode_request(ApiVersionsRequest(), 3, 1, "t"))
                     if not s.recv(10):
                         raise ConnectionError("closed without an answer")
+
+
+def test_static_members_removed_by_instance_id_over_sasl_ssl(
+    brokers, tls_files, capsys, monkeypatch
+):  # noqa: F811
+    """The admin path over SASL_SSL with a broker that keeps SCRAM credentials and instance
+    ids (test_admin_gateway.py puts a gateway in front of Tansu, which has neither):
+    describe-group shows each member's group.instance.id, remove-members --instance-id
+    (settings from --command-config) takes one out, and the others share its partition
+    well inside the session timeout."""
+    from broker import StaticGroup
+
+    broker = brokers["SASL_SSL"]
+    session_timeout_s = 30
+    group = StaticGroup(
+        broker.bootstrap_servers,
+        "secured-static",
+        "secured-static-topic",
+        3,
+        session_timeout_ms=session_timeout_s * 1000,
+        config={
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "alice",
+            "sasl.password": USERS["alice"],
+            "ssl.ca.location": tls_files.ca,
+        },
+    )
+    try:
+        assert group.wait_until(group.all_assigned, TIMEOUT), [
+            c.last_assignment() for c in group.consumers
+        ]
+        settings = [
+            "--security-protocol",
+            "SASL_SSL",
+            "--sasl-mechanism",
+            "SCRAM-SHA-256",
+            "--sasl-username",
+            "ops",
+            "--ssl-cafile",
+            tls_files.ca,
+            "--timeout",
+            "15",
+        ]
+        monkeypatch.setenv("FASTKWIRE_SASL_PASSWORD", USERS["ops"])
+        code = cli.main(
+            ["describe-group", "--bootstrap-server", broker.bootstrap_servers]
+            + ["--group", "secured-static", "--json", *settings]
+        )
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        members = json.loads(captured.out)["members"]
+        assert sorted(m["group_instance_id"] for m in members) == sorted(
+            c.instance_id for c in group.consumers
+        )
+        victim, others = group.consumers[-1], group.consumers[:-1]
+        victim.pause_polling()  # gone without leaving, as a killed process is
+        paused = time.monotonic()
+        config = tmp_config(tls_files)
+        code = cli.main(
+            ["remove-members", "--bootstrap-server", broker.bootstrap_servers]
+            + ["--group", "secured-static", "--instance-id", victim.instance_id]
+            + ["--command-config", config, "--timeout", "15"]
+        )
+        captured = capsys.readouterr()
+        assert code == 0, captured.out + captured.err
+        assert "1 of 1 members removed." in captured.out
+        assert group.wait_until(
+            lambda: sorted(p for c in others for p in c.assigned_since(paused) or ()) == [0, 1, 2],
+            session_timeout_s / 2,
+        ), [c.last_assignment() for c in others]
+    finally:
+        group.close()
+
+
+def tmp_config(tls_files):  # noqa: F811
+    path = os.path.join(tls_files.dir, "admin.properties")
+    with open(path, "w") as f:
+        f.write(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+            f'required username="ops" password="{USERS["ops"]}";\n'
+            f"ssl.truststore.type=PEM\nssl.truststore.location={tls_files.ca}\n"
+        )
+    return path
