@@ -252,14 +252,55 @@ def test_requests_before_the_login_end_the_connection(brokers):
         assert s.recv(100) == b""  # closed, no answer
 
 
-def test_a_plaintext_client_on_a_tls_listener_is_not_served(brokers):
-    host, port = brokers["SSL"].addresses[0]
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_plaintext_client_on_a_tls_listener_is_not_served(tls_files, loop):  # noqa: F811
+    """Nothing is read before the TLS handshake (uvloop reads once after connection_made
+    returns: the socket is handed to the handshake before that)."""
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
     from fastkwire import ApiVersionsRequest, encode_request
 
-    with socket.create_connection((host, port), timeout=TIMEOUT) as s:
-        s.sendall(encode_request(ApiVersionsRequest(), 3, 1, "plain"))
-        data = s.recv(100)
-        assert not data.startswith(b"\x00\x00"), data  # a TLS alert or the end, never an answer
+    tls = {"tls_cert": tls_files.server_cert, "tls_key": tls_files.server_key}
+    with Broker(loop=loop, **tls) as broker:
+        for _ in range(3):
+            with socket.create_connection(broker.addresses[0], timeout=TIMEOUT) as s:
+                s.sendall(encode_request(ApiVersionsRequest(), 3, 1, "plain"))
+                try:
+                    data = s.recv(100)
+                except ConnectionError:
+                    data = b""
+                assert not data.startswith(b"\x00\x00"), data  # a TLS alert or the end
+
+
+def test_tls_handshakes_count_and_are_bounded(tls_files):  # noqa: F811
+    """Clients that never start their handshake count in max_connections from accept and
+    end at frame_timeout; then a client that does is served."""
+    kafka = pytest.importorskip("kafka")
+    tls = {"tls_cert": tls_files.server_cert, "tls_key": tls_files.server_key}
+    with Broker(max_connections=3, frame_timeout=3.0, **tls) as broker:
+        idle = [socket.create_connection(broker.addresses[0], timeout=TIMEOUT) for _ in range(3)]
+        try:
+            with socket.create_connection(broker.addresses[0], timeout=TIMEOUT) as extra:
+                assert extra.recv(10) == b""  # refused: three are held
+            for s in idle:  # ... while they are still open
+                s.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    s.recv(10)
+                s.settimeout(TIMEOUT)
+            for s in idle:
+                assert s.recv(10) == b""  # each ended at frame_timeout
+        finally:
+            for s in idle:
+                s.close()
+        producer = kafka.KafkaProducer(
+            bootstrap_servers=broker.bootstrap_servers,
+            security_protocol="SSL",
+            ssl_cafile=tls_files.ca,
+        )
+        try:
+            assert producer.send("after", b"v").get(timeout=TIMEOUT).offset == 0
+        finally:
+            producer.close()
 
 
 def test_fastkwire_describe_group_logs_in(brokers, tls_files, capsys, monkeypatch):  # noqa: F811

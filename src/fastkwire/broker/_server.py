@@ -265,6 +265,39 @@ class _Connection(asyncio.Protocol):
         asyncio.get_running_loop().call_soon(self.next)
 
 
+class _TlsAccept(asyncio.Protocol):
+    """A TLS listener's protocol at accept, as the proxy's: the client counts in
+    max_connections from here, and its socket goes to the handshake, bounded by
+    frame_timeout. Taken in connection_made, before any read (uvloop reads once after it
+    returns otherwise, and nothing may be read before the handshake)."""
+
+    def __init__(self, broker, node_id):
+        self.broker, self.node_id = broker, node_id
+
+    def connection_made(self, transport):
+        from ..proxy._compiled import _detach  # the proxy's hand-over of an accepted socket
+
+        broker = self.broker
+        held = len(broker.connections) + len(broker.handshakes)
+        if held >= broker.max_connections:
+            log.warning(
+                "refused a connection: %d open or in a TLS handshake (limit %d: max_connections)",
+                held,
+                broker.max_connections,
+            )
+            transport.abort()
+            return
+        try:
+            fd = _detach(transport)
+        except OSError as e:  # out of file descriptors: refused, not left open uncounted
+            log.warning("refused a connection: its TLS handshake cannot start: %s", e)
+            transport.abort()
+            return
+        task = asyncio.get_running_loop().create_task(broker._tls_handshake(fd, self.node_id))
+        broker.handshakes.add(task)
+        task.add_done_callback(broker.handshakes.discard)
+
+
 def _group_coordinator(groups, cluster):
     if groups is None or groups is False:
         return None
@@ -368,6 +401,7 @@ class Broker:
         self.apis = None
         self.connections = set()
         self.closing = set()  # transports that end once their last answer is out
+        self.handshakes = set()  # TLS handshakes under way
         self.buffered = 0
         self.waiting_room = collections.deque()
         self._servers = []
@@ -425,11 +459,9 @@ class Broker:
         groups = _group_coordinator(self.groups, self.cluster)
         self.apis = Apis(self.cluster, groups=groups)
         for node_id, sock in zip(nodes, socks):
+            kind = _Connection if self.tls is None else _TlsAccept
             server = await loop.create_server(
-                lambda node_id=node_id: _Connection(self, node_id),
-                sock=sock,
-                ssl=self.tls,
-                ssl_handshake_timeout=self.frame_timeout if self.tls else None,
+                lambda node_id=node_id, kind=kind: kind(self, node_id), sock=sock
             )
             self._servers.append(server)
         self._wake = asyncio.Event()
@@ -443,6 +475,10 @@ class Broker:
             conn.end("the broker is closing")
         for transport in list(self.closing):
             self.close_later(transport)
+        for task in list(self.handshakes):
+            task.cancel()
+        if self.handshakes:
+            await asyncio.gather(*self.handshakes, return_exceptions=True)
         if self._watch is not None:
             self._watch.cancel()
             try:
@@ -461,6 +497,26 @@ class Broker:
 
     async def __aexit__(self, *exc):
         await self.close()
+
+    async def _tls_handshake(self, fd, node_id):
+        sock = socket.socket(fileno=fd)
+        try:
+            await asyncio.wait_for(
+                asyncio.get_running_loop().connect_accepted_socket(
+                    lambda: _Connection(self, node_id),
+                    sock,
+                    ssl=self.tls,
+                    ssl_handshake_timeout=self.frame_timeout + 1,  # wait_for's comes first
+                ),
+                self.frame_timeout,
+            )
+        except asyncio.CancelledError:
+            sock.close()  # the broker is closing
+            raise
+        except (OSError, asyncio.TimeoutError) as e:  # ssl.SSLError is an OSError
+            sock.close()
+            why = "it took over frame_timeout" if isinstance(e, asyncio.TimeoutError) else e
+            log.info("a TLS handshake on node %d failed: %s", node_id, why)
 
     def close_later(self, transport):
         """Ends a connection whose last answer was written (see _Connection.end)."""
