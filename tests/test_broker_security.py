@@ -566,3 +566,15 @@ def tmp_config(tls_files):  # noqa: F811
             f"ssl.truststore.type=PEM\nssl.truststore.location={tls_files.ca}\n"
         )
     return path
+
+
+def test_describe_configs_shows_the_listeners_protocol(brokers, tls_files):  # noqa: F811
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    broker = brokers["SASL_SSL"]
+    admin = AdminClient(confluent_config(broker, "PLAIN", tls_files.ca))
+    (future,) = admin.describe_configs([ConfigResource("BROKER", "0")]).values()
+    configs = future.result(TIMEOUT)
+    host, port = broker.addresses[0]
+    assert configs["listeners"].value == f"SASL_SSL://{host}:{port}"

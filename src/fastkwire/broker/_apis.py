@@ -147,6 +147,7 @@ class Apis:
         self.wall_clock = wall_clock
         self.groups = groups
         self.acls = AclStore()
+        self.security_protocol = "PLAINTEXT"  # the listeners', as DescribeConfigs shows them
         self.transactions = TransactionCoordinator(cluster, clock, self._transaction_ended)
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
@@ -943,7 +944,7 @@ class Apis:
         R = DescribeConfigsResponse
         cluster = self.cluster
         host, port = cluster.nodes[ctx.node_id]
-        listener = f"PLAINTEXT://{host}:{port}"
+        listener = f"{self.security_protocol}://{host}:{port}"
         keys = res.configuration_keys
         return [
             R.DescribeConfigsResourceResult(

@@ -458,6 +458,7 @@ class Broker:
         )
         groups = _group_coordinator(self.groups, self.cluster)
         self.apis = Apis(self.cluster, groups=groups)
+        self.apis.security_protocol = self.security_protocol
         for node_id, sock in zip(nodes, socks):
             kind = _Connection if self.tls is None else _TlsAccept
             server = await loop.create_server(
