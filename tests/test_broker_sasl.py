@@ -280,3 +280,10 @@ def test_hostile_logins_keep_the_sessions_contract():
     counts, findings, _ = hostile_sasl.run(1500, seed=7)
     assert findings == 0
     assert counts["logged in"] and counts["refused"] and counts["closed"]
+
+
+def test_an_encrypted_key_takes_its_password(tls_files):  # noqa: F811 - the fixture
+    files = {"tls_cert": tls_files.client_cert, "tls_key": tls_files.client_key}
+    assert Broker(**files, tls_key_password=tls_files.key_password).tls is not None
+    with pytest.raises(ValueError, match="tls_cert/tls_key: cannot load"):
+        Broker(**files, tls_key_password="not-it")

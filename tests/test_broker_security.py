@@ -349,8 +349,11 @@ def test_fastkwire_describe_group_logs_in(brokers, tls_files, capsys, monkeypatc
         consumer.close()
 
 
-def test_the_command_takes_users_tls_and_faults_as_flags(tls_files):  # noqa: F811
+def test_the_command_takes_users_tls_and_faults_as_flags(tls_files, tmp_path):  # noqa: F811
     kafka = pytest.importorskip("kafka")
+    rules = str(tmp_path / "rules.json")
+    with open(rules, "w") as f:  # a rule that never fires (probability 0): counted all the same
+        json.dump({"rules": [{"api": "Fetch", "delay_ms": 10, "probability": 0}]}, f)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen(
         [
@@ -370,6 +373,10 @@ def test_the_command_takes_users_tls_and_faults_as_flags(tls_files):  # noqa: F8
             tls_files.server_key,
             "--fault",
             "api=ListGroups,error=CLUSTER_AUTHORIZATION_FAILED,times=1",
+            "--rules",
+            rules,
+            "--seed",
+            "3",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -396,7 +403,7 @@ def test_the_command_takes_users_tls_and_faults_as_flags(tls_files):  # noqa: F8
             admin.close()
         proc.terminate()
         assert proc.wait(TIMEOUT) == 0
-        assert "SASL_SSL (SCRAM-SHA-512), 1 fault rule(s)" in proc.stderr.read()
+        assert "SASL_SSL (SCRAM-SHA-512), 2 fault rule(s)" in proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
