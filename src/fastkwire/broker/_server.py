@@ -16,7 +16,8 @@ the frames behind it). The proxy's caps and their defaults hold here too:
 - `max_connections`: more are closed as they arrive.
 What a frame gets (an answer, nothing, or the end of its connection) is _exchange.py's; on a
 SASL listener a connection logs in first (_sasl.py); fault rules act before either (_faults.py).
-TLS listeners (SSL, SASL_SSL) take asyncio's TLS transport (_security.py).
+On a TLS listener (SSL, SASL_SSL) the accepted socket goes to asyncio's TLS handshake
+(_TlsAccept, as the proxy hands it over; the context is _security.py's).
 """
 
 import asyncio
