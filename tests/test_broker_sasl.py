@@ -287,3 +287,49 @@ def test_an_encrypted_key_takes_its_password(tls_files):  # noqa: F811 - the fix
     assert Broker(**files, tls_key_password=tls_files.key_password).tls is not None
     with pytest.raises(ValueError, match="tls_cert/tls_key: cannot load"):
         Broker(**files, tls_key_password="not-it")
+
+
+def test_scram_credential_apis_answer_as_kafkas_controller():
+    from fastkwire import (
+        AlterUserScramCredentialsRequest as Alter,
+        DescribeUserScramCredentialsRequest as Describe,
+    )
+    from fastkwire.broker import Apis, Cluster, Context
+
+    apis = Apis(Cluster({0: ("127.0.0.1", 9092)}))  # no users given: an empty store
+
+    def ask(request, key):
+        got = []
+        apis.handle(key, 0, request, Context(0), got.append)
+        return got[0]
+
+    upsert = Alter.ScramCredentialUpsertion
+    answer = ask(
+        Alter(
+            upsertions=[
+                upsert(name="", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p"),
+                upsert(name="a", mechanism=3, iterations=4096, salt=b"s", salted_password=b"p"),
+                upsert(name="b", mechanism=2, iterations=20000, salt=b"s", salted_password=b"p"),
+                upsert(name="c", mechanism=2, iterations=4096, salt=b"s", salted_password=b"p"),
+            ],
+            deletions=[Alter.ScramCredentialDeletion(name="d", mechanism=1)],
+        ),
+        51,
+    )
+    assert {(r.user, r.error_code, r.error_message) for r in answer.results} == {
+        ("", 93, "Username must not be empty"),
+        ("a", 33, "Unknown SCRAM mechanism"),
+        ("b", 93, "Too many iterations"),
+        ("c", 0, None),
+        ("d", 91, "Attempt to delete a user credential that does not exist"),
+    }
+    answer = ask(Describe(users=[Describe.UserName(name="c")] * 2), 50)
+    (result,) = answer.results
+    assert (result.error_code, result.error_message) == (
+        92,
+        "Cannot describe SCRAM credentials for the same user twice in a single request: c",
+    )
+    (result,) = ask(Describe(users=None), 50).results
+    assert result.user == "c" and [
+        (i.mechanism, i.iterations) for i in result.credential_infos
+    ] == [(2, 4096)]

@@ -585,3 +585,93 @@ def test_describe_configs_shows_the_listeners_protocol(brokers, tls_files):  # n
     configs = future.result(TIMEOUT)
     host, port = broker.addresses[0]
     assert configs["listeners"].value == f"SASL_SSL://{host}:{port}"
+
+
+def test_scram_users_added_and_removed_at_run_time(brokers, tls_files):  # noqa: F811
+    """KIP-554 through kafka-python's admin: a user added with AlterUserScramCredentials
+    logs in with SCRAM at once (kafka-python and confluent-kafka), is described with its
+    mechanisms and iterations, and is refused once deleted; Kafka's errors for the rest."""
+    kafka = pytest.importorskip("kafka")
+    ck = pytest.importorskip("confluent_kafka")
+    from kafka.admin import UserScramCredentialDeletion as Deletion
+    from kafka.admin import UserScramCredentialUpsertion as Upsertion
+
+    broker = brokers["SASL_PLAINTEXT"]
+    admin = kafka.KafkaAdminClient(**kafka_python_config(broker, "PLAIN", None))
+    try:
+        assert admin.alter_user_scram_credentials(
+            [Upsertion("carol", "SCRAM-SHA-512", "carol-Pass", iterations=8192)]
+        ) == {"carol": None}
+        assert admin.alter_user_scram_credentials(
+            [Upsertion("carol", "SCRAM-SHA-256", "carol-Pass")]
+        ) == {"carol": None}
+        described = admin.describe_user_scram_credentials(["carol", "nobody"])
+        assert sorted(
+            (int(c["mechanism"]), c["iterations"]) for c in described["carol"]["credential_infos"]
+        ) == [(1, 4096), (2, 8192)]
+        assert described["nobody"]["error"] == (
+            "Attempt to describe a user credential that does not exist: nobody"
+        )
+        assert set(admin.describe_user_scram_credentials()) >= {"alice", "ops", "carol"}
+        # Kafka's refusals, per user, nothing applied for them
+        assert admin.alter_user_scram_credentials(
+            [
+                Upsertion("dave", "SCRAM-SHA-256", "x", iterations=1000),
+                Deletion("erin", "SCRAM-SHA-256"),
+                Upsertion("frank", "SCRAM-SHA-256", "x"),
+                Upsertion("frank", "SCRAM-SHA-512", "x"),  # one change per user and request
+            ]
+        ) == {
+            "dave": "Too few iterations",
+            "erin": "Attempt to delete a user credential that does not exist",
+            "frank": "A user credential cannot be altered twice in the same request",
+        }
+        for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
+            producer = kafka.KafkaProducer(
+                bootstrap_servers=broker.bootstrap_servers,
+                security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism=mechanism,
+                sasl_plain_username="carol",
+                sasl_plain_password="carol-Pass",
+            )
+            try:
+                producer.send("carols", b"v").get(timeout=TIMEOUT)
+            finally:
+                producer.close()
+        consumer = ck.Consumer(
+            {
+                **confluent_config(broker, "SCRAM-SHA-512", None),
+                "sasl.username": "carol",
+                "sasl.password": "carol-Pass",
+                "group.id": "unused",
+            }
+        )
+        try:
+            assert consumer.get_watermark_offsets(ck.TopicPartition("carols", 0), TIMEOUT) == (
+                0,
+                2,
+            )
+        finally:
+            consumer.close()
+        assert admin.alter_user_scram_credentials([Deletion("carol", "SCRAM-SHA-512")]) == {
+            "carol": None
+        }
+    finally:
+        admin.close()
+    errors = []
+    from confluent_kafka.admin import AdminClient
+
+    refused = AdminClient(
+        {
+            **confluent_config(broker, "SCRAM-SHA-512", None),
+            "sasl.username": "carol",
+            "sasl.password": "carol-Pass",
+            "error_cb": errors.append,
+        }
+    )
+    with pytest.raises(ck.KafkaException):
+        refused.describe_cluster(request_timeout=2).result()
+    deadline = time.monotonic() + TIMEOUT
+    while not errors and time.monotonic() < deadline:
+        refused.poll(0.2)  # error_cb is called from poll
+    assert errors and errors[0].code() == ck.KafkaError._AUTHENTICATION

@@ -225,7 +225,11 @@ async def _serve(broker, args, out, err):
     rules = len(broker.faults.rules)
     print(
         f"{args.prog}: {len(broker.listeners)} node(s), {broker.security_protocol}"
-        + (f" ({', '.join(broker.users.mechanisms)})" if broker.users else "")
+        + (
+            f" ({', '.join(broker.users.mechanisms)})"
+            if broker.security_protocol.startswith("SASL_")
+            else ""
+        )
         + (f", {rules} fault rule(s)" if rules else "")
         + f", on {loop_name(asyncio.get_running_loop())}; Ctrl-C or SIGTERM stops it",
         file=err,

@@ -148,6 +148,9 @@ class Apis:
         self.groups = groups
         self.acls = AclStore()
         self.security_protocol = "PLAINTEXT"  # the listeners', as DescribeConfigs shows them
+        self.users = (
+            None  # the SCRAM credentials (_credentials.Users): the Broker's, or made on use
+        )
         self.transactions = TransactionCoordinator(cluster, clock, self._transaction_ended)
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait

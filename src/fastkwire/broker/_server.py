@@ -72,7 +72,8 @@ class _Connection(asyncio.Protocol):
         self.write_paused = False
         self.clock = PeerClock()
         # On a SASL listener: the login, and a smaller frame cap until it is done (Kafka's).
-        self.sasl = None if broker.users is None else SaslSession(broker.users)
+        sasl = broker.security_protocol.startswith("SASL_")
+        self.sasl = SaslSession(broker.users) if sasl else None
         self.limit = broker.max_frame_bytes if self.sasl is None else SASL_MAX_RECEIVE_BYTES
 
     # ---- asyncio's calls
@@ -376,7 +377,13 @@ class Broker:
         self.security_protocol = resolve_protocol(
             security_protocol, [p for p, _ in split], users is not None, tls
         )
-        self.users = None if users is None else Users(users, sasl_mechanisms, scram_iterations)
+        # The users, whatever the listeners: AlterUserScramCredentials may add SCRAM ones.
+        self.users = Users(
+            {} if users is None else users,
+            sasl_mechanisms,
+            scram_iterations,
+            required=self.security_protocol.startswith("SASL_"),
+        )
         if users is None and sasl_mechanisms is not None:
             raise ValueError("sasl_mechanisms: given without users")
         self.tls = (
@@ -460,6 +467,7 @@ class Broker:
         groups = _group_coordinator(self.groups, self.cluster)
         self.apis = Apis(self.cluster, groups=groups)
         self.apis.security_protocol = self.security_protocol
+        self.apis.users = self.users
         for node_id, sock in zip(nodes, socks):
             kind = _Connection if self.tls is None else _TlsAccept
             server = await loop.create_server(
