@@ -445,7 +445,7 @@ def test_json_lines_are_ascii(tmp_path):
         (f"api=Heartbeat,version={10**20},delay_ms=1", "a version is from 0 to 32767"),
         ("version=10^20,delay_ms=1", "not a version or range"),
         ("api=Fetch,version=0-6,error=NOT_COORDINATOR", "no top-level error_code"),
-        ("api=Produce,error=NOT_COORDINATOR", "no top-level error_code"),
+        ("api=ListOffsets,error=NOT_COORDINATOR", "no top-level error_code"),
     ],
 )
 def test_rules_that_could_never_match_are_refused(spec, text):

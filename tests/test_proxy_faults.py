@@ -4,6 +4,8 @@ keeps serving its other connections meanwhile."""
 
 import threading
 import time
+import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,10 +14,14 @@ from fastkwire import (
     FindCoordinatorRequest,
     HeartbeatRequest,
     MetadataRequest,
+    ProduceRequest,
+    decode_response,
+    encode_request,
 )
 from fastkwire.connection import Connection
 from fastkwire.connection_errors import KafkaClientError
 from fastkwire.proxy import BackgroundProxy, Faults, Rule, RuleError, load_rules, read_rules_file
+from fastkwire.proxy._faults import error_answer
 from fastkwire.proxy._frames import RequestHeader
 
 from broker import tansu_broker  # noqa: F401
@@ -181,8 +187,8 @@ def test_matching_by_version_and_client_id():
         ("api=Heartbeat,error=NOPE", "error"),
         ("api=Heartbeat,error=0", "error"),
         (
-            "api=Produce,error=NOT_LEADER_OR_FOLLOWER",
-            "rule key 'error': ProduceResponse has no top-level error_code",
+            "api=ListOffsets,error=NOT_LEADER_OR_FOLLOWER",
+            "rule key 'error': ListOffsetsResponse has no top-level error_code",
         ),
         ("error=27", "rule key 'error': an error answer needs the api"),
         ("api=Fetch,delay_ms=-1", "delay_ms"),
@@ -271,3 +277,38 @@ def test_rules_file(tmp_path):
     path.write_text("{nope")
     with pytest.raises(RuleError, match="not JSON"):
         load_rules(path)
+
+
+@pytest.mark.parametrize("version", [3, 9, 13])
+def test_a_produce_error_answers_every_partition(version):
+    topic_id = uuid.UUID(int=7) if version >= 13 else uuid.UUID(int=0)
+    P = ProduceRequest
+    request = P(
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[
+            P.TopicProduceData(
+                name="" if version >= 13 else "t",
+                topic_id=topic_id,
+                partition_data=[P.PartitionProduceData(index=i, records=None) for i in (0, 2)],
+            )
+        ],
+    )
+    exchange = SimpleNamespace(
+        api_key=0,
+        api_version=version,
+        correlation_id=5,
+        request=encode_request(request, version, 5),
+    )
+    header, response = decode_response(error_answer(exchange, 6), 0, version)
+    assert header.correlation_id == 5
+    (topic,) = response.responses
+    assert (topic.name, topic.topic_id) == (("", topic_id) if version >= 13 else ("t", topic_id))
+    assert [(p.index, p.error_code, p.base_offset) for p in topic.partition_responses] == [
+        (0, 6, -1),
+        (2, 6, -1),
+    ]
+    request.acks = 0  # no answer to carry it: the proxy forwards such a request instead
+    exchange.request = encode_request(request, version, 5)
+    with pytest.raises(ValueError, match="acks=0"):
+        error_answer(exchange, 6)

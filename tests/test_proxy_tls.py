@@ -1,7 +1,7 @@
 """The proxy's TLS, each side on its own: clients over TLS to the proxy, the proxy over TLS
-to a TLS listener (the suite's gateway, which also answers SASL in Tansu's place), SASL_SSL
-end to end with SASL passed through untouched, a wrong upstream certificate refused with a
-line that says so, and the raw tokens after a v0 SaslHandshake forwarded unpaired."""
+to a TLS listener (fastkwire's broker on a SASL_SSL listener), SASL_SSL end to end with SASL
+passed through untouched, a wrong upstream certificate refused with a line that says so, and
+the raw tokens after a v0 SaslHandshake forwarded unpaired."""
 
 import socket
 import struct
@@ -15,11 +15,11 @@ import fastkwire as fk
 from fastkwire.connection import make_tls_context
 from fastkwire.proxy import BackgroundProxy, CaptureWriter, ProxyEvent, read_capture
 
-from broker import running_tansu, tansu_broker  # noqa: F401 - tansu_broker is a fixture
+from fastkwire.testing import Broker
+
+from broker import tansu_broker  # noqa: F401 - tansu_broker is a fixture
 from certs import server_context, tls_files  # noqa: F401 - tls_files is a fixture
 from cluster import free_port_range
-from gateway import Gateway
-from sasl_server import SaslServer
 
 SIZE = struct.Struct(">i")
 TIMEOUT = 30
@@ -29,15 +29,14 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 @pytest.fixture(scope="module")
 def secured(tls_files):  # noqa: F811
-    server = SaslServer({"app": PASSWORD}, mechanisms=["PLAIN", "SCRAM-SHA-512"])
-    gateway = Gateway(server_context(tls_files), server)
-    try:
-        for tansu in running_tansu(advertised_port=gateway.port):
-            gateway.upstream_port = tansu.port
-            yield SimpleNamespace(gateway=gateway, tansu=tansu, files=tls_files)
-    finally:
-        gateway.close()
-    assert not gateway.errors, gateway.errors
+    with Broker(
+        users={"app": PASSWORD},
+        sasl_mechanisms=["PLAIN", "SCRAM-SHA-512"],
+        tls_cert=tls_files.server_cert,
+        tls_key=tls_files.server_key,
+    ) as broker:
+        assert broker.security_protocol == "SASL_SSL"
+        yield SimpleNamespace(port=broker.addresses[0][1], files=tls_files)
 
 
 def upstream_context(files, ca=None):
@@ -83,7 +82,7 @@ def test_sasl_ssl_end_to_end_tls_on_both_sides(secured, tmp_path):
     captured = tmp_path / "tls.jsonl"
     writer = CaptureWriter(str(captured))
     with BackgroundProxy(
-        f"127.0.0.1:{secured.gateway.port}",
+        f"127.0.0.1:{secured.port}",
         broker_ports=free_port_range(2),
         tls=server_context(files),
         upstream_tls=upstream_context(files),
@@ -104,7 +103,7 @@ def test_sasl_ssl_end_to_end_tls_on_both_sides(secured, tmp_path):
             time.sleep(0.02)
         exchanges = proxy.exchanges()
         assert wanted <= {e.api for e in exchanges}, sorted({e.api for e in exchanges})
-        assert all(e.broker == f"127.0.0.1:{secured.gateway.port}" for e in exchanges)
+        assert all(e.broker == f"127.0.0.1:{secured.port}" for e in exchanges)
         assert any("over TLS" in e.text for e in proxy.events())
     writer.close()
     # The capture holds the decrypted frames, SASL's included, as they went.
@@ -135,7 +134,7 @@ def test_a_client_over_tls_to_a_plaintext_broker(tansu_broker, tls_files):  # no
 def test_sasl_plaintext_client_through_a_tls_upstream(secured):
     """A plaintext client, the proxy originating TLS: SASL (PLAIN) passes through as it is."""
     with BackgroundProxy(
-        f"127.0.0.1:{secured.gateway.port}",
+        f"127.0.0.1:{secured.port}",
         broker_ports=free_port_range(2),
         upstream_tls=upstream_context(secured.files),
     ) as proxy:
@@ -155,7 +154,7 @@ def test_kafka_python_sasl_ssl_through_the_proxy(secured):
     kafka = pytest.importorskip("kafka")
     files = secured.files
     with BackgroundProxy(
-        f"127.0.0.1:{secured.gateway.port}",
+        f"127.0.0.1:{secured.port}",
         broker_ports=free_port_range(2),
         tls=server_context(files),
         upstream_tls=upstream_context(files),
@@ -191,7 +190,7 @@ def test_kafka_python_sasl_ssl_through_the_proxy(secured):
 
 def test_a_wrong_upstream_certificate_is_refused_with_a_clear_line(secured):
     with BackgroundProxy(
-        f"127.0.0.1:{secured.gateway.port}",
+        f"127.0.0.1:{secured.port}",
         upstream_tls=upstream_context(secured.files, secured.files.other_ca),
     ) as proxy:
         with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
@@ -204,7 +203,7 @@ def test_a_wrong_upstream_certificate_is_refused_with_a_clear_line(secured):
                 break
             time.sleep(0.05)
         assert errors, proxy.events()
-        assert errors[0].startswith(f"upstream 127.0.0.1:{secured.gateway.port}: TLS: ")
+        assert errors[0].startswith(f"upstream 127.0.0.1:{secured.port}: TLS: ")
         assert "certificate was refused" in errors[0]
         assert "upstream CA" in errors[0]
 

@@ -8,9 +8,11 @@
 #
 # TARBALL holds kafka-python's test/ tree under one folder named kp-VERSION (default:
 # ../shared/kafka-python-3.0.11-tests.tar.gz beside the checkout). It runs with the python
-# on PATH, which must have kafka-python, pytest, pytest-timeout and fastkwire (this
-# checkout's, or PYTHONPATH=src). SSL and SASL tests are out of the broker's scope: they
-# error or skip.
+# on PATH, which must have kafka-python, pytest, pytest-timeout, cryptography and fastkwire
+# (this checkout's, or PYTHONPATH=src). The SSL and SASL tests start brokers of their own
+# (no KAFKA_URI): they run in a second pass, where tools/kafka_python_secure_brokers.py
+# makes those fastkwire brokers in process (SSL, SASL_PLAINTEXT with PLAIN and SCRAM);
+# MIN_PASSED counts both passes.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tarball="$(realpath "${1:-$root/../shared/kafka-python-3.0.11-tests.tar.gz}")"
@@ -42,12 +44,21 @@ cd "$suite"
 set +e
 KAFKA_VERSION="$kafka_version" KAFKA_URI="PLAINTEXT://$address" \
     timeout 1500 python -m pytest -p no:cacheprovider -q -o addopts= --timeout 60 -rfE \
+    --ignore test/integration/test_ssl_integration.py \
+    --ignore test/integration/test_sasl_integration.py \
     test/integration >"$work/out.txt" 2>&1
+KAFKA_VERSION="$kafka_version" PYTHONPATH="$root/tools${PYTHONPATH:+:$PYTHONPATH}" \
+    timeout 600 python -m pytest -p no:cacheprovider -p kafka_python_secure_brokers -q \
+    -o addopts= --timeout 60 -rfE \
+    test/integration/test_ssl_integration.py test/integration/test_sasl_integration.py \
+    >"$work/secure.txt" 2>&1
 set -e
-grep -E '^(FAILED|ERROR) ' "$work/out.txt" || true
+grep -E '^(FAILED|ERROR) ' "$work/out.txt" "$work/secure.txt" || true
 summary="$(tail -n 1 "$work/out.txt")"
+secure="$(tail -n 1 "$work/secure.txt")"
 echo "kafka-python $(basename "$suite") test/integration against fastkwire broker: $summary"
-passed="$(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)"
+echo "its SSL and SASL tests against fastkwire brokers in process: $secure"
+passed="$(( $(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0) + $(echo "$secure" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0) ))"
 if [ "$passed" -lt "$min_passed" ]; then
     echo "fewer than $min_passed passed" >&2
     exit 1

@@ -1,24 +1,68 @@
 """`fastkwire broker`: a Kafka broker in memory, served until Ctrl-C or SIGTERM.
 
-    fastkwire broker [--listen HOST:PORT ...] [--partitions N] [--no-auto-create-topics]
-                     [--group-min-session-timeout-ms MS]
+    fastkwire broker [--listen [PROTOCOL://]HOST:PORT ...] [--partitions N]
+                     [--no-auto-create-topics] [--group-min-session-timeout-ms MS]
+                     [--sasl-user NAME:PASSWORD ...] [--sasl-mechanism M ...]
+                     [--tls-cert PEM --tls-key PEM] [--tls-client-ca PEM]
+                     [--fault RULE ...] [--rules FILE] [--seed N]
 
 Once it listens, it prints one line on stdout: `listening on HOST:PORT[,HOST:PORT...]`
 (the bootstrap servers; a port of 0 is a free one). Exit codes: 0 stopped by Ctrl-C or
 SIGTERM, 2 bad usage, 3 it could not listen.
 """
 
+import argparse
 import asyncio
 import signal
 import sys
 
 from ._printable import printable
-from ._proxy_cli import _address, _count
+from ._proxy_cli import _count, _rule
 from .broker import Broker, GroupConfig
+from .broker._sasl import MECHANISMS
+from .broker._security import PROTOCOLS, split_listener
+from .proxy._faults import RuleError, read_rules_file
 from .proxy._loop import LOOPS, loop_factory, loop_name, run
+from .proxy._server import parse_address
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 3
 DEFAULT_LISTEN = ("127.0.0.1", 9092)
+# The library's parameter names, as the flags the user typed (errors name the flag).
+FLAGS = {
+    "listeners": "--listen",
+    "security_protocol": "--listen",
+    "users": "--sasl-user",
+    "sasl_mechanisms": "--sasl-mechanism",
+    "scram_iterations": "--scram-iterations",
+    "tls_cert": "--tls-cert",
+    "tls_key": "--tls-key",
+    "tls_cert/tls_key": "--tls-cert/--tls-key",
+    "tls_client_cafile": "--tls-client-ca",
+}
+
+
+def _listener(text):
+    """[PROTOCOL://]HOST:PORT, checked; the text as Broker takes it."""
+    try:
+        protocol, address = split_listener(text)
+        host, port = parse_address(address, "listeners")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not [PROTOCOL://]HOST:PORT (PROTOCOL: {', '.join(PROTOCOLS)})"
+        ) from None
+    return f"{protocol}://{host}:{port}" if protocol else (host, port)
+
+
+def _user(text):
+    name, sep, password = text.partition(":")
+    if not sep or not name or not password:
+        raise argparse.ArgumentTypeError("not NAME:PASSWORD (a user name, a colon, its password)")
+    return name, password
+
+
+def _flagged(message):
+    name, sep, rest = message.partition(": ")
+    return f"{FLAGS[name]}: {rest}" if sep and name in FLAGS else message
 
 
 def add_broker(subparsers):
@@ -31,11 +75,13 @@ def add_broker(subparsers):
     )
     parser.add_argument(
         "--listen",
-        type=_address,
+        type=_listener,
         action="append",
-        metavar="HOST:PORT",
+        metavar="[PROTOCOL://]HOST:PORT",
         help="a node's listener (repeat for more nodes, ids 0, 1, ...; port 0: a free one; "
-        "default 127.0.0.1:9092)",
+        "default 127.0.0.1:9092); PROTOCOL as Kafka's listeners: PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT or SASL_SSL, the same for every node (by default what --sasl-user "
+        "and --tls-cert imply)",
     )
     parser.add_argument(
         "--partitions",
@@ -58,6 +104,64 @@ def add_broker(subparsers):
         help="the shortest session timeout a group member may ask for (Kafka's "
         "group.min.session.timeout.ms; default 6000)",
     )
+    security = parser.add_argument_group("security (docs/broker.md, Security)")
+    security.add_argument(
+        "--sasl-user",
+        type=_user,
+        action="append",
+        default=[],
+        metavar="NAME:PASSWORD",
+        help="a user who may log in with SASL PLAIN and SCRAM (repeat for more; the password "
+        "is visible to other local users in the process list: for tests)",
+    )
+    security.add_argument(
+        "--sasl-mechanism",
+        choices=MECHANISMS,
+        action="append",
+        default=None,
+        help="a mechanism enabled (repeat; Kafka's sasl.enabled.mechanisms; default all)",
+    )
+    security.add_argument(
+        "--scram-iterations",
+        type=_count,
+        default=4096,
+        metavar="N",
+        help="iterations of the users' SCRAM credentials (4096-16384; default 4096)",
+    )
+    security.add_argument(
+        "--tls-cert", metavar="PEM", help="the listeners' TLS certificate (chain)"
+    )
+    security.add_argument("--tls-key", metavar="PEM", help="the --tls-cert certificate's key")
+    security.add_argument(
+        "--tls-key-password",
+        metavar="PASSWORD",
+        help="the --tls-key file's password, if it is encrypted",
+    )
+    security.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="clients must present a certificate these CAs signed (ssl.client.auth=required)",
+    )
+    faults = parser.add_argument_group("faults (the proxy's rules, applied by the broker)")
+    faults.add_argument(
+        "--fault",
+        type=_rule,
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="a fault rule as key=value pairs, as fastkwire proxy --fault takes them, e.g. "
+        "api=Heartbeat,error=REBALANCE_IN_PROGRESS,times=2 or api=Fetch,delay_ms=500 or "
+        "api=Produce,disconnect=after,times=1 (repeat for more)",
+    )
+    faults.add_argument(
+        "--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}'
+    )
+    faults.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
+    )
     parser.add_argument(
         "--loop",
         choices=LOOPS,
@@ -75,14 +179,34 @@ def run_broker(args, out=None, err=None):
         groups = GroupConfig()
         if args.group_min_session_timeout_ms is not None:
             groups.group_min_session_timeout_ms = args.group_min_session_timeout_ms
+        rules, seed = list(args.fault), args.seed
+        if args.rules:
+            from_file, file_seed = read_rules_file(args.rules)
+            rules += from_file
+            seed = file_seed if seed is None else seed
+        users = dict(args.sasl_user) if args.sasl_user else None
+        if args.sasl_mechanism and users is None:
+            raise ValueError("--sasl-mechanism: given without --sasl-user")
         broker = Broker(
             args.listen or [DEFAULT_LISTEN],
             auto_create_topics=args.auto_create_topics,
             num_partitions=args.partitions,
             groups=groups,
+            users=users,
+            sasl_mechanisms=args.sasl_mechanism,
+            scram_iterations=args.scram_iterations,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_key_password=args.tls_key_password,
+            tls_client_cafile=args.tls_client_ca,
+            faults=rules,
+            fault_seed=seed,
         )
-    except ValueError as e:
-        print(f"{args.prog}: error: {printable(str(e))}", file=err)
+    except (RuleError, ValueError) as e:
+        print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=err)
+        return EXIT_USAGE
+    except OSError as e:  # the --rules file
+        print(f"{args.prog}: error: --rules: {printable(str(e))}", file=err)
         return EXIT_USAGE
     try:
         return run(_serve(broker, args, out, err), args.loop)
@@ -98,9 +222,16 @@ async def _serve(broker, args, out, err):
         print(f"{args.prog}: error: --listen {wanted}: {e.strerror or e}", file=err)
         return EXIT_FAILED
     print(f"listening on {broker.bootstrap_servers}", file=out, flush=True)
+    rules = len(broker.faults.rules)
     print(
-        f"{args.prog}: {len(broker.listeners)} node(s), on "
-        f"{loop_name(asyncio.get_running_loop())}; Ctrl-C or SIGTERM stops it",
+        f"{args.prog}: {len(broker.listeners)} node(s), {broker.security_protocol}"
+        + (
+            f" ({', '.join(broker.users.mechanisms)})"
+            if broker.security_protocol.startswith("SASL_")
+            else ""
+        )
+        + (f", {rules} fault rule(s)" if rules else "")
+        + f", on {loop_name(asyncio.get_running_loop())}; Ctrl-C or SIGTERM stops it",
         file=err,
         flush=True,
     )

@@ -76,6 +76,7 @@ from ._log import LATEST, LogError, read_batch_head
 from ._acls import HANDLERS as ACL_HANDLERS
 from ._acls import AclStore
 from ._replica_apis import HANDLERS as REPLICA_HANDLERS
+from ._sasl_apis import HANDLERS as SASL_HANDLERS
 from ._transactions import HANDLERS as TRANSACTION_HANDLERS
 from ._transactions import TransactionCoordinator, fenced_for
 
@@ -146,6 +147,10 @@ class Apis:
         self.wall_clock = wall_clock
         self.groups = groups
         self.acls = AclStore()
+        self.security_protocol = "PLAINTEXT"  # the listeners', as DescribeConfigs shows them
+        self.users = (
+            None  # the SCRAM credentials (_credentials.Users): the Broker's, or made on use
+        )
         self.transactions = TransactionCoordinator(cluster, clock, self._transaction_ended)
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
@@ -175,6 +180,7 @@ class Apis:
                     for cls, low, high, handler in REPLICA_HANDLERS
                     + ACL_HANDLERS
                     + TRANSACTION_HANDLERS
+                    + SASL_HANDLERS
                 ),
             )
         }
@@ -941,7 +947,7 @@ class Apis:
         R = DescribeConfigsResponse
         cluster = self.cluster
         host, port = cluster.nodes[ctx.node_id]
-        listener = f"PLAINTEXT://{host}:{port}"
+        listener = f"{self.security_protocol}://{host}:{port}"
         keys = res.configuration_keys
         return [
             R.DescribeConfigsResourceResult(

@@ -26,12 +26,14 @@ UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
 
 
 class Close:
-    """The connection ends; `reason` says why (for the log)."""
+    """The connection ends; `reason` says why (for the log). `answer`: bytes written before
+    it ends (Kafka's answer to a refused login), or None."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "answer")
 
-    def __init__(self, reason):
+    def __init__(self, reason, answer=None):
         self.reason = reason
+        self.answer = answer
 
     def __repr__(self):
         return f"Close({self.reason!r})"

@@ -14,7 +14,10 @@ the frames behind it). The proxy's caps and their defaults hold here too:
 - `frame_timeout`: seconds a started frame may take to arrive whole, counted only while the
   broker is reading (a slowloris ends, a client the broker paused does not).
 - `max_connections`: more are closed as they arrive.
-What a frame gets (an answer, nothing, or the end of its connection) is _exchange.py's.
+What a frame gets (an answer, nothing, or the end of its connection) is _exchange.py's; on a
+SASL listener a connection logs in first (_sasl.py); fault rules act before either (_faults.py).
+On a TLS listener (SSL, SASL_SSL) the accepted socket goes to asyncio's TLS handshake
+(_TlsAccept, as the proxy hands it over; the context is _security.py's).
 """
 
 import asyncio
@@ -23,6 +26,7 @@ import logging
 import socket
 import time
 
+from ..proxy._frames import request_header
 from ..proxy._server import (
     DEFAULT_FRAME_TIMEOUT,
     DEFAULT_MAX_BUFFERED_BYTES,
@@ -36,12 +40,18 @@ from ..proxy._server import (
 from ._apis import Apis
 from ._cluster import DEFAULT_MAX_PARTITIONS, DEFAULT_OFFSETS_TOPIC_PARTITIONS, Cluster
 from ._exchange import Close, answer_frame
+from ._faults import apply as apply_fault
+from ._faults import as_faults, as_rule
 from ._groups import GroupConfig, GroupCoordinator
+from ._sasl import DEFAULT_SCRAM_ITERATIONS, PASS, SASL_MAX_RECEIVE_BYTES, SaslSession, Users
+from ._security import security_protocol as resolve_protocol
+from ._security import server_context, split_listener
 
 log = logging.getLogger("fastkwire.broker")
 
 FIRST_NODE_ID = 0
 WATCH_INTERVAL_MAX = 1.0  # seconds between looks for overdue frames, at most
+FAILED_ANSWER_CLOSE_DELAY = 0.1  # Kafka's connection.failed.authentication.delay.ms
 
 
 class _Connection(asyncio.Protocol):
@@ -61,6 +71,10 @@ class _Connection(asyncio.Protocol):
         self.paused = set()  # why reading is paused: "queue", "room", "write"
         self.write_paused = False
         self.clock = PeerClock()
+        # On a SASL listener: the login, and a smaller frame cap until it is done (Kafka's).
+        sasl = broker.security_protocol.startswith("SASL_")
+        self.sasl = SaslSession(broker.users) if sasl else None
+        self.limit = broker.max_frame_bytes if self.sasl is None else SASL_MAX_RECEIVE_BYTES
 
     # ---- asyncio's calls
 
@@ -90,13 +104,14 @@ class _Connection(asyncio.Protocol):
         n = len(buf)
         start = 0
         completed = 0
-        limit = broker.max_frame_bytes
+        limit = self.limit
         while n - start >= 4:
             size = int.from_bytes(buf[start : start + 4], "big", signed=True)
             if size < 0 or size > limit:
+                cap = "max_frame_bytes" if self.sasl is None else "before SASL authentication"
                 self.end(
                     f"a request size prefix of {size} bytes at stream offset "
-                    f"{self.consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing"
+                    f"{self.consumed + start} (limit {limit}: {cap}): not Kafka framing"
                 )
                 return
             end = start + 4 + size
@@ -160,12 +175,23 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
             self.clock.reading(time.monotonic())
 
-    def end(self, why):
-        """Close this connection (only this one) and say why."""
+    def end(self, why, answer=None):
+        """Close this connection (only this one) and say why; `answer`: bytes written first."""
         if self.closed:
             return
         log.info("closed the connection from %s: %s", self.host, why)
-        self.transport.abort()
+        if answer:
+            # Kafka's connection.failed.authentication.delay.ms: the client reads the answer
+            # before it sees the end (and cannot retry a guess at once).
+            self.transport.write(answer)
+            self.transport.pause_reading()
+            transport = self.transport
+            self.broker.closing.add(transport)
+            asyncio.get_running_loop().call_later(
+                FAILED_ANSWER_CLOSE_DELAY, self.broker.close_later, transport
+            )
+        else:
+            self.transport.abort()
         self._release()
 
     def _release(self):
@@ -197,15 +223,41 @@ class _Connection(asyncio.Protocol):
             self.broker.room()
 
     def request(self, frame):
-        answer_frame(self.broker.apis, frame, self.node_id, self.host, self.answered, self)
+        faults = self.broker.faults
+        header = None
+        if faults and not (self.sasl is not None and self.sasl.raw and not self.sasl.complete):
+            header = request_header(frame)  # (a bare SASL token has no header to match)
+        rule = faults.pick(header) if header is not None else None
+        if rule is None:
+            self._answer(frame, self.answered)
+        else:
+            apply_fault(
+                rule,
+                header,
+                frame,
+                lambda done: self._answer(frame, done),
+                self.answered,
+                asyncio.get_running_loop(),
+            )
         self.broker.wake()  # the handlers' next deadline may have changed
+
+    def _answer(self, frame, done):
+        sasl = self.sasl
+        if sasl is not None and not sasl.complete:
+            outcome = sasl.receive(frame)
+            if sasl.complete:
+                self.limit = self.broker.max_frame_bytes
+            if outcome is not PASS:
+                done(outcome)
+                return
+        answer_frame(self.broker.apis, frame, self.node_id, self.host, done, self)
 
     def answered(self, outcome):
         """The answer's bytes, None (nothing to send) or a Close: the next frame follows."""
         if self.closed:
             return
         if isinstance(outcome, Close):
-            self.end(outcome.reason)
+            self.end(outcome.reason, outcome.answer)
             return
         if outcome is not None:
             self.transport.write(outcome)
@@ -213,6 +265,39 @@ class _Connection(asyncio.Protocol):
         # An answer may come from another connection's request (a Fetch that waited): the
         # next frame is taken on the loop's next turn, not inside that request's handling.
         asyncio.get_running_loop().call_soon(self.next)
+
+
+class _TlsAccept(asyncio.Protocol):
+    """A TLS listener's protocol at accept, as the proxy's: the client counts in
+    max_connections from here, and its socket goes to the handshake, bounded by
+    frame_timeout. Taken in connection_made, before any read (uvloop reads once after it
+    returns otherwise, and nothing may be read before the handshake)."""
+
+    def __init__(self, broker, node_id):
+        self.broker, self.node_id = broker, node_id
+
+    def connection_made(self, transport):
+        from ..proxy._compiled import _detach  # the proxy's hand-over of an accepted socket
+
+        broker = self.broker
+        held = len(broker.connections) + len(broker.handshakes)
+        if held >= broker.max_connections:
+            log.warning(
+                "refused a connection: %d open or in a TLS handshake (limit %d: max_connections)",
+                held,
+                broker.max_connections,
+            )
+            transport.abort()
+            return
+        try:
+            fd = _detach(transport)
+        except OSError as e:  # out of file descriptors: refused, not left open uncounted
+            log.warning("refused a connection: its TLS handshake cannot start: %s", e)
+            transport.abort()
+            return
+        task = asyncio.get_running_loop().create_task(broker._tls_handshake(fd, self.node_id))
+        broker.handshakes.add(task)
+        task.add_done_callback(broker.handshakes.discard)
 
 
 def _group_coordinator(groups, cluster):
@@ -237,6 +322,17 @@ class Broker:
     GroupConfig; a function(cluster) making a coordinator; None: the group APIs are not
     served), and the caps above.
 
+    Security (Kafka's listener security protocols): `security_protocol` ("PLAINTEXT",
+    "SSL", "SASL_PLAINTEXT", "SASL_SSL"; or a listener's prefix, "SASL_SSL://host:port";
+    by default what the settings below imply), `users` ({name: password}: SASL PLAIN and
+    SCRAM-SHA-256/512 logins), `sasl_mechanisms` (those enabled; default all three),
+    `scram_iterations` (4096), `tls_cert` and `tls_key` (PEM files; `tls_key_password`),
+    `tls_client_cafile` (clients must present a certificate these CAs signed).
+
+    Faults: `faults` (the proxy's fault rules: Rule objects, dicts of their keys or
+    "key=value,..." text; `fault_seed` for their probabilities); `add_fault(rule)` and
+    `clear_faults()` change them while it runs.
+
         broker = Broker([("127.0.0.1", 0)])
         await broker.start()
         print(broker.bootstrap_servers)
@@ -258,14 +354,42 @@ class Broker:
         max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES,
         max_connections=DEFAULT_MAX_CONNECTIONS,
         frame_timeout=DEFAULT_FRAME_TIMEOUT,
+        security_protocol=None,
+        users=None,
+        sasl_mechanisms=None,
+        scram_iterations=DEFAULT_SCRAM_ITERATIONS,
+        tls_cert=None,
+        tls_key=None,
+        tls_key_password=None,
+        tls_client_cafile=None,
+        faults=None,
+        fault_seed=None,
     ):
         if isinstance(listeners, (str, tuple)) and (
             isinstance(listeners, str) or isinstance(listeners[0], str)
         ):
             listeners = [listeners]
-        self.listeners = [parse_address(a, "listeners") for a in listeners]
+        split = [split_listener(a) for a in listeners]
+        self.listeners = [parse_address(a, "listeners") for _, a in split]
         if not self.listeners:
             raise ValueError("listeners: at least one HOST:PORT")
+        tls = bool(tls_cert or tls_key or tls_client_cafile)
+        self.security_protocol = resolve_protocol(
+            security_protocol, [p for p, _ in split], users is not None, tls
+        )
+        # The users, whatever the listeners: AlterUserScramCredentials may add SCRAM ones.
+        self.users = Users(
+            {} if users is None else users,
+            sasl_mechanisms,
+            scram_iterations,
+            required=self.security_protocol.startswith("SASL_"),
+        )
+        if users is None and sasl_mechanisms is not None:
+            raise ValueError("sasl_mechanisms: given without users")
+        self.tls = (
+            server_context(tls_cert, tls_key, tls_key_password, tls_client_cafile) if tls else None
+        )
+        self.faults = as_faults(faults, fault_seed)
         self.first_node_id = first_node_id
         self.auto_create_topics = bool(auto_create_topics)
         self.num_partitions = _positive(num_partitions, "num_partitions")
@@ -284,12 +408,25 @@ class Broker:
         self.cluster = None
         self.apis = None
         self.connections = set()
+        self.closing = set()  # transports that end once their last answer is out
+        self.handshakes = set()  # TLS handshakes under way
         self.buffered = 0
         self.waiting_room = collections.deque()
         self._servers = []
         self._watch = None
         self._wake = None
         self._partial_seen = False
+
+    def add_fault(self, rule):
+        """Adds a fault rule (a Rule, a dict of its keys or "key=value,..." text) after those
+        there are; returns the Rule (its `matched` and `fired` count what it did)."""
+        rule = as_rule(rule)
+        self.faults.rules.append(rule)
+        return rule
+
+    def clear_faults(self):
+        """Removes every fault rule."""
+        self.faults.rules.clear()
 
     @property
     def addresses(self):
@@ -329,9 +466,12 @@ class Broker:
         )
         groups = _group_coordinator(self.groups, self.cluster)
         self.apis = Apis(self.cluster, groups=groups)
+        self.apis.security_protocol = self.security_protocol
+        self.apis.users = self.users
         for node_id, sock in zip(nodes, socks):
+            kind = _Connection if self.tls is None else _TlsAccept
             server = await loop.create_server(
-                lambda node_id=node_id: _Connection(self, node_id), sock=sock
+                lambda node_id=node_id, kind=kind: kind(self, node_id), sock=sock
             )
             self._servers.append(server)
         self._wake = asyncio.Event()
@@ -343,6 +483,12 @@ class Broker:
             server.close()
         for conn in list(self.connections):
             conn.end("the broker is closing")
+        for transport in list(self.closing):
+            self.close_later(transport)
+        for task in list(self.handshakes):
+            task.cancel()
+        if self.handshakes:
+            await asyncio.gather(*self.handshakes, return_exceptions=True)
         if self._watch is not None:
             self._watch.cancel()
             try:
@@ -361,6 +507,32 @@ class Broker:
 
     async def __aexit__(self, *exc):
         await self.close()
+
+    async def _tls_handshake(self, fd, node_id):
+        sock = socket.socket(fileno=fd)
+        try:
+            await asyncio.wait_for(
+                asyncio.get_running_loop().connect_accepted_socket(
+                    lambda: _Connection(self, node_id),
+                    sock,
+                    ssl=self.tls,
+                    ssl_handshake_timeout=self.frame_timeout + 1,  # wait_for's comes first
+                ),
+                self.frame_timeout,
+            )
+        except asyncio.CancelledError:
+            sock.close()  # the broker is closing
+            raise
+        except (OSError, asyncio.TimeoutError) as e:  # ssl.SSLError is an OSError
+            sock.close()
+            why = "it took over frame_timeout" if isinstance(e, asyncio.TimeoutError) else e
+            log.info("a TLS handshake on node %d failed: %s", node_id, why)
+
+    def close_later(self, transport):
+        """Ends a connection whose last answer was written (see _Connection.end)."""
+        if transport in self.closing:
+            self.closing.discard(transport)
+            transport.close()
 
     def wake(self, partial=False):
         """The watch looks again: the handlers' deadlines may have changed, or (`partial`) a

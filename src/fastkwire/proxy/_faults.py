@@ -18,6 +18,7 @@ from ..error_codes import ERRORS, by_name
 from ..errors import DecodeError, EncodeError, UnsupportedVersionError
 
 FIND_COORDINATOR = 10
+PRODUCE = 0  # its errors are per partition: every partition of the request gets the error
 DISCONNECT_WHEN = ("before", "after")
 KEYS = (
     "name",
@@ -150,7 +151,8 @@ class Rule:
     action: `delay_ms` (hold the broker's response that long), `disconnect` ("before": close
     the connection instead of forwarding the request; "after": forward it, then close),
     `error` (a name such as "NOT_COORDINATOR", or a code: answer with it, the broker never
-    sees the request). Then `probability` (0-1, default 1) and `times` (act on the first N
+    sees the request; in the answer's top-level error code, or for Produce in every
+    partition's, an acks=0 Produce being forwarded as it gets no answer). Then `probability` (0-1, default 1) and `times` (act on the first N
     matches only)."""
 
     def __init__(
@@ -204,7 +206,11 @@ class Rule:
             low, high = cls.MIN_VERSION, cls.MAX_VERSION
             if self.versions is not None:
                 low, high = max(low, self.versions[0]), min(high, self.versions[1])
-            answerable = [v for v in range(low, high + 1) if _has_top_level_error(cls, v)]
+            answerable = [
+                v
+                for v in range(low, high + 1)
+                if self.api_key == PRODUCE or _has_top_level_error(cls, v)
+            ]
             if not answerable:
                 raise RuleError(
                     f"rule key 'error': {cls.__name__} has no top-level error_code to answer with"
@@ -339,6 +345,26 @@ def read_rules_file(path):
     return rules, seed
 
 
+def _produce_error(exchange, cls, code):
+    """Each partition of the Produce request answered with `code`, none of its records taken."""
+    _, req, _ = decode_request(exchange.request, trailing="keep")
+    if req.acks == 0:
+        raise ValueError("an acks=0 Produce gets no answer to carry the error")
+    return cls(
+        responses=[
+            cls.TopicProduceResponse(
+                name=topic.name,
+                topic_id=topic.topic_id,
+                partition_responses=[
+                    cls.PartitionProduceResponse(index=p.index, error_code=code, base_offset=-1)
+                    for p in topic.partition_data
+                ],
+            )
+            for topic in req.topic_data
+        ]
+    )
+
+
 def error_answer(exchange, code):
     """The response frame that answers `exchange`'s request with error `code`, encoded by the
     codec at the request's version; raises ValueError when that response cannot carry it."""
@@ -346,7 +372,9 @@ def error_answer(exchange, code):
     if cls is None:
         raise ValueError(f"no response class for API key {exchange.api_key}")
     version = exchange.api_version
-    if exchange.api_key == FIND_COORDINATOR:
+    if exchange.api_key == PRODUCE:
+        msg = _produce_error(exchange, cls, code)
+    elif exchange.api_key == FIND_COORDINATOR:
         _, req, _ = decode_request(exchange.request, trailing="keep")
         if req.coordinator_keys:  # v4+: one answer per key asked
             msg = cls(

@@ -4,6 +4,7 @@ import asyncio
 import threading
 
 from ..broker import Broker as _AsyncBroker
+from ..broker._faults import as_rule
 from ..proxy._loop import loop_factory
 
 DEFAULT_START_TIMEOUT = 10.0
@@ -17,7 +18,8 @@ class Broker:
 
     `nodes` listeners on `host` (node ids 0 to nodes-1), on `ports` (one per node; by default
     free ones). Other keyword arguments go to fastkwire.broker.Broker (auto_create_topics,
-    num_partitions, the connection caps). `loop`: "auto" (uvloop when installed), "asyncio"
+    num_partitions, the connection caps, security: `users`, `tls_cert`, `tls_key`,
+    `security_protocol`...; `faults`). `loop`: "auto" (uvloop when installed), "asyncio"
     or "uvloop"."""
 
     def __init__(self, *, nodes=1, host="127.0.0.1", ports=None, loop=None, **kwargs):
@@ -77,6 +79,24 @@ class Broker:
     def bootstrap_servers(self):
         """ "host:port,..." of every node, for a client's bootstrap_servers."""
         return self.broker.bootstrap_servers
+
+    @property
+    def security_protocol(self):
+        """The listeners' security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+        return self.broker.security_protocol
+
+    def add_fault(self, rule=None, **keys):
+        """Adds a fault rule: a Rule, a dict of its keys, "key=value,..." text, or the keys as
+        keyword arguments (`add_fault(api="Fetch", disconnect="before", times=1)`); returns
+        the Rule, whose `matched` and `fired` count what it did."""
+        if (rule is None) == (not keys):
+            raise ValueError("add_fault: a rule, or its keys as keyword arguments (not both)")
+        rule = as_rule(keys if rule is None else rule)  # checked here, in the caller's thread
+        return self.call(self.broker.add_fault, rule)
+
+    def clear_faults(self):
+        """Removes every fault rule."""
+        self.call(self.broker.clear_faults)
 
     @property
     def addresses(self):
