@@ -152,7 +152,7 @@ def describe_quorum(apis, request, version, ctx):
 
 def alter_partition_reassignments(apis, request, version, ctx):
     R = AlterPartitionReassignmentsResponse
-    nodes = set(apis.cluster.nodes)
+    nodes = set(apis.cluster.live_node_ids())
     responses = []
     for t in request.topics:
         parts = []
@@ -164,7 +164,9 @@ def alter_partition_reassignments(apis, request, version, ctx):
                 error = "INVALID_REPLICA_ASSIGNMENT"
                 message = f"replicas {p.replicas}: one replica, on one of the nodes {sorted(nodes)}"
             elif error is None:
-                partition.leader = p.replicas[0]  # moving the one replica moves the leader
+                # Moving the one replica moves the leader (a new leader epoch).
+                apis.cluster.move_leader(t.name, p.partition_index, p.replicas[0])
+                partition.replicas[:] = p.replicas
             parts.append(
                 R.ReassignablePartitionResponse(
                     partition_index=p.partition_index,

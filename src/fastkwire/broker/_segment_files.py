@@ -1,0 +1,286 @@
+"""A partition's log on disk in Kafka's own format: a directory `<topic>-<partition>` of
+segment files named by their first offset (20 digits), each `.log` the batches back to back
+as received, beside an offset index (`.index`: int32 offset relative to the segment's base,
+int32 position, an entry every index.interval.bytes) and a time index (`.timeindex`: int64
+timestamp, int32 relative offset). A segment is rolled when the next batch would take it
+past `segment.bytes`. `partition.metadata` holds the topic id and `leader-epoch-checkpoint`
+the leader epochs, in Kafka's formats.
+
+`recover()` reads the segments back as Kafka's recovery does: each batch's size, magic and
+CRC are checked, and the log is cut at the first one that fails (a torn tail after a crash):
+that segment is truncated there and the ones after it are deleted.
+"""
+
+import base64
+import os
+import shutil
+import struct
+import uuid
+
+from .. import records
+from .._batches import HEADER, HEADER_SIZE
+from .._wire import BATCH_CRC_START
+
+INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes
+_INDEX_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_BASE_AND_LENGTH = struct.Struct(">qi")
+
+
+def segment_name(base_offset):
+    return f"{base_offset:020d}"
+
+
+def partition_dir(log_dir, topic, index):
+    return os.path.join(log_dir, f"{topic}-{index}")
+
+
+def _topic_id_text(topic_id):
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+
+
+def write_partition_metadata(path, topic_id):
+    """Kafka's `partition.metadata`: the topic id the directory belongs to."""
+    _write_replacing(
+        os.path.join(path, "partition.metadata"),
+        f"version: 0\ntopic_id: {_topic_id_text(topic_id)}\n",
+    )
+
+
+def read_partition_metadata(path):
+    """The topic id (a uuid.UUID) of a partition directory, or None."""
+    try:
+        with open(os.path.join(path, "partition.metadata"), encoding="ascii") as f:
+            fields = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
+        text = fields["topic_id"].strip()
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def write_checkpoint(path, entries):
+    """A Kafka checkpoint file: version 0, the count, one entry a line."""
+    lines = ["0", str(len(entries))] + [" ".join(str(v) for v in e) for e in entries]
+    _write_replacing(path, "\n".join(lines) + "\n")
+
+
+def read_checkpoint(path):
+    """The entries of a checkpoint file (each a list of strings); [] when it is missing or
+    not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        if len(lines) < 2 or lines[0] != "0":
+            return []
+        return [line.split() for line in lines[2 : 2 + int(lines[1])]]
+    except (OSError, ValueError):
+        return []
+
+
+def _write_replacing(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+class _Segment:
+    __slots__ = ("base", "size", "max_ts", "since_index", "index_max_ts")
+
+    def __init__(self, base, size=0, max_ts=-1):
+        self.base = base
+        self.size = size
+        self.max_ts = max_ts
+        self.since_index = 0  # bytes appended since the last index entry
+        self.index_max_ts = -1  # the largest timestamp the time index holds
+
+
+class SegmentFiles:
+    """One partition's segment files in directory `path` (made if missing)."""
+
+    def __init__(self, path, topic_id=None, segment_bytes=None, on_log_start=None):
+        self.path = path
+        # () -> the topic's segment.bytes now; (offset) -> None when the log start moved
+        self.segment_bytes = segment_bytes
+        self.on_log_start = on_log_start
+        os.makedirs(path, exist_ok=True)
+        if topic_id is not None:
+            write_partition_metadata(path, topic_id)
+        self.segments = []  # _Segment, in offset order; the last is the active one
+        self._log = None  # the active segment's files, open for appending
+        self._index = None
+        self._timeindex = None
+
+    def _file(self, base, suffix):
+        return os.path.join(self.path, segment_name(base) + suffix)
+
+    # ---- writing
+
+    def append(self, base, last_offset, batch, max_ts):
+        """Write one batch (its offsets assigned) at the end, rolling a new segment first when
+        it would take the active one past segment.bytes."""
+        seg = self.segments[-1] if self.segments else None
+        if seg is None or (seg.size and seg.size + len(batch) > self.segment_bytes()):
+            seg = self._roll(base)
+        if seg.since_index > INDEX_INTERVAL_BYTES:
+            # As Kafka's LogSegment: the entry maps this batch's last offset to its position.
+            self._index.write(_INDEX_ENTRY.pack(last_offset - seg.base, seg.size))
+            if seg.max_ts > seg.index_max_ts:
+                self._timeindex.write(_TIME_ENTRY.pack(seg.max_ts, last_offset - seg.base))
+                seg.index_max_ts = seg.max_ts
+            seg.since_index = 0
+        self._log.write(batch)
+        self._log.flush()
+        seg.size += len(batch)
+        seg.since_index += len(batch)
+        seg.max_ts = max(seg.max_ts, max_ts)
+
+    def _roll(self, base):
+        self._close_files()
+        seg = _Segment(base)
+        self.segments.append(seg)
+        self._open_files(seg)
+        return seg
+
+    def _open_files(self, seg):
+        self._log = open(self._file(seg.base, ".log"), "ab")
+        self._index = open(self._file(seg.base, ".index"), "ab", buffering=0)
+        self._timeindex = open(self._file(seg.base, ".timeindex"), "ab", buffering=0)
+
+    def _close_files(self):
+        for f in (self._log, self._index, self._timeindex):
+            if f is not None:
+                f.close()
+        self._log = self._index = self._timeindex = None
+
+    def close(self):
+        self._close_files()
+
+    def log_start_moved(self, offset, log_end):
+        """The log starts at `offset` now: the segments wholly before it go, and the
+        checkpoint of log starts is written."""
+        self.delete_before(offset, log_end)
+        if self.on_log_start is not None:
+            self.on_log_start()
+
+    def delete_before(self, offset, log_end):
+        """Delete the segments wholly before `offset` (their successor starts at or before
+        it); when that is every one, an empty segment starts at `log_end`, as Kafka rolls."""
+        keep = 0
+        while keep < len(self.segments):
+            nxt = self.segments[keep + 1].base if keep + 1 < len(self.segments) else log_end
+            if nxt > offset or (keep + 1 == len(self.segments) and self.segments[keep].size == 0):
+                break
+            keep += 1
+        if not keep:
+            return
+        if keep == len(self.segments):
+            self._close_files()
+        for seg in self.segments[:keep]:
+            for suffix in (".log", ".index", ".timeindex"):
+                try:
+                    os.remove(self._file(seg.base, suffix))
+                except FileNotFoundError:
+                    pass
+        del self.segments[:keep]
+        if not self.segments:
+            self._roll(log_end)
+
+    def remove(self):
+        """The partition is deleted: its directory goes."""
+        self._close_files()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def write_epochs(self, epochs):
+        write_checkpoint(os.path.join(self.path, "leader-epoch-checkpoint"), epochs)
+
+    def read_epochs(self):
+        try:
+            return [(int(e), int(o)) for e, o in read_checkpoint(self.epochs_path)]
+        except ValueError:
+            return []
+
+    @property
+    def epochs_path(self):
+        return os.path.join(self.path, "leader-epoch-checkpoint")
+
+    # ---- reading back
+
+    def recover(self):
+        """The batches of the segments on disk, [(base offset, last offset, bytes)], cut at
+        the first that does not check (truncating its segment there, deleting the later
+        ones); the indexes are written again, as Kafka rebuilds them."""
+        bases = sorted(
+            int(name[:-4])
+            for name in os.listdir(self.path)
+            if name.endswith(".log") and name[:-4].isdigit()
+        )
+        out = []
+        cut = False
+        for base in bases:
+            path = self._file(base, ".log")
+            if cut:
+                for suffix in (".log", ".index", ".timeindex"):
+                    try:
+                        os.remove(self._file(base, suffix))
+                    except FileNotFoundError:
+                        pass
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            seg_batches, good = _read_batches(data, out[-1][1] + 1 if out else None)
+            if good < len(data):
+                cut = True
+                with open(path, "r+b") as f:
+                    f.truncate(good)
+            for suffix in (".index", ".timeindex"):
+                try:
+                    os.remove(self._file(base, suffix))
+                except FileNotFoundError:
+                    pass
+            if not seg_batches and self.segments:
+                os.remove(path)  # an empty segment after others: the next one starts there
+                continue
+            seg = _Segment(seg_batches[0][0] if seg_batches else base)
+            if seg.base != base:  # the name says one offset, the batches another
+                os.replace(path, self._file(seg.base, ".log"))
+            self.segments.append(seg)
+            self._open_files(seg)
+            for batch_base, last, batch, max_ts in seg_batches:
+                if seg.since_index > INDEX_INTERVAL_BYTES:
+                    self._index.write(_INDEX_ENTRY.pack(last - seg.base, seg.size))
+                    if seg.max_ts > seg.index_max_ts:
+                        self._timeindex.write(_TIME_ENTRY.pack(seg.max_ts, last - seg.base))
+                        seg.index_max_ts = seg.max_ts
+                    seg.since_index = 0
+                seg.size += len(batch)
+                seg.since_index += len(batch)
+                seg.max_ts = max(seg.max_ts, max_ts)
+                out.append((batch_base, last, batch))
+            self._close_files()
+        if self.segments:
+            self._open_files(self.segments[-1])
+        return out
+
+
+def _read_batches(data, expected):
+    """([(base, last offset, bytes, max timestamp)], bytes good) of a segment's data: the
+    batches up to the first that is cut off, not magic 2, fails its CRC, or does not follow
+    the offset before it."""
+    out = []
+    pos, n = 0, len(data)
+    view = memoryview(data)
+    while pos + HEADER_SIZE <= n:
+        base, length = _BASE_AND_LENGTH.unpack_from(data, pos)
+        end = pos + 12 + length
+        if length < HEADER_SIZE - 12 or end > n:
+            break
+        (_, _, _, magic, crc, _, last_delta, _, max_ts, *_rest) = HEADER.unpack_from(data, pos)
+        if magic != 2 or records.crc32c(view[pos + BATCH_CRC_START : end]) != crc:
+            break
+        if expected is not None and base < expected:
+            break
+        out.append((base, base + last_delta, bytes(view[pos:end]), max_ts))
+        expected = base + last_delta + 1
+        pos = end
+    return out, pos
