@@ -1,7 +1,7 @@
 """`fastkwire broker`: a Kafka broker in memory, served until Ctrl-C or SIGTERM.
 
     fastkwire broker [--listen HOST:PORT ...] [--partitions N] [--no-auto-create-topics]
-                     [--group-min-session-timeout-ms MS]
+                     [--group-min-session-timeout-ms MS] [--log-dir DIR]
 
 Once it listens, it prints one line on stdout: `listening on HOST:PORT[,HOST:PORT...]`
 (the bootstrap servers; a port of 0 is a free one). Exit codes: 0 stopped by Ctrl-C or
@@ -12,7 +12,7 @@ import asyncio
 import signal
 import sys
 
-from ._printable import printable
+from ._printable import os_error_text, printable
 from ._proxy_cli import _address, _count
 from .broker import Broker, GroupConfig
 from .proxy._loop import LOOPS, loop_factory, loop_name, run
@@ -59,6 +59,13 @@ def add_broker(subparsers):
         "group.min.session.timeout.ms; default 6000)",
     )
     parser.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        default=None,
+        help="also keep the logs in DIR, in Kafka's segment format (`<topic>-<partition>` "
+        "folders of .log files), and serve what DIR holds at start (default: memory only)",
+    )
+    parser.add_argument(
         "--loop",
         choices=LOOPS,
         default=None,
@@ -80,6 +87,7 @@ def run_broker(args, out=None, err=None):
             auto_create_topics=args.auto_create_topics,
             num_partitions=args.partitions,
             groups=groups,
+            log_dir=args.log_dir,
         )
     except ValueError as e:
         print(f"{args.prog}: error: {printable(str(e))}", file=err)
@@ -94,6 +102,9 @@ async def _serve(broker, args, out, err):
     try:
         await broker.start()
     except OSError as e:
+        if args.log_dir is not None and e.filename is not None:
+            print(f"{args.prog}: error: --log-dir {args.log_dir}: {os_error_text(e)}", file=err)
+            return EXIT_FAILED
         wanted = ",".join(f"{h}:{p}" for h, p in broker.listeners)
         print(f"{args.prog}: error: --listen {wanted}: {e.strerror or e}", file=err)
         return EXIT_FAILED

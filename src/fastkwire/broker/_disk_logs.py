@@ -122,8 +122,8 @@ class DiskLogs:
             on_log_start=self._write_log_starts,
         )
         batches = files.recover()
-        if batches:
-            self._restored[key] = log.restore(batches, files.read_epochs())
+        if batches or files.next_offset:
+            self._restored[key] = log.restore(batches, files.next_offset, files.read_epochs())
             start = self._log_starts.get(key)
             if start is not None and start > log.log_start:
                 log.delete_before(min(start, log.log_end))

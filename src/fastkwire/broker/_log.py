@@ -227,9 +227,9 @@ class PartitionLog:
             self.store.append(base, self.log_end - 1, batch, max_ts)
         return base
 
-    def restore(self, batches, epochs=None):
-        """Take back the batches a store recovered, [(base offset, last offset, bytes)], and
-        the leader epochs it kept; the transactions they leave open or aborted are found as
+    def restore(self, batches, end, epochs=None):
+        """Take back the batches a store recovered, [(base offset, last offset, bytes)], the
+        log end it found and the leader epochs it kept; the transactions they leave open or aborted are found as
         the appends found them. Returns the BatchHead of each (for the producer state)."""
         heads = []
         for base, last, batch in batches:
@@ -246,8 +246,8 @@ class PartitionLog:
             elif head.is_transactional:
                 self.ongoing.setdefault(head.producer_id, base)
             heads.append((head, base))
-        if batches:
-            self.log_start = batches[0][0]
+        self.log_start = batches[0][0] if batches else end
+        self.log_end = max(self.log_end, end)
         if not epochs:  # as Kafka rebuilds its epoch cache: where each epoch's batches start
             epochs = []
             for base, _, batch in batches:

@@ -110,6 +110,7 @@ class SegmentFiles:
         self._log = None  # the active segment's files, open for appending
         self._index = None
         self._timeindex = None
+        self.next_offset = 0  # the log end recover() found
 
     def _file(self, base, suffix):
         return os.path.join(self.path, segment_name(base) + suffix)
@@ -209,7 +210,8 @@ class SegmentFiles:
     def recover(self):
         """The batches of the segments on disk, [(base offset, last offset, bytes)], cut at
         the first that does not check (truncating its segment there, deleting the later
-        ones); the indexes are written again, as Kafka rebuilds them."""
+        ones); the indexes are written again, as Kafka rebuilds them. `next_offset` is then
+        the log end (an empty last segment's name says it when no batch does)."""
         bases = sorted(
             int(name[:-4])
             for name in os.listdir(self.path)
@@ -238,8 +240,8 @@ class SegmentFiles:
                     os.remove(self._file(base, suffix))
                 except FileNotFoundError:
                     pass
-            if not seg_batches and self.segments:
-                os.remove(path)  # an empty segment after others: the next one starts there
+            if not seg_batches and not cut and base != bases[-1]:
+                os.remove(path)  # an empty segment before others: the next one starts there
                 continue
             seg = _Segment(seg_batches[0][0] if seg_batches else base)
             if seg.base != base:  # the name says one offset, the batches another
@@ -260,6 +262,8 @@ class SegmentFiles:
             self._close_files()
         if self.segments:
             self._open_files(self.segments[-1])
+        last_base = self.segments[-1].base if self.segments else 0
+        self.next_offset = max(out[-1][1] + 1 if out else 0, last_base)
         return out
 
 
