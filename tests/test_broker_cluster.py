@@ -314,3 +314,40 @@ def test_one_node_takes_every_group_request(apis):
     one = Apis(Cluster({5: ("127.0.0.1", 1)}), groups=GroupCoordinator())
     assert find_coordinator(one, "any", 5) == (0, 5)
     assert call(one, join("any"), 4, 5).error_code == code("MEMBER_ID_REQUIRED")
+
+
+def elect(apis, topic, election_type, node):
+    E = fastkwire.ElectLeadersRequest
+    r = call(
+        apis,
+        E(
+            election_type=election_type,
+            topic_partitions=[E.TopicPartitions(topic=topic, partitions=[0])],
+            timeout_ms=1000,
+        ),
+        2,
+        node,
+    )
+    return r.replica_election_results[0].partition_result[0].error_code
+
+
+def test_elect_leaders_brings_the_preferred_replica_back(apis):
+    cluster = apis.cluster
+    cluster.create_topic("t", 1, 2)
+    partition = cluster.partition("t", 0)
+    preferred, second = partition.replicas
+    assert elect(apis, "t", 0, preferred) == code("ELECTION_NOT_NEEDED")
+    cluster.stop_node(preferred)
+    assert (partition.leader, partition.log.leader_epoch) == (second, 1)
+    assert elect(apis, "t", 0, second) == code("PREFERRED_LEADER_NOT_AVAILABLE")
+    cluster.start_node(preferred)
+    assert partition.leader == second  # a restarted node does not take its leadership back
+    assert elect(apis, "t", 0, second) == 0
+    assert (partition.leader, partition.log.leader_epoch) == (preferred, 2)
+    # unclean: only for a partition without a leader, and only to a replica that runs
+    cluster.create_topic("u", 1)
+    (only,) = cluster.partition("u", 0).replicas
+    other = (only + 1) % 3
+    assert elect(apis, "u", 1, other) == code("ELECTION_NOT_NEEDED")
+    cluster.stop_node(only)
+    assert elect(apis, "u", 1, other) == code("ELIGIBLE_LEADERS_NOT_AVAILABLE")

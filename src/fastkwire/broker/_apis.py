@@ -495,15 +495,19 @@ class Apis:
                         log_start_offset=log_start,
                         record_errors=[],
                         error_message=message,
-                        current_leader=self._current_leader(R, partition, error, leaders),
                     )
                 )
+                if error is not None:
+                    parts[-1].current_leader = self._current_leader(R, partition, error, leaders)
             responses.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
         if appended:
             self.data_arrived()
         if acks == 0:
             return CLOSE if failed else NO_ANSWER
-        return R(responses=responses, node_endpoints=self._node_endpoints(R, leaders))
+        response = R(responses=responses)
+        if leaders:
+            response.node_endpoints = self._node_endpoints(R, leaders)
+        return response
 
     def _append(self, topic, partition, data, now_ms):
         """(base offset, log append time or -1) of one partition's records, appended unless
@@ -611,12 +615,10 @@ class Apis:
             )
         if total >= request.min_bytes:
             ready = True
-        return R(
-            error_code=NONE,
-            session_id=0,
-            responses=responses,
-            node_endpoints=self._node_endpoints(R, leaders),
-        ), ready
+        response = R(error_code=NONE, session_id=0, responses=responses)
+        if leaders:
+            response.node_endpoints = self._node_endpoints(R, leaders)
+        return response, ready
 
     # ---- ListOffsets
 
@@ -1008,7 +1010,10 @@ class Apis:
                     "auto.create.topics.enable": (str(cluster.auto_create_topics).lower(), BOOLEAN),
                     "num.partitions": (str(cluster.num_partitions), INT),
                     "default.replication.factor": ("1", INT),
-                    "offsets.topic.replication.factor": ("1", SHORT),
+                    "offsets.topic.replication.factor": (
+                        str(cluster.offsets_replication_factor()),
+                        SHORT,
+                    ),
                     "message.max.bytes": (TOPIC_CONFIGS["max.message.bytes"][0], INT),
                     "log.retention.hours": ("168", INT),
                     "group.initial.rebalance.delay.ms": ("0", INT),

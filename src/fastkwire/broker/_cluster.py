@@ -239,9 +239,10 @@ class Cluster:
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is not None and index < len(topic.partitions):
             return topic.partitions[index].leader
-        return self._placement(OFFSETS_TOPIC, index, self._offsets_factor())[0]
+        return self._placement(OFFSETS_TOPIC, index, self.offsets_replication_factor())[0]
 
-    def _offsets_factor(self):
+    def offsets_replication_factor(self):
+        """Kafka's offsets.topic.replication.factor (3), at most the nodes that run."""
         return max(1, min(OFFSETS_TOPIC_REPLICATION_FACTOR, len(self.live_node_ids())))
 
     def _placement(self, topic_name, index, factor):
@@ -336,7 +337,7 @@ class Cluster:
                 OFFSETS_TOPIC,
                 uuid.uuid4(),
                 {"cleanup.policy": "compact"},
-                self._offsets_factor(),
+                self.offsets_replication_factor(),
                 True,
             )
             self.topics[OFFSETS_TOPIC] = topic

@@ -118,6 +118,11 @@ class Broker:
         it led move to another replica or have no leader; its groups move to another node."""
         self._await(self.broker.stop_node(node_id), timeout)
 
+    def apply_retention(self):
+        """Apply the topics' retention.bytes and retention.ms now; returns how many
+        partitions' log start moved."""
+        return self.call(self.broker.apply_retention)
+
     def start_node(self, node_id, timeout=10.0):
         """Start node `node_id` (stopped) again on the same address."""
         self._await(self.broker.start_node(node_id), timeout)
