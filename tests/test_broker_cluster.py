@@ -5,6 +5,9 @@ UNKNOWN_LEADER_EPOCH), OffsetForLeaderEpoch over several epochs, Metadata's lead
 replicas and offline replicas, LEADER_NOT_AVAILABLE, coordinators that move, and
 NOT_COORDINATOR from a node that does not coordinate the group."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 import fastkwire
@@ -351,3 +354,14 @@ def test_elect_leaders_brings_the_preferred_replica_back(apis):
     assert elect(apis, "u", 1, other) == code("ELECTION_NOT_NEEDED")
     cluster.stop_node(only)
     assert elect(apis, "u", 1, other) == code("ELIGIBLE_LEADERS_NOT_AVAILABLE")
+
+
+def test_mutated_frames_keep_the_contract_while_the_cluster_changes():
+    """fuzz/hostile_cluster.py's contract over a short run (the long one: its --loop)."""
+    pytest.importorskip("cramjam")  # the seeds hold gzip batches
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_cluster
+
+    counts, findings, _ = hostile_cluster.run(2000, seed=7)
+    assert findings == 0
+    assert counts["answered"] and counts["closed"]

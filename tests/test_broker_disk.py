@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -310,3 +311,38 @@ def test_the_command_writes_its_log_dir(tmp_path):
         timeout=60,
     )
     assert done.returncode == 3 and "--log-dir" in done.stderr
+
+
+def test_damaged_segments_keep_the_recovery_contract():
+    """fuzz/hostile_segment_recovery.py's contract over a short run (the long one: its --loop)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_segment_recovery
+
+    findings, _ = hostile_segment_recovery.run(150, seed=7)
+    assert findings == 0
+
+
+def test_recovery_never_renames_a_segment_over_one_not_read_yet(tmp_path):
+    cluster, storage = open_cluster(tmp_path)
+    log = cluster.create_topic("t", configs={"segment.bytes": "200"}).partitions[0].log
+    for i in range(6):
+        append(log, batch(b"r%d" % i + b"z" * 20))  # two batches a segment: 0, 2, 4
+    storage.close()
+    folder = tmp_path / "t-0"
+    segment = folder.joinpath
+    assert sorted(n for n in os.listdir(folder) if n.endswith(".log")) == [
+        "%020d.log" % n for n in (0, 2, 4)
+    ]
+    # segment 2 copied under the name 1: its offsets follow segment 0's, so it is named 2
+    # again, and the real segment 2 (whose offsets no longer follow) is cut away; a copy
+    # of segment 0 after the end goes back in offsets: the log ends before it
+    segment("%020d.log" % 1).write_bytes(segment("%020d.log" % 2).read_bytes())
+    segment("%020d.log" % 9).write_bytes(segment("%020d.log" % 0).read_bytes())
+    again, storage = open_cluster(tmp_path)
+    log = again.topics["t"].partitions[0].log
+    got = [r.value for b in records.read_batches(log.read(0, 1 << 20)) for r in b.records]
+    assert got == [b"r%d" % i + b"z" * 20 for i in range(4)] and log.log_end == 4
+    storage.close()
+    table = fastkwire.read_segments(str(folder))
+    assert table.column("offset").to_pylist() == [0, 1, 2, 3]
+    assert table.column("value").to_pylist() == got

@@ -858,6 +858,7 @@ class Apis:
                     )
                 )
             topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+        self.cluster.flush_storage()  # the log starts, written once for the request
         return R(topics=topics)
 
     # ---- configs and cluster

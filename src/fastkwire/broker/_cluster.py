@@ -318,7 +318,13 @@ class Cluster:
                 start = partition.log.log_start
                 if partition.log.retain(size, ms, now_ms) != start:
                     moved.append(partition)
+        self.flush_storage()
         return moved
+
+    def flush_storage(self):
+        """Write what the storage holds back (the log starts that moved)."""
+        if self.storage is not None:
+            self.storage.flush()
 
     def auto_create(self, name):
         """The topic `name`, created if the cluster creates topics on first use; None when it

@@ -44,6 +44,7 @@ class DiskLogs:
             if len(e) == 3 and e[1].isdigit() and e[2].lstrip("-").isdigit()
         }
         self._restored = {}  # (topic, index) -> [(BatchHead, base)] to replay, while loading
+        self._starts_moved = False  # log-start-offset-checkpoint is to be written again
 
     def cluster_id(self):
         """The cluster id a broker wrote here before, or None."""
@@ -119,7 +120,7 @@ class DiskLogs:
             partition_dir(self.log_dir, topic.name, index),
             topic.id,
             segment_bytes=lambda: int(topic.config("segment.bytes")),
-            on_log_start=self._write_log_starts,
+            on_log_start=self._log_start_moved,
         )
         batches = files.recover()
         if batches or files.next_offset:
@@ -147,8 +148,17 @@ class DiskLogs:
         self._write_topics()
 
     def close(self):
+        self.flush()
         for files in self.files.values():
             files.close()
+
+    def _log_start_moved(self):
+        self._starts_moved = True
+
+    def flush(self):
+        """Write the log starts that moved (after a DeleteRecords, a retention run)."""
+        if self._starts_moved:
+            self._write_log_starts()
 
     # ---- the files at the top
 
@@ -174,6 +184,7 @@ class DiskLogs:
         os.replace(tmp, os.path.join(self.log_dir, TOPICS_FILE))
 
     def _write_log_starts(self):
+        self._starts_moved = False
         if self.cluster is None:
             return
         entries = [

@@ -111,6 +111,7 @@ class SegmentFiles:
         self._index = None
         self._timeindex = None
         self.next_offset = 0  # the log end recover() found
+        self._epochs = None  # leader epochs not written yet (at the next append or close)
 
     def _file(self, base, suffix):
         return os.path.join(self.path, segment_name(base) + suffix)
@@ -120,6 +121,8 @@ class SegmentFiles:
     def append(self, base, last_offset, batch, max_ts):
         """Write one batch (its offsets assigned) at the end, rolling a new segment first when
         it would take the active one past segment.bytes."""
+        if self._epochs is not None:  # before the first batch of a new epoch
+            self._write_epochs()
         seg = self.segments[-1] if self.segments else None
         if seg is None or (seg.size and seg.size + len(batch) > self.segment_bytes()):
             seg = self._roll(base)
@@ -155,6 +158,8 @@ class SegmentFiles:
         self._log = self._index = self._timeindex = None
 
     def close(self):
+        if self._epochs is not None:
+            self._write_epochs()
         self._close_files()
 
     def log_start_moved(self, offset, log_end):
@@ -179,21 +184,25 @@ class SegmentFiles:
             self._close_files()
         for seg in self.segments[:keep]:
             for suffix in (".log", ".index", ".timeindex"):
-                try:
-                    os.remove(self._file(seg.base, suffix))
-                except FileNotFoundError:
-                    pass
+                _remove(self._file(seg.base, suffix))
         del self.segments[:keep]
         if not self.segments:
             self._roll(log_end)
 
     def remove(self):
         """The partition is deleted: its directory goes."""
+        self._epochs = None
         self._close_files()
         shutil.rmtree(self.path, ignore_errors=True)
 
     def write_epochs(self, epochs):
-        write_checkpoint(os.path.join(self.path, "leader-epoch-checkpoint"), epochs)
+        """The leader epochs changed: written before the next batch (which carries the new
+        epoch) or at close, so that many leader changes cost one write."""
+        self._epochs = list(epochs)
+
+    def _write_epochs(self):
+        write_checkpoint(self.epochs_path, self._epochs)
+        self._epochs = None
 
     def read_epochs(self):
         try:
@@ -209,46 +218,64 @@ class SegmentFiles:
 
     def recover(self):
         """The batches of the segments on disk, [(base offset, last offset, bytes)], cut at
-        the first that does not check (truncating its segment there, deleting the later
-        ones); the indexes are written again, as Kafka rebuilds them. `next_offset` is then
-        the log end (an empty last segment's name says it when no batch does)."""
-        bases = sorted(
+        the first that does not check or does not follow the offsets before it (its segment
+        truncated there, the later ones deleted); a segment is named by its first batch's
+        offset, an empty last one by the log end (or later, as its name says, when it was
+        empty already: the log end after retention deleted everything); the indexes are written
+        again, as Kafka rebuilds them. `next_offset` is then the log end (an empty last
+        segment's name says it when no batch does)."""
+        names = sorted(
             int(name[:-4])
             for name in os.listdir(self.path)
             if name.endswith(".log") and name[:-4].isdigit()
         )
+        # First read everything, then change the files: renames cannot clobber a segment
+        # not read yet.
+        kept = []  # (name, bytes good, batches)
         out = []
-        cut = False
-        for base in bases:
-            path = self._file(base, ".log")
-            if cut:
-                for suffix in (".log", ".index", ".timeindex"):
-                    try:
-                        os.remove(self._file(base, suffix))
-                    except FileNotFoundError:
-                        pass
+        doomed = []
+        for i, name in enumerate(names):
+            if doomed:
+                doomed.append(name)
                 continue
-            with open(path, "rb") as f:
+            with open(self._file(name, ".log"), "rb") as f:
                 data = f.read()
-            seg_batches, good = _read_batches(data, out[-1][1] + 1 if out else None)
-            if good < len(data):
-                cut = True
-                with open(path, "r+b") as f:
-                    f.truncate(good)
+            expected = out[-1][1] + 1 if out else None
+            batches, good = _read_batches(data, expected)
+            cut = good < len(data)
+            if batches or cut or i == len(names) - 1:
+                kept.append((name, good, batches, len(data)))
+                out += [(base, last, batch) for base, last, batch, _ in batches]
+            else:
+                doomed.append(name)  # an empty segment before others: the next starts there
+            if cut:
+                doomed.append(None)  # the log ends here: every later segment goes
+        for name in names:
             for suffix in (".index", ".timeindex"):
-                try:
-                    os.remove(self._file(base, suffix))
-                except FileNotFoundError:
-                    pass
-            if not seg_batches and not cut and base != bases[-1]:
-                os.remove(path)  # an empty segment before others: the next one starts there
-                continue
-            seg = _Segment(seg_batches[0][0] if seg_batches else base)
-            if seg.base != base:  # the name says one offset, the batches another
-                os.replace(path, self._file(seg.base, ".log"))
+                _remove(self._file(name, suffix))
+        for name in doomed:
+            if name is not None:
+                _remove(self._file(name, ".log"))
+        end = out[-1][1] + 1 if out else 0
+        targets = []
+        for name, good, batches, size in kept:
+            if good < size:
+                with open(self._file(name, ".log"), "r+b") as f:
+                    f.truncate(good)
+            if batches:
+                targets.append(batches[0][0])
+            else:  # empty: its name says the log end, unless it held bytes that were bad
+                targets.append(end if good < size else max(name, end))
+        moving = [(n, t) for (n, *_), t in zip(kept, targets) if n != t]
+        for name, _ in moving:
+            os.replace(self._file(name, ".log"), self._file(name, ".log.recovering"))
+        for name, target in moving:
+            os.replace(self._file(name, ".log.recovering"), self._file(target, ".log"))
+        for (_, _, batches, _), target in zip(kept, targets):
+            seg = _Segment(target)
             self.segments.append(seg)
             self._open_files(seg)
-            for batch_base, last, batch, max_ts in seg_batches:
+            for _, last, batch, max_ts in batches:
                 if seg.since_index > INDEX_INTERVAL_BYTES:
                     self._index.write(_INDEX_ENTRY.pack(last - seg.base, seg.size))
                     if seg.max_ts > seg.index_max_ts:
@@ -258,13 +285,18 @@ class SegmentFiles:
                 seg.size += len(batch)
                 seg.since_index += len(batch)
                 seg.max_ts = max(seg.max_ts, max_ts)
-                out.append((batch_base, last, batch))
             self._close_files()
         if self.segments:
             self._open_files(self.segments[-1])
-        last_base = self.segments[-1].base if self.segments else 0
-        self.next_offset = max(out[-1][1] + 1 if out else 0, last_base)
+        self.next_offset = max(end, self.segments[-1].base if self.segments else 0)
         return out
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 def _read_batches(data, expected):
