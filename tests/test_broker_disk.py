@@ -346,3 +346,13 @@ def test_recovery_never_renames_a_segment_over_one_not_read_yet(tmp_path):
     table = fastkwire.read_segments(str(folder))
     assert table.column("offset").to_pylist() == [0, 1, 2, 3]
     assert table.column("value").to_pylist() == got
+
+
+def test_one_broker_at_a_time_on_a_log_dir(tmp_path):
+    from fastkwire.testing import Broker
+
+    with Broker(log_dir=tmp_path):
+        with pytest.raises(OSError, match="another broker uses this log directory"):
+            Broker(log_dir=tmp_path).start()
+    with Broker(log_dir=tmp_path):  # free again once the first has stopped
+        pass

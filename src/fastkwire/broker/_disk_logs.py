@@ -8,10 +8,16 @@ open is aborted, as its coordinator would abort it. The partitions of `__consume
 are not written (the group coordinator keeps offsets in memory).
 """
 
+import errno
 import json
 import os
 import re
 import time
+
+try:
+    import fcntl
+except ImportError:  # Windows: no lock is taken
+    fcntl = None
 
 from ._log import PartitionLog
 from ._segment_files import (
@@ -25,6 +31,7 @@ from ._segment_files import (
 TOPICS_FILE = "fastkwire-topics.json"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 META_PROPERTIES = "meta.properties"
+LOCK_FILE = ".lock"  # as Kafka's: one broker per log directory
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 # Kafka's directories that are not live partitions
 _NOT_LIVE = re.compile(r".*-(delete|future|stray)$|.*\.[0-9a-f]{32}-(delete|future|stray)$")
@@ -36,6 +43,7 @@ class DiskLogs:
     def __init__(self, log_dir):
         self.log_dir = os.path.abspath(log_dir)
         os.makedirs(self.log_dir, exist_ok=True)
+        self._lock = _lock(os.path.join(self.log_dir, LOCK_FILE))
         self.cluster = None
         self.files = {}  # (topic name, index) -> SegmentFiles
         self._log_starts = {
@@ -148,9 +156,13 @@ class DiskLogs:
         self._write_topics()
 
     def close(self):
-        self.flush()
+        if self.cluster is not None:
+            self.flush()
         for files in self.files.values():
             files.close()
+        if self._lock is not None:
+            self._lock.close()  # the lock goes with the file
+            self._lock = None
 
     def _log_start_moved(self):
         self._starts_moved = True
@@ -195,3 +207,19 @@ class DiskLogs:
             if p.log.log_start > 0
         ]
         write_checkpoint(os.path.join(self.log_dir, LOG_START_CHECKPOINT), entries)
+
+
+def _lock(path):
+    """The log directory's lock file, locked (OSError when another broker holds it)."""
+    f = open(path, "a+b")
+    if fcntl is not None:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise OSError(
+                errno.EAGAIN,
+                f"another broker uses this log directory (its {LOCK_FILE} is locked)",
+                os.path.dirname(path),
+            ) from None
+    return f
