@@ -100,16 +100,16 @@ class SegmentFiles:
 
     def __init__(self, path, topic_id=None, segment_bytes=None, on_log_start=None):
         self.path = path
-        # () -> the topic's segment.bytes now; (offset) -> None when the log start moved
+        # () -> the topic's segment.bytes now; () -> None, called when the log start moved
         self.segment_bytes = segment_bytes
         self.on_log_start = on_log_start
         os.makedirs(path, exist_ok=True)
         if topic_id is not None:
             write_partition_metadata(path, topic_id)
         self.segments = []  # _Segment, in offset order; the last is the active one
-        self._log = None  # the active segment's files, open for appending
-        self._index = None
-        self._timeindex = None
+        # The active segment's .log, opened at its first append (a partition not written
+        # since the start holds no file open); its indexes are opened for each entry.
+        self._log = None
         self.next_offset = 0  # the log end recover() found
         self._epochs = None  # leader epochs not written yet (at the next append or close)
 
@@ -126,36 +126,30 @@ class SegmentFiles:
         seg = self.segments[-1] if self.segments else None
         if seg is None or (seg.size and seg.size + len(batch) > self.segment_bytes()):
             seg = self._roll(base)
-        if seg.since_index > INDEX_INTERVAL_BYTES:
-            # As Kafka's LogSegment: the entry maps this batch's last offset to its position.
-            self._index.write(_INDEX_ENTRY.pack(last_offset - seg.base, seg.size))
-            if seg.max_ts > seg.index_max_ts:
-                self._timeindex.write(_TIME_ENTRY.pack(seg.max_ts, last_offset - seg.base))
-                seg.index_max_ts = seg.max_ts
-            seg.since_index = 0
+        index, timeindex = _index_entries(seg, last_offset, max_ts)
+        if index:
+            _append_to(self._file(seg.base, ".index"), index)
+        if timeindex:
+            _append_to(self._file(seg.base, ".timeindex"), timeindex)
+        if self._log is None:
+            self._log = open(self._file(seg.base, ".log"), "ab")
         self._log.write(batch)
         self._log.flush()
         seg.size += len(batch)
         seg.since_index += len(batch)
-        seg.max_ts = max(seg.max_ts, max_ts)
 
     def _roll(self, base):
         self._close_files()
         seg = _Segment(base)
         self.segments.append(seg)
-        self._open_files(seg)
+        for suffix in (".log", ".index", ".timeindex"):
+            _append_to(self._file(base, suffix), b"")
         return seg
 
-    def _open_files(self, seg):
-        self._log = open(self._file(seg.base, ".log"), "ab")
-        self._index = open(self._file(seg.base, ".index"), "ab", buffering=0)
-        self._timeindex = open(self._file(seg.base, ".timeindex"), "ab", buffering=0)
-
     def _close_files(self):
-        for f in (self._log, self._index, self._timeindex):
-            if f is not None:
-                f.close()
-        self._log = self._index = self._timeindex = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def close(self):
         if self._epochs is not None:
@@ -172,20 +166,21 @@ class SegmentFiles:
     def delete_before(self, offset, log_end):
         """Delete the segments wholly before `offset` (their successor starts at or before
         it); when that is every one, an empty segment starts at `log_end`, as Kafka rolls."""
-        keep = 0
-        while keep < len(self.segments):
-            nxt = self.segments[keep + 1].base if keep + 1 < len(self.segments) else log_end
-            if nxt > offset or (keep + 1 == len(self.segments) and self.segments[keep].size == 0):
+        drop = 0
+        while drop < len(self.segments):
+            last = drop + 1 == len(self.segments)
+            nxt = log_end if last else self.segments[drop + 1].base
+            if nxt > offset or (last and self.segments[drop].size == 0):
                 break
-            keep += 1
-        if not keep:
+            drop += 1
+        if not drop:
             return
-        if keep == len(self.segments):
+        if drop == len(self.segments):
             self._close_files()
-        for seg in self.segments[:keep]:
+        for seg in self.segments[:drop]:
             for suffix in (".log", ".index", ".timeindex"):
                 _remove(self._file(seg.base, suffix))
-        del self.segments[:keep]
+        del self.segments[:drop]
         if not self.segments:
             self._roll(log_end)
 
@@ -274,22 +269,38 @@ class SegmentFiles:
         for (_, _, batches, _), target in zip(kept, targets):
             seg = _Segment(target)
             self.segments.append(seg)
-            self._open_files(seg)
+            index, timeindex = bytearray(), bytearray()
             for _, last, batch, max_ts in batches:
-                if seg.since_index > INDEX_INTERVAL_BYTES:
-                    self._index.write(_INDEX_ENTRY.pack(last - seg.base, seg.size))
-                    if seg.max_ts > seg.index_max_ts:
-                        self._timeindex.write(_TIME_ENTRY.pack(seg.max_ts, last - seg.base))
-                        seg.index_max_ts = seg.max_ts
-                    seg.since_index = 0
+                entry, time_entry = _index_entries(seg, last, max_ts)
+                index += entry
+                timeindex += time_entry
                 seg.size += len(batch)
                 seg.since_index += len(batch)
-                seg.max_ts = max(seg.max_ts, max_ts)
-            self._close_files()
-        if self.segments:
-            self._open_files(self.segments[-1])
+            _append_to(self._file(target, ".index"), index)
+            _append_to(self._file(target, ".timeindex"), timeindex)
         self.next_offset = max(end, self.segments[-1].base if self.segments else 0)
         return out
+
+
+def _index_entries(seg, last_offset, max_ts):
+    """The (offset index, time index) bytes due before a batch ending at `last_offset` is
+    appended to `seg`: as Kafka's LogSegment, an entry when more than index.interval.bytes
+    went in since the last, mapping the batch's last offset to its position (and the
+    largest timestamp so far to its offset, when it grew)."""
+    index = timeindex = b""
+    if seg.since_index > INDEX_INTERVAL_BYTES:
+        index = _INDEX_ENTRY.pack(last_offset - seg.base, seg.size)
+        if seg.max_ts > seg.index_max_ts:
+            timeindex = _TIME_ENTRY.pack(seg.max_ts, last_offset - seg.base)
+            seg.index_max_ts = seg.max_ts
+        seg.since_index = 0
+    seg.max_ts = max(seg.max_ts, max_ts)
+    return index, timeindex
+
+
+def _append_to(path, data):
+    with open(path, "ab") as f:
+        f.write(data)
 
 
 def _remove(path):
