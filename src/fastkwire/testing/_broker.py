@@ -17,8 +17,9 @@ class Broker:
 
     `nodes` listeners on `host` (node ids 0 to nodes-1), on `ports` (one per node; by default
     free ones). Other keyword arguments go to fastkwire.broker.Broker (auto_create_topics,
-    num_partitions, the connection caps). `loop`: "auto" (uvloop when installed), "asyncio"
-    or "uvloop"."""
+    num_partitions, log_dir, retention_check_interval_ms, the connection caps). `loop`:
+    "auto" (uvloop when installed), "asyncio" or "uvloop". The cluster's shape changes
+    under its clients with `move_leader`, `stop_node` and `start_node`."""
 
     def __init__(self, *, nodes=1, host="127.0.0.1", ports=None, loop=None, **kwargs):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
