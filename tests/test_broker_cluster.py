@@ -319,6 +319,39 @@ def test_one_node_takes_every_group_request(apis):
     assert call(one, join("any"), 4, 5).error_code == code("MEMBER_ID_REQUIRED")
 
 
+def test_transaction_requests_go_to_the_transactional_ids_coordinator(apis):
+    apis.cluster.create_topic("t")
+    owner = find_coordinator(apis, "tx", 0, key_type=1)[1]
+    other = (owner + 1) % 3
+    init = fastkwire.InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=60000)
+    assert call(apis, init, 4, other).error_code == code("NOT_COORDINATOR")
+    answer = call(apis, init, 4, owner)
+    assert answer.error_code == 0
+    pid, epoch = answer.producer_id, answer.producer_epoch
+    idempotent = fastkwire.InitProducerIdRequest(transactional_id=None)
+    assert call(apis, idempotent, 4, other).error_code == 0  # no id: any node
+    A = fastkwire.AddPartitionsToTxnRequest
+    adding = A(
+        v3_and_below_transactional_id="tx",
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[A.AddPartitionsToTxnTopic(name="t", partitions=[0])],
+    )
+    (result,) = call(apis, adding, 3, other).results_by_topic_v3_and_below
+    assert result.results_by_partition[0].partition_error_code == code("NOT_COORDINATOR")
+    (result,) = call(apis, adding, 3, owner).results_by_topic_v3_and_below
+    assert result.results_by_partition[0].partition_error_code == 0
+    offsets = fastkwire.AddOffsetsToTxnRequest(
+        transactional_id="tx", producer_id=pid, producer_epoch=epoch, group_id="g"
+    )
+    assert call(apis, offsets, 3, other).error_code == code("NOT_COORDINATOR")
+    ending = fastkwire.EndTxnRequest(
+        transactional_id="tx", producer_id=pid, producer_epoch=epoch, committed=True
+    )
+    assert call(apis, ending, 3, other).error_code == code("NOT_COORDINATOR")
+    assert call(apis, ending, 3, owner).error_code == 0
+
+
 def elect(apis, topic, election_type, node):
     E = fastkwire.ElectLeadersRequest
     r = call(

@@ -252,3 +252,34 @@ def test_a_group_consumer_follows_its_coordinator_when_the_node_stops(cluster):
         consumer.close()
     assert sorted(got) == sorted(v for ph in (0, 1) for p in range(3) for v in sent_values(ph, p))
     assert committed == {p: 2 * PER_PHASE for p in range(PARTITIONS)}
+
+
+def test_kafka_python_transactions_on_three_nodes(cluster):
+    kafka = pytest.importorskip("kafka")
+    b = cluster
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=b.bootstrap_servers, transactional_id="three-nodes"
+    )
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for p in range(PARTITIONS):
+            producer.send(TOPIC, b"kept", partition=p)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send(TOPIC, b"dropped", partition=0)
+        producer.abort_transaction()
+    finally:
+        producer.close(TIMEOUT)
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=b.bootstrap_servers,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=3000,
+    )
+    try:
+        consumer.assign([kafka.TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+        got = sorted(m.value for m in consumer)
+    finally:
+        consumer.close()
+    assert got == [b"kept"] * PARTITIONS

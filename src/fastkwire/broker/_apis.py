@@ -73,7 +73,7 @@ from ._cluster import (
     check_topic_name,
 )
 from ._log import LATEST, LogError, read_batch_head
-from ._not_coordinator import coordinated
+from ._not_coordinator import TRANSACTION_API_KEYS, coordinated, transaction_error
 from ._acls import HANDLERS as ACL_HANDLERS
 from ._acls import AclStore
 from ._replica_apis import HANDLERS as REPLICA_HANDLERS
@@ -210,6 +210,13 @@ class Apis:
         reply(NO_ANSWER) sends nothing (acks=0)."""
         served = self.served.get(api_key)
         if served is not None:
+            if api_key in TRANSACTION_API_KEYS and len(self.cluster.nodes) > 1:
+                refused = transaction_error(
+                    api_key, version, request, self._coordinates(ctx.node_id)
+                )
+                if refused is not None:
+                    reply(_fitted(refused, version))
+                    return
             response = served[2](request, version, ctx, _fitting(reply, version))
             if response is not None:
                 reply(_fitted(response, version))

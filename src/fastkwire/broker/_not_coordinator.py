@@ -1,10 +1,20 @@
-"""NOT_COORDINATOR for the groups another node coordinates, as Kafka's brokers answer: a
-request about one group is answered with the error when this node does not coordinate it;
-one about several gets the error for each such group and the coordinator answers the rest;
-ListGroups lists only this node's groups (an admin client asks every node).
+"""NOT_COORDINATOR for the groups and transactional ids another node coordinates, as
+Kafka's brokers answer: a request about one group is answered with the error when this node
+does not coordinate it; one about several gets the error for each such group and the
+coordinator answers the rest; ListGroups lists only this node's groups (an admin client asks
+every node). InitProducerId (with a transactional id), AddPartitionsToTxn (v0-3),
+AddOffsetsToTxn and EndTxn get it from a node that does not coordinate their id.
 """
 
 from .. import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
@@ -185,3 +195,46 @@ def coordinated(api_key, version, request, reply, owns):
         reply(response)
 
     return request, merged
+
+
+TRANSACTION_API_KEYS = frozenset(
+    cls.API_KEY
+    for cls in (
+        InitProducerIdRequest,
+        AddPartitionsToTxnRequest,
+        AddOffsetsToTxnRequest,
+        EndTxnRequest,
+    )
+)
+
+
+def transaction_error(api_key, version, request, owns):
+    """The NOT_COORDINATOR answer to a transaction coordinator's request when this node does
+    not coordinate its transactional id (`owns(id)`); None when it does, or when the request
+    names none (an idempotent producer's InitProducerId, AddPartitionsToTxn v4+)."""
+    if api_key == AddPartitionsToTxnRequest.API_KEY:
+        if version >= 4 or owns(request.v3_and_below_transactional_id):
+            return None
+        R = AddPartitionsToTxnResponse
+        return R(
+            results_by_topic_v3_and_below=[
+                R.AddPartitionsToTxnTopicResult(
+                    name=t.name,
+                    results_by_partition=[
+                        R.AddPartitionsToTxnPartitionResult(
+                            partition_index=p, partition_error_code=NOT_COORDINATOR
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.v3_and_below_topics
+            ]
+        )
+    tid = request.transactional_id
+    if tid is None or owns(tid):
+        return None
+    if api_key == InitProducerIdRequest.API_KEY:
+        return InitProducerIdResponse(error_code=NOT_COORDINATOR, producer_id=-1, producer_epoch=-1)
+    if api_key == EndTxnRequest.API_KEY:
+        return EndTxnResponse(error_code=NOT_COORDINATOR)
+    return AddOffsetsToTxnResponse(error_code=NOT_COORDINATOR)
