@@ -183,9 +183,9 @@ def seeds(apis):
     return out
 
 
-def check_one(apis, clock, errors, frame):
+def check_one(apis, clock, errors, frame, node=0):
     outcomes = []
-    answer_frame(apis, frame, 0, "fuzz", outcomes.append)
+    answer_frame(apis, frame, node, "fuzz", outcomes.append)
     clock[0] += 2**31 / 1000  # past the longest wait an int32 of milliseconds asks
     apis.tick()
     if errors.records:

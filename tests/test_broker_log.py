@@ -693,8 +693,9 @@ def test_transaction_markers_the_last_stable_offset_and_aborted_ranges():
 def test_transactions_through_the_handlers(apis):
     apis.cluster.create_topic("t")
     node = leader_node(apis, "t")
+    coordinator = apis.cluster.coordinator("tx")  # the transaction APIs go to it, as in Kafka
     init = fastkwire.InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=60000)
-    r = call(apis, init, 4, node)
+    r = call(apis, init, 4, coordinator)
     pid, epoch = r.producer_id, r.producer_epoch
     assert r.error_code == 0 and epoch == 0
     A = fastkwire.AddPartitionsToTxnRequest
@@ -704,7 +705,9 @@ def test_transactions_through_the_handlers(apis):
         v3_and_below_producer_epoch=epoch,
         v3_and_below_topics=[A.AddPartitionsToTxnTopic(name="t", partitions=[0])],
     )
-    result = call(apis, add, 3, node).results_by_topic_v3_and_below[0].results_by_partition[0]
+    result = (
+        call(apis, add, 3, coordinator).results_by_topic_v3_and_below[0].results_by_partition[0]
+    )
     assert result.partition_error_code == 0
     data = records.write_batch(
         [Record(timestamp=1, value=b"x")],
@@ -717,27 +720,28 @@ def test_transactions_through_the_handlers(apis):
     log = apis.cluster.partition("t", 0).log
     assert log.last_stable_offset == 0
     # A new InitProducerId for the same id fences this producer and aborts its transaction.
-    r = call(apis, init, 4, node)
+    r = call(apis, init, 4, coordinator)
     assert (r.producer_id, r.producer_epoch) == (pid, 1)
     assert log.last_stable_offset == log.log_end == 2 and log.aborted_in(0, 2) == [(pid, 0)]
     E = fastkwire.EndTxnRequest
     end = E(transactional_id="tx", producer_id=pid, producer_epoch=0, committed=True)
-    assert call(apis, end, 3, node).error_code == code("PRODUCER_FENCED")
+    assert call(apis, end, 3, coordinator).error_code == code("PRODUCER_FENCED")
     # KIP-588: a client older than EndTxn v2 knows it as INVALID_PRODUCER_EPOCH
-    assert call(apis, end, 1, node).error_code == code("INVALID_PRODUCER_EPOCH")
+    assert call(apis, end, 1, coordinator).error_code == code("INVALID_PRODUCER_EPOCH")
     # A transaction left open past its timeout is aborted, and its producer fenced.
+    slow_coordinator = apis.cluster.coordinator("slow")
     timed = fastkwire.InitProducerIdRequest(transactional_id="slow", transaction_timeout_ms=500)
-    r = call(apis, timed, 4, node)
+    r = call(apis, timed, 4, slow_coordinator)
     add.v3_and_below_transactional_id = "slow"
     add.v3_and_below_producer_id, add.v3_and_below_producer_epoch = r.producer_id, 0
-    call(apis, add, 3, node)
+    call(apis, add, 3, slow_coordinator)
     assert apis.tick() == 0.5
     apis.fake_clock[0] = 0.5
     end_at = log.log_end
     assert apis.tick() is None
     assert log.log_end == end_at + 1  # its ABORT marker
     end = E(transactional_id="slow", producer_id=r.producer_id, producer_epoch=0, committed=True)
-    assert call(apis, end, 3, node).error_code == code("PRODUCER_FENCED")
+    assert call(apis, end, 3, slow_coordinator).error_code == code("PRODUCER_FENCED")
     F = fastkwire.FindCoordinatorRequest
     r = call(apis, F(key="tx", key_type=1), 3, node)
     assert r.error_code == 0 and r.node_id == apis.cluster.coordinator("tx")

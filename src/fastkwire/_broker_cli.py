@@ -2,6 +2,7 @@
 
     fastkwire broker [--listen [PROTOCOL://]HOST:PORT ...] [--partitions N]
                      [--no-auto-create-topics] [--group-min-session-timeout-ms MS]
+                     [--log-dir DIR]
                      [--sasl-user NAME:PASSWORD ...] [--sasl-mechanism M ...]
                      [--tls-cert PEM --tls-key PEM] [--tls-client-ca PEM]
                      [--fault RULE ...] [--rules FILE] [--seed N]
@@ -16,7 +17,7 @@ import asyncio
 import signal
 import sys
 
-from ._printable import printable
+from ._printable import os_error_text, printable
 from ._proxy_cli import _count, _rule
 from .broker import Broker, GroupConfig
 from .broker._sasl import MECHANISMS
@@ -163,6 +164,13 @@ def add_broker(subparsers):
         help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
     )
     parser.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        default=None,
+        help="also keep the logs in DIR, in Kafka's segment format (`<topic>-<partition>` "
+        "folders of .log files), and serve what DIR holds at start (default: memory only)",
+    )
+    parser.add_argument(
         "--loop",
         choices=LOOPS,
         default=None,
@@ -201,6 +209,7 @@ def run_broker(args, out=None, err=None):
             tls_client_cafile=args.tls_client_ca,
             faults=rules,
             fault_seed=seed,
+            log_dir=args.log_dir,
         )
     except (RuleError, ValueError) as e:
         print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=err)
@@ -218,6 +227,9 @@ async def _serve(broker, args, out, err):
     try:
         await broker.start()
     except OSError as e:
+        if args.log_dir is not None and e.filename is not None:
+            print(f"{args.prog}: error: --log-dir {args.log_dir}: {os_error_text(e)}", file=err)
+            return EXIT_FAILED
         wanted = ",".join(f"{h}:{p}" for h, p in broker.listeners)
         print(f"{args.prog}: error: --listen {wanted}: {e.strerror or e}", file=err)
         return EXIT_FAILED

@@ -73,6 +73,7 @@ from ._cluster import (
     check_topic_name,
 )
 from ._log import LATEST, LogError, read_batch_head
+from ._not_coordinator import TRANSACTION_API_KEYS, coordinated, transaction_error
 from ._acls import HANDLERS as ACL_HANDLERS
 from ._acls import AclStore
 from ._replica_apis import HANDLERS as REPLICA_HANDLERS
@@ -98,6 +99,7 @@ def code(name):
 
 
 NONE = 0
+LEADER_NOT_AVAILABLE = code("LEADER_NOT_AVAILABLE")
 
 
 class Context:
@@ -214,11 +216,26 @@ class Apis:
         reply(NO_ANSWER) sends nothing (acks=0)."""
         served = self.served.get(api_key)
         if served is not None:
+            if api_key in TRANSACTION_API_KEYS and len(self.cluster.nodes) > 1:
+                refused = transaction_error(
+                    api_key, version, request, self._coordinates(ctx.node_id)
+                )
+                if refused is not None:
+                    reply(_fitted(refused, version))
+                    return
             response = served[2](request, version, ctx, _fitting(reply, version))
             if response is not None:
                 reply(_fitted(response, version))
         elif self.groups is not None and api_key in self.groups.API_KEYS:
-            self.groups.handle(api_key, version, request, ctx, _fitting(reply, version))
+            reply = _fitting(reply, version)
+            if len(self.cluster.nodes) > 1:
+                # Kafka's NOT_COORDINATOR for the groups another node coordinates.
+                request, reply = coordinated(
+                    api_key, version, request, reply, self._coordinates(ctx.node_id)
+                )
+                if request is None:
+                    return
+            self.groups.handle(api_key, version, request, ctx, reply)
         else:
             raise KeyError(api_key)
 
@@ -266,6 +283,11 @@ class Apis:
 
     # ---- helpers
 
+    def _coordinates(self, node_id):
+        """owns(group id): whether node `node_id` coordinates that group."""
+        coordinator = self.cluster.coordinator
+        return lambda group_id: coordinator(group_id or "") == node_id
+
     def _leader_check(self, partition, ctx, current_leader_epoch=-1):
         """The error name when this node cannot serve `partition` (None: it can)."""
         if partition.leader != ctx.node_id:
@@ -276,6 +298,24 @@ class Apis:
             if current_leader_epoch < partition.log.leader_epoch:
                 return "FENCED_LEADER_EPOCH"
         return None
+
+    def _current_leader(self, R, partition, error, leaders):
+        """KIP-951: a NOT_LEADER or FENCED answer names the partition's leader and epoch (and
+        `leaders`, a set, gathers the nodes to describe in node_endpoints)."""
+        if error not in ("NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH") or partition is None:
+            return R.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+        if partition.leader >= 0:
+            leaders.add(partition.leader)
+        return R.LeaderIdAndEpoch(
+            leader_id=partition.leader, leader_epoch=partition.log.leader_epoch
+        )
+
+    def _node_endpoints(self, R, leaders):
+        nodes = self.cluster.nodes
+        return [
+            R.NodeEndpoint(node_id=n, host=nodes[n][0], port=nodes[n][1], rack=None)
+            for n in sorted(leaders)
+        ]
 
     def _topic_by(self, name, topic_id, by_id):
         """(topic or None, error name when it is None)."""
@@ -345,13 +385,13 @@ class Apis:
                     is_internal=topic.internal,
                     partitions=[
                         R.MetadataResponsePartition(
-                            error_code=NONE,
+                            error_code=NONE if p.leader >= 0 else LEADER_NOT_AVAILABLE,
                             partition_index=p.index,
                             leader_id=p.leader,
                             leader_epoch=p.log.leader_epoch,
-                            replica_nodes=[p.leader],
-                            isr_nodes=[p.leader],
-                            offline_replicas=[],
+                            replica_nodes=list(p.replicas),
+                            isr_nodes=[r for r in p.replicas if r not in cluster.stopped],
+                            offline_replicas=[r for r in p.replicas if r in cluster.stopped],
                         )
                         for p in topic.partitions
                     ],
@@ -360,7 +400,7 @@ class Apis:
         return R(
             brokers=[
                 R.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)
-                for node, (host, port) in sorted(cluster.nodes.items())
+                for node, (host, port) in cluster.live_nodes().items()
             ],
             cluster_id=cluster.cluster_id,
             controller_id=cluster.controller_id,
@@ -401,15 +441,15 @@ class Apis:
                     topic_id=topic.id,
                     partitions=[
                         R.DescribeTopicPartitionsResponsePartition(
-                            error_code=NONE,
+                            error_code=NONE if p.leader >= 0 else LEADER_NOT_AVAILABLE,
                             partition_index=p.index,
                             leader_id=p.leader,
                             leader_epoch=p.log.leader_epoch,
-                            replica_nodes=[p.leader],
-                            isr_nodes=[p.leader],
+                            replica_nodes=list(p.replicas),
+                            isr_nodes=[r for r in p.replicas if r not in cluster.stopped],
                             eligible_leader_replicas=[],
                             last_known_elr=[],
-                            offline_replicas=[],
+                            offline_replicas=[r for r in p.replicas if r in cluster.stopped],
                         )
                         for p in parts
                     ],
@@ -433,6 +473,7 @@ class Apis:
         failed = False
         appended = False
         responses = []
+        leaders = set()
         for t in request.topic_data:
             topic = self.cluster.topics.get(t.name)
             parts = []
@@ -469,12 +510,17 @@ class Apis:
                         error_message=message,
                     )
                 )
+                if error is not None:
+                    parts[-1].current_leader = self._current_leader(R, partition, error, leaders)
             responses.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
         if appended:
             self.data_arrived()
         if acks == 0:
             return CLOSE if failed else NO_ANSWER
-        return R(responses=responses)
+        response = R(responses=responses)
+        if leaders:
+            response.node_endpoints = self._node_endpoints(R, leaders)
+        return response
 
     def _append(self, topic, partition, data, now_ms):
         """(base offset, log append time or -1) of one partition's records, appended unless
@@ -514,6 +560,7 @@ class Apis:
         ready = not request.topics
         read_committed = request.isolation_level == READ_COMMITTED
         responses = []
+        leaders = set()
         for t in request.topics:
             topic, missing = self._topic_by(t.topic, t.topic_id, by_id)
             parts = []
@@ -551,6 +598,7 @@ class Apis:
                             aborted_transactions=None,
                             preferred_read_replica=-1,
                             records=b"",
+                            current_leader=self._current_leader(R, partition, error, leaders),
                         )
                     )
                     continue
@@ -580,7 +628,10 @@ class Apis:
             )
         if total >= request.min_bytes:
             ready = True
-        return R(error_code=NONE, session_id=0, responses=responses), ready
+        response = R(error_code=NONE, session_id=0, responses=responses)
+        if leaders:
+            response.node_endpoints = self._node_endpoints(R, leaders)
+        return response, ready
 
     # ---- ListOffsets
 
@@ -630,10 +681,8 @@ class Apis:
                 error = "UNKNOWN_TOPIC_OR_PARTITION" if partition is None else None
                 if error is None:
                     error = self._leader_check(partition, ctx, p.current_leader_epoch)
-                if error is None and p.leader_epoch <= partition.log.leader_epoch:
-                    # Leaders never change here: every epoch asked for ends at the log end,
-                    # and the largest epoch at or below the one asked for is the current one.
-                    epoch, end = partition.log.leader_epoch, partition.log.log_end
+                if error is None:
+                    epoch, end = partition.log.end_offset_for(p.leader_epoch)
                 parts.append(
                     R.EpochEndOffset(
                         error_code=NONE if error is None else code(error),
@@ -658,9 +707,11 @@ class Apis:
             elif request.key_type not in (GROUP_KEY, TRANSACTION_KEY):
                 error = "INVALID_REQUEST"
             else:
-                node = self.cluster.coordinator(key)
                 if request.key_type == GROUP_KEY:
                     self.cluster.offsets_topic()  # Kafka makes it at the first lookup
+                node = self.cluster.coordinator(key)
+                if node < 0:
+                    error = "COORDINATOR_NOT_AVAILABLE"
             host, port = self.cluster.nodes.get(node, ("", -1))
             answers.append((key, NONE if error is None else code(error), node, host, port))
         if version >= 4:
@@ -820,6 +871,7 @@ class Apis:
                     )
                 )
             topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+        self.cluster.flush_storage()  # the log starts, written once for the request
         return R(topics=topics)
 
     # ---- configs and cluster
@@ -891,6 +943,7 @@ class Apis:
                     check_config(name, value)
                 if not request.validate_only:
                     topic.configs = configs
+                    self.cluster.configs_changed(topic)
             except ClusterError as e:
                 error, message = code(e.error), str(e)
             responses.append(
@@ -971,7 +1024,10 @@ class Apis:
                     "auto.create.topics.enable": (str(cluster.auto_create_topics).lower(), BOOLEAN),
                     "num.partitions": (str(cluster.num_partitions), INT),
                     "default.replication.factor": ("1", INT),
-                    "offsets.topic.replication.factor": ("1", SHORT),
+                    "offsets.topic.replication.factor": (
+                        str(cluster.offsets_replication_factor()),
+                        SHORT,
+                    ),
                     "message.max.bytes": (TOPIC_CONFIGS["max.message.bytes"][0], INT),
                     "log.retention.hours": ("168", INT),
                     "group.initial.rebalance.delay.ms": ("0", INT),
@@ -1000,7 +1056,7 @@ class Apis:
             controller_id=cluster.controller_id,
             brokers=[
                 R.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None)
-                for node, (host, port) in sorted(cluster.nodes.items())
+                for node, (host, port) in cluster.live_nodes().items()
             ],
         )
 

@@ -1,8 +1,11 @@
 """What the broker knows: its nodes, its topics (each with an id, partitions and configs) and
 the producer ids it handed out. A plain object; the handlers read and change it.
 
-Leaders are spread over the nodes (partition p of a topic is led by node (first + p) % N), as
-are group coordinators (by a hash of the key, the same on every node).
+Replicas are spread over the live nodes (partition p of a topic has its replicas from node
+(first + p) % N on), its leader the first of them that runs. A group or transactional id is
+coordinated by the leader of the __consumer_offsets partition its key hashes to, as in Kafka.
+A node may be stopped and started (`stop_node`, `start_node`) and a leader moved
+(`move_leader`): the leader epoch goes up at each change, as Kafka's controller does.
 """
 
 import base64
@@ -131,13 +134,19 @@ def check_topic_name(name):
         )
 
 
-class Partition:
-    __slots__ = ("index", "leader", "log", "producers")
+NO_LEADER = -1
+# Kafka's offsets.topic.replication.factor (3), at most the nodes there are.
+OFFSETS_TOPIC_REPLICATION_FACTOR = 3
 
-    def __init__(self, index, leader):
+
+class Partition:
+    __slots__ = ("index", "leader", "replicas", "log", "producers")
+
+    def __init__(self, index, replicas, log=None):
         self.index = index
-        self.leader = leader
-        self.log = PartitionLog()
+        self.replicas = replicas  # node ids, the preferred leader first
+        self.leader = replicas[0]  # NO_LEADER while none of its replicas runs
+        self.log = PartitionLog() if log is None else log
         self.producers = PartitionProducers()
 
 
@@ -199,20 +208,48 @@ class Cluster:
         self.auto_create_topics = auto_create_topics
         self.num_partitions = num_partitions
         self.cluster_id = cluster_id or _cluster_id()
-        self.controller_id = min(self.nodes)
+        self.stopped = set()  # node ids not running
         self.topics = {}  # name -> Topic
         self.topic_ids = {}  # uuid.UUID -> Topic
         self.producer_ids = ProducerIds()
+        # Where the logs are kept besides memory (DiskLogs): told of topics made and deleted.
+        self.storage = None
 
     # ---- reads
 
     def node_ids(self):
         return sorted(self.nodes)
 
+    def live_node_ids(self):
+        return [n for n in sorted(self.nodes) if n not in self.stopped]
+
+    def live_nodes(self):
+        """{node id: (host, port)} of the nodes running (what Metadata lists)."""
+        return {n: self.nodes[n] for n in self.live_node_ids()}
+
+    @property
+    def controller_id(self):
+        live = self.live_node_ids()
+        return live[0] if live else NO_LEADER
+
     def coordinator(self, key):
-        """The node that coordinates group or transactional id `key`."""
-        ids = self.node_ids()
-        return ids[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(ids)]
+        """The node that coordinates group or transactional id `key`: the leader of the
+        __consumer_offsets partition it hashes to (NO_LEADER when none runs)."""
+        index = zlib.crc32(key.encode("utf-8", "surrogatepass")) % self.offsets_topic_partitions
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is not None and index < len(topic.partitions):
+            return topic.partitions[index].leader
+        return self._placement(OFFSETS_TOPIC, index, self.offsets_replication_factor())[0]
+
+    def offsets_replication_factor(self):
+        """Kafka's offsets.topic.replication.factor (3), at most the nodes that run."""
+        return max(1, min(OFFSETS_TOPIC_REPLICATION_FACTOR, len(self.live_node_ids())))
+
+    def _placement(self, topic_name, index, factor):
+        """The replicas of a new partition: `factor` live nodes from (first + index) on."""
+        ids = self.live_node_ids() or self.node_ids()
+        first = zlib.crc32(topic_name.encode("utf-8", "surrogatepass")) + index
+        return [ids[(first + k) % len(ids)] for k in range(min(factor, len(ids)))]
 
     def partition(self, topic_name, index):
         topic = self.topics.get(topic_name)
@@ -242,23 +279,52 @@ class Cluster:
             )
         self._check_room(partitions)
         factor = 1 if replication_factor == -1 else replication_factor
-        if not 1 <= factor <= len(self.nodes):
+        live = len(self.live_node_ids())
+        if not 1 <= factor <= live:
             raise ClusterError(
                 "INVALID_REPLICATION_FACTOR",
-                f"replication factor {factor} is not between 1 and the {len(self.nodes)} "
-                "node(s) of this cluster",
+                f"replication factor {factor} is not between 1 and the {live} "
+                "node(s) of this cluster that run",
             )
         for key, value in (configs or {}).items():
             check_config(key, value)
         return partitions, factor
 
-    def create_topic(self, name, num_partitions=-1, replication_factor=-1, configs=None):
+    def create_topic(
+        self, name, num_partitions=-1, replication_factor=-1, configs=None, topic_id=None
+    ):
         partitions, factor = self.check_new_topic(name, num_partitions, replication_factor, configs)
-        topic = Topic(name, uuid.uuid4(), dict(configs or {}), factor)
+        topic = Topic(name, topic_id or uuid.uuid4(), dict(configs or {}), factor)
         self.topics[name] = topic
         self.topic_ids[topic.id] = topic
         self._add_partitions(topic, partitions)
+        if self.storage is not None:
+            self.storage.topic_created(topic)
         return topic
+
+    def configs_changed(self, topic):
+        if self.storage is not None:
+            self.storage.configs_changed(topic)
+
+    def apply_retention(self, now_ms):
+        """Kafka's retention.bytes and retention.ms on every partition (not the internal
+        topic's); returns the partitions whose log start moved."""
+        moved = []
+        for topic in self.topics.values():
+            if topic.internal or "delete" not in topic.config("cleanup.policy"):
+                continue
+            size, ms = int(topic.config("retention.bytes")), int(topic.config("retention.ms"))
+            for partition in topic.partitions:
+                start = partition.log.log_start
+                if partition.log.retain(size, ms, now_ms) != start:
+                    moved.append(partition)
+        self.flush_storage()
+        return moved
+
+    def flush_storage(self):
+        """Write what the storage holds back (the log starts that moved)."""
+        if self.storage is not None:
+            self.storage.flush()
 
     def auto_create(self, name):
         """The topic `name`, created if the cluster creates topics on first use; None when it
@@ -273,7 +339,13 @@ class Cluster:
         not counted in `max_partitions` (partitions added later are)."""
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
-            topic = Topic(OFFSETS_TOPIC, uuid.uuid4(), {"cleanup.policy": "compact"}, 1, True)
+            topic = Topic(
+                OFFSETS_TOPIC,
+                uuid.uuid4(),
+                {"cleanup.policy": "compact"},
+                self.offsets_replication_factor(),
+                True,
+            )
             self.topics[OFFSETS_TOPIC] = topic
             self.topic_ids[topic.id] = topic
             self._add_partitions(topic, self.offsets_topic_partitions)
@@ -290,10 +362,10 @@ class Cluster:
 
     def _add_partitions(self, topic, count):
         self.partitions += count - len(topic.partitions)
-        ids = self.node_ids()
-        first = zlib.crc32(topic.name.encode("utf-8", "surrogatepass"))
         for index in range(len(topic.partitions), count):
-            topic.partitions.append(Partition(index, ids[(first + index) % len(ids)]))
+            replicas = self._placement(topic.name, index, topic.replication_factor)
+            log = None if self.storage is None else self.storage.new_log(topic, index)
+            topic.partitions.append(Partition(index, replicas, log))
 
     def check_partition_count(self, name, count):
         topic = self.topics.get(name)
@@ -317,3 +389,66 @@ class Cluster:
             self.partitions += self.offsets_topic_partitions
         del self.topics[topic.name]
         del self.topic_ids[topic.id]
+        if self.storage is not None:
+            self.storage.topic_deleted(topic)
+
+    # ---- nodes and leaders
+
+    def _check_node(self, node_id):
+        if node_id not in self.nodes:
+            raise ValueError(f"node_id: no node {node_id!r} (the nodes are {self.node_ids()})")
+
+    def _lead(self, partition, node_id):
+        """`node_id` (or NO_LEADER) leads `partition` from now on, in a new leader epoch."""
+        partition.leader = node_id
+        partition.log.new_leader_epoch()
+
+    def move_leader(self, topic_name, index, node_id):
+        """Make running node `node_id` the leader of the partition; a node that holds no
+        replica of it takes the place of the current leader's replica (a reassignment)."""
+        self._check_node(node_id)
+        if node_id in self.stopped:
+            raise ValueError(f"node_id: node {node_id} is stopped")
+        partition = self.partition(topic_name, index)
+        if partition is None:
+            raise ValueError(f"no partition {topic_name!r} {index}")
+        if node_id not in partition.replicas:
+            at = partition.replicas.index(partition.leader) if partition.leader >= 0 else 0
+            partition.replicas[at] = node_id
+        if partition.leader != node_id:
+            self._lead(partition, node_id)
+        return partition
+
+    def stop_node(self, node_id):
+        """Node `node_id` stops: each partition it led goes to the first of its other replicas
+        that runs, or has no leader. Returns the partitions whose leader changed."""
+        self._check_node(node_id)
+        if node_id in self.stopped:
+            raise ValueError(f"node_id: node {node_id} is stopped already")
+        self.stopped.add(node_id)
+        moved = []
+        for partition in self.all_partitions():
+            if partition.leader == node_id:
+                live = [r for r in partition.replicas if r not in self.stopped]
+                self._lead(partition, live[0] if live else NO_LEADER)
+                moved.append(partition)
+        return moved
+
+    def start_node(self, node_id):
+        """Node `node_id` runs again: the partitions left without a leader that it holds a
+        replica of are led by it (the others keep their leaders, as Kafka's do until a
+        preferred leader election). Returns the partitions whose leader changed."""
+        self._check_node(node_id)
+        if node_id not in self.stopped:
+            raise ValueError(f"node_id: node {node_id} is running")
+        self.stopped.discard(node_id)
+        moved = []
+        for partition in self.all_partitions():
+            if partition.leader == NO_LEADER and node_id in partition.replicas:
+                self._lead(partition, node_id)
+                moved.append(partition)
+        return moved
+
+    def all_partitions(self):
+        for topic in self.topics.values():
+            yield from topic.partitions

@@ -49,6 +49,13 @@ class LogError(Exception):
         self.error = error
 
 
+def _marker_type(batch):
+    """COMMIT or ABORT: a control batch's marker type (its first record's key)."""
+    (control,) = records.read_batches(batch, check_crc=False)
+    key = control.records[0].key if control.records else None
+    return _MARKER_KEY.unpack_from(key)[1] if key and len(key) >= 4 else _COMMIT
+
+
 class BatchHead:
     """What the log needs of a batch's header, read without decompressing it."""
 
@@ -137,8 +144,10 @@ class PartitionLog:
         "_max_ts",
         "bytes",
         "leader_epoch",
+        "epochs",
         "ongoing",
         "aborted",
+        "store",
     )
 
     def __init__(self, leader_epoch=0):
@@ -151,6 +160,32 @@ class PartitionLog:
         self._max_ts = []  # each batch's max timestamp
         self.bytes = 0
         self.leader_epoch = leader_epoch
+        self.epochs = [(leader_epoch, 0)]  # (epoch, its start offset): the epoch cache
+        self.store = None  # the segment files on disk (None: in memory only)
+
+    def new_leader_epoch(self):
+        """A new leader: the next epoch starts at the log end (Kafka's leader epoch cache;
+        an epoch in which nothing was written gives way to the next)."""
+        self.leader_epoch += 1
+        if self.epochs and self.epochs[-1][1] == self.log_end:
+            self.epochs.pop()
+        self.epochs.append((self.leader_epoch, self.log_end))
+        if self.store is not None:
+            self.store.write_epochs(self.epochs)
+
+    def end_offset_for(self, epoch):
+        """OffsetForLeaderEpoch: (the largest epoch at or below `epoch`, where it ends) as
+        Kafka's LeaderEpochFileCache.endOffsetFor answers; (-1, -1) past the current one."""
+        if epoch == self.leader_epoch:
+            return epoch, self.log_end
+        starts = [e for e, _ in self.epochs]
+        i = bisect.bisect_right(starts, epoch)
+        if i == len(self.epochs):
+            return -1, -1
+        higher_start = self.epochs[i][1]
+        if i == 0:
+            return epoch, higher_start
+        return self.epochs[i - 1][0], higher_start
 
     @property
     def high_watermark(self):
@@ -180,14 +215,49 @@ class PartitionLog:
             struct.pack_into(">h", batch, attrs_at, head.attributes | _ATTRS_LOG_APPEND_TIME)
             _INT64.pack_into(batch, _MAX_TIMESTAMP_AT, max_ts)
             _CRC.pack_into(batch, _CRC_AT, records.crc32c(memoryview(batch)[BATCH_CRC_START:]))
+        batch = bytes(batch)
         self._bases.append(base)
-        self._batches.append(bytes(batch))
+        self._batches.append(batch)
         self._max_ts.append(max_ts)
         self.bytes += len(batch)
         self.log_end = base + head.last_offset_delta + 1
         if head.is_transactional and not head.is_control:
             self.ongoing.setdefault(head.producer_id, base)
+        if self.store is not None:
+            self.store.append(base, self.log_end - 1, batch, max_ts)
         return base
+
+    def restore(self, batches, end, epochs=None):
+        """Take back the batches a store recovered, [(base offset, last offset, bytes)], the
+        log end it found and the leader epochs it kept; the transactions they leave open or aborted are found as
+        the appends found them. Returns the BatchHead of each (for the producer state)."""
+        heads = []
+        for base, last, batch in batches:
+            head = read_batch_head(batch, len(batch))
+            self._bases.append(base)
+            self._batches.append(batch)
+            self._max_ts.append(head.max_timestamp)
+            self.bytes += len(batch)
+            self.log_end = last + 1
+            if head.is_control:
+                first = self.ongoing.pop(head.producer_id, None)
+                if first is not None and _marker_type(batch) == _ABORT:
+                    self.aborted.append((head.producer_id, first, base))
+            elif head.is_transactional:
+                self.ongoing.setdefault(head.producer_id, base)
+            heads.append((head, base))
+        self.log_start = batches[0][0] if batches else end
+        self.log_end = max(self.log_end, end)
+        if not epochs:  # as Kafka rebuilds its epoch cache: where each epoch's batches start
+            epochs = []
+            for base, _, batch in batches:
+                (epoch,) = _EPOCH.unpack_from(batch, _EPOCH_AT)
+                if not epochs or epoch > epochs[-1][0]:
+                    epochs.append((epoch, base))
+        if epochs:
+            self.epochs = list(epochs)
+            self.leader_epoch = max(self.leader_epoch, self.epochs[-1][0])
+        return heads
 
     def write_marker(self, producer_id, epoch, commit, now_ms, coordinator_epoch=0):
         """End a transaction here: a control batch (COMMIT or ABORT) of `producer_id`,
@@ -325,6 +395,11 @@ class PartitionLog:
                 f"cannot delete before offset {offset}: the high watermark is "
                 f"{self.high_watermark}",
             )
+        self._start_at(offset)
+        return self.log_start
+
+    def _start_at(self, offset):
+        """The log starts at `offset` (if later than now): the batches wholly before go."""
         if offset > self.log_start:
             self.log_start = offset
             drop = self._first_batch_at(offset)
@@ -332,4 +407,28 @@ class PartitionLog:
                 self.bytes -= sum(len(b) for b in self._batches[:drop])
                 del self._bases[:drop], self._batches[:drop], self._max_ts[:drop]
             self.aborted = [a for a in self.aborted if a[2] >= offset]
+            if self.store is not None:
+                self.store.log_start_moved(offset, self.log_end)
+
+    def retain(self, retention_bytes, retention_ms, now_ms):
+        """Retention (Kafka's retention.bytes and retention.ms, -1: no limit): whole units
+        from the start (segments on disk, batches in memory) go while the log stays at least
+        `retention_bytes` without them, or while their newest timestamp is more than
+        `retention_ms` old; the log start moves to the first unit kept. Returns the new log
+        start."""
+        if self.store is not None:
+            units = [(s.base, s.size, s.max_ts) for s in self.store.segments if s.size]
+        else:
+            units = list(zip(self._bases, map(len, self._batches), self._max_ts))
+        size = sum(u[1] for u in units)
+        drop = 0
+        for _, unit_size, max_ts in units:
+            by_size = retention_bytes >= 0 and size - unit_size >= retention_bytes
+            by_time = retention_ms >= 0 and now_ms - max_ts > retention_ms
+            if not (by_size or by_time):
+                break
+            size -= unit_size
+            drop += 1
+        if drop:
+            self._start_at(units[drop][0] if drop < len(units) else self.log_end)
         return self.log_start

@@ -1,6 +1,7 @@
 """The handlers of the APIs about replicas, leaders and log directories, as a cluster whose
-partitions each have one replica (their leader) answers them: elections are never needed,
-reassignments to the replica a partition has are no-ops, there is one log directory per
+replicas share one log answers them: a preferred election moves the leader to the first
+replica when it runs, an unclean one gives a partition without a leader any replica that
+runs; a reassignment to one replica moves the leader there; there is one log directory per
 node, and the KRaft quorum is the controller alone. Each handler takes (apis, request,
 version, ctx) and returns a response object, as Apis' own do."""
 
@@ -54,12 +55,38 @@ def elect_leaders(apis, request, version, ctx):
     results = []
     for name, indexes in pairs:
         parts = []
-        for index, error, _ in _partitions(apis, name, indexes):
-            # One replica: it leads already, whichever election was asked for.
-            error = error or "ELECTION_NOT_NEEDED"
-            parts.append(R.PartitionResult(partition_id=index, error_code=_code(error)))
+        for index, error, partition in _partitions(apis, name, indexes):
+            if error is None:
+                error = _elect(apis.cluster, name, partition, request.election_type)
+            error_code = NONE if error is None else _code(error)
+            parts.append(R.PartitionResult(partition_id=index, error_code=error_code))
         results.append(R.ReplicaElectionResult(topic=name, partition_result=parts))
+    apis.data_arrived()  # Fetches waiting on a leader that changed answer now
     return R(error_code=NONE, replica_election_results=results)
+
+
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
+
+
+def _elect(cluster, topic, partition, election_type):
+    """The error of one partition's election, after it (None: a new leader was elected).
+    Preferred: its first replica leads, when it runs; unclean: any replica that runs leads
+    a partition without a leader (the one log holds everything, so nothing is lost)."""
+    running = [r for r in partition.replicas if r not in cluster.stopped]
+    if election_type == UNCLEAN:
+        if partition.leader >= 0:
+            return "ELECTION_NOT_NEEDED"
+        if not running:
+            return "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+        cluster.move_leader(topic, partition.index, running[0])
+        return None
+    preferred = partition.replicas[0]
+    if partition.leader == preferred:
+        return "ELECTION_NOT_NEEDED"
+    if preferred in cluster.stopped:
+        return "PREFERRED_LEADER_NOT_AVAILABLE"
+    cluster.move_leader(topic, partition.index, preferred)
+    return None
 
 
 def describe_log_dirs(apis, request, version, ctx):
@@ -78,7 +105,7 @@ def describe_log_dirs(apis, request, version, ctx):
                 partition_index=p.index, partition_size=p.log.bytes, offset_lag=0
             )
             for p in topic.partitions
-            if p.leader == ctx.node_id and (wanted is None or p.index in wanted)
+            if ctx.node_id in p.replicas and (wanted is None or p.index in wanted)
         ]
         if parts:
             topics.append(R.DescribeLogDirsTopic(name=topic.name, partitions=parts))
@@ -95,7 +122,7 @@ def alter_replica_log_dirs(apis, request, version, ctx):
         for t in d.topics:
             parts = []
             for index, error, partition in _partitions(apis, t.name, t.partitions):
-                if error is None and partition.leader != ctx.node_id:
+                if error is None and ctx.node_id not in partition.replicas:
                     error = "NOT_LEADER_OR_FOLLOWER"  # this node holds no replica of it
                 if error is None and d.path != LOG_DIR:
                     error = "LOG_DIR_NOT_FOUND"
@@ -152,7 +179,7 @@ def describe_quorum(apis, request, version, ctx):
 
 def alter_partition_reassignments(apis, request, version, ctx):
     R = AlterPartitionReassignmentsResponse
-    nodes = set(apis.cluster.nodes)
+    nodes = set(apis.cluster.live_node_ids())
     responses = []
     for t in request.topics:
         parts = []
@@ -164,7 +191,9 @@ def alter_partition_reassignments(apis, request, version, ctx):
                 error = "INVALID_REPLICA_ASSIGNMENT"
                 message = f"replicas {p.replicas}: one replica, on one of the nodes {sorted(nodes)}"
             elif error is None:
-                partition.leader = p.replicas[0]  # moving the one replica moves the leader
+                # Moving the one replica moves the leader (a new leader epoch).
+                apis.cluster.move_leader(t.name, p.partition_index, p.replicas[0])
+                partition.replicas[:] = p.replicas
             parts.append(
                 R.ReassignablePartitionResponse(
                     partition_index=p.partition_index,

@@ -23,6 +23,7 @@ On a TLS listener (SSL, SASL_SSL) the accepted socket goes to asyncio's TLS hand
 import asyncio
 import collections
 import logging
+import os
 import socket
 import time
 
@@ -39,6 +40,7 @@ from ..proxy._server import (
 )
 from ._apis import Apis
 from ._cluster import DEFAULT_MAX_PARTITIONS, DEFAULT_OFFSETS_TOPIC_PARTITIONS, Cluster
+from ._disk_logs import DiskLogs
 from ._exchange import Close, answer_frame
 from ._faults import apply as apply_fault
 from ._faults import as_faults, as_rule
@@ -50,6 +52,7 @@ from ._security import server_context, split_listener
 log = logging.getLogger("fastkwire.broker")
 
 FIRST_NODE_ID = 0
+DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms
 WATCH_INTERVAL_MAX = 1.0  # seconds between looks for overdue frames, at most
 FAILED_ANSWER_CLOSE_DELAY = 0.1  # Kafka's connection.failed.authentication.delay.ms
 
@@ -312,6 +315,20 @@ def _group_coordinator(groups, cluster):
     )
 
 
+def _listening_socket(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class Broker:
     """A Kafka broker on asyncio: `listeners` are one (host, port) or "host:port" per node
     (port 0: a free one), node ids counting from `first_node_id`. Keyword arguments:
@@ -320,7 +337,10 @@ class Broker:
     `offsets_topic_partitions` (Kafka's offsets.topic.num.partitions: __consumer_offsets'),
     `groups` (True: the group coordinator with Kafka's defaults, GroupConfig's; a
     GroupConfig; a function(cluster) making a coordinator; None: the group APIs are not
-    served), and the caps above.
+    served), the caps above, `log_dir` (a directory the logs are also written to, in
+    Kafka's segment format, and read back from at start; None: memory only) and
+    `retention_check_interval_ms` (Kafka's log.retention.check.interval.ms). Cluster shapes:
+    `move_leader`, `stop_node`, `start_node`.
 
     Security (Kafka's listener security protocols): `security_protocol` ("PLAINTEXT",
     "SSL", "SASL_PLAINTEXT", "SASL_SSL"; or a listener's prefix, "SASL_SSL://host:port";
@@ -354,6 +374,8 @@ class Broker:
         max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES,
         max_connections=DEFAULT_MAX_CONNECTIONS,
         frame_timeout=DEFAULT_FRAME_TIMEOUT,
+        log_dir=None,
+        retention_check_interval_ms=DEFAULT_RETENTION_CHECK_INTERVAL_MS,
         security_protocol=None,
         users=None,
         sasl_mechanisms=None,
@@ -405,6 +427,12 @@ class Broker:
         self.max_buffered_bytes = _positive(max_buffered_bytes, "max_buffered_bytes")
         self.max_connections = _positive(max_connections, "max_connections")
         self.frame_timeout = _positive(frame_timeout, "frame_timeout", float)
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self.retention_check_interval_ms = _positive(
+            retention_check_interval_ms, "retention_check_interval_ms"
+        )
+        self._storage = None
+        self._next_retention = None
         self.cluster = None
         self.apis = None
         self.connections = set()
@@ -412,7 +440,7 @@ class Broker:
         self.handshakes = set()  # TLS handshakes under way
         self.buffered = 0
         self.waiting_room = collections.deque()
-        self._servers = []
+        self._servers = {}  # node id -> its asyncio server (a stopped node has none)
         self._watch = None
         self._wake = None
         self._partial_seen = False
@@ -438,17 +466,10 @@ class Broker:
         return ",".join(f"{h}:{p}" for h, p in self.cluster.nodes.values())
 
     async def start(self):
-        loop = asyncio.get_running_loop()
         socks = []
         try:
             for host, port in self.listeners:
-                family = socket.AF_INET6 if ":" in host else socket.AF_INET
-                sock = socket.socket(family, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, port))
-                sock.listen(1024)
-                sock.setblocking(False)
+                socks.append(_listening_socket(host, port))
         except OSError:
             for s in socks:
                 s.close()
@@ -457,29 +478,82 @@ class Broker:
             self.first_node_id + i: (host, sock.getsockname()[1])
             for i, ((host, _), sock) in enumerate(zip(self.listeners, socks))
         }
-        self.cluster = Cluster(
-            nodes,
-            auto_create_topics=self.auto_create_topics,
-            num_partitions=self.num_partitions,
-            max_partitions=self.max_partitions,
-            offsets_topic_partitions=self.offsets_topic_partitions,
-        )
+        storage = None
+        try:
+            if self.log_dir is not None:
+                storage = DiskLogs(self.log_dir)
+            self.cluster = Cluster(
+                nodes,
+                auto_create_topics=self.auto_create_topics,
+                num_partitions=self.num_partitions,
+                max_partitions=self.max_partitions,
+                offsets_topic_partitions=self.offsets_topic_partitions,
+                cluster_id=None if storage is None else storage.cluster_id(),
+            )
+            if storage is not None:
+                storage.attach(self.cluster)
+        except BaseException:
+            for s in socks:
+                s.close()
+            if storage is not None:
+                storage.close()
+            raise
+        self._storage = storage
         groups = _group_coordinator(self.groups, self.cluster)
         self.apis = Apis(self.cluster, groups=groups)
         self.apis.security_protocol = self.security_protocol
         self.apis.users = self.users
         for node_id, sock in zip(nodes, socks):
-            kind = _Connection if self.tls is None else _TlsAccept
-            server = await loop.create_server(
-                lambda node_id=node_id, kind=kind: kind(self, node_id), sock=sock
-            )
-            self._servers.append(server)
+            await self._serve(node_id, sock)
         self._wake = asyncio.Event()
-        self._watch = loop.create_task(self._watching())
+        self._watch = asyncio.get_running_loop().create_task(self._watching())
         return self
 
+    async def _serve(self, node_id, sock):
+        kind = _Connection if self.tls is None else _TlsAccept
+        server = await asyncio.get_running_loop().create_server(
+            lambda: kind(self, node_id), sock=sock
+        )
+        self._servers[node_id] = server
+
+    # ---- the cluster's shape: what a client sees when leaders move and nodes stop
+
+    def move_leader(self, topic, partition, node_id):
+        """Node `node_id` leads `topic` `partition` from now on, in a new leader epoch:
+        the old leader answers NOT_LEADER_OR_FOLLOWER, Metadata names the new one."""
+        self.cluster.move_leader(topic, partition, node_id)
+        self.apis.data_arrived()  # waiting Fetches of the old leader answer now
+
+    async def stop_node(self, node_id):
+        """Node `node_id` stops: its listener closes, its connections end, the partitions
+        it led go to another of their replicas or have no leader (LEADER_NOT_AVAILABLE),
+        the groups it coordinated to another node."""
+        self.cluster.stop_node(node_id)
+        server = self._servers.pop(node_id)
+        server.close()
+        for conn in [c for c in self.connections if c.node_id == node_id]:
+            conn.end(f"node {node_id} is stopping")
+        await server.wait_closed()
+        self.apis.data_arrived()
+
+    async def start_node(self, node_id):
+        """Node `node_id` (stopped) listens again on its address; the partitions left
+        without a leader that it holds a replica of are led by it again."""
+        if node_id not in self.cluster.stopped:
+            raise ValueError(f"node_id: node {node_id} is running")
+        host, port = self.cluster.nodes[node_id]
+        await self._serve(node_id, _listening_socket(host, port))
+        self.cluster.start_node(node_id)
+        self.apis.data_arrived()
+
+    def apply_retention(self):
+        """Apply the topics' retention.bytes and retention.ms now (the broker does so every
+        retention_check_interval_ms too); returns how many partitions' log start moved."""
+        return len(self.cluster.apply_retention(int(time.time() * 1000)))
+
     async def close(self):
-        for server in self._servers:
+        servers = list(self._servers.values())
+        for server in servers:
             server.close()
         for conn in list(self.connections):
             conn.end("the broker is closing")
@@ -495,9 +569,11 @@ class Broker:
                 await self._watch
             except asyncio.CancelledError:
                 pass
-        for server in self._servers:
+        for server in servers:
             await server.wait_closed()
-        self._servers = []
+        self._servers = {}
+        if self._storage is not None:
+            self._storage.close()
 
     async def serve_forever(self):
         await asyncio.Event().wait()
@@ -555,6 +631,15 @@ class Broker:
         while True:
             deadline = self.apis.tick()
             now = time.monotonic()
+            if self._next_retention is None:
+                self._next_retention = now + self.retention_check_interval_ms / 1000
+            elif now >= self._next_retention:
+                try:
+                    self.apply_retention()
+                except OSError as e:  # the log directory: said, and tried again later
+                    log.error("retention could not delete from %s: %s", self.log_dir, e)
+                self._next_retention = now + self.retention_check_interval_ms / 1000
+            deadline = min(d for d in (deadline, self._next_retention) if d is not None)
             if self._partial_seen or (next_scan is not None and now >= next_scan):
                 self._partial_seen = False
                 partial = False

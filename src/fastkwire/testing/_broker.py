@@ -18,9 +18,10 @@ class Broker:
 
     `nodes` listeners on `host` (node ids 0 to nodes-1), on `ports` (one per node; by default
     free ones). Other keyword arguments go to fastkwire.broker.Broker (auto_create_topics,
-    num_partitions, the connection caps, security: `users`, `tls_cert`, `tls_key`,
-    `security_protocol`...; `faults`). `loop`: "auto" (uvloop when installed), "asyncio"
-    or "uvloop"."""
+    num_partitions, log_dir, retention_check_interval_ms, the connection caps, security:
+    `users`, `tls_cert`, `tls_key`, `security_protocol`...; `faults`). `loop`: "auto"
+    (uvloop when installed), "asyncio" or "uvloop". The cluster's shape changes under its
+    clients with `move_leader`, `stop_node` and `start_node`."""
 
     def __init__(self, *, nodes=1, host="127.0.0.1", ports=None, loop=None, **kwargs):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
@@ -112,6 +113,37 @@ class Broker:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
 
-    def create_topic(self, name, partitions=1, configs=None):
-        """Create topic `name` (as CreateTopics would); returns its id."""
-        return self.call(lambda: self.broker.cluster.create_topic(name, partitions, -1, configs).id)
+    def _await(self, coro, timeout):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def create_topic(self, name, partitions=1, configs=None, replication_factor=1):
+        """Create topic `name` (as CreateTopics would); returns its id. A replication factor
+        above 1 (at most `nodes`) gives its partitions replicas to move to when a node stops."""
+        return self.call(
+            lambda: (
+                self.broker.cluster.create_topic(name, partitions, replication_factor, configs).id
+            )
+        )
+
+    def leader(self, topic, partition):
+        """The node id leading `topic` `partition` (-1: none, its replicas are stopped)."""
+        return self.call(lambda: self.broker.cluster.partition(topic, partition).leader)
+
+    def move_leader(self, topic, partition, node_id):
+        """Node `node_id` leads `topic` `partition` from now on (a new leader epoch): the
+        old leader answers NOT_LEADER_OR_FOLLOWER and Metadata names the new one."""
+        self.call(self.broker.move_leader, topic, partition, node_id)
+
+    def stop_node(self, node_id, timeout=10.0):
+        """Stop node `node_id`: its listener closes and its connections end; the partitions
+        it led move to another replica or have no leader; its groups move to another node."""
+        self._await(self.broker.stop_node(node_id), timeout)
+
+    def apply_retention(self):
+        """Apply the topics' retention.bytes and retention.ms now; returns how many
+        partitions' log start moved."""
+        return self.call(self.broker.apply_retention)
+
+    def start_node(self, node_id, timeout=10.0):
+        """Start node `node_id` (stopped) again on the same address."""
+        self._await(self.broker.start_node(node_id), timeout)
