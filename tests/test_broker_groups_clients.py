@@ -1,14 +1,18 @@
 """Consumer groups through fastkwire.testing.Broker with real clients: kafka-python and
 aiokafka (classic groups), confluent-kafka (classic and KIP-848), committed offsets a new
 member resumes from, and the KIP-345 path end to end: two kafka-python consumers with
-group_instance_id, one gone without leaving, `fastkwire describe-group` showing both, and
+group_instance_id (and aiokafka's, confluent-kafka's), one killed with SIGKILL, `fastkwire
+describe-group` (the command, a process) showing both, and
 `fastkwire remove-members --instance-id` handing the survivor every partition long before
 the session timeout."""
 
 import asyncio
-import contextlib
-import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
@@ -169,54 +173,133 @@ def test_confluent_group(broker, protocol):
     assert [tp.offset for tp in committed] == [5] * PARTITIONS
 
 
+MEMBER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "group_member.py")
+MISSION_SESSION_TIMEOUT_MS = 60_000  # the survivor must not wait for it
+MISSION_HANDOVER_S = 10.0  # "within seconds": far inside the session timeout
+MISSION_CLIENTS = {
+    "kafka-python": "kafka",
+    "aiokafka": "aiokafka",
+    "confluent-kafka": "confluent_kafka",
+}
+
+
+def child_env():
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+class Member:
+    """tests/group_member.py in a process of its own: a static member that can be killed."""
+
+    def __init__(self, client, broker, group, topic, instance_id):
+        self.instance_id = instance_id
+        self.assigned = None  # the partitions it last reported
+        self.changes = []  # (monotonic time, partitions) per report
+        self.log = tempfile.TemporaryFile("w+")  # its stderr: a pipe could fill and stall it
+        self.proc = subprocess.Popen(
+            [sys.executable, MEMBER_SCRIPT, client, broker.bootstrap_servers, group, topic]
+            + [instance_id, str(MISSION_SESSION_TIMEOUT_MS)],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=child_env(),
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            partitions = set(json.loads(line)["assigned"])
+            self.changes.append((time.monotonic(), partitions))
+            self.assigned = partitions
+
+    def kill(self):
+        """SIGKILL: no LeaveGroup, no close, as a crash. Returns what it wrote to stderr."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(TIMEOUT)
+        self.reader.join(TIMEOUT)
+        self.log.seek(0)
+        return self.log.read()
+
+    def close(self):
+        self.kill()
+        self.proc.stdout.close()
+        self.log.close()
+
+
 def cli(*argv):
-    from fastkwire import cli as _cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = _cli.main(list(argv))
-    return code, out.getvalue(), err.getvalue()
-
-
-def test_a_static_member_gone_without_leaving_is_removed_by_instance_id(broker):
-    topic = "mission"
-    produce(broker, topic, 4)
-    config = dict(
-        bootstrap_servers=broker.bootstrap_servers,
-        group_id="mission",
-        auto_offset_reset="earliest",
-        session_timeout_ms=60_000,  # the survivor must not wait for this
-        heartbeat_interval_ms=1000,
+    """The fastkwire command as users run it: a process of its own."""
+    done = subprocess.run(
+        [sys.executable, "-m", "fastkwire.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
     )
-    survivor = Polling(group_instance_id="host-a", **config).start(topic)
-    gone = Polling(group_instance_id="host-b", **config).start(topic)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("client", list(MISSION_CLIENTS))
+def test_a_static_member_killed_without_leaving_is_removed_by_instance_id(broker, client):
+    """The mission's path: two static members, one killed with SIGKILL; describe-group shows
+    both instance ids, remove-members --instance-id takes the dead one out, and the survivor
+    holds every partition within seconds of it, not after the 60 s session timeout."""
+    pytest.importorskip(MISSION_CLIENTS[client])
+    group = topic = f"mission-{client}"
+    broker.create_topic(topic, partitions=PARTITIONS)
+    server = broker.bootstrap_servers
+    survivor = Member(client, broker, group, topic, "host-a")
+    gone = Member(client, broker, group, topic, "host-b")
     try:
-        assert wait_for(lambda: len(survivor.assigned) == 2 and len(gone.assigned) == 2)
-        gone.halt()  # a static member's close sends no LeaveGroup: as if it was killed
-        server = broker.bootstrap_servers
+        halves = lambda: (  # noqa: E731
+            survivor.assigned
+            and gone.assigned
+            and len(survivor.assigned | gone.assigned) == PARTITIONS
+            and not survivor.assigned & gone.assigned
+        )
+        assert wait_for(halves), (survivor.changes, gone.changes)
+        errors = gone.kill()
+        assert "Traceback" not in errors, errors
+
         code, out, err = cli(
-            "describe-group", "--bootstrap-server", server, "--group", "mission", "--json"
+            "describe-group", "--bootstrap-server", server, "--group", group, "--json"
         )
         assert code == 0, err
         described = json.loads(out)
-        text = json.dumps(described)
-        assert "host-a" in text and "host-b" in text
+        assert described["state"] == "Stable"
+        assert sorted(m["group_instance_id"] for m in described["members"]) == ["host-a", "host-b"]
+        dead = next(m for m in described["members"] if m["group_instance_id"] == "host-b")
+        assert sorted(dead["assignment"][topic]) == sorted(gone.assigned)
+
         removed_at = time.monotonic()
         code, out, err = cli(
             "remove-members",
             "--bootstrap-server",
             server,
             "--group",
-            "mission",
+            group,
             "--instance-id",
             "host-b",
         )
         assert code == 0, out + err
-        assert wait_for(lambda: survivor.assigned == set(range(PARTITIONS)), timeout=20)
+        assert "1 of 1 members removed." in out
+
+        every = set(range(PARTITIONS))
+        assert wait_for(lambda: survivor.assigned == every, timeout=MISSION_HANDOVER_S), (
+            f"the survivor holds {survivor.assigned} {MISSION_HANDOVER_S} s after the removal"
+        )
         took = time.monotonic() - removed_at
-        assert took < 20, took  # far inside the 60 s session timeout
-        print(f"the survivor held every partition {took:.2f} s after the removal")
+        print(f"{client}: the survivor held every partition {took:.2f} s after the removal")
+
+        code, out, err = cli(
+            "describe-group", "--bootstrap-server", server, "--group", group, "--json"
+        )
+        assert code == 0, err
+        members = json.loads(out)["members"]
+        assert [(m["group_instance_id"], sorted(m["assignment"][topic])) for m in members] == [
+            ("host-a", sorted(every))
+        ]
     finally:
-        survivor.halt()
-        if gone.thread.is_alive():
-            gone.halt()
+        gone.close()
+        survivor.close()
