@@ -118,7 +118,8 @@ def create_topics(bootstrap, topics, partitions=1, timeout=15.0):
 
 
 class StaticConsumer:
-    """One confluent-kafka consumer with a group.instance.id, polled on its own thread."""
+    """One confluent-kafka consumer with a group.instance.id (or, with None, a dynamic
+    member), polled on its own thread."""
 
     def __init__(
         self,
@@ -145,7 +146,7 @@ class StaticConsumer:
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": group,
-                "group.instance.id": instance_id,
+                **({"group.instance.id": instance_id} if instance_id else {}),
                 "session.timeout.ms": session_timeout_ms,
                 "heartbeat.interval.ms": 1000,
                 "max.poll.interval.ms": max_poll_interval_ms,
@@ -212,7 +213,8 @@ class StaticConsumer:
 
 
 class StaticGroup:
-    """`size` static members of `group` sharing `topic` (one partition each)."""
+    """`size` static members of `group` and `dynamic` members without an instance id, sharing
+    `topic` (one partition each)."""
 
     def __init__(
         self,
@@ -223,6 +225,7 @@ class StaticGroup:
         session_timeout_ms=45000,
         max_poll_interval_ms=300000,
         config=None,
+        dynamic=0,
     ):
         """config: more confluent-kafka settings for every client (security, for one)."""
         ck_admin = pytest.importorskip("confluent_kafka.admin", reason=NO_CONFLUENT_KAFKA)
@@ -230,7 +233,7 @@ class StaticGroup:
 
         admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
         for future in admin.create_topics(
-            [NewTopic(topic, num_partitions=size, replication_factor=1)]
+            [NewTopic(topic, num_partitions=size + dynamic, replication_factor=1)]
         ).values():
             future.result(15)
         self.group = group
@@ -239,13 +242,13 @@ class StaticGroup:
             StaticConsumer(
                 bootstrap,
                 group,
-                f"{group}-instance-{i}",
+                f"{group}-instance-{i}" if i < size else None,
                 topic,
                 session_timeout_ms,
                 max_poll_interval_ms,
                 config,
             )
-            for i in range(size)
+            for i in range(size + dynamic)
         ]
 
     def by_instance(self, instance_id):
