@@ -213,6 +213,10 @@ class Member:
             self.changes.append((time.monotonic(), partitions))
             self.assigned = partitions
 
+    def stderr(self):
+        self.log.seek(0)
+        return self.log.read()[-3000:]
+
     def kill(self):
         """SIGKILL: no LeaveGroup, no close, as a crash. Returns what it wrote to stderr."""
         if self.proc.poll() is None:
@@ -250,15 +254,21 @@ def test_a_static_member_killed_without_leaving_is_removed_by_instance_id(broker
     broker.create_topic(topic, partitions=PARTITIONS)
     server = broker.bootstrap_servers
     survivor = Member(client, broker, group, topic, "host-a")
-    gone = Member(client, broker, group, topic, "host-b")
+    gone = None
     try:
+        # One after the other: kafka-python 3.0.12 drops the assignment of a leader whose
+        # rejoin outlives a poll's timeout (its join task completes after need_rejoin() has
+        # turned false), which two members starting at once make likely on a busy machine.
+        every = set(range(PARTITIONS))
+        assert wait_for(lambda: survivor.assigned == every), (survivor.changes, survivor.stderr())
+        gone = Member(client, broker, group, topic, "host-b")
         halves = lambda: (  # noqa: E731
             survivor.assigned
             and gone.assigned
             and len(survivor.assigned | gone.assigned) == PARTITIONS
             and not survivor.assigned & gone.assigned
         )
-        assert wait_for(halves), (survivor.changes, gone.changes)
+        assert wait_for(halves), (survivor.changes, gone.changes, survivor.stderr(), gone.stderr())
         errors = gone.kill()
         assert "Traceback" not in errors, errors
 
@@ -285,7 +295,6 @@ def test_a_static_member_killed_without_leaving_is_removed_by_instance_id(broker
         assert code == 0, out + err
         assert "1 of 1 members removed." in out
 
-        every = set(range(PARTITIONS))
         assert wait_for(lambda: survivor.assigned == every, timeout=MISSION_HANDOVER_S), (
             f"the survivor holds {survivor.assigned} {MISSION_HANDOVER_S} s after the removal"
         )
@@ -301,5 +310,6 @@ def test_a_static_member_killed_without_leaving_is_removed_by_instance_id(broker
             ("host-a", sorted(every))
         ]
     finally:
-        gone.close()
+        if gone is not None:
+            gone.close()
         survivor.close()
