@@ -1,10 +1,10 @@
 """Consumer groups through fastkwire.testing.Broker with real clients: kafka-python and
-aiokafka (classic groups), confluent-kafka (classic and KIP-848), committed offsets a new
-member resumes from, and the KIP-345 path end to end: two kafka-python consumers with
-group_instance_id (and aiokafka's, confluent-kafka's), one killed with SIGKILL, `fastkwire
-describe-group` (the command, a process) showing both, and
-`fastkwire remove-members --instance-id` handing the survivor every partition long before
-the session timeout."""
+aiokafka (classic groups), confluent-kafka (classic and KIP-848, and a rebalance when a
+second member joins), committed offsets a new member resumes from, and the KIP-345 path end
+to end: two static members (kafka-python, aiokafka or confluent-kafka), one killed with
+SIGKILL, `fastkwire describe-group` (the command, a process) showing both, and `fastkwire
+remove-members --instance-id` handing the survivor every partition long before the session
+timeout."""
 
 import asyncio
 import json
@@ -171,6 +171,80 @@ def test_confluent_group(broker, protocol):
         consumer.close()
     assert sorted(got, key=int) == [b"%d" % i for i in range(20)]
     assert [tp.offset for tp in committed] == [5] * PARTITIONS
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_confluent_group_rebalances_when_a_second_member_joins(broker, protocol):
+    """A confluent-kafka member of either protocol consumes and commits alone; a second one
+    joins and the partitions are shared (eagerly by the classic range assignor, incrementally
+    by KIP-848's); what is written next is read once, each record by its partition's owner,
+    and the second member resumes from the first one's commits."""
+    ck = pytest.importorskip("confluent_kafka")
+    topic = group = f"ck-rebalance-{protocol}"
+    produce(broker, topic, 40)
+    config = {
+        "bootstrap.servers": broker.bootstrap_servers,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "group.protocol": protocol,
+    }
+    first = ck.Consumer(config)
+    second = None
+    try:
+        first.subscribe([topic])
+        got = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < 40 and time.monotonic() < deadline:
+            m = first.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        assert sorted(got, key=int) == [b"%d" % i for i in range(40)]
+        assert {tp.partition for tp in first.assignment()} == set(range(PARTITIONS))
+        first.commit(asynchronous=False)
+
+        second = ck.Consumer(config)
+        second.subscribe([topic])
+        members = (first, second)
+        records = {first: [], second: []}
+
+        def poll_both():
+            for c in members:
+                m = c.poll(0.1)
+                if m is not None and m.error() is None:
+                    records[c].append((m.partition(), m.value()))
+
+        def shared():
+            held = [{tp.partition for tp in c.assignment()} for c in members]
+            return (
+                all(held) and not held[0] & held[1] and held[0] | held[1] == set(range(PARTITIONS))
+            )
+
+        deadline = time.monotonic() + TIMEOUT
+        while not shared() and time.monotonic() < deadline:
+            poll_both()
+        assert shared(), [c.assignment() for c in members]
+        assert records == {first: [], second: []}  # nothing read twice across the handover
+
+        produce(broker, topic, 40)  # 0-39 again, after the committed offsets
+        deadline = time.monotonic() + TIMEOUT
+        while len(records[first]) + len(records[second]) < 40 and time.monotonic() < deadline:
+            poll_both()
+        time.sleep(0.3)
+        poll_both()
+        for c in members:
+            owned = {tp.partition for tp in c.assignment()}
+            assert records[c] and {p for p, _ in records[c]} <= owned
+        values = [v for c in members for _, v in records[c]]
+        assert sorted(values, key=int) == [b"%d" % i for i in range(40)]
+        for c in members:
+            c.commit(asynchronous=False)
+        tps = [ck.TopicPartition(topic, p) for p in range(PARTITIONS)]
+        assert [tp.offset for tp in second.committed(tps, timeout=TIMEOUT)] == [20] * PARTITIONS
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
 
 
 MEMBER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "group_member.py")
