@@ -3,7 +3,8 @@ SIGKILL (no LeaveGroup, no close) and see what the others do:
 
     python group_member.py CLIENT BOOTSTRAP GROUP TOPIC INSTANCE_ID SESSION_TIMEOUT_MS
 
-CLIENT: kafka-python, aiokafka or confluent-kafka. It subscribes to TOPIC with
+CLIENT: kafka-python, aiokafka, confluent-kafka, or confluent-kafka-848 (the KIP-848
+consumer protocol, whose session timeout is the broker's). It subscribes to TOPIC with
 group.instance.id INSTANCE_ID and prints one JSON line per change of its assignment,
 {"assigned": [partitions]}, until it is killed, or for at most LIFETIME_S.
 """
@@ -67,19 +68,19 @@ def aiokafka(bootstrap, group, topic, instance, session_ms):
     asyncio.run(run())
 
 
-def confluent_kafka(bootstrap, group, topic, instance, session_ms):
+def confluent_kafka(bootstrap, group, topic, instance, session_ms, protocol="classic"):
     import confluent_kafka
 
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "group.instance.id": instance,
-            "session.timeout.ms": session_ms,
-            "heartbeat.interval.ms": HEARTBEAT_MS,
-            "auto.offset.reset": "earliest",
-        }
-    )
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.instance.id": instance,
+        "auto.offset.reset": "earliest",
+        "group.protocol": protocol,
+    }
+    if protocol == "classic":  # KIP-848's timings are the broker's
+        config.update({"session.timeout.ms": session_ms, "heartbeat.interval.ms": HEARTBEAT_MS})
+    consumer = confluent_kafka.Consumer(config)
     consumer.subscribe([topic])
     last = None
     deadline = time.monotonic() + LIFETIME_S
@@ -88,7 +89,16 @@ def confluent_kafka(bootstrap, group, topic, instance, session_ms):
         last = report({tp.partition for tp in consumer.assignment()}, last)
 
 
-CLIENTS = {"kafka-python": kafka_python, "aiokafka": aiokafka, "confluent-kafka": confluent_kafka}
+def confluent_kafka_848(bootstrap, group, topic, instance, session_ms):
+    confluent_kafka(bootstrap, group, topic, instance, session_ms, protocol="consumer")
+
+
+CLIENTS = {
+    "kafka-python": kafka_python,
+    "aiokafka": aiokafka,
+    "confluent-kafka": confluent_kafka,
+    "confluent-kafka-848": confluent_kafka_848,  # the KIP-848 consumer protocol
+}
 
 if __name__ == "__main__":
     client, bootstrap, group, topic, instance, session_ms = sys.argv[1:]

@@ -146,7 +146,7 @@ class GroupCoordinator:
             JoinGroupRequest.API_KEY: self._join_group,
             SyncGroupRequest.API_KEY: self.classic.sync_group,
             HeartbeatRequest.API_KEY: self.classic.heartbeat,
-            LeaveGroupRequest.API_KEY: self.classic.leave_group,
+            LeaveGroupRequest.API_KEY: self._leave_group,
             OffsetCommitRequest.API_KEY: self._offset_commit,
             OffsetFetchRequest.API_KEY: self._offset_fetch,
             ListGroupsRequest.API_KEY: self._list_groups,
@@ -209,6 +209,14 @@ class GroupCoordinator:
             del self.streams.groups[group_id]
             return None
         return group
+
+    def _leave_group(self, version, request, ctx, reply):
+        modern = self.consumer.groups.get(request.group_id)
+        if modern is None or version < 3:
+            return self.classic.leave_group(version, request, ctx, reply)
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+        results = self.consumer.classic_leave(modern, leaving)
+        return self.classic.leave_response(version, NONE, results)
 
     # ---------------------------------------------------------------- offsets
 
