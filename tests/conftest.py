@@ -13,8 +13,8 @@ Where a new test goes, by what it is about:
 - explain: test_explain.py, test_explain_records.py; the schema converter: test_convert.py;
   the definitions: test_schemas.py; the stubs: test_typing.py;
 - connection, TLS and SASL: test_connection.py, test_sasl.py; admin against fakes:
-  test_admin_scripted.py, test_admin_hostile.py; against a real broker: test_admin_tansu.py,
-  test_admin_gateway.py; real clients' traffic: test_real_traffic*.py;
+  test_admin_scripted.py, test_admin_hostile.py; against fastkwire's broker: test_admin_broker.py;
+  against Tansu: test_admin_tansu.py, test_admin_gateway.py; real clients' traffic: test_real_traffic*.py;
 - the proxy (fastkwire.proxy): test_proxy*.py; trailing="keep": test_trailing.py;
 - the broker (fastkwire.broker, fastkwire.testing): its plain objects and handlers without a
   socket: test_broker_log.py; real clients against it: test_broker_clients.py, and in

@@ -111,40 +111,6 @@ def test_bad_assignment_bytes_name_the_offset(data, words):
 # ---------------------------------------------------------------- describe
 
 
-def test_describe_classic_group(scripted, call):
-    broker, group = group_broker(scripted, static=("a", "b"), dynamic=("dyn-1",))
-    d = call(broker, "describe_group", "orders")
-    assert (d.group_id, d.state, d.protocol_type, d.protocol, d.api) == (
-        "orders",
-        "Stable",
-        "consumer",
-        "range",
-        "DescribeGroups v6",
-    )
-    assert [(m.member_id, m.group_instance_id, m.assignment) for m in d.members] == [
-        ("a-0000", "a", {"orders": [0]}),
-        ("b-0001", "b", {"orders": [1]}),
-        ("dyn-1", None, {"orders": [100]}),
-    ]
-    assert d.members[0].client_id == "client-a-0000" and d.members[0].client_host == "/10.0.0.0"
-    assert d.coordinator.port == broker.port
-    assert broker.seen(DESCRIBE_GROUPS)[0][1].groups == ["orders"]
-
-
-def test_describe_kip848_group_uses_consumer_group_describe(scripted, call):
-    broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 1)})
-    broker.script = {
-        FIND_COORDINATOR: [coordinator_at(broker)],
-        CONSUMER_GROUP_DESCRIBE: [consumer_group_described([("m1", "i1", {"t": [2, 0]})])],
-    }
-    d = call(broker, "describe_group", "orders")
-    assert d.api == "ConsumerGroupDescribe v1" and d.protocol == "uniform"
-    assert [(m.member_id, m.group_instance_id, m.assignment) for m in d.members] == [
-        ("m1", "i1", {"t": [0, 2]})
-    ]
-    assert broker.seen(DESCRIBE_GROUPS) == []
-
-
 def test_classic_group_on_a_kip848_broker_falls_back(scripted, call):
     broker = scripted(versions={**MODERN, CONSUMER_GROUP_DESCRIBE: (0, 1)})
     broker.script = {
@@ -227,19 +193,6 @@ def test_remove_all_describes_then_removes_everyone(scripted, call):
     assert group.static == {} and group.dynamic == []
     empty = call(broker, "remove_members", "orders", remove_all=True)
     assert empty.members == [] and len(broker.seen(LEAVE_GROUP)) == 1  # nothing left: nothing sent
-
-
-def test_plan_removal_sends_no_leave_group(scripted, call):
-    broker, _ = group_broker(scripted, static=("a", "b"), dynamic=("dyn-1",))
-    plan = call(broker, "plan_removal", "orders", ["a", "ghost"], ["dyn-1", "nobody"])
-    assert plan.members == [("", "a"), ("dyn-1", None)]
-    assert plan.missing_instance_ids == ["ghost"] and plan.missing_member_ids == ["nobody"]
-    assert call(broker, "plan_removal", "orders", remove_all=True).members == [
-        ("a-0000", "a"),
-        ("b-0001", "b"),
-        ("dyn-1", None),
-    ]
-    assert broker.seen(LEAVE_GROUP) == []
 
 
 def test_dry_run_on_a_broker_too_old_to_remove(scripted, call):
@@ -341,70 +294,6 @@ def test_cli_describe_group_table_and_json(scripted, capsys):
         and data["members"][0]["assignment"] == {"orders": [0]}
     )
     assert data["members"][1]["group_instance_id"] is None
-
-
-def test_cli_remove_all_and_member_id(scripted, capsys):
-    broker, group = group_broker(scripted, static=("a",), dynamic=("dyn-1", "dyn-2"))
-    code, out, _ = run_main(
-        capsys,
-        [
-            "remove-members",
-            "--bootstrap-server",
-            broker.address,
-            "--group",
-            "orders",
-            "--member-id",
-            "dyn-2",
-        ],
-    )
-    assert code == 0 and "1 of 1 members removed." in out and group.dynamic == ["dyn-1"]
-    code, out, _ = run_main(
-        capsys,
-        [
-            "remove-members",
-            "--bootstrap-server",
-            broker.address,
-            "--group",
-            "orders",
-            "--all",
-            "--json",
-        ],
-    )
-    data = json.loads(out)
-    assert code == 0 and data["removed"] == ["a", "dyn-1"]
-    code, out, _ = run_main(
-        capsys,
-        ["remove-members", "--bootstrap-server", broker.address, "--group", "orders", "--all"],
-    )
-    assert code == 0 and "the group has no members, nothing was removed" in out
-
-
-def test_cli_dry_run(scripted, capsys):
-    broker, group = group_broker(scripted, static=("a", "b"))
-    argv = [
-        "remove-members",
-        "--bootstrap-server",
-        broker.address,
-        "--group",
-        "orders",
-        "--instance-id",
-        "a",
-        "--instance-id",
-        "ghost",
-        "--dry-run",
-    ]
-    code, out, err = run_main(capsys, argv)
-    assert code == 0 and err == ""
-    assert "Dry run: nothing was sent." in out
-    assert out.splitlines()[2].split() == ["a-0000", "a"]
-    assert "Not in the group: group.instance.id 'ghost'" in out
-    code, out, _ = run_main(capsys, argv + ["--json"])
-    data = json.loads(out)
-    assert data["dry_run"] is True and data["would_remove"] == [
-        {"member_id": "", "group_instance_id": "a"}
-    ]
-    assert data["not_in_group"] == {"group_instance_ids": ["ghost"], "member_ids": []}
-    assert broker.seen(LEAVE_GROUP) == [] and list(group.static) == ["a", "b"]
 
 
 def test_cli_says_when_the_broker_reports_no_instance_ids(scripted, capsys):

@@ -18,13 +18,10 @@ from fastkwire.admin import (
     BrokerConnectionError,
     BrokerError,
     BrokerTooOldError,
-    FencedInstanceError,
     GroupAuthorizationError,
     GroupNotFoundError,
     GroupStateError,
-    MemberRemovalError,
     ResponseError,
-    UnknownInstanceError,
 )
 
 from fakes import (  # noqa: F401 - scripted is a fixture
@@ -81,48 +78,6 @@ def test_removes_static_members_by_instance_id(scripted):
         ("", "a", "scale down"),
         ("", "b", "scale down"),
     ]
-
-
-def test_unknown_instances_fail_per_member(scripted):
-    broker, group = one_coordinator(scripted)
-    result = client(broker).remove_members_from_group("orders", ["a", "ghost"])
-
-    assert result.removed == ["a"]
-    assert list(result.failed) == ["ghost"]
-    ghost = result.failed["ghost"]
-    assert (ghost.error_code, ghost.error_name, ghost.ok) == (
-        UNKNOWN_MEMBER_ID,
-        "UNKNOWN_MEMBER_ID",
-        False,
-    )
-    with pytest.raises(UnknownInstanceError, match="ghost.*UNKNOWN_MEMBER_ID") as info:
-        result.all()
-    assert info.value.member is ghost and info.value.error.code == UNKNOWN_MEMBER_ID
-
-    # A member removed once is unknown the second time.
-    again = client(broker).remove_members_from_group("orders", ["a"])
-    assert again.removed == [] and again.failed["a"].error_code == UNKNOWN_MEMBER_ID
-
-
-def test_fenced_instance_is_its_own_failure(scripted):
-    broker, group = one_coordinator(scripted)
-    result = client(broker).leave_group("orders", [("someone-else", "b"), ("", "c")])
-    assert result.removed == ["c"]
-    assert result.failed["b"].error_name == "FENCED_INSTANCE_ID"
-    with pytest.raises(FencedInstanceError, match="FENCED_INSTANCE_ID"):
-        result.all()
-    assert isinstance(FencedInstanceError("x", result.failed["b"]), MemberRemovalError)
-    assert "b" in group.static
-
-
-def test_result_to_dict_is_json_ready(scripted):
-    broker, _ = one_coordinator(scripted)
-    result = client(broker).remove_members_from_group("orders", ["a", "nobody"])
-    data = json.loads(json.dumps(result.to_dict()))
-    assert data["removed"] == ["a"] and data["failed"] == ["nobody"]
-    assert data["coordinator"] == {"node_id": 1, "host": "127.0.0.1", "port": broker.port}
-    assert data["members"][1]["error_name"] == "UNKNOWN_MEMBER_ID"
-    assert data["members"][0]["removed"] is True
 
 
 def test_member_level_error_sent_for_the_whole_request(scripted):

@@ -1,5 +1,5 @@
 """fastkwire.aiokafka end to end: aiokafka's own AIOKafkaProducer and AIOKafkaConsumer,
-accelerated and stock, against a real broker (Tansu on 127.0.0.1).
+accelerated and stock, against a real broker (fastkwire's, fastkwire.testing, on 127.0.0.1).
 
 Records produced by an accelerated producer (keys, None keys, values, headers, three
 partitions, keyed partitioning by murmur2, no compression and gzip) are read back by a
@@ -19,7 +19,7 @@ import pytest
 aiokafka = pytest.importorskip("aiokafka")
 
 import fastkwire.aiokafka as fka  # noqa: E402
-from broker import tansu_broker  # noqa: E402,F401
+from broker import kafka_broker  # noqa: E402,F401
 
 DECLINES_HERE = fka.unsupported_reason()
 pytestmark = pytest.mark.skipif(
@@ -118,8 +118,8 @@ def create_topic(bootstrap, topic):
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip"])
-def test_accelerated_clients_produce_and_consume_as_stock(tansu_broker, codec):  # noqa: F811
-    bootstrap = tansu_broker.bootstrap
+def test_accelerated_clients_produce_and_consume_as_stock(kafka_broker, codec):  # noqa: F811
+    bootstrap = kafka_broker.bootstrap_servers
     fast_topic = f"ak-fast-{codec}-{uuid.uuid4().hex[:6]}"
     stock_topic = f"ak-stock-{codec}-{uuid.uuid4().hex[:6]}"
     for topic in (fast_topic, stock_topic):

@@ -1594,3 +1594,41 @@ def test_consumer_group_member_moving_to_another_instance_id():
         ("m", "i0"),
         ("other", "i1"),
     ]
+
+
+def test_consumer_group_static_member_removed_by_instance_id_with_leave_group():
+    """LeaveGroup v3+ to a KIP-848 group, as Kafka's classicGroupLeaveToConsumerGroup answers
+    it (the admin client's removal): a static member named by group.instance.id alone is
+    removed and answered with its member id, and the group epoch moves on so the others
+    take its partitions; an unknown instance id is UNKNOWN_MEMBER_ID, a member id that is not
+    the instance's FENCED_INSTANCE_ID, and a consumer-protocol member named by its own
+    member id UNKNOWN_MEMBER_ID (LeaveGroup by member id is for classic-protocol members)."""
+    b = Broker()
+    cg_heartbeat(b, "m-a", 0, instance="i-a")
+    cg_heartbeat(b, "m-b", 0, instance="i-b")
+    assert partitions(cg_heartbeat(b, "m-a", 1, owned=[0, 1, 2, 3])) == [2, 3]  # gives up 0, 1
+    cg_heartbeat(b, "m-a", 1, owned=[2, 3])
+    assert partitions(cg_heartbeat(b, "m-b", 2, owned=[])) == [0, 1]
+    M = LeaveGroupRequest.MemberIdentity
+    answer = b.call(
+        LeaveGroupRequest(
+            group_id="cg",
+            members=[
+                M(member_id="", group_instance_id="i-b"),
+                M(member_id="", group_instance_id="ghost"),
+                M(member_id="other", group_instance_id="i-a"),
+                M(member_id="m-a", group_instance_id="i-a"),
+            ],
+        ),
+        5,
+    )
+    assert [(m.member_id, m.group_instance_id, m.error_code) for m in answer.members] == [
+        ("m-b", "i-b", NONE),
+        ("", "ghost", E["UNKNOWN_MEMBER_ID"]),
+        ("other", "i-a", E["FENCED_INSTANCE_ID"]),
+        ("m-a", "i-a", E["UNKNOWN_MEMBER_ID"]),
+    ]
+    group = cg_describe(b)
+    assert [m.member_id for m in group.members] == ["m-a"] and group.group_epoch == 3
+    everything = cg_heartbeat(b, "m-a", 2, owned=[2, 3])
+    assert (everything.member_epoch, partitions(everything)) == (3, [0, 1, 2, 3])

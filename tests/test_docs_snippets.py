@@ -8,7 +8,7 @@ How the documents are read (write new snippets this way):
 - A ```console block is commands (`$ fastkwire ...`), each followed by what it prints,
   compared the same way; each runs in this process through `fastkwire.cli.main`.
 - The line before a block may say how to run it, in an HTML comment (GitHub hides it):
-  `<!-- snippet: broker -->` runs it against the suite's Tansu broker, with
+  `<!-- snippet: broker -->` runs it against the suite's broker (fastkwire.testing), with
   `127.0.0.1:9092` in the code standing for the broker's address; `<!-- snippet: compiled
   -->` needs the compiled core (skipped under FASTKWIRE_PURE=1); both may be given
   (`broker compiled`); `needs=MODULE` skips it, saying so, where that optional peer is
@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 import fastkwire
-from broker import tansu_broker  # noqa: F401 - a fixture, requested only where a snippet needs it
+from broker import kafka_broker  # noqa: F401 - a fixture, requested only where a snippet needs it
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -112,14 +112,14 @@ def _check_output(block, expected, got):
 def run_python(block, namespace, broker):
     code = block.text
     if broker is not None:
-        code = code.replace(BROKER_PLACEHOLDER, broker.bootstrap)
+        code = code.replace(BROKER_PLACEHOLDER, broker.bootstrap_servers)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, block.where, "exec"), namespace)  # noqa: S102 - the document's code
     if block.output is not None:
         expected = block.output
         if broker is not None:
-            expected = expected.replace(BROKER_PLACEHOLDER, broker.bootstrap)
+            expected = expected.replace(BROKER_PLACEHOLDER, broker.bootstrap_servers)
         _check_output(block, expected, out.getvalue())
 
 
@@ -141,7 +141,7 @@ def run_console(block, capsys, broker):
 
     for command, expected in console_commands(block):
         if broker is not None:
-            command = command.replace(BROKER_PLACEHOLDER, broker.bootstrap)
+            command = command.replace(BROKER_PLACEHOLDER, broker.bootstrap_servers)
         argv = shlex.split(command)
         assert argv[0] == "fastkwire", f"{block.where}: only fastkwire commands run: {command}"
         capsys.readouterr()
@@ -184,7 +184,7 @@ def test_every_snippet_runs_and_prints_what_the_document_shows(path, request, ca
             skipped.append(f"{block.where}: {'; '.join(declined)}")
             continue
         if "broker" in block.flags and broker is None:
-            broker = request.getfixturevalue("tansu_broker")
+            broker = request.getfixturevalue("kafka_broker")
         use = broker if "broker" in block.flags else None
         if block.kind == "python":
             run_python(block, namespace, use)

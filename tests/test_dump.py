@@ -1,4 +1,4 @@
-"""`fastkwire dump`: log segments and a real broker (Tansu, loaded by kafka-python's
+"""`fastkwire dump`: log segments and a real broker (fastkwire's own, loaded by kafka-python's
 producer) to Parquet, JSON lines and CSV; the rows against read_segments and kafka-python's
 own consumer; errors naming flags; the progress line."""
 
@@ -20,7 +20,7 @@ from fastkwire import _dump_cli, records  # noqa: E402
 from fastkwire.cli import main  # noqa: E402
 from fastkwire.records import Record  # noqa: E402
 
-from broker import tansu_broker  # noqa: E402, F401 - a fixture
+from broker import kafka_broker  # noqa: E402, F401 - a fixture
 
 T0 = 1_700_000_000_000
 
@@ -245,13 +245,12 @@ def test_stdout(log, capfdbinary):
 # ---------------------------------------------------------------- a real broker
 
 
-@pytest.mark.broker
-def test_a_topic_from_tansu_is_what_kafka_python_consumes(tansu_broker, tmp_path):  # noqa: F811
+def test_a_topic_from_a_broker_is_what_kafka_python_consumes(kafka_broker, tmp_path):  # noqa: F811
     kafka = pytest.importorskip("kafka")
     from kafka.structs import TopicPartition
 
     topic = f"dump-{os.getpid()}-{time.monotonic_ns()}"
-    bootstrap = tansu_broker.bootstrap
+    bootstrap = kafka_broker.bootstrap_servers
     admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics([kafka.admin.NewTopic(topic, 2, 1)])
@@ -332,13 +331,12 @@ def test_a_topic_from_tansu_is_what_kafka_python_consumes(tansu_broker, tmp_path
     assert pq.read_table(out).column("offset").to_pylist() == [2, 3, 4]
 
 
-@pytest.mark.broker
-def test_broker_errors_name_what(tansu_broker, tmp_path, capsys):  # noqa: F811
+def test_broker_errors_name_what(kafka_broker, tmp_path, capsys):  # noqa: F811
     out = tmp_path / "x.parquet"
     assert (
         dump(
             "--bootstrap-server",
-            tansu_broker.bootstrap,
+            kafka_broker.bootstrap_servers,
             "--topic",
             "no-such-topic-here",
             "--to",
@@ -352,7 +350,7 @@ def test_broker_errors_name_what(tansu_broker, tmp_path, capsys):  # noqa: F811
     assert (
         dump(
             "--bootstrap-server",
-            tansu_broker.bootstrap,
+            kafka_broker.bootstrap_servers,
             "--topic",
             "t",
             "--to",

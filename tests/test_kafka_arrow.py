@@ -1,7 +1,8 @@
 """read_kafka / iter_kafka against a broker of our own (tests/log_broker.py): offsets of
 every kind, several leaders, and the faults a real broker makes only now and then (leaders
 moving, fenced epochs, offsets out of range, cut-off batches, corrupt batches, a broker
-going away). The real broker's proof is test_kafka_arrow_tansu.py."""
+going away).
+Real brokers' proof: test_kafka_arrow_broker.py and test_kafka_arrow_tansu.py."""
 
 import datetime as dt
 import struct

@@ -1,7 +1,8 @@
 """fastkwire.ray.read_kafka's read tasks against the suite's own broker (Ray in local mode,
 2 CPUs): by default one task per CPU, the offsets split evenly among them; with an explicit
 records_per_task, one task per piece of that many offsets. Either way the rows are exactly
-read_kafka's, each once. The real broker's proof is test_kafka_arrow_tansu.py."""
+read_kafka's, each once.
+Real brokers' proof: test_kafka_arrow_broker.py and test_kafka_arrow_tansu.py."""
 
 import pytest
 

@@ -1,5 +1,5 @@
 """fastkwire.kafka_python end to end: kafka-python's own KafkaProducer and KafkaConsumer,
-accelerated and stock, against a real broker (Tansu on 127.0.0.1).
+accelerated and stock, against a real broker (fastkwire's, fastkwire.testing, on 127.0.0.1).
 
 Records produced by an accelerated producer (keys, values, headers, several partitions,
 each compression codec kafka-python has here) are read back by a stock and an accelerated
@@ -20,7 +20,7 @@ kafka = pytest.importorskip("kafka")
 
 import fastkwire  # noqa: E402
 import fastkwire.kafka_python as fkp  # noqa: E402
-from broker import tansu_broker  # noqa: E402,F401
+from broker import kafka_broker  # noqa: E402,F401
 
 PURE = os.environ.get("FASTKWIRE_PURE", "") not in ("", "0") or fastkwire.implementation != "cython"
 pytestmark = pytest.mark.skipif(
@@ -106,8 +106,8 @@ def codecs():
 
 
 @pytest.mark.parametrize("codec", codecs())
-def test_accelerated_clients_produce_and_consume_as_stock(tansu_broker, codec):  # noqa: F811
-    bootstrap = tansu_broker.bootstrap
+def test_accelerated_clients_produce_and_consume_as_stock(kafka_broker, codec):  # noqa: F811
+    bootstrap = kafka_broker.bootstrap_servers
     fast_topic, stock_topic = (
         f"kp-fast-{codec}-{uuid.uuid4().hex[:6]}",
         f"kp-stock-{codec}-{uuid.uuid4().hex[:6]}",

@@ -1,5 +1,5 @@
-"""The proxy in front of a 3-broker cluster (tests/cluster.py: three nodes on one Tansu,
-leaders spread over them): kafka-python and confluent-kafka produce to and fetch from every
+"""The proxy in front of a 3-broker cluster (tests/cluster.py: fastkwire's broker with three
+nodes, leaders spread over them): kafka-python and confluent-kafka produce to and fetch from every
 partition's leader through the proxy's listener for that broker, and every connection the
 cluster sees is one of the proxy's own."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from fastkwire.proxy import BackgroundProxy
 
-from broker import create_topics, tansu_broker  # noqa: F401 - the fixture
-from cluster import NODES, Cluster, leader_of
+from broker import create_topics
+from cluster import NODES, Cluster
 
 PARTITIONS = 6
 RECORDS_PER_PARTITION = 3
@@ -37,8 +37,8 @@ def _free_range(count):
 
 
 @pytest.fixture
-def cluster(tansu_broker):
-    c = Cluster(tansu_broker.port)
+def cluster():
+    c = Cluster()
     yield c
     c.close()
     assert not c.errors, c.errors
@@ -56,7 +56,7 @@ def upstream_peers(proxy):
 
 def check_leaders_and_peers(cluster, proxy, topic):
     for p in range(PARTITIONS):
-        leader = leader_of(p)
+        leader = cluster.leader_of(topic, p)
         assert (topic, p) in cluster.produced[leader], (p, cluster.produced)
         assert (topic, p) in cluster.fetched[leader], (p, cluster.fetched)
         for other in NODES:
@@ -184,7 +184,9 @@ def test_a_broker_without_a_port_is_reached_by_no_client(cluster):
         producer = confluent_kafka.Producer(
             {"bootstrap.servers": proxy.bootstrap, "message.timeout.ms": 5000}
         )
-        for p in range(3):  # partitions 0, 1, 2 are led by nodes 1, 2, 3
+        led = {cluster.leader_of(topic, p): p for p in range(PARTITIONS)}
+        assert sorted(led) == list(NODES)  # 6 partitions spread over the 3 nodes
+        for p in led.values():
             producer.produce(
                 topic,
                 value=b"c",
@@ -192,23 +194,25 @@ def test_a_broker_without_a_port_is_reached_by_no_client(cluster):
                 on_delivery=lambda err, msg: delivered.setdefault(msg.partition(), err),
             )
         producer.flush(TIMEOUT)
-        assert delivered[0] is None and delivered[1] is None, delivered
-        assert delivered[2] is not None  # timed out: its leader cannot be reached
+        first, second, third = (led[n] for n in NODES)  # the last node gets no port
+        assert delivered[first] is None and delivered[second] is None, delivered
+        assert delivered[third] is not None  # timed out: its leader cannot be reached
         kp = kafka.KafkaProducer(
             bootstrap_servers=proxy.bootstrap, delivery_timeout_ms=4000, request_timeout_ms=3000
         )
         try:
-            kp.send(topic, b"k", partition=0).get(TIMEOUT)
-            kp.send(topic, b"k", partition=1).get(TIMEOUT)
+            kp.send(topic, b"k", partition=first).get(TIMEOUT)
+            kp.send(topic, b"k", partition=second).get(TIMEOUT)
             with pytest.raises(kafka.errors.KafkaTimeoutError):
-                kp.send(topic, b"k", partition=2).get(TIMEOUT)  # expires after 4 s
-            kp.send(topic, b"k", partition=0).get(TIMEOUT)  # still working
+                kp.send(topic, b"k", partition=third).get(TIMEOUT)  # expires after 4 s
+            kp.send(topic, b"k", partition=first).get(TIMEOUT)  # still working
         finally:
             kp.close(TIMEOUT)
-        assert (topic, 2) not in cluster.produced[3]
+        last = NODES[-1]
+        assert (topic, third) not in cluster.produced[last]
         peers = upstream_peers(proxy)
-        assert all(p in peers for p in cluster.peers[3]), "a client reached node 3 directly"
-        third = f"127.0.0.1:{cluster.ports[3]}"
+        assert all(p in peers for p in cluster.peers[last]), "a client reached a node directly"
+        third = f"127.0.0.1:{cluster.ports[last]}"
         assert any(
             e.text.startswith(f"broker {third} has no listener: no free port left")
             for e in proxy.events()

@@ -20,7 +20,7 @@ from fastkwire import DecodeError, FetchResponse, _arrow_rows, records, segments
 from fastkwire.records import Record  # noqa: E402
 from fastkwire.segments import SegmentError  # noqa: E402
 
-from broker import tansu_broker  # noqa: E402, F401 - a fixture
+from broker import kafka_broker  # noqa: E402, F401 - a fixture
 from record_peers import HAVE_CRAMJAM, needs_aiokafka, needs_cramjam, needs_kafka_python  # noqa: E402
 
 CODEC_ID = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -580,9 +580,8 @@ def test_every_flipped_byte_and_every_cut(kernel, tmp_path):
                 read(task)
 
 
-@pytest.mark.broker
 @needs_kafka_python
-def test_a_tansu_partitions_batches_as_a_segment_read_as_read_kafka(tansu_broker, tmp_path):  # noqa: F811
+def test_a_brokers_partition_batches_as_a_segment_read_as_read_kafka(kafka_broker, tmp_path):  # noqa: F811
     # The batches a real broker stored (Fetch answers' records, as a broker lays them out
     # in its .log files) read from a segment file give what read_kafka gives.
     import kafka
@@ -594,7 +593,7 @@ def test_a_tansu_partitions_batches_as_a_segment_read_as_read_kafka(tansu_broker
     rows = 100 * len(codecs)
     for codec in codecs:
         producer = kafka.KafkaProducer(
-            bootstrap_servers=tansu_broker.bootstrap, linger_ms=5, compression_type=codec
+            bootstrap_servers=kafka_broker.bootstrap_servers, linger_ms=5, compression_type=codec
         )
         for i in range(100):
             producer.send(
@@ -607,9 +606,9 @@ def test_a_tansu_partitions_batches_as_a_segment_read_as_read_kafka(tansu_broker
             )
         producer.flush(30)
         producer.close(30)
-    expected = fastkwire.read_kafka(topic, bootstrap_servers=tansu_broker.bootstrap)
+    expected = fastkwire.read_kafka(topic, bootstrap_servers=kafka_broker.bootstrap_servers)
     assert expected.num_rows == rows
-    conn = kafka_arrow.ClientOptions(tansu_broker.bootstrap).bootstrap()
+    conn = kafka_arrow.ClientOptions(kafka_broker.bootstrap_servers).bootstrap()
     log, offset = b"", 0
     try:
         while offset < rows:

@@ -674,11 +674,11 @@ class ClassicGroups:
         else:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
         if not request.group_id:
-            return self._leave_response(version, INVALID_GROUP_ID, [])
+            return self.leave_response(version, INVALID_GROUP_ID, [])
         group = self.groups.get(request.group_id)
         if group is None:
             results = [(m, i, UNKNOWN_MEMBER_ID) for m, i in leaving]
-            return self._leave_response(version, NONE, results)
+            return self.leave_response(version, NONE, results)
         results = []
         removed = False
         for member_id, instance_id in leaving:
@@ -705,7 +705,7 @@ class ClassicGroups:
                 self._rebalance_or_complete_join(group)
             elif group.state == PREPARING:
                 self._maybe_complete_join(group)
-        return self._leave_response(version, NONE, results)
+        return self.leave_response(version, NONE, results)
 
     def _leave(self, group, member):
         self.timers.cancel(self._heartbeat_key(group, member.member_id))
@@ -713,7 +713,7 @@ class ClassicGroups:
         group.remove(member.member_id)
 
     @staticmethod
-    def _leave_response(version, error_code, results):
+    def leave_response(version, error_code, results):
         if version < 3:
             # One member: its error is the answer's.
             first = next((e for _, _, e in results if e != NONE), NONE)

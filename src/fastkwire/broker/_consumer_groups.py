@@ -554,6 +554,31 @@ class ConsumerGroups:
         self.timers.cancel(self._session_key(group, member.member_id))
         self.timers.cancel(self._rebalance_key(group, member.member_id))
 
+    def classic_leave(self, group, leaving):
+        """A LeaveGroup (v3+) to a consumer group, as Kafka's classicGroupLeaveToConsumerGroup:
+        a static member named by its group.instance.id with no member id is removed (the admin
+        client's removal), and answered with its member id; naming a member id is for members
+        of the classic protocol, which this coordinator does not take into consumer groups
+        (UNKNOWN_MEMBER_ID), and one that is not the instance's is FENCED_INSTANCE_ID.
+        `leaving`: [(member id, instance id or None)]; returns [(member id, instance id,
+        error code)]."""
+        results = []
+        for member_id, instance_id in leaving:
+            member = None
+            if instance_id is not None:
+                known = group.static.get(instance_id)
+                member = group.members.get(known) if known is not None else None
+            if member is None or (member_id and member_id != member.member_id):
+                error = UNKNOWN_MEMBER_ID if member is None else FENCED_INSTANCE_ID
+                results.append((member_id, instance_id, error))
+                continue
+            if member_id:  # its own member id: a member of the consumer protocol
+                results.append((member_id, instance_id, UNKNOWN_MEMBER_ID))
+                continue
+            self.fence(group, member)
+            results.append((member.member_id, instance_id, NONE))
+        return results
+
     @staticmethod
     def _session_key(group, member_id):
         return ("consumer-session", group.group_id, member_id)

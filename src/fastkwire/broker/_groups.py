@@ -1,5 +1,6 @@
-"""The broker's group coordinator: the classic groups (`_classic_groups`) and the KIP-848
-consumer groups (`_consumer_groups`) under one group id space, the offsets both commit
+"""The broker's group coordinator: the classic groups (`_classic_groups`), the KIP-848
+consumer groups (`_consumer_groups`) and the KIP-1071 streams groups (`_streams_groups`)
+under one group id space, the offsets both commit
 (`_offsets`), and the group admin APIs. Sans-IO: `handle()` takes a decoded request and
 answers through `reply` (at once, or later for a parked JoinGroup or SyncGroup), and `tick()`
 fires the timers on a clock that tests drive.
@@ -15,6 +16,7 @@ from .. import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribeGroupsRequest,
@@ -31,6 +33,9 @@ from .. import (
     OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    StreamsGroupDescribeRequest,
+    StreamsGroupDescribeResponse,
+    StreamsGroupHeartbeatRequest,
     SyncGroupRequest,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
@@ -39,6 +44,7 @@ from ..error_codes import by_name
 from ._classic_groups import CONSUMER_PROTOCOL, EMPTY, STABLE, ClassicGroups
 from ._consumer_groups import ConsumerGroups
 from ._offsets import Committed, OffsetStore
+from ._streams_groups import STREAMS_PROTOCOL, StreamsGroups
 from ._timers import Timers
 
 __all__ = ["GroupConfig", "GroupCoordinator", "VERSIONS"]
@@ -76,6 +82,8 @@ VERSIONS = {
     ConsumerGroupHeartbeatRequest.API_KEY: (0, 1),
     ConsumerGroupDescribeRequest.API_KEY: (0, 1),
     TxnOffsetCommitRequest.API_KEY: (0, 5),
+    StreamsGroupHeartbeatRequest.API_KEY: (0, 0),
+    StreamsGroupDescribeRequest.API_KEY: (0, 0),
 }
 
 DEAD = "Dead"  # what a group that does not exist is described as
@@ -106,6 +114,10 @@ class GroupConfig:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_max_size: int = 2**31 - 1
+    # KIP-1071 streams groups
+    group_streams_session_timeout_ms: int = 45_000
+    group_streams_heartbeat_interval_ms: int = 5000
+    group_streams_max_size: int = 2**31 - 1
 
 
 class GroupCoordinator:
@@ -129,11 +141,12 @@ class GroupCoordinator:
         self.classic = ClassicGroups(self.config, clock, self.timers)
         self.groups = self.classic.groups  # classic groups by id
         self.consumer = ConsumerGroups(self.config, clock, self.timers, topics or dict)
+        self.streams = StreamsGroups(self.config, clock, self.timers, topics or dict)
         self._handlers = {
             JoinGroupRequest.API_KEY: self._join_group,
             SyncGroupRequest.API_KEY: self.classic.sync_group,
             HeartbeatRequest.API_KEY: self.classic.heartbeat,
-            LeaveGroupRequest.API_KEY: self.classic.leave_group,
+            LeaveGroupRequest.API_KEY: self._leave_group,
             OffsetCommitRequest.API_KEY: self._offset_commit,
             OffsetFetchRequest.API_KEY: self._offset_fetch,
             ListGroupsRequest.API_KEY: self._list_groups,
@@ -143,6 +156,8 @@ class GroupCoordinator:
             ConsumerGroupHeartbeatRequest.API_KEY: self._consumer_group_heartbeat,
             ConsumerGroupDescribeRequest.API_KEY: self._consumer_group_describe,
             TxnOffsetCommitRequest.API_KEY: self._txn_offset_commit,
+            StreamsGroupHeartbeatRequest.API_KEY: self._streams_group_heartbeat,
+            StreamsGroupDescribeRequest.API_KEY: self._streams_group_describe,
         }
         self.timers.schedule(
             "offsets-expiry", self.config.offsets_retention_check_interval_ms, self._expire_offsets
@@ -165,7 +180,9 @@ class GroupCoordinator:
         return self.timers.fire()
 
     def _join_group(self, version, request, ctx, reply):
-        modern = self.consumer.groups.get(request.group_id)
+        modern = self.consumer.groups.get(request.group_id) or self._empty_streams_group_gone(
+            request.group_id
+        )
         if modern is not None:
             if modern.members:
                 # Kafka takes classic members into a consumer group; this coordinator does not.
@@ -179,8 +196,27 @@ class GroupCoordinator:
                     member_id=request.member_id,
                     members=[],
                 )
-            del self.consumer.groups[request.group_id]  # an empty one gives way (offsets stay)
+            self.consumer.groups.pop(
+                request.group_id, None
+            )  # an empty one gives way (offsets stay)
         return self.classic.join_group(version, request, ctx, reply)
+
+    def _empty_streams_group_gone(self, group_id):
+        """A streams group of `group_id` if it has members (other protocols may not join it);
+        an empty one gives way, as an empty consumer group does. None when there is none."""
+        group = self.streams.groups.get(group_id)
+        if group is not None and not group.members:
+            del self.streams.groups[group_id]
+            return None
+        return group
+
+    def _leave_group(self, version, request, ctx, reply):
+        modern = self.consumer.groups.get(request.group_id)
+        if modern is None or version < 3:
+            return self.classic.leave_group(version, request, ctx, reply)
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+        results = self.consumer.classic_leave(modern, leaving)
+        return self.classic.leave_response(version, NONE, results)
 
     # ---------------------------------------------------------------- offsets
 
@@ -284,6 +320,9 @@ class GroupCoordinator:
 
     def _commit_check(self, version, request, generation, transactional):
         """Kafka's validateOffsetCommit: an error code for the whole commit, or None."""
+        streams = self.streams.groups.get(request.group_id)
+        if streams is not None:
+            return self.streams.commit_error(streams, request.member_id, generation)
         modern = self.consumer.groups.get(request.group_id)
         if modern is not None:
             return self.consumer.commit_error(
@@ -465,6 +504,9 @@ class GroupCoordinator:
             (g.group_id, CONSUMER_PROTOCOL, g.state, "consumer")
             for g in self.consumer.groups.values()
         ]
+        every += [
+            (g.group_id, STREAMS_PROTOCOL, g.state, "streams") for g in self.streams.groups.values()
+        ]
         listed = [
             ListGroupsResponse.ListedGroup(
                 group_id=group_id, protocol_type=protocol_type, group_state=state, group_type=kind
@@ -549,6 +591,16 @@ class GroupCoordinator:
     # ---------------------------------------------------------------- KIP-848
 
     def _consumer_group_heartbeat(self, version, request, ctx, reply):
+        if self._empty_streams_group_gone(request.group_id) is not None:
+            return ConsumerGroupHeartbeatResponse(
+                throttle_time_ms=0,
+                error_code=GROUP_ID_NOT_FOUND,
+                error_message=f"Group {request.group_id} is not a consumer group.",
+                member_id=None,
+                member_epoch=0,
+                heartbeat_interval_ms=0,
+                assignment=None,
+            )
         return self.consumer.heartbeat(version, request, ctx, self.groups)
 
     def _consumer_group_describe(self, version, request, ctx, reply):
@@ -558,4 +610,31 @@ class GroupCoordinator:
         return ConsumerGroupDescribeResponse(
             throttle_time_ms=0,
             groups=self.consumer.describe(version, request.group_ids, operations),
+        )
+
+    # ---------------------------------------------------------------- KIP-1071
+
+    def _streams_group_heartbeat(self, version, request, ctx, reply):
+        def taken(group_id):
+            """Whether `group_id` is a group of another protocol; an empty one gives way
+            (its offsets stay), as between the classic and the consumer protocol."""
+            classic, modern = self.groups.get(group_id), self.consumer.groups.get(group_id)
+            if modern is not None:
+                if modern.members:
+                    return True
+                del self.consumer.groups[group_id]
+            if classic is not None:
+                if classic.state != EMPTY:
+                    return True
+                self.classic.forget(classic)
+            return False
+
+        return self.streams.heartbeat(version, request, ctx, taken)
+
+    def _streams_group_describe(self, version, request, ctx, reply):
+        operations = (
+            GROUP_OPERATIONS if request.include_authorized_operations else OPERATIONS_NOT_ASKED
+        )
+        return StreamsGroupDescribeResponse(
+            throttle_time_ms=0, groups=self.streams.describe(request.group_ids, operations)
         )
