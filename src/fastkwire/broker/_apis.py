@@ -61,6 +61,7 @@ from .. import (
 )
 from ..error_codes import by_name
 from ._fit import fit
+from ._limits import Limits
 from ._cluster import (
     BOOLEAN,
     BROKER_SYNONYMS,
@@ -140,13 +141,19 @@ class Apis:
     """The broker's request handling over a Cluster; `groups` (optional) is a group
     coordinator with API_KEYS, handle() and tick() (see GroupCoordinator)."""
 
-    def __init__(self, cluster, *, clock=time.monotonic, wall_clock=time.time, groups=None):
+    def __init__(
+        self, cluster, *, clock=time.monotonic, wall_clock=time.time, groups=None, limits=None
+    ):
         self.cluster = cluster
         self.clock = clock
         self.wall_clock = wall_clock
         self.groups = groups
-        self.acls = AclStore()
-        self.transactions = TransactionCoordinator(cluster, clock, self._transaction_ended)
+        self.limits = limits if limits is not None else Limits()
+        self.acls = AclStore(self.limits.max_acls)
+        cluster.producer_ids.limit = self.limits.max_producer_epochs
+        self.transactions = TransactionCoordinator(
+            cluster, clock, self._transaction_ended, self.limits.max_transactional_ids
+        )
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         # API key -> (min version, max version, handler); the handlers' versions.
@@ -503,7 +510,9 @@ class Apis:
                 error_code=code("FETCH_SESSION_ID_NOT_FOUND"), session_id=0, responses=[]
             ), True
         by_id = version >= 13
-        budget = request.max_bytes
+        # Kafka's fetch.max.bytes: a client may not ask for an answer larger than the broker's
+        # (a Fetch naming one partition many times would otherwise read it again each time).
+        budget = min(request.max_bytes, self.limits.fetch_max_bytes)
         total = 0
         ready = not request.topics
         read_committed = request.isolation_level == READ_COMMITTED
@@ -1015,12 +1024,14 @@ def _apply_operations(configs, changes):
         elif c.config_operation in (APPEND, SUBTRACT):
             if TOPIC_CONFIGS[c.name][1] != LIST:
                 raise ClusterError("INVALID_CONFIG", f"{c.name} is not a list: only SET or DELETE")
-            given = [v for v in (c.value or "").split(",") if v]
+            # dicts, not lists: a long value must not cost its length squared
+            present = dict.fromkeys(items)
+            given = dict.fromkeys(v for v in (c.value or "").split(",") if v)
             if c.config_operation == APPEND:
-                items += [v for v in given if v not in items]
+                present.update(given)
             else:
-                items = [v for v in items if v not in given]
-            configs[c.name] = ",".join(items)
+                present = {v: None for v in present if v not in given}
+            configs[c.name] = ",".join(present)
         else:
             raise ClusterError("INVALID_REQUEST", f"config operation {c.config_operation}")
     return configs

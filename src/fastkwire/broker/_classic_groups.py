@@ -309,6 +309,10 @@ class ClassicGroups:
 
     def _accepts(self, group, member_id):
         limit = self.config.group_max_size
+        if not member_id and len(group.members) + len(group.pending_join) >= limit:
+            # Beyond Kafka: the members told MEMBER_ID_REQUIRED count too, or a client could
+            # make them without end (each waits for its session timeout).
+            return False
         if group.state == EMPTY:
             return True
         if group.state == PREPARING:

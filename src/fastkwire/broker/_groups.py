@@ -91,12 +91,15 @@ DESCRIBE_NOT_FOUND_MIN = 6  # before: a missing group is described as Dead, with
 @dataclass
 class GroupConfig:
     """The coordinator's settings, named as Kafka's broker configs (dots as underscores) and
-    with Kafka's defaults, except the initial rebalance delay: 0 ms, not 3 s, for quick tests."""
+    with Kafka's defaults, except the initial rebalance delay (0 ms, not 3 s, for quick
+    tests) and the group sizes: Kafka allows 2**31-1 members, here 1000 by default, since
+    a client could otherwise add members without end (each costs the group's every
+    rebalance its share of the work)."""
 
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0
-    group_max_size: int = 2**31 - 1
+    group_max_size: int = 1000
     # How long a new member's parked JoinGroup may wait (fixed at 5 minutes in Kafka).
     group_new_member_join_timeout_ms: int = 300_000
     offsets_retention_minutes: int = 7 * 24 * 60
@@ -105,7 +108,7 @@ class GroupConfig:
     # KIP-848 consumer groups
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
-    group_consumer_max_size: int = 2**31 - 1
+    group_consumer_max_size: int = 1000
 
 
 class GroupCoordinator:

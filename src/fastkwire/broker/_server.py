@@ -14,6 +14,11 @@ the frames behind it). The proxy's caps and their defaults hold here too:
 - `frame_timeout`: seconds a started frame may take to arrive whole, counted only while the
   broker is reading (a slowloris ends, a client the broker paused does not).
 - `max_connections`: more are closed as they arrive.
+- `connections_max_idle_ms`: Kafka's connections.max.idle.ms (10 minutes): a connection
+  that neither sends nor is sent a byte for that long is closed, as Kafka closes it.
+What a client may make the broker hold beyond its connection (ACLs, transactional ids, a
+Fetch's answer...) is capped by `limits` (_limits.py's Limits) and the group sizes
+(GroupConfig).
 What a frame gets (an answer, nothing, or the end of its connection) is _exchange.py's.
 """
 
@@ -37,11 +42,14 @@ from ._apis import Apis
 from ._cluster import DEFAULT_MAX_PARTITIONS, DEFAULT_OFFSETS_TOPIC_PARTITIONS, Cluster
 from ._exchange import Close, answer_frame
 from ._groups import GroupConfig, GroupCoordinator
+from ._limits import Limits
 
 log = logging.getLogger("fastkwire.broker")
 
 FIRST_NODE_ID = 0
 WATCH_INTERVAL_MAX = 1.0  # seconds between looks for overdue frames, at most
+DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+IDLE_SCAN_MAX = 60.0  # seconds between looks for idle connections, at most
 
 
 class _Connection(asyncio.Protocol):
@@ -61,6 +69,7 @@ class _Connection(asyncio.Protocol):
         self.paused = set()  # why reading is paused: "queue", "room", "write"
         self.write_paused = False
         self.clock = PeerClock()
+        self.active = time.monotonic()  # when a byte last came or went
 
     # ---- asyncio's calls
 
@@ -84,6 +93,7 @@ class _Connection(asyncio.Protocol):
         if self.closed:
             return
         broker = self.broker
+        self.active = time.monotonic()
         before = len(self.buf)
         self.buf += data
         buf = self.buf
@@ -209,6 +219,7 @@ class _Connection(asyncio.Protocol):
             return
         if outcome is not None:
             self.transport.write(outcome)
+            self.active = time.monotonic()
         self.busy = False
         # An answer may come from another connection's request (a Fetch that waited): the
         # next frame is taken on the loop's next turn, not inside that request's handling.
@@ -235,7 +246,7 @@ class Broker:
     `offsets_topic_partitions` (Kafka's offsets.topic.num.partitions: __consumer_offsets'),
     `groups` (True: the group coordinator with Kafka's defaults, GroupConfig's; a
     GroupConfig; a function(cluster) making a coordinator; None: the group APIs are not
-    served), and the caps above.
+    served), `limits` (a Limits: what clients may make it hold), and the caps above.
 
         broker = Broker([("127.0.0.1", 0)])
         await broker.start()
@@ -258,6 +269,8 @@ class Broker:
         max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES,
         max_connections=DEFAULT_MAX_CONNECTIONS,
         frame_timeout=DEFAULT_FRAME_TIMEOUT,
+        connections_max_idle_ms=DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+        limits=None,
     ):
         if isinstance(listeners, (str, tuple)) and (
             isinstance(listeners, str) or isinstance(listeners[0], str)
@@ -281,6 +294,12 @@ class Broker:
         self.max_buffered_bytes = _positive(max_buffered_bytes, "max_buffered_bytes")
         self.max_connections = _positive(max_connections, "max_connections")
         self.frame_timeout = _positive(frame_timeout, "frame_timeout", float)
+        self.connections_max_idle_ms = _positive(
+            connections_max_idle_ms, "connections_max_idle_ms", float
+        )
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits: a fastkwire.broker.Limits, not {type(limits).__name__}")
+        self.limits = limits if limits is not None else Limits()
         self.cluster = None
         self.apis = None
         self.connections = set()
@@ -328,7 +347,7 @@ class Broker:
             offsets_topic_partitions=self.offsets_topic_partitions,
         )
         groups = _group_coordinator(self.groups, self.cluster)
-        self.apis = Apis(self.cluster, groups=groups)
+        self.apis = Apis(self.cluster, groups=groups, limits=self.limits)
         for node_id, sock in zip(nodes, socks):
             server = await loop.create_server(
                 lambda node_id=node_id: _Connection(self, node_id), sock=sock
@@ -380,9 +399,19 @@ class Broker:
         whose frame is overdue (looked for every `interval`, not at every wake-up)."""
         interval = min(self.frame_timeout / 4, WATCH_INTERVAL_MAX)
         next_scan = None  # when to look for overdue frames; None: no partial frame known
+        idle = self.connections_max_idle_ms / 1000
+        idle_interval = min(idle / 4, IDLE_SCAN_MAX)
+        next_idle_scan = time.monotonic() + idle_interval
         while True:
             deadline = self.apis.tick()
             now = time.monotonic()
+            if now >= next_idle_scan:
+                for conn in [c for c in self.connections if now - c.active > idle]:
+                    conn.end(
+                        f"no bytes came or went for {self.connections_max_idle_ms:g} ms "
+                        "(connections_max_idle_ms)"
+                    )
+                next_idle_scan = now + idle_interval
             if self._partial_seen or (next_scan is not None and now >= next_scan):
                 self._partial_seen = False
                 partial = False
@@ -394,7 +423,7 @@ class Broker:
                             "(frame_timeout)"
                         )
                 next_scan = now + interval if partial else None
-            waits = [t - now for t in (deadline, next_scan) if t is not None]
+            waits = [t - now for t in (deadline, next_scan, next_idle_scan) if t is not None]
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), max(min(waits), 0) if waits else None)

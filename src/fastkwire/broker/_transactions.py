@@ -63,16 +63,22 @@ class Transaction:
 
 
 class TransactionCoordinator:
-    def __init__(self, cluster, clock, on_end=None):
+    """`limit`: how many transactional ids it keeps (None: no limit); InitProducerId for a
+    new one past it is refused (POLICY_VIOLATION), those known go on."""
+
+    def __init__(self, cluster, clock, on_end=None, limit=None):
         self.cluster = cluster
         self.clock = clock
         self.on_end = on_end  # on_end(producer id, committed): the group coordinator's offsets
+        self.limit = limit
         self.transactions = {}  # transactional id -> Transaction
 
     def init(self, transactional_id, timeout_ms, producer_id=-1, epoch=-1, now_ms=0):
         """(producer id, epoch, error name or None) for InitProducerId with an id: a new
         epoch fences the producers before it, and a transaction they left is aborted."""
         txn = self.transactions.get(transactional_id)
+        if txn is None and self.limit is not None and len(self.transactions) >= self.limit:
+            return -1, -1, "POLICY_VIOLATION"
         if txn is None:
             pid, _, _ = self.cluster.producer_ids.init()
             txn = self.transactions[transactional_id] = Transaction(pid, timeout_ms)

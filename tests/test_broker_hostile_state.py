@@ -1,0 +1,353 @@
+"""A hostile client against what the broker holds, not its connections: requests that decode
+but would make the broker keep, read or do more than it may. Each is capped (Kafka's error
+where Kafka has one, POLICY_VIOLATION where it has none), only the request past the cap is
+refused, and what came before keeps being served. fuzz/hostile_requests.py's flood checks
+the same as invariants."""
+
+import socket
+import struct
+import sys
+import time
+
+import pytest
+
+import fastkwire
+from fastkwire import records
+from fastkwire.broker import Apis, Cluster, Context, GroupConfig, GroupCoordinator, Limits
+from fastkwire.broker._timers import Timers
+from fastkwire.error_codes import by_name
+from fastkwire.records import Record
+from fastkwire.testing import Broker
+
+TIMEOUT = 5.0
+
+
+def code(name):
+    return by_name(name).code
+
+
+def make_apis(limits=None, groups=None):
+    clock = [0.0]
+    cluster = Cluster({0: ("127.0.0.1", 9092)})
+    coordinator = GroupCoordinator(
+        groups,
+        clock=lambda: clock[0],
+        topic_partitions=cluster.partition_count,
+        topics=cluster.topic_summary,
+    )
+    apis = Apis(cluster, clock=lambda: clock[0], groups=coordinator, limits=limits)
+    apis.fake_clock = clock
+    return apis
+
+
+def call(apis, request, version):
+    out = []
+    apis.handle(type(request).API_KEY, version, request, Context(0, "hostile"), out.append)
+    assert len(out) == 1
+    return out[0]
+
+
+def test_a_fetch_naming_one_partition_many_times_gets_at_most_fetch_max_bytes():
+    """Kafka's fetch.max.bytes (55 MiB) bounds an answer whatever max_bytes asks: a Fetch
+    naming a 1 MB log 70 times with max_bytes 2**31-1 was answered with 70 MB."""
+    apis = make_apis()
+    apis.cluster.create_topic("t", 1)
+    big = records.write_batch([Record(timestamp=1, key=None, value=b"x" * 1_000_000)])
+    produced = call(apis, produced_request(big), 9)
+    assert produced.responses[0].partition_responses[0].error_code == 0
+    F = fastkwire.FetchRequest
+    one = F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=2**31 - 1)
+    request = F(
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=2**31 - 1,
+        isolation_level=0,
+        session_epoch=-1,
+        topics=[F.FetchTopic(topic="t", partitions=[one] * 70)],
+    )
+    answer = call(apis, request, 11)
+    sent = sum(len(p.records) for t in answer.responses for p in t.partitions)
+    assert 0 < sent <= Limits().fetch_max_bytes
+    assert Limits().fetch_max_bytes == 57_671_680  # Kafka's default
+    capped = make_apis(Limits(fetch_max_bytes=1024))
+    capped.cluster.create_topic("t", 1)
+    call(capped, produced_request(big), 9)
+    answer = call(capped, request, 11)
+    parts = answer.responses[0].partitions
+    # the first batch whole (KIP-74), then nothing more past the broker's cap
+    assert [len(p.records) for p in parts] == [len(big)] + [0] * 69
+
+
+def produced_request(data):
+    P = fastkwire.ProduceRequest
+    return P(
+        acks=1,
+        timeout_ms=100,
+        topic_data=[
+            P.TopicProduceData(
+                name="t", partition_data=[P.PartitionProduceData(index=0, records=data)]
+            )
+        ],
+    )
+
+
+def acl(n):
+    C = fastkwire.CreateAclsRequest
+    return C.AclCreation(
+        resource_type=2,
+        resource_name=f"topic-{n}",
+        resource_pattern_type=3,
+        principal="User:x",
+        host="*",
+        operation=3,
+        permission_type=3,
+    )
+
+
+def test_acls_past_max_acls_are_refused_and_those_kept_stay():
+    apis = make_apis(Limits(max_acls=3))
+    C = fastkwire.CreateAclsRequest
+    answer = call(apis, C(creations=[acl(n) for n in (0, 1, 0, 2, 3, 4)]), 3)
+    errors = [r.error_code for r in answer.results]
+    # a duplicate is no new ACL; the fourth distinct one is past the cap
+    assert errors == [0, 0, 0, 0, code("POLICY_VIOLATION"), code("POLICY_VIOLATION")]
+    assert "max_acls" in answer.results[4].error_message
+    assert len(apis.acls) == 3
+    D = fastkwire.DeleteAclsRequest
+    deleted = call(
+        apis,
+        D(
+            filters=[
+                D.DeleteAclsFilter(
+                    resource_type_filter=1,
+                    resource_name_filter="topic-1",
+                    pattern_type_filter=1,
+                    principal_filter=None,
+                    host_filter=None,
+                    operation=1,
+                    permission_type=1,
+                )
+            ]
+        ),
+        3,
+    )
+    assert [m.resource_name for m in deleted.filter_results[0].matching_acls] == ["topic-1"]
+    assert call(apis, C(creations=[acl(9)]), 3).results[0].error_code == 0  # room again
+    assert [a.resource_name for a in apis.acls.acls] == ["topic-0", "topic-2", "topic-9"]
+
+
+def init(apis, transactional_id, producer_id=-1, epoch=-1):
+    request = fastkwire.InitProducerIdRequest(
+        transactional_id=transactional_id,
+        transaction_timeout_ms=60_000,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+    )
+    return call(apis, request, 4)
+
+
+def test_new_transactional_ids_past_the_cap_are_refused_known_ones_go_on():
+    apis = make_apis(Limits(max_transactional_ids=2))
+    first, second = init(apis, "a"), init(apis, "b")
+    assert (first.error_code, second.error_code) == (0, 0)
+    refused = init(apis, "c")
+    assert (refused.error_code, refused.producer_id) == (code("POLICY_VIOLATION"), -1)
+    again = init(apis, "a")  # a known id: a new epoch, as ever
+    assert (again.error_code, again.producer_id, again.producer_epoch) == (
+        0,
+        first.producer_id,
+        1,
+    )
+    assert sorted(apis.transactions.transactions) == ["a", "b"]
+
+
+def test_idempotent_producer_ids_are_not_remembered_without_end():
+    """InitProducerId without a transactional id kept an entry per producer id forever."""
+    apis = make_apis(Limits(max_producer_epochs=3))
+    ids = [init(apis, None) for _ in range(10)]
+    assert len({r.producer_id for r in ids}) == 10
+    assert len(apis.cluster.producer_ids.epochs) == 3
+    last = ids[-1]
+    bumped = init(apis, None, last.producer_id, 0)
+    assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (
+        0,
+        last.producer_id,
+        1,
+    )
+    # one forgotten (the oldest) asking for a bump gets a new id, epoch 0
+    forgotten = init(apis, None, ids[0].producer_id, 0)
+    assert forgotten.error_code == 0
+    assert forgotten.producer_id not in {r.producer_id for r in ids}
+    assert forgotten.producer_epoch == 0
+    assert len(apis.cluster.producer_ids.epochs) == 3
+
+
+def join_new(apis, group="g"):
+    J = fastkwire.JoinGroupRequest
+    request = J(
+        group_id=group,
+        session_timeout_ms=30_000,
+        rebalance_timeout_ms=30_000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"")],
+    )
+    return call(apis, request, 5)
+
+
+def test_members_told_member_id_required_count_toward_group_max_size():
+    """JoinGroup v4+ without a member id is told MEMBER_ID_REQUIRED and remembered until its
+    session timeout: a client could make such pending members without end."""
+    apis = make_apis(groups=GroupConfig(group_max_size=3))
+    answers = [join_new(apis).error_code for _ in range(5)]
+    required, full = code("MEMBER_ID_REQUIRED"), code("GROUP_MAX_SIZE_REACHED")
+    assert answers == [required] * 3 + [full] * 2
+    assert len(apis.groups.groups["g"].pending_join) == 3
+    assert join_new(apis, group="other").error_code == required  # other groups go on
+    apis.fake_clock[0] += 31  # the pending members' session timeout passes: room again
+    apis.tick()
+    assert join_new(apis).error_code == required
+
+
+def test_group_sizes_are_bounded_by_default():
+    """Kafka's group.max.size and group.consumer.max.size default to 2**31-1: here a client
+    flooding a group with new members is refused past 1000."""
+    apis = make_apis()
+    answers = [join_new(apis).error_code for _ in range(1001)]
+    assert answers.count(code("MEMBER_ID_REQUIRED")) == 1000
+    assert answers[-1] == code("GROUP_MAX_SIZE_REACHED")
+    assert GroupConfig().group_consumer_max_size == 1000
+
+
+def calls_made(fn):
+    """How many Python functions (generators and comprehensions included) `fn()` runs."""
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event == "call":
+            count[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count[0]
+
+
+def test_the_work_of_a_tick_does_not_grow_with_the_timers_held():
+    """Every request ends with a tick that looks for due timers; it looked at each timer
+    (a pending member, a member's heartbeat...), so a client holding many made every other
+    client's requests slower."""
+
+    def work(n):
+        timers = Timers(lambda: 0.0)
+        for i in range(n):
+            timers.schedule(("heartbeat", "g", i), 30_000 + i, lambda: None)
+        return calls_made(timers.fire)
+
+    few, many = work(10), work(10_000)
+    assert many <= few + 5, (few, many)
+
+
+def test_timers_fire_in_deadline_order_and_rescheduling_replaces():
+    now = [0.0]
+    timers = Timers(lambda: now[0])
+    fired = []
+    for key, delay in (("a", 300), ("b", 100), ("c", 200)):
+        timers.schedule(key, delay, lambda key=key: fired.append(key))
+    for _ in range(500):  # many reschedules: the replaced ones are dropped, not fired
+        timers.schedule("b", 250, lambda: fired.append("b"))
+    timers.cancel("c")
+    assert timers.next_deadline() == 0.25 and len(timers) == 2
+    now[0] = 1.0
+    assert timers.fire() is None
+    assert fired == ["b", "a"]
+
+
+def test_a_timer_an_action_schedules_waits_for_the_next_fire():
+    timers = Timers(lambda: 0.0)
+    fired = []
+
+    def again():
+        fired.append(1)
+        timers.schedule("x", 0, again)
+
+    timers.schedule("x", 0, again)
+    assert timers.fire() == 0.0
+    assert fired == [1]
+
+
+def test_append_to_a_list_config_keeps_each_value_once():
+    apis = make_apis()
+    apis.cluster.create_topic("t", 1)
+    R = fastkwire.IncrementalAlterConfigsRequest
+    name = "follower.replication.throttled.replicas"
+
+    def change(operation, value):
+        request = R(
+            resources=[
+                R.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name="t",
+                    configs=[R.AlterableConfig(name=name, config_operation=operation, value=value)],
+                )
+            ],
+            validate_only=False,
+        )
+        assert call(apis, request, 1).responses[0].error_code == 0
+        return apis.cluster.topics["t"].configs[name]
+
+    assert change(2, "0:1,0:2,0:1") == "0:1,0:2"
+    assert change(2, "0:2,0:3") == "0:1,0:2,0:3"
+    assert change(3, "0:1,0:9") == "0:2,0:3"
+
+
+def read_frame(s):
+    head = b""
+    while len(head) < 4:
+        chunk = s.recv(4 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    (size,) = struct.unpack(">i", head)
+    body = b""
+    while len(body) < size:
+        chunk = s.recv(size - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return body
+
+
+def test_an_idle_connection_is_closed_after_connections_max_idle_ms():
+    """Kafka closes a connection idle for connections.max.idle.ms; one that keeps talking
+    stays."""
+    with Broker(connections_max_idle_ms=400, groups=None) as broker:
+        host, port = next(iter(broker.addresses.values()))
+        idle = socket.create_connection((host, port), timeout=TIMEOUT)
+        busy = socket.create_connection((host, port), timeout=TIMEOUT)
+        request = fastkwire.encode_request(fastkwire.ApiVersionsRequest(), 0, 1, "t")
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            busy.sendall(request)
+            assert read_frame(busy) is not None
+            time.sleep(0.1)
+        idle.settimeout(TIMEOUT)
+        try:
+            assert idle.recv(1) == b""  # closed by the broker
+        except ConnectionResetError:
+            pass
+        busy.sendall(request)
+        assert read_frame(busy) is not None
+        idle.close()
+        busy.close()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("fetch_max_bytes", 1023), ("max_acls", 0), ("max_transactional_ids", -1), ("max_acls", "9")],
+)
+def test_limits_name_a_bad_value(field, value):
+    with pytest.raises(ValueError, match=field):
+        Limits(**{field: value})
