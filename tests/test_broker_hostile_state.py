@@ -351,3 +351,67 @@ def test_an_idle_connection_is_closed_after_connections_max_idle_ms():
 def test_limits_name_a_bad_value(field, value):
     with pytest.raises(ValueError, match=field):
         Limits(**{field: value})
+
+
+def encoded_size(response, api_key, version):
+    return len(fastkwire.encode_response(response, version, 1))
+
+
+def test_a_request_naming_one_thing_many_times_is_answered_about_it_once():
+    """A few bytes repeated made answers thousands of times their size: Metadata naming a
+    topic of 2000 partitions 500 times was answered with 26 MB, an OffsetFetch naming one
+    group 50 times with its offsets 50 times. Kafka reads such names into sets."""
+    apis = make_apis()
+    apis.cluster.create_topic("t", 2000)
+    M = fastkwire.MetadataRequest
+    meta = call(apis, M(topics=[M.MetadataRequestTopic(name="t")] * 500), 9)
+    assert [t.name for t in meta.topics] == ["t"]
+    assert encoded_size(meta, M.API_KEY, 9) < 100_000
+    DC = fastkwire.DescribeConfigsRequest
+    resource = DC.DescribeConfigsResource(
+        resource_type=2, resource_name="t", configuration_keys=None
+    )
+    configs = call(apis, DC(resources=[resource] * 500, include_synonyms=True), 4)
+    assert [r.resource_name for r in configs.results] == ["t"]
+    OC = fastkwire.OffsetCommitRequest
+    commit = OC(
+        group_id="h",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=[
+            OC.OffsetCommitRequestTopic(
+                name="t",
+                partitions=[
+                    OC.OffsetCommitRequestPartition(
+                        partition_index=i,
+                        committed_offset=i,
+                        committed_leader_epoch=-1,
+                        committed_metadata="m" * 100,
+                    )
+                    for i in range(3)
+                ],
+            )
+        ],
+    )
+    assert call(apis, commit, 8).topics[0].partitions[0].error_code == 0
+    OF = fastkwire.OffsetFetchRequest
+    group = OF.OffsetFetchRequestGroup(group_id="h", topics=None)
+    fetched = call(apis, OF(groups=[group] * 50, require_stable=False), 8)
+    assert [g.group_id for g in fetched.groups] == ["h"]
+    again = OF.OffsetFetchRequestTopics(name="t", partition_indexes=[2, 1, 2, 2])
+    asked = OF.OffsetFetchRequestGroup(group_id="h", topics=[again, again])
+    fetched = call(apis, OF(groups=[asked], require_stable=False), 8)
+    ((topic,),) = [g.topics for g in fetched.groups]
+    assert [(p.partition_index, p.committed_offset) for p in topic.partitions] == [(2, 2), (1, 1)]
+    DG = fastkwire.DescribeGroupsRequest
+    described = call(apis, DG(groups=["h", "x", "h"] * 100), 5)
+    assert [g.group_id for g in described.groups] == ["h", "x"]
+    DT = fastkwire.DescribeTopicPartitionsRequest
+    apis.cluster.create_topic("u", 3000)
+    pages = call(
+        apis, DT(topics=[DT.TopicRequest(name="u")] * 9, response_partition_limit=2**31 - 1), 0
+    )
+    # Kafka's max.request.partition.size.limit: 2000 partitions a page, then the cursor
+    assert [len(t.partitions) for t in pages.topics] == [2000]
+    assert (pages.next_cursor.topic_name, pages.next_cursor.partition_index) == ("u", 2000)

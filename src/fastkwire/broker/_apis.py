@@ -61,7 +61,7 @@ from .. import (
 )
 from ..error_codes import by_name
 from ._fit import fit
-from ._limits import Limits
+from ._limits import MAX_REQUEST_PARTITION_SIZE_LIMIT, Limits, unique
 from ._cluster import (
     BOOLEAN,
     BROKER_SYNONYMS,
@@ -308,7 +308,7 @@ class Apis:
             wanted = [(t, None) for t in cluster.topics.values()]
         else:
             wanted = []
-            for t in request.topics:
+            for t in unique(request.topics, lambda t: (t.name, t.topic_id)):
                 if t.name is None:  # v10+: by topic id
                     topic = cluster.topic_ids.get(t.topic_id)
                     wanted.append(
@@ -377,7 +377,7 @@ class Apis:
         cursor = request.cursor
         if cursor is not None:
             names = [n for n in names if n >= cursor.topic_name]
-        room = max(request.response_partition_limit, 1)
+        room = min(max(request.response_partition_limit, 1), MAX_REQUEST_PARTITION_SIZE_LIMIT)
         topics, next_cursor = [], None
         for name in names:
             topic = cluster.topics.get(name)
@@ -830,7 +830,7 @@ class Apis:
     def describe_configs(self, request, version, ctx, reply):
         R = DescribeConfigsResponse
         results = []
-        for res in request.resources:
+        for res in unique(request.resources, lambda r: (r.resource_type, r.resource_name)):
             result = R.DescribeConfigsResult(
                 error_code=NONE,
                 error_message=None,

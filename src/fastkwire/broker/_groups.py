@@ -38,6 +38,7 @@ from .. import (
 from ..error_codes import by_name
 from ._classic_groups import CONSUMER_PROTOCOL, EMPTY, STABLE, ClassicGroups
 from ._consumer_groups import ConsumerGroups
+from ._limits import unique
 from ._offsets import Committed, OffsetStore
 from ._timers import Timers
 
@@ -315,7 +316,10 @@ class GroupCoordinator:
     def _offset_fetch(self, version, request, ctx, reply):
         stable = version >= REQUIRE_STABLE_MIN and request.require_stable
         if version >= 8:
-            groups = [self._fetched_group(version, g, stable) for g in request.groups]
+            groups = [
+                self._fetched_group(version, g, stable)
+                for g in unique(request.groups, lambda g: g.group_id)
+            ]
             return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
         asked = (
             None
@@ -367,6 +371,11 @@ class GroupCoordinator:
         if asked is None:
             committed = self.offsets.by_topic(group_id)
             asked = [(topic, list(partitions)) for topic, partitions in committed.items()]
+        else:  # each topic and partition once, however often asked
+            merged = {}
+            for topic, partitions in asked:
+                merged.setdefault(topic, {}).update(dict.fromkeys(partitions))
+            asked = list(merged.items())
         out = []
         for topic, partitions in asked:
             rows = []
@@ -482,7 +491,7 @@ class GroupCoordinator:
             GROUP_OPERATIONS if request.include_authorized_operations else OPERATIONS_NOT_ASKED
         )
         described = []
-        for group_id in request.groups:
+        for group_id in unique(request.groups):
             group = self.groups.get(group_id)
             if group is None:
                 missing = version >= DESCRIBE_NOT_FOUND_MIN
@@ -560,5 +569,5 @@ class GroupCoordinator:
         )
         return ConsumerGroupDescribeResponse(
             throttle_time_ms=0,
-            groups=self.consumer.describe(version, request.group_ids, operations),
+            groups=self.consumer.describe(version, unique(request.group_ids), operations),
         )

@@ -33,3 +33,19 @@ class Limits:
             raise ValueError(
                 f"fetch_max_bytes: at least 1024 (as Kafka's), not {self.fetch_max_bytes}"
             )
+
+
+# Kafka's max.request.partition.size.limit: the most partitions a DescribeTopicPartitions
+# answers, whatever response_partition_limit asks.
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
+
+
+def unique(items, key=None):
+    """`items` without the repeats (by `key`), in the order first seen. A request naming
+    one thing many times is answered about it once, as Kafka answers (its handlers read the
+    names into sets): otherwise a few bytes asked again and again could make the broker
+    build an answer thousands of times the request's size."""
+    seen = {}
+    for item in items:
+        seen.setdefault(item if key is None else key(item), item)
+    return list(seen.values())
