@@ -161,6 +161,22 @@ def test_new_transactional_ids_past_the_cap_are_refused_known_ones_go_on():
     assert sorted(apis.transactions.transactions) == ["a", "b"]
 
 
+@pytest.mark.parametrize("timeout_ms", [0, -1, 900_001, 2**31 - 1])
+def test_a_transaction_timeout_past_kafkas_maximum_is_refused(timeout_ms):
+    """A transaction left open holds every read_committed consumer of its partitions back
+    until it times out: Kafka refuses a timeout past transaction.max.timeout.ms (15 min)
+    with INVALID_TRANSACTION_TIMEOUT; 2**31-1 ms (24 days) was accepted."""
+    apis = make_apis()
+    request = fastkwire.InitProducerIdRequest(
+        transactional_id="tx", transaction_timeout_ms=timeout_ms
+    )
+    refused = call(apis, request, 4)
+    assert refused.error_code == code("INVALID_TRANSACTION_TIMEOUT")
+    assert "tx" not in apis.transactions.transactions
+    request.transaction_timeout_ms = 900_000
+    assert call(apis, request, 4).error_code == 0
+
+
 def test_idempotent_producer_ids_are_not_remembered_without_end():
     """InitProducerId without a transactional id kept an entry per producer id forever."""
     apis = make_apis(Limits(max_producer_epochs=3))
@@ -346,7 +362,13 @@ def test_an_idle_connection_is_closed_after_connections_max_idle_ms():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("fetch_max_bytes", 1023), ("max_acls", 0), ("max_transactional_ids", -1), ("max_acls", "9")],
+    [
+        ("fetch_max_bytes", 1023),
+        ("max_acls", 0),
+        ("max_transactional_ids", -1),
+        ("max_acls", "9"),
+        ("transaction_max_timeout_ms", 0),
+    ],
 )
 def test_limits_name_a_bad_value(field, value):
     with pytest.raises(ValueError, match=field):

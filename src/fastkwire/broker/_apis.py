@@ -152,7 +152,11 @@ class Apis:
         self.acls = AclStore(self.limits.max_acls)
         cluster.producer_ids.limit = self.limits.max_producer_epochs
         self.transactions = TransactionCoordinator(
-            cluster, clock, self._transaction_ended, self.limits.max_transactional_ids
+            cluster,
+            clock,
+            self._transaction_ended,
+            self.limits.max_transactional_ids,
+            self.limits.transaction_max_timeout_ms,
         )
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait

@@ -64,18 +64,22 @@ class Transaction:
 
 class TransactionCoordinator:
     """`limit`: how many transactional ids it keeps (None: no limit); InitProducerId for a
-    new one past it is refused (POLICY_VIOLATION), those known go on."""
+    new one past it is refused (POLICY_VIOLATION), those known go on. `max_timeout_ms`:
+    Kafka's transaction.max.timeout.ms."""
 
-    def __init__(self, cluster, clock, on_end=None, limit=None):
+    def __init__(self, cluster, clock, on_end=None, limit=None, max_timeout_ms=900_000):
         self.cluster = cluster
         self.clock = clock
         self.on_end = on_end  # on_end(producer id, committed): the group coordinator's offsets
         self.limit = limit
+        self.max_timeout_ms = max_timeout_ms
         self.transactions = {}  # transactional id -> Transaction
 
     def init(self, transactional_id, timeout_ms, producer_id=-1, epoch=-1, now_ms=0):
         """(producer id, epoch, error name or None) for InitProducerId with an id: a new
         epoch fences the producers before it, and a transaction they left is aborted."""
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return -1, -1, "INVALID_TRANSACTION_TIMEOUT"
         txn = self.transactions.get(transactional_id)
         if txn is None and self.limit is not None and len(self.transactions) >= self.limit:
             return -1, -1, "POLICY_VIOLATION"
