@@ -437,3 +437,62 @@ def test_a_request_naming_one_thing_many_times_is_answered_about_it_once():
     # Kafka's max.request.partition.size.limit: 2000 partitions a page, then the cursor
     assert [len(t.partitions) for t in pages.topics] == [2000]
     assert (pages.next_cursor.topic_name, pages.next_cursor.partition_index) == ("u", 2000)
+
+
+def test_data_wakes_only_the_fetches_waiting_on_its_partition():
+    """Each Produce read every waiting Fetch again, whatever it waited on: twenty Fetches of
+    10,000 partitions each, parked with max_wait 2**31-1, made each Produce to another
+    topic take about a second, for every client."""
+    apis = make_apis()
+    apis.cluster.create_topic("big", 50)
+    apis.cluster.create_topic("t", 1)
+    F = fastkwire.FetchRequest
+
+    def waiting_fetch(topic, partitions, isolation=0):
+        request = F(
+            max_wait_ms=2**31 - 1,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=isolation,
+            session_epoch=-1,
+            topics=[
+                F.FetchTopic(
+                    topic=topic,
+                    partitions=[
+                        F.FetchPartition(partition=i, fetch_offset=0, partition_max_bytes=1 << 20)
+                        for i in partitions
+                    ],
+                )
+            ],
+        )
+        out = []
+        apis.handle(F.API_KEY, 11, request, Context(0, "c", connection=object()), out.append)
+        assert out == []  # parked
+        return out
+
+    many = [waiting_fetch("big", range(50)) for _ in range(5)]
+    reads = []
+    answer = apis._fetch_answer
+    apis._fetch_answer = lambda *a: reads.append(1) or answer(*a)
+    data = records.write_batch([Record(timestamp=1, key=None, value=b"v")])
+    call(apis, produced_request(data), 9)  # to "t": nobody waits on it
+    assert reads == [] and all(out == [] for out in many)
+    P = fastkwire.ProduceRequest
+    to_big = P(
+        acks=1,
+        timeout_ms=100,
+        topic_data=[
+            P.TopicProduceData(
+                name="big", partition_data=[P.PartitionProduceData(index=7, records=data)]
+            )
+        ],
+    )
+    call(apis, to_big, 9)
+    assert len(reads) == 5 and all(len(out) == 1 for out in many)
+    answered = [p for t in many[0][0].responses for p in t.partitions if p.records]
+    assert [p.partition_index for p in answered] == [7]
+    # a deleted topic answers the Fetches waiting on it at once, with its error
+    gone = waiting_fetch("big", [1])
+    D = fastkwire.DeleteTopicsRequest
+    call(apis, D(topic_names=["big"], timeout_ms=100), 4)
+    assert gone[0].responses[0].partitions[0].error_code == code("UNKNOWN_TOPIC_OR_PARTITION")

@@ -113,14 +113,15 @@ class Context:
 
 
 class _WaitingFetch:
-    __slots__ = ("deadline", "request", "version", "ctx", "reply")
+    __slots__ = ("deadline", "request", "version", "ctx", "reply", "partitions")
 
-    def __init__(self, deadline, request, version, ctx, reply):
+    def __init__(self, deadline, request, version, ctx, reply, partitions):
         self.deadline = deadline
         self.request = request
         self.version = version
         self.ctx = ctx
         self.reply = reply
+        self.partitions = partitions  # the Partitions it waits on: data elsewhere cannot help
 
 
 def _answer_now(handler, apis, request, version, ctx, reply):
@@ -241,9 +242,8 @@ class Apis:
                     still.append(w)
                     deadlines.append(w.deadline)
             self._waiting = still
-        aborted, nxt = self.transactions.expire(int(self.wall_clock() * 1000))
-        if aborted:
-            self.data_arrived()  # the last stable offset moved
+        _, nxt = self.transactions.expire(int(self.wall_clock() * 1000))
+        self.data_arrived(self.transactions.take_marked())  # their last stable offset moved
         if nxt is not None:
             deadlines.append(nxt)
         if self.groups is not None:
@@ -256,12 +256,19 @@ class Apis:
         if self.groups is not None and hasattr(self.groups, "end_transaction"):
             self.groups.end_transaction(producer_id, committed=committed)
 
-    def data_arrived(self):
-        """Data arrived: Fetches waiting for it may now have their min_bytes."""
-        if not self._waiting:
+    def data_arrived(self, partitions):
+        """Data arrived in `partitions` (Partition objects; or their log start or last stable
+        offset moved, or they were deleted): the Fetches waiting on them may now have their
+        min_bytes. Only those are looked at again: a client parking Fetches of many
+        partitions must not make every Produce elsewhere read them all again."""
+        if not self._waiting or not partitions:
             return
+        partitions = set(partitions)
         still = []
         for w in self._waiting:
+            if partitions.isdisjoint(w.partitions):
+                still.append(w)
+                continue
             response, ready = self._fetch_answer(w.request, w.version, w.ctx)
             if ready:
                 w.reply(response)
@@ -438,6 +445,7 @@ class Apis:
         failed = False
         appended = False
         responses = []
+        appended = []  # the partitions written to
         for t in request.topic_data:
             topic = self.cluster.topics.get(t.name)
             parts = []
@@ -457,7 +465,7 @@ class Apis:
                 if error is None:
                     try:
                         base, append_time = self._append(topic, partition, p.records, now_ms)
-                        appended = True
+                        appended.append(partition)
                         log_start = partition.log.log_start
                     except LogError as e:
                         error, message = e.error, str(e)
@@ -475,8 +483,7 @@ class Apis:
                     )
                 )
             responses.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
-        if appended:
-            self.data_arrived()
+        self.data_arrived(appended)
         if acks == 0:
             return CLOSE if failed else NO_ANSWER
         return R(responses=responses)
@@ -502,7 +509,15 @@ class Apis:
         if ready or request.max_wait_ms <= 0:
             return response
         deadline = self.clock() + request.max_wait_ms / 1000
-        self._waiting.append(_WaitingFetch(deadline, request, version, ctx, reply))
+        partitions = set()
+        for t in request.topics:
+            topic, _ = self._topic_by(t.topic, t.topic_id, version >= 13)
+            if topic is not None:
+                count = len(topic.partitions)
+                partitions.update(
+                    topic.partitions[p.partition] for p in t.partitions if 0 <= p.partition < count
+                )
+        self._waiting.append(_WaitingFetch(deadline, request, version, ctx, reply, partitions))
         return None
 
     def _fetch_answer(self, request, version, ctx):
@@ -694,7 +709,8 @@ class Apis:
                 request.producer_epoch if version >= 3 else -1,
                 int(self.wall_clock() * 1000),
             )
-            self.data_arrived()  # an abandoned transaction was aborted: the LSO may move
+            # an abandoned transaction was aborted: its partitions' last stable offset moved
+            self.data_arrived(self.transactions.take_marked())
             error = fenced_for(error, version, 4)
             return R(
                 error_code=NONE if error is None else code(error),
@@ -768,12 +784,14 @@ class Apis:
         else:
             wanted = [(name, None) for name in request.topic_names]
         results = []
+        deleted = []  # their partitions: Fetches waiting on them answer with the error now
         for name, topic_id in wanted:
             by_id = name is None
             topic, missing = self._topic_by(name, topic_id, by_id)
             error = missing if topic is None else None
             if topic is not None:
                 self.cluster.delete_topic(topic)
+                deleted += topic.partitions
             results.append(
                 R.DeletableTopicResult(
                     name=topic.name if topic is not None else name,
@@ -782,7 +800,7 @@ class Apis:
                     error_message=None,
                 )
             )
-        self.data_arrived()  # Fetches waiting on a deleted topic answer with its error now
+        self.data_arrived(deleted)
         return R(responses=results)
 
     def create_partitions(self, request, version, ctx, reply):
