@@ -496,3 +496,59 @@ def test_data_wakes_only_the_fetches_waiting_on_its_partition():
     D = fastkwire.DeleteTopicsRequest
     call(apis, D(topic_names=["big"], timeout_ms=100), 4)
     assert gone[0].responses[0].partitions[0].error_code == code("UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_a_regex_subscription_is_matched_once_per_topic_list():
+    """Each heartbeat of each KIP-848 member matched every subscribed regex against every
+    topic (half a second a heartbeat with 20,000 topics, for every member of every group);
+    the matches are kept until a topic comes or goes."""
+    import fastkwire.broker._consumer_groups as consumer_groups
+
+    apis = make_apis()
+    for i in range(2000):
+        apis.cluster.create_topic(f"t{i}", 1)
+    summary = apis.cluster.topic_summary()
+    matched = []
+    pattern = consumer_groups._pattern
+
+    class Counting:
+        def __init__(self, regex):
+            self.inner = pattern(regex)
+
+        def fullmatch(self, name):
+            matched.append(name)
+            return self.inner.fullmatch(name)
+
+    H = fastkwire.ConsumerGroupHeartbeatRequest
+
+    def heartbeat(epoch, member_id="m"):
+        request = H(
+            group_id="g",
+            member_id=member_id,
+            member_epoch=epoch,
+            rebalance_timeout_ms=1000,
+            subscribed_topic_regex="t1.*" if epoch == 0 else None,
+            server_assignor=None,
+            topic_partitions=[] if epoch == 0 else None,
+        )
+        answer = call(apis, request, 1)
+        assert answer.error_code == 0, answer.error_message
+        return answer
+
+    consumer_groups._pattern = Counting
+    try:
+        joined = heartbeat(0)
+        first = len(matched)
+        assert first == 2000  # every topic once, at the join
+        for _ in range(10):
+            heartbeat(joined.member_epoch)
+        assert len(matched) == first  # nothing matched again
+        assert apis.cluster.topic_summary() is summary
+        apis.cluster.create_topic("t1-new", 1)  # a topic comes: matched again, and assigned
+        assert apis.cluster.topic_summary() is not summary
+        heartbeat(joined.member_epoch)
+        assert len(matched) == first + 2001
+        group = apis.groups.consumer.groups["g"]
+        assert "t1-new" in group.metadata and "t2" not in group.metadata
+    finally:
+        consumer_groups._pattern = pattern

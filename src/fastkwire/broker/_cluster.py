@@ -202,6 +202,7 @@ class Cluster:
         self.controller_id = min(self.nodes)
         self.topics = {}  # name -> Topic
         self.topic_ids = {}  # uuid.UUID -> Topic
+        self._summary = None  # topic_summary()'s, until a topic or partition comes or goes
         self.producer_ids = ProducerIds()
 
     # ---- reads
@@ -221,8 +222,12 @@ class Cluster:
         return topic.partitions[index]
 
     def topic_summary(self):
-        """{name: (topic id, partition count)} of every topic (what KIP-848 groups assign)."""
-        return {name: (t.id, len(t.partitions)) for name, t in self.topics.items()}
+        """{name: (topic id, partition count)} of every topic (what KIP-848 groups assign):
+        one dict, the same object until a topic or partition comes or goes (callers may cache
+        what they derive from it by its identity; they must not change it)."""
+        if self._summary is None:
+            self._summary = {name: (t.id, len(t.partitions)) for name, t in self.topics.items()}
+        return self._summary
 
     def partition_count(self, topic_name):
         topic = self.topics.get(topic_name)
@@ -289,6 +294,7 @@ class Cluster:
             )
 
     def _add_partitions(self, topic, count):
+        self._summary = None
         self.partitions += count - len(topic.partitions)
         ids = self.node_ids()
         first = zlib.crc32(topic.name.encode("utf-8", "surrogatepass"))
@@ -312,6 +318,7 @@ class Cluster:
         self._add_partitions(self.check_partition_count(name, count), count)
 
     def delete_topic(self, topic):
+        self._summary = None
         self.partitions -= len(topic.partitions)
         if topic.internal:
             self.partitions += self.offsets_topic_partitions
