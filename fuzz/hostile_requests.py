@@ -56,7 +56,10 @@ LIMITS = Limits(
     fetch_max_bytes=256 << 10, max_acls=300, max_transactional_ids=100, max_producer_epochs=100
 )
 GROUPS = GroupConfig(
-    group_max_size=40, group_consumer_max_size=40, group_consumer_session_timeout_ms=1_800_000
+    group_max_size=40,
+    group_consumer_max_size=40,
+    group_consumer_session_timeout_ms=1_800_000,
+    max_groups=20,
 )
 AMPLIFICATION = 16
 ANSWER_SLACK = 1 << 20  # what the state itself may fill an answer with (all topics, offsets)
@@ -166,7 +169,7 @@ def flood(rng, kind):
     elif kind == 7:
         OC = fastkwire.OffsetCommitRequest
         request = OC(
-            group_id=f"o{tag % 5}",
+            group_id=f"o{tag % 5}" if tag % 3 else f"new-{tag}",  # new groups: max_groups
             generation_id_or_member_epoch=-1,
             member_id="",
             topics=[
@@ -389,6 +392,9 @@ def check_caps(apis):
         if count > getattr(limits, name):
             raise Finding(f"{count} held past {name} ({getattr(limits, name)})")
     groups = apis.groups
+    made = len(groups.classic.groups) + len(groups.consumer.groups)
+    if made > GROUPS.max_groups:
+        raise Finding(f"{made} groups past max_groups ({GROUPS.max_groups})")
     for group in groups.classic.groups.values():
         size = len(group.members) + len(group.pending_join)
         if size > GROUPS.group_max_size:

@@ -552,3 +552,47 @@ def test_a_regex_subscription_is_matched_once_per_topic_list():
         assert "t1-new" in group.metadata and "t2" not in group.metadata
     finally:
         consumer_groups._pattern = pattern
+
+
+def test_new_groups_past_max_groups_are_refused_those_made_go_on():
+    """Each JoinGroup, ConsumerGroupHeartbeat or simple OffsetCommit naming a new group id
+    made a group (a simple group's offsets are kept 7 days): Kafka has no limit on their
+    number; here max_groups, POLICY_VIOLATION past it."""
+    apis = make_apis(groups=GroupConfig(max_groups=2))
+    required, refused = code("MEMBER_ID_REQUIRED"), code("POLICY_VIOLATION")
+    assert [join_new(apis, g).error_code for g in ("a", "b", "c")] == [required] * 2 + [refused]
+    OC = fastkwire.OffsetCommitRequest
+    apis.cluster.create_topic("t", 1)
+
+    def commit(group):
+        request = OC(
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            topics=[
+                OC.OffsetCommitRequestTopic(
+                    name="t",
+                    partitions=[
+                        OC.OffsetCommitRequestPartition(partition_index=0, committed_offset=5)
+                    ],
+                )
+            ],
+        )
+        return call(apis, request, 8).topics[0].partitions[0].error_code
+
+    assert commit("simple") == refused
+    H = fastkwire.ConsumerGroupHeartbeatRequest
+    heartbeat = H(
+        group_id="modern",
+        member_id="m",
+        member_epoch=0,
+        rebalance_timeout_ms=1000,
+        subscribed_topic_names=["t"],
+        server_assignor=None,
+        topic_partitions=[],
+    )
+    answer = call(apis, heartbeat, 0)
+    assert answer.error_code == refused and "max_groups" in answer.error_message
+    assert join_new(apis, "a").error_code == required  # a group made goes on
+    assert sorted(apis.groups.groups) == ["a", "b"] and not apis.groups.consumer.groups
+    assert GroupConfig().max_groups == 100_000

@@ -36,6 +36,7 @@ GROUP_ID_NOT_FOUND = _code("GROUP_ID_NOT_FOUND")
 GROUP_MAX_SIZE_REACHED = _code("GROUP_MAX_SIZE_REACHED")
 INVALID_REGULAR_EXPRESSION = _code("INVALID_REGULAR_EXPRESSION")
 INVALID_REQUEST = _code("INVALID_REQUEST")
+POLICY_VIOLATION = _code("POLICY_VIOLATION")
 UNKNOWN_MEMBER_ID = _code("UNKNOWN_MEMBER_ID")
 UNRELEASED_INSTANCE_ID = _code("UNRELEASED_INSTANCE_ID")
 UNSUPPORTED_ASSIGNOR = _code("UNSUPPORTED_ASSIGNOR")
@@ -188,6 +189,7 @@ class ConsumerGroups:
         self.config, self.clock, self.timers, self.topics = config, clock, timers, topics
         # _matching()'s, for one topic list, dropped past MATCHED_NAMES_KEPT names in all
         self._matched_in, self._matched, self._matched_names = None, {}, 0
+        self.full = lambda: False  # no new group may be made (the coordinator's max_groups)
         self.groups = {}
 
     # ---------------------------------------------------------------- ConsumerGroupHeartbeat
@@ -262,6 +264,10 @@ class ConsumerGroups:
             raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if not create:
             raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+        if classic is None and self.full():
+            raise HeartbeatError(
+                POLICY_VIOLATION, "The coordinator holds its maximum of groups (max_groups)."
+            )
         if classic is not None:
             del classic_groups[group_id]  # an empty classic group gives way (its offsets stay)
         group = self.groups[group_id] = ConsumerGroup(group_id)

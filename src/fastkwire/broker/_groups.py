@@ -57,6 +57,7 @@ INCONSISTENT_GROUP_PROTOCOL = _code("INCONSISTENT_GROUP_PROTOCOL")
 INVALID_GROUP_ID = _code("INVALID_GROUP_ID")
 NON_EMPTY_GROUP = _code("NON_EMPTY_GROUP")
 OFFSET_METADATA_TOO_LARGE = _code("OFFSET_METADATA_TOO_LARGE")
+POLICY_VIOLATION = _code("POLICY_VIOLATION")
 UNKNOWN_MEMBER_ID = _code("UNKNOWN_MEMBER_ID")
 UNKNOWN_TOPIC_OR_PARTITION = _code("UNKNOWN_TOPIC_OR_PARTITION")
 UNSTABLE_OFFSET_COMMIT = _code("UNSTABLE_OFFSET_COMMIT")
@@ -110,6 +111,9 @@ class GroupConfig:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_max_size: int = 1000
+    # Groups of both protocols together (Kafka has no such limit): a new one past it gets
+    # POLICY_VIOLATION (JoinGroup, ConsumerGroupHeartbeat, a simple group's OffsetCommit).
+    max_groups: int = 100_000
 
 
 class GroupCoordinator:
@@ -133,6 +137,7 @@ class GroupCoordinator:
         self.classic = ClassicGroups(self.config, clock, self.timers)
         self.groups = self.classic.groups  # classic groups by id
         self.consumer = ConsumerGroups(self.config, clock, self.timers, topics or dict)
+        self.classic.full = self.consumer.full = self._full
         self._handlers = {
             JoinGroupRequest.API_KEY: self._join_group,
             SyncGroupRequest.API_KEY: self.classic.sync_group,
@@ -249,6 +254,10 @@ class GroupCoordinator:
         key = (group_id, topic, partition)
         return any(key in offsets for offsets in self.pending.values())
 
+    def _full(self):
+        """True when no new group may be made (max_groups)."""
+        return len(self.classic.groups) + len(self.consumer.groups) >= self.config.max_groups
+
     def _commit(self, version, request, generation, producer_id, leader_epochs):
         """An OffsetCommit's or TxnOffsetCommit's checks and writes (into the pending offsets
         of `producer_id` for a transaction): [(topic, [(partition, error code)])]."""
@@ -300,6 +309,8 @@ class GroupCoordinator:
                     return GROUP_ID_NOT_FOUND
                 return ILLEGAL_GENERATION
             # A simple group: offsets committed outside group management.
+            if self._full():
+                return POLICY_VIOLATION
             self.classic.new_group(request.group_id)
             return None
         if generation < 0 and group.state == EMPTY:
