@@ -28,12 +28,17 @@ class Timers:
         deadline = self.clock() + max(delay_ms, 0) / 1000.0
         self._due[key] = (deadline, self._sequence, action)
         heapq.heappush(self._heap, (deadline, self._sequence, key))
+        self._compact()
+
+    def cancel(self, key):
+        if self._due.pop(key, None) is not None:
+            self._compact()
+
+    def _compact(self):
+        """Rebuild the heap from the live timers once it holds too many replaced ones."""
         if len(self._heap) > _STALE_FACTOR * len(self._due) + 64:
             self._heap = [(d, s, k) for k, (d, s, _) in self._due.items()]
             heapq.heapify(self._heap)
-
-    def cancel(self, key):
-        self._due.pop(key, None)
 
     def __contains__(self, key):
         return key in self._due
