@@ -596,3 +596,19 @@ def test_new_groups_past_max_groups_are_refused_those_made_go_on():
     assert join_new(apis, "a").error_code == required  # a group made goes on
     assert sorted(apis.groups.groups) == ["a", "b"] and not apis.groups.consumer.groups
     assert GroupConfig().max_groups == 100_000
+
+
+def test_a_broker_takes_its_limits():
+    with pytest.raises(TypeError, match="limits"):
+        Broker(limits={"max_acls": 1})
+    with Broker(limits=Limits(max_acls=1), groups=None) as broker:
+        host, port = next(iter(broker.addresses.values()))
+        with socket.create_connection((host, port), timeout=TIMEOUT) as s:
+            C = fastkwire.CreateAclsRequest
+            s.sendall(fastkwire.encode_request(C(creations=[acl(1), acl(2)]), 3, 5, "t"))
+            frame = read_frame(s)
+            _, answer = fastkwire.decode_response(
+                struct.pack(">i", len(frame)) + frame, C.API_KEY, 3
+            )
+            errors = [r.error_code for r in answer.results]
+            assert errors == [0, code("POLICY_VIOLATION")]
