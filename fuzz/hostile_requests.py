@@ -141,10 +141,11 @@ def flood(rng, kind):
             member_epoch=0,
             rebalance_timeout_ms=1000,
             subscribed_topic_names=[TOPIC],
+            subscribed_topic_regex=rng.choice((None, ".*", f"auto-{tag % 7}.*", "(a+)+$")),
             server_assignor=None,
             topic_partitions=[],
         )
-        version = 0
+        version = 0 if request.subscribed_topic_regex is None else 1
     elif kind == 4:
         F = fastkwire.FetchRequest
         one = F.FetchPartition(partition=tag % 2, fetch_offset=0, partition_max_bytes=2**31 - 1)
