@@ -16,6 +16,18 @@ contract, checked for each:
 - the logs stay logs: every partition's batches read back whole with their CRCs, base
   offsets rising from the log start to the log end, the last stable offset between them;
 - the cluster holds at most its max_partitions.
+One input in five is a flood instead: a valid request that asks the broker to hold, read or
+do much (new transactional ids, idempotent producer ids, ACLs by the hundred, new group
+members of both protocols, a Fetch naming one partition hundreds of times with max_bytes
+2**31-1, a Metadata or OffsetFetch naming one thing again and again, long list configs
+appended, data to read), sometimes mutated, in bursts of one kind. Beside the contract above, checked for every input:
+- what a client can make the broker hold stays within its caps (Limits, the group sizes
+  with their pending members, the timers live and kept);
+- an answer is at most AMPLIFICATION times its request plus ANSWER_SLACK (a Fetch: the
+  broker's fetch_max_bytes plus one batch): a few bytes asked again and again get no huge
+  answer;
+- no input takes over SLOW_INPUT seconds (work that grows with the square of a count
+  shows as a hang long before memory does).
 Anything else is printed with its input (hex) and counted; the exit status is 1 if any.
 """
 
@@ -33,12 +45,26 @@ import differential as D  # noqa: E402
 
 import fastkwire  # noqa: E402
 from fastkwire import records  # noqa: E402
-from fastkwire.broker import Apis, Cluster  # noqa: E402
+from fastkwire.broker import Apis, Cluster, GroupConfig, GroupCoordinator, Limits  # noqa: E402
 from fastkwire.broker._exchange import Close, answer_frame  # noqa: E402
 from fastkwire.proxy._frames import produce_acks, request_header  # noqa: E402
 
 TOPIC = "fuzz"
 MAX_PARTITIONS = 2_000
+# Caps smaller than the defaults, so that a short run reaches them.
+LIMITS = Limits(
+    fetch_max_bytes=256 << 10, max_acls=300, max_transactional_ids=100, max_producer_epochs=100
+)
+GROUPS = GroupConfig(
+    group_max_size=40,
+    group_consumer_max_size=40,
+    group_consumer_session_timeout_ms=1_800_000,
+    max_groups=20,
+)
+AMPLIFICATION = 16
+ANSWER_SLACK = 1 << 20  # what the state itself may fill an answer with (all topics, offsets)
+FETCH_SLACK = 1_048_588 + 4096  # one batch of max.message.bytes, and the answer's header
+SLOW_INPUT = 10.0  # seconds; a bound for a hang, not a speed (the machine may be busy)
 
 
 class Finding(Exception):
@@ -57,9 +83,133 @@ class _Errors(logging.Handler):
 def make_broker():
     clock = [0.0]
     cluster = Cluster({0: ("127.0.0.1", 9092)}, num_partitions=2, max_partitions=MAX_PARTITIONS)
-    apis = Apis(cluster, clock=lambda: clock[0])
+    groups = GroupCoordinator(
+        GROUPS,
+        clock=lambda: clock[0],
+        topic_partitions=cluster.partition_count,
+        topics=cluster.topic_summary,
+    )
+    apis = Apis(cluster, clock=lambda: clock[0], groups=groups, limits=LIMITS)
     cluster.create_topic(TOPIC, 2)
     return apis, clock
+
+
+FLOOD_KINDS = 10
+
+
+def flood(rng, kind):
+    """A valid request of `kind` that asks the broker to hold, read or do much (see the
+    docstring)."""
+    n = rng.choice((1, 10, 100, 600))
+    tag = rng.getrandbits(32)
+    if kind == 0:
+        tid = None if rng.random() < 0.5 else f"tx-{tag}"
+        request, version = fastkwire.InitProducerIdRequest(transactional_id=tid), 4
+    elif kind == 1:
+        C = fastkwire.CreateAclsRequest
+        creations = [
+            C.AclCreation(
+                resource_type=2,
+                resource_name=f"r{tag}-{i}",
+                resource_pattern_type=3,
+                principal="User:x",
+                host="*",
+                operation=3,
+                permission_type=3,
+            )
+            for i in range(n)
+        ]
+        request, version = C(creations=creations), 3
+    elif kind == 2:
+        J = fastkwire.JoinGroupRequest
+        request = J(
+            group_id="flood",
+            session_timeout_ms=1_800_000,  # the longest: pending members pile up
+            rebalance_timeout_ms=30_000,
+            member_id="",
+            protocol_type="consumer",
+            protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"m" * (n * 10))],
+        )
+        # versions that answer MEMBER_ID_REQUIRED at once (a parked JoinGroup would move the
+        # clock past every session timeout; the mutated seeds park them)
+        version = rng.choice((5, 9))
+    elif kind == 3:
+        H = fastkwire.ConsumerGroupHeartbeatRequest
+        request = H(
+            group_id="flood-848",
+            member_id=f"m{tag}",
+            member_epoch=0,
+            rebalance_timeout_ms=1000,
+            subscribed_topic_names=[TOPIC],
+            subscribed_topic_regex=rng.choice((None, ".*", f"auto-{tag % 7}.*", "(a+)+$")),
+            server_assignor=None,
+            topic_partitions=[],
+        )
+        version = 0 if request.subscribed_topic_regex is None else 1
+    elif kind == 4:
+        F = fastkwire.FetchRequest
+        one = F.FetchPartition(partition=tag % 2, fetch_offset=0, partition_max_bytes=2**31 - 1)
+        request = F(
+            max_wait_ms=0,
+            min_bytes=1,
+            max_bytes=2**31 - 1,
+            isolation_level=tag % 2,
+            session_epoch=-1,
+            topics=[F.FetchTopic(topic=TOPIC, partitions=[one] * n)],
+        )
+        version = 11
+    elif kind == 5:
+        M = fastkwire.MetadataRequest
+        names = [TOPIC] * n if tag % 2 else [f"auto-{tag}-{i}" for i in range(min(n, 20))]
+        request = M(topics=[M.MetadataRequestTopic(name=x) for x in names])
+        version = 9
+    elif kind == 6:
+        OF = fastkwire.OffsetFetchRequest
+        group = OF.OffsetFetchRequestGroup(group_id=f"o{tag % 5}", topics=None)
+        request, version = OF(groups=[group] * n, require_stable=False), 8
+    elif kind == 7:
+        OC = fastkwire.OffsetCommitRequest
+        request = OC(
+            group_id=f"o{tag % 5}" if tag % 3 else f"new-{tag}",  # new groups: max_groups
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            topics=[
+                OC.OffsetCommitRequestTopic(
+                    name=TOPIC,
+                    partitions=[
+                        OC.OffsetCommitRequestPartition(
+                            partition_index=i % 2,
+                            committed_offset=i,
+                            committed_metadata="x" * rng.choice((0, 4096, 5000)),
+                        )
+                        for i in range(min(n, 20))
+                    ],
+                )
+            ],
+        )
+        version = 8
+    elif kind == 9:  # data for the Fetch floods to read again and again
+        P = fastkwire.ProduceRequest
+        batch = records.write_batch([records.Record(timestamp=tag, value=b"d" * (n * 100))])
+        data = P.PartitionProduceData(index=tag % 2, records=batch)
+        request = P(
+            acks=1,
+            timeout_ms=100,
+            topic_data=[P.TopicProduceData(name=TOPIC, partition_data=[data])],
+        )
+        version = 9
+    else:
+        R = fastkwire.IncrementalAlterConfigsRequest
+        value = ",".join(f"{i}:{tag % 7}" for i in range(n * 5))[:32767]
+        config = R.AlterableConfig(
+            name="follower.replication.throttled.replicas",
+            config_operation=rng.choice((0, 2, 3)),
+            value=value,
+        )
+        resource = R.AlterConfigsResource(resource_type=2, resource_name=TOPIC, configs=[config])
+        request, version = R(resources=[resource], validate_only=False), 1
+    frame = fastkwire.encode_request(request, version, 20 + kind, "flood")
+    return D.mutate(frame, rng, [frame]) if rng.random() < 0.2 else frame
 
 
 def seeds(apis):
@@ -185,8 +335,14 @@ def seeds(apis):
 
 def check_one(apis, clock, errors, frame, node=0):
     outcomes = []
+    started = time.monotonic()
     answer_frame(apis, frame, node, "fuzz", outcomes.append)
-    clock[0] += 2**31 / 1000  # past the longest wait an int32 of milliseconds asks
+    took = time.monotonic() - started
+    if took > SLOW_INPUT:
+        raise Finding(f"one input took {took:.1f} s (over {SLOW_INPUT} s: work without bound)")
+    # A Fetch that waits: past the longest wait an int32 of milliseconds asks. Otherwise a
+    # little, so that what floods make (members, offsets) lives long enough to pile up.
+    clock[0] += 2**31 / 1000 if not outcomes else 0.5
     apis.tick()
     if errors.records:
         raise Finding("the broker logged an error: " + errors.records[-1])
@@ -214,13 +370,47 @@ def check_one(apis, clock, errors, frame, node=0):
     response_header, _ = fastkwire.decode_response(outcome, header.api_key, version)
     if response_header.correlation_id != header.correlation_id:
         raise Finding("an answer with another correlation id")
+    bound = AMPLIFICATION * len(frame) + ANSWER_SLACK
+    if header.api_key == fastkwire.FetchRequest.API_KEY:
+        # the broker's fetch_max_bytes, one batch past it (KIP-74), each partition's header
+        bound = apis.limits.fetch_max_bytes + FETCH_SLACK + 4 * len(frame)
+    if len(outcome) > bound:
+        raise Finding(f"an answer of {len(outcome)} bytes to a request of {len(frame)}")
     return "answered"
 
 
-def check_state(apis):
-    cluster = apis.cluster
+def check_caps(apis):
+    """What a client can make the broker hold stays within its caps."""
+    limits, cluster = apis.limits, apis.cluster
     if cluster.partitions > cluster.max_partitions:
         raise Finding(f"{cluster.partitions} partitions past max_partitions")
+    held = {
+        "max_acls": len(apis.acls),
+        "max_transactional_ids": len(apis.transactions.transactions),
+        "max_producer_epochs": len(cluster.producer_ids.epochs),
+    }
+    for name, count in held.items():
+        if count > getattr(limits, name):
+            raise Finding(f"{count} held past {name} ({getattr(limits, name)})")
+    groups = apis.groups
+    made = len(groups.classic.groups) + len(groups.consumer.groups)
+    if made > GROUPS.max_groups:
+        raise Finding(f"{made} groups past max_groups ({GROUPS.max_groups})")
+    for group in groups.classic.groups.values():
+        size = len(group.members) + len(group.pending_join)
+        if size > GROUPS.group_max_size:
+            raise Finding(f"classic group {group.group_id!r}: {size} members and pending")
+    for group in groups.consumer.groups.values():
+        if len(group.members) > GROUPS.group_consumer_max_size:
+            raise Finding(f"consumer group {group.group_id!r}: {len(group.members)} members")
+    timers = groups.timers
+    if len(timers._heap) > 2 * len(timers) + 64 + 1:
+        raise Finding(f"{len(timers._heap)} timers kept for {len(timers)} live ones")
+
+
+def check_state(apis):
+    check_caps(apis)
+    cluster = apis.cluster
     for topic in cluster.topics.values():
         for p in topic.partitions:
             log = p.log
@@ -245,13 +435,25 @@ def run(loops, seed, stop_after=None):
     logging.getLogger("fastkwire.broker").addHandler(errors)
     apis, clock = make_broker()
     pool = seeds(apis)
-    counts = {"answered": 0, "closed": 0, "silent": 0}
+    counts = {"answered": 0, "closed": 0, "silent": 0, "floods": 0}
     findings = 0
+    burst = []
     started = time.monotonic()
     for i in range(loops):
-        frame = D.mutate(rng.choice(pool), rng, pool) if rng.random() < 0.9 else rng.choice(pool)
+        if not burst and rng.random() < 0.03:
+            # floods come in bursts of one kind, as a hostile client sends them
+            kind = rng.randrange(FLOOD_KINDS)
+            burst = [flood(rng, kind) for _ in range(rng.choice((1, 5, 60)))]
+        if burst:
+            frame = burst.pop()
+            counts["floods"] += 1
+        elif rng.random() < 0.9:
+            frame = D.mutate(rng.choice(pool), rng, pool)
+        else:
+            frame = rng.choice(pool)
         try:
             counts[check_one(apis, clock, errors, frame)] += 1
+            check_caps(apis)
             if i % 50 == 0:
                 check_state(apis)
         except Finding as e:
@@ -260,7 +462,11 @@ def run(loops, seed, stop_after=None):
             print(f"finding at input {i}: {e}\n  input: {frame.hex()}", file=sys.stderr)
             if stop_after is not None and findings >= stop_after:
                 break
-    check_state(apis)
+    try:
+        check_state(apis)
+    except Finding as e:
+        findings += 1
+        print(f"finding at the end: {e}", file=sys.stderr)
     logging.getLogger("fastkwire.broker").removeHandler(errors)
     took = time.monotonic() - started
     return counts, findings, took
@@ -276,7 +482,8 @@ def main(argv=None):
     counts, findings, took = run(args.loop, args.seed)
     print(
         f"{args.loop} inputs in {took:.1f} s: {counts['answered']} answered, "
-        f"{counts['closed']} connections closed, {counts['silent']} acks=0 produces; "
+        f"{counts['closed']} connections closed, {counts['silent']} acks=0 produces "
+        f"({counts['floods']} floods); "
         f"{findings} finding(s)"
     )
     return 1 if findings else 0

@@ -313,6 +313,25 @@ def test_group_requests_go_to_the_coordinator_which_moves_when_its_node_stops(ap
     assert find_coordinator(apis, "txn", now, key_type=1)[0] == code("COORDINATOR_NOT_AVAILABLE")
 
 
+def test_streams_group_requests_go_to_the_coordinator(apis):
+    """KIP-1071's StreamsGroupHeartbeat and StreamsGroupDescribe (group_ids, not group_id)
+    get NOT_COORDINATOR from another node, as the other protocols' do (they once raised)."""
+    groups = [f"s{i}" for i in range(12)]
+    owner = {g: find_coordinator(apis, g, 0)[1] for g in groups}
+    g = groups[0]
+    other = (owner[g] + 1) % 3
+    H = fastkwire.StreamsGroupHeartbeatRequest
+    beat = H(group_id=g, member_id="m", member_epoch=0, rebalance_timeout_ms=1000, topology=None)
+    r = call(apis, beat, 0, other)
+    assert (r.error_code, r.member_id) == (code("NOT_COORDINATOR"), "m")
+    D = fastkwire.StreamsGroupDescribeRequest
+    described = call(apis, D(group_ids=groups), 0, owner[g]).groups
+    assert sorted(x.group_id for x in described) == sorted(groups)
+    for x in described:  # this node's groups: not found (none made); the others': elsewhere
+        want = "GROUP_ID_NOT_FOUND" if owner[x.group_id] == owner[g] else "NOT_COORDINATOR"
+        assert x.error_code == code(want), x.group_id
+
+
 def test_one_node_takes_every_group_request(apis):
     one = Apis(Cluster({5: ("127.0.0.1", 1)}), groups=GroupCoordinator())
     assert find_coordinator(one, "any", 5) == (0, 5)

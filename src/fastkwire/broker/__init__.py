@@ -4,6 +4,7 @@ Plain objects that tests drive without a socket (sans-IO, as the proxy is):
 - `PartitionLog` (_log.py): one partition's record batches, offsets, log start and end;
 - the producer-state table (_producers.py): producer ids, epochs, sequences;
 - `Cluster` (_cluster.py): nodes, topics, configs;
+- `Limits` (_limits.py): what a client may make the broker hold;
 - `Apis` (_apis.py): a handler per API, from a decoded request to a response object;
 - `GroupCoordinator` (_groups.py): consumer groups, classic and KIP-848, on a clock tests
   drive; the transaction coordinator (_transactions.py).
@@ -14,6 +15,7 @@ its own thread, and `fastkwire broker` as a command. docs/broker.md says what it
 from ._apis import Apis, Context
 from ._cluster import TOPIC_CONFIGS, Cluster, ClusterError
 from ._groups import GroupConfig, GroupCoordinator
+from ._limits import Limits
 from ._log import LogError, PartitionLog, read_batch_head
 from ._server import Broker
 
@@ -24,6 +26,7 @@ __all__ = [
     "Cluster",
     "GroupConfig",
     "GroupCoordinator",
+    "Limits",
     "ClusterError",
     "PartitionLog",
     "LogError",

@@ -30,6 +30,10 @@ class AclError(Exception):
     pass
 
 
+class AclLimit(AclError):
+    """The store holds its limit of ACLs."""
+
+
 def check_new(acl):
     """AclError unless `acl` names one resource, pattern, operation and permission."""
     if acl.resource_type in (UNKNOWN, ANY):
@@ -68,20 +72,35 @@ def matches(f, acl):
 
 
 class AclStore:
-    def __init__(self):
-        self.acls = []  # in the order created; no duplicates
+    """The ACLs in the order created, without duplicates, at most `limit` of them (a dict:
+    adding and removing cost the same however many there are)."""
+
+    def __init__(self, limit=None):
+        self.limit = limit
+        self._acls = {}  # Acl -> None, in the order created
+
+    @property
+    def acls(self):
+        return list(self._acls)
+
+    def __len__(self):
+        return len(self._acls)
 
     def add(self, acl):
         check_new(acl)
-        if acl not in self.acls:
-            self.acls.append(acl)
+        if acl in self._acls:
+            return
+        if self.limit is not None and len(self._acls) >= self.limit:
+            raise AclLimit(f"{self.limit} ACLs are kept already (max_acls)")
+        self._acls[acl] = None
 
     def find(self, f):
-        return [a for a in self.acls if matches(f, a)]
+        return [a for a in self._acls if matches(f, a)]
 
     def remove(self, f):
         gone = self.find(f)
-        self.acls = [a for a in self.acls if a not in gone]
+        for a in gone:
+            del self._acls[a]
         return gone
 
 
@@ -113,10 +132,9 @@ def create_acls(apis, request, version, ctx):
         try:
             apis.acls.add(acl)
         except AclError as e:
+            error = "POLICY_VIOLATION" if isinstance(e, AclLimit) else "INVALID_REQUEST"
             results.append(
-                R.AclCreationResult(
-                    error_code=by_name("INVALID_REQUEST").code, error_message=str(e)
-                )
+                R.AclCreationResult(error_code=by_name(error).code, error_message=str(e))
             )
         else:
             results.append(R.AclCreationResult(error_code=NONE, error_message=None))

@@ -61,6 +61,7 @@ from .. import (
 )
 from ..error_codes import by_name
 from ._fit import fit
+from ._limits import MAX_REQUEST_PARTITION_SIZE_LIMIT, Limits, unique
 from ._cluster import (
     BOOLEAN,
     BROKER_SYNONYMS,
@@ -115,14 +116,15 @@ class Context:
 
 
 class _WaitingFetch:
-    __slots__ = ("deadline", "request", "version", "ctx", "reply")
+    __slots__ = ("deadline", "request", "version", "ctx", "reply", "partitions")
 
-    def __init__(self, deadline, request, version, ctx, reply):
+    def __init__(self, deadline, request, version, ctx, reply, partitions):
         self.deadline = deadline
         self.request = request
         self.version = version
         self.ctx = ctx
         self.reply = reply
+        self.partitions = partitions  # the Partitions it waits on: data elsewhere cannot help
 
 
 def _answer_now(handler, apis, request, version, ctx, reply):
@@ -143,17 +145,27 @@ class Apis:
     """The broker's request handling over a Cluster; `groups` (optional) is a group
     coordinator with API_KEYS, handle() and tick() (see GroupCoordinator)."""
 
-    def __init__(self, cluster, *, clock=time.monotonic, wall_clock=time.time, groups=None):
+    def __init__(
+        self, cluster, *, clock=time.monotonic, wall_clock=time.time, groups=None, limits=None
+    ):
         self.cluster = cluster
         self.clock = clock
         self.wall_clock = wall_clock
         self.groups = groups
-        self.acls = AclStore()
+        self.limits = limits if limits is not None else Limits()
+        self.acls = AclStore(self.limits.max_acls)
         self.security_protocol = "PLAINTEXT"  # the listeners', as DescribeConfigs shows them
         self.users = (
             None  # the SCRAM credentials (_credentials.Users): the Broker's, or made on use
         )
-        self.transactions = TransactionCoordinator(cluster, clock, self._transaction_ended)
+        cluster.producer_ids.limit = self.limits.max_producer_epochs
+        self.transactions = TransactionCoordinator(
+            cluster,
+            clock,
+            self._transaction_ended,
+            self.limits.max_transactional_ids,
+            self.limits.transaction_max_timeout_ms,
+        )
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         # API key -> (min version, max version, handler); the handlers' versions.
@@ -253,9 +265,8 @@ class Apis:
                     still.append(w)
                     deadlines.append(w.deadline)
             self._waiting = still
-        aborted, nxt = self.transactions.expire(int(self.wall_clock() * 1000))
-        if aborted:
-            self.data_arrived()  # the last stable offset moved
+        _, nxt = self.transactions.expire(int(self.wall_clock() * 1000))
+        self.data_arrived(self.transactions.take_marked())  # their last stable offset moved
         if nxt is not None:
             deadlines.append(nxt)
         if self.groups is not None:
@@ -268,12 +279,20 @@ class Apis:
         if self.groups is not None and hasattr(self.groups, "end_transaction"):
             self.groups.end_transaction(producer_id, committed=committed)
 
-    def data_arrived(self):
-        """Data arrived: Fetches waiting for it may now have their min_bytes."""
-        if not self._waiting:
+    def data_arrived(self, partitions=None):
+        """Data arrived in `partitions` (Partition objects; or their log start or last stable
+        offset moved, or they were deleted): the Fetches waiting on them may now have their
+        min_bytes. Only those are looked at again: a client parking Fetches of many
+        partitions must not make every Produce elsewhere read them all again. None: every
+        waiting Fetch (a leader moved or a node stopped)."""
+        if not self._waiting or partitions is not None and not partitions:
             return
+        partitions = None if partitions is None else set(partitions)
         still = []
         for w in self._waiting:
+            if partitions is not None and partitions.isdisjoint(w.partitions):
+                still.append(w)
+                continue
             response, ready = self._fetch_answer(w.request, w.version, w.ctx)
             if ready:
                 w.reply(response)
@@ -347,7 +366,7 @@ class Apis:
             wanted = [(t, None) for t in cluster.topics.values()]
         else:
             wanted = []
-            for t in request.topics:
+            for t in unique(request.topics, lambda t: (t.name, t.topic_id)):
                 if t.name is None:  # v10+: by topic id
                     topic = cluster.topic_ids.get(t.topic_id)
                     wanted.append(
@@ -416,7 +435,7 @@ class Apis:
         cursor = request.cursor
         if cursor is not None:
             names = [n for n in names if n >= cursor.topic_name]
-        room = max(request.response_partition_limit, 1)
+        room = min(max(request.response_partition_limit, 1), MAX_REQUEST_PARTITION_SIZE_LIMIT)
         topics, next_cursor = [], None
         for name in names:
             topic = cluster.topics.get(name)
@@ -471,9 +490,9 @@ class Apis:
         acks = request.acks
         now_ms = int(self.wall_clock() * 1000)
         failed = False
-        appended = False
         responses = []
         leaders = set()
+        appended = []  # the partitions written to
         for t in request.topic_data:
             topic = self.cluster.topics.get(t.name)
             parts = []
@@ -493,7 +512,7 @@ class Apis:
                 if error is None:
                     try:
                         base, append_time = self._append(topic, partition, p.records, now_ms)
-                        appended = True
+                        appended.append(partition)
                         log_start = partition.log.log_start
                     except LogError as e:
                         error, message = e.error, str(e)
@@ -513,8 +532,7 @@ class Apis:
                 if error is not None:
                     parts[-1].current_leader = self._current_leader(R, partition, error, leaders)
             responses.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
-        if appended:
-            self.data_arrived()
+        self.data_arrived(appended)
         if acks == 0:
             return CLOSE if failed else NO_ANSWER
         response = R(responses=responses)
@@ -543,7 +561,15 @@ class Apis:
         if ready or request.max_wait_ms <= 0:
             return response
         deadline = self.clock() + request.max_wait_ms / 1000
-        self._waiting.append(_WaitingFetch(deadline, request, version, ctx, reply))
+        partitions = set()
+        for t in request.topics:
+            topic, _ = self._topic_by(t.topic, t.topic_id, version >= 13)
+            if topic is not None:
+                count = len(topic.partitions)
+                partitions.update(
+                    topic.partitions[p.partition] for p in t.partitions if 0 <= p.partition < count
+                )
+        self._waiting.append(_WaitingFetch(deadline, request, version, ctx, reply, partitions))
         return None
 
     def _fetch_answer(self, request, version, ctx):
@@ -555,7 +581,9 @@ class Apis:
                 error_code=code("FETCH_SESSION_ID_NOT_FOUND"), session_id=0, responses=[]
             ), True
         by_id = version >= 13
-        budget = request.max_bytes
+        # Kafka's fetch.max.bytes: a client may not ask for an answer larger than the broker's
+        # (a Fetch naming one partition many times would otherwise read it again each time).
+        budget = min(request.max_bytes, self.limits.fetch_max_bytes)
         total = 0
         ready = not request.topics
         read_committed = request.isolation_level == READ_COMMITTED
@@ -738,7 +766,8 @@ class Apis:
                 request.producer_epoch if version >= 3 else -1,
                 int(self.wall_clock() * 1000),
             )
-            self.data_arrived()  # an abandoned transaction was aborted: the LSO may move
+            # an abandoned transaction was aborted: its partitions' last stable offset moved
+            self.data_arrived(self.transactions.take_marked())
             error = fenced_for(error, version, 4)
             return R(
                 error_code=NONE if error is None else code(error),
@@ -812,12 +841,14 @@ class Apis:
         else:
             wanted = [(name, None) for name in request.topic_names]
         results = []
+        deleted = []  # their partitions: Fetches waiting on them answer with the error now
         for name, topic_id in wanted:
             by_id = name is None
             topic, missing = self._topic_by(name, topic_id, by_id)
             error = missing if topic is None else None
             if topic is not None:
                 self.cluster.delete_topic(topic)
+                deleted += topic.partitions
             results.append(
                 R.DeletableTopicResult(
                     name=topic.name if topic is not None else name,
@@ -826,7 +857,7 @@ class Apis:
                     error_message=None,
                 )
             )
-        self.data_arrived()  # Fetches waiting on a deleted topic answer with its error now
+        self.data_arrived(deleted)
         return R(responses=results)
 
     def create_partitions(self, request, version, ctx, reply):
@@ -879,7 +910,7 @@ class Apis:
     def describe_configs(self, request, version, ctx, reply):
         R = DescribeConfigsResponse
         results = []
-        for res in request.resources:
+        for res in unique(request.resources, lambda r: (r.resource_type, r.resource_name)):
             result = R.DescribeConfigsResult(
                 error_code=NONE,
                 error_message=None,
@@ -1077,12 +1108,14 @@ def _apply_operations(configs, changes):
         elif c.config_operation in (APPEND, SUBTRACT):
             if TOPIC_CONFIGS[c.name][1] != LIST:
                 raise ClusterError("INVALID_CONFIG", f"{c.name} is not a list: only SET or DELETE")
-            given = [v for v in (c.value or "").split(",") if v]
+            # dicts, not lists: a long value must not cost its length squared
+            present = dict.fromkeys(items)
+            given = dict.fromkeys(v for v in (c.value or "").split(",") if v)
             if c.config_operation == APPEND:
-                items += [v for v in given if v not in items]
+                present.update(given)
             else:
-                items = [v for v in items if v not in given]
-            configs[c.name] = ",".join(items)
+                present = {v: None for v in present if v not in given}
+            configs[c.name] = ",".join(present)
         else:
             raise ClusterError("INVALID_REQUEST", f"config operation {c.config_operation}")
     return configs

@@ -6,6 +6,8 @@ An assignor takes the members' subscriptions ({member id: set of topic ids}), th
 {topic id: set of partitions}}), and gives the next target in the same shape.
 """
 
+import heapq
+
 
 def _partitions(subscriptions, topics):
     """Every partition some member subscribes to, in topic name then partition order."""
@@ -19,7 +21,10 @@ def _partitions(subscriptions, topics):
 
 def uniform(subscriptions, topics, current):
     """Balanced and sticky: a member keeps what it has while it stays within its share, the
-    rest goes to the least loaded members subscribed to the partition's topic."""
+    rest goes to the least loaded members subscribed to the partition's topic. The least
+    loaded is found in a heap per topic (members by load, then id), not by looking at every
+    member for every partition: the work grows with the subscriptions and the partitions,
+    not with their product."""
     members = sorted(subscriptions)
     owner = {}
     for m in members:
@@ -32,22 +37,45 @@ def uniform(subscriptions, topics, current):
     for m in owner.values():
         load[m] += 1
     partitions = _partitions(subscriptions, topics)
-    eligible = {tid: [m for m in members if tid in subscriptions[m]] for tid, _ in partitions}
+    by_topic = {}  # topic id -> its partitions, in order
+    for tid, p in partitions:
+        by_topic.setdefault(tid, []).append((tid, p))
+    eligible = {tid: [m for m in members if tid in subscriptions[m]] for tid in by_topic}
+
+    def lightest(heap):
+        """The least loaded of a topic's members (entries whose load moved are dropped;
+        each change of load pushed a current one)."""
+        while heap[0][0] != load[heap[0][1]]:
+            heapq.heappop(heap)
+        return heap[0][1]
+
+    def heap_of(tid):
+        heap = [(load[m], m) for m in eligible[tid]]
+        heapq.heapify(heap)
+        return heap
+
     # Shed what a member holds beyond what an even share of its topics allows.
-    for tp in partitions:
-        m = owner.get(tp)
-        if m is None:
-            continue
-        lightest = min(eligible[tp[0]], key=lambda x: (load[x], x))
-        if load[m] - load[lightest] > 1:
-            owner[tp] = lightest
-            load[m] -= 1
-            load[lightest] += 1
-    for tp in partitions:
-        if tp not in owner:
-            m = min(eligible[tp[0]], key=lambda x: (load[x], x))
-            owner[tp] = m
-            load[m] += 1
+    for tid, tps in by_topic.items():
+        heap = heap_of(tid)
+        for tp in tps:
+            m = owner.get(tp)
+            if m is None:
+                continue
+            light = lightest(heap)
+            if load[m] - load[light] > 1:
+                owner[tp] = light
+                load[m] -= 1
+                load[light] += 1
+                heapq.heappush(heap, (load[m], m))
+                heapq.heappush(heap, (load[light], light))
+    for tid, tps in by_topic.items():
+        heap = heap_of(tid)
+        for tp in tps:
+            if tp not in owner:
+                m = lightest(heap)
+                owner[tp] = m
+                load[m] += 1
+                heapq.heappush(heap, (load[m], m))
     return _by_member(members, owner)
 
 

@@ -25,6 +25,7 @@ def _code(name):
 NONE = 0
 FENCED_INSTANCE_ID = _code("FENCED_INSTANCE_ID")
 GROUP_MAX_SIZE_REACHED = _code("GROUP_MAX_SIZE_REACHED")
+POLICY_VIOLATION = _code("POLICY_VIOLATION")
 ILLEGAL_GENERATION = _code("ILLEGAL_GENERATION")
 INCONSISTENT_GROUP_PROTOCOL = _code("INCONSISTENT_GROUP_PROTOCOL")
 INVALID_GROUP_ID = _code("INVALID_GROUP_ID")
@@ -225,6 +226,7 @@ class ClassicGroups:
     def __init__(self, config, clock, timers):
         self.config, self.clock, self.timers = config, clock, timers
         self.groups = {}
+        self.full = lambda: False  # no new group may be made (the coordinator's max_groups)
 
     def new_group(self, group_id):
         """An empty group (created by a JoinGroup, or by a simple group's OffsetCommit)."""
@@ -296,6 +298,8 @@ class ClassicGroups:
         if group is None:
             if member_id:
                 return _join_response(version, UNKNOWN_MEMBER_ID, member_id)
+            if self.full():
+                return _join_response(version, POLICY_VIOLATION)
             group = self.new_group(request.group_id)
         if not self._accepts(group, member_id):
             group.remove(member_id)
@@ -309,6 +313,10 @@ class ClassicGroups:
 
     def _accepts(self, group, member_id):
         limit = self.config.group_max_size
+        if not member_id and len(group.members) + len(group.pending_join) >= limit:
+            # Beyond Kafka: the members told MEMBER_ID_REQUIRED count too, or a client could
+            # make them without end (each waits for its session timeout).
+            return False
         if group.state == EMPTY:
             return True
         if group.state == PREPARING:

@@ -211,6 +211,7 @@ class Cluster:
         self.stopped = set()  # node ids not running
         self.topics = {}  # name -> Topic
         self.topic_ids = {}  # uuid.UUID -> Topic
+        self._summary = None  # topic_summary()'s, until a topic or partition comes or goes
         self.producer_ids = ProducerIds()
         # Where the logs are kept besides memory (DiskLogs): told of topics made and deleted.
         self.storage = None
@@ -258,8 +259,12 @@ class Cluster:
         return topic.partitions[index]
 
     def topic_summary(self):
-        """{name: (topic id, partition count)} of every topic (what KIP-848 groups assign)."""
-        return {name: (t.id, len(t.partitions)) for name, t in self.topics.items()}
+        """{name: (topic id, partition count)} of every topic (what KIP-848 groups assign):
+        one dict, the same object until a topic or partition comes or goes (callers may cache
+        what they derive from it by its identity; they must not change it)."""
+        if self._summary is None:
+            self._summary = {name: (t.id, len(t.partitions)) for name, t in self.topics.items()}
+        return self._summary
 
     def partition_count(self, topic_name):
         topic = self.topics.get(topic_name)
@@ -361,6 +366,7 @@ class Cluster:
             )
 
     def _add_partitions(self, topic, count):
+        self._summary = None
         self.partitions += count - len(topic.partitions)
         for index in range(len(topic.partitions), count):
             replicas = self._placement(topic.name, index, topic.replication_factor)
@@ -384,6 +390,7 @@ class Cluster:
         self._add_partitions(self.check_partition_count(name, count), count)
 
     def delete_topic(self, topic):
+        self._summary = None
         self.partitions -= len(topic.partitions)
         if topic.internal:
             self.partitions += self.offsets_topic_partitions

@@ -36,6 +36,7 @@ GROUP_ID_NOT_FOUND = _code("GROUP_ID_NOT_FOUND")
 GROUP_MAX_SIZE_REACHED = _code("GROUP_MAX_SIZE_REACHED")
 INVALID_REGULAR_EXPRESSION = _code("INVALID_REGULAR_EXPRESSION")
 INVALID_REQUEST = _code("INVALID_REQUEST")
+POLICY_VIOLATION = _code("POLICY_VIOLATION")
 UNKNOWN_MEMBER_ID = _code("UNKNOWN_MEMBER_ID")
 UNRELEASED_INSTANCE_ID = _code("UNRELEASED_INSTANCE_ID")
 UNSUPPORTED_ASSIGNOR = _code("UNSUPPORTED_ASSIGNOR")
@@ -52,6 +53,11 @@ REGEX_MIN = 1
 STABLE, UNREVOKED, UNRELEASED = "stable", "unrevoked_partitions", "unreleased_partitions"
 G_EMPTY, G_ASSIGNING, G_RECONCILING, G_STABLE = "Empty", "Assigning", "Reconciling", "Stable"
 CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1's MemberType: uses the consumer protocol
+
+
+# The topic names kept as regex matches (all regexes together): a client sending many
+# regexes, each matching every topic, must not make the cache hold them all.
+MATCHED_NAMES_KEPT = 1_000_000
 
 
 @functools.lru_cache(maxsize=1024)
@@ -181,6 +187,9 @@ class ConsumerGroups:
 
     def __init__(self, config, clock, timers, topics):
         self.config, self.clock, self.timers, self.topics = config, clock, timers, topics
+        # _matching()'s, for one topic list, dropped past MATCHED_NAMES_KEPT names in all
+        self._matched_in, self._matched, self._matched_names = None, {}, 0
+        self.full = lambda: False  # no new group may be made (the coordinator's max_groups)
         self.groups = {}
 
     # ---------------------------------------------------------------- ConsumerGroupHeartbeat
@@ -255,6 +264,10 @@ class ConsumerGroups:
             raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if not create:
             raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+        if classic is None and self.full():
+            raise HeartbeatError(
+                POLICY_VIOLATION, "The coordinator holds its maximum of groups (max_groups)."
+            )
         if classic is not None:
             del classic_groups[group_id]  # an empty classic group gives way (its offsets stay)
         group = self.groups[group_id] = ConsumerGroup(group_id)
@@ -422,16 +435,27 @@ class ConsumerGroups:
     def _subscription_metadata(self, group):
         topics = self.topics()
         names = group.subscribed_names()
-        patterns = [_pattern(m.regex) for m in group.members.values() if m.regex]
-        if patterns:
-            names |= {n for n in topics if any(p.fullmatch(n) for p in patterns)}
+        for regex in {m.regex for m in group.members.values() if m.regex}:
+            names |= self._matching(regex, topics)
         return {n: topics[n] for n in sorted(names) if n in topics}
+
+    def _matching(self, regex, topics):
+        """The names in `topics` that `regex` matches, matched once per topic list (the
+        cluster's stays the same object until a topic comes or goes): each heartbeat of
+        each member matched every regex against every topic."""
+        if self._matched_in is not topics or self._matched_names > MATCHED_NAMES_KEPT:
+            self._matched_in, self._matched, self._matched_names = topics, {}, 0
+        names = self._matched.get(regex)
+        if names is None:
+            pattern = _pattern(regex)
+            names = self._matched[regex] = frozenset(n for n in topics if pattern.fullmatch(n))
+            self._matched_names += len(names) + 1
+        return names
 
     def _member_topics(self, group, member):
         names = set(member.topic_names)
         if member.regex:
-            pattern = _pattern(member.regex)
-            names |= {n for n in group.metadata if pattern.fullmatch(n)}
+            names |= self._matching(member.regex, self.topics()) & group.metadata.keys()
         return {group.metadata[n][0] for n in names if n in group.metadata}
 
     def _assign(self, group):

@@ -43,6 +43,7 @@ from .. import (
 from ..error_codes import by_name
 from ._classic_groups import CONSUMER_PROTOCOL, EMPTY, STABLE, ClassicGroups
 from ._consumer_groups import ConsumerGroups
+from ._limits import unique
 from ._offsets import Committed, OffsetStore
 from ._streams_groups import STREAMS_PROTOCOL, StreamsGroups
 from ._timers import Timers
@@ -62,6 +63,7 @@ INCONSISTENT_GROUP_PROTOCOL = _code("INCONSISTENT_GROUP_PROTOCOL")
 INVALID_GROUP_ID = _code("INVALID_GROUP_ID")
 NON_EMPTY_GROUP = _code("NON_EMPTY_GROUP")
 OFFSET_METADATA_TOO_LARGE = _code("OFFSET_METADATA_TOO_LARGE")
+POLICY_VIOLATION = _code("POLICY_VIOLATION")
 UNKNOWN_MEMBER_ID = _code("UNKNOWN_MEMBER_ID")
 UNKNOWN_TOPIC_OR_PARTITION = _code("UNKNOWN_TOPIC_OR_PARTITION")
 UNSTABLE_OFFSET_COMMIT = _code("UNSTABLE_OFFSET_COMMIT")
@@ -99,12 +101,15 @@ DESCRIBE_NOT_FOUND_MIN = 6  # before: a missing group is described as Dead, with
 @dataclass
 class GroupConfig:
     """The coordinator's settings, named as Kafka's broker configs (dots as underscores) and
-    with Kafka's defaults, except the initial rebalance delay: 0 ms, not 3 s, for quick tests."""
+    with Kafka's defaults, except the initial rebalance delay (0 ms, not 3 s, for quick
+    tests) and the group sizes: Kafka allows 2**31-1 members, here 1000 by default, since
+    a client could otherwise add members without end (each costs the group's every
+    rebalance its share of the work)."""
 
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0
-    group_max_size: int = 2**31 - 1
+    group_max_size: int = 1000
     # How long a new member's parked JoinGroup may wait (fixed at 5 minutes in Kafka).
     group_new_member_join_timeout_ms: int = 300_000
     offsets_retention_minutes: int = 7 * 24 * 60
@@ -113,11 +118,15 @@ class GroupConfig:
     # KIP-848 consumer groups
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
-    group_consumer_max_size: int = 2**31 - 1
+    group_consumer_max_size: int = 1000
     # KIP-1071 streams groups
     group_streams_session_timeout_ms: int = 45_000
     group_streams_heartbeat_interval_ms: int = 5000
-    group_streams_max_size: int = 2**31 - 1
+    group_streams_max_size: int = 1000
+    # Groups of every protocol together (Kafka has no such limit): a new one past it gets
+    # POLICY_VIOLATION (JoinGroup, ConsumerGroupHeartbeat, StreamsGroupHeartbeat, a simple
+    # group's OffsetCommit).
+    max_groups: int = 100_000
 
 
 class GroupCoordinator:
@@ -142,6 +151,7 @@ class GroupCoordinator:
         self.groups = self.classic.groups  # classic groups by id
         self.consumer = ConsumerGroups(self.config, clock, self.timers, topics or dict)
         self.streams = StreamsGroups(self.config, clock, self.timers, topics or dict)
+        self.classic.full = self.consumer.full = self.streams.full = self._full
         self._handlers = {
             JoinGroupRequest.API_KEY: self._join_group,
             SyncGroupRequest.API_KEY: self.classic.sync_group,
@@ -281,6 +291,11 @@ class GroupCoordinator:
         key = (group_id, topic, partition)
         return any(key in offsets for offsets in self.pending.values())
 
+    def _full(self):
+        """True when no new group may be made (max_groups)."""
+        held = len(self.classic.groups) + len(self.consumer.groups) + len(self.streams.groups)
+        return held >= self.config.max_groups
+
     def _commit(self, version, request, generation, producer_id, leader_epochs):
         """An OffsetCommit's or TxnOffsetCommit's checks and writes (into the pending offsets
         of `producer_id` for a transaction): [(topic, [(partition, error code)])]."""
@@ -335,6 +350,8 @@ class GroupCoordinator:
                     return GROUP_ID_NOT_FOUND
                 return ILLEGAL_GENERATION
             # A simple group: offsets committed outside group management.
+            if self._full():
+                return POLICY_VIOLATION
             self.classic.new_group(request.group_id)
             return None
         if generation < 0 and group.state == EMPTY:
@@ -351,7 +368,10 @@ class GroupCoordinator:
     def _offset_fetch(self, version, request, ctx, reply):
         stable = version >= REQUIRE_STABLE_MIN and request.require_stable
         if version >= 8:
-            groups = [self._fetched_group(version, g, stable) for g in request.groups]
+            groups = [
+                self._fetched_group(version, g, stable)
+                for g in unique(request.groups, lambda g: g.group_id)
+            ]
             return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
         asked = (
             None
@@ -403,6 +423,11 @@ class GroupCoordinator:
         if asked is None:
             committed = self.offsets.by_topic(group_id)
             asked = [(topic, list(partitions)) for topic, partitions in committed.items()]
+        else:  # each topic and partition once, however often asked
+            merged = {}
+            for topic, partitions in asked:
+                merged.setdefault(topic, {}).update(dict.fromkeys(partitions))
+            asked = list(merged.items())
         out = []
         for topic, partitions in asked:
             rows = []
@@ -521,7 +546,7 @@ class GroupCoordinator:
             GROUP_OPERATIONS if request.include_authorized_operations else OPERATIONS_NOT_ASKED
         )
         described = []
-        for group_id in request.groups:
+        for group_id in unique(request.groups):
             group = self.groups.get(group_id)
             if group is None:
                 missing = version >= DESCRIBE_NOT_FOUND_MIN
@@ -609,7 +634,7 @@ class GroupCoordinator:
         )
         return ConsumerGroupDescribeResponse(
             throttle_time_ms=0,
-            groups=self.consumer.describe(version, request.group_ids, operations),
+            groups=self.consumer.describe(version, unique(request.group_ids), operations),
         )
 
     # ---------------------------------------------------------------- KIP-1071

@@ -36,6 +36,10 @@ from .. import (
     OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    StreamsGroupDescribeRequest,
+    StreamsGroupDescribeResponse,
+    StreamsGroupHeartbeatRequest,
+    StreamsGroupHeartbeatResponse,
     SyncGroupRequest,
     SyncGroupResponse,
     TxnOffsetCommitRequest,
@@ -82,6 +86,13 @@ def _one_group_error(api_key, version, request):
         return OffsetDeleteResponse(error_code=NOT_COORDINATOR, topics=[])
     if api_key == ConsumerGroupHeartbeatRequest.API_KEY:
         return ConsumerGroupHeartbeatResponse(
+            error_code=NOT_COORDINATOR,
+            error_message="this node does not coordinate the group",
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+        )
+    if api_key == StreamsGroupHeartbeatRequest.API_KEY:
+        return StreamsGroupHeartbeatResponse(
             error_code=NOT_COORDINATOR,
             error_message="this node does not coordinate the group",
             member_id=request.member_id,
@@ -137,6 +148,21 @@ _MANY = {
             members=[],
         ),
     ),
+    StreamsGroupDescribeRequest.API_KEY: (
+        "group_ids",
+        lambda g: g,
+        "groups",
+        lambda g: StreamsGroupDescribeResponse.DescribedGroup(
+            error_code=NOT_COORDINATOR,
+            error_message="this node does not coordinate the group",
+            group_id=g,
+            group_state="",
+            group_epoch=-1,
+            assignment_epoch=-1,
+            topology=None,
+            members=[],
+        ),
+    ),
     OffsetFetchRequest.API_KEY: (  # v8+
         "groups",
         lambda g: g.group_id,
@@ -160,6 +186,8 @@ def coordinated(api_key, version, request, reply, owns):
             reply(response)
 
         return request, listing
+    if api_key not in _ONE_GROUP and api_key not in _MANY:
+        return request, reply  # not about a group (or not yet known here): the coordinator's
     if api_key == OffsetFetchRequest.API_KEY and version >= 8:
         many = _MANY[api_key]
     else:
@@ -184,6 +212,7 @@ def coordinated(api_key, version, request, reply, owns):
             DescribeGroupsRequest.API_KEY: DescribeGroupsResponse,
             DeleteGroupsRequest.API_KEY: DeleteGroupsResponse,
             ConsumerGroupDescribeRequest.API_KEY: ConsumerGroupDescribeResponse,
+            StreamsGroupDescribeRequest.API_KEY: StreamsGroupDescribeResponse,
             OffsetFetchRequest.API_KEY: OffsetFetchResponse,
         }[api_key]
         reply(response_cls(**{answers: errors}))
@@ -196,6 +225,23 @@ def coordinated(api_key, version, request, reply, owns):
 
     return request, merged
 
+
+# The APIs about one group (OffsetFetch too, before v8): an answer above for each.
+_ONE_GROUP = frozenset(
+    cls.API_KEY
+    for cls in (
+        JoinGroupRequest,
+        SyncGroupRequest,
+        HeartbeatRequest,
+        LeaveGroupRequest,
+        OffsetDeleteRequest,
+        ConsumerGroupHeartbeatRequest,
+        StreamsGroupHeartbeatRequest,
+        OffsetCommitRequest,
+        TxnOffsetCommitRequest,
+        OffsetFetchRequest,
+    )
+)
 
 TRANSACTION_API_KEYS = frozenset(
     cls.API_KEY

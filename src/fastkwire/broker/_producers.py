@@ -20,22 +20,26 @@ _INT31 = 1 << 31
 
 
 class ProducerIds:
-    """Hands out producer ids and bumps epochs (InitProducerId without a transactional id)."""
+    """Hands out producer ids and bumps epochs (InitProducerId without a transactional id).
+    The epochs of the last `limit` producer ids are remembered (a client asking for ids
+    without end must not grow the table without end); a producer forgotten, or never
+    known, that asks for a bump gets a new id, as one asking without an id does."""
 
-    def __init__(self):
+    def __init__(self, limit=None):
         self._next = 1000
-        self.epochs = {}  # producer id -> its current epoch
+        self.limit = limit
+        self.epochs = {}  # producer id -> its current epoch, the oldest first
 
     def init(self, producer_id=NO_PRODUCER_ID, epoch=-1):
         """(producer id, epoch, error name or None) for InitProducerId."""
-        if producer_id == NO_PRODUCER_ID:
+        known = None if producer_id == NO_PRODUCER_ID else self.epochs.get(producer_id)
+        if known is None:
             pid = self._next
             self._next += 1
             self.epochs[pid] = 0
+            if self.limit is not None and len(self.epochs) > self.limit:
+                del self.epochs[next(iter(self.epochs))]
             return pid, 0, None
-        known = self.epochs.get(producer_id)
-        if known is None:
-            return -1, -1, "INVALID_PRODUCER_ID_MAPPING"
         if epoch != known:
             return -1, -1, "PRODUCER_FENCED"
         if known >= 32766:  # Kafka's epoch is an int16: a new id past its top

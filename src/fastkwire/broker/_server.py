@@ -14,6 +14,11 @@ the frames behind it). The proxy's caps and their defaults hold here too:
 - `frame_timeout`: seconds a started frame may take to arrive whole, counted only while the
   broker is reading (a slowloris ends, a client the broker paused does not).
 - `max_connections`: more are closed as they arrive.
+- `connections_max_idle_ms`: Kafka's connections.max.idle.ms (10 minutes): a connection
+  that neither sends nor is sent a byte for that long is closed, as Kafka closes it.
+What a client may make the broker hold beyond its connection (ACLs, transactional ids, a
+Fetch's answer...) is capped by `limits` (_limits.py's Limits) and the group sizes
+(GroupConfig).
 What a frame gets (an answer, nothing, or the end of its connection) is _exchange.py's; on a
 SASL listener a connection logs in first (_sasl.py); fault rules act before either (_faults.py).
 On a TLS listener (SSL, SASL_SSL) the accepted socket goes to asyncio's TLS handshake
@@ -48,6 +53,7 @@ from ._groups import GroupConfig, GroupCoordinator
 from ._sasl import DEFAULT_SCRAM_ITERATIONS, PASS, SASL_MAX_RECEIVE_BYTES, SaslSession, Users
 from ._security import security_protocol as resolve_protocol
 from ._security import server_context, split_listener
+from ._limits import Limits
 
 log = logging.getLogger("fastkwire.broker")
 
@@ -55,6 +61,8 @@ FIRST_NODE_ID = 0
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms
 WATCH_INTERVAL_MAX = 1.0  # seconds between looks for overdue frames, at most
 FAILED_ANSWER_CLOSE_DELAY = 0.1  # Kafka's connection.failed.authentication.delay.ms
+DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+IDLE_SCAN_MAX = 60.0  # seconds between looks for idle connections, at most
 
 
 class _Connection(asyncio.Protocol):
@@ -78,6 +86,7 @@ class _Connection(asyncio.Protocol):
         sasl = broker.security_protocol.startswith("SASL_")
         self.sasl = SaslSession(broker.users) if sasl else None
         self.limit = broker.max_frame_bytes if self.sasl is None else SASL_MAX_RECEIVE_BYTES
+        self.active = time.monotonic()  # when a byte last came or went
 
     # ---- asyncio's calls
 
@@ -101,6 +110,7 @@ class _Connection(asyncio.Protocol):
         if self.closed:
             return
         broker = self.broker
+        self.active = time.monotonic()
         before = len(self.buf)
         self.buf += data
         buf = self.buf
@@ -264,6 +274,7 @@ class _Connection(asyncio.Protocol):
             return
         if outcome is not None:
             self.transport.write(outcome)
+            self.active = time.monotonic()
         self.busy = False
         # An answer may come from another connection's request (a Fetch that waited): the
         # next frame is taken on the loop's next turn, not inside that request's handling.
@@ -340,7 +351,8 @@ class Broker:
     served), the caps above, `log_dir` (a directory the logs are also written to, in
     Kafka's segment format, and read back from at start; None: memory only) and
     `retention_check_interval_ms` (Kafka's log.retention.check.interval.ms). Cluster shapes:
-    `move_leader`, `stop_node`, `start_node`.
+    `move_leader`, `stop_node`, `start_node`. `limits` (a Limits: what clients may make it
+    hold).
 
     Security (Kafka's listener security protocols): `security_protocol` ("PLAINTEXT",
     "SSL", "SASL_PLAINTEXT", "SASL_SSL"; or a listener's prefix, "SASL_SSL://host:port";
@@ -386,6 +398,8 @@ class Broker:
         tls_client_cafile=None,
         faults=None,
         fault_seed=None,
+        connections_max_idle_ms=DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+        limits=None,
     ):
         if isinstance(listeners, (str, tuple)) and (
             isinstance(listeners, str) or isinstance(listeners[0], str)
@@ -433,6 +447,12 @@ class Broker:
         )
         self._storage = None
         self._next_retention = None
+        self.connections_max_idle_ms = _positive(
+            connections_max_idle_ms, "connections_max_idle_ms", float
+        )
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits: a fastkwire.broker.Limits, not {type(limits).__name__}")
+        self.limits = limits if limits is not None else Limits()
         self.cluster = None
         self.apis = None
         self.connections = set()
@@ -500,7 +520,7 @@ class Broker:
             raise
         self._storage = storage
         groups = _group_coordinator(self.groups, self.cluster)
-        self.apis = Apis(self.cluster, groups=groups)
+        self.apis = Apis(self.cluster, groups=groups, limits=self.limits)
         self.apis.security_protocol = self.security_protocol
         self.apis.users = self.users
         for node_id, sock in zip(nodes, socks):
@@ -628,6 +648,9 @@ class Broker:
         whose frame is overdue (looked for every `interval`, not at every wake-up)."""
         interval = min(self.frame_timeout / 4, WATCH_INTERVAL_MAX)
         next_scan = None  # when to look for overdue frames; None: no partial frame known
+        idle = self.connections_max_idle_ms / 1000
+        idle_interval = min(idle / 4, IDLE_SCAN_MAX)
+        next_idle_scan = time.monotonic() + idle_interval
         while True:
             deadline = self.apis.tick()
             now = time.monotonic()
@@ -640,6 +663,13 @@ class Broker:
                     log.error("retention could not delete from %s: %s", self.log_dir, e)
                 self._next_retention = now + self.retention_check_interval_ms / 1000
             deadline = min(d for d in (deadline, self._next_retention) if d is not None)
+            if now >= next_idle_scan:
+                for conn in [c for c in self.connections if now - c.active > idle]:
+                    conn.end(
+                        f"no bytes came or went for {self.connections_max_idle_ms:g} ms "
+                        "(connections_max_idle_ms)"
+                    )
+                next_idle_scan = now + idle_interval
             if self._partial_seen or (next_scan is not None and now >= next_scan):
                 self._partial_seen = False
                 partial = False
@@ -651,7 +681,7 @@ class Broker:
                             "(frame_timeout)"
                         )
                 next_scan = now + interval if partial else None
-            waits = [t - now for t in (deadline, next_scan) if t is not None]
+            waits = [t - now for t in (deadline, next_scan, next_idle_scan) if t is not None]
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), max(min(waits), 0) if waits else None)

@@ -27,6 +27,7 @@ FENCED_MEMBER_EPOCH = _code("FENCED_MEMBER_EPOCH")
 GROUP_ID_NOT_FOUND = _code("GROUP_ID_NOT_FOUND")
 GROUP_MAX_SIZE_REACHED = _code("GROUP_MAX_SIZE_REACHED")
 INVALID_REQUEST = _code("INVALID_REQUEST")
+POLICY_VIOLATION = _code("POLICY_VIOLATION")
 STALE_MEMBER_EPOCH = _code("STALE_MEMBER_EPOCH")
 UNKNOWN_MEMBER_ID = _code("UNKNOWN_MEMBER_ID")
 UNRELEASED_INSTANCE_ID = _code("UNRELEASED_INSTANCE_ID")
@@ -159,6 +160,7 @@ class StreamsGroups:
     def __init__(self, config, clock, timers, topics):
         self.config, self.clock, self.timers, self.topics = config, clock, timers, topics
         self.groups = {}
+        self.full = lambda: False  # no new group may be made (the coordinator's max_groups)
 
     # ---------------------------------------------------------------- StreamsGroupHeartbeat
 
@@ -252,6 +254,10 @@ class StreamsGroups:
             if not joining:
                 raise HeartbeatError(
                     GROUP_ID_NOT_FOUND, f"Streams group {request.group_id} not found."
+                )
+            if self.full():
+                raise HeartbeatError(
+                    POLICY_VIOLATION, "The coordinator holds its maximum of groups (max_groups)."
                 )
             group = self.groups[request.group_id] = StreamsGroup(request.group_id)
         member = group.members.get(request.member_id)

@@ -10,6 +10,8 @@ producer's epoch bumped, which fences it (`expire`, from the broker's tick).
 Each handler takes (apis, request, version, ctx) and returns a response object.
 """
 
+import heapq
+
 from .. import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -63,16 +65,49 @@ class Transaction:
 
 
 class TransactionCoordinator:
-    def __init__(self, cluster, clock, on_end=None):
+    """`limit`: how many transactional ids it keeps (None: no limit); InitProducerId for a
+    new one past it is refused (POLICY_VIOLATION), those known go on. `max_timeout_ms`:
+    Kafka's transaction.max.timeout.ms."""
+
+    def __init__(self, cluster, clock, on_end=None, limit=None, max_timeout_ms=900_000):
         self.cluster = cluster
         self.clock = clock
         self.on_end = on_end  # on_end(producer id, committed): the group coordinator's offsets
+        self.limit = limit
+        self.max_timeout_ms = max_timeout_ms
         self.transactions = {}  # transactional id -> Transaction
+        # (deadline, transactional id) of transactions under way, in a heap: the broker's tick
+        # looks at the earliest, not at every transactional id (there may be 100,000)
+        self._deadlines = []
+        self.marked = []  # partitions given a marker since the caller last took them
+
+    def begin(self, transactional_id):
+        """A transaction of `transactional_id` is under way (from its first partition or
+        group added): its timeout runs from now."""
+        txn = self.transactions[transactional_id]
+        if not txn.ongoing:
+            txn.begin(self.clock())
+            heapq.heappush(self._deadlines, (txn.deadline, transactional_id))
+            if len(self._deadlines) > 2 * len(self.transactions) + 64:  # ended ones: drop
+                self._deadlines = [
+                    (t.deadline, tid) for tid, t in self.transactions.items() if t.ongoing
+                ]
+                heapq.heapify(self._deadlines)
+
+    def take_marked(self):
+        """The partitions (Partition objects) given a marker since the last call: their last
+        stable offset moved, so read_committed Fetches waiting on them may go on."""
+        marked, self.marked = self.marked, []
+        return marked
 
     def init(self, transactional_id, timeout_ms, producer_id=-1, epoch=-1, now_ms=0):
         """(producer id, epoch, error name or None) for InitProducerId with an id: a new
         epoch fences the producers before it, and a transaction they left is aborted."""
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return -1, -1, "INVALID_TRANSACTION_TIMEOUT"
         txn = self.transactions.get(transactional_id)
+        if txn is None and self.limit is not None and len(self.transactions) >= self.limit:
+            return -1, -1, "POLICY_VIOLATION"
         if txn is None:
             pid, _, _ = self.cluster.producer_ids.init()
             txn = self.transactions[transactional_id] = Transaction(pid, timeout_ms)
@@ -115,6 +150,7 @@ class TransactionCoordinator:
             partition = self.cluster.partition(topic, index)
             if partition is not None:
                 partition.log.write_marker(txn.producer_id, txn.epoch, commit, now_ms)
+                self.marked.append(partition)
         if txn.groups and self.on_end is not None:
             self.on_end(txn.producer_id, commit)  # its TxnOffsetCommits land or are dropped
         txn.ongoing = False
@@ -127,19 +163,22 @@ class TransactionCoordinator:
         producer is fenced, as Kafka's coordinator does; returns (how many were aborted, the
         next deadline or None)."""
         now = self.clock()
-        deadlines = []
         aborted = 0
-        for txn in self.transactions.values():
-            if txn.deadline is None:
+        heap = self._deadlines
+        while heap:
+            deadline, tid = heap[0]
+            txn = self.transactions.get(tid)
+            if txn is None or txn.deadline != deadline:  # ended, or begun again since
+                heapq.heappop(heap)
                 continue
-            if txn.deadline <= now:
-                self._finish(txn, commit=False, now_ms=now_ms)
-                aborted += 1
-                if txn.epoch < MAX_EPOCH - 1:
-                    txn.epoch += 1
-            else:
-                deadlines.append(txn.deadline)
-        return aborted, min(deadlines, default=None)
+            if deadline > now:
+                return aborted, deadline
+            heapq.heappop(heap)
+            self._finish(txn, commit=False, now_ms=now_ms)
+            aborted += 1
+            if txn.epoch < MAX_EPOCH - 1:
+                txn.epoch += 1
+        return aborted, None
 
 
 # ---------------------------------------------------------------- the handlers
@@ -156,9 +195,8 @@ def add_partitions_to_txn(apis, request, version, ctx):
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     unknown = {(t, p) for t, p in wanted if apis.cluster.partition(t, p) is None}
     if error is None and not unknown:
-        txn = txns.transactions[tid]
-        txn.partitions.update(wanted)
-        txn.begin(txns.clock())
+        txns.transactions[tid].partitions.update(wanted)
+        txns.begin(tid)
 
     def result(t, p):
         if error is not None:
@@ -190,9 +228,8 @@ def add_offsets_to_txn(apis, request, version, ctx):
     error = txns.check(request.transactional_id, request.producer_id, request.producer_epoch)
     error = fenced_for(error, version, 2)
     if error is None:
-        txn = txns.transactions[request.transactional_id]
-        txn.groups.add(request.group_id)
-        txn.begin(txns.clock())
+        txns.transactions[request.transactional_id].groups.add(request.group_id)
+        txns.begin(request.transactional_id)
     return AddOffsetsToTxnResponse(error_code=NONE if error is None else code(error))
 
 
@@ -204,8 +241,8 @@ def end_txn(apis, request, version, ctx):
         request.committed,
         int(apis.wall_clock() * 1000),
     )
-    if error is None:
-        apis.data_arrived()  # the last stable offset moved: read_committed Fetches may go on
+    # the last stable offset moved: read_committed Fetches waiting on it may go on
+    apis.data_arrived(apis.transactions.take_marked())
     error = fenced_for(error, version, 2)
     return EndTxnResponse(error_code=NONE if error is None else code(error))
 
