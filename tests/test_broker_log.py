@@ -325,7 +325,7 @@ def test_a_closed_connections_waiting_fetch_is_forgotten(apis):
 
 def test_fetch_with_an_unknown_session_is_refused(apis):
     request = fetch("t", 0)
-    request.session_id = 99
+    request.session_id, request.session_epoch = 99, 1  # incremental: the session must exist
     assert call(apis, request, 12).error_code == code("FETCH_SESSION_ID_NOT_FOUND")
 
 

@@ -72,6 +72,7 @@ from ._cluster import (
     check_config,
     check_topic_name,
 )
+from ._fetch_sessions import DEFAULT_CACHE_SLOTS, FetchSessionCache
 from ._log import LATEST, LogError, read_batch_head
 from ._acls import HANDLERS as ACL_HANDLERS
 from ._acls import AclStore
@@ -112,14 +113,15 @@ class Context:
 
 
 class _WaitingFetch:
-    __slots__ = ("deadline", "request", "version", "ctx", "reply")
+    __slots__ = ("deadline", "request", "version", "ctx", "reply", "context")
 
-    def __init__(self, deadline, request, version, ctx, reply):
+    def __init__(self, deadline, request, version, ctx, reply, context):
         self.deadline = deadline
         self.request = request
         self.version = version
         self.ctx = ctx
         self.reply = reply
+        self.context = context  # its fetch session's (FetchContext)
 
 
 def _answer_now(handler, apis, request, version, ctx, reply):
@@ -140,7 +142,15 @@ class Apis:
     """The broker's request handling over a Cluster; `groups` (optional) is a group
     coordinator with API_KEYS, handle() and tick() (see GroupCoordinator)."""
 
-    def __init__(self, cluster, *, clock=time.monotonic, wall_clock=time.time, groups=None):
+    def __init__(
+        self,
+        cluster,
+        *,
+        clock=time.monotonic,
+        wall_clock=time.time,
+        groups=None,
+        fetch_session_cache_slots=DEFAULT_CACHE_SLOTS,
+    ):
         self.cluster = cluster
         self.clock = clock
         self.wall_clock = wall_clock
@@ -149,6 +159,8 @@ class Apis:
         self.transactions = TransactionCoordinator(cluster, clock, self._transaction_ended)
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
+        self.fetch_session_cache_slots = fetch_session_cache_slots
+        self.fetch_sessions = {}  # node id -> its FetchSessionCache (sessions are a node's)
         # API key -> (min version, max version, handler); the handlers' versions.
         self.served = {
             cls.API_KEY: (low, min(high, cls.MAX_VERSION), handler)
@@ -225,7 +237,7 @@ class Apis:
             still = []
             for w in self._waiting:
                 if w.deadline <= now:
-                    w.reply(self._fetch_answer(w.request, w.version, w.ctx)[0])
+                    w.reply(self._fetch_answer(w)[0])
                 else:
                     still.append(w)
                     deadlines.append(w.deadline)
@@ -251,7 +263,7 @@ class Apis:
             return
         still = []
         for w in self._waiting:
-            response, ready = self._fetch_answer(w.request, w.version, w.ctx)
+            response, ready = self._fetch_answer(w, final=False)
             if ready:
                 w.reply(response)
             else:
@@ -487,94 +499,124 @@ class Apis:
     # ---- Fetch
 
     def fetch(self, request, version, ctx, reply):
-        response, ready = self._fetch_answer(request, version, ctx)
-        if ready or request.max_wait_ms <= 0:
-            return response
+        cache = self.fetch_sessions.get(ctx.node_id)
+        if cache is None:
+            cache = self.fetch_sessions[ctx.node_id] = FetchSessionCache(
+                self.fetch_session_cache_slots
+            )
+        context = cache.new_context(request, version, self._clock_ms())
         deadline = self.clock() + request.max_wait_ms / 1000
-        self._waiting.append(_WaitingFetch(deadline, request, version, ctx, reply))
+        waiting = _WaitingFetch(deadline, request, version, ctx, reply, context)
+        response, ready = self._fetch_answer(waiting, final=request.max_wait_ms <= 0)
+        if response is not None:
+            return response
+        self._waiting.append(waiting)
         return None
 
-    def _fetch_answer(self, request, version, ctx):
-        """(response, ready): ready when it has min_bytes, an error, or nothing to wait for."""
+    def _clock_ms(self):
+        return int(self.clock() * 1000)
+
+    def _fetch_answer(self, w, final=True):
+        """(response, ready): ready when it has min_bytes, an error, or nothing to wait for.
+        The response is None while not ready and not `final`: making it updates the fetch
+        session (opens it, or records what an incremental answer sent)."""
+        context = w.context
+        reads, ready = ([], True) if context.error else self._fetch_reads(w)
+        if not (ready or final):
+            return None, False
+        error, session_id, reads = context.respond(reads, self._clock_ms())
         R = FetchResponse
-        if version >= 7 and request.session_id != 0:
-            # No fetch sessions are made here (the answers carry session id 0), so none is known.
-            return R(
-                error_code=code("FETCH_SESSION_ID_NOT_FOUND"), session_id=0, responses=[]
-            ), True
-        by_id = version >= 13
+        responses = []
+        last = None
+        for part, error_name, high_watermark, log_start, data, extra in reads:
+            if last is None or (part.topic, part.topic_id) != last:
+                last = (part.topic, part.topic_id)
+                responses.append(
+                    R.FetchableTopicResponse(topic=extra[0], topic_id=part.topic_id, partitions=[])
+                )
+            if error_name is not None:
+                pd = R.PartitionData(
+                    partition_index=part.partition,
+                    error_code=code(error_name),
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=b"",
+                )
+            else:
+                pd = R.PartitionData(
+                    partition_index=part.partition,
+                    error_code=NONE,
+                    high_watermark=high_watermark,
+                    last_stable_offset=extra[1],
+                    log_start_offset=log_start,
+                    aborted_transactions=extra[2],
+                    preferred_read_replica=-1,
+                    records=data,
+                )
+            responses[-1].partitions.append(pd)
+        return R(
+            error_code=NONE if error is None else code(error),
+            session_id=session_id,
+            responses=responses,
+        ), True
+
+    def _fetch_reads(self, w):
+        """([(partition, error name, high watermark, log start, records, (topic name, last
+        stable offset, aborted transactions))], ready) of a Fetch's partitions, in order."""
+        request, ctx = w.request, w.ctx
+        by_id = w.version >= 13
         budget = request.max_bytes
         total = 0
-        ready = not request.topics
         read_committed = request.isolation_level == READ_COMMITTED
-        responses = []
-        for t in request.topics:
-            topic, missing = self._topic_by(t.topic, t.topic_id, by_id)
-            parts = []
-            for p in t.partitions:
-                partition = None
-                if topic is not None and 0 <= p.partition < len(topic.partitions):
-                    partition = topic.partitions[p.partition]
-                error = missing if partition is None else None
-                if error is None:
-                    error = self._leader_check(partition, ctx, p.current_leader_epoch)
-                data = b""
-                if error is None:
-                    log = partition.log
-                    limit = min(p.partition_max_bytes, max(budget - total, 0))
-                    stable = log.last_stable_offset
-                    try:
-                        data = log.read(
-                            p.fetch_offset,
-                            limit,
-                            min_one=total == 0,
-                            upto=stable if read_committed else None,
-                        )
-                    except LogError as e:
-                        error = e.error
-                    total += len(data)
-                if error is not None:
-                    ready = True
-                    parts.append(
-                        R.PartitionData(
-                            partition_index=p.partition,
-                            error_code=code(error),
-                            high_watermark=-1,
-                            last_stable_offset=-1,
-                            log_start_offset=-1,
-                            aborted_transactions=None,
-                            preferred_read_replica=-1,
-                            records=b"",
-                        )
+        ready = not w.context.partitions
+        topics = {}
+        reads = []
+        for p in w.context.partitions:
+            found = topics.get((p.topic, p.topic_id))
+            if found is None:
+                found = topics[(p.topic, p.topic_id)] = self._topic_by(p.topic, p.topic_id, by_id)
+            topic, missing = found
+            name = p.topic if topic is None else topic.name
+            partition = None
+            if topic is not None and 0 <= p.partition < len(topic.partitions):
+                partition = topic.partitions[p.partition]
+            error = missing if partition is None else None
+            if error is None:
+                error = self._leader_check(partition, ctx, p.leader_epoch)
+            data = b""
+            if error is None:
+                log = partition.log
+                limit = min(p.max_bytes, max(budget - total, 0))
+                stable = log.last_stable_offset
+                try:
+                    data = log.read(
+                        p.fetch_offset,
+                        limit,
+                        min_one=total == 0,
+                        upto=stable if read_committed else None,
                     )
-                    continue
-                parts.append(
-                    R.PartitionData(
-                        partition_index=p.partition,
-                        error_code=NONE,
-                        high_watermark=log.high_watermark,
-                        last_stable_offset=stable,
-                        log_start_offset=log.log_start,
-                        aborted_transactions=[
-                            R.AbortedTransaction(producer_id=pid, first_offset=first)
-                            for pid, first in log.aborted_in(p.fetch_offset, stable)
-                        ]
-                        if read_committed
-                        else None,
-                        preferred_read_replica=-1,
-                        records=data,
-                    )
-                )
-            responses.append(
-                R.FetchableTopicResponse(
-                    topic=t.topic if topic is None else topic.name,
-                    topic_id=t.topic_id,
-                    partitions=parts,
-                )
+                except LogError as e:
+                    error = e.error
+                total += len(data)
+            if error is not None:
+                ready = True
+                reads.append((p, error, -1, -1, b"", (name, -1, None)))
+                continue
+            aborted = None
+            if read_committed:
+                aborted = [
+                    FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first)
+                    for pid, first in log.aborted_in(p.fetch_offset, stable)
+                ]
+            reads.append(
+                (p, None, log.high_watermark, log.log_start, data, (name, stable, aborted))
             )
         if total >= request.min_bytes:
             ready = True
-        return R(error_code=NONE, session_id=0, responses=responses), ready
+        return reads, ready
 
     # ---- ListOffsets
 
