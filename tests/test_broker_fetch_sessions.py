@@ -353,28 +353,35 @@ def test_sessions_are_kept_per_node():
 # ---------------------------------------------------------------- a real client
 
 
-def test_kafka_python_consumes_through_incremental_sessions():
+def spy_on_fetches(apis):
+    """[(request session id, epoch, partitions named, answer session id)] of each Fetch
+    the broker answers from now on."""
+    low, high, handler = apis.served[fastkwire.FetchRequest.API_KEY]
+    seen = []
+
+    def spy(request, version, ctx, reply):
+        named = sum(len(t.partitions) for t in request.topics)
+
+        def replied(response):
+            seen.append((request.session_id, request.session_epoch, named, response.session_id))
+            reply(response)
+
+        response = handler(request, version, ctx, replied)
+        if response is not None:
+            replied(response)
+
+    apis.served[fastkwire.FetchRequest.API_KEY] = (low, high, spy)
+    return seen
+
+
+def consume_with_kafka_python(**broker_options):
+    """kafka-python 3 consumes 3 partitions of 20 records; (what it got by partition, what
+    was sent, the Fetches seen)."""
     kafka = pytest.importorskip("kafka")
     from fastkwire.testing import Broker
 
-    with Broker() as broker:
-        apis = broker.broker.apis
-        low, high, handler = apis.served[1]
-        seen = []  # (request session id, epoch, partitions named, answer session id)
-
-        def spy(request, version, ctx, reply):
-            named = sum(len(t.partitions) for t in request.topics)
-
-            def replied(response):
-                seen.append((request.session_id, request.session_epoch, named, response.session_id))
-                reply(response)
-
-            response = handler(request, version, ctx, replied)
-            if response is not None:
-                replied(response)
-            return None
-
-        apis.served[1] = (low, high, spy)
+    with Broker(**broker_options) as broker:
+        seen = broker.call(lambda: spy_on_fetches(broker.broker.apis))
         broker.create_topic("s", partitions=3)
         producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
         sent = {p: [b"%d-%d" % (p, i) for i in range(20)] for p in range(3)}
@@ -397,10 +404,23 @@ def test_kafka_python_consumes_through_incremental_sessions():
                 got.setdefault(m.partition, []).append(m.value)
         finally:
             consumer.close()
+        seen = list(seen)
+    return got, sent, seen
+
+
+def test_kafka_python_consumes_through_incremental_sessions():
+    got, sent, seen = consume_with_kafka_python()
     assert got == sent  # consumption is unchanged
-    opened = [s for s in seen if s[1] == 0 and s[3] != 0]
+    opened = [s for s in seen if s[1] == INITIAL_EPOCH and s[3] != 0]
     incremental = [s for s in seen if s[0] != 0 and s[1] > 0]
     assert opened and incremental
     assert all(s[3] == s[0] for s in incremental)  # answered in the same session
     # Incremental requests name only what changed (fewer than the 3 partitions).
     assert any(s[2] < 3 for s in incremental)
+
+
+def test_kafka_python_consumes_without_sessions_when_the_cache_has_no_slots():
+    got, sent, seen = consume_with_kafka_python(fetch_session_cache_slots=0)
+    assert got == sent
+    assert seen and all(s[3] == 0 for s in seen)  # every answer sessionless
+    assert not [s for s in seen if s[0] != 0]  # so the client never asks for one

@@ -36,6 +36,7 @@ from ..proxy._server import (
 from ._apis import Apis
 from ._cluster import DEFAULT_MAX_PARTITIONS, DEFAULT_OFFSETS_TOPIC_PARTITIONS, Cluster
 from ._exchange import Close, answer_frame
+from ._fetch_sessions import DEFAULT_CACHE_SLOTS
 from ._groups import GroupConfig, GroupCoordinator
 
 log = logging.getLogger("fastkwire.broker")
@@ -235,7 +236,8 @@ class Broker:
     `offsets_topic_partitions` (Kafka's offsets.topic.num.partitions: __consumer_offsets'),
     `groups` (True: the group coordinator with Kafka's defaults, GroupConfig's; a
     GroupConfig; a function(cluster) making a coordinator; None: the group APIs are not
-    served), and the caps above.
+    served), `fetch_session_cache_slots` (Kafka's max.incremental.fetch.session.cache.slots,
+    1000; 0: every Fetch sessionless), and the caps above.
 
         broker = Broker([("127.0.0.1", 0)])
         await broker.start()
@@ -253,6 +255,7 @@ class Broker:
         max_partitions=DEFAULT_MAX_PARTITIONS,
         offsets_topic_partitions=DEFAULT_OFFSETS_TOPIC_PARTITIONS,
         groups=True,
+        fetch_session_cache_slots=DEFAULT_CACHE_SLOTS,
         max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
         max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
         max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES,
@@ -274,6 +277,11 @@ class Broker:
             offsets_topic_partitions, "offsets_topic_partitions"
         )
         self.groups = groups
+        if fetch_session_cache_slots < 0:
+            raise ValueError(
+                f"fetch_session_cache_slots: at least 0, not {fetch_session_cache_slots}"
+            )
+        self.fetch_session_cache_slots = fetch_session_cache_slots
         self.max_frame_bytes = _positive(max_frame_bytes, "max_frame_bytes")
         if self.max_frame_bytes > 0x7FFFFFFF:
             raise ValueError("max_frame_bytes: a frame's int32 size cannot exceed 2147483647")
@@ -328,7 +336,9 @@ class Broker:
             offsets_topic_partitions=self.offsets_topic_partitions,
         )
         groups = _group_coordinator(self.groups, self.cluster)
-        self.apis = Apis(self.cluster, groups=groups)
+        self.apis = Apis(
+            self.cluster, groups=groups, fetch_session_cache_slots=self.fetch_session_cache_slots
+        )
         for node_id, sock in zip(nodes, socks):
             server = await loop.create_server(
                 lambda node_id=node_id: _Connection(self, node_id), sock=sock
