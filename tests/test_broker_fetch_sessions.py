@@ -265,6 +265,19 @@ def test_cache_slots_of_zero_make_every_fetch_sessionless():
     assert context.respond(answers(context), 0)[1] == 0 and len(cache) == 0
 
 
+def test_the_partitions_cached_are_bounded():
+    cache = FetchSessionCache(max_cached_partitions=3)
+    sid = open_session(cache, {"t": [(0, 0), (1, 0)]})
+    context = cache.new_context(request({"t": [(0, 0), (1, 0)]}), 12, 0)
+    assert context.respond(answers(context), 0)[1] == 0  # 2 more would make 4
+    context = cache.new_context(request({"u": [(0, 0)]}, sid, 1), 12, 1)
+    assert context.kind == "incremental" and cache.total_partitions == 3
+    # Growing past the bound closes the session: the client starts over in full.
+    context = cache.new_context(request({"v": [(0, 0)]}, sid, 2), 12, 2)
+    assert context.error == "FETCH_SESSION_ID_NOT_FOUND"
+    assert len(cache) == 0 and cache.total_partitions == 0
+
+
 # ---------------------------------------------------------------- through the handler
 
 

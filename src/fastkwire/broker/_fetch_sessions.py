@@ -26,6 +26,10 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 DEFAULT_CACHE_SLOTS = 1000  # Kafka's max.incremental.fetch.session.cache.slots
 DEFAULT_EVICTION_MS = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
+# Partitions all sessions of a node may hold together (Kafka has no such bound; here a
+# client naming millions of partitions cannot make the cache keep them): past it a new
+# session is not opened, and a session grown past it is closed.
+DEFAULT_MAX_CACHED_PARTITIONS = 1_000_000
 _INT32_MAX = 0x7FFFFFFF
 
 
@@ -126,7 +130,7 @@ class FetchSession:
         self.last_used_ms = now_ms
         self.epoch = next_epoch(INITIAL_EPOCH)
         # As of the last touch (Kafka's evictable trees are kept at touch time too).
-        self.cached_size = len(partitions)
+        self.cached_size = 0
         self.evictable_by_all = False
         self.evictable_by_privileged = not privileged
 
@@ -193,27 +197,34 @@ class FetchContext:
 class FetchSessionCache:
     """One broker's fetch sessions (Kafka's FetchSessionCache and FetchManager)."""
 
-    def __init__(self, max_entries=DEFAULT_CACHE_SLOTS, eviction_ms=DEFAULT_EVICTION_MS, rng=None):
+    def __init__(
+        self,
+        max_entries=DEFAULT_CACHE_SLOTS,
+        eviction_ms=DEFAULT_EVICTION_MS,
+        rng=None,
+        max_cached_partitions=DEFAULT_MAX_CACHED_PARTITIONS,
+    ):
         if max_entries < 0:
             raise ValueError(f"max_entries: at least 0, not {max_entries}")
         self.max_entries = max_entries
         self.eviction_ms = eviction_ms
+        self.max_cached_partitions = max_cached_partitions
         self.sessions = {}  # id -> FetchSession
         self.evictions = 0
+        self.total_partitions = 0  # of all sessions, as of their last touch
         self._rng = rng or random.Random()
 
     def __len__(self):
         return len(self.sessions)
 
-    @property
-    def total_partitions(self):
-        return sum(s.cached_size for s in self.sessions.values())
-
     def get(self, session_id):
         return self.sessions.get(session_id)
 
     def remove(self, session_id):
-        return self.sessions.pop(session_id, None)
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            self.total_partitions -= session.cached_size
+        return session
 
     def new_context(self, request, version, now_ms):
         """The FetchContext of `request` (decoded at `version`): updates the session of an
@@ -251,6 +262,10 @@ class FetchSessionCache:
         if not session.partitions:  # nothing left: closed, and this fetch is sessionless
             self.remove(session.id)
             return FetchContext("sessionless", wanted.values())
+        grown = self.total_partitions - session.cached_size + len(session.partitions)
+        if grown > self.max_cached_partitions:  # the client starts over with a full fetch
+            self.remove(session.id)
+            return FetchContext("error", error="FETCH_SESSION_ID_NOT_FOUND")
         self.touch(session, now_ms)
         session.epoch = next_epoch(session.epoch)
         return FetchContext("incremental", session.partitions.values(), session=session)
@@ -261,6 +276,8 @@ class FetchSessionCache:
         """A new session for a full fetch's `answers` (those partitions as sent): its id,
         or 0 when the cache is full and nothing can be evicted for it."""
         size = len(answers)
+        if self.total_partitions + size > self.max_cached_partitions:
+            return INVALID_SESSION_ID
         if len(self.sessions) >= self.max_entries and not self._try_evict(privileged, size, now_ms):
             return INVALID_SESSION_ID
         partitions = {}
@@ -276,6 +293,7 @@ class FetchSessionCache:
 
     def touch(self, session, now_ms):
         session.last_used_ms = now_ms
+        self.total_partitions += len(session.partitions) - session.cached_size
         session.cached_size = len(session.partitions)
         old = now_ms - session.created_ms > self.eviction_ms
         session.evictable_by_privileged = not session.privileged or old
@@ -307,6 +325,6 @@ class FetchSessionCache:
         return self._evict(least)
 
     def _evict(self, session):
-        del self.sessions[session.id]
+        self.remove(session.id)
         self.evictions += 1
         return True
