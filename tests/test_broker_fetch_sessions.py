@@ -132,7 +132,9 @@ def test_a_session_keeps_to_topic_names_or_ids_as_it_began():
     assert by_id.error == "FETCH_SESSION_TOPIC_ID_ERROR"
     tid = uuid.uuid4()
     sid2 = open_session(cache, {tid: [(0, 0)]}, version=13)
-    assert cache.new_context(request({}, sid2, 1), 12, 1).error == "FETCH_SESSION_ID_NOT_FOUND"
+    assert cache.new_context(request({}, sid2, 1), 12, 1).error == "FETCH_SESSION_TOPIC_ID_ERROR"
+    # The epoch is checked first, as Kafka does.
+    assert cache.new_context(request({}, sid2, 5), 12, 1).error == "INVALID_FETCH_SESSION_EPOCH"
 
 
 # ---------------------------------------------------------------- what is read and sent

@@ -246,13 +246,10 @@ class FetchSessionCache:
         session = self.sessions.get(session_id)
         if session is None:
             return FetchContext("error", error="FETCH_SESSION_ID_NOT_FOUND")
-        if session.uses_topic_ids != uses_topic_ids:
-            error = (
-                "FETCH_SESSION_TOPIC_ID_ERROR" if uses_topic_ids else "FETCH_SESSION_ID_NOT_FOUND"
-            )
-            return FetchContext("error", error=error)
         if session.epoch != epoch:
             return FetchContext("error", error="INVALID_FETCH_SESSION_EPOCH")
+        if session.uses_topic_ids != uses_topic_ids:  # v13+ against a session of names, or not
+            return FetchContext("error", error="FETCH_SESSION_TOPIC_ID_ERROR")
         forgotten = [
             _key(uses_topic_ids, t.topic, t.topic_id, p)
             for t in request.forgotten_topics_data
