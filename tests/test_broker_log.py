@@ -743,6 +743,42 @@ def test_transactions_through_the_handlers(apis):
     assert r.error_code == 0 and r.node_id == apis.cluster.coordinator("tx")
 
 
+def test_end_txn_of_no_transaction_is_refused_and_a_retry_answered(apis):
+    """Kafka's coordinator: EndTxn with nothing under way is INVALID_TXN_STATE (Empty),
+    unless it repeats how the last transaction ended (a retry of a lost answer)."""
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    init = fastkwire.InitProducerIdRequest(transactional_id="e", transaction_timeout_ms=60000)
+    r = call(apis, init, 4, node)
+    E = fastkwire.EndTxnRequest
+
+    def end(committed):
+        req = E(
+            transactional_id="e",
+            producer_id=r.producer_id,
+            producer_epoch=r.producer_epoch,
+            committed=committed,
+        )
+        return call(apis, req, 3, node).error_code
+
+    assert end(True) == code("INVALID_TXN_STATE")  # nothing was added: Empty
+    A = fastkwire.AddPartitionsToTxnRequest
+    add = A(
+        v3_and_below_transactional_id="e",
+        v3_and_below_producer_id=r.producer_id,
+        v3_and_below_producer_epoch=r.producer_epoch,
+        v3_and_below_topics=[A.AddPartitionsToTxnTopic(name="t", partitions=[0])],
+    )
+    call(apis, add, 3, node)
+    assert end(True) == 0
+    assert end(True) == 0  # the same end again: a retry
+    assert end(False) == code("INVALID_TXN_STATE")  # aborting what was committed
+    call(apis, add, 3, node)
+    assert end(False) == 0 and end(False) == 0 and end(True) == code("INVALID_TXN_STATE")
+    r = call(apis, init, 4, node)  # a new epoch starts Empty
+    assert end(False) == code("INVALID_TXN_STATE")
+
+
 def test_the_broker_and_its_command_load_no_pcap_or_capture_reading_code():
     # fastkwire.proxy's names load on first use: the broker takes its caps and framing only
     code_ = (
