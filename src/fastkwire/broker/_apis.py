@@ -457,7 +457,9 @@ class Apis:
                     error = self._leader_check(partition, ctx)
                 if error is None:
                     try:
-                        base, append_time = self._append(topic, partition, p.records, now_ms)
+                        base, append_time = self._append(
+                            topic, partition, p.records, now_ms, request, version
+                        )
                         appended = True
                         log_start = partition.log.log_start
                     except LogError as e:
@@ -482,12 +484,19 @@ class Apis:
             return CLOSE if failed else NO_ANSWER
         return R(responses=responses)
 
-    def _append(self, topic, partition, data, now_ms):
+    def _append(self, topic, partition, data, now_ms, request, version):
         """(base offset, log append time or -1) of one partition's records, appended unless
         they repeat a batch the producer already wrote."""
         if data is None:
             raise LogError("CORRUPT_MESSAGE", "the partition's records are null")
         head = read_batch_head(data, topic.max_message_bytes)
+        if (
+            head.is_transactional
+            and not head.is_control
+            and request.transactional_id
+            and head.producer_id not in partition.log.ongoing
+        ):
+            self._verify_in_transaction(topic, partition, head, request, version)
         append_time = now_ms if topic.log_append_time else -1
         duplicate = partition.producers.check(head)
         if duplicate is not None:
@@ -495,6 +504,25 @@ class Apis:
         base = partition.log.append(head, data, now_ms, topic.log_append_time)
         partition.producers.appended(head, base)
         return base, append_time
+
+    def _verify_in_transaction(self, topic, partition, head, request, version):
+        """A producer's first transactional batch in a partition must belong to its
+        transaction under way, which has this partition (Kafka 4.0's verification, KIP-890
+        part 1): else refused, with the errors Kafka's leader turns the coordinator's into."""
+        error = self.transactions.verify(
+            request.transactional_id,
+            head.producer_id,
+            head.producer_epoch,
+            topic.name,
+            partition.index,
+        )
+        if error is None:
+            return
+        if error == "PRODUCER_FENCED":
+            error = "INVALID_PRODUCER_EPOCH"
+        elif error == "TRANSACTION_ABORTABLE" and version <= 10:
+            error = "INVALID_TXN_STATE"
+        raise LogError(error, "Partition was not added to the transaction")
 
     # ---- Fetch
 

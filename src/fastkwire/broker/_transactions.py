@@ -105,6 +105,19 @@ class TransactionCoordinator:
             return "PRODUCER_FENCED"
         return None
 
+    def verify(self, transactional_id, producer_id, epoch, topic, index):
+        """KIP-890 part 1, as a partition leader asks before a producer's first transactional
+        batch there: the coordinator's error name (None: the partition is in the producer's
+        transaction under way)."""
+        txn = self.transactions.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            return "INVALID_PRODUCER_ID_MAPPING"
+        if epoch != txn.epoch:
+            return "PRODUCER_FENCED"
+        if not txn.ongoing or (topic, index) not in txn.partitions:
+            return "TRANSACTION_ABORTABLE"
+        return None
+
     def end(self, transactional_id, producer_id, epoch, commit, now_ms):
         error = self.check(transactional_id, producer_id, epoch)
         if error is not None:
