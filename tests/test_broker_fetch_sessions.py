@@ -439,3 +439,12 @@ def test_kafka_python_consumes_without_sessions_when_the_cache_has_no_slots():
     assert got == sent
     assert seen and all(s[3] == 0 for s in seen)  # every answer sessionless
     assert not [s for s in seen if s[0] != 0]  # so the client never asks for one
+
+
+def test_a_negative_cache_size_is_refused_by_name():
+    from fastkwire.broker import Broker
+
+    with pytest.raises(ValueError, match="fetch_session_cache_slots"):
+        Broker(fetch_session_cache_slots=-1)
+    with pytest.raises(ValueError, match="max_entries"):
+        FetchSessionCache(max_entries=-1)
