@@ -45,7 +45,7 @@ import differential as D  # noqa: E402
 
 import fastkwire  # noqa: E402
 from fastkwire import records  # noqa: E402
-from fastkwire.broker import Apis, Cluster, GroupConfig, GroupCoordinator, Limits  # noqa: E402
+from fastkwire.broker import Apis, Cluster, Context, GroupConfig, GroupCoordinator, Limits  # noqa: E402
 from fastkwire.broker._exchange import Close, answer_frame  # noqa: E402
 from fastkwire.proxy._frames import produce_acks, request_header  # noqa: E402
 
@@ -261,6 +261,21 @@ def seeds(apis):
         ],
     )
     out += [fastkwire.encode_request(fetch, v, 9, "fuzz") for v in (4, 11, 13, 17)]
+    # Fetch sessions: ones that open a session, and incremental ones of sessions opened
+    # here (at the epoch they expect, naming a partition and forgetting the other).
+    fetch.session_epoch = 0
+    out += [fastkwire.encode_request(fetch, v, 9, "fuzz") for v in (7, 12, 13, 17)]
+    topic_id = apis.cluster.topics[TOPIC].id
+    fetch.forgotten_topics_data = [F.ForgottenTopic(topic=TOPIC, topic_id=topic_id, partitions=[1])]
+    for version in (12, 17):
+        opened = []
+        fetch.session_id, fetch.session_epoch = 0, 0
+        fetch.max_wait_ms = 0
+        apis.handle(F.API_KEY, version, fetch, Context(0), opened.append)
+        fetch.session_id, fetch.session_epoch = opened[0].session_id, 1
+        fetch.max_wait_ms = 50
+        out.append(fastkwire.encode_request(fetch, version, 9, "fuzz"))
+    fetch.session_id, fetch.session_epoch, fetch.forgotten_topics_data = 0, -1, []
     L = fastkwire.ListOffsetsRequest
     listing = L(
         replica_id=-1,

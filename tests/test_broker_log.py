@@ -325,7 +325,7 @@ def test_a_closed_connections_waiting_fetch_is_forgotten(apis):
 
 def test_fetch_with_an_unknown_session_is_refused(apis):
     request = fetch("t", 0)
-    request.session_id = 99
+    request.session_id, request.session_epoch = 99, 1  # incremental: the session must exist
     assert call(apis, request, 12).error_code == code("FETCH_SESSION_ID_NOT_FOUND")
 
 
@@ -745,6 +745,90 @@ def test_transactions_through_the_handlers(apis):
     F = fastkwire.FindCoordinatorRequest
     r = call(apis, F(key="tx", key_type=1), 3, node)
     assert r.error_code == 0 and r.node_id == apis.cluster.coordinator("tx")
+
+
+def test_a_transactional_batch_must_belong_to_the_transaction_under_way(apis):
+    """Kafka 4.0's verification (KIP-890 part 1): a producer's first transactional batch
+    in a partition is refused unless AddPartitionsToTxn put the partition in its
+    transaction under way."""
+    apis.cluster.create_topic("t")
+    apis.cluster.create_topic("u")
+    node = leader_node(apis, "t")
+    init = fastkwire.InitProducerIdRequest(transactional_id="v", transaction_timeout_ms=60000)
+    r = call(apis, init, 4, node)
+    pid = r.producer_id
+
+    def send(seq, version=9, epoch=0, topic="t"):
+        data = records.write_batch(
+            [Record(timestamp=1, value=b"x")],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            is_transactional=True,
+        )
+        req = produce(topic, 0, data)
+        req.transactional_id = "v"
+        answer = call(apis, req, version, leader_node(apis, topic))
+        return answer.responses[0].partition_responses[0].error_code
+
+    # Nothing added yet: older clients hear INVALID_TXN_STATE, Produce v11+ TRANSACTION_ABORTABLE.
+    assert send(0) == code("INVALID_TXN_STATE")
+    assert send(0, version=11) == code("TRANSACTION_ABORTABLE")
+    A = fastkwire.AddPartitionsToTxnRequest
+    add = A(
+        v3_and_below_transactional_id="v",
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=0,
+        v3_and_below_topics=[A.AddPartitionsToTxnTopic(name="t", partitions=[0])],
+    )
+    call(apis, add, 3, node)
+    assert send(0) == 0 and send(1) == 0  # added: written
+    assert send(0, topic="u") == code("INVALID_TXN_STATE")  # u was not added
+    log = apis.cluster.partition("t", 0).log
+    assert log.log_end == 2 and apis.cluster.partition("u", 0).log.log_end == 0
+    E = fastkwire.EndTxnRequest
+    end = E(transactional_id="v", producer_id=pid, producer_epoch=0, committed=True)
+    assert call(apis, end, 3, node).error_code == 0
+    assert send(2) == code("INVALID_TXN_STATE")  # the transaction ended
+    call(apis, init, 4, node)  # epoch 1 fences epoch 0
+    assert send(2) == code("INVALID_PRODUCER_EPOCH")
+    assert log.log_end == 3  # the two batches and the COMMIT marker only
+
+
+def test_end_txn_of_no_transaction_is_refused_and_a_retry_answered(apis):
+    """Kafka's coordinator: EndTxn with nothing under way is INVALID_TXN_STATE (Empty),
+    unless it repeats how the last transaction ended (a retry of a lost answer)."""
+    apis.cluster.create_topic("t")
+    node = leader_node(apis, "t")
+    init = fastkwire.InitProducerIdRequest(transactional_id="e", transaction_timeout_ms=60000)
+    r = call(apis, init, 4, node)
+    E = fastkwire.EndTxnRequest
+
+    def end(committed):
+        req = E(
+            transactional_id="e",
+            producer_id=r.producer_id,
+            producer_epoch=r.producer_epoch,
+            committed=committed,
+        )
+        return call(apis, req, 3, node).error_code
+
+    assert end(True) == code("INVALID_TXN_STATE")  # nothing was added: Empty
+    A = fastkwire.AddPartitionsToTxnRequest
+    add = A(
+        v3_and_below_transactional_id="e",
+        v3_and_below_producer_id=r.producer_id,
+        v3_and_below_producer_epoch=r.producer_epoch,
+        v3_and_below_topics=[A.AddPartitionsToTxnTopic(name="t", partitions=[0])],
+    )
+    call(apis, add, 3, node)
+    assert end(True) == 0
+    assert end(True) == 0  # the same end again: a retry
+    assert end(False) == code("INVALID_TXN_STATE")  # aborting what was committed
+    call(apis, add, 3, node)
+    assert end(False) == 0 and end(False) == 0 and end(True) == code("INVALID_TXN_STATE")
+    r = call(apis, init, 4, node)  # a new epoch starts Empty
+    assert end(False) == code("INVALID_TXN_STATE")
 
 
 def test_the_broker_and_its_command_load_no_pcap_or_capture_reading_code():

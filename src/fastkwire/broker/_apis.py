@@ -73,6 +73,7 @@ from ._cluster import (
     check_config,
     check_topic_name,
 )
+from ._fetch_sessions import DEFAULT_CACHE_SLOTS, FetchSessionCache
 from ._log import LATEST, LogError, read_batch_head
 from ._not_coordinator import TRANSACTION_API_KEYS, coordinated, transaction_error
 from ._acls import HANDLERS as ACL_HANDLERS
@@ -116,14 +117,15 @@ class Context:
 
 
 class _WaitingFetch:
-    __slots__ = ("deadline", "request", "version", "ctx", "reply", "partitions")
+    __slots__ = ("deadline", "request", "version", "ctx", "reply", "context", "partitions")
 
-    def __init__(self, deadline, request, version, ctx, reply, partitions):
+    def __init__(self, deadline, request, version, ctx, reply, context, partitions):
         self.deadline = deadline
         self.request = request
         self.version = version
         self.ctx = ctx
         self.reply = reply
+        self.context = context  # its fetch session's (FetchContext)
         self.partitions = partitions  # the Partitions it waits on: data elsewhere cannot help
 
 
@@ -146,7 +148,14 @@ class Apis:
     coordinator with API_KEYS, handle() and tick() (see GroupCoordinator)."""
 
     def __init__(
-        self, cluster, *, clock=time.monotonic, wall_clock=time.time, groups=None, limits=None
+        self,
+        cluster,
+        *,
+        clock=time.monotonic,
+        wall_clock=time.time,
+        groups=None,
+        limits=None,
+        fetch_session_cache_slots=DEFAULT_CACHE_SLOTS,
     ):
         self.cluster = cluster
         self.clock = clock
@@ -168,6 +177,8 @@ class Apis:
         )
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
+        self.fetch_session_cache_slots = fetch_session_cache_slots
+        self.fetch_sessions = {}  # node id -> its FetchSessionCache (sessions are a node's)
         # API key -> (min version, max version, handler); the handlers' versions.
         self.served = {
             cls.API_KEY: (low, min(high, cls.MAX_VERSION), handler)
@@ -260,7 +271,7 @@ class Apis:
             still = []
             for w in self._waiting:
                 if w.deadline <= now:
-                    w.reply(self._fetch_answer(w.request, w.version, w.ctx)[0])
+                    w.reply(self._fetch_answer(w)[0])
                 else:
                     still.append(w)
                     deadlines.append(w.deadline)
@@ -293,7 +304,7 @@ class Apis:
             if partitions is not None and partitions.isdisjoint(w.partitions):
                 still.append(w)
                 continue
-            response, ready = self._fetch_answer(w.request, w.version, w.ctx)
+            response, ready = self._fetch_answer(w, final=False)
             if ready:
                 w.reply(response)
             else:
@@ -511,7 +522,9 @@ class Apis:
                     error = self._leader_check(partition, ctx)
                 if error is None:
                     try:
-                        base, append_time = self._append(topic, partition, p.records, now_ms)
+                        base, append_time = self._append(
+                            topic, partition, p.records, now_ms, request, version
+                        )
                         appended.append(partition)
                         log_start = partition.log.log_start
                     except LogError as e:
@@ -540,12 +553,19 @@ class Apis:
             response.node_endpoints = self._node_endpoints(R, leaders)
         return response
 
-    def _append(self, topic, partition, data, now_ms):
+    def _append(self, topic, partition, data, now_ms, request, version):
         """(base offset, log append time or -1) of one partition's records, appended unless
         they repeat a batch the producer already wrote."""
         if data is None:
             raise LogError("CORRUPT_MESSAGE", "the partition's records are null")
         head = read_batch_head(data, topic.max_message_bytes)
+        if (
+            head.is_transactional
+            and not head.is_control
+            and request.transactional_id
+            and head.producer_id not in partition.log.ongoing
+        ):
+            self._verify_in_transaction(topic, partition, head, request, version)
         append_time = now_ms if topic.log_append_time else -1
         duplicate = partition.producers.check(head)
         if duplicate is not None:
@@ -554,112 +574,165 @@ class Apis:
         partition.producers.appended(head, base)
         return base, append_time
 
+    def _verify_in_transaction(self, topic, partition, head, request, version):
+        """A producer's first transactional batch in a partition must belong to its
+        transaction under way, which has this partition (Kafka 4.0's verification, KIP-890
+        part 1): else refused, with the errors Kafka's leader turns the coordinator's into."""
+        error = self.transactions.verify(
+            request.transactional_id,
+            head.producer_id,
+            head.producer_epoch,
+            topic.name,
+            partition.index,
+        )
+        if error is None:
+            return
+        if error == "PRODUCER_FENCED":
+            error = "INVALID_PRODUCER_EPOCH"
+        elif error == "TRANSACTION_ABORTABLE" and version <= 10:
+            error = "INVALID_TXN_STATE"
+        raise LogError(error, "Partition was not added to the transaction")
+
     # ---- Fetch
 
     def fetch(self, request, version, ctx, reply):
-        response, ready = self._fetch_answer(request, version, ctx)
-        if ready or request.max_wait_ms <= 0:
-            return response
+        cache = self.fetch_sessions.get(ctx.node_id)
+        if cache is None:
+            cache = self.fetch_sessions[ctx.node_id] = FetchSessionCache(
+                self.fetch_session_cache_slots
+            )
+        context = cache.new_context(request, version, self._clock_ms())
         deadline = self.clock() + request.max_wait_ms / 1000
-        partitions = set()
-        for t in request.topics:
-            topic, _ = self._topic_by(t.topic, t.topic_id, version >= 13)
-            if topic is not None:
-                count = len(topic.partitions)
-                partitions.update(
-                    topic.partitions[p.partition] for p in t.partitions if 0 <= p.partition < count
-                )
-        self._waiting.append(_WaitingFetch(deadline, request, version, ctx, reply, partitions))
+        waiting = _WaitingFetch(deadline, request, version, ctx, reply, context, set())
+        response, ready = self._fetch_answer(waiting, final=request.max_wait_ms <= 0)
+        if response is not None:
+            return response
+        by_id = version >= 13
+        for p in context.partitions:
+            topic, _ = self._topic_by(p.topic, p.topic_id, by_id)
+            if topic is not None and 0 <= p.partition < len(topic.partitions):
+                waiting.partitions.add(topic.partitions[p.partition])
+        self._waiting.append(waiting)
         return None
 
-    def _fetch_answer(self, request, version, ctx):
-        """(response, ready): ready when it has min_bytes, an error, or nothing to wait for."""
+    def _clock_ms(self):
+        return int(self.clock() * 1000)
+
+    def _fetch_answer(self, w, final=True):
+        """(response, ready): ready when it has min_bytes, an error, or nothing to wait for.
+        The response is None while not ready and not `final`: making it updates the fetch
+        session (opens it, or records what an incremental answer sent)."""
+        context = w.context
+        reads, ready = ([], True) if context.error else self._fetch_reads(w)
+        if not (ready or final):
+            return None, False
+        error, session_id, reads = context.respond(reads, self._clock_ms())
         R = FetchResponse
-        if version >= 7 and request.session_id != 0:
-            # No fetch sessions are made here (the answers carry session id 0), so none is known.
-            return R(
-                error_code=code("FETCH_SESSION_ID_NOT_FOUND"), session_id=0, responses=[]
-            ), True
-        by_id = version >= 13
+        responses = []
+        leaders = set()
+        last = None
+        for part, error_name, high_watermark, log_start, data, extra in reads:
+            if last is None or (part.topic, part.topic_id) != last:
+                last = (part.topic, part.topic_id)
+                responses.append(
+                    R.FetchableTopicResponse(topic=extra[0], topic_id=part.topic_id, partitions=[])
+                )
+            if error_name is not None:
+                pd = R.PartitionData(
+                    partition_index=part.partition,
+                    error_code=code(error_name),
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=b"",
+                    current_leader=self._current_leader(R, extra[3], error_name, leaders),
+                )
+            else:
+                pd = R.PartitionData(
+                    partition_index=part.partition,
+                    error_code=NONE,
+                    high_watermark=high_watermark,
+                    last_stable_offset=extra[1],
+                    log_start_offset=log_start,
+                    aborted_transactions=extra[2],
+                    preferred_read_replica=-1,
+                    records=data,
+                )
+            responses[-1].partitions.append(pd)
+        response = R(
+            error_code=NONE if error is None else code(error),
+            session_id=session_id,
+            responses=responses,
+        )
+        if leaders:
+            response.node_endpoints = self._node_endpoints(R, leaders)
+        return response, True
+
+    def _fetch_reads(self, w):
+        """([(partition, error name, high watermark, log start, records, (topic name, last
+        stable offset, aborted transactions, the Partition or None))], ready) of a Fetch's partitions, in order."""
+        request, ctx = w.request, w.ctx
+        by_id = w.version >= 13
         # Kafka's fetch.max.bytes: a client may not ask for an answer larger than the broker's
         # (a Fetch naming one partition many times would otherwise read it again each time).
         budget = min(request.max_bytes, self.limits.fetch_max_bytes)
         total = 0
-        ready = not request.topics
         read_committed = request.isolation_level == READ_COMMITTED
-        responses = []
-        leaders = set()
-        for t in request.topics:
-            topic, missing = self._topic_by(t.topic, t.topic_id, by_id)
-            parts = []
-            for p in t.partitions:
-                partition = None
-                if topic is not None and 0 <= p.partition < len(topic.partitions):
-                    partition = topic.partitions[p.partition]
-                error = missing if partition is None else None
-                if error is None:
-                    error = self._leader_check(partition, ctx, p.current_leader_epoch)
-                data = b""
-                if error is None:
-                    log = partition.log
-                    limit = min(p.partition_max_bytes, max(budget - total, 0))
-                    stable = log.last_stable_offset
-                    try:
-                        data = log.read(
-                            p.fetch_offset,
-                            limit,
-                            min_one=total == 0,
-                            upto=stable if read_committed else None,
-                        )
-                    except LogError as e:
-                        error = e.error
-                    total += len(data)
-                if error is not None:
-                    ready = True
-                    parts.append(
-                        R.PartitionData(
-                            partition_index=p.partition,
-                            error_code=code(error),
-                            high_watermark=-1,
-                            last_stable_offset=-1,
-                            log_start_offset=-1,
-                            aborted_transactions=None,
-                            preferred_read_replica=-1,
-                            records=b"",
-                            current_leader=self._current_leader(R, partition, error, leaders),
-                        )
+        ready = not w.context.partitions
+        topics = {}
+        reads = []
+        for p in w.context.partitions:
+            found = topics.get((p.topic, p.topic_id))
+            if found is None:
+                found = topics[(p.topic, p.topic_id)] = self._topic_by(p.topic, p.topic_id, by_id)
+            topic, missing = found
+            name = p.topic if topic is None else topic.name
+            partition = None
+            if topic is not None and 0 <= p.partition < len(topic.partitions):
+                partition = topic.partitions[p.partition]
+            error = missing if partition is None else None
+            if error is None:
+                error = self._leader_check(partition, ctx, p.leader_epoch)
+            data = b""
+            if error is None:
+                log = partition.log
+                limit = min(p.max_bytes, max(budget - total, 0))
+                stable = log.last_stable_offset
+                try:
+                    data = log.read(
+                        p.fetch_offset,
+                        limit,
+                        min_one=total == 0,
+                        upto=stable if read_committed else None,
                     )
-                    continue
-                parts.append(
-                    R.PartitionData(
-                        partition_index=p.partition,
-                        error_code=NONE,
-                        high_watermark=log.high_watermark,
-                        last_stable_offset=stable,
-                        log_start_offset=log.log_start,
-                        aborted_transactions=[
-                            R.AbortedTransaction(producer_id=pid, first_offset=first)
-                            for pid, first in log.aborted_in(p.fetch_offset, stable)
-                        ]
-                        if read_committed
-                        else None,
-                        preferred_read_replica=-1,
-                        records=data,
-                    )
-                )
-            responses.append(
-                R.FetchableTopicResponse(
-                    topic=t.topic if topic is None else topic.name,
-                    topic_id=t.topic_id,
-                    partitions=parts,
+                except LogError as e:
+                    error = e.error
+                total += len(data)
+            if error is not None:
+                ready = True
+                reads.append((p, error, -1, -1, b"", (name, -1, None, partition)))
+                continue
+            aborted = None
+            if read_committed:
+                aborted = [
+                    FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first)
+                    for pid, first in log.aborted_in(p.fetch_offset, stable)
+                ]
+            reads.append(
+                (
+                    p,
+                    None,
+                    log.high_watermark,
+                    log.log_start,
+                    data,
+                    (name, stable, aborted, partition),
                 )
             )
         if total >= request.min_bytes:
             ready = True
-        response = R(error_code=NONE, session_id=0, responses=responses)
-        if leaders:
-            response.node_endpoints = self._node_endpoints(R, leaders)
-        return response, ready
+        return reads, ready
 
     # ---- ListOffsets
 

@@ -49,6 +49,7 @@ from ._disk_logs import DiskLogs
 from ._exchange import Close, answer_frame
 from ._faults import apply as apply_fault
 from ._faults import as_faults, as_rule
+from ._fetch_sessions import DEFAULT_CACHE_SLOTS
 from ._groups import GroupConfig, GroupCoordinator
 from ._sasl import DEFAULT_SCRAM_ITERATIONS, PASS, SASL_MAX_RECEIVE_BYTES, SaslSession, Users
 from ._security import security_protocol as resolve_protocol
@@ -352,7 +353,8 @@ class Broker:
     Kafka's segment format, and read back from at start; None: memory only) and
     `retention_check_interval_ms` (Kafka's log.retention.check.interval.ms). Cluster shapes:
     `move_leader`, `stop_node`, `start_node`. `limits` (a Limits: what clients may make it
-    hold).
+    hold), `fetch_session_cache_slots` (Kafka's max.incremental.fetch.session.cache.slots,
+    1000; 0: every Fetch sessionless).
 
     Security (Kafka's listener security protocols): `security_protocol` ("PLAINTEXT",
     "SSL", "SASL_PLAINTEXT", "SASL_SSL"; or a listener's prefix, "SASL_SSL://host:port";
@@ -381,6 +383,7 @@ class Broker:
         max_partitions=DEFAULT_MAX_PARTITIONS,
         offsets_topic_partitions=DEFAULT_OFFSETS_TOPIC_PARTITIONS,
         groups=True,
+        fetch_session_cache_slots=DEFAULT_CACHE_SLOTS,
         max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
         max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
         max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES,
@@ -434,6 +437,11 @@ class Broker:
             offsets_topic_partitions, "offsets_topic_partitions"
         )
         self.groups = groups
+        if fetch_session_cache_slots < 0:
+            raise ValueError(
+                f"fetch_session_cache_slots: at least 0, not {fetch_session_cache_slots}"
+            )
+        self.fetch_session_cache_slots = fetch_session_cache_slots
         self.max_frame_bytes = _positive(max_frame_bytes, "max_frame_bytes")
         if self.max_frame_bytes > 0x7FFFFFFF:
             raise ValueError("max_frame_bytes: a frame's int32 size cannot exceed 2147483647")
@@ -520,7 +528,12 @@ class Broker:
             raise
         self._storage = storage
         groups = _group_coordinator(self.groups, self.cluster)
-        self.apis = Apis(self.cluster, groups=groups, limits=self.limits)
+        self.apis = Apis(
+            self.cluster,
+            groups=groups,
+            limits=self.limits,
+            fetch_session_cache_slots=self.fetch_session_cache_slots,
+        )
         self.apis.security_protocol = self.security_protocol
         self.apis.users = self.users
         for node_id, sock in zip(nodes, socks):

@@ -47,6 +47,7 @@ class Transaction:
         "groups",
         "timeout_ms",
         "deadline",
+        "ended",
     )
 
     def __init__(self, producer_id, timeout_ms):
@@ -57,6 +58,9 @@ class Transaction:
         self.groups = set()  # of AddOffsetsToTxn: their TxnOffsetCommits wait for the end
         self.timeout_ms = timeout_ms
         self.deadline = None  # on the coordinator's clock, while a transaction is under way
+        # How the last transaction of this epoch ended: True committed, False aborted, None
+        # none ended yet (Kafka's CompleteCommit, CompleteAbort, Empty).
+        self.ended = None
 
     def begin(self, now):
         if not self.ongoing:
@@ -119,6 +123,7 @@ class TransactionCoordinator:
         if txn.ongoing:
             self._finish(txn, commit=False, now_ms=now_ms)
         txn.timeout_ms = timeout_ms
+        txn.ended = None
         if txn.epoch >= MAX_EPOCH - 1:  # the epoch is an int16: a new producer id past it
             txn.producer_id, _, _ = self.cluster.producer_ids.init()
             txn.epoch = 0
@@ -135,13 +140,29 @@ class TransactionCoordinator:
             return "PRODUCER_FENCED"
         return None
 
+    def verify(self, transactional_id, producer_id, epoch, topic, index):
+        """KIP-890 part 1, as a partition leader asks before a producer's first transactional
+        batch there: the coordinator's error name (None: the partition is in the producer's
+        transaction under way)."""
+        txn = self.transactions.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            return "INVALID_PRODUCER_ID_MAPPING"
+        if epoch != txn.epoch:
+            return "PRODUCER_FENCED"
+        if not txn.ongoing or (topic, index) not in txn.partitions:
+            return "TRANSACTION_ABORTABLE"
+        return None
+
     def end(self, transactional_id, producer_id, epoch, commit, now_ms):
         error = self.check(transactional_id, producer_id, epoch)
         if error is not None:
             return error
         txn = self.transactions[transactional_id]
         if not txn.ongoing:
-            return None  # nothing was added: a commit or abort of nothing
+            # A retry of the end just made is answered again; any other end of a transaction
+            # not under way (nothing added since InitProducerId, or the other outcome) is
+            # refused, as Kafka's coordinator refuses it.
+            return None if txn.ended is commit else "INVALID_TXN_STATE"
         self._finish(txn, commit, now_ms)
         return None
 
@@ -154,6 +175,7 @@ class TransactionCoordinator:
         if txn.groups and self.on_end is not None:
             self.on_end(txn.producer_id, commit)  # its TxnOffsetCommits land or are dropped
         txn.ongoing = False
+        txn.ended = bool(commit)
         txn.deadline = None
         txn.partitions.clear()
         txn.groups.clear()
