@@ -15,7 +15,6 @@ from types import SimpleNamespace
 from .. import ApiVersionsRequest, ApiVersionsResponse, decode_request, encode_response
 from ..error_codes import by_name
 from ..errors import DecodeError, EncodeError, UnsupportedVersionError
-from ..proxy._faults import error_answer
 from ..proxy._frames import request_header
 from ._apis import CLOSE, NO_ANSWER, Context
 
@@ -48,7 +47,8 @@ def answer_frame(apis, frame, node_id, client_host, done, connection=None):
         done(_unsupported(apis, header, frame, served))
         return
     try:
-        header, request, _ = decode_request(frame, trailing="keep")
+        # Records as views of the frame: the log copies a batch once, as it keeps it.
+        header, request, _ = decode_request(frame, records="view", trailing="keep")
     except (DecodeError, UnsupportedVersionError) as e:
         done(Close(f"a request that does not decode ({e})"))
         return
@@ -98,6 +98,8 @@ def _unsupported(apis, header, frame, served):
             ],
         )
         return encode_response(response, 0, header.correlation_id)
+    from ..proxy._faults import error_answer  # rarely needed: imported on first use
+
     request = SimpleNamespace(
         api_key=header.api_key,
         api_version=header.api_version,

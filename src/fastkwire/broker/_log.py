@@ -147,7 +147,7 @@ class PartitionLog:
         self.log_start = 0
         self.log_end = 0  # the next offset to assign
         self._bases = []  # each batch's base offset
-        self._batches = []  # each batch's bytes, base offset written in
+        self._batches = []  # each batch's bytes (a bytearray), base offset written in
         self._max_ts = []  # each batch's max timestamp
         self.bytes = 0
         self.leader_epoch = leader_epoch
@@ -181,7 +181,7 @@ class PartitionLog:
             _INT64.pack_into(batch, _MAX_TIMESTAMP_AT, max_ts)
             _CRC.pack_into(batch, _CRC_AT, records.crc32c(memoryview(batch)[BATCH_CRC_START:]))
         self._bases.append(base)
-        self._batches.append(bytes(batch))
+        self._batches.append(batch)  # the one copy of the batch (Produce's is a view)
         self._max_ts.append(max_ts)
         self.bytes += len(batch)
         self.log_end = base + head.last_offset_delta + 1

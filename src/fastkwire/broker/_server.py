@@ -23,7 +23,7 @@ import logging
 import socket
 import time
 
-from ..proxy._server import (
+from ..proxy._caps import (
     DEFAULT_FRAME_TIMEOUT,
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_CONNECTIONS,
@@ -85,8 +85,11 @@ class _Connection(asyncio.Protocol):
             return
         broker = self.broker
         before = len(self.buf)
-        self.buf += data
-        buf = self.buf
+        if before:
+            self.buf += data
+            buf = self.buf
+        else:  # nothing held (the usual case): frames are taken from the read itself
+            buf = data = bytes(data)  # asyncio gives bytes already: then this is no copy
         n = len(buf)
         start = 0
         completed = 0
@@ -102,15 +105,22 @@ class _Connection(asyncio.Protocol):
             end = start + 4 + size
             if end > n:
                 break
-            with memoryview(buf) as view:  # one copy, and no export left behind
-                frame = view[start:end].tobytes()
+            if buf is data:  # bytes: the read itself when it is one frame, else one copy
+                frame = data if start == 0 and end == n else data[start:end]
+            else:
+                with memoryview(buf) as view:  # one copy, and no export left behind
+                    frame = view[start:end].tobytes()
             self.frames.append(frame)
             self.queued += len(frame)
             completed += 1
             start = end
-        if start:
+        if buf is data:
+            if start < n:
+                self.buf += memoryview(data)[start:]
+        elif start:
             del buf[:start]
-            self.consumed += start
+        self.consumed += start
+        buf = self.buf
         broker.buffered += n - before  # what this read added, now queued or held
         now = time.monotonic()
         self.clock.read(now, bool(completed), bool(buf))
@@ -379,6 +389,7 @@ class Broker:
         """Fires the handlers' deadlines (Fetch waits, group timers) and ends connections
         whose frame is overdue (looked for every `interval`, not at every wake-up)."""
         interval = min(self.frame_timeout / 4, WATCH_INTERVAL_MAX)
+        loop = asyncio.get_running_loop()
         next_scan = None  # when to look for overdue frames; None: no partial frame known
         while True:
             deadline = self.apis.tick()
@@ -396,7 +407,10 @@ class Broker:
                 next_scan = now + interval if partial else None
             waits = [t - now for t in (deadline, next_scan) if t is not None]
             self._wake.clear()
+            # A timer that sets the event, not wait_for: no task per wake-up (one a request).
+            timer = loop.call_later(max(min(waits), 0), self._wake.set) if waits else None
             try:
-                await asyncio.wait_for(self._wake.wait(), max(min(waits), 0) if waits else None)
-            except asyncio.TimeoutError:
-                pass
+                await self._wake.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
