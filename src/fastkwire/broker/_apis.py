@@ -90,6 +90,8 @@ DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG = 5, 1, 4
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 READ_COMMITTED = 1
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+# APIs whose handling sets no deadline (a Fetch that waits says so itself).
+_NO_DEADLINES = frozenset((ProduceRequest.API_KEY, FetchRequest.API_KEY))
 
 
 def code(name):
@@ -149,6 +151,9 @@ class Apis:
         self.transactions = TransactionCoordinator(cluster, clock, self._transaction_ended)
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
+        # Set when a request may have brought a deadline nearer (tick() should be called
+        # again): every API but Produce and a Fetch answered at once; the server clears it.
+        self.deadlines_changed = False
         # API key -> (min version, max version, handler); the handlers' versions.
         self.served = {
             cls.API_KEY: (low, min(high, cls.MAX_VERSION), handler)
@@ -206,6 +211,8 @@ class Apis:
         """Answer `request` (decoded at `version`) by calling `reply(response)` once, now or
         from a later handle() or tick(); reply(CLOSE) asks for the connection to be closed,
         reply(NO_ANSWER) sends nothing (acks=0)."""
+        if api_key not in _NO_DEADLINES:
+            self.deadlines_changed = True
         served = self.served.get(api_key)
         if served is not None:
             response = served[2](request, version, ctx, _fitting(reply, version))
@@ -492,6 +499,7 @@ class Apis:
             return response
         deadline = self.clock() + request.max_wait_ms / 1000
         self._waiting.append(_WaitingFetch(deadline, request, version, ctx, reply))
+        self.deadlines_changed = True
         return None
 
     def _fetch_answer(self, request, version, ctx):

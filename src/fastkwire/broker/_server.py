@@ -42,6 +42,7 @@ log = logging.getLogger("fastkwire.broker")
 
 FIRST_NODE_ID = 0
 WATCH_INTERVAL_MAX = 1.0  # seconds between looks for overdue frames, at most
+BIG_READ = 64 * 1024  # a read at least this big is held as it came, until its frame is whole
 
 
 class _Connection(asyncio.Protocol):
@@ -52,8 +53,10 @@ class _Connection(asyncio.Protocol):
         self.node_id = node_id
         self.transport = None
         self.host = ""
-        self.buf = bytearray()
-        self.consumed = 0  # stream offset of buf[0], for error messages
+        self.held = []  # the pieces of a frame not yet whole, as read
+        self.held_bytes = 0
+        self.need = 0  # the size of that frame with its prefix, once its prefix is read
+        self.consumed = 0  # stream offset of the first byte held, for error messages
         self.frames = collections.deque()
         self.queued = 0  # bytes of the frames in `frames`
         self.busy = False  # a request is being answered
@@ -84,46 +87,50 @@ class _Connection(asyncio.Protocol):
         if self.closed:
             return
         broker = self.broker
-        before = len(self.buf)
+        data = bytes(data)  # asyncio gives bytes: no copy
+        before = self.held_bytes
         if before:
-            self.buf += data
-            buf = self.buf
-        else:  # nothing held (the usual case): frames are taken from the read itself
-            buf = data = bytes(data)  # asyncio gives bytes already: then this is no copy
-        n = len(buf)
+            held = self.held
+            if len(data) < BIG_READ:  # small reads share a bytearray: few pieces, whatever comes
+                if type(held[-1]) is not bytearray:
+                    held.append(bytearray())
+                held[-1] += data
+            else:
+                held.append(data)
+            self.held_bytes += len(data)
+            # Part of a frame, still short of its size: its pieces are joined once, at the end.
+            buf = None if self.held_bytes < self.need else b"".join(self.held)
+        else:
+            buf = data  # nothing held (the usual case): frames are taken from the read itself
         start = 0
         completed = 0
-        limit = broker.max_frame_bytes
-        while n - start >= 4:
-            size = int.from_bytes(buf[start : start + 4], "big", signed=True)
-            if size < 0 or size > limit:
-                self.end(
-                    f"a request size prefix of {size} bytes at stream offset "
-                    f"{self.consumed + start} (limit {limit}: max_frame_bytes): not Kafka framing"
-                )
-                return
-            end = start + 4 + size
-            if end > n:
-                break
-            if buf is data:  # bytes: the read itself when it is one frame, else one copy
-                frame = data if start == 0 and end == n else data[start:end]
-            else:
-                with memoryview(buf) as view:  # one copy, and no export left behind
-                    frame = view[start:end].tobytes()
-            self.frames.append(frame)
-            self.queued += len(frame)
-            completed += 1
-            start = end
-        if buf is data:
-            if start < n:
-                self.buf += memoryview(data)[start:]
-        elif start:
-            del buf[:start]
-        self.consumed += start
-        buf = self.buf
-        broker.buffered += n - before  # what this read added, now queued or held
+        if buf is not None:
+            n = len(buf)
+            limit = broker.max_frame_bytes
+            while n - start >= 4:
+                size = int.from_bytes(buf[start : start + 4], "big", signed=True)
+                if size < 0 or size > limit:
+                    self.end(
+                        f"a request size prefix of {size} bytes at stream offset "
+                        f"{self.consumed + start} (limit {limit}: max_frame_bytes): "
+                        "not Kafka framing"
+                    )
+                    return
+                end = start + 4 + size
+                if end > n:
+                    break
+                frame = buf if start == 0 and end == n else buf[start:end]  # one copy at most
+                self.frames.append(frame)
+                self.queued += len(frame)
+                completed += 1
+                start = end
+            self.held = [buf[start:] if start else buf] if start < n else []
+            self.held_bytes = n - start
+            self.need = 4 + size if n - start >= 4 else 0  # the held frame's whole size
+            self.consumed += start
+        broker.buffered += len(data)  # what this read added, now queued or held
         now = time.monotonic()
-        self.clock.read(now, bool(completed), bool(buf))
+        self.clock.read(now, bool(completed), bool(self.held_bytes))
         if not self.paused:
             self.clock.reading(now)
         if self.queued > broker.max_pending_bytes:
@@ -137,7 +144,7 @@ class _Connection(asyncio.Protocol):
                 return
             self.pause("room")
             broker.waiting_room.append(self)
-        if buf and before == 0:
+        if self.held_bytes and before == 0:
             broker.wake(partial=True)  # the watch looks for it to be overdue
         self.next()
 
@@ -185,9 +192,10 @@ class _Connection(asyncio.Protocol):
                 self.broker.apis.forget(self)
         if not self.closed:
             self.closed = True
-        self.broker.buffered -= self.queued + len(self.buf)
+        self.broker.buffered -= self.queued + self.held_bytes
         self.queued = 0
-        self.buf = bytearray()
+        self.held = []
+        self.held_bytes = 0
         self.frames.clear()
         self.broker.room()
 
@@ -207,8 +215,11 @@ class _Connection(asyncio.Protocol):
             self.broker.room()
 
     def request(self, frame):
-        answer_frame(self.broker.apis, frame, self.node_id, self.host, self.answered, self)
-        self.broker.wake()  # the handlers' next deadline may have changed
+        apis = self.broker.apis
+        answer_frame(apis, frame, self.node_id, self.host, self.answered, self)
+        if apis.deadlines_changed:  # the watch looks again at the handlers' next deadline
+            apis.deadlines_changed = False
+            self.broker.wake()
 
     def answered(self, outcome):
         """The answer's bytes, None (nothing to send) or a Close: the next frame follows."""
