@@ -763,3 +763,54 @@ def test_the_broker_and_its_command_load_no_pcap_or_capture_reading_code():
     assert set(proxy.__all__) <= set(dir(proxy))
     with pytest.raises(AttributeError, match="no_such_name"):
         proxy.no_such_name  # noqa: B018
+
+
+def test_the_broker_command_loads_neither_the_proxy_server_nor_the_other_commands():
+    # `fastkwire broker` listens sooner for importing only what it runs
+    src = os.path.dirname(os.path.dirname(fastkwire.__file__))
+    env = dict(os.environ, PYTHONPATH=src)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "fastkwire",
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith("listening on 127.0.0.1:")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if "|" in line}
+    assert "fastkwire.broker._apis" in imported
+    unwanted = {
+        "fastkwire.cli",
+        "fastkwire._proxy_cli",
+        "fastkwire.proxy._server",
+        "fastkwire.admin",
+    }
+    assert not imported & unwanted
+
+
+def test_the_broker_command_leaves_help_and_usage_errors_to_the_whole_command_line():
+    src = os.path.dirname(os.path.dirname(fastkwire.__file__))
+    env = dict(os.environ, PYTHONPATH=src)
+    run = [sys.executable, "-m", "fastkwire", "broker"]
+    out = subprocess.run([*run, "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "exit codes:" in out.stdout and "--listen" in out.stdout
+    out = subprocess.run(
+        [*run, "--partitions", "0"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2
+    assert "fastkwire broker: error: argument --partitions: not a positive count" in out.stderr
