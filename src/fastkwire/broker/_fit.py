@@ -27,8 +27,8 @@ def _fit(obj, plan):
             value = getattr(defaults, name)
             if type(value) is list:
                 value = list(value)  # its own (a default list is empty)
-            elif type(value) not in _SHARED:  # a struct: its own, as the class makes it
-                value = getattr(type(obj)(), name)
+            elif type(value) not in _SHARED:  # a struct of defaults: its own
+                value = type(value)()
             setattr(obj, name, value)
         elif nested is not None:
             value = getattr(obj, name)
