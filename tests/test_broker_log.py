@@ -6,6 +6,7 @@ version asked)."""
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -814,3 +815,29 @@ def test_the_broker_command_leaves_help_and_usage_errors_to_the_whole_command_li
     )
     assert out.returncode == 2
     assert "fastkwire broker: error: argument --partitions: not a positive count" in out.stderr
+
+
+@pytest.mark.parametrize("version", range(4, 18))
+def test_fetch_answers_in_pieces_are_the_codec_encoding_byte_for_byte(version):
+    from fastkwire.broker._splice import SPLICE_MIN, encode_fetch
+
+    R = fastkwire.FetchResponse
+    big = records.write_batch([Record(timestamp=1, value=b"v" * SPLICE_MIN)])
+    sizes = (big, b"", bytearray(big) + big, records.write_batch([Record(timestamp=2)]))
+
+    def answer():
+        parts = [
+            R.PartitionData(partition_index=i, high_watermark=9, records=data)
+            for i, data in enumerate(sizes)
+        ]
+        topics = [R.FetchableTopicResponse(topic="t", partitions=parts)]
+        if version >= 13:
+            topics[0].topic, topics[0].topic_id = "", uuid.UUID(int=7)
+        return R(throttle_time_ms=3, responses=topics)
+
+    pieces = encode_fetch(answer(), version, 42)
+    assert type(pieces) is tuple  # two records fields over SPLICE_MIN went in as they are
+    assert sum(1 for p in pieces if p is big) == 1
+    assert b"".join(pieces) == fastkwire.encode_response(answer(), version, 42)
+    small = R(responses=[R.FetchableTopicResponse(partitions=[R.PartitionData(records=b"x")])])
+    assert encode_fetch(small, version, 1) == fastkwire.encode_response(small, version, 1)

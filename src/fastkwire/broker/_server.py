@@ -228,7 +228,9 @@ class _Connection(asyncio.Protocol):
         if isinstance(outcome, Close):
             self.end(outcome.reason)
             return
-        if outcome is not None:
+        if type(outcome) is tuple:  # a Fetch answer's pieces, its records as the log has them
+            self.transport.writelines(outcome)
+        elif outcome is not None:
             self.transport.write(outcome)
         self.busy = False
         # An answer may come from another connection's request (a Fetch that waited): the
