@@ -1,6 +1,6 @@
 """Records per broker CPU second: `fastkwire broker` against Tansu, in one run.
 
-    python benchmarks/broker_throughput.py [--records 100000] [--size 100] [--repeat 3]
+    python benchmarks/broker_throughput.py [--records 100000] [--size 100] [--repeat 5]
                                            [--client confluent --client kafka-python]
 
 Each broker runs as its own process on a free 127.0.0.1 port, started afresh for every
@@ -195,7 +195,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1000, metavar="RECORDS")
     parser.add_argument("--client", choices=tuple(CLIENTS), action="append")
     args = parser.parse_args()
