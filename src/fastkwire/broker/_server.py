@@ -60,6 +60,7 @@ class _Connection(asyncio.Protocol):
         self.frames = collections.deque()
         self.queued = 0  # bytes of the frames in `frames`
         self.busy = False  # a request is being answered
+        self.taking = False  # next() is taking frames (an answer given at once needs no call)
         self.closed = False
         self.paused = set()  # why reading is paused: "queue", "room", "write"
         self.write_paused = False
@@ -203,14 +204,18 @@ class _Connection(asyncio.Protocol):
 
     def next(self):
         """Take the next frame, unless one is being answered or the answers are not read."""
-        while not self.busy and self.frames and not self.closed and not self.write_paused:
-            frame = self.frames.popleft()
-            self.queued -= len(frame)
-            self.broker.buffered -= len(frame)
-            if self.queued <= self.broker.max_pending_bytes:
-                self.resume("queue")
-            self.busy = True
-            self.request(frame)
+        self.taking = True
+        try:
+            while not self.busy and self.frames and not self.closed and not self.write_paused:
+                frame = self.frames.popleft()
+                self.queued -= len(frame)
+                self.broker.buffered -= len(frame)
+                if self.queued <= self.broker.max_pending_bytes:
+                    self.resume("queue")
+                self.busy = True
+                self.request(frame)
+        finally:
+            self.taking = False
         if not self.frames:
             self.broker.room()
 
@@ -233,9 +238,11 @@ class _Connection(asyncio.Protocol):
         elif outcome is not None:
             self.transport.write(outcome)
         self.busy = False
-        # An answer may come from another connection's request (a Fetch that waited): the
-        # next frame is taken on the loop's next turn, not inside that request's handling.
-        asyncio.get_running_loop().call_soon(self.next)
+        # Answered at once, inside next(): its loop takes the next frame. An answer may also
+        # come from another connection's request (a Fetch that waited): then the next frame
+        # is taken on the loop's next turn, not inside that request's handling.
+        if not self.taking:
+            asyncio.get_running_loop().call_soon(self.next)
 
 
 def _group_coordinator(groups, cluster):
