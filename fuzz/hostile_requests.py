@@ -371,6 +371,8 @@ def check_one(apis, clock, errors, frame, node=0):
         if header is None or produce_acks(frame, header) != 0:
             raise Finding("no answer to a request that is not an acks=0 Produce")
         return "silent"
+    if isinstance(outcome, tuple):  # a Fetch answer in pieces: they must make one frame
+        outcome = b"".join(outcome)
     if not isinstance(outcome, bytes):
         raise Finding(f"an outcome of type {type(outcome).__name__}")
     (size,) = struct.unpack_from(">i", outcome)

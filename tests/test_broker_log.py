@@ -6,6 +6,7 @@ version asked)."""
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -851,3 +852,80 @@ def test_the_broker_and_its_command_load_no_pcap_or_capture_reading_code():
     assert set(proxy.__all__) <= set(dir(proxy))
     with pytest.raises(AttributeError, match="no_such_name"):
         proxy.no_such_name  # noqa: B018
+
+
+def test_the_broker_command_loads_neither_the_proxy_server_nor_the_other_commands():
+    # `fastkwire broker` listens sooner for importing only what it runs
+    src = os.path.dirname(os.path.dirname(fastkwire.__file__))
+    env = dict(os.environ, PYTHONPATH=src)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "fastkwire",
+            "broker",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith("listening on 127.0.0.1:")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if "|" in line}
+    assert "fastkwire.broker._apis" in imported
+    unwanted = {
+        "fastkwire.cli",
+        "fastkwire._proxy_cli",
+        "fastkwire.proxy._server",
+        "fastkwire.admin",
+    }
+    assert not imported & unwanted
+
+
+def test_the_broker_command_leaves_help_and_usage_errors_to_the_whole_command_line():
+    src = os.path.dirname(os.path.dirname(fastkwire.__file__))
+    env = dict(os.environ, PYTHONPATH=src)
+    run = [sys.executable, "-m", "fastkwire", "broker"]
+    out = subprocess.run([*run, "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "exit codes:" in out.stdout and "--listen" in out.stdout
+    out = subprocess.run(
+        [*run, "--partitions", "0"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2
+    assert "fastkwire broker: error: argument --partitions: not a positive count" in out.stderr
+
+
+@pytest.mark.parametrize("version", range(4, 18))
+def test_fetch_answers_in_pieces_are_the_codec_encoding_byte_for_byte(version):
+    from fastkwire.broker._splice import SPLICE_MIN, encode_fetch
+
+    R = fastkwire.FetchResponse
+    big = records.write_batch([Record(timestamp=1, value=b"v" * SPLICE_MIN)])
+    sizes = (big, b"", bytearray(big) + big, records.write_batch([Record(timestamp=2)]))
+
+    def answer():
+        parts = [
+            R.PartitionData(partition_index=i, high_watermark=9, records=data)
+            for i, data in enumerate(sizes)
+        ]
+        topics = [R.FetchableTopicResponse(topic="t", partitions=parts)]
+        if version >= 13:
+            topics[0].topic, topics[0].topic_id = "", uuid.UUID(int=7)
+        return R(throttle_time_ms=3, responses=topics)
+
+    pieces = encode_fetch(answer(), version, 42)
+    assert type(pieces) is tuple  # two records fields over SPLICE_MIN went in as they are
+    assert sum(1 for p in pieces if p is big) == 1
+    assert b"".join(pieces) == fastkwire.encode_response(answer(), version, 42)
+    small = R(responses=[R.FetchableTopicResponse(partitions=[R.PartitionData(records=b"x")])])
+    assert encode_fetch(small, version, 1) == fastkwire.encode_response(small, version, 1)

@@ -14,19 +14,22 @@ SIGTERM, 2 bad usage, 3 it could not listen.
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 
+from ._cli_types import count as _count
+from ._cli_types import rule as _rule
 from ._printable import os_error_text, printable
-from ._proxy_cli import _count, _rule
 from .broker import Broker, GroupConfig
 from .broker._sasl import MECHANISMS
 from .broker._security import PROTOCOLS, split_listener
 from .proxy._faults import RuleError, read_rules_file
 from .proxy._loop import LOOPS, loop_factory, loop_name, run
-from .proxy._server import parse_address
+from .proxy._caps import parse_address
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 3
+EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 130, 141  # as fastkwire.cli's
 DEFAULT_LISTEN = ("127.0.0.1", 9092)
 # The library's parameter names, as the flags the user typed (errors name the flag).
 FLAGS = {
@@ -178,6 +181,47 @@ def add_broker(subparsers):
     )
     parser.set_defaults(run=run_broker)
     return parser
+
+
+class _NotHere(Exception):
+    """A command line this quick path leaves to fastkwire.cli (help, a usage error)."""
+
+
+class _QuickParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _NotHere(message)
+
+    def print_help(self, file=None):
+        raise _NotHere("help")
+
+
+def quick_main(argv):
+    """`fastkwire broker ARGS` (argv: ARGS) run without the rest of the command line, so
+    that it listens sooner; None when fastkwire.cli must run it instead (help, a usage
+    error: its parser says them, secrets hidden)."""
+    parser = _QuickParser(prog="fastkwire", add_help=False)
+    add_broker(parser.add_subparsers(dest="command"))
+    try:
+        args = parser.parse_args(["broker", *argv])
+    except _NotHere:
+        return None
+    args.prog = "fastkwire broker"
+    try:
+        return args.run(args)
+    except BrokenPipeError:  # the reader of the address line went away, as cli says it
+        return EXIT_CLOSED_PIPE
+    except KeyboardInterrupt:
+        print(f"{args.prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - a command line prints errors, not tracebacks
+        if os.environ.get("FASTKWIRE_DEBUG"):
+            raise
+        print(
+            f"{args.prog}: unexpected error: {type(exc).__name__}: {printable(exc)} "
+            "(set FASTKWIRE_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
 
 
 def run_broker(args, out=None, err=None):

@@ -74,6 +74,46 @@ def _field_kind(f) -> int:
     return _model.VALUE
 
 
+class _LazyInit:
+    """A class's __init__ until it is first called: the keyword-only __init__ is compiled
+    then and put in its place. Most classes a program loads are never constructed by keyword
+    (decoding makes their objects without __init__), and compiling is most of what loading
+    a class costs. inspect.signature sees the compiled one's."""
+
+    __slots__ = ("_args", "_init")
+    __name__ = "__init__"
+
+    def __init__(self, struct, module, classes):
+        self._args = (struct, module, classes)
+        self._init = None
+
+    def _compiled(self, cls):
+        init = self._init
+        if init is None:
+            init = self._init = _make_init(*self._args)
+        for owner in cls.__mro__:  # the class this stands in: __init__ is its own now
+            if owner.__dict__.get("__init__") is self:
+                owner.__init__ = init
+                break
+        return init
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        return self._compiled(cls or type(obj)).__get__(obj, cls)
+
+    def __call__(self, obj, *args, **kwargs):  # called from the class: __init__(obj, ...)
+        self._compiled(type(obj))(obj, *args, **kwargs)
+
+    @property
+    def __signature__(self):
+        import inspect
+
+        if self._init is None:
+            self._init = _make_init(*self._args)
+        return inspect.signature(self._init)
+
+
 def _make_init(struct, module: str, classes: dict):
     """A keyword-only __init__ with the schema's defaults, compiled once per class."""
     from . import _wire
@@ -183,7 +223,7 @@ def make_message_class(
             "__module__": module,
             "__qualname__": name if root else f"{name}.{struct.name}",
             "__doc__": struct.doc or _plain_doc(m, struct, root),
-            "__init__": _make_init(struct, module, by_struct),
+            "__init__": _LazyInit(struct, module, by_struct),
             "_NAME": struct.name,
             "_FIELDS": tuple(
                 (f.py_name, _field_kind(f), by_struct.get(f.struct.name) if f.is_struct else None)

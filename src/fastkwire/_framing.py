@@ -69,7 +69,7 @@ def _frame(*parts):
     size = sum(len(p) for p in parts)
     if size > 0x7FFFFFFF:  # the size prefix is an int32
         raise _e.message_too_large()
-    return _SIZE.pack(size) + b"".join(parts)
+    return b"".join((_SIZE.pack(size), *parts))  # one copy of the parts
 
 
 TRAILING = ("error", "keep")

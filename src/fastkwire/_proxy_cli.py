@@ -13,6 +13,9 @@ import signal
 import sys
 
 from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
+from ._cli_types import address as _address
+from ._cli_types import count as _count
+from ._cli_types import rule as _rule
 from ._printable import os_error_text, printable
 from .connection import make_tls_context
 from .connection_errors import OptionError
@@ -36,7 +39,6 @@ from .proxy import (
     Proxy,
     ProxyEvent,
     QueuedSink,
-    Rule,
     RuleError,
     Summary,
     event_json,
@@ -44,7 +46,6 @@ from .proxy import (
     exchange_dict,
     exchange_json,
     exchange_line,
-    parse_address,
     read_rules_file,
 )
 
@@ -95,13 +96,6 @@ def _python_path(proxy):
     return f", Python forwarding (FASTKWIRE_PROXY_FORWARD=compiled cannot carry {why})"
 
 
-def _address(text):
-    try:
-        return parse_address(text, "address")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT") from None
-
-
 def _broker(text):
     """One broker by --bootstrap-server's rule: HOST:PORT, HOST (port 9092), [IPV6]:PORT."""
     from .admin import parse_servers
@@ -115,12 +109,6 @@ def _broker(text):
             f"{text!r} is not one broker: HOST:PORT, or HOST for port 9092"
         )
     return servers[0]
-
-
-def _count(text):
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"not a positive count: {text!r}")
-    return int(text)
 
 
 def _port(text):
@@ -151,13 +139,6 @@ def _mapping(text):
     if not sep:
         raise argparse.ArgumentTypeError(f"{text!r} is not BROKER-HOST:PORT=LOCAL-HOST:PORT")
     return _address(broker), _address(local)
-
-
-def _rule(text):
-    try:
-        return Rule.parse(text)
-    except RuleError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 # ---------------------------------------------------------------- fastkwire proxy

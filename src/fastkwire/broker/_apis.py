@@ -94,6 +94,8 @@ DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG = 5, 1, 4
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 READ_COMMITTED = 1
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+# APIs whose handling sets no deadline (a Fetch that waits says so itself).
+_NO_DEADLINES = frozenset((ProduceRequest.API_KEY, FetchRequest.API_KEY))
 
 
 def code(name):
@@ -179,6 +181,9 @@ class Apis:
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         self.fetch_session_cache_slots = fetch_session_cache_slots
         self.fetch_sessions = {}  # node id -> its FetchSessionCache (sessions are a node's)
+        # Set when a request may have brought a deadline nearer (tick() should be called
+        # again): every API but Produce and a Fetch answered at once; the server clears it.
+        self.deadlines_changed = False
         # API key -> (min version, max version, handler); the handlers' versions.
         self.served = {
             cls.API_KEY: (low, min(high, cls.MAX_VERSION), handler)
@@ -237,6 +242,8 @@ class Apis:
         """Answer `request` (decoded at `version`) by calling `reply(response)` once, now or
         from a later handle() or tick(); reply(CLOSE) asks for the connection to be closed,
         reply(NO_ANSWER) sends nothing (acks=0)."""
+        if api_key not in _NO_DEADLINES:
+            self.deadlines_changed = True
         served = self.served.get(api_key)
         if served is not None:
             if api_key in TRANSACTION_API_KEYS and len(self.cluster.nodes) > 1:
@@ -613,6 +620,7 @@ class Apis:
             if topic is not None and 0 <= p.partition < len(topic.partitions):
                 waiting.partitions.add(topic.partitions[p.partition])
         self._waiting.append(waiting)
+        self.deadlines_changed = True
         return None
 
     def _clock_ms(self):

@@ -3,8 +3,9 @@ API or version that is not served as Kafka does, decode the request with the cod
 to `Apis`, encode the answer at the request's version with its correlation id.
 
 `answer_frame(apis, frame, node_id, client_host, done, connection)` calls `done(outcome)` exactly once,
-now or later (a Fetch that waits): the answer's bytes, `None` (an acks=0 Produce: nothing is
-sent), or a `Close` saying why the connection ends (a frame that does not decode, an answer
+now or later (a Fetch that waits): the answer's bytes (a tuple of bytes-like pieces, to be
+written in order, for a Fetch answer with large records: _splice.py), `None` (an acks=0
+Produce: nothing is sent), or a `Close` saying why the connection ends (a frame that does not decode, an answer
 the version cannot carry). The server writes or closes; fuzz/hostile_requests.py checks these
 outcomes against every mutated frame.
 """
@@ -12,16 +13,23 @@ outcomes against every mutated frame.
 import logging
 from types import SimpleNamespace
 
-from .. import ApiVersionsRequest, ApiVersionsResponse, decode_request, encode_response
+from .. import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FetchRequest,
+    decode_request,
+    encode_response,
+)
 from ..error_codes import by_name
 from ..errors import DecodeError, EncodeError, UnsupportedVersionError
-from ..proxy._faults import error_answer
 from ..proxy._frames import request_header
 from ._apis import CLOSE, NO_ANSWER, Context
+from ._splice import encode_fetch
 
 log = logging.getLogger("fastkwire.broker")
 
 API_VERSIONS = ApiVersionsRequest.API_KEY
+FETCH = FetchRequest.API_KEY  # its answers are spliced (_splice.py)
 UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
 
 
@@ -50,7 +58,8 @@ def answer_frame(apis, frame, node_id, client_host, done, connection=None):
         done(_unsupported(apis, header, frame, served))
         return
     try:
-        header, request, _ = decode_request(frame, trailing="keep")
+        # Records as views of the frame: the log copies a batch once, as it keeps it.
+        header, request, _ = decode_request(frame, records="view", trailing="keep")
     except (DecodeError, UnsupportedVersionError) as e:
         done(Close(f"a request that does not decode ({e})"))
         return
@@ -80,6 +89,8 @@ def _encoded(response, api_key, version, correlation_id):
     if response is NO_ANSWER:
         return None
     try:
+        if api_key == FETCH:
+            return encode_fetch(response, version, correlation_id)
         return encode_response(response, version, correlation_id)
     except (EncodeError, UnsupportedVersionError) as e:
         log.error("the answer to API key %d v%d does not encode: %s", api_key, version, e)
@@ -100,6 +111,8 @@ def _unsupported(apis, header, frame, served):
             ],
         )
         return encode_response(response, 0, header.correlation_id)
+    from ..proxy._faults import error_answer  # rarely needed: imported on first use
+
     request = SimpleNamespace(
         api_key=header.api_key,
         api_version=header.api_version,

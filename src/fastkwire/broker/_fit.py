@@ -3,9 +3,13 @@ they know, and `fit` puts back the default of each field that version does not c
 codec refuses a non-default value there, as Kafka's generated code does). The definitions say
 which fields each version has; nothing here is written per API."""
 
+import uuid
 from functools import lru_cache
 
 from .. import _schema
+
+# Defaults that may be one object for every message (nothing can change them).
+_SHARED = frozenset((int, str, bytes, bool, float, type(None), uuid.UUID))
 
 
 def fit(message, version):
@@ -15,12 +19,17 @@ def fit(message, version):
 
 
 def _fit(obj, plan):
-    fresh = None  # an object of defaults, as the class's constructor makes them
+    defaults = None  # an object of defaults, as the class's constructor makes them
     for name, absent, nested in plan:
         if absent:
-            if fresh is None:
-                fresh = type(obj)()
-            setattr(obj, name, getattr(fresh, name))
+            if defaults is None:
+                defaults = _defaults(type(obj))
+            value = getattr(defaults, name)
+            if type(value) is list:
+                value = list(value)  # its own (a default list is empty)
+            elif type(value) not in _SHARED:  # a struct of defaults: its own
+                value = type(value)()
+            setattr(obj, name, value)
         elif nested is not None:
             value = getattr(obj, name)
             if value is None:
@@ -30,6 +39,12 @@ def _fit(obj, plan):
                     _fit(item, nested)
             else:
                 _fit(value, nested)
+
+
+@lru_cache(maxsize=None)
+def _defaults(cls):
+    """One object of defaults per class, only read."""
+    return cls()
 
 
 @lru_cache(maxsize=None)

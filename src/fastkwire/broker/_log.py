@@ -9,6 +9,7 @@ name, which the handlers put in their answers.
 
 import bisect
 import struct
+from array import array
 
 from .. import records
 from ..errors import DecodeError
@@ -155,9 +156,9 @@ class PartitionLog:
         self.aborted = []  # (producer id, first offset, marker offset) of aborted ones
         self.log_start = 0
         self.log_end = 0  # the next offset to assign
-        self._bases = []  # each batch's base offset
+        self._bases = array("q")  # each batch's base offset (8 bytes each, not an int object)
         self._batches = []  # each batch's bytes, base offset written in
-        self._max_ts = []  # each batch's max timestamp
+        self._max_ts = array("q")  # each batch's max timestamp
         self.bytes = 0
         self.leader_epoch = leader_epoch
         self.epochs = [(leader_epoch, 0)]  # (epoch, its start offset): the epoch cache
@@ -205,17 +206,27 @@ class PartitionLog:
         With `log_append_time`, the batch's max timestamp becomes `now_ms` and its
         timestamp type LogAppendTime (the CRC is computed again, as Kafka does)."""
         base = self.log_end
-        batch = bytearray(data)
-        _BASE_OFFSET.pack_into(batch, 0, base)
-        _EPOCH.pack_into(batch, _EPOCH_AT, self.leader_epoch)
         max_ts = head.max_timestamp
         if log_append_time:
             max_ts = now_ms
+            batch = bytearray(data)
+            _BASE_OFFSET.pack_into(batch, 0, base)
+            _EPOCH.pack_into(batch, _EPOCH_AT, self.leader_epoch)
             attrs_at = BATCH_CRC_START
             struct.pack_into(">h", batch, attrs_at, head.attributes | _ATTRS_LOG_APPEND_TIME)
             _INT64.pack_into(batch, _MAX_TIMESTAMP_AT, max_ts)
             _CRC.pack_into(batch, _CRC_AT, records.crc32c(memoryview(batch)[BATCH_CRC_START:]))
-        batch = bytes(batch)
+            batch = bytes(batch)
+        else:  # one copy (Produce's records are a view of its frame), in one allocation
+            with memoryview(data) as view:
+                batch = b"".join(
+                    (
+                        _BASE_OFFSET.pack(base),
+                        view[8:_EPOCH_AT],
+                        _EPOCH.pack(self.leader_epoch),
+                        view[_EPOCH_AT + 4 :],
+                    )
+                )
         self._bases.append(base)
         self._batches.append(batch)
         self._max_ts.append(max_ts)

@@ -33,7 +33,7 @@ import socket
 import time
 
 from ..proxy._frames import request_header
-from ..proxy._server import (
+from ..proxy._caps import (
     DEFAULT_FRAME_TIMEOUT,
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_CONNECTIONS,
@@ -64,6 +64,7 @@ WATCH_INTERVAL_MAX = 1.0  # seconds between looks for overdue frames, at most
 FAILED_ANSWER_CLOSE_DELAY = 0.1  # Kafka's connection.failed.authentication.delay.ms
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
 IDLE_SCAN_MAX = 60.0  # seconds between looks for idle connections, at most
+BIG_READ = 64 * 1024  # a read at least this big is held as it came, until its frame is whole
 
 
 class _Connection(asyncio.Protocol):
@@ -74,11 +75,14 @@ class _Connection(asyncio.Protocol):
         self.node_id = node_id
         self.transport = None
         self.host = ""
-        self.buf = bytearray()
-        self.consumed = 0  # stream offset of buf[0], for error messages
+        self.held = []  # the pieces of a frame not yet whole, as read
+        self.held_bytes = 0
+        self.need = 0  # the size of that frame with its prefix, once its prefix is read
+        self.consumed = 0  # stream offset of the first byte held, for error messages
         self.frames = collections.deque()
         self.queued = 0  # bytes of the frames in `frames`
         self.busy = False  # a request is being answered
+        self.taking = False  # next() is taking frames (an answer given at once needs no call)
         self.closed = False
         self.paused = set()  # why reading is paused: "queue", "room", "write"
         self.write_paused = False
@@ -112,37 +116,50 @@ class _Connection(asyncio.Protocol):
             return
         broker = self.broker
         self.active = time.monotonic()
-        before = len(self.buf)
-        self.buf += data
-        buf = self.buf
-        n = len(buf)
+        data = bytes(data)  # asyncio gives bytes: no copy
+        before = self.held_bytes
+        if before:
+            held = self.held
+            if len(data) < BIG_READ:  # small reads share a bytearray: few pieces, whatever comes
+                if type(held[-1]) is not bytearray:
+                    held.append(bytearray())
+                held[-1] += data
+            else:
+                held.append(data)
+            self.held_bytes += len(data)
+            # Part of a frame, still short of its size: its pieces are joined once, at the end.
+            buf = None if self.held_bytes < self.need else b"".join(self.held)
+        else:
+            buf = data  # nothing held (the usual case): frames are taken from the read itself
         start = 0
         completed = 0
-        limit = self.limit
-        while n - start >= 4:
-            size = int.from_bytes(buf[start : start + 4], "big", signed=True)
-            if size < 0 or size > limit:
-                cap = "max_frame_bytes" if self.sasl is None else "before SASL authentication"
-                self.end(
-                    f"a request size prefix of {size} bytes at stream offset "
-                    f"{self.consumed + start} (limit {limit}: {cap}): not Kafka framing"
-                )
-                return
-            end = start + 4 + size
-            if end > n:
-                break
-            with memoryview(buf) as view:  # one copy, and no export left behind
-                frame = view[start:end].tobytes()
-            self.frames.append(frame)
-            self.queued += len(frame)
-            completed += 1
-            start = end
-        if start:
-            del buf[:start]
+        if buf is not None:
+            n = len(buf)
+            limit = self.limit
+            while n - start >= 4:
+                size = int.from_bytes(buf[start : start + 4], "big", signed=True)
+                if size < 0 or size > limit:
+                    cap = "max_frame_bytes" if self.sasl is None else "before SASL authentication"
+                    self.end(
+                        f"a request size prefix of {size} bytes at stream offset "
+                        f"{self.consumed + start} (limit {limit}: {cap}): not Kafka framing"
+                    )
+                    return
+                end = start + 4 + size
+                if end > n:
+                    break
+                frame = buf if start == 0 and end == n else buf[start:end]  # one copy at most
+                self.frames.append(frame)
+                self.queued += len(frame)
+                completed += 1
+                start = end
+            self.held = [buf[start:] if start else buf] if start < n else []
+            self.held_bytes = n - start
+            self.need = 4 + size if n - start >= 4 else 0  # the held frame's whole size
             self.consumed += start
-        broker.buffered += n - before  # what this read added, now queued or held
+        broker.buffered += len(data)  # what this read added, now queued or held
         now = time.monotonic()
-        self.clock.read(now, bool(completed), bool(buf))
+        self.clock.read(now, bool(completed), bool(self.held_bytes))
         if not self.paused:
             self.clock.reading(now)
         if self.queued > broker.max_pending_bytes:
@@ -156,7 +173,7 @@ class _Connection(asyncio.Protocol):
                 return
             self.pause("room")
             broker.waiting_room.append(self)
-        if buf and before == 0:
+        if self.held_bytes and before == 0:
             broker.wake(partial=True)  # the watch looks for it to be overdue
         self.next()
 
@@ -215,9 +232,10 @@ class _Connection(asyncio.Protocol):
                 self.broker.apis.forget(self)
         if not self.closed:
             self.closed = True
-        self.broker.buffered -= self.queued + len(self.buf)
+        self.broker.buffered -= self.queued + self.held_bytes
         self.queued = 0
-        self.buf = bytearray()
+        self.held = []
+        self.held_bytes = 0
         self.frames.clear()
         self.broker.room()
 
@@ -225,14 +243,18 @@ class _Connection(asyncio.Protocol):
 
     def next(self):
         """Take the next frame, unless one is being answered or the answers are not read."""
-        while not self.busy and self.frames and not self.closed and not self.write_paused:
-            frame = self.frames.popleft()
-            self.queued -= len(frame)
-            self.broker.buffered -= len(frame)
-            if self.queued <= self.broker.max_pending_bytes:
-                self.resume("queue")
-            self.busy = True
-            self.request(frame)
+        self.taking = True
+        try:
+            while not self.busy and self.frames and not self.closed and not self.write_paused:
+                frame = self.frames.popleft()
+                self.queued -= len(frame)
+                self.broker.buffered -= len(frame)
+                if self.queued <= self.broker.max_pending_bytes:
+                    self.resume("queue")
+                self.busy = True
+                self.request(frame)
+        finally:
+            self.taking = False
         if not self.frames:
             self.broker.room()
 
@@ -253,7 +275,10 @@ class _Connection(asyncio.Protocol):
                 self.answered,
                 asyncio.get_running_loop(),
             )
-        self.broker.wake()  # the handlers' next deadline may have changed
+        apis = self.broker.apis
+        if apis.deadlines_changed:  # the watch looks again at the handlers' next deadline
+            apis.deadlines_changed = False
+            self.broker.wake()
 
     def _answer(self, frame, done):
         sasl = self.sasl
@@ -273,13 +298,18 @@ class _Connection(asyncio.Protocol):
         if isinstance(outcome, Close):
             self.end(outcome.reason, outcome.answer)
             return
-        if outcome is not None:
+        if type(outcome) is tuple:  # a Fetch answer's pieces, its records as the log has them
+            self.transport.writelines(outcome)
+            self.active = time.monotonic()
+        elif outcome is not None:
             self.transport.write(outcome)
             self.active = time.monotonic()
         self.busy = False
-        # An answer may come from another connection's request (a Fetch that waited): the
-        # next frame is taken on the loop's next turn, not inside that request's handling.
-        asyncio.get_running_loop().call_soon(self.next)
+        # Answered at once, inside next(): its loop takes the next frame. An answer may also
+        # come from another connection's request (a Fetch that waited): then the next frame
+        # is taken on the loop's next turn, not inside that request's handling.
+        if not self.taking:
+            asyncio.get_running_loop().call_soon(self.next)
 
 
 class _TlsAccept(asyncio.Protocol):
@@ -660,6 +690,7 @@ class Broker:
         """Fires the handlers' deadlines (Fetch waits, group timers) and ends connections
         whose frame is overdue (looked for every `interval`, not at every wake-up)."""
         interval = min(self.frame_timeout / 4, WATCH_INTERVAL_MAX)
+        loop = asyncio.get_running_loop()
         next_scan = None  # when to look for overdue frames; None: no partial frame known
         idle = self.connections_max_idle_ms / 1000
         idle_interval = min(idle / 4, IDLE_SCAN_MAX)
@@ -696,7 +727,10 @@ class Broker:
                 next_scan = now + interval if partial else None
             waits = [t - now for t in (deadline, next_scan, next_idle_scan) if t is not None]
             self._wake.clear()
+            # A timer that sets the event, not wait_for: no task per wake-up (one a request).
+            timer = loop.call_later(max(min(waits), 0), self._wake.set) if waits else None
             try:
-                await asyncio.wait_for(self._wake.wait(), max(min(waits), 0) if waits else None)
-            except asyncio.TimeoutError:
-                pass
+                await self._wake.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
