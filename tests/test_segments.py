@@ -378,6 +378,33 @@ def test_a_batch_larger_than_the_block(kernel, tmp_path):
     assert pa.Table.from_batches(blocks).equals(whole)
 
 
+@pytest.mark.parametrize("codec", ["none", pytest.param("gzip", marks=needs_cramjam)])
+def test_a_batch_of_megabytes_larger_than_the_block(tmp_path, codec):
+    """One batch of 3 MiB between small ones, read with a block of 1 MiB: read whole (the
+    block grows to that batch for it), then back to blocks."""
+    import random
+
+    def text(i):  # compresses about 2:1, as real records might
+        return random.Random(i).randbytes(500).hex().encode()
+
+    small = [Record(value=b"a%d" % i) for i in range(10)]
+    big = [Record(value=text(i)) for i in range(3000)]
+    batches = [
+        records.write_batch(small, base_offset=0),
+        records.write_batch(big, base_offset=10, compression=codec),
+        records.write_batch(small, base_offset=3010),
+    ]
+    assert len(batches[1]) > 1 << 20
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(b"".join(batches))
+    blocks = list(fastkwire.iter_segments(tmp_path / "t-0", block_size=1 << 20))
+    table = pa.Table.from_batches(blocks)
+    assert table.column("offset").to_pylist() == list(range(3020))
+    assert table.column("value").to_pylist()[10:3010] == [r.value for r in big]
+    part = fastkwire.read_segments(tmp_path / "t-0", block_size=1 << 20, start_offset=3000)
+    assert part.column("offset").to_pylist() == list(range(3000, 3020))
+
+
 @needs_kafka_python
 def test_paths_uris_and_filesystems(tmp_path):
     lay_out(tmp_path / "logs" / "a-b-0", kafka_python_batches(120))

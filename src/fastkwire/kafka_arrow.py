@@ -20,7 +20,8 @@ How a read goes:
    (while the previous answer is converted), handing over one answer per leader at a
    time, so memory is bounded by `block_size` per leader (a Fetch asks for a quarter of
    it; an answer over half of it is refused unread; its batches decompress to half of
-   it at a time). Partitions whose leader moved (NOT_LEADER_OR_FOLLOWER,
+   it at a time), or by one batch when a single batch is larger (a broker sends it
+   whole, KIP-74: its partition is asked alone, and that answer may hold it). Partitions whose leader moved (NOT_LEADER_OR_FOLLOWER,
    FENCED_LEADER_EPOCH and the like) wait together for one metadata refresh, within one
    deadline (request_timeout_ms); OFFSET_OUT_OF_RANGE is a `KafkaReadError` naming the
    partition and the offsets it holds; a broker that goes away (planning included) is
@@ -53,8 +54,9 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a chi
     raise ImportError(
         f"fastkwire.read_kafka needs {_missing.name}: pip install 'fastkwire[arrow]'"
     ) from _missing
-from .connection import Connection, Security, format_address
+from .connection import DEFAULT_ANSWER_LIMIT, Connection, Security, format_address
 from .connection_errors import (
+    AnswerTooLargeError,
     KafkaClientError,
     KafkaConnectionError,
     KafkaSecurityError,
@@ -92,6 +94,13 @@ FETCH_MAX_WAIT_MS = 500
 CLOSE_WAIT = 5.0  # seconds close() waits for the fetch threads, all of them together
 ANSWER_SHARE = 4  # a Fetch answer holds at most block_size / ANSWER_SHARE bytes
 ANSWER_LIMIT_SHARE = 2  # an answer may be block_size / 2: room for one batch over max_bytes
+# One batch larger than the block is read whole (a broker sends a partition's first batch
+# whole however large, KIP-74), up to the connection's cap on an answer; compressed, it may
+# decompress to this many times its size (or half the block, if more).
+ONE_BATCH_LIMIT = DEFAULT_ANSWER_LIMIT
+ONE_BATCH_RATIO = 8
+ANSWER_HEADERS = 4096  # an answer's own fields, beside its records
+PARTITION_HEADERS = 256  # a partition's fields in an answer (and its aborted transactions)
 MAX_LEADER_RETRIES = 10
 MAX_BROKER_RETRIES = 1  # a broker that fails is tried once more after a metadata refresh
 RETRY_BACKOFF = 0.2
@@ -584,6 +593,7 @@ def _fetch(
     min_bytes=1,
     answer_limit=None,
     deadline=None,
+    check_frame=None,
 ):
     """One Fetch of {key: (offset, partition max bytes)}; an answer over `answer_limit`
     bytes is refused before it is read."""
@@ -610,6 +620,7 @@ def _fetch(
         version,
         max_answer_bytes=answer_limit,
         deadline=deadline,
+        check_frame=check_frame,
     )
 
 
@@ -889,6 +900,24 @@ def _batch_ends(data):
     return last, pos
 
 
+def _first_batch_size(data):
+    """The bytes the first batch in `data` takes, as its header says (None if it cannot)."""
+    if len(data) < 12:
+        return None
+    (length,) = _LENGTH.unpack_from(data, 8)
+    return 12 + length if length >= 0 else None
+
+
+def _records_of(answer, key):
+    """The records of `key` in a Fetch answer (its first mention), b"" if none."""
+    for t in answer.responses:
+        if t.topic == key[0]:
+            for p in t.partitions:
+                if p.partition_index == key[1]:
+                    return p.records or b""
+    return b""
+
+
 def _compressed_spans(data):
     """(start, stop, 1 if compressed else 0) of each whole batch in `data`, from headers."""
     spans, n, pos = [], len(data), 0
@@ -913,6 +942,7 @@ class _Leader(threading.Thread):
     def __init__(self, reader, node):
         super().__init__(name=f"fastkwire-fetch-{node}", daemon=True)
         self.reader, self.node = reader, node
+        self.conn = None
         self.inbox = queue.Queue()  # (key, offset, end) to fetch
         self.active = {}  # key -> [next offset, end]
         self.credit = threading.Semaphore(1)
@@ -921,10 +951,9 @@ class _Leader(threading.Thread):
         self.dead = False
 
     def run(self):
-        conn = None
         try:
-            conn = self.reader.cluster.connect(self.node)
-            self._loop(conn)
+            self.conn = self.reader.cluster.connect(self.node)
+            self._loop()
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
             with self.lock:  # from now on the reader gives its partitions to a new thread
                 self.dead = True
@@ -938,8 +967,8 @@ class _Leader(threading.Thread):
                         left.append(item)
             self.reader.out.put(("gone", self, exc, left))
         finally:
-            if conn is not None:
-                conn.close()
+            if self.conn is not None:
+                self.conn.close()
 
     def take(self, key, offset, end):
         """Queue a partition for this thread; False once it has failed."""
@@ -956,15 +985,69 @@ class _Leader(threading.Thread):
         self.reader.out.put(item)
         return True
 
-    def _loop(self, conn):
+    def _wait_converted(self):
+        """Until the reader has converted what was handed over (False if stopped)."""
+        while not self.credit.acquire(timeout=0.1):
+            if self.stop.is_set():
+                return False
+        self.credit.release()
+        return True
+
+    def _fetch_alone(self, alone, active, most):
+        """Fetch one partition alone (`alone`: key, partition max bytes, answer limit),
+        for a batch larger than the block: the answer may hold that one batch past what
+        any answer may (`most`), nothing more. (the answer, the size of that batch or 0)"""
+        reader, conn = self.reader, self.conn
+        key, part_bytes, limit = alone
+        offset = active[key][0]
+        frame = [0]
+        try:
+            answer = _fetch(
+                conn,
+                {key: (offset, part_bytes)},
+                reader.isolation,
+                {key: reader.cluster.leaders.get(key, (None, -1))[1]},
+                max_bytes=part_bytes,
+                answer_limit=limit,
+                check_frame=lambda data, version: frame.__setitem__(0, len(data) - 4),
+            )
+        except AnswerTooLargeError as exc:
+            raise KafkaReadError(
+                f"{conn.address} announced a {exc.size}-byte answer to a Fetch of {_name(*key)} "
+                f"alone at offset {offset}, more than the {exc.limit} bytes it may take "
+                f"(what block_size={reader.block_size} allows, or one batch larger than it)",
+                topic=key[0],
+                partition=key[1],
+            ) from None
+        first = _first_batch_size(_records_of(answer, key)) or 0
+        big = first if first > most else 0
+        if frame[0] > most + big + ANSWER_HEADERS + PARTITION_HEADERS:
+            raise KafkaReadError(
+                f"{conn.address} answered a Fetch of {_name(*key)} at offset {offset} with "
+                f"{frame[0]} bytes: more than one batch larger than block_size="
+                f"{reader.block_size} (its first batch takes {first} bytes) and the "
+                f"{most} bytes an answer may hold beside it",
+                topic=key[0],
+                partition=key[1],
+            )
+        return answer, big
+
+    def _loop(self):
         reader = self.reader
         active = self.active
         # What one answer may hold: a share of block_size, since an answer is held twice
         # while it is decoded (the frame and its records) and the next one is in flight.
         per_partition = answer_bytes = max(reader.block_size // ANSWER_SHARE, 1024)
         # What an answer may be before it is refused unread: room for one batch larger
-        # than max_bytes (a broker sends the first batch whole, KIP-74), never more.
+        # than max_bytes, never more; unless it holds one batch larger than the block
+        # (`alone`, below).
         most = max(reader.block_size // ANSWER_LIMIT_SHARE, answer_bytes)
+        one_batch = max(ONE_BATCH_LIMIT, most)
+        # A partition to ask alone next: (key, partition max bytes, answer limit). A broker
+        # sends a partition's first batch whole however large (KIP-74), so an answer
+        # announced past `most` is refused unread, and its first partition asked alone:
+        # that answer may hold one batch larger than the block, and only that.
+        alone = None
         empty, since = 0, time.monotonic()
         while not self.stop.is_set():
             while True:
@@ -978,17 +1061,41 @@ class _Leader(threading.Thread):
             if not active:
                 since = time.monotonic()
                 continue
-            epochs = {k: reader.cluster.leaders.get(k, (None, -1))[1] for k in active}
-            wanted = {k: (o, per_partition) for k, (o, _) in active.items()}
-            answer = _fetch(
-                conn,
-                wanted,
-                reader.isolation,
-                epochs,
-                max_bytes=answer_bytes,
-                # the partitions' headers, and their aborted transactions (16 bytes each)
-                answer_limit=most + 4096 + 256 * len(wanted),
-            )
+            conn, big = self.conn, 0
+            if alone is not None and alone[0] in active:
+                answer, big = self._fetch_alone(alone, active, most)
+                alone = None
+            else:
+                alone = None
+                epochs = {k: reader.cluster.leaders.get(k, (None, -1))[1] for k in active}
+                wanted = {k: (o, per_partition) for k, (o, _) in active.items()}
+                try:
+                    answer = _fetch(
+                        conn,
+                        wanted,
+                        reader.isolation,
+                        epochs,
+                        max_bytes=answer_bytes,
+                        # the partitions' headers, and their aborted transactions
+                        answer_limit=most + ANSWER_HEADERS + PARTITION_HEADERS * len(wanted),
+                    )
+                except AnswerTooLargeError as exc:
+                    if exc.size > one_batch + ANSWER_HEADERS + PARTITION_HEADERS:
+                        names = ", ".join(_name(*k) for k in wanted)
+                        raise KafkaReadError(
+                            f"{conn.address} announced a {exc.size}-byte answer to a Fetch of "
+                            f"{names}, more than one batch may take ({one_batch} bytes)",
+                            topic=next(iter(wanted))[0],
+                            partition=next(iter(wanted))[1],
+                        ) from None
+                    # Unread, so the connection is gone: a new one asks for the first
+                    # partition alone; the next refusal asks another first.
+                    first = next(iter(active))
+                    active[first] = active.pop(first)
+                    alone = (first, per_partition, exc.size)
+                    self.conn = None
+                    self.conn = reader.cluster.connect(self.node)
+                    continue
             parts, moved, done = [], [], []
             seen = set()
             for t in answer.responses:
@@ -1024,18 +1131,23 @@ class _Leader(threading.Thread):
                         records = records[:whole]  # up to where it goes backwards
                     if after is None or after <= state[0]:
                         if records and len(records) >= per_partition:
-                            # A batch larger than the limit was cut: ask for more, up to the
-                            # most an answer may be.
-                            if per_partition >= most:
+                            # A batch larger than the limit was cut (as old brokers do): ask
+                            # for more, up to the most an answer may be, or for that batch
+                            # alone when it is larger than that.
+                            need = _first_batch_size(records) or 0
+                            if need <= len(records) or need > one_batch:
                                 raise KafkaReadError(
                                     f"{conn.address} sent no whole batch of {_name(*key)} at "
-                                    f"offset {state[0]} in {len(records)} bytes, the most "
-                                    f"block_size={reader.block_size} allows: a batch larger "
-                                    "than block_size / 2? (raise block_size)",
+                                    f"offset {state[0]} in {len(records)} bytes (its first "
+                                    f"batch says it takes {need}; one batch may take "
+                                    f"{one_batch})",
                                     topic=key[0],
                                     partition=key[1],
                                 )
-                            per_partition = min(per_partition * 2, most)
+                            if need > most:
+                                alone = (key, need, need + ANSWER_HEADERS + PARTITION_HEADERS)
+                            else:
+                                per_partition = max(min(per_partition * 2, most), need)
                         elif p.high_watermark <= state[0]:
                             raise KafkaReadError(
                                 f"{_name(*key)} ends at offset {p.high_watermark} on "
@@ -1066,6 +1178,10 @@ class _Leader(threading.Thread):
             if (parts or moved or done) and not self._hand_over(
                 ("answer", self, parts, moved, done)
             ):
+                return
+            # An answer holding a batch larger than the block is converted before the next
+            # Fetch is sent: memory stays about that batch, not two of them.
+            if big and parts and not self._wait_converted():
                 return
 
 
@@ -1233,6 +1349,9 @@ class _Reader:
     def _convert_spans(self, node, key, offset, end, records, aborted, spans, most, before):
         compressed = sum(c for _, _, c in spans)
         lo, hi = spans[0][0], spans[-1][1]
+        limit = max(most // max(compressed, 1), 1)
+        if len(spans) == 1 and hi - lo > most:  # one batch larger than the block
+            limit = max(most, ONE_BATCH_RATIO * (hi - lo))
         try:
             batch, after, _ = batches_to_arrow(
                 records if (lo, hi) == (0, len(records)) else memoryview(records)[lo:hi],
@@ -1243,7 +1362,7 @@ class _Reader:
                 check_crc=self.check_crc,
                 start_offset=offset,
                 end_offset=end,
-                max_decompressed=max(most // max(compressed, 1), 1),
+                max_decompressed=limit,
                 previous_offset=before[0],
             )
         except DecodeError as exc:
@@ -1260,7 +1379,7 @@ class _Reader:
                 return
             raise KafkaReadError(
                 f"{_name(*key)} from offset {offset}: a batch from {self.cluster.address(node)} "
-                f"decompresses to more than {most} bytes, what block_size={self.block_size} "
+                f"decompresses to more than {limit} bytes, what block_size={self.block_size} "
                 f"allows ({exc}; raise block_size if the batch is real)",
                 topic=key[0],
                 partition=key[1],
