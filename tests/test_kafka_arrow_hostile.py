@@ -929,3 +929,34 @@ def test_small_blocks_bound_an_answers_bombs_too():
         assert [o for x in got for o in x.column("offset").to_pylist()] == list(range(40))
     finally:
         b.close()
+
+
+def test_an_answer_of_batches_before_the_offset_names_them():
+    """Batches at the int64 edge (base offset -2**63): the stall names what was sent."""
+    good = records.write_batch([Record(value=b"x")] * 3, base_offset=0)
+    bad = struct.pack(">q", -(2**63)) + good[8:]
+    b = LogBroker({("t", 0): PartitionLog([good])})
+
+    def far_behind(key, version, request):
+        if key != FETCH:
+            return None
+        answer = b._fetch(request)
+        for t in answer.responses:
+            for p in t.partitions:
+                p.records = bad
+        return answer
+
+    b.fault = far_behind
+    try:
+        with pytest.raises(KafkaReadError) as info:
+            within(
+                20,
+                lambda: fastkwire.read_kafka(
+                    "t", bootstrap_servers=b.bootstrap, request_timeout_ms=2000
+                ),
+            )
+        text = str(info.value)
+        assert "topic 't' partition 0 at offset 0" in text and b.bootstrap in text
+        assert "only batches of offsets -9223372036854775808 to -9223372036854775806" in text
+    finally:
+        b.close()

@@ -406,6 +406,37 @@ def test_a_batch_of_megabytes_larger_than_the_block(tmp_path, codec):
 
 
 @needs_kafka_python
+@pytest.mark.parametrize(
+    "base, message",
+    [
+        (-(2**63), "a batch of offsets -9223372036854775808 to -9223372036854775806 comes after"),
+        (2**63 - 2, "offset out of the int64 range (base offset 9223372036854775806 + 2)"),
+    ],
+)
+def test_a_base_offset_at_the_int64_edge_is_named(kernel, tmp_path, base, message):
+    batch = records.write_batch([Record(value=b"x")] * 3, base_offset=0)
+    (tmp_path / "t-0").mkdir()
+    seg = tmp_path / "t-0" / "00000000000000000000.log"
+    seg.write_bytes(struct.pack(">q", base) + batch[8:])
+    for kw in ({}, {"start_offset": 1}, {"isolation_level": "read_committed"}):
+        with pytest.raises(SegmentError) as info:
+            fastkwire.read_segments(tmp_path / "t-0", **kw)
+        assert str(seg) in str(info.value) and message in str(info.value)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_named_as_a_segment_is_refused(tmp_path):
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(
+        records.write_batch([Record(value=b"x")], base_offset=0)
+    )
+    fifo = tmp_path / "t-0" / "00000000000000000001.log"
+    os.mkfifo(fifo)
+    for given in (fifo, tmp_path / "t-0", tmp_path):
+        with pytest.raises(ValueError, match=f"{fifo} is not a regular file or a directory"):
+            fastkwire.read_segments(given)
+
+
 def test_paths_uris_and_filesystems(tmp_path):
     lay_out(tmp_path / "logs" / "a-b-0", kafka_python_batches(120))
     lay_out(tmp_path / "logs" / "a-b-1", kafka_python_batches(60))

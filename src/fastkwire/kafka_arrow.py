@@ -1048,6 +1048,7 @@ class _Leader(threading.Thread):
         # announced past `most` is refused unread, and its first partition asked alone:
         # that answer may hold one batch larger than the block, and only that.
         alone = None
+        behind = {}  # key -> (first, last) offsets of an answer's batches before the offset
         empty, since = 0, time.monotonic()
         while not self.stop.is_set():
             while True:
@@ -1156,6 +1157,8 @@ class _Leader(threading.Thread):
                                 topic=key[0],
                                 partition=key[1],
                             )
+                        elif after is not None:  # whole batches, all before the offset asked
+                            behind[key] = (struct.unpack_from(">q", records)[0], after - 1)
                         continue
                     parts.append((key, state[0], state[1], records, p.aborted_transactions))
                     if after >= state[1]:
@@ -1165,12 +1168,21 @@ class _Leader(threading.Thread):
                         state[0] = after
             if parts:
                 empty, since = 0, time.monotonic()
+                behind.clear()
             else:
                 empty += 1
             if active and (
                 empty > MAX_EMPTY_FETCHES or time.monotonic() - since > reader.stall_seconds
             ):
-                names = ", ".join(f"{_name(*k)} at offset {s[0]}" for k, s in active.items())
+                names = ", ".join(
+                    f"{_name(*k)} at offset {s[0]}"
+                    + (
+                        f" (only batches of offsets {behind[k][0]} to {behind[k][1]}, before it)"
+                        if k in behind
+                        else ""
+                    )
+                    for k, s in active.items()
+                )
                 raise KafkaTimeoutError(
                     f"{conn.address} sent no records for {names} in {empty} answers "
                     f"({time.monotonic() - since:.1f} s)"
