@@ -212,13 +212,22 @@ def split_ranges(ranges, size, *, name="records_per_range", cap=MAX_RANGES):
     return out
 
 
-def spread(ranges, tasks):
+def spread(ranges, tasks, *, name="tasks", cap=MAX_RANGES):
     """The offsets of `ranges`, in order, cut into `tasks` lists of ranges holding about
     the same number of offsets each (fewer lists when there are fewer offsets); a range is
     split where a list's share ends, so each offset is in exactly one list. The work of
-    one task per CPU (fastkwire.ray's default)."""
+    one task per CPU (fastkwire.ray's default). At most `cap` lists: more tasks are made
+    `cap`, with a RuntimeWarning naming the parameter `name`. O(ranges + lists)."""
     if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
-        raise ValueError(f"tasks must be a positive int, not {tasks!r}")
+        raise ValueError(f"{name} must be a positive int, not {tasks!r}")
+    if tasks > cap:
+        warnings.warn(
+            f"{name}={tasks} is more than {cap} tasks: made {cap} "
+            "(fastkwire.kafka_arrow.MAX_RANGES)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        tasks = cap
     total = sum(len(r) for r in ranges)
     out, current, room = [], [], 0
     done = 0  # offsets handed out to the finished lists and `current`
