@@ -960,3 +960,31 @@ def test_an_answer_of_batches_before_the_offset_names_them():
         assert "only batches of offsets -9223372036854775808 to -9223372036854775806" in text
     finally:
         b.close()
+
+
+def test_batches_past_the_range_are_not_converted(monkeypatch):
+    """A task's range ends mid-partition: what the broker sends past its end (a Fetch asks
+    for a quarter of the block) is not converted; a range a gap covers reads nothing."""
+    log = keyed_log(0, 1000)
+    gap = keyed_log(1, 10) + [records.write_batch([Record(value=b"late")] * 10, base_offset=20)]
+    b = LogBroker({("t", 0): PartitionLog(log), ("t", 1): PartitionLog(gap)})
+    seen = []
+    real = kafka_arrow.batches_to_arrow
+
+    def spy(data, **kw):
+        seen.append((kw["partition"], len(data)))
+        return real(data, **kw)
+
+    monkeypatch.setattr(kafka_arrow, "batches_to_arrow", spy)
+    try:
+        options = kafka_arrow.ClientOptions(b.bootstrap, request_timeout_ms=3000)
+        ranges = [OffsetRange("t", 0, 0, 20), OffsetRange("t", 1, 12, 15)]
+        table = pa.Table.from_batches(
+            within(20, lambda: list(read_ranges(ranges, options=options))),
+            schema=kafka_arrow.SCHEMA,
+        )
+        assert offsets(table) == [(0, o) for o in range(20)]
+        assert sum(n for p, n in seen if p == 0) == len(log[0]) + len(log[1])
+        assert all(n == 0 for p, n in seen if p == 1), seen
+    finally:
+        b.close()

@@ -99,6 +99,11 @@ ANSWER_LIMIT_SHARE = 2  # an answer may be block_size / 2: room for one batch ov
 # decompress to this many times its size (or half the block, if more).
 ONE_BATCH_LIMIT = DEFAULT_ANSWER_LIMIT
 ONE_BATCH_RATIO = 8
+# A partition's first Fetch asks for at most this much; later ones for what its range still
+# needs at the bytes per offset its answers held (plus ASK_SLACK), so that a task whose
+# range ends mid-partition is not sent (and does not read) a quarter of the block past it.
+FIRST_ASK = 64 << 10
+ASK_SLACK = 16 << 10
 ANSWER_HEADERS = 4096  # an answer's own fields, beside its records
 PARTITION_HEADERS = 256  # a partition's fields in an answer (and its aborted transactions)
 MAX_LEADER_RETRIES = 10
@@ -882,12 +887,14 @@ def _resolve_on(conn, cluster, group, start_offset, end_offset, isolation):
 # ---------------------------------------------------------------- fetching
 
 
-def _batch_ends(data):
+def _batch_ends(data, end=None):
     """(the offset after the last whole batch in `data`, or None when there is none; the
     bytes those batches take), read from the batch headers alone (the records are
     converted later, off this thread). The batches end at the first one that does not
     start after the one before: an answer that goes backwards is read up to there, and the
-    rest fetched again from where it stopped, so no offset comes twice."""
+    rest fetched again from where it stopped, so no offset comes twice. They end too at
+    the first batch that starts at `end` or after (then the offset after them is `end`):
+    what a broker sends past the range is not converted."""
     n = len(data)
     pos = 0
     last = None
@@ -897,6 +904,8 @@ def _batch_ends(data):
             break
         if size >= 49 and data[pos + 16] == 2:
             first = struct.unpack_from(">q", data, pos)[0]
+            if end is not None and first >= end and (last is None or first >= last):
+                return end, pos  # the range has nothing more (compacted, if nothing)
             (delta,) = _LENGTH.unpack_from(data, pos + 23)
             after = first + delta + 1
         else:  # a legacy message: its offset is the last of what it holds
@@ -1057,6 +1066,7 @@ class _Leader(threading.Thread):
         # announced past `most` is refused unread, and its first partition asked alone:
         # that answer may hold one batch larger than the block, and only that.
         alone = None
+        asks = {}  # key -> the bytes to ask for it next
         behind = {}  # key -> (first, last) offsets of an answer's batches before the offset
         empty, since = 0, time.monotonic()
         while not self.stop.is_set():
@@ -1073,12 +1083,16 @@ class _Leader(threading.Thread):
                 continue
             conn, big = self.conn, 0
             if alone is not None and alone[0] in active:
+                wanted = {alone[0]: (active[alone[0]][0], alone[1])}
                 answer, big = self._fetch_alone(alone, active, most)
                 alone = None
             else:
                 alone = None
                 epochs = {k: reader.cluster.leaders.get(k, (None, -1))[1] for k in active}
-                wanted = {k: (o, per_partition) for k, (o, _) in active.items()}
+                wanted = {
+                    k: (o, asks.get(k, min(per_partition, FIRST_ASK)))
+                    for k, (o, _) in active.items()
+                }
                 try:
                     answer = _fetch(
                         conn,
@@ -1136,11 +1150,11 @@ class _Leader(threading.Thread):
                             *key,
                         )
                     records = p.records or b""
-                    after, whole = _batch_ends(records)
+                    after, whole = _batch_ends(records, state[1])
                     if after is not None and whole < len(records):
                         records = records[:whole]  # up to where it goes backwards
                     if after is None or after <= state[0]:
-                        if records and len(records) >= per_partition:
+                        if records and len(records) >= wanted.get(key, (0, per_partition))[1]:
                             # A batch larger than the limit was cut (as old brokers do): ask
                             # for more, up to the most an answer may be, or for that batch
                             # alone when it is larger than that.
@@ -1157,7 +1171,7 @@ class _Leader(threading.Thread):
                             if need > most:
                                 alone = (key, need, need + ANSWER_HEADERS + PARTITION_HEADERS)
                             else:
-                                per_partition = max(min(per_partition * 2, most), need)
+                                asks[key] = max(min(per_partition * 2, most), need)
                         elif p.high_watermark <= state[0]:
                             raise KafkaReadError(
                                 f"{_name(*key)} ends at offset {p.high_watermark} on "
@@ -1170,7 +1184,12 @@ class _Leader(threading.Thread):
                             behind[key] = (struct.unpack_from(">q", records)[0], after - 1)
                         continue
                     parts.append((key, state[0], state[1], records, p.aborted_transactions))
+                    left = state[1] - after
+                    if left > 0:  # what the rest needs, at this answer's bytes per offset
+                        need = len(records) * left // (after - state[0]) * 11 // 10
+                        asks[key] = max(min(need + ASK_SLACK, per_partition), 1024)
                     if after >= state[1]:
+                        asks.pop(key, None)
                         del active[key]
                         done.append(key)
                     else:
