@@ -1579,9 +1579,9 @@ def read_kafka(
     {topic: {partition: offset}} (others take "earliest" / "latest"). partitions: the
     partition numbers to read (default all). isolation_level: "read_uncommitted" or
     "read_committed" (aborted transactions dropped, the end at the last stable offset).
-    block_size: the memory budget per leader (a Fetch answer holds a quarter of it). Security options as kafka-python
-    names them (security_protocol, ssl_cafile, sasl_mechanism, ...), client_id,
-    request_timeout_ms. Rows of a partition are in offset order; partitions follow one
+    block_size: the memory budget per leader (a Fetch answer holds a quarter of it; a
+    batch larger than it is read whole). Security options as kafka-python names them
+    (security_protocol, ssl_cafile, sasl_mechanism, ...), client_id, request_timeout_ms. Rows of a partition are in offset order; partitions follow one
     another as their answers came."""
     batches = list(
         iter_kafka(
