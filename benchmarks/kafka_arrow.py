@@ -604,7 +604,9 @@ def row_fixed(args):
     cached = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     cached.pop("PYTHONDONTWRITEBYTECODE", None)
     cached["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="fk-pyc-")
-    uncached = dict(cached, PYTHONDONTWRITEBYTECODE="1")
+    # as this machine runs: our modules compiled in each process, Ray's from site-packages
+    uncached = dict(os.environ, PYTHONPATH=cached["PYTHONPATH"], PYTHONDONTWRITEBYTECODE="1")
+    uncached.pop("PYTHONPYCACHEPREFIX", None)
     per_partition, per_batch = args.fixed_records // 4, 1000
     with OwnBroker() as broker:
         broker.create_topic("fixed", 4)
