@@ -99,11 +99,6 @@ ANSWER_LIMIT_SHARE = 2  # an answer may be block_size / 2: room for one batch ov
 # decompress to this many times its size (or half the block, if more).
 ONE_BATCH_LIMIT = DEFAULT_ANSWER_LIMIT
 ONE_BATCH_RATIO = 8
-# A partition's first Fetch asks for at most this much; later ones for what its range still
-# needs at the bytes per offset its answers held (plus ASK_SLACK), so that a task whose
-# range ends mid-partition is not sent (and does not read) a quarter of the block past it.
-FIRST_ASK = 64 << 10
-ASK_SLACK = 16 << 10
 ANSWER_HEADERS = 4096  # an answer's own fields, beside its records
 PARTITION_HEADERS = 256  # a partition's fields in an answer (and its aborted transactions)
 MAX_LEADER_RETRIES = 10
@@ -1066,7 +1061,7 @@ class _Leader(threading.Thread):
         # announced past `most` is refused unread, and its first partition asked alone:
         # that answer may hold one batch larger than the block, and only that.
         alone = None
-        asks = {}  # key -> the bytes to ask for it next
+        asks = {}  # key -> the bytes to ask for it next, when more than per_partition
         behind = {}  # key -> (first, last) offsets of an answer's batches before the offset
         empty, since = 0, time.monotonic()
         while not self.stop.is_set():
@@ -1089,10 +1084,7 @@ class _Leader(threading.Thread):
             else:
                 alone = None
                 epochs = {k: reader.cluster.leaders.get(k, (None, -1))[1] for k in active}
-                wanted = {
-                    k: (o, asks.get(k, min(per_partition, FIRST_ASK)))
-                    for k, (o, _) in active.items()
-                }
+                wanted = {k: (o, asks.get(k, per_partition)) for k, (o, _) in active.items()}
                 try:
                     answer = _fetch(
                         conn,
@@ -1184,10 +1176,6 @@ class _Leader(threading.Thread):
                             behind[key] = (struct.unpack_from(">q", records)[0], after - 1)
                         continue
                     parts.append((key, state[0], state[1], records, p.aborted_transactions))
-                    left = state[1] - after
-                    if left > 0:  # what the rest needs, at this answer's bytes per offset
-                        need = len(records) * left // (after - state[0]) * 11 // 10
-                        asks[key] = max(min(need + ASK_SLACK, per_partition), 1024)
                     if after >= state[1]:
                         asks.pop(key, None)
                         del active[key]
