@@ -21,12 +21,24 @@ Rows:
   CPU seconds the broker spent, to see whether it is the limit;
 - tasks: `fastkwire.ray.read_kafka` as 1, 4 and 16 read tasks on a Ray of 1 CPU (so they
   run one after another): the CPU seconds of Ray's processes per record, each against
-  one task's (the target: within 10%);
+  one task's (the target: within 10%); first the same split without Ray (reader_tasks,
+  also a row of its own): our reader's CPU per record for 1 vs 4, 16 and 64 lists of
+  ranges, each read by its own read_ranges, the median of --rounds;
 - plan: `fastkwire.ray.KafkaDatasource` (the driver's planning: Metadata, ListOffsets, the
   log ends, the offsets spread over the tasks) for 10 to 1,000 partitions and 1 to 10,000
   tasks, against the broker in this process: microseconds per partition + task, which
   stays flat when planning is O(partitions + tasks);
-- memory: the peak resident memory `iter_kafka` adds over a topic 10x its block size.
+- memory: the peak resident memory `iter_kafka` adds over a topic 10x its block size;
+- fixed: the fixed cost of a Dataset, `fastkwire.ray.read_kafka` against
+  `ray.data.read_kafka`, on a topic of `--fixed-records` (100,000) records in 4 partitions
+  served by `fastkwire.testing.Broker` (in this process), each in a fresh process with Ray
+  (1 CPU) started and `ray.data` imported untimed, the readers taken in turn
+  (`--fixed-rounds`): the first Dataset (importing the reader and making the Dataset),
+  its first materialize (Ray's workers start), and a second Dataset made and
+  materialized. Python's bytecode is cached for both (in a folder of its own, as an
+  installed package has it: PYTHONDONTWRITEBYTECODE=1 would compile our modules from
+  source in every process, not Ray's, which come compiled); `--fixed-no-bytecode` adds
+  fastkwire's first Dataset without it.
 Prints a Markdown table. The suite asserts none of this.
 """
 
@@ -309,6 +321,53 @@ def row_ray(args, broker):
     ]
 
 
+def reader_tasks(args, broker):
+    """What N tasks cost our reader against one, without Ray: the planned offsets spread
+    over N lists (`kafka_arrow.spread`, as fastkwire.ray does), each list read by its own
+    `read_ranges` (its own connections, as a task does), one after another in this
+    process; CPU seconds of this process and of the broker per record, the median of
+    --rounds rounds taken in turn."""
+    import statistics
+
+    from fastkwire import kafka_arrow
+
+    ranges = kafka_arrow.plan(TOPIC, bootstrap_servers=broker.bootstrap)
+    options = kafka_arrow.ClientOptions(broker.bootstrap)
+    n = sum(len(r) for r in ranges)
+
+    def read(lists):
+        return sum(
+            b.num_rows for lst in lists for b in kafka_arrow.read_ranges(lst, options=options)
+        )
+
+    counts = (1, args.partitions, 4 * args.partitions, 16 * args.partitions)
+    read(kafka_arrow.spread(ranges, 1))  # warm
+    cpu = {k: [] for k in counts}
+    served = {k: [] for k in counts}
+    for _ in range(args.rounds):
+        for k in counts:
+            lists = kafka_arrow.spread(ranges, k)
+            got, their = broker_cpu_during(broker, lambda lists=lists: timed(lambda: read(lists)))
+            assert got[0] == n, got[0]
+            cpu[k].append(got[2])
+            served[k].append(their)
+    one = statistics.median(cpu[1]) / n
+    one_b = statistics.median(served[1]) / n
+    return [
+        (
+            f"our reader alone, {n:,} records as {k} lists (tasks) vs 1, one after another,"
+            f" median of {args.rounds}",
+            f"{statistics.median(cpu[k]) / n * 1e6:.3f} CPU us per record"
+            f" ({min(cpu[k]):.2f}-{max(cpu[k]):.2f} s)",
+            f"1 list: {one * 1e6:.3f} us; {statistics.median(cpu[k]) / n / one:.2f}x; the"
+            f" broker's: {statistics.median(served[k]) / n / one_b:.2f}x",
+            "<= 1.10x",
+        )
+        for k in counts
+        if k != 1
+    ]
+
+
 def row_tasks(args, broker):
     """CPU per record of N read tasks against one, on a Ray of 1 CPU."""
     import copy
@@ -320,7 +379,7 @@ def row_tasks(args, broker):
         run_args.records_per_task = "None" if per_task is None else per_task
         _, _, cpu[tasks] = ray_run(run_args, broker, "fastkwire", 1)
     one = cpu[1] / args.records
-    return [
+    return reader_tasks(args, broker) + [
         (
             f"fastkwire.ray.read_kafka, {args.records:,} records as {n} read tasks vs 1"
             " (Ray on 1 CPU)",
@@ -493,6 +552,121 @@ def ray_on(bootstrap, topic, end_offset="latest"):
         return exc
 
 
+FIXED_CHILD = """
+import sys, tempfile, time
+reader, bootstrap, topic = sys.argv[1:4]
+import ray
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False,
+         _temp_dir=tempfile.mkdtemp(prefix="fk-ray-"))
+import ray.data
+ray.data.DataContext.get_current().enable_progress_bars = False
+t0 = time.perf_counter()
+if reader == "fastkwire":
+    import fastkwire.ray
+    make = lambda: fastkwire.ray.read_kafka(topic, bootstrap_servers=bootstrap)
+else:
+    make = lambda: ray.data.read_kafka(topic, bootstrap_servers=bootstrap)
+ds = make()
+t1 = time.perf_counter()
+n = ds.materialize().count()
+t2 = time.perf_counter()
+n2 = make().materialize().count()
+t3 = time.perf_counter()
+print("fixed", n, n2, t1 - t0, t2 - t1, t3 - t2, flush=True)
+ray.shutdown()
+"""
+
+
+def fixed_run(reader, bootstrap, env):
+    """(first Dataset, its materialize, a second Dataset made and materialized) seconds."""
+    out = subprocess.run(
+        [sys.executable, "-c", FIXED_CHILD, reader, bootstrap, "fixed"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    line = [x for x in out.stdout.splitlines() if x.startswith("fixed ")]
+    assert line, out.stderr[-2000:]
+    _, n, n2, *times = line[0].split()
+    return int(n), int(n2), [float(t) for t in times]
+
+
+def row_fixed(args):
+    import statistics
+    import tempfile
+
+    from fastkwire import ProduceRequest, records
+    from fastkwire.connection import Connection
+    from fastkwire.records import Record
+    from fastkwire.testing import Broker as OwnBroker
+
+    cached = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    cached.pop("PYTHONDONTWRITEBYTECODE", None)
+    cached["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="fk-pyc-")
+    # as this machine runs: our modules compiled in each process, Ray's from site-packages
+    uncached = dict(os.environ, PYTHONPATH=cached["PYTHONPATH"], PYTHONDONTWRITEBYTECODE="1")
+    uncached.pop("PYTHONPYCACHEPREFIX", None)
+    per_partition, per_batch = args.fixed_records // 4, 1000
+    with OwnBroker() as broker:
+        broker.create_topic("fixed", 4)
+        host, port = broker.bootstrap_servers.split(",")[0].rsplit(":", 1)
+        with Connection(host, int(port)) as conn:
+            for p in range(4):
+                for base in range(0, per_partition, per_batch):
+                    batch = records.write_batch(
+                        [Record(value=b"v" * args.value_size)]
+                        * min(per_batch, per_partition - base)
+                    )
+                    data = ProduceRequest.PartitionProduceData(index=p, records=batch)
+                    conn.request(
+                        ProduceRequest(
+                            acks=1,
+                            timeout_ms=10_000,
+                            topic_data=[
+                                ProduceRequest.TopicProduceData(name="fixed", partition_data=[data])
+                            ],
+                        )
+                    )
+        fixed_run("fastkwire", broker.bootstrap_servers, cached)  # compiles the bytecode
+        runs = {"fastkwire": [], "ray": [], "fastkwire, no bytecode": []}
+        for _ in range(args.fixed_rounds):
+            for reader in runs:
+                if reader.endswith("no bytecode") and not args.fixed_no_bytecode:
+                    continue
+                env = uncached if reader.endswith("no bytecode") else cached
+                n, n2, times = fixed_run(reader.split(",")[0], broker.bootstrap_servers, env)
+                assert n == n2 == args.fixed_records or reader == "ray", (reader, n, n2)
+                runs[reader].append(times)
+
+    def spread_of(reader, i):
+        xs = [t[i] for t in runs[reader]]
+        return f"{statistics.median(xs):.2f} s ({min(xs):.2f}-{max(xs):.2f})"
+
+    rows = []
+    for i, what in enumerate(
+        [
+            "first Dataset (import + make)",
+            "its first materialize",
+            "a second Dataset, made and read",
+        ]
+    ):
+        ours, theirs = spread_of("fastkwire", i), spread_of("ray", i)
+        extra = ""
+        if i == 0 and runs["fastkwire, no bytecode"]:
+            extra = f"; fastkwire without cached bytecode: {spread_of('fastkwire, no bytecode', 0)}"
+        rows.append(
+            (
+                f"fixed cost per Dataset, {args.fixed_records:,} records, 4 partitions, Ray on 1"
+                f" CPU, {args.fixed_rounds} fresh processes each: {what}",
+                ours,
+                f"ray.data.read_kafka {theirs}{extra}",
+                "below Ray's",
+            )
+        )
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -508,6 +682,9 @@ def main():
     ap.add_argument("--block-size", type=int, default=16 << 20)
     ap.add_argument("--rows", nargs="+", default=["floor", "read", "ray", "memory"])
     ap.add_argument("--against-tansu", action="store_true")
+    ap.add_argument("--fixed-records", type=int, default=100_000)
+    ap.add_argument("--fixed-rounds", type=int, default=3)
+    ap.add_argument("--fixed-no-bytecode", action="store_true")
     ap.add_argument("--tansu-records", type=int, default=5000)
     args = ap.parse_args()
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -516,7 +693,7 @@ def main():
         table += row_floor(args)
     if "plan" in args.rows:
         table += row_plan(args)
-    if {"read", "ray", "tasks"} & set(args.rows):
+    if {"read", "ray", "tasks", "reader_tasks"} & set(args.rows):
         broker = Broker(args.records, args.partitions, args.value_size)
         try:
             if "read" in args.rows:
@@ -525,10 +702,14 @@ def main():
                 table += row_ray(args, broker)
             if "tasks" in args.rows:
                 table += row_tasks(args, broker)
+            elif "reader_tasks" in args.rows:
+                table += reader_tasks(args, broker)
         finally:
             broker.close()
     if "memory" in args.rows:
         table += row_memory(args)
+    if "fixed" in args.rows:
+        table += row_fixed(args)
     if args.against_tansu:
         table += row_tansu(args)
     print("| workload | fastkwire | compared | target |")

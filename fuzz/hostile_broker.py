@@ -1,7 +1,7 @@
 """A hostile broker against fastkwire's Kafka reader (`read_kafka`, through `read_ranges`).
 
-Each case (one seed) builds a small topic (1-3 partitions, 0-80 records, batches of random
-size, some gzip-compressed) served on 127.0.0.1 by tests/log_broker.py, with faults drawn
+Each case (one seed) builds a small topic (1-3 partitions, 0-400 records, batches of random
+size (up to 400 records: larger than a small block), some gzip-compressed) served on 127.0.0.1 by tests/log_broker.py, with faults drawn
 from the seed: Metadata answers that repeat, leave out, or lead nowhere (no leader, an
 unknown node, a leader per partition), ListOffsets answers that leave out, repeat,
 contradict (earliest after latest, negative, 2**62), or say "none" for a time, Fetch
@@ -13,11 +13,14 @@ under read_committed.
 Then it reads a random range with a random block_size, and checks the reader's contract
 as invariants:
 - the read ends within its deadline (DEADLINE s, a thread that outlives it is a finding);
-- the process's peak resident memory grows by at most MEMORY_SLACK + 4 block_size;
+- the process's peak resident memory grows by at most MEMORY_SLACK + 4 blocks, or 4 times
+  the largest batch (decompressed: ONE_BATCH_RATIO times its size) where one batch is
+  larger than the block (a broker sends it whole, KIP-74);
 - a read that succeeds has every row inside the range asked, each offset once; and when
   the broker's faults kept the records' bytes true, exactly the rows of the log;
 - no RecordBatch it yields holds more key and value bytes than an answer may, or than half
-  of block_size (what an answer's batches may decompress to), read_committed or not;
+  of block_size (what an answer's batches may decompress to), or than one batch larger
+  than the block decompresses to, read_committed or not;
 - a read that fails raises one of the reader's errors (KafkaClientError and its kinds, or
   DecodeError), whose message names a partition or a broker.
 Anything else is a finding: printed with the seed and the faults, and the run exits 1.
@@ -117,12 +120,14 @@ class Finding(Exception):
 
 
 def make_logs(rng):
-    logs, truth = {}, {}
+    """({key: PartitionLog}, {partition: records}, the largest batch's bytes). A partition
+    of 400 records has batches of up to 400 records: larger than some blocks."""
+    logs, truth, largest = {}, {}, 0
     for p in range(rng.randint(1, 3)):
-        n = rng.choice([0, 1, 5, 20, 80])
+        n = rng.choice([0, 1, 5, 20, 80, 400])
         batches, at = [], 0
         while at < n:
-            size = min(rng.randint(1, 15), n - at)
+            size = min(rng.randint(1, 400 if n == 400 else 15), n - at)
             recs = [
                 Record(
                     key=b"k%d" % (at + i), value=b"p%d-%d" % (p, at + i), timestamp=1000 + at + i
@@ -131,10 +136,11 @@ def make_logs(rng):
             ]
             codec = "gzip" if rng.random() < 0.3 else "none"
             batches.append(records.write_batch(recs, base_offset=at, compression=codec))
+            largest = max(largest, len(batches[-1]))
             at += size
         logs[(TOPIC, p)] = PartitionLog(batches)
         truth[p] = n
-    return logs, truth
+    return logs, truth, largest
 
 
 @functools.lru_cache(maxsize=4)
@@ -296,7 +302,7 @@ def names_something(text):
 def check(seed, verbose=False):
     """One case; raises Finding when the contract is broken."""
     rng = random.Random(seed)
-    logs, truth = make_logs(rng)
+    logs, truth, largest = make_logs(rng)
     chosen = set(rng.sample(METADATA_FAULTS + OFFSET_FAULTS + FETCH_FAULTS, rng.randint(0, 3)))
     rate = rng.choice([0.1, 0.3, 1.0])
     block = rng.choice([1024, 4096, 65536])
@@ -314,8 +320,11 @@ def check(seed, verbose=False):
     )
     box = {}
     # What one RecordBatch may hold: an answer's records (at most the answer's limit), or
-    # what its batches decompress to (at most half of the block).
+    # what its batches decompress to (at most half of the block); or one batch larger
+    # than the block, decompressed to at most ONE_BATCH_RATIO times its size.
     most = max(block // 2, 1024) + 4096 + 256 * 3
+    bound = max(block, kafka_arrow.ONE_BATCH_RATIO * largest)
+    most = max(most, bound)
 
     def run():
         try:
@@ -350,7 +359,7 @@ def check(seed, verbose=False):
     if thread.is_alive():
         raise Finding(f"{what}: still reading after {DEADLINE} s")
     grew = peak_rss() - before
-    if grew > MEMORY_SLACK + 4 * block:
+    if grew > MEMORY_SLACK + 4 * bound:
         raise Finding(f"{what}: peak memory grew by {grew >> 20} MiB")
     if "error" in box:
         exc = box["error"]

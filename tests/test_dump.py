@@ -482,3 +482,16 @@ def test_to_a_file_being_read_is_bad_usage(log, capsys):
         err = capsys.readouterr().err
         assert f"--to {to}: is a file of --segments {given}" in err
         assert segment.read_bytes() == before and index.read_bytes() == b""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_named_as_a_segment_is_refused_naming_it(tmp_path, capsys):
+    """A FIFO would be read until a writer came (or was silently left out): refused."""
+    d = tmp_path / "orders-0"
+    d.mkdir()
+    fifo = d / "00000000000000000000.log"
+    os.mkfifo(fifo)
+    for given in (fifo, d, tmp_path):
+        assert dump("--segments", given, "--to", tmp_path / "o.jsonl") == 2
+        err = capsys.readouterr().err
+        assert f"{fifo} is not a regular file or a directory (a FIFO" in err, err

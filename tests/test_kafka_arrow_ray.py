@@ -12,6 +12,7 @@ pytest.importorskip("ray.data")
 
 import fastkwire  # noqa: E402
 import fastkwire.ray  # noqa: E402
+from fastkwire import kafka_arrow  # noqa: E402
 from fastkwire.kafka_arrow import SCHEMA, OffsetRange, spread  # noqa: E402
 
 from log_broker import LogBroker, PartitionLog  # noqa: E402
@@ -64,6 +65,16 @@ def test_spread_cuts_offsets_evenly_and_exactly():
     for bad in (0, -1, 1.5, True, None):
         with pytest.raises(ValueError, match="tasks must be a positive int"):
             spread(ranges, bad)
+
+
+def test_spread_caps_its_tasks_and_says_so():
+    """A huge task count over a huge watermark: O(cap) lists, and a warning naming it."""
+    huge = [OffsetRange("t", 0, 0, 2**62), OffsetRange("t", 1, 5, 2**61)]
+    with pytest.warns(RuntimeWarning, match="tasks=200000 is more than 10000 tasks: made 10000"):
+        out = spread(huge, 200_000)
+    assert len(out) == kafka_arrow.MAX_RANGES
+    assert sum(len(r) for lst in out for r in lst) == 2**62 + 2**61 - 5
+    assert out[0][0].start == 0 and out[-1][-1] == OffsetRange("t", 1, out[-1][-1].start, 2**61)
 
 
 def test_default_is_one_task_per_cpu(broker, ray_local):

@@ -378,7 +378,65 @@ def test_a_batch_larger_than_the_block(kernel, tmp_path):
     assert pa.Table.from_batches(blocks).equals(whole)
 
 
+@pytest.mark.parametrize("codec", ["none", pytest.param("gzip", marks=needs_cramjam)])
+def test_a_batch_of_megabytes_larger_than_the_block(tmp_path, codec):
+    """One batch of 3 MiB between small ones, read with a block of 1 MiB: read whole (the
+    block grows to that batch for it), then back to blocks."""
+    import random
+
+    def text(i):  # compresses about 2:1, as real records might
+        return random.Random(i).randbytes(500).hex().encode()
+
+    small = [Record(value=b"a%d" % i) for i in range(10)]
+    big = [Record(value=text(i)) for i in range(3000)]
+    batches = [
+        records.write_batch(small, base_offset=0),
+        records.write_batch(big, base_offset=10, compression=codec),
+        records.write_batch(small, base_offset=3010),
+    ]
+    assert len(batches[1]) > 1 << 20
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(b"".join(batches))
+    blocks = list(fastkwire.iter_segments(tmp_path / "t-0", block_size=1 << 20))
+    table = pa.Table.from_batches(blocks)
+    assert table.column("offset").to_pylist() == list(range(3020))
+    assert table.column("value").to_pylist()[10:3010] == [r.value for r in big]
+    part = fastkwire.read_segments(tmp_path / "t-0", block_size=1 << 20, start_offset=3000)
+    assert part.column("offset").to_pylist() == list(range(3000, 3020))
+
+
 @needs_kafka_python
+@pytest.mark.parametrize(
+    "base, message",
+    [
+        (-(2**63), "a batch of offsets -9223372036854775808 to -9223372036854775806 comes after"),
+        (2**63 - 2, "offset out of the int64 range (base offset 9223372036854775806 + 2)"),
+    ],
+)
+def test_a_base_offset_at_the_int64_edge_is_named(kernel, tmp_path, base, message):
+    batch = records.write_batch([Record(value=b"x")] * 3, base_offset=0)
+    (tmp_path / "t-0").mkdir()
+    seg = tmp_path / "t-0" / "00000000000000000000.log"
+    seg.write_bytes(struct.pack(">q", base) + batch[8:])
+    for kw in ({}, {"start_offset": 1}, {"isolation_level": "read_committed"}):
+        with pytest.raises(SegmentError) as info:
+            fastkwire.read_segments(tmp_path / "t-0", **kw)
+        assert str(seg) in str(info.value) and message in str(info.value)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_named_as_a_segment_is_refused(tmp_path):
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(
+        records.write_batch([Record(value=b"x")], base_offset=0)
+    )
+    fifo = tmp_path / "t-0" / "00000000000000000001.log"
+    os.mkfifo(fifo)
+    for given in (fifo, tmp_path / "t-0", tmp_path):
+        with pytest.raises(ValueError, match=f"{fifo} is not a regular file or a directory"):
+            fastkwire.read_segments(given)
+
+
 def test_paths_uris_and_filesystems(tmp_path):
     lay_out(tmp_path / "logs" / "a-b-0", kafka_python_batches(120))
     lay_out(tmp_path / "logs" / "a-b-1", kafka_python_batches(60))

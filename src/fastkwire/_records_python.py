@@ -171,7 +171,10 @@ def decode_records(buf, pos, end, count, base_offset, base_timestamp, log_append
         else:
             timestamp = log_append_time
         if not INT64[0] <= offset <= INT64[1]:
-            raise DecodeError("offset out of the int64 range", start)
+            raise DecodeError(
+                f"offset out of the int64 range (base offset {base_offset} + {offset_delta})",
+                start,
+            )
         if seen is not None:
             seen.close(pos, (offset, timestamp))
         append(Record(offset, timestamp, key, value, headers))

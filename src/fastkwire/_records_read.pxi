@@ -301,7 +301,10 @@ cdef object _decode(const unsigned char* b, Py_ssize_t pos, Py_ssize_t end, long
         if not fixed_ts and not in_int64(base_timestamp, ts_delta):
             raise_reason("timestamp out of the int64 range", start)
         if not in_int64(base_offset, offset_delta):
-            raise_reason("offset out of the int64 range", start)
+            raise_reason(
+                f"offset out of the int64 range (base offset {base_offset} + {offset_delta})",
+                start,
+            )
         if cols != NULL:
             if not cols.measure:
                 cols.offset[i] = base_offset + offset_delta

@@ -43,6 +43,7 @@ from . import (
 )
 from ._printable import printable
 from .connection_errors import (
+    AnswerTooLargeError,
     BadResponseError,
     KafkaBrokerError,
     KafkaClientError,
@@ -709,9 +710,11 @@ class _Base:
                 if head[:2] == b"\x15\x03"
                 else "is this a Kafka listener?"
             )
-            raise BadResponseError(
+            raise AnswerTooLargeError(
                 f"{self.address} announced a {size}-byte answer to {what}, more than the "
-                f"{limit} bytes such an answer can take ({hint})"
+                f"{limit} bytes such an answer can take ({hint})",
+                size,
+                limit,
             )
         return size
 

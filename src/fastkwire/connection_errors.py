@@ -11,6 +11,7 @@ __all__ = [
     "KafkaConnectionError",
     "KafkaTimeoutError",
     "BadResponseError",
+    "AnswerTooLargeError",
     "KafkaBrokerError",
     "NoCommonVersionError",
     "KafkaSecurityError",
@@ -40,6 +41,15 @@ class KafkaTimeoutError(KafkaClientError, TimeoutError):
 
 class BadResponseError(KafkaClientError):
     """The broker's answer could not be decoded, did not match the request, or was too large."""
+
+
+class AnswerTooLargeError(BadResponseError):
+    """The broker announced an answer larger than the request may take; refused unread.
+    `.size` is the size it announced, `.limit` the most the request allowed."""
+
+    def __init__(self, message, size, limit):
+        super().__init__(message)
+        self.size, self.limit = size, limit
 
 
 class KafkaBrokerError(KafkaClientError):

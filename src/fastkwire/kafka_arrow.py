@@ -20,7 +20,8 @@ How a read goes:
    (while the previous answer is converted), handing over one answer per leader at a
    time, so memory is bounded by `block_size` per leader (a Fetch asks for a quarter of
    it; an answer over half of it is refused unread; its batches decompress to half of
-   it at a time). Partitions whose leader moved (NOT_LEADER_OR_FOLLOWER,
+   it at a time), or by one batch when a single batch is larger (a broker sends it
+   whole, KIP-74: its partition is asked alone, and that answer may hold it). Partitions whose leader moved (NOT_LEADER_OR_FOLLOWER,
    FENCED_LEADER_EPOCH and the like) wait together for one metadata refresh, within one
    deadline (request_timeout_ms); OFFSET_OUT_OF_RANGE is a `KafkaReadError` naming the
    partition and the offsets it holds; a broker that goes away (planning included) is
@@ -53,8 +54,9 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a chi
     raise ImportError(
         f"fastkwire.read_kafka needs {_missing.name}: pip install 'fastkwire[arrow]'"
     ) from _missing
-from .connection import Connection, Security, format_address
+from .connection import DEFAULT_ANSWER_LIMIT, Connection, Security, format_address
 from .connection_errors import (
+    AnswerTooLargeError,
     KafkaClientError,
     KafkaConnectionError,
     KafkaSecurityError,
@@ -92,6 +94,13 @@ FETCH_MAX_WAIT_MS = 500
 CLOSE_WAIT = 5.0  # seconds close() waits for the fetch threads, all of them together
 ANSWER_SHARE = 4  # a Fetch answer holds at most block_size / ANSWER_SHARE bytes
 ANSWER_LIMIT_SHARE = 2  # an answer may be block_size / 2: room for one batch over max_bytes
+# One batch larger than the block is read whole (a broker sends a partition's first batch
+# whole however large, KIP-74), up to the connection's cap on an answer; compressed, it may
+# decompress to this many times its size (or half the block, if more).
+ONE_BATCH_LIMIT = DEFAULT_ANSWER_LIMIT
+ONE_BATCH_RATIO = 8
+ANSWER_HEADERS = 4096  # an answer's own fields, beside its records
+PARTITION_HEADERS = 256  # a partition's fields in an answer (and its aborted transactions)
 MAX_LEADER_RETRIES = 10
 MAX_BROKER_RETRIES = 1  # a broker that fails is tried once more after a metadata refresh
 RETRY_BACKOFF = 0.2
@@ -203,13 +212,22 @@ def split_ranges(ranges, size, *, name="records_per_range", cap=MAX_RANGES):
     return out
 
 
-def spread(ranges, tasks):
+def spread(ranges, tasks, *, name="tasks", cap=MAX_RANGES):
     """The offsets of `ranges`, in order, cut into `tasks` lists of ranges holding about
     the same number of offsets each (fewer lists when there are fewer offsets); a range is
     split where a list's share ends, so each offset is in exactly one list. The work of
-    one task per CPU (fastkwire.ray's default)."""
+    one task per CPU (fastkwire.ray's default). At most `cap` lists: more tasks are made
+    `cap`, with a RuntimeWarning naming the parameter `name`. O(ranges + lists)."""
     if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
-        raise ValueError(f"tasks must be a positive int, not {tasks!r}")
+        raise ValueError(f"{name} must be a positive int, not {tasks!r}")
+    if tasks > cap:
+        warnings.warn(
+            f"{name}={tasks} is more than {cap} tasks: made {cap} "
+            "(fastkwire.kafka_arrow.MAX_RANGES)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        tasks = cap
     total = sum(len(r) for r in ranges)
     out, current, room = [], [], 0
     done = 0  # offsets handed out to the finished lists and `current`
@@ -584,6 +602,7 @@ def _fetch(
     min_bytes=1,
     answer_limit=None,
     deadline=None,
+    check_frame=None,
 ):
     """One Fetch of {key: (offset, partition max bytes)}; an answer over `answer_limit`
     bytes is refused before it is read."""
@@ -610,6 +629,7 @@ def _fetch(
         version,
         max_answer_bytes=answer_limit,
         deadline=deadline,
+        check_frame=check_frame,
     )
 
 
@@ -862,12 +882,14 @@ def _resolve_on(conn, cluster, group, start_offset, end_offset, isolation):
 # ---------------------------------------------------------------- fetching
 
 
-def _batch_ends(data):
+def _batch_ends(data, end=None):
     """(the offset after the last whole batch in `data`, or None when there is none; the
     bytes those batches take), read from the batch headers alone (the records are
     converted later, off this thread). The batches end at the first one that does not
     start after the one before: an answer that goes backwards is read up to there, and the
-    rest fetched again from where it stopped, so no offset comes twice."""
+    rest fetched again from where it stopped, so no offset comes twice. They end too at
+    the first batch that starts at `end` or after (then the offset after them is `end`):
+    what a broker sends past the range is not converted."""
     n = len(data)
     pos = 0
     last = None
@@ -877,6 +899,8 @@ def _batch_ends(data):
             break
         if size >= 49 and data[pos + 16] == 2:
             first = struct.unpack_from(">q", data, pos)[0]
+            if end is not None and first >= end and (last is None or first >= last):
+                return end, pos  # the range has nothing more (compacted, if nothing)
             (delta,) = _LENGTH.unpack_from(data, pos + 23)
             after = first + delta + 1
         else:  # a legacy message: its offset is the last of what it holds
@@ -887,6 +911,24 @@ def _batch_ends(data):
         last = after
         pos += 12 + size
     return last, pos
+
+
+def _first_batch_size(data):
+    """The bytes the first batch in `data` takes, as its header says (None if it cannot)."""
+    if len(data) < 12:
+        return None
+    (length,) = _LENGTH.unpack_from(data, 8)
+    return 12 + length if length >= 0 else None
+
+
+def _records_of(answer, key):
+    """The records of `key` in a Fetch answer (its first mention), b"" if none."""
+    for t in answer.responses:
+        if t.topic == key[0]:
+            for p in t.partitions:
+                if p.partition_index == key[1]:
+                    return p.records or b""
+    return b""
 
 
 def _compressed_spans(data):
@@ -913,6 +955,7 @@ class _Leader(threading.Thread):
     def __init__(self, reader, node):
         super().__init__(name=f"fastkwire-fetch-{node}", daemon=True)
         self.reader, self.node = reader, node
+        self.conn = None
         self.inbox = queue.Queue()  # (key, offset, end) to fetch
         self.active = {}  # key -> [next offset, end]
         self.credit = threading.Semaphore(1)
@@ -921,10 +964,9 @@ class _Leader(threading.Thread):
         self.dead = False
 
     def run(self):
-        conn = None
         try:
-            conn = self.reader.cluster.connect(self.node)
-            self._loop(conn)
+            self.conn = self.reader.cluster.connect(self.node)
+            self._loop()
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
             with self.lock:  # from now on the reader gives its partitions to a new thread
                 self.dead = True
@@ -938,8 +980,8 @@ class _Leader(threading.Thread):
                         left.append(item)
             self.reader.out.put(("gone", self, exc, left))
         finally:
-            if conn is not None:
-                conn.close()
+            if self.conn is not None:
+                self.conn.close()
 
     def take(self, key, offset, end):
         """Queue a partition for this thread; False once it has failed."""
@@ -956,15 +998,71 @@ class _Leader(threading.Thread):
         self.reader.out.put(item)
         return True
 
-    def _loop(self, conn):
+    def _wait_converted(self):
+        """Until the reader has converted what was handed over (False if stopped)."""
+        while not self.credit.acquire(timeout=0.1):
+            if self.stop.is_set():
+                return False
+        self.credit.release()
+        return True
+
+    def _fetch_alone(self, alone, active, most):
+        """Fetch one partition alone (`alone`: key, partition max bytes, answer limit),
+        for a batch larger than the block: the answer may hold that one batch past what
+        any answer may (`most`), nothing more. (the answer, the size of that batch or 0)"""
+        reader, conn = self.reader, self.conn
+        key, part_bytes, limit = alone
+        offset = active[key][0]
+        frame = [0]
+        try:
+            answer = _fetch(
+                conn,
+                {key: (offset, part_bytes)},
+                reader.isolation,
+                {key: reader.cluster.leaders.get(key, (None, -1))[1]},
+                max_bytes=part_bytes,
+                answer_limit=limit,
+                check_frame=lambda data, version: frame.__setitem__(0, len(data) - 4),
+            )
+        except AnswerTooLargeError as exc:
+            raise KafkaReadError(
+                f"{conn.address} announced a {exc.size}-byte answer to a Fetch of {_name(*key)} "
+                f"alone at offset {offset}, more than the {exc.limit} bytes it may take "
+                f"(what block_size={reader.block_size} allows, or one batch larger than it)",
+                topic=key[0],
+                partition=key[1],
+            ) from None
+        first = _first_batch_size(_records_of(answer, key)) or 0
+        big = first if first > most else 0
+        if frame[0] > most + big + ANSWER_HEADERS + PARTITION_HEADERS:
+            raise KafkaReadError(
+                f"{conn.address} answered a Fetch of {_name(*key)} at offset {offset} with "
+                f"{frame[0]} bytes: more than one batch larger than block_size="
+                f"{reader.block_size} (its first batch takes {first} bytes) and the "
+                f"{most} bytes an answer may hold beside it",
+                topic=key[0],
+                partition=key[1],
+            )
+        return answer, big
+
+    def _loop(self):
         reader = self.reader
         active = self.active
         # What one answer may hold: a share of block_size, since an answer is held twice
         # while it is decoded (the frame and its records) and the next one is in flight.
         per_partition = answer_bytes = max(reader.block_size // ANSWER_SHARE, 1024)
         # What an answer may be before it is refused unread: room for one batch larger
-        # than max_bytes (a broker sends the first batch whole, KIP-74), never more.
+        # than max_bytes, never more; unless it holds one batch larger than the block
+        # (`alone`, below).
         most = max(reader.block_size // ANSWER_LIMIT_SHARE, answer_bytes)
+        one_batch = max(ONE_BATCH_LIMIT, most)
+        # A partition to ask alone next: (key, partition max bytes, answer limit). A broker
+        # sends a partition's first batch whole however large (KIP-74), so an answer
+        # announced past `most` is refused unread, and its first partition asked alone:
+        # that answer may hold one batch larger than the block, and only that.
+        alone = None
+        asks = {}  # key -> the bytes to ask for it next, when more than per_partition
+        behind = {}  # key -> (first, last) offsets of an answer's batches before the offset
         empty, since = 0, time.monotonic()
         while not self.stop.is_set():
             while True:
@@ -978,17 +1076,42 @@ class _Leader(threading.Thread):
             if not active:
                 since = time.monotonic()
                 continue
-            epochs = {k: reader.cluster.leaders.get(k, (None, -1))[1] for k in active}
-            wanted = {k: (o, per_partition) for k, (o, _) in active.items()}
-            answer = _fetch(
-                conn,
-                wanted,
-                reader.isolation,
-                epochs,
-                max_bytes=answer_bytes,
-                # the partitions' headers, and their aborted transactions (16 bytes each)
-                answer_limit=most + 4096 + 256 * len(wanted),
-            )
+            conn, big = self.conn, 0
+            if alone is not None and alone[0] in active:
+                wanted = {alone[0]: (active[alone[0]][0], alone[1])}
+                answer, big = self._fetch_alone(alone, active, most)
+                alone = None
+            else:
+                alone = None
+                epochs = {k: reader.cluster.leaders.get(k, (None, -1))[1] for k in active}
+                wanted = {k: (o, asks.get(k, per_partition)) for k, (o, _) in active.items()}
+                try:
+                    answer = _fetch(
+                        conn,
+                        wanted,
+                        reader.isolation,
+                        epochs,
+                        max_bytes=answer_bytes,
+                        # the partitions' headers, and their aborted transactions
+                        answer_limit=most + ANSWER_HEADERS + PARTITION_HEADERS * len(wanted),
+                    )
+                except AnswerTooLargeError as exc:
+                    if exc.size > one_batch + ANSWER_HEADERS + PARTITION_HEADERS:
+                        names = ", ".join(_name(*k) for k in wanted)
+                        raise KafkaReadError(
+                            f"{conn.address} announced a {exc.size}-byte answer to a Fetch of "
+                            f"{names}, more than one batch may take ({one_batch} bytes)",
+                            topic=next(iter(wanted))[0],
+                            partition=next(iter(wanted))[1],
+                        ) from None
+                    # Unread, so the connection is gone: a new one asks for the first
+                    # partition alone; the next refusal asks another first.
+                    first = next(iter(active))
+                    active[first] = active.pop(first)
+                    alone = (first, per_partition, exc.size)
+                    self.conn = None
+                    self.conn = reader.cluster.connect(self.node)
+                    continue
             parts, moved, done = [], [], []
             seen = set()
             for t in answer.responses:
@@ -1019,23 +1142,28 @@ class _Leader(threading.Thread):
                             *key,
                         )
                     records = p.records or b""
-                    after, whole = _batch_ends(records)
+                    after, whole = _batch_ends(records, state[1])
                     if after is not None and whole < len(records):
                         records = records[:whole]  # up to where it goes backwards
                     if after is None or after <= state[0]:
-                        if records and len(records) >= per_partition:
-                            # A batch larger than the limit was cut: ask for more, up to the
-                            # most an answer may be.
-                            if per_partition >= most:
+                        if records and len(records) >= wanted.get(key, (0, per_partition))[1]:
+                            # A batch larger than the limit was cut (as old brokers do): ask
+                            # for more, up to the most an answer may be, or for that batch
+                            # alone when it is larger than that.
+                            need = _first_batch_size(records) or 0
+                            if need <= len(records) or need > one_batch:
                                 raise KafkaReadError(
                                     f"{conn.address} sent no whole batch of {_name(*key)} at "
-                                    f"offset {state[0]} in {len(records)} bytes, the most "
-                                    f"block_size={reader.block_size} allows: a batch larger "
-                                    "than block_size / 2? (raise block_size)",
+                                    f"offset {state[0]} in {len(records)} bytes (its first "
+                                    f"batch says it takes {need}; one batch may take "
+                                    f"{one_batch})",
                                     topic=key[0],
                                     partition=key[1],
                                 )
-                            per_partition = min(per_partition * 2, most)
+                            if need > most:
+                                alone = (key, need, need + ANSWER_HEADERS + PARTITION_HEADERS)
+                            else:
+                                asks[key] = max(min(per_partition * 2, most), need)
                         elif p.high_watermark <= state[0]:
                             raise KafkaReadError(
                                 f"{_name(*key)} ends at offset {p.high_watermark} on "
@@ -1044,21 +1172,33 @@ class _Leader(threading.Thread):
                                 topic=key[0],
                                 partition=key[1],
                             )
+                        elif after is not None:  # whole batches, all before the offset asked
+                            behind[key] = (struct.unpack_from(">q", records)[0], after - 1)
                         continue
                     parts.append((key, state[0], state[1], records, p.aborted_transactions))
                     if after >= state[1]:
+                        asks.pop(key, None)
                         del active[key]
                         done.append(key)
                     else:
                         state[0] = after
             if parts:
                 empty, since = 0, time.monotonic()
+                behind.clear()
             else:
                 empty += 1
             if active and (
                 empty > MAX_EMPTY_FETCHES or time.monotonic() - since > reader.stall_seconds
             ):
-                names = ", ".join(f"{_name(*k)} at offset {s[0]}" for k, s in active.items())
+                names = ", ".join(
+                    f"{_name(*k)} at offset {s[0]}"
+                    + (
+                        f" (only batches of offsets {behind[k][0]} to {behind[k][1]}, before it)"
+                        if k in behind
+                        else ""
+                    )
+                    for k, s in active.items()
+                )
                 raise KafkaTimeoutError(
                     f"{conn.address} sent no records for {names} in {empty} answers "
                     f"({time.monotonic() - since:.1f} s)"
@@ -1066,6 +1206,10 @@ class _Leader(threading.Thread):
             if (parts or moved or done) and not self._hand_over(
                 ("answer", self, parts, moved, done)
             ):
+                return
+            # An answer holding a batch larger than the block is converted before the next
+            # Fetch is sent: memory stays about that batch, not two of them.
+            if big and parts and not self._wait_converted():
                 return
 
 
@@ -1233,6 +1377,9 @@ class _Reader:
     def _convert_spans(self, node, key, offset, end, records, aborted, spans, most, before):
         compressed = sum(c for _, _, c in spans)
         lo, hi = spans[0][0], spans[-1][1]
+        limit = max(most // max(compressed, 1), 1)
+        if len(spans) == 1 and hi - lo > most:  # one batch larger than the block
+            limit = max(most, ONE_BATCH_RATIO * (hi - lo))
         try:
             batch, after, _ = batches_to_arrow(
                 records if (lo, hi) == (0, len(records)) else memoryview(records)[lo:hi],
@@ -1243,7 +1390,7 @@ class _Reader:
                 check_crc=self.check_crc,
                 start_offset=offset,
                 end_offset=end,
-                max_decompressed=max(most // max(compressed, 1), 1),
+                max_decompressed=limit,
                 previous_offset=before[0],
             )
         except DecodeError as exc:
@@ -1260,7 +1407,7 @@ class _Reader:
                 return
             raise KafkaReadError(
                 f"{_name(*key)} from offset {offset}: a batch from {self.cluster.address(node)} "
-                f"decompresses to more than {most} bytes, what block_size={self.block_size} "
+                f"decompresses to more than {limit} bytes, what block_size={self.block_size} "
                 f"allows ({exc}; raise block_size if the batch is real)",
                 topic=key[0],
                 partition=key[1],
@@ -1420,9 +1567,9 @@ def read_kafka(
     {topic: {partition: offset}} (others take "earliest" / "latest"). partitions: the
     partition numbers to read (default all). isolation_level: "read_uncommitted" or
     "read_committed" (aborted transactions dropped, the end at the last stable offset).
-    block_size: the memory budget per leader (a Fetch answer holds a quarter of it). Security options as kafka-python
-    names them (security_protocol, ssl_cafile, sasl_mechanism, ...), client_id,
-    request_timeout_ms. Rows of a partition are in offset order; partitions follow one
+    block_size: the memory budget per leader (a Fetch answer holds a quarter of it; a
+    batch larger than it is read whole). Security options as kafka-python names them
+    (security_protocol, ssl_cafile, sasl_mechanism, ...), client_id, request_timeout_ms. Rows of a partition are in offset order; partitions follow one
     another as their answers came."""
     batches = list(
         iter_kafka(

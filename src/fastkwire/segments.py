@@ -175,7 +175,20 @@ def _parent(path):
 
 def _partition_files(fs, directory):
     infos = fs.get_file_info(pafs.FileSelector(directory))
-    return [i for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(".log")]
+    logs = [i for i in infos if i.base_name.endswith(".log")]
+    for info in logs:
+        _check_regular(info, info.path)
+    return [i for i in logs if i.type == pafs.FileType.File]
+
+
+def _check_regular(info, given):
+    """A FIFO, a socket or a device named as a segment would be read until its writer
+    stops (or for ever): refused, named."""
+    if info.type == pafs.FileType.Unknown:
+        raise ValueError(
+            f"{given} is not a regular file or a directory (a FIFO, a socket or a device?): "
+            "a log segment is a regular .log file"
+        )
 
 
 def find_segments(paths, *, filesystem=None):
@@ -211,6 +224,7 @@ def find_segments(paths, *, filesystem=None):
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
             raise FileNotFoundError(f"no such segment file or directory: {given}")
+        _check_regular(info, given)
         if info.type == pafs.FileType.File:
             directory = _parent(info.path)
             tp = partition_of(_basename(directory))
