@@ -312,7 +312,9 @@ def missing_tools():
 
 
 def run_suite(json_path, quick, pytest_args):
-    env = dict(os.environ)
+    # Not an xdist worker's variables: pytest-benchmark disables itself under them (compare.py
+    # run from a test that pytest-xdist runs).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     # More rounds than pytest-benchmark's default, for steadier medians; pytest_args,
     # given later on the command line, still override these.
     rounds = (
