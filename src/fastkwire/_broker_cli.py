@@ -277,6 +277,15 @@ async def _serve(broker, args, out, err):
         wanted = ",".join(f"{h}:{p}" for h, p in broker.listeners)
         print(f"{args.prog}: error: --listen {wanted}: {e.strerror or e}", file=err)
         return EXIT_FAILED
+    # The handlers before the banner: a script that stops the broker as soon as it reads the
+    # address must not meet the default SIGTERM (the process killed, exit -15).
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+            pass
     print(f"listening on {broker.bootstrap_servers}", file=out, flush=True)
     rules = len(broker.faults.rules)
     print(
@@ -291,13 +300,6 @@ async def _serve(broker, args, out, err):
         file=err,
         flush=True,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
-            pass
     try:
         await stop.wait()
     finally:
