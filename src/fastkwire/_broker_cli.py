@@ -13,23 +13,20 @@ SIGTERM, 2 bad usage, 3 it could not listen.
 """
 
 import argparse
-import asyncio
-import os
-import signal
 import sys
 
 from ._cli_types import count as _count
 from ._cli_types import rule as _rule
 from ._printable import os_error_text, printable
+from ._serve_cli import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_OK, ended_by, serve_until_signal
 from .broker import Broker, GroupConfig
 from .broker._sasl import MECHANISMS
 from .broker._security import PROTOCOLS, split_listener
 from .proxy._faults import RuleError, read_rules_file
-from .proxy._loop import LOOPS, loop_factory, loop_name, run
+from .proxy._loop import LOOPS, loop_factory, run
 from .proxy._caps import parse_address
 
-EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 3
-EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 130, 141  # as fastkwire.cli's
+EXIT_USAGE = 2
 DEFAULT_LISTEN = ("127.0.0.1", 9092)
 # The library's parameter names, as the flags the user typed (errors name the flag).
 FLAGS = {
@@ -210,18 +207,8 @@ def quick_main(argv):
         return args.run(args)
     except BrokenPipeError:  # the reader of the address line went away, as cli says it
         return EXIT_CLOSED_PIPE
-    except KeyboardInterrupt:
-        print(f"{args.prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - a command line prints errors, not tracebacks
-        if os.environ.get("FASTKWIRE_DEBUG"):
-            raise
-        print(
-            f"{args.prog}: unexpected error: {type(exc).__name__}: {printable(exc)} "
-            "(set FASTKWIRE_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - said, not a traceback
+        return ended_by(args.prog, exc)
 
 
 def run_broker(args, out=None, err=None):
@@ -268,38 +255,30 @@ def run_broker(args, out=None, err=None):
 
 
 async def _serve(broker, args, out, err):
-    try:
-        await broker.start()
-    except OSError as e:
+    def start_failed(e):
+        if not isinstance(e, OSError):
+            return None
         if args.log_dir is not None and e.filename is not None:
             print(f"{args.prog}: error: --log-dir {args.log_dir}: {os_error_text(e)}", file=err)
             return EXIT_FAILED
         wanted = ",".join(f"{h}:{p}" for h, p in broker.listeners)
         print(f"{args.prog}: error: --listen {wanted}: {e.strerror or e}", file=err)
         return EXIT_FAILED
-    print(f"listening on {broker.bootstrap_servers}", file=out, flush=True)
-    rules = len(broker.faults.rules)
-    print(
-        f"{args.prog}: {len(broker.listeners)} node(s), {broker.security_protocol}"
-        + (
-            f" ({', '.join(broker.users.mechanisms)})"
-            if broker.security_protocol.startswith("SASL_")
-            else ""
+
+    def announce(loop):
+        print(f"listening on {broker.bootstrap_servers}", file=out, flush=True)
+        rules = len(broker.faults.rules)
+        print(
+            f"{args.prog}: {len(broker.listeners)} node(s), {broker.security_protocol}"
+            + (
+                f" ({', '.join(broker.users.mechanisms)})"
+                if broker.security_protocol.startswith("SASL_")
+                else ""
+            )
+            + (f", {rules} fault rule(s)" if rules else "")
+            + f", on {loop}; Ctrl-C or SIGTERM stops it",
+            file=err,
+            flush=True,
         )
-        + (f", {rules} fault rule(s)" if rules else "")
-        + f", on {loop_name(asyncio.get_running_loop())}; Ctrl-C or SIGTERM stops it",
-        file=err,
-        flush=True,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
-            pass
-    try:
-        await stop.wait()
-    finally:
-        await broker.close()
-    return EXIT_OK
+
+    return await serve_until_signal(broker, announce, start_failed)
