@@ -46,6 +46,7 @@ from ._compiled import (
 )
 from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
+from ._accept import tls_handshake
 from ._loop import ServerThread
 from ._frames import PRODUCE, SIZE, produce_acks, request_header, response_correlation_id
 from ._rewrite import (
@@ -1150,22 +1151,11 @@ class Proxy:
         task.add_done_callback(self._handshakes.discard)
 
     async def _tls_handshake(self, fd, listener, peer):
-        sock = socket.socket(fileno=fd)
         try:
-            await asyncio.wait_for(
-                asyncio.get_running_loop().connect_accepted_socket(
-                    lambda: _Side(self, 0, listener=listener),
-                    sock,
-                    ssl=self.tls,
-                    ssl_handshake_timeout=self.connect_timeout + 1,  # wait_for's comes first
-                ),
-                self.connect_timeout,
+            await tls_handshake(
+                fd, lambda: _Side(self, 0, listener=listener), self.tls, self.connect_timeout
             )
-        except asyncio.CancelledError:
-            sock.close()  # the proxy is closing
-            raise
         except (OSError, asyncio.TimeoutError) as e:
-            sock.close()
             self._event_text(
                 f"client {peer[0]}:{peer[1]}: TLS handshake: {self._connect_failure(e)}",
                 ProxyEvent.ERROR,
