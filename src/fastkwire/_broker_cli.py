@@ -16,13 +16,13 @@ import argparse
 import sys
 
 from ._cli_types import count as _count
-from ._cli_types import rule as _rule
+from ._cli_types import add_fault_arguments, fault_rules
 from ._printable import os_error_text, printable
 from ._serve_cli import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_OK, ended_by, serve_until_signal
 from .broker import Broker, GroupConfig
 from .broker._sasl import MECHANISMS
 from .broker._security import PROTOCOLS, split_listener
-from .proxy._faults import RuleError, read_rules_file
+from .proxy._faults import RuleError
 from .proxy._loop import LOOPS, loop_factory, run
 from .proxy._caps import parse_address
 
@@ -144,24 +144,11 @@ def add_broker(subparsers):
         help="clients must present a certificate these CAs signed (ssl.client.auth=required)",
     )
     faults = parser.add_argument_group("faults (the proxy's rules, applied by the broker)")
-    faults.add_argument(
-        "--fault",
-        type=_rule,
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="a fault rule as key=value pairs, as fastkwire proxy --fault takes them, e.g. "
+    add_fault_arguments(
+        faults,
+        "a fault rule as key=value pairs, as fastkwire proxy --fault takes them, e.g. "
         "api=Heartbeat,error=REBALANCE_IN_PROGRESS,times=2 or api=Fetch,delay_ms=500 or "
         "api=Produce,disconnect=after,times=1 (repeat for more)",
-    )
-    faults.add_argument(
-        "--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}'
-    )
-    faults.add_argument(
-        "--seed",
-        type=int,
-        metavar="N",
-        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
     )
     parser.add_argument(
         "--log-dir",
@@ -218,11 +205,7 @@ def run_broker(args, out=None, err=None):
         groups = GroupConfig()
         if args.group_min_session_timeout_ms is not None:
             groups.group_min_session_timeout_ms = args.group_min_session_timeout_ms
-        rules, seed = list(args.fault), args.seed
-        if args.rules:
-            from_file, file_seed = read_rules_file(args.rules)
-            rules += from_file
-            seed = file_seed if seed is None else seed
+        rules, seed = fault_rules(args)
         users = dict(args.sasl_user) if args.sasl_user else None
         if args.sasl_mechanism and users is None:
             raise ValueError("--sasl-mechanism: given without --sasl-user")

@@ -13,7 +13,7 @@ import sys
 from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
 from ._cli_types import address as _address
 from ._cli_types import count as _count
-from ._cli_types import rule as _rule
+from ._cli_types import add_fault_arguments, fault_rules
 from ._printable import os_error_text, printable
 from ._serve_cli import serve_until_signal
 from .connection import make_tls_context
@@ -45,7 +45,6 @@ from .proxy import (
     exchange_dict,
     exchange_json,
     exchange_line,
-    read_rules_file,
 )
 
 EXIT_OK, EXIT_UNDECODED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
@@ -253,23 +252,11 @@ def add_proxy(subparsers):
         help="how long a broker that left the cluster keeps its --broker-ports port before "
         f"another broker may have it (default {DEFAULT_BROKER_PORT_HOLD:g})",
     )
-    change.add_argument(
-        "--fault",
-        type=_rule,
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="a fault rule as key=value pairs, e.g. api=Heartbeat,error=REBALANCE_IN_PROGRESS,"
+    add_fault_arguments(
+        change,
+        "a fault rule as key=value pairs, e.g. api=Heartbeat,error=REBALANCE_IN_PROGRESS,"
         "times=2 or api=Fetch,delay_ms=500,probability=0.1 or "
         "api=Produce,disconnect=before (repeat for more)",
-    )
-    change.add_argument(
-        "--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}'
-    )
-    change.add_argument(
-        "--seed",
-        type=int,
-        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
     )
     tls = parser.add_argument_group(
         "TLS (each side on its own; SASL passes through untouched either way)"
@@ -470,11 +457,7 @@ def _api_key_or_fail(text):
 def run_proxy(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        rules, seed = list(args.fault), args.seed
-        if args.rules:
-            from_file, file_seed = read_rules_file(args.rules)
-            rules += from_file
-            seed = file_seed if seed is None else seed
+        rules, seed = fault_rules(args)
         for a in args.api:
             _api_key_or_fail(a)
         tls, upstream_tls = _tls_contexts(args)
