@@ -12,7 +12,6 @@ and the log directory, read back by a new broker, holds what memory holds (the s
 start, and the same batches up to the log end). The exit status is 1 if anything broke.
 """
 
-import argparse
 import logging
 import random
 import sys
@@ -141,19 +140,7 @@ def run(loops, seed, stop_after=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loop", type=int, default=5000, help="inputs to try")
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
-    logging.getLogger("fastkwire.broker").setLevel(logging.INFO)
-    logging.getLogger("fastkwire.broker").propagate = False
-    counts, findings, took = run(args.loop, args.seed)
-    print(
-        f"{args.loop} inputs in {took:.1f} s: {counts['answered']} answered, "
-        f"{counts['closed']} connections closed, {counts['silent']} acks=0 produces; "
-        f"{findings} finding(s)"
-    )
-    return 1 if findings else 0
+    return H.main(argv, run, 5000, __doc__)
 
 
 if __name__ == "__main__":

@@ -489,18 +489,20 @@ def run(loops, seed, stop_after=None):
     return counts, findings, took
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loop", type=int, default=20000, help="inputs to try")
+def main(argv=None, run=run, loops=20000, doc=__doc__):
+    """The command line of this fuzzer and of hostile_cluster's (its `run`, default --loop
+    and docstring): the broker's log kept off the terminal (an error it logs is a finding)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--loop", type=int, default=loops, help="inputs to try")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     logging.getLogger("fastkwire.broker").setLevel(logging.INFO)
     logging.getLogger("fastkwire.broker").propagate = False
     counts, findings, took = run(args.loop, args.seed)
+    floods = f" ({counts['floods']} floods)" if "floods" in counts else ""
     print(
         f"{args.loop} inputs in {took:.1f} s: {counts['answered']} answered, "
-        f"{counts['closed']} connections closed, {counts['silent']} acks=0 produces "
-        f"({counts['floods']} floods); "
+        f"{counts['closed']} connections closed, {counts['silent']} acks=0 produces{floods}; "
         f"{findings} finding(s)"
     )
     return 1 if findings else 0

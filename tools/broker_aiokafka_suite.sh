@@ -23,16 +23,8 @@ min_passed="${2:-0}"
 kafka_version="4.0.0"
 started=$SECONDS
 
-work="$(mktemp -d)"
-broker_pid=""
-cleanup() {
-    if [ -n "$broker_pid" ]; then kill -TERM "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-tar xzf "$tarball" -C "$work"
-suite="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'aiokafka-*' -print -quit)"
-[ -n "$suite" ] && [ -d "$suite/tests" ] || { echo "no aiokafka-VERSION/tests in $tarball" >&2; exit 2; }
+source "$root/tools/broker_start.sh"
+unpack "$tarball" 'aiokafka-*' tests
 
 for name in pytest pytest-asyncio pytest-mock docker async-timeout cramjam; do
     if ! python -m pip show -q "$name" >/dev/null 2>&1; then
@@ -47,12 +39,7 @@ python -c "import aiokafka, sys; sys.exit(aiokafka.__version__ != sys.argv[1])" 
 
 # As aiokafka's container is configured: two partitions per auto-created topic. Its tests
 # ask for session timeouts down to 1 s (Kafka's image allows them).
-python -m fastkwire broker --listen 127.0.0.1:0 --partitions 2 --group-min-session-timeout-ms 1000 >"$work/broker.out" 2>"$work/broker.err" &
-broker_pid=$!
-for _ in $(seq 100); do grep -q '^listening on ' "$work/broker.out" && break; sleep 0.1; done
-address="$(sed -n 's/^listening on //p' "$work/broker.out")"
-[ -n "$address" ] || { echo "fastkwire broker did not start:" >&2; cat "$work/broker.err" >&2; exit 3; }
-echo "fastkwire broker on $address"
+start_broker --partitions 2 --group-min-session-timeout-ms 1000
 
 # The override: later definitions in a module replace earlier ones of the same name.
 cat >>"$suite/tests/conftest.py" <<EOF
@@ -84,8 +71,4 @@ set -e
 grep -E '^(FAILED|ERROR) tests/' "$work/out.txt" || true
 summary="$(tail -n 1 "$work/out.txt")"
 echo "aiokafka $(basename "$suite") tests against fastkwire broker: $summary ($((SECONDS - started)) s)"
-passed="$(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)"
-if [ "$passed" -lt "$min_passed" ]; then
-    echo "fewer than $min_passed passed" >&2
-    exit 1
-fi
+require_passed "$min_passed" "$summary"

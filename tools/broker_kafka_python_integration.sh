@@ -19,26 +19,13 @@ tarball="$(realpath "${1:-$root/../shared/kafka-python-3.0.11-tests.tar.gz}")"
 min_passed="${2:-0}"
 kafka_version="4.0.0"
 
-work="$(mktemp -d)"
-broker_pid=""
-cleanup() {
-    if [ -n "$broker_pid" ]; then kill -TERM "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-tar xzf "$tarball" -C "$work"
-suite="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'kp-*' -print -quit)"
-[ -n "$suite" ] && [ -d "$suite/test/integration" ] || { echo "no kp-VERSION/test/integration in $tarball" >&2; exit 2; }
+source "$root/tools/broker_start.sh"
+unpack "$tarball" 'kp-*' test/integration
 mkdir -p "$suite/servers/$kafka_version/kafka-bin"
 
 # As the suite's own broker is configured (servers/resources/default/kafka.properties):
 # four partitions per auto-created topic, sessions down to one second.
-python -m fastkwire broker --listen 127.0.0.1:0 --partitions 4 --group-min-session-timeout-ms 1000 >"$work/broker.out" 2>"$work/broker.err" &
-broker_pid=$!
-for _ in $(seq 100); do grep -q '^listening on ' "$work/broker.out" && break; sleep 0.1; done
-address="$(sed -n 's/^listening on //p' "$work/broker.out")"
-[ -n "$address" ] || { echo "fastkwire broker did not start:" >&2; cat "$work/broker.err" >&2; exit 3; }
-echo "fastkwire broker on $address"
+start_broker --partitions 4 --group-min-session-timeout-ms 1000
 
 cd "$suite"
 set +e
@@ -58,8 +45,4 @@ summary="$(tail -n 1 "$work/out.txt")"
 secure="$(tail -n 1 "$work/secure.txt")"
 echo "kafka-python $(basename "$suite") test/integration against fastkwire broker: $summary"
 echo "its SSL and SASL tests against fastkwire brokers in process: $secure"
-passed="$(( $(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0) + $(echo "$secure" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0) ))"
-if [ "$passed" -lt "$min_passed" ]; then
-    echo "fewer than $min_passed passed" >&2
-    exit 1
-fi
+require_passed "$min_passed" "$summary" "$secure"

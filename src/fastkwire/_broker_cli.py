@@ -13,23 +13,20 @@ SIGTERM, 2 bad usage, 3 it could not listen.
 """
 
 import argparse
-import asyncio
-import os
-import signal
 import sys
 
 from ._cli_types import count as _count
-from ._cli_types import rule as _rule
+from ._cli_types import add_fault_arguments, fault_rules
 from ._printable import os_error_text, printable
+from ._serve_cli import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_OK, ended_by, serve_until_signal
 from .broker import Broker, GroupConfig
 from .broker._sasl import MECHANISMS
 from .broker._security import PROTOCOLS, split_listener
-from .proxy._faults import RuleError, read_rules_file
-from .proxy._loop import LOOPS, loop_factory, loop_name, run
+from .proxy._faults import RuleError
+from .proxy._loop import LOOPS, loop_factory, run
 from .proxy._caps import parse_address
 
-EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 3
-EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 130, 141  # as fastkwire.cli's
+EXIT_USAGE = 2
 DEFAULT_LISTEN = ("127.0.0.1", 9092)
 # The library's parameter names, as the flags the user typed (errors name the flag).
 FLAGS = {
@@ -147,24 +144,11 @@ def add_broker(subparsers):
         help="clients must present a certificate these CAs signed (ssl.client.auth=required)",
     )
     faults = parser.add_argument_group("faults (the proxy's rules, applied by the broker)")
-    faults.add_argument(
-        "--fault",
-        type=_rule,
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="a fault rule as key=value pairs, as fastkwire proxy --fault takes them, e.g. "
+    add_fault_arguments(
+        faults,
+        "a fault rule as key=value pairs, as fastkwire proxy --fault takes them, e.g. "
         "api=Heartbeat,error=REBALANCE_IN_PROGRESS,times=2 or api=Fetch,delay_ms=500 or "
         "api=Produce,disconnect=after,times=1 (repeat for more)",
-    )
-    faults.add_argument(
-        "--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}'
-    )
-    faults.add_argument(
-        "--seed",
-        type=int,
-        metavar="N",
-        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
     )
     parser.add_argument(
         "--log-dir",
@@ -210,18 +194,8 @@ def quick_main(argv):
         return args.run(args)
     except BrokenPipeError:  # the reader of the address line went away, as cli says it
         return EXIT_CLOSED_PIPE
-    except KeyboardInterrupt:
-        print(f"{args.prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - a command line prints errors, not tracebacks
-        if os.environ.get("FASTKWIRE_DEBUG"):
-            raise
-        print(
-            f"{args.prog}: unexpected error: {type(exc).__name__}: {printable(exc)} "
-            "(set FASTKWIRE_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - said, not a traceback
+        return ended_by(args.prog, exc)
 
 
 def run_broker(args, out=None, err=None):
@@ -231,11 +205,7 @@ def run_broker(args, out=None, err=None):
         groups = GroupConfig()
         if args.group_min_session_timeout_ms is not None:
             groups.group_min_session_timeout_ms = args.group_min_session_timeout_ms
-        rules, seed = list(args.fault), args.seed
-        if args.rules:
-            from_file, file_seed = read_rules_file(args.rules)
-            rules += from_file
-            seed = file_seed if seed is None else seed
+        rules, seed = fault_rules(args)
         users = dict(args.sasl_user) if args.sasl_user else None
         if args.sasl_mechanism and users is None:
             raise ValueError("--sasl-mechanism: given without --sasl-user")
@@ -268,40 +238,30 @@ def run_broker(args, out=None, err=None):
 
 
 async def _serve(broker, args, out, err):
-    try:
-        await broker.start()
-    except OSError as e:
+    def start_failed(e):
+        if not isinstance(e, OSError):
+            return None
         if args.log_dir is not None and e.filename is not None:
             print(f"{args.prog}: error: --log-dir {args.log_dir}: {os_error_text(e)}", file=err)
             return EXIT_FAILED
         wanted = ",".join(f"{h}:{p}" for h, p in broker.listeners)
         print(f"{args.prog}: error: --listen {wanted}: {e.strerror or e}", file=err)
         return EXIT_FAILED
-    # The handlers before the banner: a script that stops the broker as soon as it reads the
-    # address must not meet the default SIGTERM (the process killed, exit -15).
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
-            pass
-    print(f"listening on {broker.bootstrap_servers}", file=out, flush=True)
-    rules = len(broker.faults.rules)
-    print(
-        f"{args.prog}: {len(broker.listeners)} node(s), {broker.security_protocol}"
-        + (
-            f" ({', '.join(broker.users.mechanisms)})"
-            if broker.security_protocol.startswith("SASL_")
-            else ""
+
+    def announce(loop):
+        print(f"listening on {broker.bootstrap_servers}", file=out, flush=True)
+        rules = len(broker.faults.rules)
+        print(
+            f"{args.prog}: {len(broker.listeners)} node(s), {broker.security_protocol}"
+            + (
+                f" ({', '.join(broker.users.mechanisms)})"
+                if broker.security_protocol.startswith("SASL_")
+                else ""
+            )
+            + (f", {rules} fault rule(s)" if rules else "")
+            + f", on {loop}; Ctrl-C or SIGTERM stops it",
+            file=err,
+            flush=True,
         )
-        + (f", {rules} fault rule(s)" if rules else "")
-        + f", on {loop_name(asyncio.get_running_loop())}; Ctrl-C or SIGTERM stops it",
-        file=err,
-        flush=True,
-    )
-    try:
-        await stop.wait()
-    finally:
-        await broker.close()
-    return EXIT_OK
+
+    return await serve_until_signal(broker, announce, start_failed)

@@ -27,3 +27,32 @@ def rule(text):
         return Rule.parse(text)
     except RuleError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_fault_arguments(group, fault_help):
+    """--fault (its help: `fault_help`), --rules and --seed; fault_rules reads them."""
+    group.add_argument(
+        "--fault", type=rule, action="append", default=[], metavar="RULE", help=fault_help
+    )
+    group.add_argument(
+        "--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}'
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
+    )
+
+
+def fault_rules(args):
+    """(rules, seed) from --fault, --rules and --seed: the file's rules after the flags', its
+    seed unless --seed is given (OSError, RuleError: the file)."""
+    from .proxy._faults import read_rules_file
+
+    rules, seed = list(args.fault), args.seed
+    if args.rules:
+        from_file, file_seed = read_rules_file(args.rules)
+        rules += from_file
+        seed = file_seed if seed is None else seed
+    return rules, seed

@@ -7,21 +7,20 @@ do not decode (explain), 2 bad usage (a flag, a rules file, a capture that canno
 """
 
 import argparse
-import asyncio
 import json
-import signal
 import sys
 
 from ._explain_text import DOC_WIDTH, JSON_ENCODER, message_value, render_lines
 from ._cli_types import address as _address
 from ._cli_types import count as _count
-from ._cli_types import rule as _rule
+from ._cli_types import add_fault_arguments, fault_rules
 from ._printable import os_error_text, printable
+from ._serve_cli import serve_until_signal
 from .connection import make_tls_context
 from .connection_errors import OptionError
 from .errors import DecodeError
 from .proxy._compiled import ENV as FORWARD_ENV, FORWARDS, forward_kind
-from .proxy._loop import ENV as LOOP_ENV, LOOPS, loop_factory, loop_name, run
+from .proxy._loop import ENV as LOOP_ENV, LOOPS, loop_factory, run
 
 # pcap files (dpkt) and frame explanations load on first use: `fastkwire broker` and the
 # proxy without them start sooner
@@ -46,7 +45,6 @@ from .proxy import (
     exchange_dict,
     exchange_json,
     exchange_line,
-    read_rules_file,
 )
 
 EXIT_OK, EXIT_UNDECODED, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
@@ -254,23 +252,11 @@ def add_proxy(subparsers):
         help="how long a broker that left the cluster keeps its --broker-ports port before "
         f"another broker may have it (default {DEFAULT_BROKER_PORT_HOLD:g})",
     )
-    change.add_argument(
-        "--fault",
-        type=_rule,
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="a fault rule as key=value pairs, e.g. api=Heartbeat,error=REBALANCE_IN_PROGRESS,"
+    add_fault_arguments(
+        change,
+        "a fault rule as key=value pairs, e.g. api=Heartbeat,error=REBALANCE_IN_PROGRESS,"
         "times=2 or api=Fetch,delay_ms=500,probability=0.1 or "
         "api=Produce,disconnect=before (repeat for more)",
-    )
-    change.add_argument(
-        "--rules", metavar="FILE", help='fault rules from a JSON file: {"rules": [{...}, ...]}'
-    )
-    change.add_argument(
-        "--seed",
-        type=int,
-        help="seed for the rules' probabilities (repeatable runs; wins over a rules file's seed)",
     )
     tls = parser.add_argument_group(
         "TLS (each side on its own; SASL passes through untouched either way)"
@@ -471,11 +457,7 @@ def _api_key_or_fail(text):
 def run_proxy(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        rules, seed = list(args.fault), args.seed
-        if args.rules:
-            from_file, file_seed = read_rules_file(args.rules)
-            rules += from_file
-            seed = file_seed if seed is None else seed
+        rules, seed = fault_rules(args)
         for a in args.api:
             _api_key_or_fail(a)
         tls, upstream_tls = _tls_contexts(args)
@@ -542,27 +524,24 @@ def run_proxy(args, out=None, err=None):
 
 
 async def _serve(proxy, args, err):
-    # The handlers go in before anything is announced: a process that inherited SIGINT as
-    # ignored (a background job) and is sent it right after "listening on" must stop.
-    # add_signal_handler replaces whatever disposition was inherited, SIG_IGN included.
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
-            pass
-    try:
-        await proxy.start()
-    except OSError as e:
-        print(
-            f"{args.prog}: error: --listen {args.listen[0]}:{args.listen[1]}: {e.strerror or e}",
-            file=err,
-        )
-        return EXIT_FAILED
-    except ValueError as e:  # an address of the proxy's own, or the broker's, given to it
-        print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=err)
-        return EXIT_USAGE
+    def start_failed(e):
+        if isinstance(e, OSError):
+            print(
+                f"{args.prog}: error: --listen {args.listen[0]}:{args.listen[1]}: {e.strerror or e}",
+                file=err,
+            )
+            return EXIT_FAILED
+        if isinstance(e, ValueError):  # an address of the proxy's own, or the broker's, given to it
+            print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=err)
+            return EXIT_USAGE
+        return None
+
+    return await serve_until_signal(
+        proxy, lambda loop: _announce(proxy, args, loop, err), start_failed
+    )
+
+
+def _announce(proxy, args, loop, err):
     host, port = proxy.address
     print(
         f"{args.prog}: listening on {host}:{port}, forwarding to {args.upstream[0]}:{args.upstream[1]}"
@@ -579,7 +558,7 @@ async def _serve(proxy, args, err):
             if proxy.mapped
             else ""
         )
-        + f", on {loop_name(asyncio.get_running_loop())}"
+        + f", on {loop}"
         + (", compiled forwarding" if proxy.compiled else _python_path(proxy))
         + (", TLS for clients" if proxy.tls else "")
         + (", TLS to brokers" if proxy.upstream_tls else "")
@@ -587,11 +566,6 @@ async def _serve(proxy, args, err):
         file=err,
         flush=True,
     )
-    try:
-        await stop.wait()
-    finally:
-        await proxy.close()
-    return EXIT_OK
 
 
 TLS_FLAGS = {

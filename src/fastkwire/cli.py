@@ -39,6 +39,7 @@ from ._explain_examples import example, example_names
 from ._explain_text import DOC_WIDTH, HEX_ROWS, JSON_ENCODER, message_value, render_lines
 from ._printable import os_error_text, printable
 from ._proxy_cli import add_capture_arguments, add_proxy, add_stats, run_explain_capture
+from ._serve_cli import EXIT_CLOSED_PIPE, EXIT_INTERRUPTED, ended_by
 from .admin import (
     DEFAULT_MAX_GROUP_MEMBERS,
     MAX_TIMEOUT_MS,
@@ -59,8 +60,6 @@ EXIT_OK = 0
 EXIT_MEMBERS_FAILED = 1
 EXIT_USAGE = 2
 EXIT_FAILED = 3
-EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process SIGINT ended
-EXIT_CLOSED_PIPE = 141  # the output's reader went away, as a shell reports SIGPIPE's end
 
 DEFAULT_TIMEOUT = 30.0
 MIN_TIMEOUT = 0.001  # the client counts in milliseconds
@@ -1129,18 +1128,8 @@ def _run(parser, argv):
         sys.stdout, sys.stderr = out, err
         _quiet_after_closed_pipe()
         return EXIT_CLOSED_PIPE
-    except KeyboardInterrupt:
-        print(f"{args.prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - a command line prints errors, not tracebacks
-        if os.environ.get("FASTKWIRE_DEBUG"):
-            raise
-        print(
-            f"{args.prog}: unexpected error: {type(exc).__name__}: {printable(exc)} "
-            "(set FASTKWIRE_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - said, not a traceback
+        return ended_by(args.prog, exc)
     finally:
         sys.stdout, sys.stderr = out, err
 

@@ -325,8 +325,13 @@ class Apis:
         coordinator = self.cluster.coordinator
         return lambda group_id: coordinator(group_id or "") == node_id
 
-    def _leader_check(self, partition, ctx, current_leader_epoch=-1):
-        """The error name when this node cannot serve `partition` (None: it can)."""
+    def _leader_check(
+        self, partition, ctx, current_leader_epoch=-1, missing="UNKNOWN_TOPIC_OR_PARTITION"
+    ):
+        """The error name when this node cannot serve `partition` (`missing` when it is None,
+        not found); None when it can."""
+        if partition is None:
+            return missing
         if partition.leader != ctx.node_id:
             return "NOT_LEADER_OR_FOLLOWER"
         if current_leader_epoch >= 0:
@@ -700,9 +705,7 @@ class Apis:
             partition = None
             if topic is not None and 0 <= p.partition < len(topic.partitions):
                 partition = topic.partitions[p.partition]
-            error = missing if partition is None else None
-            if error is None:
-                error = self._leader_check(partition, ctx, p.leader_epoch)
+            error = self._leader_check(partition, ctx, p.leader_epoch, missing)
             data = b""
             if error is None:
                 log = partition.log
@@ -753,9 +756,7 @@ class Apis:
             for p in t.partitions:
                 partition = self.cluster.partition(t.name, p.partition_index)
                 offset, ts, epoch = -1, -1, -1
-                error = "UNKNOWN_TOPIC_OR_PARTITION" if partition is None else None
-                if error is None:
-                    error = self._leader_check(partition, ctx, p.current_leader_epoch)
+                error = self._leader_check(partition, ctx, p.current_leader_epoch)
                 if error is None:
                     try:
                         offset, ts = partition.log.offset_for(p.timestamp)
@@ -787,9 +788,7 @@ class Apis:
             for p in t.partitions:
                 partition = self.cluster.partition(t.topic, p.partition)
                 epoch, end = -1, -1
-                error = "UNKNOWN_TOPIC_OR_PARTITION" if partition is None else None
-                if error is None:
-                    error = self._leader_check(partition, ctx, p.current_leader_epoch)
+                error = self._leader_check(partition, ctx, p.current_leader_epoch)
                 if error is None:
                     epoch, end = partition.log.end_offset_for(p.leader_epoch)
                 parts.append(
@@ -965,11 +964,7 @@ class Apis:
             parts = []
             for p in t.partitions:
                 partition = self.cluster.partition(t.name, p.partition_index)
-                low, error = -1, None
-                if partition is None:
-                    error = "UNKNOWN_TOPIC_OR_PARTITION"
-                else:
-                    error = self._leader_check(partition, ctx)
+                low, error = -1, self._leader_check(partition, ctx)
                 if error is None:
                     try:
                         low = partition.log.delete_before(p.offset)

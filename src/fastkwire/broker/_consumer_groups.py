@@ -81,6 +81,8 @@ def _pattern(regex):
 
 
 class HeartbeatError(Exception):
+    """A heartbeat's error answer (KIP-848's and KIP-1071's): its code and message."""
+
     def __init__(self, code, message):
         super().__init__(message)
         self.code, self.message = code, message

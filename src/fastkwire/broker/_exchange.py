@@ -111,18 +111,24 @@ def _unsupported(apis, header, frame, served):
             ],
         )
         return encode_response(response, 0, header.correlation_id)
-    from ..proxy._faults import error_answer  # rarely needed: imported on first use
-
-    request = SimpleNamespace(
-        api_key=header.api_key,
-        api_version=header.api_version,
-        correlation_id=header.correlation_id,
-        request=frame,
-    )
     try:
-        return error_answer(request, UNSUPPORTED_VERSION)
+        return error_frame(header, frame, UNSUPPORTED_VERSION)
     except (ValueError, DecodeError) as e:
         what = "not served" if served is None else f"served at versions {served[0]}-{served[1]}"
         return Close(
             f"API key {header.api_key} v{header.api_version} ({what}) cannot be answered: {e}"
         )
+
+
+def error_frame(header, frame, error_code):
+    """The answer to request `frame` (`header`, its header) with `error_code`, as the proxy's
+    fault rules make it; ValueError or DecodeError when it cannot be made."""
+    from ..proxy._faults import error_answer  # rarely needed: imported on first use
+
+    exchange = SimpleNamespace(
+        api_key=header.api_key,
+        api_version=header.api_version,
+        correlation_id=header.correlation_id,
+        request=frame,
+    )
+    return error_answer(exchange, error_code)

@@ -10,11 +10,10 @@ text) applied by the broker to the requests it is sent, before it answers them:
 """
 
 import logging
-from types import SimpleNamespace
 
 from ..errors import DecodeError
-from ..proxy._faults import Faults, Rule, RuleError, error_answer
-from ._exchange import Close
+from ..proxy._faults import Faults, Rule, RuleError
+from ._exchange import Close, error_frame
 
 log = logging.getLogger("fastkwire.broker")
 
@@ -50,14 +49,8 @@ def apply(rule, header, frame, answer, done, loop):
     elif rule.delay_ms is not None:
         answer(lambda outcome: loop.call_later(rule.delay_ms / 1000, done, outcome))
     else:
-        exchange = SimpleNamespace(
-            api_key=header.api_key,
-            api_version=header.api_version,
-            correlation_id=header.correlation_id,
-            request=frame,
-        )
         try:
-            outcome = error_answer(exchange, rule.error_code)
+            outcome = error_frame(header, frame, rule.error_code)
         except (ValueError, DecodeError) as e:
             log.warning("fault %s cannot answer (%s); answered as usual instead", what, e)
             answer(done)

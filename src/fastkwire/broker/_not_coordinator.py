@@ -48,6 +48,12 @@ from .. import (
 from ..error_codes import by_name
 
 NOT_COORDINATOR = by_name("NOT_COORDINATOR").code
+ELSEWHERE = "this node does not coordinate the group"
+# KIP-848's and KIP-1071's heartbeats answer alike.
+_HEARTBEATS = {
+    ConsumerGroupHeartbeatRequest.API_KEY: ConsumerGroupHeartbeatResponse,
+    StreamsGroupHeartbeatRequest.API_KEY: StreamsGroupHeartbeatResponse,
+}
 
 
 def _partitions_error(R, topic_cls, partition_cls, request):
@@ -84,17 +90,11 @@ def _one_group_error(api_key, version, request):
         return LeaveGroupResponse(error_code=NOT_COORDINATOR, members=[])
     if api_key == OffsetDeleteRequest.API_KEY:
         return OffsetDeleteResponse(error_code=NOT_COORDINATOR, topics=[])
-    if api_key == ConsumerGroupHeartbeatRequest.API_KEY:
-        return ConsumerGroupHeartbeatResponse(
+    heartbeat = _HEARTBEATS.get(api_key)
+    if heartbeat is not None:
+        return heartbeat(
             error_code=NOT_COORDINATOR,
-            error_message="this node does not coordinate the group",
-            member_id=request.member_id,
-            member_epoch=request.member_epoch,
-        )
-    if api_key == StreamsGroupHeartbeatRequest.API_KEY:
-        return StreamsGroupHeartbeatResponse(
-            error_code=NOT_COORDINATOR,
-            error_message="this node does not coordinate the group",
+            error_message=ELSEWHERE,
             member_id=request.member_id,
             member_epoch=request.member_epoch,
         )
@@ -113,10 +113,11 @@ def _one_group_error(api_key, version, request):
     return None
 
 
-# API key -> (the request's list of groups, its group id from an item, the response's list,
-# an error item for a group id)
+# API key -> (the response class, the request's list of groups, its group id from an item,
+# the response's list, an error item for a group id)
 _MANY = {
     DescribeGroupsRequest.API_KEY: (
+        DescribeGroupsResponse,
         "groups",
         lambda g: g,
         "groups",
@@ -130,18 +131,20 @@ _MANY = {
         ),
     ),
     DeleteGroupsRequest.API_KEY: (
+        DeleteGroupsResponse,
         "groups_names",
         lambda g: g,
         "results",
         lambda g: DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=NOT_COORDINATOR),
     ),
     ConsumerGroupDescribeRequest.API_KEY: (
+        ConsumerGroupDescribeResponse,
         "group_ids",
         lambda g: g,
         "groups",
         lambda g: ConsumerGroupDescribeResponse.DescribedGroup(
             error_code=NOT_COORDINATOR,
-            error_message="this node does not coordinate the group",
+            error_message=ELSEWHERE,
             group_id=g,
             group_state="",
             assignor_name="",
@@ -149,12 +152,13 @@ _MANY = {
         ),
     ),
     StreamsGroupDescribeRequest.API_KEY: (
+        StreamsGroupDescribeResponse,
         "group_ids",
         lambda g: g,
         "groups",
         lambda g: StreamsGroupDescribeResponse.DescribedGroup(
             error_code=NOT_COORDINATOR,
-            error_message="this node does not coordinate the group",
+            error_message=ELSEWHERE,
             group_id=g,
             group_state="",
             group_epoch=-1,
@@ -164,6 +168,7 @@ _MANY = {
         ),
     ),
     OffsetFetchRequest.API_KEY: (  # v8+
+        OffsetFetchResponse,
         "groups",
         lambda g: g.group_id,
         "groups",
@@ -188,10 +193,8 @@ def coordinated(api_key, version, request, reply, owns):
         return request, listing
     if api_key not in _ONE_GROUP and api_key not in _MANY:
         return request, reply  # not about a group (or not yet known here): the coordinator's
-    if api_key == OffsetFetchRequest.API_KEY and version >= 8:
-        many = _MANY[api_key]
-    else:
-        many = _MANY.get(api_key) if api_key != OffsetFetchRequest.API_KEY else None
+    # OffsetFetch is about one group before v8
+    many = _MANY.get(api_key) if api_key != OffsetFetchRequest.API_KEY or version >= 8 else None
     if many is None:
         if owns(request.group_id):
             return request, reply
@@ -200,7 +203,7 @@ def coordinated(api_key, version, request, reply, owns):
             return request, reply
         reply(response)
         return None, None
-    field, group_of, answers, error_item = many
+    response_cls, field, group_of, answers, error_item = many
     items = getattr(request, field) or []
     others = [group_of(i) for i in items if not owns(group_of(i))]
     if not others:
@@ -208,13 +211,6 @@ def coordinated(api_key, version, request, reply, owns):
     mine = [i for i in items if owns(group_of(i))]
     errors = [error_item(g) for g in others]
     if not mine:
-        response_cls = {
-            DescribeGroupsRequest.API_KEY: DescribeGroupsResponse,
-            DeleteGroupsRequest.API_KEY: DeleteGroupsResponse,
-            ConsumerGroupDescribeRequest.API_KEY: ConsumerGroupDescribeResponse,
-            StreamsGroupDescribeRequest.API_KEY: StreamsGroupDescribeResponse,
-            OffsetFetchRequest.API_KEY: OffsetFetchResponse,
-        }[api_key]
         reply(response_cls(**{answers: errors}))
         return None, None
     setattr(request, field, mine)

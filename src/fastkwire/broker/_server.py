@@ -32,6 +32,7 @@ import os
 import socket
 import time
 
+from ..proxy._accept import tls_handshake
 from ..proxy._frames import request_header
 from ..proxy._caps import (
     DEFAULT_FRAME_TIMEOUT,
@@ -648,22 +649,11 @@ class Broker:
         await self.close()
 
     async def _tls_handshake(self, fd, node_id):
-        sock = socket.socket(fileno=fd)
         try:
-            await asyncio.wait_for(
-                asyncio.get_running_loop().connect_accepted_socket(
-                    lambda: _Connection(self, node_id),
-                    sock,
-                    ssl=self.tls,
-                    ssl_handshake_timeout=self.frame_timeout + 1,  # wait_for's comes first
-                ),
-                self.frame_timeout,
+            await tls_handshake(
+                fd, lambda: _Connection(self, node_id), self.tls, self.frame_timeout
             )
-        except asyncio.CancelledError:
-            sock.close()  # the broker is closing
-            raise
         except (OSError, asyncio.TimeoutError) as e:  # ssl.SSLError is an OSError
-            sock.close()
             why = "it took over frame_timeout" if isinstance(e, asyncio.TimeoutError) else e
             log.info("a TLS handshake on node %d failed: %s", node_id, why)
 

@@ -16,6 +16,7 @@ owns the group ids, the timers and the offsets.
 
 from .. import StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse
 from ..error_codes import by_name
+from ._consumer_groups import HeartbeatError
 
 
 def _code(name):
@@ -51,12 +52,6 @@ G_RECONCILING, G_STABLE = "Reconciling", "Stable"
 # and how often a member reports its task offsets.
 ACCEPTABLE_RECOVERY_LAG = 10_000
 TASK_OFFSET_INTERVAL_MS = 60_000
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code, self.message = code, message
 
 
 class _Member:

@@ -9,6 +9,7 @@ test suite runs everything under each loop).
 import asyncio
 import os
 import sys
+import threading
 
 LOOPS = ("auto", "asyncio", "uvloop")
 ENV = "FASTKWIRE_PROXY_LOOP"
@@ -75,3 +76,73 @@ def _cancel_all(loop):
         t.cancel()
     if tasks:
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+class ServerThread:
+    """`self.server` (an object with `start()` and `close()` coroutines) served on its own
+    event loop in a thread, for blocking code and test suites: `start`, `stop`, `with`, and
+    `call` to run a function on that thread. The proxy's BackgroundProxy and the broker's
+    testing.Broker."""
+
+    def __init__(self, server, loop=None, *, name):
+        self.server = server
+        self._name = name
+        self._new_loop = loop_factory(loop)
+        self._loop = None
+        self._thread = None
+        self._ready = threading.Event()
+        self._failure = None
+
+    def start(self, timeout=10.0):
+        if self._thread is not None:
+            raise RuntimeError(f"this {type(self).__name__} was started already")
+        self._thread = threading.Thread(
+            target=self._run, name=f"fastkwire-{self._name}", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"the {self._name} did not start within {timeout} s")
+        if self._failure is not None:
+            raise self._failure
+        return self
+
+    def _run(self):
+        loop = self._loop = self._new_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self.server.start())
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that called start
+            self._failure = e
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self.server.close())
+            loop.close()
+
+    def stop(self, timeout=10.0):
+        """Close the server and end the thread."""
+        if self._loop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def call(self, fn, *args, timeout=10.0):
+        """fn(*args) run on the server's thread (where its state may be read or changed);
+        returns what it returns."""
+
+        async def run():
+            return fn(*args)
+
+        return self._await(run(), timeout)
+
+    def _await(self, coro, timeout):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

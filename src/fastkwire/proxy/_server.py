@@ -46,7 +46,8 @@ from ._compiled import (
 )
 from ._exchange import Exchange, ProxyEvent, describe_error
 from ._faults import Faults, error_answer
-from ._loop import loop_factory
+from ._accept import tls_handshake
+from ._loop import ServerThread
 from ._frames import PRODUCE, SIZE, produce_acks, request_header, response_correlation_id
 from ._rewrite import (
     API_VERSIONS,
@@ -1150,22 +1151,11 @@ class Proxy:
         task.add_done_callback(self._handshakes.discard)
 
     async def _tls_handshake(self, fd, listener, peer):
-        sock = socket.socket(fileno=fd)
         try:
-            await asyncio.wait_for(
-                asyncio.get_running_loop().connect_accepted_socket(
-                    lambda: _Side(self, 0, listener=listener),
-                    sock,
-                    ssl=self.tls,
-                    ssl_handshake_timeout=self.connect_timeout + 1,  # wait_for's comes first
-                ),
-                self.connect_timeout,
+            await tls_handshake(
+                fd, lambda: _Side(self, 0, listener=listener), self.tls, self.connect_timeout
             )
-        except asyncio.CancelledError:
-            sock.close()  # the proxy is closing
-            raise
         except (OSError, asyncio.TimeoutError) as e:
-            sock.close()
             self._event_text(
                 f"client {peer[0]}:{peer[1]}: TLS handshake: {self._connect_failure(e)}",
                 ProxyEvent.ERROR,
@@ -1729,7 +1719,7 @@ def _no_error(frame):
     return len(frame) >= 10 and frame[8:10] == b"\0\0"
 
 
-class BackgroundProxy:
+class BackgroundProxy(ServerThread):
     """A Proxy on its own event loop in a thread, for blocking code and test suites:
 
         with BackgroundProxy("127.0.0.1:9092", rules=[Rule(api="Heartbeat", error=27)]) as p:
@@ -1740,7 +1730,6 @@ class BackgroundProxy:
     "auto" (uvloop when installed), "asyncio" or "uvloop"; by default FASTKWIRE_PROXY_LOOP's."""
 
     def __init__(self, upstream, listen=("127.0.0.1", 0), *, keep=100_000, loop=None, **kwargs):
-        self._new_loop = loop_factory(loop)
         self._on_exchange = kwargs.pop("on_exchange", None)
         self._on_event = kwargs.pop("on_event", None)
         self.keep = _positive(keep, "keep")
@@ -1750,10 +1739,7 @@ class BackgroundProxy:
         self._lock = threading.Lock()
         self._exchanges = collections.deque(maxlen=self.keep)
         self._events = collections.deque(maxlen=self.keep)
-        self._loop = None
-        self._thread = None
-        self._ready = threading.Event()
-        self._failure = None
+        super().__init__(self.proxy, loop, name="proxy")
 
     def _exchange(self, ex):
         with self._lock:
@@ -1766,42 +1752,6 @@ class BackgroundProxy:
             self._events.append(event)
         if self._on_event is not None:
             self._on_event(event)
-
-    def start(self, timeout=10.0):
-        self._thread = threading.Thread(target=self._run, name="fastkwire-proxy", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise TimeoutError(f"the proxy did not start within {timeout} s")
-        if self._failure is not None:
-            raise self._failure
-        return self
-
-    def _run(self):
-        self._loop = self._new_loop()
-        try:
-            self._loop.run_until_complete(self.proxy.start())
-        except BaseException as e:  # noqa: BLE001 - handed to the thread that called start
-            self._failure = e
-            self._ready.set()
-            self._loop.close()
-            return
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
-            self._loop.run_until_complete(self.proxy.close())
-            self._loop.close()
-
-    def stop(self, timeout=10.0):
-        if self._loop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout)
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
     @property
     def address(self):
@@ -1841,10 +1791,3 @@ class BackgroundProxy:
                 self.call(self.proxy.flush)
             except RuntimeError:  # the loop stopped meanwhile
                 pass
-
-    def call(self, fn, *args):
-        """Runs fn(*args) in the proxy's thread and returns what it returns."""
-        return asyncio.run_coroutine_threadsafe(self._call(fn, *args), self._loop).result(10)
-
-    async def _call(self, fn, *args):
-        return fn(*args)

@@ -1,16 +1,11 @@
 """`Broker`: fastkwire.broker's asyncio broker on its own event loop in a thread."""
 
-import asyncio
-import threading
-
 from ..broker import Broker as _AsyncBroker
 from ..broker._faults import as_rule
-from ..proxy._loop import loop_factory
-
-DEFAULT_START_TIMEOUT = 10.0
+from ..proxy._loop import ServerThread
 
 
-class Broker:
+class Broker(ServerThread):
     """A Kafka broker in this process, for blocking code and test suites:
 
         with Broker() as broker:
@@ -30,51 +25,7 @@ class Broker:
         if len(ports) != nodes:
             raise ValueError(f"ports: {len(ports)} given for {nodes} node(s)")
         self.broker = _AsyncBroker([(host, port) for port in ports], **kwargs)
-        self._new_loop = loop_factory(loop)
-        self._loop = None
-        self._thread = None
-        self._ready = threading.Event()
-        self._failure = None
-
-    def start(self, timeout=DEFAULT_START_TIMEOUT):
-        if self._thread is not None:
-            raise RuntimeError("this Broker was started already")
-        self._thread = threading.Thread(target=self._run, name="fastkwire-broker", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise TimeoutError(f"the broker did not start within {timeout} s")
-        if self._failure is not None:
-            raise self._failure
-        return self
-
-    def _run(self):
-        loop = self._loop = self._new_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self.broker.start())
-        except BaseException as e:  # noqa: BLE001 - handed to the thread that called start
-            self._failure = e
-            self._ready.set()
-            loop.close()
-            return
-        self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(self.broker.close())
-            loop.close()
-
-    def stop(self, timeout=10.0):
-        """Close the listeners and connections and end the thread."""
-        if self._loop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout)
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
+        super().__init__(self.broker, loop, name="broker")
 
     @property
     def bootstrap_servers(self):
@@ -103,18 +54,6 @@ class Broker:
     def addresses(self):
         """{node id: (host, port)}."""
         return self.broker.addresses
-
-    def call(self, fn, *args, timeout=10.0):
-        """fn(*args) run on the broker's thread (where its state may be read or changed);
-        returns what it returns."""
-
-        async def run():
-            return fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
-
-    def _await(self, coro, timeout):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def create_topic(self, name, partitions=1, configs=None, replication_factor=1):
         """Create topic `name` (as CreateTopics would); returns its id. A replication factor
