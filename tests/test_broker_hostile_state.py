@@ -511,6 +511,7 @@ def test_a_regex_subscription_is_matched_once_per_topic_list():
     """Each heartbeat of each KIP-848 member matched every subscribed regex against every
     topic (half a second a heartbeat with 20,000 topics, for every member of every group);
     the matches are kept until a topic comes or goes."""
+    pytest.importorskip("re2")  # the broker extra's (no wheel for every interpreter yet)
     import fastkwire.broker._consumer_groups as consumer_groups
 
     apis = make_apis()
