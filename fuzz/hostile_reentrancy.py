@@ -703,10 +703,11 @@ def owner_strike(rng):
     if not live:
         return
     victims = rng.choice(live)
+    objects = list(victims.objects)  # a copy: the case's own thread may change the list meanwhile
     if victims.owners and rng.random() < 0.5:
         victims.act(rng)
-    elif victims.objects:
-        mutate(rng.choice(victims.objects), rng)
+    elif objects:
+        mutate(rng.choice(objects), rng)
 
 
 def aiokafkas_own(error):
