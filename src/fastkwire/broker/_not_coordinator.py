@@ -191,12 +191,11 @@ def coordinated(api_key, version, request, reply, owns):
             reply(response)
 
         return request, listing
-    if api_key not in _ONE_GROUP and api_key not in _MANY:
-        return request, reply  # not about a group (or not yet known here): the coordinator's
     # OffsetFetch is about one group before v8
     many = _MANY.get(api_key) if api_key != OffsetFetchRequest.API_KEY or version >= 8 else None
     if many is None:
-        if owns(request.group_id):
+        group_id = getattr(request, "group_id", None)
+        if group_id is None or owns(group_id):  # not about one group, or about one of ours
             return request, reply
         response = _one_group_error(api_key, version, request)
         if response is None:  # an API this module does not know: the coordinator answers
@@ -221,23 +220,6 @@ def coordinated(api_key, version, request, reply, owns):
 
     return request, merged
 
-
-# The APIs about one group (OffsetFetch too, before v8): an answer above for each.
-_ONE_GROUP = frozenset(
-    cls.API_KEY
-    for cls in (
-        JoinGroupRequest,
-        SyncGroupRequest,
-        HeartbeatRequest,
-        LeaveGroupRequest,
-        OffsetDeleteRequest,
-        ConsumerGroupHeartbeatRequest,
-        StreamsGroupHeartbeatRequest,
-        OffsetCommitRequest,
-        TxnOffsetCommitRequest,
-        OffsetFetchRequest,
-    )
-)
 
 TRANSACTION_API_KEYS = frozenset(
     cls.API_KEY
