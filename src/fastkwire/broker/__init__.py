@@ -13,6 +13,7 @@ its own thread, and `fastkwire broker` as a command. docs/broker.md says what it
 """
 
 from ._apis import Apis, Context
+from ._authorize import Authorizer
 from ._cluster import TOPIC_CONFIGS, Cluster, ClusterError
 from ._groups import GroupConfig, GroupCoordinator
 from ._limits import Limits
@@ -22,6 +23,7 @@ from ._server import Broker
 __all__ = [
     "Broker",
     "Apis",
+    "Authorizer",
     "Context",
     "Cluster",
     "GroupConfig",
