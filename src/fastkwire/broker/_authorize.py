@@ -353,21 +353,6 @@ def _merging(field, items):
     return after
 
 
-def _chain(*afters):
-    afters = [a for a in afters if a is not None]
-    if not afters:
-        return None
-    if len(afters) == 1:
-        return afters[0]
-
-    def after(response):
-        for a in afters:
-            response = a(response)
-        return response
-
-    return after
-
-
 class TopicShape:
     """A request's topics and their partitions, and the answer's: attribute names, and the
     error partition's other fields."""
@@ -381,6 +366,7 @@ class TopicShape:
         self.answers, self.answer_topic, self.answer_name = answers, answer_topic, answer_name
         self.answer_partitions = answer_partitions
         self.answer_partition, self.answer_index = answer_partition, answer_index
+        self.error_field = extra.pop("error_field", "error_code")
         self.extra = extra
 
     def error_topic(self, t, error, name):
@@ -390,7 +376,7 @@ class TopicShape:
             index = p if self.index is None else getattr(p, self.index)
             parts.append(
                 getattr(R, self.answer_partition)(
-                    **{self.answer_index: index, "error_code": error}, **self.extra
+                    **{self.answer_index: index, self.error_field: error}, **self.extra
                 )
             )
         fields = {self.answer_name: name, self.answer_partitions: parts}
@@ -465,6 +451,7 @@ ADD_PARTITIONS_SHAPE = TopicShape(
     AddPartitionsToTxnResponse, "v3_and_below_topics", "name", "partitions", None,
     "results_by_topic_v3_and_below", "AddPartitionsToTxnTopicResult", "name",
     "results_by_partition", "AddPartitionsToTxnPartitionResult", "partition_index",
+    error_field="partition_error_code",
 )  # fmt: skip
 
 
