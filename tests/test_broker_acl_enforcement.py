@@ -836,3 +836,87 @@ def test_a_plaintext_client_is_anonymous_and_refused_unless_everyone_is_allowed(
                         sent.get(timeout=TIMEOUT)
             finally:
                 producer.close()
+
+
+def test_the_command_enforces_acls_with_kafka_s_settings_as_flags():
+    import os
+    import subprocess
+    import sys
+
+    from kafka import KafkaAdminClient
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePatternFilter,
+        ResourceType,
+    )
+    from kafka.errors import ClusterAuthorizationFailedError
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    argv = [sys.executable, "-m", "fastkwire", "broker", "--listen", "127.0.0.1:0"]
+    for user in ("admin", "alice"):
+        argv += ["--sasl-user", f"{user}:{USERS[user]}"]
+    argv += ["--authorizer", "--super-users", "User:admin;User:ops"]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on 127.0.0.1:"), line + proc.stderr.read()
+        address = line.split()[-1]
+
+        def admin(user):
+            return KafkaAdminClient(
+                bootstrap_servers=address,
+                security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="PLAIN",
+                sasl_plain_username=user,
+                sasl_plain_password=USERS[user],
+                request_timeout_ms=TIMEOUT * 1000,
+            )
+
+        listing = ACLFilter(
+            None,
+            None,
+            ACLOperation.ANY,
+            ACLPermissionType.ANY,
+            ResourcePatternFilter(ResourceType.TOPIC, None, ACLResourcePatternType.ANY),
+        )
+        for user, refused in (("alice", True), ("admin", False)):
+            client = admin(user)
+            try:
+                if refused:
+                    with pytest.raises(ClusterAuthorizationFailedError):
+                        client.describe_acls(listing)
+                else:
+                    assert client.describe_acls(listing)[0] == []
+            finally:
+                client.close()
+        proc.terminate()
+        assert proc.wait(TIMEOUT) == 0
+        assert "SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), ACLs enforced" in (
+            proc.stderr.read()
+        )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--super-users", "User:a"], "--super-users: given without --authorizer"),
+        (["--allow-everyone-if-no-acl-found"], "given without --authorizer"),
+        (["--authorizer", "--super-users", "alice"], "--super-users: 'alice' is not a principal"),
+    ],
+)
+def test_the_command_names_the_authorizer_flag_that_is_wrong(argv, message, capsys):
+    from fastkwire import cli
+
+    assert cli.main(["broker", "--listen", "127.0.0.1:0", *argv]) == 2
+    assert message in capsys.readouterr().err
