@@ -419,6 +419,28 @@ def test_a_deny_on_every_topic_outweighs_write_on_some_for_init_producer_id():
     assert call(apis, init_producer_id(), 5).error_code == code("CLUSTER_AUTHORIZATION_FAILED")
 
 
+def test_a_prefixed_deny_covers_the_topics_it_starts_for_init_producer_id():
+    apis = make_apis(
+        acl(TOPIC, "logs-app", WRITE),
+        acl(TOPIC, "logs-", WRITE, pattern=PREFIXED),
+        acl(TOPIC, "lo", WRITE, permission=DENY, pattern=PREFIXED),
+    )
+    assert call(apis, init_producer_id(), 5).error_code == code("CLUSTER_AUTHORIZATION_FAILED")
+    apis.acls.add(acl(TOPIC, "other", WRITE))
+    assert call(apis, init_producer_id(), 5).error_code == 0
+
+
+def test_cluster_authorized_operations_need_describe_on_the_cluster():
+    apis = make_apis(acl(CLUSTER, "kafka-cluster", ALTER_CONFIGS))
+    request = fastkwire.DescribeClusterRequest(include_cluster_authorized_operations=True)
+    assert call(apis, request, 1).cluster_authorized_operations == 0
+    apis.acls.add(acl(CLUSTER, "kafka-cluster", DESCRIBE))
+    bits = (1 << DESCRIBE) | (1 << ALTER_CONFIGS) | (1 << DESCRIBE_CONFIGS)
+    assert call(apis, request, 1).cluster_authorized_operations == bits
+    everything = call(apis, request, 1, principal="User:admin").cluster_authorized_operations
+    assert everything == sum(1 << op for op in (CREATE, ALTER, DESCRIBE, 9, 10, 11, 12))
+
+
 def test_add_partitions_to_txn_refuses_all_when_one_topic_is_not_writable():
     apis = make_apis(acl(TXN, "tx", WRITE), acl(TOPIC, "open", WRITE))
     A = fastkwire.AddPartitionsToTxnRequest

@@ -110,6 +110,7 @@ DENY, ALLOW = 2, 3
 CLUSTER_NAME = "kafka-cluster"
 ANONYMOUS = "User:ANONYMOUS"
 ANY_USER = "User:*"
+_UNNAMED = "hardcode"  # a name no ACL names but the wildcard's: Kafka's probe for a type
 # An ALLOW of the key also allows these.
 _IMPLIED = {
     READ: (DESCRIBE,),
@@ -271,41 +272,42 @@ class Authorizer:
         return allowed
 
     def authorize_any(self, principal, host, operation, resource_type):
-        """Whether an ALLOW gives `operation` on some resource of the type that no DENY
-        covers (Kafka's authorizeByResourceType, which InitProducerId uses)."""
-        if principal in self.super_users:
+        """Whether `operation` is allowed on some resource of the type (Kafka's
+        authorizeByResourceType, which InitProducerId uses): as on a resource no ACL names
+        but the wildcard's (super users, allow.everyone.if.no.acl.found), or by an ALLOW
+        that applies to the principal and host which no DENY covers: a LITERAL `*` DENY
+        covers all, a LITERAL one the same name, a PREFIXED one every name it starts."""
+        if self.authorize(principal, host, operation, resource_type, _UNNAMED):
             return True
         by_type = self._by_type(resource_type)
         if by_type is None:
-            return self.allow_everyone_if_no_acl_found
-
-        def applies(a, permission):
-            return (
-                a.permission_type == permission
-                and a.principal in (principal, ANY_USER)
-                and a.host in (host, WILDCARD)
-                and a.operation in (operation, ALL)
-            )
-
-        literal, prefixed, _ = by_type
-        acls = [a for group in (*literal.values(), *prefixed.values()) for a in group]
-        denied = [a for a in acls if applies(a, DENY)]
-        if any(a.pattern_type == LITERAL and a.resource_name == WILDCARD for a in denied):
             return False
-        for a in acls:
-            if not applies(a, ALLOW):
-                continue
-            if not any(
-                (d.pattern_type == PREFIXED and a.resource_name.startswith(d.resource_name))
-                or (
-                    d.pattern_type == LITERAL
-                    and a.pattern_type == LITERAL
-                    and d.resource_name == a.resource_name
-                )
-                for d in denied
-            ):
-                return True
-        return False
+        literal, prefixed, _ = by_type
+        applying = {
+            ALLOW: {LITERAL: set(), PREFIXED: set()},
+            DENY: {LITERAL: set(), PREFIXED: set()},
+        }
+        for acls in (*literal.values(), *prefixed.values()):
+            for a in acls:
+                if (
+                    a.principal in (principal, ANY_USER)
+                    and a.host in (host, WILDCARD)
+                    and a.operation in (operation, ALL)
+                    and a.permission_type in applying
+                ):
+                    applying[a.permission_type][a.pattern_type].add(a.resource_name)
+        allow, deny = applying[ALLOW], applying[DENY]
+        if WILDCARD in deny[LITERAL]:
+            return False
+        if WILDCARD in allow[LITERAL]:
+            return True
+
+        def denied_prefix(name):
+            return any(name[:n] in deny[PREFIXED] for n in range(1, len(name) + 1))
+
+        return any(
+            name not in deny[LITERAL] and not denied_prefix(name) for name in allow[LITERAL]
+        ) or any(not denied_prefix(name) for name in allow[PREFIXED])
 
     def operations(self, ctx, resource_type, name, operations):
         """Kafka's authorized-operations bit field of a resource."""
@@ -314,6 +316,12 @@ class Authorizer:
             if self.authorize(ctx.principal, ctx.client_host, op, resource_type, name):
                 bits |= 1 << op
         return bits
+
+    def cluster_operations(self, ctx):
+        """The cluster's authorized operations: none without DESCRIBE on it, as Kafka's."""
+        if not self.may(ctx, DESCRIBE, CLUSTER, CLUSTER_NAME):
+            return 0
+        return self.operations(ctx, CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
 
     def may(self, ctx, operation, resource_type, name):
         return self.authorize(ctx.principal, ctx.client_host, operation, resource_type, name)
@@ -592,9 +600,7 @@ def _metadata(auth, request, version, ctx):
             topics = []  # v0 reads no topics as all of them: none were asked for but those
         response.topics = topics + refused
         if 8 <= version <= 10 and request.include_cluster_authorized_operations:
-            response.cluster_authorized_operations = auth.operations(
-                ctx, CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS
-            )
+            response.cluster_authorized_operations = auth.cluster_operations(ctx)
         return response
 
     return None, after
@@ -722,7 +728,7 @@ def _described_topics(auth, ctx, topics):
 def _offset_fetch(auth, request, version, ctx):
     R = OffsetFetchResponse
     if version < 8:
-        if not auth.may(ctx, READ, GROUP, request.group_id):
+        if not auth.may(ctx, DESCRIBE, GROUP, request.group_id):
             return R(error_code=GROUP_FAILED, topics=[]), None
         if request.topics is None:
 
@@ -735,7 +741,7 @@ def _offset_fetch(auth, request, version, ctx):
         return None, _merging("topics", refused)
     kept, refused_groups, refused_topics, all_topics = [], [], {}, set()
     for g in request.groups:
-        if not auth.may(ctx, READ, GROUP, g.group_id):
+        if not auth.may(ctx, DESCRIBE, GROUP, g.group_id):
             refused_groups.append(
                 R.OffsetFetchResponseGroup(group_id=g.group_id, topics=[], error_code=GROUP_FAILED)
             )
@@ -789,9 +795,7 @@ def _describe_cluster(auth, request, version, ctx):
         return None, None
 
     def after(response):
-        response.cluster_authorized_operations = auth.operations(
-            ctx, CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS
-        )
+        response.cluster_authorized_operations = auth.cluster_operations(ctx)
         return response
 
     return None, after
