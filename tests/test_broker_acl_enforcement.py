@@ -942,3 +942,18 @@ def test_the_command_names_the_authorizer_flag_that_is_wrong(argv, message, caps
 
     assert cli.main(["broker", "--listen", "127.0.0.1:0", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_mutated_frames_keep_the_request_path_s_contract_with_an_authorizer():
+    """fuzz/hostile_requests.py --authorizer over a short run: requests refused, cut down to
+    what is allowed, and ACLs changed by mutated CreateAcls/DeleteAcls keep its contract."""
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("cramjam")  # its seeds hold gzip batches
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_requests
+
+    counts, findings, _ = hostile_requests.run(3000, seed=7, authorizer=True)
+    assert findings == 0
+    assert counts["answered"] and counts["closed"]

@@ -614,10 +614,10 @@ def _describe_topic_partitions(auth, request, version, ctx):
         topics = []
         for t in response.topics or []:
             if auth.may(ctx, DESCRIBE, TOPIC, t.name):
-                if request.include_topic_authorized_operations:
-                    t.topic_authorized_operations = auth.operations(
-                        ctx, TOPIC, t.name, TOPIC_OPERATIONS
-                    )
+                # always filled in: the request has no flag for it
+                t.topic_authorized_operations = auth.operations(
+                    ctx, TOPIC, t.name, TOPIC_OPERATIONS
+                )
                 topics.append(t)
             elif t.name in named:
                 topics.append(
