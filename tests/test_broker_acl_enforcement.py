@@ -18,6 +18,8 @@ from fastkwire.error_codes import by_name
 from fastkwire.records import Record
 from fastkwire.testing import Broker
 
+from certs import tls_files  # noqa: F401 - a fixture
+
 TIMEOUT = 20
 USERS = {"admin": "admin-Pw-1", "alice": "alice-Pw-2", "bob": "bob-Pw-3"}
 ALICE = "User:alice"
@@ -957,3 +959,36 @@ def test_mutated_frames_keep_the_request_path_s_contract_with_an_authorizer():
     counts, findings, _ = hostile_requests.run(3000, seed=7, authorizer=True)
     assert findings == 0
     assert counts["answered"] and counts["closed"]
+
+
+def test_a_client_certificate_s_subject_is_its_principal(tls_files):  # noqa: F811
+    from kafka import KafkaProducer
+    from kafka.errors import TopicAuthorizationFailedError
+
+    with Broker(
+        tls_cert=tls_files.server_cert,
+        tls_key=tls_files.server_key,
+        tls_client_cafile=tls_files.ca,
+        authorizer=True,
+    ) as broker:
+        broker.create_topic("mtls", partitions=1)
+
+        def send():
+            producer = KafkaProducer(
+                bootstrap_servers=broker.bootstrap_servers,
+                security_protocol="SSL",
+                ssl_cafile=tls_files.ca,
+                ssl_certfile=tls_files.client_cert,
+                ssl_keyfile=tls_files.client_key,
+                ssl_password=tls_files.key_password,
+                max_block_ms=5000,
+            )
+            try:
+                return producer.send("mtls", b"v").get(timeout=TIMEOUT).offset
+            finally:
+                producer.close()
+
+        with pytest.raises(TopicAuthorizationFailedError):
+            send()
+        broker.broker.apis.acls.add(acl(TOPIC, "mtls", WRITE, principal="User:CN=ops"))
+        assert send() == 0
