@@ -13,7 +13,7 @@ import fastkwire
 from fastkwire import encode_response, records
 from fastkwire.broker import Apis, Authorizer, Cluster, Context, GroupCoordinator
 from fastkwire.broker._acls import Acl
-from fastkwire.broker._apis import CLOSE
+from fastkwire.broker._apis import CLOSE, NO_ANSWER
 from fastkwire.error_codes import by_name
 from fastkwire.records import Record
 from fastkwire.testing import Broker
@@ -552,11 +552,16 @@ def test_group_listings_and_descriptions_need_describe():
         apis, fastkwire.ListGroupsRequest(states_filter=[], types_filter=[]), 5, "User:admin"
     )
     assert sorted(g.group_id for g in everything.groups) == ["g", "hidden"]
-    described = call(apis, fastkwire.DescribeGroupsRequest(groups=["g", "hidden"]), 5)
+    described = call(
+        apis,
+        fastkwire.DescribeGroupsRequest(groups=["g", "hidden"], include_authorized_operations=True),
+        5,
+    )
     assert {g.group_id: g.error_code for g in described.groups} == {
         "g": 0,
         "hidden": code("GROUP_AUTHORIZATION_FAILED"),
     }
+    assert described.groups[0].authorized_operations == (1 << READ) | (1 << DESCRIBE)
     deleted = call(apis, fastkwire.DeleteGroupsRequest(groups_names=["g"]), 2)
     assert deleted.results[0].error_code == code("GROUP_AUTHORIZATION_FAILED")
     C = fastkwire.FindCoordinatorRequest
@@ -992,3 +997,28 @@ def test_a_client_certificate_s_subject_is_its_principal(tls_files):  # noqa: F8
             send()
         broker.broker.apis.acls.add(acl(TOPIC, "mtls", WRITE, principal="User:CN=ops"))
         assert send() == 0
+
+
+def test_every_api_s_refusal_is_an_answer_its_versions_carry():
+    """Each API the authorizer checks, asked by a principal with no rights with a request of
+    its defaults (as decoded), at its lowest and highest version served: one answer, which
+    that version carries (item refusals: the tests above and the fuzzer's)."""
+    from fastkwire import REQUEST_CLASSES, decode_request, encode_request
+    from fastkwire.broker._authorize import GUARDS
+
+    apis = make_apis()
+    served = apis.versions()
+    assert set(GUARDS) <= set(served)
+    for key in GUARDS:
+        low, high = served[key]
+        for version in (low, high):
+            cls = REQUEST_CLASSES[key]
+            # through the codec, as a client's request arrives: every field as decoded
+            frame = encode_request(cls(), version, 7, "test")
+            _, request = decode_request(frame)
+            out = []
+            ctx = Context(0, "test", "10.0.0.1", principal="User:nobody")
+            apis.handle(key, version, request, ctx, out.append)
+            assert len(out) == 1, cls.__name__
+            if out[0] is not CLOSE and out[0] is not NO_ANSWER:  # (an acks=0 Produce)
+                encode_response(out[0], version, 7)

@@ -130,6 +130,7 @@ CLUSTER_OPERATIONS = (
     ALTER_CONFIGS,
     IDEMPOTENT_WRITE,
 )
+GROUP_OPERATIONS = (READ, DESCRIBE, DELETE)
 # DescribeConfigs' and AlterConfigs' resource types (ConfigResource.Type).
 CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER, CONFIG_GROUP = 2, 4, 8, 32
 GROUP_KEY, TRANSACTION_KEY = 0, 1
@@ -251,6 +252,8 @@ class Authorizer:
         """Whether `principal` from `host` may do `operation` on the resource."""
         if principal in self.super_users:
             return True
+        if name is None:  # a request naming no resource where one is needed: refused
+            return False
         acls = self._matching(resource_type, name)
         if not acls:
             return self.allow_everyone_if_no_acl_found
@@ -770,7 +773,8 @@ def _offset_fetch(auth, request, version, ctx):
 
 
 def _groups(field, answers, error_item, operation):
-    """A request about several groups: each refused gets GROUP_AUTHORIZATION_FAILED."""
+    """A request about several groups: each refused gets GROUP_AUTHORIZATION_FAILED; the
+    others' authorized operations (when asked for: the Describe APIs) are the client's."""
 
     def check(auth, request, version, ctx):
         kept, refused = [], []
@@ -779,13 +783,21 @@ def _groups(field, answers, error_item, operation):
                 kept.append(g)
             else:
                 refused.append(error_item(g))
-        if not refused:
-            return None, None
-        setattr(request, field, kept)
-        if not kept:
+        if refused and not kept:
             response_cls = RESPONSE_CLASSES[type(request).API_KEY]
             return response_cls(**{answers: refused}), None
-        return None, _merging(answers, refused)
+        if refused:
+            setattr(request, field, kept)
+        merge = _merging(answers, refused)
+        if not getattr(request, "include_authorized_operations", False):
+            return None, merge
+
+        def after(response):
+            for g in getattr(response, answers) or []:
+                g.authorized_operations = auth.operations(ctx, GROUP, g.group_id, GROUP_OPERATIONS)
+            return response if merge is None else merge(response)
+
+        return None, after
 
     return check
 
