@@ -291,6 +291,9 @@ def test_topic_admin_apis_need_create_delete_alter():
         "mine-1": 0,
         "other": code("TOPIC_AUTHORIZATION_FAILED"),
     }
+    # created, but its configs are not the client's to see without DESCRIBE_CONFIGS
+    assert created.topics[0].topic_config_error_code == code("TOPIC_AUTHORIZATION_FAILED")
+    assert created.topics[0].configs == [] and created.topics[0].num_partitions == 1
     P = fastkwire.CreatePartitionsRequest
     grown = call(
         apis,

@@ -877,26 +877,38 @@ def _configs(response_cls, answers, describe):
 
 
 def _create_topics(auth, request, version, ctx):
+    """CREATE on the cluster or on each topic; a topic created without DESCRIBE_CONFIGS on
+    it is answered without its configs (topic_config_error_code), as Kafka's."""
     R = CreateTopicsResponse
-    if auth.may(ctx, CREATE, CLUSTER, CLUSTER_NAME):
-        return None, None
+    may_create = auth.may(ctx, CREATE, CLUSTER, CLUSTER_NAME)
     kept, refused = [], []
     for t in request.topics:
-        if auth.may(ctx, CREATE, TOPIC, t.name):
+        if may_create or auth.may(ctx, CREATE, TOPIC, t.name):
             kept.append(t)
         else:
             refused.append(
                 R.CreatableTopicResult(
                     name=t.name,
                     error_code=TOPIC_FAILED,
-                    error_message=None,
+                    error_message="Authorization failed.",
                     num_partitions=-1,
                     replication_factor=-1,
-                    topic_config_error_code=TOPIC_FAILED,
+                    topic_config_error_code=TOPIC_FAILED
+                    if not auth.may(ctx, DESCRIBE_CONFIGS, TOPIC, t.name)
+                    else 0,
                 )
             )
     request.topics = kept
-    return None, _merging("topics", refused)
+
+    def after(response):
+        for t in response.topics or []:
+            if t.error_code == 0 and not auth.may(ctx, DESCRIBE_CONFIGS, TOPIC, t.name):
+                t.topic_config_error_code = TOPIC_FAILED
+                t.configs = []
+        response.topics = list(response.topics or []) + refused
+        return response
+
+    return None, after
 
 
 def _delete_topics(auth, request, version, ctx):
