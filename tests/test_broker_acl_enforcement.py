@@ -228,6 +228,32 @@ def test_fetch_needs_read_and_answers_at_once_when_nothing_is_left():
     }
 
 
+def test_an_incremental_fetch_checks_its_session_s_partitions_again():
+    apis = make_apis(acl(TOPIC, "open", READ))
+    full = fetch_request("open")
+    full.session_epoch, full.max_wait_ms = 0, 0  # a new session
+    opened = call(apis, full, 11)
+    assert opened.session_id != 0 and by_topic(opened.responses, "topic") == {"open": [0, 0]}
+    call(apis, produce_request("open"), 9, principal="User:admin")  # new data in the session
+    incremental = fetch_request()
+    incremental.session_id, incremental.session_epoch, incremental.max_wait_ms = (
+        opened.session_id,
+        1,
+        0,
+    )
+    answered = call(apis, incremental, 11)
+    assert by_topic(answered.responses, "topic") == {"open": [0, 0]}
+    assert answered.responses[0].partitions[0].records  # read: still allowed
+    apis.acls.remove(acl(TOPIC, "open", READ))
+    call(apis, produce_request("open"), 9, principal="User:admin")
+    incremental.session_epoch = 2
+    refused = call(apis, incremental, 11)
+    assert by_topic(refused.responses, "topic") == {
+        "open": [code("TOPIC_AUTHORIZATION_FAILED")] * 2
+    }
+    assert not refused.responses[0].partitions[0].records
+
+
 def test_fetch_by_topic_id_is_checked_by_the_topic_s_name():
     apis = make_apis(acl(TOPIC, "open", READ))
     request = fetch_request("closed")

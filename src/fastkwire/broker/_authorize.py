@@ -554,7 +554,28 @@ def _fetch(auth, request, version, ctx):
         refused = _split_topics(auth, ctx, FETCH_SHAPE, request, READ)
     if refused and not request.topics and request.session_epoch <= 0:
         request.max_wait_ms = 0  # nothing left to wait for: answered at once, as Kafka
-    return None, _merging(FETCH_SHAPE.answers, refused)
+    merge = _merging(FETCH_SHAPE.answers, refused)
+    if request.session_epoch <= 0:  # no session's partitions beside those asked
+        return None, merge
+    asked = {auth.topic_name(t.topic, t.topic_id) for t in request.topics}
+
+    def after(response):
+        # An incremental Fetch answers its session's partitions too: checked again, as
+        # Kafka checks each fetch's whole context (an ACL deleted since stops the reads).
+        R = FetchResponse
+        for t in response.responses or []:
+            name = auth.topic_name(t.topic, t.topic_id)
+            if name is None or name in asked or auth.may(ctx, READ, TOPIC, name):
+                continue
+            t.partitions = [
+                R.PartitionData(
+                    partition_index=p.partition_index, error_code=TOPIC_FAILED, **FETCH_SHAPE.extra
+                )
+                for p in t.partitions
+            ]
+        return response if merge is None else merge(response)
+
+    return None, after
 
 
 def _metadata(auth, request, version, ctx):
