@@ -1,6 +1,6 @@
 """Hostile request frames through the broker's request path (fastkwire.broker), no socket.
 
-    python3 fuzz/hostile_requests.py --loop 20000 --seed 1
+    python3 fuzz/hostile_requests.py --loop 20000 --seed 1 [--authorizer]
 
 The seeds are valid requests of every API and version the broker serves (their defaults,
 plus Produce with real record batches, Fetch and Metadata of a topic that exists); each
@@ -28,6 +28,9 @@ appended, data to read), sometimes mutated, in bursts of one kind. Beside the co
   answer;
 - no input takes over SLOW_INPUT seconds (work that grows with the square of a count
   shows as a hang long before memory does).
+With --authorizer the broker enforces ACLs (_authorize.py) that allow the fuzzer's
+principal some things and deny it others, so that refused requests, requests cut down to
+what is allowed and CreateAcls/DeleteAcls changing the ACLs all go through the same contract.
 Anything else is printed with its input (hex) and counted; the exit status is 1 if any.
 """
 
@@ -45,7 +48,16 @@ import differential as D  # noqa: E402
 
 import fastkwire  # noqa: E402
 from fastkwire import records  # noqa: E402
-from fastkwire.broker import Apis, Cluster, Context, GroupConfig, GroupCoordinator, Limits  # noqa: E402
+from fastkwire.broker import (  # noqa: E402
+    Apis,
+    Authorizer,
+    Cluster,
+    Context,
+    GroupConfig,
+    GroupCoordinator,
+    Limits,
+)
+from fastkwire.broker._acls import Acl  # noqa: E402
 from fastkwire.broker._exchange import Close, answer_frame  # noqa: E402
 from fastkwire.proxy._frames import produce_acks, request_header  # noqa: E402
 
@@ -80,7 +92,23 @@ class _Errors(logging.Handler):
         self.records.append(self.format(record))
 
 
-def make_broker():
+def fuzz_acls(apis):
+    """ACLs for the fuzzer's principal (User:ANONYMOUS: no login): some allowed, some
+    denied, and the right to change them (CreateAcls, DeleteAcls)."""
+    me = "User:ANONYMOUS"
+    for acl in (
+        Acl(2, TOPIC, 3, me, "*", 2, 3),  # ALL on the seeds' topic
+        Acl(2, "x", 4, me, "*", 4, 2),  # DENY WRITE on topics starting x
+        Acl(2, "*", 3, "User:*", "*", 8, 3),  # DESCRIBE on every topic
+        Acl(3, "g", 4, me, "*", 3, 3),  # READ on groups starting g
+        Acl(3, "gx", 3, me, "*", 2, 2),  # DENY ALL on group gx
+        Acl(4, "kafka-cluster", 3, me, "*", 7, 3),  # ALTER on the cluster: the ACL APIs
+        Acl(5, "*", 3, me, "fuzz", 4, 3),  # WRITE on every transactional id, from its host
+    ):
+        apis.acls.add(acl)
+
+
+def make_broker(authorizer=False):
     clock = [0.0]
     cluster = Cluster({0: ("127.0.0.1", 9092)}, num_partitions=2, max_partitions=MAX_PARTITIONS)
     groups = GroupCoordinator(
@@ -89,8 +117,16 @@ def make_broker():
         topic_partitions=cluster.partition_count,
         topics=cluster.topic_summary,
     )
-    apis = Apis(cluster, clock=lambda: clock[0], groups=groups, limits=LIMITS)
+    apis = Apis(
+        cluster,
+        clock=lambda: clock[0],
+        groups=groups,
+        limits=LIMITS,
+        authorizer=Authorizer() if authorizer else None,
+    )
     cluster.create_topic(TOPIC, 2)
+    if authorizer:
+        fuzz_acls(apis)
     return apis, clock
 
 
@@ -446,11 +482,11 @@ def check_state(apis):
                 raise Finding(f"{topic.name}-{p.index}: the last batch does not end the log")
 
 
-def run(loops, seed, stop_after=None):
+def run(loops, seed, stop_after=None, authorizer=False):
     rng = random.Random(seed)
     errors = _Errors()
     logging.getLogger("fastkwire.broker").addHandler(errors)
-    apis, clock = make_broker()
+    apis, clock = make_broker(authorizer)
     pool = seeds(apis)
     counts = {"answered": 0, "closed": 0, "silent": 0, "floods": 0}
     findings = 0
@@ -495,10 +531,15 @@ def main(argv=None, run=run, loops=20000, doc=__doc__):
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--loop", type=int, default=loops, help="inputs to try")
     parser.add_argument("--seed", type=int, default=1)
+    if run is globals()["run"]:  # this fuzzer's own run (hostile_cluster has none)
+        parser.add_argument(
+            "--authorizer", action="store_true", help="the broker enforces ACLs (see above)"
+        )
     args = parser.parse_args(argv)
     logging.getLogger("fastkwire.broker").setLevel(logging.INFO)
     logging.getLogger("fastkwire.broker").propagate = False
-    counts, findings, took = run(args.loop, args.seed)
+    extra = {"authorizer": True} if getattr(args, "authorizer", False) else {}
+    counts, findings, took = run(args.loop, args.seed, **extra)
     floods = f" ({counts['floods']} floods)" if "floods" in counts else ""
     print(
         f"{args.loop} inputs in {took:.1f} s: {counts['answered']} answered, "

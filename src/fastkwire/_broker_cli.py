@@ -5,6 +5,8 @@
                      [--log-dir DIR]
                      [--sasl-user NAME:PASSWORD ...] [--sasl-mechanism M ...]
                      [--tls-cert PEM --tls-key PEM] [--tls-client-ca PEM]
+                     [--authorizer [--super-users User:A;User:B]
+                      [--allow-everyone-if-no-acl-found]]
                      [--fault RULE ...] [--rules FILE] [--seed N]
 
 Once it listens, it prints one line on stdout: `listening on HOST:PORT[,HOST:PORT...]`
@@ -19,7 +21,7 @@ from ._cli_types import count as _count
 from ._cli_types import add_fault_arguments, fault_rules
 from ._printable import os_error_text, printable
 from ._serve_cli import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_OK, ended_by, serve_until_signal
-from .broker import Broker, GroupConfig
+from .broker import Authorizer, Broker, GroupConfig
 from .broker._sasl import MECHANISMS
 from .broker._security import PROTOCOLS, split_listener
 from .proxy._faults import RuleError
@@ -39,6 +41,7 @@ FLAGS = {
     "tls_key": "--tls-key",
     "tls_cert/tls_key": "--tls-cert/--tls-key",
     "tls_client_cafile": "--tls-client-ca",
+    "super_users": "--super-users",
 }
 
 
@@ -143,6 +146,25 @@ def add_broker(subparsers):
         metavar="PEM",
         help="clients must present a certificate these CAs signed (ssl.client.auth=required)",
     )
+    security.add_argument(
+        "--authorizer",
+        action="store_true",
+        help="enforce the ACLs (CreateAcls) as Kafka's StandardAuthorizer does; the "
+        "principal is User:<name> after a SASL login, else User:ANONYMOUS",
+    )
+    security.add_argument(
+        "--super-users",
+        metavar="PRINCIPALS",
+        default=None,
+        help="with --authorizer: principals allowed everything, ';'-separated "
+        "(Kafka's super.users, e.g. 'User:admin;User:ops')",
+    )
+    security.add_argument(
+        "--allow-everyone-if-no-acl-found",
+        action="store_true",
+        help="with --authorizer: a resource no ACL names is open to every client "
+        "(Kafka's allow.everyone.if.no.acl.found; default: refused)",
+    )
     faults = parser.add_argument_group("faults (the proxy's rules, applied by the broker)")
     add_fault_arguments(
         faults,
@@ -209,6 +231,19 @@ def run_broker(args, out=None, err=None):
         users = dict(args.sasl_user) if args.sasl_user else None
         if args.sasl_mechanism and users is None:
             raise ValueError("--sasl-mechanism: given without --sasl-user")
+        authorizer = None
+        if args.authorizer:
+            authorizer = Authorizer(
+                super_users=args.super_users or (),
+                allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found,
+            )
+        elif args.super_users is not None or args.allow_everyone_if_no_acl_found:
+            flag = (
+                "--super-users"
+                if args.super_users is not None
+                else "--allow-everyone-if-no-acl-found"
+            )
+            raise ValueError(f"{flag}: given without --authorizer")
         broker = Broker(
             args.listen or [DEFAULT_LISTEN],
             auto_create_topics=args.auto_create_topics,
@@ -224,6 +259,7 @@ def run_broker(args, out=None, err=None):
             faults=rules,
             fault_seed=seed,
             log_dir=args.log_dir,
+            authorizer=authorizer,
         )
     except (RuleError, ValueError) as e:
         print(f"{args.prog}: error: {printable(_flagged(str(e)))}", file=err)
@@ -259,6 +295,7 @@ async def _serve(broker, args, out, err):
                 else ""
             )
             + (f", {rules} fault rule(s)" if rules else "")
+            + (", ACLs enforced" if broker.authorizer is not None else "")
             + f", on {loop}; Ctrl-C or SIGTERM stops it",
             file=err,
             flush=True,

@@ -1,7 +1,7 @@
 """ACLs kept as Kafka's StandardAuthorizer keeps them, and listed and deleted by its filter
-rules (CreateAcls, DescribeAcls, DeleteAcls). They are stored, not enforced: every client
-may do everything, as on a broker without an authorizer. Each handler takes (apis, request,
-version, ctx) and returns a response object."""
+rules (CreateAcls, DescribeAcls, DeleteAcls). A broker started with an authorizer enforces
+them (_authorize.py); without one every client may do everything. Each handler takes (apis,
+request, version, ctx) and returns a response object."""
 
 from collections import namedtuple
 
@@ -78,6 +78,7 @@ class AclStore:
     def __init__(self, limit=None):
         self.limit = limit
         self._acls = {}  # Acl -> None, in the order created
+        self.changes = 0  # counts additions and removals: the authorizer's index follows it
 
     @property
     def acls(self):
@@ -93,6 +94,7 @@ class AclStore:
         if self.limit is not None and len(self._acls) >= self.limit:
             raise AclLimit(f"{self.limit} ACLs are kept already (max_acls)")
         self._acls[acl] = None
+        self.changes += 1
 
     def find(self, f):
         return [a for a in self._acls if matches(f, a)]
@@ -101,6 +103,7 @@ class AclStore:
         gone = self.find(f)
         for a in gone:
             del self._acls[a]
+        self.changes += 1
         return gone
 
 

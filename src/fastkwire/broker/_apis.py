@@ -109,13 +109,16 @@ LEADER_NOT_AVAILABLE = code("LEADER_NOT_AVAILABLE")
 class Context:
     """Who sent a request: what handlers and the group coordinator may look at."""
 
-    __slots__ = ("node_id", "client_id", "client_host", "connection")
+    __slots__ = ("node_id", "client_id", "client_host", "connection", "principal")
 
-    def __init__(self, node_id, client_id="", client_host="", connection=None):
+    def __init__(
+        self, node_id, client_id="", client_host="", connection=None, principal="User:ANONYMOUS"
+    ):
         self.node_id = node_id
         self.client_id = client_id
         self.client_host = client_host
         self.connection = connection  # who to forget() when it closes (any object)
+        self.principal = principal  # Kafka's: User:<name> after a SASL login
 
 
 class _WaitingFetch:
@@ -140,6 +143,13 @@ def _fitted(response, version):
     return response if response is CLOSE or response is NO_ANSWER else fit(response, version)
 
 
+def _after(reply, after, version):
+    """reply() passing an answer through `after` (the authorizer's) and fitting it again."""
+    return lambda response: reply(
+        response if response is CLOSE or response is NO_ANSWER else fit(after(response), version)
+    )
+
+
 def _fitting(reply, version):
     """reply() for a later answer (a Fetch that waited), fitting it to `version` first."""
     return lambda response: reply(_fitted(response, version))
@@ -158,6 +168,7 @@ class Apis:
         groups=None,
         limits=None,
         fetch_session_cache_slots=DEFAULT_CACHE_SLOTS,
+        authorizer=None,
     ):
         self.cluster = cluster
         self.clock = clock
@@ -165,6 +176,8 @@ class Apis:
         self.groups = groups
         self.limits = limits if limits is not None else Limits()
         self.acls = AclStore(self.limits.max_acls)
+        # An _authorize.Authorizer enforces the ACLs; None: every client may do everything.
+        self.authorizer = None if authorizer is None else authorizer.bind(self.acls, cluster)
         self.security_protocol = "PLAINTEXT"  # the listeners', as DescribeConfigs shows them
         self.users = (
             None  # the SCRAM credentials (_credentials.Users): the Broker's, or made on use
@@ -244,6 +257,13 @@ class Apis:
         reply(NO_ANSWER) sends nothing (acks=0)."""
         if api_key not in _NO_DEADLINES:
             self.deadlines_changed = True
+        if self.authorizer is not None:
+            answer, after = self.authorizer.guard(api_key, version, request, ctx)
+            if answer is not None:  # refused as a whole
+                reply(_fitted(answer, version))
+                return
+            if after is not None:  # items refused: their errors join the handler's answer
+                reply = _after(reply, after, version)
         served = self.served.get(api_key)
         if served is not None:
             if api_key in TRANSACTION_API_KEYS and len(self.cluster.nodes) > 1:

@@ -64,6 +64,8 @@ def answer_frame(apis, frame, node_id, client_host, done, connection=None):
         done(Close(f"a request that does not decode ({e})"))
         return
     ctx = Context(node_id, header.client_id or "", client_host, connection)
+    if apis.authorizer is not None:  # who asks: only an authorizer looks
+        ctx.principal = getattr(connection, "principal", ctx.principal)
     replied = []
 
     def reply(response):

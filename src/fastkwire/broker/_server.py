@@ -47,6 +47,7 @@ from ..proxy._caps import (
 from ._apis import Apis
 from ._cluster import DEFAULT_MAX_PARTITIONS, DEFAULT_OFFSETS_TOPIC_PARTITIONS, Cluster
 from ._disk_logs import DiskLogs
+from ._authorize import Authorizer, principal_of, subject_name
 from ._exchange import Close, answer_frame
 from ._faults import apply as apply_fault
 from ._faults import as_faults, as_rule
@@ -93,6 +94,16 @@ class _Connection(asyncio.Protocol):
         self.sasl = SaslSession(broker.users) if sasl else None
         self.limit = broker.max_frame_bytes if self.sasl is None else SASL_MAX_RECEIVE_BYTES
         self.active = time.monotonic()  # when a byte last came or went
+
+    @property
+    def principal(self):
+        """Kafka's principal for this connection (what an authorizer checks): User:<name>
+        after a SASL login, the certificate's subject on SSL with client certificates,
+        else User:ANONYMOUS."""
+        if self.sasl is not None:
+            return principal_of(self.sasl.user)
+        cert = self.transport.get_extra_info("peercert") if self.transport else None
+        return principal_of(subject_name(cert["subject"]) if cert else None)
 
     # ---- asyncio's calls
 
@@ -393,6 +404,9 @@ class Broker:
     SCRAM-SHA-256/512 logins), `sasl_mechanisms` (those enabled; default all three),
     `scram_iterations` (4096), `tls_cert` and `tls_key` (PEM files; `tls_key_password`),
     `tls_client_cafile` (clients must present a certificate these CAs signed).
+    `authorizer` (Kafka's StandardAuthorizer: the ACLs are enforced): True, or an
+    `Authorizer(super_users=["User:admin"], allow_everyone_if_no_acl_found=False)`; None
+    (the default): every client may do everything.
 
     Faults: `faults` (the proxy's fault rules: Rule objects, dicts of their keys or
     "key=value,..." text; `fault_seed` for their probabilities); `add_fault(rule)` and
@@ -434,6 +448,7 @@ class Broker:
         fault_seed=None,
         connections_max_idle_ms=DEFAULT_CONNECTIONS_MAX_IDLE_MS,
         limits=None,
+        authorizer=None,
     ):
         if isinstance(listeners, (str, tuple)) and (
             isinstance(listeners, str) or isinstance(listeners[0], str)
@@ -492,6 +507,15 @@ class Broker:
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits: a fastkwire.broker.Limits, not {type(limits).__name__}")
         self.limits = limits if limits is not None else Limits()
+        if authorizer is True:
+            authorizer = Authorizer()
+        elif authorizer is False:
+            authorizer = None
+        if authorizer is not None and not isinstance(authorizer, Authorizer):
+            raise TypeError(
+                f"authorizer: True or a fastkwire.broker.Authorizer, not {type(authorizer).__name__}"
+            )
+        self.authorizer = authorizer
         self.cluster = None
         self.apis = None
         self.connections = set()
@@ -564,6 +588,7 @@ class Broker:
             groups=groups,
             limits=self.limits,
             fetch_session_cache_slots=self.fetch_session_cache_slots,
+            authorizer=self.authorizer,
         )
         self.apis.security_protocol = self.security_protocol
         self.apis.users = self.users
