@@ -366,6 +366,24 @@ def test_metadata_creates_topics_on_first_use_and_lists_ids(apis):
     assert [t.name for t in call(apis, M(topics=None), 12).topics] == ["new"]
 
 
+def test_metadata_before_v12_refuses_a_topic_without_a_name_or_asked_by_id(apis):
+    M = fastkwire.MetadataRequest
+    some_id = uuid.uuid4()
+    for version, asked in (
+        (11, M.MetadataRequestTopic(name=None)),
+        (10, M.MetadataRequestTopic(name="t", topic_id=some_id)),
+    ):
+        request = M(topics=[M.MetadataRequestTopic(name="ok"), asked])
+        r = call(apis, request, version)  # encodes at the version asked (a null name did not)
+        assert [(t.error_code, t.name) for t in r.topics] == [
+            (code("INVALID_REQUEST"), "ok"),
+            (code("INVALID_REQUEST"), asked.name or ""),
+        ]
+    assert "ok" not in apis.cluster.topics  # nothing was made of a refused request
+    (t,) = call(apis, M(topics=[M.MetadataRequestTopic(name=None, topic_id=some_id)]), 12).topics
+    assert t.error_code == code("UNKNOWN_TOPIC_ID")
+
+
 def test_consumer_offsets_is_made_at_the_first_group_lookup_as_an_internal_topic():
     cluster = Cluster({0: ("127.0.0.1", 9092)}, max_partitions=3)
     groups = GroupCoordinator(GroupConfig(), topic_partitions=cluster.partition_count)

@@ -405,6 +405,22 @@ class Apis:
         cluster = self.cluster
         auto = cluster.auto_create_topics and (version < 4 or request.allow_auto_topic_creation)
         topics = []
+        if version < 12 and any(
+            t.name is None or t.topic_id != _ZERO_UUID for t in request.topics or ()
+        ):
+            # Kafka: before v12 a topic needs its name and cannot be asked by id; the whole
+            # request is refused, each topic named as asked ("" for none).
+            return R(
+                topics=[
+                    R.MetadataResponseTopic(
+                        error_code=code("INVALID_REQUEST"),
+                        name=t.name or "",
+                        topic_id=t.topic_id,
+                        partitions=[],
+                    )
+                    for t in request.topics
+                ]
+            )
         if request.topics is None or (version == 0 and not request.topics):
             wanted = [(t, None) for t in cluster.topics.values()]
         else:
