@@ -1,0 +1,415 @@
+"""fastkwire.broker's coordinators across a restart on the same log directory: committed
+offsets, classic groups, transactional ids and producer ids come back, as Kafka keeps them
+in `__consumer_offsets` and `__transaction_state` (Kafka's record formats, which
+fastkwire.read_segments reads back); the records' own encoding, and what a record that is
+not what it claims gives (an error naming the partition, offset and field)."""
+
+import gc
+import socket
+import struct
+import time
+
+import pytest
+
+from fastkwire import records
+from fastkwire.broker import Cluster, read_batch_head
+from fastkwire.broker._coordinator_records import (
+    GROUP_METADATA,
+    OFFSET_COMMIT,
+    TRANSACTION_LOG,
+    RecordFormatError,
+    UnknownRecordError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    record_type_of,
+)
+from fastkwire.broker._coordinator_state import CoordinatorState, CoordinatorStateError
+from fastkwire.broker._disk_logs import DiskLogs
+from fastkwire.broker._groups import GroupCoordinator
+from fastkwire.broker._offsets import Committed
+from fastkwire.broker._transactions import TransactionCoordinator
+from fastkwire.testing import Broker
+
+NODES = {0: ("127.0.0.1", 9092)}
+
+
+# ---------------------------------------------------------------- the records' bytes
+
+
+def test_an_offset_commit_record_is_kafkas_layout():
+    key = encode_key(OFFSET_COMMIT, {"group": "g", "topic": "t", "partition": 3})
+    assert key == struct.pack(">hh1sh1si", 1, 1, b"g", 1, b"t", 3)
+    fields = {"offset": 42, "leader_epoch": 7, "metadata": "m", "commit_timestamp": 99}
+    value = encode_value(OFFSET_COMMIT, fields)
+    assert value == struct.pack(">hqih1sq", 3, 42, 7, 1, b"m", 99)
+    record_type, key_type = record_type_of("__consumer_offsets", key)
+    assert record_type is OFFSET_COMMIT and key_type == 1
+    assert decode_key(record_type, key_type, key) == {"group": "g", "topic": "t", "partition": 3}
+    assert decode_value(OFFSET_COMMIT, value) == (3, {**fields, "expire_timestamp": -1})
+    # version 1 has the expire timestamp and no leader epoch; version 4 is flexible
+    v1 = struct.pack(">hqh1sqq", 1, 5, 1, b"x", 6, 8)
+    assert decode_value(OFFSET_COMMIT, v1)[1] == {
+        "offset": 5,
+        "leader_epoch": -1,
+        "metadata": "x",
+        "commit_timestamp": 6,
+        "expire_timestamp": 8,
+    }
+    v4 = struct.pack(">hqiB1sqB", 4, 5, 2, 2, b"x", 6, 1) + bytes([9, 2, 0xAB, 0xCD])
+    assert decode_value(OFFSET_COMMIT, v4)[1]["offset"] == 5  # tag 9 unknown: skipped
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_group_metadata_values_round_trip_at_every_version(version):
+    member = {
+        "member_id": "m-1",
+        "group_instance_id": "i" if version >= 3 else None,
+        "client_id": "c",
+        "client_host": "/127.0.0.1",
+        "rebalance_timeout": 300 if version >= 1 else -1,
+        "session_timeout": 10,
+        "subscription": b"\x00\x01",
+        "assignment": b"",
+    }
+    fields = {
+        "protocol_type": "consumer",
+        "generation": 4,
+        "protocol": "range",
+        "leader": None,
+        "current_state_timestamp": 17 if version >= 2 else -1,
+        "members": [member],
+    }
+    assert decode_value(GROUP_METADATA, encode_value(GROUP_METADATA, fields, version)) == (
+        version,
+        fields,
+    )
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_transaction_log_values_round_trip(version):
+    fields = {
+        "producer_id": 1000,
+        "previous_producer_id": 12 if version else -1,
+        "next_producer_id": -1,
+        "producer_epoch": 3,
+        "transaction_timeout_ms": 60000,
+        "transaction_status": 1,
+        "transaction_partitions": [{"topic": "t", "partition_ids": [0, 2]}],
+        "transaction_last_update_timestamp_ms": 5,
+        "transaction_start_timestamp_ms": 4,
+        "client_transaction_version": 0,
+    }
+    value = encode_value(TRANSACTION_LOG, fields, version)
+    assert decode_value(TRANSACTION_LOG, value) == (version, fields)
+
+
+def test_bad_record_bytes_name_the_field_and_offset():
+    value = encode_value(OFFSET_COMMIT, {"offset": 1, "metadata": "abc", "commit_timestamp": 2})
+    with pytest.raises(
+        RecordFormatError, match=r"OffsetCommitValue: .*commit_timestamp.* at byte 19"
+    ):
+        decode_value(OFFSET_COMMIT, value[:-1])
+    with pytest.raises(RecordFormatError, match="past its end"):
+        decode_value(OFFSET_COMMIT, value + b"\x00")
+    huge = struct.pack(">hqi", 0, 0, 0) + struct.pack(">hI", 1, 0x7FFFFFFF)
+    with pytest.raises(RecordFormatError, match="members: 2147483647 items do not fit"):
+        decode_value(
+            GROUP_METADATA, struct.pack(">hh1sih1sh1s", 0, 1, b"c", 1, 1, b"r", 1, b"l") + huge[-4:]
+        )
+    with pytest.raises(UnknownRecordError, match="version 9"):
+        decode_value(OFFSET_COMMIT, struct.pack(">hq", 9, 0))
+    with pytest.raises(UnknownRecordError, match="record type 7"):
+        record_type_of("__consumer_offsets", struct.pack(">h", 7))
+
+
+# ---------------------------------------------------------------- sans-IO, on a log dir
+
+
+def open_state(path):
+    storage = DiskLogs(path)
+    cluster = Cluster(NODES, cluster_id=storage.cluster_id())
+    storage.attach(cluster, settle=False)
+    groups = GroupCoordinator(topic_partitions=cluster.partition_count)
+    txns = TransactionCoordinator(cluster, time.monotonic, groups.end_transaction)
+    state = CoordinatorState(storage, cluster, groups, txns)
+    state.load()
+    return storage, cluster, groups, txns, state
+
+
+def test_offsets_and_deletions_come_back_from_the_records(tmp_path):
+    storage, cluster, groups, _, _ = open_state(tmp_path)
+    cluster.create_topic("t", 3)
+    for p in range(3):
+        groups.offsets.commit("g", "t", p, Committed(10 + p, 1, "meta", 0.0))
+    groups.offsets.commit("g", "t", 0, Committed(20, 2, None, 0.0))  # the last one wins
+    groups.offsets.delete("g", "t", 1)
+    groups.offsets.commit("gone", "t", 0, Committed(5, -1, "", 0.0))
+    groups.offsets.delete_group("gone")
+    storage.close()
+    storage, cluster, groups, _, state = open_state(tmp_path)
+    assert {
+        p: (c.offset, c.leader_epoch, c.metadata)
+        for p, c in groups.offsets.by_topic("g")["t"].items()
+    } == {
+        0: (20, 2, ""),
+        2: (12, 1, "meta"),
+    }
+    assert not groups.offsets.has_offsets("gone")
+    assert groups.groups["g"].state == "Empty"  # a simple group comes back empty
+    assert state.skipped == 0
+    storage.close()
+
+
+def test_a_corrupt_record_stops_the_load_naming_where(tmp_path):
+    storage, cluster, groups, _, _ = open_state(tmp_path)
+    groups.offsets.commit("g", "t", 0, Committed(1, -1, "", 0.0))
+    index = cluster.coordinator_partition("g")
+    log = cluster.topics["__consumer_offsets"].partitions[index].log
+    bad = records.write_batch(
+        [
+            records.Record(
+                timestamp=1,
+                key=encode_key(OFFSET_COMMIT, {"group": "g", "topic": "t", "partition": 0}),
+                value=b"\x00\x03\x00",
+            )
+        ]
+    )
+    log.append(read_batch_head(bad), bad)
+    unknown = records.write_batch([records.Record(timestamp=1, key=b"\x00\x63", value=b"")])
+    log.append(read_batch_head(unknown), unknown)
+    storage.close()
+    with pytest.raises(
+        CoordinatorStateError,
+        match=rf"__consumer_offsets-{index}, offset 1: OffsetCommitValue: offset",
+    ):
+        open_state(tmp_path)
+
+
+def test_unknown_record_types_are_skipped(tmp_path):
+    storage, cluster, groups, _, _ = open_state(tmp_path)
+    groups.offsets.commit("g", "t", 0, Committed(1, -1, "", 0.0))
+    log = cluster.topics["__consumer_offsets"].partitions[cluster.coordinator_partition("g")].log
+    unknown = records.write_batch([records.Record(timestamp=1, key=b"\x00\x63", value=b"")])
+    log.append(read_batch_head(unknown), unknown)
+    storage.close()
+    storage, _, groups, _, state = open_state(tmp_path)
+    assert state.skipped == 1 and groups.offsets.get("g", "t", 0).offset == 1
+    storage.close()
+
+
+# ---------------------------------------------------------------- real clients
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_consumer_group_resumes_at_its_committed_offset_after_a_restart(tmp_path):
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import KafkaAdminClient
+
+    with Broker(log_dir=tmp_path) as b:
+        b.create_topic("orders", partitions=1)
+        producer = kafka.KafkaProducer(bootstrap_servers=b.bootstrap_servers)
+        for i in range(10):
+            producer.send("orders", b"%d" % i, partition=0)
+        producer.flush(20)
+        producer.close(20)
+        consumer = kafka.KafkaConsumer(
+            "orders",
+            group_id="billing",
+            bootstrap_servers=b.bootstrap_servers,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            consumer_timeout_ms=5000,
+        )
+        got = []
+        for m in consumer:
+            got.append(m.value)
+            if len(got) == 4:
+                break
+        consumer.commit()
+        consumer.close()
+    assert got == [b"0", b"1", b"2", b"3"]
+    # the records are Kafka's: read_segments reads the internal topic's directory
+    pa = pytest.importorskip("pyarrow")
+    import fastkwire
+
+    table = fastkwire.read_segments([str(d) for d in tmp_path.glob("__consumer_offsets-*")])
+    kinds = set()
+    for key, value in zip(table.column("key").to_pylist(), table.column("value").to_pylist()):
+        record_type, key_type = record_type_of("__consumer_offsets", key)
+        kinds.add(record_type.name)
+        if record_type is OFFSET_COMMIT:
+            assert decode_key(record_type, key_type, key) == {
+                "group": "billing",
+                "topic": "orders",
+                "partition": 0,
+            }
+            assert decode_value(record_type, value)[1]["offset"] == 4
+    assert kinds == {"OffsetCommit", "GroupMetadata"}
+    del pa
+    with Broker(log_dir=tmp_path) as b:
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap_servers)
+        offsets = admin.list_group_offsets("billing")
+        groups = admin.describe_groups(["billing"])
+        admin.close()
+        assert {tp.partition: om.offset for tp, om in offsets["billing"].items()} == {0: 4}
+        consumer = kafka.KafkaConsumer(
+            "orders",
+            group_id="billing",
+            bootstrap_servers=b.bootstrap_servers,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            consumer_timeout_ms=3000,
+        )
+        assert [m.value for m in consumer] == [b"%d" % i for i in range(4, 10)]
+        consumer.close()
+    described = groups["billing"]
+    assert (described["group_state"], described["protocol_type"]) == ("Empty", "consumer")
+
+
+def test_a_member_keeps_its_place_through_a_restart_on_the_same_port(tmp_path):
+    kafka = pytest.importorskip("kafka")
+    port = _free_port()
+    with Broker(log_dir=tmp_path, ports=[port]) as b:
+        b.create_topic("events", partitions=2)
+        consumer = kafka.KafkaConsumer(
+            "events",
+            group_id="stay",
+            bootstrap_servers=b.bootstrap_servers,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=200,
+            consumer_timeout_ms=500,
+        )
+        deadline = time.monotonic() + 20
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(200)
+        before = consumer._coordinator._generation
+        assert len(consumer.assignment()) == 2
+    with Broker(log_dir=tmp_path, ports=[port]) as b:
+        producer = kafka.KafkaProducer(bootstrap_servers=b.bootstrap_servers)
+        producer.send("events", b"after", partition=1).get(20)
+        producer.close(20)
+        got = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            got += [r.value for rs in consumer.poll(200).values() for r in rs]
+        after = consumer._coordinator._generation
+        consumer.close(autocommit=False)
+    assert got == [b"after"]
+    # the group came back with its member: heartbeats went on, no new generation
+    assert (after.member_id, after.generation_id) == (before.member_id, before.generation_id)
+
+
+def test_deleted_groups_and_offsets_stay_deleted_after_a_restart(tmp_path):
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import OffsetAndMetadata, TopicPartition
+
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    with Broker(log_dir=tmp_path) as b:
+        b.create_topic("t", partitions=2)
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap_servers)
+        for group in ("keep", "drop"):
+            consumer = kafka.KafkaConsumer(group_id=group, bootstrap_servers=b.bootstrap_servers)
+            consumer.commit({tp0: OffsetAndMetadata(3, "", -1), tp1: OffsetAndMetadata(5, "", -1)})
+            consumer.close()
+        admin.delete_group_offsets("keep", [tp1])
+        admin.delete_groups(["drop"])
+        admin.close()
+    with Broker(log_dir=tmp_path) as b:
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap_servers)
+        kept = admin.list_group_offsets("keep")["keep"]
+        listed = {g["group_id"] for g in admin.list_groups()}
+        admin.close()
+    assert {tp: om.offset for tp, om in kept.items()} == {tp0: 3}
+    assert "keep" in listed and "drop" not in listed
+
+
+def test_a_transactional_id_keeps_its_producer_id_and_fences_across_a_restart(tmp_path):
+    kafka = pytest.importorskip("kafka")
+
+    def init(b, tid):
+        p = kafka.KafkaProducer(bootstrap_servers=b.bootstrap_servers, transactional_id=tid)
+        p.init_transactions()
+        return p, p._transaction_manager.producer_id_and_epoch
+
+    with Broker(log_dir=tmp_path) as b:
+        b.create_topic("out", partitions=1)
+        done, done_ids = init(b, "done")
+        done.begin_transaction()
+        done.send("out", b"committed", partition=0)
+        done.commit_transaction()
+        done.close(5)
+        left, left_ids = init(b, "left")
+        left.begin_transaction()
+        left.send("out", b"left open", partition=0)
+        left.flush(20)
+        left.close(0)
+        idle, idle_ids = init(b, "idle")  # an id handed out, nothing written with it
+        idle.close(5)
+    with Broker(log_dir=tmp_path) as b:
+        again, again_ids = init(b, "done")
+        assert (again_ids.producer_id, again_ids.epoch) == (
+            done_ids.producer_id,
+            done_ids.epoch + 1,
+        )
+        again.close(5)
+        # the transaction left open was aborted at the load, its producer fenced (epoch
+        # bumped), so the next init bumps it once more
+        reopened, reopened_ids = init(b, "left")
+        assert reopened_ids.producer_id == left_ids.producer_id
+        assert reopened_ids.epoch == left_ids.epoch + 2
+        reopened.close(5)
+        fresh, fresh_ids = init(b, "new")
+        fresh.close(5)
+        assert fresh_ids.producer_id not in (
+            done_ids.producer_id,
+            left_ids.producer_id,
+            idle_ids.producer_id,
+        )
+        assert fresh_ids.producer_id > idle_ids.producer_id
+        consumer = kafka.KafkaConsumer(
+            bootstrap_servers=b.bootstrap_servers,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=2000,
+        )
+        consumer.assign([kafka.TopicPartition("out", 0)])
+        assert [m.value for m in consumer] == [b"committed"]
+        consumer.close()
+
+
+def test_an_old_epoch_is_fenced_after_a_restart(tmp_path):
+    ck = pytest.importorskip("confluent_kafka")
+    port = _free_port()
+    with Broker(log_dir=tmp_path, ports=[port]) as b:
+        b.create_topic("out", partitions=1)
+        old = ck.Producer(
+            {"bootstrap.servers": b.bootstrap_servers, "transactional.id": "x", "linger.ms": 1}
+        )
+        old.init_transactions(20)
+    with Broker(log_dir=tmp_path, ports=[port]) as b:
+        new = ck.Producer(
+            {"bootstrap.servers": b.bootstrap_servers, "transactional.id": "x", "linger.ms": 1}
+        )
+        new.init_transactions(20)
+        old.begin_transaction()
+        old.produce("out", b"stale", partition=0)
+        with pytest.raises(ck.KafkaException) as raised:
+            old.commit_transaction(20)
+        assert raised.value.args[0].code() in (
+            ck.KafkaError._FENCED,
+            ck.KafkaError.PRODUCER_FENCED,
+            ck.KafkaError.INVALID_PRODUCER_EPOCH,
+        )
+        new.begin_transaction()
+        new.produce("out", b"fresh", partition=0)
+        new.commit_transaction(20)
+        old = new = None  # librdkafka's threads end with the broker still there
+        gc.collect()
