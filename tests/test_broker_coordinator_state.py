@@ -279,13 +279,15 @@ def test_a_member_keeps_its_place_through_a_restart_on_the_same_port(tmp_path):
     with Broker(log_dir=tmp_path, ports=[port]) as b:
         b.create_topic("events", partitions=2)
         consumer = kafka.KafkaConsumer(
-            "events",
             group_id="stay",
             bootstrap_servers=b.bootstrap_servers,
             session_timeout_ms=6000,
             heartbeat_interval_ms=200,
             consumer_timeout_ms=500,
         )
+        # the leader assigns what its metadata knows: the topic's partitions first
+        assert consumer.partitions_for_topic("events") == {0, 1}
+        consumer.subscribe(["events"])
         deadline = time.monotonic() + 20
         while not consumer.assignment() and time.monotonic() < deadline:
             consumer.poll(200)

@@ -51,6 +51,8 @@ from ._offsets import Committed
 from ._segment_files import read_checkpoint, write_checkpoint
 
 PRODUCER_IDS_FILE = "fastkwire-producer-ids"
+MAX_PRODUCER_ID = 1 << 62  # far below int64's top, so that ids handed out after it fit
+DEAD, PREPARE_EPOCH_FENCE = 6, 7  # Kafka's other TransactionState ids
 
 
 class CoordinatorStateError(ValueError):
@@ -75,7 +77,7 @@ class CoordinatorState:
     def load(self):
         ids = self.cluster.producer_ids
         for entry in read_checkpoint(self._producer_ids_path):
-            if len(entry) == 1 and entry[0].isdigit():
+            if len(entry) == 1 and entry[0].isdigit() and int(entry[0]) < MAX_PRODUCER_ID:
                 ids.start_at(int(entry[0]))
         for name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
             found = self.storage.internal_found.get(name)
@@ -90,8 +92,8 @@ class CoordinatorState:
         self.storage.abort_left_open()
 
     def _records(self, topic_name):
-        """(partition name, offset, RecordType, key fields, value version, value fields or
-        None) of every record of `topic_name`'s partitions, in offset order."""
+        """(RecordType, key fields, value fields or None, where) of every record of
+        `topic_name`'s partitions, in offset order; `where` names its partition and offset."""
         topic = self.cluster.topics.get(topic_name)
         if topic is None:
             return
@@ -109,24 +111,25 @@ class CoordinatorState:
                     yield self._decoded(topic_name, where, record)
 
     def _decoded(self, topic_name, where, record):
+        where = f"{where}, offset {record.offset}"
         try:
             if record.key is None:
                 raise RecordFormatError("a record without a key", 0)
             record_type, key_type = record_type_of(topic_name, record.key)
             key = decode_key(record_type, key_type, record.key)
             if record.value is None:
-                return record_type, key, None
+                return record_type, key, None, where
             _, value = decode_value(record_type, record.value)
-            return record_type, key, value
+            return record_type, key, value, where
         except UnknownRecordError:
             self.skipped += 1
-            return None, None, None
+            return None, None, None, where
         except RecordFormatError as e:
-            raise CoordinatorStateError(f"{where}, offset {record.offset}: {e}") from None
+            raise CoordinatorStateError(f"{where}: {e}") from None
 
     def _load_groups(self):
         offsets, metadata = {}, {}
-        for record_type, key, value in self._records(OFFSETS_TOPIC):
+        for record_type, key, value, _ in self._records(OFFSETS_TOPIC):
             if record_type is OFFSET_COMMIT:
                 offsets[(key["group"], key["topic"], key["partition"])] = value
             elif record_type is GROUP_METADATA:
@@ -151,15 +154,17 @@ class CoordinatorState:
 
     def _load_transactions(self):
         states = {}
-        for record_type, key, value in self._records(TRANSACTION_STATE_TOPIC):
+        for record_type, key, value, where in self._records(TRANSACTION_STATE_TOPIC):
             if record_type is TRANSACTION_LOG:
-                states[key["transactional_id"]] = value
+                states[key["transactional_id"]] = (value, where)
         ids = self.cluster.producer_ids
         prepared = {}
-        for tid, value in states.items():
+        for tid, (value, where) in states.items():
             if value is None:
                 continue
-            status = value["transaction_status"]
+            status = _checked_transaction(value, where)
+            if status == DEAD:
+                continue
             partitions = [
                 (p["topic"], index)
                 for p in value["transaction_partitions"] or ()
@@ -174,7 +179,7 @@ class CoordinatorState:
                 partitions,
             )
             ids.start_at(value["producer_id"] + 1)
-            if status in (PREPARE_COMMIT, PREPARE_ABORT):
+            if status in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE):
                 prepared[tid] = status == PREPARE_COMMIT
         return prepared
 
@@ -274,6 +279,24 @@ class CoordinatorState:
         )
         key = encode_key(TRANSACTION_LOG, {"transactional_id": tid})
         self._write(TRANSACTION_STATE_TOPIC, tid, key, value)
+
+
+def _checked_transaction(value, where):
+    """The status of a TransactionLogValue whose values a coordinator can take back;
+    CoordinatorStateError naming `where` for one it cannot."""
+    status = value["transaction_status"]
+    problem = None
+    if not 0 <= value["producer_id"] < MAX_PRODUCER_ID:
+        problem = f"producer id {value['producer_id']}"
+    elif value["producer_epoch"] < 0:
+        problem = f"producer epoch {value['producer_epoch']}"
+    elif value["transaction_timeout_ms"] <= 0:
+        problem = f"transaction timeout {value['transaction_timeout_ms']} ms"
+    elif not 0 <= status <= PREPARE_EPOCH_FENCE:
+        problem = f"transaction status {status}"
+    if problem is not None:
+        raise CoordinatorStateError(f"{where}: TransactionLogValue: {problem} is not one kept")
+    return status
 
 
 def _group_of(group_id, value, now):

@@ -232,7 +232,7 @@ class TransactionCoordinator:
         txn = Transaction(producer_id, timeout_ms, transactional_id)
         txn.epoch = epoch
         txn.ended = {COMPLETE_COMMIT: True, COMPLETE_ABORT: False}.get(status)
-        if status in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT):
+        if status not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):  # under way or ending
             txn.ongoing = True
             txn.partitions.update(partitions)
         self.transactions[transactional_id] = txn
