@@ -291,6 +291,9 @@ def test_a_member_keeps_its_place_through_a_restart_on_the_same_port(tmp_path):
         deadline = time.monotonic() + 20
         while not consumer.assignment() and time.monotonic() < deadline:
             consumer.poll(200)
+        settled = time.monotonic() + 1.5  # a rejoin of the client's own (new metadata) ends
+        while time.monotonic() < settled:
+            consumer.poll(200)
         before = consumer._coordinator._generation
         assert len(consumer.assignment()) == 2
     with Broker(log_dir=tmp_path, ports=[port]) as b:
