@@ -7,6 +7,8 @@ not what it claims gives (an error naming the partition, offset and field)."""
 import gc
 import socket
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -134,7 +136,11 @@ def open_state(path):
     groups = GroupCoordinator(topic_partitions=cluster.partition_count)
     txns = TransactionCoordinator(cluster, time.monotonic, groups.end_transaction)
     state = CoordinatorState(storage, cluster, groups, txns)
-    state.load()
+    try:
+        state.load()
+    except BaseException:
+        storage.close()
+        raise
     return storage, cluster, groups, txns, state
 
 
@@ -185,6 +191,17 @@ def test_a_corrupt_record_stops_the_load_naming_where(tmp_path):
         match=rf"__consumer_offsets-{index}, offset 1: OffsetCommitValue: offset",
     ):
         open_state(tmp_path)
+    # the command says it in the user's terms, without a traceback
+    done = subprocess.run(
+        [sys.executable, "-m", "fastkwire", "broker", "--listen", "127.0.0.1:0"]
+        + ["--log-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    assert f"error: --log-dir {tmp_path}: __consumer_offsets-{index}, offset 1:" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_unknown_record_types_are_skipped(tmp_path):
