@@ -244,15 +244,31 @@ class ClassicGroups:
         self.timers.cancel(self._join_key(group))
         self.timers.cancel(self._sync_key(group))
 
-    def restored(self, group):
-        """A group read back from its record (`group` filled in, its members' protocols
-        the one chosen): Stable if it has members, whose sessions run from now, as Kafka's
-        coordinator does on load."""
-        self.groups[group.group_id] = group
+    def restore(self, group_id, generation, protocol_type, protocol_name, leader, members):
+        """A group read back from its record (Kafka's GroupMetadataValue): `members` are
+        (member id, instance id, client id, client host, rebalance timeout ms, session
+        timeout ms, subscription, assignment), their protocol the one chosen. Stable if it
+        has members, whose sessions run from now, as Kafka's coordinator loads it."""
+        group = ClassicGroup(group_id, self.clock())
+        group.generation = generation
+        for member_id, instance_id, client_id, host, rebalance, session, sub, given in members:
+            member = _Member(member_id, instance_id, client_id, host, protocol_type)
+            member.protocols = [(protocol_name, sub)] if protocol_name is not None else []
+            member.session_timeout_ms = session
+            member.rebalance_timeout_ms = rebalance if rebalance >= 0 else session
+            member.assignment = given
+            group.add(member)
+        group.protocol_type = protocol_type or None
+        group.protocol_name = protocol_name if group.members else None
+        if leader in group.members:
+            group.leader = leader
+        group.subscribed = group.subscribed_topics()
+        self.groups[group_id] = group
         if group.members:
             self._transition(group, STABLE)
         for member in group.members.values():
             self._schedule_heartbeat(group, member)
+        return group
 
     # -- timers' keys
 

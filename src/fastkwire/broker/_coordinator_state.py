@@ -26,11 +26,11 @@ are not written (they come back as empty groups), and offsets committed in a tra
 are written when it commits (Kafka writes them at once, with the transaction's markers).
 """
 
+import logging
 import os
 import time
 
 from .. import records
-from ._classic_groups import ClassicGroup, _Member
 from ._cluster import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from ._coordinator_records import (
     GROUP_METADATA,
@@ -50,9 +50,22 @@ from ._log import read_batch_head
 from ._offsets import Committed
 from ._segment_files import read_checkpoint, write_checkpoint
 
+_log = logging.getLogger("fastkwire.broker")
 PRODUCER_IDS_FILE = "fastkwire-producer-ids"
+READ_CHUNK_BYTES = 1 << 20  # of a log read back at a time (whole batches, at least one)
 MAX_PRODUCER_ID = 1 << 62  # far below int64's top, so that ids handed out after it fit
 DEAD, PREPARE_EPOCH_FENCE = 6, 7  # Kafka's other TransactionState ids
+# GroupMetadataValue's member fields, in the order ClassicGroups.restore takes them
+_MEMBER_FIELDS = (
+    "member_id",
+    "group_instance_id",
+    "client_id",
+    "client_host",
+    "rebalance_timeout",
+    "session_timeout",
+    "subscription",
+    "assignment",
+)
 
 
 class CoordinatorStateError(ValueError):
@@ -100,15 +113,20 @@ class CoordinatorState:
         for partition in topic.partitions:
             where = f"{topic_name}-{partition.index}"
             log = partition.log
-            try:
-                batches = records.read_batches(log.read(log.log_start, 1 << 62))
-            except ValueError as e:
-                raise CoordinatorStateError(f"{where}: its batches do not read: {e}") from None
-            for batch in batches:
-                if batch.is_control:
-                    continue
-                for record in batch.records:
+            offset = log.log_start
+            while offset < log.log_end:  # a chunk at a time: the log may be large
+                try:
+                    batches = records.read_batches(log.read(offset, READ_CHUNK_BYTES))
+                    found = [r for b in batches if not b.is_control for r in b.records]
+                except ValueError as e:
+                    raise CoordinatorStateError(
+                        f"{where}, from offset {offset}: the batches do not read: {e}"
+                    ) from None
+                if not batches:
+                    break
+                for record in found:
                     yield self._decoded(topic_name, where, record)
+                offset = batches[-1].base_offset + batches[-1].last_offset_delta + 1
 
     def _decoded(self, topic_name, where, record):
         where = f"{where}, offset {record.offset}"
@@ -121,8 +139,9 @@ class CoordinatorState:
                 return record_type, key, None, where
             _, value = decode_value(record_type, record.value)
             return record_type, key, value, where
-        except UnknownRecordError:
+        except UnknownRecordError as e:
             self.skipped += 1
+            _log.warning("%s: skipped: %s", where, e)
             return None, None, None, where
         except RecordFormatError as e:
             raise CoordinatorStateError(f"{where}: {e}") from None
@@ -147,7 +166,15 @@ class CoordinatorState:
         classic = self.groups.classic
         for group_id, value in metadata.items():
             if value is not None:
-                classic.restored(_group_of(group_id, value, self.groups.clock()))
+                members = [tuple(m[name] for name in _MEMBER_FIELDS) for m in value["members"]]
+                classic.restore(
+                    group_id,
+                    value["generation"],
+                    value["protocol_type"],
+                    value["protocol"],
+                    value["leader"],
+                    members,
+                )
         for group_id in store.groups():
             if group_id not in classic.groups:
                 classic.new_group(group_id)  # a simple group: its offsets are what it has
@@ -297,30 +324,3 @@ def _checked_transaction(value, where):
     if problem is not None:
         raise CoordinatorStateError(f"{where}: TransactionLogValue: {problem} is not one kept")
     return status
-
-
-def _group_of(group_id, value, now):
-    """A ClassicGroup from its GroupMetadataValue fields."""
-    group = ClassicGroup(group_id, now)
-    group.generation = value["generation"]
-    protocol = value["protocol"]
-    for m in value["members"]:
-        member = _Member(
-            m["member_id"],
-            m["group_instance_id"],
-            m["client_id"],
-            m["client_host"],
-            value["protocol_type"],
-        )
-        member.protocols = [(protocol, m["subscription"])] if protocol is not None else []
-        member.session_timeout_ms = m["session_timeout"]
-        rebalance = m["rebalance_timeout"]
-        member.rebalance_timeout_ms = rebalance if rebalance >= 0 else m["session_timeout"]
-        member.assignment = m["assignment"]
-        group.add(member)
-    group.protocol_type = value["protocol_type"] or None
-    group.protocol_name = protocol if group.members else None
-    if value["leader"] in group.members:
-        group.leader = value["leader"]
-    group.subscribed = group.subscribed_topics()
-    return group
