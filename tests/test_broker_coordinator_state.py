@@ -216,6 +216,69 @@ def test_unknown_record_types_are_skipped(tmp_path):
     storage.close()
 
 
+def _open_transaction(cluster, txns, tid):
+    """A transaction of `tid` with one record in t-0, left under way; its Transaction."""
+    pid, epoch, error = txns.init(tid, 60000)
+    assert error is None
+    txns.transactions[tid].partitions.add(("t", 0))
+    txns.begin(tid)
+    data = records.write_batch(
+        [records.Record(timestamp=1, value=b"v")],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    cluster.partition("t", 0).log.append(read_batch_head(data), data)
+    return txns.transactions[tid]
+
+
+def _last_marker(log):
+    """(producer id, commit) of the partition's last batch, a control batch."""
+    (batch,) = records.read_batches(log.read(log.log_end - 1, 1 << 20))
+    assert batch.is_control
+    return batch.producer_id, batch.records[0].key[3] == 1  # ControlRecordType: 1 commit
+
+
+@pytest.mark.parametrize("committing", [True, False])
+def test_a_transaction_that_was_ending_completes_at_the_load(tmp_path, committing):
+    from fastkwire.broker._coordinator_records import PREPARE_ABORT, PREPARE_COMMIT
+
+    storage, cluster, _, txns, _ = open_state(tmp_path)
+    cluster.create_topic("t", 1)
+    txn = _open_transaction(cluster, txns, "x")
+    # the broker stopped between the coordinator's PrepareCommit/Abort and the markers
+    txns.on_change(txn, PREPARE_COMMIT if committing else PREPARE_ABORT)
+    pid, epoch = txn.producer_id, txn.epoch
+    storage.close()
+    storage, cluster, _, txns, _ = open_state(tmp_path)
+    log = cluster.partition("t", 0).log
+    assert _last_marker(log) == (pid, committing)
+    assert not log.ongoing and bool(log.aborted) is not committing
+    txn = txns.transactions["x"]
+    assert (txn.producer_id, txn.epoch, txn.ongoing, txn.ended) == (pid, epoch, False, committing)
+    storage.close()
+
+
+def test_a_transaction_left_open_is_aborted_and_fenced_at_the_load(tmp_path):
+    storage, cluster, _, txns, _ = open_state(tmp_path)
+    cluster.create_topic("t", 1)
+    txn = _open_transaction(cluster, txns, "x")
+    pid, epoch = txn.producer_id, txn.epoch
+    storage.close()
+    storage, cluster, _, txns, _ = open_state(tmp_path)
+    log = cluster.partition("t", 0).log
+    assert _last_marker(log) == (pid, False) and not log.ongoing
+    assert txns.check("x", pid, epoch) == "PRODUCER_FENCED"
+    assert txns.check("x", pid, epoch + 1) is None
+    storage.close()
+    # what the load wrote is kept too: a second restart has nothing left to settle
+    storage, cluster, _, txns, _ = open_state(tmp_path)
+    assert len(cluster.partition("t", 0).log) == 2  # the record and one marker
+    assert (txns.transactions["x"].epoch, txns.transactions["x"].ended) == (epoch + 1, False)
+    storage.close()
+
+
 # ---------------------------------------------------------------- real clients
 
 
@@ -366,6 +429,9 @@ def test_a_transactional_id_keeps_its_producer_id_and_fences_across_a_restart(tm
         done, done_ids = init(b, "done")
         done.begin_transaction()
         done.send("out", b"committed", partition=0)
+        done.send_offsets_to_transaction(
+            {kafka.TopicPartition("out", 0): kafka.OffsetAndMetadata(7, "", -1)}, "copier"
+        )
         done.commit_transaction()
         done.close(5)
         left, left_ids = init(b, "left")
@@ -405,6 +471,12 @@ def test_a_transactional_id_keeps_its_producer_id_and_fences_across_a_restart(tm
         consumer.assign([kafka.TopicPartition("out", 0)])
         assert [m.value for m in consumer] == [b"committed"]
         consumer.close()
+        from kafka.admin import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap_servers)
+        committed = admin.list_group_offsets("copier")["copier"]
+        admin.close()
+        assert {tp.partition: om.offset for tp, om in committed.items()} == {0: 7}
 
 
 def test_an_old_epoch_is_fenced_after_a_restart(tmp_path):
