@@ -507,3 +507,13 @@ def test_an_old_epoch_is_fenced_after_a_restart(tmp_path):
         new.commit_transaction(20)
         old = new = None  # librdkafka's threads end with the broker still there
         gc.collect()
+
+
+def test_hostile_coordinator_records_keep_the_load_contract():
+    """fuzz/hostile_coordinator_state.py's contract over a short run (the long one: its --loop)."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_coordinator_state
+
+    assert hostile_coordinator_state.run(60, seed=7) == 0
