@@ -129,13 +129,13 @@ def test_bad_record_bytes_name_the_field_and_offset():
 # ---------------------------------------------------------------- sans-IO, on a log dir
 
 
-def open_state(path):
+def open_state(path, wall_clock=time.time):
     storage = DiskLogs(path)
     cluster = Cluster(NODES, cluster_id=storage.cluster_id())
     storage.attach(cluster, settle=False)
     groups = GroupCoordinator(topic_partitions=cluster.partition_count)
     txns = TransactionCoordinator(cluster, time.monotonic, groups.end_transaction)
-    state = CoordinatorState(storage, cluster, groups, txns)
+    state = CoordinatorState(storage, cluster, groups, txns, wall_clock)
     try:
         state.load()
     except BaseException:
@@ -165,6 +165,28 @@ def test_offsets_and_deletions_come_back_from_the_records(tmp_path):
     assert not groups.offsets.has_offsets("gone")
     assert groups.groups["g"].state == "Empty"  # a simple group comes back empty
     assert state.skipped == 0
+    storage.close()
+
+
+def test_offsets_expire_by_their_commit_time_across_a_restart(tmp_path):
+    week = 7 * 24 * 3600
+    storage, cluster, groups, _, _ = open_state(tmp_path, lambda: time.time() - week - 60)
+    cluster.create_topic("t", 1)
+    groups.offsets.commit("old", "t", 0, Committed(1, -1, "", 0.0))
+    storage.close()
+    storage, cluster, groups, _, _ = open_state(tmp_path, lambda: time.time() - 120)
+    groups.offsets.commit("new", "t", 0, Committed(2, -1, "", 0.0))
+    storage.close()
+    storage, cluster, groups, _, _ = open_state(tmp_path)
+    committed = groups.offsets.get("old", "t", 0)
+    assert time.monotonic() - committed.commit_time > week  # the record's time, not the load's
+    groups._expire_offsets()  # Kafka's retention check (offsets.retention.minutes: 7 days)
+    assert not groups.offsets.has_offsets("old") and "old" not in groups.groups
+    assert groups.offsets.get("new", "t", 0).offset == 2
+    storage.close()
+    # the expiry wrote its tombstones: gone after the next restart too
+    storage, cluster, groups, _, _ = open_state(tmp_path)
+    assert not groups.offsets.has_offsets("old")
     storage.close()
 
 

@@ -244,12 +244,13 @@ class ClassicGroups:
         self.timers.cancel(self._join_key(group))
         self.timers.cancel(self._sync_key(group))
 
-    def restore(self, group_id, generation, protocol_type, protocol_name, leader, members):
+    def restore(self, group_id, generation, protocol_type, protocol_name, leader, members, since):
         """A group read back from its record (Kafka's GroupMetadataValue): `members` are
         (member id, instance id, client id, client host, rebalance timeout ms, session
-        timeout ms, subscription, assignment), their protocol the one chosen. Stable if it
-        has members, whose sessions run from now, as Kafka's coordinator loads it."""
-        group = ClassicGroup(group_id, self.clock())
+        timeout ms, subscription, assignment), their protocol the one chosen; `since`: when
+        it came to its state, on the clock. Stable if it has members, whose sessions run
+        from now, as Kafka's coordinator loads it."""
+        group = ClassicGroup(group_id, since)
         group.generation = generation
         for member_id, instance_id, client_id, host, rebalance, session, sub, given in members:
             member = _Member(member_id, instance_id, client_id, host, protocol_type)
@@ -265,7 +266,7 @@ class ClassicGroups:
         group.subscribed = group.subscribed_topics()
         self.groups[group_id] = group
         if group.members:
-            self._transition(group, STABLE)
+            group.state = STABLE
         for member in group.members.values():
             self._schedule_heartbeat(group, member)
         return group

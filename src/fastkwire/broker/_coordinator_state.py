@@ -12,7 +12,8 @@ those partitions, the last record of each key winning and a tombstone deleting i
 - `fastkwire-producer-ids`: the end of the block of producer ids being handed out (Kafka
   keeps it in its metadata log), so that no id is given twice across a restart.
 
-On load, a group with offsets but no GroupMetadata (a simple group) comes back empty; a
+On load, offsets keep their commit times (retention counts from them); a group with
+offsets but no GroupMetadata (a simple group) comes back empty; a
 classic group with members comes back Stable, its members' sessions running from the
 load, as Kafka's coordinator loads them. A transaction that was committing or aborting
 completes; one still open is aborted and its producer fenced (Kafka aborts it at its
@@ -160,7 +161,7 @@ class CoordinatorState:
                     value["offset"],
                     value["leader_epoch"],
                     value["metadata"],
-                    self.groups.clock(),  # retention counts from the load
+                    self._on_clock(value["commit_timestamp"]),  # retention counts from it
                 )
                 store.commit(group_id, topic, partition, committed)
         classic = self.groups.classic
@@ -174,10 +175,13 @@ class CoordinatorState:
                     value["protocol"],
                     value["leader"],
                     members,
+                    self._on_clock(value["current_state_timestamp"]),
                 )
         for group_id in store.groups():
-            if group_id not in classic.groups:
-                classic.new_group(group_id)  # a simple group: its offsets are what it has
+            if group_id not in classic.groups:  # a simple group: its offsets are what it has
+                group = classic.new_group(group_id)
+                # its offsets expire by their commit times alone, as Kafka's without a state
+                group.state_since = float("-inf")
 
     def _load_transactions(self):
         states = {}
@@ -225,6 +229,14 @@ class CoordinatorState:
 
     def _now_ms(self):
         return int(self.wall_clock() * 1000)
+
+    def _on_clock(self, timestamp_ms):
+        """A wall-clock time a record holds, on the coordinator's clock: not later than now
+        (-1, none kept: now)."""
+        now = self.groups.clock()
+        if timestamp_ms < 0:
+            return now
+        return now - max(0, self._now_ms() - timestamp_ms) / 1000
 
     def _write(self, topic_name, id_, key, value):
         topic = self.cluster.internal_topic(topic_name)
