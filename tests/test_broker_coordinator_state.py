@@ -284,9 +284,20 @@ def test_a_transaction_that_was_ending_completes_at_the_load(tmp_path, committin
 
 def test_a_transaction_left_open_is_aborted_and_fenced_at_the_load(tmp_path):
     storage, cluster, _, txns, _ = open_state(tmp_path)
-    cluster.create_topic("t", 1)
+    cluster.create_topic("t", 2)
     txn = _open_transaction(cluster, txns, "x")
+    txn.partitions.add(("t", 1))  # a second AddPartitionsToTxn
+    txns.begin("x")
     pid, epoch = txn.producer_id, txn.epoch
+    log = (
+        cluster.internal_topic("__transaction_state")
+        .partitions[cluster.coordinator_partition("x")]
+        .log
+    )
+    (last,) = records.read_batches(log.read(log.log_end - 1, 1 << 20))
+    _, kept = decode_value(TRANSACTION_LOG, last.records[0].value)
+    assert kept["transaction_status"] == 1  # Ongoing
+    assert kept["transaction_partitions"] == [{"topic": "t", "partition_ids": [0, 1]}]
     storage.close()
     storage, cluster, _, txns, _ = open_state(tmp_path)
     log = cluster.partition("t", 0).log

@@ -104,17 +104,18 @@ class TransactionCoordinator:
 
     def begin(self, transactional_id):
         """A transaction of `transactional_id` is under way (from its first partition or
-        group added): its timeout runs from now."""
+        group added): its timeout runs from now. Called after each partition or group
+        added."""
         txn = self.transactions[transactional_id]
         if not txn.ongoing:
             txn.begin(self.clock())
-            self._changed(txn, ONGOING)
             heapq.heappush(self._deadlines, (txn.deadline, transactional_id))
             if len(self._deadlines) > 2 * len(self.transactions) + 64:  # ended ones: drop
                 self._deadlines = [
                     (t.deadline, tid) for tid, t in self.transactions.items() if t.ongoing
                 ]
                 heapq.heapify(self._deadlines)
+        self._changed(txn, ONGOING)  # with the partitions added so far
 
     def take_marked(self):
         """The partitions (Partition objects) given a marker since the last call: their last
