@@ -22,6 +22,7 @@ from ._cli_types import add_fault_arguments, fault_rules
 from ._printable import os_error_text, printable
 from ._serve_cli import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_OK, ended_by, serve_until_signal
 from .broker import Authorizer, Broker, GroupConfig
+from .broker._coordinator_state import CoordinatorStateError
 from .broker._sasl import MECHANISMS
 from .broker._security import PROTOCOLS, split_listener
 from .proxy._faults import RuleError
@@ -275,6 +276,9 @@ def run_broker(args, out=None, err=None):
 
 async def _serve(broker, args, out, err):
     def start_failed(e):
+        if isinstance(e, CoordinatorStateError):  # a record the directory holds
+            print(f"{args.prog}: error: --log-dir {args.log_dir}: {printable(str(e))}", file=err)
+            return EXIT_FAILED
         if not isinstance(e, OSError):
             return None
         if args.log_dir is not None and e.filename is not None:

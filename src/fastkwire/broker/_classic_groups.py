@@ -227,6 +227,9 @@ class ClassicGroups:
         self.config, self.clock, self.timers = config, clock, timers
         self.groups = {}
         self.full = lambda: False  # no new group may be made (the coordinator's max_groups)
+        # on_store(group, deleted): a group's state to keep (Kafka's GroupMetadata record),
+        # after a rebalance ends (the leader's assignment, or no members) or when it is gone
+        self.on_store = None
 
     def new_group(self, group_id):
         """An empty group (created by a JoinGroup, or by a simple group's OffsetCommit)."""
@@ -236,8 +239,37 @@ class ClassicGroups:
     def forget(self, group):
         """Delete an empty group and its timers."""
         del self.groups[group.group_id]
+        if self.on_store is not None:
+            self.on_store(group, True)
         self.timers.cancel(self._join_key(group))
         self.timers.cancel(self._sync_key(group))
+
+    def restore(self, group_id, generation, protocol_type, protocol_name, leader, members, since):
+        """A group read back from its record (Kafka's GroupMetadataValue): `members` are
+        (member id, instance id, client id, client host, rebalance timeout ms, session
+        timeout ms, subscription, assignment), their protocol the one chosen; `since`: when
+        it came to its state, on the clock. Stable if it has members, whose sessions run
+        from now, as Kafka's coordinator loads it."""
+        group = ClassicGroup(group_id, since)
+        group.generation = generation
+        for member_id, instance_id, client_id, host, rebalance, session, sub, given in members:
+            member = _Member(member_id, instance_id, client_id, host, protocol_type)
+            member.protocols = [(protocol_name, sub)] if protocol_name is not None else []
+            member.session_timeout_ms = session
+            member.rebalance_timeout_ms = rebalance if rebalance >= 0 else session
+            member.assignment = given
+            group.add(member)
+        group.protocol_type = protocol_type or None
+        group.protocol_name = protocol_name if group.members else None
+        if leader in group.members:
+            group.leader = leader
+        group.subscribed = group.subscribed_topics()
+        self.groups[group_id] = group
+        if group.members:
+            group.state = STABLE
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member)
+        return group
 
     # -- timers' keys
 
@@ -531,6 +563,8 @@ class ClassicGroups:
             self._transition(group, EMPTY)
         group.pending_sync.clear()
         if group.state == EMPTY:
+            if self.on_store is not None:
+                self.on_store(group, False)
             return
         for member in list(group.members.values()):
             is_leader = member.member_id == group.leader
@@ -649,6 +683,8 @@ class ClassicGroups:
                     m.assignment = given.get(m.member_id, b"")
                 self._propagate_assignment(group, NONE)
                 self._transition(group, STABLE)
+                if self.on_store is not None:
+                    self.on_store(group, False)
             return None
         return _sync_response(NONE, member.assignment, group.protocol_type, group.protocol_name)
 

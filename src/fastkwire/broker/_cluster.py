@@ -107,6 +107,9 @@ DEFAULT_MAX_PARTITIONS = 100_000
 # Kafka's internal topic of group offsets: made by the broker when a group coordinator is
 # first looked up, with offsets.topic.num.partitions partitions (50 by default).
 OFFSETS_TOPIC = "__consumer_offsets"
+# The transaction coordinator's internal topic, made at its first write, with as many
+# partitions as __consumer_offsets (a transactional id's is the one FindCoordinator hashes to).
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 DEFAULT_OFFSETS_TOPIC_PARTITIONS = 50
 
 
@@ -236,11 +239,15 @@ class Cluster:
     def coordinator(self, key):
         """The node that coordinates group or transactional id `key`: the leader of the
         __consumer_offsets partition it hashes to (NO_LEADER when none runs)."""
-        index = zlib.crc32(key.encode("utf-8", "surrogatepass")) % self.offsets_topic_partitions
+        index = self.coordinator_partition(key)
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is not None and index < len(topic.partitions):
             return topic.partitions[index].leader
         return self._placement(OFFSETS_TOPIC, index, self.offsets_replication_factor())[0]
+
+    def coordinator_partition(self, key):
+        """The internal topics' partition that keeps group or transactional id `key`."""
+        return zlib.crc32(key.encode("utf-8", "surrogatepass")) % self.offsets_topic_partitions
 
     def offsets_replication_factor(self):
         """Kafka's offsets.topic.replication.factor (3), at most the nodes that run."""
@@ -336,25 +343,34 @@ class Cluster:
         does not exist and is not created."""
         topic = self.topics.get(name)
         if topic is None and self.auto_create_topics:
-            topic = self.offsets_topic() if name == OFFSETS_TOPIC else self.create_topic(name)
+            if name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+                topic = self.internal_topic(name)
+            else:
+                topic = self.create_topic(name)
         return topic
 
     def offsets_topic(self):
-        """__consumer_offsets, made on first call: internal, compacted, its first partitions
-        not counted in `max_partitions` (partitions added later are)."""
-        topic = self.topics.get(OFFSETS_TOPIC)
+        return self.internal_topic(OFFSETS_TOPIC)
+
+    def internal_topic(self, name, partitions=None, topic_id=None):
+        """__consumer_offsets or __transaction_state, made on first call: internal,
+        compacted, with `partitions` (default offsets_topic_partitions; a restart gives
+        those its directory holds), its first partitions not counted in `max_partitions`
+        (partitions added later are)."""
+        topic = self.topics.get(name)
         if topic is None:
+            count = max(partitions or 0, self.offsets_topic_partitions)
             topic = Topic(
-                OFFSETS_TOPIC,
-                uuid.uuid4(),
+                name,
+                topic_id or uuid.uuid4(),
                 {"cleanup.policy": "compact"},
                 self.offsets_replication_factor(),
                 True,
             )
-            self.topics[OFFSETS_TOPIC] = topic
+            self.topics[name] = topic
             self.topic_ids[topic.id] = topic
-            self._add_partitions(topic, self.offsets_topic_partitions)
-            self.partitions -= self.offsets_topic_partitions  # only its growth is counted
+            self._add_partitions(topic, count)
+            self.partitions -= count  # only its growth is counted
         return topic
 
     def _check_room(self, more):

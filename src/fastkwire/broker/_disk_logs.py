@@ -4,8 +4,9 @@ id), `log-start-offset-checkpoint` (where logs start after DeleteRecords or rete
 `fastkwire-topics.json` (each topic's replication factor and configs, which Kafka keeps in
 its metadata log). A broker started on the same directory serves what was written: its
 topics, their ids and records, the idempotent producers' sequences; a transaction left
-open is aborted, as its coordinator would abort it. The partitions of `__consumer_offsets`
-are not written (the group coordinator keeps offsets in memory).
+open is aborted, as its coordinator would abort it. The internal topics
+(`__consumer_offsets`, `__transaction_state`) are written as the others; they are read
+back by the coordinators' loader (`_coordinator_state`), not by `attach`.
 """
 
 import errno
@@ -53,6 +54,8 @@ class DiskLogs:
         }
         self._restored = {}  # (topic, index) -> [(BatchHead, base)] to replay, while loading
         self._starts_moved = False  # log-start-offset-checkpoint is to be written again
+        self.internal_found = {}  # internal topic -> (partition count, topic id) found here
+        self._open_epochs = {}  # (topic, index) -> {producer id: epoch}, of open transactions
 
     def cluster_id(self):
         """The cluster id a broker wrote here before, or None."""
@@ -65,9 +68,11 @@ class DiskLogs:
             pass
         return None
 
-    def attach(self, cluster):
+    def attach(self, cluster, settle=True):
         """Serve `cluster` from this directory: its topics are those found here (with their
-        records), and what the cluster writes from now on is written here."""
+        records), and what the cluster writes from now on is written here. The transactions
+        the logs leave open are aborted (`settle`), or left for `abort_left_open`, after
+        the transaction coordinator's own state has settled those it knows."""
         self.cluster = cluster
         with open(os.path.join(self.log_dir, META_PROPERTIES), "w", encoding="utf-8") as f:
             f.write(
@@ -83,6 +88,10 @@ class DiskLogs:
                 continue
             topic, index = m.group(1), int(m.group(2))
             if topic.startswith("__"):
+                if topic in ("__consumer_offsets", "__transaction_state"):
+                    count, topic_id = self.internal_found.get(topic, (0, None))
+                    topic_id = topic_id or read_partition_metadata(path)
+                    self.internal_found[topic] = (max(count, index + 1), topic_id)
                 continue
             entry = found.setdefault(topic, {"count": 0, "id": None})
             entry["count"] = max(entry["count"], index + 1)
@@ -97,6 +106,25 @@ class DiskLogs:
                 self._replay(topic, partition)
         self._restored.clear()
         self._write_topics()
+        if settle:
+            self.abort_left_open()
+
+    def replay_internal(self, topic):
+        """Take the records restored of an internal topic's partitions (made after attach,
+        by the coordinators' loader): their producer ids count as handed out."""
+        for partition in topic.partitions:
+            self._replay(topic, partition)
+
+    def abort_left_open(self):
+        """Abort the transactions the restored logs leave open (whose coordinator state is
+        not known), as their coordinator would abort them."""
+        now_ms = int(time.time() * 1000)
+        for (name, index), epochs in sorted(self._open_epochs.items()):
+            partition = self.cluster.partition(name, index)
+            if partition is not None:
+                for pid in list(partition.log.ongoing):
+                    partition.log.write_marker(pid, epochs.get(pid, 0), False, now_ms)
+        self._open_epochs.clear()
 
     def _replay(self, topic, partition):
         """The producer state of what was restored; transactions left open are aborted."""
@@ -112,8 +140,8 @@ class DiskLogs:
                 ids.epochs[head.producer_id] = head.producer_epoch
             if not head.is_control:
                 partition.producers.appended(head, base)
-        for pid in list(partition.log.ongoing):
-            partition.log.write_marker(pid, epochs.get(pid, 0), False, int(time.time() * 1000))
+        if partition.log.ongoing:
+            self._open_epochs[(topic.name, partition.index)] = epochs
 
     # ---- the cluster's hooks
 
@@ -121,8 +149,6 @@ class DiskLogs:
         """The PartitionLog of a partition being made: what its directory holds, and its
         appends written there from now on."""
         log = PartitionLog()
-        if topic.internal:
-            return log
         key = (topic.name, index)
         files = SegmentFiles(
             partition_dir(self.log_dir, topic.name, index),

@@ -17,9 +17,14 @@ class Committed:
 class OffsetStore:
     def __init__(self):
         self._groups = {}  # group id -> {(topic, partition): Committed}
+        # on_change(group id, topic, partition, Committed or None for deleted): each change,
+        # to be kept (Kafka's OffsetCommit records and their tombstones)
+        self.on_change = None
 
     def commit(self, group_id, topic, partition, committed):
         self._groups.setdefault(group_id, {})[(topic, partition)] = committed
+        if self.on_change is not None:
+            self.on_change(group_id, topic, partition, committed)
 
     def get(self, group_id, topic, partition):
         return self._groups.get(group_id, {}).get((topic, partition))
@@ -36,13 +41,21 @@ class OffsetStore:
 
     def delete(self, group_id, topic, partition):
         offsets = self._groups.get(group_id)
-        if offsets is not None:
-            offsets.pop((topic, partition), None)
+        if offsets is not None and offsets.pop((topic, partition), None) is not None:
             if not offsets:
                 del self._groups[group_id]
+            if self.on_change is not None:
+                self.on_change(group_id, topic, partition, None)
 
     def delete_group(self, group_id):
-        self._groups.pop(group_id, None)
+        offsets = self._groups.pop(group_id, None)
+        if offsets and self.on_change is not None:
+            for topic, partition in offsets:
+                self.on_change(group_id, topic, partition, None)
+
+    def groups(self):
+        """The ids of the groups with committed offsets."""
+        return list(self._groups)
 
     def has_offsets(self, group_id):
         return bool(self._groups.get(group_id))

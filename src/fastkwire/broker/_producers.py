@@ -15,6 +15,7 @@ import collections
 from ._log import LogError
 
 NO_PRODUCER_ID = -1
+PRODUCER_ID_BLOCK = 1000  # ids kept per block, as Kafka's controller allocates them
 CACHED_BATCHES = 5  # Kafka keeps the metadata of a producer's last 5 batches per partition
 _INT31 = 1 << 31
 
@@ -29,6 +30,15 @@ class ProducerIds:
         self._next = 1000
         self.limit = limit
         self.epochs = {}  # producer id -> its current epoch, the oldest first
+        # on_block(end): ids up to `end` (exclusive) are about to be handed out: kept, so
+        # that a restart starts past them (Kafka's controller hands out blocks of 1000 ids
+        # and keeps each in its metadata log). None: nothing is kept.
+        self.on_block = None
+        self._block_end = None
+
+    def start_at(self, first):
+        """Hand out no id below `first` (ids a broker before a restart may have given)."""
+        self._next = max(self._next, first)
 
     def init(self, producer_id=NO_PRODUCER_ID, epoch=-1):
         """(producer id, epoch, error name or None) for InitProducerId."""
@@ -36,6 +46,9 @@ class ProducerIds:
         if known is None:
             pid = self._next
             self._next += 1
+            if self.on_block is not None and (self._block_end is None or pid >= self._block_end):
+                self._block_end = pid + PRODUCER_ID_BLOCK
+                self.on_block(self._block_end)
             self.epochs[pid] = 0
             if self.limit is not None and len(self.epochs) > self.limit:
                 del self.epochs[next(iter(self.epochs))]

@@ -46,6 +46,7 @@ from ..proxy._caps import (
 )
 from ._apis import Apis
 from ._cluster import DEFAULT_MAX_PARTITIONS, DEFAULT_OFFSETS_TOPIC_PARTITIONS, Cluster
+from ._coordinator_state import CoordinatorState
 from ._disk_logs import DiskLogs
 from ._authorize import Authorizer, principal_of, subject_name
 from ._exchange import Close, answer_frame
@@ -574,7 +575,17 @@ class Broker:
                 cluster_id=None if storage is None else storage.cluster_id(),
             )
             if storage is not None:
-                storage.attach(self.cluster)
+                storage.attach(self.cluster, settle=False)
+            groups = _group_coordinator(self.groups, self.cluster)
+            self.apis = Apis(
+                self.cluster,
+                groups=groups,
+                limits=self.limits,
+                fetch_session_cache_slots=self.fetch_session_cache_slots,
+                authorizer=self.authorizer,
+            )
+            if storage is not None:  # the coordinators' records, read back and kept
+                CoordinatorState(storage, self.cluster, groups, self.apis.transactions).load()
         except BaseException:
             for s in socks:
                 s.close()
@@ -582,14 +593,6 @@ class Broker:
                 storage.close()
             raise
         self._storage = storage
-        groups = _group_coordinator(self.groups, self.cluster)
-        self.apis = Apis(
-            self.cluster,
-            groups=groups,
-            limits=self.limits,
-            fetch_session_cache_slots=self.fetch_session_cache_slots,
-            authorizer=self.authorizer,
-        )
         self.apis.security_protocol = self.security_protocol
         self.apis.users = self.users
         for node_id, sock in zip(nodes, socks):

@@ -21,6 +21,14 @@ from .. import (
     EndTxnResponse,
 )
 from ..error_codes import by_name
+from ._coordinator_records import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    EMPTY,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+)
 
 MAX_EPOCH = 32767
 NONE = 0
@@ -48,9 +56,11 @@ class Transaction:
         "timeout_ms",
         "deadline",
         "ended",
+        "transactional_id",
     )
 
-    def __init__(self, producer_id, timeout_ms):
+    def __init__(self, producer_id, timeout_ms, transactional_id=None):
+        self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.epoch = 0
         self.ongoing = False
@@ -84,10 +94,18 @@ class TransactionCoordinator:
         # looks at the earliest, not at every transactional id (there may be 100,000)
         self._deadlines = []
         self.marked = []  # partitions given a marker since the caller last took them
+        # on_change(Transaction, status): each new state of a transactional id, to be kept
+        # (Kafka's TransactionLogValue; status as its TransactionState ids)
+        self.on_change = None
+
+    def _changed(self, txn, status):
+        if self.on_change is not None:
+            self.on_change(txn, status)
 
     def begin(self, transactional_id):
         """A transaction of `transactional_id` is under way (from its first partition or
-        group added): its timeout runs from now."""
+        group added): its timeout runs from now. Called after each partition or group
+        added."""
         txn = self.transactions[transactional_id]
         if not txn.ongoing:
             txn.begin(self.clock())
@@ -97,6 +115,7 @@ class TransactionCoordinator:
                     (t.deadline, tid) for tid, t in self.transactions.items() if t.ongoing
                 ]
                 heapq.heapify(self._deadlines)
+        self._changed(txn, ONGOING)  # with the partitions added so far
 
     def take_marked(self):
         """The partitions (Partition objects) given a marker since the last call: their last
@@ -114,7 +133,9 @@ class TransactionCoordinator:
             return -1, -1, "POLICY_VIOLATION"
         if txn is None:
             pid, _, _ = self.cluster.producer_ids.init()
-            txn = self.transactions[transactional_id] = Transaction(pid, timeout_ms)
+            txn = Transaction(pid, timeout_ms, transactional_id)
+            self.transactions[transactional_id] = txn
+            self._changed(txn, EMPTY)
             return pid, 0, None
         if producer_id != -1 and (producer_id, epoch) != (txn.producer_id, txn.epoch):
             if producer_id != txn.producer_id:
@@ -129,6 +150,7 @@ class TransactionCoordinator:
             txn.epoch = 0
         else:
             txn.epoch += 1
+        self._changed(txn, EMPTY)
         return txn.producer_id, txn.epoch, None
 
     def check(self, transactional_id, producer_id, epoch):
@@ -167,6 +189,7 @@ class TransactionCoordinator:
         return None
 
     def _finish(self, txn, commit, now_ms):
+        self._changed(txn, PREPARE_COMMIT if commit else PREPARE_ABORT)
         for topic, index in sorted(txn.partitions):
             partition = self.cluster.partition(topic, index)
             if partition is not None:
@@ -179,6 +202,7 @@ class TransactionCoordinator:
         txn.deadline = None
         txn.partitions.clear()
         txn.groups.clear()
+        self._changed(txn, COMPLETE_COMMIT if commit else COMPLETE_ABORT)
 
     def expire(self, now_ms):
         """Abort the transactions past their timeout, bumping their epoch so that their
@@ -200,7 +224,37 @@ class TransactionCoordinator:
             aborted += 1
             if txn.epoch < MAX_EPOCH - 1:
                 txn.epoch += 1
+                self._changed(txn, COMPLETE_ABORT)
         return aborted, None
+
+    def restore(self, transactional_id, producer_id, epoch, timeout_ms, status, partitions):
+        """A transactional id's state read back (the last TransactionLogValue kept): a
+        transaction it left under way is added to, to be settled by `settle_restored`."""
+        txn = Transaction(producer_id, timeout_ms, transactional_id)
+        txn.epoch = epoch
+        txn.ended = {COMPLETE_COMMIT: True, COMPLETE_ABORT: False}.get(status)
+        if status not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):  # under way or ending
+            txn.ongoing = True
+            txn.partitions.update(partitions)
+        self.transactions[transactional_id] = txn
+        return txn
+
+    def settle_restored(self, prepared, now_ms):
+        """After a restart: the transactions restored as under way end as Kafka's coordinator
+        ends them on load: one that was committing or aborting (`prepared`: transactional
+        id -> commit) completes; one still open is aborted and its producer fenced (its epoch
+        bumped), as its timeout would, but now. Returns the transactional ids settled."""
+        settled = []
+        for tid, txn in self.transactions.items():
+            if not txn.ongoing:
+                continue
+            commit = prepared.get(tid, False)
+            self._finish(txn, commit, now_ms)
+            if tid not in prepared and txn.epoch < MAX_EPOCH - 1:
+                txn.epoch += 1
+                self._changed(txn, COMPLETE_ABORT)
+            settled.append(tid)
+        return settled
 
 
 # ---------------------------------------------------------------- the handlers

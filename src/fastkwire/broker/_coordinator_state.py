@@ -1,0 +1,338 @@
+"""The coordinators' state in a log directory, kept as Kafka keeps it: every change is a
+record (`_coordinator_records`) appended to an internal topic's partition, the one the
+group or transactional id hashes to (as FindCoordinator picks it), and a restart replays
+those partitions, the last record of each key winning and a tombstone deleting it.
+
+- `__consumer_offsets`: each committed offset (OffsetCommit: OffsetCommit, the end of a
+  transaction that committed offsets, and a tombstone for OffsetDelete, DeleteGroups and
+  retention), each classic group's generation, protocol, leader and members when a
+  rebalance ends (GroupMetadata; a tombstone when the group is deleted).
+- `__transaction_state`: each transactional id's producer id, epoch, timeout, state and
+  the partitions of its transaction under way.
+- `fastkwire-producer-ids`: the end of the block of producer ids being handed out (Kafka
+  keeps it in its metadata log), so that no id is given twice across a restart.
+
+On load, offsets keep their commit times (retention counts from them); a group with
+offsets but no GroupMetadata (a simple group) comes back empty; a
+classic group with members comes back Stable, its members' sessions running from the
+load, as Kafka's coordinator loads them. A transaction that was committing or aborting
+completes; one still open is aborted and its producer fenced (Kafka aborts it at its
+timeout; here at the load). Records of a type or value version not known here are
+skipped (and counted in `skipped`), as Kafka's loader skips unknown record types; a
+record that is not what its type says stops the load with `CoordinatorStateError` naming
+the partition, the offset and the field.
+
+KIP-848 consumer groups and streams groups keep their offsets; their members and epochs
+are not written (they come back as empty groups), and offsets committed in a transaction
+are written when it commits (Kafka writes them at once, with the transaction's markers).
+"""
+
+import logging
+import os
+import time
+
+from .. import records
+from ._cluster import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from ._coordinator_records import (
+    GROUP_METADATA,
+    OFFSET_COMMIT,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    TRANSACTION_LOG,
+    RecordFormatError,
+    UnknownRecordError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    record_type_of,
+)
+from ._log import read_batch_head
+from ._offsets import Committed
+from ._segment_files import read_checkpoint, write_checkpoint
+
+_log = logging.getLogger("fastkwire.broker")
+PRODUCER_IDS_FILE = "fastkwire-producer-ids"
+READ_CHUNK_BYTES = 1 << 20  # of a log read back at a time (whole batches, at least one)
+MAX_PRODUCER_ID = 1 << 62  # far below int64's top, so that ids handed out after it fit
+DEAD, PREPARE_EPOCH_FENCE = 6, 7  # Kafka's other TransactionState ids
+# GroupMetadataValue's member fields, in the order ClassicGroups.restore takes them
+_MEMBER_FIELDS = (
+    "member_id",
+    "group_instance_id",
+    "client_id",
+    "client_host",
+    "rebalance_timeout",
+    "session_timeout",
+    "subscription",
+    "assignment",
+)
+
+
+class CoordinatorStateError(ValueError):
+    """A record of an internal topic that cannot be read back; names where it is."""
+
+
+class CoordinatorState:
+    """The group and transaction coordinators' state kept in `storage` (a DiskLogs that
+    `attach(cluster, settle=False)` has read). `load()` once, before the broker serves."""
+
+    def __init__(self, storage, cluster, groups, transactions, wall_clock=time.time):
+        self.storage = storage
+        self.cluster = cluster
+        self.groups = groups  # a GroupCoordinator, or None
+        self.transactions = transactions
+        self.wall_clock = wall_clock
+        self.skipped = 0  # records of an unknown type or version, left as they are
+        self._started_ms = {}  # transactional id -> when its transaction under way began
+
+    # ---------------------------------------------------------------- loading
+
+    def load(self):
+        ids = self.cluster.producer_ids
+        for entry in read_checkpoint(self._producer_ids_path):
+            if len(entry) == 1 and entry[0].isdigit() and int(entry[0]) < MAX_PRODUCER_ID:
+                ids.start_at(int(entry[0]))
+        for name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+            found = self.storage.internal_found.get(name)
+            if found is not None:
+                topic = self.cluster.internal_topic(name, found[0], found[1])
+                self.storage.replay_internal(topic)
+        if self.groups is not None:
+            self._load_groups()
+        prepared = self._load_transactions()
+        self._install()
+        self.transactions.settle_restored(prepared, self._now_ms())
+        self.storage.abort_left_open()
+
+    def _records(self, topic_name):
+        """(RecordType, key fields, value fields or None, where) of every record of
+        `topic_name`'s partitions, in offset order; `where` names its partition and offset."""
+        topic = self.cluster.topics.get(topic_name)
+        if topic is None:
+            return
+        for partition in topic.partitions:
+            where = f"{topic_name}-{partition.index}"
+            log = partition.log
+            offset = log.log_start
+            while offset < log.log_end:  # a chunk at a time: the log may be large
+                try:
+                    batches = records.read_batches(log.read(offset, READ_CHUNK_BYTES))
+                    found = [r for b in batches if not b.is_control for r in b.records]
+                except ValueError as e:
+                    raise CoordinatorStateError(
+                        f"{where}, from offset {offset}: the batches do not read: {e}"
+                    ) from None
+                if not batches:
+                    break
+                for record in found:
+                    yield self._decoded(topic_name, where, record)
+                offset = batches[-1].base_offset + batches[-1].last_offset_delta + 1
+
+    def _decoded(self, topic_name, where, record):
+        where = f"{where}, offset {record.offset}"
+        try:
+            if record.key is None:
+                raise RecordFormatError("a record without a key", 0)
+            record_type, key_type = record_type_of(topic_name, record.key)
+            key = decode_key(record_type, key_type, record.key)
+            if record.value is None:
+                return record_type, key, None, where
+            _, value = decode_value(record_type, record.value)
+            return record_type, key, value, where
+        except UnknownRecordError as e:
+            self.skipped += 1
+            _log.warning("%s: skipped: %s", where, e)
+            return None, None, None, where
+        except RecordFormatError as e:
+            raise CoordinatorStateError(f"{where}: {e}") from None
+
+    def _load_groups(self):
+        offsets, metadata = {}, {}
+        for record_type, key, value, _ in self._records(OFFSETS_TOPIC):
+            if record_type is OFFSET_COMMIT:
+                offsets[(key["group"], key["topic"], key["partition"])] = value
+            elif record_type is GROUP_METADATA:
+                metadata[key["group"]] = value
+        store = self.groups.offsets
+        for (group_id, topic, partition), value in offsets.items():
+            if value is not None:
+                committed = Committed(
+                    value["offset"],
+                    value["leader_epoch"],
+                    value["metadata"],
+                    self._on_clock(value["commit_timestamp"]),  # retention counts from it
+                )
+                store.commit(group_id, topic, partition, committed)
+        classic = self.groups.classic
+        for group_id, value in metadata.items():
+            if value is not None:
+                members = [tuple(m[name] for name in _MEMBER_FIELDS) for m in value["members"]]
+                classic.restore(
+                    group_id,
+                    value["generation"],
+                    value["protocol_type"],
+                    value["protocol"],
+                    value["leader"],
+                    members,
+                    self._on_clock(value["current_state_timestamp"]),
+                )
+        for group_id in store.groups():
+            if group_id not in classic.groups:  # a simple group: its offsets are what it has
+                group = classic.new_group(group_id)
+                # its offsets expire by their commit times alone, as Kafka's without a state
+                group.state_since = float("-inf")
+
+    def _load_transactions(self):
+        states = {}
+        for record_type, key, value, where in self._records(TRANSACTION_STATE_TOPIC):
+            if record_type is TRANSACTION_LOG:
+                states[key["transactional_id"]] = (value, where)
+        ids = self.cluster.producer_ids
+        prepared = {}
+        for tid, (value, where) in states.items():
+            if value is None:
+                continue
+            status = _checked_transaction(value, where)
+            if status == DEAD:
+                continue
+            partitions = [
+                (p["topic"], index)
+                for p in value["transaction_partitions"] or ()
+                for index in p["partition_ids"]
+            ]
+            self.transactions.restore(
+                tid,
+                value["producer_id"],
+                value["producer_epoch"],
+                value["transaction_timeout_ms"],
+                status,
+                partitions,
+            )
+            ids.start_at(value["producer_id"] + 1)
+            if status in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE):
+                prepared[tid] = status == PREPARE_COMMIT
+        return prepared
+
+    # ---------------------------------------------------------------- writing
+
+    def _install(self):
+        self.cluster.producer_ids.on_block = self._producer_ids_taken
+        self.transactions.on_change = self._transaction_changed
+        if self.groups is not None:
+            self.groups.offsets.on_change = self._offset_changed
+            self.groups.classic.on_store = self._group_stored
+
+    @property
+    def _producer_ids_path(self):
+        return os.path.join(self.storage.log_dir, PRODUCER_IDS_FILE)
+
+    def _now_ms(self):
+        return int(self.wall_clock() * 1000)
+
+    def _on_clock(self, timestamp_ms):
+        """A wall-clock time a record holds, on the coordinator's clock: not later than now
+        (-1, none kept: now)."""
+        now = self.groups.clock()
+        if timestamp_ms < 0:
+            return now
+        return now - max(0, self._now_ms() - timestamp_ms) / 1000
+
+    def _write(self, topic_name, id_, key, value):
+        topic = self.cluster.internal_topic(topic_name)
+        partition = topic.partitions[self.cluster.coordinator_partition(id_)]
+        data = records.write_batch([records.Record(timestamp=self._now_ms(), key=key, value=value)])
+        partition.log.append(read_batch_head(data), data)
+
+    def _producer_ids_taken(self, end):
+        write_checkpoint(self._producer_ids_path, [(end,)])
+
+    def _offset_changed(self, group_id, topic, partition, committed):
+        key = encode_key(OFFSET_COMMIT, {"group": group_id, "topic": topic, "partition": partition})
+        value = None
+        if committed is not None:
+            value = encode_value(
+                OFFSET_COMMIT,
+                {
+                    "offset": committed.offset,
+                    "leader_epoch": committed.leader_epoch,
+                    "metadata": committed.metadata or "",
+                    "commit_timestamp": self._now_ms(),
+                },
+            )
+        self._write(OFFSETS_TOPIC, group_id, key, value)
+
+    def _group_stored(self, group, deleted):
+        key = encode_key(GROUP_METADATA, {"group": group.group_id})
+        value = None
+        if not deleted:
+            value = encode_value(
+                GROUP_METADATA,
+                {
+                    "protocol_type": group.protocol_type or "",
+                    "generation": group.generation,
+                    "protocol": group.protocol_name,
+                    "leader": group.leader if group.members else None,
+                    "current_state_timestamp": self._now_ms(),
+                    "members": [
+                        {
+                            "member_id": m.member_id,
+                            "group_instance_id": m.instance_id,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "rebalance_timeout": m.rebalance_timeout_ms,
+                            "session_timeout": m.session_timeout_ms,
+                            "subscription": m.metadata(group.protocol_name),
+                            "assignment": m.assignment,
+                        }
+                        for m in group.members.values()
+                    ],
+                },
+            )
+        self._write(OFFSETS_TOPIC, group.group_id, key, value)
+
+    def _transaction_changed(self, txn, status):
+        tid = txn.transactional_id
+        now = self._now_ms()
+        if txn.ongoing:  # under way, or committing or aborting
+            start = self._started_ms.setdefault(tid, now)
+        else:
+            start = -1
+            self._started_ms.pop(tid, None)
+        by_topic = {}
+        for topic, index in sorted(txn.partitions):
+            by_topic.setdefault(topic, []).append(index)
+        value = encode_value(
+            TRANSACTION_LOG,
+            {
+                "producer_id": txn.producer_id,
+                "producer_epoch": txn.epoch,
+                "transaction_timeout_ms": txn.timeout_ms,
+                "transaction_status": status,
+                "transaction_partitions": [
+                    {"topic": t, "partition_ids": p} for t, p in by_topic.items()
+                ],
+                "transaction_last_update_timestamp_ms": now,
+                "transaction_start_timestamp_ms": start,
+            },
+        )
+        key = encode_key(TRANSACTION_LOG, {"transactional_id": tid})
+        self._write(TRANSACTION_STATE_TOPIC, tid, key, value)
+
+
+def _checked_transaction(value, where):
+    """The status of a TransactionLogValue whose values a coordinator can take back;
+    CoordinatorStateError naming `where` for one it cannot."""
+    status = value["transaction_status"]
+    problem = None
+    if not 0 <= value["producer_id"] < MAX_PRODUCER_ID:
+        problem = f"producer id {value['producer_id']}"
+    elif value["producer_epoch"] < 0:
+        problem = f"producer epoch {value['producer_epoch']}"
+    elif value["transaction_timeout_ms"] <= 0:
+        problem = f"transaction timeout {value['transaction_timeout_ms']} ms"
+    elif not 0 <= status <= PREPARE_EPOCH_FENCE:
+        problem = f"transaction status {status}"
+    if problem is not None:
+        raise CoordinatorStateError(f"{where}: TransactionLogValue: {problem} is not one kept")
+    return status
