@@ -63,16 +63,14 @@ from ..error_codes import by_name
 from ._fit import fit
 from ._limits import MAX_REQUEST_PARTITION_SIZE_LIMIT, Limits, unique
 from ._cluster import (
-    BOOLEAN,
     BROKER_SYNONYMS,
-    INT,
     LIST,
-    SHORT,
     TOPIC_CONFIGS,
     ClusterError,
     check_config,
     check_topic_name,
 )
+from ._broker_configs import BROKER_CONFIGS, describe_broker, describe_loggers
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS, FetchSessionCache
 from ._log import LATEST, LogError, read_batch_head
 from ._not_coordinator import TRANSACTION_API_KEYS, coordinated, transaction_error
@@ -91,7 +89,20 @@ NO_ANSWER = object()
 _ZERO_UUID = uuid.UUID(int=0)
 NO_AUTHORIZED_OPERATIONS = -(1 << 31)
 DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG = 5, 1, 4
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
+# GroupConfig's fields that are Kafka broker configs of the same name
+GROUP_CONFIG_NAMES = (
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "group.initial.rebalance.delay.ms",
+    "group.max.size",
+    "group.consumer.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
+    "group.consumer.max.size",
+    "offsets.retention.minutes",
+    "offsets.retention.check.interval.ms",
+    "offset.metadata.max.bytes",
+)
 READ_COMMITTED = 1
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 # APIs whose handling sets no deadline (a Fetch that waits says so itself).
@@ -166,6 +177,9 @@ class Apis:
         self.limits = limits if limits is not None else Limits()
         self.acls = AclStore(self.limits.max_acls)
         self.security_protocol = "PLAINTEXT"  # the listeners', as DescribeConfigs shows them
+        # Broker configs the node was started with beside the Cluster's and the limits'
+        # (DescribeConfigs: STATIC_BROKER_CONFIG), {Kafka's name: value}: the server's.
+        self.static_configs = {}
         self.users = (
             None  # the SCRAM credentials (_credentials.Users): the Broker's, or made on use
         )
@@ -1001,14 +1015,24 @@ class Apis:
                     result.error_message = f"topic {res.resource_name!r} does not exist"
                 else:
                     result.configs = self._topic_configs(topic, res, request, version)
-            elif res.resource_type == BROKER_RESOURCE:
-                if res.resource_name not in ("", str(ctx.node_id)):
-                    result.error_code = code("INVALID_REQUEST")
-                    result.error_message = (
-                        f"broker {res.resource_name!r} is not this one ({ctx.node_id})"
-                    )
-                else:
-                    result.configs = self._broker_configs(res, ctx)
+            elif res.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+                try:
+                    if res.resource_type == BROKER_RESOURCE:
+                        result.configs = describe_broker(
+                            R,
+                            ctx.node_id,
+                            res.resource_name,
+                            self._static_configs(ctx.node_id),
+                            res.configuration_keys,
+                            request.include_synonyms,
+                            version >= 3 and request.include_documentation,
+                        )
+                    else:
+                        result.configs = describe_loggers(
+                            R, ctx.node_id, res.resource_name, res.configuration_keys
+                        )
+                except ClusterError as e:
+                    result.error_code, result.error_message = code(e.error), str(e)
             else:
                 result.error_code = code("INVALID_REQUEST")
                 result.error_message = f"resource type {res.resource_type} is not served here"
@@ -1101,47 +1125,44 @@ class Apis:
             )
         return out
 
-    def _broker_configs(self, res, ctx):
-        """The node's own configs, as a KRaft broker started from a properties file shows
-        them: static and read-only."""
-        R = DescribeConfigsResponse
+    def _static_configs(self, node_id):
+        """The broker configs node `node_id` was started with, as Kafka's server.properties
+        would hold them (DescribeConfigs' STATIC_BROKER_CONFIG): its listener and id, and
+        those of the broker's settings that are not Kafka's defaults."""
         cluster = self.cluster
-        host, port = cluster.nodes[ctx.node_id]
+        host, port = cluster.nodes[node_id]
         listener = f"{self.security_protocol}://{host}:{port}"
-        keys = res.configuration_keys
-        return [
-            R.DescribeConfigsResourceResult(
-                name=name,
-                value=value,
-                read_only=True,
-                is_default=False,
-                config_source=STATIC_BROKER_CONFIG,
-                is_sensitive=False,
-                synonyms=[],
-                config_type=kind,
-                documentation=None,
-            )
-            for name, (value, kind) in sorted(
-                {
-                    "advertised.listeners": (listener, LIST),
-                    "listeners": (listener, LIST),
-                    "node.id": (str(ctx.node_id), INT),
-                    "broker.id": (str(ctx.node_id), INT),
-                    "process.roles": ("broker,controller", LIST),
-                    "auto.create.topics.enable": (str(cluster.auto_create_topics).lower(), BOOLEAN),
-                    "num.partitions": (str(cluster.num_partitions), INT),
-                    "default.replication.factor": ("1", INT),
-                    "offsets.topic.replication.factor": (
-                        str(cluster.offsets_replication_factor()),
-                        SHORT,
-                    ),
-                    "message.max.bytes": (TOPIC_CONFIGS["max.message.bytes"][0], INT),
-                    "log.retention.hours": ("168", INT),
-                    "group.initial.rebalance.delay.ms": ("0", INT),
-                }.items()
-            )
-            if keys is None or name in keys
-        ]
+        settings = {
+            **self.static_configs,
+            "auto.create.topics.enable": str(cluster.auto_create_topics).lower(),
+            "num.partitions": str(cluster.num_partitions),
+            "offsets.topic.num.partitions": str(cluster.offsets_topic_partitions),
+            "offsets.topic.replication.factor": str(cluster.offsets_replication_factor()),
+            "transaction.state.log.replication.factor": str(cluster.offsets_replication_factor()),
+            "fetch.max.bytes": str(self.limits.fetch_max_bytes),
+            "transaction.max.timeout.ms": str(self.limits.transaction_max_timeout_ms),
+            "max.incremental.fetch.session.cache.slots": str(self.fetch_session_cache_slots),
+        }
+        config = getattr(self.groups, "config", None)
+        for name in GROUP_CONFIG_NAMES:
+            value = getattr(config, name.replace(".", "_"), None)
+            if value is not None:
+                settings[name] = str(value)
+        static = {
+            name: value
+            for name, value in settings.items()
+            if value != BROKER_CONFIGS[name][0]  # only what differs from Kafka's default
+        }
+        static.update(
+            {
+                "listeners": listener,
+                "advertised.listeners": listener,
+                "node.id": str(node_id),
+                "broker.id": str(node_id),
+                "process.roles": "broker,controller",
+            }
+        )
+        return static
 
     def describe_cluster(self, request, version, ctx, reply):
         R = DescribeClusterResponse

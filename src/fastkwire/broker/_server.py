@@ -459,6 +459,7 @@ class Broker:
         self.tls = (
             server_context(tls_cert, tls_key, tls_key_password, tls_client_cafile) if tls else None
         )
+        self.tls_client_auth = tls_client_cafile is not None
         self.faults = as_faults(faults, fault_seed)
         self.first_node_id = first_node_id
         self.auto_create_topics = bool(auto_create_topics)
@@ -567,11 +568,26 @@ class Broker:
         )
         self.apis.security_protocol = self.security_protocol
         self.apis.users = self.users
+        self.apis.static_configs = self._static_configs()
         for node_id, sock in zip(nodes, socks):
             await self._serve(node_id, sock)
         self._wake = asyncio.Event()
         self._watch = asyncio.get_running_loop().create_task(self._watching())
         return self
+
+    def _static_configs(self):
+        """The Kafka broker configs its settings amount to (DescribeConfigs shows them)."""
+        configs = {
+            "connections.max.idle.ms": str(int(self.connections_max_idle_ms)),
+            "log.retention.check.interval.ms": str(self.retention_check_interval_ms),
+        }
+        if self.log_dir is not None:
+            configs["log.dirs"] = self.log_dir
+        if self.security_protocol.startswith("SASL_"):
+            configs["sasl.enabled.mechanisms"] = ",".join(self.users.mechanisms)
+        if self.tls is not None:
+            configs["ssl.client.auth"] = "required" if self.tls_client_auth else "none"
+        return configs
 
     async def _serve(self, node_id, sock):
         kind = _Connection if self.tls is None else _TlsAccept

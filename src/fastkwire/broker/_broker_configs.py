@@ -1,0 +1,271 @@
+"""DescribeConfigs for a BROKER and a BROKER_LOGGER resource, as a Kafka 4.0 KRaft node
+answers them (ConfigHelper): every broker config the table knows, with its value, its
+source (STATIC_BROKER_CONFIG for what the node was started with, DEFAULT_CONFIG for the
+rest), its synonyms in Kafka's order of precedence, `read_only` unless Kafka can change it
+at run time (DynamicBrokerConfig.AllDynamicConfigs), its type and, when asked (v3+), a line
+of documentation. The empty name describes the cluster-wide dynamic defaults (none here:
+a broker's configs are static); a node id other than the node's own is INVALID_REQUEST.
+
+The table holds Kafka 4.0's broker configs a client or tool looks at (its names, defaults
+and types): the server's, the socket server's, the group and transaction coordinators',
+and the `log.*` defaults behind the topic configs. The documentation lines are ours.
+"""
+
+import logging
+
+from ._cluster import BOOLEAN, DOUBLE, INT, LIST, LONG, SHORT, STRING, ClusterError
+
+# DescribeConfigs' config sources
+DYNAMIC_BROKER_LOGGER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 6, 4, 5
+LONG_MAX, INT_MAX = "9223372036854775807", "2147483647"
+
+# name -> (Kafka 4.0's default, config type, dynamic (Kafka can change it at run time), doc)
+BROKER_CONFIGS = {
+    # the node and its listeners
+    "node.id": ("-1", INT, False, "The id of this node in the cluster."),
+    "broker.id": ("-1", INT, False, "The broker's id: the node id in KRaft mode."),
+    "process.roles": ("", LIST, False, "The roles this node plays: broker, controller."),
+    "controller.listener.names": (None, STRING, False, "The listeners the controller uses."),
+    "listeners": ("PLAINTEXT://:9092", LIST, True, "The addresses the node listens on."),
+    "advertised.listeners": (None, STRING, True, "The addresses given to clients."),
+    "listener.security.protocol.map": (
+        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        STRING,
+        True,
+        "Each listener name's security protocol.",
+    ),
+    "inter.broker.listener.name": (None, STRING, False, "The listener brokers talk on."),
+    "security.inter.broker.protocol": ("PLAINTEXT", STRING, False, "Brokers' own protocol."),
+    "broker.rack": (None, STRING, False, "The node's rack."),
+    "sasl.enabled.mechanisms": ("GSSAPI", LIST, True, "The SASL mechanisms a login may use."),
+    "ssl.client.auth": ("none", STRING, True, "Whether clients must present a certificate."),
+    "connections.max.idle.ms": ("600000", LONG, False, "Idle connections close after this."),
+    "connection.failed.authentication.delay.ms": (
+        "100",
+        INT,
+        False,
+        "How long a failed login waits before its connection closes.",
+    ),
+    "max.connections": (INT_MAX, INT, True, "Connections the node accepts at most."),
+    "max.connections.per.ip": (INT_MAX, INT, True, "Connections from one address at most."),
+    "socket.request.max.bytes": ("104857600", INT, False, "A request's largest size."),
+    "num.network.threads": ("3", INT, True, "Threads reading and writing sockets."),
+    "num.io.threads": ("8", INT, True, "Threads handling requests."),
+    "background.threads": ("10", INT, True, "Threads for background work."),
+    "log.dirs": (None, LIST, False, "The directories the logs are kept in."),
+    "log.dir": ("/tmp/kafka-logs", STRING, False, "The log directory, when log.dirs is unset."),
+    "metadata.log.dir": (None, STRING, False, "The directory of the metadata log."),
+    # topics
+    "auto.create.topics.enable": ("true", BOOLEAN, False, "Create unknown topics on use."),
+    "delete.topic.enable": ("true", BOOLEAN, False, "Whether topics may be deleted."),
+    "num.partitions": ("1", INT, False, "An auto-created topic's partitions."),
+    "default.replication.factor": ("1", INT, False, "An auto-created topic's replicas."),
+    "auto.leader.rebalance.enable": ("true", BOOLEAN, False, "Move leaders back by itself."),
+    "message.max.bytes": ("1048588", INT, True, "A record batch's largest size."),
+    "fetch.max.bytes": ("57671680", INT, False, "A Fetch answer's largest size."),
+    "max.incremental.fetch.session.cache.slots": (
+        "1000",
+        INT,
+        False,
+        "Incremental fetch sessions kept at most.",
+    ),
+    "max.request.partition.size.limit": (
+        "2000",
+        INT,
+        False,
+        "Partitions DescribeTopicPartitions answers per page.",
+    ),
+    "compression.type": ("producer", STRING, True, "How the node compresses batches."),
+    "compression.gzip.level": ("-1", INT, True, "The gzip level when the node compresses."),
+    "compression.lz4.level": ("9", INT, True, "The lz4 level when the node compresses."),
+    "compression.zstd.level": ("3", INT, True, "The zstd level when the node compresses."),
+    "min.insync.replicas": ("1", INT, True, "Replicas an acks=all write needs."),
+    "unclean.leader.election.enable": (
+        "false",
+        BOOLEAN,
+        True,
+        "Whether a replica out of sync may lead.",
+    ),
+    # the log defaults behind the topic configs
+    "log.cleanup.policy": ("delete", LIST, True, "Topics' default cleanup.policy."),
+    "log.retention.ms": (None, LONG, True, "Topics' default retention.ms."),
+    "log.retention.minutes": (None, INT, True, "retention.ms in minutes."),
+    "log.retention.hours": ("168", INT, True, "retention.ms in hours."),
+    "log.retention.bytes": ("-1", LONG, True, "Topics' default retention.bytes."),
+    "log.retention.check.interval.ms": ("300000", LONG, False, "How often retention runs."),
+    "log.segment.bytes": ("1073741824", INT, True, "Topics' default segment.bytes."),
+    "log.roll.ms": (None, LONG, True, "Topics' default segment.ms."),
+    "log.roll.hours": ("168", INT, True, "segment.ms in hours."),
+    "log.roll.jitter.ms": (None, LONG, True, "Topics' default segment.jitter.ms."),
+    "log.roll.jitter.hours": ("0", INT, True, "segment.jitter.ms in hours."),
+    "log.index.size.max.bytes": ("10485760", INT, True, "Topics' default segment.index.bytes."),
+    "log.index.interval.bytes": ("4096", INT, True, "Topics' default index.interval.bytes."),
+    "log.flush.interval.messages": (LONG_MAX, LONG, True, "Topics' default flush.messages."),
+    "log.flush.interval.ms": (None, LONG, True, "Topics' default flush.ms."),
+    "log.flush.scheduler.interval.ms": (LONG_MAX, LONG, False, "How often logs are flushed."),
+    "log.segment.delete.delay.ms": ("60000", LONG, True, "Topics' default file.delete.delay.ms."),
+    "log.preallocate": ("false", BOOLEAN, True, "Topics' default preallocate."),
+    "log.message.timestamp.type": ("CreateTime", STRING, True, "Topics' default timestamp type."),
+    "log.message.timestamp.before.max.ms": (
+        LONG_MAX,
+        LONG,
+        True,
+        "Topics' default message.timestamp.before.max.ms.",
+    ),
+    "log.message.timestamp.after.max.ms": (
+        "3600000",
+        LONG,
+        True,
+        "Topics' default message.timestamp.after.max.ms.",
+    ),
+    "log.cleaner.enable": ("true", BOOLEAN, False, "Whether compaction runs."),
+    "log.cleaner.min.cleanable.ratio": (
+        "0.5",
+        DOUBLE,
+        True,
+        "Topics' default min.cleanable.dirty.ratio.",
+    ),
+    "log.cleaner.delete.retention.ms": ("86400000", LONG, True, "delete.retention.ms's default."),
+    "log.cleaner.min.compaction.lag.ms": ("0", LONG, True, "min.compaction.lag.ms's default."),
+    "log.cleaner.max.compaction.lag.ms": (LONG_MAX, LONG, True, "max.compaction.lag.ms's default."),
+    # the group coordinator
+    "group.min.session.timeout.ms": ("6000", INT, False, "A classic member's least timeout."),
+    "group.max.session.timeout.ms": ("1800000", INT, False, "A classic member's most timeout."),
+    "group.initial.rebalance.delay.ms": ("3000", INT, False, "A new group's first wait."),
+    "group.max.size": (INT_MAX, INT, False, "Members of a classic group at most."),
+    "group.consumer.session.timeout.ms": ("45000", INT, False, "A consumer member's timeout."),
+    "group.consumer.heartbeat.interval.ms": ("5000", INT, False, "A consumer's heartbeat."),
+    "group.consumer.max.size": (INT_MAX, INT, False, "Members of a consumer group at most."),
+    "group.coordinator.rebalance.protocols": (
+        "classic,consumer",
+        LIST,
+        False,
+        "The group protocols served.",
+    ),
+    "offsets.topic.num.partitions": ("50", INT, False, "__consumer_offsets' partitions."),
+    "offsets.topic.replication.factor": ("3", SHORT, False, "__consumer_offsets' replicas."),
+    "offsets.retention.minutes": ("10080", INT, False, "How long an empty group's offsets last."),
+    "offsets.retention.check.interval.ms": ("600000", LONG, False, "How often offsets expire."),
+    "offset.metadata.max.bytes": ("4096", INT, False, "A committed offset's metadata at most."),
+    # the transaction coordinator and producer state
+    "transaction.max.timeout.ms": ("900000", INT, False, "A transaction's longest timeout."),
+    "transactional.id.expiration.ms": (
+        "604800000",
+        INT,
+        False,
+        "An idle transactional id is forgotten after this.",
+    ),
+    "transaction.state.log.num.partitions": ("50", INT, False, "__transaction_state's size."),
+    "transaction.state.log.replication.factor": ("3", SHORT, False, "Its replicas."),
+    "transaction.partition.verification.enable": (
+        "true",
+        BOOLEAN,
+        True,
+        "Leaders verify a transaction's first batch with the coordinator.",
+    ),
+    "producer.id.expiration.ms": (
+        "86400000",
+        INT,
+        True,
+        "An idle idempotent producer's state is forgotten after this.",
+    ),
+}
+
+# A config and the others that say the same thing, the most precise first (Kafka's
+# brokerConfigSynonyms); a config not named here is its own only synonym.
+_SYNONYM_GROUPS = (
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+)
+SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group}
+
+
+def broker_id(resource_name):
+    """The node id a BROKER or BROKER_LOGGER resource names, as Kafka reads it."""
+    try:
+        return int(resource_name)
+    except ValueError:
+        raise ClusterError(
+            "INVALID_REQUEST", f"Broker id must be an integer, but it is: {resource_name}"
+        ) from None
+
+
+def describe_broker(R, node_id, resource_name, static, keys, synonyms, documentation):
+    """The DescribeConfigsResourceResults for BROKER `resource_name` on node `node_id`:
+    `static` holds the configs the node was started with ({name: value})."""
+    if not resource_name:
+        return []  # the cluster's dynamic defaults: none are set
+    if broker_id(resource_name) != node_id:
+        raise ClusterError(
+            "INVALID_REQUEST",
+            f"Unexpected broker id, expected {node_id} or empty string, "
+            f"but received {resource_name}",
+        )
+    out = []
+    for name, (default, kind, dynamic, doc) in sorted(BROKER_CONFIGS.items()):
+        if keys and name not in keys:
+            continue
+        found = []  # (name, value, source) in Kafka's order of precedence
+        for synonym in SYNONYMS.get(name, (name,)):
+            if synonym in static:
+                found.append((synonym, static[synonym], STATIC_BROKER_CONFIG))
+        for synonym in SYNONYMS.get(name, (name,)):
+            if BROKER_CONFIGS[synonym][0] is not None:
+                found.append((synonym, BROKER_CONFIGS[synonym][0], DEFAULT_CONFIG))
+        # Kafka drops the synonyms before the config's own name (a finer one unset)
+        while found and found[0][0] != name:
+            found.pop(0)
+        out.append(
+            R.DescribeConfigsResourceResult(
+                name=name,
+                value=static.get(name, default),
+                read_only=not dynamic,
+                is_default=name not in static,
+                config_source=found[0][2] if found else DEFAULT_CONFIG,
+                is_sensitive=False,
+                synonyms=[R.DescribeConfigsSynonym(name=n, value=v, source=s) for n, v, s in found]
+                if synonyms
+                else [],
+                config_type=kind,
+                documentation=doc if documentation else None,
+            )
+        )
+    return out
+
+
+# Python's level names as log4j's, which a BROKER_LOGGER's values are
+_LEVELS = {"CRITICAL": "FATAL", "WARNING": "WARN", "NOTSET": "INFO"}
+
+
+def describe_loggers(R, node_id, resource_name, keys):
+    """BROKER_LOGGER: the node's loggers (the root one and fastkwire's broker) and their
+    levels, as Kafka lists its log4j loggers, each DYNAMIC_BROKER_LOGGER_CONFIG."""
+    if not resource_name:
+        raise ClusterError("INVALID_REQUEST", "Broker id must not be empty")
+    if broker_id(resource_name) != node_id:
+        raise ClusterError(
+            "INVALID_REQUEST",
+            f"Unexpected broker id, expected {node_id} but received {resource_name}",
+        )
+    loggers = {"root": logging.getLogger(), __package__: logging.getLogger(__package__)}
+    out = []
+    for name, logger in loggers.items():
+        if keys and name not in keys:
+            continue
+        level = logging.getLevelName(logger.getEffectiveLevel())
+        out.append(
+            R.DescribeConfigsResourceResult(
+                name=name,
+                value=_LEVELS.get(level, level),
+                read_only=False,
+                is_default=False,
+                config_source=DYNAMIC_BROKER_LOGGER_CONFIG,
+                is_sensitive=False,
+                synonyms=[],
+                config_type=STRING,
+                documentation=None,
+            )
+        )
+    return out

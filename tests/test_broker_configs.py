@@ -1,0 +1,176 @@
+"""DescribeConfigs for a node (BROKER) and its loggers (BROKER_LOGGER), as a Kafka 4.0 KRaft
+node answers them: every broker config with its source, synonyms, read-only flag and (v3+)
+documentation; the empty name for the cluster's dynamic defaults; INVALID_REQUEST for
+another node's id. Through the codec, then kafka-python's, aiokafka's and confluent-kafka's
+admin clients."""
+
+import asyncio
+
+import pytest
+
+import fastkwire
+from fastkwire.broker import Apis, Cluster, Context
+from fastkwire.error_codes import by_name
+from fastkwire.testing import Broker
+
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG, DYNAMIC_BROKER_LOGGER_CONFIG = 4, 5, 6
+BROKER, BROKER_LOGGER = 4, 8
+TIMEOUT = 20
+
+
+def describe(apis, resource_type, name, version=4, keys=None, node=0, docs=False):
+    D = fastkwire.DescribeConfigsRequest
+    request = D(
+        resources=[
+            D.DescribeConfigsResource(
+                resource_type=resource_type, resource_name=name, configuration_keys=keys
+            )
+        ],
+        include_synonyms=True,
+        include_documentation=docs,
+    )
+    out = []
+    apis.handle(D.API_KEY, version, request, Context(node), out.append)
+    frame = fastkwire.encode_response(out[0], version, 7)
+    _, decoded = fastkwire.decode_response(frame, D.API_KEY, version)
+    return decoded.results[0]
+
+
+@pytest.fixture
+def apis():
+    return Apis(Cluster({0: ("127.0.0.1", 9092), 1: ("127.0.0.1", 9093)}))
+
+
+def test_a_node_describes_every_broker_config_with_its_source_and_synonyms(apis):
+    result = describe(apis, BROKER, "1", node=1)
+    assert result.error_code == 0
+    configs = {c.name: c for c in result.configs}
+    assert len(configs) > 50
+    listeners = configs["listeners"]
+    assert listeners.value == "PLAINTEXT://127.0.0.1:9093"
+    assert listeners.config_source == STATIC_BROKER_CONFIG
+    assert [(s.name, s.source) for s in listeners.synonyms] == [
+        ("listeners", STATIC_BROKER_CONFIG),
+        ("listeners", DEFAULT_CONFIG),
+    ]
+    assert not listeners.read_only  # Kafka updates listeners at run time
+    assert configs["node.id"].value == "1" and configs["node.id"].read_only
+    # Kafka's defaults, told apart from what the node was started with
+    hours = configs["log.retention.hours"]
+    assert (hours.value, hours.config_source, hours.read_only) == ("168", DEFAULT_CONFIG, False)
+    assert configs["log.retention.ms"].value is None
+    assert configs["log.retention.ms"].synonyms == []  # none of its own: hours is the default
+    assert [s.name for s in configs["log.roll.hours"].synonyms] == ["log.roll.hours"]
+    assert configs["message.max.bytes"].value == "1048588"
+    assert configs["producer.id.expiration.ms"].value == "86400000"
+    assert configs["transactional.id.expiration.ms"].config_type == 3  # INT
+    # the broker's own settings that are not Kafka's defaults are static ones
+    delay = configs["group.initial.rebalance.delay.ms"]
+    assert (delay.value, delay.config_source) == ("3000", DEFAULT_CONFIG)  # no coordinator
+    assert all(c.documentation is None for c in result.configs)  # not asked for
+
+
+def test_documentation_from_v3_when_asked_and_configuration_keys(apis):
+    result = describe(apis, BROKER, "0", version=3, keys=["num.partitions"], docs=True)
+    (config,) = result.configs
+    assert config.name == "num.partitions" and config.documentation
+    result = describe(apis, BROKER, "0", version=2, keys=["num.partitions"], docs=True)
+    assert not result.configs[0].documentation  # v2 has no such field
+    assert len(describe(apis, BROKER, "0", keys=[]).configs) > 50  # empty: all, as Kafka
+
+
+def test_the_empty_name_and_other_nodes_ids(apis):
+    empty = describe(apis, BROKER, "")
+    assert (empty.error_code, empty.configs) == (0, [])  # no dynamic cluster defaults
+    other = describe(apis, BROKER, "1", node=0)
+    assert other.error_code == by_name("INVALID_REQUEST").code
+    assert other.error_message == (
+        "Unexpected broker id, expected 0 or empty string, but received 1"
+    )
+    word = describe(apis, BROKER, "zero")
+    assert word.error_message == "Broker id must be an integer, but it is: zero"
+
+
+def test_broker_loggers(apis):
+    result = describe(apis, BROKER_LOGGER, "0")
+    assert result.error_code == 0
+    levels = {c.name: c for c in result.configs}
+    assert {"root", "fastkwire.broker"} <= set(levels)
+    assert levels["root"].config_source == DYNAMIC_BROKER_LOGGER_CONFIG
+    assert levels["root"].value in ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL")
+    assert not levels["root"].read_only
+    assert describe(apis, BROKER_LOGGER, "").error_message == "Broker id must not be empty"
+    assert describe(apis, BROKER_LOGGER, "1").error_code == by_name("INVALID_REQUEST").code
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with Broker() as broker:
+        yield broker
+
+
+def test_kafka_python_describes_a_broker(broker):
+    """kafka-python's default filter ("modified") leaves out static and default configs,
+    as it does against Kafka; the others show what Kafka would."""
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        node = ConfigResource(ConfigResourceType.BROKER, "0")
+
+        def configs(**options):
+            return admin.describe_configs([node], **options)["broker"]["0"]
+
+        assert configs() == {}  # nothing changed at run time: Kafka's answer too
+        dynamic = configs(config_filter="dynamic")
+        assert "log.retention.hours" in dynamic and "node.id" not in dynamic
+        default = configs(config_filter="default")
+        assert default["num.partitions"]["config_source"] == "DEFAULT_CONFIG"
+        static = configs(config_filter="static")
+        assert static["listeners"]["value"] == f"PLAINTEXT://{broker.bootstrap_servers}"
+        logger = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER_LOGGER, "0")], config_filter="all"
+        )
+        assert logger["broker_logger"]["0"]["root"]["config_source"] == (
+            "DYNAMIC_BROKER_LOGGER_CONFIG"
+        )
+    finally:
+        admin.close()
+
+
+def test_aiokafka_describes_a_broker(broker):
+    pytest.importorskip("aiokafka")
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    async def run():
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        await admin.start()
+        try:
+            (response,) = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.BROKER, "0")], include_synonyms=True
+            )
+        finally:
+            await admin.close()
+        return response.to_object()["resources"][0]
+
+    resource = asyncio.run(asyncio.wait_for(run(), TIMEOUT))
+    assert resource["error_code"] == 0
+    entries = {e["config_names"]: e for e in resource["config_entries"]}
+    assert entries["log.segment.bytes"]["config_source"] == DEFAULT_CONFIG
+    assert entries["log.segment.bytes"]["read_only"] is False
+    assert entries["node.id"]["config_source"] == STATIC_BROKER_CONFIG
+
+
+def test_confluent_kafka_describes_a_broker(broker):
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    (future,) = admin.describe_configs([ConfigResource("BROKER", "0")]).values()
+    configs = future.result(TIMEOUT)
+    assert configs["log.retention.hours"].is_default
+    assert not configs["log.retention.hours"].is_read_only
+    assert configs["node.id"].is_read_only and not configs["node.id"].is_default
+    assert configs["listeners"].value == f"PLAINTEXT://{broker.bootstrap_servers}"
