@@ -720,9 +720,12 @@ def test_transactions_through_the_handlers(apis):
     call(apis, produce("t", 0, data), 9, node)
     log = apis.cluster.partition("t", 0).log
     assert log.last_stable_offset == 0
-    # A new InitProducerId for the same id fences this producer and aborts its transaction.
+    # A new InitProducerId for the same id fences this producer and aborts its transaction
+    # (CONCURRENT_TRANSACTIONS, as Kafka answers while it does); the retry bumps again.
     r = call(apis, init, 4, coordinator)
-    assert (r.producer_id, r.producer_epoch) == (pid, 1)
+    assert r.error_code == code("CONCURRENT_TRANSACTIONS")
+    r = call(apis, init, 4, coordinator)
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, 2)
     assert log.last_stable_offset == log.log_end == 2 and log.aborted_in(0, 2) == [(pid, 0)]
     E = fastkwire.EndTxnRequest
     end = E(transactional_id="tx", producer_id=pid, producer_epoch=0, committed=True)

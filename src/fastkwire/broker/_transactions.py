@@ -6,7 +6,9 @@ coordinator) land or are dropped when it ends: `on_end(producer id, committed)`.
 
 Transaction version 1 (KIP-890 part 2's epoch bump per transaction is not served: EndTxn
 stops at v4, and no transaction.version feature is advertised). A transaction still open after its timeout is aborted and its
-producer's epoch bumped, which fences it (`expire`, from the broker's tick).
+producer's epoch bumped, which fences it (`expire`, from the broker's tick); so is one
+found open by an InitProducerId, which is answered CONCURRENT_TRANSACTIONS (Kafka's
+PrepareEpochFence: the client retries).
 Each handler takes (apis, request, version, ctx) and returns a response object.
 """
 
@@ -106,7 +108,8 @@ class TransactionCoordinator:
 
     def init(self, transactional_id, timeout_ms, producer_id=-1, epoch=-1, now_ms=0):
         """(producer id, epoch, error name or None) for InitProducerId with an id: a new
-        epoch fences the producers before it, and a transaction they left is aborted."""
+        epoch fences the producers before it; a transaction they left open is aborted and
+        CONCURRENT_TRANSACTIONS answered (the caller retries), as Kafka's coordinator does."""
         if not 0 < timeout_ms <= self.max_timeout_ms:
             return -1, -1, "INVALID_TRANSACTION_TIMEOUT"
         txn = self.transactions.get(transactional_id)
@@ -121,7 +124,12 @@ class TransactionCoordinator:
                 return -1, -1, "INVALID_PRODUCER_ID_MAPPING"
             return -1, -1, "PRODUCER_FENCED"
         if txn.ongoing:
+            # Kafka's PrepareEpochFence: the epoch is bumped (fencing the producer that left
+            # the transaction open), the transaction aborted with its markers at that epoch,
+            # and the caller told CONCURRENT_TRANSACTIONS: its retry bumps the epoch again.
+            self._fence(txn)
             self._finish(txn, commit=False, now_ms=now_ms)
+            return -1, -1, "CONCURRENT_TRANSACTIONS"
         txn.timeout_ms = timeout_ms
         txn.ended = None
         if txn.epoch >= MAX_EPOCH - 1:  # the epoch is an int16: a new producer id past it
@@ -196,11 +204,18 @@ class TransactionCoordinator:
             if deadline > now:
                 return aborted, deadline
             heapq.heappop(heap)
+            self._fence(txn)  # the markers carry the fenced epoch, as Kafka's do
             self._finish(txn, commit=False, now_ms=now_ms)
             aborted += 1
-            if txn.epoch < MAX_EPOCH - 1:
-                txn.epoch += 1
         return aborted, None
+
+    @staticmethod
+    def _fence(txn):
+        """Bump the epoch of a transaction about to be aborted by the coordinator (Kafka's
+        prepareFenceProducerEpoch); at the int16's top, the next InitProducerId gives a new
+        producer id."""
+        if txn.epoch < MAX_EPOCH:
+            txn.epoch += 1
 
 
 # ---------------------------------------------------------------- the handlers
