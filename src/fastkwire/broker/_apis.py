@@ -71,6 +71,7 @@ from ._cluster import (
     check_topic_name,
 )
 from ._broker_configs import BROKER_CONFIGS, describe_broker, describe_loggers
+from ._expiry import StateExpiry
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS, FetchSessionCache
 from ._log import LATEST, LogError, read_batch_head
 from ._not_coordinator import TRANSACTION_API_KEYS, coordinated, transaction_error
@@ -169,6 +170,7 @@ class Apis:
         groups=None,
         limits=None,
         fetch_session_cache_slots=DEFAULT_CACHE_SLOTS,
+        expiry=None,
     ):
         self.cluster = cluster
         self.clock = clock
@@ -191,6 +193,9 @@ class Apis:
             self.limits.max_transactional_ids,
             self.limits.transaction_max_timeout_ms,
         )
+        # producer and transactional id expiry (`expiry`: StateExpiry's settings); periodic,
+        # so the server fires it beside tick() (which says None when nothing waits)
+        self.expiry = StateExpiry(cluster, self.transactions, clock, wall_clock, **(expiry or {}))
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         self.fetch_session_cache_slots = fetch_session_cache_slots
@@ -597,7 +602,7 @@ class Apis:
         if duplicate is not None:
             return duplicate, append_time
         base = partition.log.append(head, data, now_ms, topic.log_append_time)
-        partition.producers.appended(head, base)
+        partition.producers.appended(head, base, now_ms if topic.log_append_time else None)
         return base, append_time
 
     def _verify_in_transaction(self, topic, partition, head, request, version):
@@ -1142,6 +1147,12 @@ class Apis:
             "fetch.max.bytes": str(self.limits.fetch_max_bytes),
             "transaction.max.timeout.ms": str(self.limits.transaction_max_timeout_ms),
             "max.incremental.fetch.session.cache.slots": str(self.fetch_session_cache_slots),
+            "producer.id.expiration.ms": str(self.expiry.producer_id_expiration_ms),
+            "producer.id.expiration.check.interval.ms": str(self.expiry.producer_check_ms),
+            "transactional.id.expiration.ms": str(self.expiry.transactional_id_expiration_ms),
+            "transaction.remove.expired.transaction.cleanup.interval.ms": str(
+                self.expiry.transactional_check_ms
+            ),
         }
         config = getattr(self.groups, "config", None)
         for name in GROUP_CONFIG_NAMES:

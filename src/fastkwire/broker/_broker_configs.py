@@ -169,6 +169,18 @@ BROKER_CONFIGS = {
         True,
         "An idle idempotent producer's state is forgotten after this.",
     ),
+    "producer.id.expiration.check.interval.ms": (
+        "600000",
+        INT,
+        False,
+        "How often producers' state is looked at for expiry.",
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "3600000",
+        INT,
+        False,
+        "How often transactional ids are looked at for expiry.",
+    ),
 }
 
 # A config and the others that say the same thing, the most precise first (Kafka's

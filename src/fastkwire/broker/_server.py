@@ -53,6 +53,12 @@ from ._faults import as_faults, as_rule
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS
 from ._groups import GroupConfig, GroupCoordinator
 from ._sasl import DEFAULT_SCRAM_ITERATIONS, PASS, SASL_MAX_RECEIVE_BYTES, SaslSession, Users
+from ._expiry import (
+    PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+    PRODUCER_ID_EXPIRATION_MS,
+    TRANSACTIONAL_ID_CLEANUP_INTERVAL_MS,
+    TRANSACTIONAL_ID_EXPIRATION_MS,
+)
 from ._security import security_protocol as resolve_protocol
 from ._security import server_context, split_listener
 from ._limits import Limits
@@ -385,7 +391,11 @@ class Broker:
     `retention_check_interval_ms` (Kafka's log.retention.check.interval.ms). Cluster shapes:
     `move_leader`, `stop_node`, `start_node`. `limits` (a Limits: what clients may make it
     hold), `fetch_session_cache_slots` (Kafka's max.incremental.fetch.session.cache.slots,
-    1000; 0: every Fetch sessionless).
+    1000; 0: every Fetch sessionless). Producer state expiry, Kafka's:
+    `producer_id_expiration_ms` (1 day) checked every
+    `producer_id_expiration_check_interval_ms` (10 minutes), `transactional_id_expiration_ms`
+    (7 days) checked every `transactional_id_cleanup_interval_ms` (Kafka's
+    transaction.remove.expired.transaction.cleanup.interval.ms, 1 hour).
 
     Security (Kafka's listener security protocols): `security_protocol` ("PLAINTEXT",
     "SSL", "SASL_PLAINTEXT", "SASL_SSL"; or a listener's prefix, "SASL_SSL://host:port";
@@ -434,6 +444,10 @@ class Broker:
         fault_seed=None,
         connections_max_idle_ms=DEFAULT_CONNECTIONS_MAX_IDLE_MS,
         limits=None,
+        producer_id_expiration_ms=PRODUCER_ID_EXPIRATION_MS,
+        producer_id_expiration_check_interval_ms=PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+        transactional_id_expiration_ms=TRANSACTIONAL_ID_EXPIRATION_MS,
+        transactional_id_cleanup_interval_ms=TRANSACTIONAL_ID_CLEANUP_INTERVAL_MS,
     ):
         if isinstance(listeners, (str, tuple)) and (
             isinstance(listeners, str) or isinstance(listeners[0], str)
@@ -493,6 +507,14 @@ class Broker:
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits: a fastkwire.broker.Limits, not {type(limits).__name__}")
         self.limits = limits if limits is not None else Limits()
+        self.expiry = {
+            "producer_id_expiration_ms": producer_id_expiration_ms,
+            "producer_id_expiration_check_interval_ms": producer_id_expiration_check_interval_ms,
+            "transactional_id_expiration_ms": transactional_id_expiration_ms,
+            "transactional_id_cleanup_interval_ms": transactional_id_cleanup_interval_ms,
+        }
+        for name, value in self.expiry.items():
+            _positive(value, name)
         self.cluster = None
         self.apis = None
         self.connections = set()
@@ -565,6 +587,7 @@ class Broker:
             groups=groups,
             limits=self.limits,
             fetch_session_cache_slots=self.fetch_session_cache_slots,
+            expiry=self.expiry,
         )
         self.apis.security_protocol = self.security_protocol
         self.apis.users = self.users
@@ -712,7 +735,8 @@ class Broker:
                 except OSError as e:  # the log directory: said, and tried again later
                     log.error("retention could not delete from %s: %s", self.log_dir, e)
                 self._next_retention = now + self.retention_check_interval_ms / 1000
-            deadline = min(d for d in (deadline, self._next_retention) if d is not None)
+            expiry = self.apis.expiry.tick()  # producer and transactional id expiry
+            deadline = min(d for d in (deadline, self._next_retention, expiry) if d is not None)
             if now >= next_idle_scan:
                 for conn in [c for c in self.connections if now - c.active > idle]:
                     conn.end(

@@ -50,9 +50,10 @@ class Transaction:
         "timeout_ms",
         "deadline",
         "ended",
+        "updated",
     )
 
-    def __init__(self, producer_id, timeout_ms):
+    def __init__(self, producer_id, timeout_ms, now=0.0):
         self.producer_id = producer_id
         self.epoch = 0
         self.ongoing = False
@@ -63,6 +64,7 @@ class Transaction:
         # How the last transaction of this epoch ended: True committed, False aborted, None
         # none ended yet (Kafka's CompleteCommit, CompleteAbort, Empty).
         self.ended = None
+        self.updated = now  # its last change, on the coordinator's clock (txnLastUpdateTimestamp)
 
     def begin(self, now):
         if not self.ongoing:
@@ -91,8 +93,9 @@ class TransactionCoordinator:
         """A transaction of `transactional_id` is under way (from its first partition or
         group added): its timeout runs from now."""
         txn = self.transactions[transactional_id]
+        txn.updated = self.clock()
         if not txn.ongoing:
-            txn.begin(self.clock())
+            txn.begin(txn.updated)
             heapq.heappush(self._deadlines, (txn.deadline, transactional_id))
             if len(self._deadlines) > 2 * len(self.transactions) + 64:  # ended ones: drop
                 self._deadlines = [
@@ -117,8 +120,9 @@ class TransactionCoordinator:
             return -1, -1, "POLICY_VIOLATION"
         if txn is None:
             pid, _, _ = self.cluster.producer_ids.init()
-            txn = self.transactions[transactional_id] = Transaction(pid, timeout_ms)
+            txn = self.transactions[transactional_id] = Transaction(pid, timeout_ms, self.clock())
             return pid, 0, None
+        txn.updated = self.clock()
         if producer_id != -1 and (producer_id, epoch) != (txn.producer_id, txn.epoch):
             if producer_id != txn.producer_id:
                 return -1, -1, "INVALID_PRODUCER_ID_MAPPING"
@@ -184,6 +188,7 @@ class TransactionCoordinator:
             self.on_end(txn.producer_id, commit)  # its TxnOffsetCommits land or are dropped
         txn.ongoing = False
         txn.ended = bool(commit)
+        txn.updated = self.clock()
         txn.deadline = None
         txn.partitions.clear()
         txn.groups.clear()
@@ -208,6 +213,20 @@ class TransactionCoordinator:
             self._finish(txn, commit=False, now_ms=now_ms)
             aborted += 1
         return aborted, None
+
+    def forget_idle(self, expiration_ms):
+        """Forget the transactional ids with no transaction under way whose last change is
+        `expiration_ms` or more ago (Kafka's transactional.id.expiration.ms): the next
+        InitProducerId of one gets a new producer id. Returns how many."""
+        now = self.clock()
+        gone = [
+            tid
+            for tid, txn in self.transactions.items()
+            if not txn.ongoing and (now - txn.updated) * 1000 >= expiration_ms
+        ]
+        for tid in gone:
+            del self.transactions[tid]
+        return len(gone)
 
     @staticmethod
     def _fence(txn):
