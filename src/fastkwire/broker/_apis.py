@@ -121,13 +121,15 @@ LEADER_NOT_AVAILABLE = code("LEADER_NOT_AVAILABLE")
 class Context:
     """Who sent a request: what handlers and the group coordinator may look at."""
 
-    __slots__ = ("node_id", "client_id", "client_host", "connection")
+    __slots__ = ("node_id", "client_id", "client_host", "connection", "listener")
 
-    def __init__(self, node_id, client_id="", client_host="", connection=None):
+    def __init__(self, node_id, client_id="", client_host="", connection=None, listener=None):
         self.node_id = node_id
         self.client_id = client_id
         self.client_host = client_host
         self.connection = connection  # who to forget() when it closes (any object)
+        # the listener it came in on (its protocol): answers name that listener's addresses
+        self.listener = listener
 
 
 class _WaitingFetch:
@@ -371,11 +373,11 @@ class Apis:
             leader_id=partition.leader, leader_epoch=partition.log.leader_epoch
         )
 
-    def _node_endpoints(self, R, leaders):
-        nodes = self.cluster.nodes
+    def _node_endpoints(self, R, leaders, listener):
+        address = self.cluster.address
         return [
-            R.NodeEndpoint(node_id=n, host=nodes[n][0], port=nodes[n][1], rack=None)
-            for n in sorted(leaders)
+            R.NodeEndpoint(node_id=n, host=h, port=p, rack=None)
+            for n, (h, p) in ((n, address(n, listener)) for n in sorted(leaders))
         ]
 
     def _topic_by(self, name, topic_id, by_id):
@@ -461,7 +463,7 @@ class Apis:
         return R(
             brokers=[
                 R.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)
-                for node, (host, port) in cluster.live_nodes().items()
+                for node, (host, port) in cluster.live_nodes(ctx.listener).items()
             ],
             cluster_id=cluster.cluster_id,
             controller_id=cluster.controller_id,
@@ -581,7 +583,7 @@ class Apis:
             return CLOSE if failed else NO_ANSWER
         response = R(responses=responses)
         if leaders:
-            response.node_endpoints = self._node_endpoints(R, leaders)
+            response.node_endpoints = self._node_endpoints(R, leaders, ctx.listener)
         return response
 
     def _append(self, topic, partition, data, now_ms, request, version):
@@ -699,7 +701,7 @@ class Apis:
             responses=responses,
         )
         if leaders:
-            response.node_endpoints = self._node_endpoints(R, leaders)
+            response.node_endpoints = self._node_endpoints(R, leaders, w.ctx.listener)
         return response, True
 
     def _fetch_reads(self, w):
@@ -839,7 +841,7 @@ class Apis:
                 node = self.cluster.coordinator(key)
                 if node < 0:
                     error = "COORDINATOR_NOT_AVAILABLE"
-            host, port = self.cluster.nodes.get(node, ("", -1))
+            host, port = self.cluster.address(node, ctx.listener) if node >= 0 else ("", -1)
             answers.append((key, NONE if error is None else code(error), node, host, port))
         if version >= 4:
             return R(
@@ -1135,8 +1137,10 @@ class Apis:
         would hold them (DescribeConfigs' STATIC_BROKER_CONFIG): its listener and id, and
         those of the broker's settings that are not Kafka's defaults."""
         cluster = self.cluster
-        host, port = cluster.nodes[node_id]
-        listener = f"{self.security_protocol}://{host}:{port}"
+        endpoints = cluster.listeners.get(node_id) or {
+            self.security_protocol: cluster.nodes[node_id]
+        }
+        listener = ",".join(f"{name}://{h}:{p}" for name, (h, p) in endpoints.items())
         settings = {
             **self.static_configs,
             "auto.create.topics.enable": str(cluster.auto_create_topics).lower(),
@@ -1195,7 +1199,7 @@ class Apis:
             controller_id=cluster.controller_id,
             brokers=[
                 R.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None)
-                for node, (host, port) in cluster.live_nodes().items()
+                for node, (host, port) in cluster.live_nodes(ctx.listener).items()
             ],
         )
 
