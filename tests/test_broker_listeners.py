@@ -7,11 +7,13 @@ and confluent-kafka; `fastkwire broker --listen` takes a node's listeners as Kaf
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 
 import pytest
 
+import fastkwire
 from fastkwire.broker import Broker as AsyncBroker
 from fastkwire.testing import Broker
 
@@ -213,3 +215,40 @@ def test_fastkwire_broker_takes_a_nodes_listeners_as_kafkas_listeners_value(tls_
     assert lines[1].startswith("listening on 127.0.0.1:"), (lines, err)
     assert lines[0].split()[-1] != lines[1].split()[-1]
     assert proc.returncode == 0, err
+
+
+def metadata_answered(address):
+    """Whether a Metadata request, sent first on a new connection to `address`, is
+    answered (a SASL listener ends the connection instead, as Kafka's does)."""
+    host, port = address.split(",")[0].rsplit(":", 1)
+    frame = fastkwire.encode_request(fastkwire.MetadataRequest(topics=[]), 12, 1, "probe")
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+        sock.sendall(frame)
+        return len(sock.recv(4)) == 4
+
+
+def test_only_the_sasl_listener_asks_for_a_login():
+    """PLAINTEXT and SASL_PLAINTEXT side by side: the one serves without a login, the
+    other ends a connection that asks before logging in, and serves alice once she has."""
+    kafka = pytest.importorskip("kafka")
+    with Broker(protocols=("PLAINTEXT", "SASL_PLAINTEXT"), users={"alice": "secret"}) as broker:
+        sasl = {
+            "bootstrap_servers": broker.bootstrap_servers_for("SASL_PLAINTEXT"),
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "SCRAM-SHA-256",
+            "sasl_plain_username": "alice",
+        }
+        producer = kafka.KafkaProducer(sasl_plain_password="secret", **sasl)
+        producer.send("logins", b"by alice").get(timeout=TIMEOUT)
+        producer.close()
+        assert metadata_answered(broker.bootstrap_servers_for("PLAINTEXT"))
+        assert not metadata_answered(broker.bootstrap_servers_for("SASL_PLAINTEXT"))
+        consumer = kafka.KafkaConsumer(
+            "logins",
+            bootstrap_servers=broker.bootstrap_servers_for("PLAINTEXT"),
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=5000,
+        )
+        first = next(iter(consumer), None)
+        consumer.close()
+        assert first is not None and first.value == b"by alice"
