@@ -174,3 +174,13 @@ def test_confluent_kafka_describes_a_broker(broker):
     assert not configs["log.retention.hours"].is_read_only
     assert configs["node.id"].is_read_only and not configs["node.id"].is_default
     assert configs["listeners"].value == f"PLAINTEXT://{broker.bootstrap_servers}"
+
+
+def test_a_topics_configs_with_documentation_and_empty_keys(apis):
+    apis.cluster.create_topic("t", configs={"retention.ms": "1000"})
+    result = describe(apis, 2, "t", version=3, keys=["retention.ms"], docs=True)
+    (config,) = result.configs
+    assert (config.name, config.value) == ("retention.ms", "1000") and config.documentation
+    everything = describe(apis, 2, "t", keys=[])  # empty: all, as Kafka's ConfigHelper
+    assert len(everything.configs) > 20
+    assert all(c.documentation is None for c in everything.configs)  # not asked for

@@ -70,7 +70,12 @@ from ._cluster import (
     check_config,
     check_topic_name,
 )
-from ._broker_configs import BROKER_CONFIGS, describe_broker, describe_loggers
+from ._broker_configs import (
+    BROKER_CONFIGS,
+    TOPIC_DOCUMENTATION,
+    describe_broker,
+    describe_loggers,
+)
 from ._expiry import StateExpiry
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS, FetchSessionCache
 from ._log import LATEST, LogError, read_batch_head
@@ -1098,8 +1103,9 @@ class Apis:
         R = DescribeConfigsResponse
         out = []
         keys = res.configuration_keys
+        documented = version >= 3 and request.include_documentation
         for name, (default, kind) in sorted(TOPIC_CONFIGS.items()):
-            if keys is not None and name not in keys:
+            if keys and name not in keys:  # null or empty: all, as Kafka
                 continue
             is_set = name in topic.configs
             synonyms = []
@@ -1127,7 +1133,7 @@ class Apis:
                     is_sensitive=False,
                     synonyms=synonyms,
                     config_type=kind,
-                    documentation=None,
+                    documentation=TOPIC_DOCUMENTATION.get(name) if documented else None,
                 )
             )
         return out

@@ -8,7 +8,8 @@ a broker's configs are static); a node id other than the node's own is INVALID_R
 
 The table holds Kafka 4.0's broker configs a client or tool looks at (its names, defaults
 and types): the server's, the socket server's, the group and transaction coordinators',
-and the `log.*` defaults behind the topic configs. The documentation lines are ours.
+and the `log.*` defaults behind the topic configs. The documentation lines (the brokers'
+and the topics') are ours.
 """
 
 import logging
@@ -281,3 +282,39 @@ def describe_loggers(R, node_id, resource_name, keys):
             )
         )
     return out
+
+
+# A line of documentation for each topic config (DescribeConfigs v3+ when asked; ours)
+TOPIC_DOCUMENTATION = {
+    "cleanup.policy": "delete (retention drops old segments) and/or compact.",
+    "compression.gzip.level": "The gzip level when the topic compresses.",
+    "compression.lz4.level": "The lz4 level when the topic compresses.",
+    "compression.type": "How batches are kept: producer (as sent) or a codec.",
+    "compression.zstd.level": "The zstd level when the topic compresses.",
+    "delete.retention.ms": "How long a compacted topic keeps its tombstones.",
+    "file.delete.delay.ms": "How long a deleted segment waits before its files go.",
+    "flush.messages": "Records written between forced flushes.",
+    "flush.ms": "Time between forced flushes.",
+    "follower.replication.throttled.replicas": "Replicas whose following is throttled.",
+    "index.interval.bytes": "Bytes between offset index entries.",
+    "leader.replication.throttled.replicas": "Replicas whose leading is throttled.",
+    "local.retention.bytes": "Bytes kept locally with tiered storage (-2: retention.bytes).",
+    "local.retention.ms": "Time kept locally with tiered storage (-2: retention.ms).",
+    "max.compaction.lag.ms": "The longest a record waits to be compacted.",
+    "max.message.bytes": "A record batch's largest size.",
+    "message.timestamp.after.max.ms": "How far in the future a timestamp may be.",
+    "message.timestamp.before.max.ms": "How far in the past a timestamp may be.",
+    "message.timestamp.type": "CreateTime (the producer's) or LogAppendTime (the broker's).",
+    "min.cleanable.dirty.ratio": "The uncompacted share that starts a compaction.",
+    "min.compaction.lag.ms": "The least time a record stays uncompacted.",
+    "min.insync.replicas": "Replicas an acks=all write needs.",
+    "preallocate": "Whether segment files are allocated whole.",
+    "remote.storage.enable": "Whether the topic uses tiered storage.",
+    "retention.bytes": "The most a partition keeps before old segments go (-1: no limit).",
+    "retention.ms": "How long records are kept (-1: no limit).",
+    "segment.bytes": "A segment file's largest size.",
+    "segment.index.bytes": "An offset index file's largest size.",
+    "segment.jitter.ms": "A random delay added to segment.ms.",
+    "segment.ms": "Time after which a segment rolls.",
+    "unclean.leader.election.enable": "Whether a replica out of sync may lead.",
+}
