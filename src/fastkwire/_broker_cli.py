@@ -10,8 +10,8 @@
 
 Once it listens, it prints one line on stdout: `listening on HOST:PORT[,HOST:PORT...]`
 (the bootstrap servers: each node's first listener; a port of 0 is a free one), after one
-line `listener PROTOCOL on HOST:PORT[,...]` for each further listener a node has. Exit codes: 0 stopped by Ctrl-C or
-SIGTERM, 2 bad usage, 3 it could not listen.
+line `listener PROTOCOL on HOST:PORT[,...]` for each further listener a node has. Exit
+codes: 0 stopped by Ctrl-C or SIGTERM, 2 bad usage, 3 it could not listen.
 """
 
 import argparse

@@ -60,8 +60,7 @@ from ._expiry import (
     TRANSACTIONAL_ID_CLEANUP_INTERVAL_MS,
     TRANSACTIONAL_ID_EXPIRATION_MS,
 )
-from ._security import listener_protocols, node_listeners
-from ._security import server_context
+from ._security import listener_protocols, node_listeners, server_context
 from ._limits import Limits
 
 log = logging.getLogger("fastkwire.broker")
