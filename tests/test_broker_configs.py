@@ -184,3 +184,86 @@ def test_a_topics_configs_with_documentation_and_empty_keys(apis):
     everything = describe(apis, 2, "t", keys=[])  # empty: all, as Kafka's ConfigHelper
     assert len(everything.configs) > 20
     assert all(c.documentation is None for c in everything.configs)  # not asked for
+
+
+def alter(apis, resource_name, *configs, incremental=False, node=0, validate_only=False):
+    """The (error code, message) of an AlterConfigs (or IncrementalAlterConfigs: configs
+    are (name, value[, operation: SET by default])) of BROKER `resource_name`."""
+    A = fastkwire.IncrementalAlterConfigsRequest if incremental else fastkwire.AlterConfigsRequest
+    entries = [
+        A.AlterableConfig(name=c[0], value=c[1], config_operation=(*c, 0)[2])
+        if incremental
+        else A.AlterableConfig(name=c[0], value=c[1])
+        for c in configs
+    ]
+    request = A(
+        resources=[
+            A.AlterConfigsResource(
+                resource_type=BROKER, resource_name=resource_name, configs=entries
+            )
+        ],
+        validate_only=validate_only,
+    )
+    out = []
+    apis.handle(A.API_KEY, 1 if incremental else 2, request, Context(node), out.append)
+    (response,) = out[0].responses
+    return response.error_code, response.error_message
+
+
+def test_producer_id_expiration_ms_changes_at_run_time(apis):
+    """As Kafka's dynamic broker config: per node (DYNAMIC_BROKER_CONFIG, sent to that
+    node) or the cluster's default (DYNAMIC_DEFAULT_BROKER_CONFIG, the name ""), shown by
+    DescribeConfigs and applied by the expiry of the partitions the node leads."""
+    name = "producer.id.expiration.ms"
+    assert alter(apis, "", (name, "5000"), incremental=True) == (0, None)
+    (default,) = describe(apis, BROKER, "").configs
+    assert (default.name, default.value, default.config_source) == (name, "5000", 3)
+    assert alter(apis, "1", (name, "7000"), node=1) == (0, None)
+    node1 = {c.name: c for c in describe(apis, BROKER, "1", node=1).configs}[name]
+    assert (node1.value, node1.config_source) == ("7000", 2)
+    assert [(s.value, s.source) for s in node1.synonyms] == [
+        ("7000", 2),
+        ("5000", 3),
+        ("86400000", DEFAULT_CONFIG),
+    ]
+    node0 = {c.name: c for c in describe(apis, BROKER, "0").configs}[name]
+    assert (node0.value, node0.config_source) == ("5000", 3)
+    assert apis._producer_id_expiration_ms(1) == 7000
+    assert apis._producer_id_expiration_ms(0) == 5000
+    # DELETE goes back to what is under it
+    assert alter(apis, "1", (name, None, 1), incremental=True, node=1) == (0, None)
+    assert apis._producer_id_expiration_ms(1) == 5000
+    # Kafka's refusals
+    refused = alter(apis, "1", (name, "1"), node=0)
+    assert refused == (
+        by_name("INVALID_REQUEST").code,
+        "Unexpected broker id, expected 0, but received 1",
+    )
+    refused = alter(apis, "0", ("node.id", "3"))
+    assert refused == (
+        by_name("INVALID_REQUEST").code,
+        "Cannot update these configs dynamically: Set(node.id)",
+    )
+    assert alter(apis, "0", (name, "0"))[0] == by_name("INVALID_CONFIG").code
+    assert alter(apis, "0", (name, "soon"))[0] == by_name("INVALID_CONFIG").code
+    assert alter(apis, "0", ("log.retention.ms", "1"))[0] == by_name("INVALID_REQUEST").code
+    assert alter(apis, "0", (name, "9"), validate_only=True) == (0, None)
+    assert apis._producer_id_expiration_ms(0) == 5000  # validated only
+
+
+def test_kafka_python_changes_producer_id_expiration_ms(broker):
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        node = ConfigResource(
+            ConfigResourceType.BROKER, "0", {"producer.id.expiration.ms": "60000"}
+        )
+        assert admin.alter_configs([node], incremental=True) == {"broker": {"0": "OK"}}
+        configs = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0")])
+    finally:
+        admin.close()
+    changed = configs["broker"]["0"]  # "modified": what was changed at run time
+    assert changed["producer.id.expiration.ms"]["config_source"] == "DYNAMIC_BROKER_CONFIG"
+    assert changed["producer.id.expiration.ms"]["value"] == "60000"

@@ -213,3 +213,32 @@ def test_kafka_python_gets_a_new_producer_id_once_its_transactional_id_expired()
             admin.close()
         assert configs["transactional.id.expiration.ms"]["value"] == "300"
         assert "producer.id.expiration.ms" not in configs  # Kafka's default
+
+
+def test_producer_id_expiration_ms_changed_at_run_time_applies_to_the_leaders_partitions(
+    clocks,
+):
+    apis = make_apis(clocks, producer_id_expiration_check_interval_ms=1000)
+    assert produce(apis, 4000, 0, int(clocks.now * 1000)) == (0, 0)
+    producers = apis.cluster.partition("t", 0).producers
+    I = fastkwire.IncrementalAlterConfigsRequest  # noqa: E741
+    request = I(
+        resources=[
+            I.AlterConfigsResource(
+                resource_type=4,
+                resource_name="0",
+                configs=[
+                    I.AlterableConfig(
+                        name="producer.id.expiration.ms", config_operation=0, value="1500"
+                    )
+                ],
+            )
+        ]
+    )
+    assert call(apis, request, 1).responses[0].error_code == 0
+    clocks.advance(1000)
+    apis.expiry.tick()
+    assert 4000 in producers  # a second idle
+    clocks.advance(1000)
+    apis.expiry.tick()
+    assert 4000 not in producers  # past the 1.5 s now in force, not Kafka's default day

@@ -73,6 +73,7 @@ from ._cluster import (
 from ._broker_configs import (
     BROKER_CONFIGS,
     TOPIC_DOCUMENTATION,
+    DynamicBrokerConfigs,
     describe_broker,
     describe_loggers,
 )
@@ -203,6 +204,9 @@ class Apis:
         # producer and transactional id expiry (`expiry`: StateExpiry's settings); periodic,
         # so the server fires it beside tick() (which says None when nothing waits)
         self.expiry = StateExpiry(cluster, self.transactions, clock, wall_clock, **(expiry or {}))
+        # broker configs changed while it runs (those it applies: producer.id.expiration.ms)
+        self.dynamic_configs = DynamicBrokerConfigs()
+        self.expiry.overrides = self._producer_id_expiration_ms
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         self.fetch_session_cache_slots = fetch_session_cache_slots
@@ -1038,6 +1042,7 @@ class Apis:
                             res.configuration_keys,
                             request.include_synonyms,
                             version >= 3 and request.include_documentation,
+                            self.dynamic_configs,
                         )
                     else:
                         result.configs = describe_loggers(
@@ -1057,7 +1062,7 @@ class Apis:
             AlterConfigsResponse,
             request,
             ctx,
-            lambda old, configs: {c.name: c.value for c in configs},
+            lambda old, configs, known: {c.name: c.value for c in configs},
         )
 
     def incremental_alter_configs(self, request, version, ctx, reply):
@@ -1070,23 +1075,21 @@ class Apis:
         for res in request.resources:
             error, message = NONE, None
             try:
-                if res.resource_type != TOPIC_RESOURCE:
+                if res.resource_type == BROKER_RESOURCE:
+                    self.dynamic_configs.alter(
+                        ctx.node_id,
+                        res.resource_name,
+                        lambda old, known, res=res: change(old, res.configs, known),
+                        request.validate_only,
+                    )
+                elif res.resource_type == TOPIC_RESOURCE:
+                    self._alter_topic(res, request.validate_only, change)
+                else:
                     raise ClusterError(
                         "INVALID_REQUEST",
-                        f"resource type {res.resource_type}: only topic configs can be changed "
-                        "here (a broker's are static)",
+                        f"resource type {res.resource_type}: only topic and broker configs "
+                        "can be changed here",
                     )
-                topic = self.cluster.topics.get(res.resource_name)
-                if topic is None:
-                    raise ClusterError(
-                        "UNKNOWN_TOPIC_OR_PARTITION", f"topic {res.resource_name!r} does not exist"
-                    )
-                configs = change(dict(topic.configs), res.configs)
-                for name, value in configs.items():
-                    check_config(name, value)
-                if not request.validate_only:
-                    topic.configs = configs
-                    self.cluster.configs_changed(topic)
             except ClusterError as e:
                 error, message = code(e.error), str(e)
             responses.append(
@@ -1098,6 +1101,19 @@ class Apis:
                 )
             )
         return R(responses=responses)
+
+    def _alter_topic(self, res, validate_only, change):
+        topic = self.cluster.topics.get(res.resource_name)
+        if topic is None:
+            raise ClusterError(
+                "UNKNOWN_TOPIC_OR_PARTITION", f"topic {res.resource_name!r} does not exist"
+            )
+        configs = change(dict(topic.configs), res.configs, TOPIC_CONFIGS)
+        for name, value in configs.items():
+            check_config(name, value)
+        if not validate_only:
+            topic.configs = configs
+            self.cluster.configs_changed(topic)
 
     def _topic_configs(self, topic, res, request, version):
         R = DescribeConfigsResponse
@@ -1185,6 +1201,11 @@ class Apis:
         )
         return static
 
+    def _producer_id_expiration_ms(self, node_id):
+        """producer.id.expiration.ms as changed for node `node_id` (None: not changed)."""
+        value = self.dynamic_configs.value("producer.id.expiration.ms", node_id)
+        return None if value is None else int(value)
+
     def describe_cluster(self, request, version, ctx, reply):
         R = DescribeClusterResponse
         if version >= 1 and request.endpoint_type != 1:
@@ -1213,18 +1234,21 @@ class Apis:
 SET, DELETE, APPEND, SUBTRACT = range(4)  # IncrementalAlterConfigs' operations
 
 
-def _apply_operations(configs, changes):
+def _apply_operations(configs, changes, known):
+    """IncrementalAlterConfigs' operations on `configs`, the configs `known` ({name:
+    (default, config type, ...)}: TOPIC_CONFIGS or BROKER_CONFIGS)."""
+    what = "topic" if known is TOPIC_CONFIGS else "broker"
     for c in changes:
-        if c.name not in TOPIC_CONFIGS:
-            raise ClusterError("INVALID_CONFIG", f"unknown topic config {c.name!r}")
-        current = configs.get(c.name, TOPIC_CONFIGS[c.name][0])
+        if c.name not in known:
+            raise ClusterError("INVALID_CONFIG", f"unknown {what} config {c.name!r}")
+        current = configs.get(c.name, known[c.name][0]) or ""
         items = [v for v in current.split(",") if v]
         if c.config_operation == SET:
             configs[c.name] = c.value
         elif c.config_operation == DELETE:
             configs.pop(c.name, None)
         elif c.config_operation in (APPEND, SUBTRACT):
-            if TOPIC_CONFIGS[c.name][1] != LIST:
+            if known[c.name][1] != LIST:
                 raise ClusterError("INVALID_CONFIG", f"{c.name} is not a list: only SET or DELETE")
             # dicts, not lists: a long value must not cost its length squared
             present = dict.fromkeys(items)

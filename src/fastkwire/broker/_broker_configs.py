@@ -205,47 +205,74 @@ def broker_id(resource_name):
         ) from None
 
 
-def describe_broker(R, node_id, resource_name, static, keys, synonyms, documentation):
+def describe_broker(R, node_id, resource_name, static, keys, synonyms, documentation, dynamic=None):
     """The DescribeConfigsResourceResults for BROKER `resource_name` on node `node_id`:
-    `static` holds the configs the node was started with ({name: value})."""
-    if not resource_name:
-        return []  # the cluster's dynamic defaults: none are set
+    `static` holds the configs the node was started with ({name: value}), `dynamic` (a
+    DynamicBrokerConfigs) those changed since."""
+    changed = {} if dynamic is None else dynamic.by_resource
+    if not resource_name:  # the cluster's dynamic defaults
+        return [
+            _result(
+                R,
+                name,
+                [(name, value, DYNAMIC_DEFAULT_BROKER_CONFIG)],
+                synonyms,
+                BROKER_CONFIGS[name][3] if documentation else None,
+            )
+            for name, value in sorted(changed.get("", {}).items())
+            if not keys or name in keys
+        ]
     if broker_id(resource_name) != node_id:
         raise ClusterError(
             "INVALID_REQUEST",
             f"Unexpected broker id, expected {node_id} or empty string, "
             f"but received {resource_name}",
         )
+    layers = (
+        (changed.get(str(node_id), {}), DYNAMIC_BROKER_CONFIG),
+        (changed.get("", {}), DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (static, STATIC_BROKER_CONFIG),
+    )
     out = []
-    for name, (default, kind, dynamic, doc) in sorted(BROKER_CONFIGS.items()):
+    for name, (default, _, _, doc) in sorted(BROKER_CONFIGS.items()):
         if keys and name not in keys:
             continue
         found = []  # (name, value, source) in Kafka's order of precedence
-        for synonym in SYNONYMS.get(name, (name,)):
-            if synonym in static:
-                found.append((synonym, static[synonym], STATIC_BROKER_CONFIG))
+        for layer, source in layers:
+            for synonym in SYNONYMS.get(name, (name,)):
+                if synonym in layer:
+                    found.append((synonym, layer[synonym], source))
         for synonym in SYNONYMS.get(name, (name,)):
             if BROKER_CONFIGS[synonym][0] is not None:
                 found.append((synonym, BROKER_CONFIGS[synonym][0], DEFAULT_CONFIG))
         # Kafka drops the synonyms before the config's own name (a finer one unset)
         while found and found[0][0] != name:
             found.pop(0)
-        out.append(
-            R.DescribeConfigsResourceResult(
-                name=name,
-                value=static.get(name, default),
-                read_only=not dynamic,
-                is_default=name not in static,
-                config_source=found[0][2] if found else DEFAULT_CONFIG,
-                is_sensitive=False,
-                synonyms=[R.DescribeConfigsSynonym(name=n, value=v, source=s) for n, v, s in found]
-                if synonyms
-                else [],
-                config_type=kind,
-                documentation=doc if documentation else None,
-            )
-        )
+        doc = doc if documentation else None
+        if found:
+            out.append(_result(R, name, found, synonyms, doc))
+        else:  # a null default, nothing set: no synonym
+            out.append(_result(R, name, [(name, default, DEFAULT_CONFIG)], False, doc))
     return out
+
+
+def _result(R, name, found, synonyms, documentation):
+    """Config `name`'s result from its synonyms' (name, value, source), the one in force
+    first."""
+    _, kind, dynamic, _ = BROKER_CONFIGS[name]
+    return R.DescribeConfigsResourceResult(
+        name=name,
+        value=found[0][1],
+        read_only=not dynamic,
+        is_default=found[0][2] == DEFAULT_CONFIG,
+        config_source=found[0][2],
+        is_sensitive=False,
+        synonyms=[R.DescribeConfigsSynonym(name=n, value=v, source=s) for n, v, s in found]
+        if synonyms
+        else [],
+        config_type=kind,
+        documentation=documentation,
+    )
 
 
 # Python's level names as log4j's, which a BROKER_LOGGER's values are
@@ -318,3 +345,77 @@ TOPIC_DOCUMENTATION = {
     "segment.ms": "Time after which a segment rolls.",
     "unclean.leader.election.enable": "Whether a replica out of sync may lead.",
 }
+
+
+# DescribeConfigs' sources of the configs changed at run time
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
+# The dynamic configs this broker applies while it runs (Kafka changes more: refused here)
+APPLIED_AT_RUN_TIME = {"producer.id.expiration.ms": 1}  # name -> its least value
+
+
+class DynamicBrokerConfigs:
+    """Broker configs changed while it runs (AlterConfigs and IncrementalAlterConfigs of a
+    BROKER resource, as Kafka's ConfigAdminManager takes them): the node's own ("<node id>",
+    sent to that node: DYNAMIC_BROKER_CONFIG) and the cluster's default (""
+    DYNAMIC_DEFAULT_BROKER_CONFIG). `on_change()` is called after each change."""
+
+    def __init__(self, on_change=None):
+        self.by_resource = {}  # "" or a node id's text -> {name: value}
+        self.on_change = on_change
+
+    def value(self, name, node_id):
+        """The node's value of `name`, its own before the cluster's; None when unset."""
+        for key in (str(node_id), ""):
+            value = self.by_resource.get(key, {}).get(name)
+            if value is not None:
+                return value
+        return None
+
+    def alter(self, node_id, resource_name, change, validate_only):
+        """`change(current {name: value}, BROKER_CONFIGS)` gives the resource's new configs;
+        ClusterError with Kafka's error when they cannot be."""
+        if resource_name:
+            try:
+                named = int(resource_name)
+            except ValueError:
+                raise ClusterError(
+                    "INVALID_REQUEST", f"Node id must be an integer, but it is: {resource_name}"
+                ) from None
+            if named != node_id:
+                raise ClusterError(
+                    "INVALID_REQUEST",
+                    f"Unexpected broker id, expected {node_id}, but received {resource_name}",
+                )
+            resource_name = str(named)
+        configs = change(dict(self.by_resource.get(resource_name, {})), BROKER_CONFIGS)
+        for name, value in configs.items():
+            _check_dynamic(name, value)
+        if not validate_only:
+            self.by_resource[resource_name] = configs
+            if self.on_change is not None:
+                self.on_change()
+
+
+def _check_dynamic(name, value):
+    entry = BROKER_CONFIGS.get(name)
+    if entry is None:
+        raise ClusterError("INVALID_CONFIG", f"unknown broker config {name!r}")
+    if not entry[2]:
+        raise ClusterError(
+            "INVALID_REQUEST", f"Cannot update these configs dynamically: Set({name})"
+        )
+    least = APPLIED_AT_RUN_TIME.get(name)
+    if least is None:
+        raise ClusterError(
+            "INVALID_REQUEST",
+            f"{name}: Kafka changes it at run time, this broker does not (only "
+            f"{', '.join(sorted(APPLIED_AT_RUN_TIME))})",
+        )
+    if value is None:
+        raise ClusterError("INVALID_REQUEST", f"Null value not supported for : {name}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ClusterError("INVALID_CONFIG", f"{name}: {value!r} is not a number") from None
+    if not least <= number < 1 << 31:
+        raise ClusterError("INVALID_CONFIG", f"{name}: {value} is not from {least} to 2147483647")

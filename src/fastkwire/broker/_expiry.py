@@ -56,6 +56,9 @@ class StateExpiry:
         self.transactional_check_ms = _positive_ms(
             transactional_id_cleanup_interval_ms, "transactional_id_cleanup_interval_ms"
         )
+        # overrides(node id): producer.id.expiration.ms as changed at run time for the node
+        # leading a partition (None: not changed)
+        self.overrides = None
         self.timers = Timers(clock)
         self.timers.schedule("producers", self.producer_check_ms, self.expire_producers)
         self.timers.schedule(
@@ -71,8 +74,11 @@ class StateExpiry:
         forgotten = 0
         for partition in self.cluster.all_partitions():
             if len(partition.producers):
+                ms = None if self.overrides is None else self.overrides(partition.leader)
                 forgotten += partition.producers.expire(
-                    now_ms, self.producer_id_expiration_ms, partition.log.ongoing
+                    now_ms,
+                    self.producer_id_expiration_ms if ms is None else ms,
+                    partition.log.ongoing,
                 )
         self.timers.schedule("producers", self.producer_check_ms, self.expire_producers)
         return forgotten
