@@ -53,7 +53,7 @@ BROKER_CONFIGS = {
     "num.network.threads": ("3", INT, True, "Threads reading and writing sockets."),
     "num.io.threads": ("8", INT, True, "Threads handling requests."),
     "background.threads": ("10", INT, True, "Threads for background work."),
-    "log.dirs": (None, LIST, False, "The directories the logs are kept in."),
+    "log.dirs": (None, STRING, False, "The directories the logs are kept in."),
     "log.dir": ("/tmp/kafka-logs", STRING, False, "The log directory, when log.dirs is unset."),
     "metadata.log.dir": (None, STRING, False, "The directory of the metadata log."),
     # topics
