@@ -57,7 +57,8 @@ def test_a_node_describes_every_broker_config_with_its_source_and_synonyms(apis)
     assert configs["node.id"].value == "1" and configs["node.id"].read_only
     # Kafka's defaults, told apart from what the node was started with
     hours = configs["log.retention.hours"]
-    assert (hours.value, hours.config_source, hours.read_only) == ("168", DEFAULT_CONFIG, False)
+    assert (hours.value, hours.config_source, hours.read_only) == ("168", DEFAULT_CONFIG, True)
+    assert not configs["log.retention.ms"].read_only  # Kafka changes this name at run time
     assert configs["log.retention.ms"].value is None
     assert configs["log.retention.ms"].synonyms == []  # none of its own: hours is the default
     assert [s.name for s in configs["log.roll.hours"].synonyms] == ["log.roll.hours"]
@@ -124,7 +125,8 @@ def test_kafka_python_describes_a_broker(broker):
 
         assert configs() == {}  # nothing changed at run time: Kafka's answer too
         dynamic = configs(config_filter="dynamic")
-        assert "log.retention.hours" in dynamic and "node.id" not in dynamic
+        assert "log.segment.bytes" in dynamic and "node.id" not in dynamic
+        assert "log.retention.hours" not in dynamic  # read-only: its log.retention.ms is not
         default = configs(config_filter="default")
         assert default["num.partitions"]["config_source"] == "DEFAULT_CONFIG"
         static = configs(config_filter="static")
@@ -171,7 +173,8 @@ def test_confluent_kafka_describes_a_broker(broker):
     (future,) = admin.describe_configs([ConfigResource("BROKER", "0")]).values()
     configs = future.result(TIMEOUT)
     assert configs["log.retention.hours"].is_default
-    assert not configs["log.retention.hours"].is_read_only
+    assert configs["log.retention.hours"].is_read_only
+    assert not configs["log.segment.bytes"].is_read_only
     assert configs["node.id"].is_read_only and not configs["node.id"].is_default
     assert configs["listeners"].value == f"PLAINTEXT://{broker.bootstrap_servers}"
 
