@@ -515,13 +515,13 @@ class Broker:
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits: a fastkwire.broker.Limits, not {type(limits).__name__}")
         self.limits = limits if limits is not None else Limits()
-        self.expiry = {
+        self._expiry_settings = {
             "producer_id_expiration_ms": producer_id_expiration_ms,
             "producer_id_expiration_check_interval_ms": producer_id_expiration_check_interval_ms,
             "transactional_id_expiration_ms": transactional_id_expiration_ms,
             "transactional_id_cleanup_interval_ms": transactional_id_cleanup_interval_ms,
         }
-        for name, value in self.expiry.items():
+        for name, value in self._expiry_settings.items():
             _positive(value, name)
         self.cluster = None
         self.apis = None
@@ -613,7 +613,7 @@ class Broker:
             groups=groups,
             limits=self.limits,
             fetch_session_cache_slots=self.fetch_session_cache_slots,
-            expiry=self.expiry,
+            expiry=self._expiry_settings,
         )
         self.apis.security_protocol = self.security_protocol
         self.apis.users = self.users
