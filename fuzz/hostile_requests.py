@@ -381,6 +381,36 @@ def seeds(apis):
     M = fastkwire.MetadataRequest
     meta = M(topics=[M.MetadataRequestTopic(name=TOPIC)], allow_auto_topic_creation=True)
     out += [fastkwire.encode_request(meta, v, 10, "fuzz") for v in (1, 9, 12)]
+    # a node's configs and its loggers (described), and a dynamic broker config (changed)
+    DC = fastkwire.DescribeConfigsRequest
+    describing = DC(
+        resources=[
+            DC.DescribeConfigsResource(resource_type=kind, resource_name=name)
+            for kind, name in ((4, "0"), (4, ""), (8, "0"), (4, "1"))
+        ],
+        include_synonyms=True,
+        include_documentation=True,
+    )
+    out.append(fastkwire.encode_request(describing, 4, 19, "fuzz"))
+    describing.include_documentation = False
+    out.append(fastkwire.encode_request(describing, 1, 19, "fuzz"))
+    IA = fastkwire.IncrementalAlterConfigsRequest
+    changing = IA(
+        resources=[
+            IA.AlterConfigsResource(
+                resource_type=4,
+                resource_name=name,
+                configs=[
+                    IA.AlterableConfig(
+                        name="producer.id.expiration.ms", config_operation=0, value="1000"
+                    )
+                ],
+            )
+            for name in ("0", "")
+        ],
+        validate_only=False,
+    )
+    out += [fastkwire.encode_request(changing, v, 20, "fuzz") for v in (0, 1)]
     return out
 
 

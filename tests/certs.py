@@ -151,3 +151,25 @@ def server_context(files, cert=None, require_client_cert=False):
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(files.ca)
     return context
+
+
+def write_suite_files(directory, client_key_password=None):
+    """A CA, a server certificate for 127.0.0.1 and localhost and a client one, written into
+    `directory` as the SSL tests of a client's own suite name them: ca.crt, server.crt,
+    server.key, client.crt, client.key (encrypted with `client_key_password`)."""
+    import pathlib
+
+    d = pathlib.Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    ca_key, server_key, client_key = _key(), _key(), _key()
+    ca = _certificate("fastkwire test CA", ca_key, "fastkwire test CA", ca_key, ca=True)
+    server = _certificate(
+        "broker", server_key, "fastkwire test CA", ca_key, names=["localhost"], ips=["127.0.0.1"]
+    )
+    client = _certificate("client", client_key, "fastkwire test CA", ca_key)
+    _write(d / "ca.crt", ca)
+    _write(d / "server.crt", server)
+    _write(d / "server.key", server_key)
+    _write(d / "client.crt", client)
+    _write(d / "client.key", client_key, password=client_key_password)
+    return d

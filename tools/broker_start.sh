@@ -18,13 +18,16 @@ unpack() {
     [ -n "$suite" ] && [ -d "$suite/$3" ] || { echo "no ${2%\*}VERSION/$3 in $1" >&2; exit 2; }
 }
 
-# start_broker [FLAG...]: `fastkwire broker FLAG...` on a free port of 127.0.0.1; $address
-# is its bootstrap address once it printed "listening on" (exit 3 when it did not).
+# start_broker [FLAG...]: `fastkwire broker FLAG...` on a free port of 127.0.0.1 (or on
+# the listeners $listen names, Kafka's listeners value); $address is its bootstrap address
+# once it printed "listening on" (exit 3 when it did not), $ssl_address its SSL listener's
+# when it has one beside.
 start_broker() {
-    python -m fastkwire broker --listen 127.0.0.1:0 "$@" >"$work/broker.out" 2>"$work/broker.err" &
+    python -m fastkwire broker --listen "${listen:-127.0.0.1:0}" "$@" >"$work/broker.out" 2>"$work/broker.err" &
     broker_pid=$!
     for _ in $(seq 100); do grep -qs '^listening on ' "$work/broker.out" && break; sleep 0.1; done
     address="$(sed -n 's/^listening on //p' "$work/broker.out")"
+    ssl_address="$(sed -n 's/^listener SSL on //p' "$work/broker.out")"
     [ -n "$address" ] || { echo "fastkwire broker did not start:" >&2; cat "$work/broker.err" >&2; exit 3; }
     echo "fastkwire broker on $address"
 }

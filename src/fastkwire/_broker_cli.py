@@ -1,6 +1,7 @@
 """`fastkwire broker`: a Kafka broker in memory, served until Ctrl-C or SIGTERM.
 
-    fastkwire broker [--listen [PROTOCOL://]HOST:PORT ...] [--partitions N]
+    fastkwire broker [--listen [PROTOCOL://]HOST:PORT[,PROTOCOL://HOST:PORT...] ...]
+                     [--partitions N]
                      [--no-auto-create-topics] [--group-min-session-timeout-ms MS]
                      [--log-dir DIR]
                      [--sasl-user NAME:PASSWORD ...] [--sasl-mechanism M ...]
@@ -10,8 +11,9 @@
                      [--fault RULE ...] [--rules FILE] [--seed N]
 
 Once it listens, it prints one line on stdout: `listening on HOST:PORT[,HOST:PORT...]`
-(the bootstrap servers; a port of 0 is a free one). Exit codes: 0 stopped by Ctrl-C or
-SIGTERM, 2 bad usage, 3 it could not listen.
+(the bootstrap servers: each node's first listener; a port of 0 is a free one), after one
+line `listener PROTOCOL on HOST:PORT[,...]` for each further listener a node has. Exit
+codes: 0 stopped by Ctrl-C or SIGTERM, 2 bad usage, 3 it could not listen.
 """
 
 import argparse
@@ -47,15 +49,25 @@ FLAGS = {
 
 
 def _listener(text):
-    """[PROTOCOL://]HOST:PORT, checked; the text as Broker takes it."""
-    try:
-        protocol, address = split_listener(text)
-        host, port = parse_address(address, "listeners")
-    except ValueError:
+    """A node's listeners: [PROTOCOL://]HOST:PORT, or several as Kafka's `listeners` value
+    (PLAINTEXT://HOST:PORT,SSL://HOST:PORT), checked; the text as Broker takes it."""
+    listeners = []
+    for part in text.split(","):
+        try:
+            protocol, address = split_listener(part.strip())
+            host, port = parse_address(address, "listeners")
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not [PROTOCOL://]HOST:PORT (PROTOCOL: {', '.join(PROTOCOLS)})"
+            ) from None
+        listeners.append(f"{protocol}://{host}:{port}" if protocol else (host, port))
+    if len(listeners) == 1:
+        return listeners[0]
+    if any(isinstance(one, tuple) for one in listeners):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not [PROTOCOL://]HOST:PORT (PROTOCOL: {', '.join(PROTOCOLS)})"
-        ) from None
-    return f"{protocol}://{host}:{port}" if protocol else (host, port)
+            f"{text!r}: a node's several listeners each name their protocol"
+        )
+    return ",".join(listeners)
 
 
 def _user(text):
@@ -85,8 +97,9 @@ def add_broker(subparsers):
         metavar="[PROTOCOL://]HOST:PORT",
         help="a node's listener (repeat for more nodes, ids 0, 1, ...; port 0: a free one; "
         "default 127.0.0.1:9092); PROTOCOL as Kafka's listeners: PLAINTEXT, SSL, "
-        "SASL_PLAINTEXT or SASL_SSL, the same for every node (by default what --sasl-user "
-        "and --tls-cert imply)",
+        "SASL_PLAINTEXT or SASL_SSL (by default what --sasl-user and --tls-cert imply); "
+        "several of different protocols on one node as Kafka's listeners value, "
+        "PLAINTEXT://HOST:PORT,SSL://HOST:PORT, the same protocols for every node",
     )
     parser.add_argument(
         "--partitions",
@@ -284,18 +297,24 @@ async def _serve(broker, args, out, err):
         if args.log_dir is not None and e.filename is not None:
             print(f"{args.prog}: error: --log-dir {args.log_dir}: {os_error_text(e)}", file=err)
             return EXIT_FAILED
-        wanted = ",".join(f"{h}:{p}" for h, p in broker.listeners)
+        wanted = ",".join(f"{h}:{p}" for node in broker.node_listeners for h, p in node)
         print(f"{args.prog}: error: --listen {wanted}: {e.strerror or e}", file=err)
         return EXIT_FAILED
 
     def announce(loop):
+        for protocol in broker.protocols[1:]:
+            print(
+                f"listener {protocol} on {broker.bootstrap_servers_for(protocol)}",
+                file=out,
+                flush=True,
+            )
         print(f"listening on {broker.bootstrap_servers}", file=out, flush=True)
         rules = len(broker.faults.rules)
         print(
-            f"{args.prog}: {len(broker.listeners)} node(s), {broker.security_protocol}"
+            f"{args.prog}: {len(broker.listeners)} node(s), {', '.join(broker.protocols)}"
             + (
                 f" ({', '.join(broker.users.mechanisms)})"
-                if broker.security_protocol.startswith("SASL_")
+                if any(p.startswith("SASL_") for p in broker.protocols)
                 else ""
             )
             + (f", {rules} fault rule(s)" if rules else "")

@@ -63,16 +63,21 @@ from ..error_codes import by_name
 from ._fit import fit
 from ._limits import MAX_REQUEST_PARTITION_SIZE_LIMIT, Limits, unique
 from ._cluster import (
-    BOOLEAN,
     BROKER_SYNONYMS,
-    INT,
     LIST,
-    SHORT,
     TOPIC_CONFIGS,
     ClusterError,
     check_config,
     check_topic_name,
 )
+from ._broker_configs import (
+    BROKER_CONFIGS,
+    TOPIC_DOCUMENTATION,
+    DynamicBrokerConfigs,
+    describe_broker,
+    describe_loggers,
+)
+from ._expiry import StateExpiry
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS, FetchSessionCache
 from ._log import LATEST, LogError, read_batch_head
 from ._not_coordinator import TRANSACTION_API_KEYS, coordinated, transaction_error
@@ -91,7 +96,20 @@ NO_ANSWER = object()
 _ZERO_UUID = uuid.UUID(int=0)
 NO_AUTHORIZED_OPERATIONS = -(1 << 31)
 DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG = 5, 1, 4
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
+# GroupConfig's fields that are Kafka broker configs of the same name
+GROUP_CONFIG_NAMES = (
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "group.initial.rebalance.delay.ms",
+    "group.max.size",
+    "group.consumer.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
+    "group.consumer.max.size",
+    "offsets.retention.minutes",
+    "offsets.retention.check.interval.ms",
+    "offset.metadata.max.bytes",
+)
 READ_COMMITTED = 1
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 # APIs whose handling sets no deadline (a Fetch that waits says so itself).
@@ -109,15 +127,23 @@ LEADER_NOT_AVAILABLE = code("LEADER_NOT_AVAILABLE")
 class Context:
     """Who sent a request: what handlers and the group coordinator may look at."""
 
-    __slots__ = ("node_id", "client_id", "client_host", "connection", "principal")
+    __slots__ = ("node_id", "client_id", "client_host", "connection", "listener", "principal")
 
     def __init__(
-        self, node_id, client_id="", client_host="", connection=None, principal="User:ANONYMOUS"
+        self,
+        node_id,
+        client_id="",
+        client_host="",
+        connection=None,
+        listener=None,
+        principal="User:ANONYMOUS",
     ):
         self.node_id = node_id
         self.client_id = client_id
         self.client_host = client_host
         self.connection = connection  # who to forget() when it closes (any object)
+        # the listener it came in on (its protocol): answers name that listener's addresses
+        self.listener = listener
         self.principal = principal  # Kafka's: User:<name> after a SASL login
 
 
@@ -169,6 +195,7 @@ class Apis:
         limits=None,
         fetch_session_cache_slots=DEFAULT_CACHE_SLOTS,
         authorizer=None,
+        expiry=None,
     ):
         self.cluster = cluster
         self.clock = clock
@@ -179,6 +206,9 @@ class Apis:
         # An _authorize.Authorizer enforces the ACLs; None: every client may do everything.
         self.authorizer = None if authorizer is None else authorizer.bind(self.acls, cluster)
         self.security_protocol = "PLAINTEXT"  # the listeners', as DescribeConfigs shows them
+        # Broker configs the node was started with beside the Cluster's and the limits'
+        # (DescribeConfigs: STATIC_BROKER_CONFIG), {Kafka's name: value}: the server's.
+        self.static_configs = {}
         self.users = (
             None  # the SCRAM credentials (_credentials.Users): the Broker's, or made on use
         )
@@ -190,6 +220,12 @@ class Apis:
             self.limits.max_transactional_ids,
             self.limits.transaction_max_timeout_ms,
         )
+        # producer and transactional id expiry (`expiry`: StateExpiry's settings); periodic,
+        # so the server fires it beside tick() (which says None when nothing waits)
+        self.expiry = StateExpiry(cluster, self.transactions, clock, wall_clock, **(expiry or {}))
+        # broker configs changed while it runs (those it applies: producer.id.expiration.ms)
+        self.dynamic_configs = DynamicBrokerConfigs()
+        self.expiry.overrides = self._producer_id_expiration_ms
         self._versions = None
         self._waiting = []  # Fetches waiting for min_bytes or their max_wait
         self.fetch_session_cache_slots = fetch_session_cache_slots
@@ -372,11 +408,11 @@ class Apis:
             leader_id=partition.leader, leader_epoch=partition.log.leader_epoch
         )
 
-    def _node_endpoints(self, R, leaders):
-        nodes = self.cluster.nodes
+    def _node_endpoints(self, R, leaders, listener):
+        address = self.cluster.address
         return [
-            R.NodeEndpoint(node_id=n, host=nodes[n][0], port=nodes[n][1], rack=None)
-            for n in sorted(leaders)
+            R.NodeEndpoint(node_id=n, host=h, port=p, rack=None)
+            for n, (h, p) in ((n, address(n, listener)) for n in sorted(leaders))
         ]
 
     def _topic_by(self, name, topic_id, by_id):
@@ -478,7 +514,7 @@ class Apis:
         return R(
             brokers=[
                 R.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)
-                for node, (host, port) in cluster.live_nodes().items()
+                for node, (host, port) in cluster.live_nodes(ctx.listener).items()
             ],
             cluster_id=cluster.cluster_id,
             controller_id=cluster.controller_id,
@@ -598,7 +634,7 @@ class Apis:
             return CLOSE if failed else NO_ANSWER
         response = R(responses=responses)
         if leaders:
-            response.node_endpoints = self._node_endpoints(R, leaders)
+            response.node_endpoints = self._node_endpoints(R, leaders, ctx.listener)
         return response
 
     def _append(self, topic, partition, data, now_ms, request, version):
@@ -619,7 +655,7 @@ class Apis:
         if duplicate is not None:
             return duplicate, append_time
         base = partition.log.append(head, data, now_ms, topic.log_append_time)
-        partition.producers.appended(head, base)
+        partition.producers.appended(head, base, now_ms if topic.log_append_time else None)
         return base, append_time
 
     def _verify_in_transaction(self, topic, partition, head, request, version):
@@ -716,7 +752,7 @@ class Apis:
             responses=responses,
         )
         if leaders:
-            response.node_endpoints = self._node_endpoints(R, leaders)
+            response.node_endpoints = self._node_endpoints(R, leaders, w.ctx.listener)
         return response, True
 
     def _fetch_reads(self, w):
@@ -856,7 +892,7 @@ class Apis:
                 node = self.cluster.coordinator(key)
                 if node < 0:
                     error = "COORDINATOR_NOT_AVAILABLE"
-            host, port = self.cluster.nodes.get(node, ("", -1))
+            host, port = self.cluster.address(node, ctx.listener) if node >= 0 else ("", -1)
             answers.append((key, NONE if error is None else code(error), node, host, port))
         if version >= 4:
             return R(
@@ -1037,14 +1073,25 @@ class Apis:
                     result.error_message = f"topic {res.resource_name!r} does not exist"
                 else:
                     result.configs = self._topic_configs(topic, res, request, version)
-            elif res.resource_type == BROKER_RESOURCE:
-                if res.resource_name not in ("", str(ctx.node_id)):
-                    result.error_code = code("INVALID_REQUEST")
-                    result.error_message = (
-                        f"broker {res.resource_name!r} is not this one ({ctx.node_id})"
-                    )
-                else:
-                    result.configs = self._broker_configs(res, ctx)
+            elif res.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+                try:
+                    if res.resource_type == BROKER_RESOURCE:
+                        result.configs = describe_broker(
+                            R,
+                            ctx.node_id,
+                            res.resource_name,
+                            self._static_configs(ctx.node_id),
+                            res.configuration_keys,
+                            request.include_synonyms,
+                            version >= 3 and request.include_documentation,
+                            self.dynamic_configs,
+                        )
+                    else:
+                        result.configs = describe_loggers(
+                            R, ctx.node_id, res.resource_name, res.configuration_keys
+                        )
+                except ClusterError as e:
+                    result.error_code, result.error_message = code(e.error), str(e)
             else:
                 result.error_code = code("INVALID_REQUEST")
                 result.error_message = f"resource type {res.resource_type} is not served here"
@@ -1057,7 +1104,7 @@ class Apis:
             AlterConfigsResponse,
             request,
             ctx,
-            lambda old, configs: {c.name: c.value for c in configs},
+            lambda old, configs, known: {c.name: c.value for c in configs},
         )
 
     def incremental_alter_configs(self, request, version, ctx, reply):
@@ -1070,23 +1117,21 @@ class Apis:
         for res in request.resources:
             error, message = NONE, None
             try:
-                if res.resource_type != TOPIC_RESOURCE:
+                if res.resource_type == BROKER_RESOURCE:
+                    self.dynamic_configs.alter(
+                        ctx.node_id,
+                        res.resource_name,
+                        lambda old, known, res=res: change(old, res.configs, known),
+                        request.validate_only,
+                    )
+                elif res.resource_type == TOPIC_RESOURCE:
+                    self._alter_topic(res, request.validate_only, change)
+                else:
                     raise ClusterError(
                         "INVALID_REQUEST",
-                        f"resource type {res.resource_type}: only topic configs can be changed "
-                        "here (a broker's are static)",
+                        f"resource type {res.resource_type}: only topic and broker configs "
+                        "can be changed here",
                     )
-                topic = self.cluster.topics.get(res.resource_name)
-                if topic is None:
-                    raise ClusterError(
-                        "UNKNOWN_TOPIC_OR_PARTITION", f"topic {res.resource_name!r} does not exist"
-                    )
-                configs = change(dict(topic.configs), res.configs)
-                for name, value in configs.items():
-                    check_config(name, value)
-                if not request.validate_only:
-                    topic.configs = configs
-                    self.cluster.configs_changed(topic)
             except ClusterError as e:
                 error, message = code(e.error), str(e)
             responses.append(
@@ -1099,12 +1144,26 @@ class Apis:
             )
         return R(responses=responses)
 
+    def _alter_topic(self, res, validate_only, change):
+        topic = self.cluster.topics.get(res.resource_name)
+        if topic is None:
+            raise ClusterError(
+                "UNKNOWN_TOPIC_OR_PARTITION", f"topic {res.resource_name!r} does not exist"
+            )
+        configs = change(dict(topic.configs), res.configs, TOPIC_CONFIGS)
+        for name, value in configs.items():
+            check_config(name, value)
+        if not validate_only:
+            topic.configs = configs
+            self.cluster.configs_changed(topic)
+
     def _topic_configs(self, topic, res, request, version):
         R = DescribeConfigsResponse
         out = []
         keys = res.configuration_keys
+        documented = version >= 3 and request.include_documentation
         for name, (default, kind) in sorted(TOPIC_CONFIGS.items()):
-            if keys is not None and name not in keys:
+            if keys and name not in keys:  # null or empty: all, as Kafka
                 continue
             is_set = name in topic.configs
             synonyms = []
@@ -1132,52 +1191,62 @@ class Apis:
                     is_sensitive=False,
                     synonyms=synonyms,
                     config_type=kind,
-                    documentation=None,
+                    documentation=TOPIC_DOCUMENTATION.get(name) if documented else None,
                 )
             )
         return out
 
-    def _broker_configs(self, res, ctx):
-        """The node's own configs, as a KRaft broker started from a properties file shows
-        them: static and read-only."""
-        R = DescribeConfigsResponse
+    def _static_configs(self, node_id):
+        """The broker configs node `node_id` was started with, as Kafka's server.properties
+        would hold them (DescribeConfigs' STATIC_BROKER_CONFIG): its listener and id, and
+        those of the broker's settings that are not Kafka's defaults."""
         cluster = self.cluster
-        host, port = cluster.nodes[ctx.node_id]
-        listener = f"{self.security_protocol}://{host}:{port}"
-        keys = res.configuration_keys
-        return [
-            R.DescribeConfigsResourceResult(
-                name=name,
-                value=value,
-                read_only=True,
-                is_default=False,
-                config_source=STATIC_BROKER_CONFIG,
-                is_sensitive=False,
-                synonyms=[],
-                config_type=kind,
-                documentation=None,
-            )
-            for name, (value, kind) in sorted(
-                {
-                    "advertised.listeners": (listener, LIST),
-                    "listeners": (listener, LIST),
-                    "node.id": (str(ctx.node_id), INT),
-                    "broker.id": (str(ctx.node_id), INT),
-                    "process.roles": ("broker,controller", LIST),
-                    "auto.create.topics.enable": (str(cluster.auto_create_topics).lower(), BOOLEAN),
-                    "num.partitions": (str(cluster.num_partitions), INT),
-                    "default.replication.factor": ("1", INT),
-                    "offsets.topic.replication.factor": (
-                        str(cluster.offsets_replication_factor()),
-                        SHORT,
-                    ),
-                    "message.max.bytes": (TOPIC_CONFIGS["max.message.bytes"][0], INT),
-                    "log.retention.hours": ("168", INT),
-                    "group.initial.rebalance.delay.ms": ("0", INT),
-                }.items()
-            )
-            if keys is None or name in keys
-        ]
+        endpoints = cluster.listeners.get(node_id) or {
+            self.security_protocol: cluster.nodes[node_id]
+        }
+        listener = ",".join(f"{name}://{h}:{p}" for name, (h, p) in endpoints.items())
+        settings = {
+            **self.static_configs,
+            "auto.create.topics.enable": str(cluster.auto_create_topics).lower(),
+            "num.partitions": str(cluster.num_partitions),
+            "offsets.topic.num.partitions": str(cluster.offsets_topic_partitions),
+            "offsets.topic.replication.factor": str(cluster.offsets_replication_factor()),
+            "transaction.state.log.replication.factor": str(cluster.offsets_replication_factor()),
+            "fetch.max.bytes": str(self.limits.fetch_max_bytes),
+            "transaction.max.timeout.ms": str(self.limits.transaction_max_timeout_ms),
+            "max.incremental.fetch.session.cache.slots": str(self.fetch_session_cache_slots),
+            "producer.id.expiration.ms": str(self.expiry.producer_id_expiration_ms),
+            "producer.id.expiration.check.interval.ms": str(self.expiry.producer_check_ms),
+            "transactional.id.expiration.ms": str(self.expiry.transactional_id_expiration_ms),
+            "transaction.remove.expired.transaction.cleanup.interval.ms": str(
+                self.expiry.transactional_check_ms
+            ),
+        }
+        config = getattr(self.groups, "config", None)
+        for name in GROUP_CONFIG_NAMES:
+            value = getattr(config, name.replace(".", "_"), None)
+            if value is not None:
+                settings[name] = str(value)
+        static = {
+            name: value
+            for name, value in settings.items()
+            if value != BROKER_CONFIGS[name][0]  # only what differs from Kafka's default
+        }
+        static.update(
+            {
+                "listeners": listener,
+                "advertised.listeners": listener,
+                "node.id": str(node_id),
+                "broker.id": str(node_id),
+                "process.roles": "broker,controller",
+            }
+        )
+        return static
+
+    def _producer_id_expiration_ms(self, node_id):
+        """producer.id.expiration.ms as changed for node `node_id` (None: not changed)."""
+        value = self.dynamic_configs.value("producer.id.expiration.ms", node_id)
+        return None if value is None else int(value)
 
     def describe_cluster(self, request, version, ctx, reply):
         R = DescribeClusterResponse
@@ -1199,7 +1268,7 @@ class Apis:
             controller_id=cluster.controller_id,
             brokers=[
                 R.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None)
-                for node, (host, port) in cluster.live_nodes().items()
+                for node, (host, port) in cluster.live_nodes(ctx.listener).items()
             ],
         )
 
@@ -1207,18 +1276,21 @@ class Apis:
 SET, DELETE, APPEND, SUBTRACT = range(4)  # IncrementalAlterConfigs' operations
 
 
-def _apply_operations(configs, changes):
+def _apply_operations(configs, changes, known):
+    """IncrementalAlterConfigs' operations on `configs`, the configs `known` ({name:
+    (default, config type, ...)}: TOPIC_CONFIGS or BROKER_CONFIGS)."""
+    what = "topic" if known is TOPIC_CONFIGS else "broker"
     for c in changes:
-        if c.name not in TOPIC_CONFIGS:
-            raise ClusterError("INVALID_CONFIG", f"unknown topic config {c.name!r}")
-        current = configs.get(c.name, TOPIC_CONFIGS[c.name][0])
+        if c.name not in known:
+            raise ClusterError("INVALID_CONFIG", f"unknown {what} config {c.name!r}")
+        current = configs.get(c.name, known[c.name][0]) or ""
         items = [v for v in current.split(",") if v]
         if c.config_operation == SET:
             configs[c.name] = c.value
         elif c.config_operation == DELETE:
             configs.pop(c.name, None)
         elif c.config_operation in (APPEND, SUBTRACT):
-            if TOPIC_CONFIGS[c.name][1] != LIST:
+            if known[c.name][1] != LIST:
                 raise ClusterError("INVALID_CONFIG", f"{c.name} is not a list: only SET or DELETE")
             # dicts, not lists: a long value must not cost its length squared
             present = dict.fromkeys(items)

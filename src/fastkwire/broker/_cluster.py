@@ -201,6 +201,9 @@ class Cluster:
         if not nodes:
             raise ValueError("nodes: a cluster needs at least one node")
         self.nodes = dict(nodes)
+        # node id -> {listener name (its protocol): (host, port)}, set by the server when
+        # it binds them; a node missing here has only its address in `nodes`
+        self.listeners = {}
         self.max_partitions = max_partitions
         if offsets_topic_partitions < 1:
             raise ValueError(
@@ -227,9 +230,19 @@ class Cluster:
     def live_node_ids(self):
         return [n for n in sorted(self.nodes) if n not in self.stopped]
 
-    def live_nodes(self):
-        """{node id: (host, port)} of the nodes running (what Metadata lists)."""
-        return {n: self.nodes[n] for n in self.live_node_ids()}
+    def live_nodes(self, listener=None):
+        """{node id: (host, port)} of the nodes running (what Metadata lists), the addresses
+        of their listener named `listener`."""
+        return {n: self.address(n, listener) for n in self.live_node_ids()}
+
+    def address(self, node, listener=None):
+        """(host, port) of `node`'s listener named `listener` (a client is told the addresses
+        of the listener it came in on, as Kafka advertises them per listener name); its
+        first listener's when None or unknown."""
+        endpoints = self.listeners.get(node)
+        if endpoints and listener in endpoints:
+            return endpoints[listener]
+        return self.nodes[node]
 
     @property
     def controller_id(self):

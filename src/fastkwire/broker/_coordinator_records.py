@@ -166,6 +166,7 @@ TRANSACTION_LOG = RecordType(
 
 # Kafka's TransactionState ids, as TransactionLogValue's transaction_status holds them
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT = range(6)
+DEAD, PREPARE_EPOCH_FENCE = 6, 7
 
 _BY_KEY_TYPE = {
     "__consumer_offsets": {t: r for r in (OFFSET_COMMIT, GROUP_METADATA) for t in r.key_types},

@@ -34,10 +34,12 @@ import time
 from .. import records
 from ._cluster import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from ._coordinator_records import (
+    DEAD,
     GROUP_METADATA,
     OFFSET_COMMIT,
     PREPARE_ABORT,
     PREPARE_COMMIT,
+    PREPARE_EPOCH_FENCE,
     TRANSACTION_LOG,
     RecordFormatError,
     UnknownRecordError,
@@ -55,7 +57,6 @@ _log = logging.getLogger("fastkwire.broker")
 PRODUCER_IDS_FILE = "fastkwire-producer-ids"
 READ_CHUNK_BYTES = 1 << 20  # of a log read back at a time (whole batches, at least one)
 MAX_PRODUCER_ID = 1 << 62  # far below int64's top, so that ids handed out after it fit
-DEAD, PREPARE_EPOCH_FENCE = 6, 7  # Kafka's other TransactionState ids
 # GroupMetadataValue's member fields, in the order ClassicGroups.restore takes them
 _MEMBER_FIELDS = (
     "member_id",

@@ -47,7 +47,7 @@ class Close:
         return f"Close({self.reason!r})"
 
 
-def answer_frame(apis, frame, node_id, client_host, done, connection=None):
+def answer_frame(apis, frame, node_id, client_host, done, connection=None, listener=None):
     header = request_header(frame)
     if header is None:
         done(Close(f"a frame of {len(frame)} bytes is too short for a request header"))
@@ -63,7 +63,7 @@ def answer_frame(apis, frame, node_id, client_host, done, connection=None):
     except (DecodeError, UnsupportedVersionError) as e:
         done(Close(f"a request that does not decode ({e})"))
         return
-    ctx = Context(node_id, header.client_id or "", client_host, connection)
+    ctx = Context(node_id, header.client_id or "", client_host, connection, listener)
     if apis.authorizer is not None:  # who asks: only an authorizer looks
         ctx.principal = getattr(connection, "principal", ctx.principal)
     replied = []

@@ -6,8 +6,13 @@ A batch with a producer id is checked before it is appended:
 - an epoch older than the one known is refused (INVALID_PRODUCER_EPOCH);
 - a batch equal to one of the last five written is a duplicate: acknowledged with the offset
   it got the first time, not appended again;
-- otherwise its first sequence must follow the last one written (0 for a new producer or a
-  new epoch), or it is refused (OUT_OF_ORDER_SEQUENCE_NUMBER).
+- otherwise its first sequence must follow the last one written (0 for a new epoch), or it
+  is refused (OUT_OF_ORDER_SEQUENCE_NUMBER); a producer the partition does not know (new,
+  or forgotten) may start at any sequence, as Kafka 4 accepts it (no UNKNOWN_PRODUCER_ID).
+
+A producer whose last batch here is older than producer.id.expiration.ms (by its timestamp,
+as Kafka's ProducerStateManager compares) and has no transaction open is forgotten
+(`expire`).
 """
 
 import collections
@@ -62,13 +67,32 @@ class ProducerIds:
 
 
 class PartitionProducers:
-    """The producers of one partition: their epoch and last batches' (first sequence, last
-    sequence, base offset)."""
+    """The producers of one partition: their epoch, last batches' (first sequence, last
+    sequence, base offset) and last batch's timestamp."""
 
     __slots__ = ("_state",)
 
     def __init__(self):
-        self._state = {}  # producer id -> [epoch, deque of (first seq, last seq, base offset)]
+        # producer id -> [epoch, deque of (first seq, last seq, base offset), last timestamp]
+        self._state = {}
+
+    def __len__(self):
+        return len(self._state)
+
+    def __contains__(self, producer_id):
+        return producer_id in self._state
+
+    def expire(self, now_ms, expiration_ms, keep=()):
+        """Forget the producers whose last batch's timestamp is `expiration_ms` or more
+        before `now_ms`, but those in `keep` (a transaction open); returns how many."""
+        gone = [
+            pid
+            for pid, entry in self._state.items()
+            if now_ms - entry[2] >= expiration_ms and pid not in keep
+        ]
+        for pid in gone:
+            del self._state[pid]
+        return len(gone)
 
     def check(self, head):
         """Before appending a batch: the base offset of the duplicate it is (nothing is to be
@@ -79,10 +103,8 @@ class PartitionProducers:
         entry = self._state.get(pid)
         first, last = head.base_sequence, head.last_sequence
         if entry is None:
-            if first != 0:
-                raise _out_of_order(pid, first, 0)
-            return None
-        epoch, batches = entry
+            return None  # unknown (new, or expired): any sequence, as Kafka 4
+        epoch, batches, _ = entry
         if head.producer_epoch < epoch:
             raise LogError(
                 "INVALID_PRODUCER_EPOCH",
@@ -100,7 +122,8 @@ class PartitionProducers:
             raise _out_of_order(pid, first, expected)
         return None
 
-    def appended(self, head, base_offset):
+    def appended(self, head, base_offset, timestamp=None):
+        """`timestamp`: the batch's max timestamp as written (LogAppendTime: the append's)."""
         pid = head.producer_id
         if pid < 0:
             return
@@ -109,8 +132,10 @@ class PartitionProducers:
             entry = self._state[pid] = [
                 head.producer_epoch,
                 collections.deque(maxlen=CACHED_BATCHES),
+                0,
             ]
         entry[1].append((head.base_sequence, head.last_sequence, base_offset))
+        entry[2] = head.max_timestamp if timestamp is None else timestamp
 
 
 def _out_of_order(pid, got, expected):

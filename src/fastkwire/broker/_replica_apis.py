@@ -139,7 +139,7 @@ def describe_quorum(apis, request, version, ctx):
     R = DescribeQuorumResponse
     cluster = apis.cluster
     controller = cluster.controller_id
-    host, port = cluster.nodes[controller]
+    host, port = cluster.address(controller, ctx.listener)
     voter = R.ReplicaState(replica_id=controller, replica_directory_id=uuid.UUID(int=0))
     topics = []
     for t in request.topics:

@@ -24,6 +24,60 @@ def split_listener(listener):
     return None, listener
 
 
+def node_listeners(entry):
+    """[(PROTOCOL or None, address), ...] of one node's listeners: one address (a (host,
+    port) pair, "host:port", "PROTOCOL://host:port"), Kafka's `listeners` value
+    ("PLAINTEXT://host:9092,SSL://host:9093") or a list of listener strings."""
+    if isinstance(entry, str) and "," in entry:
+        entry = [part.strip() for part in entry.split(",")]
+    if isinstance(entry, list):
+        return [split_listener(part) for part in entry]
+    return [split_listener(entry)]
+
+
+def listener_protocols(given, nodes, sasl, tls):
+    """The protocol of each of a node's listeners (every node has the same), from `nodes`
+    (node_listeners' lists); ValueError naming the parameter that disagrees. One listener a
+    node: its protocol as security_protocol() finds it; several (Kafka's listeners of
+    different security protocols side by side): each names its own, once a node."""
+    counts = {len(n) for n in nodes}
+    if len(counts) > 1:
+        raise ValueError(
+            "listeners: every node has as many listeners, not "
+            + (" and ".join(str(c) for c in sorted(counts)))
+        )
+    if counts == {1}:
+        return (security_protocol(given, [n[0][0] for n in nodes], sasl, tls),)
+    protocols = tuple(p for p, _ in nodes[0])
+    for node in nodes:
+        named = tuple(p for p, _ in node)
+        if None in named:
+            raise ValueError(
+                "listeners: a node with several listeners names each one's protocol "
+                "(PLAINTEXT://host:port,SSL://host:port)"
+            )
+        if len(set(named)) < len(named):
+            raise ValueError(f"listeners: {', '.join(named)}: one listener per protocol a node")
+        if named != protocols:
+            raise ValueError(
+                f"listeners: every node has the same listeners, not {', '.join(named)} "
+                f"beside {', '.join(protocols)}"
+            )
+    if given is not None and (not isinstance(given, str) or given.upper() != protocols[0]):
+        raise ValueError(f"security_protocol: {given!r}, but the first listener is {protocols[0]}")
+    any_sasl = any(p.startswith("SASL_") for p in protocols)
+    any_tls = any(p.endswith("SSL") for p in protocols)
+    if any_sasl and not sasl:
+        raise ValueError("users: a SASL listener needs users ({name: password})")
+    if sasl and not any_sasl:
+        raise ValueError("users: given, but no listener is SASL_PLAINTEXT or SASL_SSL")
+    if any_tls and not tls:
+        raise ValueError("tls_cert: an SSL or SASL_SSL listener needs a certificate and its key")
+    if tls and not any_tls:
+        raise ValueError("tls_cert: given, but no listener is SSL or SASL_SSL")
+    return protocols
+
+
 def security_protocol(given, from_listeners, sasl, tls):
     """The one protocol of every listener; ValueError naming the parameter that disagrees."""
     said = set(from_listeners) - {None}

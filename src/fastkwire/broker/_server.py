@@ -27,6 +27,7 @@ On a TLS listener (SSL, SASL_SSL) the accepted socket goes to asyncio's TLS hand
 
 import asyncio
 import collections
+import functools
 import logging
 import os
 import socket
@@ -55,8 +56,13 @@ from ._faults import as_faults, as_rule
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS
 from ._groups import GroupConfig, GroupCoordinator
 from ._sasl import DEFAULT_SCRAM_ITERATIONS, PASS, SASL_MAX_RECEIVE_BYTES, SaslSession, Users
-from ._security import security_protocol as resolve_protocol
-from ._security import server_context, split_listener
+from ._expiry import (
+    PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+    PRODUCER_ID_EXPIRATION_MS,
+    TRANSACTIONAL_ID_CLEANUP_INTERVAL_MS,
+    TRANSACTIONAL_ID_EXPIRATION_MS,
+)
+from ._security import listener_protocols, node_listeners, server_context
 from ._limits import Limits
 
 log = logging.getLogger("fastkwire.broker")
@@ -73,9 +79,10 @@ BIG_READ = 64 * 1024  # a read at least this big is held as it came, until its f
 class _Connection(asyncio.Protocol):
     """One client connection: frames split in data_received, queued, answered in order."""
 
-    def __init__(self, broker, node_id):
+    def __init__(self, broker, node_id, protocol):
         self.broker = broker
         self.node_id = node_id
+        self.protocol = protocol  # its listener's (Kafka's listener name, here the protocol)
         self.transport = None
         self.host = ""
         self.held = []  # the pieces of a frame not yet whole, as read
@@ -91,7 +98,7 @@ class _Connection(asyncio.Protocol):
         self.write_paused = False
         self.clock = PeerClock()
         # On a SASL listener: the login, and a smaller frame cap until it is done (Kafka's).
-        sasl = broker.security_protocol.startswith("SASL_")
+        sasl = protocol.startswith("SASL_")
         self.sasl = SaslSession(broker.users) if sasl else None
         self.limit = broker.max_frame_bytes if self.sasl is None else SASL_MAX_RECEIVE_BYTES
         self.active = time.monotonic()  # when a byte last came or went
@@ -302,7 +309,7 @@ class _Connection(asyncio.Protocol):
             if outcome is not PASS:
                 done(outcome)
                 return
-        answer_frame(self.broker.apis, frame, self.node_id, self.host, done, self)
+        answer_frame(self.broker.apis, frame, self.node_id, self.host, done, self, self.protocol)
 
     def answered(self, outcome):
         """The answer's bytes, None (nothing to send) or a Close: the next frame follows."""
@@ -331,8 +338,8 @@ class _TlsAccept(asyncio.Protocol):
     frame_timeout. Taken in connection_made, before any read (uvloop reads once after it
     returns otherwise, and nothing may be read before the handshake)."""
 
-    def __init__(self, broker, node_id):
-        self.broker, self.node_id = broker, node_id
+    def __init__(self, broker, node_id, protocol):
+        self.broker, self.node_id, self.protocol = broker, node_id, protocol
 
     def connection_made(self, transport):
         from ..proxy._compiled import _detach  # the proxy's hand-over of an accepted socket
@@ -353,7 +360,9 @@ class _TlsAccept(asyncio.Protocol):
             log.warning("refused a connection: its TLS handshake cannot start: %s", e)
             transport.abort()
             return
-        task = asyncio.get_running_loop().create_task(broker._tls_handshake(fd, self.node_id))
+        task = asyncio.get_running_loop().create_task(
+            broker._tls_handshake(fd, self.node_id, self.protocol)
+        )
         broker.handshakes.add(task)
         task.add_done_callback(broker.handshakes.discard)
 
@@ -385,8 +394,11 @@ def _listening_socket(host, port):
 
 
 class Broker:
-    """A Kafka broker on asyncio: `listeners` are one (host, port) or "host:port" per node
-    (port 0: a free one), node ids counting from `first_node_id`. Keyword arguments:
+    """A Kafka broker on asyncio: `listeners` are one (host, port), "host:port" or
+    "PROTOCOL://host:port" per node (port 0: a free one), node ids counting from
+    `first_node_id`; a node's several listeners of different protocols as Kafka's
+    `listeners` value ("PLAINTEXT://host:0,SSL://host:0"), the same protocols every node
+    (`bootstrap_servers_for(protocol)`: their addresses). Keyword arguments:
     `auto_create_topics` (Kafka's auto.create.topics.enable, on by default),
     `num_partitions` (of an auto-created topic), `max_partitions` (of all topics together),
     `offsets_topic_partitions` (Kafka's offsets.topic.num.partitions: __consumer_offsets'),
@@ -397,7 +409,11 @@ class Broker:
     `retention_check_interval_ms` (Kafka's log.retention.check.interval.ms). Cluster shapes:
     `move_leader`, `stop_node`, `start_node`. `limits` (a Limits: what clients may make it
     hold), `fetch_session_cache_slots` (Kafka's max.incremental.fetch.session.cache.slots,
-    1000; 0: every Fetch sessionless).
+    1000; 0: every Fetch sessionless). Producer state expiry, Kafka's:
+    `producer_id_expiration_ms` (1 day) checked every
+    `producer_id_expiration_check_interval_ms` (10 minutes), `transactional_id_expiration_ms`
+    (7 days) checked every `transactional_id_cleanup_interval_ms` (Kafka's
+    transaction.remove.expired.transaction.cleanup.interval.ms, 1 hour).
 
     Security (Kafka's listener security protocols): `security_protocol` ("PLAINTEXT",
     "SSL", "SASL_PLAINTEXT", "SASL_SSL"; or a listener's prefix, "SASL_SSL://host:port";
@@ -450,31 +466,38 @@ class Broker:
         connections_max_idle_ms=DEFAULT_CONNECTIONS_MAX_IDLE_MS,
         limits=None,
         authorizer=None,
+        producer_id_expiration_ms=PRODUCER_ID_EXPIRATION_MS,
+        producer_id_expiration_check_interval_ms=PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+        transactional_id_expiration_ms=TRANSACTIONAL_ID_EXPIRATION_MS,
+        transactional_id_cleanup_interval_ms=TRANSACTIONAL_ID_CLEANUP_INTERVAL_MS,
     ):
         if isinstance(listeners, (str, tuple)) and (
             isinstance(listeners, str) or isinstance(listeners[0], str)
         ):
             listeners = [listeners]
-        split = [split_listener(a) for a in listeners]
-        self.listeners = [parse_address(a, "listeners") for _, a in split]
+        split = [node_listeners(a) for a in listeners]
+        # Each node's listeners' addresses (one, or several of different protocols); the
+        # first is the node's address where no listener is named (addresses, bootstrap).
+        self.node_listeners = [[parse_address(a, "listeners") for _, a in n] for n in split]
+        self.listeners = [n[0] for n in self.node_listeners]
         if not self.listeners:
             raise ValueError("listeners: at least one HOST:PORT")
         tls = bool(tls_cert or tls_key or tls_client_cafile)
-        self.security_protocol = resolve_protocol(
-            security_protocol, [p for p, _ in split], users is not None, tls
-        )
+        self.protocols = listener_protocols(security_protocol, split, users is not None, tls)
+        self.security_protocol = self.protocols[0]
         # The users, whatever the listeners: AlterUserScramCredentials may add SCRAM ones.
         self.users = Users(
             {} if users is None else users,
             sasl_mechanisms,
             scram_iterations,
-            required=self.security_protocol.startswith("SASL_"),
+            required=any(p.startswith("SASL_") for p in self.protocols),
         )
         if users is None and sasl_mechanisms is not None:
             raise ValueError("sasl_mechanisms: given without users")
         self.tls = (
             server_context(tls_cert, tls_key, tls_key_password, tls_client_cafile) if tls else None
         )
+        self.tls_client_auth = tls_client_cafile is not None
         self.faults = as_faults(faults, fault_seed)
         self.first_node_id = first_node_id
         self.auto_create_topics = bool(auto_create_topics)
@@ -517,6 +540,14 @@ class Broker:
                 f"authorizer: True or a fastkwire.broker.Authorizer, not {type(authorizer).__name__}"
             )
         self.authorizer = authorizer
+        self._expiry_settings = {
+            "producer_id_expiration_ms": producer_id_expiration_ms,
+            "producer_id_expiration_check_interval_ms": producer_id_expiration_check_interval_ms,
+            "transactional_id_expiration_ms": transactional_id_expiration_ms,
+            "transactional_id_cleanup_interval_ms": transactional_id_cleanup_interval_ms,
+        }
+        for name, value in self._expiry_settings.items():
+            _positive(value, name)
         self.cluster = None
         self.apis = None
         self.connections = set()
@@ -547,21 +578,38 @@ class Broker:
 
     @property
     def bootstrap_servers(self):
+        """ "host:port,..." of every node's first listener."""
         return ",".join(f"{h}:{p}" for h, p in self.cluster.nodes.values())
 
+    def bootstrap_servers_for(self, protocol):
+        """ "host:port,..." of every node's listener of `protocol` (SSL, ...)."""
+        if protocol not in self.protocols:
+            raise ValueError(
+                f"protocol: {protocol!r}: the listeners are {', '.join(self.protocols)}"
+            )
+        return ",".join(
+            f"{h}:{p}" for h, p in (e[protocol] for e in self.cluster.listeners.values())
+        )
+
     async def start(self):
-        socks = []
+        socks = []  # per node, a socket per listener
         try:
-            for host, port in self.listeners:
-                socks.append(_listening_socket(host, port))
+            for addresses in self.node_listeners:
+                socks.append([])
+                for host, port in addresses:
+                    socks[-1].append(_listening_socket(host, port))
         except OSError:
-            for s in socks:
+            for s in (s for node in socks for s in node):
                 s.close()
             raise
-        nodes = {
-            self.first_node_id + i: (host, sock.getsockname()[1])
-            for i, ((host, _), sock) in enumerate(zip(self.listeners, socks))
+        bound = {  # node id -> {protocol: (host, port)}
+            self.first_node_id + i: {
+                protocol: (host, sock.getsockname()[1])
+                for protocol, (host, _), sock in zip(self.protocols, addresses, node)
+            }
+            for i, (addresses, node) in enumerate(zip(self.node_listeners, socks))
         }
+        nodes = {node: endpoints[self.protocols[0]] for node, endpoints in bound.items()}
         storage = None
         try:
             if self.log_dir is not None:
@@ -574,6 +622,7 @@ class Broker:
                 offsets_topic_partitions=self.offsets_topic_partitions,
                 cluster_id=None if storage is None else storage.cluster_id(),
             )
+            self.cluster.listeners = bound
             if storage is not None:
                 storage.attach(self.cluster, settle=False)
             groups = _group_coordinator(self.groups, self.cluster)
@@ -583,11 +632,12 @@ class Broker:
                 limits=self.limits,
                 fetch_session_cache_slots=self.fetch_session_cache_slots,
                 authorizer=self.authorizer,
+                expiry=self._expiry_settings,
             )
             if storage is not None:  # the coordinators' records, read back and kept
                 CoordinatorState(storage, self.cluster, groups, self.apis.transactions).load()
         except BaseException:
-            for s in socks:
+            for s in (s for node in socks for s in node):
                 s.close()
             if storage is not None:
                 storage.close()
@@ -595,18 +645,38 @@ class Broker:
         self._storage = storage
         self.apis.security_protocol = self.security_protocol
         self.apis.users = self.users
-        for node_id, sock in zip(nodes, socks):
-            await self._serve(node_id, sock)
+        self.apis.static_configs = self._static_configs()
+        for node_id, node_socks in zip(nodes, socks):
+            await self._serve(node_id, node_socks)
         self._wake = asyncio.Event()
         self._watch = asyncio.get_running_loop().create_task(self._watching())
         return self
 
-    async def _serve(self, node_id, sock):
-        kind = _Connection if self.tls is None else _TlsAccept
-        server = await asyncio.get_running_loop().create_server(
-            lambda: kind(self, node_id), sock=sock
-        )
-        self._servers[node_id] = server
+    def _static_configs(self):
+        """The Kafka broker configs its settings amount to (DescribeConfigs shows them)."""
+        configs = {
+            "connections.max.idle.ms": str(int(self.connections_max_idle_ms)),
+            "log.retention.check.interval.ms": str(self.retention_check_interval_ms),
+        }
+        if self.log_dir is not None:
+            configs["log.dirs"] = self.log_dir
+        if any(p.startswith("SASL_") for p in self.protocols):
+            configs["sasl.enabled.mechanisms"] = ",".join(self.users.mechanisms)
+        if self.tls is not None:
+            configs["ssl.client.auth"] = "required" if self.tls_client_auth else "none"
+        return configs
+
+    async def _serve(self, node_id, socks):
+        """Node `node_id` serves its listeners' sockets (one per protocol)."""
+        loop = asyncio.get_running_loop()
+        servers = self._servers[node_id] = []
+        for protocol, sock in zip(self.protocols, socks):
+            kind = _TlsAccept if protocol.endswith("SSL") else _Connection
+            servers.append(
+                await loop.create_server(
+                    functools.partial(kind, self, node_id, protocol), sock=sock
+                )
+            )
 
     # ---- the cluster's shape: what a client sees when leaders move and nodes stop
 
@@ -621,11 +691,13 @@ class Broker:
         it led go to another of their replicas or have no leader (LEADER_NOT_AVAILABLE),
         the groups it coordinated to another node."""
         self.cluster.stop_node(node_id)
-        server = self._servers.pop(node_id)
-        server.close()
+        servers = self._servers.pop(node_id)
+        for server in servers:
+            server.close()
         for conn in [c for c in self.connections if c.node_id == node_id]:
             conn.end(f"node {node_id} is stopping")
-        await server.wait_closed()
+        for server in servers:
+            await server.wait_closed()
         self.apis.data_arrived()
 
     async def start_node(self, node_id):
@@ -633,8 +705,16 @@ class Broker:
         without a leader that it holds a replica of are led by it again."""
         if node_id not in self.cluster.stopped:
             raise ValueError(f"node_id: node {node_id} is running")
-        host, port = self.cluster.nodes[node_id]
-        await self._serve(node_id, _listening_socket(host, port))
+        endpoints = self.cluster.listeners[node_id]
+        socks = []
+        try:
+            for protocol in self.protocols:
+                socks.append(_listening_socket(*endpoints[protocol]))
+        except OSError:
+            for sock in socks:
+                sock.close()
+            raise
+        await self._serve(node_id, socks)
         self.cluster.start_node(node_id)
         self.apis.data_arrived()
 
@@ -644,7 +724,7 @@ class Broker:
         return len(self.cluster.apply_retention(int(time.time() * 1000)))
 
     async def close(self):
-        servers = list(self._servers.values())
+        servers = [server for node in self._servers.values() for server in node]
         for server in servers:
             server.close()
         for conn in list(self.connections):
@@ -676,10 +756,10 @@ class Broker:
     async def __aexit__(self, *exc):
         await self.close()
 
-    async def _tls_handshake(self, fd, node_id):
+    async def _tls_handshake(self, fd, node_id, protocol):
         try:
             await tls_handshake(
-                fd, lambda: _Connection(self, node_id), self.tls, self.frame_timeout
+                fd, lambda: _Connection(self, node_id, protocol), self.tls, self.frame_timeout
             )
         except (OSError, asyncio.TimeoutError) as e:  # ssl.SSLError is an OSError
             why = "it took over frame_timeout" if isinstance(e, asyncio.TimeoutError) else e
@@ -724,7 +804,8 @@ class Broker:
                 except OSError as e:  # the log directory: said, and tried again later
                     log.error("retention could not delete from %s: %s", self.log_dir, e)
                 self._next_retention = now + self.retention_check_interval_ms / 1000
-            deadline = min(d for d in (deadline, self._next_retention) if d is not None)
+            expiry = self.apis.expiry.tick()  # producer and transactional id expiry
+            deadline = min(d for d in (deadline, self._next_retention, expiry) if d is not None)
             if now >= next_idle_scan:
                 for conn in [c for c in self.connections if now - c.active > idle]:
                     conn.end(

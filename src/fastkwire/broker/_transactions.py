@@ -6,7 +6,9 @@ coordinator) land or are dropped when it ends: `on_end(producer id, committed)`.
 
 Transaction version 1 (KIP-890 part 2's epoch bump per transaction is not served: EndTxn
 stops at v4, and no transaction.version feature is advertised). A transaction still open after its timeout is aborted and its
-producer's epoch bumped, which fences it (`expire`, from the broker's tick).
+producer's epoch bumped, which fences it (`expire`, from the broker's tick); so is one
+found open by an InitProducerId, which is answered CONCURRENT_TRANSACTIONS (Kafka's
+PrepareEpochFence: the client retries).
 Each handler takes (apis, request, version, ctx) and returns a response object.
 """
 
@@ -24,6 +26,7 @@ from ..error_codes import by_name
 from ._coordinator_records import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
+    DEAD,
     EMPTY,
     ONGOING,
     PREPARE_ABORT,
@@ -56,10 +59,11 @@ class Transaction:
         "timeout_ms",
         "deadline",
         "ended",
+        "updated",
         "transactional_id",
     )
 
-    def __init__(self, producer_id, timeout_ms, transactional_id=None):
+    def __init__(self, producer_id, timeout_ms, transactional_id=None, now=0.0):
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.epoch = 0
@@ -71,6 +75,7 @@ class Transaction:
         # How the last transaction of this epoch ended: True committed, False aborted, None
         # none ended yet (Kafka's CompleteCommit, CompleteAbort, Empty).
         self.ended = None
+        self.updated = now  # its last change, on the coordinator's clock (txnLastUpdateTimestamp)
 
     def begin(self, now):
         if not self.ongoing:
@@ -107,8 +112,9 @@ class TransactionCoordinator:
         group added): its timeout runs from now. Called after each partition or group
         added."""
         txn = self.transactions[transactional_id]
+        txn.updated = self.clock()
         if not txn.ongoing:
-            txn.begin(self.clock())
+            txn.begin(txn.updated)
             heapq.heappush(self._deadlines, (txn.deadline, transactional_id))
             if len(self._deadlines) > 2 * len(self.transactions) + 64:  # ended ones: drop
                 self._deadlines = [
@@ -125,7 +131,8 @@ class TransactionCoordinator:
 
     def init(self, transactional_id, timeout_ms, producer_id=-1, epoch=-1, now_ms=0):
         """(producer id, epoch, error name or None) for InitProducerId with an id: a new
-        epoch fences the producers before it, and a transaction they left is aborted."""
+        epoch fences the producers before it; a transaction they left open is aborted and
+        CONCURRENT_TRANSACTIONS answered (the caller retries), as Kafka's coordinator does."""
         if not 0 < timeout_ms <= self.max_timeout_ms:
             return -1, -1, "INVALID_TRANSACTION_TIMEOUT"
         txn = self.transactions.get(transactional_id)
@@ -133,16 +140,22 @@ class TransactionCoordinator:
             return -1, -1, "POLICY_VIOLATION"
         if txn is None:
             pid, _, _ = self.cluster.producer_ids.init()
-            txn = Transaction(pid, timeout_ms, transactional_id)
+            txn = Transaction(pid, timeout_ms, transactional_id, self.clock())
             self.transactions[transactional_id] = txn
             self._changed(txn, EMPTY)
             return pid, 0, None
+        txn.updated = self.clock()
         if producer_id != -1 and (producer_id, epoch) != (txn.producer_id, txn.epoch):
             if producer_id != txn.producer_id:
                 return -1, -1, "INVALID_PRODUCER_ID_MAPPING"
             return -1, -1, "PRODUCER_FENCED"
         if txn.ongoing:
+            # Kafka's PrepareEpochFence: the epoch is bumped (fencing the producer that left
+            # the transaction open), the transaction aborted with its markers at that epoch,
+            # and the caller told CONCURRENT_TRANSACTIONS: its retry bumps the epoch again.
+            self._fence(txn)
             self._finish(txn, commit=False, now_ms=now_ms)
+            return -1, -1, "CONCURRENT_TRANSACTIONS"
         txn.timeout_ms = timeout_ms
         txn.ended = None
         if txn.epoch >= MAX_EPOCH - 1:  # the epoch is an int16: a new producer id past it
@@ -199,6 +212,7 @@ class TransactionCoordinator:
             self.on_end(txn.producer_id, commit)  # its TxnOffsetCommits land or are dropped
         txn.ongoing = False
         txn.ended = bool(commit)
+        txn.updated = self.clock()
         txn.deadline = None
         txn.partitions.clear()
         txn.groups.clear()
@@ -220,17 +234,15 @@ class TransactionCoordinator:
             if deadline > now:
                 return aborted, deadline
             heapq.heappop(heap)
+            self._fence(txn)  # the markers carry the fenced epoch, as Kafka's do
             self._finish(txn, commit=False, now_ms=now_ms)
             aborted += 1
-            if txn.epoch < MAX_EPOCH - 1:
-                txn.epoch += 1
-                self._changed(txn, COMPLETE_ABORT)
         return aborted, None
 
     def restore(self, transactional_id, producer_id, epoch, timeout_ms, status, partitions):
         """A transactional id's state read back (the last TransactionLogValue kept): a
         transaction it left under way is added to, to be settled by `settle_restored`."""
-        txn = Transaction(producer_id, timeout_ms, transactional_id)
+        txn = Transaction(producer_id, timeout_ms, transactional_id, self.clock())
         txn.epoch = epoch
         txn.ended = {COMPLETE_COMMIT: True, COMPLETE_ABORT: False}.get(status)
         if status not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):  # under way or ending
@@ -243,18 +255,39 @@ class TransactionCoordinator:
         """After a restart: the transactions restored as under way end as Kafka's coordinator
         ends them on load: one that was committing or aborting (`prepared`: transactional
         id -> commit) completes; one still open is aborted and its producer fenced (its epoch
-        bumped), as its timeout would, but now. Returns the transactional ids settled."""
+        bumped, the markers at that epoch), as its timeout would, but now. Returns the
+        transactional ids settled."""
         settled = []
         for tid, txn in self.transactions.items():
             if not txn.ongoing:
                 continue
-            commit = prepared.get(tid, False)
-            self._finish(txn, commit, now_ms)
-            if tid not in prepared and txn.epoch < MAX_EPOCH - 1:
-                txn.epoch += 1
-                self._changed(txn, COMPLETE_ABORT)
+            if tid not in prepared:
+                self._fence(txn)
+            self._finish(txn, prepared.get(tid, False), now_ms)
             settled.append(tid)
         return settled
+
+    def forget_idle(self, expiration_ms):
+        """Forget the transactional ids with no transaction under way whose last change is
+        `expiration_ms` or more ago (Kafka's transactional.id.expiration.ms): the next
+        InitProducerId of one gets a new producer id. Returns how many."""
+        now = self.clock()
+        gone = [
+            tid
+            for tid, txn in self.transactions.items()
+            if not txn.ongoing and (now - txn.updated) * 1000 >= expiration_ms
+        ]
+        for tid in gone:
+            self._changed(self.transactions.pop(tid), DEAD)  # as Kafka writes it: Dead
+        return len(gone)
+
+    @staticmethod
+    def _fence(txn):
+        """Bump the epoch of a transaction about to be aborted by the coordinator (Kafka's
+        prepareFenceProducerEpoch); at the int16's top, the next InitProducerId gives a new
+        producer id."""
+        if txn.epoch < MAX_EPOCH:
+            txn.epoch += 1
 
 
 # ---------------------------------------------------------------- the handlers

@@ -14,23 +14,41 @@ class Broker(ServerThread):
     `nodes` listeners on `host` (node ids 0 to nodes-1), on `ports` (one per node; by default
     free ones). Other keyword arguments go to fastkwire.broker.Broker (auto_create_topics,
     num_partitions, log_dir, retention_check_interval_ms, the connection caps, security:
-    `users`, `tls_cert`, `tls_key`, `security_protocol`...; `faults`). `loop`: "auto"
+    `users`, `tls_cert`, `tls_key`, `security_protocol`...; `faults`). `protocols`: several
+    listeners a node, one per security protocol (("PLAINTEXT", "SSL"): Kafka's
+    `listeners=PLAINTEXT://...,SSL://...`), on free ports; `bootstrap_servers_for(protocol)`
+    gives their addresses, and each client is told those of the listener it came in on.
+    `loop`: "auto"
     (uvloop when installed), "asyncio" or "uvloop". The cluster's shape changes under its
     clients with `move_leader`, `stop_node` and `start_node`."""
 
-    def __init__(self, *, nodes=1, host="127.0.0.1", ports=None, loop=None, **kwargs):
+    def __init__(
+        self, *, nodes=1, host="127.0.0.1", ports=None, loop=None, protocols=None, **kwargs
+    ):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise ValueError(f"nodes: must be a positive integer, not {nodes!r}")
-        ports = [0] * nodes if ports is None else list(ports)
-        if len(ports) != nodes:
-            raise ValueError(f"ports: {len(ports)} given for {nodes} node(s)")
-        self.broker = _AsyncBroker([(host, port) for port in ports], **kwargs)
+        if protocols is not None:
+            if ports is not None:
+                raise ValueError("ports: not with protocols (their listeners take free ports)")
+            if isinstance(protocols, str) or not protocols:
+                raise ValueError(f"protocols: a list of security protocols, not {protocols!r}")
+            listeners = [",".join(f"{p}://{host}:0" for p in protocols)] * nodes
+        else:
+            ports = [0] * nodes if ports is None else list(ports)
+            if len(ports) != nodes:
+                raise ValueError(f"ports: {len(ports)} given for {nodes} node(s)")
+            listeners = [(host, port) for port in ports]
+        self.broker = _AsyncBroker(listeners, **kwargs)
         super().__init__(self.broker, loop, name="broker")
 
     @property
     def bootstrap_servers(self):
         """ "host:port,..." of every node, for a client's bootstrap_servers."""
         return self.broker.bootstrap_servers
+
+    def bootstrap_servers_for(self, protocol):
+        """ "host:port,..." of every node's listener of `protocol`."""
+        return self.broker.bootstrap_servers_for(protocol)
 
     @property
     def security_protocol(self):
