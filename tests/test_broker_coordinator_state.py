@@ -550,3 +550,14 @@ def test_hostile_coordinator_records_keep_the_load_contract():
     import hostile_coordinator_state
 
     assert hostile_coordinator_state.run(60, seed=7) == 0
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "9" * 5000, "-5", "12 34", "0x10"])
+def test_a_producer_ids_file_that_is_not_a_number_is_ignored(tmp_path, text):
+    # "²" passes str.isdigit() but not int(); 5000 digits pass neither int() nor the cap.
+    storage, cluster, _, _, _ = open_state(tmp_path)
+    storage.close()
+    (tmp_path / "fastkwire-producer-ids").write_text(f"0\n1\n{text}\n", encoding="utf-8")
+    storage, cluster, _, _, _ = open_state(tmp_path)
+    assert cluster.producer_ids.init()[0] == 1000
+    storage.close()

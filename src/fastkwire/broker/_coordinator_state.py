@@ -29,6 +29,7 @@ are written when it commits (Kafka writes them at once, with the transaction's m
 
 import logging
 import os
+import re
 import time
 
 from .. import records
@@ -55,6 +56,7 @@ _log = logging.getLogger("fastkwire.broker")
 PRODUCER_IDS_FILE = "fastkwire-producer-ids"
 READ_CHUNK_BYTES = 1 << 20  # of a log read back at a time (whole batches, at least one)
 MAX_PRODUCER_ID = 1 << 62  # far below int64's top, so that ids handed out after it fit
+_ID_DIGITS = re.compile("[0-9]{1,19}")
 DEAD, PREPARE_EPOCH_FENCE = 6, 7  # Kafka's other TransactionState ids
 # GroupMetadataValue's member fields, in the order ClassicGroups.restore takes them
 _MEMBER_FIELDS = (
@@ -91,8 +93,11 @@ class CoordinatorState:
     def load(self):
         ids = self.cluster.producer_ids
         for entry in read_checkpoint(self._producer_ids_path):
-            if len(entry) == 1 and entry[0].isdigit() and int(entry[0]) < MAX_PRODUCER_ID:
-                ids.start_at(int(entry[0]))
+            # ASCII digits only, at most 19 of them: str.isdigit() passes "²", which int()
+            # refuses, and int() refuses thousands of digits (a damaged file: ignored)
+            if len(entry) == 1 and _ID_DIGITS.fullmatch(entry[0]):
+                if int(entry[0]) < MAX_PRODUCER_ID:
+                    ids.start_at(int(entry[0]))
         for name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
             found = self.storage.internal_found.get(name)
             if found is not None:
