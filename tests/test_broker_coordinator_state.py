@@ -552,6 +552,56 @@ def test_hostile_coordinator_records_keep_the_load_contract():
     assert hostile_coordinator_state.run(60, seed=7) == 0
 
 
+def _group_value(**changes):
+    member = {
+        "member_id": "m",
+        "group_instance_id": None,
+        "client_id": "c",
+        "client_host": "/127.0.0.1",
+        "rebalance_timeout": 3000,
+        "session_timeout": 6000,
+        "subscription": b"\x00\x00\x00\x00\x00\x00",
+        "assignment": b"",
+    }
+    fields = {
+        "protocol_type": "consumer",
+        "generation": 2,
+        "protocol": "range",
+        "leader": "m",
+        "members": [member],
+    }
+    fields.update(changes)
+    return encode_value(GROUP_METADATA, fields)
+
+
+@pytest.mark.parametrize(
+    "changes, problem",
+    [
+        ({"generation": 0x7FFFFFFF}, "generation 2147483647"),  # the next one is no int32
+        ({"generation": -1}, "generation -1"),
+        ({"protocol": None}, "members without a protocol"),
+    ],
+)
+def test_a_group_record_the_coordinator_cannot_take_back_stops_the_load(tmp_path, changes, problem):
+    # Such a group loaded had made JoinGroup's or DescribeGroups' answer not encode.
+    storage, cluster, _, _, _ = open_state(tmp_path)
+    index = cluster.coordinator_partition("g")
+    log = cluster.internal_topic("__consumer_offsets").partitions[index].log
+    data = records.write_batch(
+        [
+            records.Record(
+                timestamp=1,
+                key=encode_key(GROUP_METADATA, {"group": "g"}),
+                value=_group_value(**changes),
+            )
+        ]
+    )
+    log.append(read_batch_head(data), data)
+    storage.close()
+    with pytest.raises(CoordinatorStateError, match=rf"-{index}, offset 0: .*{problem}"):
+        open_state(tmp_path)
+
+
 @pytest.mark.parametrize("text", ["\u00b2", "9" * 5000, "-5", "12 34", "0x10"])
 def test_a_producer_ids_file_that_is_not_a_number_is_ignored(tmp_path, text):
     # "²" passes str.isdigit() but not int(); 5000 digits pass neither int() nor the cap.

@@ -57,6 +57,7 @@ PRODUCER_IDS_FILE = "fastkwire-producer-ids"
 READ_CHUNK_BYTES = 1 << 20  # of a log read back at a time (whole batches, at least one)
 MAX_PRODUCER_ID = 1 << 62  # far below int64's top, so that ids handed out after it fit
 _ID_DIGITS = re.compile("[0-9]{1,19}")
+MAX_GENERATION = (1 << 31) - 1  # a classic group's generation + 1 is an int32 in JoinGroup
 DEAD, PREPARE_EPOCH_FENCE = 6, 7  # Kafka's other TransactionState ids
 # GroupMetadataValue's member fields, in the order ClassicGroups.restore takes them
 _MEMBER_FIELDS = (
@@ -154,11 +155,11 @@ class CoordinatorState:
 
     def _load_groups(self):
         offsets, metadata = {}, {}
-        for record_type, key, value, _ in self._records(OFFSETS_TOPIC):
+        for record_type, key, value, where in self._records(OFFSETS_TOPIC):
             if record_type is OFFSET_COMMIT:
                 offsets[(key["group"], key["topic"], key["partition"])] = value
             elif record_type is GROUP_METADATA:
-                metadata[key["group"]] = value
+                metadata[key["group"]] = value if value is None else _checked_group(value, where)
         store = self.groups.offsets
         for (group_id, topic, partition), value in offsets.items():
             if value is not None:
@@ -323,6 +324,20 @@ class CoordinatorState:
         )
         key = encode_key(TRANSACTION_LOG, {"transactional_id": tid})
         self._write(TRANSACTION_STATE_TOPIC, tid, key, value)
+
+
+def _checked_group(value, where):
+    """A GroupMetadataValue whose values a classic group can take back (its next
+    generation an int32; a protocol for its members, which JoinGroup and DescribeGroups
+    answer); CoordinatorStateError naming `where` for one it cannot."""
+    problem = None
+    if not 0 <= value["generation"] < MAX_GENERATION:
+        problem = f"generation {value['generation']}"
+    elif value["members"] and value["protocol"] is None:
+        problem = f"{len(value['members'])} members without a protocol"
+    if problem is not None:
+        raise CoordinatorStateError(f"{where}: GroupMetadataValue: {problem} is not one kept")
+    return value
 
 
 def _checked_transaction(value, where):
