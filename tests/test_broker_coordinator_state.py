@@ -552,10 +552,10 @@ def test_hostile_coordinator_records_keep_the_load_contract():
     assert hostile_coordinator_state.run(60, seed=7) == 0
 
 
-def _group_value(**changes):
-    member = {
-        "member_id": "m",
-        "group_instance_id": None,
+def _member(member_id="m", instance_id=None):
+    return {
+        "member_id": member_id,
+        "group_instance_id": instance_id,
         "client_id": "c",
         "client_host": "/127.0.0.1",
         "rebalance_timeout": 3000,
@@ -563,12 +563,15 @@ def _group_value(**changes):
         "subscription": b"\x00\x00\x00\x00\x00\x00",
         "assignment": b"",
     }
+
+
+def _group_value(**changes):
     fields = {
         "protocol_type": "consumer",
         "generation": 2,
         "protocol": "range",
         "leader": "m",
-        "members": [member],
+        "members": [_member()],
     }
     fields.update(changes)
     return encode_value(GROUP_METADATA, fields)
@@ -580,6 +583,9 @@ def _group_value(**changes):
         ({"generation": 0x7FFFFFFF}, "generation 2147483647"),  # the next one is no int32
         ({"generation": -1}, "generation -1"),
         ({"protocol": None}, "members without a protocol"),
+        # JoinGroup of the second static member had raised KeyError
+        ({"members": [_member("m", "i1"), _member("m", "i2")]}, "member id 'm' twice"),
+        ({"members": [_member("m", "i"), _member("n", "i")]}, "group instance id 'i' twice"),
     ],
 )
 def test_a_group_record_the_coordinator_cannot_take_back_stops_the_load(tmp_path, changes, problem):

@@ -27,6 +27,7 @@ are not written (they come back as empty groups), and offsets committed in a tra
 are written when it commits (Kafka writes them at once, with the transaction's markers).
 """
 
+import collections
 import logging
 import os
 import re
@@ -329,12 +330,20 @@ class CoordinatorState:
 def _checked_group(value, where):
     """A GroupMetadataValue whose values a classic group can take back (its next
     generation an int32; a protocol for its members, which JoinGroup and DescribeGroups
-    answer); CoordinatorStateError naming `where` for one it cannot."""
+    answer; no member or instance id twice); CoordinatorStateError naming `where` for one
+    it cannot."""
     problem = None
     if not 0 <= value["generation"] < MAX_GENERATION:
         problem = f"generation {value['generation']}"
     elif value["members"] and value["protocol"] is None:
         problem = f"{len(value['members'])} members without a protocol"
+    else:  # each member and static member once: the group's maps are keyed by them
+        for field, what in (("member_id", "member id"), ("group_instance_id", "group instance id")):
+            counts = collections.Counter(m[field] for m in value["members"])
+            twice = [n for n, c in counts.items() if c > 1 and n is not None]
+            if twice:
+                problem = f"{what} {twice[0]!r} twice"
+                break
     if problem is not None:
         raise CoordinatorStateError(f"{where}: GroupMetadataValue: {problem} is not one kept")
     return value
