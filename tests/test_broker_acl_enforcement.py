@@ -299,6 +299,32 @@ def test_metadata_v0_naming_only_refused_topics_lists_none_of_the_others():
     ]
 
 
+def test_describe_topic_partitions_pages_only_the_topics_it_may_describe():
+    # Kafka filters before paging: the cursor named a hidden topic, and hidden topics'
+    # partitions used up the page ("closed" has 2, "secret" 3; "open" is describable).
+    apis = make_apis(acl(TOPIC, "open", DESCRIBE), acl(TOPIC, "zz", DESCRIBE))
+    apis.cluster.create_topic("secret", 3)
+    apis.cluster.create_topic("zz", 1)
+    D = fastkwire.DescribeTopicPartitionsRequest
+    pages, cursor = [], None
+    for _ in range(5):
+        answer = call(apis, D(topics=[], response_partition_limit=2, cursor=cursor), 0)
+        pages.append([(t.name, len(t.partitions)) for t in answer.topics])
+        cursor = answer.next_cursor
+        if cursor is None:
+            break
+        assert cursor.topic_name in ("open", "zz")
+    assert pages == [[("open", 2)], [("zz", 1)]]
+    nothing = make_apis()
+    answer = call(nothing, D(topics=[], response_partition_limit=1, cursor=None), 0)
+    assert answer.topics == [] and answer.next_cursor is None
+    named = call(apis, D(topics=[D.TopicRequest(name=n) for n in ("secret", "open")]), 0)
+    assert [(t.name, t.error_code) for t in named.topics] == [
+        ("open", 0),
+        ("secret", code("TOPIC_AUTHORIZATION_FAILED")),
+    ]
+
+
 def test_topic_admin_apis_need_create_delete_alter():
     apis = make_apis(acl(TOPIC, "open", DELETE), acl(TOPIC, "mine-", CREATE, pattern=PREFIXED))
     C = fastkwire.CreateTopicsRequest

@@ -631,25 +631,35 @@ def _metadata(auth, request, version, ctx):
 
 
 def _describe_topic_partitions(auth, request, version, ctx):
+    """Only the topics that may be described are paged, as Kafka filters them before
+    paging: a listing of all topics becomes the list of those (its cursor and page never
+    name another); named ones refused are answered TOPIC_AUTHORIZATION_FAILED."""
     R = DescribeTopicPartitionsResponse
-    named = {t.name for t in request.topics or []}
-
-    def after(response):
-        topics = []
-        for t in response.topics or []:
+    Q = DescribeTopicPartitionsRequest
+    refused = []
+    if not request.topics:
+        names = sorted(n for n in auth.cluster.topics if auth.may(ctx, DESCRIBE, TOPIC, n))
+        request.topics = [Q.TopicRequest(name=n) for n in names]
+    else:
+        kept = []
+        for t in request.topics:
             if auth.may(ctx, DESCRIBE, TOPIC, t.name):
-                # always filled in: the request has no flag for it
-                t.topic_authorized_operations = auth.operations(
-                    ctx, TOPIC, t.name, TOPIC_OPERATIONS
-                )
-                topics.append(t)
-            elif t.name in named:
-                topics.append(
+                kept.append(t)
+            else:
+                refused.append(
                     R.DescribeTopicPartitionsResponseTopic(
                         error_code=TOPIC_FAILED, name=t.name, partitions=[]
                     )
                 )
-        response.topics = topics
+        request.topics = kept
+    if not request.topics:  # the handler would read an empty list as all topics
+        return R(topics=refused, next_cursor=None), None
+
+    def after(response):
+        for t in response.topics or []:
+            # always filled in: the request has no flag for it
+            t.topic_authorized_operations = auth.operations(ctx, TOPIC, t.name, TOPIC_OPERATIONS)
+        response.topics = list(response.topics or []) + refused
         return response
 
     return None, after
