@@ -31,6 +31,12 @@ appended, data to read), sometimes mutated, in bursts of one kind. Beside the co
 With --authorizer the broker enforces ACLs (_authorize.py) that allow the fuzzer's
 principal some things and deny it others, so that refused requests, requests cut down to
 what is allowed and CreateAcls/DeleteAcls changing the ACLs all go through the same contract.
+With --stranger the broker enforces ACLs that grant everything to another principal and
+nothing to the fuzzer's, and holds that principal's topic, group offsets and transactional
+id; beside the contract above, checked for every input: the fuzzer's request changes
+nothing (topics, partitions, logs, configs, ACLs, offsets, groups, transactional ids,
+producer ids) and its answer names no topic, group or transactional id its request does
+not name (Kafka leaves out, or refuses alike, what a client may not describe).
 Anything else is printed with its input (hex) and counted; the exit status is 1 if any.
 """
 
@@ -108,7 +114,58 @@ def fuzz_acls(apis):
         apis.acls.add(acl)
 
 
-def make_broker(authorizer=False):
+OWNER = "User:owner"
+SECRETS = ("hidden-topic-q7", "hidden-group-q7", "hidden-txn-q7")
+
+
+def stranger_state(apis):
+    """--stranger: ACLs granting everything to OWNER (none to the fuzzer's principal), and
+    what OWNER made: a topic with data, a group's offsets, a transactional id."""
+    for resource_type in (2, 3, 4, 5):
+        name = "kafka-cluster" if resource_type == 4 else "*"
+        apis.acls.add(Acl(resource_type, name, 3, OWNER, "*", 2, 3))  # ALLOW ALL
+    topic, group, txn = SECRETS
+    apis.cluster.create_topic(topic, 2)
+    ctx = Context(0, "owner", "127.0.0.1", principal=OWNER)
+    P, C = fastkwire.ProduceRequest, fastkwire.OffsetCommitRequest
+    batch = records.write_batch([records.Record(timestamp=1, key=None, value=b"secret")])
+    requests = (
+        (9, P(acks=1, timeout_ms=100, topic_data=[
+            P.TopicProduceData(name=topic, partition_data=[
+                P.PartitionProduceData(index=0, records=batch)])])),
+        (8, C(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+            C.OffsetCommitRequestTopic(name=topic, partitions=[
+                C.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])])),
+        (4, fastkwire.InitProducerIdRequest(transactional_id=txn, transaction_timeout_ms=60000)),
+    )  # fmt: skip
+    for version, request in requests:
+        out = []
+        apis.handle(type(request).API_KEY, version, request, ctx, out.append)
+        fastkwire.encode_response(out[0], version, 1)
+
+
+def state_of(apis):
+    """What a request could change, as plain values (--stranger compares them)."""
+    cluster, groups = apis.cluster, apis.groups
+    return (
+        {
+            t.name: (dict(t.configs), [(p.log.log_start, p.log.log_end) for p in t.partitions])
+            for t in cluster.topics.values()
+        },
+        set(apis.acls.acls),
+        {g: groups.offsets.by_topic(g) for g in groups.offsets.groups()},
+        {
+            g.group_id: (g.state, g.generation, list(g.members), sorted(g.pending_join))
+            for g in groups.classic.groups.values()
+        },
+        {g: sorted(x.members) for g, x in groups.consumer.groups.items()},
+        {g: sorted(x.members) for g, x in groups.streams.groups.items()},
+        {t: (x.producer_id, x.epoch, x.ongoing) for t, x in apis.transactions.transactions.items()},
+        cluster.producer_ids._next,
+    )
+
+
+def make_broker(authorizer=False, stranger=False):
     clock = [0.0]
     cluster = Cluster({0: ("127.0.0.1", 9092)}, num_partitions=2, max_partitions=MAX_PARTITIONS)
     groups = GroupCoordinator(
@@ -122,10 +179,12 @@ def make_broker(authorizer=False):
         clock=lambda: clock[0],
         groups=groups,
         limits=LIMITS,
-        authorizer=Authorizer() if authorizer else None,
+        authorizer=Authorizer() if authorizer or stranger else None,
     )
     cluster.create_topic(TOPIC, 2)
-    if authorizer:
+    if stranger:
+        stranger_state(apis)
+    elif authorizer:
         fuzz_acls(apis)
     return apis, clock
 
@@ -384,11 +443,14 @@ def seeds(apis):
     return out
 
 
-def check_one(apis, clock, errors, frame, node=0):
+def check_one(apis, clock, errors, frame, node=0, stranger=False):
     outcomes = []
+    before = state_of(apis) if stranger else None
     started = time.monotonic()
     answer_frame(apis, frame, node, "fuzz", outcomes.append)
     took = time.monotonic() - started
+    if stranger and state_of(apis) != before:
+        raise Finding("a principal without ACLs changed the broker's state")
     if took > SLOW_INPUT:
         raise Finding(f"one input took {took:.1f} s (over {SLOW_INPUT} s: work without bound)")
     # A Fetch that waits: past the longest wait an int32 of milliseconds asks. Otherwise a
@@ -429,6 +491,10 @@ def check_one(apis, clock, errors, frame, node=0):
         bound = apis.limits.fetch_max_bytes + FETCH_SLACK + 4 * len(frame)
     if len(outcome) > bound:
         raise Finding(f"an answer of {len(outcome)} bytes to a request of {len(frame)}")
+    if stranger:
+        for name in (TOPIC.encode(), *(n.encode() for n in SECRETS)):
+            if name in outcome[8:] and name not in frame:
+                raise Finding(f"the answer names {name.decode()!r}, which its request does not")
     return "answered"
 
 
@@ -482,11 +548,11 @@ def check_state(apis):
                 raise Finding(f"{topic.name}-{p.index}: the last batch does not end the log")
 
 
-def run(loops, seed, stop_after=None, authorizer=False):
+def run(loops, seed, stop_after=None, authorizer=False, stranger=False):
     rng = random.Random(seed)
     errors = _Errors()
     logging.getLogger("fastkwire.broker").addHandler(errors)
-    apis, clock = make_broker(authorizer)
+    apis, clock = make_broker(authorizer, stranger)
     pool = seeds(apis)
     counts = {"answered": 0, "closed": 0, "silent": 0, "floods": 0}
     findings = 0
@@ -505,7 +571,7 @@ def run(loops, seed, stop_after=None, authorizer=False):
         else:
             frame = rng.choice(pool)
         try:
-            counts[check_one(apis, clock, errors, frame)] += 1
+            counts[check_one(apis, clock, errors, frame, stranger=stranger)] += 1
             check_caps(apis)
             if i % 50 == 0:
                 check_state(apis)
@@ -535,10 +601,15 @@ def main(argv=None, run=run, loops=20000, doc=__doc__):
         parser.add_argument(
             "--authorizer", action="store_true", help="the broker enforces ACLs (see above)"
         )
+        parser.add_argument(
+            "--stranger",
+            action="store_true",
+            help="ACLs that allow the fuzzer's principal nothing: it changes and learns nothing",
+        )
     args = parser.parse_args(argv)
     logging.getLogger("fastkwire.broker").setLevel(logging.INFO)
     logging.getLogger("fastkwire.broker").propagate = False
-    extra = {"authorizer": True} if getattr(args, "authorizer", False) else {}
+    extra = {k: True for k in ("authorizer", "stranger") if getattr(args, k, False)}
     counts, findings, took = run(args.loop, args.seed, **extra)
     floods = f" ({counts['floods']} floods)" if "floods" in counts else ""
     print(

@@ -1021,6 +1021,23 @@ def test_mutated_frames_keep_the_request_path_s_contract_with_an_authorizer():
     assert counts["answered"] and counts["closed"]
 
 
+def test_a_principal_without_acls_changes_and_learns_nothing_from_mutated_frames():
+    """fuzz/hostile_requests.py --stranger over a short run: the fuzzer's principal has no
+    ACL, another holds a topic, offsets and a transactional id; no request of the fuzzer's
+    changes the broker's state or gets an answer naming what it did not name. (Seed 2
+    found DescribeTopicPartitions' cursor naming a hidden topic.)"""
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("cramjam")  # its seeds hold gzip batches
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_requests
+
+    counts, findings, _ = hostile_requests.run(20000, seed=2, stranger=True)
+    assert findings == 0
+    assert counts["answered"] and counts["closed"]
+
+
 def test_a_client_certificate_s_subject_is_its_principal(tls_files):  # noqa: F811
     from kafka import KafkaProducer
     from kafka.errors import TopicAuthorizationFailedError
