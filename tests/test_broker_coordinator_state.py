@@ -617,3 +617,47 @@ def test_a_producer_ids_file_that_is_not_a_number_is_ignored(tmp_path, text):
     storage, cluster, _, _, _ = open_state(tmp_path)
     assert cluster.producer_ids.init()[0] == 1000
     storage.close()
+
+
+def test_offsets_of_transactions_count_only_once_committed_in_log_order(tmp_path):
+    # As Kafka's log holds them: TxnOffsetCommit records in transactional batches, then the
+    # transaction's marker. Aborted or still open ones had been loaded as committed.
+    storage, cluster, groups, _, _ = open_state(tmp_path)
+    index = cluster.coordinator_partition("g")
+    log = cluster.internal_topic("__consumer_offsets").partitions[index].log
+
+    def commit(partition, offset, producer_id=-1):
+        data = records.write_batch(
+            [
+                records.Record(
+                    timestamp=1,
+                    key=encode_key(
+                        OFFSET_COMMIT, {"group": "g", "topic": "t", "partition": partition}
+                    ),
+                    value=encode_value(
+                        OFFSET_COMMIT, {"offset": offset, "metadata": "", "commit_timestamp": 1}
+                    ),
+                )
+            ],
+            producer_id=producer_id,
+            producer_epoch=0 if producer_id >= 0 else -1,
+            base_sequence=0 if producer_id >= 0 else -1,
+            is_transactional=producer_id >= 0,
+        )
+        log.append(read_batch_head(data), data)
+
+    for p in range(4):
+        commit(p, 1)
+    commit(0, 5, producer_id=7)  # aborted
+    commit(1, 9, producer_id=8)  # never ended
+    commit(2, 7, producer_id=9)  # committed
+    commit(3, 20, producer_id=10)  # committed, but a later commit of the partition wins
+    commit(3, 30)
+    log.write_marker(7, 0, False, 1)
+    log.write_marker(9, 0, True, 1)
+    log.write_marker(10, 0, True, 1)
+    storage.close()
+    storage, _, groups, _, _ = open_state(tmp_path)
+    got = {p: c.offset for p, c in groups.offsets.by_topic("g")["t"].items()}
+    assert got == {0: 1, 1: 1, 2: 7, 3: 30}
+    storage.close()
