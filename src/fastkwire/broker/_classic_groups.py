@@ -26,6 +26,7 @@ NONE = 0
 FENCED_INSTANCE_ID = _code("FENCED_INSTANCE_ID")
 GROUP_MAX_SIZE_REACHED = _code("GROUP_MAX_SIZE_REACHED")
 POLICY_VIOLATION = _code("POLICY_VIOLATION")
+MAX_GENERATION = (1 << 31) - 1  # generation_id is an int32
 ILLEGAL_GENERATION = _code("ILLEGAL_GENERATION")
 INCONSISTENT_GROUP_PROTOCOL = _code("INCONSISTENT_GROUP_PROTOCOL")
 INVALID_GROUP_ID = _code("INVALID_GROUP_ID")
@@ -552,7 +553,8 @@ class ClassicGroups:
             # second apart, so that a zero rebalance timeout cannot keep the timers spinning).
             self._schedule_join_deadline(group, at_least_ms=NOBODY_REJOINED_RETRY_MS)
             return
-        group.generation += 1
+        # an int32 in the answers: after its top (a group read back there), 1 again
+        group.generation = group.generation + 1 if group.generation < MAX_GENERATION else 1
         if group.members:
             group.protocol_name = group.select_protocol()
             group.subscribed = group.subscribed_topics()

@@ -60,7 +60,6 @@ PRODUCER_IDS_FILE = "fastkwire-producer-ids"
 READ_CHUNK_BYTES = 1 << 20  # of a log read back at a time (whole batches, at least one)
 MAX_PRODUCER_ID = 1 << 62  # far below int64's top, so that ids handed out after it fit
 _ID_DIGITS = re.compile("[0-9]{1,19}")
-MAX_GENERATION = (1 << 31) - 1  # a classic group's generation + 1 is an int32 in JoinGroup
 DEAD, PREPARE_EPOCH_FENCE = 6, 7  # Kafka's other TransactionState ids
 # GroupMetadataValue's member fields, in the order ClassicGroups.restore takes them
 _MEMBER_FIELDS = (
@@ -352,12 +351,11 @@ def _later(found, key, position, value):
 
 
 def _checked_group(value, where):
-    """A GroupMetadataValue whose values a classic group can take back (its next
-    generation an int32; a protocol for its members, which JoinGroup and DescribeGroups
-    answer; no member or instance id twice); CoordinatorStateError naming `where` for one
-    it cannot."""
+    """A GroupMetadataValue whose values a classic group can take back (a generation it
+    counts from, not negative; a protocol for its members, which DescribeGroups answers; no
+    member or instance id twice); CoordinatorStateError naming `where` for one it cannot."""
     problem = None
-    if not 0 <= value["generation"] < MAX_GENERATION:
+    if value["generation"] < 0:
         problem = f"generation {value['generation']}"
     elif value["members"] and value["protocol"] is None:
         problem = f"{len(value['members'])} members without a protocol"
