@@ -700,3 +700,36 @@ def test_a_group_at_the_last_generation_rebalances_to_generation_1(tmp_path):
     storage, _, groups, _, _ = open_state(tmp_path)
     assert groups.groups["g"].generation == 1
     storage.close()
+
+
+@pytest.mark.parametrize("producer_id", [(1 << 62) - 1, (1 << 63) - 1])
+def test_a_transactional_id_at_a_huge_producer_id_and_what_it_writes_load_back(
+    tmp_path, producer_id
+):
+    # At 2**62 - 1 the id handed out next (its epoch exhausted) was refused by the next
+    # load: the coordinator's own record stopped the start.
+    storage, cluster, _, txns, _ = open_state(tmp_path)
+    index = cluster.coordinator_partition("tx")
+    log = cluster.internal_topic("__transaction_state").partitions[index].log
+    fields = {
+        "producer_id": producer_id,
+        "producer_epoch": 32766,
+        "transaction_timeout_ms": 60000,
+        "transaction_status": 4,  # CompleteCommit
+        "transaction_partitions": [],
+        "transaction_last_update_timestamp_ms": 1,
+        "transaction_start_timestamp_ms": -1,
+    }
+    value = encode_value(TRANSACTION_LOG, fields)
+    key = encode_key(TRANSACTION_LOG, {"transactional_id": "tx"})
+    data = records.write_batch([records.Record(timestamp=1, key=key, value=value)])
+    log.append(read_batch_head(data), data)
+    storage.close()
+    storage, _, _, txns, _ = open_state(tmp_path)
+    assert txns.transactions["tx"].producer_id == producer_id
+    pid, epoch, error = txns.init("tx", 60000)  # the epoch is exhausted: a new id
+    assert error is None and epoch == 0 and 0 < pid < 1 << 63
+    storage.close()
+    storage, _, _, txns, _ = open_state(tmp_path)
+    assert (txns.transactions["tx"].producer_id, txns.transactions["tx"].epoch) == (pid, 0)
+    storage.close()

@@ -58,7 +58,7 @@ from ._segment_files import read_checkpoint, write_checkpoint
 _log = logging.getLogger("fastkwire.broker")
 PRODUCER_IDS_FILE = "fastkwire-producer-ids"
 READ_CHUNK_BYTES = 1 << 20  # of a log read back at a time (whole batches, at least one)
-MAX_PRODUCER_ID = 1 << 62  # far below int64's top, so that ids handed out after it fit
+MAX_PRODUCER_ID = 1 << 62  # ids kept at or past it (damaged, hostile) move no id handed out
 _ID_DIGITS = re.compile("[0-9]{1,19}")
 DEAD, PREPARE_EPOCH_FENCE = 6, 7  # Kafka's other TransactionState ids
 # GroupMetadataValue's member fields, in the order ClassicGroups.restore takes them
@@ -232,7 +232,8 @@ class CoordinatorState:
                 status,
                 partitions,
             )
-            ids.start_at(value["producer_id"] + 1)
+            if value["producer_id"] + 1 < MAX_PRODUCER_ID:  # room for the ids after it
+                ids.start_at(value["producer_id"] + 1)
             if status in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE):
                 prepared[tid] = status == PREPARE_COMMIT
         return prepared
@@ -376,7 +377,7 @@ def _checked_transaction(value, where):
     CoordinatorStateError naming `where` for one it cannot."""
     status = value["transaction_status"]
     problem = None
-    if not 0 <= value["producer_id"] < MAX_PRODUCER_ID:
+    if value["producer_id"] < 0:  # any other int64: ids handed out after it may pass 2**62
         problem = f"producer id {value['producer_id']}"
     elif value["producer_epoch"] < 0:
         problem = f"producer epoch {value['producer_epoch']}"
