@@ -648,6 +648,55 @@ def test_consumer_group_heartbeat_needs_describe_on_its_topics():
     assert call(apis, beat(["open"]), 0).error_code == 0
 
 
+def test_streams_group_heartbeat_needs_describe_on_its_topology_s_topics():
+    # As Kafka's: every topic the topology names. Without it, the status told which hidden
+    # topics exist (MISSING_SOURCE_TOPICS for one that does not) and the tasks their size.
+    apis = make_apis(acl(GROUP, "g", READ), acl(TOPIC, "open", READ))
+    H = fastkwire.StreamsGroupHeartbeatRequest
+
+    def beat(sources, changelogs=(), group="g"):
+        return H(
+            group_id=group,
+            member_id=str(uuid.uuid4()),
+            member_epoch=0,
+            endpoint_information_epoch=0,
+            rebalance_timeout_ms=10000,
+            topology=H.Topology(
+                epoch=1,
+                subtopologies=[
+                    H.Subtopology(
+                        subtopology_id="0",
+                        source_topics=list(sources),
+                        source_topic_regex=[],
+                        state_changelog_topics=[
+                            H.TopicInfo(
+                                name=n, partitions=0, replication_factor=0, topic_configs=[]
+                            )
+                            for n in changelogs
+                        ],
+                        repartition_sink_topics=[],
+                        repartition_source_topics=[],
+                        copartition_groups=[],
+                    )
+                ],
+            ),
+            active_tasks=[],
+            standby_tasks=[],
+            warmup_tasks=[],
+            process_id="p",
+        )
+
+    failed = code("TOPIC_AUTHORIZATION_FAILED")
+    for sources in (["open", "closed"], ["open", "no-such-topic"]):
+        answer = call(apis, beat(sources), 0)
+        assert (answer.error_code, answer.status) == (failed, None), sources
+    assert call(apis, beat(["open"], ["closed"]), 0).error_code == failed
+    assert call(apis, beat(["open"], group="other"), 0).error_code == code(
+        "GROUP_AUTHORIZATION_FAILED"
+    )
+    assert call(apis, beat(["open"]), 0).error_code == 0
+
+
 def test_list_offsets_and_delete_records_per_topic():
     apis = make_apis(acl(TOPIC, "open", DESCRIBE))
     L = fastkwire.ListOffsetsRequest

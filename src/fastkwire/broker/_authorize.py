@@ -866,6 +866,22 @@ def _consumer_group_heartbeat(auth, request, version, ctx):
     return None, None
 
 
+def _streams_group_heartbeat(auth, request, version, ctx):
+    """READ on the group; DESCRIBE on every topic its topology names, as Kafka's (else its
+    status would say which of them exist, and its tasks their partitions)."""
+    if not auth.may(ctx, READ, GROUP, request.group_id):
+        return _group_answer(request, version, GROUP_FAILED), None
+    names = set()
+    for sub in request.topology.subtopologies if request.topology is not None else ():
+        names.update(sub.source_topics or ())
+        names.update(sub.repartition_sink_topics or ())
+        names.update(t.name for t in sub.repartition_source_topics or ())
+        names.update(t.name for t in sub.state_changelog_topics or ())
+    if any(not auth.may(ctx, DESCRIBE, TOPIC, n) for n in names):
+        return _group_answer(request, version, TOPIC_FAILED), None
+    return None, None
+
+
 def _configs(response_cls, answers, describe):
     """DescribeConfigs and (Incremental)AlterConfigs: a topic's configs need
     DESCRIBE_CONFIGS / ALTER_CONFIGS on it, a broker's on the cluster, a group's on it."""
@@ -1087,7 +1103,7 @@ GUARDS = {
     HeartbeatRequest.API_KEY: _GROUP_READ,
     LeaveGroupRequest.API_KEY: _GROUP_READ,
     ConsumerGroupHeartbeatRequest.API_KEY: _consumer_group_heartbeat,
-    StreamsGroupHeartbeatRequest.API_KEY: _GROUP_READ,
+    StreamsGroupHeartbeatRequest.API_KEY: _streams_group_heartbeat,
     ListGroupsRequest.API_KEY: _list_groups,
     DescribeGroupsRequest.API_KEY: _groups(
         "groups",
