@@ -697,6 +697,61 @@ def test_streams_group_heartbeat_needs_describe_on_its_topology_s_topics():
     assert call(apis, beat(["open"]), 0).error_code == 0
 
 
+def test_group_descriptions_naming_topics_not_describable_are_refused():
+    # As Kafka's ConsumerGroupDescribe and StreamsGroupDescribe: DESCRIBE on the group had
+    # been enough to read the names (and assignments) of topics the client may not describe.
+    apis = make_apis(acl(GROUP, "*", DESCRIBE), acl(TOPIC, "open", DESCRIBE))
+    H = fastkwire.ConsumerGroupHeartbeatRequest
+    for group, topics in (("hidden-use", ["open", "closed"]), ("open-use", ["open"])):
+        beat = H(
+            group_id=group,
+            member_id=str(uuid.uuid4()),
+            member_epoch=0,
+            rebalance_timeout_ms=10000,
+            subscribed_topic_names=topics,
+            topic_partitions=[],
+        )
+        assert call(apis, beat, 0, principal="User:admin").error_code == 0
+    D = fastkwire.ConsumerGroupDescribeRequest
+    answer = call(apis, D(group_ids=["hidden-use", "open-use"]), 0)
+    by_group = {g.group_id: g for g in answer.groups}
+    assert by_group["hidden-use"].error_code == code("TOPIC_AUTHORIZATION_FAILED")
+    assert by_group["hidden-use"].members == []
+    assert by_group["open-use"].error_code == 0
+    assert by_group["open-use"].members[0].subscribed_topic_names == ["open"]
+    S = fastkwire.StreamsGroupHeartbeatRequest
+    beat = S(
+        group_id="streams",
+        member_id=str(uuid.uuid4()),
+        member_epoch=0,
+        endpoint_information_epoch=0,
+        rebalance_timeout_ms=10000,
+        topology=S.Topology(
+            epoch=1,
+            subtopologies=[
+                S.Subtopology(
+                    subtopology_id="0",
+                    source_topics=["closed"],
+                    source_topic_regex=[],
+                    state_changelog_topics=[],
+                    repartition_sink_topics=[],
+                    repartition_source_topics=[],
+                    copartition_groups=[],
+                )
+            ],
+        ),
+        active_tasks=[],
+        standby_tasks=[],
+        warmup_tasks=[],
+        process_id="p",
+    )
+    assert call(apis, beat, 0, principal="User:admin").error_code == 0
+    T = fastkwire.StreamsGroupDescribeRequest
+    described = call(apis, T(group_ids=["streams"]), 0).groups[0]
+    assert described.error_code == code("TOPIC_AUTHORIZATION_FAILED")
+    assert described.topology is None
+
+
 def test_list_offsets_and_delete_records_per_topic():
     apis = make_apis(acl(TOPIC, "open", DESCRIBE))
     L = fastkwire.ListOffsetsRequest
