@@ -733,3 +733,40 @@ def test_a_transactional_id_at_a_huge_producer_id_and_what_it_writes_load_back(
     storage, _, _, txns, _ = open_state(tmp_path)
     assert (txns.transactions["tx"].producer_id, txns.transactions["tx"].epoch) == (pid, 0)
     storage.close()
+
+
+def test_a_member_id_made_from_a_long_client_id_is_written_and_read_back(tmp_path):
+    # The member id was the client id (up to 32767 bytes) and a UUID: past the int16 length
+    # of GroupMetadataValue v3's strings (writing the group at the rebalance's end raised)
+    # and of JoinGroup v5's (its answer did not encode).
+    from fastkwire import JoinGroupRequest, SyncGroupRequest, encode_response
+    from fastkwire.broker import Context
+
+    storage, _, groups, _, _ = open_state(tmp_path)
+    ctx = Context(0, "c" * 32767, "127.0.0.1")
+    J, S = JoinGroupRequest, SyncGroupRequest
+    answers = []
+
+    def join(member_id):
+        request = J(
+            group_id="g",
+            session_timeout_ms=60000,
+            rebalance_timeout_ms=60000,
+            member_id=member_id,
+            protocol_type="consumer",
+            protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"\x00" * 6)],
+        )
+        groups.handle(J.API_KEY, 5, request, ctx, answers.append)
+        return answers[-1]
+
+    member_id = join("").member_id  # MEMBER_ID_REQUIRED, with the id to use
+    encode_response(answers[-1], 5, 1)  # v5's strings have int16 lengths too
+    assert len(member_id.encode()) <= 32767 and member_id.startswith("ccc")
+    assert join(member_id).error_code == 0
+    sync = S(group_id="g", generation_id=1, member_id=member_id, assignments=[])
+    groups.handle(S.API_KEY, 3, sync, ctx, answers.append)
+    assert answers[-1].error_code == 0
+    storage.close()
+    storage, _, groups, _, _ = open_state(tmp_path)
+    assert list(groups.groups["g"].members) == [member_id]
+    storage.close()
