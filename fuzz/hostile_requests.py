@@ -31,6 +31,9 @@ appended, data to read), sometimes mutated, in bursts of one kind. Beside the co
 With --authorizer the broker enforces ACLs (_authorize.py) that allow the fuzzer's
 principal some things and deny it others, so that refused requests, requests cut down to
 what is allowed and CreateAcls/DeleteAcls changing the ACLs all go through the same contract.
+With --log-dir the broker keeps its coordinators' state in a temporary log directory (some
+JoinGroup floods then come from a client id of 32767 bytes); at the end, a broker started
+on that directory must load what the coordinators wrote.
 With --stranger the broker enforces ACLs that grant everything to another principal and
 nothing to the fuzzer's, and holds that principal's topic, group offsets and transactional
 id; beside the contract above, checked for every input: the fuzzer's request changes
@@ -43,8 +46,10 @@ Anything else is printed with its input (hex) and counted; the exit status is 1 
 import argparse
 import logging
 import random
+import shutil
 import struct
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,6 +69,8 @@ from fastkwire.broker import (  # noqa: E402
     Limits,
 )
 from fastkwire.broker._acls import Acl  # noqa: E402
+from fastkwire.broker._coordinator_state import CoordinatorState  # noqa: E402
+from fastkwire.broker._disk_logs import DiskLogs  # noqa: E402
 from fastkwire.broker._exchange import Close, answer_frame  # noqa: E402
 from fastkwire.proxy._frames import produce_acks, request_header  # noqa: E402
 
@@ -165,9 +172,17 @@ def state_of(apis):
     )
 
 
-def make_broker(authorizer=False, stranger=False):
+def make_broker(authorizer=False, stranger=False, log_dir=None):
     clock = [0.0]
-    cluster = Cluster({0: ("127.0.0.1", 9092)}, num_partitions=2, max_partitions=MAX_PARTITIONS)
+    storage = None if log_dir is None else DiskLogs(log_dir)
+    cluster = Cluster(
+        {0: ("127.0.0.1", 9092)},
+        num_partitions=2,
+        max_partitions=MAX_PARTITIONS,
+        cluster_id=None if storage is None else storage.cluster_id(),
+    )
+    if storage is not None:
+        storage.attach(cluster, settle=False)
     groups = GroupCoordinator(
         GROUPS,
         clock=lambda: clock[0],
@@ -181,7 +196,11 @@ def make_broker(authorizer=False, stranger=False):
         limits=LIMITS,
         authorizer=Authorizer() if authorizer or stranger else None,
     )
-    cluster.create_topic(TOPIC, 2)
+    if storage is not None:
+        CoordinatorState(storage, cluster, groups, apis.transactions).load()
+        apis.storage = storage  # closed by run()
+    if TOPIC not in cluster.topics:
+        cluster.create_topic(TOPIC, 2)
     if stranger:
         stranger_state(apis)
     elif authorizer:
@@ -192,7 +211,7 @@ def make_broker(authorizer=False, stranger=False):
 FLOOD_KINDS = 10
 
 
-def flood(rng, kind):
+def flood(rng, kind, long_client_ids=False):
     """A valid request of `kind` that asks the broker to hold, read or do much (see the
     docstring)."""
     n = rng.choice((1, 10, 100, 600))
@@ -303,7 +322,10 @@ def flood(rng, kind):
         )
         resource = R.AlterConfigsResource(resource_type=2, resource_name=TOPIC, configs=[config])
         request, version = R(resources=[resource], validate_only=False), 1
-    frame = fastkwire.encode_request(request, version, 20 + kind, "flood")
+    client_id = "flood"
+    if long_client_ids and kind == 2 and rng.random() < 0.3:
+        client_id = "c" * 32767  # the most a header holds: member ids are made from it
+    frame = fastkwire.encode_request(request, version, 20 + kind, client_id)
     return D.mutate(frame, rng, [frame]) if rng.random() < 0.2 else frame
 
 
@@ -548,11 +570,12 @@ def check_state(apis):
                 raise Finding(f"{topic.name}-{p.index}: the last batch does not end the log")
 
 
-def run(loops, seed, stop_after=None, authorizer=False, stranger=False):
+def run(loops, seed, stop_after=None, authorizer=False, stranger=False, log_dir=False):
     rng = random.Random(seed)
     errors = _Errors()
     logging.getLogger("fastkwire.broker").addHandler(errors)
-    apis, clock = make_broker(authorizer, stranger)
+    path = tempfile.mkdtemp(prefix="fk-hostile-requests-") if log_dir else None
+    apis, clock = make_broker(authorizer, stranger, path)
     pool = seeds(apis)
     counts = {"answered": 0, "closed": 0, "silent": 0, "floods": 0}
     findings = 0
@@ -562,7 +585,7 @@ def run(loops, seed, stop_after=None, authorizer=False, stranger=False):
         if not burst and rng.random() < 0.03:
             # floods come in bursts of one kind, as a hostile client sends them
             kind = rng.randrange(FLOOD_KINDS)
-            burst = [flood(rng, kind) for _ in range(rng.choice((1, 5, 60)))]
+            burst = [flood(rng, kind, log_dir) for _ in range(rng.choice((1, 5, 60)))]
         if burst:
             frame = burst.pop()
             counts["floods"] += 1
@@ -586,6 +609,14 @@ def run(loops, seed, stop_after=None, authorizer=False, stranger=False):
     except Finding as e:
         findings += 1
         print(f"finding at the end: {e}", file=sys.stderr)
+    if path is not None:
+        apis.storage.close()
+        try:  # what the coordinators wrote loads back
+            make_broker(log_dir=path)[0].storage.close()
+        except Exception as e:  # noqa: BLE001 - the contract: no exception
+            findings += 1
+            print(f"finding at the restart: {type(e).__name__}: {e}", file=sys.stderr)
+        shutil.rmtree(path, ignore_errors=True)
     logging.getLogger("fastkwire.broker").removeHandler(errors)
     took = time.monotonic() - started
     return counts, findings, took
@@ -602,6 +633,11 @@ def main(argv=None, run=run, loops=20000, doc=__doc__):
             "--authorizer", action="store_true", help="the broker enforces ACLs (see above)"
         )
         parser.add_argument(
+            "--log-dir",
+            action="store_true",
+            help="the coordinators' state kept in a temporary log directory (see above)",
+        )
+        parser.add_argument(
             "--stranger",
             action="store_true",
             help="ACLs that allow the fuzzer's principal nothing: it changes and learns nothing",
@@ -609,7 +645,7 @@ def main(argv=None, run=run, loops=20000, doc=__doc__):
     args = parser.parse_args(argv)
     logging.getLogger("fastkwire.broker").setLevel(logging.INFO)
     logging.getLogger("fastkwire.broker").propagate = False
-    extra = {k: True for k in ("authorizer", "stranger") if getattr(args, k, False)}
+    extra = {k: True for k in ("authorizer", "stranger", "log_dir") if getattr(args, k, False)}
     counts, findings, took = run(args.loop, args.seed, **extra)
     floods = f" ({counts['floods']} floods)" if "floods" in counts else ""
     print(

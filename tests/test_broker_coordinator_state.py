@@ -770,3 +770,17 @@ def test_a_member_id_made_from_a_long_client_id_is_written_and_read_back(tmp_pat
     storage, _, groups, _, _ = open_state(tmp_path)
     assert list(groups.groups["g"].members) == [member_id]
     storage.close()
+
+
+def test_mutated_requests_leave_coordinator_records_that_load_back():
+    """fuzz/hostile_requests.py --log-dir over a short run: the coordinators write what
+    mutated requests and floods make them hold, and a broker started on it loads it."""
+    from pathlib import Path
+
+    pytest.importorskip("cramjam")  # its seeds hold gzip batches
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_requests
+
+    counts, findings, _ = hostile_requests.run(3000, seed=3, log_dir=True)
+    assert findings == 0
+    assert counts["answered"] and counts["floods"]
