@@ -34,6 +34,10 @@ what is allowed and CreateAcls/DeleteAcls changing the ACLs all go through the s
 With --log-dir the broker keeps its coordinators' state in a temporary log directory (some
 JoinGroup floods then come from a client id of 32767 bytes); at the end, a broker started
 on that directory must load what the coordinators wrote.
+With --partial the fuzzer's principal may do all on its own topic, groups and transactional
+ids, beside another principal's hidden topic, group and transactional id, some of that
+principal's use (offsets, a KIP-848 member, a streams topology) in groups the fuzzer may
+describe: it changes nothing hidden and no answer names a hidden topic, group or id.
 With --stranger the broker enforces ACLs that grant everything to another principal and
 nothing to the fuzzer's, and holds that principal's topic, group offsets and transactional
 id; beside the contract above, checked for every input: the fuzzer's request changes
@@ -151,6 +155,77 @@ def stranger_state(apis):
         fastkwire.encode_response(out[0], version, 1)
 
 
+def partial_state(apis):
+    """--partial: beside --stranger's, ACLs allowing the fuzzer's principal all on the seeds'
+    topic, on the groups that it and the floods use ("", o*, f*, n*) and on transactional
+    ids tx*; and OWNER's use of groups it may describe with the hidden topic: committed
+    offsets (o0), a KIP-848 member subscribed to it (o1), a streams topology reading it (o2)."""
+    me = "User:ANONYMOUS"
+    for acl in (
+        Acl(2, TOPIC, 3, me, "*", 2, 3),
+        Acl(3, "", 3, me, "*", 2, 3),
+        *(Acl(3, p, 4, me, "*", 2, 3) for p in ("o", "f", "n")),
+        Acl(5, "tx", 4, me, "*", 2, 3),
+    ):
+        apis.acls.add(acl)
+    topic = SECRETS[0]
+    ctx = Context(0, "owner", "127.0.0.1", principal=OWNER)
+    C, H = fastkwire.OffsetCommitRequest, fastkwire.ConsumerGroupHeartbeatRequest
+    S = fastkwire.StreamsGroupHeartbeatRequest
+    subtopology = S.Subtopology(
+        subtopology_id="0", source_topics=[topic], source_topic_regex=[],
+        state_changelog_topics=[], repartition_sink_topics=[], repartition_source_topics=[],
+        copartition_groups=[],
+    )  # fmt: skip
+    requests = (
+        (8, C(group_id="o0", generation_id_or_member_epoch=-1, member_id="", topics=[
+            C.OffsetCommitRequestTopic(name=n, partitions=[
+                C.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])
+            for n in (topic, TOPIC)])),
+        (0, H(group_id="o1", member_id="owner-member", member_epoch=0, rebalance_timeout_ms=1000,
+              subscribed_topic_names=[topic, TOPIC], topic_partitions=[])),
+        (0, S(group_id="o2", member_id="owner-member", member_epoch=0,
+              endpoint_information_epoch=0, rebalance_timeout_ms=1000,
+              topology=S.Topology(epoch=1, subtopologies=[subtopology]), active_tasks=[],
+              standby_tasks=[], warmup_tasks=[], process_id="p")),
+    )  # fmt: skip
+    for version, request in requests:
+        out = []
+        apis.handle(type(request).API_KEY, version, request, ctx, out.append)
+        assert getattr(out[0], "error_code", 0) == 0, out[0]
+
+
+def partial_seeds():
+    """--partial: requests about the groups OWNER shares with the hidden topic."""
+    out = []
+    groups = ["o0", "o1", "o2"]
+    describe = fastkwire.DescribeGroupsRequest(groups=groups, include_authorized_operations=True)
+    out.append(fastkwire.encode_request(describe, 5, 12, "fuzz"))
+    for cls in (fastkwire.ConsumerGroupDescribeRequest, fastkwire.StreamsGroupDescribeRequest):
+        out.append(fastkwire.encode_request(cls(group_ids=groups), 0, 12, "fuzz"))
+    OF = fastkwire.OffsetFetchRequest
+    out += [fastkwire.encode_request(OF(group_id="o0", topics=None), v, 12, "fuzz") for v in (2, 7)]
+    fetch = OF(groups=[OF.OffsetFetchRequestGroup(group_id="o0", topics=None)])
+    out.append(fastkwire.encode_request(fetch, 9, 12, "fuzz"))
+    return out
+
+
+def hidden_state_of(apis):
+    """What the fuzzer may not change with --partial: the hidden topic, group and
+    transactional id, and the ACLs."""
+    topic, group, txn = SECRETS
+    t = apis.cluster.topics.get(topic)
+    x = apis.transactions.transactions.get(txn)
+    return (
+        None
+        if t is None
+        else (dict(t.configs), [(p.log.log_start, p.log.log_end) for p in t.partitions]),
+        apis.groups.offsets.by_topic(group),
+        None if x is None else (x.producer_id, x.epoch, x.ongoing),
+        set(apis.acls.acls),
+    )
+
+
 def state_of(apis):
     """What a request could change, as plain values (--stranger compares them)."""
     cluster, groups = apis.cluster, apis.groups
@@ -172,7 +247,7 @@ def state_of(apis):
     )
 
 
-def make_broker(authorizer=False, stranger=False, log_dir=None):
+def make_broker(authorizer=False, stranger=False, log_dir=None, partial=False):
     clock = [0.0]
     storage = None if log_dir is None else DiskLogs(log_dir)
     cluster = Cluster(
@@ -194,16 +269,18 @@ def make_broker(authorizer=False, stranger=False, log_dir=None):
         clock=lambda: clock[0],
         groups=groups,
         limits=LIMITS,
-        authorizer=Authorizer() if authorizer or stranger else None,
+        authorizer=Authorizer() if authorizer or stranger or partial else None,
     )
     if storage is not None:
         CoordinatorState(storage, cluster, groups, apis.transactions).load()
         apis.storage = storage  # closed by run()
     if TOPIC not in cluster.topics:
         cluster.create_topic(TOPIC, 2)
-    if stranger:
+    if stranger or partial:
         stranger_state(apis)
-    elif authorizer:
+    if partial:
+        partial_state(apis)
+    elif authorizer and not stranger:
         fuzz_acls(apis)
     return apis, clock
 
@@ -465,14 +542,16 @@ def seeds(apis):
     return out
 
 
-def check_one(apis, clock, errors, frame, node=0, stranger=False):
+def check_one(apis, clock, errors, frame, node=0, stranger=False, partial=False):
     outcomes = []
-    before = state_of(apis) if stranger else None
+    before = state_of(apis) if stranger else hidden_state_of(apis) if partial else None
     started = time.monotonic()
     answer_frame(apis, frame, node, "fuzz", outcomes.append)
     took = time.monotonic() - started
     if stranger and state_of(apis) != before:
         raise Finding("a principal without ACLs changed the broker's state")
+    if partial and hidden_state_of(apis) != before:
+        raise Finding("the fuzzer's principal changed what it has no ACL for")
     if took > SLOW_INPUT:
         raise Finding(f"one input took {took:.1f} s (over {SLOW_INPUT} s: work without bound)")
     # A Fetch that waits: past the longest wait an int32 of milliseconds asks. Otherwise a
@@ -513,8 +592,9 @@ def check_one(apis, clock, errors, frame, node=0, stranger=False):
         bound = apis.limits.fetch_max_bytes + FETCH_SLACK + 4 * len(frame)
     if len(outcome) > bound:
         raise Finding(f"an answer of {len(outcome)} bytes to a request of {len(frame)}")
-    if stranger:
-        for name in (TOPIC.encode(), *(n.encode() for n in SECRETS)):
+    if stranger or partial:
+        names = SECRETS if partial else (TOPIC, *SECRETS)
+        for name in (n.encode() for n in names):
             if name in outcome[8:] and name not in frame:
                 raise Finding(f"the answer names {name.decode()!r}, which its request does not")
     return "answered"
@@ -570,13 +650,15 @@ def check_state(apis):
                 raise Finding(f"{topic.name}-{p.index}: the last batch does not end the log")
 
 
-def run(loops, seed, stop_after=None, authorizer=False, stranger=False, log_dir=False):
+def run(
+    loops, seed, stop_after=None, authorizer=False, stranger=False, log_dir=False, partial=False
+):
     rng = random.Random(seed)
     errors = _Errors()
     logging.getLogger("fastkwire.broker").addHandler(errors)
     path = tempfile.mkdtemp(prefix="fk-hostile-requests-") if log_dir else None
-    apis, clock = make_broker(authorizer, stranger, path)
-    pool = seeds(apis)
+    apis, clock = make_broker(authorizer, stranger, path, partial)
+    pool = seeds(apis) + (partial_seeds() if partial else [])
     counts = {"answered": 0, "closed": 0, "silent": 0, "floods": 0}
     findings = 0
     burst = []
@@ -594,7 +676,7 @@ def run(loops, seed, stop_after=None, authorizer=False, stranger=False, log_dir=
         else:
             frame = rng.choice(pool)
         try:
-            counts[check_one(apis, clock, errors, frame, stranger=stranger)] += 1
+            counts[check_one(apis, clock, errors, frame, stranger=stranger, partial=partial)] += 1
             check_caps(apis)
             if i % 50 == 0:
                 check_state(apis)
@@ -638,6 +720,11 @@ def main(argv=None, run=run, loops=20000, doc=__doc__):
             help="the coordinators' state kept in a temporary log directory (see above)",
         )
         parser.add_argument(
+            "--partial",
+            action="store_true",
+            help="ACLs that allow the fuzzer some things beside another's hidden ones (see above)",
+        )
+        parser.add_argument(
             "--stranger",
             action="store_true",
             help="ACLs that allow the fuzzer's principal nothing: it changes and learns nothing",
@@ -645,7 +732,8 @@ def main(argv=None, run=run, loops=20000, doc=__doc__):
     args = parser.parse_args(argv)
     logging.getLogger("fastkwire.broker").setLevel(logging.INFO)
     logging.getLogger("fastkwire.broker").propagate = False
-    extra = {k: True for k in ("authorizer", "stranger", "log_dir") if getattr(args, k, False)}
+    flags = ("authorizer", "stranger", "partial", "log_dir")
+    extra = {k: True for k in flags if getattr(args, k, False)}
     counts, findings, took = run(args.loop, args.seed, **extra)
     floods = f" ({counts['floods']} floods)" if "floods" in counts else ""
     print(
