@@ -157,14 +157,14 @@ def stranger_state(apis):
 
 def partial_state(apis):
     """--partial: beside --stranger's, ACLs allowing the fuzzer's principal all on the seeds'
-    topic, on the groups that it and the floods use ("", o*, f*, n*) and on transactional
+    topic, on every group but the hidden one (DENY wins) and on transactional
     ids tx*; and OWNER's use of groups it may describe with the hidden topic: committed
     offsets (o0), a KIP-848 member subscribed to it (o1), a streams topology reading it (o2)."""
     me = "User:ANONYMOUS"
     for acl in (
         Acl(2, TOPIC, 3, me, "*", 2, 3),
-        Acl(3, "", 3, me, "*", 2, 3),
-        *(Acl(3, p, 4, me, "*", 2, 3) for p in ("o", "f", "n")),
+        Acl(3, "*", 3, me, "*", 2, 3),  # every group...
+        Acl(3, SECRETS[1], 3, me, "*", 2, 2),  # ...but the hidden one: DENY wins
         Acl(5, "tx", 4, me, "*", 2, 3),
     ):
         apis.acls.add(acl)

@@ -431,6 +431,28 @@ def acl_listing():
     )
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("resource_type", 99),  # Kafka reads an unknown code as UNKNOWN: refused
+        ("operation", 99),
+        ("permission_type", 7),
+        ("principal", "alice"),  # not Type:name
+        ("resource_name", ""),
+        ("resource_type", CLUSTER),  # named "t", not kafka-cluster
+    ],
+)
+def test_create_acls_refuses_what_kafka_cannot_read(field, value):
+    # An ACL of an unknown permission type had been kept: it names its resource, so that
+    # allow.everyone.if.no.acl.found stopped applying there and nothing allowed it again.
+    apis = make_apis()
+    request = acl_creation()
+    setattr(request.creations[0], field, value)
+    answer = call(apis, request, 3, principal="User:admin")
+    assert answer.results[0].error_code == code("INVALID_REQUEST")
+    assert len(apis.acls) == 0
+
+
 def test_acl_apis_need_describe_and_alter_on_the_cluster():
     apis = make_apis(acl(CLUSTER, "kafka-cluster", DESCRIBE))
     listed = call(apis, acl_listing(), 3)
