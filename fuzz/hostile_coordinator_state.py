@@ -5,11 +5,17 @@
 A log directory gets good records (committed offsets, a classic group, transactional ids,
 written by the coordinators' own hooks) and, under other keys, records mutated from good
 ones (bits flipped, cut short, grown, another version or record type, a null key), each
-in a valid batch, so that the bytes reach the records' decoder. A broker's state is then
-loaded from it. The contract, checked for each: the load either succeeds, with every good
-record's state back exactly, or fails with CoordinatorStateError naming the partition and
-the offset of a mutated record; never another exception. A second load of what the first
-left gives the same state. The exit status is 1 if any input broke it.
+in a valid batch, so that the bytes reach the records' decoder; and records that read but
+hold values the coordinators never write (generations and epochs at their bounds, members
+without a protocol, a member or instance id twice, odd timeouts, states, partitions). A
+broker's state is then loaded from it. The contract, checked for each: the load either
+succeeds, with every good record's state back exactly, or fails with CoordinatorStateError
+naming the partition and the offset of a mutated record; never another exception. A second
+load of what the first left gives the same state. What was loaded is then used: the groups'
+members and strangers join, sync, heartbeat and leave, the groups are described and their
+offsets fetched, the transactional ids' producers init, add partitions and end, with the
+clock moving; no call raises and every answer encodes at its version.
+The exit status is 1 if any input broke it.
 """
 
 import argparse
@@ -21,8 +27,17 @@ import sys
 import tempfile
 import time
 
-from fastkwire import records
-from fastkwire.broker import Cluster, read_batch_head
+from fastkwire import (
+    DescribeGroupsRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    encode_response,
+    records,
+)
+from fastkwire.broker import Cluster, Context, read_batch_head
 from fastkwire.broker._coordinator_records import (
     GROUP_METADATA,
     OFFSET_COMMIT,
@@ -44,14 +59,14 @@ class Finding(Exception):
     pass
 
 
-def open_state(path):
+def open_state(path, clock=time.monotonic):
     storage = DiskLogs(path)
     cluster = Cluster(NODES, cluster_id=storage.cluster_id(), offsets_topic_partitions=PARTITIONS)
     try:
         storage.attach(cluster, settle=False)
         cluster.create_topic("t", 4) if "t" not in cluster.topics else None
-        groups = GroupCoordinator(topic_partitions=cluster.partition_count)
-        txns = TransactionCoordinator(cluster, time.monotonic, groups.end_transaction)
+        groups = GroupCoordinator(clock=clock, topic_partitions=cluster.partition_count)
+        txns = TransactionCoordinator(cluster, clock, groups.end_transaction)
         CoordinatorState(storage, cluster, groups, txns).load()
     except BaseException:
         storage.close()
@@ -72,6 +87,102 @@ def snapshot(groups, txns):
     }
     tx = {tid: (t.producer_id, t.epoch, t.ended) for tid, t in txns.transactions.items()}
     return offsets, classic, tx
+
+
+def group_requests(rng, gid, generation, member_ids, instance_ids):
+    """(request, version) of the classic group APIs, as the group's members and others."""
+    member = rng.choice([*member_ids, "", "stranger"])
+    instance = rng.choice([*instance_ids, None, "other"])
+    generation = rng.choice([generation, generation + 1, -1, 0])
+    J, S, H, L = JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest
+    kind = rng.randrange(6)
+    if kind == 0:
+        v = rng.choice([0, 4, 5, 9])
+        return J(
+            group_id=gid,
+            session_timeout_ms=6000,
+            rebalance_timeout_ms=3000,
+            member_id=member,
+            group_instance_id=instance if v >= 5 else None,
+            protocol_type=rng.choice(["consumer", "connect"]),
+            protocols=[
+                J.JoinGroupRequestProtocol(
+                    name=rng.choice(["range", "other"]), metadata=b"\x00\x00\x00\x00\x00\x00"
+                )
+            ],
+        ), v
+    if kind == 1:
+        v = rng.choice([0, 3, 5])
+        return S(
+            group_id=gid,
+            generation_id=generation,
+            member_id=member,
+            group_instance_id=instance if v >= 3 else None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[S.SyncGroupRequestAssignment(member_id=member, assignment=b"")],
+        ), v
+    if kind == 2:
+        v = rng.choice([0, 3, 4])
+        return H(
+            group_id=gid,
+            generation_id=generation,
+            member_id=member,
+            group_instance_id=instance if v >= 3 else None,
+        ), v
+    if kind == 3:
+        v = rng.choice([0, 3, 5])
+        if v < 3:
+            return L(group_id=gid, member_id=member), v
+        return L(
+            group_id=gid, members=[L.MemberIdentity(member_id=member, group_instance_id=instance)]
+        ), v
+    if kind == 4:
+        return DescribeGroupsRequest(groups=[gid]), rng.choice([0, 5])
+    return OffsetFetchRequest(group_id=gid, topics=None), rng.choice([2, 7])
+
+
+def use_state(rng, groups, txns, clock, bad):
+    """Drive what was loaded of the records `bad` (topic, id, key, value): Finding when a
+    call raises or an answer does not encode at its version."""
+    answers = []
+    ids = [(topic, gid) for topic, gid, _, _ in bad if gid.startswith("odd-")] or [
+        (topic, gid) for topic, gid, _, _ in bad
+    ]
+    steps = [(*i, True) for i in ids] + [(*rng.choice(ids), False) for _ in range(60)]
+    for topic, gid, first in steps:
+        try:
+            if topic == "__consumer_offsets":
+                group = groups.groups.get(gid)
+                members = list(group.members) if group is not None else []
+                instances = list(group.static) if group is not None else []
+                generation = group.generation if group is not None else 0
+                request, version = group_requests(rng, gid, generation, members, instances)
+                if first:  # what was loaded, described as it is
+                    request, version = DescribeGroupsRequest(groups=[gid]), 5
+                ctx = Context(0, "c", "127.0.0.1")
+                groups.handle(request.API_KEY, version, request, ctx, answers.append)
+                for answer in answers:
+                    encode_response(answer, version, 1)
+                answers.clear()
+            else:
+                txn = txns.transactions.get(gid)
+                pid, epoch = (txn.producer_id, txn.epoch) if txn is not None else (-1, -1)
+                now = int(clock[0] * 1000)
+                kind = rng.randrange(4)
+                if kind == 0:
+                    txns.init(gid, 60000, rng.choice([-1, pid]), rng.choice([-1, epoch]), now)
+                elif kind == 1 and txns.check(gid, pid, epoch) is None:
+                    txns.verify(gid, pid, epoch, "t", rng.choice([0, 3]))
+                    txns.begin(gid)
+                elif kind == 2:
+                    txns.end(gid, pid, epoch, rng.random() < 0.5, now)
+                else:
+                    txns.expire(now)
+            clock[0] += rng.choice([0.1, 5, 400])
+            groups.tick()
+        except Exception as e:  # noqa: BLE001 - the contract: no exception
+            raise Finding(f"using what {gid!r} loaded: {type(e).__name__}: {e}") from None
 
 
 def good_values(rng):
@@ -145,7 +256,62 @@ def hostile_records(rng):
             )
         key, value = mutate(rng, key), mutate(rng, value)
         out.append((topic, gid, key, value))
+    for i in range(rng.randrange(3)):
+        out.append(odd_values(rng, i))
     return out
+
+
+def odd_values(rng, i):
+    """(topic, id, key, value) of a record that reads, with values the coordinators never
+    write."""
+    if rng.random() < 0.6:
+        gid = f"odd-{i}"
+        twice = rng.random() < 0.1  # a member id or instance id twice: refused
+        count = rng.randrange(4)
+        ids = ["a", "b", ""] if not twice else ["a", "a", "a"]
+        instances = [None, "i", "j"] if not twice else ["i", "i", "i"]
+        members = [
+            {
+                "member_id": ids[n],
+                "group_instance_id": rng.choice([None, instances[n]]),
+                "client_id": "c",
+                "client_host": "/h",
+                "rebalance_timeout": rng.choice([-1, 0, 1, 3000, 0x7FFFFFFF]),
+                "session_timeout": rng.choice([-1, 0, 1, 6000, 0x7FFFFFFF]),
+                "subscription": rng.choice([b"", b"\x00\x00\x00\x00\x00\x00", b"\xff" * 7]),
+                "assignment": rng.choice([b"", b"\x00"]),
+            }
+            for n in range(count)
+        ]
+        fields = {
+            "protocol_type": rng.choice(["consumer", "", "connect"]),
+            "generation": rng.choice([-1, 0, 1, 0x7FFFFFFE, 0x7FFFFFFF, 0x7FFFFFFF]),
+            "protocol": rng.choice([None, "range", "range", "other"]),
+            "leader": rng.choice([None, "a", "zz", ""]),
+            "members": members,
+        }
+        value = encode_value(GROUP_METADATA, fields, rng.choice([3, 4]))
+        key = encode_key(GROUP_METADATA, {"group": gid})
+        return "__consumer_offsets", gid, key, value
+    tid = f"odd-tx-{i}"
+    fields = {
+        "producer_id": rng.choice([0, 5, (1 << 62) - 1]),
+        "producer_epoch": rng.choice([0, 32766, 32767]),
+        "transaction_timeout_ms": rng.choice([1, 60000, 0x7FFFFFFF]),
+        "transaction_status": rng.randrange(8),
+        "transaction_partitions": rng.choice(
+            [
+                None,
+                [],
+                [{"topic": "t", "partition_ids": [0, -1, 99]}],
+                [{"topic": "nope", "partition_ids": [0]}],
+            ]
+        ),
+        "transaction_last_update_timestamp_ms": 1,
+        "transaction_start_timestamp_ms": rng.choice([-1, 1]),
+    }
+    value = encode_value(TRANSACTION_LOG, fields, rng.choice([0, 1]))
+    return "__transaction_state", tid, encode_key(TRANSACTION_LOG, {"transactional_id": tid}), value
 
 
 def mutate(rng, data):
@@ -210,13 +376,20 @@ def one_case(path, rng):
                 raise Finding(f"good transactional id {tid} came back as {got}, not {(pid, epoch)}")
     finally:
         storage.close()
-    storage, cluster, groups, txns = open_state(path)
+    clock = [time.monotonic()]
+    storage, cluster, groups, txns = open_state(path, lambda: clock[0])
     try:
         second = snapshot(groups, txns)
+        if (second[0], second[2]) != (first[0], first[2]):
+            raise Finding("a second load gave another state")
+        use_state(rng, groups, txns, clock, bad)
     finally:
         storage.close()
-    if (second[0], second[2]) != (first[0], first[2]):
-        raise Finding("a second load gave another state")
+    try:  # what the coordinators wrote while used loads back
+        storage, cluster, groups, txns = open_state(path)
+    except Exception as e:  # noqa: BLE001 - the contract: no exception
+        raise Finding(f"what the coordinators wrote does not load: {type(e).__name__}: {e}")
+    storage.close()
     return "loaded"
 
 

@@ -31,14 +31,29 @@ appended, data to read), sometimes mutated, in bursts of one kind. Beside the co
 With --authorizer the broker enforces ACLs (_authorize.py) that allow the fuzzer's
 principal some things and deny it others, so that refused requests, requests cut down to
 what is allowed and CreateAcls/DeleteAcls changing the ACLs all go through the same contract.
+With --log-dir the broker keeps its coordinators' state in a temporary log directory (some
+JoinGroup floods then come from a client id of 32767 bytes); at the end, a broker started
+on that directory must load what the coordinators wrote.
+With --partial the fuzzer's principal may do all on its own topic, groups and transactional
+ids, beside another principal's hidden topic, group and transactional id, some of that
+principal's use (offsets, a KIP-848 member, a streams topology) in groups the fuzzer may
+describe: it changes nothing hidden and no answer names a hidden topic, group or id.
+With --stranger the broker enforces ACLs that grant everything to another principal and
+nothing to the fuzzer's, and holds that principal's topic, group offsets and transactional
+id; beside the contract above, checked for every input: the fuzzer's request changes
+nothing (topics, partitions, logs, configs, ACLs, offsets, groups, transactional ids,
+producer ids) and its answer names no topic, group or transactional id its request does
+not name (Kafka leaves out, or refuses alike, what a client may not describe).
 Anything else is printed with its input (hex) and counted; the exit status is 1 if any.
 """
 
 import argparse
 import logging
 import random
+import shutil
 import struct
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,6 +73,8 @@ from fastkwire.broker import (  # noqa: E402
     Limits,
 )
 from fastkwire.broker._acls import Acl  # noqa: E402
+from fastkwire.broker._coordinator_state import CoordinatorState  # noqa: E402
+from fastkwire.broker._disk_logs import DiskLogs  # noqa: E402
 from fastkwire.broker._exchange import Close, answer_frame  # noqa: E402
 from fastkwire.proxy._frames import produce_acks, request_header  # noqa: E402
 
@@ -108,9 +125,139 @@ def fuzz_acls(apis):
         apis.acls.add(acl)
 
 
-def make_broker(authorizer=False):
+OWNER = "User:owner"
+SECRETS = ("hidden-topic-q7", "hidden-group-q7", "hidden-txn-q7")
+
+
+def stranger_state(apis):
+    """--stranger: ACLs granting everything to OWNER (none to the fuzzer's principal), and
+    what OWNER made: a topic with data, a group's offsets, a transactional id."""
+    for resource_type in (2, 3, 4, 5):
+        name = "kafka-cluster" if resource_type == 4 else "*"
+        apis.acls.add(Acl(resource_type, name, 3, OWNER, "*", 2, 3))  # ALLOW ALL
+    topic, group, txn = SECRETS
+    apis.cluster.create_topic(topic, 2)
+    ctx = Context(0, "owner", "127.0.0.1", principal=OWNER)
+    P, C = fastkwire.ProduceRequest, fastkwire.OffsetCommitRequest
+    batch = records.write_batch([records.Record(timestamp=1, key=None, value=b"secret")])
+    requests = (
+        (9, P(acks=1, timeout_ms=100, topic_data=[
+            P.TopicProduceData(name=topic, partition_data=[
+                P.PartitionProduceData(index=0, records=batch)])])),
+        (8, C(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+            C.OffsetCommitRequestTopic(name=topic, partitions=[
+                C.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])])),
+        (4, fastkwire.InitProducerIdRequest(transactional_id=txn, transaction_timeout_ms=60000)),
+    )  # fmt: skip
+    for version, request in requests:
+        out = []
+        apis.handle(type(request).API_KEY, version, request, ctx, out.append)
+        fastkwire.encode_response(out[0], version, 1)
+
+
+def partial_state(apis):
+    """--partial: beside --stranger's, ACLs allowing the fuzzer's principal all on the seeds'
+    topic, on every group but the hidden one (DENY wins) and on transactional
+    ids tx*; and OWNER's use of groups it may describe with the hidden topic: committed
+    offsets (o0), a KIP-848 member subscribed to it (o1), a streams topology reading it (o2)."""
+    me = "User:ANONYMOUS"
+    for acl in (
+        Acl(2, TOPIC, 3, me, "*", 2, 3),
+        Acl(3, "*", 3, me, "*", 2, 3),  # every group...
+        Acl(3, SECRETS[1], 3, me, "*", 2, 2),  # ...but the hidden one: DENY wins
+        Acl(5, "tx", 4, me, "*", 2, 3),
+    ):
+        apis.acls.add(acl)
+    topic = SECRETS[0]
+    ctx = Context(0, "owner", "127.0.0.1", principal=OWNER)
+    C, H = fastkwire.OffsetCommitRequest, fastkwire.ConsumerGroupHeartbeatRequest
+    S = fastkwire.StreamsGroupHeartbeatRequest
+    subtopology = S.Subtopology(
+        subtopology_id="0", source_topics=[topic], source_topic_regex=[],
+        state_changelog_topics=[], repartition_sink_topics=[], repartition_source_topics=[],
+        copartition_groups=[],
+    )  # fmt: skip
+    requests = (
+        (8, C(group_id="o0", generation_id_or_member_epoch=-1, member_id="", topics=[
+            C.OffsetCommitRequestTopic(name=n, partitions=[
+                C.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])
+            for n in (topic, TOPIC)])),
+        (0, H(group_id="o1", member_id="owner-member", member_epoch=0, rebalance_timeout_ms=1000,
+              subscribed_topic_names=[topic, TOPIC], topic_partitions=[])),
+        (0, S(group_id="o2", member_id="owner-member", member_epoch=0,
+              endpoint_information_epoch=0, rebalance_timeout_ms=1000,
+              topology=S.Topology(epoch=1, subtopologies=[subtopology]), active_tasks=[],
+              standby_tasks=[], warmup_tasks=[], process_id="p")),
+    )  # fmt: skip
+    for version, request in requests:
+        out = []
+        apis.handle(type(request).API_KEY, version, request, ctx, out.append)
+        assert getattr(out[0], "error_code", 0) == 0, out[0]
+
+
+def partial_seeds():
+    """--partial: requests about the groups OWNER shares with the hidden topic."""
+    out = []
+    groups = ["o0", "o1", "o2"]
+    describe = fastkwire.DescribeGroupsRequest(groups=groups, include_authorized_operations=True)
+    out.append(fastkwire.encode_request(describe, 5, 12, "fuzz"))
+    for cls in (fastkwire.ConsumerGroupDescribeRequest, fastkwire.StreamsGroupDescribeRequest):
+        out.append(fastkwire.encode_request(cls(group_ids=groups), 0, 12, "fuzz"))
+    OF = fastkwire.OffsetFetchRequest
+    out += [fastkwire.encode_request(OF(group_id="o0", topics=None), v, 12, "fuzz") for v in (2, 7)]
+    fetch = OF(groups=[OF.OffsetFetchRequestGroup(group_id="o0", topics=None)])
+    out.append(fastkwire.encode_request(fetch, 9, 12, "fuzz"))
+    return out
+
+
+def hidden_state_of(apis):
+    """What the fuzzer may not change with --partial: the hidden topic, group and
+    transactional id, and the ACLs."""
+    topic, group, txn = SECRETS
+    t = apis.cluster.topics.get(topic)
+    x = apis.transactions.transactions.get(txn)
+    return (
+        None
+        if t is None
+        else (dict(t.configs), [(p.log.log_start, p.log.log_end) for p in t.partitions]),
+        apis.groups.offsets.by_topic(group),
+        None if x is None else (x.producer_id, x.epoch, x.ongoing),
+        set(apis.acls.acls),
+    )
+
+
+def state_of(apis):
+    """What a request could change, as plain values (--stranger compares them)."""
+    cluster, groups = apis.cluster, apis.groups
+    return (
+        {
+            t.name: (dict(t.configs), [(p.log.log_start, p.log.log_end) for p in t.partitions])
+            for t in cluster.topics.values()
+        },
+        set(apis.acls.acls),
+        {g: groups.offsets.by_topic(g) for g in groups.offsets.groups()},
+        {
+            g.group_id: (g.state, g.generation, list(g.members), sorted(g.pending_join))
+            for g in groups.classic.groups.values()
+        },
+        {g: sorted(x.members) for g, x in groups.consumer.groups.items()},
+        {g: sorted(x.members) for g, x in groups.streams.groups.items()},
+        {t: (x.producer_id, x.epoch, x.ongoing) for t, x in apis.transactions.transactions.items()},
+        cluster.producer_ids._next,
+    )
+
+
+def make_broker(authorizer=False, stranger=False, log_dir=None, partial=False):
     clock = [0.0]
-    cluster = Cluster({0: ("127.0.0.1", 9092)}, num_partitions=2, max_partitions=MAX_PARTITIONS)
+    storage = None if log_dir is None else DiskLogs(log_dir)
+    cluster = Cluster(
+        {0: ("127.0.0.1", 9092)},
+        num_partitions=2,
+        max_partitions=MAX_PARTITIONS,
+        cluster_id=None if storage is None else storage.cluster_id(),
+    )
+    if storage is not None:
+        storage.attach(cluster, settle=False)
     groups = GroupCoordinator(
         GROUPS,
         clock=lambda: clock[0],
@@ -122,10 +269,18 @@ def make_broker(authorizer=False):
         clock=lambda: clock[0],
         groups=groups,
         limits=LIMITS,
-        authorizer=Authorizer() if authorizer else None,
+        authorizer=Authorizer() if authorizer or stranger or partial else None,
     )
-    cluster.create_topic(TOPIC, 2)
-    if authorizer:
+    if storage is not None:
+        CoordinatorState(storage, cluster, groups, apis.transactions).load()
+        apis.storage = storage  # closed by run()
+    if TOPIC not in cluster.topics:
+        cluster.create_topic(TOPIC, 2)
+    if stranger or partial:
+        stranger_state(apis)
+    if partial:
+        partial_state(apis)
+    elif authorizer and not stranger:
         fuzz_acls(apis)
     return apis, clock
 
@@ -133,7 +288,7 @@ def make_broker(authorizer=False):
 FLOOD_KINDS = 10
 
 
-def flood(rng, kind):
+def flood(rng, kind, long_client_ids=False):
     """A valid request of `kind` that asks the broker to hold, read or do much (see the
     docstring)."""
     n = rng.choice((1, 10, 100, 600))
@@ -244,7 +399,10 @@ def flood(rng, kind):
         )
         resource = R.AlterConfigsResource(resource_type=2, resource_name=TOPIC, configs=[config])
         request, version = R(resources=[resource], validate_only=False), 1
-    frame = fastkwire.encode_request(request, version, 20 + kind, "flood")
+    client_id = "flood"
+    if long_client_ids and kind == 2 and rng.random() < 0.3:
+        client_id = "c" * 32767  # the most a header holds: member ids are made from it
+    frame = fastkwire.encode_request(request, version, 20 + kind, client_id)
     return D.mutate(frame, rng, [frame]) if rng.random() < 0.2 else frame
 
 
@@ -414,11 +572,16 @@ def seeds(apis):
     return out
 
 
-def check_one(apis, clock, errors, frame, node=0):
+def check_one(apis, clock, errors, frame, node=0, stranger=False, partial=False):
     outcomes = []
+    before = state_of(apis) if stranger else hidden_state_of(apis) if partial else None
     started = time.monotonic()
     answer_frame(apis, frame, node, "fuzz", outcomes.append)
     took = time.monotonic() - started
+    if stranger and state_of(apis) != before:
+        raise Finding("a principal without ACLs changed the broker's state")
+    if partial and hidden_state_of(apis) != before:
+        raise Finding("the fuzzer's principal changed what it has no ACL for")
     if took > SLOW_INPUT:
         raise Finding(f"one input took {took:.1f} s (over {SLOW_INPUT} s: work without bound)")
     # A Fetch that waits: past the longest wait an int32 of milliseconds asks. Otherwise a
@@ -459,6 +622,11 @@ def check_one(apis, clock, errors, frame, node=0):
         bound = apis.limits.fetch_max_bytes + FETCH_SLACK + 4 * len(frame)
     if len(outcome) > bound:
         raise Finding(f"an answer of {len(outcome)} bytes to a request of {len(frame)}")
+    if stranger or partial:
+        names = SECRETS if partial else (TOPIC, *SECRETS)
+        for name in (n.encode() for n in names):
+            if name in outcome[8:] and name not in frame:
+                raise Finding(f"the answer names {name.decode()!r}, which its request does not")
     return "answered"
 
 
@@ -512,12 +680,15 @@ def check_state(apis):
                 raise Finding(f"{topic.name}-{p.index}: the last batch does not end the log")
 
 
-def run(loops, seed, stop_after=None, authorizer=False):
+def run(
+    loops, seed, stop_after=None, authorizer=False, stranger=False, log_dir=False, partial=False
+):
     rng = random.Random(seed)
     errors = _Errors()
     logging.getLogger("fastkwire.broker").addHandler(errors)
-    apis, clock = make_broker(authorizer)
-    pool = seeds(apis)
+    path = tempfile.mkdtemp(prefix="fk-hostile-requests-") if log_dir else None
+    apis, clock = make_broker(authorizer, stranger, path, partial)
+    pool = seeds(apis) + (partial_seeds() if partial else [])
     counts = {"answered": 0, "closed": 0, "silent": 0, "floods": 0}
     findings = 0
     burst = []
@@ -526,7 +697,7 @@ def run(loops, seed, stop_after=None, authorizer=False):
         if not burst and rng.random() < 0.03:
             # floods come in bursts of one kind, as a hostile client sends them
             kind = rng.randrange(FLOOD_KINDS)
-            burst = [flood(rng, kind) for _ in range(rng.choice((1, 5, 60)))]
+            burst = [flood(rng, kind, log_dir) for _ in range(rng.choice((1, 5, 60)))]
         if burst:
             frame = burst.pop()
             counts["floods"] += 1
@@ -535,7 +706,7 @@ def run(loops, seed, stop_after=None, authorizer=False):
         else:
             frame = rng.choice(pool)
         try:
-            counts[check_one(apis, clock, errors, frame)] += 1
+            counts[check_one(apis, clock, errors, frame, stranger=stranger, partial=partial)] += 1
             check_caps(apis)
             if i % 50 == 0:
                 check_state(apis)
@@ -550,6 +721,14 @@ def run(loops, seed, stop_after=None, authorizer=False):
     except Finding as e:
         findings += 1
         print(f"finding at the end: {e}", file=sys.stderr)
+    if path is not None:
+        apis.storage.close()
+        try:  # what the coordinators wrote loads back
+            make_broker(log_dir=path)[0].storage.close()
+        except Exception as e:  # noqa: BLE001 - the contract: no exception
+            findings += 1
+            print(f"finding at the restart: {type(e).__name__}: {e}", file=sys.stderr)
+        shutil.rmtree(path, ignore_errors=True)
     logging.getLogger("fastkwire.broker").removeHandler(errors)
     took = time.monotonic() - started
     return counts, findings, took
@@ -565,10 +744,26 @@ def main(argv=None, run=run, loops=20000, doc=__doc__):
         parser.add_argument(
             "--authorizer", action="store_true", help="the broker enforces ACLs (see above)"
         )
+        parser.add_argument(
+            "--log-dir",
+            action="store_true",
+            help="the coordinators' state kept in a temporary log directory (see above)",
+        )
+        parser.add_argument(
+            "--partial",
+            action="store_true",
+            help="ACLs that allow the fuzzer some things beside another's hidden ones (see above)",
+        )
+        parser.add_argument(
+            "--stranger",
+            action="store_true",
+            help="ACLs that allow the fuzzer's principal nothing: it changes and learns nothing",
+        )
     args = parser.parse_args(argv)
     logging.getLogger("fastkwire.broker").setLevel(logging.INFO)
     logging.getLogger("fastkwire.broker").propagate = False
-    extra = {"authorizer": True} if getattr(args, "authorizer", False) else {}
+    flags = ("authorizer", "stranger", "partial", "log_dir")
+    extra = {k: True for k in flags if getattr(args, k, False)}
     counts, findings, took = run(args.loop, args.seed, **extra)
     floods = f" ({counts['floods']} floods)" if "floods" in counts else ""
     print(

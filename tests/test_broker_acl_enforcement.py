@@ -299,6 +299,32 @@ def test_metadata_v0_naming_only_refused_topics_lists_none_of_the_others():
     ]
 
 
+def test_describe_topic_partitions_pages_only_the_topics_it_may_describe():
+    # Kafka filters before paging: the cursor named a hidden topic, and hidden topics'
+    # partitions used up the page ("closed" has 2, "secret" 3; "open" is describable).
+    apis = make_apis(acl(TOPIC, "open", DESCRIBE), acl(TOPIC, "zz", DESCRIBE))
+    apis.cluster.create_topic("secret", 3)
+    apis.cluster.create_topic("zz", 1)
+    D = fastkwire.DescribeTopicPartitionsRequest
+    pages, cursor = [], None
+    for _ in range(5):
+        answer = call(apis, D(topics=[], response_partition_limit=2, cursor=cursor), 0)
+        pages.append([(t.name, len(t.partitions)) for t in answer.topics])
+        cursor = answer.next_cursor
+        if cursor is None:
+            break
+        assert cursor.topic_name in ("open", "zz")
+    assert pages == [[("open", 2)], [("zz", 1)]]
+    nothing = make_apis()
+    answer = call(nothing, D(topics=[], response_partition_limit=1, cursor=None), 0)
+    assert answer.topics == [] and answer.next_cursor is None
+    named = call(apis, D(topics=[D.TopicRequest(name=n) for n in ("secret", "open")]), 0)
+    assert [(t.name, t.error_code) for t in named.topics] == [
+        ("open", 0),
+        ("secret", code("TOPIC_AUTHORIZATION_FAILED")),
+    ]
+
+
 def test_topic_admin_apis_need_create_delete_alter():
     apis = make_apis(acl(TOPIC, "open", DELETE), acl(TOPIC, "mine-", CREATE, pattern=PREFIXED))
     C = fastkwire.CreateTopicsRequest
@@ -403,6 +429,28 @@ def acl_listing():
         operation=1,
         permission_type=1,
     )
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("resource_type", 99),  # Kafka reads an unknown code as UNKNOWN: refused
+        ("operation", 99),
+        ("permission_type", 7),
+        ("principal", "alice"),  # not Type:name
+        ("resource_name", ""),
+        ("resource_type", CLUSTER),  # named "t", not kafka-cluster
+    ],
+)
+def test_create_acls_refuses_what_kafka_cannot_read(field, value):
+    # An ACL of an unknown permission type had been kept: it names its resource, so that
+    # allow.everyone.if.no.acl.found stopped applying there and nothing allowed it again.
+    apis = make_apis()
+    request = acl_creation()
+    setattr(request.creations[0], field, value)
+    answer = call(apis, request, 3, principal="User:admin")
+    assert answer.results[0].error_code == code("INVALID_REQUEST")
+    assert len(apis.acls) == 0
 
 
 def test_acl_apis_need_describe_and_alter_on_the_cluster():
@@ -620,6 +668,110 @@ def test_consumer_group_heartbeat_needs_describe_on_its_topics():
     assert call(apis, beat(["open", "closed"]), 0).error_code == code("TOPIC_AUTHORIZATION_FAILED")
     assert call(apis, beat(["open"], "other"), 0).error_code == code("GROUP_AUTHORIZATION_FAILED")
     assert call(apis, beat(["open"]), 0).error_code == 0
+
+
+def test_streams_group_heartbeat_needs_describe_on_its_topology_s_topics():
+    # As Kafka's: every topic the topology names. Without it, the status told which hidden
+    # topics exist (MISSING_SOURCE_TOPICS for one that does not) and the tasks their size.
+    apis = make_apis(acl(GROUP, "g", READ), acl(TOPIC, "open", READ))
+    H = fastkwire.StreamsGroupHeartbeatRequest
+
+    def beat(sources, changelogs=(), group="g"):
+        return H(
+            group_id=group,
+            member_id=str(uuid.uuid4()),
+            member_epoch=0,
+            endpoint_information_epoch=0,
+            rebalance_timeout_ms=10000,
+            topology=H.Topology(
+                epoch=1,
+                subtopologies=[
+                    H.Subtopology(
+                        subtopology_id="0",
+                        source_topics=list(sources),
+                        source_topic_regex=[],
+                        state_changelog_topics=[
+                            H.TopicInfo(
+                                name=n, partitions=0, replication_factor=0, topic_configs=[]
+                            )
+                            for n in changelogs
+                        ],
+                        repartition_sink_topics=[],
+                        repartition_source_topics=[],
+                        copartition_groups=[],
+                    )
+                ],
+            ),
+            active_tasks=[],
+            standby_tasks=[],
+            warmup_tasks=[],
+            process_id="p",
+        )
+
+    failed = code("TOPIC_AUTHORIZATION_FAILED")
+    for sources in (["open", "closed"], ["open", "no-such-topic"]):
+        answer = call(apis, beat(sources), 0)
+        assert (answer.error_code, answer.status) == (failed, None), sources
+    assert call(apis, beat(["open"], ["closed"]), 0).error_code == failed
+    assert call(apis, beat(["open"], group="other"), 0).error_code == code(
+        "GROUP_AUTHORIZATION_FAILED"
+    )
+    assert call(apis, beat(["open"]), 0).error_code == 0
+
+
+def test_group_descriptions_naming_topics_not_describable_are_refused():
+    # As Kafka's ConsumerGroupDescribe and StreamsGroupDescribe: DESCRIBE on the group had
+    # been enough to read the names (and assignments) of topics the client may not describe.
+    apis = make_apis(acl(GROUP, "*", DESCRIBE), acl(TOPIC, "open", DESCRIBE))
+    H = fastkwire.ConsumerGroupHeartbeatRequest
+    for group, topics in (("hidden-use", ["open", "closed"]), ("open-use", ["open"])):
+        beat = H(
+            group_id=group,
+            member_id=str(uuid.uuid4()),
+            member_epoch=0,
+            rebalance_timeout_ms=10000,
+            subscribed_topic_names=topics,
+            topic_partitions=[],
+        )
+        assert call(apis, beat, 0, principal="User:admin").error_code == 0
+    D = fastkwire.ConsumerGroupDescribeRequest
+    answer = call(apis, D(group_ids=["hidden-use", "open-use"]), 0)
+    by_group = {g.group_id: g for g in answer.groups}
+    assert by_group["hidden-use"].error_code == code("TOPIC_AUTHORIZATION_FAILED")
+    assert by_group["hidden-use"].members == []
+    assert by_group["open-use"].error_code == 0
+    assert by_group["open-use"].members[0].subscribed_topic_names == ["open"]
+    S = fastkwire.StreamsGroupHeartbeatRequest
+    beat = S(
+        group_id="streams",
+        member_id=str(uuid.uuid4()),
+        member_epoch=0,
+        endpoint_information_epoch=0,
+        rebalance_timeout_ms=10000,
+        topology=S.Topology(
+            epoch=1,
+            subtopologies=[
+                S.Subtopology(
+                    subtopology_id="0",
+                    source_topics=["closed"],
+                    source_topic_regex=[],
+                    state_changelog_topics=[],
+                    repartition_sink_topics=[],
+                    repartition_source_topics=[],
+                    copartition_groups=[],
+                )
+            ],
+        ),
+        active_tasks=[],
+        standby_tasks=[],
+        warmup_tasks=[],
+        process_id="p",
+    )
+    assert call(apis, beat, 0, principal="User:admin").error_code == 0
+    T = fastkwire.StreamsGroupDescribeRequest
+    described = call(apis, T(group_ids=["streams"]), 0).groups[0]
+    assert described.error_code == code("TOPIC_AUTHORIZATION_FAILED")
+    assert described.topology is None
 
 
 def test_list_offsets_and_delete_records_per_topic():
@@ -991,6 +1143,40 @@ def test_mutated_frames_keep_the_request_path_s_contract_with_an_authorizer():
     import hostile_requests
 
     counts, findings, _ = hostile_requests.run(3000, seed=7, authorizer=True)
+    assert findings == 0
+    assert counts["answered"] and counts["closed"]
+
+
+def test_a_principal_without_acls_changes_and_learns_nothing_from_mutated_frames():
+    """fuzz/hostile_requests.py --stranger over a short run: the fuzzer's principal has no
+    ACL, another holds a topic, offsets and a transactional id; no request of the fuzzer's
+    changes the broker's state or gets an answer naming what it did not name. (Seed 2
+    found DescribeTopicPartitions' cursor naming a hidden topic.)"""
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("cramjam")  # its seeds hold gzip batches
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_requests
+
+    counts, findings, _ = hostile_requests.run(20000, seed=2, stranger=True)
+    assert findings == 0
+    assert counts["answered"] and counts["closed"]
+
+
+def test_a_principal_with_some_acls_touches_and_learns_nothing_hidden_from_mutated_frames():
+    """fuzz/hostile_requests.py --partial over a short run: the fuzzer may do all on its own
+    topic, groups and transactional ids; another principal's hidden topic, group and id,
+    some of them used in groups the fuzzer may describe, are neither changed nor named in
+    an answer. (It finds the ConsumerGroupDescribe/StreamsGroupDescribe leak fixed.)"""
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("cramjam")  # its seeds hold gzip batches
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_requests
+
+    counts, findings, _ = hostile_requests.run(5000, seed=1, partial=True)
     assert findings == 0
     assert counts["answered"] and counts["closed"]
 

@@ -550,3 +550,237 @@ def test_hostile_coordinator_records_keep_the_load_contract():
     import hostile_coordinator_state
 
     assert hostile_coordinator_state.run(60, seed=7) == 0
+
+
+def _member(member_id="m", instance_id=None):
+    return {
+        "member_id": member_id,
+        "group_instance_id": instance_id,
+        "client_id": "c",
+        "client_host": "/127.0.0.1",
+        "rebalance_timeout": 3000,
+        "session_timeout": 6000,
+        "subscription": b"\x00\x00\x00\x00\x00\x00",
+        "assignment": b"",
+    }
+
+
+def _group_value(**changes):
+    fields = {
+        "protocol_type": "consumer",
+        "generation": 2,
+        "protocol": "range",
+        "leader": "m",
+        "members": [_member()],
+    }
+    fields.update(changes)
+    return encode_value(GROUP_METADATA, fields)
+
+
+@pytest.mark.parametrize(
+    "changes, problem",
+    [
+        ({"generation": -1}, "generation -1"),
+        ({"protocol": None}, "members without a protocol"),
+        # JoinGroup of the second static member had raised KeyError
+        ({"members": [_member("m", "i1"), _member("m", "i2")]}, "member id 'm' twice"),
+        ({"members": [_member("m", "i"), _member("n", "i")]}, "group instance id 'i' twice"),
+    ],
+)
+def test_a_group_record_the_coordinator_cannot_take_back_stops_the_load(tmp_path, changes, problem):
+    # Such a group loaded had made DescribeGroups' or JoinGroup's answer not encode.
+    storage, cluster, _, _, _ = open_state(tmp_path)
+    index = cluster.coordinator_partition("g")
+    log = cluster.internal_topic("__consumer_offsets").partitions[index].log
+    data = records.write_batch(
+        [
+            records.Record(
+                timestamp=1,
+                key=encode_key(GROUP_METADATA, {"group": "g"}),
+                value=_group_value(**changes),
+            )
+        ]
+    )
+    log.append(read_batch_head(data), data)
+    storage.close()
+    with pytest.raises(CoordinatorStateError, match=rf"-{index}, offset 0: .*{problem}"):
+        open_state(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "9" * 5000, "-5", "12 34", "0x10"])
+def test_a_producer_ids_file_that_is_not_a_number_is_ignored(tmp_path, text):
+    # "²" passes str.isdigit() but not int(); 5000 digits pass neither int() nor the cap.
+    storage, cluster, _, _, _ = open_state(tmp_path)
+    storage.close()
+    (tmp_path / "fastkwire-producer-ids").write_text(f"0\n1\n{text}\n", encoding="utf-8")
+    storage, cluster, _, _, _ = open_state(tmp_path)
+    assert cluster.producer_ids.init()[0] == 1000
+    storage.close()
+
+
+def test_offsets_of_transactions_count_only_once_committed_in_log_order(tmp_path):
+    # As Kafka's log holds them: TxnOffsetCommit records in transactional batches, then the
+    # transaction's marker. Aborted or still open ones had been loaded as committed.
+    storage, cluster, groups, _, _ = open_state(tmp_path)
+    index = cluster.coordinator_partition("g")
+    log = cluster.internal_topic("__consumer_offsets").partitions[index].log
+
+    def commit(partition, offset, producer_id=-1):
+        data = records.write_batch(
+            [
+                records.Record(
+                    timestamp=1,
+                    key=encode_key(
+                        OFFSET_COMMIT, {"group": "g", "topic": "t", "partition": partition}
+                    ),
+                    value=encode_value(
+                        OFFSET_COMMIT, {"offset": offset, "metadata": "", "commit_timestamp": 1}
+                    ),
+                )
+            ],
+            producer_id=producer_id,
+            producer_epoch=0 if producer_id >= 0 else -1,
+            base_sequence=0 if producer_id >= 0 else -1,
+            is_transactional=producer_id >= 0,
+        )
+        log.append(read_batch_head(data), data)
+
+    for p in range(4):
+        commit(p, 1)
+    commit(0, 5, producer_id=7)  # aborted
+    commit(1, 9, producer_id=8)  # never ended
+    commit(2, 7, producer_id=9)  # committed
+    commit(3, 20, producer_id=10)  # committed, but a later commit of the partition wins
+    commit(3, 30)
+    log.write_marker(7, 0, False, 1)
+    log.write_marker(9, 0, True, 1)
+    log.write_marker(10, 0, True, 1)
+    storage.close()
+    storage, _, groups, _, _ = open_state(tmp_path)
+    got = {p: c.offset for p, c in groups.offsets.by_topic("g")["t"].items()}
+    assert got == {0: 1, 1: 1, 2: 7, 3: 30}
+    storage.close()
+
+
+def test_a_group_at_the_last_generation_rebalances_to_generation_1(tmp_path):
+    # Loaded at int32's top, its next JoinGroup answer had not encoded (2**31); what it
+    # writes then loads back.
+    from fastkwire import JoinGroupRequest, SyncGroupRequest, encode_response
+    from fastkwire.broker import Context
+
+    storage, cluster, _, _, _ = open_state(tmp_path)
+    index = cluster.coordinator_partition("g")
+    log = cluster.internal_topic("__consumer_offsets").partitions[index].log
+    value = _group_value(generation=0x7FFFFFFF)
+    data = records.write_batch(
+        [records.Record(timestamp=1, key=encode_key(GROUP_METADATA, {"group": "g"}), value=value)]
+    )
+    log.append(read_batch_head(data), data)
+    storage.close()
+    storage, _, groups, _, _ = open_state(tmp_path)
+    assert groups.groups["g"].generation == 0x7FFFFFFF
+    J = JoinGroupRequest
+    answers = []
+    request = J(
+        group_id="g",
+        session_timeout_ms=60000,
+        rebalance_timeout_ms=60000,
+        member_id="m",
+        protocol_type="consumer",
+        protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"\x00" * 6)],
+    )
+    groups.handle(J.API_KEY, 5, request, Context(0, "c", "127.0.0.1"), answers.append)
+    assert [a.generation_id for a in answers] == [1]
+    encode_response(answers[0], 5, 1)
+    S = SyncGroupRequest
+    sync = S(group_id="g", generation_id=1, member_id="m", assignments=[])
+    groups.handle(S.API_KEY, 3, sync, Context(0, "c", "127.0.0.1"), answers.append)
+    assert answers[-1].error_code == 0  # the rebalance ended: its record written
+    storage.close()
+    storage, _, groups, _, _ = open_state(tmp_path)
+    assert groups.groups["g"].generation == 1
+    storage.close()
+
+
+@pytest.mark.parametrize("producer_id", [(1 << 62) - 1, (1 << 63) - 1])
+def test_a_transactional_id_at_a_huge_producer_id_and_what_it_writes_load_back(
+    tmp_path, producer_id
+):
+    # At 2**62 - 1 the id handed out next (its epoch exhausted) was refused by the next
+    # load: the coordinator's own record stopped the start.
+    storage, cluster, _, txns, _ = open_state(tmp_path)
+    index = cluster.coordinator_partition("tx")
+    log = cluster.internal_topic("__transaction_state").partitions[index].log
+    fields = {
+        "producer_id": producer_id,
+        "producer_epoch": 32766,
+        "transaction_timeout_ms": 60000,
+        "transaction_status": 4,  # CompleteCommit
+        "transaction_partitions": [],
+        "transaction_last_update_timestamp_ms": 1,
+        "transaction_start_timestamp_ms": -1,
+    }
+    value = encode_value(TRANSACTION_LOG, fields)
+    key = encode_key(TRANSACTION_LOG, {"transactional_id": "tx"})
+    data = records.write_batch([records.Record(timestamp=1, key=key, value=value)])
+    log.append(read_batch_head(data), data)
+    storage.close()
+    storage, _, _, txns, _ = open_state(tmp_path)
+    assert txns.transactions["tx"].producer_id == producer_id
+    pid, epoch, error = txns.init("tx", 60000)  # the epoch is exhausted: a new id
+    assert error is None and epoch == 0 and 0 < pid < 1 << 63
+    storage.close()
+    storage, _, _, txns, _ = open_state(tmp_path)
+    assert (txns.transactions["tx"].producer_id, txns.transactions["tx"].epoch) == (pid, 0)
+    storage.close()
+
+
+def test_a_member_id_made_from_a_long_client_id_is_written_and_read_back(tmp_path):
+    # The member id was the client id (up to 32767 bytes) and a UUID: past the int16 length
+    # of GroupMetadataValue v3's strings (writing the group at the rebalance's end raised)
+    # and of JoinGroup v5's (its answer did not encode).
+    from fastkwire import JoinGroupRequest, SyncGroupRequest, encode_response
+    from fastkwire.broker import Context
+
+    storage, _, groups, _, _ = open_state(tmp_path)
+    ctx = Context(0, "c" * 32767, "127.0.0.1")
+    J, S = JoinGroupRequest, SyncGroupRequest
+    answers = []
+
+    def join(member_id):
+        request = J(
+            group_id="g",
+            session_timeout_ms=60000,
+            rebalance_timeout_ms=60000,
+            member_id=member_id,
+            protocol_type="consumer",
+            protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"\x00" * 6)],
+        )
+        groups.handle(J.API_KEY, 5, request, ctx, answers.append)
+        return answers[-1]
+
+    member_id = join("").member_id  # MEMBER_ID_REQUIRED, with the id to use
+    encode_response(answers[-1], 5, 1)  # v5's strings have int16 lengths too
+    assert len(member_id.encode()) <= 32767 and member_id.startswith("ccc")
+    assert join(member_id).error_code == 0
+    sync = S(group_id="g", generation_id=1, member_id=member_id, assignments=[])
+    groups.handle(S.API_KEY, 3, sync, ctx, answers.append)
+    assert answers[-1].error_code == 0
+    storage.close()
+    storage, _, groups, _, _ = open_state(tmp_path)
+    assert list(groups.groups["g"].members) == [member_id]
+    storage.close()
+
+
+def test_mutated_requests_leave_coordinator_records_that_load_back():
+    """fuzz/hostile_requests.py --log-dir over a short run: the coordinators write what
+    mutated requests and floods make them hold, and a broker started on it loads it."""
+    from pathlib import Path
+
+    pytest.importorskip("cramjam")  # its seeds hold gzip batches
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+    import hostile_requests
+
+    counts, findings, _ = hostile_requests.run(3000, seed=3, log_dir=True)
+    assert findings == 0
+    assert counts["answered"] and counts["floods"]

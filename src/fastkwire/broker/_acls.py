@@ -20,6 +20,12 @@ UNKNOWN, ANY = 0, 1
 MATCH, LITERAL, PREFIXED = 2, 3, 4
 WILDCARD = "*"
 NONE = 0
+# The codes Kafka 4 knows: ResourceType (TOPIC .. USER), AclOperation (ALL ..
+# TWO_PHASE_COMMIT), AclPermissionType (DENY, ALLOW).
+RESOURCE_TYPES = range(2, 8)
+OPERATIONS = range(2, 16)
+PERMISSION_TYPES = (2, 3)
+CLUSTER, CLUSTER_NAME = 4, "kafka-cluster"
 
 Acl = namedtuple(
     "Acl", "resource_type resource_name pattern_type principal host operation permission_type"
@@ -35,15 +41,20 @@ class AclLimit(AclError):
 
 
 def check_new(acl):
-    """AclError unless `acl` names one resource, pattern, operation and permission."""
-    if acl.resource_type in (UNKNOWN, ANY):
+    """AclError unless `acl` names one resource, pattern, operation and permission, as
+    Kafka reads them (a code it does not know is UNKNOWN to it, and refused)."""
+    if acl.resource_type not in RESOURCE_TYPES:
         raise AclError(f"resource type {acl.resource_type} is not one resource type")
     if acl.pattern_type not in (LITERAL, PREFIXED):
         raise AclError(f"pattern type {acl.pattern_type}: only LITERAL (3) or PREFIXED (4)")
-    if acl.operation in (UNKNOWN, ANY) or acl.permission_type in (UNKNOWN, ANY):
+    if acl.operation not in OPERATIONS or acl.permission_type not in PERMISSION_TYPES:
         raise AclError("an ACL names one operation and one permission type (not ANY)")
-    if not acl.principal or not acl.host:
-        raise AclError("an ACL names a principal and a host")
+    if not acl.principal or ":" not in acl.principal or not acl.host:
+        raise AclError("an ACL names a principal (Type:name, as User:alice) and a host")
+    if not acl.resource_name:
+        raise AclError("Invalid empty resource name")
+    if acl.resource_type == CLUSTER and acl.resource_name != CLUSTER_NAME:
+        raise AclError(f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
 
 
 def matches(f, acl):

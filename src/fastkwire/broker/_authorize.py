@@ -631,25 +631,35 @@ def _metadata(auth, request, version, ctx):
 
 
 def _describe_topic_partitions(auth, request, version, ctx):
+    """Only the topics that may be described are paged, as Kafka filters them before
+    paging: a listing of all topics becomes the list of those (its cursor and page never
+    name another); named ones refused are answered TOPIC_AUTHORIZATION_FAILED."""
     R = DescribeTopicPartitionsResponse
-    named = {t.name for t in request.topics or []}
-
-    def after(response):
-        topics = []
-        for t in response.topics or []:
+    Q = DescribeTopicPartitionsRequest
+    refused = []
+    if not request.topics:
+        names = sorted(n for n in auth.cluster.topics if auth.may(ctx, DESCRIBE, TOPIC, n))
+        request.topics = [Q.TopicRequest(name=n) for n in names]
+    else:
+        kept = []
+        for t in request.topics:
             if auth.may(ctx, DESCRIBE, TOPIC, t.name):
-                # always filled in: the request has no flag for it
-                t.topic_authorized_operations = auth.operations(
-                    ctx, TOPIC, t.name, TOPIC_OPERATIONS
-                )
-                topics.append(t)
-            elif t.name in named:
-                topics.append(
+                kept.append(t)
+            else:
+                refused.append(
                     R.DescribeTopicPartitionsResponseTopic(
                         error_code=TOPIC_FAILED, name=t.name, partitions=[]
                     )
                 )
-        response.topics = topics
+        request.topics = kept
+    if not request.topics:  # the handler would read an empty list as all topics
+        return R(topics=refused, next_cursor=None), None
+
+    def after(response):
+        for t in response.topics or []:
+            # always filled in: the request has no flag for it
+            t.topic_authorized_operations = auth.operations(ctx, TOPIC, t.name, TOPIC_OPERATIONS)
+        response.topics = list(response.topics or []) + refused
         return response
 
     return None, after
@@ -793,9 +803,50 @@ def _offset_fetch(auth, request, version, ctx):
     return None, after
 
 
-def _groups(field, answers, error_item, operation):
+USES_HIDDEN_TOPICS = (
+    "The described group uses topics that the client is not authorized to describe."
+)
+
+
+def _consumer_group_topics(g):
+    """The topics a ConsumerGroupDescribe answer's group names."""
+    names = set()
+    for m in g.members or ():
+        names.update(m.subscribed_topic_names or ())
+        for assignment in (m.assignment, m.target_assignment):
+            names.update(t.topic_name for t in assignment.topic_partitions or ())
+    return names
+
+
+def _streams_group_topics(g):
+    """The topics a StreamsGroupDescribe answer's group names (its topology's)."""
+    names = set()
+    topology = g.topology
+    for sub in (topology.subtopologies or ()) if topology is not None else ():
+        names.update(sub.source_topics or ())
+        names.update(sub.repartition_sink_topics or ())
+        names.update(t.name for t in sub.repartition_source_topics or ())
+        names.update(t.name for t in sub.state_changelog_topics or ())
+    return names
+
+
+def _groups(field, answers, error_item, operation, topics_of=None):
     """A request about several groups: each refused gets GROUP_AUTHORIZATION_FAILED; the
-    others' authorized operations (when asked for: the Describe APIs) are the client's."""
+    others' authorized operations (when asked for: the Describe APIs) are the client's; a
+    described group naming topics (`topics_of`) the client may not describe is
+    TOPIC_AUTHORIZATION_FAILED, as Kafka's."""
+
+    def hiding(auth, ctx, response, merge):
+        if topics_of is not None:
+            out = []
+            for g in getattr(response, answers) or []:
+                names = topics_of(g) if g.error_code == 0 else ()
+                if any(not auth.may(ctx, DESCRIBE, TOPIC, n) for n in names):
+                    g = error_item(g.group_id)
+                    g.error_code, g.error_message = TOPIC_FAILED, USES_HIDDEN_TOPICS
+                out.append(g)
+            setattr(response, answers, out)
+        return response if merge is None else merge(response)
 
     def check(auth, request, version, ctx):
         kept, refused = [], []
@@ -810,13 +861,17 @@ def _groups(field, answers, error_item, operation):
         if refused:
             setattr(request, field, kept)
         merge = _merging(answers, refused)
-        if not getattr(request, "include_authorized_operations", False):
+        operations = getattr(request, "include_authorized_operations", False)
+        if not operations and topics_of is None:
             return None, merge
 
         def after(response):
-            for g in getattr(response, answers) or []:
-                g.authorized_operations = auth.operations(ctx, GROUP, g.group_id, GROUP_OPERATIONS)
-            return response if merge is None else merge(response)
+            if operations:
+                for g in getattr(response, answers) or []:
+                    g.authorized_operations = auth.operations(
+                        ctx, GROUP, g.group_id, GROUP_OPERATIONS
+                    )
+            return hiding(auth, ctx, response, merge)
 
         return None, after
 
@@ -852,6 +907,22 @@ def _consumer_group_heartbeat(auth, request, version, ctx):
         return _group_answer(request, version, GROUP_FAILED), None
     names = request.subscribed_topic_names
     if names and any(not auth.may(ctx, DESCRIBE, TOPIC, n) for n in set(names)):
+        return _group_answer(request, version, TOPIC_FAILED), None
+    return None, None
+
+
+def _streams_group_heartbeat(auth, request, version, ctx):
+    """READ on the group; DESCRIBE on every topic its topology names, as Kafka's (else its
+    status would say which of them exist, and its tasks their partitions)."""
+    if not auth.may(ctx, READ, GROUP, request.group_id):
+        return _group_answer(request, version, GROUP_FAILED), None
+    names = set()
+    for sub in request.topology.subtopologies if request.topology is not None else ():
+        names.update(sub.source_topics or ())
+        names.update(sub.repartition_sink_topics or ())
+        names.update(t.name for t in sub.repartition_source_topics or ())
+        names.update(t.name for t in sub.state_changelog_topics or ())
+    if any(not auth.may(ctx, DESCRIBE, TOPIC, n) for n in names):
         return _group_answer(request, version, TOPIC_FAILED), None
     return None, None
 
@@ -1077,7 +1148,7 @@ GUARDS = {
     HeartbeatRequest.API_KEY: _GROUP_READ,
     LeaveGroupRequest.API_KEY: _GROUP_READ,
     ConsumerGroupHeartbeatRequest.API_KEY: _consumer_group_heartbeat,
-    StreamsGroupHeartbeatRequest.API_KEY: _GROUP_READ,
+    StreamsGroupHeartbeatRequest.API_KEY: _streams_group_heartbeat,
     ListGroupsRequest.API_KEY: _list_groups,
     DescribeGroupsRequest.API_KEY: _groups(
         "groups",
@@ -1094,6 +1165,7 @@ GUARDS = {
             ConsumerGroupDescribeResponse, group_state="", assignor_name="", members=[]
         ),
         DESCRIBE,
+        _consumer_group_topics,
     ),
     StreamsGroupDescribeRequest.API_KEY: _groups(
         "group_ids",
@@ -1107,6 +1179,7 @@ GUARDS = {
             members=[],
         ),
         DESCRIBE,
+        _streams_group_topics,
     ),
     DeleteGroupsRequest.API_KEY: _groups(
         "groups_names",

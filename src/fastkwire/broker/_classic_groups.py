@@ -26,6 +26,8 @@ NONE = 0
 FENCED_INSTANCE_ID = _code("FENCED_INSTANCE_ID")
 GROUP_MAX_SIZE_REACHED = _code("GROUP_MAX_SIZE_REACHED")
 POLICY_VIOLATION = _code("POLICY_VIOLATION")
+MAX_GENERATION = (1 << 31) - 1  # generation_id is an int32
+MAX_STRING_BYTES = 32767  # a string with an int16 length
 ILLEGAL_GENERATION = _code("ILLEGAL_GENERATION")
 INCONSISTENT_GROUP_PROTOCOL = _code("INCONSISTENT_GROUP_PROTOCOL")
 INVALID_GROUP_ID = _code("INVALID_GROUP_ID")
@@ -74,6 +76,13 @@ class _Member:
     def has_satisfied_heartbeat(self):
         # A new member can expire while it waits to join; one waiting for a rebalance cannot.
         return not self.is_new and (self.join is not None or self.sync is not None)
+
+
+def _member_id(prefix):
+    """Kafka's new member id, `<client or instance id>-<UUID>`, its prefix cut so that it
+    stays a string of at most 32767 bytes (JoinGroup's before v6, the group's record)."""
+    prefix = prefix.encode("utf-8")[: MAX_STRING_BYTES - 37].decode("utf-8", "ignore")
+    return f"{prefix}-{uuid.uuid4()}"
 
 
 class ClassicGroup:
@@ -359,7 +368,7 @@ class ClassicGroups:
 
     def _join_new_member(self, group, version, request, ctx, reply):
         instance_id = request.group_instance_id
-        new_id = f"{instance_id if instance_id is not None else ctx.client_id}-{uuid.uuid4()}"
+        new_id = _member_id(instance_id if instance_id is not None else ctx.client_id)
         if instance_id is not None:
             old_id = group.static.get(instance_id)
             if old_id is not None:
@@ -552,7 +561,8 @@ class ClassicGroups:
             # second apart, so that a zero rebalance timeout cannot keep the timers spinning).
             self._schedule_join_deadline(group, at_least_ms=NOBODY_REJOINED_RETRY_MS)
             return
-        group.generation += 1
+        # an int32 in the answers: after its top (a group read back there), 1 again
+        group.generation = group.generation + 1 if group.generation < MAX_GENERATION else 1
         if group.members:
             group.protocol_name = group.select_protocol()
             group.subscribed = group.subscribed_topics()

@@ -24,11 +24,15 @@ the partition, the offset and the field.
 
 KIP-848 consumer groups and streams groups keep their offsets; their members and epochs
 are not written (they come back as empty groups), and offsets committed in a transaction
-are written when it commits (Kafka writes them at once, with the transaction's markers).
+are written when it commits (Kafka writes them at once, with the transaction's markers:
+read back, such records count once a COMMIT marker ends their transaction, and not when it
+aborts or never ends).
 """
 
+import collections
 import logging
 import os
+import re
 import time
 
 from .. import records
@@ -56,7 +60,8 @@ from ._segment_files import read_checkpoint, write_checkpoint
 _log = logging.getLogger("fastkwire.broker")
 PRODUCER_IDS_FILE = "fastkwire-producer-ids"
 READ_CHUNK_BYTES = 1 << 20  # of a log read back at a time (whole batches, at least one)
-MAX_PRODUCER_ID = 1 << 62  # far below int64's top, so that ids handed out after it fit
+MAX_PRODUCER_ID = 1 << 62  # ids kept at or past it (damaged, hostile) move no id handed out
+_ID_DIGITS = re.compile("[0-9]{1,19}")
 # GroupMetadataValue's member fields, in the order ClassicGroups.restore takes them
 _MEMBER_FIELDS = (
     "member_id",
@@ -92,8 +97,11 @@ class CoordinatorState:
     def load(self):
         ids = self.cluster.producer_ids
         for entry in read_checkpoint(self._producer_ids_path):
-            if len(entry) == 1 and entry[0].isdigit() and int(entry[0]) < MAX_PRODUCER_ID:
-                ids.start_at(int(entry[0]))
+            # ASCII digits only, at most 19 of them: str.isdigit() passes "²", which int()
+            # refuses, and int() refuses thousands of digits (a damaged file: ignored)
+            if len(entry) == 1 and _ID_DIGITS.fullmatch(entry[0]):
+                if int(entry[0]) < MAX_PRODUCER_ID:
+                    ids.start_at(int(entry[0]))
         for name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
             found = self.storage.internal_found.get(name)
             if found is not None:
@@ -107,8 +115,11 @@ class CoordinatorState:
         self.storage.abort_left_open()
 
     def _records(self, topic_name):
-        """(RecordType, key fields, value fields or None, where) of every record of
-        `topic_name`'s partitions, in offset order; `where` names its partition and offset."""
+        """(RecordType, key fields, value fields or None, position) of every record of
+        `topic_name`'s partitions that counts: a transactional batch's (Kafka's log holds
+        TxnOffsetCommits so) only once its transaction commits, at its marker, never when
+        it aborts or does not end. `position` (partition, offset) orders them: of a key's
+        records the one with the highest wins, as Kafka's loader takes the later one."""
         topic = self.cluster.topics.get(topic_name)
         if topic is None:
             return
@@ -116,21 +127,32 @@ class CoordinatorState:
             where = f"{topic_name}-{partition.index}"
             log = partition.log
             offset = log.log_start
+            pending = {}  # producer id -> its open transaction's records
             while offset < log.log_end:  # a chunk at a time: the log may be large
                 try:
                     batches = records.read_batches(log.read(offset, READ_CHUNK_BYTES))
-                    found = [r for b in batches if not b.is_control for r in b.records]
                 except ValueError as e:
                     raise CoordinatorStateError(
                         f"{where}, from offset {offset}: the batches do not read: {e}"
                     ) from None
                 if not batches:
                     break
-                for record in found:
-                    yield self._decoded(topic_name, where, record)
+                for batch in batches:
+                    if batch.is_control:  # a marker (its key read: 4 bytes at least)
+                        ended = pending.pop(batch.producer_id, [])
+                        if batch.records and batch.records[0].control_type == "commit":
+                            yield from ended
+                        continue
+                    for record in batch.records:
+                        found = self._decoded(topic_name, where, partition.index, record)
+                        if batch.is_transactional:
+                            pending.setdefault(batch.producer_id, []).append(found)
+                        else:
+                            yield found
                 offset = batches[-1].base_offset + batches[-1].last_offset_delta + 1
 
-    def _decoded(self, topic_name, where, record):
+    def _decoded(self, topic_name, where, index, record):
+        position = (index, record.offset)
         where = f"{where}, offset {record.offset}"
         try:
             if record.key is None:
@@ -138,25 +160,26 @@ class CoordinatorState:
             record_type, key_type = record_type_of(topic_name, record.key)
             key = decode_key(record_type, key_type, record.key)
             if record.value is None:
-                return record_type, key, None, where
+                return record_type, key, None, where, position
             _, value = decode_value(record_type, record.value)
-            return record_type, key, value, where
+            return record_type, key, value, where, position
         except UnknownRecordError as e:
             self.skipped += 1
             _log.warning("%s: skipped: %s", where, e)
-            return None, None, None, where
+            return None, None, None, where, position
         except RecordFormatError as e:
             raise CoordinatorStateError(f"{where}: {e}") from None
 
     def _load_groups(self):
         offsets, metadata = {}, {}
-        for record_type, key, value, _ in self._records(OFFSETS_TOPIC):
+        for record_type, key, value, where, position in self._records(OFFSETS_TOPIC):
             if record_type is OFFSET_COMMIT:
-                offsets[(key["group"], key["topic"], key["partition"])] = value
+                _later(offsets, (key["group"], key["topic"], key["partition"]), position, value)
             elif record_type is GROUP_METADATA:
-                metadata[key["group"]] = value
+                value = value if value is None else _checked_group(value, where)
+                _later(metadata, key["group"], position, value)
         store = self.groups.offsets
-        for (group_id, topic, partition), value in offsets.items():
+        for (group_id, topic, partition), (_, value) in offsets.items():
             if value is not None:
                 committed = Committed(
                     value["offset"],
@@ -166,7 +189,7 @@ class CoordinatorState:
                 )
                 store.commit(group_id, topic, partition, committed)
         classic = self.groups.classic
-        for group_id, value in metadata.items():
+        for group_id, (_, value) in metadata.items():
             if value is not None:
                 members = [tuple(m[name] for name in _MEMBER_FIELDS) for m in value["members"]]
                 classic.restore(
@@ -186,12 +209,12 @@ class CoordinatorState:
 
     def _load_transactions(self):
         states = {}
-        for record_type, key, value, where in self._records(TRANSACTION_STATE_TOPIC):
+        for record_type, key, value, where, position in self._records(TRANSACTION_STATE_TOPIC):
             if record_type is TRANSACTION_LOG:
-                states[key["transactional_id"]] = (value, where)
+                _later(states, key["transactional_id"], position, (value, where))
         ids = self.cluster.producer_ids
         prepared = {}
-        for tid, (value, where) in states.items():
+        for tid, (_, (value, where)) in states.items():
             if value is None:
                 continue
             status = _checked_transaction(value, where)
@@ -210,7 +233,8 @@ class CoordinatorState:
                 status,
                 partitions,
             )
-            ids.start_at(value["producer_id"] + 1)
+            if value["producer_id"] + 1 < MAX_PRODUCER_ID:  # room for the ids after it
+                ids.start_at(value["producer_id"] + 1)
             if status in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE):
                 prepared[tid] = status == PREPARE_COMMIT
         return prepared
@@ -321,12 +345,40 @@ class CoordinatorState:
         self._write(TRANSACTION_STATE_TOPIC, tid, key, value)
 
 
+def _later(found, key, position, value):
+    """found[key] = (position, value) unless it holds a record from later in the log."""
+    held = found.get(key)
+    if held is None or held[0] < position:
+        found[key] = (position, value)
+
+
+def _checked_group(value, where):
+    """A GroupMetadataValue whose values a classic group can take back (a generation it
+    counts from, not negative; a protocol for its members, which DescribeGroups answers; no
+    member or instance id twice); CoordinatorStateError naming `where` for one it cannot."""
+    problem = None
+    if value["generation"] < 0:
+        problem = f"generation {value['generation']}"
+    elif value["members"] and value["protocol"] is None:
+        problem = f"{len(value['members'])} members without a protocol"
+    else:  # each member and static member once: the group's maps are keyed by them
+        for field, what in (("member_id", "member id"), ("group_instance_id", "group instance id")):
+            counts = collections.Counter(m[field] for m in value["members"])
+            twice = [n for n, c in counts.items() if c > 1 and n is not None]
+            if twice:
+                problem = f"{what} {twice[0]!r} twice"
+                break
+    if problem is not None:
+        raise CoordinatorStateError(f"{where}: GroupMetadataValue: {problem} is not one kept")
+    return value
+
+
 def _checked_transaction(value, where):
     """The status of a TransactionLogValue whose values a coordinator can take back;
     CoordinatorStateError naming `where` for one it cannot."""
     status = value["transaction_status"]
     problem = None
-    if not 0 <= value["producer_id"] < MAX_PRODUCER_ID:
+    if value["producer_id"] < 0:  # any other int64: ids handed out after it may pass 2**62
         problem = f"producer id {value['producer_id']}"
     elif value["producer_epoch"] < 0:
         problem = f"producer epoch {value['producer_epoch']}"
