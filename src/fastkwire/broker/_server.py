@@ -30,6 +30,7 @@ import collections
 import logging
 import os
 import socket
+import struct
 import time
 
 from ..proxy._accept import tls_handshake
@@ -66,6 +67,7 @@ WATCH_INTERVAL_MAX = 1.0  # seconds between looks for overdue frames, at most
 FAILED_ANSWER_CLOSE_DELAY = 0.1  # Kafka's connection.failed.authentication.delay.ms
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
 IDLE_SCAN_MAX = 60.0  # seconds between looks for idle connections, at most
+_SIZE = struct.Struct(">i")  # a frame's size prefix
 READ_SIZE = 256 * 1024  # the scratch buffer reads go to (uvloop's own reads are this size)
 
 
@@ -143,8 +145,7 @@ class _Connection(asyncio.BufferedProtocol):
                 self.partial, self.held_bytes, self.need = None, 0, 0
         else:
             queued = self.queued
-            with broker.scratch[:nbytes] as data:
-                refused = self._split(data, nbytes)
+            refused = self._split(broker.scratch, nbytes)
             if refused is not None:  # not Kafka framing: the bytes from it on are not held
                 broker.buffered -= nbytes - (self.queued - queued + self.held_bytes - before)
                 self.end(refused)
@@ -170,8 +171,9 @@ class _Connection(asyncio.BufferedProtocol):
         self.next()
 
     def _split(self, data, n):
-        """Takes the frames of `data` (a read in the scratch buffer, `n` bytes) and keeps
-        what is left of it; None, or why the connection must end (not Kafka framing)."""
+        """Takes the frames of a read of `n` bytes into `data` (the scratch buffer) and
+        keeps what is left of it; None, or why the connection must end (not Kafka
+        framing)."""
         start = 0
         if self.partial is not None:  # a frame read in part, its buffer growing as it comes
             partial = self.partial
@@ -211,38 +213,41 @@ class _Connection(asyncio.BufferedProtocol):
                     return None
                 self._queue(bytes(partial))
                 self.partial, self.held_bytes, self.need = None, 0, 0
+        limit = self.limit
         while n - start >= 4:
-            refused = self._sized(data, start, self.received + start)
-            if refused:
-                return refused
-            end = start + self.need
+            size = _SIZE.unpack_from(data, start)[0]
+            if not 0 <= size <= limit:
+                return self._refusal(size, self.received + start)
+            end = start + 4 + size
             if end > n:
+                self.need = 4 + size
                 break
-            self._queue(bytes(data[start:end]))  # its own copy: the scratch is reused
-            self.need = 0
+            self._queue(data[start:end].tobytes())  # its own copy: the scratch is reused
             start = end
         if start < n:  # a frame begun: held in a bytearray of its own
             have = n - start
             if self.need and self._room(self.need - have):
-                self._allocate(data[start:], have)
+                self._allocate(data[start:n], have)
             else:
-                self.partial = bytearray(data[start:])
+                self.partial = bytearray(data[start:n])
             self.held_bytes = have
         return None
 
     def _sized(self, buf, start, offset):
         """Reads and checks the size prefix at `start` (stream offset `offset`): sets
         `need`; returns why the connection must end when it is not Kafka framing."""
-        size = int.from_bytes(buf[start : start + 4], "big", signed=True)
-        limit = self.limit
-        if size < 0 or size > limit:
-            cap = "max_frame_bytes" if self.sasl is None else "before SASL authentication"
-            return (
-                f"a request size prefix of {size} bytes at stream offset "
-                f"{offset} (limit {limit}: {cap}): not Kafka framing"
-            )
+        size = _SIZE.unpack_from(buf, start)[0]
+        if not 0 <= size <= self.limit:
+            return self._refusal(size, offset)
         self.need = 4 + size
         return None
+
+    def _refusal(self, size, offset):
+        cap = "max_frame_bytes" if self.sasl is None else "before SASL authentication"
+        return (
+            f"a request size prefix of {size} bytes at stream offset "
+            f"{offset} (limit {self.limit}: {cap}): not Kafka framing"
+        )
 
     def _room(self, ahead):
         """Whether a frame's buffer may be allocated `ahead` bytes before they are read: the
