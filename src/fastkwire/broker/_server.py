@@ -140,8 +140,11 @@ class _Connection(asyncio.BufferedProtocol):
             self.reserved -= nbytes
             broker.reserved -= nbytes
             if self.partial.written(nbytes):
+                # Taken as bytes by next(), on the loop's next turn: the transport holds
+                # the buffer it read into until this call returns.
                 completed = True
-                self._queue(self.partial.take())
+                self.frames.append(self.partial)
+                self.queued += self.held_bytes
                 self.partial, self.held_bytes, self.need = None, 0, 0
         else:
             queued = self.queued
@@ -168,7 +171,10 @@ class _Connection(asyncio.BufferedProtocol):
             broker.waiting_room.append(self)
         if self.held_bytes and before == 0:
             broker.wake(partial=True)  # the watch looks for it to be overdue
-        self.next()
+        if completed and type(self.frames[-1]) is not bytes:
+            asyncio.get_running_loop().call_soon(self.next)
+        else:
+            self.next()
 
     def _split(self, data, n):
         """Takes the frames of a read of `n` bytes into `data` (the scratch buffer) and
@@ -340,6 +346,8 @@ class _Connection(asyncio.BufferedProtocol):
         try:
             while not self.busy and self.frames and not self.closed and not self.write_paused:
                 frame = self.frames.popleft()
+                if type(frame) is not bytes:  # a FrameBuffer, read whole: its bytes
+                    frame = frame.take()
                 self.queued -= len(frame)
                 self.broker.buffered -= len(frame)
                 if self.queued <= self.broker.max_pending_bytes:
