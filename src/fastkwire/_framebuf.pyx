@@ -30,6 +30,8 @@ cdef class FrameBuffer:
     cdef Py_ssize_t _stride
 
     def __cinit__(self, Py_ssize_t size, head):
+        if head is None:  # a typed memoryview would take None as an empty view
+            raise TypeError("head: a bytes-like object, not None")
         cdef const unsigned char[::1] h = head  # taken before any check
         cdef Py_ssize_t n = h.shape[0]
         if size < 0 or size > MAX_SIZE:
