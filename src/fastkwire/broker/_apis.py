@@ -75,6 +75,7 @@ from ._cluster import (
 )
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS, FetchSessionCache
 from ._log import LATEST, LogError, read_batch_head
+from ._splice import records_of
 from ._not_coordinator import TRANSACTION_API_KEYS, coordinated, transaction_error
 from ._acls import HANDLERS as ACL_HANDLERS
 from ._acls import AclStore
@@ -740,12 +741,13 @@ class Apis:
                 limit = min(p.max_bytes, max(budget - total, 0))
                 stable = log.last_stable_offset
                 try:
-                    data = log.read(
+                    pieces, size = log.read_pieces(
                         p.fetch_offset,
                         limit,
                         min_one=total == 0,
                         upto=stable if read_committed else None,
                     )
+                    data = records_of(pieces, size)  # large ones spliced, not joined
                 except LogError as e:
                     error = e.error
                 total += len(data)

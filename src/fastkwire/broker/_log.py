@@ -352,6 +352,11 @@ class PartitionLog:
         but the first batch whatever its size when `min_one` (Kafka's KIP-74 rule), and
         none that starts at or past `upto` (read_committed: the last stable offset); LogError
         OFFSET_OUT_OF_RANGE outside log start to log end."""
+        return b"".join(self.read_pieces(offset, max_bytes, min_one, upto)[0])
+
+    def read_pieces(self, offset, max_bytes, min_one=True, upto=None):
+        """read()'s bytes as (pieces, their size): the batches as the log holds them, not
+        joined (a Fetch answer writes them one after another)."""
         self.check_offset(offset)
         out = []
         size = 0
@@ -366,7 +371,7 @@ class PartitionLog:
             else:
                 out.append(batch)
             size += len(batch)
-        return b"".join(out)
+        return out, size
 
     def _batch(self, i):
         """Batch i's bytes, its base offset and leader epoch in them."""
