@@ -8,8 +8,9 @@ Each case makes a FrameBuffer from a random size (negative, 0, small, up to 64 K
 MAX_SIZE) and head (bytes, bytearray, memoryviews sliced, cast, strided or released,
 array('i'), str, None, a head longer than the size), then runs random operations on it:
 buffer exports (memoryview) held and released, writes of random bytes through them (into
-the export's length only), written(n) with n anywhere (negative, past the room left,
-huge), take() at any time, len(), and exports taken after take(). A model tracks what was
+the export's length only; an export is dropped once written() counts its read, as a
+transport asks for a buffer for every read), written(n) with n anywhere (negative, past
+the room left, huge), take() at any time, len(), and exports taken after take(). A model tracks what was
 written, and the contract is checked as invariants:
 - a bad size or head is a ValueError, TypeError or BufferError, nothing else;
 - an export is exactly the part not yet counted as read (its length len(buf)), writable,
@@ -134,6 +135,9 @@ def case(rng, name, FrameBuffer, ops):
                     return
             pending = bytearray()
             STATS["written"] += 1
+            if view is not None:  # a transport asks for a buffer again for every read
+                view.release()
+                view = None
             assert full == (len(want) == size)
         elif op == 3:  # take()
             try:
