@@ -21,6 +21,7 @@ MODULES = [
     "fastkwire._kafka_python",
     "fastkwire._aiokafka",
     "fastkwire._forward",
+    "fastkwire._framebuf",
 ]
 # C headers whose changes rebuild the extension that includes them.
 DEPENDS = {"fastkwire._forward": ["src/fastkwire/_forward.h"]}

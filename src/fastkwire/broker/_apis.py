@@ -80,6 +80,7 @@ from ._broker_configs import (
 from ._expiry import StateExpiry
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS, FetchSessionCache
 from ._log import LATEST, LogError, read_batch_head
+from ._splice import records_of
 from ._not_coordinator import TRANSACTION_API_KEYS, coordinated, transaction_error
 from ._acls import HANDLERS as ACL_HANDLERS
 from ._acls import AclStore
@@ -165,8 +166,22 @@ def _answer_now(handler, apis, request, version, ctx, reply):
     return handler(apis, request, version, ctx)
 
 
+class Fitted:
+    """A handler's answer that is already fit for its version (nothing outside it is set):
+    handle() sends it as it is."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response):
+        self.response = response
+
+
 def _fitted(response, version):
-    return response if response is CLOSE or response is NO_ANSWER else fit(response, version)
+    if response is CLOSE or response is NO_ANSWER:
+        return response
+    if type(response) is Fitted:
+        return response.response
+    return fit(response, version)
 
 
 def _after(reply, after, version):
@@ -588,13 +603,16 @@ class Apis:
         responses = []
         leaders = set()
         appended = []  # the partitions written to
+        topics = self.cluster.topics
         for t in request.topic_data:
-            topic = self.cluster.topics.get(t.name)
+            topic = topics.get(t.name)
+            partitions = () if topic is None else topic.partitions
             parts = []
             for p in t.partition_data:
                 error, message, base, append_time = None, None, -1, -1
                 log_start = -1
-                partition = None if topic is None else self.cluster.partition(t.name, p.index)
+                index = p.index
+                partition = partitions[index] if 0 <= index < len(partitions) else None
                 if acks not in (0, 1, -1):
                     error = "INVALID_REQUIRED_ACKS"
                 elif partition is None:
@@ -615,19 +633,27 @@ class Apis:
                         error, message = e.error, str(e)
                 if error is not None:
                     failed = True
+                if error is None:
+                    parts.append(
+                        R.PartitionProduceResponse(
+                            index=index,
+                            base_offset=base,
+                            log_append_time_ms=append_time,
+                            log_start_offset=log_start,
+                        )
+                    )
+                    continue
                 parts.append(
                     R.PartitionProduceResponse(
-                        index=p.index,
-                        error_code=NONE if error is None else code(error),
+                        index=index,
+                        error_code=code(error),
                         base_offset=base,
                         log_append_time_ms=append_time,
                         log_start_offset=log_start,
-                        record_errors=[],
                         error_message=message,
+                        current_leader=self._current_leader(R, partition, error, leaders),
                     )
                 )
-                if error is not None:
-                    parts[-1].current_leader = self._current_leader(R, partition, error, leaders)
             responses.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
         self.data_arrived(appended)
         if acks == 0:
@@ -635,7 +661,9 @@ class Apis:
         response = R(responses=responses)
         if leaders:
             response.node_endpoints = self._node_endpoints(R, leaders, ctx.listener)
-        return response
+        # Every partition appended at v5+ (log_start_offset): nothing set is outside the
+        # version, and fit() would walk the answer for nothing.
+        return Fitted(response) if not failed and version >= 5 else response
 
     def _append(self, topic, partition, data, now_ms, request, version):
         """(base offset, log append time or -1) of one partition's records, appended unless
@@ -650,12 +678,13 @@ class Apis:
             and head.producer_id not in partition.log.ongoing
         ):
             self._verify_in_transaction(topic, partition, head, request, version)
-        append_time = now_ms if topic.log_append_time else -1
+        log_append_time = topic.log_append_time
+        append_time = now_ms if log_append_time else -1
         duplicate = partition.producers.check(head)
         if duplicate is not None:
             return duplicate, append_time
-        base = partition.log.append(head, data, now_ms, topic.log_append_time)
-        partition.producers.appended(head, base, now_ms if topic.log_append_time else None)
+        base = partition.log.append(head, data, now_ms, log_append_time)
+        partition.producers.appended(head, base, now_ms if log_append_time else None)
         return base, append_time
 
     def _verify_in_transaction(self, topic, partition, head, request, version):
@@ -784,12 +813,13 @@ class Apis:
                 limit = min(p.max_bytes, max(budget - total, 0))
                 stable = log.last_stable_offset
                 try:
-                    data = log.read(
+                    pieces, size = log.read_pieces(
                         p.fetch_offset,
                         limit,
                         min_one=total == 0,
                         upto=stable if read_committed else None,
                     )
+                    data = records_of(pieces, size)  # large ones spliced, not joined
                 except LogError as e:
                     error = e.error
                 total += len(data)

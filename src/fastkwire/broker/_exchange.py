@@ -11,6 +11,7 @@ outcomes against every mutated frame.
 """
 
 import logging
+import struct
 from types import SimpleNamespace
 
 from .. import (
@@ -31,6 +32,7 @@ log = logging.getLogger("fastkwire.broker")
 API_VERSIONS = ApiVersionsRequest.API_KEY
 FETCH = FetchRequest.API_KEY  # its answers are spliced (_splice.py)
 UNSUPPORTED_VERSION = by_name("UNSUPPORTED_VERSION").code
+_KEY_VERSION = struct.Struct(">hh")  # a request header's first fields, after the size
 
 
 class Close:
@@ -48,14 +50,13 @@ class Close:
 
 
 def answer_frame(apis, frame, node_id, client_host, done, connection=None, listener=None):
-    header = request_header(frame)
-    if header is None:
+    if len(frame) < 12:
         done(Close(f"a frame of {len(frame)} bytes is too short for a request header"))
         return
-    key, version = header.api_key, header.api_version
+    key, version = _KEY_VERSION.unpack_from(frame, 4)  # the header is decoded once, below
     served = apis.versions().get(key)
     if served is None or not served[0] <= version <= served[1]:
-        done(_unsupported(apis, header, frame, served))
+        done(_unsupported(apis, request_header(frame), frame, served))
         return
     try:
         # Records as views of the frame: the log copies a batch once, as it keeps it.

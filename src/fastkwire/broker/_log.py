@@ -36,6 +36,10 @@ LATEST_TIERED = -5  # KIP-1005: nothing is tiered here
 NO_TIMESTAMP = -1
 
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's max.message.bytes
+# A batch at least this big, most of the (immutable) request frame it came in, is kept as
+# a view of that frame, its base offset and leader epoch written in as it is read: no
+# copy. Smaller ones are copied (a view and its frame would outweigh their bytes).
+KEEP_VIEW_MIN = 4096
 # A transaction marker's key (version, type) and value (version, coordinator epoch).
 _MARKER_KEY = struct.Struct(">hh")
 _MARKER_VALUE = struct.Struct(">hi")
@@ -55,6 +59,12 @@ def _marker_type(batch):
     (control,) = records.read_batches(batch, check_crc=False)
     key = control.records[0].key if control.records else None
     return _MARKER_KEY.unpack_from(key)[1] if key and len(key) >= 4 else _COMMIT
+
+
+def _with_head(view, base, epoch):
+    """The pieces of a batch kept as a view of its frame, with its base offset and leader
+    epoch (fields the CRC does not cover)."""
+    return (_BASE_OFFSET.pack(base), view[8:_EPOCH_AT], _EPOCH.pack(epoch), view[_EPOCH_AT + 4 :])
 
 
 class BatchHead:
@@ -142,6 +152,7 @@ class PartitionLog:
         "log_end",
         "_bases",
         "_batches",
+        "_batch_epochs",
         "_max_ts",
         "bytes",
         "leader_epoch",
@@ -157,7 +168,8 @@ class PartitionLog:
         self.log_start = 0
         self.log_end = 0  # the next offset to assign
         self._bases = array("q")  # each batch's base offset (8 bytes each, not an int object)
-        self._batches = []  # each batch's bytes, base offset written in
+        self._batches = []  # each batch's bytes, base offset written in (or a frame's view)
+        self._batch_epochs = array("i")  # the leader epoch each was appended in
         self._max_ts = array("q")  # each batch's max timestamp
         self.bytes = 0
         self.leader_epoch = leader_epoch
@@ -217,6 +229,15 @@ class PartitionLog:
             _INT64.pack_into(batch, _MAX_TIMESTAMP_AT, max_ts)
             _CRC.pack_into(batch, _CRC_AT, records.crc32c(memoryview(batch)[BATCH_CRC_START:]))
             batch = bytes(batch)
+        elif (
+            self.store is None
+            and type(data) is memoryview
+            and data.readonly
+            and type(data.obj) is bytes
+            and len(data) >= KEEP_VIEW_MIN
+            and len(data.obj) - len(data) <= len(data) >> 3
+        ):  # a view of the frame, which nothing can change: its head is written at reads
+            batch = memoryview(data)
         else:  # one copy (Produce's records are a view of its frame), in one allocation
             with memoryview(data) as view:
                 batch = b"".join(
@@ -229,6 +250,7 @@ class PartitionLog:
                 )
         self._bases.append(base)
         self._batches.append(batch)
+        self._batch_epochs.append(self.leader_epoch)
         self._max_ts.append(max_ts)
         self.bytes += len(batch)
         self.log_end = base + head.last_offset_delta + 1
@@ -247,6 +269,7 @@ class PartitionLog:
             head = read_batch_head(batch, len(batch))
             self._bases.append(base)
             self._batches.append(batch)
+            self._batch_epochs.append(_EPOCH.unpack_from(batch, _EPOCH_AT)[0])
             self._max_ts.append(head.max_timestamp)
             self.bytes += len(batch)
             self.log_end = last + 1
@@ -329,6 +352,11 @@ class PartitionLog:
         but the first batch whatever its size when `min_one` (Kafka's KIP-74 rule), and
         none that starts at or past `upto` (read_committed: the last stable offset); LogError
         OFFSET_OUT_OF_RANGE outside log start to log end."""
+        return b"".join(self.read_pieces(offset, max_bytes, min_one, upto)[0])
+
+    def read_pieces(self, offset, max_bytes, min_one=True, upto=None):
+        """read()'s bytes as (pieces, their size): the batches as the log holds them, not
+        joined (a Fetch answer writes them one after another)."""
         self.check_offset(offset)
         out = []
         size = 0
@@ -336,11 +364,21 @@ class PartitionLog:
             if upto is not None and self._bases[i] >= upto:
                 break
             batch = self._batches[i]
-            if size + len(batch) > max_bytes and not (min_one and not out):
+            if size + len(batch) > max_bytes and not (min_one and not size):
                 break
-            out.append(batch)
+            if type(batch) is memoryview:  # kept as its frame has it: its head written here
+                out += _with_head(batch, self._bases[i], self._batch_epochs[i])
+            else:
+                out.append(batch)
             size += len(batch)
-        return b"".join(out)
+        return out, size
+
+    def _batch(self, i):
+        """Batch i's bytes, its base offset and leader epoch in them."""
+        batch = self._batches[i]
+        if type(batch) is memoryview:
+            return b"".join(_with_head(batch, self._bases[i], self._batch_epochs[i]))
+        return batch
 
     def available(self, offset):
         """Bytes a read from `offset` could return (0 outside the log)."""
@@ -371,7 +409,7 @@ class PartitionLog:
     def _timestamps(self, i):
         """(offset, timestamp) of each record of batch i (it is decompressed for this)."""
         try:
-            (batch,) = records.read_batches(self._batches[i], check_crc=False)
+            (batch,) = records.read_batches(self._batch(i), check_crc=False)
         except ImportError as e:  # a compressed batch without cramjam installed
             raise LogError(
                 "UNKNOWN_SERVER_ERROR", f"batch at offset {self._bases[i]}: {e}"
@@ -417,6 +455,7 @@ class PartitionLog:
             if drop and self._last_offset(drop - 1) < offset:
                 self.bytes -= sum(len(b) for b in self._batches[:drop])
                 del self._bases[:drop], self._batches[:drop], self._max_ts[:drop]
+                del self._batch_epochs[:drop]
             self.aborted = [a for a in self.aborted if a[2] >= offset]
             if self.store is not None:
                 self.store.log_start_moved(offset, self.log_end)

@@ -31,6 +31,7 @@ import functools
 import logging
 import os
 import socket
+import struct
 import time
 
 from ..proxy._accept import tls_handshake
@@ -54,6 +55,7 @@ from ._exchange import Close, answer_frame
 from ._faults import apply as apply_fault
 from ._faults import as_faults, as_rule
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS
+from ._frame_buffer import COMPILED, FrameBuffer, readable
 from ._groups import GroupConfig, GroupCoordinator
 from ._sasl import DEFAULT_SCRAM_ITERATIONS, PASS, SASL_MAX_RECEIVE_BYTES, SaslSession, Users
 from ._expiry import (
@@ -73,11 +75,18 @@ WATCH_INTERVAL_MAX = 1.0  # seconds between looks for overdue frames, at most
 FAILED_ANSWER_CLOSE_DELAY = 0.1  # Kafka's connection.failed.authentication.delay.ms
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
 IDLE_SCAN_MAX = 60.0  # seconds between looks for idle connections, at most
-BIG_READ = 64 * 1024  # a read at least this big is held as it came, until its frame is whole
+_SIZE = struct.Struct(">i")  # a frame's size prefix
+READ_SIZE = 256 * 1024  # the scratch buffer reads go to (uvloop's own reads are this size)
 
 
-class _Connection(asyncio.Protocol):
-    """One client connection: frames split in data_received, queued, answered in order."""
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: frames split as read, queued, answered in order.
+
+    Reads go into the broker's scratch buffer, and each frame whole in it is copied out
+    once, as bytes; a frame left incomplete gets a FrameBuffer of its size (once its size
+    prefix is checked), and the rest of it is read into that in place: no pieces joined.
+    The bytes such buffers wait for count against max_buffered_bytes with the bytes held
+    (`Broker.reserved`): without room, a frame's bytearray grows as its bytes come."""
 
     def __init__(self, broker, node_id, protocol):
         self.broker = broker
@@ -85,10 +94,11 @@ class _Connection(asyncio.Protocol):
         self.protocol = protocol  # its listener's (Kafka's listener name, here the protocol)
         self.transport = None
         self.host = ""
-        self.held = []  # the pieces of a frame not yet whole, as read
-        self.held_bytes = 0
-        self.need = 0  # the size of that frame with its prefix, once its prefix is read
-        self.consumed = 0  # stream offset of the first byte held, for error messages
+        self.partial = None  # the frame being read (a FrameBuffer or bytearray), or None
+        self.held_bytes = 0  # the bytes of it read so far
+        self.need = 0  # its size with its prefix, once its prefix is read (0: not yet)
+        self.reserved = 0  # bytes of `partial` allocated ahead of its reads
+        self.received = 0  # bytes read before the read being split, for error messages
         self.frames = collections.deque()
         self.queued = 0  # bytes of the frames in `frames`
         self.busy = False  # a request is being answered
@@ -131,55 +141,40 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername") or ("", 0)
         self.host = str(peer[0])
 
-    def data_received(self, data):
+    def get_buffer(self, sizehint):
+        if self.reserved:  # the rest of a frame whose buffer is allocated: read in place
+            return readable(self.partial)
+        return self.broker.scratch
+
+    def buffer_updated(self, nbytes):
         if self.closed:
             return
         broker = self.broker
-        self.active = time.monotonic()
-        data = bytes(data)  # asyncio gives bytes: no copy
+        self.active = now = time.monotonic()
+        broker.buffered += nbytes  # what this read added, now queued or held
         before = self.held_bytes
-        if before:
-            held = self.held
-            if len(data) < BIG_READ:  # small reads share a bytearray: few pieces, whatever comes
-                if type(held[-1]) is not bytearray:
-                    held.append(bytearray())
-                held[-1] += data
-            else:
-                held.append(data)
-            self.held_bytes += len(data)
-            # Part of a frame, still short of its size: its pieces are joined once, at the end.
-            buf = None if self.held_bytes < self.need else b"".join(self.held)
+        completed = False
+        if self.reserved:
+            self.held_bytes += nbytes
+            self.reserved -= nbytes
+            broker.reserved -= nbytes
+            if self.partial.written(nbytes):
+                # Taken as bytes by next(), on the loop's next turn: the transport holds
+                # the buffer it read into until this call returns.
+                completed = True
+                self.frames.append(self.partial)
+                self.queued += self.held_bytes
+                self.partial, self.held_bytes, self.need = None, 0, 0
         else:
-            buf = data  # nothing held (the usual case): frames are taken from the read itself
-        start = 0
-        completed = 0
-        if buf is not None:
-            n = len(buf)
-            limit = self.limit
-            while n - start >= 4:
-                size = int.from_bytes(buf[start : start + 4], "big", signed=True)
-                if size < 0 or size > limit:
-                    cap = "max_frame_bytes" if self.sasl is None else "before SASL authentication"
-                    self.end(
-                        f"a request size prefix of {size} bytes at stream offset "
-                        f"{self.consumed + start} (limit {limit}: {cap}): not Kafka framing"
-                    )
-                    return
-                end = start + 4 + size
-                if end > n:
-                    break
-                frame = buf if start == 0 and end == n else buf[start:end]  # one copy at most
-                self.frames.append(frame)
-                self.queued += len(frame)
-                completed += 1
-                start = end
-            self.held = [buf[start:] if start else buf] if start < n else []
-            self.held_bytes = n - start
-            self.need = 4 + size if n - start >= 4 else 0  # the held frame's whole size
-            self.consumed += start
-        broker.buffered += len(data)  # what this read added, now queued or held
-        now = time.monotonic()
-        self.clock.read(now, bool(completed), bool(self.held_bytes))
+            queued = self.queued
+            refused = self._split(broker.scratch, nbytes)
+            if refused is not None:  # not Kafka framing: the bytes from it on are not held
+                broker.buffered -= nbytes - (self.queued - queued + self.held_bytes - before)
+                self.end(refused)
+                return
+            completed = self.queued > queued
+        self.received += nbytes
+        self.clock.read(now, completed, bool(self.held_bytes))
         if not self.paused:
             self.clock.reading(now)
         if self.queued > broker.max_pending_bytes:
@@ -195,7 +190,107 @@ class _Connection(asyncio.Protocol):
             broker.waiting_room.append(self)
         if self.held_bytes and before == 0:
             broker.wake(partial=True)  # the watch looks for it to be overdue
-        self.next()
+        if completed and type(self.frames[-1]) is not bytes:
+            asyncio.get_running_loop().call_soon(self.next)
+        else:
+            self.next()
+
+    def _split(self, data, n):
+        """Takes the frames of a read of `n` bytes into `data` (the scratch buffer) and
+        keeps what is left of it; None, or why the connection must end (not Kafka
+        framing)."""
+        start = 0
+        if self.partial is not None:  # a frame read in part, its buffer growing as it comes
+            partial = self.partial
+            if not self.need:  # its size prefix is not whole yet
+                at = self.received - len(partial)  # the frame's stream offset
+                take = min(4 - len(partial), n)
+                partial += data[:take]
+                start = take
+                self.held_bytes = len(partial)
+                if self.held_bytes < 4:
+                    return None
+                refused = self._sized(partial, 0, at)
+                if refused:
+                    return refused
+                if self.need > 4 and self._room(self.need - 4):  # its whole buffer, read in place
+                    whole = self._allocate(partial, 4)
+                    if start == n:
+                        return None
+                    with memoryview(whole) if COMPILED else whole.view() as into:
+                        take = min(len(into), n - start)
+                        into[:take] = data[start : start + take]
+                    whole.written(take)
+                    self.reserved -= take
+                    self.broker.reserved -= take
+                    self.held_bytes += take
+                    if self.reserved:
+                        return None
+                    self._queue(whole.take())
+                    self.partial, self.held_bytes, self.need = None, 0, 0
+                    start += take
+            if self.partial is not None:
+                take = min(self.need - self.held_bytes, n - start)
+                partial += data[start : start + take]
+                self.held_bytes += take
+                start += take
+                if self.held_bytes < self.need:
+                    return None
+                self._queue(bytes(partial))
+                self.partial, self.held_bytes, self.need = None, 0, 0
+        limit = self.limit
+        while n - start >= 4:
+            size = _SIZE.unpack_from(data, start)[0]
+            if not 0 <= size <= limit:
+                return self._refusal(size, self.received + start)
+            end = start + 4 + size
+            if end > n:
+                self.need = 4 + size
+                break
+            self._queue(data[start:end].tobytes())  # its own copy: the scratch is reused
+            start = end
+        if start < n:  # a frame begun: held in a bytearray of its own
+            have = n - start
+            if self.need and self._room(self.need - have):
+                self._allocate(data[start:n], have)
+            else:
+                self.partial = bytearray(data[start:n])
+            self.held_bytes = have
+        return None
+
+    def _sized(self, buf, start, offset):
+        """Reads and checks the size prefix at `start` (stream offset `offset`): sets
+        `need`; returns why the connection must end when it is not Kafka framing."""
+        size = _SIZE.unpack_from(buf, start)[0]
+        if not 0 <= size <= self.limit:
+            return self._refusal(size, offset)
+        self.need = 4 + size
+        return None
+
+    def _refusal(self, size, offset):
+        cap = "max_frame_bytes" if self.sasl is None else "before SASL authentication"
+        return (
+            f"a request size prefix of {size} bytes at stream offset "
+            f"{offset} (limit {self.limit}: {cap}): not Kafka framing"
+        )
+
+    def _room(self, ahead):
+        """Whether a frame's buffer may be allocated `ahead` bytes before they are read: the
+        bytes held and those so allocated stay within max_buffered_bytes."""
+        broker = self.broker
+        return broker.buffered + broker.reserved + ahead <= broker.max_buffered_bytes
+
+    def _allocate(self, read, have):
+        """A buffer of the whole frame, its first `have` bytes those `read`: the rest is
+        reserved (counted in Broker.reserved until it is read)."""
+        frame = self.partial = FrameBuffer(self.need, read)
+        self.reserved = self.need - have
+        self.broker.reserved += self.reserved
+        return frame
+
+    def _queue(self, frame):
+        self.frames.append(frame)
+        self.queued += len(frame)
 
     def eof_received(self):
         return False  # the client is done sending: close, as Kafka does
@@ -253,9 +348,12 @@ class _Connection(asyncio.Protocol):
         if not self.closed:
             self.closed = True
         self.broker.buffered -= self.queued + self.held_bytes
+        self.broker.reserved -= self.reserved
         self.queued = 0
-        self.held = []
+        self.partial = None
         self.held_bytes = 0
+        self.reserved = 0
+        self.need = 0
         self.frames.clear()
         self.broker.room()
 
@@ -267,6 +365,8 @@ class _Connection(asyncio.Protocol):
         try:
             while not self.busy and self.frames and not self.closed and not self.write_paused:
                 frame = self.frames.popleft()
+                if type(frame) is not bytes:  # a FrameBuffer, read whole: its bytes
+                    frame = frame.take()
                 self.queued -= len(frame)
                 self.broker.buffered -= len(frame)
                 if self.queued <= self.broker.max_pending_bytes:
@@ -554,6 +654,8 @@ class Broker:
         self.closing = set()  # transports that end once their last answer is out
         self.handshakes = set()  # TLS handshakes under way
         self.buffered = 0
+        self.reserved = 0  # bytes of frame buffers allocated ahead of their reads
+        self.scratch = memoryview(bytearray(READ_SIZE))  # every connection's reads, split at once
         self.waiting_room = collections.deque()
         self._servers = {}  # node id -> its asyncio server (a stopped node has none)
         self._watch = None

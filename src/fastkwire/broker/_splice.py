@@ -12,6 +12,31 @@ import struct
 from .. import encode_response
 
 SPLICE_MIN = 16 * 1024  # smaller records are encoded in place (pieces cost more than bytes)
+
+
+class Pieces:
+    """A partition's records as the log's pieces (PartitionLog.read_pieces), not joined:
+    its len() is their size in bytes; encode_fetch writes them one after another."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self, pieces, size):
+        self.pieces = pieces
+        self.size = size
+
+    def __len__(self):
+        return self.size
+
+    def joined(self):
+        return b"".join(self.pieces)
+
+
+def records_of(pieces, size):
+    """What a Fetch answer carries for a partition read as (pieces, size): Pieces when it
+    is spliced, else its bytes."""
+    return Pieces(pieces, size) if size >= SPLICE_MIN else b"".join(pieces)
+
+
 _MARK = 16
 _COMPACT_MARK_PREFIX = _MARK + 1  # what a compact length prefix of the marker is (one byte)
 _INT32_MARK_PREFIX = struct.pack(">i", _MARK)
@@ -27,6 +52,8 @@ def encode_fetch(response, version, correlation_id):
         for topic in response.responses:
             for p in topic.partitions:
                 data = p.records
+                if type(data) is Pieces and len(data) < SPLICE_MIN:
+                    p.records = data = data.joined()
                 if data is not None and len(data) >= SPLICE_MIN:
                     mark = os.urandom(_MARK)
                     taken.append((p, mark, data))
@@ -39,6 +66,9 @@ def encode_fetch(response, version, correlation_id):
         return encoded
     pieces = _pieces(encoded, taken)
     if pieces is None:  # a marker not found where it should be: encode it whole instead
+        for p, _, data in taken:
+            if type(data) is Pieces:
+                p.records = data.joined()
         return encode_response(response, version, correlation_id)
     return pieces
 
@@ -57,7 +87,11 @@ def _pieces(encoded, taken):
             start, prefix = at - 4, _SIZE.pack(len(data))
         else:
             return None
-        pieces += (encoded[pos:start], prefix, data)
+        pieces += (encoded[pos:start], prefix)
+        if type(data) is Pieces:
+            pieces += data.pieces
+        else:
+            pieces.append(data)
         size += len(prefix) + len(data) - (at + _MARK - start)
         pos = at + _MARK
     pieces.append(encoded[pos:])
