@@ -270,3 +270,28 @@ def test_kafka_python_changes_producer_id_expiration_ms(broker):
     changed = configs["broker"]["0"]  # "modified": what was changed at run time
     assert changed["producer.id.expiration.ms"]["config_source"] == "DYNAMIC_BROKER_CONFIG"
     assert changed["producer.id.expiration.ms"]["value"] == "60000"
+
+
+@pytest.mark.parametrize("value", ["1_000", "5\x00", "", "0x10", "1e3"])
+def test_a_dynamic_config_value_is_a_number_as_kafka_reads_one(apis, value):
+    """Python's int() takes "1_000"; Kafka's ConfigDef (Integer.parseInt of the trimmed
+    text) refuses it: INVALID_CONFIG, nothing kept."""
+    name = "producer.id.expiration.ms"
+    for incremental in (False, True):
+        error, message = alter(apis, "0", (name, value), incremental=incremental)
+        assert error == by_name("INVALID_CONFIG").code, message
+    assert apis._producer_id_expiration_ms(0) is None
+    assert alter(apis, "0", (name, " 7000 ")) == (0, None)  # Kafka trims it
+    assert apis._producer_id_expiration_ms(0) == 7000
+
+
+@pytest.mark.parametrize("resource_name", ["0_0", " 0", "0 ", "+0_"])
+def test_a_node_id_is_read_as_kafka_reads_one(apis, resource_name):
+    """Integer.parseInt refuses spaces and underscores, which Python's int() takes: the
+    node is not named, INVALID_REQUEST, for DescribeConfigs and AlterConfigs alike."""
+    for resource_type in (BROKER, BROKER_LOGGER):
+        result = describe(apis, resource_type, resource_name)
+        assert result.error_code == by_name("INVALID_REQUEST").code, resource_type
+    error, _ = alter(apis, resource_name, ("producer.id.expiration.ms", "5000"))
+    assert error == by_name("INVALID_REQUEST").code
+    assert apis.dynamic_configs.by_resource == {}
