@@ -295,3 +295,36 @@ def test_a_node_id_is_read_as_kafka_reads_one(apis, resource_name):
     error, _ = alter(apis, resource_name, ("producer.id.expiration.ms", "5000"))
     assert error == by_name("INVALID_REQUEST").code
     assert apis.dynamic_configs.by_resource == {}
+
+
+def test_a_node_is_described_once_whatever_the_spellings_of_its_id(apis):
+    """'0', '00', '+0', '٠' (any script's zero)... had each been described in full: some
+    thousands of spellings of one node id, a few bytes each, made an answer over 800 times
+    the request's size (repeats are answered once: `unique`). Only a node id as Kafka's
+    clients write it (its decimal digits) names a node."""
+    zeros = [chr(c) for c in range(0x110000) if chr(c).isdecimal() and int(chr(c)) == 0]
+    spellings = ["00", "+0", "-0", *zeros[1:], *(z + y for z in zeros for y in zeros)]
+    D = fastkwire.DescribeConfigsRequest
+    request = D(
+        resources=[
+            D.DescribeConfigsResource(resource_type=t, resource_name=name, configuration_keys=None)
+            for t in (BROKER, BROKER_LOGGER)
+            for name in ["0", *spellings]
+        ],
+        include_synonyms=True,
+        include_documentation=True,
+    )
+    frame = fastkwire.encode_request(request, 4, 1, "c")
+    out = []
+    apis.handle(D.API_KEY, 4, fastkwire.decode_request(frame)[1], Context(0), out.append)
+    described = [r for r in out[0].results if r.error_code == 0]
+    assert [(r.resource_type, r.resource_name) for r in described] == [
+        (BROKER, "0"),
+        (BROKER_LOGGER, "0"),
+    ]
+    # each refusal says why, naming the spelling: a few times the request, not hundreds
+    assert len(fastkwire.encode_response(out[0], 4, 1)) < 8 * len(frame)
+    for name in spellings[:5]:
+        error, _ = alter(apis, name, ("producer.id.expiration.ms", "5000"))
+        assert error == by_name("INVALID_REQUEST").code, name
+    assert apis.dynamic_configs.by_resource == {}

@@ -204,10 +204,20 @@ def java_int(text):
     return int(text)
 
 
+def node_id_of(text):
+    """The node id `text` names, written as Kafka's clients write one (String.valueOf):
+    ValueError for other spellings ("00", "+0", another script's zero), each of which would
+    otherwise name the node again in one request and be described again in full."""
+    number = int(text) if text.isascii() else None
+    if number is None or str(number) != text:
+        raise ValueError(f"{text!r} is not a node id")
+    return number
+
+
 def broker_id(resource_name):
-    """The node id a BROKER or BROKER_LOGGER resource names, as Kafka reads it."""
+    """The node id a BROKER or BROKER_LOGGER resource names (see node_id_of)."""
     try:
-        return java_int(resource_name)
+        return node_id_of(resource_name)
     except ValueError:
         raise ClusterError(
             "INVALID_REQUEST", f"Broker id must be an integer, but it is: {resource_name}"
@@ -385,7 +395,7 @@ class DynamicBrokerConfigs:
         ClusterError with Kafka's error when they cannot be."""
         if resource_name:
             try:
-                named = java_int(resource_name)
+                named = node_id_of(resource_name)
             except ValueError:
                 raise ClusterError(
                     "INVALID_REQUEST", f"Node id must be an integer, but it is: {resource_name}"
