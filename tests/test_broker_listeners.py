@@ -283,3 +283,11 @@ def test_fastkwire_broker_names_the_flag_of_a_listener_it_cannot_listen_on(liste
 def test_broker_refuses_a_listener_address_it_cannot_use(address):
     with pytest.raises(ValueError, match="listeners"):
         AsyncBroker([address])
+
+
+@pytest.mark.parametrize("protocols", [[None], ["PLAINTEXT", 5], ["PLAINTEXT,SSL"], ["SSL://x"]])
+def test_testing_broker_names_protocols_when_one_is_not_a_security_protocol(protocols):
+    """Each is put in a listener's text: a value other than a protocol's name had been
+    reported as `listeners` (a parameter not given), or made another host ('SSL://x')."""
+    with pytest.raises(ValueError, match=r"^protocols: "):
+        Broker(protocols=protocols)
