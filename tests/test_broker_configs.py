@@ -328,3 +328,28 @@ def test_a_node_is_described_once_whatever_the_spellings_of_its_id(apis):
         error, _ = alter(apis, name, ("producer.id.expiration.ms", "5000"))
         assert error == by_name("INVALID_REQUEST").code, name
     assert apis.dynamic_configs.by_resource == {}
+
+
+def test_incremental_alter_configs_refuses_a_config_or_a_resource_named_twice(apis):
+    """As Kafka's ConfigAdminManager: a config named twice in one resource (SET then
+    DELETE had been applied in turn) or a resource named twice in one request (each
+    applied in turn) is INVALID_REQUEST, nothing changed."""
+    name = "producer.id.expiration.ms"
+    error, message = alter(apis, "0", (name, "5000"), (name, None, 1), incremental=True)
+    assert (error, message) == (
+        by_name("INVALID_REQUEST").code,
+        "Error due to duplicate config keys",
+    )
+    Inc = fastkwire.IncrementalAlterConfigsRequest
+    resource = Inc.AlterConfigsResource(
+        resource_type=BROKER,
+        resource_name="0",
+        configs=[Inc.AlterableConfig(name=name, value="5000", config_operation=0)],
+    )
+    out = []
+    request = Inc(resources=[resource, resource], validate_only=False)
+    apis.handle(Inc.API_KEY, 1, request, Context(0), out.append)
+    assert [(r.error_code, r.error_message) for r in out[0].responses] == [
+        (by_name("INVALID_REQUEST").code, "Each resource must appear at most once.")
+    ] * 2
+    assert apis.dynamic_configs.by_resource == {}
