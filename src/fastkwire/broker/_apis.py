@@ -1067,13 +1067,15 @@ class Apis:
                 resource_name=res.resource_name,
                 configs=[],
             )
+            # a set, read once: not a list searched again for each config described
+            keys = frozenset(res.configuration_keys or ())
             if res.resource_type == TOPIC_RESOURCE:
                 topic = self.cluster.topics.get(res.resource_name)
                 if topic is None:
                     result.error_code = code("UNKNOWN_TOPIC_OR_PARTITION")
                     result.error_message = f"topic {res.resource_name!r} does not exist"
                 else:
-                    result.configs = self._topic_configs(topic, res, request, version)
+                    result.configs = self._topic_configs(topic, keys, request, version)
             elif res.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
                 try:
                     if res.resource_type == BROKER_RESOURCE:
@@ -1082,15 +1084,13 @@ class Apis:
                             ctx.node_id,
                             res.resource_name,
                             self._static_configs(ctx.node_id),
-                            res.configuration_keys,
+                            keys,
                             request.include_synonyms,
                             version >= 3 and request.include_documentation,
                             self.dynamic_configs,
                         )
                     else:
-                        result.configs = describe_loggers(
-                            R, ctx.node_id, res.resource_name, res.configuration_keys
-                        )
+                        result.configs = describe_loggers(R, ctx.node_id, res.resource_name, keys)
                 except ClusterError as e:
                     result.error_code, result.error_message = code(e.error), str(e)
             else:
@@ -1168,10 +1168,9 @@ class Apis:
             topic.configs = configs
             self.cluster.configs_changed(topic)
 
-    def _topic_configs(self, topic, res, request, version):
+    def _topic_configs(self, topic, keys, request, version):
         R = DescribeConfigsResponse
         out = []
-        keys = res.configuration_keys
         documented = version >= 3 and request.include_documentation
         for name, (default, kind) in sorted(TOPIC_CONFIGS.items()):
             if keys and name not in keys:  # null or empty: all, as Kafka
