@@ -161,9 +161,17 @@ def use_state(rng, groups, txns, clock, bad):
                 if first:  # what was loaded, described as it is
                     request, version = DescribeGroupsRequest(groups=[gid]), 5
                 ctx = Context(0, "c", "127.0.0.1")
-                groups.handle(request.API_KEY, version, request, ctx, answers.append)
-                for answer in answers:
-                    encode_response(answer, version, 1)
+                # a JoinGroup's answer may come later, during another request: each answer
+                # is encoded at the version of the request it answers
+                groups.handle(
+                    request.API_KEY,
+                    version,
+                    request,
+                    ctx,
+                    lambda a, v=version: answers.append((a, v)),
+                )
+                for answer, at in answers:
+                    encode_response(answer, at, 1)
                 answers.clear()
             else:
                 txn = txns.transactions.get(gid)

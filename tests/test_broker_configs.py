@@ -270,3 +270,118 @@ def test_kafka_python_changes_producer_id_expiration_ms(broker):
     changed = configs["broker"]["0"]  # "modified": what was changed at run time
     assert changed["producer.id.expiration.ms"]["config_source"] == "DYNAMIC_BROKER_CONFIG"
     assert changed["producer.id.expiration.ms"]["value"] == "60000"
+
+
+@pytest.mark.parametrize("value", ["1_000", "5\x00", "", "0x10", "1e3"])
+def test_a_dynamic_config_value_is_a_number_as_kafka_reads_one(apis, value):
+    """Python's int() takes "1_000"; Kafka's ConfigDef (Integer.parseInt of the trimmed
+    text) refuses it: INVALID_CONFIG, nothing kept."""
+    name = "producer.id.expiration.ms"
+    for incremental in (False, True):
+        error, message = alter(apis, "0", (name, value), incremental=incremental)
+        assert error == by_name("INVALID_CONFIG").code, message
+    assert apis._producer_id_expiration_ms(0) is None
+    assert alter(apis, "0", (name, " 7000 ")) == (0, None)  # Kafka trims it
+    assert apis._producer_id_expiration_ms(0) == 7000
+
+
+@pytest.mark.parametrize("resource_name", ["0_0", " 0", "0 ", "+0_"])
+def test_a_node_id_is_read_as_kafka_reads_one(apis, resource_name):
+    """Integer.parseInt refuses spaces and underscores, which Python's int() takes: the
+    node is not named, INVALID_REQUEST, for DescribeConfigs and AlterConfigs alike."""
+    for resource_type in (BROKER, BROKER_LOGGER):
+        result = describe(apis, resource_type, resource_name)
+        assert result.error_code == by_name("INVALID_REQUEST").code, resource_type
+    error, _ = alter(apis, resource_name, ("producer.id.expiration.ms", "5000"))
+    assert error == by_name("INVALID_REQUEST").code
+    assert apis.dynamic_configs.by_resource == {}
+
+
+def test_a_node_is_described_once_whatever_the_spellings_of_its_id(apis):
+    """'0', '00', '+0', '٠' (any script's zero)... had each been described in full: some
+    thousands of spellings of one node id, a few bytes each, made an answer over 800 times
+    the request's size (repeats are answered once: `unique`). Only a node id as Kafka's
+    clients write it (its decimal digits) names a node."""
+    zeros = [chr(c) for c in range(0x110000) if chr(c).isdecimal() and int(chr(c)) == 0]
+    spellings = ["00", "+0", "-0", *zeros[1:], *(z + y for z in zeros for y in zeros)]
+    D = fastkwire.DescribeConfigsRequest
+    request = D(
+        resources=[
+            D.DescribeConfigsResource(resource_type=t, resource_name=name, configuration_keys=None)
+            for t in (BROKER, BROKER_LOGGER)
+            for name in ["0", *spellings]
+        ],
+        include_synonyms=True,
+        include_documentation=True,
+    )
+    frame = fastkwire.encode_request(request, 4, 1, "c")
+    out = []
+    apis.handle(D.API_KEY, 4, fastkwire.decode_request(frame)[1], Context(0), out.append)
+    described = [r for r in out[0].results if r.error_code == 0]
+    assert [(r.resource_type, r.resource_name) for r in described] == [
+        (BROKER, "0"),
+        (BROKER_LOGGER, "0"),
+    ]
+    # each refusal says why, naming the spelling: a few times the request, not hundreds
+    assert len(fastkwire.encode_response(out[0], 4, 1)) < 8 * len(frame)
+    for name in spellings[:5]:
+        error, _ = alter(apis, name, ("producer.id.expiration.ms", "5000"))
+        assert error == by_name("INVALID_REQUEST").code, name
+    assert apis.dynamic_configs.by_resource == {}
+
+
+def test_incremental_alter_configs_refuses_a_config_or_a_resource_named_twice(apis):
+    """As Kafka's ConfigAdminManager: a config named twice in one resource (SET then
+    DELETE had been applied in turn) or a resource named twice in one request (each
+    applied in turn) is INVALID_REQUEST, nothing changed."""
+    name = "producer.id.expiration.ms"
+    error, message = alter(apis, "0", (name, "5000"), (name, None, 1), incremental=True)
+    assert (error, message) == (
+        by_name("INVALID_REQUEST").code,
+        "Error due to duplicate config keys",
+    )
+    Inc = fastkwire.IncrementalAlterConfigsRequest
+    resource = Inc.AlterConfigsResource(
+        resource_type=BROKER,
+        resource_name="0",
+        configs=[Inc.AlterableConfig(name=name, value="5000", config_operation=0)],
+    )
+    out = []
+    request = Inc(resources=[resource, resource], validate_only=False)
+    apis.handle(Inc.API_KEY, 1, request, Context(0), out.append)
+    assert [(r.error_code, r.error_message) for r in out[0].responses] == [
+        (by_name("INVALID_REQUEST").code, "Each resource must appear at most once.")
+    ] * 2
+    assert apis.dynamic_configs.by_resource == {}
+
+
+class _CountedKeys(list):
+    looked_up = 0
+
+    def __contains__(self, item):
+        type(self).looked_up += 1
+        return super().__contains__(item)
+
+
+def test_configuration_keys_are_read_once_not_searched_for_each_config(apis):
+    """A resource's configuration keys had been searched (a list) for each of the 30 to 90
+    configs described: some 85 comparisons per key a client sends, for every resource."""
+    apis.cluster.create_topic("t")
+    D = fastkwire.DescribeConfigsRequest
+    keys = _CountedKeys(["retention.ms", "num.partitions", "root", *(f"k{i}" for i in range(50))])
+    request = D(
+        resources=[
+            D.DescribeConfigsResource(resource_type=t, resource_name=n, configuration_keys=keys)
+            for t, n in ((2, "t"), (BROKER, "0"), (BROKER, ""), (BROKER_LOGGER, "0"))
+        ],
+        include_synonyms=False,
+    )
+    out = []
+    apis.handle(D.API_KEY, 4, request, Context(0), out.append)
+    assert [[c.name for c in r.configs] for r in out[0].results] == [
+        ["retention.ms"],
+        ["num.partitions"],
+        [],
+        ["root"],
+    ]
+    assert _CountedKeys.looked_up == 0

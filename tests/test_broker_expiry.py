@@ -242,3 +242,39 @@ def test_producer_id_expiration_ms_changed_at_run_time_applies_to_the_leaders_pa
     clocks.advance(1000)
     apis.expiry.tick()
     assert 4000 not in producers  # past the 1.5 s now in force, not Kafka's default day
+
+
+def test_a_restart_keeps_how_long_a_transactional_id_has_been_idle(tmp_path):
+    """transactional.id.expiration.ms counts from the transactional id's last change as its
+    record keeps it (Kafka's txnLastUpdateTimestamp), not from the restart: a broker
+    restarted more often than that had kept every idle id, up to max_transactional_ids."""
+    from fastkwire.broker._coordinator_state import CoordinatorState
+    from fastkwire.broker._disk_logs import DiskLogs
+    from fastkwire.broker._groups import GroupCoordinator
+    from fastkwire.broker._transactions import TransactionCoordinator
+
+    wall = Clocks()
+
+    def start(clock):
+        storage = DiskLogs(str(tmp_path))
+        cluster = Cluster({0: ("127.0.0.1", 9092)}, cluster_id=storage.cluster_id())
+        storage.attach(cluster, settle=False)
+        groups = GroupCoordinator(clock=clock, topic_partitions=cluster.partition_count)
+        txns = TransactionCoordinator(cluster, clock)
+        CoordinatorState(storage, cluster, groups, txns, wall_clock=lambda: wall.now).load()
+        return storage, txns
+
+    storage, txns = start(lambda: wall.now)
+    assert txns.init("tx", 60_000)[2] is None
+    storage.close()
+    wall.advance(9000)
+    process = Clocks()  # another process: its monotonic clock starts elsewhere
+    process.now = 5.0
+    storage, txns = start(lambda: process.now)
+    try:
+        assert "tx" in txns.transactions
+        assert txns.forget_idle(10_000) == 0  # idle 9 s of its 10
+        process.advance(1000)
+        assert txns.forget_idle(10_000) == 1
+    finally:
+        storage.close()

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 import fastkwire
+import fastkwire.cli
 from fastkwire.broker import Broker as AsyncBroker
 from fastkwire.testing import Broker
 
@@ -252,3 +253,41 @@ def test_only_the_sasl_listener_asks_for_a_login():
         first = next(iter(consumer), None)
         consumer.close()
         assert first is not None and first.value == b"by alice"
+
+
+@pytest.mark.parametrize(
+    "listen",
+    [
+        "127.0.0.1:\u0663",  # an Arabic-Indic 3: str.isdigit() and int() take it
+        "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:\u00b2",
+        "\u00e9" * 70 + ":0",  # a host whose label IDNA cannot encode (over 63 characters)
+        "PLAINTEXT://h\udcff:0",  # a byte that is no UTF-8 in the command line
+        "PLAINTEXT://127.0.0.1:0,SSL://h\x00:0",  # a NUL character
+    ],
+)
+def test_fastkwire_broker_names_the_flag_of_a_listener_it_cannot_listen_on(listen, capsys):
+    """A port of digits other than ASCII's, or a host no socket can be given, is a usage
+    error naming --listen: not a listener on another port, nor an 'unexpected error'."""
+    try:
+        code = fastkwire.cli.main(["broker", "--listen", listen])
+    except SystemExit as e:  # argparse's usage error
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--listen" in err and "unexpected" not in err, err
+
+
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1:\u0663", ("\u00e9" * 70, 0), "h\udcff:0", ("h\x00", 0)]
+)
+def test_broker_refuses_a_listener_address_it_cannot_use(address):
+    with pytest.raises(ValueError, match="listeners"):
+        AsyncBroker([address])
+
+
+@pytest.mark.parametrize("protocols", [[None], ["PLAINTEXT", 5], ["PLAINTEXT,SSL"], ["SSL://x"]])
+def test_testing_broker_names_protocols_when_one_is_not_a_security_protocol(protocols):
+    """Each is put in a listener's text: a value other than a protocol's name had been
+    reported as `listeners` (a parameter not given), or made another host ('SSL://x')."""
+    with pytest.raises(ValueError, match=r"^protocols: "):
+        Broker(protocols=protocols)

@@ -8,6 +8,7 @@ these handlers know. Behaviour follows Kafka's KafkaApis and ReplicaManager wher
 can tell.
 """
 
+import collections
 import functools
 import time
 import uuid
@@ -1096,13 +1097,15 @@ class Apis:
                 resource_name=res.resource_name,
                 configs=[],
             )
+            # a set, read once: not a list searched again for each config described
+            keys = frozenset(res.configuration_keys or ())
             if res.resource_type == TOPIC_RESOURCE:
                 topic = self.cluster.topics.get(res.resource_name)
                 if topic is None:
                     result.error_code = code("UNKNOWN_TOPIC_OR_PARTITION")
                     result.error_message = f"topic {res.resource_name!r} does not exist"
                 else:
-                    result.configs = self._topic_configs(topic, res, request, version)
+                    result.configs = self._topic_configs(topic, keys, request, version)
             elif res.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
                 try:
                     if res.resource_type == BROKER_RESOURCE:
@@ -1111,15 +1114,13 @@ class Apis:
                             ctx.node_id,
                             res.resource_name,
                             self._static_configs(ctx.node_id),
-                            res.configuration_keys,
+                            keys,
                             request.include_synonyms,
                             version >= 3 and request.include_documentation,
                             self.dynamic_configs,
                         )
                     else:
-                        result.configs = describe_loggers(
-                            R, ctx.node_id, res.resource_name, res.configuration_keys
-                        )
+                        result.configs = describe_loggers(R, ctx.node_id, res.resource_name, keys)
                 except ClusterError as e:
                     result.error_code, result.error_message = code(e.error), str(e)
             else:
@@ -1140,13 +1141,23 @@ class Apis:
     def incremental_alter_configs(self, request, version, ctx, reply):
         """IncrementalAlterConfigs: SET, DELETE (back to the default), APPEND and SUBTRACT
         (list configs) one config at a time."""
-        return self._alter(IncrementalAlterConfigsResponse, request, ctx, _apply_operations)
+        return self._alter(
+            IncrementalAlterConfigsResponse, request, ctx, _apply_operations, incremental=True
+        )
 
-    def _alter(self, R, request, ctx, change):
+    def _alter(self, R, request, ctx, change, incremental=False):
         responses = []
+        named = collections.Counter((r.resource_type, r.resource_name) for r in request.resources)
         for res in request.resources:
             error, message = NONE, None
             try:
+                if incremental:  # Kafka's ConfigAdminManager: each applied once, or none
+                    if named[res.resource_type, res.resource_name] > 1:
+                        raise ClusterError(
+                            "INVALID_REQUEST", "Each resource must appear at most once."
+                        )
+                    if len({c.name for c in res.configs}) < len(res.configs):
+                        raise ClusterError("INVALID_REQUEST", "Error due to duplicate config keys")
                 if res.resource_type == BROKER_RESOURCE:
                     self.dynamic_configs.alter(
                         ctx.node_id,
@@ -1187,10 +1198,9 @@ class Apis:
             topic.configs = configs
             self.cluster.configs_changed(topic)
 
-    def _topic_configs(self, topic, res, request, version):
+    def _topic_configs(self, topic, keys, request, version):
         R = DescribeConfigsResponse
         out = []
-        keys = res.configuration_keys
         documented = version >= 3 and request.include_documentation
         for name, (default, kind) in sorted(TOPIC_CONFIGS.items()):
             if keys and name not in keys:  # null or empty: all, as Kafka

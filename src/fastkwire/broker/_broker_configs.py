@@ -196,10 +196,28 @@ _SYNONYM_GROUPS = (
 SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group}
 
 
+def java_int(text):
+    """int(text) as Java's Integer.parseInt reads it: ValueError for the spaces and
+    underscores Python's int() also takes ("0_0", " 7")."""
+    if "_" in text or text != text.strip():
+        raise ValueError(f"{text!r} is not a number")
+    return int(text)
+
+
+def node_id_of(text):
+    """The node id `text` names, written as Kafka's clients write one (String.valueOf):
+    ValueError for other spellings ("00", "+0", another script's zero), each of which would
+    otherwise name the node again in one request and be described again in full."""
+    number = int(text) if text.isascii() else None
+    if number is None or str(number) != text:
+        raise ValueError(f"{text!r} is not a node id")
+    return number
+
+
 def broker_id(resource_name):
-    """The node id a BROKER or BROKER_LOGGER resource names, as Kafka reads it."""
+    """The node id a BROKER or BROKER_LOGGER resource names (see node_id_of)."""
     try:
-        return int(resource_name)
+        return node_id_of(resource_name)
     except ValueError:
         raise ClusterError(
             "INVALID_REQUEST", f"Broker id must be an integer, but it is: {resource_name}"
@@ -377,7 +395,7 @@ class DynamicBrokerConfigs:
         ClusterError with Kafka's error when they cannot be."""
         if resource_name:
             try:
-                named = int(resource_name)
+                named = node_id_of(resource_name)
             except ValueError:
                 raise ClusterError(
                     "INVALID_REQUEST", f"Node id must be an integer, but it is: {resource_name}"
@@ -415,7 +433,7 @@ def _check_dynamic(name, value):
     if value is None:
         raise ClusterError("INVALID_REQUEST", f"Null value not supported for : {name}")
     try:
-        number = int(value)
+        number = java_int(value.strip())  # Kafka's ConfigDef trims a number's text
     except ValueError:
         raise ClusterError("INVALID_CONFIG", f"{name}: {value!r} is not a number") from None
     if not least <= number < 1 << 31:

@@ -232,6 +232,10 @@ class CoordinatorState:
                 value["transaction_timeout_ms"],
                 status,
                 partitions,
+                # idle since its last change, not since the start (transactional id expiry)
+                self._on_clock(
+                    value["transaction_last_update_timestamp_ms"], self.transactions.clock
+                ),
             )
             if value["producer_id"] + 1 < MAX_PRODUCER_ID:  # room for the ids after it
                 ids.start_at(value["producer_id"] + 1)
@@ -255,10 +259,10 @@ class CoordinatorState:
     def _now_ms(self):
         return int(self.wall_clock() * 1000)
 
-    def _on_clock(self, timestamp_ms):
-        """A wall-clock time a record holds, on the coordinator's clock: not later than now
-        (-1, none kept: now)."""
-        now = self.groups.clock()
+    def _on_clock(self, timestamp_ms, clock=None):
+        """A wall-clock time a record holds, on the coordinator's clock (the group
+        coordinator's unless `clock` is given): not later than now (-1, none kept: now)."""
+        now = (clock or self.groups.clock)()
         if timestamp_ms < 0:
             return now
         return now - max(0, self._now_ms() - timestamp_ms) / 1000

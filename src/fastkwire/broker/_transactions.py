@@ -239,10 +239,16 @@ class TransactionCoordinator:
             aborted += 1
         return aborted, None
 
-    def restore(self, transactional_id, producer_id, epoch, timeout_ms, status, partitions):
+    def restore(
+        self, transactional_id, producer_id, epoch, timeout_ms, status, partitions, updated=None
+    ):
         """A transactional id's state read back (the last TransactionLogValue kept): a
-        transaction it left under way is added to, to be settled by `settle_restored`."""
-        txn = Transaction(producer_id, timeout_ms, transactional_id, self.clock())
+        transaction it left under way is added to, to be settled by `settle_restored`.
+        `updated`: its last change on this coordinator's clock (None: now)."""
+        now = self.clock()
+        txn = Transaction(
+            producer_id, timeout_ms, transactional_id, now if updated is None else updated
+        )
         txn.epoch = epoch
         txn.ended = {COMPLETE_COMMIT: True, COMPLETE_ABORT: False}.get(status)
         if status not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):  # under way or ending

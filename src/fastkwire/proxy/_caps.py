@@ -14,7 +14,8 @@ def parse_address(value, param):
     """(host, port) from "host:port" or a (host, port) pair; ValueError naming `param`."""
     if isinstance(value, str):
         host, sep, port = value.rpartition(":")
-        if not sep or not port.isdigit():
+        # ASCII digits only: str.isdigit() and int() also take "²" and other scripts' digits
+        if not sep or not (port.isascii() and port.isdigit()):
             raise ValueError(f"{param}: {value!r} is not HOST:PORT")
         value = (host.strip("[]") or "127.0.0.1", int(port))
     try:
@@ -23,6 +24,12 @@ def parse_address(value, param):
         raise ValueError(f"{param}: {value!r} is not HOST:PORT") from None
     if not isinstance(host, str) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"{param}: {value!r} is not a host and a port from 0 to 65535")
+    try:  # as a socket takes a host: a TypeError at bind or connect otherwise
+        if "\0" in host:
+            raise UnicodeError("a NUL character")
+        host.encode("idna")
+    except UnicodeError as e:
+        raise ValueError(f"{param}: {value!r}: the host cannot be a network name ({e})") from None
     return host, port
 
 

@@ -2,6 +2,7 @@
 
 from ..broker import Broker as _AsyncBroker
 from ..broker._faults import as_rule
+from ..broker._security import PROTOCOLS
 from ..proxy._loop import ServerThread
 
 
@@ -32,6 +33,9 @@ class Broker(ServerThread):
                 raise ValueError("ports: not with protocols (their listeners take free ports)")
             if isinstance(protocols, str) or not protocols:
                 raise ValueError(f"protocols: a list of security protocols, not {protocols!r}")
+            for p in protocols:  # each goes into a listener's text: a name, nothing more
+                if not isinstance(p, str) or p.upper() not in PROTOCOLS:
+                    raise ValueError(f"protocols: {p!r} is not one of {', '.join(PROTOCOLS)}")
             listeners = [",".join(f"{p}://{host}:0" for p in protocols)] * nodes
         else:
             ports = [0] * nodes if ports is None else list(ports)
