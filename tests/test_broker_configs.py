@@ -385,3 +385,24 @@ def test_configuration_keys_are_read_once_not_searched_for_each_config(apis):
         ["root"],
     ]
     assert _CountedKeys.looked_up == 0
+
+
+@pytest.mark.parametrize(
+    "name, value, ok",
+    [
+        ("retention.ms", " 5000 ", True),  # Kafka's ConfigDef trims a value
+        ("retention.ms", "1_000", False),  # Python's int() takes it, Java's parseLong not
+        ("min.cleanable.dirty.ratio", "0_5", False),
+        ("min.cleanable.dirty.ratio", " 0.5", True),
+        ("unclean.leader.election.enable", " TRUE ", True),
+        ("unclean.leader.election.enable", "yes", False),
+    ],
+)
+def test_a_topic_config_value_is_read_as_kafka_reads_one(name, value, ok):
+    from fastkwire.broker._cluster import ClusterError, check_config
+
+    if ok:
+        check_config(name, value)
+    else:
+        with pytest.raises(ClusterError, match="INVALID_CONFIG|not"):
+            check_config(name, value)

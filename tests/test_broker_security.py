@@ -490,6 +490,42 @@ def test_client_certificates_when_a_ca_is_given(tls_files):  # noqa: F811
                         raise ConnectionError("closed without an answer")
 
 
+def test_a_sasl_ssl_listener_asks_for_a_login_not_a_client_certificate(tls_files):  # noqa: F811
+    """Kafka ignores ssl.client.auth on SASL_SSL listeners (KIP-684): with a client CA
+    given, an SSL listener of the same node still wants a certificate, a SASL_SSL one a
+    login only."""
+    kafka = pytest.importorskip("kafka")
+    with Broker(
+        protocols=("SSL", "SASL_SSL"),
+        users=USERS,
+        tls_cert=tls_files.server_cert,
+        tls_key=tls_files.server_key,
+        tls_client_cafile=tls_files.ca,
+    ) as broker:
+        producer = kafka.KafkaProducer(
+            bootstrap_servers=broker.bootstrap_servers_for("SASL_SSL"),
+            security_protocol="SASL_SSL",
+            ssl_cafile=tls_files.ca,
+            sasl_mechanism="SCRAM-SHA-256",
+            sasl_plain_username="alice",
+            sasl_plain_password=USERS["alice"],
+        )
+        try:
+            assert producer.send("kip684", b"v", partition=0).get(timeout=TIMEOUT).offset == 0
+        finally:
+            producer.close()
+        from fastkwire import ApiVersionsRequest, encode_request
+
+        host, port = broker.bootstrap_servers_for("SSL").split(",")[0].rsplit(":", 1)
+        context = ssl.create_default_context(cafile=tls_files.ca)
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            with socket.create_connection((host, int(port)), timeout=TIMEOUT) as raw:
+                with context.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                    s.sendall(encode_request(ApiVersionsRequest(), 3, 1, "t"))
+                    if not s.recv(10):
+                        raise ConnectionError("closed without an answer")
+
+
 def test_static_members_removed_by_instance_id_over_sasl_ssl(
     brokers, tls_files, capsys, monkeypatch
 ):  # noqa: F811

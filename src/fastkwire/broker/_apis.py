@@ -970,7 +970,7 @@ class Apis:
     def create_topics(self, request, version, ctx, reply):
         R = CreateTopicsResponse
         results = []
-        names = [t.name for t in request.topics]
+        named = collections.Counter(t.name for t in request.topics)
         for t in request.topics:
             configs = {c.name: c.value for c in t.configs}
             count, factor = t.num_partitions, t.replication_factor
@@ -979,7 +979,7 @@ class Apis:
                 factor = len(t.assignments[0].broker_ids)
             result = R.CreatableTopicResult(name=t.name, error_code=NONE, error_message=None)
             try:
-                if names.count(t.name) > 1:
+                if named[t.name] > 1:
                     raise ClusterError(
                         "INVALID_REQUEST", f"topic {t.name!r} is named more than once"
                     )

@@ -14,7 +14,7 @@ and the topics') are ours.
 
 import logging
 
-from ._cluster import BOOLEAN, DOUBLE, INT, LIST, LONG, SHORT, STRING, ClusterError
+from ._cluster import BOOLEAN, DOUBLE, INT, LIST, LONG, SHORT, STRING, ClusterError, java_int
 
 # DescribeConfigs' config sources
 DYNAMIC_BROKER_LOGGER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 6, 4, 5
@@ -194,14 +194,6 @@ _SYNONYM_GROUPS = (
     ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
 )
 SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group}
-
-
-def java_int(text):
-    """int(text) as Java's Integer.parseInt reads it: ValueError for the spaces and
-    underscores Python's int() also takes ("0_0", " 7")."""
-    if "_" in text or text != text.strip():
-        raise ValueError(f"{text!r} is not a number")
-    return int(text)
 
 
 def node_id_of(text):

@@ -61,6 +61,19 @@ CHOICES = {
 }
 
 
+def java_number(text):
+    """`text`, unless it holds what Python's int() and float() take and Java's parsers do not
+    (underscores, spaces around it): ValueError."""
+    if "_" in text or text != text.strip():
+        raise ValueError(f"{text!r} is not a number")
+    return text
+
+
+def java_int(text):
+    """int(text) as Java's Integer.parseInt / Long.parseLong read it."""
+    return int(java_number(text))
+
+
 def check_config(name, value):
     """ClusterError INVALID_CONFIG unless `value` (a string) suits topic config `name`."""
     if name not in TOPIC_CONFIGS:
@@ -68,14 +81,15 @@ def check_config(name, value):
     if value is None:
         raise ClusterError("INVALID_CONFIG", f"topic config {name!r} has a null value")
     kind = TOPIC_CONFIGS[name][1]
+    trimmed = value.strip()  # as Kafka's ConfigDef reads a value
     try:
         if kind in (INT, SHORT, LONG):
-            int(value)
+            java_int(trimmed)
         elif kind == DOUBLE:
-            float(value)
+            float(java_number(trimmed))
     except ValueError:
         raise ClusterError("INVALID_CONFIG", f"{name}: {value!r} is not a number") from None
-    if kind == BOOLEAN and value.lower() not in ("true", "false"):
+    if kind == BOOLEAN and trimmed.lower() not in ("true", "false"):
         raise ClusterError("INVALID_CONFIG", f"{name}: {value!r} is not true or false")
     allowed = CHOICES.get(name)
     if allowed is not None:

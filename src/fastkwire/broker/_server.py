@@ -520,7 +520,8 @@ class Broker:
     by default what the settings below imply), `users` ({name: password}: SASL PLAIN and
     SCRAM-SHA-256/512 logins), `sasl_mechanisms` (those enabled; default all three),
     `scram_iterations` (4096), `tls_cert` and `tls_key` (PEM files; `tls_key_password`),
-    `tls_client_cafile` (clients must present a certificate these CAs signed).
+    `tls_client_cafile` (clients of an SSL listener must present a certificate these CAs
+    signed; a SASL_SSL listener's log in instead, as Kafka ignores ssl.client.auth there).
     `authorizer` (Kafka's StandardAuthorizer: the ACLs are enforced): True, or an
     `Authorizer(super_users=["User:admin"], allow_everyone_if_no_acl_found=False)`; None
     (the default): every client may do everything.
@@ -597,6 +598,10 @@ class Broker:
         self.tls = (
             server_context(tls_cert, tls_key, tls_key_password, tls_client_cafile) if tls else None
         )
+        # Kafka (KIP-684) ignores ssl.client.auth on SASL_SSL listeners: the login says who.
+        self.sasl_tls = self.tls
+        if tls_client_cafile is not None and "SASL_SSL" in self.protocols:
+            self.sasl_tls = server_context(tls_cert, tls_key, tls_key_password)
         self.tls_client_auth = tls_client_cafile is not None
         self.faults = as_faults(faults, fault_seed)
         self.first_node_id = first_node_id
@@ -766,6 +771,7 @@ class Broker:
             configs["sasl.enabled.mechanisms"] = ",".join(self.users.mechanisms)
         if self.tls is not None:
             configs["ssl.client.auth"] = "required" if self.tls_client_auth else "none"
+            # (SASL_SSL listeners ignore it, as Kafka's do)
         return configs
 
     async def _serve(self, node_id, socks):
@@ -861,7 +867,10 @@ class Broker:
     async def _tls_handshake(self, fd, node_id, protocol):
         try:
             await tls_handshake(
-                fd, lambda: _Connection(self, node_id, protocol), self.tls, self.frame_timeout
+                fd,
+                lambda: _Connection(self, node_id, protocol),
+                self.sasl_tls if protocol == "SASL_SSL" else self.tls,
+                self.frame_timeout,
             )
         except (OSError, asyncio.TimeoutError) as e:  # ssl.SSLError is an OSError
             why = "it took over frame_timeout" if isinstance(e, asyncio.TimeoutError) else e
