@@ -49,10 +49,15 @@ PROTOCOL = """
 import asyncio, sys
 answer = bytes.fromhex(sys.argv[2])
 class Frames(asyncio.Protocol):
+    # pieces held until a frame is whole, joined once (not once a read)
     def connection_made(self, transport):
-        self.transport, self.held = transport, b""
+        self.transport, self.pieces, self.held, self.need = transport, [], 0, 4
     def data_received(self, data):
-        held = self.held + data
+        self.pieces.append(data)
+        self.held += len(data)
+        if self.held < self.need:
+            return
+        held = b"".join(self.pieces)
         start = 0
         while len(held) - start >= 4:
             end = start + 4 + int.from_bytes(held[start:start + 4], "big")
@@ -60,7 +65,9 @@ class Frames(asyncio.Protocol):
                 break
             self.transport.write(answer)
             start = end
-        self.held = held[start:]
+        rest = held[start:]
+        self.pieces, self.held = [rest], len(rest)
+        self.need = 4 + int.from_bytes(rest[:4], "big") if len(rest) >= 4 else 4
 async def main():
     server = await asyncio.get_running_loop().create_server(Frames, "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
