@@ -268,3 +268,22 @@ def test_frame_buffer_slices_are_writable_views_of_the_part_not_read(kind):
         into[0] = ord("w")
     assert frame.written(4) is True
     assert frame.take() == b"abwxyz"
+
+
+def test_a_frame_begun_past_max_buffered_bytes_does_not_stop_the_broker():
+    """A frame larger than the room under max_buffered_bytes, sent in part: the connection
+    holding it is not paused mid-frame (its bytes are freed only once it is whole, or the
+    connection ends), so when its peer closes, what it held is released, and the other
+    connections, paused between frames while the broker held too much, read again."""
+    with Broker(max_frame_bytes=4 << 20, max_buffered_bytes=1 << 20, groups=None) as broker:
+        big = _connect(broker)
+        big.sendall(struct.pack(">i", 3 << 20) + bytes(1_200_000))
+        assert _wait_until(lambda: _state(broker)[0] == 1_200_004), _state(broker)
+        small = _connect(broker)
+        small.sendall(encode_request(ApiVersionsRequest(), 3, 1, "frames"))
+        assert struct.unpack_from(">i", _read_frame(small), 4)[0] == 1
+        big.close()
+        assert _wait_until(lambda: _state(broker) == (0, 0)), _state(broker)
+        small.sendall(encode_request(ApiVersionsRequest(), 3, 2, "frames"))
+        assert struct.unpack_from(">i", _read_frame(small), 4)[0] == 2
+        small.close()
