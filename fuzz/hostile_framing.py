@@ -14,9 +14,10 @@ and at the end, on the broker's loop:
 - the broker's counts are its connections' sums: `buffered` is the bytes every connection
   has queued or holds of a frame, `reserved` the bytes their frame buffers wait for; none
   is negative, and reserved stays within max_buffered_bytes;
-- every ApiVersions request whose bytes all went, on a connection still open, is answered
-  with its correlation id, in order (answers are read as they come, so no connection is
-  paused for its writes);
+- every ApiVersions request whose bytes all went, on a connection still open that sent
+  nothing else, is answered with its correlation id, in order (answers are read as they
+  come, so no connection is paused for its writes), at the latest once frame_timeout
+  (2 s here) has ended the connections whose frames were left unsent;
 - once every connection is closed, nothing is held or reserved, and a new connection is
   answered.
 Anything else is printed and counted; the exit status is 1 if any.
@@ -35,6 +36,7 @@ from fastkwire.testing import Broker
 MAX_BUFFERED = 1 << 20
 MAX_FRAME = 2 << 20
 TIMEOUT = 10.0
+FRAME_TIMEOUT = 2.0
 
 
 class Client:
@@ -47,6 +49,7 @@ class Client:
         self.got = b""  # answer bytes read, not yet split
         self.dead = False  # the broker ended it (a refused prefix, or its caps)
         self.next_id = 1
+        self.spoiled = False  # a frame that is not a request went: answers may stop
 
     def send(self, data):
         try:
@@ -125,6 +128,7 @@ def run(seed, connections, steps, loop):
         max_buffered_bytes=MAX_BUFFERED,
         max_frame_bytes=MAX_FRAME,
         max_connections=connections * 20,
+        frame_timeout=FRAME_TIMEOUT,  # frames left unsent at the end free their room soon
     ) as broker:
         address = next(iter(broker.addresses.values()))
         clients = [Client(address) for _ in range(connections)]
@@ -141,6 +145,7 @@ def run(seed, connections, steps, loop):
             if not c.out:
                 c.out, cid = _frame(rng, c)
                 c.cid = cid
+                c.spoiled |= cid is None
             cut = rng.choice([1, 3, 4, 5, 100, 70_000, len(c.out)])
             c.send(c.out[:cut])
             c.out = c.out[cut:]
@@ -155,6 +160,20 @@ def run(seed, connections, steps, loop):
                         findings.append(f"step {step}: answers {got}, expected {want[: len(got)]}")
                     pending[d] = want[len(got) :]
                 _check(broker, findings, f"step {step}")
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:  # the last answers of connections kept clean
+            waiting = [c for c in clients if pending.get(c) and not c.spoiled and not c.dead]
+            if not waiting:
+                break
+            time.sleep(0.02)
+            for c in waiting:
+                got = c.read()
+                want = pending[c]
+                if got != want[: len(got)]:
+                    findings.append(f"at the end: answers {got}, expected {want[: len(got)]}")
+                pending[c] = want[len(got) :]
+        else:
+            findings.append(f"{len(waiting)} clean connections still wait for answers")
         for c in clients:
             c.sock.close()
         deadline = time.monotonic() + TIMEOUT
