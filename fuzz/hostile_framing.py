@@ -24,6 +24,7 @@ Anything else is printed and counted; the exit status is 1 if any.
 """
 
 import argparse
+import itertools
 import random
 import socket
 import struct
@@ -37,6 +38,7 @@ MAX_BUFFERED = 1 << 20
 MAX_FRAME = 2 << 20
 TIMEOUT = 10.0
 FRAME_TIMEOUT = 2.0
+_IDS = itertools.count(1)
 
 
 class Client:
@@ -48,7 +50,6 @@ class Client:
         self.asked = []  # correlation ids of the ApiVersions requests sent whole
         self.got = b""  # answer bytes read, not yet split
         self.dead = False  # the broker ended it (a refused prefix, or its caps)
-        self.next_id = 1
         self.spoiled = False  # a frame that is not a request went: answers may stop
 
     def send(self, data):
@@ -81,11 +82,10 @@ class Client:
         return ids
 
 
-def _frame(rng, client):
+def _frame(rng):
     pick = rng.randrange(5)
     if pick <= 1:
-        cid = client.next_id
-        client.next_id += 1
+        cid = next(_IDS)  # unique across connections: bytes of one read by another show
         return encode_request(ApiVersionsRequest(), 3, cid, "framing"), cid
     if pick == 2:  # a large frame (not a request the broker can answer: it ends the connection)
         size = rng.choice([300_000, MAX_BUFFERED - 100, MAX_FRAME])
@@ -143,7 +143,7 @@ def run(seed, connections, steps, loop):
                 clients[i] = Client(address)
                 continue
             if not c.out:
-                c.out, cid = _frame(rng, c)
+                c.out, cid = _frame(rng)
                 c.cid = cid
                 c.spoiled |= cid is None
             cut = rng.choice([1, 3, 4, 5, 100, 70_000, len(c.out)])
