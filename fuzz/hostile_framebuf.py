@@ -25,6 +25,7 @@ written, and the contract is checked as invariants:
   nothing, and take() inside it is refused (the compiled one: the slice's export is held);
 - the bytes being filled are never reachable through the collector (gc.get_referents):
   they are uninitialized until read, and a hash cached on them early would be wrong;
+- the bytes CPython shares (b"", the 1-byte ones) are never written, whatever the size;
 - no other exception, no crash (run it under ASan with tools/asan.sh for memory errors).
 Anything else is printed with its case and counted; the exit status is 1 if any.
 """
@@ -199,6 +200,9 @@ def case(rng, name, FrameBuffer, ops):
             )
     if view is not None:
         view.release()
+    if size <= 1:  # CPython shares b"" and the 1-byte bytes: none was written through
+        assert b"".join([]) == b"" and len(bytes(0)) == 0, "the empty bytes was written"
+        assert all(bytes([i])[0] == i for i in range(256)), "a 1-byte bytes was written"
 
 
 def main():
