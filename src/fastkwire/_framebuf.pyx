@@ -56,7 +56,8 @@ cdef class FrameBuffer:
 
     @property
     def filled(self):
-        return self._filled
+        with cython.critical_section(self):  # written() moves it, maybe on another thread
+            return self._filled
 
     def __len__(self):
         """The bytes still to read (what a read into it may take)."""
