@@ -18,6 +18,7 @@ and at the end, on the broker's loop:
   nothing else, is answered with its correlation id, in order (answers are read as they
   come, so no connection is paused for its writes), at the latest once frame_timeout
   (2 s here) has ended the connections whose frames were left unsent;
+- the broker and its event loop log no error (a callback or handler that failed);
 - once every connection is closed, nothing is held or reserved, and a new connection is
   answered.
 Anything else is printed and counted; the exit status is 1 if any.
@@ -25,6 +26,7 @@ Anything else is printed and counted; the exit status is 1 if any.
 
 import argparse
 import itertools
+import logging
 import random
 import socket
 import struct
@@ -210,8 +212,17 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"])
     args = parser.parse_args()
+    # The connections it refuses and ends are the point; an error the broker logs (a
+    # handler or callback that failed) is a finding.
+    errors = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = lambda record: errors.append(f"the broker logged: {record.getMessage()}")
+    broker_log = logging.getLogger("fastkwire.broker")
+    broker_log.setLevel(logging.ERROR)
+    broker_log.addHandler(handler)
+    logging.getLogger("asyncio").addHandler(handler)
     connections, steps = (1000, 100_000) if args.long else (args.connections, args.steps)
-    findings = run(args.seed, connections, steps, args.loop)
+    findings = run(args.seed, connections, steps, args.loop) + errors
     for f in findings[:30]:
         print(f)
     print(f"{connections} connections, {steps} steps: {len(findings)} findings")
