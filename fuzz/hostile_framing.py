@@ -13,7 +13,8 @@ cap or negative, or closes it (mid-frame too) and opens another. Checked, every 
 and at the end, on the broker's loop:
 - the broker's counts are its connections' sums: `buffered` is the bytes every connection
   has queued or holds of a frame, `reserved` the bytes their frame buffers wait for; none
-  is negative, and reserved stays within max_buffered_bytes;
+  is negative, reserved stays within max_buffered_bytes and buffered within twice it
+  (past that, the connection that read is ended);
 - every ApiVersions request whose bytes all went, on a connection still open that sent
   nothing else, is answered with its correlation id, in order (answers are read as they
   come, so no connection is paused for its writes), at the latest once frame_timeout
@@ -115,7 +116,7 @@ def _check(broker, findings, where):
     problems = []
     if buffered != held or reserved != waiting:
         problems.append(f"counts {buffered}/{reserved}, the connections' sums {held}/{waiting}")
-    if buffered < 0 or reserved < 0 or reserved > MAX_BUFFERED:
+    if buffered < 0 or reserved < 0 or reserved > MAX_BUFFERED or buffered > 2 * MAX_BUFFERED:
         problems.append(f"buffered {buffered}, reserved {reserved}")
     for p in problems:
         findings.append(f"{where}: {p}")
