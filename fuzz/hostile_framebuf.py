@@ -20,12 +20,19 @@ written, and the contract is checked as invariants:
 - take() gives the frame's bytes (the head, then what was written through the exports,
   as counted) exactly once, as plain bytes, only when full and with no export held (the
   compiled one; the fallback copies, so a held view does not matter there);
+- a slice of the buffer (buf[:], as asyncio's TLS transport takes) is an export like the
+  buffer's own; a slice whose bounds' __index__ calls written(0), len() or take() changes
+  nothing, and take() inside it is refused (the compiled one: the slice's export is held);
+- the bytes being filled are never reachable through the collector (gc.get_referents):
+  they are uninitialized until read, and a hash cached on them early would be wrong;
+- the bytes CPython shares (b"", the 1-byte ones) are never written, whatever the size;
 - no other exception, no crash (run it under ASan with tools/asan.sh for memory errors).
 Anything else is printed with its case and counted; the exit status is 1 if any.
 """
 
 import argparse
 import array
+import gc
 import random
 import sys
 
@@ -77,6 +84,34 @@ def _size(rng, head_len):
     )
 
 
+class _Meddling:
+    """A slice bound whose __index__ calls the buffer (written(0), take(), len())."""
+
+    def __init__(self, buf, call):
+        self.buf, self.call, self.gave = buf, call, None
+
+    def __index__(self):
+        try:
+            self.gave = self.call(self.buf)
+        except EXPECTED:
+            pass
+        return 0
+
+
+def _hostile_slice(rng, name, buf):
+    """buf[a:b] with meddling bounds: refused, or a slice, released at once. take() inside
+    the compiled one's slicing is refused (the slice's export is held); the fallback's
+    slices are of its bytearray, so take() is not tried there."""
+    calls = [lambda b: b.written(0), len] + ([lambda b: b.take()] if name == "compiled" else [])
+    meddling = _Meddling(buf, rng.choice(calls))
+    try:
+        v = buf[meddling : rng.choice([None, 1, 2**62])]
+    except EXPECTED:
+        return
+    assert type(meddling.gave) is not bytes, "take() gave the frame while a slice was made"
+    v.release()
+
+
 def case(rng, name, FrameBuffer, ops):
     head, model = _head(rng)
     size = _size(rng, len(model) if model is not None else 3)
@@ -99,9 +134,12 @@ def case(rng, name, FrameBuffer, ops):
     for _ in range(ops):
         op = rng.randrange(6)
         room = size - len(want)
-        if op == 0:  # an export
+        if op == 0:  # an export: the buffer, or a whole slice (asyncio's TLS reads)
             try:
-                v = memoryview(buf) if name == "compiled" else buf.view()
+                if rng.random() < 0.3:
+                    v = buf[rng.choice([slice(None), slice(0, None), slice(0, 2**62)])]
+                else:
+                    v = memoryview(buf) if name == "compiled" else buf.view()
             except EXPECTED:
                 assert taken or room == 0 or (view is not None and name == "compiled"), (
                     "an export refused with room and none held"
@@ -152,10 +190,19 @@ def case(rng, name, FrameBuffer, ops):
         elif op == 4 and view is not None:
             view.release()
             view = None
+        elif op == 4:  # a slice whose index runs code on the buffer: no state changes
+            _hostile_slice(rng, name, buf)
         else:
             assert len(buf) == (0 if taken else size - len(want)), "len() is not the room"
+        if name == "compiled":  # the bytes being filled are the buffer's alone
+            assert not [r for r in gc.get_referents(buf) if type(r) is bytes], (
+                "the collector hands out the frame's bytes"
+            )
     if view is not None:
         view.release()
+    if size <= 1:  # CPython shares b"" and the 1-byte bytes: none was written through
+        assert b"".join([]) == b"" and len(bytes(0)) == 0, "the empty bytes was written"
+        assert all(bytes([i])[0] == i for i in range(256)), "a 1-byte bytes was written"
 
 
 def main():

@@ -9,6 +9,7 @@ import struct
 import time
 
 import pytest
+from certs import tls_files  # noqa: F401 - a fixture
 
 from fastkwire import (
     ApiVersionsRequest,
@@ -207,3 +208,82 @@ def test_frame_buffer_fills_in_place_and_hands_out_bytes_once(kind):
         FrameBuffer(2, b"abc")
     with pytest.raises(ValueError, match="size"):
         FrameBuffer(-1, b"")
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_frame_larger_than_a_tls_record_is_read_over_tls(tls_files, loop):  # noqa: F811
+    """A Produce of 300 KB on an SSL listener: many TLS records, read into the frame's
+    buffer as they are decrypted (asyncio's TLS transport slices the buffer it is given
+    for each record after the first)."""
+    import ssl
+
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    with Broker(
+        loop=loop, protocols=("SSL",), tls_cert=tls_files.server_cert, tls_key=tls_files.server_key
+    ) as broker:
+        broker.create_topic("tls")
+        host, port = broker.bootstrap_servers_for("SSL").split(",")[0].rsplit(":", 1)
+        context = ssl.create_default_context(cafile=tls_files.ca)
+        raw = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        with context.wrap_socket(raw, server_hostname=host) as s:
+            frame, n = _produce("tls", 3000, 100, 1)
+            assert len(frame) > 256 * 1024
+            s.sendall(frame[:1000])  # the first read leaves most of the frame to come
+            time.sleep(0.05)
+            s.sendall(frame[1000:])
+            _, body = decode_response(_read_frame(s), ProduceRequest.API_KEY, 9)
+            assert body.responses[0].partition_responses[0].error_code == 0
+            assert len(_fetch_all(s, "tls", 2)) == n
+
+
+def test_the_frame_being_filled_is_not_reachable_through_the_collector():
+    """gc.get_referents() on a FrameBuffer must not hand out the bytes it fills: that
+    bytes is uninitialized memory until read, and a hash cached on it before it is full
+    would be wrong once it is (a dict would not find the frame's bytes)."""
+    import gc
+
+    FrameBuffer = pytest.importorskip("fastkwire._framebuf").FrameBuffer
+    frame = FrameBuffer(4, b"")
+    assert not [r for r in gc.get_referents(frame) if isinstance(r, bytes)]
+    with memoryview(frame) as into:
+        into[:] = b"wxyz"
+    frame.written(4)
+    data = frame.take()
+    assert {b"wxyz": 1}.get(data) == 1
+
+
+@pytest.mark.parametrize("kind", ["compiled", "pure"])
+def test_frame_buffer_slices_are_writable_views_of_the_part_not_read(kind):
+    if kind == "compiled":
+        FrameBuffer = pytest.importorskip("fastkwire._framebuf").FrameBuffer
+    else:
+        FrameBuffer = PureFrameBuffer
+    frame = FrameBuffer(6, b"ab")
+    part = frame[1:]
+    assert len(part) == 3 and not part.readonly
+    part[:] = b"xyz"
+    part.release()
+    with memoryview(frame) if kind == "compiled" else frame.view() as into:
+        into[0] = ord("w")
+    assert frame.written(4) is True
+    assert frame.take() == b"abwxyz"
+
+
+def test_a_frame_begun_past_max_buffered_bytes_does_not_stop_the_broker():
+    """A frame larger than the room under max_buffered_bytes, sent in part: the connection
+    holding it is not paused mid-frame (its bytes are freed only once it is whole, or the
+    connection ends), so when its peer closes, what it held is released, and the other
+    connections, paused between frames while the broker held too much, read again."""
+    with Broker(max_frame_bytes=4 << 20, max_buffered_bytes=1 << 20, groups=None) as broker:
+        big = _connect(broker)
+        big.sendall(struct.pack(">i", 3 << 20) + bytes(1_200_000))
+        assert _wait_until(lambda: _state(broker)[0] == 1_200_004), _state(broker)
+        small = _connect(broker)
+        small.sendall(encode_request(ApiVersionsRequest(), 3, 1, "frames"))
+        assert struct.unpack_from(">i", _read_frame(small), 4)[0] == 1
+        big.close()
+        assert _wait_until(lambda: _state(broker) == (0, 0)), _state(broker)
+        small.sendall(encode_request(ApiVersionsRequest(), 3, 2, "frames"))
+        assert struct.unpack_from(">i", _read_frame(small), 4)[0] == 2
+        small.close()

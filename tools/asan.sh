@@ -15,8 +15,11 @@
 # THREADED_INPUTS (default 400) of the same on four threads with an owner thread striking
 # the running cases (fuzz/threaded.py), then FORWARDER_CASES (default 120) cases of
 # fuzz/hostile_forwarder.py (hostile clients and upstreams through the proxy's compiled
-# forwarding thread). Leak detection is off: CPython keeps
-# much of its memory until exit by design; tests/test_memory.py looks for growth instead.
+# forwarding thread), FRAMEBUF_CASES (default 100000) of fuzz/hostile_framebuf.py (hostile
+# calls on the broker's in-place frame buffer) and FRAMING_STEPS (default 5000) of
+# fuzz/hostile_framing.py (hostile streams on 50 broker connections). Leak detection is
+# off: CPython keeps much of its memory until exit by design; tests/test_memory.py looks
+# for growth instead.
 # Exit status 0 only if every step passed and ASan reported nothing. Takes 5-10 minutes.
 set -euo pipefail
 
@@ -28,6 +31,8 @@ encode_inputs=${ENCODE_FUZZ_INPUTS:-100000}
 reentrancy_inputs=${REENTRANCY_INPUTS:-5000}
 forwarder_cases=${FORWARDER_CASES:-120}
 threaded_inputs=${THREADED_INPUTS:-400}
+framebuf_cases=${FRAMEBUF_CASES:-100000}
+framing_steps=${FRAMING_STEPS:-5000}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -97,6 +102,9 @@ wait "$threaded_pid" || status=1
 cat "$work/fuzz_decode.log" "$work/fuzz_encode.log" "$work/fuzz_reentrancy.log" "$work/fuzz_threaded.log"
 echo "== hostile clients through the compiled forwarder under ASan: $forwarder_cases cases"
 (cd "$work" && asan_run "$root/fuzz/hostile_forwarder.py" --cases "$forwarder_cases") || status=1
+echo "== the broker's frame buffer under ASan: $framebuf_cases hostile call cases, $framing_steps steps of hostile streams"
+(cd "$work" && asan_run "$root/fuzz/hostile_framebuf.py" --loop "$framebuf_cases" --seed 8) || status=1
+(cd "$work" && asan_run "$root/fuzz/hostile_framing.py" --steps "$framing_steps" --seed 8) || status=1
 
 if compgen -G "$work/asan.*" >/dev/null; then
     echo "== AddressSanitizer reports:" >&2
@@ -104,6 +112,6 @@ if compgen -G "$work/asan.*" >/dev/null; then
     status=1
 fi
 if [ "$status" -eq 0 ]; then
-    echo "ASan: suite passed, $fuzz_inputs decode, $encode_inputs encode, $reentrancy_inputs reentrancy and $threaded_inputs threaded reentrancy fuzz inputs, $forwarder_cases forwarder cases, no AddressSanitizer reports"
+    echo "ASan: suite passed, $fuzz_inputs decode, $encode_inputs encode, $reentrancy_inputs reentrancy and $threaded_inputs threaded reentrancy fuzz inputs, $forwarder_cases forwarder cases, $framebuf_cases frame buffer cases, $framing_steps framing steps, no AddressSanitizer reports"
 fi
 exit "$status"

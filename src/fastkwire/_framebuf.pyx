@@ -17,6 +17,10 @@ MAX_SIZE = 0x7FFFFFFF + 4  # a Kafka frame: an int32 size and its 4-byte prefix
 cdef char *_FORMAT = "B"
 
 
+# Not tracked by the collector: gc.get_referents() would hand out the bytes being filled
+# (uninitialized memory, and a bytes whose hash, once cached, its later bytes make wrong).
+# It holds only that bytes object, which can be in no cycle.
+@cython.no_gc
 cdef class FrameBuffer:
     """FrameBuffer(size, head): a frame of `size` bytes whose first bytes are `head`
     (bytes-like, at most `size`); the rest is read into it through its buffer (writable,
@@ -52,12 +56,18 @@ cdef class FrameBuffer:
 
     @property
     def filled(self):
-        return self._filled
+        with cython.critical_section(self):  # written() moves it, maybe on another thread
+            return self._filled
 
     def __len__(self):
         """The bytes still to read (what a read into it may take)."""
         with cython.critical_section(self):
             return 0 if self._data is None else self._size - self._filled
+
+    def __getitem__(self, index):
+        """A slice of the part not yet read, as a writable memoryview (asyncio's TLS
+        transport reads each record after the first into buf[offset:])."""
+        return memoryview(self)[index]
 
     def __getbuffer__(self, Py_buffer *buffer, int flags):
         with cython.critical_section(self):

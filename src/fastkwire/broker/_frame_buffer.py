@@ -27,6 +27,9 @@ class PureFrameBuffer:
     def __buffer__(self, flags):  # Python 3.12+; older ones read through view()
         return self.view()
 
+    def __getitem__(self, index):  # as the compiled one's: a slice of view()
+        return self.view()[index]
+
     def view(self):
         if self._data is None:
             raise BufferError("the frame was taken")

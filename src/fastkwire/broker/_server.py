@@ -186,8 +186,12 @@ class _Connection(asyncio.BufferedProtocol):
                     f"{broker.max_buffered_bytes}: max_buffered_bytes)"
                 )
                 return
-            self.pause("room")
-            broker.waiting_room.append(self)
+            if not self.held_bytes:
+                # Only between frames: a frame begun frees its bytes once whole, so pausing
+                # it mid-way could hold them (its peer's close unseen) until nothing reads.
+                # It reads on, bounded by frame_timeout and the twice-the-limit end above.
+                self.pause("room")
+                broker.waiting_room.append(self)
         if self.held_bytes and before == 0:
             broker.wake(partial=True)  # the watch looks for it to be overdue
         if completed and type(self.frames[-1]) is not bytes:
