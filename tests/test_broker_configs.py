@@ -131,6 +131,12 @@ def test_kafka_python_describes_a_broker(broker):
         assert default["num.partitions"]["config_source"] == "DEFAULT_CONFIG"
         static = configs(config_filter="static")
         assert static["listeners"]["value"] == f"PLAINTEXT://{broker.bootstrap_servers}"
+        # as Kafka 4.0 answers (kafka-python's own integration suite checks it)
+        advertised = configs(config_filter="all")["advertised.listeners"]
+        assert (advertised["config_source"], advertised["read_only"]) == (
+            "STATIC_BROKER_CONFIG",
+            True,
+        )
         logger = admin.describe_configs(
             [ConfigResource(ConfigResourceType.BROKER_LOGGER, "0")], config_filter="all"
         )
