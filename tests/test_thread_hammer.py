@@ -391,6 +391,54 @@ def test_murmur2_of_a_bytearray_another_thread_resizes(module):
     hammer([hash_it], [resize])
 
 
+# ---------------------------------------------------------------- the broker's frame buffer
+
+
+def test_a_frame_buffer_filled_and_taken_by_several_threads():
+    """The broker's in-place frame buffer with threads that write into its export, count
+    what they wrote, slice it, and take it, all at once: one take per frame, and only of a
+    full frame of exactly its size, its head kept and every other byte one a writer wrote;
+    every refusal the buffer's own (ValueError, BufferError)."""
+    framebuf = pytest.importorskip("fastkwire._framebuf")
+    size, head = 512, b"HEAD"
+    state = {"frame": framebuf.FrameBuffer(size, head), "taken": []}
+    lock = threading.Lock()  # guards the test's own bookkeeping, never the buffer
+
+    def fill(rng):
+        fb = state["frame"]
+        try:
+            with memoryview(fb) as view:
+                n = min(len(view), rng.randrange(1, 64))
+                view[:n] = bytes([0x61 + rng.randrange(3)]) * n
+            fb.written(n)
+        except (ValueError, BufferError):
+            pass
+
+    def take(rng):
+        fb = state["frame"]
+        try:
+            frame = fb.take()
+        except ValueError:
+            return
+        assert type(frame) is bytes and len(frame) == size and frame[:4] == head
+        assert set(frame[4:]) <= {0x61, 0x62, 0x63}
+        with lock:
+            state["taken"].append(fb)
+            state["frame"] = framebuf.FrameBuffer(size, head)
+
+    def peek(rng):
+        fb = state["frame"]
+        try:
+            with memoryview(fb[rng.randrange(0, 4) :]) as view:
+                len(view)
+        except (ValueError, BufferError, TypeError):
+            pass
+        assert 4 <= fb.filled <= size
+
+    hammer([fill, take], [peek])
+    assert len(state["taken"]) == len(set(map(id, state["taken"])))  # each taken once
+
+
 # ---------------------------------------------------------------- the fuzzers, threaded
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"

@@ -138,6 +138,7 @@ EXTENSIONS = [
     "fastkwire._kafka_python",
     "fastkwire._aiokafka",
     "fastkwire._forward",
+    "fastkwire._framebuf",
 ]
 
 
