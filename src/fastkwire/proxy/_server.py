@@ -1256,9 +1256,12 @@ class Proxy:
                 exc = first.exception()
                 if exc is None:
                     why = first.result()
-                elif first is pumps[0] and isinstance(exc, ConnectionResetError):
-                    # How many clients close (with an answer still unread): not an error,
-                    # unless a request was cut short by it.
+                elif isinstance(exc, ConnectionResetError) and (
+                    first is pumps[0] or (conn.cwriter is not None and conn.cwriter.lost)
+                ):
+                    # How many clients close (with an answer still unread, or one being
+                    # written to them: the answers' pump finds the client gone): not an
+                    # error, unless a request was cut short by it.
                     why = "client reset the connection"
                     if conn.held[0]:
                         why += f" mid-request ({conn.held[0]} bytes of it received)"
