@@ -81,9 +81,7 @@ from fastkwire.proxy._frames import produce_acks, request_header  # noqa: E402
 TOPIC = "fuzz"
 MAX_PARTITIONS = 2_000
 # Caps smaller than the defaults, so that a short run reaches them.
-LIMITS = Limits(
-    fetch_max_bytes=256 << 10, max_acls=300, max_transactional_ids=100, max_producer_epochs=100
-)
+LIMITS = Limits(fetch_max_bytes=256 << 10, max_acls=300, max_transactional_ids=100)
 GROUPS = GroupConfig(
     group_max_size=40,
     group_consumer_max_size=40,
@@ -638,7 +636,6 @@ def check_caps(apis):
     held = {
         "max_acls": len(apis.acls),
         "max_transactional_ids": len(apis.transactions.transactions),
-        "max_producer_epochs": len(cluster.producer_ids.epochs),
     }
     for name, count in held.items():
         if count > getattr(limits, name):

@@ -614,7 +614,7 @@ def test_a_producer_ids_file_that_is_not_a_number_is_ignored(tmp_path, text):
     storage.close()
     (tmp_path / "fastkwire-producer-ids").write_text(f"0\n1\n{text}\n", encoding="utf-8")
     storage, cluster, _, _, _ = open_state(tmp_path)
-    assert cluster.producer_ids.init()[0] == 1000
+    assert cluster.producer_ids.new() == 1000
     storage.close()
 
 

@@ -121,7 +121,7 @@ def test_a_restart_serves_what_was_written(tmp_path):
     # the producer's sequences came back: a retry is a duplicate, a gap is refused
     retry = read_batch_head(batch(b"a4", pid=1000, epoch=0, seq=4))
     assert topic.partitions[0].producers.check(retry) == 4
-    assert again.producer_ids.init()[0] > 1000  # no producer id handed out twice
+    assert again.producer_ids.new() > 1000  # no producer id handed out twice
     # what is written after the restart goes on where the log ended
     assert append(log, batch(b"new")) == 6
     storage.close()

@@ -186,25 +186,25 @@ def test_a_transaction_timeout_past_kafkas_maximum_is_refused(timeout_ms):
     assert call(apis, request, 4).error_code == 0
 
 
-def test_idempotent_producer_ids_are_not_remembered_without_end():
-    """InitProducerId without a transactional id kept an entry per producer id forever."""
-    apis = make_apis(Limits(max_producer_epochs=3))
+def test_idempotent_producers_get_a_new_id_whatever_they_name():
+    """InitProducerId without a transactional id kept an entry per producer id (to bump its
+    epoch); Kafka's coordinator keeps nothing and hands out a new id at epoch 0."""
+    apis = make_apis(Limits())
     ids = [init(apis, None) for _ in range(10)]
     assert len({r.producer_id for r in ids}) == 10
-    assert len(apis.cluster.producer_ids.epochs) == 3
-    last = ids[-1]
-    bumped = init(apis, None, last.producer_id, 0)
-    assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (
-        0,
-        last.producer_id,
-        1,
-    )
-    # one forgotten (the oldest) asking for a bump gets a new id, epoch 0
-    forgotten = init(apis, None, ids[0].producer_id, 0)
-    assert forgotten.error_code == 0
-    assert forgotten.producer_id not in {r.producer_id for r in ids}
-    assert forgotten.producer_epoch == 0
-    assert len(apis.cluster.producer_ids.epochs) == 3
+    assert {(r.error_code, r.producer_epoch) for r in ids} == {(0, 0)}
+    for pid, epoch in ((ids[-1].producer_id, 0), (ids[0].producer_id, 7), (2**62, 32767)):
+        again = init(apis, None, pid, epoch)
+        assert (again.error_code, again.producer_epoch) == (0, 0)
+        assert again.producer_id not in {r.producer_id for r in ids} | {pid}
+        ids.append(again)
+    # an id without an epoch, or an epoch without an id: refused, as Kafka refuses them
+    for pid, epoch in ((ids[0].producer_id, -1), (-1, 0)):
+        for transactional_id in (None, "tx"):
+            refused = init(apis, transactional_id, pid, epoch)
+            assert refused.error_code == code("INVALID_REQUEST")
+            assert (refused.producer_id, refused.producer_epoch) == (-1, -1)
+    assert "tx" not in apis.transactions.transactions
 
 
 def join_new(apis, group="g"):

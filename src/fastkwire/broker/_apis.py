@@ -228,7 +228,6 @@ class Apis:
         self.users = (
             None  # the SCRAM credentials (_credentials.Users): the Broker's, or made on use
         )
-        cluster.producer_ids.limit = self.limits.max_producer_epochs
         self.transactions = TransactionCoordinator(
             cluster,
             clock,
@@ -941,28 +940,26 @@ class Apis:
 
     def init_producer_id(self, request, version, ctx, reply):
         R = InitProducerIdResponse
-        if request.transactional_id is not None:
-            pid, epoch, error = self.transactions.init(
-                request.transactional_id,
-                request.transaction_timeout_ms,
-                request.producer_id if version >= 3 else -1,
-                request.producer_epoch if version >= 3 else -1,
-                int(self.wall_clock() * 1000),
-            )
-            # an abandoned transaction was aborted: its partitions' last stable offset moved
-            self.data_arrived(self.transactions.take_marked())
-            error = fenced_for(error, version, 4)
-            return R(
-                error_code=NONE if error is None else code(error),
-                producer_id=pid,
-                producer_epoch=epoch,
-            )
-        pid, epoch, error = self.cluster.producer_ids.init(
-            request.producer_id if version >= 3 else -1,
-            request.producer_epoch if version >= 3 else -1,
+        pid, epoch = (request.producer_id, request.producer_epoch) if version >= 3 else (-1, -1)
+        if (pid == -1) != (epoch == -1):  # one named without the other, as Kafka refuses
+            return R(error_code=code("INVALID_REQUEST"), producer_id=-1, producer_epoch=-1)
+        if request.transactional_id is None:
+            # Kafka's coordinator: a new id at epoch 0, whatever id and epoch were named
+            return R(error_code=NONE, producer_id=self.cluster.producer_ids.new(), producer_epoch=0)
+        pid, epoch, error = self.transactions.init(
+            request.transactional_id,
+            request.transaction_timeout_ms,
+            pid,
+            epoch,
+            int(self.wall_clock() * 1000),
         )
+        # an abandoned transaction was aborted: its partitions' last stable offset moved
+        self.data_arrived(self.transactions.take_marked())
+        error = fenced_for(error, version, 4)
         return R(
-            error_code=NONE if error is None else code(error), producer_id=pid, producer_epoch=epoch
+            error_code=NONE if error is None else code(error),
+            producer_id=pid,
+            producer_epoch=epoch,
         )
 
     # ---- topics

@@ -135,9 +135,7 @@ class DiskLogs:
             if head.producer_id < 0:
                 continue
             epochs[head.producer_id] = head.producer_epoch
-            ids._next = max(ids._next, head.producer_id + 1)
-            if head.producer_epoch > ids.epochs.get(head.producer_id, -1):
-                ids.epochs[head.producer_id] = head.producer_epoch
+            ids.start_at(head.producer_id + 1)
             if not head.is_control:
                 partition.producers.appended(head, base)
         if partition.log.ongoing:

@@ -16,8 +16,6 @@ class Limits:
     """`fetch_max_bytes`: Kafka's fetch.max.bytes (a Fetch's max_bytes is lowered to it);
     `max_acls`: ACLs kept (CreateAcls past it: POLICY_VIOLATION); `max_transactional_ids`:
     transactional ids known (InitProducerId for a new one past it: POLICY_VIOLATION);
-    `max_producer_epochs`: idempotent producers whose epoch is remembered for a bump
-    (KIP-360), the oldest forgotten first (a forgotten one asking gets a new producer id);
     `transaction_max_timeout_ms`: Kafka's transaction.max.timeout.ms (InitProducerId asking
     for a longer transaction timeout, or one not above 0: INVALID_TRANSACTION_TIMEOUT, as
     Kafka answers; a transaction left open holds read_committed consumers back that long)."""
@@ -25,7 +23,6 @@ class Limits:
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     max_acls: int = 100_000
     max_transactional_ids: int = 100_000
-    max_producer_epochs: int = 100_000
     transaction_max_timeout_ms: int = 900_000
 
     def __post_init__(self):
@@ -33,7 +30,6 @@ class Limits:
             "fetch_max_bytes",
             "max_acls",
             "max_transactional_ids",
-            "max_producer_epochs",
             "transaction_max_timeout_ms",
         ):
             value = getattr(self, name)

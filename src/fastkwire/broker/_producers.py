@@ -19,22 +19,18 @@ import collections
 
 from ._log import LogError
 
-NO_PRODUCER_ID = -1
 PRODUCER_ID_BLOCK = 1000  # ids kept per block, as Kafka's controller allocates them
 CACHED_BATCHES = 5  # Kafka keeps the metadata of a producer's last 5 batches per partition
 _INT31 = 1 << 31
 
 
 class ProducerIds:
-    """Hands out producer ids and bumps epochs (InitProducerId without a transactional id).
-    The epochs of the last `limit` producer ids are remembered (a client asking for ids
-    without end must not grow the table without end); a producer forgotten, or never
-    known, that asks for a bump gets a new id, as one asking without an id does."""
+    """Hands out producer ids: a new one for every InitProducerId without a transactional id
+    (Kafka's coordinator answers those with a new id at epoch 0 whatever id and epoch they
+    name: an idempotent producer bumps its own epoch, KIP-360), and for transactional ids."""
 
-    def __init__(self, limit=None):
+    def __init__(self):
         self._next = 1000
-        self.limit = limit
-        self.epochs = {}  # producer id -> its current epoch, the oldest first
         # on_block(end): ids up to `end` (exclusive) are about to be handed out: kept, so
         # that a restart starts past them (Kafka's controller hands out blocks of 1000 ids
         # and keeps each in its metadata log). None: nothing is kept.
@@ -45,25 +41,14 @@ class ProducerIds:
         """Hand out no id below `first` (ids a broker before a restart may have given)."""
         self._next = max(self._next, first)
 
-    def init(self, producer_id=NO_PRODUCER_ID, epoch=-1):
-        """(producer id, epoch, error name or None) for InitProducerId."""
-        known = None if producer_id == NO_PRODUCER_ID else self.epochs.get(producer_id)
-        if known is None:
-            pid = self._next
-            self._next += 1
-            if self.on_block is not None and (self._block_end is None or pid >= self._block_end):
-                self._block_end = pid + PRODUCER_ID_BLOCK
-                self.on_block(self._block_end)
-            self.epochs[pid] = 0
-            if self.limit is not None and len(self.epochs) > self.limit:
-                del self.epochs[next(iter(self.epochs))]
-            return pid, 0, None
-        if epoch != known:
-            return -1, -1, "PRODUCER_FENCED"
-        if known >= 32766:  # Kafka's epoch is an int16: a new id past its top
-            return self.init()
-        self.epochs[producer_id] = known + 1
-        return producer_id, known + 1, None
+    def new(self):
+        """A producer id never handed out before."""
+        pid = self._next
+        self._next += 1
+        if self.on_block is not None and (self._block_end is None or pid >= self._block_end):
+            self._block_end = pid + PRODUCER_ID_BLOCK
+            self.on_block(self._block_end)
+        return pid
 
 
 class PartitionProducers:

@@ -139,7 +139,7 @@ class TransactionCoordinator:
         if txn is None and self.limit is not None and len(self.transactions) >= self.limit:
             return -1, -1, "POLICY_VIOLATION"
         if txn is None:
-            pid, _, _ = self.cluster.producer_ids.init()
+            pid = self.cluster.producer_ids.new()
             txn = Transaction(pid, timeout_ms, transactional_id, self.clock())
             self.transactions[transactional_id] = txn
             self._changed(txn, EMPTY)
@@ -159,7 +159,7 @@ class TransactionCoordinator:
         txn.timeout_ms = timeout_ms
         txn.ended = None
         if txn.epoch >= MAX_EPOCH - 1:  # the epoch is an int16: a new producer id past it
-            txn.producer_id, _, _ = self.cluster.producer_ids.init()
+            txn.producer_id = self.cluster.producer_ids.new()
             txn.epoch = 0
         else:
             txn.epoch += 1
