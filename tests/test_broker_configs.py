@@ -14,7 +14,7 @@ from fastkwire.error_codes import by_name
 from fastkwire.testing import Broker
 
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG, DYNAMIC_BROKER_LOGGER_CONFIG = 4, 5, 6
-BROKER, BROKER_LOGGER = 4, 8
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 TIMEOUT = 20
 
 
@@ -359,6 +359,35 @@ def test_incremental_alter_configs_refuses_a_config_or_a_resource_named_twice(ap
         (by_name("INVALID_REQUEST").code, "Each resource must appear at most once.")
     ] * 2
     assert apis.dynamic_configs.by_resource == {}
+
+
+def test_legacy_alter_configs_refuses_a_config_or_a_resource_named_twice(apis):
+    """Kafka's ConfigAdminManager.preprocess checks the legacy AlterConfigs as the
+    incremental one: a key named twice (the last one had won) or a resource named twice
+    (each applied in turn, on topics too) is INVALID_REQUEST, nothing changed."""
+    name = "producer.id.expiration.ms"
+    error, message = alter(apis, "0", (name, "5000"), (name, "6000"))
+    assert (error, message) == (
+        by_name("INVALID_REQUEST").code,
+        "Error due to duplicate config keys",
+    )
+    apis.cluster.create_topic("t")
+    A = fastkwire.AlterConfigsRequest
+    resources = [
+        A.AlterConfigsResource(
+            resource_type=TOPIC,
+            resource_name="t",
+            configs=[A.AlterableConfig(name="retention.ms", value=value)],
+        )
+        for value in ("1000", "2000")
+    ]
+    out = []
+    apis.handle(A.API_KEY, 2, A(resources=resources, validate_only=False), Context(0), out.append)
+    assert [(r.error_code, r.error_message) for r in out[0].responses] == [
+        (by_name("INVALID_REQUEST").code, "Each resource must appear at most once.")
+    ] * 2
+    assert apis.dynamic_configs.by_resource == {}
+    assert "retention.ms" not in apis.cluster.topics["t"].configs
 
 
 class _CountedKeys(list):

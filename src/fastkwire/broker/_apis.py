@@ -1138,23 +1138,19 @@ class Apis:
     def incremental_alter_configs(self, request, version, ctx, reply):
         """IncrementalAlterConfigs: SET, DELETE (back to the default), APPEND and SUBTRACT
         (list configs) one config at a time."""
-        return self._alter(
-            IncrementalAlterConfigsResponse, request, ctx, _apply_operations, incremental=True
-        )
+        return self._alter(IncrementalAlterConfigsResponse, request, ctx, _apply_operations)
 
-    def _alter(self, R, request, ctx, change, incremental=False):
+    def _alter(self, R, request, ctx, change):
         responses = []
         named = collections.Counter((r.resource_type, r.resource_name) for r in request.resources)
         for res in request.resources:
             error, message = NONE, None
             try:
-                if incremental:  # Kafka's ConfigAdminManager: each applied once, or none
-                    if named[res.resource_type, res.resource_name] > 1:
-                        raise ClusterError(
-                            "INVALID_REQUEST", "Each resource must appear at most once."
-                        )
-                    if len({c.name for c in res.configs}) < len(res.configs):
-                        raise ClusterError("INVALID_REQUEST", "Error due to duplicate config keys")
+                # Kafka's ConfigAdminManager.preprocess, for both APIs: each applied once, or none
+                if named[res.resource_type, res.resource_name] > 1:
+                    raise ClusterError("INVALID_REQUEST", "Each resource must appear at most once.")
+                if len({c.name for c in res.configs}) < len(res.configs):
+                    raise ClusterError("INVALID_REQUEST", "Error due to duplicate config keys")
                 if res.resource_type == BROKER_RESOURCE:
                     self.dynamic_configs.alter(
                         ctx.node_id,
