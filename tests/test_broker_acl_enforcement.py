@@ -605,6 +605,32 @@ def test_group_apis_need_read_on_the_group_and_offsets_read_on_topics():
     }
 
 
+def test_offset_fetch_naming_a_group_twice_keeps_the_answered_entrys_refusals():
+    """The coordinator answers a group's first entry (it answers each group once); the
+    authorizer had merged both entries' decisions by group id, so a later entry asking for
+    every topic dropped the first one's TOPIC_AUTHORIZATION_FAILED for the topics it named."""
+    apis = make_apis(acl(GROUP, "g", READ), acl(TOPIC, "open", READ))
+    F = fastkwire.OffsetFetchRequest
+    named = F.OffsetFetchRequestTopics(name="closed", partition_indexes=[0])
+    opened = F.OffsetFetchRequestTopics(name="open", partition_indexes=[0])
+    for second in (None, [opened]):
+        fetched = call(
+            apis,
+            F(
+                groups=[
+                    F.OffsetFetchRequestGroup(group_id="g", topics=[named, opened]),
+                    F.OffsetFetchRequestGroup(group_id="g", topics=second),
+                ]
+            ),
+            9,
+        )
+        (group,) = fetched.groups
+        assert {t.name: [p.error_code for p in t.partitions] for t in group.topics} == {
+            "open": [0],
+            "closed": [code("TOPIC_AUTHORIZATION_FAILED")],
+        }, second
+
+
 def test_group_listings_and_descriptions_need_describe():
     apis = make_apis(acl(GROUP, "g", READ), acl(TOPIC, "open", READ))
     OC = fastkwire.OffsetCommitRequest

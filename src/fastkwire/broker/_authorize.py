@@ -773,13 +773,16 @@ def _offset_fetch(auth, request, version, ctx):
             return None, listing
         refused = _split_topics(auth, ctx, OFFSET_FETCH_SHAPE, request, DESCRIBE)
         return None, _merging("topics", refused)
-    kept, refused_groups, refused_topics, all_topics = [], [], {}, set()
+    kept, refused_groups, refused_topics, all_topics, seen = [], [], {}, set(), set()
     for g in request.groups:
         if not auth.may(ctx, DESCRIBE, GROUP, g.group_id):
             refused_groups.append(
                 R.OffsetFetchResponseGroup(group_id=g.group_id, topics=[], error_code=GROUP_FAILED)
             )
             continue
+        if g.group_id in seen:
+            continue  # the coordinator answers a group's first entry only
+        seen.add(g.group_id)
         kept.append(g)
         if g.topics is None:
             all_topics.add(g.group_id)
