@@ -739,7 +739,14 @@ def test_streams_group_heartbeat_needs_describe_on_its_topology_s_topics():
         answer = call(apis, beat(sources), 0)
         assert (answer.error_code, answer.status) == (failed, None), sources
     assert call(apis, beat(["open"], ["closed"]), 0).error_code == failed
+    # an invalid topology is refused after READ on the group, before DESCRIBE on its topics
+    invalid = code("STREAMS_INVALID_TOPOLOGY")
+    assert call(apis, beat(["closed", "__consumer_offsets"]), 0).error_code == invalid
+    assert call(apis, beat(["closed"], ["bad name"]), 0).error_code == invalid
     assert call(apis, beat(["open"], group="other"), 0).error_code == code(
+        "GROUP_AUTHORIZATION_FAILED"
+    )
+    assert call(apis, beat(["__consumer_offsets"], group="other"), 0).error_code == code(
         "GROUP_AUTHORIZATION_FAILED"
     )
     assert call(apis, beat(["open"]), 0).error_code == 0

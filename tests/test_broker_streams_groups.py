@@ -108,6 +108,29 @@ def statuses(answer):
     return [(s.status_code, s.status_detail) for s in answer.status or ()]
 
 
+def test_a_topology_naming_internal_or_invalid_topics_is_refused_first():
+    """As Kafka's KafkaApis, before its coordinator: a topology naming an internal topic
+    (Topic.isInternal) or an invalid topic name is STREAMS_INVALID_TOPOLOGY with Kafka's
+    message listing them once each in the order named, nothing else set, and no group made.
+    Internal topics are reported before invalid names."""
+    b = Broker()
+    bad = topology(sources=("__consumer_offsets", "a b"), changelogs=("__transaction_state",))
+    answer = hb(b, "m-a", 0, topology=bad)
+    assert (answer.error_code, answer.error_message) == (
+        E["STREAMS_INVALID_TOPOLOGY"],
+        "Use of Kafka internal topics __consumer_offsets,__transaction_state in a Kafka "
+        "Streams topology is prohibited.",
+    )
+    assert (answer.member_id, answer.member_epoch, answer.heartbeat_interval_ms) == ("", 0, 0)
+    answer = hb(b, "m-a", 0, topology=topology(sources=("a b", "ok", "c?"), changelogs=("a b",)))
+    assert (answer.error_code, answer.error_message) == (
+        E["STREAMS_INVALID_TOPOLOGY"],
+        "Topic names a b,c? are not valid topic names.",
+    )
+    assert describe(b).error_code == E["GROUP_ID_NOT_FOUND"]
+    assert hb(b, "m-a", 0).error_code == NONE  # a valid topology then joins
+
+
 def test_first_member_gets_every_task():
     """A member joins with its own member id, a topology and epoch 0: one task per partition of
     the subtopology's source topic, all its own; the group epoch becomes 1, and the answer

@@ -101,6 +101,7 @@ from ..error_codes import by_name
 from ._acls import LITERAL, PREFIXED, WILDCARD
 from ._apis import CLOSE
 from ._not_coordinator import _one_group_error
+from ._streams_groups import topology_refusal
 
 # Kafka's AclOperation, ResourceType and AclPermissionType codes.
 ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 2, 3, 4, 5, 6, 7, 8
@@ -919,6 +920,9 @@ def _streams_group_heartbeat(auth, request, version, ctx):
     status would say which of them exist, and its tasks their partitions)."""
     if not auth.may(ctx, READ, GROUP, request.group_id):
         return _group_answer(request, version, GROUP_FAILED), None
+    refusal = topology_refusal(request)  # before DESCRIBE, as Kafka
+    if refusal is not None:
+        return refusal, None
     names = set()
     for sub in request.topology.subtopologies if request.topology is not None else ():
         names.update(sub.source_topics or ())

@@ -16,6 +16,7 @@ owns the group ids, the timers and the offsets.
 
 from .. import StreamsGroupDescribeResponse, StreamsGroupHeartbeatResponse
 from ..error_codes import by_name
+from ._cluster import ClusterError, check_topic_name
 from ._consumer_groups import HeartbeatError
 
 
@@ -148,6 +149,55 @@ def sticky_assignment(tasks, members, current):
     return out
 
 
+# Kafka's Topic.isInternal: a streams topology may not name these.
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state")
+
+
+def topology_refusal(request):
+    """Kafka's checks of a StreamsGroupHeartbeat's topology, made before the coordinator's
+    (and, with an authorizer, right after READ on the group, before DESCRIBE on its
+    topics): the answer refusing a topology that names internal topics or invalid topic
+    names (STREAMS_INVALID_TOPOLOGY, nothing else set), or None."""
+    if request.topology is None:
+        return None
+    named = {}  # the topics in the order Kafka lists them, once each
+    for sub in request.topology.subtopologies:
+        named.update(dict.fromkeys(sub.source_topics or ()))
+        named.update(dict.fromkeys(sub.repartition_sink_topics or ()))
+        named.update(dict.fromkeys(t.name for t in sub.repartition_source_topics or ()))
+        named.update(dict.fromkeys(t.name for t in sub.state_changelog_topics or ()))
+    internal = [n for n in named if n in INTERNAL_TOPICS]
+    if internal:
+        message = (
+            f"Use of Kafka internal topics {','.join(internal)} in a Kafka Streams topology "
+            "is prohibited."
+        )
+    else:
+        invalid = [n for n in named if not _valid_topic_name(n)]
+        if not invalid:
+            return None
+        message = f"Topic names {','.join(invalid)} are not valid topic names."
+    return StreamsGroupHeartbeatResponse(
+        throttle_time_ms=0,
+        error_code=STREAMS_INVALID_TOPOLOGY,
+        error_message=message,
+        member_id="",
+        member_epoch=0,
+        heartbeat_interval_ms=0,
+        acceptable_recovery_lag=0,
+        task_offset_interval_ms=0,
+        endpoint_information_epoch=0,
+    )
+
+
+def _valid_topic_name(name):
+    try:
+        check_topic_name(name)
+    except ClusterError:
+        return False
+    return True
+
+
 class StreamsGroups:
     """The streams groups of a coordinator. `topics()` gives every topic of the log as
     {name: (topic id, partition count)}."""
@@ -162,6 +212,9 @@ class StreamsGroups:
     def heartbeat(self, version, request, ctx, taken):
         """The answer to a StreamsGroupHeartbeat; `taken(group_id)` says whether the id is a
         group of another protocol (Kafka: GROUP_ID_NOT_FOUND, "not a streams group")."""
+        refusal = topology_refusal(request)
+        if refusal is not None:
+            return refusal
         try:
             self._check(request)
             if request.group_id not in self.groups and taken(request.group_id):
