@@ -9,8 +9,11 @@ test_broker_oauthbearer.py."""
 import asyncio
 import base64
 import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -328,3 +331,82 @@ def test_a_session_not_re_authenticated_is_closed_at_its_next_request():
             # ...but a request after the session's end closes the connection, unanswered
             sock.sendall(encode_request(MetadataRequest(topics=None), 12, 6))
             assert _frame(sock) is None
+
+
+def test_the_command_serves_oauthbearer_and_re_authentication():
+    ck = pytest.importorskip("confluent_kafka")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    argv = [sys.executable, "-m", "fastkwire", "broker", "--listen", "127.0.0.1:0"]
+    argv += ["--sasl-mechanism", "OAUTHBEARER", "--oauthbearer-principal-claim", "client_id"]
+    argv += ["--oauthbearer-required-scope", "kafka", "--connections-max-reauth-ms", "60000"]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on 127.0.0.1:"), line + proc.stderr.read()
+        host, port = line.split()[-1].split(":")
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+            token = unsecured("x", client_id="svc", scope=["kafka", "other"], life=30)
+            response = _login(sock, token)
+            assert response.error_code == 0 and 29_000 < response.session_lifetime_ms <= 30_000
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+            # Kafka reads a text scope as one scope, not split at spaces
+            response = _login(sock, unsecured("x", client_id="svc", scope="kafka other"))
+            assert response.auth_bytes == b'{"status":"insufficient_scope", "scope":"[kafka]"}'
+        config = confluent_config(
+            Address(line.split()[-1]),
+            **{
+                "enable.sasl.oauthbearer.unsecure.jwt": True,
+                "sasl.oauthbearer.config": "principal=svc principalClaimName=client_id scope=kafka",
+            },
+        )
+        assert produce_and_consume(ck, config, "ck-cli") == values("ck-cli")
+        proc.terminate()
+        assert proc.wait(TIMEOUT) == 0
+        assert "SASL_PLAINTEXT (OAUTHBEARER)" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+class Address:
+    def __init__(self, bootstrap_servers):
+        self.bootstrap_servers = bootstrap_servers
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--oauthbearer-clock-skew-ms", "5"], "--oauthbearer-clock-skew-ms: given without"),
+        (
+            ["--sasl-mechanism", "OAUTHBEARER", "--oauthbearer-clock-skew-ms", "-1"],
+            "--oauthbearer-clock-skew-ms: from 0",
+        ),
+        (
+            ["--sasl-mechanism", "OAUTHBEARER", "--oauthbearer-required-scope", "a\\b"],
+            "--oauthbearer-required-scope: invalid scope value",
+        ),
+        (
+            ["--sasl-mechanism", "OAUTHBEARER", "--oauthbearer-principal-claim", " "],
+            "--oauthbearer-principal-claim: a claim's name",
+        ),
+        (
+            ["--sasl-mechanism", "OAUTHBEARER", "--connections-max-reauth-ms", "-5"],
+            "--connections-max-reauth-ms: 0 (off) or more",
+        ),
+        (["--sasl-mechanism", "OAUTHBEARER", "--sasl-mechanism", "PLAIN"], "--sasl-user: "),
+    ],
+)
+def test_the_command_names_the_oauthbearer_flag_that_is_wrong(argv, message, capsys):
+    from fastkwire import cli
+
+    try:
+        code = cli.main(["broker", "--listen", "127.0.0.1:0", *argv])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    assert message in capsys.readouterr().err
