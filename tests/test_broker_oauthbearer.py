@@ -281,12 +281,20 @@ def test_a_validator_of_the_tests_own_decides():
         assert session.user == user and response.session_lifetime_ms == lifetime
     assert refused(session_of(validate), initial("nope")) == INVALID
     scoped = refused(session_of(validate), initial("scoped"))
+
+    def weird(token):
+        raise InvalidToken("a status that is no text", "\ud800")
+
+    assert refused(session_of(weird), initial("x")) == b'{"status":"?"}'
     assert scoped == b'{"status":"insufficient_scope", "scope":"admin"}'
     assert seen == ["let-me-in", "timed", "nope", "scoped"]
 
 
-@pytest.mark.parametrize("returned", ["", "  ", None, 5, ("a", 1)])
-def test_a_validator_giving_no_principal_logs_nobody_in(returned):
+@pytest.mark.parametrize(
+    "returned",
+    ["", "  ", None, 5, ("a", 1), Token(5), Token("a", "soon"), Token("a", 1.5), Token("a", True)],
+)
+def test_a_validator_giving_no_principal_logs_nobody_in(returned):  # nor fails the broker
     session = session_of(lambda token: returned)
     handshake(session)
     out, response = authenticate(session, initial("t"))

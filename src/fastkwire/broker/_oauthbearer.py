@@ -31,6 +31,7 @@ _INITIAL_RESPONSE = re.compile(
 )
 _AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)", re.ASCII)
 _SCOPE_ITEM = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")  # RFC 6749's scope-token
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*=*")
 _LONG = (-(2**63), 2**63 - 1)
 
 
@@ -84,11 +85,11 @@ def _blank(text):
 def _b64url_json(part):
     """The JSON object of one base64url part as Jackson reads it: the first value (what
     follows is ignored), each member's value a number, a list of texts or a text."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]*=*", part):
+    if not _BASE64URL.fullmatch(part):
         raise InvalidToken("malformed Base64 URL encoded value")
-    try:
-        raw = base64.urlsafe_b64decode(part.rstrip("=") + "=" * (-len(part.rstrip("=")) % 4))
-        text = raw.decode("utf-8")
+    data = part.rstrip("=")
+    try:  # padding optional, as JWS leaves it out
+        text = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)).decode("utf-8")
         value, _ = json.JSONDecoder(parse_constant=_no_constant).raw_decode(text.lstrip(" \t\r\n"))
     except (ValueError, RecursionError):  # binascii.Error, UnicodeDecodeError, JSONDecodeError
         raise InvalidToken("malformed JSON or Base64 URL encoded value") from None
@@ -177,8 +178,8 @@ class UnsecuredValidator:
                 "oauthbearer allowable_clock_skew_ms: from 0 to 2147483647 (an int, as "
                 f"Kafka's), not {allowable_clock_skew_ms!r}"
             )
-        self.principal_claim = principal_claim.strip()
-        self.scope_claim = scope_claim.strip()
+        self.principal_claim = principal_claim.strip(_JAVA_SPACE)
+        self.scope_claim = scope_claim.strip(_JAVA_SPACE)
         self.required_scope = scope
         self.allowable_clock_skew_ms = allowable_clock_skew_ms
         self.clock = clock
@@ -240,7 +241,7 @@ def error_json(status, scope=None):
     text = '{"status":"%s"' % status
     if scope is not None:
         text += ', "scope":"%s"' % scope
-    return (text + "}").encode()
+    return (text + "}").encode("utf-8", "replace")  # (a validator's text may be anything)
 
 
 class OAuthBearerServer:
@@ -273,8 +274,12 @@ class OAuthBearerServer:
             return self._error
         if isinstance(found, str):
             found = Token(found)
-        if not isinstance(found, Token):
-            raise Unanswered(f"the oauthbearer validator gave {type(found).__name__}")
+        if (
+            not isinstance(found, Token)
+            or not isinstance(found.principal, str)
+            or not (found.lifetime_ms is None or type(found.lifetime_ms) is int)
+        ):
+            raise Unanswered(f"the oauthbearer validator gave {found!r}, not a name or a Token")
         if _blank(found.principal):
             self._error = error_json("invalid_token")
             return self._error

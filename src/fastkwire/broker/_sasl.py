@@ -1,5 +1,6 @@
 """SASL on the broker's listeners, as Kafka 4 serves it: PLAIN (RFC 4616) and SCRAM-SHA-256/512
-(RFC 5802, RFC 7677) against the users given at start.
+(RFC 5802, RFC 7677) against the users given at start, OAUTHBEARER (RFC 7628) against a
+token validator; and KIP-368's re-authentication.
 
 A connection on a SASL listener has a `SaslSession` until it has authenticated. It takes
 the frames first (Kafka's SaslServerAuthenticator):
@@ -14,7 +15,13 @@ the frames first (Kafka's SaslServerAuthenticator):
   ends. Before the login, a frame larger than `SASL_MAX_RECEIVE_BYTES` ends it (Kafka's
   sasl.server.max.receive.size).
 
-The users and the mechanisms' server side are _credentials.py's.
+- once logged in, a session has an end where Kafka gives it one (connections.max.reauth.ms
+  above 0, or an OAUTHBEARER token's expiry: SaslAuthenticate v1+ tells the client how
+  long). Such a session may log in again on its connection (a SaslHandshake, at most once a
+  second, then SaslAuthenticate as above: the same mechanism and principal), and ends at
+  its first other request once past its end (Kafka's KafkaChannel and SocketServer).
+
+The users and the mechanisms' server side are _credentials.py's and _oauthbearer.py's.
 After the login, SaslHandshake and SaslAuthenticate are the `Apis`' (_sasl_apis.py).
 """
 
@@ -86,6 +93,8 @@ class SaslSession:
         a re-authentication where Kafka's KafkaChannel begins one (the session has an expiry,
         and the last one began at least a second ago); any other frame of an expired session
         ends the connection, unanswered, as Kafka's SocketServer ends it."""
+        if self.expires is None:  # a session without an end: Kafka begins none
+            return None
         header = request_header(frame)
         now = self.clock()
         if (
