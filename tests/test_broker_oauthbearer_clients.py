@@ -10,15 +10,18 @@ import asyncio
 import base64
 import json
 import os
+import random
 import socket
 import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from fastkwire import (
+    DescribeClusterRequest,
     MetadataRequest,
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
@@ -410,3 +413,72 @@ def test_the_command_names_the_oauthbearer_flag_that_is_wrong(argv, message, cap
         code = e.code
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_hostile_oauthbearer_logins_end_only_their_own_connection():
+    """Bad tokens and mangled messages over real connections: none is served a request
+    after its login (DescribeCluster gets ILLEGAL_SASL_STATE or the end), and a client
+    logged in beside them is served throughout."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fuzz"))
+    try:
+        import differential as D
+        import hostile_sasl as H
+    finally:
+        sys.path.pop(0)
+    rng = random.Random(11)
+    validator = UnsecuredValidator(clock=lambda: H.NOW)  # the fuzzer's tokens' clock
+    with Broker(oauthbearer=validator) as b:
+        host, port = b.bootstrap_servers.split(":")
+        good = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        with good:
+            assert _login(good, H._token(random.Random(0), "alice")).error_code == 0
+            served = refused = 0
+            for i in range(80):
+                data = H._OAuthClient(H._token(rng, "alice")).start()
+                if rng.random() < 0.6:
+                    data = bytes(D.mutate(data, rng))
+                with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+                    out = _try_login(sock, data)
+                    ask = encode_request(DescribeClusterRequest(), 0, 9)
+                    answer = _send(sock, ask)
+                    logged_in = (
+                        answer is not None and decode_response(answer, 60, 0)[1].error_code == 0
+                    )
+                    assert logged_in == (out == "logged in"), (i, data)
+                    if logged_in:
+                        assert H._holds(data, "alice"), (i, data)  # never a bad token
+                        served += 1
+                    else:
+                        refused += 1
+                # the client beside them is still served
+                answer = _send(good, encode_request(DescribeClusterRequest(), 0, 100 + i))
+                assert decode_response(answer, 60, 0)[1].error_code == 0
+            assert served and refused > served
+        deadline = time.monotonic() + TIMEOUT  # nothing held after: every connection ended
+        while b.call(lambda: len(b.broker.connections)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert b.call(lambda: len(b.broker.connections)) == 0
+
+
+def _send(sock, frame):
+    try:
+        sock.sendall(frame)
+        return _frame(sock)
+    except OSError:  # reset by the broker's end of it
+        return None
+
+
+def _try_login(sock, data):
+    answer = _send(sock, encode_request(SaslHandshakeRequest(mechanism="OAUTHBEARER"), 1, 1))
+    assert decode_response(answer, 17, 1)[1].error_code == 0
+    answer = _send(sock, encode_request(SaslAuthenticateRequest(auth_bytes=data), 2, 2))
+    if answer is None:
+        return "closed"
+    response = decode_response(answer, 36, 2)[1]
+    if response.error_code:
+        return "refused"
+    if response.auth_bytes:  # RFC 7628's error: the client's ^A ends it
+        answer = _send(sock, encode_request(SaslAuthenticateRequest(auth_bytes=b"\x01"), 2, 3))
+        assert answer is None or decode_response(answer, 36, 2)[1].error_code == 58
+        return "refused"
+    return "logged in"
