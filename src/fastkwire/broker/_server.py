@@ -272,11 +272,8 @@ class _Connection(asyncio.BufferedProtocol):
         return None
 
     def _refusal(self, size, offset):
-        cap = (
-            "max_frame_bytes"
-            if self.limit == self.broker.max_frame_bytes
-            else "during SASL authentication"
-        )
+        during = self.sasl is not None and not self.sasl.complete
+        cap = "during SASL authentication" if during else "max_frame_bytes"
         return (
             f"a request size prefix of {size} bytes at stream offset "
             f"{offset} (limit {self.limit}: {cap}): not Kafka framing"
