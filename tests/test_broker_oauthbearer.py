@@ -505,3 +505,21 @@ def test_hostile_oauthbearer_logins_keep_the_sessions_contract():
     assert findings == 0
     for what in ("re-logged in", "re-refused", "expired", "refused"):
         assert counts.get(what, 0) > 0, counts
+
+
+def test_fastkwires_own_client_mechanism_logs_in_and_reads_the_error_status():
+    from fastkwire.sasl import OAuthBearer
+
+    for token, user, status in (
+        (jws(claims()), "alice", None),
+        (BAD_TOKENS["expired"], None, "invalid_token"),
+    ):
+        session = session_of()
+        handshake(session)
+        client = OAuthBearer(token)
+        out, response = authenticate(session, client.start())
+        reply = client.step(response.auth_bytes)
+        if reply is not None:
+            out, response = authenticate(session, reply)
+            assert isinstance(out, Close) and response.error_code == 58
+        assert session.user == user and client.status == status
