@@ -482,3 +482,30 @@ def _try_login(sock, data):
         assert answer is None or decode_response(answer, 36, 2)[1].error_code == 58
         return "refused"
     return "logged in"
+
+
+def test_aiokafka_is_not_served_with_an_expired_token(broker):
+    # aiokafka takes RFC 7628's error challenge for the end of the login and sends its
+    # Metadata request: Kafka, as this broker, answers it ILLEGAL_SASL_STATE and closes
+    aiokafka = pytest.importorskip("aiokafka")
+    from aiokafka.abc import AbstractTokenProvider
+    from aiokafka.errors import KafkaError
+
+    class Provider(AbstractTokenProvider):
+        async def token(self):
+            return unsecured("alice", life=-5)
+
+    async def run():
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap_servers,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=Provider(),
+        )
+        try:
+            await producer.start()
+        finally:
+            await producer.stop()
+
+    with pytest.raises(KafkaError):
+        asyncio.run(asyncio.wait_for(run(), TIMEOUT))
