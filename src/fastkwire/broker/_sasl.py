@@ -79,6 +79,7 @@ class SaslSession:
         self.expires = None  # when the session ends (clock seconds); None: never
         self.previous = None  # (mechanism, user) of the session being re-authenticated
         self.reauth_began = None  # when the last re-authentication began (clock seconds)
+        self._bad_mechanism = None  # why a re-authentication's next frame ends it
 
     @property
     def complete(self):
