@@ -1,6 +1,7 @@
 """Hostile logins through the broker's SASL session (fastkwire.broker._sasl), no socket.
 
     python3 fuzz/hostile_sasl.py --loop 5000 --seed 1
+    python3 fuzz/hostile_sasl.py --loop 5000 --seed 1 --oauthbearer
 
 Each input is one connection's login: maybe an ApiVersions or another request first, a
 SaslHandshake (v0 or v1; an enabled mechanism or not), then the tokens of a live client
@@ -14,11 +15,23 @@ may be mutated by fuzz/differential.py's mutations. The contract, checked for ea
   version; a bare token answers a bare token;
 - a login completes only for a known user whose password the client had: never with a
   wrong password or an unknown user, whatever the mutations.
+With --oauthbearer, OAUTHBEARER is enabled too (Kafka's unsecured validation): the client
+sends RFC 7628's initial response with an unsecured JWS (good, expired, unsigned or not,
+without a subject...; any of it mutated) and answers an error with ^A; and a login may be
+re-authenticated (KIP-368) with another token. Its contract besides:
+- an OAUTHBEARER login completes only for a token that holds, as checked here on its own
+  (the message as sent is RFC 7628's, the JWS's alg is none, no signature, `sub` the user,
+  `exp` ahead, `iat` not ahead): never for a bad token;
+- a re-authentication never changes the principal; a session past its expiry is closed
+  for anything but a re-authentication.
 Anything else is printed with its input and counted; the exit status is 1 if any.
 """
 
 import argparse
+import base64
+import json
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -29,6 +42,7 @@ import differential as D  # noqa: E402
 
 import fastkwire  # noqa: E402
 from fastkwire.broker._exchange import Close  # noqa: E402
+from fastkwire.broker import UnsecuredValidator  # noqa: E402
 from fastkwire.broker._sasl import PASS, SaslSession, Users  # noqa: E402
 from fastkwire.proxy._frames import request_header  # noqa: E402
 from fastkwire.sasl import Plain, Scram, SaslAuthError  # noqa: E402
@@ -36,6 +50,93 @@ from fastkwire.sasl import Plain, Scram, SaslAuthError  # noqa: E402
 USERS = {"alice": "alice-pw", "b=o,b": "bob-pw"}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MAX_STEPS = 6
+NOW = 1_800_000_000.0  # the sessions' clock (seconds since the epoch)
+MAX_REAUTH_MS = 30_000
+
+
+def _b64(value):
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _token(rng, user):
+    """An unsecured JWS for `user`, good or bad in one of the ways a token can be."""
+    claims = {"sub": user, "iat": NOW - rng.randint(0, 100), "exp": NOW + rng.randint(1, 90)}
+    header = {"alg": "none"}
+    signature = ""
+    flaw = rng.choice(("none",) * 6 + ("exp", "alg", "sig", "sub", "iat", "types", "junk"))
+    if flaw == "exp":
+        claims["exp"] = rng.choice((NOW - 1, NOW, None, "soon", [1], 1e400))
+    elif flaw == "alg":
+        header = rng.choice(({"alg": "HS256"}, {}, {"alg": None}, ["none"]))
+    elif flaw == "sig":
+        signature = rng.choice(("c2ln", "x", "."))
+    elif flaw == "sub":
+        claims["sub"] = rng.choice((None, "", " ", 5, ["alice"], {"n": "alice"}, True))
+    elif flaw == "iat":
+        claims["iat"] = rng.choice((NOW + 1000, claims["exp"], "then"))
+    elif flaw == "types":
+        claims["scope"] = rng.choice((1, {"a": 1}, ["x", 2], "read"))
+    elif flaw == "junk":
+        return rng.choice(("", "x", "..", "a.b", "a.b.c.d", _b64(b"\xff") + ".e30."))
+    return f"{_b64(header)}.{_b64({k: v for k, v in claims.items() if v is not None})}.{signature}"
+
+
+class _OAuthClient:
+    """RFC 7628's client as Kafka's clients are: the initial response, then ^A to an error."""
+
+    name = "OAUTHBEARER"
+
+    def __init__(self, token, authzid=""):
+        self.token, self.authzid = token, authzid
+
+    def start(self):
+        a = f"a={self.authzid}" if self.authzid else ""
+        return f"n,{a},\x01auth=Bearer {self.token}\x01\x01".encode()
+
+    def step(self, reply):
+        return None if reply == b"" else b"\x01"
+
+
+_SENT = re.compile(rb"n,(?:a=([^,]*))?,\x01(?:[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01)*\x01")
+
+
+def _json_object(part):
+    try:
+        raw = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+        value = json.JSONDecoder().raw_decode(raw.decode("utf-8").lstrip(" \t\r\n"))[0]
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _holds(data, user):
+    """Whether the OAUTHBEARER message `data` carries a token that may log `user` in: the
+    contract written down on its own, not the broker's reading of it."""
+    data = bytes(data)
+    match = _SENT.fullmatch(data)
+    if match is None:
+        return False
+    tokens = [p[len(b"auth=") :] for p in data.split(b"\x01") if p.startswith(b"auth=")]
+    scheme, _, token = tokens[-1].decode().partition(" ")
+    parts = token.strip(" ").split(".")
+    if scheme.lower() != "bearer" or len(parts) != 3 or parts[2]:
+        return False
+    header, claims = _json_object(parts[0]), _json_object(parts[1])
+    if header is None or claims is None or header.get("alg") != "none":
+        return False
+    exp, iat, sub = claims.get("exp"), claims.get("iat"), claims.get("sub")
+    number = (int, float)
+    if not isinstance(exp, number) or isinstance(exp, bool) or exp * 1000 <= NOW * 1000:
+        return False
+    if iat is not None and (not isinstance(iat, number) or isinstance(iat, bool) or iat > NOW):
+        return False
+    authzid = match.group(1)
+    if authzid and authzid.decode() != user:
+        return False
+    if isinstance(sub, bool) or sub is None:  # Kafka reads these as their text (asText)
+        sub = {True: "true", False: "false", None: "null"}[sub]
+    return isinstance(sub, str) and sub == user
 
 
 class Finding(Exception):
@@ -75,15 +176,50 @@ def _checked(session, frame, raw):
     return out
 
 
-def one_login(rng, users, pool):
+def one_login(rng, users, pool, oauthbearer=False):
     """Returns (what happened, the frames sent)."""
-    session = SaslSession(users)
+    clock = lambda: NOW  # noqa: E731 - the sessions' fixed clock
+    session = SaslSession(users, MAX_REAUTH_MS if oauthbearer else 0, clock)
     sent = []
     user = rng.choice([*USERS, "mallory"])
     right = rng.random() < 0.6
     password = USERS.get(user, "x") if right else "wrong-" + str(rng.random())
-    mechanism = rng.choice(MECHANISMS) if rng.random() < 0.9 else "GSSAPI"
+    mechanisms = MECHANISMS + (("OAUTHBEARER",) * 3 if oauthbearer else ())
+    mechanism = rng.choice(mechanisms) if rng.random() < 0.9 else "GSSAPI"
     mutate = rng.random() < 0.7
+    what, sent = _login(session, rng, pool, sent, user, password, mechanism, mutate)
+    if what != "logged in" or not oauthbearer:
+        return what, sent
+    return _after_login(session, rng, pool, sent, mechanism, mutate)
+
+
+def _after_login(session, rng, pool, sent, mechanism, mutate):
+    """A logged-in session: requests, maybe a re-authentication (KIP-368) as another
+    user or with a bad token, maybe once the session has expired."""
+    user = session.user
+    if rng.random() < 0.3:  # past the session's end
+        later = NOW + MAX_REAUTH_MS / 1000 + 1
+        session.clock = lambda: later
+    if rng.random() < 0.5:
+        try:
+            out = session.after_login(pool[1])  # a Metadata request
+        except Exception as e:  # noqa: BLE001 - any exception is the finding
+            raise Finding(f"after_login raised {type(e).__name__}: {e}") from None
+        expired = session.clock() > session.expires
+        if expired != isinstance(out, Close) or (out is not None and not expired):
+            raise Finding(f"a request after the login got {out!r} (session expired: {expired})")
+        if expired:
+            return "expired", sent
+    other = rng.choice([user] * 3 + [*USERS, "mallory"])
+    password = USERS.get(other, "x") if rng.random() < 0.8 else "wrong"
+    again = mechanism if rng.random() < 0.9 else rng.choice(MECHANISMS)
+    what, sent = _login(session, rng, pool, sent, other, password, again, mutate, reauth=True)
+    if session.complete and session.user != user:
+        raise Finding(f"re-authenticated {user!r} as {session.user!r}")
+    return ("re-" + what) if what != "closed" else "re-closed", sent
+
+
+def _login(session, rng, pool, sent, user, password, mechanism, mutate, reauth=False):
 
     def send(frame, raw=False):
         if mutate and rng.random() < 0.3:
@@ -91,7 +227,7 @@ def one_login(rng, users, pool):
         sent.append(frame)
         return _checked(session, frame, raw)
 
-    if rng.random() < 0.3:
+    if rng.random() < 0.3 and not reauth:
         out = send(rng.choice(pool))
         if isinstance(out, Close):
             return "closed", sent
@@ -103,15 +239,26 @@ def one_login(rng, users, pool):
         return "unencodable", sent
     if version == 2:  # a version not served, its bytes taken from v1
         frame = frame[:6] + b"\x00\x02" + frame[8:]
-    out = send(frame)
+    if reauth:
+        if mutate and rng.random() < 0.3:
+            frame = bytes(D.mutate(frame, rng, pool))
+        sent.append(frame)
+        out = session.after_login(frame)
+        if out is None:  # not a SaslHandshake as sent: on to Apis
+            return "closed", sent
+        if not isinstance(out, (bytes, Close)):
+            raise Finding(f"a re-authentication's handshake got {out!r}")
+    else:
+        out = send(frame)
     if isinstance(out, Close) or out is PASS:
         return "closed", sent
     raw = session.raw
-    client = (
-        Plain(user, password)
-        if mechanism == "PLAIN"
-        else Scram(user, password, mechanism[len("SCRAM-") :].replace("-", "").lower())
-    )
+    if mechanism == "OAUTHBEARER":
+        client = _OAuthClient(_token(rng, user), rng.choice(("",) * 5 + (user, "bob")))
+    elif mechanism == "PLAIN":
+        client = Plain(user, password)
+    else:
+        client = Scram(user, password, mechanism[len("SCRAM-") :].replace("-", "").lower())
     token = client.start()
     for step in range(MAX_STEPS):
         if mutate and rng.random() < 0.3:
@@ -123,7 +270,16 @@ def one_login(rng, users, pool):
             frame = fastkwire.encode_request(request, rng.choice((0, 1, 2)), 2 + step, "fuzz")
         out = send(frame, raw)
         if session.complete:
-            if user not in USERS or password != USERS[user]:
+            if session.mechanism == "OAUTHBEARER":
+                # the message that logged in, as the session read it, must hold
+                read = (
+                    sent[-1][4:]
+                    if raw
+                    else fastkwire.decode_request(sent[-1], trailing="keep")[1].auth_bytes
+                )
+                if not _holds(read, session.user):
+                    raise Finding(f"logged in as {session.user!r} with a token that does not hold")
+            elif user not in USERS or password != USERS[user]:
                 raise Finding(f"logged in as {session.user!r} without the password")
             return "logged in", sent
         if isinstance(out, Close):
@@ -142,9 +298,13 @@ def one_login(rng, users, pool):
     return "steps", sent
 
 
-def run(loops, seed, stop_after=None):
+def run(loops, seed, stop_after=None, oauthbearer=False):
     rng = random.Random(seed)
-    users = Users(USERS)
+    if oauthbearer:
+        validator = UnsecuredValidator(clock=lambda: NOW)
+        users = Users(USERS, [*MECHANISMS, "OAUTHBEARER"], oauthbearer=validator)
+    else:
+        users = Users(USERS)
     pool = [
         fastkwire.encode_request(fastkwire.ApiVersionsRequest(), 3, 1, "fuzz"),
         fastkwire.encode_request(fastkwire.MetadataRequest(topics=None), 12, 1, "fuzz"),
@@ -157,7 +317,7 @@ def run(loops, seed, stop_after=None):
     for i in range(loops):
         sent = []
         try:
-            what, sent = one_login(rng, users, pool)
+            what, sent = one_login(rng, users, pool, oauthbearer)
             counts[what] = counts.get(what, 0) + 1
         except Finding as e:
             findings += 1
@@ -173,8 +333,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loop", type=int, default=5000, help="logins to try")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--oauthbearer",
+        action="store_true",
+        help="OAUTHBEARER enabled too (unsecured tokens) and re-authentication (KIP-368)",
+    )
     args = parser.parse_args(argv)
-    counts, findings, took = run(args.loop, args.seed)
+    counts, findings, took = run(args.loop, args.seed, oauthbearer=args.oauthbearer)
     shown = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
     print(f"{args.loop} logins in {took:.1f} s: {shown}; {findings} finding(s)")
     return 1 if findings else 0

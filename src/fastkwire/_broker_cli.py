@@ -5,6 +5,8 @@
                      [--no-auto-create-topics] [--group-min-session-timeout-ms MS]
                      [--log-dir DIR]
                      [--sasl-user NAME:PASSWORD ...] [--sasl-mechanism M ...]
+                     [--oauthbearer-principal-claim CLAIM] [--oauthbearer-required-scope S ...]
+                     [--oauthbearer-clock-skew-ms MS] [--connections-max-reauth-ms MS]
                      [--tls-cert PEM --tls-key PEM] [--tls-client-ca PEM]
                      [--authorizer [--super-users User:A;User:B]
                       [--allow-everyone-if-no-acl-found]]
@@ -23,7 +25,7 @@ from ._cli_types import count as _count
 from ._cli_types import add_fault_arguments, fault_rules
 from ._printable import os_error_text, printable
 from ._serve_cli import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_OK, ended_by, serve_until_signal
-from .broker import Authorizer, Broker, GroupConfig
+from .broker import Authorizer, Broker, GroupConfig, UnsecuredValidator
 from .broker._coordinator_state import CoordinatorStateError
 from .broker._sasl import MECHANISMS
 from .broker._security import PROTOCOLS, split_listener
@@ -40,6 +42,7 @@ FLAGS = {
     "users": "--sasl-user",
     "sasl_mechanisms": "--sasl-mechanism",
     "scram_iterations": "--scram-iterations",
+    "connections_max_reauth_ms": "--connections-max-reauth-ms",
     "tls_cert": "--tls-cert",
     "tls_key": "--tls-key",
     "tls_cert/tls_key": "--tls-cert/--tls-key",
@@ -75,6 +78,32 @@ def _user(text):
     if not sep or not name or not password:
         raise argparse.ArgumentTypeError("not NAME:PASSWORD (a user name, a colon, its password)")
     return name, password
+
+
+OAUTHBEARER_FLAGS = (
+    "--oauthbearer-principal-claim",
+    "--oauthbearer-required-scope",
+    "--oauthbearer-clock-skew-ms",
+)
+
+
+def _oauthbearer(args):
+    """Kafka's unsecured OAUTHBEARER validation with the options the flags give."""
+    options = {
+        "principal_claim": args.oauthbearer_principal_claim,
+        "required_scope": args.oauthbearer_required_scope,
+        "allowable_clock_skew_ms": args.oauthbearer_clock_skew_ms,
+    }
+    try:
+        return UnsecuredValidator(**{k: v for k, v in options.items() if v is not None})
+    except ValueError as e:  # "oauthbearer principal_claim: ..."
+        name = str(e).split(":", 1)[0].split(" ")[-1]
+        flag = {
+            "principal_claim": "--oauthbearer-principal-claim",
+            "required_scope": "--oauthbearer-required-scope",
+            "allowable_clock_skew_ms": "--oauthbearer-clock-skew-ms",
+        }[name]
+        raise ValueError(f"{flag}: {str(e).split(': ', 1)[1]}") from None
 
 
 def _flagged(message):
@@ -137,7 +166,38 @@ def add_broker(subparsers):
         choices=MECHANISMS,
         action="append",
         default=None,
-        help="a mechanism enabled (repeat; Kafka's sasl.enabled.mechanisms; default all)",
+        help="a mechanism enabled (repeat; Kafka's sasl.enabled.mechanisms; default PLAIN "
+        "and SCRAM with --sasl-user); OAUTHBEARER validates Kafka's unsecured JWS tokens "
+        "(anyone can make one: for tests)",
+    )
+    security.add_argument(
+        "--oauthbearer-principal-claim",
+        metavar="CLAIM",
+        help="with OAUTHBEARER: the claim naming the principal (Kafka's "
+        "unsecuredValidatorPrincipalClaimName; default sub)",
+    )
+    security.add_argument(
+        "--oauthbearer-required-scope",
+        action="append",
+        metavar="SCOPE",
+        help="with OAUTHBEARER: a scope every token must hold (repeat; Kafka's "
+        "unsecuredValidatorRequiredScope)",
+    )
+    security.add_argument(
+        "--oauthbearer-clock-skew-ms",
+        type=int,
+        metavar="MS",
+        help="with OAUTHBEARER: clock skew allowed checking exp and iat (Kafka's "
+        "unsecuredValidatorAllowableClockSkewMs; default 0)",
+    )
+    security.add_argument(
+        "--connections-max-reauth-ms",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="a SASL session's longest life before the client re-authenticates (KIP-368, "
+        "Kafka's connections.max.reauth.ms; default 0: off, an OAUTHBEARER token's expiry "
+        "still ends its session)",
     )
     security.add_argument(
         "--scram-iterations",
@@ -243,8 +303,13 @@ def run_broker(args, out=None, err=None):
             groups.group_min_session_timeout_ms = args.group_min_session_timeout_ms
         rules, seed = fault_rules(args)
         users = dict(args.sasl_user) if args.sasl_user else None
-        if args.sasl_mechanism and users is None:
+        oauth = "OAUTHBEARER" in (args.sasl_mechanism or ())
+        if args.sasl_mechanism and users is None and not oauth:
             raise ValueError("--sasl-mechanism: given without --sasl-user")
+        oauthbearer = _oauthbearer(args) if oauth else None
+        for flag in OAUTHBEARER_FLAGS:
+            if not oauth and getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
+                raise ValueError(f"{flag}: given without --sasl-mechanism OAUTHBEARER")
         authorizer = None
         if args.authorizer:
             authorizer = Authorizer(
@@ -266,6 +331,8 @@ def run_broker(args, out=None, err=None):
             users=users,
             sasl_mechanisms=args.sasl_mechanism,
             scram_iterations=args.scram_iterations,
+            oauthbearer=oauthbearer,
+            connections_max_reauth_ms=args.connections_max_reauth_ms,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             tls_key_password=args.tls_key_password,

@@ -20,6 +20,7 @@ from ._cluster import TOPIC_CONFIGS, Cluster, ClusterError
 from ._groups import GroupConfig, GroupCoordinator
 from ._limits import Limits
 from ._log import LogError, PartitionLog, read_batch_head
+from ._oauthbearer import InvalidToken, Token, UnsecuredValidator
 from ._server import Broker
 
 __all__ = [
@@ -36,4 +37,7 @@ __all__ = [
     "LogError",
     "read_batch_head",
     "TOPIC_CONFIGS",
+    "InvalidToken",
+    "Token",
+    "UnsecuredValidator",
 ]

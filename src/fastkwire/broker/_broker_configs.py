@@ -42,6 +42,12 @@ BROKER_CONFIGS = {
     "sasl.enabled.mechanisms": ("GSSAPI", LIST, True, "The SASL mechanisms a login may use."),
     "ssl.client.auth": ("none", STRING, True, "Whether clients must present a certificate."),
     "connections.max.idle.ms": ("600000", LONG, False, "Idle connections close after this."),
+    "connections.max.reauth.ms": (
+        "0",
+        LONG,
+        False,
+        "A SASL session's longest life before the client logs in again (0: no limit).",
+    ),
     "connection.failed.authentication.delay.ms": (
         "100",
         INT,

@@ -1,5 +1,5 @@
 """The users a SASL listener knows and the mechanisms' server side, without I/O: PLAIN
-(RFC 4616) checks a password; SCRAM-SHA-256/512 (RFC 5802, RFC 7677) keeps Kafka's credential
+(RFC 4616) checks a password; OAUTHBEARER (RFC 7628) a token (_oauthbearer.py's); SCRAM-SHA-256/512 (RFC 5802, RFC 7677) keeps Kafka's credential
 per user and mechanism (a salt, the iterations, the stored key and the server key, never the
 password) and checks the client's nonce, channel binding and proof. The credentials are set at
 start (`Users({name: password})`) or by AlterUserScramCredentials (`upsert`, `delete`), as
@@ -13,36 +13,39 @@ import secrets
 from types import SimpleNamespace
 
 from ..sasl import SCRAM_HASHES, SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS
+from ._oauthbearer import MECHANISM as OAUTHBEARER
+from ._oauthbearer import OAuthBearerServer, UnsecuredValidator
+from ._sasl_refusal import Refused, generic_refusal
 
-MECHANISMS = ("PLAIN", *SCRAM_HASHES)
+DEFAULT_MECHANISMS = ("PLAIN", *SCRAM_HASHES)  # with users; OAUTHBEARER only when asked
+MECHANISMS = (*DEFAULT_MECHANISMS, OAUTHBEARER)
 DEFAULT_SCRAM_ITERATIONS = 4096  # Kafka's kafka-configs default
-
-
-class Refused(Exception):
-    """A login refused; the message is what the client is told."""
-
-
-def _generic(mechanism):
-    # Kafka's words when the mechanism's own reason must not reach the client.
-    return (
-        "Authentication failed during authentication due to invalid credentials with SASL "
-        f"mechanism {mechanism}"
-    )
 
 
 class Users:
     """The users a SASL listener knows: {name: password}. PLAIN checks the password; each
     SCRAM mechanism enabled keeps a random salt, the iteration count and the keys derived
     from the password (Kafka's SCRAM credential), made once here. `required`: at least one
-    user (a SASL listener's); without, the store only holds what AlterUserScramCredentials
-    sets."""
+    user where PLAIN or SCRAM is enabled (a SASL listener's); without, the store only holds
+    what AlterUserScramCredentials sets. `oauthbearer`: OAUTHBEARER's validator (True:
+    Kafka's unsecured one, `UnsecuredValidator`; or a callable(token) giving the principal's
+    name or a Token, raising to refuse); by default enabled only when given, and given
+    Kafka's unsecured one when `mechanisms` names OAUTHBEARER."""
 
     def __init__(
-        self, users, mechanisms=None, scram_iterations=DEFAULT_SCRAM_ITERATIONS, required=True
+        self,
+        users,
+        mechanisms=None,
+        scram_iterations=DEFAULT_SCRAM_ITERATIONS,
+        required=True,
+        oauthbearer=None,
     ):
-        if not isinstance(users, dict) or (required and not users):
+        if not isinstance(users, dict):
             raise ValueError("users: a SASL listener needs a dict of at least one {name: password}")
-        mechanisms = list(MECHANISMS if mechanisms is None else mechanisms)
+        if mechanisms is None:
+            mechanisms = [*(DEFAULT_MECHANISMS if users or oauthbearer is None else ())]
+            mechanisms += [OAUTHBEARER] if oauthbearer is not None else []
+        mechanisms = list(mechanisms)
         if isinstance(mechanisms, str) or not mechanisms:
             raise ValueError("sasl_mechanisms: a list of at least one mechanism")
         for m in mechanisms:
@@ -50,6 +53,21 @@ class Users:
                 raise ValueError(
                     f"sasl_mechanisms: {m!r} is not served (expected some of {', '.join(MECHANISMS)})"
                 )
+        if required and not users and set(mechanisms) - {OAUTHBEARER}:
+            raise ValueError(
+                "users: a SASL listener needs a dict of at least one {name: password} for "
+                "PLAIN and SCRAM"
+            )
+        if oauthbearer is True or (oauthbearer is None and OAUTHBEARER in mechanisms):
+            oauthbearer = UnsecuredValidator()
+        elif oauthbearer is not None and not callable(oauthbearer):
+            raise TypeError(
+                "oauthbearer: True (Kafka's unsecured validation) or a callable(token), not "
+                f"{type(oauthbearer).__name__}"
+            )
+        if oauthbearer is not None and OAUTHBEARER not in mechanisms:
+            raise ValueError("oauthbearer: given, but sasl_mechanisms does not enable OAUTHBEARER")
+        self.oauthbearer = oauthbearer
         if (
             isinstance(scram_iterations, bool)
             or not isinstance(scram_iterations, int)
@@ -112,6 +130,8 @@ class Users:
         """A new exchange of `mechanism` (one of self.mechanisms)."""
         if mechanism == "PLAIN":
             return _PlainServer(self._plain)
+        if mechanism == OAUTHBEARER:
+            return OAuthBearerServer(self.oauthbearer)
         return _ScramServer(mechanism, self._scram[mechanism])
 
 
@@ -139,6 +159,7 @@ class _PlainServer:
     """RFC 4616: [authzid] NUL authcid NUL passwd, one message."""
 
     name = "PLAIN"
+    lifetime_ms = None  # a password does not expire
 
     def __init__(self, passwords):
         self._passwords = passwords
@@ -148,15 +169,15 @@ class _PlainServer:
     def step(self, data):
         parts = bytes(data).split(b"\0", 2)
         if len(parts) != 3:
-            raise Refused(_generic(self.name))  # Kafka: "expected 3 tokens" is not told
+            raise Refused(generic_refusal(self.name))  # Kafka: "expected 3 tokens" is not told
         authzid, user, password = parts
         if not user or not password:
-            raise Refused(_generic(self.name))
+            raise Refused(generic_refusal(self.name))
         try:
             user = user.decode("utf-8")
             authzid = authzid.decode("utf-8")
         except UnicodeDecodeError:
-            raise Refused(_generic(self.name)) from None
+            raise Refused(generic_refusal(self.name)) from None
         known = self._passwords.get(user)
         # compared whether the user is known or not: the time does not tell which
         matched = hmac.compare_digest(password, known if known is not None else b"")
@@ -192,6 +213,8 @@ class _ScramServer:
     """RFC 5802 server side: client-first, server-first (our nonce appended, the salt, the
     iterations), client-final (nonce, channel binding, proof checked), server-final."""
 
+    lifetime_ms = None
+
     def __init__(self, mechanism, credentials):
         self.name = mechanism
         self._hash = SCRAM_HASHES[mechanism]
@@ -204,12 +227,12 @@ class _ScramServer:
         try:
             text = bytes(data).decode("utf-8")
         except UnicodeDecodeError:
-            raise Refused(_generic(self.name)) from None
+            raise Refused(generic_refusal(self.name)) from None
         if self._state == "first":
             return self._first(text)
         if self._state == "final":
             return self._final(text)
-        raise Refused(_generic(self.name))
+        raise Refused(generic_refusal(self.name))
 
     def _first(self, text):
         self._state = "failed"
@@ -217,14 +240,14 @@ class _ScramServer:
         flag, _, rest = text.partition(",")
         authzid, sep, bare = rest.partition(",")
         if flag != "n" or not sep or (authzid and not authzid.startswith("a=")):
-            raise Refused(_generic(self.name))
+            raise Refused(generic_refusal(self.name))
         attrs = bare.split(",")
         if len(attrs) < 2 or not attrs[0].startswith("n=") or not attrs[1].startswith("r="):
-            raise Refused(_generic(self.name))
+            raise Refused(generic_refusal(self.name))
         user, nonce = _unescape(attrs[0][2:]), attrs[1][2:]
         credential = self._credentials.get(user) if user else None
         if credential is None or not nonce or not nonce.isprintable():
-            raise Refused(_generic(self.name))
+            raise Refused(generic_refusal(self.name))
         if authzid and _unescape(authzid[2:]) != user:
             raise Refused(
                 "Authentication failed: Client requested an authorization id that is different "
@@ -250,21 +273,21 @@ class _ScramServer:
             or attrs[0] != f"c={channel}"
             or attrs[1] != f"r={self._nonce}"
         ):
-            raise Refused(_generic(self.name))
+            raise Refused(generic_refusal(self.name))
         try:
             proof = base64.b64decode(proof, validate=True)
         except ValueError:
-            raise Refused(_generic(self.name)) from None
+            raise Refused(generic_refusal(self.name)) from None
         credential = self._credential
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         signature = hmac.new(credential.stored_key, auth_message, self._hash).digest()
         if len(proof) != len(signature):
-            raise Refused(_generic(self.name))
+            raise Refused(generic_refusal(self.name))
         client_key = bytes(a ^ b for a, b in zip(proof, signature))
         if not hmac.compare_digest(
             hashlib.new(self._hash, client_key).digest(), credential.stored_key
         ):
-            raise Refused(_generic(self.name))
+            raise Refused(generic_refusal(self.name))
         verifier = hmac.new(credential.server_key, auth_message, self._hash).digest()
         self._state, self.complete = "done", True
         return b"v=" + base64.b64encode(verifier)

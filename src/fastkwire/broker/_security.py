@@ -68,7 +68,7 @@ def listener_protocols(given, nodes, sasl, tls):
     any_sasl = any(p.startswith("SASL_") for p in protocols)
     any_tls = any(p.endswith("SSL") for p in protocols)
     if any_sasl and not sasl:
-        raise ValueError("users: a SASL listener needs users ({name: password})")
+        raise ValueError("users: a SASL listener needs users ({name: password}) or oauthbearer")
     if sasl and not any_sasl:
         raise ValueError("users: given, but no listener is SASL_PLAINTEXT or SASL_SSL")
     if any_tls and not tls:
@@ -95,7 +95,9 @@ def security_protocol(given, from_listeners, sasl, tls):
     if protocol is None:
         protocol = ("SASL_" if sasl else "") + ("SSL" if tls else "PLAINTEXT")
     if protocol.startswith("SASL_") and not sasl:
-        raise ValueError(f"users: a {protocol} listener needs users ({{name: password}})")
+        raise ValueError(
+            f"users: a {protocol} listener needs users ({{name: password}}) or oauthbearer"
+        )
     if not protocol.startswith("SASL_") and sasl:
         raise ValueError(f"users: given, but the listeners are {protocol} (no SASL)")
     if protocol.endswith("SSL") and not tls:

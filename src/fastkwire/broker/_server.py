@@ -109,7 +109,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.clock = PeerClock()
         # On a SASL listener: the login, and a smaller frame cap until it is done (Kafka's).
         sasl = protocol.startswith("SASL_")
-        self.sasl = SaslSession(broker.users) if sasl else None
+        self.sasl = SaslSession(broker.users, broker.connections_max_reauth_ms) if sasl else None
         self.limit = broker.max_frame_bytes if self.sasl is None else SASL_MAX_RECEIVE_BYTES
         self.active = time.monotonic()  # when a byte last came or went
 
@@ -272,7 +272,8 @@ class _Connection(asyncio.BufferedProtocol):
         return None
 
     def _refusal(self, size, offset):
-        cap = "max_frame_bytes" if self.sasl is None else "before SASL authentication"
+        during = self.sasl is not None and not self.sasl.complete
+        cap = "during SASL authentication" if during else "max_frame_bytes"
         return (
             f"a request size prefix of {size} bytes at stream offset "
             f"{offset} (limit {self.limit}: {cap}): not Kafka framing"
@@ -406,10 +407,16 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _answer(self, frame, done):
         sasl = self.sasl
-        if sasl is not None and not sasl.complete:
-            outcome = sasl.receive(frame)
-            if sasl.complete:
-                self.limit = self.broker.max_frame_bytes
+        if sasl is not None:
+            outcome = PASS
+            if not sasl.complete:
+                outcome = sasl.receive(frame)
+            elif sasl.expires is not None:  # KIP-368: re-authenticated, or ended once expired
+                outcome = sasl.after_login(frame)
+                if outcome is None:
+                    outcome = PASS
+            # Kafka's smaller frame cap holds while a login (or a re-login) is under way
+            self.limit = self.broker.max_frame_bytes if sasl.complete else SASL_MAX_RECEIVE_BYTES
             if outcome is not PASS:
                 done(outcome)
                 return
@@ -522,7 +529,12 @@ class Broker:
     Security (Kafka's listener security protocols): `security_protocol` ("PLAINTEXT",
     "SSL", "SASL_PLAINTEXT", "SASL_SSL"; or a listener's prefix, "SASL_SSL://host:port";
     by default what the settings below imply), `users` ({name: password}: SASL PLAIN and
-    SCRAM-SHA-256/512 logins), `sasl_mechanisms` (those enabled; default all three),
+    SCRAM-SHA-256/512 logins), `oauthbearer` (SASL OAUTHBEARER: True for Kafka's unsecured
+    JWS validation, an `UnsecuredValidator(...)` for its options, or a callable(token)
+    giving the principal's name, raising to refuse), `sasl_mechanisms` (those enabled;
+    default PLAIN and SCRAM with users, and OAUTHBEARER with `oauthbearer`),
+    `connections_max_reauth_ms` (Kafka's connections.max.reauth.ms, KIP-368: 0, off; a
+    session's lifetime is also an OAUTHBEARER token's),
     `scram_iterations` (4096), `tls_cert` and `tls_key` (PEM files; `tls_key_password`),
     `tls_client_cafile` (clients of an SSL listener must present a certificate these CAs
     signed; a SASL_SSL listener's log in instead, as Kafka ignores ssl.client.auth there).
@@ -562,6 +574,8 @@ class Broker:
         users=None,
         sasl_mechanisms=None,
         scram_iterations=DEFAULT_SCRAM_ITERATIONS,
+        oauthbearer=None,
+        connections_max_reauth_ms=0,
         tls_cert=None,
         tls_key=None,
         tls_key_password=None,
@@ -588,7 +602,10 @@ class Broker:
         if not self.listeners:
             raise ValueError("listeners: at least one HOST:PORT")
         tls = bool(tls_cert or tls_key or tls_client_cafile)
-        self.protocols = listener_protocols(security_protocol, split, users is not None, tls)
+        # SASL is asked for by users or by OAUTHBEARER (its validator, or the mechanism named)
+        oauth = oauthbearer is not None or "OAUTHBEARER" in (sasl_mechanisms or ())
+        sasl = users is not None or oauth
+        self.protocols = listener_protocols(security_protocol, split, sasl, tls)
         self.security_protocol = self.protocols[0]
         # The users, whatever the listeners: AlterUserScramCredentials may add SCRAM ones.
         self.users = Users(
@@ -596,9 +613,19 @@ class Broker:
             sasl_mechanisms,
             scram_iterations,
             required=any(p.startswith("SASL_") for p in self.protocols),
+            oauthbearer=oauthbearer,
         )
-        if users is None and sasl_mechanisms is not None:
+        if not sasl and sasl_mechanisms is not None:
             raise ValueError("sasl_mechanisms: given without users")
+        if (
+            isinstance(connections_max_reauth_ms, bool)
+            or not isinstance(connections_max_reauth_ms, int)
+            or connections_max_reauth_ms < 0
+        ):
+            raise ValueError(
+                f"connections_max_reauth_ms: 0 (off) or more, not {connections_max_reauth_ms!r}"
+            )
+        self.connections_max_reauth_ms = connections_max_reauth_ms
         self.tls = (
             server_context(tls_cert, tls_key, tls_key_password, tls_client_cafile) if tls else None
         )
@@ -773,6 +800,7 @@ class Broker:
             configs["log.dirs"] = self.log_dir
         if any(p.startswith("SASL_") for p in self.protocols):
             configs["sasl.enabled.mechanisms"] = ",".join(self.users.mechanisms)
+            configs["connections.max.reauth.ms"] = str(self.connections_max_reauth_ms)
         if self.tls is not None:
             configs["ssl.client.auth"] = "required" if self.tls_client_auth else "none"
             # (SASL_SSL listeners ignore it, as Kafka's do)
