@@ -4,7 +4,11 @@ group coordinator writes them (the ConsumerGroup* records), and read back so tha
 heartbeating again with its member id and epoch goes on; tombstones for members gone and
 groups deleted; what a damaged record gives."""
 
+import base64
+import json
+import socket
 import struct
+import time
 import uuid
 
 import pytest
@@ -37,6 +41,7 @@ from fastkwire.broker._coordinator_state import CoordinatorState, CoordinatorSta
 from fastkwire.broker._disk_logs import DiskLogs
 from fastkwire.broker._groups import GroupCoordinator
 from fastkwire.broker._transactions import TransactionCoordinator
+from fastkwire.testing import Broker
 
 NODES = {0: ("127.0.0.1", 9092)}
 OFFSETS = "__consumer_offsets"
@@ -436,3 +441,123 @@ def test_damaged_consumer_group_record_bytes_name_the_offset(tmp_path):
 
 def test_every_consumer_group_record_type_is_registered():
     assert sorted(t for r in CONSUMER_GROUP_RECORDS for t in r.key_types) == [3, 4, 5, 6, 7, 8, 16]
+
+
+# ---------------------------------------------------------------- a real client
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _group(b, group_id):
+    """(group epoch, {member id: member epoch}) of a consumer group, read in the broker."""
+
+    def read():
+        group = b.broker.apis.groups.consumer.groups.get(group_id)
+        if group is None:
+            return None
+        return group.group_epoch, {m.member_id: m.epoch for m in group.members.values()}
+
+    return b.call(read)
+
+
+def _dumped_kinds(log_dir, group_id):
+    """The record types of `group_id` in `__consumer_offsets`, as `fastkwire dump` writes
+    the segments (JSON lines, bytes in base64); read_segments reads the same records."""
+    from fastkwire.cli import main
+
+    folders = sorted(str(d) for d in log_dir.glob(f"{OFFSETS}-*"))
+    out = log_dir.parent / "offsets.jsonl"
+    assert main(["dump", "--segments", *folders, "--to", str(out), "--bytes", "base64"]) == 0
+    kinds = set()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    for row in rows:
+        key = base64.b64decode(row["key"])
+        record_type, key_type = record_type_of(OFFSETS, key)
+        if decode_key(record_type, key_type, key)["group"] == group_id:
+            if row["value"] is not None:
+                decode_value(record_type, base64.b64decode(row["value"]))
+            kinds.add(record_type.name)
+    pytest.importorskip("pyarrow")
+    from fastkwire import read_segments
+
+    table = read_segments(folders)
+    assert table.column("key").to_pylist() == [base64.b64decode(r["key"]) for r in rows]
+    return kinds
+
+
+def _produce(ck, b, values):
+    producer = ck.Producer({"bootstrap.servers": b.bootstrap_servers})
+    for i, v in enumerate(values):
+        producer.produce("orders", v, partition=i % 2)
+    assert producer.flush(20) == 0
+
+
+def test_a_kip848_consumer_goes_on_with_its_epoch_across_a_restart(tmp_path):
+    """confluent-kafka's KIP-848 consumer (group.protocol=consumer): the broker restarts on
+    its log directory and port; the member heartbeats again with its member id and epoch and
+    is not fenced (no new member, no new group epoch), keeps its partitions and goes on from
+    where it was: every record once."""
+    ck = pytest.importorskip("confluent_kafka")
+    port = _free_port()
+    first = [b"before-%d" % i for i in range(6)]
+    with Broker(log_dir=tmp_path, ports=[port]) as b:
+        b.create_topic("orders", partitions=2)
+        _produce(ck, b, first)
+        consumer = ck.Consumer(
+            {
+                "bootstrap.servers": b.bootstrap_servers,
+                "group.id": "kip848",
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            consumer.subscribe(["orders"])
+            got = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(first) and time.monotonic() < deadline:
+                m = consumer.poll(0.2)
+                if m is not None and m.error() is None:
+                    got.append(m.value())
+            assert sorted(got) == sorted(first)
+            consumer.commit(asynchronous=False)
+            member_id = consumer.memberid()
+            before = _group(b, "kip848")
+        except BaseException:
+            consumer.close()
+            raise
+    try:
+        assert before[1] == {member_id: before[0]}
+        assert _dumped_kinds(tmp_path, "kip848") >= {
+            "ConsumerGroupMetadata",
+            "ConsumerGroupMemberMetadata",
+            "ConsumerGroupTargetAssignmentMember",
+            "ConsumerGroupCurrentMemberAssignment",
+        }
+        with Broker(log_dir=tmp_path, ports=[port]) as b:
+            assert _group(b, "kip848") == before  # loaded as it was
+            second = [b"after-%d" % i for i in range(4)]
+            _produce(ck, b, second)
+            got = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(second) and time.monotonic() < deadline:
+                m = consumer.poll(0.2)
+                if m is not None and m.error() is None:
+                    got.append(m.value())
+            end = time.monotonic() + 1  # nothing more comes (no record twice)
+            while time.monotonic() < end:
+                m = consumer.poll(0.2)
+                if m is not None and m.error() is None:
+                    got.append(m.value())
+            after = _group(b, "kip848")
+            assert sorted(got) == sorted(second)
+            assert consumer.memberid() == member_id
+            assert after == before  # the same member, epoch and group epoch: not fenced
+            assert len(consumer.assignment()) == 2
+    finally:
+        consumer.close()
