@@ -56,6 +56,10 @@ from ._coordinator_records import (
 
 __all__ = ["ConsumerGroupWriter", "restore_consumer_groups"]
 
+# The epochs are int32s in the answers and move on by one (as Kafka's, without wrapping):
+# one read back must leave them room to, or a group's answers would not encode.
+MAX_EPOCH = (1 << 31) - (1 << 24)
+
 _STATE_VALUES = {
     STABLE: MEMBER_STABLE,
     UNREVOKED: MEMBER_UNREVOKED_PARTITIONS,
@@ -218,16 +222,14 @@ def _restore_group(group_id, held, error):
     members = {}
     for (record_type, key), (value, where) in held.items():
         if record_type is EPOCH:
-            if value["epoch"] < 0:
-                raise error(f"{where}: ConsumerGroupMetadataValue: epoch {value['epoch']}")
-            group.group_epoch = value["epoch"]
+            group.group_epoch = _epoch(value["epoch"], where, "ConsumerGroupMetadataValue:", error)
         elif record_type is TARGET_EPOCH:
-            if value["assignment_epoch"] < 0:
-                raise error(
-                    f"{where}: ConsumerGroupTargetAssignmentMetadataValue: assignment epoch "
-                    f"{value['assignment_epoch']}"
-                )
-            group.assignment_epoch = value["assignment_epoch"]
+            group.assignment_epoch = _epoch(
+                value["assignment_epoch"],
+                where,
+                "ConsumerGroupTargetAssignmentMetadataValue: assignment",
+                error,
+            )
         elif record_type is PARTITIONS:
             group.metadata = {
                 t["topic_name"]: (t["topic_id"], t["num_partitions"]) for t in value["topics"]
@@ -260,6 +262,13 @@ def _restore_group(group_id, held, error):
     return group
 
 
+def _epoch(epoch, where, what, error, lowest=0):
+    """An epoch a group can move on from (below MAX_EPOCH)."""
+    if not lowest <= epoch < MAX_EPOCH:
+        raise error(f"{where}: {what} epoch {epoch} is not one kept")
+    return epoch
+
+
 def _restored_member(member_id, value, where, error):
     member = _Member(member_id)
     member.instance_id = value["instance_id"]
@@ -286,18 +295,15 @@ def _restored_member(member_id, value, where, error):
 
 
 def _restore_assignment(member, value, where, error):
+    what = "ConsumerGroupCurrentMemberAssignmentValue:"
     state = _STATES.get(value["state"])
-    problem = None
     if state is None:
-        problem = f"member state {value['state']}"
-    elif value["member_epoch"] < STATIC_LEAVE_EPOCH:
-        problem = f"member epoch {value['member_epoch']}"
-    if problem is not None:
-        raise error(
-            f"{where}: ConsumerGroupCurrentMemberAssignmentValue: {problem} is not one kept"
-        )
-    member.epoch = value["member_epoch"]
-    member.previous_epoch = value["previous_member_epoch"]
+        raise error(f"{where}: {what} member state {value['state']} is not one kept")
+    lowest = STATIC_LEAVE_EPOCH
+    member.epoch = _epoch(value["member_epoch"], where, what + " member", error, lowest)
+    member.previous_epoch = _epoch(
+        value["previous_member_epoch"], where, what + " previous member", error, lowest
+    )
     member.state = state
     member.assigned = _assignment(value["assigned_partitions"])
     member.revoking = _assignment(value["partitions_pending_revocation"])
