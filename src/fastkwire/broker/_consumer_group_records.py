@@ -153,21 +153,16 @@ class ConsumerGroupWriter:
         when the group's epochs and members are as they were."""
         group = self.consumer.groups.get(group_id)
         held = self.written.get(group_id, {})
-        if group is None:
-            now = {}
-        else:
+        if group is not None:
             shape = (group.group_epoch, group.assignment_epoch, tuple(group.members))
             member = group.members.get(member_id)
             if member is not None and self._shape.get(group_id) == shape:
-                now = dict(held)
-                now.update(_member_records(group, member))
-            else:
-                now = _group_records(group, self._matching(group))
-                self._shape[group_id] = shape
-        out = []
-        for k, value in now.items():
-            if held.get(k) != value:
-                out.append((_WRITTEN[k[0]], k, value))
+                mine = _member_records(group, member)
+                out = [(_WRITTEN[k[0]], k, v) for k, v in mine.items() if held.get(k) != v]
+                held.update(mine)
+                return self._encoded(out)
+        now = {} if group is None else _group_records(group, self._matching(group))
+        out = [(_WRITTEN[k[0]], k, v) for k, v in now.items() if held.get(k) != v]
         for k in held.keys() - now.keys():
             order = _TOMBSTONE_FIRST.get(k[0], _TOMBSTONE_LAST.get(k[0]))
             out.append((order, k, None))
@@ -176,6 +171,11 @@ class ConsumerGroupWriter:
             self._shape.pop(group_id, None)
         else:
             self.written[group_id] = now
+            self._shape[group_id] = shape
+        return self._encoded(out)
+
+    @staticmethod
+    def _encoded(out):
         out.sort(key=lambda item: (item[0], item[1][1]))
         return [(k[0], encode_key(k[0], _key_fields(k[0], k[1])), v) for _, k, v in out]
 

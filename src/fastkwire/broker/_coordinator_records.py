@@ -69,7 +69,7 @@ class Format:
     fields: tuple
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per type: compared and hashed by identity
 class RecordType:
     """One kind of coordinator record: its key type(s) and key/value formats; `write` is the
     value version this broker writes."""
