@@ -364,6 +364,9 @@ def test_an_empty_classic_group_that_gave_way_stays_a_consumer_group(tmp_path):
     s = State(tmp_path)
     assert "cg" in s.groups.groups
     assert s.heartbeat("m-a", 0).error_code == 0  # the empty classic group gives way
+    written = _log_records(s.cluster)
+    gone = written.index(("GroupMetadata", {"group": "cg"}, None))  # its record goes first
+    assert [n for n, _, _ in written[gone + 1 :]][:1] == ["ConsumerGroupMemberMetadata"]
     s.close()
     s = State(tmp_path)
     assert "cg" not in s.groups.groups and "cg" in s.groups.consumer.groups

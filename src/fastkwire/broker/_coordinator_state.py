@@ -348,7 +348,8 @@ class CoordinatorState:
             return
         now = self._now_ms()
         keys_values = [(k, encode_record_value(t, v, now)) for t, k, v in changed]
-        if group_id in self._classic_kept:  # an empty classic group gave way to this one
+        if group_id in self._classic_kept and group_id in self.groups.consumer.groups:
+            # an empty classic group gave way to this one: its record goes, as Kafka's
             self._classic_kept.discard(group_id)
             keys_values.insert(0, (encode_key(GROUP_METADATA, {"group": group_id}), None))
         self._write_all(OFFSETS_TOPIC, group_id, keys_values)
