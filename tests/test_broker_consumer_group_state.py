@@ -145,13 +145,15 @@ class State:
     def heartbeat(self, member_id, epoch, owned=(), group="cg", **kw):
         joining = epoch == 0
         tid = self.cluster.topics["orders"].id
+        regex = kw.pop("regex", None)
         request = ConsumerGroupHeartbeatRequest(
+            subscribed_topic_regex=regex,
             group_id=group,
             member_id=member_id,
             member_epoch=epoch,
             instance_id=kw.pop("instance", None),
             rebalance_timeout_ms=30_000 if joining else -1,
-            subscribed_topic_names=["orders"] if joining else None,
+            subscribed_topic_names=["orders"] if joining and regex is None else None,
             server_assignor=kw.pop("assignor", None),
             topic_partitions=None
             if owned is None
@@ -261,6 +263,24 @@ def test_a_consumer_group_comes_back_with_its_members_and_assignments(tmp_path):
     # a stale epoch is refused as before the restart
     assert s.heartbeat("m-a", epoch + 1, owned=a_parts).error_code != 0
     assert described(s.describe()) == before
+    s.close()
+
+
+def test_a_regex_subscription_comes_back_with_its_records(tmp_path):
+    pytest.importorskip("re2")
+    s = State(tmp_path, create=[("orders", 2), ("orders-eu", 1), ("audit", 1)])
+    a = s.heartbeat("m-a", 0, regex="orders.*", assignor="range")
+    assert (a.error_code, a.member_epoch, len(a.assignment.topic_partitions)) == (0, 1, 2)
+    before = described(s.describe())
+    regex = [(k, v) for n, k, v in _log_records(s.cluster) if n == "ConsumerGroupRegularExpression"]
+    assert len(regex) == 1
+    assert regex[0][0] == {"group": "cg", "regular_expression": "orders.*"}
+    assert regex[0][1]["topics"] == ["orders", "orders-eu"]
+    s.close()
+    s = State(tmp_path)
+    assert described(s.describe()) == before
+    group = s.describe()
+    assert (group.members[0].subscribed_topic_regex, group.assignor_name) == ("orders.*", "range")
     s.close()
 
 
