@@ -15,6 +15,14 @@ load of what the first left gives the same state. What was loaded is then used: 
 members and strangers join, sync, heartbeat and leave, the groups are described and their
 offsets fetched, the transactional ids' producers init, add partitions and end, with the
 clock moving; no call raises and every answer encodes at its version.
+
+KIP-848 consumer groups too: good groups are driven by ConsumerGroupHeartbeats (members
+join, reconcile, leave) and must come back exactly (epochs, members, target and current
+assignments, no partition owned twice); ConsumerGroup* records mutated or holding values
+never written (epochs at their bounds, unknown member states, assignors, bad regexes, an
+instance id twice, an assignment without its member) are refused naming one of them, or
+load; what was loaded is driven by members and strangers at any epoch, and what the
+coordinator then wrote must load back as the state it had.
 The exit status is 1 if any input broke it.
 """
 
@@ -26,8 +34,11 @@ import struct
 import sys
 import tempfile
 import time
+import uuid
 
 from fastkwire import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
     DescribeGroupsRequest,
     HeartbeatRequest,
     JoinGroupRequest,
@@ -39,12 +50,21 @@ from fastkwire import (
 )
 from fastkwire.broker import Cluster, Context, read_batch_head
 from fastkwire.broker._coordinator_records import (
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+    CONSUMER_GROUP_MEMBER_METADATA,
+    CONSUMER_GROUP_METADATA,
+    CONSUMER_GROUP_PARTITION_METADATA,
+    CONSUMER_GROUP_RECORDS,
+    CONSUMER_GROUP_REGULAR_EXPRESSION,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
     GROUP_METADATA,
     OFFSET_COMMIT,
     TRANSACTION_LOG,
     encode_key,
     encode_value,
 )
+from fastkwire.broker._consumer_group_records import MAX_EPOCH
 from fastkwire.broker._coordinator_state import CoordinatorState, CoordinatorStateError
 from fastkwire.broker._disk_logs import DiskLogs
 from fastkwire.broker._groups import GroupCoordinator
@@ -65,7 +85,9 @@ def open_state(path, clock=time.monotonic):
     try:
         storage.attach(cluster, settle=False)
         cluster.create_topic("t", 4) if "t" not in cluster.topics else None
-        groups = GroupCoordinator(clock=clock, topic_partitions=cluster.partition_count)
+        groups = GroupCoordinator(
+            clock=clock, topic_partitions=cluster.partition_count, topics=cluster.topic_summary
+        )
         txns = TransactionCoordinator(cluster, clock, groups.end_transaction)
         CoordinatorState(storage, cluster, groups, txns).load()
     except BaseException:
@@ -87,6 +109,211 @@ def snapshot(groups, txns):
     }
     tx = {tid: (t.producer_id, t.epoch, t.ended) for tid, t in txns.transactions.items()}
     return offsets, classic, tx
+
+
+def _frozen(assignment):
+    return tuple(sorted((str(t), tuple(sorted(ps))) for t, ps in assignment.items() if ps))
+
+
+def consumer_snapshot(groups):
+    """What a consumer group keeps in its records, as comparable values."""
+    out = {}
+    for gid, g in groups.consumer.groups.items():
+        members = {
+            m.member_id: (
+                m.instance_id,
+                m.rack_id,
+                m.client_id,
+                m.client_host,
+                tuple(m.topic_names),
+                m.regex,
+                m.rebalance_timeout_ms,
+                m.assignor,
+                m.epoch,
+                m.previous_epoch,
+                m.state,
+                _frozen(m.assigned),
+                _frozen(m.revoking),
+            )
+            for m in g.members.values()
+        }
+        target = {mid: _frozen(t) for mid, t in g.target.items() if mid in g.members}
+        metadata = tuple(sorted((n, str(t), c) for n, (t, c) in g.metadata.items()))
+        out[gid] = (g.group_epoch, g.assignment_epoch, metadata, members, target)
+    return out
+
+
+def check_owned_once(groups, gids):
+    """No partition is assigned to, or being revoked by, two members of a good group."""
+    for gid in gids:
+        g = groups.consumer.groups.get(gid)
+        seen = {}
+        for m in g.members.values() if g is not None else ():
+            for part in (m.assigned, m.revoking):
+                for tid, ps in part.items():
+                    for p in ps:
+                        other = seen.setdefault((tid, p), m.member_id)
+                        if other != m.member_id:
+                            raise Finding(f"{gid}: {tid}-{p} owned by {other} and {m.member_id}")
+
+
+def cg_heartbeat(groups, gid, member_id, epoch, owned, instance=None, topics=("t",)):
+    """A ConsumerGroupHeartbeat through the codec (v1): its decoded answer."""
+    joining = epoch == 0
+    H = ConsumerGroupHeartbeatRequest
+    request = H(
+        group_id=gid,
+        member_id=member_id,
+        member_epoch=epoch,
+        instance_id=instance,
+        rebalance_timeout_ms=3000 if joining else -1,
+        subscribed_topic_names=list(topics) if joining else None,
+        topic_partitions=None
+        if owned is None
+        else [H.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in owned.items()],
+    )
+    answers = []
+    groups.handle(request.API_KEY, 1, request, Context(0, "c", "127.0.0.1"), answers.append)
+    encode_response(answers[0], 1, 1)
+    return answers[0]
+
+
+def good_consumer_groups(rng, groups):
+    """Drive good-cg-* groups: members join, heartbeat what they were given (reconciling
+    over a few rounds), some leave; returns the group ids."""
+    gids = [f"good-cg-{n}" for n in range(rng.randrange(1, 3))]
+    for gid in gids:
+        held = {}  # member id -> (epoch, owned {topic id: partitions})
+        ids = [f"m{k}" for k in range(rng.randrange(1, 4))]
+        for _ in range(rng.randrange(2, 8)):
+            mid = rng.choice(ids)
+            epoch, owned = held.get(mid, (0, {}))
+            if rng.random() < 0.1 and epoch:
+                cg_heartbeat(groups, gid, mid, -1, None)
+                held.pop(mid)
+                continue
+            answer = cg_heartbeat(groups, gid, mid, epoch, owned, rng.choice([None, mid + "-i"]))
+            if answer.error_code:
+                held.pop(mid, None)
+                continue
+            if answer.assignment is not None:
+                owned = {x.topic_id: set(x.partitions) for x in answer.assignment.topic_partitions}
+            held[mid] = (answer.member_epoch, owned)
+    return gids
+
+
+def odd_consumer_group(rng, i, topic_id):
+    """Records of an odd-cg-* group that read, with values the coordinator may write and,
+    now and then, values it never writes."""
+    gid = f"odd-cg-{i}"
+    big, top = 0x7FFFFFFF, MAX_EPOCH - 1  # an int32's top; the highest epoch kept
+    out = []
+
+    def pick(kept, never):
+        return rng.choice(never if rng.random() < 0.03 else kept)
+
+    def add(record_type, key, value):
+        names = [f.name for f in record_type.key.fields]
+        k = encode_key(record_type, dict(zip(names, (gid, *key))))
+        out.append(("__consumer_offsets", gid, k, encode_value(record_type, value)))
+
+    tids = [topic_id, topic_id, uuid.UUID(int=rng.randrange(1 << 128))]
+
+    def parts():
+        return [
+            {"topic_id": rng.choice(tids), "partitions": rng.sample([-1, 0, 1, 3, 99, big], 2)}
+            for _ in range(rng.randrange(3))
+        ]
+
+    if rng.random() < 0.8:
+        add(CONSUMER_GROUP_METADATA, (), {"epoch": pick([0, 1, 5, top], [top + 1, big, -1])})
+    if rng.random() < 0.6:
+        epoch = pick([0, 1, 5, top], [top + 1, big, -1])
+        add(CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, (), {"assignment_epoch": epoch})
+    if rng.random() < 0.5:
+        topics = [
+            {
+                "topic_id": rng.choice(tids),
+                "topic_name": rng.choice(["t", "nope", ""]),
+                "num_partitions": rng.choice([-1, 0, 4, big]),
+                "partition_metadata": [],
+            }
+            for _ in range(rng.randrange(3))
+        ]
+        add(CONSUMER_GROUP_PARTITION_METADATA, (), {"topics": topics})
+    if rng.random() < 0.3:
+        value = {"topics": ["t", "nope"], "version": 0, "timestamp": 1}
+        add(CONSUMER_GROUP_REGULAR_EXPRESSION, (rng.choice(["t.*", "("]),), value)
+    for n in range(rng.randrange(4)):
+        mid = rng.choice(["a", "b", "", "c"])
+        if rng.random() < 0.95:
+            member = {
+                "instance_id": pick([None, f"i{n}"], ["i"]),
+                "rack_id": rng.choice([None, "r"]),
+                "client_id": "c",
+                "client_host": "/h",
+                "subscribed_topic_names": rng.choice([[], ["t"], ["t", "nope", "t"]]),
+                "subscribed_topic_regex": pick([None, None, "", "t.*", "x{99}"], ["(", "x{99999}"]),
+                "rebalance_timeout_ms": rng.choice([-1, 0, 1, 3000, big]),
+                "server_assignor": pick([None, "uniform", "range"], ["nope"]),
+            }
+            add(CONSUMER_GROUP_MEMBER_METADATA, (mid,), member)
+        if rng.random() < 0.8:
+            current = {
+                "member_epoch": pick([-2, -1, 0, 1, 5, top], [-3, big]),
+                "previous_member_epoch": pick([-1, 0, 4], [-3, big]),
+                "state": pick([0, 0, 1, 2], [5, -1]),
+                "assigned_partitions": parts(),
+                "partitions_pending_revocation": parts(),
+            }
+            add(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, (mid,), current)
+        if rng.random() < 0.6:
+            add(CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, (mid,), {"topic_partitions": parts()})
+    return out
+
+
+def consumer_group_record(rng, gid, topic_id, record_type=None):
+    """(key, value) of a good record of a ConsumerGroup* type (random unless given), of
+    group `gid`'s member m."""
+    record_type = record_type or rng.choice(CONSUMER_GROUP_RECORDS)
+    tp = [{"topic_id": topic_id, "partitions": [0, 1]}]
+    values = {
+        CONSUMER_GROUP_METADATA: {"epoch": 3},
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: {"assignment_epoch": 3},
+        CONSUMER_GROUP_PARTITION_METADATA: {
+            "topics": [
+                {
+                    "topic_id": topic_id,
+                    "topic_name": "t",
+                    "num_partitions": 4,
+                    "partition_metadata": [{"partition": 0, "racks": ["r"]}],
+                }
+            ]
+        },
+        CONSUMER_GROUP_REGULAR_EXPRESSION: {"topics": ["t"], "version": 1, "timestamp": 1},
+        CONSUMER_GROUP_MEMBER_METADATA: {
+            "instance_id": "i",
+            "rack_id": None,
+            "client_id": "c",
+            "client_host": "/h",
+            "subscribed_topic_names": ["t"],
+            "subscribed_topic_regex": None,
+            "rebalance_timeout_ms": 3000,
+            "server_assignor": "uniform",
+        },
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: {"topic_partitions": tp},
+        CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: {
+            "member_epoch": 3,
+            "previous_member_epoch": 2,
+            "state": 0,
+            "assigned_partitions": tp,
+            "partitions_pending_revocation": [],
+        },
+    }
+    names = [f.name for f in record_type.key.fields]
+    second = "t.*" if record_type is CONSUMER_GROUP_REGULAR_EXPRESSION else "m"
+    key = encode_key(record_type, dict(zip(names, (gid, second))))
+    return key, encode_value(record_type, values[record_type])
 
 
 def group_requests(rng, gid, generation, member_ids, instance_ids):
@@ -146,13 +373,15 @@ def use_state(rng, groups, txns, clock, bad):
     """Drive what was loaded of the records `bad` (topic, id, key, value): Finding when a
     call raises or an answer does not encode at its version."""
     answers = []
-    ids = [(topic, gid) for topic, gid, _, _ in bad if gid.startswith("odd-")] or [
-        (topic, gid) for topic, gid, _, _ in bad
+    ids = [(t, gid) for t, gid, _, _ in bad if gid.startswith(("odd-", "good-cg-"))] or [
+        (t, gid) for t, gid, _, _ in bad
     ]
     steps = [(*i, True) for i in ids] + [(*rng.choice(ids), False) for _ in range(60)]
     for topic, gid, first in steps:
         try:
-            if topic == "__consumer_offsets":
+            if "cg-" in gid:
+                use_consumer_group(rng, groups, gid, first)
+            elif topic == "__consumer_offsets":
                 group = groups.groups.get(gid)
                 members = list(group.members) if group is not None else []
                 instances = list(group.static) if group is not None else []
@@ -193,6 +422,29 @@ def use_state(rng, groups, txns, clock, bad):
             raise Finding(f"using what {gid!r} loaded: {type(e).__name__}: {e}") from None
 
 
+def use_consumer_group(rng, groups, gid, first):
+    """A ConsumerGroupHeartbeat (join, heartbeat, leave) from a member or a stranger at an
+    epoch near its own, or a ConsumerGroupDescribe; its answer encodes."""
+    group = groups.consumer.groups.get(gid)
+    if first or rng.random() < 0.15:
+        request = ConsumerGroupDescribeRequest(group_ids=[gid], include_authorized_operations=True)
+        answers = []
+        groups.handle(request.API_KEY, 1, request, Context(0, "c", "127.0.0.1"), answers.append)
+        encode_response(answers[0], 1, 1)
+        return
+    members = list(group.members.values()) if group is not None else []
+    member = rng.choice([*members, None])
+    mid = member.member_id if member is not None else rng.choice(["stranger", "a", ""])
+    epoch = member.epoch if member is not None else 0
+    epoch = rng.choice([epoch, epoch, epoch + 1, epoch - 1, 0, -1, -2])
+    owned = {t: set(ps) for t, ps in member.assigned.items()} if member is not None else {}
+    owned = rng.choice([owned, {}, None])
+    instance = member.instance_id if member is not None else rng.choice([None, "i", "i0"])
+    if epoch not in (-1, -2, 0) and epoch < 0:
+        epoch = 0
+    cg_heartbeat(groups, gid, mid or "x", epoch, owned, instance)
+
+
 def good_values(rng):
     offsets = {
         (f"good-{g}", "t", p): (
@@ -207,13 +459,24 @@ def good_values(rng):
     return offsets, tids
 
 
-def hostile_records(rng):
-    """(topic, id, key, value) of records mutated from good encodings, under bad-* ids."""
+def hostile_records(rng, topic_id):
+    """(topic, id, key, value) of records mutated from good encodings, under bad-* ids; or,
+    in some cases, only odd consumer groups' records (so that more loads succeed and what
+    they loaded is used)."""
     out = []
+    if rng.random() < 0.4:
+        for i in range(rng.randrange(1, 4)):
+            out += odd_consumer_group(rng, i, topic_id)
+        return out
     for i in range(rng.randrange(1, 4)):
         gid = f"bad-{i}"
-        kind = rng.randrange(3)
-        if kind == 0:
+        kind = rng.randrange(4)
+        if kind == 3:  # a consumer group's record, after its member's (kept good)
+            topic, gid = "__consumer_offsets", f"bad-cg-{i}"
+            member = consumer_group_record(rng, gid, topic_id, CONSUMER_GROUP_MEMBER_METADATA)
+            out.append((topic, gid, *member))
+            key, value = consumer_group_record(rng, gid, topic_id)
+        elif kind == 0:
             topic = "__consumer_offsets"
             key = encode_key(OFFSET_COMMIT, {"group": gid, "topic": "t", "partition": 0})
             value = encode_value(
@@ -266,6 +529,8 @@ def hostile_records(rng):
         out.append((topic, gid, key, value))
     for i in range(rng.randrange(3)):
         out.append(odd_values(rng, i))
+    for i in range(rng.randrange(3)):
+        out += odd_consumer_group(rng, i, topic_id)
     return out
 
 
@@ -351,7 +616,10 @@ def one_case(path, rng):
         groups.offsets.commit(g, t, p, Committed(offset, epoch, meta, 0.0))
     for tid in tids:
         txns.init(tid, 60000)
-    bad = hostile_records(rng)
+    good_cg = good_consumer_groups(rng, groups)
+    check_owned_once(groups, good_cg)
+    expected_cg = {g: v for g, v in consumer_snapshot(groups).items() if g in good_cg}
+    bad = hostile_records(rng, cluster.topics["t"].id)
     written = {}  # (topic, partition) -> offsets of mutated records
     for topic, gid, key, value in bad:
         index = cluster.coordinator_partition(gid)
@@ -382,6 +650,11 @@ def one_case(path, rng):
             got = first[2].get(tid)
             if got is None or got[:2] != (pid, epoch):
                 raise Finding(f"good transactional id {tid} came back as {got}, not {(pid, epoch)}")
+        loaded_cg = consumer_snapshot(groups)
+        for gid, value in expected_cg.items():
+            if loaded_cg.get(gid) != value:
+                raise Finding(f"good consumer group {gid} came back as {loaded_cg.get(gid)}")
+        check_owned_once(groups, good_cg)
     finally:
         storage.close()
     clock = [time.monotonic()]
@@ -390,14 +663,26 @@ def one_case(path, rng):
         second = snapshot(groups, txns)
         if (second[0], second[2]) != (first[0], first[2]):
             raise Finding("a second load gave another state")
-        use_state(rng, groups, txns, clock, bad)
+        if consumer_snapshot(groups) != loaded_cg:
+            raise Finding("a second load gave other consumer groups")
+        use_state(rng, groups, txns, clock, bad + [("", g, None, None) for g in good_cg])
+        check_owned_once(groups, good_cg)
+        used_cg = consumer_snapshot(groups)
     finally:
         storage.close()
     try:  # what the coordinators wrote while used loads back
         storage, cluster, groups, txns = open_state(path)
     except Exception as e:  # noqa: BLE001 - the contract: no exception
         raise Finding(f"what the coordinators wrote does not load: {type(e).__name__}: {e}")
-    storage.close()
+    try:
+        again = consumer_snapshot(groups)
+        for gid in used_cg.keys() | again.keys():
+            if used_cg.get(gid) != again.get(gid):
+                raise Finding(
+                    f"consumer group {gid} was {used_cg.get(gid)}, loaded back as {again.get(gid)}"
+                )
+    finally:
+        storage.close()
     return "loaded"
 
 

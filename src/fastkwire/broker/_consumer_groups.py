@@ -193,6 +193,39 @@ class ConsumerGroups:
         self._matched_in, self._matched, self._matched_names = None, {}, 0
         self.full = lambda: False  # no new group may be made (the coordinator's max_groups)
         self.groups = {}
+        # on_change(group id, member id or None): a group changed (only that member's
+        # records, unless its epochs or members changed), or is gone; kept by the caller
+        self.on_change = None
+
+    def _changed(self, group_id, member_id=None):
+        if self.on_change is not None:
+            self.on_change(group_id, member_id)
+
+    def drop(self, group_id):
+        """Delete an empty group (its offsets are the coordinator's)."""
+        if self.groups.pop(group_id, None) is not None:
+            self._changed(group_id)
+
+    def restore(self, group):
+        """A group read back from its records: its members' sessions run from now, and a
+        member revoking partitions has its rebalance timeout again, as Kafka's onLoaded."""
+        self.groups[group.group_id] = group
+        for member in group.members.values():
+            self._schedule_session(group, member)
+            if member.state == UNREVOKED:
+                self.timers.schedule(
+                    self._rebalance_key(group, member.member_id),
+                    member.rebalance_timeout_ms,
+                    lambda e=member.epoch, m=member.member_id: self._rebalance_expired(group, m, e),
+                )
+
+    def regex_topics(self, group, regex):
+        """The names of `group`'s topics that `regex` matches (none for one that does not
+        compile)."""
+        try:
+            return self._matching(regex, self.topics()) & group.metadata.keys()
+        except HeartbeatError:
+            return set()
 
     # ---------------------------------------------------------------- ConsumerGroupHeartbeat
 
@@ -202,8 +235,12 @@ class ConsumerGroups:
         try:
             self._check(version, request)
             if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-                return self._leave(request)
-            return self._join_or_heartbeat(version, request, ctx, classic_groups)
+                answer = self._leave(request)
+            else:
+                answer = self._join_or_heartbeat(version, request, ctx, classic_groups)
+            if request.group_id in self.groups:
+                self._changed(request.group_id, answer.member_id)
+            return answer
         except HeartbeatError as error:
             return ConsumerGroupHeartbeatResponse(
                 throttle_time_ms=0,
@@ -579,6 +616,7 @@ class ConsumerGroups:
         group.group_epoch += 1
         self.timers.cancel(self._session_key(group, member.member_id))
         self.timers.cancel(self._rebalance_key(group, member.member_id))
+        self._changed(group.group_id)
 
     def classic_leave(self, group, leaving):
         """A LeaveGroup (v3+) to a consumer group, as Kafka's classicGroupLeaveToConsumerGroup:

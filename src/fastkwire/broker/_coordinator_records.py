@@ -1,6 +1,7 @@
 """The records Kafka's coordinators keep in their internal topics, as data, with their
-encoding: `__consumer_offsets` holds committed offsets (OffsetCommitKey/Value) and classic
-groups (GroupMetadataKey/Value), `__transaction_state` each transactional id's state
+encoding: `__consumer_offsets` holds committed offsets (OffsetCommitKey/Value), classic
+groups (GroupMetadataKey/Value) and KIP-848 consumer groups (the ConsumerGroup* records, as
+Kafka 4.0 writes them), `__transaction_state` each transactional id's state
 (TransactionLogKey/Value).
 
 A record's key is an int16 (the record type, which Kafka also calls the key version)
@@ -18,9 +19,11 @@ the offset; a record type or value version this module does not know is
 """
 
 import struct
+import uuid
 from dataclasses import dataclass
 
 __all__ = [
+    "CONSUMER_GROUP_RECORDS",
     "GROUP_METADATA",
     "OFFSET_COMMIT",
     "TRANSACTION_LOG",
@@ -49,7 +52,7 @@ class UnknownRecordError(ValueError):
 @dataclass(frozen=True)
 class Field:
     name: str
-    type: str  # int8/16/32/64, string, bytes, []int32, or [] (a struct array: `fields`)
+    type: str  # int8/16/32/64, string, bytes, uuid, []int32, []string, or [] (of `fields`)
     first: int = 0  # the first version that has it
     last: int = 32767  # the last one
     nullable_from: int = 32767  # versions from which it may be null
@@ -66,7 +69,7 @@ class Format:
     fields: tuple
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per type: compared and hashed by identity
 class RecordType:
     """One kind of coordinator record: its key type(s) and key/value formats; `write` is the
     value version this broker writes."""
@@ -164,17 +167,109 @@ TRANSACTION_LOG = RecordType(
     write=0,
 )
 
+
+def _consumer_group(name, key_type, key_fields, value_fields):
+    """A KIP-848 record type: a key of the group id (and more), a flexible value v0."""
+    key = Format(f"{name}Key", (key_type, key_type), 32767, (Field("group", "string"), *key_fields))
+    return RecordType(name, (key_type,), key, Format(f"{name}Value", (0, 0), 0, value_fields), 0)
+
+
+_MEMBER_KEY = (Field("member_id", "string"),)
+_TOPIC_PARTITIONS = (Field("topic_id", "uuid"), Field("partitions", "[]int32"))
+# Kafka 4.0's: later versions add tagged fields (skipped here when read), and a member's
+# ClassicMemberMetadata (tag 0, a classic protocol's member) is not kept by this broker.
+CONSUMER_GROUP_METADATA = _consumer_group(
+    "ConsumerGroupMetadata", 3, (), (Field("epoch", "int32"),)
+)
+CONSUMER_GROUP_PARTITION_METADATA = _consumer_group(
+    "ConsumerGroupPartitionMetadata",
+    4,
+    (),
+    (
+        Field(
+            "topics",
+            "[]",
+            fields=(
+                Field("topic_id", "uuid"),
+                Field("topic_name", "string"),
+                Field("num_partitions", "int32"),
+                Field(
+                    "partition_metadata",
+                    "[]",
+                    fields=(Field("partition", "int32"), Field("racks", "[]string")),
+                ),
+            ),
+        ),
+    ),
+)
+CONSUMER_GROUP_MEMBER_METADATA = _consumer_group(
+    "ConsumerGroupMemberMetadata",
+    5,
+    _MEMBER_KEY,
+    (
+        Field("instance_id", "string", nullable_from=0),
+        Field("rack_id", "string", nullable_from=0),
+        Field("client_id", "string"),
+        Field("client_host", "string"),
+        Field("subscribed_topic_names", "[]string"),
+        Field("subscribed_topic_regex", "string", nullable_from=0),
+        Field("rebalance_timeout_ms", "int32", default=-1),
+        Field("server_assignor", "string", nullable_from=0),
+    ),
+)
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = _consumer_group(
+    "ConsumerGroupTargetAssignmentMetadata", 6, (), (Field("assignment_epoch", "int32"),)
+)
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = _consumer_group(
+    "ConsumerGroupTargetAssignmentMember",
+    7,
+    _MEMBER_KEY,
+    (Field("topic_partitions", "[]", fields=_TOPIC_PARTITIONS),),
+)
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = _consumer_group(
+    "ConsumerGroupCurrentMemberAssignment",
+    8,
+    _MEMBER_KEY,
+    (
+        Field("member_epoch", "int32"),
+        Field("previous_member_epoch", "int32"),
+        Field("state", "int8"),
+        Field("assigned_partitions", "[]", fields=_TOPIC_PARTITIONS),
+        Field("partitions_pending_revocation", "[]", fields=_TOPIC_PARTITIONS),
+    ),
+)
+CONSUMER_GROUP_REGULAR_EXPRESSION = _consumer_group(
+    "ConsumerGroupRegularExpression",
+    16,
+    (Field("regular_expression", "string"),),
+    (Field("topics", "[]string"), Field("version", "int64"), Field("timestamp", "int64")),
+)
+CONSUMER_GROUP_RECORDS = (
+    CONSUMER_GROUP_METADATA,
+    CONSUMER_GROUP_PARTITION_METADATA,
+    CONSUMER_GROUP_MEMBER_METADATA,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+    CONSUMER_GROUP_REGULAR_EXPRESSION,
+)
+# ConsumerGroupCurrentMemberAssignmentValue's state: Kafka's MemberState values
+MEMBER_STABLE, MEMBER_UNREVOKED_PARTITIONS, MEMBER_UNRELEASED_PARTITIONS = 0, 1, 2
+
 # Kafka's TransactionState ids, as TransactionLogValue's transaction_status holds them
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT = range(6)
 DEAD, PREPARE_EPOCH_FENCE = 6, 7
 
 _BY_KEY_TYPE = {
-    "__consumer_offsets": {t: r for r in (OFFSET_COMMIT, GROUP_METADATA) for t in r.key_types},
+    "__consumer_offsets": {
+        t: r for r in (OFFSET_COMMIT, GROUP_METADATA, *CONSUMER_GROUP_RECORDS) for t in r.key_types
+    },
     "__transaction_state": {t: TRANSACTION_LOG for t in TRANSACTION_LOG.key_types},
 }
 _INTS = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h")}
 _INTS.update(int32=struct.Struct(">i"), int64=struct.Struct(">q"))
 _INT16 = _INTS["int16"]
+_ITEM_STRING = Field("item", "string")  # an item of a []string
 
 
 # ---------------------------------------------------------------- writing
@@ -235,6 +330,8 @@ def _write_length(out, n, flexible, wide):
 def _write_value(out, f, value, version, flexible):
     if f.type in _INTS:
         out += _INTS[f.type].pack(value)
+    elif f.type == "uuid":
+        out += value.bytes
     elif f.type in ("string", "bytes"):
         if value is None:
             _write_length(out, -1, flexible, f.type == "bytes")
@@ -250,6 +347,8 @@ def _write_value(out, f, value, version, flexible):
         for item in value:
             if f.type == "[]int32":
                 out += _INTS["int32"].pack(item)
+            elif f.type == "[]string":
+                _write_value(out, _ITEM_STRING, item, version, flexible)
             else:
                 _write_struct(out, f.fields, item, version, flexible)
 
@@ -360,6 +459,8 @@ class _Reader:
     def value(self, f, version, flexible, path):
         if f.type in _INTS:
             return self.int(f.type, path)
+        if f.type == "uuid":
+            return uuid.UUID(bytes=self.take(16, path))
         n = self.length(flexible, f.type != "string", path)
         if n < 0:
             if n == -1 and version >= f.nullable_from:
@@ -376,6 +477,12 @@ class _Reader:
             return self.take(n, path)
         if f.type == "[]int32":
             return [self.int("int32", path) for _ in range(self.count(n, 4, path))]
+        if f.type == "[]string":
+            item = _ITEM_STRING
+            return [
+                self.value(item, version, flexible, f"{path}[{i}]")
+                for i in range(self.count(n, 1, path))
+            ]
         return [
             self.struct(f.fields, version, flexible, f"{path}[{i}].")
             for i in range(self.count(n, 1, path))

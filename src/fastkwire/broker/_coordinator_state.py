@@ -6,7 +6,10 @@ those partitions, the last record of each key winning and a tombstone deleting i
 - `__consumer_offsets`: each committed offset (OffsetCommit: OffsetCommit, the end of a
   transaction that committed offsets, and a tombstone for OffsetDelete, DeleteGroups and
   retention), each classic group's generation, protocol, leader and members when a
-  rebalance ends (GroupMetadata; a tombstone when the group is deleted).
+  rebalance ends (GroupMetadata; a tombstone when the group is deleted), each KIP-848
+  consumer group's epochs, subscriptions and assignments as they change (the
+  ConsumerGroup* records, `_consumer_group_records`; tombstones for a member gone and a
+  group deleted).
 - `__transaction_state`: each transactional id's producer id, epoch, timeout, state and
   the partitions of its transaction under way.
 - `fastkwire-producer-ids`: the end of the block of producer ids being handed out (Kafka
@@ -15,15 +18,19 @@ those partitions, the last record of each key winning and a tombstone deleting i
 On load, offsets keep their commit times (retention counts from them); a group with
 offsets but no GroupMetadata (a simple group) comes back empty; a
 classic group with members comes back Stable, its members' sessions running from the
-load, as Kafka's coordinator loads them. A transaction that was committing or aborting
+load, as Kafka's coordinator loads them; a KIP-848 group comes back with its members,
+their epochs and assignments, their sessions (and the rebalance timeouts of members
+revoking partitions) running from the load, as Kafka's onLoaded. A group id with both a
+classic and a consumer group's records is the group of its later record; the other's
+records get tombstones. A transaction that was committing or aborting
 completes; one still open is aborted and its producer fenced (Kafka aborts it at its
 timeout; here at the load). Records of a type or value version not known here are
 skipped (and counted in `skipped`), as Kafka's loader skips unknown record types; a
 record that is not what its type says stops the load with `CoordinatorStateError` naming
 the partition, the offset and the field.
 
-KIP-848 consumer groups and streams groups keep their offsets; their members and epochs
-are not written (they come back as empty groups), and offsets committed in a transaction
+KIP-1071 streams groups keep their offsets; their members and epochs are not written (they
+come back as empty groups), and offsets committed in a transaction
 are written when it commits (Kafka writes them at once, with the transaction's markers:
 read back, such records count once a COMMIT marker ends their transaction, and not when it
 aborts or never ends).
@@ -37,7 +44,13 @@ import time
 
 from .. import records
 from ._cluster import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from ._consumer_group_records import (
+    ConsumerGroupWriter,
+    encode_record_value,
+    restore_consumer_groups,
+)
 from ._coordinator_records import (
+    CONSUMER_GROUP_RECORDS,
     DEAD,
     GROUP_METADATA,
     OFFSET_COMMIT,
@@ -91,6 +104,8 @@ class CoordinatorState:
         self.wall_clock = wall_clock
         self.skipped = 0  # records of an unknown type or version, left as they are
         self._started_ms = {}  # transactional id -> when its transaction under way began
+        self._consumer_writer = None  # a ConsumerGroupWriter, once loaded
+        self._classic_kept = set()  # group ids with a GroupMetadata record not deleted
 
     # ---------------------------------------------------------------- loading
 
@@ -171,13 +186,20 @@ class CoordinatorState:
             raise CoordinatorStateError(f"{where}: {e}") from None
 
     def _load_groups(self):
-        offsets, metadata = {}, {}
+        offsets, metadata, consumer = {}, {}, {}
         for record_type, key, value, where, position in self._records(OFFSETS_TOPIC):
             if record_type is OFFSET_COMMIT:
                 _later(offsets, (key["group"], key["topic"], key["partition"]), position, value)
             elif record_type is GROUP_METADATA:
                 value = value if value is None else _checked_group(value, where)
                 _later(metadata, key["group"], position, value)
+            elif record_type in CONSUMER_GROUP_RECORDS:
+                held = (record_type, tuple(key.values()))
+                _later(consumer, held, position, None if value is None else (value, where))
+        stale = self._one_kind_per_group(metadata, consumer)
+        found = {k: v for k, (_, v) in consumer.items() if v is not None}
+        written = restore_consumer_groups(self.groups.consumer, found, CoordinatorStateError)
+        self._consumer_writer = ConsumerGroupWriter(self.groups.consumer, written)
         store = self.groups.offsets
         for (group_id, topic, partition), (_, value) in offsets.items():
             if value is not None:
@@ -201,11 +223,40 @@ class CoordinatorState:
                     members,
                     self._on_clock(value["current_state_timestamp"]),
                 )
+        self._classic_kept = set(classic.groups)
+        for write in stale:
+            write()
         for group_id in store.groups():
+            if group_id in self.groups.consumer.groups:
+                continue
             if group_id not in classic.groups:  # a simple group: its offsets are what it has
                 group = classic.new_group(group_id)
                 # its offsets expire by their commit times alone, as Kafka's without a state
                 group.state_since = float("-inf")
+
+    def _one_kind_per_group(self, metadata, consumer):
+        """Leave in `metadata` (classic groups) and `consumer` (consumer groups' records) each
+        group id of one kind only, the one of its later record (an empty group of one
+        protocol gives way to the other); returns the writes of the tombstones of the
+        other's records."""
+        latest = {}
+        for (_, key), (position, value) in consumer.items():
+            if value is not None and latest.get(key[0], position) <= position:
+                latest[key[0]] = position
+        stale = []
+        for group_id, position in latest.items():
+            held = metadata.get(group_id)
+            if held is None or held[1] is None:
+                continue
+            if held[0] > position:  # the classic group came later
+                for k in [k for k in consumer if k[1][0] == group_id]:
+                    del consumer[k]
+                    stale.append(lambda g=group_id, k=k: self._write_consumer(g, [(k, None)]))
+            else:
+                del metadata[group_id]
+                key = encode_key(GROUP_METADATA, {"group": group_id})
+                stale.append(lambda g=group_id, k=key: self._write(OFFSETS_TOPIC, g, k, None))
+        return stale
 
     def _load_transactions(self):
         states = {}
@@ -251,6 +302,7 @@ class CoordinatorState:
         if self.groups is not None:
             self.groups.offsets.on_change = self._offset_changed
             self.groups.classic.on_store = self._group_stored
+            self.groups.consumer.on_change = self._consumer_group_changed
 
     @property
     def _producer_ids_path(self):
@@ -268,10 +320,39 @@ class CoordinatorState:
         return now - max(0, self._now_ms() - timestamp_ms) / 1000
 
     def _write(self, topic_name, id_, key, value):
+        self._write_all(topic_name, id_, [(key, value)])
+
+    def _write_all(self, topic_name, id_, keys_values):
+        """Records of one change, in one batch (Kafka appends a change's records at once)."""
         topic = self.cluster.internal_topic(topic_name)
         partition = topic.partitions[self.cluster.coordinator_partition(id_)]
-        data = records.write_batch([records.Record(timestamp=self._now_ms(), key=key, value=value)])
+        now = self._now_ms()
+        data = records.write_batch(
+            [records.Record(timestamp=now, key=k, value=v) for k, v in keys_values]
+        )
         partition.log.append(read_batch_head(data), data)
+
+    def _write_consumer(self, group_id, typed_records):
+        """[((record type, key fields), value fields or None)] of a consumer group."""
+        now = self._now_ms()
+        keys_values = []
+        for (record_type, key), value in typed_records:
+            names = [f.name for f in record_type.key.fields]
+            key_bytes = encode_key(record_type, dict(zip(names, key)))
+            keys_values.append((key_bytes, encode_record_value(record_type, value, now)))
+        self._write_all(OFFSETS_TOPIC, group_id, keys_values)
+
+    def _consumer_group_changed(self, group_id, member_id):
+        changed = self._consumer_writer.changed(group_id, member_id)
+        if not changed:
+            return
+        now = self._now_ms()
+        keys_values = [(k, encode_record_value(t, v, now)) for t, k, v in changed]
+        if group_id in self._classic_kept and group_id in self.groups.consumer.groups:
+            # an empty classic group gave way to this one: its record goes, as Kafka's
+            self._classic_kept.discard(group_id)
+            keys_values.insert(0, (encode_key(GROUP_METADATA, {"group": group_id}), None))
+        self._write_all(OFFSETS_TOPIC, group_id, keys_values)
 
     def _producer_ids_taken(self, end):
         write_checkpoint(self._producer_ids_path, [(end,)])
@@ -292,6 +373,7 @@ class CoordinatorState:
         self._write(OFFSETS_TOPIC, group_id, key, value)
 
     def _group_stored(self, group, deleted):
+        (self._classic_kept.discard if deleted else self._classic_kept.add)(group.group_id)
         key = encode_key(GROUP_METADATA, {"group": group.group_id})
         value = None
         if not deleted:

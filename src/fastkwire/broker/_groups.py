@@ -206,9 +206,7 @@ class GroupCoordinator:
                     member_id=request.member_id,
                     members=[],
                 )
-            self.consumer.groups.pop(
-                request.group_id, None
-            )  # an empty one gives way (offsets stay)
+            self.consumer.drop(request.group_id)  # an empty one gives way (offsets stay)
         return self.classic.join_group(version, request, ctx, reply)
 
     def _empty_streams_group_gone(self, group_id):
@@ -507,7 +505,7 @@ class GroupCoordinator:
             if not modern.members:
                 self.offsets.expire(group_id, lambda _, c: now - c.commit_time < retention)
                 if not self.offsets.has_offsets(group_id):
-                    del self.consumer.groups[group_id]
+                    self.consumer.drop(group_id)
             else:
                 self.offsets.expire(
                     group_id,
@@ -598,7 +596,7 @@ class GroupCoordinator:
             elif modern is not None:
                 error = NON_EMPTY_GROUP if modern.members else NONE
                 if not modern.members:
-                    del self.consumer.groups[group_id]
+                    self.consumer.drop(group_id)
                     self.offsets.delete_group(group_id)
             elif group is None:
                 error = GROUP_ID_NOT_FOUND
@@ -647,7 +645,7 @@ class GroupCoordinator:
             if modern is not None:
                 if modern.members:
                     return True
-                del self.consumer.groups[group_id]
+                self.consumer.drop(group_id)
             if classic is not None:
                 if classic.state != EMPTY:
                     return True
