@@ -189,12 +189,17 @@ class SegmentFiles:
         last offset, bytes, max timestamp)])], replace them, each group one segment named by
         its base (as Kafka's cleaner: written `.cleaned`, renamed `.swap`, the old segments
         deleted, then renamed `.log`; recovery completes the swaps a crash left). A group
-        left without batches makes no segment."""
+        left without batches makes no segment: the next one takes its base (a segment's
+        name, not its first batch, says where the log starts after a restart)."""
         old = [seg for seg in self.segments if seg.base < end]
         new = []
+        empty_base = None
         for base, batches in groups:
             if not batches:
+                empty_base = base if empty_base is None else empty_base
                 continue
+            if empty_base is not None:
+                base, empty_base = empty_base, None
             seg = _Segment(base)
             index, timeindex = bytearray(), bytearray()
             with open(self._file(base, ".log.cleaned"), "wb") as f:
