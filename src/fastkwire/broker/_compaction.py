@@ -272,7 +272,7 @@ def _segments(log, first_dirty, segment_bytes):
             hi = bisect.bisect_left(bases, segs[k + 1].base) if k + 1 < len(segs) else len(bases)
             first_ts = log._max_ts[lo] if lo < hi else -1
             out.append(_Segment(s.base, lo, hi, s.size, s.max_ts, first_ts))
-        return out
+        return out or [_Segment(log.log_end, 0, len(bases), 0, -1, -1)]
     split = bisect.bisect_left(bases, first_dirty)
     segs = _group(log, 0, split, segment_bytes) + _group(log, split, len(bases), segment_bytes)
     if not segs:
@@ -307,6 +307,8 @@ def cleanable_range(topic, partition, first_dirty, now_ms, force=False):
     pass (its dirty ratio, or max.compaction.lag.ms; `force`: any cleanable bytes), else
     None. As LogCleanerManager.cleanableOffsets and grabFilthiestCompactedLog."""
     log = partition.log
+    if not len(log):
+        return None
     if first_dirty is None or not log.log_start <= first_dirty <= log.log_end:
         first_dirty = log.log_start  # none yet, or no longer valid: from the log start
     segs = _segments(log, first_dirty, _config(topic, "segment.bytes"))
