@@ -495,3 +495,68 @@ def test_the_broker_cleans_on_its_timer_in_memory():
         assert batches_held() < 60  # a pass ran by itself
         described = broker.broker.cleaner.backoff_ms
     assert described == 50
+
+
+def test_confluent_kafka_reads_past_a_producers_emptied_batch():
+    ck = pytest.importorskip("confluent_kafka")
+    kafka = pytest.importorskip("kafka")
+    from fastkwire.testing import Broker
+
+    with Broker() as broker:
+        broker.create_topic(
+            "c", partitions=1, configs={"cleanup.policy": "compact", "segment.bytes": "400"}
+        )
+        idempotent = ck.Producer(
+            {"bootstrap.servers": broker.bootstrap_servers, "enable.idempotence": True}
+        )
+        for i in range(20):  # offsets 0-19, one batch each: its last one's records go
+            idempotent.produce("c", key=b"a", value=b"old%d" % i, partition=0)
+            assert idempotent.flush(10) == 0
+        plain = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
+        for i in range(30):  # 20-49
+            key = b"a" if i < 3 else b"k%d" % (i % 4)
+            plain.send("c", key=key, value=b"new%d" % i, partition=0).get(timeout=10)
+        plain.close()
+        end = broker.clean_logs()[("c", 0)].end
+        held = broker.call(
+            lambda: records.read_batches(
+                broker.broker.cluster.partition("c", 0).log.read(0, 1 << 20)
+            )
+        )
+        emptied = [b for b in held if not b.records]
+        assert [b.base_offset for b in emptied if b.producer_id >= 0] == [19]
+        consumer = ck.Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                "group.id": "reader",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.assign([ck.TopicPartition("c", 0, 0)])
+        got = []
+        deadline = time.monotonic() + 15
+        while (not got or got[-1][0] < 49) and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and not m.error():
+                got.append((m.offset(), m.key(), m.value()))
+        consumer.close()
+        # the idempotent producer goes on after the pass: its sequence is still known
+        idempotent.produce("c", key=b"a", value=b"after", partition=0)
+        assert idempotent.flush(10) == 0
+    assert got[0] == (22, b"a", b"new2")
+    assert [o for o, _, _ in got if o >= end] == list(range(end, 50))
+    assert len({k for o, k, _ in got if o < end}) == len([o for o, _, _ in got if o < end])
+
+
+def test_a_read_from_an_offset_in_a_gap_starts_at_the_next_batch():
+    cluster = Cluster(NODES)
+    topic = compacted(cluster)
+    p = topic.partitions[0]
+    fill(p, 30)
+    clean_partition(topic, p, None, NOW)
+    held = [(b.base_offset, b.base_offset + b.last_offset_delta) for b in batches(p)]
+    gaps = [o for o in range(30) if not any(lo <= o <= hi for lo, hi in held)]
+    assert gaps
+    for offset in gaps:
+        (first, *_) = records.read_batches(p.log.read(offset, 1))  # one batch: the first
+        assert first.base_offset > offset

@@ -24,6 +24,8 @@ _ATTRS_TRANSACTIONAL = 0x10
 _ATTRS_LOG_APPEND_TIME = 0x08
 _MAX_TIMESTAMP_AT = BATCH_OFFSETS["max_timestamp"]
 _CRC_AT = BATCH_OFFSETS["crc"]
+_LAST_DELTA_AT = BATCH_OFFSETS["last_offset_delta"]
+_LAST_DELTA = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _INT64 = struct.Struct(">q")
 
@@ -356,8 +358,9 @@ class PartitionLog:
         return i
 
     def _last_offset(self, i):
-        nxt = self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end
-        return nxt - 1
+        """Batch i's last offset, as its header says (compaction leaves gaps after it: a
+        read from an offset in one starts at the next batch, as Kafka's)."""
+        return self._bases[i] + _LAST_DELTA.unpack_from(self._batches[i], _LAST_DELTA_AT)[0]
 
     def check_offset(self, offset):
         if not self.log_start <= offset <= self.log_end:
