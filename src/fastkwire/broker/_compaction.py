@@ -49,6 +49,7 @@ _CONTROL = 0x20
 _TRANSACTIONAL = 0x10
 _LOG_APPEND_TIME = 0x08
 _log = logging.getLogger("fastkwire.broker")
+_NO_LAG = "9223372036854775807"  # max.compaction.lag.ms's default: never due by time
 
 
 def check_keys(data, topic, index):
@@ -414,6 +415,14 @@ def clean_partition(topic, partition, first_dirty, now_ms, force=False):
     return PassResult(first_dirty, end, hi, len(kept), removed)
 
 
+def _timed(topic):
+    """Whether time alone can make a partition of `topic` due a pass."""
+    return (
+        _config(topic, "min.compaction.lag.ms") > 0
+        or topic.config("max.compaction.lag.ms") != _NO_LAG
+    )
+
+
 def _keep(record, latest, horizon, now_ms):
     """Cleaner.shouldRetainRecord for a data record."""
     if record.key is None:
@@ -502,6 +511,7 @@ class LogCleaner:
         self.backoff_ms = backoff_ms
         self._next = None
         self.uncleanable = {}  # (topic name, index) -> why a pass over it failed
+        self._not_due = {}  # (topic name, index) -> what its log was when found not due
         self.first_dirty = {}  # (topic name, index) -> (topic id or None, first dirty offset)
         path = self._checkpoint_path()
         if path is not None:
@@ -535,6 +545,12 @@ class LogCleaner:
                     first_dirty = None  # a topic of that name made again
                 if key in self.uncleanable:
                     continue
+                log = partition.log
+                # what the last look found not due stays so until the log or configs change
+                # (the compaction lags aside: time alone makes those due)
+                seen = (topic.id, log.log_start, log.log_end, len(log), str(topic.configs))
+                if not force and self._not_due.get(key) == seen and not _timed(topic):
+                    continue
                 try:
                     result = clean_partition(topic, partition, first_dirty, now_ms, force)
                 except (LogError, OSError, ValueError, ImportError) as e:
@@ -542,7 +558,10 @@ class LogCleaner:
                     self.uncleanable[key] = str(e)
                     _log.error("cannot compact %s-%d: %s", topic.name, partition.index, e)
                     continue
-                if result is not None:
+                if result is None:
+                    self._not_due[key] = seen
+                else:
+                    self._not_due.pop(key, None)
                     self.first_dirty[key] = (topic.id, result.end)
                     done[key] = result
         if done:
