@@ -562,3 +562,27 @@ def test_a_read_from_an_offset_in_a_gap_starts_at_the_next_batch():
     for offset in gaps:
         (first, *_) = records.read_batches(p.log.read(offset, 1))  # one batch: the first
         assert first.base_offset > offset
+
+
+@pytest.mark.parametrize(
+    "policy, error", [("compact", "POLICY_VIOLATION"), ("compact,delete", None)]
+)
+def test_delete_records_on_a_compacted_topic_is_a_policy_violation(policy, error):
+    cluster = Cluster(NODES)
+    topic = compacted(cluster, cleanup_policy=policy)
+    fill(topic.partitions[0], 5)
+    apis = Apis(cluster, clock=lambda: 0.0, wall_clock=lambda: 1000.0)
+    D = fastkwire.DeleteRecordsRequest
+    request = D(
+        topics=[
+            D.DeleteRecordsTopic(
+                name="t", partitions=[D.DeleteRecordsPartition(partition_index=0, offset=3)]
+            )
+        ],
+        timeout_ms=1000,
+    )
+    out = []
+    apis.handle(D.API_KEY, 2, request, Context(0), out.append)
+    (part,) = out[0].topics[0].partitions
+    assert part.error_code == (0 if error is None else by_name(error).code)
+    assert topic.partitions[0].log.log_start == (3 if error is None else 0)

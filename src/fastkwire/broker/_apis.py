@@ -1078,6 +1078,10 @@ class Apis:
             for p in t.partitions:
                 partition = self.cluster.partition(t.name, p.partition_index)
                 low, error = -1, self._leader_check(partition, ctx)
+                if error is None and "delete" not in self.cluster.topics[t.name].config(
+                    "cleanup.policy"
+                ):  # as Kafka's Partition.deleteRecordsOnLeader: a compacted log keeps its start
+                    error = "POLICY_VIOLATION"
                 if error is None:
                     try:
                         low = partition.log.delete_before(p.offset)
