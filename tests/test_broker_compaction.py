@@ -586,3 +586,51 @@ def test_delete_records_on_a_compacted_topic_is_a_policy_violation(policy, error
     (part,) = out[0].topics[0].partitions
     assert part.error_code == (0 if error is None else by_name(error).code)
     assert topic.partitions[0].log.log_start == (3 if error is None else 0)
+
+
+def test_a_read_committed_consumer_after_a_pass_over_transactions():
+    kafka = pytest.importorskip("kafka")
+    from fastkwire.testing import Broker
+
+    with Broker() as broker:
+        broker.create_topic(
+            "tx", partitions=1, configs={"cleanup.policy": "compact", "segment.bytes": "300"}
+        )
+        producer = kafka.KafkaProducer(
+            bootstrap_servers=broker.bootstrap_servers, transactional_id="writer"
+        )
+        producer.init_transactions()
+        for round_, commit in enumerate([True, False, True, False]):
+            producer.begin_transaction()
+            for key in (b"a", b"b"):
+                producer.send("tx", key=key, value=b"%s-%d" % (key, round_), partition=0)
+            producer.flush()
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+        producer.close()
+        plain = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
+        for i in range(20):  # later segments: the transactions' become cleanable
+            plain.send("tx", key=b"k%d" % (i % 3), value=b"%d" % i, partition=0).get(timeout=10)
+        plain.close()
+        end = broker.clean_logs(force=True)[("tx", 0)].end
+
+        def read(isolation):
+            consumer = kafka.KafkaConsumer(
+                bootstrap_servers=broker.bootstrap_servers,
+                auto_offset_reset="earliest",
+                consumer_timeout_ms=2000,
+                isolation_level=isolation,
+            )
+            consumer.assign([kafka.TopicPartition("tx", 0)])
+            try:
+                return [(m.key, m.value) for m in consumer]
+            finally:
+                consumer.close()
+
+        committed = read("read_committed")
+        uncommitted = read("read_uncommitted")
+    assert end > 10  # the transactions are below the cleaned point
+    for seen in (committed, uncommitted):  # the aborted records are gone for both
+        assert [v for k, v in seen if k in (b"a", b"b")] == [b"a-2", b"b-2"]
