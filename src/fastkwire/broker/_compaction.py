@@ -72,7 +72,9 @@ def check_keys(data, topic, index):
             "INVALID_RECORD",
             f"One or more records have been rejected due to {len(errors)} record errors in "
             "total, and only showing the first three errors at most: "
-            + ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3]),
+            + "["
+            + ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+            + "]",
         )
         e.record_errors = errors
         raise e
@@ -84,7 +86,17 @@ def check_keys(data, topic, index):
 class _Batch:
     """A batch of the log as the cleaner sees it: its header, its records read on demand."""
 
-    __slots__ = ("base", "data", "attrs", "last", "first_ts", "max_ts", "pid", "epoch", "seq")
+    __slots__ = (
+        "base",
+        "data",
+        "attrs",
+        "last",
+        "first_ts",
+        "max_ts",
+        "pid",
+        "epoch",
+        "seq",
+    )
 
     def __init__(self, base, data):
         (_, _, _, _, _, attrs, delta, first_ts, max_ts, pid, epoch, seq, _) = HEADER.unpack_from(
@@ -362,7 +374,7 @@ def clean_partition(topic, partition, first_dirty, now_ms, force=False):
     txns = _Transactions([a for a in log.aborted if a[2] >= first_dirty and a[1] < end])
     for b in batches[lo:]:
         if b.is_control:
-            txns.on_control(b, _marker(b))
+            txns.on_control(b, _marker(b.records()))
         elif not txns.on_batch(b):
             for r in b.records():
                 if r.key is not None and r.offset >= first_dirty:
@@ -373,8 +385,11 @@ def clean_partition(topic, partition, first_dirty, now_ms, force=False):
     kept = []  # (base, bytes, max timestamp)
     removed = 0
     for b in batches:
-        marker = _marker(b) if b.is_control else None
-        can_discard = txns.on_control(b, marker) if b.is_control else txns.on_batch(b)
+        recs = b.records()  # decoded once a batch, not held past it
+        if b.is_control:
+            can_discard = txns.on_control(b, _marker(recs))
+        else:
+            can_discard = txns.on_batch(b)
         if b.is_control:
             horizon = b.horizon
             discard_records = can_discard and horizon is not None and horizon <= now_ms
@@ -382,9 +397,8 @@ def clean_partition(topic, partition, first_dirty, now_ms, force=False):
             discard_records = can_discard
         retain_empty = (b.pid >= 0 and last_of.get(b.pid) == b.last) or b.last + 1 == end
         if discard_records and not retain_empty:
-            removed += len(b.records())
+            removed += len(recs)
             continue
-        recs = b.records()
         if discard_records:
             keep = []
         elif b.is_control:
@@ -432,8 +446,8 @@ def _keep(record, latest, horizon, now_ms):
     return record.value is not None or horizon is None or now_ms < horizon
 
 
-def _marker(batch):
-    recs = batch.records()
+def _marker(recs):
+    """A control batch's marker type, from its records: "abort", "commit", None (none)."""
     if not recs:
         return None
     try:
