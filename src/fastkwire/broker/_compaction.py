@@ -210,7 +210,6 @@ class _Transactions:
         self._next = 0
         self._ongoing_aborted = {}  # pid -> [aborted entry, a batch of it seen]
         self._ongoing_committed = set()
-        self.kept_aborted = []  # the aborted entries whose marker stays
 
     def _consume_up_to(self, offset):
         while self._next < len(self._aborted) and self._aborted[self._next][1] <= offset:
@@ -235,10 +234,7 @@ class _Transactions:
         self._consume_up_to(batch.last)
         if marker == "abort":
             aborted = self._ongoing_aborted.pop(batch.pid, None)
-            if aborted is not None and aborted[1]:  # kept until its batches are gone
-                self.kept_aborted.append(aborted[0])
-                return False
-            return True
+            return aborted is None or not aborted[1]  # kept until its batches are gone
         if marker == "commit":
             if batch.pid in self._ongoing_committed:
                 self._ongoing_committed.discard(batch.pid)
