@@ -634,3 +634,21 @@ def test_a_read_committed_consumer_after_a_pass_over_transactions():
     assert end > 10  # the transactions are below the cleaned point
     for seen in (committed, uncommitted):  # the aborted records are gone for both
         assert [v for k, v in seen if k in (b"a", b"b")] == [b"a-2", b"b-2"]
+
+
+def test_a_partition_whose_pass_fails_is_left_as_it_is(monkeypatch):
+    cluster = Cluster(NODES)
+    topic = compacted(cluster)
+    fill(topic.partitions[0], 30)
+    before = raw_batches(topic.partitions[0])
+    cleaner = LogCleaner(cluster, time.monotonic, time.time)
+
+    def undecodable(data, **_):
+        raise ImportError("cramjam is needed for zstd batches")
+
+    monkeypatch.setattr(records, "read_batches", undecodable)
+    assert cleaner.clean(NOW) == {}
+    assert "cramjam" in cleaner.uncleanable[("t", 0)]
+    monkeypatch.undo()
+    assert cleaner.clean(NOW) == {}  # marked: not tried again
+    assert raw_batches(topic.partitions[0]) == before

@@ -563,7 +563,7 @@ class LogCleaner:
                     continue
                 try:
                     result = clean_partition(topic, partition, first_dirty, now_ms, force)
-                except (LogError, OSError, ValueError, ImportError) as e:
+                except (LogError, OSError, ValueError, ImportError, struct.error) as e:
                     # as Kafka marks a partition uncleanable: said once, left as it is
                     self.uncleanable[key] = str(e)
                     _log.error("cannot compact %s-%d: %s", topic.name, partition.index, e)
