@@ -64,6 +64,8 @@ from fastkwire.broker._coordinator_records import (
     encode_key,
     encode_value,
 )
+from fastkwire.broker._cluster import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from fastkwire.broker._compaction import LogCleaner
 from fastkwire.broker._consumer_group_records import MAX_EPOCH
 from fastkwire.broker._coordinator_state import CoordinatorState, CoordinatorStateError
 from fastkwire.broker._disk_logs import DiskLogs
@@ -73,6 +75,7 @@ from fastkwire.broker._transactions import TransactionCoordinator
 
 NODES = {0: ("127.0.0.1", 9092)}
 PARTITIONS = 2
+SMALL_SEGMENTS = {"segment.bytes": "600", "delete.retention.ms": "0"}
 
 
 class Finding(Exception):
@@ -90,10 +93,42 @@ def open_state(path, clock=time.monotonic):
         )
         txns = TransactionCoordinator(cluster, clock, groups.end_transaction)
         CoordinatorState(storage, cluster, groups, txns).load()
+        for name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):  # small segments: compacted
+            cluster.internal_topic(name).configs.update(SMALL_SEGMENTS)
     except BaseException:
         storage.close()
         raise
     return storage, cluster, groups, txns
+
+
+def compact_and_reload(path):
+    """Compact the internal topics (tombstones too: two passes past delete.retention.ms),
+    then load again: the state must be the one before."""
+    storage, cluster, groups, txns = open_state(path)
+    try:
+        before = (*snapshot(groups, txns), consumer_snapshot(groups))
+        cleaner = LogCleaner(cluster, time.monotonic, time.time)
+        now_ms = int(time.time() * 1000)
+        passes = cleaner.clean(now_ms, force=True)
+        passes.update(cleaner.clean(now_ms + 1, force=True))
+        if cleaner.uncleanable:
+            raise Finding(f"compaction failed: {cleaner.uncleanable}")
+        removed = sum(r.records_removed for r in passes.values())
+    finally:
+        storage.close()
+    try:
+        storage, cluster, groups, txns = open_state(path)
+    except Exception as e:  # noqa: BLE001 - the contract: no exception
+        raise Finding(f"the compacted state does not load: {type(e).__name__}: {e}") from None
+    try:
+        after = (*snapshot(groups, txns), consumer_snapshot(groups))
+        names = ("offsets", "classic groups", "transactions", "consumer groups")
+        for name, b, a in zip(names, before, after, strict=True):
+            if a != b:
+                raise Finding(f"after compaction the {name} load otherwise: {b} -> {a}")
+    finally:
+        storage.close()
+    return removed
 
 
 def snapshot(groups, txns):
@@ -613,15 +648,22 @@ def one_case(path, rng):
     storage, cluster, groups, txns = open_state(path)
     offsets, tids = good_values(rng)
     for (g, t, p), (offset, epoch, meta) in offsets.items():
+        for _ in range(rng.randrange(4)):  # earlier commits: what compaction removes
+            groups.offsets.commit(g, t, p, Committed(rng.randrange(1000), -1, "", 0.0))
         groups.offsets.commit(g, t, p, Committed(offset, epoch, meta, 0.0))
+    for p in range(rng.randrange(3)):  # offsets deleted: tombstones
+        groups.offsets.commit("deleted", "t", p, Committed(1, -1, "", 0.0))
+        groups.offsets.delete("deleted", "t", p)
     for tid in tids:
         txns.init(tid, 60000)
     good_cg = good_consumer_groups(rng, groups)
     check_owned_once(groups, good_cg)
     expected_cg = {g: v for g, v in consumer_snapshot(groups).items() if g in good_cg}
     bad = hostile_records(rng, cluster.topics["t"].id)
+    # some cases write only the good records: their load, compaction and reload are checked
+    only_good = rng.random() < 0.4
     written = {}  # (topic, partition) -> offsets of mutated records
-    for topic, gid, key, value in bad:
+    for topic, gid, key, value in [] if only_good else bad:
         index = cluster.coordinator_partition(gid)
         log = cluster.internal_topic(topic).partitions[index].log
         data = records.write_batch([records.Record(timestamp=1, key=key, value=value)])
@@ -683,7 +725,7 @@ def one_case(path, rng):
                 )
     finally:
         storage.close()
-    return "loaded"
+    return "loaded, compacted" if compact_and_reload(path) else "loaded"
 
 
 def run(loop, seed):

@@ -80,6 +80,7 @@ from ._broker_configs import (
 )
 from ._expiry import StateExpiry
 from ._fetch_sessions import DEFAULT_CACHE_SLOTS, FetchSessionCache
+from ._compaction import check_keys
 from ._log import LATEST, LogError, read_batch_head
 from ._splice import records_of
 from ._not_coordinator import TRANSACTION_API_KEYS, coordinated, transaction_error
@@ -610,6 +611,7 @@ class Apis:
             parts = []
             for p in t.partition_data:
                 error, message, base, append_time = None, None, -1, -1
+                record_errors = None
                 log_start = -1
                 index = p.index
                 partition = partitions[index] if 0 <= index < len(partitions) else None
@@ -631,6 +633,7 @@ class Apis:
                         log_start = partition.log.log_start
                     except LogError as e:
                         error, message = e.error, str(e)
+                        record_errors = getattr(e, "record_errors", None)
                 if error is not None:
                     failed = True
                 if error is None:
@@ -654,6 +657,11 @@ class Apis:
                         current_leader=self._current_leader(R, partition, error, leaders),
                     )
                 )
+                if record_errors:  # Kafka's RecordValidationException: which records
+                    parts[-1].record_errors = [
+                        R.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                        for i, m in record_errors
+                    ]
             responses.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
         self.data_arrived(appended)
         if acks == 0:
@@ -671,6 +679,8 @@ class Apis:
         if data is None:
             raise LogError("CORRUPT_MESSAGE", "the partition's records are null")
         head = read_batch_head(data, topic.max_message_bytes)
+        if "compact" in topic.config("cleanup.policy"):
+            check_keys(data, topic.name, partition.index)
         if (
             head.is_transactional
             and not head.is_control
@@ -1065,6 +1075,10 @@ class Apis:
             for p in t.partitions:
                 partition = self.cluster.partition(t.name, p.partition_index)
                 low, error = -1, self._leader_check(partition, ctx)
+                if error is None and "delete" not in self.cluster.topics[t.name].config(
+                    "cleanup.policy"
+                ):  # as Kafka's Partition.deleteRecordsOnLeader: a compacted log keeps its start
+                    error = "POLICY_VIOLATION"
                 if error is None:
                     try:
                         low = partition.log.delete_before(p.offset)

@@ -128,6 +128,7 @@ BROKER_CONFIGS = {
         "Topics' default message.timestamp.after.max.ms.",
     ),
     "log.cleaner.enable": ("true", BOOLEAN, False, "Whether compaction runs."),
+    "log.cleaner.backoff.ms": ("15000", LONG, True, "How often the cleaner looks for work."),
     "log.cleaner.min.cleanable.ratio": (
         "0.5",
         DOUBLE,

@@ -20,6 +20,7 @@ from ._producers import PartitionProducers, ProducerIds
 # value as Kafka shows it, DescribeConfigs' config type).
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = range(1, 10)
 LONG_MAX = "9223372036854775807"
+INTERNAL_SEGMENT_BYTES = "104857600"  # the internal topics' segments (100 MiB), as Kafka's
 TOPIC_CONFIGS = {
     "cleanup.policy": ("delete", LIST),
     "compression.gzip.level": ("-1", INT),
@@ -390,7 +391,8 @@ class Cluster:
             topic = Topic(
                 name,
                 topic_id or uuid.uuid4(),
-                {"cleanup.policy": "compact"},
+                # Kafka's offsets.topic.segment.bytes / transaction.state.log.segment.bytes
+                {"cleanup.policy": "compact", "segment.bytes": INTERNAL_SEGMENT_BYTES},
                 self.offsets_replication_factor(),
                 True,
             )

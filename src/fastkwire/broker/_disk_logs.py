@@ -156,7 +156,10 @@ class DiskLogs:
         )
         batches = files.recover()
         if batches or files.next_offset:
-            self._restored[key] = log.restore(batches, files.next_offset, files.read_epochs())
+            start = files.segments[0].base if files.segments else None
+            self._restored[key] = log.restore(
+                batches, files.next_offset, files.read_epochs(), start
+            )
             start = self._log_starts.get(key)
             if start is not None and start > log.log_start:
                 log.delete_before(min(start, log.log_end))

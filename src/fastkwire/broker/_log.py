@@ -24,6 +24,8 @@ _ATTRS_TRANSACTIONAL = 0x10
 _ATTRS_LOG_APPEND_TIME = 0x08
 _MAX_TIMESTAMP_AT = BATCH_OFFSETS["max_timestamp"]
 _CRC_AT = BATCH_OFFSETS["crc"]
+_LAST_DELTA_AT = BATCH_OFFSETS["last_offset_delta"]
+_LAST_DELTA = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _INT64 = struct.Struct(">q")
 
@@ -95,9 +97,10 @@ class BatchHead:
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
-def read_batch_head(data, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
+def read_batch_head(data, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, allow_empty=False):
     """The BatchHead of `data`, which must be exactly one magic 2 batch whose CRC is right and
-    whose size is at most `max_bytes`; LogError naming what is wrong otherwise."""
+    whose size is at most `max_bytes`; LogError naming what is wrong otherwise. A batch of
+    no records is one only with `allow_empty` (compaction keeps such batches in the log)."""
     n = len(data)
     if n < HEADER_SIZE:
         raise LogError(
@@ -127,7 +130,7 @@ def read_batch_head(data, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
             "CORRUPT_MESSAGE",
             f"CRC32C mismatch: the batch says {crc:#010x}, its bytes give {actual:#010x}",
         )
-    if count <= 0 or last_delta < 0 or count - 1 > last_delta:
+    if count < (0 if allow_empty else 1) or last_delta < 0 or count - 1 > last_delta:
         raise LogError(
             "INVALID_RECORD",
             f"a batch of {count} records with last offset delta {last_delta} is not valid",
@@ -260,13 +263,14 @@ class PartitionLog:
             self.store.append(base, self.log_end - 1, batch, max_ts)
         return base
 
-    def restore(self, batches, end, epochs=None):
+    def restore(self, batches, end, epochs=None, start=None):
         """Take back the batches a store recovered, [(base offset, last offset, bytes)], the
         log end it found and the leader epochs it kept; the transactions they leave open or aborted are found as
-        the appends found them. Returns the BatchHead of each (for the producer state)."""
+        the appends found them. `start`: its first segment's base (a compacted segment's
+        first batch may come later). Returns the BatchHead of each (for the producer state)."""
         heads = []
         for base, last, batch in batches:
-            head = read_batch_head(batch, len(batch))
+            head = read_batch_head(batch, len(batch), allow_empty=True)
             self._bases.append(base)
             self._batches.append(batch)
             self._batch_epochs.append(_EPOCH.unpack_from(batch, _EPOCH_AT)[0])
@@ -281,6 +285,8 @@ class PartitionLog:
                 self.ongoing.setdefault(head.producer_id, base)
             heads.append((head, base))
         self.log_start = batches[0][0] if batches else end
+        if start is not None and batches:
+            self.log_start = min(max(start, 0), self.log_start)
         self.log_end = max(self.log_end, end)
         if not epochs:  # as Kafka rebuilds its epoch cache: where each epoch's batches start
             epochs = []
@@ -292,6 +298,21 @@ class PartitionLog:
             self.epochs = list(epochs)
             self.leader_epoch = max(self.leader_epoch, self.epochs[-1][0])
         return heads
+
+    def replace_cleaned(self, count, batches):
+        """Compaction: the first `count` batches become `batches`, [(base offset, bytes,
+        max timestamp)] in offset order, below the next batch kept (offsets keep their
+        places: gaps where records went). The store is told apart (SegmentFiles.replace)."""
+        self.bytes -= sum(len(b) for b in self._batches[:count])
+        del self._bases[:count], self._batches[:count], self._max_ts[:count]
+        del self._batch_epochs[:count]
+        self._bases[0:0] = array("q", [b[0] for b in batches])
+        self._batches[0:0] = [b[1] for b in batches]
+        self._max_ts[0:0] = array("q", [b[2] for b in batches])
+        self._batch_epochs[0:0] = array(
+            "i", [_EPOCH.unpack_from(b[1], _EPOCH_AT)[0] for b in batches]
+        )
+        self.bytes += sum(len(b[1]) for b in batches)
 
     def write_marker(self, producer_id, epoch, commit, now_ms, coordinator_epoch=0):
         """End a transaction here: a control batch (COMMIT or ABORT) of `producer_id`,
@@ -337,8 +358,9 @@ class PartitionLog:
         return i
 
     def _last_offset(self, i):
-        nxt = self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end
-        return nxt - 1
+        """Batch i's last offset, as its header says (compaction leaves gaps after it: a
+        read from an offset in one starts at the next batch, as Kafka's)."""
+        return self._bases[i] + _LAST_DELTA.unpack_from(self._batches[i], _LAST_DELTA_AT)[0]
 
     def check_offset(self, offset):
         if not self.log_start <= offset <= self.log_end:

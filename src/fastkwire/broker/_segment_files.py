@@ -184,6 +184,66 @@ class SegmentFiles:
         if not self.segments:
             self._roll(log_end)
 
+    def replace(self, end, groups):
+        """Compaction rewrote the segments before `end`: `groups`, [(segment base, [(base,
+        last offset, bytes, max timestamp)])], replace them, each group one segment named by
+        its base (as Kafka's cleaner: written `.cleaned`, renamed `.swap`, the old segments
+        deleted, then renamed `.log`; recovery completes the swaps a crash left). A group
+        left without batches makes no segment: the next one takes its base (a segment's
+        name, not its first batch, says where the log starts after a restart)."""
+        old = [seg for seg in self.segments if seg.base < end]
+        new = []
+        empty_base = None
+        for base, batches in groups:
+            if not batches:
+                empty_base = base if empty_base is None else empty_base
+                continue
+            if empty_base is not None:
+                base, empty_base = empty_base, None
+            seg = _Segment(base)
+            index, timeindex = bytearray(), bytearray()
+            with open(self._file(base, ".log.cleaned"), "wb") as f:
+                for _, last, data, max_ts in batches:
+                    entry, time_entry = _index_entries(seg, last, max_ts)
+                    index += entry
+                    timeindex += time_entry
+                    f.write(data)
+                    seg.size += len(data)
+                    seg.since_index += len(data)
+            new.append((seg, index, timeindex))
+        for seg, _, _ in new:
+            os.replace(self._file(seg.base, ".log.cleaned"), self._file(seg.base, ".log.swap"))
+        for seg in old:
+            for suffix in (".log", ".index", ".timeindex"):
+                _remove(self._file(seg.base, suffix))
+        for seg, index, timeindex in new:
+            os.replace(self._file(seg.base, ".log.swap"), self._file(seg.base, ".log"))
+            with open(self._file(seg.base, ".index"), "wb") as f:
+                f.write(index)
+            with open(self._file(seg.base, ".timeindex"), "wb") as f:
+                f.write(timeindex)
+        self.segments[: len(old)] = [seg for seg, _, _ in new]
+
+    def _finish_swaps(self):
+        """Complete a compaction a crash cut short (Kafka's recovery of `.swap` files): a
+        swap file replaces the segments its offsets cover; a `.cleaned` one goes."""
+        names = os.listdir(self.path)
+        for name in names:
+            if name.endswith(".log.cleaned"):
+                _remove(os.path.join(self.path, name))
+        swaps = sorted(n for n in names if n.endswith(".log.swap") and n[:-9].isdigit())
+        for name in swaps:
+            path = os.path.join(self.path, name)
+            with open(path, "rb") as f:
+                batches, _ = _read_batches(f.read(), None)
+            base = int(name[:-9])
+            last = batches[-1][1] if batches else base
+            for other in os.listdir(self.path):
+                if other.endswith(".log") and other[:-4].isdigit():
+                    if base <= int(other[:-4]) <= last:
+                        _remove(os.path.join(self.path, other))
+            os.replace(path, self._file(base, ".log"))
+
     def remove(self):
         """The partition is deleted: its directory goes."""
         self._epochs = None
@@ -215,10 +275,12 @@ class SegmentFiles:
         """The batches of the segments on disk, [(base offset, last offset, bytes)], cut at
         the first that does not check or does not follow the offsets before it (its segment
         truncated there, the later ones deleted); a segment is named by its first batch's
-        offset, an empty last one by the log end (or later, as its name says, when it was
+        offset (or less, as compaction leaves it, when that is past the segment before), an
+        empty last one by the log end (or later, as its name says, when it was
         empty already: the log end after retention deleted everything); the indexes are written
         again, as Kafka rebuilds them. `next_offset` is then the log end (an empty last
         segment's name says it when no batch does)."""
+        self._finish_swaps()
         names = sorted(
             int(name[:-4])
             for name in os.listdir(self.path)
@@ -253,12 +315,16 @@ class SegmentFiles:
                 _remove(self._file(name, ".log"))
         end = out[-1][1] + 1 if out else 0
         targets = []
+        prev_end = 0
         for name, good, batches, size in kept:
             if good < size:
                 with open(self._file(name, ".log"), "r+b") as f:
                     f.truncate(good)
             if batches:
-                targets.append(batches[0][0])
+                # its name, when no later than its first batch (compaction leaves segments
+                # so) and not inside the segment before; else its first batch's offset
+                targets.append(name if prev_end <= name <= batches[0][0] else batches[0][0])
+                prev_end = batches[-1][1] + 1
             else:  # empty: its name says the log end, unless it held bytes that were bad
                 targets.append(end if good < size else max(name, end))
         moving = [(n, t) for (n, *_), t in zip(kept, targets) if n != t]

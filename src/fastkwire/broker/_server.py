@@ -49,6 +49,8 @@ from ..proxy._caps import (
 from ._apis import Apis
 from ._cluster import DEFAULT_MAX_PARTITIONS, DEFAULT_OFFSETS_TOPIC_PARTITIONS, Cluster
 from ._coordinator_state import CoordinatorState
+from ._compaction import DEFAULT_BACKOFF_MS as DEFAULT_CLEANER_BACKOFF_MS
+from ._compaction import LogCleaner
 from ._disk_logs import DiskLogs
 from ._authorize import Authorizer, principal_of, subject_name
 from ._exchange import Close, answer_frame
@@ -517,7 +519,9 @@ class Broker:
     GroupConfig; a function(cluster) making a coordinator; None: the group APIs are not
     served), the caps above, `log_dir` (a directory the logs are also written to, in
     Kafka's segment format, and read back from at start; None: memory only) and
-    `retention_check_interval_ms` (Kafka's log.retention.check.interval.ms). Cluster shapes:
+    `retention_check_interval_ms` (Kafka's log.retention.check.interval.ms),
+    `log_cleaner_backoff_ms` (Kafka's log.cleaner.backoff.ms: how often compacted topics'
+    partitions are looked at, and cleaned when due; `clean_logs()` does it at once). Cluster shapes:
     `move_leader`, `stop_node`, `start_node`. `limits` (a Limits: what clients may make it
     hold), `fetch_session_cache_slots` (Kafka's max.incremental.fetch.session.cache.slots,
     1000; 0: every Fetch sessionless). Producer state expiry, Kafka's:
@@ -570,6 +574,7 @@ class Broker:
         frame_timeout=DEFAULT_FRAME_TIMEOUT,
         log_dir=None,
         retention_check_interval_ms=DEFAULT_RETENTION_CHECK_INTERVAL_MS,
+        log_cleaner_backoff_ms=DEFAULT_CLEANER_BACKOFF_MS,
         security_protocol=None,
         users=None,
         sasl_mechanisms=None,
@@ -659,6 +664,8 @@ class Broker:
         self.retention_check_interval_ms = _positive(
             retention_check_interval_ms, "retention_check_interval_ms"
         )
+        self.log_cleaner_backoff_ms = _positive(log_cleaner_backoff_ms, "log_cleaner_backoff_ms")
+        self.cleaner = None  # the LogCleaner, made at start
         self._storage = None
         self._next_retention = None
         self.connections_max_idle_ms = _positive(
@@ -774,6 +781,9 @@ class Broker:
             )
             if storage is not None:  # the coordinators' records, read back and kept
                 CoordinatorState(storage, self.cluster, groups, self.apis.transactions).load()
+            self.cleaner = LogCleaner(
+                self.cluster, time.monotonic, time.time, self.log_cleaner_backoff_ms
+            )
         except BaseException:
             for s in (s for node in socks for s in node):
                 s.close()
@@ -795,6 +805,7 @@ class Broker:
         configs = {
             "connections.max.idle.ms": str(int(self.connections_max_idle_ms)),
             "log.retention.check.interval.ms": str(self.retention_check_interval_ms),
+            "log.cleaner.backoff.ms": str(self.log_cleaner_backoff_ms),
         }
         if self.log_dir is not None:
             configs["log.dirs"] = self.log_dir
@@ -862,6 +873,13 @@ class Broker:
         """Apply the topics' retention.bytes and retention.ms now (the broker does so every
         retention_check_interval_ms too); returns how many partitions' log start moved."""
         return len(self.cluster.apply_retention(int(time.time() * 1000)))
+
+    def clean_logs(self, force=False):
+        """Run the log cleaner now over the compacted topics' partitions due a pass (the
+        broker does so every log_cleaner_backoff_ms too; `force`: every partition with
+        cleanable bytes, whatever its dirty ratio); returns {(topic, partition): what the
+        pass did}."""
+        return self.cleaner.clean(int(time.time() * 1000), force)
 
     async def close(self):
         servers = [server for node in self._servers.values() for server in node]
@@ -948,7 +966,10 @@ class Broker:
                     log.error("retention could not delete from %s: %s", self.log_dir, e)
                 self._next_retention = now + self.retention_check_interval_ms / 1000
             expiry = self.apis.expiry.tick()  # producer and transactional id expiry
-            deadline = min(d for d in (deadline, self._next_retention, expiry) if d is not None)
+            cleaning = self.cleaner.tick()  # log compaction
+            deadline = min(
+                d for d in (deadline, self._next_retention, expiry, cleaning) if d is not None
+            )
             if now >= next_idle_scan:
                 for conn in [c for c in self.connections if now - c.active > idle]:
                     conn.end(

@@ -105,6 +105,11 @@ class Broker(ServerThread):
         partitions' log start moved."""
         return self.call(self.broker.apply_retention)
 
+    def clean_logs(self, force=False):
+        """Run the log cleaner now over the compacted topics (see Broker.clean_logs);
+        returns {(topic, partition): what the pass did}."""
+        return self.call(self.broker.clean_logs, force)
+
     def start_node(self, node_id, timeout=10.0):
         """Start node `node_id` (stopped) again on the same address."""
         self._await(self.broker.start_node(node_id), timeout)
