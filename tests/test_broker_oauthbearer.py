@@ -292,7 +292,10 @@ def test_a_validator_of_the_tests_own_decides():
 
 @pytest.mark.parametrize(
     "returned",
-    ["", "  ", None, 5, ("a", 1), Token(5), Token("a", "soon"), Token("a", 1.5), Token("a", True)],
+    [
+        *("", "  ", None, 5, ("a", 1), Token(5), Token("a", "soon"), Token("a", 1.5)),
+        *(Token("a", True), Token("a", 2**63), Token("a", -(2**63) - 1), Token("a", 10**400)),
+    ],
 )
 def test_a_validator_giving_no_principal_logs_nobody_in(returned):  # nor fails the broker
     session = session_of(lambda token: returned)

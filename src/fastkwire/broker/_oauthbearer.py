@@ -274,12 +274,18 @@ class OAuthBearerServer:
             return self._error
         if isinstance(found, str):
             found = Token(found)
-        if (
-            not isinstance(found, Token)
-            or not isinstance(found.principal, str)
-            or not (found.lifetime_ms is None or type(found.lifetime_ms) is int)
-        ):
-            raise Unanswered(f"the oauthbearer validator gave {found!r}, not a name or a Token")
+        if not isinstance(found, Token) or not isinstance(found.principal, str):
+            raise Unanswered(
+                f"the oauthbearer validator gave a {type(found).__name__}, not a name or a Token"
+            )
+        lifetime = found.lifetime_ms
+        in_range = type(lifetime) is int and _LONG[0] <= lifetime <= _LONG[1]
+        if lifetime is not None and not in_range:
+            # Kafka's token lifetime is a long: the session's end must fit the answer's int64
+            raise Unanswered(
+                "the oauthbearer validator gave a Token whose lifetime_ms is not None nor ms "
+                "since the epoch in 64 bits (Kafka's long)"
+            )
         if _blank(found.principal):
             self._error = error_json("invalid_token")
             return self._error
