@@ -234,6 +234,29 @@ def test_an_authzid_other_than_the_principal_is_refused_with_kafkas_message():
     )
 
 
+def test_a_principal_that_is_no_utf8_is_refused_with_kafkas_question_mark():
+    # a JSON escape of a lone surrogate: Java's String holds it and its UTF-8 says "?"
+    token = raw_jws(b'{"sub":"a\\ud800","exp":%d}' % (NOW + 60))
+    session = session_of()
+    handshake(session)
+    out, response = authenticate(session, initial(token, authzid="bob"))
+    assert isinstance(out, Close) and response.error_code == 58
+    assert "authorization id (bob) that is different from the token's principal name (a?)" in (
+        response.error_message
+    )
+    clock = Clock()
+    session = session_of(clock=clock)
+    handshake(session)
+    authenticate(session, initial(jws(claims())))
+    clock.now += 2
+    session.after_login(encode_request(SaslHandshakeRequest(mechanism="OAUTHBEARER"), 1, 5, "t"))
+    out, response = authenticate(session, initial(token))
+    assert isinstance(out, Close) and response.error_code == 58
+    assert response.error_message == (
+        "Cannot change principals during re-authentication from User.alice: User.a?"
+    )
+
+
 def test_after_the_error_a_new_initial_response_is_read_afresh():
     session = session_of()
     handshake(session)

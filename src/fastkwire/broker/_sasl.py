@@ -206,7 +206,9 @@ class SaslSession:
         message = str(refusal)
         if self.previous and message == generic_refusal(self.mechanism):
             return generic_refusal(self.mechanism, self._during)
-        return message
+        # A token's principal may hold a lone surrogate (a JSON escape): Java's UTF-8 of
+        # the message says "?" for it, and so must ours, or the answer cannot be encoded.
+        return message.encode("utf-8", "replace").decode("utf-8")
 
     def _done(self):
         """The session's lifetime in ms once the exchange is complete (0: none), as Kafka's
