@@ -498,6 +498,8 @@ def test_the_settings_enable_oauthbearer():
         ({"oauthbearer": "yes"}, "oauthbearer: True"),
         ({"oauthbearer": True, "connections_max_reauth_ms": -1}, "connections_max_reauth_ms"),
         ({"users": {"a": "b"}, "connections_max_reauth_ms": 1.5}, "connections_max_reauth_ms"),
+        # Kafka's long: a session's lifetime must fit SaslAuthenticate's int64
+        ({"users": {"a": "b"}, "connections_max_reauth_ms": 2**63}, "connections_max_reauth_ms"),
     ],
 )
 def test_oauthbearer_settings_that_cannot_work_name_their_parameter(kwargs, message):
