@@ -4,6 +4,7 @@ OAuthBearerUnsecuredValidatorCallbackHandler and SaslServerAuthenticator answer,
 the test drives, for good tokens and hostile ones; the settings' checks. Real clients over
 real listeners: test_broker_oauthbearer_clients.py."""
 
+import asyncio
 import base64
 import json
 import sys
@@ -329,6 +330,29 @@ def test_a_validator_giving_no_principal_logs_nobody_in(returned):  # nor fails 
         assert out.answer is None  # not a name nor a Token: the validator's error
     else:
         assert response.auth_bytes == INVALID
+
+
+@pytest.mark.parametrize("raised", [asyncio.CancelledError, GeneratorExit, BaseException])
+def test_a_validator_raising_a_base_exception_ends_only_its_login(raised):
+    # (pytest.fail's exception is one): the connection ends unanswered, as Kafka's does on
+    # an error inside its callback handler; KeyboardInterrupt and SystemExit go through
+    def validate(token):
+        raise raised("the validator's own")
+
+    session = session_of(validate)
+    handshake(session)
+    out, response = authenticate(session, initial("t"))
+    assert isinstance(out, Close) and out.answer is None and not session.complete
+    assert raised.__name__ in out.reason
+    for stop in (KeyboardInterrupt, SystemExit):
+
+        def stopping(token, stop=stop):
+            raise stop()
+
+        session = session_of(stopping)
+        handshake(session)
+        with pytest.raises(stop):
+            authenticate(session, initial("t"))
 
 
 # ---- KIP-368: re-authentication
