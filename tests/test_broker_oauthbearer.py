@@ -520,6 +520,8 @@ def test_the_settings_enable_oauthbearer():
             "users: a SASL listener needs",
         ),
         ({"oauthbearer": "yes"}, "oauthbearer: True"),
+        # the class, not a validator: each token would make one, and each login end
+        ({"oauthbearer": UnsecuredValidator}, r"oauthbearer: .*UnsecuredValidator\(\)"),
         ({"oauthbearer": True, "connections_max_reauth_ms": -1}, "connections_max_reauth_ms"),
         ({"users": {"a": "b"}, "connections_max_reauth_ms": 1.5}, "connections_max_reauth_ms"),
         # Kafka's long: a session's lifetime must fit SaslAuthenticate's int64

@@ -60,6 +60,11 @@ class Users:
             )
         if oauthbearer is True or (oauthbearer is None and OAUTHBEARER in mechanisms):
             oauthbearer = UnsecuredValidator()
+        elif isinstance(oauthbearer, type):  # its call would make a validator, not a name
+            raise TypeError(
+                f"oauthbearer: the class {oauthbearer.__name__}, not a validator (give "
+                f"{oauthbearer.__name__}(), True or a function of the token)"
+            )
         elif oauthbearer is not None and not callable(oauthbearer):
             raise TypeError(
                 "oauthbearer: True (Kafka's unsecured validation) or a callable(token), not "
