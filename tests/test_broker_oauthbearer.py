@@ -258,6 +258,22 @@ def test_a_principal_that_is_no_utf8_is_refused_with_kafkas_question_mark():
     )
 
 
+def test_the_clients_words_reach_the_log_as_one_short_line():
+    # an authzid may hold control characters (RFC 7628's saslname), a principal anything:
+    # the reason the broker logs must not forge log lines nor grow with the client's bytes
+    forged = "x\r\n2026-01-01 INFO closed nothing"
+    session = session_of()
+    handshake(session)
+    out, response = authenticate(session, initial(jws(claims()), authzid=forged))
+    assert isinstance(out, Close) and forged in response.error_message  # Kafka's answer
+    assert "\n" not in out.reason and "\r" not in out.reason
+    long = forged + "y" * 40_000
+    session = session_of()
+    handshake(session, version=0)  # bare tokens: the same reason, no answer
+    out = session.receive(_bare(initial(jws(claims()), authzid=long).encode()))
+    assert isinstance(out, Close) and "\n" not in out.reason and len(out.reason) < 500
+
+
 def test_after_the_error_a_new_initial_response_is_read_afresh():
     session = session_of()
     handshake(session)

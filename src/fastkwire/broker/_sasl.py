@@ -157,12 +157,12 @@ class SaslSession:
             header,
         )
         if not known:
-            return Close(f"SASL mechanism {request.mechanism!r} is not enabled", answer)
+            return Close(f"SASL mechanism {_logged(request.mechanism)} is not enabled", answer)
         self.raw = header.api_version == 0
         if self.previous and request.mechanism != self.previous[0]:
             # Kafka answers the handshake, then ends the connection at the next frame
             self._bad_mechanism = (
-                f"SASL mechanism {request.mechanism!r} requested by client is not supported for "
+                f"SASL mechanism {_logged(request.mechanism)} requested by client is not supported for "
                 f"re-authentication of mechanism {self.previous[0]!r}"
             )
             self.state = BAD_MECHANISM
@@ -187,9 +187,9 @@ class SaslSession:
                 ),
                 header,
             )
-            return Close(f"SASL {self.mechanism} {self._during} failed: {message}", answer)
+            return Close(self._failed(message), answer)
         except Unanswered as e:
-            return Close(f"SASL {self.mechanism} {self._during} failed: {e}")
+            return Close(self._failed(str(e)))
         return _encode(
             SaslAuthenticateResponse(auth_bytes=token, session_lifetime_ms=lifetime_ms), header
         )
@@ -199,8 +199,12 @@ class SaslSession:
             token = self.server.step(frame[4:])
             self._done()
         except (Refused, Unanswered) as e:
-            return Close(f"SASL {self.mechanism} {self._during} failed: {self._told(e)}")
+            return Close(self._failed(self._told(e)))
         return len(token).to_bytes(4, "big") + token
+
+    def _failed(self, message):
+        """The reason logged for a failed login: the client's words escaped and cut."""
+        return f"SASL {self.mechanism} {self._during} failed: {_logged(message)}"
 
     def _told(self, refusal):
         message = str(refusal)
@@ -230,6 +234,12 @@ class SaslSession:
         self.expires = now + lifetime_ms / 1000 if limits else None
         self.state, self.user, self.previous = COMPLETE, server.user, None
         return lifetime_ms
+
+
+def _logged(text, limit=200):
+    """A client's text in one log line: escaped (an authzid may hold control characters,
+    a token's principal anything) and cut at `limit` characters."""
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
 
 
 def _exchange(header, frame):
