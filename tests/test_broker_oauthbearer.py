@@ -274,6 +274,16 @@ def test_the_clients_words_reach_the_log_as_one_short_line():
     assert isinstance(out, Close) and "\n" not in out.reason and len(out.reason) < 500
 
 
+def test_a_refusal_too_long_for_its_answer_ends_the_login_unanswered():
+    # Kafka's message names the authzid; over 32767 bytes Kafka cannot write its answer
+    # (a string field's limit) and the connection ends without one
+    session = session_of()
+    handshake(session)
+    out, response = authenticate(session, initial(jws(claims()), authzid="y" * 40_000))
+    assert isinstance(out, Close) and out.answer is None and not session.complete
+    assert len(out.reason) < 500
+
+
 def test_after_the_error_a_new_initial_response_is_read_afresh():
     session = session_of()
     handshake(session)

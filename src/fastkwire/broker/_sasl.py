@@ -40,7 +40,7 @@ from .. import (
 )
 from .._explain_apis import api_names
 from ..error_codes import by_name
-from ..errors import DecodeError, UnsupportedVersionError
+from ..errors import DecodeError, EncodeError, UnsupportedVersionError
 from ..proxy._faults import error_answer
 from ..proxy._frames import request_header
 from ._credentials import DEFAULT_SCRAM_ITERATIONS, MECHANISMS, Users
@@ -181,12 +181,15 @@ class SaslSession:
             lifetime_ms = self._done()
         except Refused as e:
             message = self._told(e)
-            answer = _encode(
-                SaslAuthenticateResponse(
-                    error_code=SASL_AUTHENTICATION_FAILED, error_message=message
-                ),
-                header,
-            )
+            try:
+                answer = _encode(
+                    SaslAuthenticateResponse(
+                        error_code=SASL_AUTHENTICATION_FAILED, error_message=message
+                    ),
+                    header,
+                )
+            except EncodeError:  # a message over a string's 32767 bytes: Kafka's fails too
+                answer = None
             return Close(self._failed(message), answer)
         except Unanswered as e:
             return Close(self._failed(str(e)))
