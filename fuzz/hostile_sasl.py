@@ -8,7 +8,8 @@ SaslHandshake (v0 or v1; an enabled mechanism or not), then the tokens of a live
 (fastkwire.sasl's PLAIN or SCRAM, for a known user or not, with the right password or
 not) in SaslAuthenticate requests (v0-2) or bare after a v0 handshake. Any frame or token
 may be mutated by fuzz/differential.py's mutations. The contract, checked for each frame:
-- `receive` returns PASS, an answer's bytes or a Close (never raises);
+- `receive` returns PASS, an answer's bytes or a Close (never raises), whose reason (for
+  the log) is one short line whatever the client sent;
 - PASS only for an ApiVersions request before the handshake;
 - an answer (or a Close's answer) is a whole frame: with a header, it carries the request's
   correlation id and decodes as SaslHandshake's or SaslAuthenticate's response at its
@@ -163,6 +164,8 @@ def _checked(session, frame, raw):
             raise Finding("PASS for a frame that is not an ApiVersions before the handshake")
         return out
     answer = out.answer if isinstance(out, Close) else out
+    if isinstance(out, Close) and (len(out.reason) > 1000 or not out.reason.isprintable()):
+        raise Finding(f"a Close whose logged reason is no short line: {out.reason[:100]!r}")
     if not isinstance(out, (bytes, Close)):
         raise Finding(f"an outcome of type {type(out).__name__}")
     if answer is None:
@@ -263,7 +266,8 @@ def _login(session, rng, pool, sent, user, password, mechanism, mutate, reauth=F
         return "closed", sent
     raw = session.raw
     if mechanism == "OAUTHBEARER":
-        client = _OAuthClient(_token(rng, user), rng.choice(("",) * 5 + (user, "bob")))
+        authzid = rng.choice(("",) * 5 + (user, "bob", "b\r\n" * 12_000))  # (too long to answer)
+        client = _OAuthClient(_token(rng, user), authzid)
     else:
         try:  # (a token's principal may be no UTF-8: these clients refuse it)
             if mechanism == "PLAIN":
