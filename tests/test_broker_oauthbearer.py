@@ -534,6 +534,10 @@ def test_the_settings_enable_oauthbearer():
     assert Broker(users={"a": "b"}).users.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
+async def _async_validator(token):
+    return "alice"
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -548,6 +552,8 @@ def test_the_settings_enable_oauthbearer():
         ({"oauthbearer": "yes"}, "oauthbearer: True"),
         # the class, not a validator: each token would make one, and each login end
         ({"oauthbearer": UnsecuredValidator}, r"oauthbearer: .*UnsecuredValidator\(\)"),
+        # a coroutine is no answer: the login cannot wait for one
+        ({"oauthbearer": _async_validator}, "oauthbearer: an async function"),
         ({"oauthbearer": True, "connections_max_reauth_ms": -1}, "connections_max_reauth_ms"),
         ({"users": {"a": "b"}, "connections_max_reauth_ms": 1.5}, "connections_max_reauth_ms"),
         # Kafka's long: a session's lifetime must fit SaslAuthenticate's int64

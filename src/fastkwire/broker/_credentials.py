@@ -9,6 +9,7 @@ Kafka's controller keeps them. The connection's login is _sasl.py's.
 import base64
 import hashlib
 import hmac
+import inspect
 import secrets
 from types import SimpleNamespace
 
@@ -64,6 +65,11 @@ class Users:
             raise TypeError(
                 f"oauthbearer: the class {oauthbearer.__name__}, not a validator (give "
                 f"{oauthbearer.__name__}(), True or a function of the token)"
+            )
+        elif inspect.iscoroutinefunction(oauthbearer):
+            raise TypeError(
+                "oauthbearer: an async function, but a login takes the validator's answer at "
+                "once: give a plain function of the token"
             )
         elif oauthbearer is not None and not callable(oauthbearer):
             raise TypeError(
