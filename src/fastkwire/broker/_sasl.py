@@ -162,8 +162,8 @@ class SaslSession:
         if self.previous and request.mechanism != self.previous[0]:
             # Kafka answers the handshake, then ends the connection at the next frame
             self._bad_mechanism = (
-                f"SASL mechanism {_logged(request.mechanism)} requested by client is not supported for "
-                f"re-authentication of mechanism {self.previous[0]!r}"
+                f"SASL mechanism {_logged(request.mechanism)} requested by client is not "
+                f"supported for re-authentication of mechanism {self.previous[0]!r}"
             )
             self.state = BAD_MECHANISM
             return answer
