@@ -8,7 +8,8 @@ SaslHandshake (v0 or v1; an enabled mechanism or not), then the tokens of a live
 (fastkwire.sasl's PLAIN or SCRAM, for a known user or not, with the right password or
 not) in SaslAuthenticate requests (v0-2) or bare after a v0 handshake. Any frame or token
 may be mutated by fuzz/differential.py's mutations. The contract, checked for each frame:
-- `receive` returns PASS, an answer's bytes or a Close (never raises);
+- `receive` returns PASS, an answer's bytes or a Close (never raises), whose reason (for
+  the log) is one short line whatever the client sent;
 - PASS only for an ApiVersions request before the handshake;
 - an answer (or a Close's answer) is a whole frame: with a header, it carries the request's
   correlation id and decodes as SaslHandshake's or SaslAuthenticate's response at its
@@ -17,7 +18,8 @@ may be mutated by fuzz/differential.py's mutations. The contract, checked for ea
   wrong password or an unknown user, whatever the mutations.
 With --oauthbearer, OAUTHBEARER is enabled too (Kafka's unsecured validation): the client
 sends RFC 7628's initial response with an unsecured JWS (good, expired, unsigned or not,
-without a subject...; any of it mutated) and answers an error with ^A; and a login may be
+without a subject or one that is no UTF-8, exp/iat at the edges of numbers...; any of it
+mutated) and answers an error with ^A; and a login may be
 re-authenticated (KIP-368) with another token. Its contract besides:
 - an OAUTHBEARER login completes only for a token that holds, as checked here on its own
   (the message as sent is RFC 7628's, the JWS's alg is none, no signature, `sub` the user,
@@ -52,6 +54,8 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MAX_STEPS = 6
 NOW = 1_800_000_000.0  # the sessions' clock (seconds since the epoch)
 MAX_REAUTH_MS = 30_000
+# added to a token's subject: another principal, which may be no UTF-8 (a lone surrogate)
+ODD_TEXT = ("\ud800", "\udfff", "\u00e5", "\x00", "\u202e")
 
 
 def _b64(value):
@@ -64,9 +68,14 @@ def _token(rng, user):
     claims = {"sub": user, "iat": NOW - rng.randint(0, 100), "exp": NOW + rng.randint(1, 90)}
     header = {"alg": "none"}
     signature = ""
-    flaw = rng.choice(("none",) * 6 + ("exp", "alg", "sig", "sub", "iat", "types", "junk"))
+    flaws = ("exp", "alg", "sig", "sub", "iat", "types", "junk", "text", "numbers")
+    flaw = rng.choice(("none",) * 6 + flaws)
     if flaw == "exp":
         claims["exp"] = rng.choice((NOW - 1, NOW, None, "soon", [1], 1e400))
+    elif flaw == "text":  # json.dumps escapes a lone surrogate, which Java's String holds
+        claims["sub"] = user + rng.choice(ODD_TEXT)
+    elif flaw == "numbers":
+        claims[rng.choice(("exp", "iat"))] = rng.choice((-0.0, 0, 2**64, -(2**64), 1e-400, 1e308))
     elif flaw == "alg":
         header = rng.choice(({"alg": "HS256"}, {}, {"alg": None}, ["none"]))
     elif flaw == "sig":
@@ -92,7 +101,8 @@ class _OAuthClient:
 
     def start(self):
         a = f"a={self.authzid}" if self.authzid else ""
-        return f"n,{a},\x01auth=Bearer {self.token}\x01\x01".encode()
+        # (an authzid of a principal that is no UTF-8 goes as its bytes: not Kafka's)
+        return f"n,{a},\x01auth=Bearer {self.token}\x01\x01".encode("utf-8", "surrogatepass")
 
     def step(self, reply):
         return None if reply == b"" else b"\x01"
@@ -132,7 +142,7 @@ def _holds(data, user):
     if iat is not None and (not isinstance(iat, number) or isinstance(iat, bool) or iat > NOW):
         return False
     authzid = match.group(1)
-    if authzid and authzid.decode() != user:
+    if authzid and authzid.decode("utf-8", "replace") != user:
         return False
     if isinstance(sub, bool) or sub is None:  # Kafka reads these as their text (asText)
         sub = {True: "true", False: "false", None: "null"}[sub]
@@ -154,6 +164,8 @@ def _checked(session, frame, raw):
             raise Finding("PASS for a frame that is not an ApiVersions before the handshake")
         return out
     answer = out.answer if isinstance(out, Close) else out
+    if isinstance(out, Close) and (len(out.reason) > 1000 or not out.reason.isprintable()):
+        raise Finding(f"a Close whose logged reason is no short line: {out.reason[:100]!r}")
     if not isinstance(out, (bytes, Close)):
         raise Finding(f"an outcome of type {type(out).__name__}")
     if answer is None:
@@ -254,11 +266,17 @@ def _login(session, rng, pool, sent, user, password, mechanism, mutate, reauth=F
         return "closed", sent
     raw = session.raw
     if mechanism == "OAUTHBEARER":
-        client = _OAuthClient(_token(rng, user), rng.choice(("",) * 5 + (user, "bob")))
-    elif mechanism == "PLAIN":
-        client = Plain(user, password)
+        authzid = rng.choice(("",) * 5 + (user, "bob", "b\r\n" * 12_000))  # (too long to answer)
+        client = _OAuthClient(_token(rng, user), authzid)
     else:
-        client = Scram(user, password, mechanism[len("SCRAM-") :].replace("-", "").lower())
+        try:  # (a token's principal may be no UTF-8: these clients refuse it)
+            if mechanism == "PLAIN":
+                client = Plain(user, password)
+            else:
+                hash_name = mechanism[len("SCRAM-") :].replace("-", "").lower()
+                client = Scram(user, password, hash_name)
+        except SaslAuthError:
+            return "client refused", sent
     token = client.start()
     for step in range(MAX_STEPS):
         if mutate and rng.random() < 0.3:

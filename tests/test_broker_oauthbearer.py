@@ -4,6 +4,7 @@ OAuthBearerUnsecuredValidatorCallbackHandler and SaslServerAuthenticator answer,
 the test drives, for good tokens and hostile ones; the settings' checks. Real clients over
 real listeners: test_broker_oauthbearer_clients.py."""
 
+import asyncio
 import base64
 import json
 import sys
@@ -234,6 +235,55 @@ def test_an_authzid_other_than_the_principal_is_refused_with_kafkas_message():
     )
 
 
+def test_a_principal_that_is_no_utf8_is_refused_with_kafkas_question_mark():
+    # a JSON escape of a lone surrogate: Java's String holds it and its UTF-8 says "?"
+    token = raw_jws(b'{"sub":"a\\ud800","exp":%d}' % (NOW + 60))
+    session = session_of()
+    handshake(session)
+    out, response = authenticate(session, initial(token, authzid="bob"))
+    assert isinstance(out, Close) and response.error_code == 58
+    assert "authorization id (bob) that is different from the token's principal name (a?)" in (
+        response.error_message
+    )
+    clock = Clock()
+    session = session_of(clock=clock)
+    handshake(session)
+    authenticate(session, initial(jws(claims())))
+    clock.now += 2
+    session.after_login(encode_request(SaslHandshakeRequest(mechanism="OAUTHBEARER"), 1, 5, "t"))
+    out, response = authenticate(session, initial(token))
+    assert isinstance(out, Close) and response.error_code == 58
+    assert response.error_message == (
+        "Cannot change principals during re-authentication from User.alice: User.a?"
+    )
+
+
+def test_the_clients_words_reach_the_log_as_one_short_line():
+    # an authzid may hold control characters (RFC 7628's saslname), a principal anything:
+    # the reason the broker logs must not forge log lines nor grow with the client's bytes
+    forged = "x\r\n2026-01-01 INFO closed nothing"
+    session = session_of()
+    handshake(session)
+    out, response = authenticate(session, initial(jws(claims()), authzid=forged))
+    assert isinstance(out, Close) and forged in response.error_message  # Kafka's answer
+    assert "\n" not in out.reason and "\r" not in out.reason
+    long = forged + "y" * 40_000
+    session = session_of()
+    handshake(session, version=0)  # bare tokens: the same reason, no answer
+    out = session.receive(_bare(initial(jws(claims()), authzid=long).encode()))
+    assert isinstance(out, Close) and "\n" not in out.reason and len(out.reason) < 500
+
+
+def test_a_refusal_too_long_for_its_answer_ends_the_login_unanswered():
+    # Kafka's message names the authzid; over 32767 bytes Kafka cannot write its answer
+    # (a string field's limit) and the connection ends without one
+    session = session_of()
+    handshake(session)
+    out, response = authenticate(session, initial(jws(claims()), authzid="y" * 40_000))
+    assert isinstance(out, Close) and out.answer is None and not session.complete
+    assert len(out.reason) < 500
+
+
 def test_after_the_error_a_new_initial_response_is_read_afresh():
     session = session_of()
     handshake(session)
@@ -292,7 +342,10 @@ def test_a_validator_of_the_tests_own_decides():
 
 @pytest.mark.parametrize(
     "returned",
-    ["", "  ", None, 5, ("a", 1), Token(5), Token("a", "soon"), Token("a", 1.5), Token("a", True)],
+    [
+        *("", "  ", None, 5, ("a", 1), Token(5), Token("a", "soon"), Token("a", 1.5)),
+        *(Token("a", True), Token("a", 2**63), Token("a", -(2**63) - 1), Token("a", 10**400)),
+    ],
 )
 def test_a_validator_giving_no_principal_logs_nobody_in(returned):  # nor fails the broker
     session = session_of(lambda token: returned)
@@ -303,6 +356,29 @@ def test_a_validator_giving_no_principal_logs_nobody_in(returned):  # nor fails 
         assert out.answer is None  # not a name nor a Token: the validator's error
     else:
         assert response.auth_bytes == INVALID
+
+
+@pytest.mark.parametrize("raised", [asyncio.CancelledError, GeneratorExit, BaseException])
+def test_a_validator_raising_a_base_exception_ends_only_its_login(raised):
+    # (pytest.fail's exception is one): the connection ends unanswered, as Kafka's does on
+    # an error inside its callback handler; KeyboardInterrupt and SystemExit go through
+    def validate(token):
+        raise raised("the validator's own")
+
+    session = session_of(validate)
+    handshake(session)
+    out, response = authenticate(session, initial("t"))
+    assert isinstance(out, Close) and out.answer is None and not session.complete
+    assert raised.__name__ in out.reason
+    for stop in (KeyboardInterrupt, SystemExit):
+
+        def stopping(token, stop=stop):
+            raise stop()
+
+        session = session_of(stopping)
+        handshake(session)
+        with pytest.raises(stop):
+            authenticate(session, initial("t"))
 
 
 # ---- KIP-368: re-authentication
@@ -458,6 +534,10 @@ def test_the_settings_enable_oauthbearer():
     assert Broker(users={"a": "b"}).users.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
+async def _async_validator(token):
+    return "alice"
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -470,8 +550,14 @@ def test_the_settings_enable_oauthbearer():
             "users: a SASL listener needs",
         ),
         ({"oauthbearer": "yes"}, "oauthbearer: True"),
+        # the class, not a validator: each token would make one, and each login end
+        ({"oauthbearer": UnsecuredValidator}, r"oauthbearer: .*UnsecuredValidator\(\)"),
+        # a coroutine is no answer: the login cannot wait for one
+        ({"oauthbearer": _async_validator}, "oauthbearer: an async function"),
         ({"oauthbearer": True, "connections_max_reauth_ms": -1}, "connections_max_reauth_ms"),
         ({"users": {"a": "b"}, "connections_max_reauth_ms": 1.5}, "connections_max_reauth_ms"),
+        # Kafka's long: a session's lifetime must fit SaslAuthenticate's int64
+        ({"users": {"a": "b"}, "connections_max_reauth_ms": 2**63}, "connections_max_reauth_ms"),
     ],
 )
 def test_oauthbearer_settings_that_cannot_work_name_their_parameter(kwargs, message):

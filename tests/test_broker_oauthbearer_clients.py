@@ -446,7 +446,9 @@ def test_hostile_oauthbearer_logins_end_only_their_own_connection():
                     )
                     assert logged_in == (out == "logged in"), (i, data)
                     if logged_in:
-                        assert H._holds(data, "alice"), (i, data)  # never a bad token
+                        # never a bad token (a good one may name alice and more)
+                        named = ["alice", *("alice" + odd for odd in H.ODD_TEXT)]
+                        assert any(H._holds(data, n) for n in named), (i, data)
                         served += 1
                     else:
                         refused += 1

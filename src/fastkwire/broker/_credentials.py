@@ -9,6 +9,7 @@ Kafka's controller keeps them. The connection's login is _sasl.py's.
 import base64
 import hashlib
 import hmac
+import inspect
 import secrets
 from types import SimpleNamespace
 
@@ -60,6 +61,16 @@ class Users:
             )
         if oauthbearer is True or (oauthbearer is None and OAUTHBEARER in mechanisms):
             oauthbearer = UnsecuredValidator()
+        elif isinstance(oauthbearer, type):  # its call would make a validator, not a name
+            raise TypeError(
+                f"oauthbearer: the class {oauthbearer.__name__}, not a validator (give "
+                f"{oauthbearer.__name__}(), True or a function of the token)"
+            )
+        elif inspect.iscoroutinefunction(oauthbearer):
+            raise TypeError(
+                "oauthbearer: an async function, but a login takes the validator's answer at "
+                "once: give a plain function of the token"
+            )
         elif oauthbearer is not None and not callable(oauthbearer):
             raise TypeError(
                 "oauthbearer: True (Kafka's unsecured validation) or a callable(token), not "

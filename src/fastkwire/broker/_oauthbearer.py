@@ -8,7 +8,9 @@ goes to a validator:
   unsecured JWS (`alg: none`, no signature), the principal from the `sub` claim, `exp`
   required and not past, `iat` optional and not ahead, required scopes optional, a clock skew
   allowed (its `unsecuredValidator*` options);
-- or any callable(token) giving the principal's name (or a `Token`) and raising to refuse.
+- or any callable(token) giving the principal's name (or a `Token`) and raising to refuse
+  (a BaseException other than KeyboardInterrupt and SystemExit ends the connection
+  unanswered, as an error inside Kafka's callback handler does).
 A refused token is answered, as Kafka's OAuthBearerSaslServer answers it, with RFC 7628's
 error JSON (`{"status":"invalid_token"}`) as a server challenge; the client's `^A` then ends
 the login with that JSON as the error message (another initial response is read afresh).
@@ -272,14 +274,25 @@ class OAuthBearerServer:
         except Exception:  # noqa: BLE001 - a validator's refusal, whatever it raised
             self._error = error_json("invalid_token")
             return self._error
+        except (KeyboardInterrupt, SystemExit):
+            raise  # (as asyncio lets them through)
+        except BaseException as e:  # noqa: BLE001 - pytest.fail's, CancelledError...
+            # an error inside the validator, as Kafka's callback handler's: this login ends
+            raise Unanswered(f"the oauthbearer validator raised {type(e).__name__}") from None
         if isinstance(found, str):
             found = Token(found)
-        if (
-            not isinstance(found, Token)
-            or not isinstance(found.principal, str)
-            or not (found.lifetime_ms is None or type(found.lifetime_ms) is int)
-        ):
-            raise Unanswered(f"the oauthbearer validator gave {found!r}, not a name or a Token")
+        if not isinstance(found, Token) or not isinstance(found.principal, str):
+            raise Unanswered(
+                f"the oauthbearer validator gave a {type(found).__name__}, not a name or a Token"
+            )
+        lifetime = found.lifetime_ms
+        in_range = type(lifetime) is int and _LONG[0] <= lifetime <= _LONG[1]
+        if lifetime is not None and not in_range:
+            # Kafka's token lifetime is a long: the session's end must fit the answer's int64
+            raise Unanswered(
+                "the oauthbearer validator gave a Token whose lifetime_ms is not None nor ms "
+                "since the epoch in 64 bits (Kafka's long)"
+            )
         if _blank(found.principal):
             self._error = error_json("invalid_token")
             return self._error

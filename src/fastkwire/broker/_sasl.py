@@ -40,7 +40,7 @@ from .. import (
 )
 from .._explain_apis import api_names
 from ..error_codes import by_name
-from ..errors import DecodeError, UnsupportedVersionError
+from ..errors import DecodeError, EncodeError, UnsupportedVersionError
 from ..proxy._faults import error_answer
 from ..proxy._frames import request_header
 from ._credentials import DEFAULT_SCRAM_ITERATIONS, MECHANISMS, Users
@@ -157,13 +157,13 @@ class SaslSession:
             header,
         )
         if not known:
-            return Close(f"SASL mechanism {request.mechanism!r} is not enabled", answer)
+            return Close(f"SASL mechanism {_logged(request.mechanism)} is not enabled", answer)
         self.raw = header.api_version == 0
         if self.previous and request.mechanism != self.previous[0]:
             # Kafka answers the handshake, then ends the connection at the next frame
             self._bad_mechanism = (
-                f"SASL mechanism {request.mechanism!r} requested by client is not supported for "
-                f"re-authentication of mechanism {self.previous[0]!r}"
+                f"SASL mechanism {_logged(request.mechanism)} requested by client is not "
+                f"supported for re-authentication of mechanism {self.previous[0]!r}"
             )
             self.state = BAD_MECHANISM
             return answer
@@ -181,15 +181,18 @@ class SaslSession:
             lifetime_ms = self._done()
         except Refused as e:
             message = self._told(e)
-            answer = _encode(
-                SaslAuthenticateResponse(
-                    error_code=SASL_AUTHENTICATION_FAILED, error_message=message
-                ),
-                header,
-            )
-            return Close(f"SASL {self.mechanism} {self._during} failed: {message}", answer)
+            try:
+                answer = _encode(
+                    SaslAuthenticateResponse(
+                        error_code=SASL_AUTHENTICATION_FAILED, error_message=message
+                    ),
+                    header,
+                )
+            except EncodeError:  # a message over a string's 32767 bytes: Kafka's fails too
+                answer = None
+            return Close(self._failed(message), answer)
         except Unanswered as e:
-            return Close(f"SASL {self.mechanism} {self._during} failed: {e}")
+            return Close(self._failed(str(e)))
         return _encode(
             SaslAuthenticateResponse(auth_bytes=token, session_lifetime_ms=lifetime_ms), header
         )
@@ -199,14 +202,20 @@ class SaslSession:
             token = self.server.step(frame[4:])
             self._done()
         except (Refused, Unanswered) as e:
-            return Close(f"SASL {self.mechanism} {self._during} failed: {self._told(e)}")
+            return Close(self._failed(self._told(e)))
         return len(token).to_bytes(4, "big") + token
+
+    def _failed(self, message):
+        """The reason logged for a failed login: the client's words escaped and cut."""
+        return f"SASL {self.mechanism} {self._during} failed: {_logged(message)}"
 
     def _told(self, refusal):
         message = str(refusal)
         if self.previous and message == generic_refusal(self.mechanism):
             return generic_refusal(self.mechanism, self._during)
-        return message
+        # A token's principal may hold a lone surrogate (a JSON escape): Java's UTF-8 of
+        # the message says "?" for it, and so must ours, or the answer cannot be encoded.
+        return message.encode("utf-8", "replace").decode("utf-8")
 
     def _done(self):
         """The session's lifetime in ms once the exchange is complete (0: none), as Kafka's
@@ -228,6 +237,12 @@ class SaslSession:
         self.expires = now + lifetime_ms / 1000 if limits else None
         self.state, self.user, self.previous = COMPLETE, server.user, None
         return lifetime_ms
+
+
+def _logged(text, limit=200):
+    """A client's text in one log line: escaped (an authzid may hold control characters,
+    a token's principal anything) and cut at `limit` characters."""
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
 
 
 def _exchange(header, frame):

@@ -625,10 +625,11 @@ class Broker:
         if (
             isinstance(connections_max_reauth_ms, bool)
             or not isinstance(connections_max_reauth_ms, int)
-            or connections_max_reauth_ms < 0
+            or not 0 <= connections_max_reauth_ms <= 2**63 - 1  # Kafka's long
         ):
             raise ValueError(
-                f"connections_max_reauth_ms: 0 (off) or more, not {connections_max_reauth_ms!r}"
+                "connections_max_reauth_ms: 0 (off) or more, to 9223372036854775807 (Kafka's "
+                f"long), not {connections_max_reauth_ms!r}"
             )
         self.connections_max_reauth_ms = connections_max_reauth_ms
         self.tls = (
