@@ -86,7 +86,7 @@ def plan(layout):
         if step[SUB] is not None:
             errors = errors or step[SUB].has_errors
             holds = holds or step[SUB].holds_addresses
-    if host is not None and port is not None:
+    if host is not None and port is not None and host < port[0]:
         p.address = (host, port[0], port[1])
         holds = True
     p.steps = tuple(steps)
