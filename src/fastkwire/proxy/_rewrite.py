@@ -249,6 +249,15 @@ def _fn(kind, step):
     return ("compact_" if step[COMPACT] else "") + ("nullable_" if step[NULLABLE] else "") + kind
 
 
+def _cut(run, pos, end):
+    """(name, error) of the first value of a run of fixed-width values that is cut."""
+    for name, width in run[3]:
+        if end - pos < width:
+            return name, _pure.short(pos, width, end)
+        pos += width
+    raise AssertionError("the run is not cut")
+
+
 def _holds(check):
     what = check[0]
     return what in (_HOST, _PORT) or (what in (STRUCT, STRUCTS) and check[3])
@@ -274,7 +283,7 @@ class _Rewrite:
         """The position after the response header, which is checked."""
         data, end = self.data, len(self.data)
         if end < 8:
-            raise _e.truncated(4, 4, end - 4)
+            raise _e.truncated(4, 4, end - 4).with_prefix("correlation_id")
         if not tagged:
             return 8
         n, pos = _pure.r_uvarint(data, 8, end)
@@ -300,7 +309,8 @@ class _Rewrite:
                 if what == _RUN:
                     width = step[2]
                     if end - pos < width:
-                        self.short_run(step, pos, end)
+                        f, cut = _cut(step, pos, end)
+                        raise cut
                     pos += width
                 elif what == FIXED_ARRAY:
                     s = step[2]
@@ -353,13 +363,6 @@ class _Rewrite:
         except (DecodeError, EncodeError) as x:
             raise x.with_prefix(f) from None
         return pos
-
-    def short_run(self, step, pos, end):
-        """Raises the error of the first value of a run of fixed-width values that is cut."""
-        for name, width in step[3]:
-            if end - pos < width:
-                raise _pure.short(pos, width, end).with_prefix(name)
-            pos += width
 
     def value(self, step, pos, end):
         """One value of a step other than a run, a host or a port; the position after it."""
