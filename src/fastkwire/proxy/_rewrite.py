@@ -17,8 +17,8 @@ fields that hold addresses, with a copy cursor: every byte range that names no b
 is copied as it came, and each host and port that the mapping changes is written anew
 at its field's encoding; a tagged field around one gets its new size. The header
 (correlation id, and tagged fields in flexible versions) and any bytes after the message
-are kept as they came. Memory is the output and a few small values, whatever the
-answer's shape.
+are kept as they came. Memory is the output (about twice the frame at peak: a bytearray,
+then its bytes) and the distinct addresses named, whatever the answer's shape.
 
 `addresses(msg, api_key)` lists the (host, port) a decoded answer names, and
 `rewrite_addresses` replaces each through a mapping function: one address for every
@@ -26,13 +26,14 @@ broker (`--rewrite-advertised`, a single broker or a cluster behind one address)
 listener of the proxy's own per broker (`--broker-ports`, `--map`).
 """
 
+import struct
 from functools import lru_cache
 
 from .. import RESPONSE_CLASSES, _pure, decode_response
 from .. import errors as _e
 from .._framing import check_size, response_header_version
 from .._rules import byte_view, check_version
-from .._wire import K_U16, MAX_MESSAGE
+from .._wire import K_U16, MAX_MESSAGE, PRIMITIVES
 from ..errors import DecodeError, EncodeError
 from ._frames import SIZE, uvarint
 from ._walk import (
@@ -209,7 +210,8 @@ def _checks(p):
         elif i == port_at:
             kind = "uint16" if p.address[2] == K_U16 else "int32"
             read, write = getattr(_pure, "r_" + kind), getattr(_pure, "w_" + kind)
-            steps.append((_PORT, step[NAME], read, write, _pure._S[kind]))
+            unpack = struct.Struct(">" + PRIMITIVES[kind].fmt)
+            steps.append((_PORT, step[NAME], read, write, unpack))
         elif what == FIXED:
             last = steps[-1] if steps else None
             if last is not None and last[0] == _RUN:

@@ -39,7 +39,6 @@ class Plan:
         "steps",
         "tagged",
         "flexible",
-        "min_size",
         "fixed_size",
         "has_errors",
         "address",
@@ -50,7 +49,6 @@ class Plan:
         self.steps = ()
         self.tagged = {}  # tag -> step
         self.flexible = layout.flexible
-        self.min_size = layout.min_size
         self.fixed_size = None  # bytes it always takes, when it has no error code and no length
         self.has_errors = False
         self.address = None  # (index of the host step, of the port step, the port's kind)
