@@ -15,9 +15,22 @@ invariants:
   address but the proxy's (or Kafka's "none": no host and a port of 0 or less). The frame
   returned unchanged names none either.
 - Every address named was offered to the mapping, and only those.
+- The rewriter (which walks the bytes and copies what names no broker) agrees with the
+  reference, `reference_rewrite`: the answer decoded whole, its addresses replaced and
+  re-encoded. Both refuse the same frames (a DecodeError, and the reference's error
+  too); on the others both name the same addresses, offer the mapping the same ones in
+  the same order, and give the same bytes when the frame is as the codec writes it (the
+  same message otherwise: the reference re-encodes what it did not change).
+- Peak memory (tracemalloc, after a first call warmed the caches) stays under
+  MEMORY_FACTOR times the frame plus MEMORY_SLACK bytes, on every seed with --memory
+  (every 50th without).
+
+Answers are built with their other fields too (every field set, an unknown tagged field
+in every struct of flexible versions) for some seeds, so that copying what lies between
+the addresses, and the tagged sizes around them, are exercised.
 
 Run: python fuzz/lying_broker.py --loop 20000 --seed 1 (tests/test_proxy_lying_brokers.py
-runs a short one).
+runs a short one); --memory measures every seed.
 """
 
 from __future__ import annotations
@@ -26,9 +39,26 @@ import argparse
 import random
 import struct
 import sys
+import tracemalloc
+from pathlib import Path
 
 import fastkwire as fk
-from fastkwire.proxy._rewrite import FIRST_VERSION, rewrite_addresses
+from fastkwire.errors import DecodeError
+from fastkwire.proxy._rewrite import (
+    FIRST_VERSION,
+    _entries,
+    addresses,
+    header_end,
+    rewrite_addresses,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from differential import full_dict  # noqa: E402
+
+sys.path.pop(0)
+
+MEMORY_FACTOR = 3
+MEMORY_SLACK = 256 * 1024
 
 PROXY_HOST = "proxy.invalid"
 HOSTS = [
@@ -112,6 +142,66 @@ def _message(rng, cls, version):
     )
 
 
+# The fields of an answer that name brokers (those _message sets).
+_ADDRESS_FIELDS = (
+    "brokers",
+    "coordinators",
+    "nodes",
+    "node_endpoints",
+    "current_leader",
+    "node_id",
+    "host",
+    "port",
+    "error_code",
+)
+
+
+def _with_other_fields(msg, cls, version):
+    """`msg`'s addresses in an answer whose every other field is set."""
+    full = cls.from_dict(full_dict(cls.__name__, version))
+    for name in _ADDRESS_FIELDS:
+        if hasattr(msg, name):
+            setattr(full, name, getattr(msg, name))
+    return full
+
+
+def reference_rewrite(frame, api_key, version, mapped):
+    """What the rewriter gives, the plain way: the whole answer decoded, its addresses
+    replaced, and re-encoded at its version (the header and the bytes after the message
+    kept); the frame itself when nothing changes."""
+    header, msg, extra = fk.decode_response(
+        frame, api_key, version, records="view", trailing="keep"
+    )
+    named = addresses(msg, api_key)
+    changed = False
+    for e in _entries(msg, api_key):
+        new = mapped((e.host, e.port))
+        if new is not None and (e.host, e.port) != tuple(new):
+            e.host, e.port = new
+            changed = True
+    if not changed:
+        return frame, named
+    body = msg.encode(version)
+    head = bytes(frame[4 : header_end(frame, api_key, version)])
+    return struct.pack(">i", len(head) + len(body) + len(extra)) + head + body + extra, named
+
+
+def as_written(frame, api_key, version):
+    """Whether a frame that decodes is as the codec writes its message (so re-encoding it
+    gives its bytes back)."""
+    _, msg, extra = fk.decode_response(frame, api_key, version, records="view", trailing="keep")
+    start = header_end(frame, api_key, version)
+    return msg.encode(version) == frame[start : len(frame) - len(extra)]
+
+
+def _mapping(offered, order):
+    def mapped(address):
+        order.append(address)
+        return PROXY_HOST, offered.setdefault(address, 30001 + len(offered))
+
+    return mapped
+
+
 def _mutate(rng, frame):
     data = bytearray(frame)
     for _ in range(rng.choice([0, 0, 1, 2, 5])):
@@ -150,53 +240,101 @@ def _every_address(value):
             yield from _every_address(v)
 
 
-def check(seed):
+def check(seed, memory=None):
     rng = random.Random(seed)
     api_key = rng.choice(sorted(FIRST_VERSION))
     cls = fk.RESPONSE_CLASSES[api_key]
     version = rng.randrange(max(FIRST_VERSION[api_key], cls.MIN_VERSION), cls.MAX_VERSION + 1)
     try:
-        frame = fk.encode_response(_message(rng, cls, version), version, seed & 0x7FFFFFFF)
+        msg = _message(rng, cls, version)
+        if rng.random() < 0.3:
+            msg = _with_other_fields(msg, cls, version)
+        frame = fk.encode_response(msg, version, seed & 0x7FFFFFFF)
     except ValueError:
         return "unencodable"  # a port out of the field's range: not an answer a broker sends
     frame = _mutate(rng, frame)
-    offered = {}
-
-    def mapped(address):
-        return PROXY_HOST, offered.setdefault(address, 30001 + len(offered))
-
+    offered, order = {}, []
     try:
-        new, named = rewrite_addresses(frame, api_key, version, mapped)
-    except ValueError:
+        new, named = rewrite_addresses(frame, api_key, version, _mapping(offered, order))
+    except DecodeError as e:
+        _refused_too(seed, cls, version, frame, e)
         return "refused"
     except Exception as e:  # noqa: BLE001 - the finding
         raise Finding(f"seed {seed}: {cls.__name__} v{version}: {type(e).__name__}: {e}") from e
+    where = f"seed {seed}: {cls.__name__} v{version}"
     if new[4:8] != frame[4:8]:
         raise Finding(f"seed {seed}: the correlation id changed")
     try:
-        _, msg, _ = fk.decode_response(new, api_key, version, records="view", trailing="keep")
+        _, got, _ = fk.decode_response(new, api_key, version, records="view", trailing="keep")
     except ValueError as e:
-        raise Finding(
-            f"seed {seed}: {cls.__name__} v{version}: the rewritten frame does not decode: {e}"
-        )
-    left = [a for a in _every_address(msg.to_dict()) if not _named_ok(*a)]
+        raise Finding(f"{where}: the rewritten frame does not decode: {e}")
+    left = [a for a in _every_address(got.to_dict()) if not _named_ok(*a)]
     if left:
-        raise Finding(f"seed {seed}: {cls.__name__} v{version}: told {left[:3]}")
+        raise Finding(f"{where}: told {left[:3]}")
     if set(offered) != set(named):
         raise Finding(
-            f"seed {seed}: the mapping was offered {list(offered)[:5]}, the answer named {named[:5]}"
+            f"{where}: the mapping was offered {list(offered)[:5]}, the answer named {named[:5]}"
         )
+    _agrees(where, frame, api_key, version, new, named, order)
+    if memory if memory is not None else seed % 50 == 0:
+        _memory(where, frame, api_key, version)
     return "rewritten" if new is not frame else "unchanged"
+
+
+def _refused_too(seed, cls, version, frame, error):
+    """The rewriter refused a frame: the reference must refuse it too."""
+    try:
+        reference_rewrite(frame, cls.API_KEY, version, _mapping({}, []))
+    except ValueError:
+        return
+    raise Finding(f"seed {seed}: {cls.__name__} v{version}: refused ({error}) a frame that decodes")
+
+
+def _agrees(where, frame, api_key, version, new, named, order):
+    ref_order = []
+    try:
+        ref, ref_named = reference_rewrite(frame, api_key, version, _mapping({}, ref_order))
+    except ValueError as e:
+        raise Finding(f"{where}: rewrote a frame that does not decode: {e}") from e
+    if named != ref_named or order != ref_order:
+        raise Finding(
+            f"{where}: named {named[:5]} (offered {order[:5]}), the reference "
+            f"{ref_named[:5]} (offered {ref_order[:5]})"
+        )
+    if (new is frame) != (ref is frame):
+        raise Finding(f"{where}: only one of the rewriter and the reference changed the frame")
+    if as_written(frame, api_key, version):
+        if new != ref:
+            raise Finding(f"{where}: the bytes differ from the reference's")
+        return
+    mine = fk.decode_response(new, api_key, version, records="view", trailing="keep")
+    theirs = fk.decode_response(ref, api_key, version, records="view", trailing="keep")
+    if mine[1].to_dict() != theirs[1].to_dict() or mine[2] != theirs[2]:
+        raise Finding(f"{where}: the message differs from the reference's")
+
+
+def _memory(where, frame, api_key, version):
+    rewrite_addresses(frame, api_key, version, _mapping({}, []))  # warms the plans' caches
+    mapped = _mapping({}, [])
+    tracemalloc.start()
+    try:
+        rewrite_addresses(frame, api_key, version, mapped)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    if peak > MEMORY_FACTOR * len(frame) + MEMORY_SLACK:
+        raise Finding(f"{where}: peak {peak} bytes for a frame of {len(frame)}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--loop", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--memory", action="store_true", help="measure every seed's peak")
     args = parser.parse_args()
     counts = {}
     for seed in range(args.seed, args.seed + args.loop):
-        outcome = check(seed)
+        outcome = check(seed, True if args.memory else None)
         counts[outcome] = counts.get(outcome, 0) + 1
     print(f"lying_broker: {args.loop} answers: {counts}")
 

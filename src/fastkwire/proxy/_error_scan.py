@@ -3,9 +3,9 @@
 A response's summary line and the per-API table need only its non-zero `error_code`
 values. Decoding a whole answer for them costs many times the frame in objects (a 30 MB
 ListGroups answer of 10M groups is 10M objects), so this walks the response's layout
-(the same one model of the wire format that both engines compile) and skips what it does
-not need: fixed-width values by their width, strings and bytes by their length, arrays of
-fixed-size structs without error codes in one step.
+(its walk plan, `_walk`) and skips what it does not need: fixed-width values by their
+width, strings and bytes by their length, arrays of fixed-size structs without error codes
+in one step.
 
 The walk is bounded: it stops after MAX_STEPS values (arrays of fixed-width values and
 skippable structs count as one), so a huge answer costs a bounded amount of CPU, and the
@@ -17,80 +17,16 @@ import struct
 from functools import lru_cache
 
 from .. import RESPONSE_CLASSES
-from .. import _wire as W
 from .._framing import response_header_version
+from ._walk import BYTES, FIXED, FIXED_ARRAY, STRING, STRINGS, STRUCT, plan
 
 MAX_STEPS = 50_000
 
 _I8, _I16, _I32 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i")
-# How a plain op is walked: (what, width or element width, compact, nullable, sub, is error_code)
-FIXED, STRING, BYTES, STRUCT, STRUCTS, FIXED_ARRAY, STRINGS = range(7)
 
 
 class _Stop(Exception):
     """The walk ends here: out of bytes, a length that does not fit, or out of steps."""
-
-
-class _Walk:
-    """One struct layout, as steps: plain ops in order, then (flexible) the tagged ones."""
-
-    __slots__ = ("steps", "tagged", "flexible", "fixed_size", "has_errors")
-
-    def __init__(self):
-        self.steps = ()
-        self.tagged = {}
-        self.flexible = False
-        self.fixed_size = None  # bytes it always takes, when it has no error code and no length
-        self.has_errors = False
-
-
-@lru_cache(maxsize=None)
-def _walk(layout):
-    w = _Walk()
-    w.flexible = layout.flexible
-    steps = []
-    fixed, errors = 0, False
-    for op in layout.plain:
-        step = _step(op)
-        steps.append(step)
-        what, width, _, nullable, sub, is_code = step
-        errors = errors or is_code or (sub is not None and sub.has_errors)
-        if fixed is not None:
-            if what == FIXED:
-                fixed += width
-            elif what == STRUCT and not nullable and sub.fixed_size is not None:
-                fixed += sub.fixed_size
-            else:
-                fixed = None
-    for op in layout.tagged:
-        if op.kind in (W.K_STRUCT, W.K_STRUCTS) and op.sub is not None:
-            w.tagged[op.field.tag] = _step(op)
-            errors = errors or _walk(op.sub).has_errors
-    w.steps = tuple(steps)
-    w.has_errors = errors
-    w.fixed_size = None if errors or layout.flexible else fixed
-    return w
-
-
-def _step(op):
-    kind = op.kind
-    sub = _walk(op.sub) if op.sub is not None else None
-    is_code = op.name == "error_code" and kind == W.K_I16
-    if kind == W.K_STRUCT:
-        what = STRUCT
-    elif kind == W.K_STRUCTS:
-        what = STRUCTS
-    elif kind == W.K_STRING:
-        what = STRING
-    elif kind == W.K_BYTES:
-        what = BYTES
-    elif kind == W.K_STRINGS:
-        what = STRINGS
-    elif kind in (W.K_INTS, W.K_SCALARS):
-        what = FIXED_ARRAY
-    else:
-        what = FIXED
-    return (what, op.width, op.compact, op.nullable, sub, is_code)
 
 
 class _Scan:
@@ -139,7 +75,7 @@ class _Scan:
 
     def struct(self, walk, pos):
         self.tick()
-        for what, width, compact, nullable, sub, is_code in walk.steps:
+        for what, width, compact, nullable, sub, is_code, _, _ in walk.steps:
             if what == FIXED:
                 if is_code:
                     code, pos = self.fixed(pos, _I16)
@@ -190,7 +126,7 @@ class _Scan:
                 size, pos = self.uvarint(pos)
                 end = self.skip(pos, size)
                 step = walk.tagged.get(tag)
-                if step is not None and step[4].has_errors:
+                if step is not None and step[4] is not None and step[4].has_errors:
                     self._tagged(step, pos, end)
                 pos = end
         return pos
@@ -198,7 +134,7 @@ class _Scan:
     def _tagged(self, step, pos, end):
         outer, self.end = self.end, end
         try:
-            what, _, compact, _, sub, _ = step
+            what, _, compact, _, sub = step[:5]
             if what == STRUCT:
                 self.struct(sub, pos)
             else:
@@ -219,7 +155,7 @@ def _root(api_key, version):
     cls = RESPONSE_CLASSES.get(api_key)
     if cls is None or version is None or not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
         return None
-    walk = _walk(cls._LAYOUTS.root(version))
+    walk = plan(cls._LAYOUTS.root(version))
     if not walk.has_errors:
         return None
     return walk, response_header_version(cls, version) >= 1
