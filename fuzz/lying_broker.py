@@ -8,16 +8,16 @@ mutates its bytes at random (flips, cuts, insertions, lying lengths and counts, 
 bytes) and rewrites it the way a proxy with a listener per broker does. The contract, as
 invariants:
 
-- `rewrite_addresses` returns, or raises ValueError (DecodeError is one): the proxy then
+- The walking rewriter (`walk_rewrite`, what the proxy uses for answers over 4 MiB; the
+  smaller ones go through `decode_rewrite`) returns, or raises ValueError (DecodeError is one): the proxy then
   ends that connection. Any other exception is a finding (it would end the connection as
   an internal error).
 - A returned frame decodes at the same version, keeps the correlation id and names no
   address but the proxy's (or Kafka's "none": no host and a port of 0 or less). The frame
   returned unchanged names none either.
 - Every address named was offered to the mapping, and only those.
-- The rewriter (which walks the bytes and copies what names no broker) agrees with the
-  reference, `reference_rewrite`: the answer decoded whole, its addresses replaced and
-  re-encoded. Both refuse the same frames (a DecodeError, and the reference's error
+- The walking rewriter (which copies what names no broker) agrees with the reference,
+  `decode_rewrite`: the answer decoded whole, its addresses replaced and re-encoded. Both refuse the same frames (a DecodeError, and the reference's error
   too); on the others both name the same addresses, offer the mapping the same ones in
   the same order, and give the same bytes when the frame is as the codec writes it (the
   same message otherwise: the reference re-encodes what it did not change).
@@ -46,10 +46,9 @@ import fastkwire as fk
 from fastkwire.errors import DecodeError
 from fastkwire.proxy._rewrite import (
     FIRST_VERSION,
-    _entries,
-    addresses,
     header_end,
-    rewrite_addresses,
+    decode_rewrite,
+    walk_rewrite,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -165,27 +164,6 @@ def _with_other_fields(msg, cls, version):
     return full
 
 
-def reference_rewrite(frame, api_key, version, mapped):
-    """What the rewriter gives, the plain way: the whole answer decoded, its addresses
-    replaced, and re-encoded at its version (the header and the bytes after the message
-    kept); the frame itself when nothing changes."""
-    header, msg, extra = fk.decode_response(
-        frame, api_key, version, records="view", trailing="keep"
-    )
-    named = addresses(msg, api_key)
-    changed = False
-    for e in _entries(msg, api_key):
-        new = mapped((e.host, e.port))
-        if new is not None and (e.host, e.port) != tuple(new):
-            e.host, e.port = new
-            changed = True
-    if not changed:
-        return frame, named
-    body = msg.encode(version)
-    head = bytes(frame[4 : header_end(frame, api_key, version)])
-    return struct.pack(">i", len(head) + len(body) + len(extra)) + head + body + extra, named
-
-
 def as_written(frame, api_key, version):
     """Whether a frame that decodes is as the codec writes its message (so re-encoding it
     gives its bytes back)."""
@@ -255,7 +233,7 @@ def check(seed, memory=None):
     frame = _mutate(rng, frame)
     offered, order = {}, []
     try:
-        new, named = rewrite_addresses(frame, api_key, version, _mapping(offered, order))
+        new, named = walk_rewrite(frame, api_key, version, _mapping(offered, order))
     except DecodeError as e:
         _refused_too(seed, cls, version, frame, e)
         return "refused"
@@ -284,7 +262,7 @@ def check(seed, memory=None):
 def _refused_too(seed, cls, version, frame, error):
     """The rewriter refused a frame: the reference must refuse it too."""
     try:
-        reference_rewrite(frame, cls.API_KEY, version, _mapping({}, []))
+        decode_rewrite(frame, cls.API_KEY, version, _mapping({}, []))
     except ValueError:
         return
     raise Finding(f"seed {seed}: {cls.__name__} v{version}: refused ({error}) a frame that decodes")
@@ -293,7 +271,7 @@ def _refused_too(seed, cls, version, frame, error):
 def _agrees(where, frame, api_key, version, new, named, order):
     ref_order = []
     try:
-        ref, ref_named = reference_rewrite(frame, api_key, version, _mapping({}, ref_order))
+        ref, ref_named = decode_rewrite(frame, api_key, version, _mapping({}, ref_order))
     except ValueError as e:
         raise Finding(f"{where}: rewrote a frame that does not decode: {e}") from e
     if named != ref_named or order != ref_order:
@@ -314,11 +292,11 @@ def _agrees(where, frame, api_key, version, new, named, order):
 
 
 def _memory(where, frame, api_key, version):
-    rewrite_addresses(frame, api_key, version, _mapping({}, []))  # warms the plans' caches
+    walk_rewrite(frame, api_key, version, _mapping({}, []))  # warms the plans' caches
     mapped = _mapping({}, [])
     tracemalloc.start()
     try:
-        rewrite_addresses(frame, api_key, version, mapped)
+        walk_rewrite(frame, api_key, version, mapped)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

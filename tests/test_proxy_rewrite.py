@@ -1,5 +1,6 @@
-"""The proxy's address rewriter (fastkwire.proxy._rewrite) against the plain way of doing
-it (fuzz/lying_broker.py's `reference_rewrite`: decode the whole answer, replace, encode):
+"""The proxy's walking address rewriter (fastkwire.proxy._rewrite's `walk_rewrite`, for
+answers over 4 MiB) against the plain way of doing it (`decode_rewrite`, for the smaller
+ones: decode the whole answer, replace, encode):
 the same bytes for every rewritten API and version, the same refusals with the same
 DecodeError on hostile frames, and a peak memory of a small multiple of the frame where
 the plain way builds the whole answer (a Metadata answer of 200,000 partitions or of a
@@ -16,7 +17,13 @@ import pytest
 
 import fastkwire as fk
 from fastkwire.errors import DecodeError
-from fastkwire.proxy._rewrite import FIRST_VERSION, rewrite_addresses
+from fastkwire.proxy._rewrite import (
+    DECODE_AT_MOST,
+    FIRST_VERSION,
+    decode_rewrite,
+    rewrite_addresses,
+    walk_rewrite,
+)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fuzz"))
 try:
@@ -25,7 +32,6 @@ try:
 finally:
     sys.path.pop(0)
 
-reference_rewrite = lying_broker.reference_rewrite
 M = fk.MetadataResponse
 
 
@@ -59,8 +65,8 @@ def _mapping(calls):
 def _same(frame, api_key, version):
     """Both rewriters on one frame: the same result, the same calls of the mapping."""
     mine, theirs = [], []
-    got = rewrite_addresses(frame, api_key, version, _mapping(mine))
-    want = reference_rewrite(frame, api_key, version, _mapping(theirs))
+    got = walk_rewrite(frame, api_key, version, _mapping(mine))
+    want = decode_rewrite(frame, api_key, version, _mapping(theirs))
     assert got == want
     assert (got[0] is frame) == (want[0] is frame)
     assert mine == theirs
@@ -141,8 +147,8 @@ def _measured(frame):
     """(peak bytes of rewriting it, of which the result kept, the addresses named), after
     a warm-up."""
     mapped = lambda address: ("proxy", 30001)  # noqa: E731
-    rewrite_addresses(_many_brokers(3, ["a", "b", "c"]), 3, 12, mapped)
-    (new, named), kept, peak = _peak(lambda: rewrite_addresses(frame, 3, 12, mapped))
+    walk_rewrite(_many_brokers(3, ["a", "b", "c"]), 3, 12, mapped)
+    (new, named), kept, peak = _peak(lambda: walk_rewrite(frame, 3, 12, mapped))
     assert new is not frame and named
     return peak, kept, named
 
@@ -199,7 +205,7 @@ def test_the_mapping_is_not_called_for_an_answer_that_does_not_decode():
     cut = struct.pack(">i", len(cut) - 4) + cut[4:]
     calls = []
     with pytest.raises(DecodeError):
-        rewrite_addresses(cut, M.API_KEY, 12, _mapping(calls))
+        walk_rewrite(cut, M.API_KEY, 12, _mapping(calls))
     assert calls == []
 
 
@@ -209,14 +215,14 @@ def _hostile(frame, api_key, version):
         fk.decode_response(frame, api_key, version, records="view", trailing="keep")
     except DecodeError as e:
         with pytest.raises(DecodeError) as got:
-            rewrite_addresses(frame, api_key, version, _mapping([]))
+            walk_rewrite(frame, api_key, version, _mapping([]))
         assert (got.value.offset, got.value.path, got.value.reason) == (e.offset, e.path, e.reason)
         return True
     if lying_broker.as_written(frame, api_key, version):
         _same(frame, api_key, version)
     else:  # the plain way re-encodes what it did not change (a bool of 2, say): the same message
-        mine = rewrite_addresses(frame, api_key, version, _mapping([]))
-        theirs = reference_rewrite(frame, api_key, version, _mapping([]))
+        mine = walk_rewrite(frame, api_key, version, _mapping([]))
+        theirs = decode_rewrite(frame, api_key, version, _mapping([]))
         assert mine[1] == theirs[1]
         decoded = [
             fk.decode_response(f, api_key, version, trailing="keep")[1:]
@@ -266,8 +272,29 @@ def test_a_longer_host_grows_the_tagged_size_around_it():
     F = fk.FetchResponse
     msg = F(node_endpoints=[F.NodeEndpoint(node_id=1, host="b1", port=9092)])
     frame = fk.encode_response(msg, 16, 9)
-    new, named = rewrite_addresses(frame, F.API_KEY, 16, lambda a: ("h" * 300, 30001))
+    new, named = walk_rewrite(frame, F.API_KEY, 16, lambda a: ("h" * 300, 30001))
     assert named == [("b1", 9092)]
     _, got = fk.decode_response(new, F.API_KEY, 16)
     assert [(e.host, e.port) for e in got.node_endpoints] == [("h" * 300, 30001)]
-    assert new == reference_rewrite(frame, F.API_KEY, 16, lambda a: ("h" * 300, 30001))[0]
+    assert new == decode_rewrite(frame, F.API_KEY, 16, lambda a: ("h" * 300, 30001))[0]
+
+
+def test_answers_over_the_decode_limit_are_walked(monkeypatch):
+    """rewrite_addresses decodes answers up to DECODE_AT_MOST (the compiled codec is faster
+    at that) and walks larger ones, whose objects would take many times the frame; both
+    give the same answer."""
+    frame = _many_brokers(30_000, ["a", "b", "c"])
+    used = []
+    for name, real in (("decode_rewrite", decode_rewrite), ("walk_rewrite", walk_rewrite)):
+
+        def spy(*args, name=name, real=real):
+            used.append(name)
+            return real(*args)
+
+        monkeypatch.setattr(f"fastkwire.proxy._rewrite.{name}", spy)
+    small = rewrite_addresses(frame, 3, 12, _mapping([]))
+    monkeypatch.setattr("fastkwire.proxy._rewrite.DECODE_AT_MOST", len(frame) - 1)
+    large = rewrite_addresses(frame, 3, 12, _mapping([]))
+    assert used == ["decode_rewrite", "walk_rewrite"]
+    assert small == large
+    assert DECODE_AT_MOST == 4 * 1024 * 1024

@@ -9,8 +9,9 @@ whose schema has a host and a port is here, but for ACL host patterns and a Stre
 group's application endpoints (its members' own servers, not Kafka's). Every other
 response is forwarded untouched.
 
-An answer is rewritten without building its objects (a Metadata answer of 200,000
-partitions would be millions of them): its bytes are walked along its layout's walk plan
+An answer over 4 MiB is rewritten without building its objects (a Metadata answer of
+200,000 partitions would be millions of them; smaller ones are decoded and encoded again,
+which the compiled codec does faster): its bytes are walked along its layout's walk plan
 (`_walk`) twice. The first walk checks every value as decode does (the same primitives,
 so the same DecodeError at the same offset) and calls nothing. The second walks only the
 fields that hold addresses, with a copy cursor: every byte range that names no broker
@@ -138,12 +139,45 @@ def addresses(msg, api_key):
     return list(dict.fromkeys((e.host, e.port) for e in _entries(msg, api_key)))
 
 
+# Answers up to this size are decoded whole and encoded again by the codec: compiled, that
+# is 3-8x faster than walking them here (a Fetch answer of 100 partitions: 22 us against
+# 180), and their objects take at most some 18x the frame (72 MiB). A larger answer, which
+# an upstream can send up to the frame cap, is walked: about twice the frame at peak.
+DECODE_AT_MOST = 4 * 1024 * 1024
+
+
 def rewrite_addresses(frame, api_key, version, mapped):
     """(frame, upstream addresses named): the response frame with each broker address
     replaced by `mapped((host, port))` (a (host, port) pair, or None to keep it); the frame
     itself when nothing changes. Raises DecodeError when the frame does not decode (before
     `mapped` is called), EncodeError when a mapped address does not fit its field. Bytes
     after the message stay after it."""
+    rewrite = decode_rewrite if len(frame) <= DECODE_AT_MOST else walk_rewrite
+    return rewrite(frame, api_key, version, mapped)
+
+
+def decode_rewrite(frame, api_key, version, mapped):
+    """`rewrite_addresses` by the codec: the whole answer decoded, its addresses replaced,
+    and encoded again at its version (the header and the bytes after the message kept)."""
+    header, msg, extra = decode_response(frame, api_key, version, records="view", trailing="keep")
+    named = addresses(msg, api_key)
+    changed = False
+    for e in _entries(msg, api_key):
+        new = mapped((e.host, e.port))
+        if new is not None and (e.host, e.port) != tuple(new):
+            e.host, e.port = new
+            changed = True
+    if not changed:
+        return frame, named
+    body = msg.encode(version)
+    head = bytes(frame[4 : header_end(frame, api_key, version)])
+    return SIZE.pack(len(head) + len(body) + len(extra)) + head + body + extra, named
+
+
+def walk_rewrite(frame, api_key, version, mapped):
+    """`rewrite_addresses` by walking the frame's bytes (the module's docstring): what it
+    gives equals `decode_rewrite`'s for every answer the codec writes; an answer that
+    decodes but is written otherwise keeps its own bytes where no address changes."""
     cls = RESPONSE_CLASSES.get(api_key)
     if cls is None:
         raise ValueError(f"unknown API key {api_key}")
