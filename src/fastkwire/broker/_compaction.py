@@ -34,6 +34,7 @@ cleaned segments); with a log directory they are the segment files, which a pass
 import bisect
 import logging
 import os
+import re
 import struct
 
 from .. import _compression, records
@@ -50,6 +51,9 @@ _TRANSACTIONAL = 0x10
 _LOG_APPEND_TIME = 0x08
 _log = logging.getLogger("fastkwire.broker")
 _NO_LAG = "9223372036854775807"  # max.compaction.lag.ms's default: never due by time
+# A checkpoint's offset: ASCII digits, at most 19 (str.isdigit() passes "\u00b2", which int()
+# refuses, and int() refuses thousands of digits: a damaged entry is ignored)
+_OFFSET_DIGITS = re.compile("[0-9]{1,19}")
 
 
 def check_keys(data, topic, index):
@@ -526,7 +530,7 @@ class LogCleaner:
         path = self._checkpoint_path()
         if path is not None:
             for entry in read_checkpoint(path):
-                if len(entry) == 3 and entry[1].isdigit() and entry[2].isdigit():
+                if len(entry) == 3 and all(_OFFSET_DIGITS.fullmatch(e) for e in entry[1:]):
                     self.first_dirty[(entry[0], int(entry[1]))] = (None, int(entry[2]))
 
     def _checkpoint_path(self):
