@@ -44,6 +44,55 @@ def clean(cluster):
     return done
 
 
+def test_a_tombstone_with_a_timestamp_far_before_its_horizon_still_reads():
+    # the delete horizon becomes the batch's base timestamp: the record's delta from it
+    # would not fit an int64 varint (a batch no reader takes, and no later pass either)
+    cluster = Cluster(NODES)
+    topic = compacted(cluster)
+    p = topic.partitions[0]
+    append(p, [Record(timestamp=-(1 << 63) + 10, key=b"gone", value=None)])
+    fill(p, 20)
+    assert clean(cluster)
+    kept = [(r.offset, r.timestamp, r.key, r.value) for b in read_all(p) for r in b.records]
+    assert kept[0] == (0, -(1 << 63) + 10, b"gone", None)  # a tombstone kept, as it was
+    clean(cluster)  # and the next pass reads it too: the partition stays cleanable
+
+
+def test_records_of_one_batch_far_apart_in_time_read_after_a_pass():
+    cluster = Cluster(NODES)
+    topic = compacted(cluster)
+    p = topic.partitions[0]
+    append(
+        p,
+        [
+            Record(timestamp=0, key=b"x", value=b"1"),
+            Record(timestamp=INT64_MAX, key=b"y", value=b"1"),
+            Record(timestamp=-(1 << 63) + 1, key=b"z", value=b"1"),
+        ],
+    )
+    append(p, [Record(timestamp=NOW, key=b"x", value=b"2")])  # x's first record goes
+    fill(p, 20)
+    assert clean(cluster)
+    first = read_all(p)[0]
+    assert [(r.offset, r.timestamp, r.key) for r in first.records] == [
+        (1, INT64_MAX, b"y"),
+        (2, -(1 << 63) + 1, b"z"),
+    ]
+
+
+def test_delete_retention_ms_at_its_maximum_keeps_tombstones_and_the_partition_cleanable():
+    cluster = Cluster(NODES)
+    topic = compacted(cluster, delete_retention_ms=INT64_MAX)
+    p = topic.partitions[0]
+    append(p, [Record(timestamp=NOW, key=b"gone", value=None)])
+    fill(p, 20)
+    assert clean(cluster)
+    (tombstone,) = [r for b in read_all(p) for r in b.records if r.key == b"gone"]
+    assert tombstone.value is None and tombstone.offset == 0
+    first = read_all(p)[0]
+    assert first.base_timestamp == INT64_MAX  # the horizon: never
+
+
 def test_a_damaged_cleaner_offset_checkpoint_does_not_stop_the_start(tmp_path):
     storage = DiskLogs(str(tmp_path))
     cluster = Cluster(NODES, cluster_id=storage.cluster_id())

@@ -50,6 +50,7 @@ _CONTROL = 0x20
 _TRANSACTIONAL = 0x10
 _LOG_APPEND_TIME = 0x08
 _log = logging.getLogger("fastkwire.broker")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NO_LAG = "9223372036854775807"  # max.compaction.lag.ms's default: never due by time
 # A checkpoint's offset: ASCII digits, at most 19 (str.isdigit() passes "\u00b2", which int()
 # refuses, and int() refuses thousands of digits: a damaged entry is ignored)
@@ -162,7 +163,14 @@ def _rewrite(batch, kept, horizon):
     else:
         # a LogAppendTime batch's records read as their batch's time (Kafka's reader)
         stamps = [batch.max_ts if append_time else r.timestamp for r in kept]
-        base_ts = stamps[0] if horizon is None else horizon
+        if horizon is not None and not _fits(stamps, horizon):
+            horizon = None  # a record's time too far before it: its tombstones stay
+        if horizon is not None:
+            base_ts = horizon
+        elif _fits(stamps, stamps[0]):
+            base_ts = stamps[0]
+        else:  # records far apart in time: the batch's own base, which all of them fit
+            base_ts = batch.first_ts
         max_ts = max(stamps)
         body = bytearray()
         rec = bytearray()
@@ -203,6 +211,12 @@ def _rewrite(batch, kept, horizon):
     out += body
     struct.pack_into(">I", out, 17, records.crc32c(memoryview(out)[BATCH_CRC_START:]))
     return bytes(out), max_ts
+
+
+def _fits(stamps, base_ts):
+    """Whether every record's timestamp delta from `base_ts` is an int64 (a varlong a
+    reader takes: Kafka's arithmetic wraps, readers here refuse what does not fit)."""
+    return _INT64_MIN <= min(stamps) - base_ts and max(stamps) - base_ts <= _INT64_MAX
 
 
 class _Transactions:
@@ -412,7 +426,8 @@ def clean_partition(topic, partition, first_dirty, now_ms, force=False):
             if len(keep) == len(recs) and not set_horizon:
                 kept.append((b.base, b.data, b.max_ts))
                 continue
-            horizon = now_ms + delete_retention if set_horizon else b.horizon
+            # saturated: delete.retention.ms may be up to int64's maximum (then: never)
+            horizon = min(now_ms + delete_retention, _INT64_MAX) if set_horizon else b.horizon
             data, max_ts = _rewrite(b, keep, horizon)
             kept.append((b.base, data, max_ts))
         elif retain_empty:
