@@ -104,3 +104,39 @@ def test_a_damaged_cleaner_offset_checkpoint_does_not_stop_the_start(tmp_path):
     cleaner = LogCleaner(cluster, time.monotonic, time.time)
     assert cleaner.first_dirty == {("t", 0): (None, 12)}  # the good entry, the last of t-0
     storage.close()
+
+
+def test_a_checkpoint_that_cannot_be_written_leaves_the_brokers_timer_running(tmp_path):
+    from fastkwire.testing import Broker
+
+    (tmp_path / CHECKPOINT_FILE).mkdir()  # a damaged log directory: its checkpoint a folder
+    with Broker(
+        log_dir=str(tmp_path), log_cleaner_backoff_ms=50, retention_check_interval_ms=50
+    ) as broker:
+        broker.create_topic("t", configs={"cleanup.policy": "compact", "segment.bytes": "300"})
+        broker.create_topic("old", configs={"retention.ms": "1000"})
+
+        def write(name, count, ts):
+            p = broker.broker.cluster.topics[name].partitions[0]
+            for i in range(count):
+                append(p, [Record(timestamp=ts, key=b"k%d" % (i % 3), value=b"v%d" % i)])
+
+        broker.call(lambda: write("t", 30, int(time.time() * 1000)))
+
+        def tried():
+            return ("t", 0) in broker.broker.cleaner.first_dirty
+
+        deadline = time.monotonic() + 10
+        while not broker.call(tried) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert broker.call(tried)  # a pass ran, its checkpoint could not be written
+        # the timer goes on: retention still runs after it
+        broker.call(lambda: write("old", 3, 0))
+
+        def start():
+            return broker.broker.cluster.topics["old"].partitions[0].log.log_start
+
+        deadline = time.monotonic() + 10
+        while broker.call(start) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert broker.call(start) == 3

@@ -594,7 +594,10 @@ class LogCleaner:
                     self.first_dirty[key] = (topic.id, result.end)
                     done[key] = result
         if done:
-            self._write_checkpoint()
+            try:
+                self._write_checkpoint()
+            except OSError as e:  # the log directory: said; the next pass that cleans writes it
+                _log.error("cannot write %s: %s", self._checkpoint_path(), e)
         return done
 
     def _write_checkpoint(self):
