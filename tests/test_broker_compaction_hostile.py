@@ -140,3 +140,22 @@ def test_a_checkpoint_that_cannot_be_written_leaves_the_brokers_timer_running(tm
         while broker.call(start) == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert broker.call(start) == 3
+
+
+def test_a_topic_made_again_under_a_name_once_uncleanable_is_cleaned(monkeypatch):
+    cluster = Cluster(NODES)
+    fill(compacted(cluster).partitions[0], 30)
+    cleaner = LogCleaner(cluster, time.monotonic, time.time)
+
+    def undecodable(data, **_):
+        raise ImportError("cramjam is needed for zstd batches")
+
+    monkeypatch.setattr(records, "read_batches", undecodable)
+    assert cleaner.clean(NOW, force=True) == {}
+    assert ("t", 0) in cleaner.uncleanable
+    monkeypatch.undo()
+    cluster.delete_topic(cluster.topics["t"])
+    p = compacted(cluster).partitions[0]  # a new topic (a new id), the same name
+    fill(p, 30)
+    assert ("t", 0) in cleaner.clean(NOW, force=True)  # as Kafka forgets deleted partitions
+    assert len(read_all(p)) < 30

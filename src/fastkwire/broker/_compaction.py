@@ -540,6 +540,7 @@ class LogCleaner:
         self.backoff_ms = backoff_ms
         self._next = None
         self.uncleanable = {}  # (topic name, index) -> why a pass over it failed
+        self._uncleanable_ids = {}  # (topic name, index) -> the id of the topic it was of
         self._not_due = {}  # (topic name, index) -> what its log was when found not due
         self.first_dirty = {}  # (topic name, index) -> (topic id or None, first dirty offset)
         path = self._checkpoint_path()
@@ -573,7 +574,10 @@ class LogCleaner:
                 if topic_id is not None and topic_id != topic.id:
                     first_dirty = None  # a topic of that name made again
                 if key in self.uncleanable:
-                    continue
+                    if self._uncleanable_ids.get(key) == topic.id:
+                        continue
+                    del self.uncleanable[key]  # a topic of that name made again: forgotten,
+                    del self._uncleanable_ids[key]  # as Kafka forgets deleted partitions
                 log = partition.log
                 # what the last look found not due stays so until the log or configs change
                 # (the compaction lags aside: time alone makes those due)
@@ -585,6 +589,7 @@ class LogCleaner:
                 except (LogError, OSError, ValueError, ImportError, struct.error) as e:
                     # as Kafka marks a partition uncleanable: said once, left as it is
                     self.uncleanable[key] = str(e)
+                    self._uncleanable_ids[key] = topic.id
                     _log.error("cannot compact %s-%d: %s", topic.name, partition.index, e)
                     continue
                 if result is None:
