@@ -445,6 +445,39 @@ def test_a_record_a_group_cannot_hold_stops_the_load_naming_where(
         State(tmp_path)
 
 
+@pytest.mark.parametrize("field", ["assigned_partitions", "partitions_pending_revocation"])
+def test_a_partition_two_members_hold_stops_the_load_naming_where(tmp_path, field):
+    # Kafka's replay refuses it (ConsumerGroup.addPartitionEpochs: "still owned"); loaded,
+    # both members would be answered the partition, each heartbeat after
+    s = State(tmp_path, create=[("orders", 4)])
+    a_parts, b_parts, epoch = two_members(s)
+    tid = s.cluster.topics["orders"].id
+    index = s.cluster.coordinator_partition("cg")
+    log = s.cluster.topics[OFFSETS].partitions[index].log
+    record_type = CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT
+    key = encode_key(record_type, {"group": "cg", "member_id": "m-b"})
+    value = {
+        "member_epoch": epoch,
+        "previous_member_epoch": epoch - 1,
+        "state": 0,
+        "assigned_partitions": [],
+        "partitions_pending_revocation": [],
+    }
+    value[field] = [{"topic_id": tid, "partitions": sorted(set(b_parts) | {a_parts[0]})}]
+    data = records.write_batch(
+        [records.Record(timestamp=1, key=key, value=encode_value(record_type, value))]
+    )
+    offset = log.log_end
+    log.append(read_batch_head(data), data)
+    s.close()
+    with pytest.raises(
+        CoordinatorStateError,
+        match=rf"{OFFSETS}-{index}, offset {offset}: .*partition {a_parts[0]} of topic {tid} "
+        "is held by members",
+    ):
+        State(tmp_path)
+
+
 def test_damaged_consumer_group_record_bytes_name_the_offset(tmp_path):
     s = State(tmp_path, create=[("orders", 4)])
     s.heartbeat("m-a", 0)
