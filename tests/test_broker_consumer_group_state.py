@@ -617,3 +617,32 @@ def test_a_kip848_consumer_goes_on_with_its_epoch_across_a_restart(tmp_path):
             assert len(consumer.assignment()) == 2
     finally:
         consumer.close()
+
+
+def test_a_member_taking_a_left_static_members_place_under_its_own_id_gives_up_its_own(tmp_path):
+    # m-a (instance i-a) joins again as the instance i-b, which left: as Kafka's replacement
+    # of a static member, the member m-a was goes, its partitions are free and the target
+    # is computed again (they had stayed held by nobody, i-a held by m-a)
+    s = State(tmp_path, create=[("orders", 4)])
+    a = s.heartbeat("m-a", 0, instance="i-a")
+    b = s.heartbeat("m-b", 0, instance="i-b")
+    a = s.heartbeat("m-a", a.member_epoch, owned=owned(a), instance="i-a")
+    a = s.heartbeat("m-a", a.member_epoch, owned=owned(a), instance="i-a")
+    b = s.heartbeat("m-b", b.member_epoch, owned=[], instance="i-b")
+    assert sorted(owned(b)) == [0, 1]
+    assert s.heartbeat("m-b", -2, owned=None, instance="i-b").error_code == 0
+    taken = s.heartbeat("m-a", 0, instance="i-b")
+    assert taken.error_code == 0
+    parts, epoch = owned(taken), taken.member_epoch
+    for _ in range(3):
+        answer = s.heartbeat("m-a", epoch, owned=parts, instance="i-b")
+        assert answer.error_code == 0
+        parts, epoch = owned(answer) or parts, answer.member_epoch
+    assert sorted(parts) == [0, 1, 2, 3]  # every partition: it is the only member
+    # the instance id m-a had is free for another member
+    assert s.heartbeat("m-c", 0, instance="i-a").error_code == 0
+    before = described(s.describe())
+    s.close()
+    s = State(tmp_path)
+    assert described(s.describe()) == before
+    s.close()
