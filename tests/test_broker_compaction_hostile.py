@@ -2,12 +2,16 @@
 they were, topic configs at their extremes, a damaged cleaner-offset-checkpoint. A pass
 never writes a batch that does not read back, and never gives up on a partition for them."""
 
+import struct
 import time
 
+import fastkwire
 from fastkwire import records
-from fastkwire.broker import Cluster, read_batch_head
+from fastkwire._wire import BATCH_CRC_START
+from fastkwire.broker import Apis, Cluster, Context, read_batch_head
 from fastkwire.broker._compaction import CHECKPOINT_FILE, LogCleaner
 from fastkwire.broker._disk_logs import DiskLogs
+from fastkwire.error_codes import by_name
 from fastkwire.records import Record
 
 NODES = {0: ("127.0.0.1", 9092)}
@@ -159,3 +163,64 @@ def test_a_topic_made_again_under_a_name_once_uncleanable_is_cleaned(monkeypatch
     fill(p, 30)
     assert ("t", 0) in cleaner.clean(NOW, force=True)  # as Kafka forgets deleted partitions
     assert len(read_all(p)) < 30
+
+
+def produce(apis, data, topic="t"):
+    P = fastkwire.ProduceRequest
+    request = P(
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[
+            P.TopicProduceData(
+                name=topic, partition_data=[P.PartitionProduceData(index=0, records=data)]
+            )
+        ],
+    )
+    out = []
+    apis.handle(0, 9, request, Context(0), out.append)
+    _, answer = fastkwire.decode_response(fastkwire.encode_response(out[0], 9, 7), 0, 9)
+    (part,) = answer.responses[0].partition_responses
+    return part
+
+
+def test_produce_refuses_a_control_batch_a_client_wrote(tmp_path):
+    # a transaction's data, then a "marker" of the client's own whose key is too short to
+    # say its type: appended, the log directory no longer loaded (nor compacted)
+    storage = DiskLogs(str(tmp_path))
+    cluster = Cluster(NODES, cluster_id=storage.cluster_id())
+    storage.attach(cluster)
+    cluster.create_topic("plain", 1, 1, {})
+    apis = Apis(cluster, clock=lambda: 0.0, wall_clock=lambda: 1000.0)
+    data = records.write_batch(
+        [Record(timestamp=1, key=b"k", value=b"v")],
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    assert produce(apis, data, "plain").error_code == 0
+    marker = bytearray(
+        records.write_batch(
+            [Record(timestamp=1, key=b"x", value=b"")],
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=1,
+            is_transactional=True,
+        )
+    )
+    (attrs,) = struct.unpack_from(">h", marker, BATCH_CRC_START)
+    struct.pack_into(">h", marker, BATCH_CRC_START, attrs | 0x20)  # a control batch
+    struct.pack_into(">I", marker, 17, records.crc32c(memoryview(marker)[BATCH_CRC_START:]))
+    part = produce(apis, bytes(marker), "plain")
+    assert part.error_code == by_name("INVALID_RECORD").code
+    assert part.error_message == (
+        "Clients are not allowed to write control records in topic partition plain-0."
+    )
+    storage.close()
+    storage = DiskLogs(str(tmp_path))  # the directory loads back
+    cluster = Cluster(NODES, cluster_id=storage.cluster_id())
+    storage.attach(cluster)
+    log = cluster.topics["plain"].partitions[0].log
+    assert log.log_end == 2  # the transaction left open: aborted at the load (offset 1)
+    assert log.aborted == [(7, 0, 1)]
+    storage.close()
