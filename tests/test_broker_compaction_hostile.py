@@ -2,8 +2,11 @@
 they were, topic configs at their extremes, a damaged cleaner-offset-checkpoint. A pass
 never writes a batch that does not read back, and never gives up on a partition for them."""
 
+import os
 import struct
 import time
+
+import pytest
 
 import fastkwire
 from fastkwire import records
@@ -224,3 +227,37 @@ def test_produce_refuses_a_control_batch_a_client_wrote(tmp_path):
     assert log.log_end == 2  # the transaction left open: aborted at the load (offset 1)
     assert log.aborted == [(7, 0, 1)]
     storage.close()
+
+
+@pytest.mark.parametrize(
+    "stray",
+    [
+        "0.log",  # a segment's offset, not its 20-digit name: read twice, then cut
+        "4.log.swap",  # as if a pass had swapped an empty segment in
+        "\u00b2.log",  # digits to str.isdigit(), not to int()
+        "\u00b2.log.swap",
+        "\u0663.log",  # an Arabic-Indic 3: int() takes it
+        "9" * 30 + ".log.swap",  # past int64: the log end
+        "99999999999999999999.log",
+    ],
+)
+def test_a_file_not_named_as_a_segment_is_left_alone_at_the_start(tmp_path, stray):
+    def open_log():
+        storage = DiskLogs(str(tmp_path))
+        cluster = Cluster(NODES, cluster_id=storage.cluster_id())
+        storage.attach(cluster)
+        return storage, cluster.topics["t"].partitions[0]
+
+    storage = DiskLogs(str(tmp_path))
+    cluster = Cluster(NODES, cluster_id=storage.cluster_id())
+    storage.attach(cluster)
+    fill(compacted(cluster).partitions[0], 8)  # segments 0 and 4
+    storage.close()
+    folder = tmp_path / "t-0"
+    assert sorted(n for n in os.listdir(folder) if n.endswith(".log"))[-1] == f"{4:020d}.log"
+    (folder / stray).write_bytes(b"")
+    for _ in range(2):  # and what the first start left loads the same
+        storage, p = open_log()
+        assert [r.offset for b in read_all(p) for r in b.records] == list(range(8))
+        assert (p.log.log_start, p.log.log_end) == (0, 8)
+        storage.close()
