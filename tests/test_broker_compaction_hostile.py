@@ -261,3 +261,19 @@ def test_a_file_not_named_as_a_segment_is_left_alone_at_the_start(tmp_path, stra
         assert [r.offset for b in read_all(p) for r in b.records] == list(range(8))
         assert (p.log.log_start, p.log.log_end) == (0, 8)
         storage.close()
+
+
+def test_a_damaged_log_start_offset_checkpoint_does_not_stop_the_start(tmp_path):
+    storage = DiskLogs(str(tmp_path))
+    cluster = Cluster(NODES, cluster_id=storage.cluster_id())
+    storage.attach(cluster)
+    fill(compacted(cluster).partitions[0], 8)
+    storage.close()
+    lines = ["0", "3", "t 0 \u00b2", "t \u00b2 1", "t 0 " + "9" * 5000]
+    (tmp_path / "log-start-offset-checkpoint").write_text("\n".join(lines) + "\n")
+    storage = DiskLogs(str(tmp_path))
+    cluster = Cluster(NODES, cluster_id=storage.cluster_id())
+    storage.attach(cluster)
+    p = cluster.topics["t"].partitions[0]
+    assert (p.log.log_start, p.log.log_end) == (0, 8)
+    storage.close()

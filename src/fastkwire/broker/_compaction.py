@@ -34,14 +34,13 @@ cleaned segments); with a log directory they are the segment files, which a pass
 import bisect
 import logging
 import os
-import re
 import struct
 
 from .. import _compression, records
 from .._batches import HEADER, HEADER_SIZE
 from .._wire import BATCH_CRC_START
 from ._log import LogError
-from ._segment_files import read_checkpoint, write_checkpoint
+from ._segment_files import read_offset_checkpoint, write_checkpoint
 
 DEFAULT_BACKOFF_MS = 15_000  # Kafka's log.cleaner.backoff.ms
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"  # Kafka's: the first dirty offset of each log
@@ -52,9 +51,6 @@ _LOG_APPEND_TIME = 0x08
 _log = logging.getLogger("fastkwire.broker")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NO_LAG = "9223372036854775807"  # max.compaction.lag.ms's default: never due by time
-# A checkpoint's offset: ASCII digits, at most 19 (str.isdigit() passes "\u00b2", which int()
-# refuses, and int() refuses thousands of digits: a damaged entry is ignored)
-_OFFSET_DIGITS = re.compile("[0-9]{1,19}")
 
 
 def check_keys(data, topic, index):
@@ -545,9 +541,8 @@ class LogCleaner:
         self.first_dirty = {}  # (topic name, index) -> (topic id or None, first dirty offset)
         path = self._checkpoint_path()
         if path is not None:
-            for entry in read_checkpoint(path):
-                if len(entry) == 3 and all(_OFFSET_DIGITS.fullmatch(e) for e in entry[1:]):
-                    self.first_dirty[(entry[0], int(entry[1]))] = (None, int(entry[2]))
+            for key, offset in read_offset_checkpoint(path).items():
+                self.first_dirty[key] = (None, offset)
 
     def _checkpoint_path(self):
         storage = self.cluster.storage

@@ -30,6 +30,8 @@ _BASE_AND_LENGTH = struct.Struct(">qi")
 # which int() refuses, and "\u0663", which int() reads as 3; "4.log" is not 4's segment)
 _SEGMENT_NAME = re.compile("[0-9]{20}")
 _INT64_MAX = (1 << 63) - 1
+_PARTITION = re.compile("[0-9]{1,9}")
+_OFFSET = re.compile("-?[0-9]{1,18}")
 
 
 def segment_name(base_offset):
@@ -89,6 +91,17 @@ def read_checkpoint(path):
         return [line.split() for line in lines[2 : 2 + int(lines[1])]]
     except (OSError, ValueError):
         return []
+
+
+def read_offset_checkpoint(path):
+    """{(topic, partition): offset} of a Kafka offset checkpoint (`topic partition offset`
+    lines); an entry whose numbers are not ASCII digits within int64 (a damaged file) is
+    ignored, never a ValueError (str.isdigit() passes "\u00b2", which int() refuses)."""
+    out = {}
+    for e in read_checkpoint(path):
+        if len(e) == 3 and _PARTITION.fullmatch(e[1]) and _OFFSET.fullmatch(e[2]):
+            out[(e[0], int(e[1]))] = int(e[2])
+    return out
 
 
 def _write_replacing(path, text):
