@@ -32,6 +32,7 @@ cleaned segments); with a log directory they are the segment files, which a pass
 """
 
 import bisect
+import hashlib
 import logging
 import os
 import struct
@@ -50,6 +51,7 @@ _TRANSACTIONAL = 0x10
 _LOG_APPEND_TIME = 0x08
 _log = logging.getLogger("fastkwire.broker")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_MAP_KEY_MAX = 64  # longer keys are held in the offset map as their hash
 _NO_LAG = "9223372036854775807"  # max.compaction.lag.ms's default: never due by time
 
 
@@ -388,7 +390,7 @@ def clean_partition(topic, partition, first_dirty, now_ms, force=False):
         elif not txns.on_batch(b):
             for r in b.records():
                 if r.key is not None and r.offset >= first_dirty:
-                    latest[r.key] = r.offset
+                    latest[_map_key(r.key)] = r.offset
     last_of = _last_batches(log, partition)
     delete_retention = _config(topic, "delete.retention.ms")
     txns = _Transactions([a for a in log.aborted if a[1] < end])
@@ -448,11 +450,21 @@ def _timed(topic):
     )
 
 
+def _map_key(key):
+    """A key as the offset map holds it: one of more than 64 bytes as a 128-bit hash (an
+    int: never equal to a key's bytes), as Kafka's SkimpyOffsetMap keeps an MD5 of each (a
+    megabyte key may come from a few compressed bytes: holding every key of the dirty part
+    would cost that many MB); shorter ones, most keys, as they are (hashing costs more)."""
+    if len(key) <= _MAP_KEY_MAX:
+        return key
+    return int.from_bytes(hashlib.blake2b(key, digest_size=16).digest(), "big")
+
+
 def _keep(record, latest, horizon, now_ms):
     """Cleaner.shouldRetainRecord for a data record."""
     if record.key is None:
         return False
-    if record.offset < latest.get(record.key, -1):
+    if record.offset < latest.get(_map_key(record.key), -1):
         return False
     return record.value is not None or horizon is None or now_ms < horizon
 
