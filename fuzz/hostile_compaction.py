@@ -5,8 +5,8 @@
 Each case writes a compacted partition in a log directory: batches of a few keys (and,
 rarely, records without one, as a topic made compacted later holds), values and tombstones,
 idempotent producers' sequences, transactions committed, aborted and left open, their
-markers, compressed batches (when cramjam is installed), small segments, random
-delete.retention.ms, min.compaction.lag.ms and dirty ratios; between the writes, passes of
+markers, records timed at int64's ends, compressed batches (when cramjam is installed),
+small segments, random delete.retention.ms, min.compaction.lag.ms and dirty ratios; between the writes, passes of
 the cleaner at a clock that moves. The contract, checked after each pass:
 
 - nothing at or past the pass's end changed (the same batches, the same bytes);
@@ -40,6 +40,7 @@ from fastkwire.broker._disk_logs import DiskLogs
 
 NODES = {0: ("127.0.0.1", 9092)}
 KEYS = [b"a", b"b", b"c", b"d", b"e", b"f"]
+INT64_MAX = (1 << 63) - 1
 
 try:
     import cramjam  # noqa: F401 - compressed batches only when it is there
@@ -73,11 +74,18 @@ class Writer:
     def batch(self, pid=-1, epoch=-1, seq=-1, txn=False):
         rng = self.rng
         recs = []
+        # now and then a client's times at int64's ends (a batch's deltas fit, as a client
+        # writes them): a pass that sets a delete horizon or drops the first record must
+        # still write deltas a reader takes
+        times = [self.now]
+        if rng.random() < 0.05:  # times whose deltas from each other all fit an int64
+            times = rng.choice([[self.now, INT64_MAX, 0], [-INT64_MAX, -1, 0]])
         for _ in range(rng.randrange(1, 5)):
             key = None if rng.random() < 0.03 else rng.choice(KEYS)
             value = None if rng.random() < 0.2 else b"%d" % rng.randrange(1 << 30)
             headers = [("h", b"x")] if rng.random() < 0.1 else []
-            recs.append(records.Record(timestamp=self.now, key=key, value=value, headers=headers))
+            ts = rng.choice(times)
+            recs.append(records.Record(timestamp=ts, key=key, value=value, headers=headers))
         data = records.write_batch(
             recs,
             compression=rng.choice(CODECS),

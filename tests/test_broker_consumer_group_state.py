@@ -445,6 +445,39 @@ def test_a_record_a_group_cannot_hold_stops_the_load_naming_where(
         State(tmp_path)
 
 
+@pytest.mark.parametrize("field", ["assigned_partitions", "partitions_pending_revocation"])
+def test_a_partition_two_members_hold_stops_the_load_naming_where(tmp_path, field):
+    # Kafka's replay refuses it (ConsumerGroup.addPartitionEpochs: "still owned"); loaded,
+    # both members would be answered the partition, each heartbeat after
+    s = State(tmp_path, create=[("orders", 4)])
+    a_parts, b_parts, epoch = two_members(s)
+    tid = s.cluster.topics["orders"].id
+    index = s.cluster.coordinator_partition("cg")
+    log = s.cluster.topics[OFFSETS].partitions[index].log
+    record_type = CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT
+    key = encode_key(record_type, {"group": "cg", "member_id": "m-b"})
+    value = {
+        "member_epoch": epoch,
+        "previous_member_epoch": epoch - 1,
+        "state": 0,
+        "assigned_partitions": [],
+        "partitions_pending_revocation": [],
+    }
+    value[field] = [{"topic_id": tid, "partitions": sorted(set(b_parts) | {a_parts[0]})}]
+    data = records.write_batch(
+        [records.Record(timestamp=1, key=key, value=encode_value(record_type, value))]
+    )
+    offset = log.log_end
+    log.append(read_batch_head(data), data)
+    s.close()
+    with pytest.raises(
+        CoordinatorStateError,
+        match=rf"{OFFSETS}-{index}, offset {offset}: .*partition {a_parts[0]} of topic {tid} "
+        "is held by members",
+    ):
+        State(tmp_path)
+
+
 def test_damaged_consumer_group_record_bytes_name_the_offset(tmp_path):
     s = State(tmp_path, create=[("orders", 4)])
     s.heartbeat("m-a", 0)
@@ -584,3 +617,32 @@ def test_a_kip848_consumer_goes_on_with_its_epoch_across_a_restart(tmp_path):
             assert len(consumer.assignment()) == 2
     finally:
         consumer.close()
+
+
+def test_a_member_taking_a_left_static_members_place_under_its_own_id_gives_up_its_own(tmp_path):
+    # m-a (instance i-a) joins again as the instance i-b, which left: as Kafka's replacement
+    # of a static member, the member m-a was goes, its partitions are free and the target
+    # is computed again (they had stayed held by nobody, i-a held by m-a)
+    s = State(tmp_path, create=[("orders", 4)])
+    a = s.heartbeat("m-a", 0, instance="i-a")
+    b = s.heartbeat("m-b", 0, instance="i-b")
+    a = s.heartbeat("m-a", a.member_epoch, owned=owned(a), instance="i-a")
+    a = s.heartbeat("m-a", a.member_epoch, owned=owned(a), instance="i-a")
+    b = s.heartbeat("m-b", b.member_epoch, owned=[], instance="i-b")
+    assert sorted(owned(b)) == [0, 1]
+    assert s.heartbeat("m-b", -2, owned=None, instance="i-b").error_code == 0
+    taken = s.heartbeat("m-a", 0, instance="i-b")
+    assert taken.error_code == 0
+    parts, epoch = owned(taken), taken.member_epoch
+    for _ in range(3):
+        answer = s.heartbeat("m-a", epoch, owned=parts, instance="i-b")
+        assert answer.error_code == 0
+        parts, epoch = owned(answer) or parts, answer.member_epoch
+    assert sorted(parts) == [0, 1, 2, 3]  # every partition: it is the only member
+    # the instance id m-a had is free for another member
+    assert s.heartbeat("m-c", 0, instance="i-a").error_code == 0
+    before = described(s.describe())
+    s.close()
+    s = State(tmp_path)
+    assert described(s.describe()) == before
+    s.close()

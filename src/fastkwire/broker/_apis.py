@@ -679,6 +679,12 @@ class Apis:
         if data is None:
             raise LogError("CORRUPT_MESSAGE", "the partition's records are null")
         head = read_batch_head(data, topic.max_message_bytes)
+        if head.is_control:  # markers are the transaction coordinator's (Kafka's LogValidator)
+            raise LogError(
+                "INVALID_RECORD",
+                "Clients are not allowed to write control records in topic partition "
+                f"{topic.name}-{partition.index}.",
+            )
         if "compact" in topic.config("cleanup.policy"):
             check_keys(data, topic.name, partition.index)
         if (

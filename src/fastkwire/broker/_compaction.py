@@ -32,6 +32,7 @@ cleaned segments); with a log directory they are the segment files, which a pass
 """
 
 import bisect
+import hashlib
 import logging
 import os
 import struct
@@ -40,7 +41,7 @@ from .. import _compression, records
 from .._batches import HEADER, HEADER_SIZE
 from .._wire import BATCH_CRC_START
 from ._log import LogError
-from ._segment_files import read_checkpoint, write_checkpoint
+from ._segment_files import read_offset_checkpoint, write_checkpoint
 
 DEFAULT_BACKOFF_MS = 15_000  # Kafka's log.cleaner.backoff.ms
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"  # Kafka's: the first dirty offset of each log
@@ -49,6 +50,8 @@ _CONTROL = 0x20
 _TRANSACTIONAL = 0x10
 _LOG_APPEND_TIME = 0x08
 _log = logging.getLogger("fastkwire.broker")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_MAP_KEY_MAX = 64  # longer keys are held in the offset map as their hash
 _NO_LAG = "9223372036854775807"  # max.compaction.lag.ms's default: never due by time
 
 
@@ -158,7 +161,14 @@ def _rewrite(batch, kept, horizon):
     else:
         # a LogAppendTime batch's records read as their batch's time (Kafka's reader)
         stamps = [batch.max_ts if append_time else r.timestamp for r in kept]
-        base_ts = stamps[0] if horizon is None else horizon
+        if horizon is not None and not _fits(stamps, horizon):
+            horizon = None  # a record's time too far before it: its tombstones stay
+        if horizon is not None:
+            base_ts = horizon
+        elif _fits(stamps, stamps[0]):
+            base_ts = stamps[0]
+        else:  # records far apart in time: the batch's own base, which all of them fit
+            base_ts = batch.first_ts
         max_ts = max(stamps)
         body = bytearray()
         rec = bytearray()
@@ -199,6 +209,12 @@ def _rewrite(batch, kept, horizon):
     out += body
     struct.pack_into(">I", out, 17, records.crc32c(memoryview(out)[BATCH_CRC_START:]))
     return bytes(out), max_ts
+
+
+def _fits(stamps, base_ts):
+    """Whether every record's timestamp delta from `base_ts` is an int64 (a varlong a
+    reader takes: Kafka's arithmetic wraps, readers here refuse what does not fit)."""
+    return _INT64_MIN <= min(stamps) - base_ts and max(stamps) - base_ts <= _INT64_MAX
 
 
 class _Transactions:
@@ -374,7 +390,7 @@ def clean_partition(topic, partition, first_dirty, now_ms, force=False):
         elif not txns.on_batch(b):
             for r in b.records():
                 if r.key is not None and r.offset >= first_dirty:
-                    latest[r.key] = r.offset
+                    latest[_map_key(r.key)] = r.offset
     last_of = _last_batches(log, partition)
     delete_retention = _config(topic, "delete.retention.ms")
     txns = _Transactions([a for a in log.aborted if a[1] < end])
@@ -408,7 +424,8 @@ def clean_partition(topic, partition, first_dirty, now_ms, force=False):
             if len(keep) == len(recs) and not set_horizon:
                 kept.append((b.base, b.data, b.max_ts))
                 continue
-            horizon = now_ms + delete_retention if set_horizon else b.horizon
+            # saturated: delete.retention.ms may be up to int64's maximum (then: never)
+            horizon = min(now_ms + delete_retention, _INT64_MAX) if set_horizon else b.horizon
             data, max_ts = _rewrite(b, keep, horizon)
             kept.append((b.base, data, max_ts))
         elif retain_empty:
@@ -433,11 +450,21 @@ def _timed(topic):
     )
 
 
+def _map_key(key):
+    """A key as the offset map holds it: one of more than 64 bytes as a 128-bit hash (an
+    int: never equal to a key's bytes), as Kafka's SkimpyOffsetMap keeps an MD5 of each (a
+    megabyte key may come from a few compressed bytes: holding every key of the dirty part
+    would cost that many MB); shorter ones, most keys, as they are (hashing costs more)."""
+    if len(key) <= _MAP_KEY_MAX:
+        return key
+    return int.from_bytes(hashlib.blake2b(key, digest_size=16).digest(), "big")
+
+
 def _keep(record, latest, horizon, now_ms):
     """Cleaner.shouldRetainRecord for a data record."""
     if record.key is None:
         return False
-    if record.offset < latest.get(record.key, -1):
+    if record.offset < latest.get(_map_key(record.key), -1):
         return False
     return record.value is not None or horizon is None or now_ms < horizon
 
@@ -521,13 +548,13 @@ class LogCleaner:
         self.backoff_ms = backoff_ms
         self._next = None
         self.uncleanable = {}  # (topic name, index) -> why a pass over it failed
+        self._uncleanable_ids = {}  # (topic name, index) -> the id of the topic it was of
         self._not_due = {}  # (topic name, index) -> what its log was when found not due
         self.first_dirty = {}  # (topic name, index) -> (topic id or None, first dirty offset)
         path = self._checkpoint_path()
         if path is not None:
-            for entry in read_checkpoint(path):
-                if len(entry) == 3 and entry[1].isdigit() and entry[2].isdigit():
-                    self.first_dirty[(entry[0], int(entry[1]))] = (None, int(entry[2]))
+            for key, offset in read_offset_checkpoint(path).items():
+                self.first_dirty[key] = (None, offset)
 
     def _checkpoint_path(self):
         storage = self.cluster.storage
@@ -554,7 +581,10 @@ class LogCleaner:
                 if topic_id is not None and topic_id != topic.id:
                     first_dirty = None  # a topic of that name made again
                 if key in self.uncleanable:
-                    continue
+                    if self._uncleanable_ids.get(key) == topic.id:
+                        continue
+                    del self.uncleanable[key]  # a topic of that name made again: forgotten,
+                    del self._uncleanable_ids[key]  # as Kafka forgets deleted partitions
                 log = partition.log
                 # what the last look found not due stays so until the log or configs change
                 # (the compaction lags aside: time alone makes those due)
@@ -566,6 +596,7 @@ class LogCleaner:
                 except (LogError, OSError, ValueError, ImportError, struct.error) as e:
                     # as Kafka marks a partition uncleanable: said once, left as it is
                     self.uncleanable[key] = str(e)
+                    self._uncleanable_ids[key] = topic.id
                     _log.error("cannot compact %s-%d: %s", topic.name, partition.index, e)
                     continue
                 if result is None:
@@ -575,7 +606,10 @@ class LogCleaner:
                     self.first_dirty[key] = (topic.id, result.end)
                     done[key] = result
         if done:
-            self._write_checkpoint()
+            try:
+                self._write_checkpoint()
+            except OSError as e:  # the log directory: said; the next pass that cleans writes it
+                _log.error("cannot write %s: %s", self._checkpoint_path(), e)
         return done
 
     def _write_checkpoint(self):

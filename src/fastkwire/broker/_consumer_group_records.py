@@ -236,6 +236,7 @@ def _restore_group(group_id, held, error):
             }
         elif record_type is MEMBER:
             members[key[1]] = _restored_member(key[1], value, where, error)
+    holders = {}  # (topic id, partition) -> the member holding or revoking it
     for (record_type, key), (value, where) in held.items():
         if record_type is CURRENT:
             member = members.get(key[1])
@@ -245,6 +246,7 @@ def _restore_group(group_id, held, error):
                     "its ConsumerGroupMemberMetadata"
                 )
             _restore_assignment(member, value, where, error)
+            _held_once(holders, member, where, error)
         elif record_type is TARGET and key[1] in members:  # of members gone: not used
             group.target[key[1]] = _assignment(value["topic_partitions"])
     static = {}
@@ -307,6 +309,21 @@ def _restore_assignment(member, value, where, error):
     member.state = state
     member.assigned = _assignment(value["assigned_partitions"])
     member.revoking = _assignment(value["partitions_pending_revocation"])
+
+
+def _held_once(holders, member, where, error):
+    """A partition held (assigned or being revoked) by one member only, as Kafka's replay
+    checks (ConsumerGroup.addPartitionEpochs): else two members would be answered it."""
+    for parts in (member.assigned, member.revoking):
+        for tid, ps in parts.items():
+            for p in ps:
+                other = holders.get((tid, p))
+                holders[(tid, p)] = member.member_id
+                if other is not None:  # another member's, or this one's assigned and revoked
+                    raise error(
+                        f"{where}: ConsumerGroupCurrentMemberAssignmentValue: partition {p} of "
+                        f"topic {tid} is held by members {other!r} and {member.member_id!r}"
+                    )
 
 
 def _assignment(topic_partitions):

@@ -428,7 +428,14 @@ class ConsumerGroups:
                     f"group because the instance id is owned by {existing.member_id} member.",
                 )
             # The static member is back (with a new member id): it takes its old place,
-            # partitions and target, without a new group epoch.
+            # partitions and target, without a new group epoch. A member id another member
+            # had: that member goes (its partitions and instance id free), as Kafka's
+            # replacement writes the new member over it; the group's epoch moves on.
+            displaced = group.members.get(member_id)
+            if displaced is not None:
+                group.remove(displaced)
+                self.timers.cancel(self._session_key(group, member_id))
+                self.timers.cancel(self._rebalance_key(group, member_id))
             member = existing.copy(member_id)
             member.epoch = member.previous_epoch = 0
             group.release(existing)
@@ -439,7 +446,7 @@ class ConsumerGroups:
             group.members[member_id] = member
             group.static[r.instance_id] = member_id
             group.hold(member)
-            return member, False
+            return member, displaced is not None  # "new": the members changed, an epoch
         if existing is None:
             raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Instance id {r.instance_id} is unknown.")
         if existing.member_id != member_id:

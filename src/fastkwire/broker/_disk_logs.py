@@ -24,7 +24,7 @@ from ._log import PartitionLog
 from ._segment_files import (
     SegmentFiles,
     partition_dir,
-    read_checkpoint,
+    read_offset_checkpoint,
     read_partition_metadata,
     write_checkpoint,
 )
@@ -47,11 +47,7 @@ class DiskLogs:
         self._lock = _lock(os.path.join(self.log_dir, LOCK_FILE))
         self.cluster = None
         self.files = {}  # (topic name, index) -> SegmentFiles
-        self._log_starts = {
-            (e[0], int(e[1])): int(e[2])
-            for e in read_checkpoint(os.path.join(self.log_dir, LOG_START_CHECKPOINT))
-            if len(e) == 3 and e[1].isdigit() and e[2].lstrip("-").isdigit()
-        }
+        self._log_starts = read_offset_checkpoint(os.path.join(self.log_dir, LOG_START_CHECKPOINT))
         self._restored = {}  # (topic, index) -> [(BatchHead, base)] to replay, while loading
         self._starts_moved = False  # log-start-offset-checkpoint is to be written again
         self.internal_found = {}  # internal topic -> (partition count, topic id) found here

@@ -13,6 +13,7 @@ that segment is truncated there and the ones after it are deleted.
 
 import base64
 import os
+import re
 import shutil
 import struct
 import uuid
@@ -25,10 +26,25 @@ INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes
 _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _BASE_AND_LENGTH = struct.Struct(">qi")
+# A segment file's name: its base offset in 20 ASCII digits (str.isdigit() passes "\u00b2",
+# which int() refuses, and "\u0663", which int() reads as 3; "4.log" is not 4's segment)
+_SEGMENT_NAME = re.compile("[0-9]{20}")
+_INT64_MAX = (1 << 63) - 1
+_PARTITION = re.compile("[0-9]{1,9}")
+_OFFSET = re.compile("-?[0-9]{1,18}")
 
 
 def segment_name(base_offset):
     return f"{base_offset:020d}"
+
+
+def segment_base(name, suffix):
+    """The base offset of the segment file `name` ending in `suffix`, or None when it is not
+    named as one (a stray file: left alone)."""
+    if not name.endswith(suffix) or not _SEGMENT_NAME.fullmatch(name[: -len(suffix)]):
+        return None
+    base = int(name[: -len(suffix)])
+    return base if base <= _INT64_MAX else None
 
 
 def partition_dir(log_dir, topic, index):
@@ -75,6 +91,17 @@ def read_checkpoint(path):
         return [line.split() for line in lines[2 : 2 + int(lines[1])]]
     except (OSError, ValueError):
         return []
+
+
+def read_offset_checkpoint(path):
+    """{(topic, partition): offset} of a Kafka offset checkpoint (`topic partition offset`
+    lines); an entry whose numbers are not ASCII digits within int64 (a damaged file) is
+    ignored, never a ValueError (str.isdigit() passes "\u00b2", which int() refuses)."""
+    out = {}
+    for e in read_checkpoint(path):
+        if len(e) == 3 and _PARTITION.fullmatch(e[1]) and _OFFSET.fullmatch(e[2]):
+            out[(e[0], int(e[1]))] = int(e[2])
+    return out
 
 
 def _write_replacing(path, text):
@@ -229,19 +256,18 @@ class SegmentFiles:
         swap file replaces the segments its offsets cover; a `.cleaned` one goes."""
         names = os.listdir(self.path)
         for name in names:
-            if name.endswith(".log.cleaned"):
+            if segment_base(name, ".log.cleaned") is not None:
                 _remove(os.path.join(self.path, name))
-        swaps = sorted(n for n in names if n.endswith(".log.swap") and n[:-9].isdigit())
-        for name in swaps:
-            path = os.path.join(self.path, name)
+        swaps = sorted(b for b in (segment_base(n, ".log.swap") for n in names) if b is not None)
+        for base in swaps:
+            path = self._file(base, ".log.swap")
             with open(path, "rb") as f:
                 batches, _ = _read_batches(f.read(), None)
-            base = int(name[:-9])
             last = batches[-1][1] if batches else base
             for other in os.listdir(self.path):
-                if other.endswith(".log") and other[:-4].isdigit():
-                    if base <= int(other[:-4]) <= last:
-                        _remove(os.path.join(self.path, other))
+                other_base = segment_base(other, ".log")
+                if other_base is not None and base <= other_base <= last:
+                    _remove(os.path.join(self.path, other))
             os.replace(path, self._file(base, ".log"))
 
     def remove(self):
@@ -282,9 +308,7 @@ class SegmentFiles:
         segment's name says it when no batch does)."""
         self._finish_swaps()
         names = sorted(
-            int(name[:-4])
-            for name in os.listdir(self.path)
-            if name.endswith(".log") and name[:-4].isdigit()
+            b for b in (segment_base(n, ".log") for n in os.listdir(self.path)) if b is not None
         )
         # First read everything, then change the files: renames cannot clobber a segment
         # not read yet.
