@@ -646,3 +646,43 @@ def test_the_uniform_assignor_does_not_look_at_every_member_for_every_partition(
         len(after[m].get(tid, set()) & parts) for m, t in target.items() for tid, parts in t.items()
     )
     assert kept >= 2000 - 20
+
+
+def test_a_timer_whose_work_fails_leaves_the_other_timers_running(caplog):
+    """A step of the broker's timers that raised (a write to a log directory that fails, a
+    defect) ended the one loop that runs them all: idle and frame timeouts, Fetch waits,
+    retention and expiry stopped with it. It is logged and tried again; the others go on."""
+    with Broker(connections_max_idle_ms=400) as broker:
+        failed = []
+
+        def fail():
+            failed.append(1)
+            raise OSError(28, "No space left on device")
+
+        def arm():
+            broker.broker.apis.groups.timers.schedule("failing", 0, fail)
+            broker.broker.apis.expiry.tick = fail
+            broker.broker._wake.set()
+
+        with caplog.at_level("ERROR", logger="fastkwire.broker"):
+            broker.call(arm)
+            host, port = next(iter(broker.addresses.values()))
+            idle = socket.create_connection((host, port), timeout=TIMEOUT)
+            idle.settimeout(TIMEOUT)
+            try:
+                assert idle.recv(1) == b""  # the idle timeout still closes it
+            except ConnectionResetError:
+                pass
+            idle.close()
+        assert len(failed) >= 2  # the timer's work, and expiry tried again
+        assert "No space left on device" in caplog.text
+        # the group timers still run: a timer scheduled after the failure fires
+        fired = []
+        broker.call(
+            lambda: broker.broker.apis.groups.timers.schedule("next", 0, lambda: fired.append(1))
+        )
+        deadline = time.monotonic() + 5
+        while not fired and time.monotonic() < deadline:
+            broker.call(broker.broker._wake.set)
+            time.sleep(0.05)
+        assert fired

@@ -81,6 +81,22 @@ _SIZE = struct.Struct(">i")  # a frame's size prefix
 READ_SIZE = 256 * 1024  # the scratch buffer reads go to (uvloop's own reads are this size)
 
 
+# How soon timer work that failed is tried again.
+TIMER_RETRY_S = 1.0
+
+
+def _timer_work(work, what):
+    """work() (a step of the broker's timers: it gives the next deadline or None). Its
+    failure (a log directory that cannot be written, a defect) is logged and tried again in
+    TIMER_RETRY_S, so that the other timers (frame and idle timeouts, retention) go on: it
+    had ended the loop that runs them all."""
+    try:
+        return work()
+    except Exception:  # noqa: BLE001 - the timers must outlive any one of them
+        log.exception("the broker's %s failed; tried again in %g s", what, TIMER_RETRY_S)
+        return time.monotonic() + TIMER_RETRY_S
+
+
 class _Connection(asyncio.BufferedProtocol):
     """One client connection: frames split as read, queued, answered in order.
 
@@ -956,7 +972,7 @@ class Broker:
         idle_interval = min(idle / 4, IDLE_SCAN_MAX)
         next_idle_scan = time.monotonic() + idle_interval
         while True:
-            deadline = self.apis.tick()
+            deadline = _timer_work(self.apis.tick, "timers (Fetch waits, transactions, groups)")
             now = time.monotonic()
             if self._next_retention is None:
                 self._next_retention = now + self.retention_check_interval_ms / 1000
@@ -966,8 +982,9 @@ class Broker:
                 except OSError as e:  # the log directory: said, and tried again later
                     log.error("retention could not delete from %s: %s", self.log_dir, e)
                 self._next_retention = now + self.retention_check_interval_ms / 1000
-            expiry = self.apis.expiry.tick()  # producer and transactional id expiry
-            cleaning = self.cleaner.tick()  # log compaction
+            # producer and transactional id expiry; log compaction
+            expiry = _timer_work(self.apis.expiry.tick, "producer and transactional id expiry")
+            cleaning = _timer_work(self.cleaner.tick, "log cleaner")
             deadline = min(
                 d for d in (deadline, self._next_retention, expiry, cleaning) if d is not None
             )
