@@ -302,3 +302,23 @@ def test_a_pass_does_not_hold_every_big_key_of_the_dirty_part():
     assert peak < 16_000_000  # a few keys at a time, not the 40 MB of them
     kept = [r.key[-2:] for b in read_all(p) for r in b.records if len(r.key) > 1000]
     assert kept == [b"x%d" % i if i < 10 else b"%d" % i for i in range(40)]
+
+
+def test_produce_refuses_a_producers_batch_without_a_sequence():
+    # Kafka's LogValidator: a batch naming a producer id must carry a sequence (one of -1
+    # had been kept, its producer's state with it)
+    cluster = Cluster(NODES)
+    cluster.create_topic("plain", 1, 1, {})
+    apis = Apis(cluster, clock=lambda: 0.0, wall_clock=lambda: 1000.0)
+    data = records.write_batch(
+        [Record(timestamp=1, key=b"k", value=b"v")],
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=-1,
+    )
+    part = produce(apis, data, "plain")
+    assert part.error_code == by_name("INVALID_RECORD").code
+    assert part.error_message == "Invalid sequence number -1 in record batch with producerId 7"
+    assert cluster.topics["plain"].partitions[0].log.log_end == 0
+    plain = records.write_batch([Record(timestamp=1, key=b"k", value=b"v")])  # no producer
+    assert produce(apis, plain, "plain").error_code == 0

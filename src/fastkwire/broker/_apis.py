@@ -685,6 +685,12 @@ class Apis:
                 "Clients are not allowed to write control records in topic partition "
                 f"{topic.name}-{partition.index}.",
             )
+        if head.producer_id >= 0 and head.base_sequence < 0:  # Kafka's LogValidator too
+            raise LogError(
+                "INVALID_RECORD",
+                f"Invalid sequence number {head.base_sequence} in record batch with "
+                f"producerId {head.producer_id}",
+            )
         if "compact" in topic.config("cleanup.policy"):
             check_keys(data, topic.name, partition.index)
         if (
