@@ -9,7 +9,7 @@ whose schema has a host and a port is here, but for ACL host patterns and a Stre
 group's application endpoints (its members' own servers, not Kafka's). Every other
 response is forwarded untouched.
 
-An answer over 4 MiB is rewritten without building its objects (a Metadata answer of
+An answer over 1 MiB (DECODE_AT_MOST) is rewritten without building its objects (a Metadata answer of
 200,000 partitions would be millions of them; smaller ones are decoded and encoded again,
 which the compiled codec does faster): its bytes are walked along its layout's walk plan
 (`_walk`) twice. The first walk checks every value as decode does (the same primitives,
@@ -139,11 +139,15 @@ def addresses(msg, api_key):
     return list(dict.fromkeys((e.host, e.port) for e in _entries(msg, api_key)))
 
 
-# Answers up to this size are decoded whole and encoded again by the codec: compiled, that
-# is 3-8x faster than walking them here (a Fetch answer of 100 partitions: 22 us against
-# 180), and their objects take at most some 18x the frame (72 MiB). A larger answer, which
-# an upstream can send up to the frame cap, is walked: about twice the frame at peak.
-DECODE_AT_MOST = 4 * 1024 * 1024
+# Answers up to DECODE_AT_MOST are decoded whole and encoded again by the codec: compiled,
+# that is 3-8x faster than walking them here (a Fetch answer of 100 partitions: 22 us
+# against 180). Their objects take up to some 50x the frame, as the upstream shapes it (a
+# dict entry per unknown tagged field of 4 bytes; a struct with one every 8 bytes: 47x),
+# so the limit keeps one answer's within DECODE_BUDGET (at 4 MiB, one took 200 MB). A
+# larger answer, which an upstream can send up to the frame cap, is walked: about twice
+# the frame at peak.
+DECODE_BUDGET = 64 * 1024 * 1024
+DECODE_AT_MOST = DECODE_BUDGET // 64
 
 
 def rewrite_addresses(frame, api_key, version, mapped):
