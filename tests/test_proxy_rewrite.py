@@ -8,6 +8,7 @@ million brokers)."""
 
 import pathlib
 import random
+import re
 import struct
 import sys
 import tracemalloc
@@ -17,7 +18,7 @@ import pytest
 
 import fastkwire as fk
 from fastkwire import _pure
-from fastkwire.errors import DecodeError
+from fastkwire.errors import DecodeError, EncodeError
 from fastkwire.proxy._rewrite import (
     DECODE_AT_MOST,
     DECODE_BUDGET,
@@ -348,3 +349,33 @@ def test_an_answer_small_enough_to_decode_costs_at_most_64_mib(index):
     (new, named), _, peak = _peak(lambda: rewrite_addresses(frame, api_key, version, mapped))
     assert named == [("b", 1)] and new != frame
     assert peak < DECODE_BUDGET == 64 * 1024 * 1024, (peak, len(frame))
+
+
+def _empty_hosts(count):
+    """A Metadata v12 answer of `count` brokers named by a port only (11 bytes each)."""
+    entry = struct.pack(">i", 1) + b"\x01" + struct.pack(">i", 1) + b"\x00\x00"
+    brokers = bytearray()
+    _pure.w_uvarint(brokers, count + 1)
+    body = b"\x00\x00\x00\x07\x00" + struct.pack(">i", 0) + brokers + entry * count
+    body += b"\x00" + struct.pack(">i", -1) + b"\x01\x00"  # cluster, controller, topics
+    return struct.pack(">i", len(body)) + body
+
+
+@pytest.mark.parametrize("rewrite", [walk_rewrite, decode_rewrite, rewrite_addresses])
+def test_an_answer_that_rewriting_would_grow_past_max_size_is_refused(rewrite):
+    """Brokers of an empty host and a port each take 11 bytes: a 40-byte advertised host
+    grew such an answer 4.4 times past the frame (a 128 MiB answer: 580 MB sent to the
+    client, 1.2 GB at peak). Over max_size, it is refused, having grown little further."""
+    frame = _empty_hosts(100_000)
+    host = "kafka-proxy.prod.internal.example.com"
+    mapped = lambda address: (host, 9092)  # noqa: E731
+    new, named = rewrite(frame, 3, 12, mapped)
+    assert named == [("", 1)] and len(new) > 4 * len(frame)
+    assert rewrite(frame, 3, 12, mapped, len(new) - 4)[0] == new
+    with pytest.raises(EncodeError, match=re.escape(f"over max_size ({2 * len(frame)})")):
+        rewrite(frame, 3, 12, mapped, 2 * len(frame))
+    if rewrite is walk_rewrite:  # it stops as it reaches max_size
+        _, _, peak = _peak(
+            lambda: pytest.raises(EncodeError, rewrite, frame, 3, 12, mapped, 2 * len(frame))
+        )
+        assert peak < 3 * len(frame), (peak, len(frame))

@@ -150,17 +150,26 @@ DECODE_BUDGET = 64 * 1024 * 1024
 DECODE_AT_MOST = DECODE_BUDGET // 64
 
 
-def rewrite_addresses(frame, api_key, version, mapped):
+def rewrite_addresses(frame, api_key, version, mapped, max_size=MAX_MESSAGE):
     """(frame, upstream addresses named): the response frame with each broker address
     replaced by `mapped((host, port))` (a (host, port) pair, or None to keep it); the frame
     itself when nothing changes. Raises DecodeError when the frame does not decode (before
-    `mapped` is called), EncodeError when a mapped address does not fit its field. Bytes
-    after the message stay after it."""
+    `mapped` is called), EncodeError when a mapped address does not fit its field or the
+    frame rewritten would say a size over `max_size` (longer hosts: the proxy's own cap on
+    frames, as an upstream's many short hosts could grow it several times). Bytes after
+    the message stay after it."""
     rewrite = decode_rewrite if len(frame) <= DECODE_AT_MOST else walk_rewrite
-    return rewrite(frame, api_key, version, mapped)
+    return rewrite(frame, api_key, version, mapped, max_size)
 
 
-def decode_rewrite(frame, api_key, version, mapped):
+def _too_large(size, max_size):
+    return EncodeError(
+        f"the answer with its addresses rewritten takes {size} bytes or more, "
+        f"over max_size ({max_size})"
+    )
+
+
+def decode_rewrite(frame, api_key, version, mapped, max_size=MAX_MESSAGE):
     """`rewrite_addresses` by the codec: the whole answer decoded, its addresses replaced,
     and encoded again at its version (the header and the bytes after the message kept)."""
     header, msg, extra = decode_response(frame, api_key, version, records="view", trailing="keep")
@@ -175,10 +184,13 @@ def decode_rewrite(frame, api_key, version, mapped):
         return frame, named
     body = msg.encode(version)
     head = bytes(frame[4 : header_end(frame, api_key, version)])
-    return SIZE.pack(len(head) + len(body) + len(extra)) + head + body + extra, named
+    size = len(head) + len(body) + len(extra)
+    if size > max_size:
+        raise _too_large(size, max_size)
+    return SIZE.pack(size) + head + body + extra, named
 
 
-def walk_rewrite(frame, api_key, version, mapped):
+def walk_rewrite(frame, api_key, version, mapped, max_size=MAX_MESSAGE):
     """`rewrite_addresses` by walking the frame's bytes (the module's docstring): what it
     gives equals `decode_rewrite`'s for every answer the codec writes; an answer that
     decodes but is written otherwise keeps its own bytes where no address changes."""
@@ -191,7 +203,7 @@ def walk_rewrite(frame, api_key, version, mapped):
     data = byte_view(frame)
     check_size(data)
     root = plan(cls._LAYOUTS.root(version))
-    walk = _Rewrite(data, mapped if api_key in FIRST_VERSION else None)
+    walk = _Rewrite(data, mapped if api_key in FIRST_VERSION else None, max_size)
     pos = walk.header(response_header_version(cls, version) >= 1)
     marks = []
     walk.struct(root, pos, len(data), marks)
@@ -203,8 +215,8 @@ def walk_rewrite(frame, api_key, version, mapped):
         return frame, named
     out = walk.out
     out += walk.view[walk.copied :]
-    if len(out) - 4 > MAX_MESSAGE:
-        raise _e.message_too_large()
+    if len(out) - 4 > max_size:
+        raise _too_large(len(out) - 4, max_size)
     out[:4] = SIZE.pack(len(out) - 4)
     return bytes(out), named
 
@@ -307,9 +319,20 @@ class _Rewrite:
     """One answer's walk: first checking (`out` None), then rewriting into `out` from the
     copy cursor `copied` (every byte before it is in `out` or replaced there)."""
 
-    __slots__ = ("data", "view", "out", "copied", "mapped", "named", "entries", "changed")
+    __slots__ = (
+        "data",
+        "view",
+        "out",
+        "copied",
+        "mapped",
+        "named",
+        "entries",
+        "changed",
+        "max_size",
+        "grown",
+    )
 
-    def __init__(self, data, mapped):
+    def __init__(self, data, mapped, max_size):
         self.data = data
         self.view = memoryview(data)
         self.out = None
@@ -318,6 +341,8 @@ class _Rewrite:
         self.named = {}
         self.entries = 0  # addresses found by the check
         self.changed = False
+        self.max_size = max_size
+        self.grown = 0  # bytes the new addresses take more than the old (tagged sizes aside)
 
     def header(self, tagged):
         """The position after the response header, which is checked."""
@@ -488,6 +513,7 @@ class _Rewrite:
         new_host, new_port = new
         out, view = self.out, self.view
         out += view[self.copied : hstart]
+        start = len(out)
         try:
             hstep[3](out, new_host)
         except EncodeError as x:
@@ -496,6 +522,10 @@ class _Rewrite:
         pstep[3](out, new_port)
         self.copied = pend
         self.changed = True
+        # Checked as it grows, so that the output never takes much more than max_size.
+        self.grown += len(out) - start - (pend - hstart)
+        if len(self.data) - 4 + self.grown > self.max_size:
+            raise _too_large(len(self.data) - 4 + self.grown, self.max_size)
 
     def rewrite_root(self, p, pos, end, marks):
         """The second walk: the root's steps that hold addresses, from where the check
