@@ -379,3 +379,21 @@ def test_an_answer_that_rewriting_would_grow_past_max_size_is_refused(rewrite):
             lambda: pytest.raises(EncodeError, rewrite, frame, 3, 12, mapped, 2 * len(frame))
         )
         assert peak < 3 * len(frame), (peak, len(frame))
+
+
+def test_an_answer_that_grows_then_shrinks_back_under_max_size_is_rewritten():
+    """max_size is the rewritten answer's: a host made longer, then one made shorter by
+    more, fit, and both rewriters agree (the walk judges what it has written, never a
+    guess of what is to come)."""
+    brokers = [
+        M.MetadataResponseBroker(node_id=1, host="a", port=1),
+        M.MetadataResponseBroker(node_id=2, host="b" * 30, port=2),
+    ]
+    frame = fk.encode_response(M(brokers=brokers), 12, 1)
+    mapped = lambda address: ("x" * 11 if address[1] == 1 else "y", address[1])  # noqa: E731
+    new, _ = decode_rewrite(frame, 3, 12, mapped)
+    assert len(new) == len(frame) + 10 - 29
+    for rewrite in (walk_rewrite, decode_rewrite):
+        assert rewrite(frame, 3, 12, mapped, len(new) - 4)[0] == new
+        with pytest.raises(EncodeError, match="over max_size"):
+            rewrite(frame, 3, 12, mapped, len(new) - 5)

@@ -329,7 +329,7 @@ class _Rewrite:
         "entries",
         "changed",
         "max_size",
-        "grown",
+        "outer",
     )
 
     def __init__(self, data, mapped, max_size):
@@ -342,7 +342,7 @@ class _Rewrite:
         self.entries = 0  # addresses found by the check
         self.changed = False
         self.max_size = max_size
-        self.grown = 0  # bytes the new addresses take more than the old (tagged sizes aside)
+        self.outer = 0  # bytes written in the buffers around `out` (a tagged field's)
 
     def header(self, tagged):
         """The position after the response header, which is checked."""
@@ -492,7 +492,9 @@ class _Rewrite:
         size_at = _pure.r_uvarint(self.data, start, tend)[1]
         out += self.view[self.copied : size_at]
         self.out, self.copied = bytearray(), pos
+        self.outer += len(out)
         self.value(step, pos, tend)
+        self.outer -= len(out)
         inner, self.out = self.out, out
         inner += self.view[self.copied : tend]
         if len(inner) == tend - pos:
@@ -513,7 +515,6 @@ class _Rewrite:
         new_host, new_port = new
         out, view = self.out, self.view
         out += view[self.copied : hstart]
-        start = len(out)
         try:
             hstep[3](out, new_host)
         except EncodeError as x:
@@ -522,10 +523,11 @@ class _Rewrite:
         pstep[3](out, new_port)
         self.copied = pend
         self.changed = True
-        # Checked as it grows, so that the output never takes much more than max_size.
-        self.grown += len(out) - start - (pend - hstart)
-        if len(self.data) - 4 + self.grown > self.max_size:
-            raise _too_large(len(self.data) - 4 + self.grown, self.max_size)
+        # What is written is the start of the answer: past max_size, the rest cannot make
+        # it fit, and the walk stops there (the output takes little more than max_size).
+        written = self.outer + len(out) - 4
+        if written > self.max_size:
+            raise _too_large(written, self.max_size)
 
     def rewrite_root(self, p, pos, end, marks):
         """The second walk: the root's steps that hold addresses, from where the check
