@@ -21,6 +21,8 @@ invariants:
   too); on the others both name the same addresses, offer the mapping the same ones in
   the same order, and give the same bytes when the frame is as the codec writes it (the
   same message otherwise: the reference re-encodes what it did not change).
+- `max_size` is the rewritten answer's own size: given exactly that, both rewriters
+  give it; a byte less, both refuse with EncodeError (the walk never refuses early).
 - Peak memory (tracemalloc, after a first call warmed the caches) stays under
   MEMORY_FACTOR times the frame plus MEMORY_SLACK bytes, on every seed with --memory
   (every 50th without).
@@ -43,7 +45,7 @@ import tracemalloc
 from pathlib import Path
 
 import fastkwire as fk
-from fastkwire.errors import DecodeError
+from fastkwire.errors import DecodeError, EncodeError
 from fastkwire.proxy._rewrite import (
     FIRST_VERSION,
     header_end,
@@ -284,11 +286,25 @@ def _agrees(where, frame, api_key, version, new, named, order):
     if as_written(frame, api_key, version):
         if new != ref:
             raise Finding(f"{where}: the bytes differ from the reference's")
+        if new is not frame:
+            _fits_exactly(where, frame, api_key, version, new)
         return
     mine = fk.decode_response(new, api_key, version, records="view", trailing="keep")
     theirs = fk.decode_response(ref, api_key, version, records="view", trailing="keep")
     if mine[1].to_dict() != theirs[1].to_dict() or mine[2] != theirs[2]:
         raise Finding(f"{where}: the message differs from the reference's")
+
+
+def _fits_exactly(where, frame, api_key, version, new):
+    for rewrite in (walk_rewrite, decode_rewrite):
+        name = rewrite.__name__
+        if rewrite(frame, api_key, version, _mapping({}, []), len(new) - 4)[0] != new:
+            raise Finding(f"{where}: {name} with max_size its own size gave other bytes")
+        try:
+            rewrite(frame, api_key, version, _mapping({}, []), len(new) - 5)
+        except EncodeError:
+            continue
+        raise Finding(f"{where}: {name} gave an answer a byte over max_size")
 
 
 def _memory(where, frame, api_key, version):

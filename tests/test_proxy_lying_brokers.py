@@ -506,3 +506,79 @@ def test_lying_broker_fuzzer_seeds():
         outcome = lying_broker.check(seed)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert outcomes.get("rewritten", 0) > 150 and outcomes.get("refused", 0) > 150, outcomes
+
+
+def test_an_answer_over_the_decode_limit_that_does_not_decode_ends_only_its_connection(
+    lying_proxy,
+):
+    """Answers over DECODE_AT_MOST are walked, not decoded: one cut short ends its own
+    connection unforwarded, while another connection's answer as large is rewritten."""
+    from fastkwire.proxy._rewrite import DECODE_AT_MOST
+
+    secret_host = "real-broker.internal"
+    M = fk.MetadataResponse
+    parts = [
+        M.MetadataResponsePartition(partition_index=i, replica_nodes=[0], isr_nodes=[0])
+        for i in range(200_000)
+    ]
+    topic = M.MetadataResponseTopic(name="t", partitions=parts)
+    whole = metadata_answer([(secret_host, 9092)], topics=[topic])(request_header_of(1))
+    assert len(whole) > DECODE_AT_MOST
+
+    def answer(header, frame):
+        mine = whole[:4] + SIZE.pack(header.correlation_id) + whole[8:]
+        if header.correlation_id == 666:  # cut inside its topics, its brokers intact
+            return SIZE.pack(len(mine) - 4 - 1000) + mine[4:-1000]
+        return mine
+
+    broker, proxy = lying_proxy(answer)
+    with socket.create_connection(proxy.address, timeout=TIMEOUT) as good:
+        with socket.create_connection(proxy.address, timeout=TIMEOUT) as bad:
+            bad.sendall(fk.encode_request(fk.MetadataRequest(topics=[]), 9, 666, "t"))
+            assert _closed_without(bad, secret_host.encode()) == b""
+        for cid in (1, 2):  # the other connection, open meanwhile, is still served
+            got = ask_metadata(good, cid)
+            assert secret_host.encode() not in got
+            assert told(got)[0][0] != secret_host and len(got) > DECODE_AT_MOST
+    assert any(
+        "Metadata v9 response does not decode: the connection ends" in t for t in errors(proxy)
+    ), errors(proxy)
+
+
+def request_header_of(cid):
+    """A request header as LyingBroker's answer functions get it."""
+    return request_header(fk.encode_request(fk.MetadataRequest(topics=[]), 9, cid, "t"))
+
+
+@pytest.mark.parametrize(
+    "count, limit", [(20_000, 512 * 1024), (150_000, 2 * 1024 * 1024)], ids=["decoded", "walked"]
+)
+def test_an_answer_rewriting_would_grow_past_max_frame_bytes_ends_its_connection(count, limit):
+    """Brokers of an empty host and a port take 11 bytes each: with a long advertised host
+    the rewritten answer was 4.4 times the upstream's, and went to the client over the
+    proxy's own max_frame_bytes. The connection ends instead, unanswered."""
+    entry = SIZE.pack(1) + b"\x01" + SIZE.pack(1) + b"\x00\x00"
+    count_bytes = bytes([(count + 1) & 0x7F | 0x80, ((count + 1) >> 7) & 0x7F | 0x80])
+    count_bytes += bytes([(count + 1) >> 14])
+    tail = b"\x00" + SIZE.pack(-1) + b"\x01\x00"  # cluster id, controller, topics, tags
+
+    def answer(header, frame):
+        body = SIZE.pack(header.correlation_id) + b"\x00" + SIZE.pack(0) + count_bytes
+        body += entry * count + tail
+        return SIZE.pack(len(body)) + body
+
+    broker = LyingBroker(answer)
+    advertised = "kafka-proxy.prod.internal.example.com:9092"
+    try:
+        with BackgroundProxy(
+            f"127.0.0.1:{broker.port}",
+            rewrite_advertised=True,
+            advertised=advertised,
+            max_frame_bytes=limit,
+        ) as proxy:
+            with socket.create_connection(proxy.address, timeout=TIMEOUT) as s:
+                s.sendall(fk.encode_request(fk.MetadataRequest(topics=[]), 12, 1, "t"))
+                assert _closed_without(s, b"kafka-proxy") == b""
+            assert any(f"over max_size ({limit})" in t for t in errors(proxy)), errors(proxy)
+    finally:
+        broker.close()

@@ -1,5 +1,5 @@
 """The proxy's walking address rewriter (fastkwire.proxy._rewrite's `walk_rewrite`, for
-answers over 4 MiB) against the plain way of doing it (`decode_rewrite`, for the smaller
+answers over DECODE_AT_MOST, 1 MiB) against the plain way of doing it (`decode_rewrite`, for the smaller
 ones: decode the whole answer, replace, encode):
 the same bytes for every rewritten API and version, the same refusals with the same
 DecodeError on hostile frames, and a peak memory of a small multiple of the frame where
@@ -8,6 +8,7 @@ million brokers)."""
 
 import pathlib
 import random
+import re
 import struct
 import sys
 import tracemalloc
@@ -16,9 +17,11 @@ import zlib
 import pytest
 
 import fastkwire as fk
-from fastkwire.errors import DecodeError
+from fastkwire import _pure
+from fastkwire.errors import DecodeError, EncodeError
 from fastkwire.proxy._rewrite import (
     DECODE_AT_MOST,
+    DECODE_BUDGET,
     FIRST_VERSION,
     decode_rewrite,
     rewrite_addresses,
@@ -297,4 +300,100 @@ def test_answers_over_the_decode_limit_are_walked(monkeypatch):
     large = rewrite_addresses(frame, 3, 12, _mapping([]))
     assert used == ["decode_rewrite", "walk_rewrite"]
     assert small == large
-    assert DECODE_AT_MOST == 4 * 1024 * 1024
+    assert DECODE_AT_MOST == 1024 * 1024
+
+
+def _tagged_filler(room):
+    """A tagged-field section of empty unknown fields (tags 0, 1, 2...) taking `room` bytes
+    at most: a dict entry each when decoded, for 2-4 bytes on the wire."""
+    out, tag = bytearray(), 0
+    while True:
+        field = bytearray()
+        _pure.w_uvarint(field, tag)
+        field.append(0)
+        if len(out) + len(field) + 5 > room:  # 5: the count's varint at most
+            break
+        out += field
+        tag += 1
+    count = bytearray()
+    _pure.w_uvarint(count, tag)
+    return bytes(count + out)
+
+
+def _decoded_answers_at_the_limit():
+    """Answers just under DECODE_AT_MOST whose decoded objects cost the most per byte: a
+    million unknown tagged fields at the top, or a struct and a tagged field every 8 bytes."""
+    answer = fk.encode_response(M(brokers=[M.MetadataResponseBroker(host="b", port=1)]), 12, 1)
+    root_tags = answer[4:-1] + _tagged_filler(DECODE_AT_MOST - len(answer))
+    Q = fk.DescribeQuorumResponse
+    nodes = [Q.Node(node_id=100_000 + i) for i in range((DECODE_AT_MOST - 64) // 8)]
+    for node in nodes:
+        node._unknown = {0: b""}
+    nodes[0].listeners = [Q.Listener(name="C", host="b", port=1)]
+    many_structs = fk.encode_response(Q(nodes=nodes), 2, 1)[4:]
+    return [
+        (struct.pack(">i", len(root_tags)) + root_tags, M.API_KEY, 12),
+        (struct.pack(">i", len(many_structs)) + many_structs, Q.API_KEY, 2),
+    ]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["root-tags", "struct-tags"])
+def test_an_answer_small_enough_to_decode_costs_at_most_64_mib(index):
+    """Answers up to DECODE_AT_MOST are decoded whole: their objects cost up to some 50x
+    the frame (a dict entry per unknown tagged field of 4 bytes), so the limit is what
+    keeps that within DECODE_BUDGET. At 4 MiB, these took 210 and 197 MB."""
+    frame, api_key, version = _decoded_answers_at_the_limit()[index]
+    assert DECODE_AT_MOST - 64 <= len(frame) <= DECODE_AT_MOST
+    mapped = lambda address: ("proxy", 30001)  # noqa: E731
+    rewrite_addresses(frame, api_key, version, mapped)  # warms the caches
+    (new, named), _, peak = _peak(lambda: rewrite_addresses(frame, api_key, version, mapped))
+    assert named == [("b", 1)] and new != frame
+    assert peak < DECODE_BUDGET == 64 * 1024 * 1024, (peak, len(frame))
+
+
+def _empty_hosts(count):
+    """A Metadata v12 answer of `count` brokers named by a port only (11 bytes each)."""
+    entry = struct.pack(">i", 1) + b"\x01" + struct.pack(">i", 1) + b"\x00\x00"
+    brokers = bytearray()
+    _pure.w_uvarint(brokers, count + 1)
+    body = b"\x00\x00\x00\x07\x00" + struct.pack(">i", 0) + brokers + entry * count
+    body += b"\x00" + struct.pack(">i", -1) + b"\x01\x00"  # cluster, controller, topics
+    return struct.pack(">i", len(body)) + body
+
+
+@pytest.mark.parametrize("rewrite", [walk_rewrite, decode_rewrite, rewrite_addresses])
+def test_an_answer_that_rewriting_would_grow_past_max_size_is_refused(rewrite):
+    """Brokers of an empty host and a port each take 11 bytes: a 40-byte advertised host
+    grew such an answer 4.4 times past the frame (a 128 MiB answer: 580 MB sent to the
+    client, 1.2 GB at peak). Over max_size, it is refused, having grown little further."""
+    frame = _empty_hosts(100_000)
+    host = "kafka-proxy.prod.internal.example.com"
+    mapped = lambda address: (host, 9092)  # noqa: E731
+    new, named = rewrite(frame, 3, 12, mapped)
+    assert named == [("", 1)] and len(new) > 4 * len(frame)
+    assert rewrite(frame, 3, 12, mapped, len(new) - 4)[0] == new
+    with pytest.raises(EncodeError, match=re.escape(f"over max_size ({2 * len(frame)})")):
+        rewrite(frame, 3, 12, mapped, 2 * len(frame))
+    if rewrite is walk_rewrite:  # it stops as it reaches max_size
+        _, _, peak = _peak(
+            lambda: pytest.raises(EncodeError, rewrite, frame, 3, 12, mapped, 2 * len(frame))
+        )
+        assert peak < 3 * len(frame), (peak, len(frame))
+
+
+def test_an_answer_that_grows_then_shrinks_back_under_max_size_is_rewritten():
+    """max_size is the rewritten answer's: a host made longer, then one made shorter by
+    more, fit, and both rewriters agree (the walk judges what it has written, never a
+    guess of what is to come)."""
+    brokers = [
+        M.MetadataResponseBroker(node_id=1, host="a", port=1),
+        M.MetadataResponseBroker(node_id=2, host="b" * 30, port=2),
+    ]
+    frame = fk.encode_response(M(brokers=brokers), 12, 1)
+    mapped = lambda address: ("x" * 11 if address[1] == 1 else "y", address[1])  # noqa: E731
+    new, _ = decode_rewrite(frame, 3, 12, mapped)
+    assert len(new) == len(frame) + 10 - 29
+    for rewrite in (walk_rewrite, decode_rewrite):
+        assert rewrite(frame, 3, 12, mapped, len(new) - 4)[0] == new
+        with pytest.raises(EncodeError, match="over max_size"):
+            rewrite(frame, 3, 12, mapped, len(new) - 5)

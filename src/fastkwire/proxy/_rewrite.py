@@ -9,7 +9,7 @@ whose schema has a host and a port is here, but for ACL host patterns and a Stre
 group's application endpoints (its members' own servers, not Kafka's). Every other
 response is forwarded untouched.
 
-An answer over 4 MiB is rewritten without building its objects (a Metadata answer of
+An answer over 1 MiB (DECODE_AT_MOST) is rewritten without building its objects (a Metadata answer of
 200,000 partitions would be millions of them; smaller ones are decoded and encoded again,
 which the compiled codec does faster): its bytes are walked along its layout's walk plan
 (`_walk`) twice. The first walk checks every value as decode does (the same primitives,
@@ -139,24 +139,37 @@ def addresses(msg, api_key):
     return list(dict.fromkeys((e.host, e.port) for e in _entries(msg, api_key)))
 
 
-# Answers up to this size are decoded whole and encoded again by the codec: compiled, that
-# is 3-8x faster than walking them here (a Fetch answer of 100 partitions: 22 us against
-# 180), and their objects take at most some 18x the frame (72 MiB). A larger answer, which
-# an upstream can send up to the frame cap, is walked: about twice the frame at peak.
-DECODE_AT_MOST = 4 * 1024 * 1024
+# Answers up to DECODE_AT_MOST are decoded whole and encoded again by the codec: compiled,
+# that is 3-8x faster than walking them here (a Fetch answer of 100 partitions: 22 us
+# against 180). Their objects take up to some 50x the frame, as the upstream shapes it (a
+# dict entry per unknown tagged field of 4 bytes; a struct with one every 8 bytes: 47x),
+# so the limit keeps one answer's within DECODE_BUDGET (at 4 MiB, one took 200 MB). A
+# larger answer, which an upstream can send up to the frame cap, is walked: about twice
+# the frame at peak.
+DECODE_BUDGET = 64 * 1024 * 1024
+DECODE_AT_MOST = DECODE_BUDGET // 64
 
 
-def rewrite_addresses(frame, api_key, version, mapped):
+def rewrite_addresses(frame, api_key, version, mapped, max_size=MAX_MESSAGE):
     """(frame, upstream addresses named): the response frame with each broker address
     replaced by `mapped((host, port))` (a (host, port) pair, or None to keep it); the frame
     itself when nothing changes. Raises DecodeError when the frame does not decode (before
-    `mapped` is called), EncodeError when a mapped address does not fit its field. Bytes
-    after the message stay after it."""
+    `mapped` is called), EncodeError when a mapped address does not fit its field or the
+    frame rewritten would say a size over `max_size` (longer hosts: the proxy's own cap on
+    frames, as an upstream's many short hosts could grow it several times). Bytes after
+    the message stay after it."""
     rewrite = decode_rewrite if len(frame) <= DECODE_AT_MOST else walk_rewrite
-    return rewrite(frame, api_key, version, mapped)
+    return rewrite(frame, api_key, version, mapped, max_size)
 
 
-def decode_rewrite(frame, api_key, version, mapped):
+def _too_large(size, max_size):
+    return EncodeError(
+        f"the answer with its addresses rewritten takes {size} bytes or more, "
+        f"over max_size ({max_size})"
+    )
+
+
+def decode_rewrite(frame, api_key, version, mapped, max_size=MAX_MESSAGE):
     """`rewrite_addresses` by the codec: the whole answer decoded, its addresses replaced,
     and encoded again at its version (the header and the bytes after the message kept)."""
     header, msg, extra = decode_response(frame, api_key, version, records="view", trailing="keep")
@@ -171,10 +184,13 @@ def decode_rewrite(frame, api_key, version, mapped):
         return frame, named
     body = msg.encode(version)
     head = bytes(frame[4 : header_end(frame, api_key, version)])
-    return SIZE.pack(len(head) + len(body) + len(extra)) + head + body + extra, named
+    size = len(head) + len(body) + len(extra)
+    if size > max_size:
+        raise _too_large(size, max_size)
+    return SIZE.pack(size) + head + body + extra, named
 
 
-def walk_rewrite(frame, api_key, version, mapped):
+def walk_rewrite(frame, api_key, version, mapped, max_size=MAX_MESSAGE):
     """`rewrite_addresses` by walking the frame's bytes (the module's docstring): what it
     gives equals `decode_rewrite`'s for every answer the codec writes; an answer that
     decodes but is written otherwise keeps its own bytes where no address changes."""
@@ -187,7 +203,7 @@ def walk_rewrite(frame, api_key, version, mapped):
     data = byte_view(frame)
     check_size(data)
     root = plan(cls._LAYOUTS.root(version))
-    walk = _Rewrite(data, mapped if api_key in FIRST_VERSION else None)
+    walk = _Rewrite(data, mapped if api_key in FIRST_VERSION else None, max_size)
     pos = walk.header(response_header_version(cls, version) >= 1)
     marks = []
     walk.struct(root, pos, len(data), marks)
@@ -199,8 +215,8 @@ def walk_rewrite(frame, api_key, version, mapped):
         return frame, named
     out = walk.out
     out += walk.view[walk.copied :]
-    if len(out) - 4 > MAX_MESSAGE:
-        raise _e.message_too_large()
+    if len(out) - 4 > max_size:
+        raise _too_large(len(out) - 4, max_size)
     out[:4] = SIZE.pack(len(out) - 4)
     return bytes(out), named
 
@@ -303,9 +319,20 @@ class _Rewrite:
     """One answer's walk: first checking (`out` None), then rewriting into `out` from the
     copy cursor `copied` (every byte before it is in `out` or replaced there)."""
 
-    __slots__ = ("data", "view", "out", "copied", "mapped", "named", "entries", "changed")
+    __slots__ = (
+        "data",
+        "view",
+        "out",
+        "copied",
+        "mapped",
+        "named",
+        "entries",
+        "changed",
+        "max_size",
+        "outer",
+    )
 
-    def __init__(self, data, mapped):
+    def __init__(self, data, mapped, max_size):
         self.data = data
         self.view = memoryview(data)
         self.out = None
@@ -314,6 +341,8 @@ class _Rewrite:
         self.named = {}
         self.entries = 0  # addresses found by the check
         self.changed = False
+        self.max_size = max_size
+        self.outer = 0  # bytes written in the buffers around `out` (a tagged field's)
 
     def header(self, tagged):
         """The position after the response header, which is checked."""
@@ -463,7 +492,9 @@ class _Rewrite:
         size_at = _pure.r_uvarint(self.data, start, tend)[1]
         out += self.view[self.copied : size_at]
         self.out, self.copied = bytearray(), pos
+        self.outer += len(out)
         self.value(step, pos, tend)
+        self.outer -= len(out)
         inner, self.out = self.out, out
         inner += self.view[self.copied : tend]
         if len(inner) == tend - pos:
@@ -492,6 +523,11 @@ class _Rewrite:
         pstep[3](out, new_port)
         self.copied = pend
         self.changed = True
+        # What is written is the start of the answer: past max_size, the rest cannot make
+        # it fit, and the walk stops there (the output takes little more than max_size).
+        written = self.outer + len(out) - 4
+        if written > self.max_size:
+            raise _too_large(written, self.max_size)
 
     def rewrite_root(self, p, pos, end, marks):
         """The second walk: the root's steps that hold addresses, from where the check

@@ -1661,6 +1661,7 @@ class Proxy:
                             ex.api_key,
                             ex.api_version,
                             self._map if self.mapped else self._advertise,
+                            self.max_frame_bytes,  # clients are sent no larger frame
                         )
                         if self.mapped and ex.api_key in FULL_LISTS:
                             self._brokers_listed(named)
