@@ -665,17 +665,29 @@ def test_a_timer_whose_work_fails_leaves_the_other_timers_running(caplog):
             broker.broker._wake.set()
 
         with caplog.at_level("ERROR", logger="fastkwire.broker"):
+            started = time.monotonic()
             broker.call(arm)
             host, port = next(iter(broker.addresses.values()))
             idle = socket.create_connection((host, port), timeout=TIMEOUT)
+            busy = socket.create_connection((host, port), timeout=TIMEOUT)
+            request = fastkwire.encode_request(fastkwire.ApiVersionsRequest(), 0, 1, "t")
+            for _ in range(30):  # many wake-ups of the timers' loop
+                busy.sendall(request)
+                assert read_frame(busy) is not None
+                time.sleep(0.05)
             idle.settimeout(TIMEOUT)
             try:
                 assert idle.recv(1) == b""  # the idle timeout still closes it
             except ConnectionResetError:
                 pass
             idle.close()
+            busy.close()
+            elapsed = time.monotonic() - started
         assert len(failed) >= 2  # the timer's work, and expiry tried again
         assert "No space left on device" in caplog.text
+        # a lasting failure is said about once a second, not at every wake-up
+        said = [r for r in caplog.records if "expiry failed" in r.getMessage()]
+        assert 1 <= len(said) <= elapsed + 2
         # the group timers still run: a timer scheduled after the failure fires
         fired = []
         broker.call(

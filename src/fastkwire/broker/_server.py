@@ -85,16 +85,30 @@ READ_SIZE = 256 * 1024  # the scratch buffer reads go to (uvloop's own reads are
 TIMER_RETRY_S = 1.0
 
 
-def _timer_work(work, what):
-    """work() (a step of the broker's timers: it gives the next deadline or None). Its
-    failure (a log directory that cannot be written, a defect) is logged and tried again in
-    TIMER_RETRY_S, so that the other timers (frame and idle timeouts, retention) go on: it
-    had ended the loop that runs them all."""
-    try:
-        return work()
-    except Exception:  # noqa: BLE001 - the timers must outlive any one of them
-        log.exception("the broker's %s failed; tried again in %g s", what, TIMER_RETRY_S)
-        return time.monotonic() + TIMER_RETRY_S
+class _TimerWork:
+    """Runs a step of the broker's timers (it gives the next deadline or None). A step that
+    fails (a log directory that cannot be written, a defect) is logged and not run again
+    for TIMER_RETRY_S, so that the other timers (frame and idle timeouts, retention) go on
+    (it had ended the loop that runs them all) and a lasting failure is said once a second,
+    not at every wake-up."""
+
+    __slots__ = ("work", "what", "retry_at")
+
+    def __init__(self, work, what):
+        self.work, self.what, self.retry_at = work, what, None
+
+    def __call__(self):
+        now = time.monotonic()
+        if self.retry_at is not None and now < self.retry_at:
+            return self.retry_at
+        try:
+            deadline = self.work()
+        except Exception:  # noqa: BLE001 - the timers must outlive any one of them
+            log.exception("the broker's %s failed; tried again in %g s", self.what, TIMER_RETRY_S)
+            self.retry_at = now + TIMER_RETRY_S
+            return self.retry_at
+        self.retry_at = None
+        return deadline
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -971,8 +985,11 @@ class Broker:
         idle = self.connections_max_idle_ms / 1000
         idle_interval = min(idle / 4, IDLE_SCAN_MAX)
         next_idle_scan = time.monotonic() + idle_interval
+        ticks = _TimerWork(self.apis.tick, "timers (Fetch waits, transactions, groups)")
+        expire = _TimerWork(lambda: self.apis.expiry.tick(), "producer and transactional id expiry")
+        clean = _TimerWork(self.cleaner.tick, "log cleaner")
         while True:
-            deadline = _timer_work(self.apis.tick, "timers (Fetch waits, transactions, groups)")
+            deadline = ticks()
             now = time.monotonic()
             if self._next_retention is None:
                 self._next_retention = now + self.retention_check_interval_ms / 1000
@@ -983,8 +1000,8 @@ class Broker:
                     log.error("retention could not delete from %s: %s", self.log_dir, e)
                 self._next_retention = now + self.retention_check_interval_ms / 1000
             # producer and transactional id expiry; log compaction
-            expiry = _timer_work(self.apis.expiry.tick, "producer and transactional id expiry")
-            cleaning = _timer_work(self.cleaner.tick, "log cleaner")
+            expiry = expire()
+            cleaning = clean()
             deadline = min(
                 d for d in (deadline, self._next_retention, expiry, cleaning) if d is not None
             )
