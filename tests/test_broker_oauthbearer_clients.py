@@ -9,6 +9,7 @@ test_broker_oauthbearer.py."""
 import asyncio
 import base64
 import json
+import math
 import os
 import random
 import socket
@@ -40,8 +41,11 @@ def b64(value):
 
 def unsecured(sub, life=3600.0, **claims):
     now = time.time()
-    # iat in whole seconds, as JWTs have it: a fraction could be ahead of the broker's ms
-    payload = {"sub": sub, "iat": int(now), "exp": now + life, **claims}
+    # iat in whole seconds, as JWTs have it: a fraction could be ahead of the broker's ms;
+    # exp in whole ms, not past now + life: the broker rounds it to ms as Kafka does, so a
+    # fraction of a ms could make a token made in the broker's same ms last a ms longer
+    exp = math.floor((now + life) * 1000) / 1000
+    payload = {"sub": sub, "iat": int(now), "exp": exp, **claims}
     return f"{b64({'alg': 'none'})}.{b64(payload)}."
 
 
