@@ -169,6 +169,13 @@ def byte_view(data):
     so that lengths and offsets count bytes and slices have .decode()."""
     if type(data) is bytes:
         return data
+    # A bytearray's or a view's bytes taken without exporting its buffer: on free-threaded
+    # 3.13 the export counts are not atomic, so threads that share one and each made a view
+    # of it could release it under the others.
+    if type(data) is bytearray:
+        return bytes(data[:])  # the slice is a private copy: exporting it races with no one
+    if type(data) is memoryview and data.c_contiguous:
+        return data.tobytes()
     return memoryview(data).cast("B").tobytes()
 
 
