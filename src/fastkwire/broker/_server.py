@@ -976,6 +976,17 @@ class Broker:
         while self.waiting_room and self.buffered <= self.max_buffered_bytes:
             self.waiting_room.popleft().resume("room")
 
+    def _retention_tick(self):
+        """Retention, once retention_check_interval_ms has passed since the last one (or
+        the start); the next time it is due. A failed one (the log directory) waits as long."""
+        now = time.monotonic()
+        due = self._next_retention
+        if due is None or now >= due:
+            self._next_retention = now + self.retention_check_interval_ms / 1000
+            if due is not None:  # not at the start
+                self.apply_retention()
+        return self._next_retention
+
     async def _watching(self):
         """Fires the handlers' deadlines (Fetch waits, group timers) and ends connections
         whose frame is overdue (looked for every `interval`, not at every wake-up)."""
@@ -988,23 +999,15 @@ class Broker:
         ticks = _TimerWork(self.apis.tick, "timers (Fetch waits, transactions, groups)")
         expire = _TimerWork(lambda: self.apis.expiry.tick(), "producer and transactional id expiry")
         clean = _TimerWork(self.cleaner.tick, "log cleaner")
+        retain = _TimerWork(self._retention_tick, "retention")
         while True:
             deadline = ticks()
             now = time.monotonic()
-            if self._next_retention is None:
-                self._next_retention = now + self.retention_check_interval_ms / 1000
-            elif now >= self._next_retention:
-                try:
-                    self.apply_retention()
-                except OSError as e:  # the log directory: said, and tried again later
-                    log.error("retention could not delete from %s: %s", self.log_dir, e)
-                self._next_retention = now + self.retention_check_interval_ms / 1000
+            retention = retain()
             # producer and transactional id expiry; log compaction
             expiry = expire()
             cleaning = clean()
-            deadline = min(
-                d for d in (deadline, self._next_retention, expiry, cleaning) if d is not None
-            )
+            deadline = min(d for d in (deadline, retention, expiry, cleaning) if d is not None)
             if now >= next_idle_scan:
                 for conn in [c for c in self.connections if now - c.active > idle]:
                     conn.end(
